@@ -1,0 +1,99 @@
+// Communicator: collectives over raw buffers among the ranks of a group. Backends: in-process
+// (threads of one process; CPU or GPU memory) and NCCL. Depends on nothing else of shardmap.
+//
+//   // On every rank of a world of size n:
+//   std::vector<float> x(1024, comm.rank());
+//   absl::Status s = comm.AllReduce(x.data(), x.data(), x.size(), DataType::kF32, ReduceOp::kSum);
+//   // every rank now holds 0+1+...+(n-1) in each element (bitwise the same on all ranks)
+//
+//   // A sub-group per tensor-parallel row (like MPI_Comm_split); collective over this group:
+//   absl::StatusOr<std::unique_ptr<Communicator>> tp = comm.Split(/*color=*/rank / 4, /*key=*/rank);
+//
+// Every call is collective over the group (send/recv: over the pair) and blocking for the host
+// unless the backend documents otherwise. Failures (a peer that failed or left, a timeout, a
+// mismatched call in debug mode) come back as a Status naming the op, the group and the rank.
+// In-place operation is allowed where send == recv (AllReduce, and AllGather/ReduceScatter when
+// the send buffer is this rank's slice of recv / the recv buffer is this rank's slice of send).
+#ifndef SHARDMAP_COLLECTIVES_COMMUNICATOR_H_
+#define SHARDMAP_COLLECTIVES_COMMUNICATOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace shardmap::collectives {
+
+enum class DataType : uint8_t { kF32, kF64, kBF16, kF16, kI32, kI64 };
+enum class ReduceOp : uint8_t { kSum, kProd, kMax, kMin, kAvg };
+
+size_t DataTypeSize(DataType t);
+const char* DataTypeName(DataType t);
+const char* ReduceOpName(ReduceOp op);
+
+// Where the buffers of a call live. GPU buffers are used on `stream` (a cudaStream_t).
+struct MemorySpace {
+  bool device = false;
+  int device_index = 0;
+  void* stream = nullptr;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // A short description for error messages, e.g. "in-process world(8) split(color=1) [4 ranks]".
+  virtual std::string name() const = 0;
+
+  // recv[i] = op over ranks of send[i]; count elements.
+  virtual absl::Status AllReduce(const void* send, void* recv, size_t count, DataType dtype,
+                                 ReduceOp op) = 0;
+  // recv = concat over ranks of send (send_count elements each; recv has size()*send_count).
+  virtual absl::Status AllGather(const void* send, void* recv, size_t send_count,
+                                 DataType dtype) = 0;
+  // send has size()*recv_count elements; rank r receives op over ranks of chunk r.
+  virtual absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count,
+                                     DataType dtype, ReduceOp op) = 0;
+  // send has size() chunks of count elements; chunk j goes to rank j; recv chunk j came from j.
+  virtual absl::Status AllToAll(const void* send, void* recv, size_t count, DataType dtype) = 0;
+
+  // Uneven variants: counts[r] is rank r's share (the same vector on every rank).
+  virtual absl::Status AllGatherV(const void* send, void* recv,
+                                  absl::Span<const size_t> counts, DataType dtype) = 0;
+  virtual absl::Status ReduceScatterV(const void* send, void* recv,
+                                      absl::Span<const size_t> counts, DataType dtype,
+                                      ReduceOp op) = 0;
+  // send_counts[j]: elements this rank sends to j (packed in rank order in send);
+  // recv_counts[j]: elements this rank receives from j (packed in rank order in recv).
+  virtual absl::Status AllToAllV(const void* send, absl::Span<const size_t> send_counts,
+                                 void* recv, absl::Span<const size_t> recv_counts,
+                                 DataType dtype) = 0;
+
+  virtual absl::Status Broadcast(void* buffer, size_t count, DataType dtype, int root) = 0;
+  virtual absl::Status Send(const void* buffer, size_t count, DataType dtype, int peer) = 0;
+  virtual absl::Status Recv(void* buffer, size_t count, DataType dtype, int peer) = 0;
+  // pairs (source, destination), each rank at most once as a source and once as a destination;
+  // the same list on every rank. A rank that is no destination gets zeros in recv.
+  virtual absl::Status Ppermute(const void* send, void* recv, size_t count, DataType dtype,
+                                absl::Span<const std::pair<int, int>> pairs) = 0;
+  virtual absl::Status Barrier() = 0;
+
+  // Collective over this group: ranks with the same color form a new group, ordered by key (then
+  // by rank). A negative color means "not in any group" (returns nullptr).
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) = 0;
+
+  // Where this communicator's buffers live (CPU by default).
+  virtual MemorySpace memory_space() const { return MemorySpace{}; }
+};
+
+}  // namespace shardmap::collectives
+
+#endif  // SHARDMAP_COLLECTIVES_COMMUNICATOR_H_

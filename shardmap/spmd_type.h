@@ -1,0 +1,70 @@
+// Per-mesh-axis SPMD types (DESIGN.md section 3).
+//
+//   R  replicate  same value on every device of the axis; gradient is P
+//   I  invariant  same value computed redundantly; gradient is I
+//   V  varying    different values; S(d) when known to be the d-th-dim shard of a whole; gradient V
+//   P  partial    pending sum over the axis; gradient is R
+//
+//   SpmdType t(2);                       // two mesh axes, both R
+//   t[0] = AxisType::Sharded(0);         // dp: S(0)
+//   t.ToString({"dp", "tp"});            // "{dp:S0,tp:R}"
+//   Dual(t).ToString({"dp", "tp"});      // "{dp:S0,tp:P}"
+#ifndef SHARDMAP_SHARDMAP_SPMD_TYPE_H_
+#define SHARDMAP_SHARDMAP_SPMD_TYPE_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+
+namespace shardmap {
+
+inline constexpr int kMaxMeshAxes = 8;
+
+enum class AxisKind : uint8_t { kR, kI, kV, kP };
+
+struct AxisType {
+  AxisKind kind = AxisKind::kR;
+  int8_t dim = -1;  // for kV: the tensor dim it shards (S(dim)), or -1 when unknown
+
+  static constexpr AxisType R() { return {AxisKind::kR, -1}; }
+  static constexpr AxisType I() { return {AxisKind::kI, -1}; }
+  static constexpr AxisType V() { return {AxisKind::kV, -1}; }
+  static constexpr AxisType P() { return {AxisKind::kP, -1}; }
+  static constexpr AxisType Sharded(int d) { return {AxisKind::kV, static_cast<int8_t>(d)}; }
+
+  bool operator==(const AxisType& o) const { return kind == o.kind && dim == o.dim; }
+  bool operator!=(const AxisType& o) const { return !(*this == o); }
+  std::string ToString() const;  // "R", "I", "V", "S1", "P"
+};
+
+// R<->P, I<->I, V<->V (S(d) stays S(d)).
+AxisType Dual(AxisType t);
+
+// One AxisType per axis of the mesh the value lives on, in mesh axis order.
+class SpmdType {
+ public:
+  SpmdType() = default;
+  explicit SpmdType(int num_axes, AxisType fill = AxisType::R());
+
+  int num_axes() const { return n_; }
+  AxisType& operator[](int axis) { return axes_[axis]; }
+  const AxisType& operator[](int axis) const { return axes_[axis]; }
+  bool operator==(const SpmdType& o) const;
+  bool operator!=(const SpmdType& o) const { return !(*this == o); }
+
+  // "{dp:S0,tp:R}"
+  std::string ToString(absl::Span<const std::string> axis_names) const;
+
+ private:
+  std::array<AxisType, kMaxMeshAxes> axes_{};
+  uint8_t n_ = 0;
+};
+
+SpmdType Dual(const SpmdType& t);
+
+}  // namespace shardmap
+
+#endif  // SHARDMAP_SHARDMAP_SPMD_TYPE_H_

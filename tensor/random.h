@@ -1,0 +1,39 @@
+// Counter-based random tensors: element i of a tensor is a pure function of (seed, i), so a
+// shard can be generated alone and equals the same slice of the whole tensor. The same seed gives
+// the same global weights on 1 or 64 ranks (sharding-invariant initialisation).
+//
+//   Tensor w = RandomNormal({1024, 4096}, /*seed=*/7);
+//   // Rank r of 4 builds its column shard directly:
+//   Tensor shard = RandomNormalSlice({1024, 4096}, {0, 1024 * r}, {1024, 1024}, 7);
+//   // shard equals Slice(w, 1, 1024 * r, 1024).
+#ifndef SHARDMAP_TENSOR_RANDOM_H_
+#define SHARDMAP_TENSOR_RANDOM_H_
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+#include "tensor/tensor.h"
+
+namespace shardmap {
+
+Tensor RandomNormal(absl::Span<const int64_t> shape, uint64_t seed, double mean = 0.0,
+                    double stddev = 1.0, DType dtype = DType::kF32);
+Tensor RandomUniform(absl::Span<const int64_t> shape, uint64_t seed, double low = 0.0,
+                     double high = 1.0, DType dtype = DType::kF32);
+
+// The block of the global tensor starting at `offsets` with shape `local_shape`.
+Tensor RandomNormalSlice(absl::Span<const int64_t> global_shape,
+                         absl::Span<const int64_t> offsets,
+                         absl::Span<const int64_t> local_shape, uint64_t seed, double mean = 0.0,
+                         double stddev = 1.0, DType dtype = DType::kF32);
+Tensor RandomUniformSlice(absl::Span<const int64_t> global_shape,
+                          absl::Span<const int64_t> offsets,
+                          absl::Span<const int64_t> local_shape, uint64_t seed, double low = 0.0,
+                          double high = 1.0, DType dtype = DType::kF32);
+
+// Uniform integers in [0, n) (i64), for token ids and targets.
+Tensor RandomInts(absl::Span<const int64_t> shape, int64_t n, uint64_t seed);
+
+}  // namespace shardmap
+
+#endif  // SHARDMAP_TENSOR_RANDOM_H_

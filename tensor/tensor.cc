@@ -1,0 +1,245 @@
+#include "tensor/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tensor/error.h"
+
+namespace shardmap {
+
+std::string ShapeToString(absl::Span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+int64_t NumElements(absl::Span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::shared_ptr<Storage> Storage::AllocateCpu(size_t nbytes) {
+  std::shared_ptr<Storage> s(new Storage());
+  const size_t rounded = (nbytes + 63) / 64 * 64;
+  s->data_ = rounded == 0 ? nullptr : std::aligned_alloc(64, rounded);
+  if (rounded != 0 && s->data_ == nullptr) {
+    throw OpError(absl::ResourceExhaustedError(
+        absl::StrCat("could not allocate ", nbytes, " bytes of CPU memory")));
+  }
+  s->nbytes_ = nbytes;
+  return s;
+}
+
+Storage::~Storage() { std::free(data_); }
+
+Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype) {
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) {
+      OpFail("tensor: dim ", i, " of shape ", ShapeToString(shape),
+             " is negative; sizes must be >= 0");
+    }
+  }
+  Tensor t;
+  t.shape_.assign(shape.begin(), shape.end());
+  t.numel_ = NumElements(shape);
+  t.dtype_ = dtype;
+  t.storage_ = Storage::AllocateCpu(t.nbytes());
+  return t;
+}
+
+Tensor Tensor::Zeros(absl::Span<const int64_t> shape, DType dtype) {
+  Tensor t = Empty(shape, dtype);
+  if (t.nbytes() > 0) std::memset(t.raw_data(), 0, t.nbytes());
+  return t;
+}
+
+namespace {
+
+void FillWith(Tensor& t, double value) {
+  const int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DType::kF32: std::fill_n(t.data<float>(), n, static_cast<float>(value)); break;
+    case DType::kF64: std::fill_n(t.data<double>(), n, value); break;
+    case DType::kI32: std::fill_n(t.data<int32_t>(), n, static_cast<int32_t>(value)); break;
+    case DType::kI64: std::fill_n(t.data<int64_t>(), n, static_cast<int64_t>(value)); break;
+    case DType::kBF16:
+      std::fill_n(static_cast<uint16_t*>(t.raw_data()), n, FloatToBF16(static_cast<float>(value)));
+      break;
+    case DType::kF16:
+      std::fill_n(static_cast<uint16_t*>(t.raw_data()), n, FloatToF16(static_cast<float>(value)));
+      break;
+  }
+}
+
+void SetFromDouble(Tensor& t, int64_t i, double v) {
+  switch (t.dtype()) {
+    case DType::kF32: t.data<float>()[i] = static_cast<float>(v); break;
+    case DType::kF64: t.data<double>()[i] = v; break;
+    case DType::kI32: t.data<int32_t>()[i] = static_cast<int32_t>(v); break;
+    case DType::kI64: t.data<int64_t>()[i] = static_cast<int64_t>(v); break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(t.raw_data())[i] = FloatToBF16(static_cast<float>(v));
+      break;
+    case DType::kF16:
+      static_cast<uint16_t*>(t.raw_data())[i] = FloatToF16(static_cast<float>(v));
+      break;
+  }
+}
+
+}  // namespace
+
+Tensor Tensor::Ones(absl::Span<const int64_t> shape, DType dtype) { return Full(shape, 1.0, dtype); }
+
+Tensor Tensor::Full(absl::Span<const int64_t> shape, double value, DType dtype) {
+  Tensor t = Empty(shape, dtype);
+  FillWith(t, value);
+  return t;
+}
+
+Tensor Tensor::Scalar(double value, DType dtype) { return Full({}, value, dtype); }
+
+Tensor Tensor::Arange(int64_t n, DType dtype) {
+  Tensor t = Empty({n}, dtype);
+  for (int64_t i = 0; i < n; ++i) SetFromDouble(t, i, static_cast<double>(i));
+  return t;
+}
+
+template <typename T>
+Tensor Tensor::FromVector(absl::Span<const int64_t> shape, const std::vector<T>& values,
+                          DType dtype) {
+  Tensor t = Empty(shape, dtype);
+  if (static_cast<int64_t>(values.size()) != t.numel()) {
+    OpFail("tensor: FromVector got ", values.size(), " values for shape ", ShapeToString(shape),
+           " (", t.numel(), " elements)");
+  }
+  if (dtype == DTypeOf<T>()) {
+    if (!values.empty()) std::memcpy(t.raw_data(), values.data(), t.nbytes());
+  } else {
+    for (int64_t i = 0; i < t.numel(); ++i) SetFromDouble(t, i, static_cast<double>(values[i]));
+  }
+  return t;
+}
+template Tensor Tensor::FromVector<float>(absl::Span<const int64_t>, const std::vector<float>&,
+                                          DType);
+template Tensor Tensor::FromVector<double>(absl::Span<const int64_t>, const std::vector<double>&,
+                                           DType);
+template Tensor Tensor::FromVector<int32_t>(absl::Span<const int64_t>,
+                                            const std::vector<int32_t>&, DType);
+template Tensor Tensor::FromVector<int64_t>(absl::Span<const int64_t>,
+                                            const std::vector<int64_t>&, DType);
+
+int64_t Tensor::dim(int i) const {
+  const int r = rank();
+  if (i < -r || i >= r) {
+    OpFail("tensor: dim ", i, " is out of range for ", ShapeString(), " (rank ", r, ")");
+  }
+  return shape_[i < 0 ? i + r : i];
+}
+
+template <typename T>
+T* Tensor::data() {
+  if (DTypeOf<T>() != dtype_) {
+    OpFail("tensor: data<", DTypeName(DTypeOf<T>()), ">() on a ", ShapeString(), " tensor");
+  }
+  return static_cast<T*>(raw_data());
+}
+template <typename T>
+const T* Tensor::data() const {
+  if (DTypeOf<T>() != dtype_) {
+    OpFail("tensor: data<", DTypeName(DTypeOf<T>()), ">() on a ", ShapeString(), " tensor");
+  }
+  return static_cast<const T*>(raw_data());
+}
+template float* Tensor::data<float>();
+template double* Tensor::data<double>();
+template int32_t* Tensor::data<int32_t>();
+template int64_t* Tensor::data<int64_t>();
+template const float* Tensor::data<float>() const;
+template const double* Tensor::data<double>() const;
+template const int32_t* Tensor::data<int32_t>() const;
+template const int64_t* Tensor::data<int64_t>() const;
+
+double Tensor::at(int64_t i) const {
+  if (i < 0 || i >= numel_) OpFail("tensor: index ", i, " out of range for ", ShapeString());
+  switch (dtype_) {
+    case DType::kF32: return data<float>()[i];
+    case DType::kF64: return data<double>()[i];
+    case DType::kI32: return data<int32_t>()[i];
+    case DType::kI64: return static_cast<double>(data<int64_t>()[i]);
+    case DType::kBF16: return BF16ToFloat(static_cast<const uint16_t*>(raw_data())[i]);
+    case DType::kF16: return F16ToFloat(static_cast<const uint16_t*>(raw_data())[i]);
+  }
+  return 0;
+}
+
+double Tensor::item() const {
+  if (numel_ != 1) OpFail("tensor: item() needs exactly one element, got ", ShapeString());
+  return at(0);
+}
+
+template <typename T>
+std::vector<T> Tensor::ToVector() const {
+  std::vector<T> out(numel_);
+  for (int64_t i = 0; i < numel_; ++i) out[i] = static_cast<T>(at(i));
+  return out;
+}
+template std::vector<float> Tensor::ToVector<float>() const;
+template std::vector<double> Tensor::ToVector<double>() const;
+template std::vector<int64_t> Tensor::ToVector<int64_t>() const;
+
+Tensor Tensor::Reshape(absl::Span<const int64_t> shape) const {
+  Shape out(shape.begin(), shape.end());
+  int infer = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      if (infer >= 0) OpFail("reshape: more than one -1 in ", ShapeToString(shape));
+      infer = static_cast<int>(i);
+    } else if (out[i] < 0) {
+      OpFail("reshape: negative size in ", ShapeToString(shape));
+    } else {
+      known *= out[i];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || numel_ % known != 0) {
+      OpFail("reshape: cannot infer -1 reshaping ", ShapeString(), " to ", ShapeToString(shape));
+    }
+    out[infer] = numel_ / known;
+    known *= out[infer];
+  }
+  if (known != numel_) {
+    OpFail("reshape: ", ShapeString(), " has ", numel_, " elements but ", ShapeToString(shape),
+           " has ", known);
+  }
+  Tensor t = *this;
+  t.shape_ = std::move(out);
+  return t;
+}
+
+Tensor Tensor::SliceRows(int64_t start, int64_t length) const {
+  if (rank() == 0) OpFail("slice_rows: ", ShapeString(), " has no dim 0");
+  if (start < 0 || length < 0 || start + length > shape_[0]) {
+    OpFail("slice_rows: rows [", start, ", ", start + length, ") out of range for ",
+           ShapeString());
+  }
+  Tensor t = *this;
+  const int64_t row = shape_[0] == 0 ? 0 : numel_ / shape_[0];
+  t.offset_bytes_ += static_cast<size_t>(start * row) * DTypeSize(dtype_);
+  t.shape_[0] = length;
+  t.numel_ = length * row;
+  return t;
+}
+
+Tensor Tensor::Clone() const {
+  Tensor t = Empty(shape_, dtype_);
+  if (nbytes() > 0) std::memcpy(t.raw_data(), raw_data(), nbytes());
+  return t;
+}
+
+std::string Tensor::ShapeString() const {
+  return absl::StrCat(DTypeName(dtype_), ShapeToString(shape_));
+}
+
+}  // namespace shardmap

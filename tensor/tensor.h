@@ -1,0 +1,119 @@
+// Tensor: a dense, contiguous, row-major array with shared storage.
+//
+//   Tensor a = Tensor::FromVector<float>({2, 3}, {1, 2, 3, 4, 5, 6});
+//   Tensor b = a.Reshape({3, 2});        // a view: same storage, no copy
+//   b.data<float>()[0] = 7;              // a.data<float>()[0] is 7 too
+//   Tensor c = a.Clone();                // a deep copy
+//   a.ShapeString();                     // "f32[2,3]"
+//
+// Copies of a Tensor share storage (like a shared_ptr). Every tensor is contiguous: ops that
+// change layout (transpose, permute, slice of an inner dim) produce new storage.
+#ifndef SHARDMAP_TENSOR_TENSOR_H_
+#define SHARDMAP_TENSOR_TENSOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/types/span.h"
+#include "tensor/dtype.h"
+
+namespace shardmap {
+
+using Shape = absl::InlinedVector<int64_t, 6>;
+
+std::string ShapeToString(absl::Span<const int64_t> shape);  // "[2,3]"
+int64_t NumElements(absl::Span<const int64_t> shape);
+
+enum class DeviceKind : uint8_t { kCPU, kCUDA };
+
+struct Device {
+  DeviceKind kind = DeviceKind::kCPU;
+  int index = 0;
+  static Device Cpu() { return Device{}; }
+  bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+};
+
+// Owns one allocation. CPU storage is 64-byte aligned.
+class Storage {
+ public:
+  static std::shared_ptr<Storage> AllocateCpu(size_t nbytes);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+ private:
+  Storage() = default;
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: defined() is false
+
+  // Uninitialised memory. Throws OpError on negative sizes.
+  static Tensor Empty(absl::Span<const int64_t> shape, DType dtype);
+  static Tensor Zeros(absl::Span<const int64_t> shape, DType dtype = DType::kF32);
+  static Tensor Ones(absl::Span<const int64_t> shape, DType dtype = DType::kF32);
+  static Tensor Full(absl::Span<const int64_t> shape, double value, DType dtype = DType::kF32);
+  static Tensor Scalar(double value, DType dtype = DType::kF32);  // rank 0
+  // 0, 1, ..., n-1.
+  static Tensor Arange(int64_t n, DType dtype = DType::kF32);
+  // Copies `values` (numel must match the shape). For bf16/f16 pass floats: they are rounded.
+  template <typename T>
+  static Tensor FromVector(absl::Span<const int64_t> shape, const std::vector<T>& values,
+                           DType dtype = DTypeOf<T>());
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  // dim(-1) is the last dim. Throws OpError when out of range.
+  int64_t dim(int i) const;
+  int64_t numel() const { return numel_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_ ? storage_->device() : Device{}; }
+  size_t nbytes() const { return static_cast<size_t>(numel_) * DTypeSize(dtype_); }
+
+  // Typed element access; throws OpError when T does not match dtype().
+  template <typename T> T* data();
+  template <typename T> const T* data() const;
+  void* raw_data() { return static_cast<char*>(storage_->data()) + offset_bytes_; }
+  const void* raw_data() const { return static_cast<const char*>(storage_->data()) + offset_bytes_; }
+
+  // Element i (row-major) converted to double, any dtype. For tests and printing.
+  double at(int64_t flat_index) const;
+  // The only element of a tensor with numel()==1, as double.
+  double item() const;
+  // All elements converted to T (double or float or int64_t).
+  template <typename T> std::vector<T> ToVector() const;
+
+  // A view with a new shape of the same numel; one dim may be -1 (inferred).
+  Tensor Reshape(absl::Span<const int64_t> shape) const;
+  // Rows [start, start+length) of dim 0, as a view (contiguous, so no copy).
+  Tensor SliceRows(int64_t start, int64_t length) const;
+  Tensor Clone() const;
+  bool SharesStorageWith(const Tensor& other) const { return storage_ == other.storage_; }
+
+  // "f32[2,3]"
+  std::string ShapeString() const;
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  size_t offset_bytes_ = 0;
+  Shape shape_;
+  int64_t numel_ = 0;
+  DType dtype_ = DType::kF32;
+};
+
+}  // namespace shardmap
+
+#endif  // SHARDMAP_TENSOR_TENSOR_H_

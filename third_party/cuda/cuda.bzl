@@ -1,0 +1,33 @@
+"""cuda_library: compiles .cu files with nvcc (sm_90 for H100/H200) into a cc_library.
+
+Without a toolkit it is a plain cc_library of the headers, so callers must guard kernel calls
+with `#if SHARDMAP_HAS_CUDA`.
+"""
+
+load("@local_cuda//:defs.bzl", "CUDA_AVAILABLE")
+
+def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], **kwargs):
+    if not CUDA_AVAILABLE:
+        native.cc_library(name = name, hdrs = hdrs, deps = deps, **kwargs)
+        return
+    objs = []
+    for src in srcs:
+        obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
+        native.genrule(
+            name = obj + "_nvcc",
+            srcs = [src] + hdrs + native.glob(["**/*.h"]),
+            outs = [obj],
+            tools = ["@local_cuda//:nvcc"],
+            cmd = ("$(location @local_cuda//:nvcc) -std=c++20 -O3 " +
+                   "-gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90 " +
+                   "-Xcompiler=-fPIC -I. -I$(GENDIR) -DSHARDMAP_HAS_CUDA=1 " +
+                   " ".join(copts) + " -c $(location " + src + ") -o $@"),
+        )
+        objs.append(obj)
+    native.cc_library(
+        name = name,
+        srcs = objs,
+        hdrs = hdrs,
+        deps = deps + ["@local_cuda//:cudart"],
+        **kwargs
+    )

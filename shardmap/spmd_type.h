@@ -9,6 +9,8 @@
 //   t[0] = AxisType::Sharded(0);         // dp: S(0)
 //   t.ToString({"dp", "tp"});            // "{dp:S0,tp:R}"
 //   Dual(t).ToString({"dp", "tp"});      // "{dp:S0,tp:P}"
+//
+// SpmdType is a fixed array (no allocation): values carrying it are cheap to copy.
 #ifndef SHARDMAP_SHARDMAP_SPMD_TYPE_H_
 #define SHARDMAP_SHARDMAP_SPMD_TYPE_H_
 
@@ -35,6 +37,7 @@ struct AxisType {
   static constexpr AxisType P() { return {AxisKind::kP, -1}; }
   static constexpr AxisType Sharded(int d) { return {AxisKind::kV, static_cast<int8_t>(d)}; }
 
+  bool is_sharded() const { return kind == AxisKind::kV && dim >= 0; }
   bool operator==(const AxisType& o) const { return kind == o.kind && dim == o.dim; }
   bool operator!=(const AxisType& o) const { return !(*this == o); }
   std::string ToString() const;  // "R", "I", "V", "S1", "P"
@@ -55,7 +58,7 @@ class SpmdType {
   bool operator==(const SpmdType& o) const;
   bool operator!=(const SpmdType& o) const { return !(*this == o); }
 
-  // "{dp:S0,tp:R}"
+  // "{dp:S0,tp:R}"; axis_names may be shorter than num_axes (missing names print as "a<i>").
   std::string ToString(absl::Span<const std::string> axis_names) const;
 
  private:

@@ -1,0 +1,298 @@
+#include "tensor/ops/elementwise.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "tensor/error.h"
+#include "tensor/ops/internal/op_util.h"
+#include "tensor/ops/shape_ops.h"
+
+namespace shardmap {
+namespace {
+
+using internal::DimVec;
+
+// Fails with both shapes and the first offending dim (counted from the end, as NumPy aligns).
+Shape BroadcastOrFail(const char* op, absl::Span<const int64_t> a, absl::Span<const int64_t> b,
+                      const Tensor* ta, const Tensor* tb) {
+  const size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {  // i counts from the end
+    const int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
+    const int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1) {
+      OpFail(op, ": shapes ", ta ? ta->ShapeString() : ShapeToString(a), " and ",
+             tb ? tb->ShapeString() : ShapeToString(b), " do not broadcast: dim -", i + 1,
+             " is ", da, " vs ", db, "; sizes must be equal or one of them 1");
+    }
+    out[r - 1 - i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+// out[i] = f(a[i], b[i]) over n elements; sa/sb are 0 (broadcast) or 1. Separate loops per
+// stride pair so each is a tight, vectorisable loop.
+template <typename T, typename F>
+inline void BinaryRun(const T* __restrict a, const T* __restrict b, T* __restrict out,
+                      int64_t n, int64_t sa, int64_t sb, F f) {
+  if (sa == 1 && sb == 1) {
+    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+  } else if (sa == 1) {
+    const T bv = b[0];
+    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], bv);
+  } else if (sb == 1) {
+    const T av = a[0];
+    for (int64_t i = 0; i < n; ++i) out[i] = f(av, b[i]);
+  } else {
+    const T v = f(a[0], b[0]);
+    for (int64_t i = 0; i < n; ++i) out[i] = v;
+  }
+}
+
+// General broadcasting: collapse dims that are contiguous-compatible in both operands, then walk
+// the outer dims with an odometer and run the innermost dim as a tight loop.
+template <typename T, typename F>
+void BinaryBroadcast(const Tensor& a, const Tensor& b, Tensor& out, F f) {
+  const int r = out.rank();
+  const Shape& os = out.shape();
+  DimVec sizes, sa, sb;  // collapsed, outermost first
+  {
+    DimVec a_str(r, 0), b_str(r, 0);
+    int64_t as = 1, bs = 1;
+    for (int i = r - 1; i >= 0; --i) {
+      const int ai = i - (r - a.rank()), bi = i - (r - b.rank());
+      const int64_t ad = ai >= 0 ? a.shape()[ai] : 1, bd = bi >= 0 ? b.shape()[bi] : 1;
+      a_str[i] = ad == 1 ? 0 : as;
+      b_str[i] = bd == 1 ? 0 : bs;
+      as *= ad;
+      bs *= bd;
+    }
+    for (int i = 0; i < r; ++i) {
+      if (os[i] == 1) continue;  // size-1 dims do not move any pointer
+      if (!sizes.empty() && sa.back() == a_str[i] * os[i] && sb.back() == b_str[i] * os[i]) {
+        sizes.back() *= os[i];
+        sa.back() = a_str[i];
+        sb.back() = b_str[i];
+      } else {
+        sizes.push_back(os[i]);
+        sa.push_back(a_str[i]);
+        sb.push_back(b_str[i]);
+      }
+    }
+  }
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  T* po = out.data<T>();
+  if (sizes.empty()) {  // every dim is 1
+    po[0] = f(pa[0], pb[0]);
+    return;
+  }
+  const int d = static_cast<int>(sizes.size());
+  const int64_t inner = sizes[d - 1];
+  const int64_t rows = out.numel() / inner;
+  DimVec idx(d, 0);
+  int64_t oa = 0, ob = 0;
+  for (int64_t row = 0; row < rows; ++row) {
+    BinaryRun(pa + oa, pb + ob, po + row * inner, inner, sa[d - 1], sb[d - 1], f);
+    for (int k = d - 2; k >= 0; --k) {  // odometer step
+      oa += sa[k];
+      ob += sb[k];
+      if (++idx[k] < sizes[k]) break;
+      oa -= sa[k] * sizes[k];
+      ob -= sb[k] * sizes[k];
+      idx[k] = 0;
+    }
+  }
+}
+
+// F is a generic lambda (T, T) -> T, instantiated for float and double.
+template <typename F>
+Tensor Binary(const char* op, const Tensor& a, const Tensor& b, F f) {
+  internal::RequireFloating(op, a, "lhs");
+  internal::RequireFloating(op, b, "rhs");
+  internal::RequireSameDType(op, a, b);
+  if (internal::IsHalf(a.dtype())) {  // compute in f32, round once
+    return Cast(Binary(op, Cast(a, DType::kF32), Cast(b, DType::kF32), f), a.dtype());
+  }
+  if (a.shape() == b.shape()) {  // the hot path: no index math
+    Tensor out = Tensor::Empty(a.shape(), a.dtype());
+    internal::DispatchF32F64(a.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      BinaryRun(a.data<T>(), b.data<T>(), out.data<T>(), a.numel(), 1, 1, f);
+    });
+    return out;
+  }
+  Tensor out = Tensor::Empty(BroadcastOrFail(op, a.shape(), b.shape(), &a, &b), a.dtype());
+  if (out.numel() == 0) return out;
+  internal::DispatchF32F64(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    if (b.numel() == 1 && out.numel() == a.numel()) {
+      BinaryRun(a.data<T>(), b.data<T>(), out.data<T>(), a.numel(), 1, 0, f);
+    } else if (a.numel() == 1 && out.numel() == b.numel()) {
+      BinaryRun(a.data<T>(), b.data<T>(), out.data<T>(), b.numel(), 0, 1, f);
+    } else {
+      BinaryBroadcast<T>(a, b, out, f);
+    }
+  });
+  return out;
+}
+
+template <typename F>
+Tensor Unary(const char* op, const Tensor& a, F f) {
+  internal::RequireFloating(op, a);
+  if (internal::IsHalf(a.dtype())) return Cast(Unary(op, Cast(a, DType::kF32), f), a.dtype());
+  Tensor out = Tensor::Empty(a.shape(), a.dtype());
+  internal::DispatchF32F64(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* __restrict pa = a.data<T>();
+    T* __restrict po = out.data<T>();
+    const int64_t n = a.numel();
+    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i]);
+  });
+  return out;
+}
+
+constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2 pi)
+constexpr double kGeluC = 0.044715;
+
+template <typename T>
+inline T GeluTanhFwd(T x) {
+  const T u = T(kSqrt2OverPi) * (x + T(kGeluC) * x * x * x);
+  return T(0.5) * x * (T(1) + std::tanh(u));
+}
+template <typename T>
+inline T GeluTanhDer(T x) {
+  const T u = T(kSqrt2OverPi) * (x + T(kGeluC) * x * x * x);
+  const T t = std::tanh(u);
+  const T du = T(kSqrt2OverPi) * (T(1) + T(3 * kGeluC) * x * x);
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
+}
+template <typename T>
+inline T GeluErfFwd(T x) {
+  return T(0.5) * x * (T(1) + std::erf(x * T(kInvSqrt2)));
+}
+template <typename T>
+inline T GeluErfDer(T x) {
+  return T(0.5) * (T(1) + std::erf(x * T(kInvSqrt2))) +
+         x * T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
+}
+template <typename T>
+inline T Sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+
+}  // namespace
+
+Shape BroadcastShapes(const char* op, absl::Span<const int64_t> a, absl::Span<const int64_t> b) {
+  return BroadcastOrFail(op, a, b, nullptr, nullptr);
+}
+
+Tensor Add(const Tensor& a, const Tensor& b) {
+  return Binary("add", a, b, [](auto x, auto y) { return x + y; });
+}
+Tensor Sub(const Tensor& a, const Tensor& b) {
+  return Binary("sub", a, b, [](auto x, auto y) { return x - y; });
+}
+Tensor Mul(const Tensor& a, const Tensor& b) {
+  return Binary("mul", a, b, [](auto x, auto y) { return x * y; });
+}
+Tensor Div(const Tensor& a, const Tensor& b) {
+  return Binary("div", a, b, [](auto x, auto y) { return x / y; });
+}
+
+Tensor AddScalar(const Tensor& a, double s) {
+  return Unary("add_scalar", a, [s](auto x) { return x + static_cast<decltype(x)>(s); });
+}
+Tensor MulScalar(const Tensor& a, double s) {
+  return Unary("mul_scalar", a, [s](auto x) { return x * static_cast<decltype(x)>(s); });
+}
+Tensor Neg(const Tensor& a) {
+  return Unary("neg", a, [](auto x) { return -x; });
+}
+Tensor Exp(const Tensor& a) {
+  return Unary("exp", a, [](auto x) { return std::exp(x); });
+}
+Tensor Log(const Tensor& a) {
+  return Unary("log", a, [](auto x) { return std::log(x); });
+}
+Tensor Tanh(const Tensor& a) {
+  return Unary("tanh", a, [](auto x) { return std::tanh(x); });
+}
+Tensor Relu(const Tensor& a) {
+  // NaN propagates (x != x) so bad values stay visible instead of becoming 0.
+  return Unary("relu", a, [](auto x) { return x > 0 || x != x ? x : decltype(x)(0); });
+}
+Tensor Sqrt(const Tensor& a) {
+  return Unary("sqrt", a, [](auto x) { return std::sqrt(x); });
+}
+Tensor Gelu(const Tensor& a, GeluApprox approx) {
+  if (approx == GeluApprox::kTanh) {
+    return Unary("gelu", a, [](auto x) { return GeluTanhFwd(x); });
+  }
+  return Unary("gelu", a, [](auto x) { return GeluErfFwd(x); });
+}
+Tensor Silu(const Tensor& a) {
+  return Unary("silu", a, [](auto x) { return x * Sigmoid(x); });
+}
+
+Tensor ReluGrad(const Tensor& x, const Tensor& dy) {
+  internal::RequireSameShape("relu_grad", x, dy);
+  return Binary("relu_grad", x, dy,
+                [](auto v, auto g) { return v > 0 ? g : decltype(v)(0); });
+}
+Tensor GeluGrad(const Tensor& x, const Tensor& dy, GeluApprox approx) {
+  internal::RequireSameShape("gelu_grad", x, dy);
+  if (approx == GeluApprox::kTanh) {
+    return Binary("gelu_grad", x, dy, [](auto v, auto g) { return g * GeluTanhDer(v); });
+  }
+  return Binary("gelu_grad", x, dy, [](auto v, auto g) { return g * GeluErfDer(v); });
+}
+Tensor SiluGrad(const Tensor& x, const Tensor& dy) {
+  internal::RequireSameShape("silu_grad", x, dy);
+  return Binary("silu_grad", x, dy, [](auto v, auto g) {
+    using T = decltype(v);
+    const T s = Sigmoid(v);
+    return g * s * (T(1) + v * (T(1) - s));
+  });
+}
+Tensor TanhGrad(const Tensor& y, const Tensor& dy) {
+  internal::RequireSameShape("tanh_grad", y, dy);
+  return Binary("tanh_grad", y, dy,
+                [](auto v, auto g) { return g * (decltype(v)(1) - v * v); });
+}
+
+void AddInPlace(Tensor& acc, const Tensor& x) {
+  internal::RequireFloating("add_in_place", acc, "accumulator");
+  internal::RequireFloating("add_in_place", x, "addend");
+  internal::RequireSameDType("add_in_place", acc, x);
+  internal::RequireSameShape("add_in_place", acc, x);
+  const int64_t n = acc.numel();
+  switch (acc.dtype()) {
+    case DType::kF32: {
+      float* __restrict pa = acc.data<float>();
+      const float* __restrict px = x.data<float>();
+      for (int64_t i = 0; i < n; ++i) pa[i] += px[i];
+      break;
+    }
+    case DType::kF64: {
+      double* __restrict pa = acc.data<double>();
+      const double* __restrict px = x.data<double>();
+      for (int64_t i = 0; i < n; ++i) pa[i] += px[i];
+      break;
+    }
+    default: {  // bf16/f16: add in f32, round once per element
+      const bool bf = acc.dtype() == DType::kBF16;
+      uint16_t* pa = static_cast<uint16_t*>(acc.raw_data());
+      const uint16_t* px = static_cast<const uint16_t*>(x.raw_data());
+      for (int64_t i = 0; i < n; ++i) {
+        pa[i] = bf ? FloatToBF16(BF16ToFloat(pa[i]) + BF16ToFloat(px[i]))
+                   : FloatToF16(F16ToFloat(pa[i]) + F16ToFloat(px[i]));
+      }
+    }
+  }
+}
+
+}  // namespace shardmap

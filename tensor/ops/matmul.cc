@@ -1,0 +1,134 @@
+#include "tensor/ops/matmul.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "tensor/error.h"
+#include "tensor/ops/internal/op_util.h"
+#include "tensor/ops/shape_ops.h"
+
+namespace shardmap {
+namespace {
+
+// Below this many multiply-adds a plain loop beats the BLAS call's fixed cost (dispatch,
+// packing), which dominates tiny products such as 4x4.
+constexpr int64_t kSmallGemmFlops = 16 * 16 * 16;
+
+// C[m,n] = op(A) op(B), row-major; lda/ldb are the row strides of A and B as stored.
+template <typename T>
+void SmallGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+               const T* b, int64_t ldb, T* c) {
+  for (int64_t i = 0; i < m; ++i) {
+    T* crow = c + i * n;
+    for (int64_t j = 0; j < n; ++j) crow[j] = T(0);
+    for (int64_t p = 0; p < k; ++p) {
+      const T av = ta ? a[p * lda + i] : a[i * lda + p];
+      if (tb) {
+        for (int64_t j = 0; j < n; ++j) crow[j] += av * b[j * ldb + p];
+      } else {
+        const T* brow = b + p * ldb;
+        for (int64_t j = 0; j < n; ++j) crow[j] += av * brow[j];
+      }
+    }
+  }
+}
+
+template <typename T>
+void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c) {
+  const int64_t lda = std::max<int64_t>(1, ta ? m : k);
+  const int64_t ldb = std::max<int64_t>(1, tb ? k : n);
+  if (m * n * k <= kSmallGemmFlops) {
+    SmallGemm(ta, tb, m, n, k, a, lda, b, ldb, c);
+    return;
+  }
+  const CBLAS_TRANSPOSE ota = ta ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE otb = tb ? CblasTrans : CblasNoTrans;
+  const int64_t ldc = std::max<int64_t>(1, n);
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ota, otb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  } else {
+    cblas_dgemm(CblasRowMajor, ota, otb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+  }
+}
+
+[[noreturn]] void Fail(const Tensor& a, const Tensor& b, bool ta, bool tb, const char* why) {
+  OpFail("matmul: ", a.ShapeString(), ta ? "^T" : "", " @ ", b.ShapeString(), tb ? "^T" : "",
+         ": ", why);
+}
+
+}  // namespace
+
+void PinBlasToOneThread() {
+  static const bool pinned = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)pinned;
+}
+
+Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  internal::RequireFloating("matmul", a, "lhs");
+  internal::RequireFloating("matmul", b, "rhs");
+  if (a.dtype() != b.dtype()) Fail(a, b, trans_a, trans_b, "dtypes differ; Cast one operand");
+  if (internal::IsHalf(a.dtype())) {  // f32 compute, one rounding
+    return Cast(Matmul(Cast(a, DType::kF32), Cast(b, DType::kF32), trans_a, trans_b),
+                a.dtype());
+  }
+  PinBlasToOneThread();
+  if (a.rank() < 2 || b.rank() < 2) {
+    Fail(a, b, trans_a, trans_b, "both operands need rank >= 2");
+  }
+  const int64_t ka = trans_a ? a.dim(-2) : a.dim(-1);
+  const int64_t kb = trans_b ? b.dim(-1) : b.dim(-2);
+  const int64_t n = trans_b ? b.dim(-2) : b.dim(-1);
+  if (ka != kb) Fail(a, b, trans_a, trans_b, "contracted dims differ");
+  Shape out_shape;
+  int64_t batch = 1, m = 0;
+  bool batched = false;
+  if (b.rank() == 2) {
+    if (a.rank() > 2 && trans_a) {
+      Fail(a, b, trans_a, trans_b,
+           "trans_a with a rank-2 rhs needs a rank-2 lhs (leading dims of lhs are folded)");
+    }
+    // Fold a's leading dims into rows: [b,s,k] @ [k,n] is one [b*s,k] @ [k,n] GEMM, no copy.
+    m = trans_a ? a.dim(-1) : (ka == 0 ? internal::Prod(a.shape(), 0, a.rank() - 1)
+                                       : a.numel() / ka);
+    out_shape.assign(a.shape().begin(), a.shape().end() - 2);
+    out_shape.push_back(trans_a ? a.dim(-1) : a.dim(-2));
+    out_shape.push_back(n);
+  } else {
+    if (a.rank() != b.rank()) {
+      Fail(a, b, trans_a, trans_b,
+           "batched matmul needs equal ranks (or a rank-2 rhs, broadcast over lhs's leading dims)");
+    }
+    for (int i = 0; i < a.rank() - 2; ++i) {
+      if (a.shape()[i] != b.shape()[i]) Fail(a, b, trans_a, trans_b, "batch dims differ");
+      out_shape.push_back(a.shape()[i]);
+      batch *= a.shape()[i];
+    }
+    m = trans_a ? a.dim(-1) : a.dim(-2);
+    out_shape.push_back(m);
+    out_shape.push_back(n);
+    batched = true;
+  }
+  Tensor out = Tensor::Empty(out_shape, a.dtype());
+  if (out.numel() == 0) return out;
+  internal::DispatchF32F64(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* pc = out.data<T>();
+    if (!batched) {
+      Gemm(trans_a, trans_b, m, n, ka, pa, pb, pc);
+    } else {
+      const int64_t sa = m * ka, sb = ka * n, sc = m * n;
+      for (int64_t i = 0; i < batch; ++i) {
+        Gemm(trans_a, trans_b, m, n, ka, pa + i * sa, pb + i * sb, pc + i * sc);
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace shardmap

@@ -1,0 +1,225 @@
+#include "tensor/ops/reduce.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_join.h"
+#include "tensor/error.h"
+#include "tensor/ops/elementwise.h"
+#include "tensor/ops/internal/op_util.h"
+#include "tensor/ops/shape_ops.h"
+
+namespace shardmap {
+namespace {
+
+using internal::DimVec;
+
+enum class Kind { kSum, kMax, kMin };
+
+struct Plan {
+  std::vector<bool> reduced;  // per input dim
+  Shape out_shape;            // with keepdim applied
+  int64_t count = 1;          // elements folded into each output
+};
+
+Plan MakePlan(const char* op, const Tensor& x, const std::vector<int>& dims, bool keepdim) {
+  Plan p;
+  p.reduced.assign(x.rank(), dims.empty());
+  for (int dim : dims) {
+    const int d = internal::NormalizeDim(op, dim, x);
+    if (p.reduced[d]) {
+      OpFail(op, ": dim ", dim, " listed twice in {", absl::StrJoin(dims, ","), "} for ",
+             x.ShapeString());
+    }
+    p.reduced[d] = true;
+  }
+  for (int i = 0; i < x.rank(); ++i) {
+    if (p.reduced[i]) {
+      p.count *= x.shape()[i];
+      if (keepdim) p.out_shape.push_back(1);
+    } else {
+      p.out_shape.push_back(x.shape()[i]);
+    }
+  }
+  return p;
+}
+
+// Folds x into acc (one slot per output, pre-initialised) with fold(acc, v). Collapses runs of
+// dims that are all reduced or all kept, walks the outer dims with an odometer and runs the
+// innermost dim as a tight loop (a contiguous reduction, or an elementwise fold into a row).
+template <typename T, typename A, typename Fold>
+void ReduceInto(const Tensor& x, const std::vector<bool>& reduced, A* acc, Fold fold) {
+  DimVec sizes, in_str, out_str;
+  std::vector<bool> red;
+  {
+    const int r = x.rank();
+    DimVec ostr(r, 0);
+    int64_t os = 1;
+    for (int i = r - 1; i >= 0; --i) {
+      if (!reduced[i]) {
+        ostr[i] = os;
+        os *= x.shape()[i];
+      }
+    }
+    for (int i = 0; i < r; ++i) {
+      const int64_t n = x.shape()[i];
+      if (n == 1) continue;
+      if (!sizes.empty() && red.back() == reduced[i]) {
+        sizes.back() *= n;
+        out_str.back() = ostr[i];
+      } else {
+        sizes.push_back(n);
+        out_str.push_back(ostr[i]);
+        red.push_back(reduced[i]);
+      }
+    }
+  }
+  const T* in = x.data<T>();
+  if (sizes.empty()) {
+    fold(acc[0], in[0]);
+    return;
+  }
+  const int d = static_cast<int>(sizes.size());
+  const int64_t inner = sizes[d - 1];
+  const int64_t rows = x.numel() / inner;
+  const bool inner_reduced = red[d - 1];
+  DimVec idx(d, 0);
+  int64_t o = 0;
+  for (int64_t row = 0; row < rows; ++row) {
+    const T* src = in + row * inner;
+    if (inner_reduced) {
+      A a = acc[o];
+      for (int64_t j = 0; j < inner; ++j) fold(a, src[j]);
+      acc[o] = a;
+    } else {
+      A* dst = acc + o;
+      for (int64_t j = 0; j < inner; ++j) fold(dst[j], src[j]);
+    }
+    for (int k = d - 2; k >= 0; --k) {
+      o += out_str[k];
+      if (++idx[k] < sizes[k]) break;
+      o -= out_str[k] * sizes[k];
+      idx[k] = 0;
+    }
+  }
+}
+
+Tensor Reduce(const char* op, Kind kind, const Tensor& x, const std::vector<int>& dims,
+              bool keepdim, bool mean) {
+  internal::RequireFloating(op, x);
+  if (internal::IsHalf(x.dtype())) {
+    return Cast(Reduce(op, kind, Cast(x, DType::kF32), dims, keepdim, mean), x.dtype());
+  }
+  const Plan plan = MakePlan(op, x, dims, keepdim);
+  Tensor out = Tensor::Empty(plan.out_shape, x.dtype());
+  const int64_t n_out = out.numel();
+  if (n_out == 0) return out;
+  if (kind != Kind::kSum && plan.count == 0) {
+    OpFail(op, ": reducing an empty dim of ", x.ShapeString(),
+           " has no identity; reduce only non-empty dims");
+  }
+  internal::DispatchF32F64(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T* po = out.data<T>();
+    if (kind == Kind::kSum) {
+      // Accumulate in f64: cheap next to the memory traffic, and sums of many f32 stay accurate.
+      std::vector<double> acc(n_out, 0.0);
+      if (x.numel() > 0) {
+        ReduceInto<T>(x, plan.reduced, acc.data(), [](double& a, T v) { a += v; });
+      }
+      const double scale = mean ? 1.0 / static_cast<double>(plan.count) : 1.0;
+      for (int64_t i = 0; i < n_out; ++i) {
+        po[i] = static_cast<T>(mean && plan.count == 0 ? std::nan("") : acc[i] * scale);
+      }
+    } else if (kind == Kind::kMax) {
+      for (int64_t i = 0; i < n_out; ++i) po[i] = -std::numeric_limits<T>::infinity();
+      ReduceInto<T>(x, plan.reduced, po, [](T& a, T v) { a = (v > a || v != v) ? v : a; });
+    } else {
+      for (int64_t i = 0; i < n_out; ++i) po[i] = std::numeric_limits<T>::infinity();
+      ReduceInto<T>(x, plan.reduced, po, [](T& a, T v) { a = (v < a || v != v) ? v : a; });
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor Sum(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
+  return Reduce("sum", Kind::kSum, x, dims, keepdim, /*mean=*/false);
+}
+Tensor Mean(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
+  return Reduce("mean", Kind::kSum, x, dims, keepdim, /*mean=*/true);
+}
+Tensor Max(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
+  return Reduce("max", Kind::kMax, x, dims, keepdim, /*mean=*/false);
+}
+Tensor Min(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
+  return Reduce("min", Kind::kMin, x, dims, keepdim, /*mean=*/false);
+}
+
+Tensor ArgMax(const Tensor& x, int dim, bool keepdim) {
+  internal::RequireFloating("argmax", x);
+  const int d = internal::NormalizeDim("argmax", dim, x);
+  const Tensor xf = internal::IsHalf(x.dtype()) ? Cast(x, DType::kF32) : x;
+  Shape out_shape;
+  for (int i = 0; i < x.rank(); ++i) {
+    if (i != d) {
+      out_shape.push_back(x.shape()[i]);
+    } else if (keepdim) {
+      out_shape.push_back(1);
+    }
+  }
+  Tensor out = Tensor::Empty(out_shape, DType::kI64);
+  const int64_t n = x.shape()[d];
+  const int64_t outer = internal::Prod(x.shape(), 0, d);
+  const int64_t inner = internal::Prod(x.shape(), d + 1, x.rank());
+  if (out.numel() == 0) return out;
+  if (n == 0) OpFail("argmax: dim ", dim, " of ", x.ShapeString(), " is empty");
+  int64_t* po = out.data<int64_t>();
+  internal::DispatchF32F64(xf.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* in = xf.data<T>();
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        const T* p = in + o * n * inner + i;
+        int64_t best = 0;
+        T bv = p[0];
+        for (int64_t j = 1; j < n && bv == bv; ++j) {  // the first NaN wins, like NumPy
+          const T v = p[j * inner];
+          if (v > bv || v != v) {
+            bv = v;
+            best = j;
+          }
+        }
+        po[o * inner + i] = best;
+      }
+    }
+  });
+  return out;
+}
+
+Tensor SumToShape(const Tensor& dy, absl::Span<const int64_t> shape) {
+  internal::RequireFloating("sum_to_shape", dy);
+  const int r = dy.rank(), k = static_cast<int>(shape.size());
+  bool ok = k <= r;
+  std::vector<int> dims;
+  for (int i = 0; ok && i < r; ++i) {
+    const int j = i - (r - k);  // aligned dim of `shape`, from the right
+    if (j < 0) {
+      dims.push_back(i);
+    } else if (shape[j] == 1 && dy.shape()[i] != 1) {
+      dims.push_back(i);
+    } else if (shape[j] != dy.shape()[i]) {
+      ok = false;
+    }
+  }
+  if (!ok) {
+    OpFail("sum_to_shape: ", dy.ShapeString(), " is not a broadcast of shape ",
+           ShapeToString(shape), "; expected a shape that broadcasts to ",
+           ShapeToString(dy.shape()));
+  }
+  if (dims.empty()) return dy;
+  return Sum(dy, dims, /*keepdim=*/true).Reshape(shape);
+}
+
+}  // namespace shardmap

@@ -30,7 +30,10 @@ struct LayerNormResult {
 struct LayerNormGrads {
   Tensor dx, dgamma, dbeta;
 };
-// gamma/beta may be undefined (no affine part); their grads are then undefined.
+// gamma/beta may be undefined (no affine part). dgamma is undefined when gamma is; dbeta (the
+// row sum of dy) is always returned, in gamma's dtype (x's dtype without gamma): the backward
+// cannot know whether beta existed, so callers drop it when unused. mean/rstd may be any float
+// dtype of the row shape; all compute is in f32 (f64 for f64 x).
 LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps);
 LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                  const Tensor& rstd, const Tensor& dy);

@@ -1,0 +1,163 @@
+#include "tensor/random.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "tensor/error.h"
+#include "tensor/ops/shape_ops.h"
+
+namespace shardmap {
+namespace {
+
+// Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11):
+// a bijection of a 128-bit counter under a 64-bit key. Counter = (flat index, stream).
+struct Block {
+  uint32_t v[4];
+};
+
+inline void MulHiLo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
+  const uint64_t p = static_cast<uint64_t>(a) * b;
+  hi = static_cast<uint32_t>(p >> 32);
+  lo = static_cast<uint32_t>(p);
+}
+
+Block Philox(uint64_t index, uint32_t stream, uint64_t seed) {
+  uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32);
+  uint32_t c2 = stream, c3 = 0;
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    uint32_t hi0, lo0, hi1, lo1;
+    MulHiLo(0xD2511F53u, c0, hi0, lo0);
+    MulHiLo(0xCD9E8D57u, c2, hi1, lo1);
+    const uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return Block{{c0, c1, c2, c3}};
+}
+
+enum Stream : uint32_t { kUniform = 0, kNormal = 1, kInts = 2 };
+
+// 53 random bits as a double in [0, 1).
+inline double Unit(uint32_t hi, uint32_t lo) {
+  const uint64_t x = (static_cast<uint64_t>(hi) << 32) | lo;
+  return static_cast<double>(x >> 11) * 0x1p-53;
+}
+
+double NormalAt(uint64_t index, uint64_t seed) {
+  const Block b = Philox(index, kNormal, seed);
+  const double u1 = 1.0 - Unit(b.v[0], b.v[1]);  // (0, 1]: log is finite
+  const double u2 = Unit(b.v[2], b.v[3]);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+double UniformAt(uint64_t index, uint64_t seed) {
+  const Block b = Philox(index, kUniform, seed);
+  return Unit(b.v[0], b.v[1]);
+}
+
+void CheckBlock(const char* op, absl::Span<const int64_t> global,
+                absl::Span<const int64_t> offsets, absl::Span<const int64_t> local) {
+  if (offsets.size() != global.size() || local.size() != global.size()) {
+    OpFail(op, ": global shape ", ShapeToString(global), ", offsets ", ShapeToString(offsets),
+           " and local shape ", ShapeToString(local), " must have the same rank");
+  }
+  for (size_t i = 0; i < global.size(); ++i) {
+    if (global[i] < 0 || local[i] < 0 || offsets[i] < 0 || offsets[i] > global[i] - local[i]) {
+      OpFail(op, ": block at offsets ", ShapeToString(offsets), " of shape ",
+             ShapeToString(local), " does not fit in global shape ", ShapeToString(global),
+             " (dim ", i, "); expected 0 <= offset and offset + size <= global size");
+    }
+  }
+}
+
+// Fills the block with value(global flat index), computed in f64 and rounded once to dtype.
+template <typename Fn>
+Tensor FillBlock(const char* op, absl::Span<const int64_t> global,
+                 absl::Span<const int64_t> offsets, absl::Span<const int64_t> local, DType dtype,
+                 Fn value) {
+  if (!IsFloating(dtype)) {
+    OpFail(op, ": dtype ", DTypeName(dtype), " is not floating; expected f32, f64, bf16 or f16");
+  }
+  CheckBlock(op, global, offsets, local);
+  const bool f32 = dtype == DType::kF32;
+  Tensor out = Tensor::Empty(local, f32 ? DType::kF32 : DType::kF64);
+  const int r = static_cast<int>(global.size());
+  const int64_t n = out.numel();
+  if (n > 0) {
+    // Global row-major strides; walk the local block with an odometer.
+    std::vector<int64_t> gstr(r, 1), idx(r, 0);
+    for (int i = r - 2; i >= 0; --i) gstr[i] = gstr[i + 1] * global[i + 1];
+    int64_t g = 0;
+    for (int i = 0; i < r; ++i) g += offsets[i] * gstr[i];
+    const int64_t inner = r == 0 ? 1 : local[r - 1];
+    for (int64_t row = 0; row < n / inner; ++row) {
+      for (int64_t j = 0; j < inner; ++j) {
+        const double v = value(static_cast<uint64_t>(g + j));
+        if (f32) {
+          out.data<float>()[row * inner + j] = static_cast<float>(v);
+        } else {
+          out.data<double>()[row * inner + j] = v;
+        }
+      }
+      for (int k = r - 2; k >= 0; --k) {
+        g += gstr[k];
+        if (++idx[k] < local[k]) break;
+        g -= gstr[k] * local[k];
+        idx[k] = 0;
+      }
+    }
+  }
+  return f32 ? out : Cast(out, dtype);
+}
+
+std::vector<int64_t> Zeros(size_t n) { return std::vector<int64_t>(n, 0); }
+
+}  // namespace
+
+Tensor RandomNormalSlice(absl::Span<const int64_t> global_shape,
+                         absl::Span<const int64_t> offsets,
+                         absl::Span<const int64_t> local_shape, uint64_t seed, double mean,
+                         double stddev, DType dtype) {
+  return FillBlock("random_normal", global_shape, offsets, local_shape, dtype,
+                   [&](uint64_t i) { return mean + stddev * NormalAt(i, seed); });
+}
+
+Tensor RandomUniformSlice(absl::Span<const int64_t> global_shape,
+                          absl::Span<const int64_t> offsets,
+                          absl::Span<const int64_t> local_shape, uint64_t seed, double low,
+                          double high, DType dtype) {
+  if (!(low <= high)) OpFail("random_uniform: low ", low, " > high ", high);
+  return FillBlock("random_uniform", global_shape, offsets, local_shape, dtype,
+                   [&](uint64_t i) { return low + (high - low) * UniformAt(i, seed); });
+}
+
+Tensor RandomNormal(absl::Span<const int64_t> shape, uint64_t seed, double mean, double stddev,
+                    DType dtype) {
+  return RandomNormalSlice(shape, Zeros(shape.size()), shape, seed, mean, stddev, dtype);
+}
+
+Tensor RandomUniform(absl::Span<const int64_t> shape, uint64_t seed, double low, double high,
+                     DType dtype) {
+  return RandomUniformSlice(shape, Zeros(shape.size()), shape, seed, low, high, dtype);
+}
+
+Tensor RandomInts(absl::Span<const int64_t> shape, int64_t n, uint64_t seed) {
+  if (n <= 0) OpFail("random_ints: n is ", n, "; expected n >= 1 (values in [0, n))");
+  Tensor out = Tensor::Empty(shape, DType::kI64);
+  int64_t* p = out.data<int64_t>();
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const Block b = Philox(static_cast<uint64_t>(i), kInts, seed);
+    const uint64_t x = (static_cast<uint64_t>(b.v[0]) << 32) | b.v[1];
+    // Multiply-high maps 64 random bits onto [0, n) with negligible bias and no division.
+    p[i] = static_cast<int64_t>((static_cast<unsigned __int128>(x) * static_cast<uint64_t>(n)) >> 64);
+  }
+  return out;
+}
+
+}  // namespace shardmap

@@ -1,0 +1,136 @@
+#include "tensor/tensor.h"
+
+#include <cmath>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tensor/error.h"
+
+namespace shardmap {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Runs fn, expects an OpError whose message contains every fragment.
+template <typename Fn>
+void ExpectOpError(Fn fn, std::initializer_list<const char*> fragments) {
+  const absl::Status s = CatchOpError(fn);
+  ASSERT_FALSE(s.ok()) << "expected an OpError";
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  for (const char* f : fragments) EXPECT_THAT(std::string(s.message()), HasSubstr(f));
+}
+
+TEST(TensorTest, CreationAllDTypes) {
+  for (DType t : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kI32, DType::kI64}) {
+    const Tensor z = Tensor::Zeros({2, 3}, t);
+    EXPECT_EQ(z.dtype(), t);
+    EXPECT_EQ(z.numel(), 6);
+    EXPECT_EQ(z.nbytes(), 6 * DTypeSize(t));
+    for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(z.at(i), 0.0);
+    const Tensor f = Tensor::Full({4}, 3.0, t);
+    for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(f.at(i), 3.0);
+    const Tensor o = Tensor::Ones({1, 1, 2}, t);
+    EXPECT_EQ(o.at(1), 1.0);
+    const Tensor a = Tensor::Arange(5, t);
+    for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(a.at(i), static_cast<double>(i));
+  }
+  EXPECT_EQ(Tensor::Scalar(2.5).rank(), 0);
+  EXPECT_EQ(Tensor::Scalar(2.5).item(), 2.5);
+  EXPECT_EQ(Tensor::Scalar(2.5, DType::kF64).dtype(), DType::kF64);
+  // Rounded once on the way in: 1/3 in bf16 is 0x3eab.
+  const Tensor b = Tensor::FromVector<float>({1}, {1.0f / 3}, DType::kBF16);
+  EXPECT_EQ(b.at(0), BF16ToFloat(0x3eab));
+}
+
+TEST(TensorTest, FromVectorAndToVector) {
+  const Tensor t = Tensor::FromVector<double>({2, 2}, {1, 2, 3, 4});
+  EXPECT_EQ(t.dtype(), DType::kF64);
+  EXPECT_EQ(t.ToVector<double>(), (std::vector<double>{1, 2, 3, 4}));
+  const Tensor i = Tensor::FromVector<int64_t>({3}, {7, -1, 9});
+  EXPECT_EQ(i.ToVector<int64_t>(), (std::vector<int64_t>{7, -1, 9}));
+  const Tensor c = Tensor::FromVector<int32_t>({2}, {1, 2}, DType::kF32);
+  EXPECT_EQ(c.dtype(), DType::kF32);
+  EXPECT_EQ(c.data<float>()[1], 2.0f);
+}
+
+TEST(TensorTest, EmptyAndZeroSized) {
+  const Tensor e = Tensor::Zeros({0, 5});
+  EXPECT_TRUE(e.defined());
+  EXPECT_EQ(e.numel(), 0);
+  EXPECT_EQ(e.nbytes(), 0u);
+  EXPECT_EQ(e.ShapeString(), "f32[0,5]");
+  EXPECT_EQ(e.Clone().numel(), 0);
+  EXPECT_EQ(e.Reshape({5, 0}).dim(1), 0);
+  EXPECT_FALSE(Tensor().defined());
+}
+
+TEST(TensorTest, ReshapeIsAView) {
+  Tensor a = Tensor::Arange(6).Reshape({2, 3});
+  Tensor b = a.Reshape({3, -1});
+  EXPECT_EQ(b.shape(), (Shape{3, 2}));
+  EXPECT_TRUE(b.SharesStorageWith(a));
+  b.data<float>()[0] = 7;
+  EXPECT_EQ(a.at(0), 7.0);
+  Tensor c = a.Clone();
+  EXPECT_FALSE(c.SharesStorageWith(a));
+  c.data<float>()[0] = 1;
+  EXPECT_EQ(a.at(0), 7.0);
+}
+
+TEST(TensorTest, SliceRowsIsAView) {
+  Tensor a = Tensor::Arange(12).Reshape({4, 3});
+  Tensor s = a.SliceRows(1, 2);
+  EXPECT_EQ(s.shape(), (Shape{2, 3}));
+  EXPECT_EQ(s.ToVector<float>(), (std::vector<float>{3, 4, 5, 6, 7, 8}));
+  s.data<float>()[0] = -1;
+  EXPECT_EQ(a.at(3), -1.0);
+  // A slice of a slice keeps the offset; Reshape of a slice too.
+  Tensor ss = s.SliceRows(1, 1).Reshape({3});
+  EXPECT_EQ(ss.ToVector<float>(), (std::vector<float>{6, 7, 8}));
+  EXPECT_EQ(a.SliceRows(4, 0).numel(), 0);
+}
+
+TEST(TensorTest, DimsAndShapeString) {
+  const Tensor t = Tensor::Zeros({2, 3, 4}, DType::kBF16);
+  EXPECT_EQ(t.dim(0), 2);
+  EXPECT_EQ(t.dim(-1), 4);
+  EXPECT_EQ(t.dim(-3), 2);
+  EXPECT_EQ(t.ShapeString(), "bf16[2,3,4]");
+  EXPECT_EQ(Tensor::Scalar(1).ShapeString(), "f32[]");
+  EXPECT_EQ(ShapeToString({}), "[]");
+  EXPECT_EQ(NumElements({2, 0, 3}), 0);
+}
+
+TEST(TensorTest, Errors) {
+  ExpectOpError([] { Tensor::Zeros({2, -1}); }, {"dim 1", "[2,-1]", "negative"});
+  ExpectOpError([] { Tensor::FromVector<float>({2, 2}, {1, 2, 3}); },
+                {"FromVector", "3 values", "[2,2]"});
+  const Tensor t = Tensor::Zeros({2, 3});
+  ExpectOpError([&] { t.dim(2); }, {"dim 2", "f32[2,3]"});
+  ExpectOpError([&] { t.dim(-3); }, {"dim -3", "f32[2,3]"});
+  ExpectOpError([&] { t.data<double>(); }, {"data<f64>", "f32[2,3]"});
+  ExpectOpError([&] { t.item(); }, {"item", "f32[2,3]"});
+  ExpectOpError([&] { t.at(6); }, {"index 6", "f32[2,3]"});
+  ExpectOpError([&] { t.Reshape({4, 2}); }, {"reshape", "f32[2,3]", "[4,2]"});
+  ExpectOpError([&] { t.Reshape({-1, -1}); }, {"more than one -1"});
+  ExpectOpError([&] { t.Reshape({4, -1}); }, {"cannot infer"});
+  ExpectOpError([&] { t.Reshape({-2, 3}); }, {"negative"});
+  ExpectOpError([&] { t.SliceRows(1, 2); }, {"slice_rows", "[1, 3)", "f32[2,3]"});
+  ExpectOpError([&] { t.SliceRows(-1, 1); }, {"slice_rows"});
+  ExpectOpError([] { Tensor::Scalar(1).SliceRows(0, 1); }, {"no dim 0"});
+}
+
+TEST(TensorTest, CatchOpErrorPassesOkAndWrapsOtherExceptions) {
+  EXPECT_TRUE(CatchOpError([] {}).ok());
+  const absl::Status s = CatchOpError([] { throw std::runtime_error("boom"); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("boom"));
+}
+
+TEST(TensorTest, StorageIsAligned) {
+  const Tensor t = Tensor::Zeros({3, 5});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % 64, 0u);
+}
+
+}  // namespace
+}  // namespace shardmap

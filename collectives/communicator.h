@@ -36,6 +36,9 @@ enum class ReduceOp : uint8_t { kSum, kProd, kMax, kMin, kAvg };
 size_t DataTypeSize(DataType t);
 const char* DataTypeName(DataType t);
 const char* ReduceOpName(ReduceOp op);
+// False for values outside the enums (e.g. a cast from a corrupted integer).
+bool IsValidDataType(DataType t);
+bool IsValidReduceOp(ReduceOp op);
 
 // Where the buffers of a call live. GPU buffers are used on `stream` (a cudaStream_t).
 struct MemorySpace {

@@ -1,0 +1,46 @@
+#include "collectives/communicator.h"
+
+namespace shardmap::collectives {
+
+size_t DataTypeSize(DataType t) {
+  switch (t) {
+    case DataType::kF32: return 4;
+    case DataType::kF64: return 8;
+    case DataType::kBF16: return 2;
+    case DataType::kF16: return 2;
+    case DataType::kI32: return 4;
+    case DataType::kI64: return 8;
+  }
+  return 0;  // Not a DataType: callers validate with IsValidDataType first.
+}
+
+const char* DataTypeName(DataType t) {
+  switch (t) {
+    case DataType::kF32: return "f32";
+    case DataType::kF64: return "f64";
+    case DataType::kBF16: return "bf16";
+    case DataType::kF16: return "f16";
+    case DataType::kI32: return "i32";
+    case DataType::kI64: return "i64";
+  }
+  return "<invalid dtype>";
+}
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kProd: return "prod";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kAvg: return "avg";
+  }
+  return "<invalid reduce op>";
+}
+
+bool IsValidDataType(DataType t) { return DataTypeSize(t) != 0; }
+
+bool IsValidReduceOp(ReduceOp op) {
+  return static_cast<uint8_t>(op) <= static_cast<uint8_t>(ReduceOp::kAvg);
+}
+
+}  // namespace shardmap::collectives

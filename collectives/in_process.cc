@@ -1,0 +1,818 @@
+// In-process backend. Protocol of one collective on a group of n ranks (one thread each):
+//   1. each rank writes its call (descriptor, buffer addresses, counts) into its own slot;
+//   2. barrier: now every slot of this call is readable; every rank checks all ranks issued the
+//      same call (a mismatch is an error on every rank, never a deadlock or corruption);
+//   3. data phases read peers' buffers directly, separated by barriers where a phase reads what
+//      the previous one wrote (all_reduce: reduce own slice, barrier, copy others' slices);
+//   4. a final barrier, so no rank returns (and reuses its buffers) while a peer still reads them.
+// Slots are double-buffered by call parity: a rank can only start call k+2 after every rank has
+// finished call k (it passed call k+1's first barrier), so nobody overwrites a slot being read.
+// The only lock is each group's mutex around barrier and mailbox bookkeeping; data moves outside
+// it. Any failure poisons the world: waiters wake at once and fail naming the failed rank.
+#include "collectives/in_process.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/debugging/stacktrace.h"
+#include "absl/debugging/symbolize.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "collectives/internal/reduce.h"
+#include "collectives/internal/status_macros.h"
+
+namespace shardmap::collectives {
+namespace {
+
+enum class Op : uint8_t {
+  kAllReduce, kAllGather, kReduceScatter, kAllToAll, kAllGatherV, kReduceScatterV, kAllToAllV,
+  kBroadcast, kPpermute, kBarrier, kSplit,
+};
+
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kAllReduce: return "AllReduce";
+    case Op::kAllGather: return "AllGather";
+    case Op::kReduceScatter: return "ReduceScatter";
+    case Op::kAllToAll: return "AllToAll";
+    case Op::kAllGatherV: return "AllGatherV";
+    case Op::kReduceScatterV: return "ReduceScatterV";
+    case Op::kAllToAllV: return "AllToAllV";
+    case Op::kBroadcast: return "Broadcast";
+    case Op::kPpermute: return "Ppermute";
+    case Op::kBarrier: return "Barrier";
+    case Op::kSplit: return "Split";
+  }
+  return "?";
+}
+
+bool HasDtype(Op op) { return op != Op::kBarrier && op != Op::kSplit; }
+bool HasReduce(Op op) {
+  return op == Op::kAllReduce || op == Op::kReduceScatter || op == Op::kReduceScatterV;
+}
+
+constexpr int kMaxFrames = 32;
+
+struct CallSite {
+  void* frames[kMaxFrames];
+  int depth = 0;
+};
+
+// Symbolized frames of the caller, skipping our own.
+std::string FormatCallSite(const CallSite& site) {
+  if (site.depth == 0) return "call site not recorded (set InProcessOptions::debug_check_calls)";
+  std::vector<std::string> lines;
+  char buf[2048];
+  for (int i = 0; i < site.depth && lines.size() < 6; ++i) {
+    const bool ok = absl::Symbolize(site.frames[i], buf, sizeof(buf));
+    absl::string_view sym = ok ? absl::string_view(buf) : absl::string_view("??");
+    if (sym.find("InProcessCommunicator") != absl::string_view::npos) continue;
+    lines.push_back(absl::StrFormat("%s (pc %p)", std::string(sym), site.frames[i]));
+  }
+  return absl::StrJoin(lines, " <- ");
+}
+
+uint64_t HashBytes(const void* data, size_t bytes, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+struct CallDesc {
+  Op op = Op::kBarrier;
+  DataType dtype = DataType::kF32;
+  ReduceOp reduce = ReduceOp::kSum;
+  size_t count = 0;
+  int root = -1;
+  uint64_t shape_hash = 0;  // of per-rank counts or ppermute pairs
+  uint64_t seq = 0;
+
+  bool operator==(const CallDesc&) const = default;
+};
+
+std::string Describe(const CallDesc& d) {
+  std::string args;
+  if (HasDtype(d.op)) absl::StrAppend(&args, DataTypeName(d.dtype), ", count=", d.count);
+  if (HasReduce(d.op)) absl::StrAppend(&args, ", ", ReduceOpName(d.reduce));
+  if (d.op == Op::kBroadcast) absl::StrAppend(&args, ", root=", d.root);
+  if (d.op == Op::kAllGatherV || d.op == Op::kReduceScatterV || d.op == Op::kPpermute) {
+    absl::StrAppend(&args, absl::StrFormat(", layout hash=%016x", d.shape_hash));
+  }
+  return absl::StrCat(OpName(d.op), "(", args, ") call #", d.seq);
+}
+
+class Group;
+
+struct Slot {
+  CallDesc desc;
+  CallSite site;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::vector<size_t> counts;   // counts / send_counts
+  std::vector<size_t> counts2;  // recv_counts
+  int color = 0;
+  int key = 0;
+  std::shared_ptr<Group> new_group;  // Split: set by the new group's leader
+};
+
+class World {
+ public:
+  World(int size, const InProcessOptions& options)
+      : size_(size), options_(options), exited_(new std::atomic<bool>[size]), activity_(size) {
+    for (int i = 0; i < size; ++i) exited_[i].store(false);
+  }
+
+  int size() const { return size_; }
+  const InProcessOptions& options() const { return options_; }
+
+  void Register(const std::shared_ptr<Group>& g) {
+    absl::MutexLock l(&mu_);
+    groups_.push_back(g);
+  }
+
+  bool poisoned() const { return poisoned_.load(std::memory_order_acquire); }
+  // Valid once poisoned() returned true (written once, before the release store).
+  const absl::Status& first_failure() const { return first_failure_; }
+  int failed_rank() const { return failed_rank_; }
+
+  // The first call wins; wakes every waiter of every group.
+  void Poison(int world_rank, const absl::Status& why) {
+    {
+      absl::MutexLock l(&mu_);
+      if (poisoned_.load(std::memory_order_relaxed)) return;
+      failed_rank_ = world_rank;
+      first_failure_ =
+          absl::Status(why.code(), absl::StrCat("rank ", world_rank, ": ", why.message()));
+      poisoned_.store(true, std::memory_order_release);
+    }
+    WakeAll();
+  }
+
+  void MarkExited(int world_rank) {
+    exited_[world_rank].store(true, std::memory_order_release);
+    WakeAll();
+  }
+  bool exited(int world_rank) const { return exited_[world_rank].load(std::memory_order_acquire); }
+
+  // Debug mode: what each rank is doing, for timeout messages.
+  void SetActivity(int world_rank, std::string what) {
+    absl::MutexLock l(&mu_);
+    activity_[world_rank] = std::move(what);
+  }
+  std::string Activity(int world_rank) {
+    absl::MutexLock l(&mu_);
+    return activity_[world_rank].empty() ? "not in a collective" : activity_[world_rank];
+  }
+
+ private:
+  void WakeAll();
+
+  const int size_;
+  const InProcessOptions options_;
+  std::unique_ptr<std::atomic<bool>[]> exited_;
+  std::atomic<bool> poisoned_{false};
+  absl::Status first_failure_;
+  int failed_rank_ = -1;
+  absl::Mutex mu_;
+  std::vector<std::weak_ptr<Group>> groups_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> activity_ ABSL_GUARDED_BY(mu_);
+};
+
+class Group {
+ public:
+  struct Mailbox {
+    const void* data = nullptr;
+    size_t count = 0;
+    DataType dtype = DataType::kF32;
+    bool posted = false;
+    bool done = false;
+  };
+
+  Group(std::shared_ptr<World> world, std::vector<int> world_ranks, std::string name)
+      : world_(std::move(world)),
+        world_ranks_(std::move(world_ranks)),
+        name_(std::move(name)),
+        here_(world_ranks_.size(), 0),
+        slots_(world_ranks_.size()),
+        mail_(world_ranks_.size() * world_ranks_.size()) {}
+
+  World& world() { return *world_; }
+  const std::shared_ptr<World>& world_ptr() { return world_; }
+  int size() const { return static_cast<int>(world_ranks_.size()); }
+  int world_rank(int r) const { return world_ranks_[r]; }
+  const std::string& name() const { return name_; }
+  Slot& slot(int rank, uint64_t seq) { return slots_[rank][seq & 1]; }
+
+  std::string RankName(int r) const {
+    if (world_ranks_[r] == r) return absl::StrCat("rank ", r);
+    return absl::StrCat("rank ", r, " (world rank ", world_ranks_[r], ")");
+  }
+
+  void Wake() {
+    absl::MutexLock l(&mu_);
+    cv_.SignalAll();
+  }
+
+  absl::Status Barrier(int rank, const std::function<std::string()>& what) {
+    const absl::Time deadline = absl::Now() + world_->options().timeout;
+    absl::MutexLock l(&mu_);
+    const uint64_t gen = generation_;
+    here_[rank] = 1;
+    if (++arrived_ == size()) {
+      arrived_ = 0;
+      std::fill(here_.begin(), here_.end(), 0);
+      ++generation_;
+      cv_.SignalAll();
+      return absl::OkStatus();
+    }
+    return WaitLocked(
+        deadline, [&] { return generation_ != gen; }, what,
+        [&] {
+          std::vector<int> missing;
+          for (int p = 0; p < size(); ++p) {
+            if (!here_[p]) missing.push_back(p);
+          }
+          return missing;
+        });
+  }
+
+  absl::Status Send(int rank, const void* data, size_t count, DataType dtype, int peer,
+                    const std::function<std::string()>& what) {
+    const absl::Time deadline = absl::Now() + world_->options().timeout;
+    absl::MutexLock l(&mu_);
+    Mailbox& m = mail_[rank * size() + peer];
+    m = Mailbox{data, count, dtype, /*posted=*/true, /*done=*/false};
+    cv_.SignalAll();
+    absl::Status s = WaitLocked(
+        deadline, [&] { return m.done; }, what, [&] { return std::vector<int>{peer}; });
+    m.posted = false;
+    m.done = false;
+    return s;
+  }
+
+  absl::Status Recv(int rank, void* data, size_t count, DataType dtype, int peer,
+                    const std::function<std::string()>& what) {
+    const absl::Time deadline = absl::Now() + world_->options().timeout;
+    const void* src;
+    {
+      absl::MutexLock l(&mu_);
+      Mailbox& m = mail_[peer * size() + rank];
+      SM_COLL_RETURN_IF_ERROR(WaitLocked(
+          deadline, [&] { return m.posted && !m.done; }, what,
+          [&] { return std::vector<int>{peer}; }));
+      if (m.count != count || m.dtype != dtype) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what(), ": mismatched Send/Recv: ", RankName(peer), " sends ", m.count, " x ",
+            DataTypeName(m.dtype), " but this rank receives ", count, " x ",
+            DataTypeName(dtype), "; both sides must agree on count and dtype"));
+      }
+      src = m.data;
+    }
+    // The sender is blocked until `done`, so its buffer stays valid while we copy unlocked.
+    if (count > 0) std::memcpy(data, src, count * DataTypeSize(dtype));
+    absl::MutexLock l(&mu_);
+    mail_[peer * size() + rank].done = true;
+    cv_.SignalAll();
+    return absl::OkStatus();
+  }
+
+ private:
+  // Waits until pred() holds; fails at once if the world is poisoned or a rank we wait for has
+  // returned from its function, and after the deadline otherwise.
+  absl::Status WaitLocked(absl::Time deadline, const std::function<bool()>& pred,
+                          const std::function<std::string()>& what,
+                          const std::function<std::vector<int>()>& waiting_for)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (!pred()) {
+      if (world_->poisoned()) {
+        return absl::AbortedError(absl::StrCat(what(), " aborted: the world was poisoned by ",
+                                               world_->first_failure().message()));
+      }
+      for (int p : waiting_for()) {
+        if (world_->exited(world_ranks_[p])) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              what(), ": ", RankName(p),
+              " returned from its function without joining this call (every rank of the group "
+              "must issue the same collectives in the same order)"));
+        }
+      }
+      if (cv_.WaitWithDeadline(&mu_, deadline) && !pred() && absl::Now() >= deadline) {
+        std::vector<std::string> missing;
+        for (int p : waiting_for()) {
+          std::string m = RankName(p);
+          if (world_->options().debug_check_calls) {
+            absl::StrAppend(&m, " is in: ", world_->Activity(world_ranks_[p]));
+          }
+          missing.push_back(std::move(m));
+        }
+        return absl::DeadlineExceededError(absl::StrCat(
+            what(), ": timed out after ", absl::FormatDuration(world_->options().timeout),
+            " waiting for ", absl::StrJoin(missing, "; "),
+            world_->options().debug_check_calls
+                ? ""
+                : " (set InProcessOptions::debug_check_calls to see what they are doing)"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const std::shared_ptr<World> world_;
+  const std::vector<int> world_ranks_;
+  const std::string name_;
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<char> here_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::array<Slot, 2>> slots_;  // slots_[r] written by r before a barrier only
+  std::vector<Mailbox> mail_ ABSL_GUARDED_BY(mu_);  // [src * n + dst]
+};
+
+void World::WakeAll() {
+  std::vector<std::shared_ptr<Group>> groups;
+  {
+    absl::MutexLock l(&mu_);
+    for (auto& w : groups_) {
+      if (auto g = w.lock()) groups.push_back(std::move(g));
+    }
+  }
+  for (auto& g : groups) g->Wake();
+}
+
+// [begin, end) of rank r's slice of `count` elements, cut at cache-line multiples.
+std::pair<size_t, size_t> SliceOf(int r, int n, size_t count, size_t esz) {
+  const size_t align = std::max<size_t>(1, 64 / esz);
+  size_t per = (count + n - 1) / n;
+  per = (per + align - 1) / align * align;
+  const size_t b = std::min(count, per * r);
+  return {b, std::min(count, b + per)};
+}
+
+std::vector<size_t> Offsets(absl::Span<const size_t> counts) {
+  std::vector<size_t> off(counts.size() + 1, 0);
+  for (size_t i = 0; i < counts.size(); ++i) off[i + 1] = off[i] + counts[i];
+  return off;
+}
+
+const char* AsBytes(const void* p) { return static_cast<const char*>(p); }
+char* AsBytes(void* p) { return static_cast<char*>(p); }
+
+class InProcessCommunicator final : public Communicator {
+ public:
+  InProcessCommunicator(std::shared_ptr<Group> group, int rank)
+      : group_(std::move(group)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size(); }
+  std::string name() const override { return group_->name(); }
+
+  absl::Status AllReduce(const void* send, void* recv, size_t count, DataType dtype,
+                         ReduceOp op) override {
+    return Finish(DoAllReduce(send, recv, count, dtype, op));
+  }
+  absl::Status AllGather(const void* send, void* recv, size_t send_count,
+                         DataType dtype) override {
+    std::vector<size_t> counts(size(), send_count);
+    return Finish(DoAllGatherV(Op::kAllGather, send, recv, counts, dtype));
+  }
+  absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType dtype,
+                             ReduceOp op) override {
+    std::vector<size_t> counts(size(), recv_count);
+    return Finish(DoReduceScatterV(Op::kReduceScatter, send, recv, counts, dtype, op));
+  }
+  absl::Status AllToAll(const void* send, void* recv, size_t count, DataType dtype) override {
+    std::vector<size_t> counts(size(), count);
+    return Finish(DoAllToAllV(Op::kAllToAll, send, counts, recv, counts, dtype));
+  }
+  absl::Status AllGatherV(const void* send, void* recv, absl::Span<const size_t> counts,
+                          DataType dtype) override {
+    return Finish(DoAllGatherV(Op::kAllGatherV, send, recv, counts, dtype));
+  }
+  absl::Status ReduceScatterV(const void* send, void* recv, absl::Span<const size_t> counts,
+                              DataType dtype, ReduceOp op) override {
+    return Finish(DoReduceScatterV(Op::kReduceScatterV, send, recv, counts, dtype, op));
+  }
+  absl::Status AllToAllV(const void* send, absl::Span<const size_t> send_counts, void* recv,
+                         absl::Span<const size_t> recv_counts, DataType dtype) override {
+    return Finish(DoAllToAllV(Op::kAllToAllV, send, send_counts, recv, recv_counts, dtype));
+  }
+  absl::Status Broadcast(void* buffer, size_t count, DataType dtype, int root) override {
+    return Finish(DoBroadcast(buffer, count, dtype, root));
+  }
+  absl::Status Send(const void* buffer, size_t count, DataType dtype, int peer) override {
+    return Finish(DoPointToPoint(/*is_send=*/true, const_cast<void*>(buffer), count, dtype, peer));
+  }
+  absl::Status Recv(void* buffer, size_t count, DataType dtype, int peer) override {
+    return Finish(DoPointToPoint(/*is_send=*/false, buffer, count, dtype, peer));
+  }
+  absl::Status Ppermute(const void* send, void* recv, size_t count, DataType dtype,
+                        absl::Span<const std::pair<int, int>> pairs) override {
+    return Finish(DoPpermute(send, recv, count, dtype, pairs));
+  }
+  absl::Status Barrier() override {
+    CallDesc d;
+    d.op = Op::kBarrier;
+    return Finish([&]() -> absl::Status {
+      SM_COLL_RETURN_IF_ERROR(Start(d));
+      return Publish();
+    }());
+  }
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
+    absl::StatusOr<std::unique_ptr<Communicator>> r = DoSplit(color, key);
+    if (!r.ok()) return Finish(r.status());
+    (void)Finish(absl::OkStatus());  // clears the debug activity
+    return r;
+  }
+
+ private:
+  World& world() { return group_->world(); }
+  int world_rank() const { return group_->world_rank(rank_); }
+  const Slot& peer(int p) const { return group_->slot(p, seq_); }
+  Slot& mine() { return group_->slot(rank_, seq_); }
+
+  std::string What() const {
+    return absl::StrCat(Describe(group_->slot(rank_, seq_).desc), " on group '", name(), "' (",
+                        group_->RankName(rank_), ")");
+  }
+  std::function<std::string()> WhatFn() const {
+    return [this] { return What(); };
+  }
+
+  absl::Status Finish(absl::Status s) {
+    if (world().options().debug_check_calls) world().SetActivity(world_rank(), "");
+    if (!s.ok()) world().Poison(world_rank(), s);
+    return s;
+  }
+
+  absl::Status Invalid(absl::string_view why) const {
+    return absl::InvalidArgumentError(absl::StrCat(What(), ": ", std::string(why)));
+  }
+
+  // Begins call d on this rank: numbers it, fills the slot's descriptor, validates basics.
+  absl::Status Start(CallDesc d) {
+    d.seq = ++seq_;
+    Slot& s = mine();
+    s.desc = d;
+    s.send = nullptr;
+    s.recv = nullptr;
+    s.counts.clear();
+    s.counts2.clear();
+    s.new_group.reset();
+    s.site.depth = 0;
+    if (world().options().debug_check_calls) {
+      s.site.depth = absl::GetStackTrace(s.site.frames, kMaxFrames, /*skip_count=*/1);
+      world().SetActivity(world_rank(), absl::StrCat(What(), " at ", FormatCallSite(s.site)));
+    }
+    if (world().poisoned()) {
+      return absl::AbortedError(absl::StrCat(What(), " refused: the world was poisoned by ",
+                                             world().first_failure().message()));
+    }
+    if (HasDtype(d.op) && !IsValidDataType(d.dtype)) {
+      return Invalid(absl::StrCat("invalid DataType value ", static_cast<int>(d.dtype)));
+    }
+    if (HasReduce(d.op) && !IsValidReduceOp(d.reduce)) {
+      return Invalid(absl::StrCat("invalid ReduceOp value ", static_cast<int>(d.reduce)));
+    }
+    return absl::OkStatus();
+  }
+
+  // Barrier after the slots are written; then every rank checks every rank made the same call.
+  absl::Status Publish() {
+    SM_COLL_RETURN_IF_ERROR(group_->Barrier(rank_, WhatFn()));
+    const Slot& ref = peer(0);
+    for (int p = 1; p < size(); ++p) {
+      const Slot& other = peer(p);
+      if (other.desc == ref.desc) continue;
+      // Every rank reports the same pair (rank 0 and the first rank that differs from it).
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mismatched collectives on group '", name(), "': ", group_->RankName(0), " called ",
+          Describe(ref.desc), " at [", FormatCallSite(ref.site), "] but ", group_->RankName(p),
+          " called ", Describe(other.desc), " at [", FormatCallSite(other.site),
+          "]; every rank of a group must issue the same collectives in the same order"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status End() { return group_->Barrier(rank_, WhatFn()); }
+
+  static absl::Status CheckBuffer(const void* p, size_t count, const char* which,
+                                  const std::string& what) {
+    if (count > 0 && p == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", which, " is null but the call moves ", count, " elements"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status DoAllReduce(const void* send, void* recv, size_t count, DataType dtype,
+                           ReduceOp op) {
+    CallDesc d{Op::kAllReduce, dtype, op, count};
+    SM_COLL_RETURN_IF_ERROR(Start(d));
+    SM_COLL_RETURN_IF_ERROR(CheckBuffer(send, count, "send", What()));
+    SM_COLL_RETURN_IF_ERROR(CheckBuffer(recv, count, "recv", What()));
+    mine().send = send;
+    mine().recv = recv;
+    SM_COLL_RETURN_IF_ERROR(Publish());
+    const int n = size();
+    const size_t esz = DataTypeSize(dtype);
+    // Reduce-scatter phase: this rank reduces its slice, reading every peer's input.
+    auto [b, e] = SliceOf(rank_, n, count, esz);
+    if (e > b) {
+      std::vector<const void*> srcs(n);
+      for (int p = 0; p < n; ++p) srcs[p] = AsBytes(peer(p).send) + b * esz;
+      internal::ReduceBuffers(AsBytes(recv) + b * esz, srcs.data(), n, e - b, dtype, op);
+    }
+    if (n > 1) {
+      SM_COLL_RETURN_IF_ERROR(group_->Barrier(rank_, WhatFn()));
+      // All-gather phase: copy the other ranks' reduced slices.
+      for (int k = 1; k < n; ++k) {
+        const int p = (rank_ + k) % n;  // staggered so ranks do not all read rank 0 first
+        auto [pb, pe] = SliceOf(p, n, count, esz);
+        if (pe > pb) {
+          std::memcpy(AsBytes(recv) + pb * esz, AsBytes(peer(p).recv) + pb * esz, (pe - pb) * esz);
+        }
+      }
+    }
+    return End();
+  }
+
+  absl::Status CheckCounts(absl::Span<const size_t> counts, const char* which) {
+    if (counts.size() != static_cast<size_t>(size())) {
+      return Invalid(absl::StrCat(which, " has ", counts.size(),
+                                  " entries but the group has ", size(), " ranks"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status DoAllGatherV(Op kind, const void* send, void* recv,
+                            absl::Span<const size_t> counts, DataType dtype) {
+    CallDesc d{kind, dtype, ReduceOp::kSum, 0};
+    d.shape_hash = HashBytes(counts.data(), counts.size() * sizeof(size_t));
+    d.count = kind == Op::kAllGather && !counts.empty() ? counts[0]
+                                                        : std::accumulate(counts.begin(), counts.end(), size_t{0});
+    SM_COLL_RETURN_IF_ERROR(Start(d));
+    SM_COLL_RETURN_IF_ERROR(CheckCounts(counts, "counts"));
+    const std::vector<size_t> off = Offsets(counts);
+    SM_COLL_RETURN_IF_ERROR(CheckBuffer(send, counts[rank_], "send", What()));
+    SM_COLL_RETURN_IF_ERROR(CheckBuffer(recv, off.back(), "recv", What()));
+    mine().send = send;
+    mine().recv = recv;
+    SM_COLL_RETURN_IF_ERROR(Publish());
+    const size_t esz = DataTypeSize(dtype);
+    for (int k = 0; k < size(); ++k) {
+      const int p = (rank_ + k) % size();
+      char* dst = AsBytes(recv) + off[p] * esz;
+      if (counts[p] > 0 && dst != peer(p).send) {
+        std::memcpy(dst, peer(p).send, counts[p] * esz);
+      }
+    }
+    return End();
+  }
+
+  absl::Status DoReduceScatterV(Op kind, const void* send, void* recv,
+                                absl::Span<const size_t> counts, DataType dtype, ReduceOp op) {
+    CallDesc d{kind, dtype, op, 0};
+    d.shape_hash = HashBytes(counts.data(), counts.size() * sizeof(size_t));
+    d.count = kind == Op::kReduceScatter && !counts.empty()
+                  ? counts[0]
+                  : std::accumulate(counts.begin(), counts.end(), size_t{0});
+    SM_COLL_RETURN_IF_ERROR(Start(d));
+    SM_COLL_RETURN_IF_ERROR(CheckCounts(counts, "counts"));
+    const std::vector<size_t> off = Offsets(counts);
+    SM_COLL_RETURN_IF_ERROR(CheckBuffer(send, off.back(), "send", What()));
+    SM_COLL_RETURN_IF_ERROR(CheckBuffer(recv, counts[rank_], "recv", What()));
+    mine().send = send;
+    mine().recv = recv;
+    SM_COLL_RETURN_IF_ERROR(Publish());
+    const int n = size();
+    const size_t esz = DataTypeSize(dtype);
+    if (counts[rank_] > 0) {
+      std::vector<const void*> srcs(n);
+      for (int p = 0; p < n; ++p) srcs[p] = AsBytes(peer(p).send) + off[rank_] * esz;
+      internal::ReduceBuffers(recv, srcs.data(), n, counts[rank_], dtype, op);
+    }
+    return End();
+  }
+
+  absl::Status DoAllToAllV(Op kind, const void* send, absl::Span<const size_t> send_counts,
+                           void* recv, absl::Span<const size_t> recv_counts, DataType dtype) {
+    CallDesc d{kind, dtype, ReduceOp::kSum, 0};
+    if (kind == Op::kAllToAll && !send_counts.empty()) d.count = send_counts[0];
+    SM_COLL_RETURN_IF_ERROR(Start(d));
+    SM_COLL_RETURN_IF_ERROR(CheckCounts(send_counts, "send_counts"));
+    SM_COLL_RETURN_IF_ERROR(CheckCounts(recv_counts, "recv_counts"));
+    const size_t esz = DataTypeSize(dtype);
+    const std::vector<size_t> soff = Offsets(send_counts);
+    const std::vector<size_t> roff = Offsets(recv_counts);
+    SM_COLL_RETURN_IF_ERROR(CheckBuffer(send, soff.back(), "send", What()));
+    SM_COLL_RETURN_IF_ERROR(CheckBuffer(recv, roff.back(), "recv", What()));
+    // In place: peers read our input while we overwrite it, so stage a private copy.
+    if (send == recv && soff.back() > 0) {
+      staging_.assign(AsBytes(send), AsBytes(send) + soff.back() * esz);
+      send = staging_.data();
+    }
+    mine().send = send;
+    mine().recv = recv;
+    mine().counts.assign(send_counts.begin(), send_counts.end());
+    mine().counts2.assign(recv_counts.begin(), recv_counts.end());
+    SM_COLL_RETURN_IF_ERROR(Publish());
+    const int n = size();
+    // Every rank checks every pair, so all ranks agree on the verdict.
+    for (int p = 0; p < n; ++p) {
+      for (int q = 0; q < n; ++q) {
+        if (peer(p).counts2[q] != peer(q).counts[p]) {
+          return Invalid(absl::StrCat(group_->RankName(q), " sends ", peer(q).counts[p],
+                                      " elements to ", group_->RankName(p), " which expects ",
+                                      peer(p).counts2[q],
+                                      " (recv_counts[q] on rank p must equal send_counts[p] on "
+                                      "rank q)"));
+        }
+      }
+    }
+    for (int k = 0; k < n; ++k) {
+      const int p = (rank_ + k) % n;
+      if (recv_counts[p] == 0) continue;
+      size_t src_off = 0;
+      for (int j = 0; j < rank_; ++j) src_off += peer(p).counts[j];
+      std::memcpy(AsBytes(recv) + roff[p] * esz, AsBytes(peer(p).send) + src_off * esz,
+                  recv_counts[p] * esz);
+    }
+    return End();
+  }
+
+  absl::Status DoBroadcast(void* buffer, size_t count, DataType dtype, int root) {
+    CallDesc d{Op::kBroadcast, dtype, ReduceOp::kSum, count, root};
+    SM_COLL_RETURN_IF_ERROR(Start(d));
+    if (root < 0 || root >= size()) {
+      return Invalid(absl::StrCat("root ", root, " is not a rank of this group of ", size()));
+    }
+    SM_COLL_RETURN_IF_ERROR(CheckBuffer(buffer, count, "buffer", What()));
+    mine().recv = buffer;
+    SM_COLL_RETURN_IF_ERROR(Publish());
+    if (rank_ != root && count > 0) {
+      std::memcpy(buffer, peer(root).recv, count * DataTypeSize(dtype));
+    }
+    return End();
+  }
+
+  absl::Status DoPpermute(const void* send, void* recv, size_t count, DataType dtype,
+                          absl::Span<const std::pair<int, int>> pairs) {
+    CallDesc d{Op::kPpermute, dtype, ReduceOp::kSum, count};
+    d.shape_hash = HashBytes(pairs.data(), pairs.size() * sizeof(pairs[0]));
+    SM_COLL_RETURN_IF_ERROR(Start(d));
+    const int n = size();
+    std::vector<char> is_src(n, 0), is_dst(n, 0);
+    int my_source = -1;
+    for (const auto& [s, t] : pairs) {
+      if (s < 0 || s >= n || t < 0 || t >= n) {
+        return Invalid(absl::StrCat("pair (", s, ", ", t, ") names a rank outside [0, ", n, ")"));
+      }
+      if (is_src[s]++ || is_dst[t]++) {
+        return Invalid(absl::StrCat("pair (", s, ", ", t, ") repeats a ",
+                                    is_src[s] > 1 ? "source" : "destination",
+                                    "; each rank may appear at most once as each"));
+      }
+      if (t == rank_) my_source = s;
+    }
+    SM_COLL_RETURN_IF_ERROR(CheckBuffer(send, count, "send", What()));
+    SM_COLL_RETURN_IF_ERROR(CheckBuffer(recv, count, "recv", What()));
+    const size_t bytes = count * DataTypeSize(dtype);
+    if (send == recv && bytes > 0) {  // in place: our destination reads it while we overwrite
+      staging_.assign(AsBytes(send), AsBytes(send) + bytes);
+      send = staging_.data();
+    }
+    mine().send = send;
+    mine().recv = recv;
+    SM_COLL_RETURN_IF_ERROR(Publish());
+    if (bytes > 0) {
+      if (my_source >= 0) {
+        std::memcpy(recv, peer(my_source).send, bytes);
+      } else {
+        std::memset(recv, 0, bytes);
+      }
+    }
+    return End();
+  }
+
+  absl::Status DoPointToPoint(bool is_send, void* buffer, size_t count, DataType dtype,
+                              int peer_rank) {
+    // Point-to-point calls are not group-wide: they get no sequence number or slot.
+    auto what = [&, is_send] {
+      return absl::StrCat(is_send ? "Send(" : "Recv(", DataTypeName(dtype), ", count=", count,
+                          is_send ? ") to rank " : ") from rank ", peer_rank, " on group '",
+                          name(), "' (", group_->RankName(rank_), ")");
+    };
+    if (world().options().debug_check_calls) world().SetActivity(world_rank(), what());
+    if (world().poisoned()) {
+      return absl::AbortedError(absl::StrCat(what(), " refused: the world was poisoned by ",
+                                             world().first_failure().message()));
+    }
+    if (!IsValidDataType(dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(what(), ": invalid DataType value ",
+                                                     static_cast<int>(dtype)));
+    }
+    if (peer_rank < 0 || peer_rank >= size() || peer_rank == rank_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what(), ": peer must be another rank of this group of ", size()));
+    }
+    SM_COLL_RETURN_IF_ERROR(CheckBuffer(buffer, count, "buffer", what()));
+    return is_send ? group_->Send(rank_, buffer, count, dtype, peer_rank, what)
+                   : group_->Recv(rank_, buffer, count, dtype, peer_rank, what);
+  }
+
+  absl::StatusOr<std::unique_ptr<Communicator>> DoSplit(int color, int key) {
+    CallDesc d;
+    d.op = Op::kSplit;
+    SM_COLL_RETURN_IF_ERROR(Start(d));
+    mine().color = color;
+    mine().key = key;
+    SM_COLL_RETURN_IF_ERROR(Publish());
+    std::vector<std::pair<int, int>> members;  // (key, rank) of my color
+    if (color >= 0) {
+      for (int p = 0; p < size(); ++p) {
+        if (peer(p).color == color) members.push_back({peer(p).key, p});
+      }
+      std::sort(members.begin(), members.end());
+    }
+    const bool leader = !members.empty() && members[0].second == rank_;
+    if (leader) {
+      std::vector<int> world_ranks;
+      for (const auto& m : members) world_ranks.push_back(group_->world_rank(m.second));
+      auto g = std::make_shared<Group>(
+          group_->world_ptr(), std::move(world_ranks),
+          absl::StrCat(name(), "/split(color=", color, ")[", members.size(), " ranks]"));
+      world().Register(g);
+      mine().new_group = std::move(g);
+    }
+    SM_COLL_RETURN_IF_ERROR(group_->Barrier(rank_, WhatFn()));
+    if (color < 0) return std::unique_ptr<Communicator>();
+    std::shared_ptr<Group> g = peer(members[0].second).new_group;
+    int new_rank = 0;
+    while (members[new_rank].second != rank_) ++new_rank;
+    return std::unique_ptr<Communicator>(std::make_unique<InProcessCommunicator>(g, new_rank));
+  }
+
+  std::shared_ptr<Group> group_;
+  const int rank_;
+  uint64_t seq_ = 0;
+  std::vector<char> staging_;
+};
+
+}  // namespace
+
+absl::Status RunInProcess(int world_size, const std::function<absl::Status(Communicator&)>& fn,
+                          const InProcessOptions& options) {
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RunInProcess: world_size must be >= 1, got ", world_size));
+  }
+  if (!fn) return absl::InvalidArgumentError("RunInProcess: fn is empty");
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RunInProcess: options.timeout must be positive, got ",
+        absl::FormatDuration(options.timeout)));
+  }
+  auto world = std::make_shared<World>(world_size, options);
+  std::vector<int> ranks(world_size);
+  std::iota(ranks.begin(), ranks.end(), 0);
+  auto group = std::make_shared<Group>(world, std::move(ranks),
+                                       absl::StrCat("in-process world(", world_size, ")"));
+  world->Register(group);
+
+  std::vector<std::thread> threads;
+  threads.reserve(world_size);
+  for (int r = 0; r < world_size; ++r) {
+    threads.emplace_back([&, r] {
+      absl::Status s;
+      {
+        InProcessCommunicator comm(group, r);
+        try {
+          s = fn(comm);
+        } catch (const std::exception& e) {
+          s = absl::InternalError(absl::StrCat("threw an exception: ", e.what()));
+        } catch (...) {
+          s = absl::InternalError("threw a non-std exception");
+        }
+      }
+      if (!s.ok()) world->Poison(r, s);
+      world->MarkExited(r);
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (world->poisoned()) return world->first_failure();
+  return absl::OkStatus();
+}
+
+}  // namespace shardmap::collectives

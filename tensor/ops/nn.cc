@@ -206,6 +206,7 @@ LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma, const Ten
   CheckNormInput(op, x);
   CheckParam(op, gamma, "gamma", x);
   internal::RequireFloating(op, dy, "dy");
+  internal::RequireSameDType(op, x, dy);
   internal::RequireSameShape(op, x, dy);
   CheckStats(op, mean, "mean", x);
   CheckStats(op, rstd, "rstd", x);
@@ -286,6 +287,7 @@ RmsNormGrads RmsNormBackward(const Tensor& x, const Tensor& gamma, const Tensor&
   CheckNormInput(op, x);
   CheckParam(op, gamma, "gamma", x);
   internal::RequireFloating(op, dy, "dy");
+  internal::RequireSameDType(op, x, dy);
   internal::RequireSameShape(op, x, dy);
   CheckStats(op, rstd, "rstd", x);
   const DType ct = ComputeType(x.dtype());

@@ -5,41 +5,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "tensor/error.h"
+#include "tensor/internal/philox.h"
 #include "tensor/ops/shape_ops.h"
 
 namespace shardmap {
 namespace {
 
-// Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11):
-// a bijection of a 128-bit counter under a 64-bit key. Counter = (flat index, stream).
-struct Block {
-  uint32_t v[4];
-};
-
-inline void MulHiLo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
-  const uint64_t p = static_cast<uint64_t>(a) * b;
-  hi = static_cast<uint32_t>(p >> 32);
-  lo = static_cast<uint32_t>(p);
-}
-
-Block Philox(uint64_t index, uint32_t stream, uint64_t seed) {
-  uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32);
-  uint32_t c2 = stream, c3 = 0;
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-    uint32_t hi0, lo0, hi1, lo1;
-    MulHiLo(0xD2511F53u, c0, hi0, lo0);
-    MulHiLo(0xCD9E8D57u, c2, hi1, lo1);
-    const uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-    c0 = n0;
-    c1 = lo1;
-    c2 = n2;
-    c3 = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  return Block{{c0, c1, c2, c3}};
-}
+using internal::Block;
+using internal::Philox;
 
 enum Stream : uint32_t { kUniform = 0, kNormal = 1, kInts = 2 };
 

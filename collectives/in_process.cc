@@ -14,10 +14,13 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -28,7 +31,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "collectives/internal/reduce.h"
 #include "collectives/internal/status_macros.h"
@@ -75,6 +77,10 @@ std::string FormatCallSite(const CallSite& site) {
   if (site.depth == 0) return "call site not recorded (set InProcessOptions::debug_check_calls)";
   std::vector<std::string> lines;
   char buf[2048];
+  // absl::Symbolize is thread-safe through Abseil's own (uninstrumented) locks; serialize it
+  // with a lock ThreadSanitizer can see.
+  static std::mutex* const symbolize_mu = new std::mutex;
+  std::lock_guard<std::mutex> l(*symbolize_mu);
   for (int i = 0; i < site.depth && lines.size() < 6; ++i) {
     const bool ok = absl::Symbolize(site.frames[i], buf, sizeof(buf));
     absl::string_view sym = ok ? absl::string_view(buf) : absl::string_view("??");
@@ -138,7 +144,7 @@ class World {
   const InProcessOptions& options() const { return options_; }
 
   void Register(const std::shared_ptr<Group>& g) {
-    absl::MutexLock l(&mu_);
+    std::lock_guard<std::mutex> l(mu_);
     groups_.push_back(g);
   }
 
@@ -150,7 +156,7 @@ class World {
   // The first call wins; wakes every waiter of every group.
   void Poison(int world_rank, const absl::Status& why) {
     {
-      absl::MutexLock l(&mu_);
+      std::lock_guard<std::mutex> l(mu_);
       if (poisoned_.load(std::memory_order_relaxed)) return;
       failed_rank_ = world_rank;
       first_failure_ =
@@ -168,11 +174,11 @@ class World {
 
   // Debug mode: what each rank is doing, for timeout messages.
   void SetActivity(int world_rank, std::string what) {
-    absl::MutexLock l(&mu_);
+    std::lock_guard<std::mutex> l(mu_);
     activity_[world_rank] = std::move(what);
   }
   std::string Activity(int world_rank) {
-    absl::MutexLock l(&mu_);
+    std::lock_guard<std::mutex> l(mu_);
     return activity_[world_rank].empty() ? "not in a collective" : activity_[world_rank];
   }
 
@@ -185,9 +191,11 @@ class World {
   std::atomic<bool> poisoned_{false};
   absl::Status first_failure_;
   int failed_rank_ = -1;
-  absl::Mutex mu_;
-  std::vector<std::weak_ptr<Group>> groups_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> activity_ ABSL_GUARDED_BY(mu_);
+  // std::mutex, not absl::Mutex: Debian's Abseil is not built for ThreadSanitizer, which then
+  // cannot see its happens-before edges.
+  std::mutex mu_;
+  std::vector<std::weak_ptr<Group>> groups_;  // guarded by mu_
+  std::vector<std::string> activity_;         // guarded by mu_
 };
 
 class Group {
@@ -197,6 +205,7 @@ class Group {
     size_t count = 0;
     DataType dtype = DataType::kF32;
     bool posted = false;
+    bool taking = false;  // the receiver is copying from `data`, unlocked
     bool done = false;
   };
 
@@ -205,6 +214,7 @@ class Group {
         world_ranks_(std::move(world_ranks)),
         name_(std::move(name)),
         here_(world_ranks_.size(), 0),
+        busy_(world_ranks_.size(), 0),
         slots_(world_ranks_.size()),
         mail_(world_ranks_.size() * world_ranks_.size()) {}
 
@@ -220,25 +230,39 @@ class Group {
     return absl::StrCat("rank ", r, " (world rank ", world_ranks_[r], ")");
   }
 
+  // A rank's call is over. After a failure, waits until no peer is still between two barriers
+  // of this call (it may be reading our buffers); such a peer only runs a bounded copy or
+  // reduction before it reaches a barrier or leaves.
+  void Leave(int rank, bool failed) {
+    std::unique_lock<std::mutex> l(mu_);
+    busy_[rank] = 0;
+    cv_.notify_all();
+    if (failed) {
+      cv_.wait(l, [&] { return std::none_of(busy_.begin(), busy_.end(), [](char b) { return b; }); });
+    }
+  }
+
   void Wake() {
-    absl::MutexLock l(&mu_);
-    cv_.SignalAll();
+    std::lock_guard<std::mutex> l(mu_);
+    cv_.notify_all();
   }
 
   absl::Status Barrier(int rank, const std::function<std::string()>& what) {
     const absl::Time deadline = absl::Now() + world_->options().timeout;
-    absl::MutexLock l(&mu_);
+    std::unique_lock<std::mutex> l(mu_);
     const uint64_t gen = generation_;
     here_[rank] = 1;
+    busy_[rank] = 0;
     if (++arrived_ == size()) {
       arrived_ = 0;
       std::fill(here_.begin(), here_.end(), 0);
+      std::fill(busy_.begin(), busy_.end(), 1);  // everyone may now read peers' buffers
       ++generation_;
-      cv_.SignalAll();
+      cv_.notify_all();
       return absl::OkStatus();
     }
-    return WaitLocked(
-        deadline, [&] { return generation_ != gen; }, what,
+    absl::Status s = WaitLocked(
+        l, deadline, [&] { return generation_ != gen; }, what,
         [&] {
           std::vector<int> missing;
           for (int p = 0; p < size(); ++p) {
@@ -246,19 +270,25 @@ class Group {
           }
           return missing;
         });
+    if (!s.ok()) {  // withdraw, so the barrier cannot complete (and mark us busy) without us
+      here_[rank] = 0;
+      --arrived_;
+    }
+    return s;
   }
 
   absl::Status Send(int rank, const void* data, size_t count, DataType dtype, int peer,
                     const std::function<std::string()>& what) {
     const absl::Time deadline = absl::Now() + world_->options().timeout;
-    absl::MutexLock l(&mu_);
+    std::unique_lock<std::mutex> l(mu_);
     Mailbox& m = mail_[rank * size() + peer];
-    m = Mailbox{data, count, dtype, /*posted=*/true, /*done=*/false};
-    cv_.SignalAll();
+    m = Mailbox{data, count, dtype, /*posted=*/true, /*taking=*/false, /*done=*/false};
+    cv_.notify_all();
     absl::Status s = WaitLocked(
-        deadline, [&] { return m.done; }, what, [&] { return std::vector<int>{peer}; });
-    m.posted = false;
-    m.done = false;
+        l, deadline, [&] { return m.done; }, what, [&] { return std::vector<int>{peer}; });
+    // Failed while the receiver copies from our buffer: let it finish (a bounded memcpy).
+    cv_.wait(l, [&] { return !m.taking || m.done; });
+    m = Mailbox{};
     return s;
   }
 
@@ -267,10 +297,10 @@ class Group {
     const absl::Time deadline = absl::Now() + world_->options().timeout;
     const void* src;
     {
-      absl::MutexLock l(&mu_);
+      std::unique_lock<std::mutex> l(mu_);
       Mailbox& m = mail_[peer * size() + rank];
       SM_COLL_RETURN_IF_ERROR(WaitLocked(
-          deadline, [&] { return m.posted && !m.done; }, what,
+          l, deadline, [&] { return m.posted && !m.done; }, what,
           [&] { return std::vector<int>{peer}; }));
       if (m.count != count || m.dtype != dtype) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -279,22 +309,24 @@ class Group {
             DataTypeName(dtype), "; both sides must agree on count and dtype"));
       }
       src = m.data;
+      m.taking = true;
     }
     // The sender is blocked until `done`, so its buffer stays valid while we copy unlocked.
     if (count > 0) std::memcpy(data, src, count * DataTypeSize(dtype));
-    absl::MutexLock l(&mu_);
+    std::lock_guard<std::mutex> l(mu_);
+    mail_[peer * size() + rank].taking = false;
     mail_[peer * size() + rank].done = true;
-    cv_.SignalAll();
+    cv_.notify_all();
     return absl::OkStatus();
   }
 
  private:
   // Waits until pred() holds; fails at once if the world is poisoned or a rank we wait for has
   // returned from its function, and after the deadline otherwise.
-  absl::Status WaitLocked(absl::Time deadline, const std::function<bool()>& pred,
+  absl::Status WaitLocked(std::unique_lock<std::mutex>& lock, absl::Time deadline,
+                          const std::function<bool()>& pred,
                           const std::function<std::string()>& what,
-                          const std::function<std::vector<int>()>& waiting_for)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                          const std::function<std::vector<int>()>& waiting_for) {
     while (!pred()) {
       if (world_->poisoned()) {
         return absl::AbortedError(absl::StrCat(what(), " aborted: the world was poisoned by ",
@@ -308,7 +340,8 @@ class Group {
               "must issue the same collectives in the same order)"));
         }
       }
-      if (cv_.WaitWithDeadline(&mu_, deadline) && !pred() && absl::Now() >= deadline) {
+      if (cv_.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout &&
+          !pred() && absl::Now() >= deadline) {
         std::vector<std::string> missing;
         for (int p : waiting_for()) {
           std::string m = RankName(p);
@@ -331,19 +364,20 @@ class Group {
   const std::shared_ptr<World> world_;
   const std::vector<int> world_ranks_;
   const std::string name_;
-  absl::Mutex mu_;
-  absl::CondVar cv_;
-  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<char> here_ ABSL_GUARDED_BY(mu_);
+  std::mutex mu_;  // guards the barrier and mailbox state below
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  std::vector<char> here_;  // arrived at the current barrier
+  std::vector<char> busy_;  // passed a barrier and not yet at the next one or out of the call
   std::vector<std::array<Slot, 2>> slots_;  // slots_[r] written by r before a barrier only
-  std::vector<Mailbox> mail_ ABSL_GUARDED_BY(mu_);  // [src * n + dst]
+  std::vector<Mailbox> mail_;  // [src * n + dst]
 };
 
 void World::WakeAll() {
   std::vector<std::shared_ptr<Group>> groups;
   {
-    absl::MutexLock l(&mu_);
+    std::lock_guard<std::mutex> l(mu_);
     for (auto& w : groups_) {
       if (auto g = w.lock()) groups.push_back(std::move(g));
     }
@@ -453,6 +487,7 @@ class InProcessCommunicator final : public Communicator {
   absl::Status Finish(absl::Status s) {
     if (world().options().debug_check_calls) world().SetActivity(world_rank(), "");
     if (!s.ok()) world().Poison(world_rank(), s);
+    group_->Leave(rank_, !s.ok());
     return s;
   }
 

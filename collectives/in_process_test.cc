@@ -4,10 +4,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "collectives/communicator.h"
 #include "collectives/in_process.h"
 #include "collectives/internal/half.h"
@@ -365,12 +365,12 @@ TEST(InProcessSendRecvTest, RingAndOrderedMessages) {
 
 TEST(InProcessSplitTest, ColorsKeysNestingAndCollectivesOnSubgroups) {
   for (int n : {1, 4, 6, 7, 16}) {
-    absl::Mutex mu;
+    std::mutex mu;
     std::vector<std::string> errors;
     absl::Status s = RunInProcess(n, [&](Communicator& c) -> absl::Status {
       const int r = c.rank();
       auto fail = [&](std::string e) {
-        absl::MutexLock l(&mu);
+        std::lock_guard<std::mutex> l(mu);
         errors.push_back("rank " + std::to_string(r) + ": " + e);
       };
       // color r % 3, key -r: groups ordered by descending world rank.

@@ -1,0 +1,118 @@
+#include "autograd/tape.h"
+
+#include "absl/strings/str_cat.h"
+#include "shardmap/context.h"
+#include "shardmap/ops.h"
+#include "tensor/error.h"
+
+namespace shardmap {
+
+Value Tape::Watch(const Value& v) {
+  Value w = v;
+  w.node = static_cast<int32_t>(nodes_.size());
+  nodes_.push_back(Node{"input", {}, nullptr, v.type, v.shape(), v.dtype()});
+  return w;
+}
+
+void Tape::Record(const char* op, std::initializer_list<const Value*> inputs, Value& out,
+                  VjpFn vjp) {
+  Node n{op, {}, std::move(vjp), out.type, out.shape(), out.dtype()};
+  for (const Value* v : inputs) n.inputs.push_back(v->node);
+  out.node = static_cast<int32_t>(nodes_.size());
+  nodes_.push_back(std::move(n));
+}
+
+namespace {
+
+std::string Describe(const Shape& shape, DType dtype, const SpmdType& type) {
+  RankContext* ctx = RankContext::Current();
+  std::string s = absl::StrCat(DTypeName(dtype), ShapeToString(shape));
+  return ctx ? s + type.ToString(ctx->mesh().axis_names()) : s + type.ToString({});
+}
+
+bool DualMatches(AxisType primal, AxisType cot) {
+  AxisType d = Dual(primal);
+  if (d.kind != cot.kind) return false;
+  if (d.kind == AxisKind::kV && d.dim >= 0 && cot.dim >= 0 && d.dim != cot.dim) return false;
+  return true;
+}
+
+}  // namespace
+
+void Tape::CheckCotangent(const Node& consumer, int input_pos, const Node& primal,
+                          const Value& cot) const {
+  bool ok = cot.shape() == primal.shape && cot.dtype() == primal.dtype;
+  for (int i = 0; ok && i < primal.type.num_axes(); ++i) ok = DualMatches(primal.type[i], cot.type[i]);
+  if (ok) return;
+  OpFail("backward of '", consumer.op, "': the cotangent of its input ", input_pos, " is ",
+         Describe(cot.shape(), cot.dtype(), cot.type), " but the primal ",
+         Describe(primal.shape, primal.dtype, primal.type), " needs ",
+         Describe(primal.shape, primal.dtype, Dual(primal.type)),
+         " (the dual type: R<->P, I<->I, V<->V). This is a bug in the VJP of '", consumer.op,
+         "' or in a user cast");
+}
+
+std::vector<Value> Tape::Backward(const Value& out, const Value& seed,
+                                  absl::Span<const Value> wrt) {
+  RankContext* ctx = RankContext::Current();
+  bool checked = ctx == nullptr || ctx->checked();
+  std::vector<Value> grads(nodes_.size());
+  if (out.node >= 0) {
+    if (out.node >= static_cast<int32_t>(nodes_.size())) OpFail("Backward: value not on this tape");
+    grads[out.node] = seed;
+  }
+  NoGradScope no_grad;
+  bool prev_bwd = ctx ? ctx->in_backward() : false;
+  if (ctx) ctx->set_in_backward(true);
+  struct Restore {
+    RankContext* ctx;
+    bool prev;
+    ~Restore() {
+      if (ctx) ctx->set_in_backward(prev);
+    }
+  } restore{ctx, prev_bwd};
+
+  std::vector<bool> keep(nodes_.size());
+  for (const Value& w : wrt) {
+    if (w.node >= 0 && w.node < static_cast<int32_t>(keep.size())) keep[w.node] = true;
+  }
+  absl::InlinedVector<Value, 4> cots;
+  for (int32_t i = out.node; i >= 0; --i) {
+    Node& n = nodes_[i];
+    if (!grads[i].defined() || !n.vjp) continue;
+    uint32_t need = 0;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      if (n.inputs[k] >= 0) need |= 1u << k;
+    }
+    if (need == 0) continue;
+    cots.assign(n.inputs.size(), Value());
+    n.vjp(grads[i], need, cots.data());
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      int32_t in = n.inputs[k];
+      if (in < 0 || !cots[k].defined()) continue;
+      if (checked) CheckCotangent(n, static_cast<int>(k), nodes_[in], cots[k]);
+      cots[k].node = -1;
+      if (!grads[in].defined()) {
+        grads[in] = std::move(cots[k]);
+      } else {
+        grads[in] = add(grads[in], cots[k]);
+      }
+    }
+    // Free what is no longer needed: this node's cotangent.
+    if (!keep[i] && i != out.node) grads[i] = Value();
+  }
+  std::vector<Value> result;
+  result.reserve(wrt.size());
+  for (const Value& w : wrt) {
+    if (w.node >= 0 && w.node < static_cast<int32_t>(grads.size()) && grads[w.node].defined()) {
+      result.push_back(grads[w.node]);
+    } else if (w.node == out.node && out.node >= 0) {
+      result.push_back(seed);
+    } else {
+      result.push_back(Value(Tensor::Zeros(w.shape(), w.dtype()), Dual(w.type)));
+    }
+  }
+  return result;
+}
+
+}  // namespace shardmap

@@ -1,0 +1,68 @@
+// The per-rank tape: a Wengert list of the typed ops run while it is installed (tape order is a
+// topological order), and the backward pass over it.
+//
+//   Tape tape;
+//   Value w = tape.Watch(w0);                  // a leaf to differentiate with respect to
+//   Value loss;
+//   {
+//     ScopedRecorder rec(&tape);
+//     loss = sum_partial(gelu(x.matmul(w)), {});   // every typed op records itself
+//   }
+//   std::vector<Value> g = tape.Backward(loss, seed, {w});   // g[0] has w's dual type
+//
+// Backward runs each recorded VJP (typed ops, checked like forward ones, not recorded), sums the
+// cotangents of values used several times (typed add: P+P, V+V, ...), and, when the context's
+// TypeCheck is kOn, checks that each cotangent has the dual type of its primal (R<->P, I<->I,
+// V<->V; a V cotangent of an S(d) primal is accepted, a different S(d') is not), the same shape
+// and dtype. Violations throw OpError naming the op, the input and both types. Collectives run by
+// VJPs are logged as backward in the RankContext.
+#ifndef SHARDMAP_AUTOGRAD_TAPE_H_
+#define SHARDMAP_AUTOGRAD_TAPE_H_
+
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/types/span.h"
+#include "shardmap/tape_hook.h"
+#include "shardmap/value.h"
+
+namespace shardmap {
+
+class Tape : public TapeRecorder {
+ public:
+  Tape() = default;
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+
+  // Returns v with a fresh leaf slot on this tape.
+  Value Watch(const Value& v);
+
+  void Record(const char* op, std::initializer_list<const Value*> inputs, Value& out,
+              VjpFn vjp) override;
+
+  // Cotangents of `wrt` (leaves or any recorded values) given `seed`, the cotangent of `out`.
+  // Unreached entries come back as zeros of the dual type. Throws OpError.
+  std::vector<Value> Backward(const Value& out, const Value& seed, absl::Span<const Value> wrt);
+
+  size_t size() const { return nodes_.size(); }
+  void Clear() { nodes_.clear(); }
+
+ private:
+  struct Node {
+    const char* op;
+    absl::InlinedVector<int32_t, 3> inputs;
+    VjpFn vjp;  // empty for leaves
+    SpmdType type;
+    Shape shape;
+    DType dtype;
+  };
+  void CheckCotangent(const Node& consumer, int input_pos, const Node& primal,
+                      const Value& cot) const;
+  std::vector<Node> nodes_;
+};
+
+}  // namespace shardmap
+
+#endif  // SHARDMAP_AUTOGRAD_TAPE_H_

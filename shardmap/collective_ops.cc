@@ -1,0 +1,637 @@
+#include "shardmap/collective_ops.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "shardmap/context.h"
+#include "shardmap/internal/typing.h"
+#include "shardmap/ops.h"
+#include "tensor/error.h"
+#include "tensor/ops/elementwise.h"
+#include "tensor/ops/shape_ops.h"
+
+namespace shardmap {
+
+using internal::NeedsTape;
+using internal::RecordOp;
+using internal::TypeFail;
+using collectives::Communicator;
+using collectives::ReduceOp;
+
+AxisMask ResolveAxes(const char* op, const Axes& axes) {
+  RankContext& ctx = RankContext::Get(op);
+  const Mesh& mesh = ctx.mesh();
+  AxisMask mask = 0;
+  for (const std::string& a : axes.names) {
+    int i = mesh.AxisIndex(a);
+    if (i < 0) {
+      OpFail(op, ": unknown mesh axis '", a, "' (mesh ", mesh.ShortString(),
+             "); use one of the mesh's axis names");
+    }
+    if (mask & (1u << i)) OpFail(op, ": mesh axis '", a, "' named twice");
+    mask |= 1u << i;
+  }
+  if (mask == 0) OpFail(op, ": no mesh axes given");
+  return mask;
+}
+
+namespace {
+
+collectives::DataType DT(DType t) { return static_cast<collectives::DataType>(t); }
+
+void Check(const absl::Status& s, const char* op, AxisMask mask) {
+  if (!s.ok()) {
+    RankContext* ctx = RankContext::Current();
+    std::string axes = ctx ? ctx->mesh().MaskToString(mask) : "?";
+    throw OpError(absl::Status(s.code(), absl::StrCat("while running ", op, " over axes ", axes,
+                                                      ": ", s.message())));
+  }
+}
+
+const char* KindName(AxisKind k) {
+  switch (k) {
+    case AxisKind::kR: return "R";
+    case AxisKind::kI: return "I";
+    case AxisKind::kV: return "V";
+    case AxisKind::kP: return "P";
+  }
+  return "?";
+}
+
+bool Checked(RankContext& ctx) { return ctx.checked(); }
+
+Value Detached(const Value& v) { return Value(v.tensor, v.type); }
+
+template <typename F>
+void ForAxes(AxisMask mask, int n, F&& f) {
+  for (int i = 0; i < n; ++i) {
+    if (mask & (1u << i)) f(i);
+  }
+}
+
+int NormDim(const char* op, const Value& x, int dim) {
+  int d = dim < 0 ? dim + x.rank() : dim;
+  if (d < 0 || d >= x.rank()) OpFail(op, ": dim ", dim, " out of range for ", x.ToString());
+  return d;
+}
+
+// Gathers along dim 0 of a contiguous tensor (even or uneven).
+Tensor GatherRows(Communicator& comm, const Tensor& x, const std::vector<int64_t>* sizes,
+                  const char* op, AxisMask mask) {
+  int n = comm.size();
+  int64_t row = x.rank() > 0 && x.dim(0) > 0 ? x.numel() / x.dim(0) : 0;
+  Shape s = x.shape();
+  if (sizes == nullptr) {
+    s[0] *= n;
+    Tensor out = Tensor::Empty(s, x.dtype());
+    Check(comm.AllGather(x.raw_data(), out.raw_data(), x.numel(), DT(x.dtype())), op, mask);
+    return out;
+  }
+  int64_t total = 0;
+  std::vector<size_t> counts;
+  for (int64_t k : *sizes) {
+    total += k;
+    counts.push_back(static_cast<size_t>(k * row));
+  }
+  s[0] = total;
+  Tensor out = Tensor::Empty(s, x.dtype());
+  Check(comm.AllGatherV(x.raw_data(), out.raw_data(), counts, DT(x.dtype())), op, mask);
+  return out;
+}
+
+Tensor ScatterRows(Communicator& comm, const Tensor& x, const std::vector<int64_t>* sizes,
+                   const char* op, AxisMask mask) {
+  int n = comm.size();
+  int64_t row = x.dim(0) > 0 ? x.numel() / x.dim(0) : 0;
+  Shape s = x.shape();
+  if (sizes == nullptr) {
+    s[0] /= n;
+    Tensor out = Tensor::Empty(s, x.dtype());
+    Check(comm.ReduceScatter(x.raw_data(), out.raw_data(), out.numel(), DT(x.dtype()),
+                             ReduceOp::kSum),
+          op, mask);
+    return out;
+  }
+  std::vector<size_t> counts;
+  for (int64_t k : *sizes) counts.push_back(static_cast<size_t>(k * row));
+  s[0] = (*sizes)[comm.rank()];
+  Tensor out = Tensor::Empty(s, x.dtype());
+  Check(comm.ReduceScatterV(x.raw_data(), out.raw_data(), counts, DT(x.dtype()), ReduceOp::kSum),
+        op, mask);
+  return out;
+}
+
+void CheckSplitSizes(const char* op, const std::vector<int64_t>& sizes, int n, int64_t total,
+                     const Value& x) {
+  if (static_cast<int>(sizes.size()) != n) {
+    OpFail(op, ": split_sizes has ", sizes.size(), " entries but the axis group has ", n,
+           " devices (", x.ToString(), ")");
+  }
+  int64_t sum = 0;
+  for (int64_t k : sizes) {
+    if (k < 0) OpFail(op, ": negative entry in split_sizes");
+    sum += k;
+  }
+  if (total >= 0 && sum != total) {
+    OpFail(op, ": split_sizes sum to ", sum, " but the dim has ", total, " elements (",
+           x.ToString(), ")");
+  }
+}
+
+// After gathering `mask` along dim: the other axes that shard dim keep S only when every
+// gathered axis is more minor than them.
+void FixOtherShards(SpmdType& t, AxisMask mask, int dim) {
+  int n = t.num_axes();
+  for (int j = 0; j < n; ++j) {
+    if (mask & (1u << j)) continue;
+    if (!t[j].is_sharded() || t[j].dim != dim) continue;
+    for (int i = 0; i < j; ++i) {
+      if (mask & (1u << i)) t[j] = AxisType::V();
+    }
+  }
+}
+
+Value GatherImpl(const Value& x, int dim, const Axes& axes, To to,
+                 const std::vector<int64_t>* sizes);
+Value ScatterImpl(const Value& x, int dim, const Axes& axes, const std::vector<int64_t>* sizes);
+
+// Elementwise "is x the extreme at this device": the device index holding the max/min (lowest
+// index on ties), via one all_reduce(min) over candidates.
+Tensor WinnerMask(Communicator& comm, const Tensor& x, const Tensor& y, AxisMask mask) {
+  if (x.dtype() != DType::kF32 && x.dtype() != DType::kF64) {
+    OpFail("all_reduce(max/min) backward: only f32/f64 are supported, got ", x.ShapeString());
+  }
+  int64_t n = x.numel();
+  std::vector<double> cand(n);
+  for (int64_t i = 0; i < n; ++i) cand[i] = x.at(i) == y.at(i) ? comm.rank() : comm.size();
+  Check(comm.AllReduce(cand.data(), cand.data(), n, collectives::DataType::kF64, ReduceOp::kMin),
+        "all_reduce(max/min) backward", mask);
+  RankContext::Get("all_reduce").LogCollective("all_reduce", mask, n * 8);
+  std::vector<double> m(n);
+  for (int64_t i = 0; i < n; ++i) m[i] = cand[i] == comm.rank() ? 1.0 : 0.0;
+  Tensor t = Tensor::FromVector<double>(x.shape(), m);
+  return x.dtype() == DType::kF64 ? t : Cast(t, x.dtype());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+Value all_reduce(const Value& x, const Axes& axes, To to, ReduceKind op) {
+  AxisMask mask = ResolveAxes("all_reduce", axes);
+  RankContext& ctx = RankContext::Get("all_reduce");
+  const int na = ctx.mesh().num_axes();
+  SpmdType t = x.type;
+  bool sum = op == ReduceKind::kSum;
+  if (Checked(ctx)) {
+    ForAxes(mask, na, [&](int i) {
+      AxisKind k = x.type[i].kind;
+      if (sum && k != AxisKind::kP) {
+        TypeFail("all_reduce(sum)", i,
+                 absl::StrCat("takes a partial sum (P), but x is ", KindName(k)),
+                 k == AxisKind::kV
+                     ? "to add per-device values, reinterpret(x, axis) (V->P) first; to average "
+                       "them use ReduceKind::kMean"
+                     : "x is already the same on every device: drop the all_reduce (or "
+                       "convert(x, axis, Convert::kRToP) if a sum of n copies is really meant)",
+                 {{"x", &x}});
+      }
+      if (!sum && k != AxisKind::kV) {
+        TypeFail("all_reduce(mean/max/min)", i,
+                 absl::StrCat("takes per-device values (V), but x is ", KindName(k)),
+                 k == AxisKind::kP ? "use ReduceKind::kSum to resolve a partial sum"
+                                   : "x is already the same on every device: drop the all_reduce",
+                 {{"x", &x}});
+      }
+    });
+  }
+  ForAxes(mask, na, [&](int i) { t[i] = to == To::kR ? AxisType::R() : AxisType::I(); });
+  Communicator& comm = ctx.Comm(mask);
+  Tensor out = Tensor::Empty(x.shape(), x.dtype());
+  ReduceOp rop = op == ReduceKind::kSum   ? ReduceOp::kSum
+                 : op == ReduceKind::kMean ? ReduceOp::kAvg
+                 : op == ReduceKind::kMax  ? ReduceOp::kMax
+                                           : ReduceOp::kMin;
+  Check(comm.AllReduce(x.tensor.raw_data(), out.raw_data(), x.numel(), DT(x.dtype()), rop),
+        "all_reduce", mask);
+  ctx.LogCollective("all_reduce", mask, static_cast<int64_t>(x.tensor.nbytes()));
+  Value y(std::move(out), t);
+  if (NeedsTape(x)) {
+    SpmdType xt = x.type;
+    Value xd = Detached(x), yd = Detached(y);
+    int n = comm.size();
+    RecordOp("all_reduce", {&x}, y,
+             [axes, to, op, xt, xd, yd, mask, n](const Value& g, uint32_t, Value* d) {
+               Value r;
+               if (op == ReduceKind::kSum) {
+                 r = to == To::kR ? all_reduce(g, axes, To::kR) : convert(g, axes, Convert::kIToR);
+                 d[0] = r;
+                 return;
+               }
+               // mean/max/min: the total cotangent (R), then spread or routed.
+               Value total = to == To::kR ? all_reduce(g, axes, To::kR) : g;
+               Tensor gt = total.tensor;
+               if (op == ReduceKind::kMean) {
+                 gt = MulScalar(gt, 1.0 / n);
+               } else {
+                 RankContext& c = RankContext::Get("all_reduce backward");
+                 gt = Mul(gt, WinnerMask(c.Comm(mask), xd.tensor, yd.tensor, mask));
+               }
+               SpmdType dt = total.type;
+               for (int i = 0; i < dt.num_axes(); ++i) {
+                 if (mask & (1u << i)) dt[i] = xt[i];
+               }
+               d[0] = Value(std::move(gt), dt);
+             });
+  }
+  return y;
+}
+
+namespace {
+
+Value GatherImpl(const Value& x, int dim, const Axes& axes, To to,
+                 const std::vector<int64_t>* sizes) {
+  AxisMask mask = ResolveAxes("all_gather", axes);
+  RankContext& ctx = RankContext::Get("all_gather");
+  const int na = ctx.mesh().num_axes();
+  dim = NormDim("all_gather", x, dim);
+  SpmdType t = x.type;
+  if (Checked(ctx)) {
+    ForAxes(mask, na, [&](int i) {
+      AxisType a = x.type[i];
+      if (a.kind != AxisKind::kV) {
+        TypeFail("all_gather", i,
+                 absl::StrCat("takes shards (S", dim, " or V), but x is ", KindName(a.kind)),
+                 a.kind == AxisKind::kP
+                     ? absl::StrCat("a partial sum is resolved with all_reduce, or with "
+                                    "reduce_scatter(x, ", dim, ", axis) to get shards")
+                     : "x is already whole on every device: drop the all_gather",
+                 {{"x", &x}});
+      }
+      if (a.is_sharded() && a.dim != dim) {
+        TypeFail("all_gather", i,
+                 absl::StrCat("gathers dim ", dim, " but x is sharded along dim ",
+                              static_cast<int>(a.dim)),
+                 absl::StrCat("gather dim ", static_cast<int>(a.dim),
+                              ", or all_to_all to move the sharding"),
+                 {{"x", &x}});
+      }
+    });
+  }
+  ForAxes(mask, na, [&](int i) { t[i] = to == To::kR ? AxisType::R() : AxisType::I(); });
+  FixOtherShards(t, mask, dim);
+  Communicator& comm = ctx.Comm(mask);
+  if (sizes != nullptr) CheckSplitSizes("all_gather", *sizes, comm.size(), -1, x);
+  if (sizes != nullptr && (*sizes)[comm.rank()] != x.dim(dim)) {
+    OpFail("all_gather: split_sizes[", comm.rank(), "] is ", (*sizes)[comm.rank()],
+           " but this device's dim ", dim, " has ", x.dim(dim), " (", x.ToString(), ")");
+  }
+  Tensor out;
+  if (dim == 0) {
+    out = GatherRows(comm, x.tensor, sizes, "all_gather", mask);
+  } else {
+    out = Transpose(GatherRows(comm, Transpose(x.tensor, 0, dim), sizes, "all_gather", mask), 0,
+                    dim);
+  }
+  ctx.LogCollective("all_gather", mask, static_cast<int64_t>(x.tensor.nbytes()));
+  Value y(std::move(out), t);
+  if (NeedsTape(x)) {
+    SpmdType xt = x.type;
+    int64_t len = x.dim(dim);
+    std::vector<int64_t> sz = sizes ? *sizes : std::vector<int64_t>();
+    int idx = comm.rank();
+    RecordOp("all_gather", {&x}, y,
+             [axes, dim, to, xt, len, sz, idx](const Value& g, uint32_t, Value* d) {
+               if (to == To::kR) {
+                 d[0] = ScatterImpl(g, dim, axes, sz.empty() ? nullptr : &sz);
+               } else {
+                 int64_t start = 0;
+                 if (sz.empty()) {
+                   start = idx * len;
+                 } else {
+                   for (int k = 0; k < idx; ++k) start += sz[k];
+                 }
+                 Tensor part = Slice(g.tensor, dim, start, len);
+                 SpmdType dt = g.type;
+                 for (int i = 0; i < dt.num_axes(); ++i) {
+                   if (xt[i].kind == AxisKind::kV) dt[i] = xt[i];
+                 }
+                 d[0] = Value(std::move(part), dt);
+               }
+             });
+  }
+  return y;
+}
+
+Value ScatterImpl(const Value& x, int dim, const Axes& axes, const std::vector<int64_t>* sizes) {
+  AxisMask mask = ResolveAxes("reduce_scatter", axes);
+  RankContext& ctx = RankContext::Get("reduce_scatter");
+  const int na = ctx.mesh().num_axes();
+  dim = NormDim("reduce_scatter", x, dim);
+  SpmdType t = x.type;
+  if (Checked(ctx)) {
+    ForAxes(mask, na, [&](int i) {
+      AxisKind k = x.type[i].kind;
+      if (k != AxisKind::kP) {
+        TypeFail("reduce_scatter", i,
+                 absl::StrCat("takes a partial sum (P), but x is ", KindName(k)),
+                 k == AxisKind::kV ? "reinterpret(x, axis) (V->P) first if the per-device "
+                                     "values are addends of one sum"
+                                   : "to shard a replicated value, slice it locally with "
+                                     "axis_index (its gradient is then P)",
+                 {{"x", &x}});
+      }
+    });
+  }
+  // Existing S(dim) axes stay S only when all new axes are more minor.
+  for (int j = 0; j < na; ++j) {
+    if ((mask & (1u << j)) || !t[j].is_sharded() || t[j].dim != dim) continue;
+    for (int i = 0; i < j; ++i) {
+      if (mask & (1u << i)) t[j] = AxisType::V();
+    }
+  }
+  ForAxes(mask, na, [&](int i) { t[i] = AxisType::Sharded(dim); });
+  Communicator& comm = ctx.Comm(mask);
+  if (sizes != nullptr) {
+    CheckSplitSizes("reduce_scatter", *sizes, comm.size(), x.dim(dim), x);
+  } else if (x.dim(dim) % comm.size() != 0) {
+    OpFail("reduce_scatter: dim ", dim, " of ", x.ToString(), " (size ", x.dim(dim),
+           ") is not divisible by the ", comm.size(), " devices of axes ",
+           ctx.mesh().MaskToString(mask), "; pass split_sizes for uneven chunks");
+  }
+  Tensor out;
+  if (dim == 0) {
+    out = ScatterRows(comm, x.tensor, sizes, "reduce_scatter", mask);
+  } else {
+    out = Transpose(ScatterRows(comm, Transpose(x.tensor, 0, dim), sizes, "reduce_scatter", mask),
+                    0, dim);
+  }
+  ctx.LogCollective("reduce_scatter", mask, static_cast<int64_t>(x.tensor.nbytes()));
+  Value y(std::move(out), t);
+  if (NeedsTape(x)) {
+    std::vector<int64_t> sz = sizes ? *sizes : std::vector<int64_t>();
+    RecordOp("reduce_scatter", {&x}, y, [axes, dim, sz](const Value& g, uint32_t, Value* d) {
+      d[0] = GatherImpl(g, dim, axes, To::kR, sz.empty() ? nullptr : &sz);
+    });
+  }
+  return y;
+}
+
+}  // namespace
+
+Value all_gather(const Value& x, int dim, const Axes& axes, To to) {
+  return GatherImpl(x, dim, axes, to, nullptr);
+}
+Value all_gather(const Value& x, int dim, const Axes& axes,
+                 const std::vector<int64_t>& split_sizes, To to) {
+  return GatherImpl(x, dim, axes, to, &split_sizes);
+}
+Value reduce_scatter(const Value& x, int dim, const Axes& axes) {
+  return ScatterImpl(x, dim, axes, nullptr);
+}
+Value reduce_scatter(const Value& x, int dim, const Axes& axes,
+                     const std::vector<int64_t>& split_sizes) {
+  return ScatterImpl(x, dim, axes, &split_sizes);
+}
+
+Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes) {
+  AxisMask mask = ResolveAxes("all_to_all", axes);
+  RankContext& ctx = RankContext::Get("all_to_all");
+  const int na = ctx.mesh().num_axes();
+  split_dim = NormDim("all_to_all", x, split_dim);
+  concat_dim = NormDim("all_to_all", x, concat_dim);
+  SpmdType t = x.type;
+  if (Checked(ctx)) {
+    ForAxes(mask, na, [&](int i) {
+      AxisType a = x.type[i];
+      if (a.kind != AxisKind::kV || (a.is_sharded() && a.dim != concat_dim)) {
+        TypeFail("all_to_all", i,
+                 absl::StrCat("takes shards of the concat dim (S", concat_dim, " or V), but x is ",
+                              a.ToString()),
+                 a.kind == AxisKind::kP
+                     ? "resolve the partial sum first (all_reduce or reduce_scatter)"
+                     : absl::StrCat("pass concat_dim=", a.is_sharded() ? a.dim : concat_dim,
+                                    " matching the dim x is sharded along"),
+                 {{"x", &x}});
+      }
+    });
+  }
+  ForAxes(mask, na, [&](int i) { t[i] = AxisType::Sharded(split_dim); });
+  Communicator& comm = ctx.Comm(mask);
+  int n = comm.size();
+  if (x.dim(split_dim) % n != 0) {
+    OpFail("all_to_all: split dim ", split_dim, " of ", x.ToString(), " (size ",
+           x.dim(split_dim), ") is not divisible by the ", n, " devices of axes ",
+           ctx.mesh().MaskToString(mask));
+  }
+  std::vector<Tensor> chunks = Chunk(x.tensor, split_dim, n);
+  Shape cs = chunks[0].shape();
+  Shape packed_shape = cs;
+  packed_shape.insert(packed_shape.begin(), 1);
+  std::vector<Tensor> packed;
+  for (Tensor& c : chunks) packed.push_back(c.Reshape(packed_shape));
+  Tensor send = Concat(packed, 0);
+  Tensor recv = Tensor::Empty(send.shape(), x.dtype());
+  Check(comm.AllToAll(send.raw_data(), recv.raw_data(), chunks[0].numel(), DT(x.dtype())),
+        "all_to_all", mask);
+  ctx.LogCollective("all_to_all", mask, static_cast<int64_t>(x.tensor.nbytes()));
+  std::vector<Tensor> got;
+  for (int j = 0; j < n; ++j) got.push_back(recv.SliceRows(j, 1).Reshape(cs));
+  Value y(Concat(got, concat_dim), t);
+  if (NeedsTape(x)) {
+    RecordOp("all_to_all", {&x}, y, [split_dim, concat_dim, axes](const Value& g, uint32_t,
+                                                                  Value* d) {
+      d[0] = all_to_all(g, concat_dim, split_dim, axes);
+    });
+  }
+  return y;
+}
+
+Value ppermute(const Value& x, const Axes& axes, std::vector<std::pair<int, int>> pairs) {
+  AxisMask mask = ResolveAxes("ppermute", axes);
+  RankContext& ctx = RankContext::Get("ppermute");
+  const int na = ctx.mesh().num_axes();
+  SpmdType t = x.type;
+  if (Checked(ctx)) {
+    ForAxes(mask, na, [&](int i) {
+      AxisKind k = x.type[i].kind;
+      if (k == AxisKind::kP || k == AxisKind::kI) {
+        TypeFail("ppermute", i, absl::StrCat("takes R or V values, but x is ", KindName(k)),
+                 k == AxisKind::kP ? "resolve the partial sum first (all_reduce)"
+                                   : "convert(x, axis, Convert::kIToR) first",
+                 {{"x", &x}});
+      }
+    });
+  }
+  ForAxes(mask, na, [&](int i) { t[i] = AxisType::V(); });
+  Communicator& comm = ctx.Comm(mask);
+  int n = comm.size();
+  std::vector<bool> src(n), dst(n);
+  for (auto [s, d] : pairs) {
+    if (s < 0 || s >= n || d < 0 || d >= n || src[s] || dst[d]) {
+      OpFail("ppermute: invalid pair (", s, ",", d, ") for ", n,
+             " devices: each index at most once as source and once as destination");
+    }
+    src[s] = dst[d] = true;
+  }
+  Tensor out = Tensor::Empty(x.shape(), x.dtype());
+  Check(comm.Ppermute(x.tensor.raw_data(), out.raw_data(), x.numel(), DT(x.dtype()), pairs),
+        "ppermute", mask);
+  ctx.LogCollective("ppermute", mask, static_cast<int64_t>(x.tensor.nbytes()));
+  Value y(std::move(out), t);
+  if (NeedsTape(x)) {
+    std::vector<std::pair<int, int>> inv;
+    for (auto [s, d] : pairs) inv.push_back({d, s});
+    SpmdType xt = x.type;
+    RecordOp("ppermute", {&x}, y, [axes, inv, xt, mask](const Value& g, uint32_t, Value* d) {
+      Value r = ppermute(g, axes, inv);
+      for (int i = 0; i < xt.num_axes(); ++i) {
+        // Cotangent of an R primal promoted to V: a pending sum.
+        if ((mask & (1u << i)) && xt[i].kind == AxisKind::kR) r.type[i] = AxisType::P();
+        if ((mask & (1u << i)) && xt[i].kind == AxisKind::kV) r.type[i] = xt[i];
+      }
+      d[0] = r;
+    });
+  }
+  return y;
+}
+
+namespace {
+
+// Keeps x on group index `root` of mask, zeros elsewhere.
+Tensor KeepOnRoot(RankContext& ctx, const Tensor& x, AxisMask mask, int root) {
+  if (ctx.mesh().GroupIndex(ctx.rank(), mask) == root) return x;
+  return Tensor::Zeros(x.shape(), x.dtype());
+}
+
+}  // namespace
+
+Value broadcast(const Value& x, const Axes& axes, int root) {
+  AxisMask mask = ResolveAxes("broadcast", axes);
+  RankContext& ctx = RankContext::Get("broadcast");
+  const int na = ctx.mesh().num_axes();
+  SpmdType t = x.type;
+  if (Checked(ctx)) {
+    ForAxes(mask, na, [&](int i) {
+      AxisKind k = x.type[i].kind;
+      if (k == AxisKind::kP || k == AxisKind::kI) {
+        TypeFail("broadcast", i, absl::StrCat("takes R or V values, but x is ", KindName(k)),
+                 k == AxisKind::kP ? "resolve the partial sum with all_reduce instead"
+                                   : "x is already the same everywhere: drop the broadcast",
+                 {{"x", &x}});
+      }
+    });
+  }
+  ForAxes(mask, na, [&](int i) { t[i] = AxisType::R(); });
+  Communicator& comm = ctx.Comm(mask);
+  if (root < 0 || root >= comm.size()) {
+    OpFail("broadcast: root ", root, " out of range for ", comm.size(), " devices");
+  }
+  Tensor out = x.tensor.Clone();
+  Check(comm.Broadcast(out.raw_data(), out.numel(), DT(x.dtype()), root), "broadcast", mask);
+  ctx.LogCollective("broadcast", mask, static_cast<int64_t>(x.tensor.nbytes()));
+  Value y(std::move(out), t);
+  if (NeedsTape(x)) {
+    SpmdType xt = x.type;
+    RecordOp("broadcast", {&x}, y, [axes, mask, root, xt](const Value& g, uint32_t, Value* d) {
+      Value total = all_reduce(g, axes, To::kR);
+      RankContext& c = RankContext::Get("broadcast backward");
+      SpmdType dt = total.type;
+      for (int i = 0; i < dt.num_axes(); ++i) {
+        if (mask & (1u << i)) dt[i] = Dual(xt[i]);
+      }
+      d[0] = Value(KeepOnRoot(c, total.tensor, mask, root), dt);
+    });
+  }
+  return y;
+}
+
+Value convert(const Value& x, const Axes& axes, Convert c) {
+  AxisMask mask = ResolveAxes("convert", axes);
+  RankContext& ctx = RankContext::Get("convert");
+  const int na = ctx.mesh().num_axes();
+  SpmdType t = x.type;
+  AxisKind from = c == Convert::kIToR ? AxisKind::kI : AxisKind::kR;
+  const char* name = c == Convert::kIToR ? "convert(I->R)" : "convert(R->P)";
+  if (Checked(ctx)) {
+    ForAxes(mask, na, [&](int i) {
+      if (x.type[i].kind != from) {
+        TypeFail(name, i, absl::StrCat("takes ", KindName(from), ", but x is ",
+                                        KindName(x.type[i].kind)),
+                 "convert supports I->R and R->P; use reinterpret for V->P and the collectives "
+                 "(all_reduce, all_gather) for the other directions",
+                 {{"x", &x}});
+      }
+    });
+  }
+  ForAxes(mask, na, [&](int i) {
+    t[i] = c == Convert::kIToR ? AxisType::R() : AxisType::P();
+  });
+  Tensor out = c == Convert::kIToR ? x.tensor : KeepOnRoot(ctx, x.tensor, mask, 0);
+  Value y(std::move(out), t);
+  if (NeedsTape(x)) {
+    RecordOp(name, {&x}, y, [axes, c](const Value& g, uint32_t, Value* d) {
+      d[0] = c == Convert::kIToR ? all_reduce(g, axes, To::kI) : convert(g, axes, Convert::kRToP);
+    });
+  }
+  return y;
+}
+
+Value reinterpret(const Value& x, const Axes& axes) {
+  AxisMask mask = ResolveAxes("reinterpret", axes);
+  RankContext& ctx = RankContext::Get("reinterpret");
+  const int na = ctx.mesh().num_axes();
+  SpmdType t = x.type;
+  if (Checked(ctx)) {
+    ForAxes(mask, na, [&](int i) {
+      if (x.type[i].kind != AxisKind::kV) {
+        TypeFail("reinterpret(V->P)", i,
+                 absl::StrCat("takes V, but x is ", KindName(x.type[i].kind)),
+                 x.type[i].kind == AxisKind::kR
+                     ? "use convert(x, axis, Convert::kRToP) for a replicated value (it keeps one "
+                       "copy, not n)"
+                     : "only per-device values can be reinterpreted as addends of a sum",
+                 {{"x", &x}});
+      }
+    });
+  }
+  ForAxes(mask, na, [&](int i) { t[i] = AxisType::P(); });
+  Value y(x.tensor, t);
+  if (NeedsTape(x)) {
+    SpmdType xt = x.type;
+    RecordOp("reinterpret", {&x}, y, [mask, xt](const Value& g, uint32_t, Value* d) {
+      SpmdType dt = g.type;
+      if (RankContext::Get("reinterpret backward").checked()) {
+        for (int i = 0; i < dt.num_axes(); ++i) {
+          if ((mask & (1u << i)) && dt[i].kind != AxisKind::kR) {
+            Value gd = g;
+            TypeFail("reinterpret(V->P) backward", i, "the cotangent of a P value must be R",
+                     "this is an internal inconsistency; report it", {{"g", &gd}});
+          }
+        }
+      }
+      for (int i = 0; i < dt.num_axes(); ++i) {
+        if (mask & (1u << i)) dt[i] = xt[i];
+      }
+      d[0] = Value(g.tensor, dt);
+    });
+  }
+  return y;
+}
+
+int axis_index(const Axes& axes) {
+  AxisMask mask = ResolveAxes("axis_index", axes);
+  RankContext& ctx = RankContext::Get("axis_index");
+  return ctx.mesh().GroupIndex(ctx.rank(), mask);
+}
+
+Value axis_index_value(const Axes& axes, DType dtype) {
+  AxisMask mask = ResolveAxes("axis_index", axes);
+  RankContext& ctx = RankContext::Get("axis_index");
+  SpmdType t(ctx.mesh().num_axes());
+  ForAxes(mask, ctx.mesh().num_axes(), [&](int i) { t[i] = AxisType::V(); });
+  return Value(Tensor::Scalar(ctx.mesh().GroupIndex(ctx.rank(), mask), dtype), t);
+}
+
+}  // namespace shardmap

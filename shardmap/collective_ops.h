@@ -1,0 +1,86 @@
+// Typed collectives and casts (DESIGN.md section 4), each with its transpose for autograd.
+//
+//   Value y  = all_reduce(yp, "tp");                 // P -> R          bwd: all_reduce
+//   Value l  = all_reduce(lp, "tp", To::kI);         // P -> I          bwd: convert I->R (free)
+//   Value m  = all_reduce(v, {"dp", "tp"}, To::kR, ReduceKind::kMax);  // V -> R, grad to arg-max
+//   Value xf = all_gather(xs, 0, "tp");              // S0 -> R         bwd: reduce_scatter
+//   Value xs = reduce_scatter(yp, 0, "tp");          // P -> S0         bwd: all_gather
+//   Value z  = all_to_all(x, /*split_dim=*/1, /*concat_dim=*/0, "cp");  // S0 -> S1
+//   Value n  = ppermute(x, "pp", {{0, 1}, {1, 2}, {2, 0}});           // V -> V
+//   Value r  = convert(x, "tp", Convert::kIToR);     // I -> R          bwd: all_reduce P -> I
+//   Value p  = convert(x, "tp", Convert::kRToP);     // R -> P (value kept on tp index 0)
+//   Value q  = reinterpret(x, "dp");                 // V -> P (same bits, new meaning)
+//   int i    = axis_index("tp");
+//
+// Several axes at once act as one group ordered row-major in mesh order (first axis major),
+// matching how a spec dim split over several axes orders its blocks. Each op checks that its
+// input has the type the table requires on those axes (errors name the op, the operand, the axis
+// and the fix) and leaves the other axes' types alone.
+//
+// Settled here (DESIGN.md is silent):
+//   * all_reduce with kMean/kMax/kMin takes V (per-device values) to R/I; kSum takes P.
+//     kMean's transpose gives each device g/n (an all_reduce of the cotangent for To::kR);
+//     kMax/kMin send the cotangent to the device that holds the extreme value (lowest index on
+//     ties), found in the backward pass with one extra all_reduce(min).
+//   * all_to_all(x, split_dim, concat_dim) follows JAX: the local split_dim is cut into n chunks,
+//     chunk j goes to device j, received chunks are concatenated along concat_dim; so the input
+//     is S(concat_dim) (or V) and the output S(split_dim).
+//   * gathering/scattering some of the axes that shard a dim keeps S on the others only when the
+//     gathered axes are the minor ones (in mesh order); otherwise the others become V.
+//   * broadcast(x, axes, root): R or V -> R; transpose: the summed cotangent lands on the root.
+//   * split_sizes: uneven chunks (split_sizes[i] = the dim's length on group index i).
+#ifndef SHARDMAP_SHARDMAP_COLLECTIVE_OPS_H_
+#define SHARDMAP_SHARDMAP_COLLECTIVE_OPS_H_
+
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shardmap/mesh.h"
+#include "shardmap/value.h"
+
+namespace shardmap {
+
+// One or several mesh axes: "tp", {"dp", "tp"}.
+struct Axes {
+  Axes(const char* a) : names{a} {}
+  Axes(std::string a) : names{std::move(a)} {}
+  Axes(std::initializer_list<const char*> list) {
+    for (const char* a : list) names.emplace_back(a);
+  }
+  Axes(std::vector<std::string> list) : names(std::move(list)) {}
+  std::vector<std::string> names;
+};
+
+enum class To : uint8_t { kR, kI };
+enum class ReduceKind : uint8_t { kSum, kMean, kMax, kMin };
+enum class Convert : uint8_t { kIToR, kRToP };
+
+Value all_reduce(const Value& x, const Axes& axes, To to = To::kR,
+                 ReduceKind op = ReduceKind::kSum);
+Value all_gather(const Value& x, int dim, const Axes& axes, To to = To::kR);
+Value all_gather(const Value& x, int dim, const Axes& axes,
+                 const std::vector<int64_t>& split_sizes, To to = To::kR);
+Value reduce_scatter(const Value& x, int dim, const Axes& axes);
+Value reduce_scatter(const Value& x, int dim, const Axes& axes,
+                     const std::vector<int64_t>& split_sizes);
+Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes);
+// pairs (source, destination) of group indices along `axes`; a device that is no destination
+// gets zeros.
+Value ppermute(const Value& x, const Axes& axes, std::vector<std::pair<int, int>> pairs);
+Value broadcast(const Value& x, const Axes& axes, int root = 0);
+Value convert(const Value& x, const Axes& axes, Convert c);
+Value reinterpret(const Value& x, const Axes& axes);
+
+// This device's index along `axes` (row-major over them in mesh order).
+int axis_index(const Axes& axes);
+// The same, as a rank-0 tensor typed V on those axes (R elsewhere).
+Value axis_index_value(const Axes& axes, DType dtype = DType::kF32);
+
+// The mask of `axes` in the current context's mesh; OpError on unknown/repeated axes.
+AxisMask ResolveAxes(const char* op, const Axes& axes);
+
+}  // namespace shardmap
+
+#endif  // SHARDMAP_SHARDMAP_COLLECTIVE_OPS_H_

@@ -1,0 +1,147 @@
+// The per-rank context of SPMD code: the mesh, this rank's coordinates, the communicators per
+// axis set (split lazily on first use and cached), the type-checking mode, and a log of the
+// collectives issued (so tests can assert "one all-reduce forward and one backward per layer").
+//
+// It is thread-local: shard_map and RunSpmd install one on each rank-thread.
+//
+//   absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {
+//     int tp = ctx.coord(ctx.mesh().AxisIndex("tp"));
+//     ...typed ops and collectives...
+//   });
+//
+//   // One rank, no threads (overhead measurements, single-device runs): a mesh whose axes all
+//   // have size 1 and a trivial communicator.
+//   SingleRankContext one(*Mesh::Create({{"dp", 1}, {"tp", 1}}));
+//   Value y = gelu(x);   // runs on this thread
+//
+// Axis sets are used in the same order on every rank in SPMD code, so creating the communicator
+// of an axis set lazily (a collective Split over the world) is safe.
+#ifndef SHARDMAP_SHARDMAP_CONTEXT_H_
+#define SHARDMAP_SHARDMAP_CONTEXT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "collectives/communicator.h"
+#include "collectives/in_process.h"
+#include "shardmap/mesh.h"
+
+namespace shardmap {
+
+// kOn: every op evaluates its type rule and fails on a violation (the default).
+// kErased: no rule is evaluated; values carry a cheap kind-only summary (no S(d), no checks) that
+// only serves to seed the backward pass (see autograd/value_and_grad.h); numbers are bitwise the
+// same as with kOn.
+enum class TypeCheck : uint8_t { kOn, kErased };
+
+struct CollectiveRecord {
+  const char* op;     // "all_reduce", "all_gather", ...
+  AxisMask axes;
+  int64_t bytes;      // bytes this rank contributed
+  bool backward;      // issued while running the backward pass
+};
+
+struct SpmdOptions {
+  TypeCheck check = TypeCheck::kOn;
+  collectives::InProcessOptions comm;
+};
+
+class RankContext {
+ public:
+  RankContext(Mesh mesh, int rank, collectives::Communicator* world, TypeCheck check);
+  ~RankContext();
+  RankContext(const RankContext&) = delete;
+  RankContext& operator=(const RankContext&) = delete;
+
+  // The context of this thread, or nullptr.
+  static RankContext* Current() { return current_; }
+  // The context of this thread; throws OpError naming `op` when there is none.
+  static RankContext& Get(const char* op);
+
+  const Mesh& mesh() const { return mesh_; }
+  int rank() const { return rank_; }
+  int coord(int axis) const { return coords_[axis]; }
+  bool checked() const { return check_ == TypeCheck::kOn; }
+  TypeCheck check() const { return check_; }
+  void set_check(TypeCheck c) { check_ = c; }
+
+  // The communicator of this rank's group over `mask` (its rank is GroupIndex). Throws OpError.
+  collectives::Communicator& Comm(AxisMask mask);
+  collectives::Communicator& world() { return *world_; }
+
+  // Whether the backward pass is running (set by autograd); tags logged collectives.
+  bool in_backward() const { return in_backward_; }
+  void set_in_backward(bool b) { in_backward_ = b; }
+
+  void LogCollective(const char* op, AxisMask axes, int64_t bytes) {
+    log_.push_back({op, axes, bytes, in_backward_});
+  }
+  const std::vector<CollectiveRecord>& collective_log() const { return log_; }
+  void ClearCollectiveLog() { log_.clear(); }
+  // Number of logged collectives named `op` over `axes` in the given direction.
+  int CountCollectives(const char* op, AxisMask axes, bool backward) const;
+
+ private:
+  friend class ScopedRankContext;
+  static inline thread_local RankContext* current_ = nullptr;
+
+  Mesh mesh_;
+  int rank_;
+  std::vector<int> coords_;
+  collectives::Communicator* world_;
+  TypeCheck check_;
+  bool in_backward_ = false;
+  std::vector<std::unique_ptr<collectives::Communicator>> comms_;  // indexed by mask
+  std::vector<CollectiveRecord> log_;
+};
+
+// Installs ctx as this thread's context for the scope.
+class ScopedRankContext {
+ public:
+  explicit ScopedRankContext(RankContext* ctx) : prev_(RankContext::current_) {
+    RankContext::current_ = ctx;
+  }
+  ~ScopedRankContext() { RankContext::current_ = prev_; }
+  ScopedRankContext(const ScopedRankContext&) = delete;
+  ScopedRankContext& operator=(const ScopedRankContext&) = delete;
+
+ private:
+  RankContext* prev_;
+};
+
+// A context over one rank (every mesh axis must have size 1), installed on this thread for the
+// object's lifetime. No threads, no communication.
+class SingleRankContext {
+ public:
+  explicit SingleRankContext(Mesh mesh, TypeCheck check = TypeCheck::kOn);
+  ~SingleRankContext();
+  RankContext& ctx() { return *ctx_; }
+
+ private:
+  std::unique_ptr<collectives::Communicator> self_;
+  std::unique_ptr<RankContext> ctx_;
+  std::unique_ptr<ScopedRankContext> scope_;
+};
+
+// Runs body on mesh.size() in-process ranks, each with its RankContext installed. An OpError (or
+// another exception) thrown by a rank becomes that rank's Status; a failing rank poisons the world
+// so the others do not hang. Returns the first failure, annotated with its rank and coordinates.
+absl::Status RunSpmd(const Mesh& mesh, const std::function<void(RankContext&)>& body,
+                     const SpmdOptions& options = {});
+
+// Runs body with a RankContext over an existing communicator (the local view in a multi-process
+// program: comm is this process's world, comm.size() == mesh.size()).
+absl::Status RunOnCommunicator(collectives::Communicator& comm, const Mesh& mesh,
+                               const std::function<void(RankContext&)>& body,
+                               TypeCheck check = TypeCheck::kOn);
+
+// "rank 5 (dp=1,tp=2)"
+std::string RankDescription(const Mesh& mesh, int rank);
+
+}  // namespace shardmap
+
+#endif  // SHARDMAP_SHARDMAP_CONTEXT_H_

@@ -1,0 +1,56 @@
+// Helpers shared by the typed ops and collectives: context access, tape recording, and the
+// construction of type-error messages (built only on failure).
+#ifndef SHARDMAP_SHARDMAP_INTERNAL_TYPING_H_
+#define SHARDMAP_SHARDMAP_INTERNAL_TYPING_H_
+
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+#include "shardmap/context.h"
+#include "shardmap/tape_hook.h"
+#include "shardmap/value.h"
+
+namespace shardmap::internal {
+
+struct Operand {
+  const char* name;
+  const Value* value;
+};
+
+// "mul: <rule> on axis 'tp'. operands: a=f32[4,8]{tp:P}, b=f32[8]{tp:P}. Fix: <fix>"
+[[noreturn]] void TypeFail(const char* op, int axis, const std::string& rule,
+                           const std::string& fix, std::initializer_list<Operand> operands);
+
+std::string AxisName(int axis);
+
+inline bool NeedsTape(const Value& a) { return a.node >= 0 && CurrentRecorder() != nullptr; }
+inline bool NeedsTape(const Value& a, const Value& b) {
+  return (a.node >= 0 || b.node >= 0) && CurrentRecorder() != nullptr;
+}
+
+template <typename F>
+void RecordOp(const char* op, std::initializer_list<const Value*> inputs, Value& out, F&& vjp) {
+  CurrentRecorder()->Record(op, inputs, out, VjpFn(std::forward<F>(vjp)));
+}
+
+// Kind-only join for erased mode (max of kinds; no S dims, no checks). For programs that pass
+// the checks it agrees with the checked type on whether each axis is R, I or P/V.
+inline SpmdType ErasedJoin(const SpmdType& a, const SpmdType& b) {
+  SpmdType t(a.num_axes());
+  for (int i = 0; i < a.num_axes(); ++i) {
+    t[i].kind = a[i].kind > b[i].kind ? a[i].kind : b[i].kind;
+  }
+  return t;
+}
+
+// Drops S(d) knowledge (V stays V): for erased mode outputs.
+inline SpmdType ErasedUnary(const SpmdType& a) {
+  SpmdType t = a;
+  for (int i = 0; i < a.num_axes(); ++i) t[i].dim = -1;
+  return t;
+}
+
+}  // namespace shardmap::internal
+
+#endif  // SHARDMAP_SHARDMAP_INTERNAL_TYPING_H_

@@ -1,0 +1,820 @@
+#include "shardmap/ops.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "shardmap/context.h"
+#include "shardmap/internal/typing.h"
+#include "tensor/error.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/reduce.h"
+#include "tensor/ops/shape_ops.h"
+
+namespace shardmap {
+
+using internal::NeedsTape;
+using internal::RecordOp;
+using internal::TypeFail;
+
+// ---------------------------------------------------------------------------------------------
+// Value basics.
+
+Value Value::Replicated(Tensor t) {
+  RankContext& ctx = RankContext::Get("Value::Replicated");
+  return Value(std::move(t), SpmdType(ctx.mesh().num_axes(), AxisType::R()));
+}
+
+Value Value::Invariant(Tensor t) {
+  RankContext& ctx = RankContext::Get("Value::Invariant");
+  return Value(std::move(t), SpmdType(ctx.mesh().num_axes(), AxisType::I()));
+}
+
+Value Value::Scalar(double v, DType dtype) { return Replicated(Tensor::Scalar(v, dtype)); }
+
+std::string Value::ToString() const {
+  std::string s = tensor.defined() ? tensor.ShapeString() : "undefined";
+  RankContext* ctx = RankContext::Current();
+  if (ctx != nullptr) return s + type.ToString(ctx->mesh().axis_names());
+  return s + type.ToString({});
+}
+
+Value Value::matmul(const Value& b, bool ta, bool tb) const {
+  return shardmap::matmul(*this, b, ta, tb);
+}
+Value Value::T() const { return shardmap::transpose(*this, rank() - 2, rank() - 1); }
+Value Value::reshape(absl::Span<const int64_t> s) const { return shardmap::reshape(*this, s); }
+Value Value::transpose(int d0, int d1) const { return shardmap::transpose(*this, d0, d1); }
+Value Value::sum(const std::vector<int>& dims, bool keepdim) const {
+  return shardmap::sum(*this, dims, keepdim);
+}
+Value Value::mean(const std::vector<int>& dims, bool keepdim) const {
+  return shardmap::mean(*this, dims, keepdim);
+}
+
+namespace {
+
+bool Checked() { return RankContext::Get("typed op").checked(); }
+
+const char* KindWord(AxisKind k) {
+  switch (k) {
+    case AxisKind::kR: return "replicated (R)";
+    case AxisKind::kI: return "invariant (I)";
+    case AxisKind::kV: return "varying (V)";
+    case AxisKind::kP: return "partial (P)";
+  }
+  return "?";
+}
+
+// Maps an operand's S dim to the output dim under broadcasting, or -1 (plain V).
+int BroadcastDim(const Value& in, int d, const Shape& out) {
+  if (d < 0) return -1;
+  int off = static_cast<int>(out.size()) - in.rank();
+  if (in.shape()[d] == 1 && out[d + off] != 1) return -1;
+  return d + off;
+}
+
+// Elementwise binary rule. multilinear=false: linear (add/sub). divide: b is nonlinear.
+SpmdType BinaryType(const char* op, const Value& a, const Value& b, const Shape& out,
+                    bool multilinear, bool divide) {
+  if (!Checked()) return internal::ErasedJoin(a.type, b.type);
+  SpmdType t(a.type.num_axes());
+  for (int i = 0; i < t.num_axes(); ++i) {
+    AxisType x = a.type[i], y = b.type[i];
+    AxisKind kx = x.kind, ky = y.kind;
+    if (kx == AxisKind::kI || ky == AxisKind::kI) {
+      if (kx != ky) {
+        TypeFail(op, i,
+                 absl::StrCat("an invariant (I) value mixes with nothing else, but here it meets a ",
+                              KindWord(kx == AxisKind::kI ? ky : kx), " value"),
+                 "convert the I operand with convert(x, axis, I->R) first",
+                 {{"a", &a}, {"b", &b}});
+      }
+      t[i] = AxisType::I();
+      continue;
+    }
+    if (divide && ky == AxisKind::kP) {
+      TypeFail(op, i, "the divisor is a partial sum (P); division is nonlinear in the divisor",
+               "all_reduce the divisor first", {{"a", &a}, {"b", &b}});
+    }
+    if (kx == AxisKind::kP || ky == AxisKind::kP) {
+      if (!multilinear) {
+        if (kx != ky) {
+          TypeFail(op, i,
+                   absl::StrCat("adds a partial sum (P) to a ",
+                                KindWord(kx == AxisKind::kP ? ky : kx),
+                                " value: the non-P operand would be counted once per device (the "
+                                "'bias added before the all-reduce' bug)"),
+                   "all_reduce (or reduce_scatter) the P operand first, or add the other operand "
+                   "after the reduction",
+                   {{"a", &a}, {"b", &b}});
+        }
+        t[i] = AxisType::P();
+        continue;
+      }
+      if (kx == AxisKind::kP && ky == AxisKind::kP) {
+        TypeFail(op, i,
+                 "multiplies two partial sums (P*P): (sum_i a_i)(sum_j b_j) is not sum_i a_i b_i",
+                 "all_reduce one operand first", {{"a", &a}, {"b", &b}});
+      }
+      if (kx == AxisKind::kV || ky == AxisKind::kV) {
+        TypeFail(op, i, "multiplies a partial sum (P) by a varying (V) value",
+                 "all_reduce the P operand first", {{"a", &a}, {"b", &b}});
+      }
+      t[i] = AxisType::P();
+      continue;
+    }
+    if (kx == AxisKind::kR && ky == AxisKind::kR) {
+      t[i] = AxisType::R();
+      continue;
+    }
+    // At least one V, the other V or R (promoted).
+    int dx = kx == AxisKind::kV ? BroadcastDim(a, x.dim, out) : -2;
+    int dy = ky == AxisKind::kV ? BroadcastDim(b, y.dim, out) : -2;
+    int d;
+    if (dx == -2) {
+      d = dy;
+    } else if (dy == -2) {
+      d = dx;
+    } else {
+      d = dx == dy ? dx : -1;
+    }
+    t[i] = d >= 0 ? AxisType::Sharded(d) : AxisType::V();
+  }
+  return t;
+}
+
+SpmdType NonlinearType(const char* op, const Value& x) {
+  if (!Checked()) return x.type;
+  for (int i = 0; i < x.type.num_axes(); ++i) {
+    if (x.type[i].kind == AxisKind::kP) {
+      TypeFail(op, i,
+               absl::StrCat(op, " is nonlinear, so it cannot take a partial sum (P): f(sum x_i) "
+                                "!= sum f(x_i)"),
+               absl::StrCat("all_reduce(x, \"", internal::AxisName(i),
+                            "\") (or reduce_scatter) before ", op),
+               {{"x", &x}});
+    }
+  }
+  return x.type;
+}
+
+// Transpose of an implicit R -> V promotion: on axes where the primal was R and the cotangent
+// came out V, the cotangent is a pending sum (P), no communication.
+Value UnpromoteCotangent(Value g, const SpmdType& primal) {
+  for (int i = 0; i < primal.num_axes(); ++i) {
+    if (primal[i].kind == AxisKind::kR && g.type[i].kind == AxisKind::kV) {
+      g.type[i] = AxisType::P();
+    }
+  }
+  return g;
+}
+
+// A cotangent that came out R or I for a V primal is still a valid varying cotangent (the same
+// value on every device is one particular varying value).
+Value VaryCotangent(Value g, const SpmdType& primal) {
+  for (int i = 0; i < primal.num_axes(); ++i) {
+    if (primal[i].kind == AxisKind::kV &&
+        (g.type[i].kind == AxisKind::kR || g.type[i].kind == AxisKind::kI)) {
+      g.type[i] = primal[i];
+    }
+  }
+  return g;
+}
+
+Value BinaryGradTo(const Value& g, const Value& primal) {
+  Value r = g.shape() == primal.shape() ? g : sum_to_shape(g, primal.shape());
+  return UnpromoteCotangent(std::move(r), primal.type);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise.
+
+Value add(const Value& a, const Value& b) {
+  Tensor t = Add(a.tensor, b.tensor);
+  SpmdType ty = BinaryType("add", a, b, t.shape(), false, false);
+  Value out(std::move(t), ty);
+  if (NeedsTape(a, b)) {
+    RecordOp("add", {&a, &b}, out, [a, b](const Value& g, uint32_t need, Value* d) {
+      if (need & 1) d[0] = BinaryGradTo(g, a);
+      if (need & 2) d[1] = BinaryGradTo(g, b);
+    });
+  }
+  return out;
+}
+
+Value sub(const Value& a, const Value& b) {
+  Tensor t = Sub(a.tensor, b.tensor);
+  SpmdType ty = BinaryType("sub", a, b, t.shape(), false, false);
+  Value out(std::move(t), ty);
+  if (NeedsTape(a, b)) {
+    RecordOp("sub", {&a, &b}, out, [a, b](const Value& g, uint32_t need, Value* d) {
+      if (need & 1) d[0] = BinaryGradTo(g, a);
+      if (need & 2) d[1] = BinaryGradTo(neg(g), b);
+    });
+  }
+  return out;
+}
+
+Value mul(const Value& a, const Value& b) {
+  Tensor t = Mul(a.tensor, b.tensor);
+  SpmdType ty = BinaryType("mul", a, b, t.shape(), true, false);
+  Value out(std::move(t), ty);
+  if (NeedsTape(a, b)) {
+    RecordOp("mul", {&a, &b}, out, [a, b](const Value& g, uint32_t need, Value* d) {
+      if (need & 1) d[0] = BinaryGradTo(g * b, a);
+      if (need & 2) d[1] = BinaryGradTo(g * a, b);
+    });
+  }
+  return out;
+}
+
+Value div(const Value& a, const Value& b) {
+  Tensor t = Div(a.tensor, b.tensor);
+  SpmdType ty = BinaryType("div", a, b, t.shape(), true, true);
+  Value out(std::move(t), ty);
+  if (NeedsTape(a, b)) {
+    Value o = out;
+    RecordOp("div", {&a, &b}, out, [a, b, o](const Value& g, uint32_t need, Value* d) {
+      if (need & 1) d[0] = BinaryGradTo(g / b, a);
+      // d(a/b)/db = -(a/b)/b; o is a/b without its tape slot.
+      if (need & 2) d[1] = BinaryGradTo(neg(g * Value(o.tensor, o.type) / b), b);
+    });
+  }
+  return out;
+}
+
+Value neg(const Value& a) {
+  Value out(Neg(a.tensor), a.type);
+  if (NeedsTape(a)) {
+    RecordOp("neg", {&a}, out, [](const Value& g, uint32_t, Value* d) { d[0] = neg(g); });
+  }
+  return out;
+}
+
+Value add_scalar(const Value& a, double s) {
+  if (Checked()) {
+    for (int i = 0; i < a.type.num_axes(); ++i) {
+      if (a.type[i].kind == AxisKind::kP) {
+        TypeFail("add_scalar", i,
+                 "adds a constant to a partial sum (P): it would be added once per device",
+                 "all_reduce x first", {{"x", &a}});
+      }
+    }
+  }
+  Value out(AddScalar(a.tensor, s), a.type);
+  if (NeedsTape(a)) {
+    RecordOp("add_scalar", {&a}, out, [](const Value& g, uint32_t, Value* d) { d[0] = g; });
+  }
+  return out;
+}
+
+Value mul_scalar(const Value& a, double s) {
+  Value out(MulScalar(a.tensor, s), a.type);
+  if (NeedsTape(a)) {
+    RecordOp("mul_scalar", {&a}, out,
+             [s](const Value& g, uint32_t, Value* d) { d[0] = mul_scalar(g, s); });
+  }
+  return out;
+}
+
+namespace {
+
+// Backward kernels: multilinear in dy with the primal-derived operand acting as an R factor of
+// the same type as the primal.
+SpmdType GradKernelType(const char* op, const Value& x, const Value& dy) {
+  return BinaryType(op, x, dy, dy.shape(), true, false);
+}
+
+}  // namespace
+
+Value relu_grad(const Value& x, const Value& dy) {
+  return Value(ReluGrad(x.tensor, dy.tensor), GradKernelType("relu_grad", x, dy));
+}
+Value gelu_grad(const Value& x, const Value& dy, GeluApprox approx) {
+  return Value(GeluGrad(x.tensor, dy.tensor, approx), GradKernelType("gelu_grad", x, dy));
+}
+Value silu_grad(const Value& x, const Value& dy) {
+  return Value(SiluGrad(x.tensor, dy.tensor), GradKernelType("silu_grad", x, dy));
+}
+Value tanh_grad(const Value& y, const Value& dy) {
+  return Value(TanhGrad(y.tensor, dy.tensor), GradKernelType("tanh_grad", y, dy));
+}
+
+// The primal value without its tape slot, for capture in VJPs (no cycles, no re-recording).
+static Value Detached(const Value& v) { return Value(v.tensor, v.type); }
+
+Value exp(const Value& x) {
+  Value out(Exp(x.tensor), NonlinearType("exp", x));
+  if (NeedsTape(x)) {
+    Value y = Detached(out);
+    RecordOp("exp", {&x}, out, [y](const Value& g, uint32_t, Value* d) { d[0] = g * y; });
+  }
+  return out;
+}
+
+Value log(const Value& x) {
+  Value out(Log(x.tensor), NonlinearType("log", x));
+  if (NeedsTape(x)) {
+    Value xd = Detached(x);
+    RecordOp("log", {&x}, out, [xd](const Value& g, uint32_t, Value* d) { d[0] = g / xd; });
+  }
+  return out;
+}
+
+Value tanh(const Value& x) {
+  Value out(Tanh(x.tensor), NonlinearType("tanh", x));
+  if (NeedsTape(x)) {
+    Value y = Detached(out);
+    RecordOp("tanh", {&x}, out,
+             [y](const Value& g, uint32_t, Value* d) { d[0] = tanh_grad(y, g); });
+  }
+  return out;
+}
+
+Value relu(const Value& x) {
+  Value out(Relu(x.tensor), NonlinearType("relu", x));
+  if (NeedsTape(x)) {
+    Value xd = Detached(x);
+    RecordOp("relu", {&x}, out,
+             [xd](const Value& g, uint32_t, Value* d) { d[0] = relu_grad(xd, g); });
+  }
+  return out;
+}
+
+Value sqrt(const Value& x) {
+  Value out(Sqrt(x.tensor), NonlinearType("sqrt", x));
+  if (NeedsTape(x)) {
+    Value y = Detached(out);
+    RecordOp("sqrt", {&x}, out,
+             [y](const Value& g, uint32_t, Value* d) { d[0] = mul_scalar(g / y, 0.5); });
+  }
+  return out;
+}
+
+Value gelu(const Value& x, GeluApprox approx) {
+  Value out(Gelu(x.tensor, approx), NonlinearType("gelu", x));
+  if (NeedsTape(x)) {
+    Value xd = Detached(x);
+    RecordOp("gelu", {&x}, out, [xd, approx](const Value& g, uint32_t, Value* d) {
+      d[0] = gelu_grad(xd, g, approx);
+    });
+  }
+  return out;
+}
+
+Value silu(const Value& x) {
+  Value out(Silu(x.tensor), NonlinearType("silu", x));
+  if (NeedsTape(x)) {
+    Value xd = Detached(x);
+    RecordOp("silu", {&x}, out,
+             [xd](const Value& g, uint32_t, Value* d) { d[0] = silu_grad(xd, g); });
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matmul.
+
+namespace {
+
+struct MatmulDims {
+  int a_contract, a_free, b_contract, b_free, out_rank;
+  bool batched;
+};
+
+MatmulDims GetMatmulDims(const Value& a, const Value& b, bool ta, bool tb) {
+  MatmulDims m;
+  int ar = a.rank(), br = b.rank();
+  m.a_contract = ta ? ar - 2 : ar - 1;
+  m.a_free = ta ? ar - 1 : ar - 2;
+  m.b_contract = tb ? br - 1 : br - 2;
+  m.b_free = tb ? br - 2 : br - 1;
+  m.out_rank = ar;
+  m.batched = br > 2;
+  return m;
+}
+
+SpmdType MatmulType(const Value& a, const Value& b, bool ta, bool tb) {
+  if (!Checked()) return internal::ErasedJoin(a.type, b.type);
+  MatmulDims m = GetMatmulDims(a, b, ta, tb);
+  SpmdType t(a.type.num_axes());
+  for (int i = 0; i < t.num_axes(); ++i) {
+    AxisType x = a.type[i], y = b.type[i];
+    AxisKind kx = x.kind, ky = y.kind;
+    if (kx == AxisKind::kI || ky == AxisKind::kI) {
+      if (kx != ky) {
+        TypeFail("matmul", i,
+                 absl::StrCat("an invariant (I) value mixes with nothing else, but here it meets a ",
+                              KindWord(kx == AxisKind::kI ? ky : kx), " value"),
+                 "convert the I operand with convert(x, axis, I->R) first",
+                 {{"a", &a}, {"b", &b}});
+      }
+      t[i] = AxisType::I();
+      continue;
+    }
+    if (kx == AxisKind::kP || ky == AxisKind::kP) {
+      if (kx == AxisKind::kP && ky == AxisKind::kP) {
+        TypeFail("matmul", i,
+                 "multiplies two partial sums (P*P): (sum_i a_i)(sum_j b_j) is not sum_i a_i b_i",
+                 "all_reduce one operand first", {{"a", &a}, {"b", &b}});
+      }
+      if (kx == AxisKind::kV || ky == AxisKind::kV) {
+        TypeFail("matmul", i, "multiplies a partial sum (P) by a varying (V) value",
+                 "all_reduce the P operand first (or reduce_scatter it to S and keep both V)",
+                 {{"a", &a}, {"b", &b}});
+      }
+      t[i] = AxisType::P();
+      continue;
+    }
+    if (kx == AxisKind::kR && ky == AxisKind::kR) {
+      t[i] = AxisType::R();
+      continue;
+    }
+    // Map each operand's S dim to its role.
+    auto role_a = [&](int d) -> int {  // output dim, or -3 for contracting, -1 unknown
+      if (d < 0) return -1;
+      if (d == m.a_contract) return -3;
+      if (d == m.a_free) return m.out_rank - 2;
+      return d;  // batch/leading dim
+    };
+    auto role_b = [&](int d) -> int {
+      if (d < 0) return -1;
+      if (d == m.b_contract) return -3;
+      if (d == m.b_free) return m.out_rank - 1;
+      return m.batched ? d : -1;
+    };
+    int ra = kx == AxisKind::kV ? role_a(x.dim) : -2;
+    int rb = ky == AxisKind::kV ? role_b(y.dim) : -2;
+    if (ra == -3 && rb == -3) {
+      t[i] = AxisType::P();  // row-parallel: contracting a dim both operands shard
+    } else if (ra == -3 || rb == -3) {
+      t[i] = AxisType::V();
+    } else if (ra == -2) {
+      t[i] = rb >= 0 ? AxisType::Sharded(rb) : AxisType::V();
+    } else if (rb == -2) {
+      t[i] = ra >= 0 ? AxisType::Sharded(ra) : AxisType::V();
+    } else {
+      t[i] = (ra >= 0 && ra == rb) ? AxisType::Sharded(ra) : AxisType::V();
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+Value matmul(const Value& a, const Value& b, bool ta, bool tb) {
+  Value out(Matmul(a.tensor, b.tensor, ta, tb), MatmulType(a, b, ta, tb));
+  if (NeedsTape(a, b)) {
+    Value ad = Detached(a), bd = Detached(b);
+    RecordOp("matmul", {&a, &b}, out, [ad, bd, ta, tb](const Value& g, uint32_t need, Value* d) {
+      if (need & 1) {
+        Value da = ta ? matmul(bd, g, tb, true) : matmul(g, bd, false, !tb);
+        d[0] = UnpromoteCotangent(std::move(da), ad.type);
+      }
+      if (need & 2) {
+        Value db;
+        if (bd.rank() == 2 && ad.rank() > 2) {
+          Value a2 = reshape(ad, {-1, ad.dim(-1)});
+          Value g2 = reshape(g, {-1, g.dim(-1)});
+          db = tb ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
+        } else {
+          db = tb ? matmul(g, ad, true, ta) : matmul(ad, g, !ta, false);
+        }
+        d[1] = UnpromoteCotangent(std::move(db), bd.type);
+      }
+    });
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions.
+
+namespace {
+
+std::vector<int> NormalizeDims(const std::vector<int>& dims, int rank) {
+  std::vector<int> out;
+  if (dims.empty()) {
+    out.resize(rank);
+    std::iota(out.begin(), out.end(), 0);
+    return out;
+  }
+  for (int d : dims) out.push_back(d < 0 ? d + rank : d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// partial: sharded reduced dims give P (sum_partial); otherwise they are an error naming `op`.
+SpmdType ReduceType(const char* op, const Value& x, const std::vector<int>& nd, bool keepdim,
+                    bool partial, bool linear) {
+  if (!Checked()) {
+    SpmdType t = internal::ErasedUnary(x.type);
+    if (partial) {
+      for (int i = 0; i < t.num_axes(); ++i) {
+        if (t[i].kind == AxisKind::kV) t[i].kind = AxisKind::kP;
+      }
+    }
+    return t;
+  }
+  SpmdType t = x.type;
+  for (int i = 0; i < t.num_axes(); ++i) {
+    AxisType a = x.type[i];
+    if (!linear && a.kind == AxisKind::kP) NonlinearType(op, x);
+    if (!a.is_sharded()) continue;
+    bool reduced = std::binary_search(nd.begin(), nd.end(), static_cast<int>(a.dim));
+    if (reduced) {
+      if (!partial) {
+        TypeFail(op, i,
+                 absl::StrCat("reduces dim ", static_cast<int>(a.dim),
+                              ", which is sharded (S", static_cast<int>(a.dim),
+                              "): a plain reduction would silently ignore the other shards"),
+                 linear ? "call sum_partial(x, dims) to get the pending sum (P), then all_reduce "
+                          "or reduce_scatter it; or all_gather x first"
+                        : "all_gather x over that axis first",
+                 {{"x", &x}});
+      }
+      t[i] = AxisType::P();
+    } else if (!keepdim) {
+      int shift = 0;
+      for (int r : nd) shift += r < a.dim ? 1 : 0;
+      t[i] = AxisType::Sharded(a.dim - shift);
+    }
+  }
+  return t;
+}
+
+Shape KeepdimShape(const Shape& in, const std::vector<int>& nd) {
+  Shape s = in;
+  for (int d : nd) s[d] = 1;
+  return s;
+}
+
+}  // namespace
+
+Value sum(const Value& x, const std::vector<int>& dims, bool keepdim) {
+  std::vector<int> nd = NormalizeDims(dims, x.rank());
+  Value out(Sum(x.tensor, nd, keepdim), ReduceType("sum", x, nd, keepdim, false, true));
+  if (NeedsTape(x)) {
+    Shape ks = KeepdimShape(x.shape(), nd);
+    Shape xs = x.shape();
+    RecordOp("sum", {&x}, out, [ks, xs](const Value& g, uint32_t, Value* d) {
+      d[0] = broadcast_to(reshape(g, ks), xs);
+    });
+  }
+  return out;
+}
+
+Value sum_partial(const Value& x, const std::vector<int>& dims, bool keepdim) {
+  std::vector<int> nd = NormalizeDims(dims, x.rank());
+  Value out(Sum(x.tensor, nd, keepdim), ReduceType("sum_partial", x, nd, keepdim, true, true));
+  if (NeedsTape(x)) {
+    Shape ks = KeepdimShape(x.shape(), nd);
+    Shape xs = x.shape();
+    SpmdType xt = x.type;
+    RecordOp("sum_partial", {&x}, out, [ks, xs, xt](const Value& g, uint32_t, Value* d) {
+      // The cotangent of a P axis is R: every shard gets the same gradient (a valid V).
+      d[0] = VaryCotangent(broadcast_to(reshape(g, ks), xs), xt);
+    });
+  }
+  return out;
+}
+
+Value mean(const Value& x, const std::vector<int>& dims, bool keepdim) {
+  std::vector<int> nd = NormalizeDims(dims, x.rank());
+  int64_t count = 1;
+  for (int d : nd) count *= x.dim(d);
+  Value out(Mean(x.tensor, nd, keepdim), ReduceType("mean", x, nd, keepdim, false, true));
+  if (NeedsTape(x)) {
+    Shape ks = KeepdimShape(x.shape(), nd);
+    Shape xs = x.shape();
+    double scale = 1.0 / static_cast<double>(count);
+    RecordOp("mean", {&x}, out, [ks, xs, scale](const Value& g, uint32_t, Value* d) {
+      d[0] = broadcast_to(reshape(mul_scalar(g, scale), ks), xs);
+    });
+  }
+  return out;
+}
+
+Value sum_to_shape(const Value& dy, absl::Span<const int64_t> shape) {
+  int off = dy.rank() - static_cast<int>(shape.size());
+  std::vector<int> nd;
+  for (int d = 0; d < dy.rank(); ++d) {
+    if (d < off || (shape[d - off] == 1 && dy.dim(d) != 1)) nd.push_back(d);
+  }
+  SpmdType t = ReduceType("sum_to_shape", dy, nd, true, true, true);
+  // Re-index S dims from dy's rank to shape's rank.
+  for (int i = 0; i < t.num_axes(); ++i) {
+    if (t[i].is_sharded()) t[i] = AxisType::Sharded(t[i].dim - off);
+  }
+  return Value(SumToShape(dy.tensor, shape), t);
+}
+
+Value broadcast_to(const Value& x, absl::Span<const int64_t> shape) {
+  if (x.shape() == Shape(shape.begin(), shape.end())) return Detached(x);
+  Tensor z = Tensor::Zeros(shape, x.dtype());
+  Tensor t = Add(z, x.tensor);
+  SpmdType ty = x.type;
+  int off = static_cast<int>(shape.size()) - x.rank();
+  for (int i = 0; i < ty.num_axes(); ++i) {
+    if (ty[i].is_sharded()) {
+      int d = BroadcastDim(x, ty[i].dim, t.shape());
+      ty[i] = d >= 0 ? AxisType::Sharded(d) : AxisType::V();
+    }
+  }
+  (void)off;
+  return Value(std::move(t), ty);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layout.
+
+namespace {
+
+// Maps an S dim through a reshape: kept when it is the major dim of its group of merged/split
+// dims (so each device's block stays a contiguous block of the new major dim); -1 otherwise.
+int ReshapeDim(const Shape& in, const Shape& out, int d) {
+  size_t i = 0, j = 0;
+  while (i < in.size() || j < out.size()) {
+    // Skip size-1 dims that stand alone.
+    size_t gi = i, gj = j;
+    int64_t pi = i < in.size() ? in[i++] : 1;
+    int64_t pj = j < out.size() ? out[j++] : 1;
+    while (pi != pj) {
+      if (pi < pj) {
+        if (i >= in.size()) return -1;
+        pi *= in[i++];
+      } else {
+        if (j >= out.size()) return -1;
+        pj *= out[j++];
+      }
+    }
+    if (static_cast<int>(gi) <= d && d < static_cast<int>(i)) {
+      return static_cast<int>(gi) == d && gj < out.size() ? static_cast<int>(gj) : -1;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+Value reshape(const Value& x, absl::Span<const int64_t> shape) {
+  Tensor t = x.tensor.Reshape(shape);
+  SpmdType ty = x.type;
+  if (Checked()) {
+    for (int i = 0; i < ty.num_axes(); ++i) {
+      if (ty[i].is_sharded()) {
+        int d = ReshapeDim(x.shape(), t.shape(), ty[i].dim);
+        ty[i] = d >= 0 ? AxisType::Sharded(d) : AxisType::V();
+      }
+    }
+  } else {
+    ty = internal::ErasedUnary(ty);
+  }
+  Value out(std::move(t), ty);
+  if (NeedsTape(x)) {
+    Shape xs = x.shape();
+    RecordOp("reshape", {&x}, out,
+             [xs](const Value& g, uint32_t, Value* d) { d[0] = reshape(g, xs); });
+  }
+  return out;
+}
+
+Value permute(const Value& x, const std::vector<int>& perm) {
+  Tensor t = Permute(x.tensor, perm);
+  SpmdType ty = x.type;
+  for (int i = 0; i < ty.num_axes(); ++i) {
+    if (ty[i].is_sharded()) {
+      for (int k = 0; k < static_cast<int>(perm.size()); ++k) {
+        int p = perm[k] < 0 ? perm[k] + x.rank() : perm[k];
+        if (p == ty[i].dim) {
+          ty[i] = AxisType::Sharded(k);
+          break;
+        }
+      }
+    }
+  }
+  Value out(std::move(t), ty);
+  if (NeedsTape(x)) {
+    std::vector<int> inv(perm.size());
+    for (size_t k = 0; k < perm.size(); ++k) {
+      inv[perm[k] < 0 ? perm[k] + x.rank() : perm[k]] = static_cast<int>(k);
+    }
+    RecordOp("permute", {&x}, out,
+             [inv](const Value& g, uint32_t, Value* d) { d[0] = permute(g, inv); });
+  }
+  return out;
+}
+
+Value transpose(const Value& x, int d0, int d1) {
+  std::vector<int> perm(x.rank());
+  std::iota(perm.begin(), perm.end(), 0);
+  if (d0 < 0) d0 += x.rank();
+  if (d1 < 0) d1 += x.rank();
+  if (d0 < 0 || d1 < 0 || d0 >= x.rank() || d1 >= x.rank()) {
+    OpFail("transpose: dims ", d0, ",", d1, " out of range for ", x.ToString());
+  }
+  std::swap(perm[d0], perm[d1]);
+  return permute(x, perm);
+}
+
+Value slice(const Value& x, int dim, int64_t start, int64_t length) {
+  if (dim < 0) dim += x.rank();
+  Tensor t = Slice(x.tensor, dim, start, length);
+  SpmdType ty = x.type;
+  for (int i = 0; i < ty.num_axes(); ++i) {
+    if (ty[i].is_sharded() && ty[i].dim == dim) ty[i] = AxisType::V();
+  }
+  Value out(std::move(t), ty);
+  if (NeedsTape(x)) {
+    Shape xs = x.shape();
+    SpmdType xt = x.type;
+    RecordOp("slice", {&x}, out, [xs, xt, dim, start](const Value& g, uint32_t, Value* d) {
+      Tensor z = Tensor::Zeros(xs, g.dtype());
+      SliceAssign(z, dim, start, g.tensor);
+      SpmdType gt = g.type;
+      for (int i = 0; i < gt.num_axes(); ++i) {
+        if (xt[i].is_sharded() && gt[i].kind == AxisKind::kV) gt[i] = xt[i];
+      }
+      d[0] = Value(std::move(z), gt);
+    });
+  }
+  return out;
+}
+
+Value concat(const std::vector<Value>& parts, int dim) {
+  if (parts.empty()) OpFail("concat: no parts");
+  if (dim < 0) dim += parts[0].rank();
+  std::vector<Tensor> ts;
+  ts.reserve(parts.size());
+  for (const Value& p : parts) ts.push_back(p.tensor);
+  Tensor t = Concat(ts, dim);
+  SpmdType ty = parts[0].type;
+  for (size_t k = 1; k < parts.size(); ++k) {
+    ty = BinaryType("concat", Value(parts[0].tensor, ty), parts[k], t.shape(), false, false);
+  }
+  for (int i = 0; i < ty.num_axes(); ++i) {
+    if (ty[i].is_sharded() && ty[i].dim == dim) ty[i] = AxisType::V();
+  }
+  Value out(std::move(t), ty);
+  bool any = false;
+  for (const Value& p : parts) any |= p.node >= 0;
+  if (any && CurrentRecorder() != nullptr) {
+    std::vector<Value> ps;
+    for (const Value& p : parts) ps.push_back(Detached(p));
+    // The recorder takes an initializer_list: record pairwise-free by nesting is not possible,
+    // so concat records through a small fixed-arity list (up to 8 parts); more parts are folded.
+    if (parts.size() > 8) {
+      std::vector<Value> head(parts.begin(), parts.begin() + 7);
+      std::vector<Value> tail(parts.begin() + 7, parts.end());
+      head.push_back(concat(tail, dim));
+      return concat(head, dim);
+    }
+    const Value* p[8] = {};
+    for (size_t k = 0; k < parts.size(); ++k) p[k] = &parts[k];
+    auto vjp = [ps, dim](const Value& g, uint32_t need, Value* d) {
+      int64_t off = 0;
+      for (size_t k = 0; k < ps.size(); ++k) {
+        int64_t len = ps[k].dim(dim);
+        if (need & (1u << k)) {
+          Value s = slice(g, dim, off, len);
+          for (int i = 0; i < s.type.num_axes(); ++i) {
+            if (ps[k].type[i].kind == AxisKind::kR && s.type[i].kind == AxisKind::kV) {
+              s.type[i] = AxisType::P();
+            } else if (ps[k].type[i].is_sharded() && s.type[i].kind == AxisKind::kV) {
+              s.type[i] = ps[k].type[i];
+            }
+          }
+          d[k] = s;
+        }
+        off += len;
+      }
+    };
+    switch (parts.size()) {
+      case 1: RecordOp("concat", {p[0]}, out, vjp); break;
+      case 2: RecordOp("concat", {p[0], p[1]}, out, vjp); break;
+      case 3: RecordOp("concat", {p[0], p[1], p[2]}, out, vjp); break;
+      case 4: RecordOp("concat", {p[0], p[1], p[2], p[3]}, out, vjp); break;
+      case 5: RecordOp("concat", {p[0], p[1], p[2], p[3], p[4]}, out, vjp); break;
+      case 6: RecordOp("concat", {p[0], p[1], p[2], p[3], p[4], p[5]}, out, vjp); break;
+      case 7: RecordOp("concat", {p[0], p[1], p[2], p[3], p[4], p[5], p[6]}, out, vjp); break;
+      default:
+        RecordOp("concat", {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]}, out, vjp);
+    }
+  }
+  return out;
+}
+
+Value cast(const Value& x, DType dtype) {
+  Value out(Cast(x.tensor, dtype), x.type);
+  if (NeedsTape(x)) {
+    DType from = x.dtype();
+    RecordOp("cast", {&x}, out,
+             [from](const Value& g, uint32_t, Value* d) { d[0] = cast(g, from); });
+  }
+  return out;
+}
+
+}  // namespace shardmap

@@ -1,0 +1,129 @@
+#include "shardmap/shard_map.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "shardmap/sharding.h"
+#include "tensor/error.h"
+
+namespace shardmap {
+
+ShardMap::ShardMap(ShardFn fn, Mesh mesh, std::vector<PartitionSpec> in_specs,
+                   std::vector<PartitionSpec> out_specs, ShardMapOptions options)
+    : fn_(std::move(fn)), mesh_(std::move(mesh)), in_specs_(std::move(in_specs)),
+      out_specs_(std::move(out_specs)), options_(std::move(options)) {}
+
+absl::Status ShardMap::ValidateGlobal(const std::vector<Tensor>& inputs) const {
+  if (inputs.size() != in_specs_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("shard_map got ", inputs.size(),
+                                                   " inputs but has ", in_specs_.size(),
+                                                   " in_specs"));
+  }
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (!inputs[k].defined()) {
+      return absl::InvalidArgumentError(absl::StrCat("shard_map input ", k, " is undefined"));
+    }
+    if (!in_specs_[k].unreduced().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "in_spec ", in_specs_[k].ToString(), " of input ", k,
+          " has unreduced axes; a whole input cannot be a pending sum"));
+    }
+    absl::Status s = in_specs_[k].Validate(mesh_, inputs[k].shape(), absl::StrCat("input ", k));
+    if (!s.ok()) return s;
+  }
+  for (size_t k = 0; k < out_specs_.size(); ++k) {
+    absl::Status s = out_specs_[k].ValidateAxes(mesh_, absl::StrCat("output ", k));
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+std::vector<Value> ShardMap::TypeLocalInputs(const std::vector<Tensor>& local) const {
+  if (local.size() != in_specs_.size()) {
+    OpFail("shard_map got ", local.size(), " local inputs but has ", in_specs_.size(),
+           " in_specs");
+  }
+  std::vector<Value> vals;
+  vals.reserve(local.size());
+  for (size_t k = 0; k < local.size(); ++k) {
+    std::string what = absl::StrCat("input ", k);
+    absl::Status s = in_specs_[k].ValidateAxes(mesh_, what);
+    if (s.ok() && in_specs_[k].size() > local[k].rank()) {
+      s = absl::InvalidArgumentError(absl::StrCat("spec ", in_specs_[k].ToString(), " of ", what,
+                                                  " has more dims than the local shard ",
+                                                  local[k].ShapeString()));
+    }
+    if (!s.ok()) throw OpError(s);
+    vals.emplace_back(local[k], in_specs_[k].InputType(mesh_, options_.unnamed_input_type));
+  }
+  return vals;
+}
+
+void ShardMap::CheckOutputs(const std::vector<Value>& outputs) const {
+  if (outputs.size() != out_specs_.size()) {
+    OpFail("shard_map's function returned ", outputs.size(), " outputs but there are ",
+           out_specs_.size(), " out_specs");
+  }
+  RankContext& ctx = RankContext::Get("shard_map");
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (!outputs[k].defined()) OpFail("shard_map output ", k, " is undefined");
+    if (ctx.checked()) {
+      CheckOutputType(outputs[k], mesh_, out_specs_[k], absl::StrCat("output ", k));
+    }
+  }
+  if (options_.check_replication) CheckReplicationAtRuntime(outputs, "shard_map output");
+}
+
+std::vector<Value> ShardMap::CallLocal(const std::vector<Tensor>& local_inputs) const {
+  RankContext& ctx = RankContext::Get("shard_map (local view)");
+  if (!(ctx.mesh() == mesh_)) {
+    OpFail("shard_map (local view): the running program's mesh is ", ctx.mesh().ShortString(),
+           " but this shard_map is over ", mesh_.ShortString());
+  }
+  std::vector<Value> outs = fn_(TypeLocalInputs(local_inputs));
+  CheckOutputs(outs);
+  return outs;
+}
+
+absl::StatusOr<std::vector<Tensor>> ShardMap::operator()(const std::vector<Tensor>& inputs) const {
+  if (absl::Status s = ValidateGlobal(inputs); !s.ok()) return s;
+  const int n = mesh_.size();
+  std::vector<std::vector<Tensor>> locals(n);
+  std::vector<SpmdType> types;
+  absl::Mutex mu;
+  SpmdOptions sopts{options_.check, options_.comm};
+  absl::Status s = RunSpmd(
+      mesh_,
+      [&](RankContext& ctx) {
+        std::vector<Tensor> mine;
+        for (size_t k = 0; k < inputs.size(); ++k) {
+          mine.push_back(ShardOf(inputs[k], mesh_, in_specs_[k], ctx.rank()));
+        }
+        std::vector<Value> outs = fn_(TypeLocalInputs(mine));
+        CheckOutputs(outs);
+        for (const Value& v : outs) locals[ctx.rank()].push_back(v.tensor);
+        if (ctx.rank() == 0) {
+          absl::MutexLock lock(&mu);
+          for (const Value& v : outs) types.push_back(v.type);
+          if (options_.collective_log) *options_.collective_log = ctx.collective_log();
+        }
+      },
+      sopts);
+  if (!s.ok()) return s;
+  std::vector<Tensor> result;
+  for (size_t k = 0; k < out_specs_.size(); ++k) {
+    std::vector<Tensor> per_rank(n);
+    for (int r = 0; r < n; ++r) per_rank[r] = locals[r][k];
+    SpmdType t = types[k];
+    if (options_.check == TypeCheck::kErased) {
+      // Types are not tracked: assemble from the spec alone.
+      t = SpmdType(mesh_.num_axes(), AxisType::R());
+      for (const std::string& a : out_specs_[k].unreduced()) t[mesh_.AxisIndex(a)] = AxisType::P();
+    }
+    absl::StatusOr<Tensor> g = Assemble(mesh_, out_specs_[k], per_rank, t);
+    if (!g.ok()) return g.status();
+    result.push_back(*std::move(g));
+  }
+  return result;
+}
+
+}  // namespace shardmap

@@ -1,0 +1,111 @@
+// shard_map: run a per-device function over a mesh, with typed inputs and checked outputs.
+//
+// API at a glance: a Megatron MLP (tp = 3) forward and backward, in the global view.
+//
+//   #include "autograd/value_and_grad.h"    // value_and_grad(ShardMap)
+//   #include "shardmap/collective_ops.h"    // all_reduce, all_gather, ...
+//   #include "shardmap/ops.h"               // gelu, matmul, sum_partial, operators
+//   #include "shardmap/shard_map.h"
+//   using namespace shardmap;
+//
+//   Mesh mesh = *Mesh::Create({{"tp", 3}});
+//   // Per-device code: x is R, w1 is S1 (column-parallel), w2 is S0 (row-parallel).
+//   ShardFn mlp = [](const std::vector<Value>& in) -> std::vector<Value> {
+//     const Value& x = in[0]; const Value& w1 = in[1]; const Value& w2 = in[2];
+//     Value y = all_reduce(gelu(x.matmul(w1)).matmul(w2), "tp");   // one all-reduce
+//     Value loss = sum(y * y, {});                                  // R on tp
+//     return {loss, y};
+//   };
+//   ShardMap f = shard_map(mlp, mesh,
+//                          /*in_specs=*/{P(), P(None, "tp"), P("tp", None)},
+//                          /*out_specs=*/{P(), P()});
+//   // Forward only: whole tensors in, whole tensors out.
+//   absl::StatusOr<std::vector<Tensor>> out = f({x, w1, w2});
+//   // Forward + backward: gradients of the whole inputs, assembled per in_specs.
+//   absl::StatusOr<ShardMapGrads> r = value_and_grad(f)({x, w1, w2});
+//   //   r->outputs[0]: the loss; r->grads[1]: dloss/dw1 as a whole [d, h] tensor.
+//   //   Forward issued one all_reduce over tp, backward one (the transpose of all_reduce);
+//   //   x's gradient (P on tp) is summed at the boundary.
+//
+// Inputs: an axis named in an in_spec at dim d types the input S(d) on it; an axis not named
+// gives R (or I with options.unnamed_input_type). Outputs are checked (sharding.h,
+// CheckOutputType): an axis not named in the out_spec must be R or I, an unreduced axis P.
+//
+// Local view: inside an SPMD program already running per rank (RunSpmd, RunOnCommunicator, or a
+// multi-process launcher), CallLocal takes this rank's shards, checks them against the specs and
+// the mesh, types them, runs fn and checks its outputs:
+//
+//   RunSpmd(mesh, [&](RankContext& ctx) {
+//     std::vector<Value> y = f.CallLocal({x_local, w1_local, w2_local});
+//   });
+//
+// Errors inside fn (type errors, shape errors, collective failures) come back from the global
+// call as a Status naming the rank; the failing rank poisons the world so others never hang.
+#ifndef SHARDMAP_SHARDMAP_SHARD_MAP_H_
+#define SHARDMAP_SHARDMAP_SHARD_MAP_H_
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "shardmap/context.h"
+#include "shardmap/mesh.h"
+#include "shardmap/partition_spec.h"
+#include "shardmap/value.h"
+
+namespace shardmap {
+
+using ShardFn = std::function<std::vector<Value>(const std::vector<Value>&)>;
+
+struct ShardMapOptions {
+  TypeCheck check = TypeCheck::kOn;
+  // Type of input axes not named in the in_spec: R (default, gradients stay pending sums) or I.
+  AxisType unnamed_input_type = AxisType::R();
+  // After fn, verify at runtime that outputs typed R/I are identical across their axes.
+  bool check_replication = false;
+  collectives::InProcessOptions comm;
+  // When set, receives rank 0's log of collectives (forward and backward) of the last call.
+  std::vector<CollectiveRecord>* collective_log = nullptr;
+};
+
+class ShardMap {
+ public:
+  ShardMap(ShardFn fn, Mesh mesh, std::vector<PartitionSpec> in_specs,
+           std::vector<PartitionSpec> out_specs, ShardMapOptions options = {});
+
+  // Global view: whole tensors in, whole tensors out.
+  absl::StatusOr<std::vector<Tensor>> operator()(const std::vector<Tensor>& inputs) const;
+
+  // Local view (per-device code; throws OpError): this rank's shards in, typed outputs out.
+  std::vector<Value> CallLocal(const std::vector<Tensor>& local_inputs) const;
+
+  // Validates the global inputs against the in_specs and the out_specs' axes.
+  absl::Status ValidateGlobal(const std::vector<Tensor>& inputs) const;
+  // Types this rank's inputs (shards); throws OpError on a shape that does not fit the spec.
+  std::vector<Value> TypeLocalInputs(const std::vector<Tensor>& local_inputs) const;
+  // Checks fn's outputs against the out_specs (count and types; runtime replication if asked).
+  void CheckOutputs(const std::vector<Value>& outputs) const;
+
+  const ShardFn& fn() const { return fn_; }
+  const Mesh& mesh() const { return mesh_; }
+  const std::vector<PartitionSpec>& in_specs() const { return in_specs_; }
+  const std::vector<PartitionSpec>& out_specs() const { return out_specs_; }
+  const ShardMapOptions& options() const { return options_; }
+
+ private:
+  ShardFn fn_;
+  Mesh mesh_;
+  std::vector<PartitionSpec> in_specs_;
+  std::vector<PartitionSpec> out_specs_;
+  ShardMapOptions options_;
+};
+
+inline ShardMap shard_map(ShardFn fn, Mesh mesh, std::vector<PartitionSpec> in_specs,
+                          std::vector<PartitionSpec> out_specs, ShardMapOptions options = {}) {
+  return ShardMap(std::move(fn), std::move(mesh), std::move(in_specs), std::move(out_specs),
+                  std::move(options));
+}
+
+}  // namespace shardmap
+
+#endif  // SHARDMAP_SHARDMAP_SHARD_MAP_H_

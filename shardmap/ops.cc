@@ -520,9 +520,15 @@ SpmdType ReduceType(const char* op, const Value& x, const std::vector<int>& nd, 
     return t;
   }
   SpmdType t = x.type;
+  const bool all_dims = static_cast<int>(nd.size()) == x.rank();
   for (int i = 0; i < t.num_axes(); ++i) {
     AxisType a = x.type[i];
     if (!linear && a.kind == AxisKind::kP) NonlinearType(op, x);
+    // Summing every element of a V value of unknown layout: the local share of the total.
+    if (partial && all_dims && a.kind == AxisKind::kV && !a.is_sharded()) {
+      t[i] = AxisType::P();
+      continue;
+    }
     if (!a.is_sharded()) continue;
     bool reduced = std::binary_search(nd.begin(), nd.end(), static_cast<int>(a.dim));
     if (reduced) {
@@ -625,7 +631,15 @@ Value broadcast_to(const Value& x, absl::Span<const int64_t> shape) {
     }
   }
   (void)off;
-  return Value(std::move(t), ty);
+  Value out(std::move(t), ty);
+  if (NeedsTape(x)) {
+    Shape xs = x.shape();
+    SpmdType xt = x.type;
+    RecordOp("broadcast_to", {&x}, out, [xs, xt](const Value& g, uint32_t, Value* d) {
+      d[0] = UnpromoteCotangent(sum_to_shape(g, xs), xt);
+    });
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -70,7 +70,8 @@ Value matmul(const Value& a, const Value& b, bool trans_a = false, bool trans_b 
 Value sum(const Value& x, const std::vector<int>& dims, bool keepdim = false);
 Value mean(const Value& x, const std::vector<int>& dims, bool keepdim = false);
 // Sums over dims, some of which may be sharded: on each axis holding one of them as S(d), the
-// result is P (the local share of the global sum). dims = {} sums everything.
+// result is P (the local share of the global sum). dims = {} sums everything; summing every dim
+// of a V value of unknown layout also gives P (the local share of the total over devices).
 Value sum_partial(const Value& x, const std::vector<int>& dims, bool keepdim = false);
 
 Value reshape(const Value& x, absl::Span<const int64_t> shape);

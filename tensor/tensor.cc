@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tensor/error.h"
+#include "tensor/internal/cpu_allocator.h"
 
 namespace shardmap {
 
@@ -20,18 +21,20 @@ int64_t NumElements(absl::Span<const int64_t> shape) {
 }
 
 std::shared_ptr<Storage> Storage::AllocateCpu(size_t nbytes) {
-  std::shared_ptr<Storage> s(new Storage());
-  const size_t rounded = (nbytes + 63) / 64 * 64;
-  s->data_ = rounded == 0 ? nullptr : std::aligned_alloc(64, rounded);
-  if (rounded != 0 && s->data_ == nullptr) {
-    throw OpError(absl::ResourceExhaustedError(
-        absl::StrCat("could not allocate ", nbytes, " bytes of CPU memory")));
-  }
+  std::shared_ptr<Storage> s = std::make_shared<Storage>(Key());
   s->nbytes_ = nbytes;
+  if (nbytes <= kInlineBytes) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(s->inline_);
+    s->data_ = s->inline_ + ((64 - at % 64) % 64);
+    return s;
+  }
+  s->data_ = internal::AllocateAligned(nbytes);
   return s;
 }
 
-Storage::~Storage() { std::free(data_); }
+Storage::~Storage() {
+  if (nbytes_ > kInlineBytes) internal::FreeAligned(data_, nbytes_);
+}
 
 Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype) {
   for (size_t i = 0; i < shape.size(); ++i) {

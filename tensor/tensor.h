@@ -37,10 +37,20 @@ struct Device {
   bool operator!=(const Device& o) const { return !(*this == o); }
 };
 
-// Owns one allocation. CPU storage is 64-byte aligned.
+// Owns one allocation. CPU storage is 64-byte aligned. Buffers of up to kInlineBytes live inside
+// the Storage object itself, so a small tensor costs one heap allocation (Storage and its
+// shared_ptr control block together), not three.
 class Storage {
+  class Key {  // lets std::make_shared call the constructor, but only from Storage
+    friend class Storage;
+    Key() = default;
+  };
+
  public:
+  static constexpr size_t kInlineBytes = 64;
+
   static std::shared_ptr<Storage> AllocateCpu(size_t nbytes);
+  explicit Storage(Key) {}
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -50,10 +60,11 @@ class Storage {
   Device device() const { return device_; }
 
  private:
-  Storage() = default;
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
+  // Over-sized by 63 so a 64-byte-aligned window fits without an over-aligned (slower) new.
+  unsigned char inline_[kInlineBytes + 63];
 };
 
 class Tensor {

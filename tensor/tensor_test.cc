@@ -5,6 +5,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tensor/error.h"
+#include "tensor/internal/cpu_allocator.h"
 
 namespace shardmap {
 namespace {
@@ -127,9 +128,27 @@ TEST(TensorTest, CatchOpErrorPassesOkAndWrapsOtherExceptions) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("boom"));
 }
 
-TEST(TensorTest, StorageIsAligned) {
-  const Tensor t = Tensor::Zeros({3, 5});
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % 64, 0u);
+TEST(TensorTest, StorageIsAlignedForEverySize) {
+  // Inline (<= 64 bytes), heap and cached-large sizes.
+  for (int64_t n : {1, 3, 16, 17, 100, 1000, 300000, 1 << 20}) {
+    const Tensor t = Tensor::Full({n}, 2.0);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % 64, 0u) << n;
+    EXPECT_EQ(t.at(n - 1), 2.0);
+  }
+}
+
+TEST(TensorTest, LargeBlocksAreCachedAndReused) {
+  const size_t before = internal::CachedBytes();
+  const void* first;
+  {
+    const Tensor big = Tensor::Zeros({3 << 20}, DType::kI32);  // 12 MiB: cached when freed
+    first = big.raw_data();
+  }
+  EXPECT_GE(internal::CachedBytes(), before + (size_t{12} << 20));
+  const Tensor again = Tensor::Zeros({3 << 20}, DType::kI32);
+  EXPECT_EQ(again.raw_data(), first);
+  EXPECT_EQ(internal::CachedBytes(), before);
+  EXPECT_EQ(again.at((3 << 20) - 1), 0.0);  // a reused block is still initialised by Zeros
 }
 
 }  // namespace

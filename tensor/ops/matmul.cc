@@ -13,23 +13,21 @@ namespace {
 
 // Below this many multiply-adds a plain loop beats the BLAS call's fixed cost (dispatch,
 // packing), which dominates tiny products such as 4x4.
-constexpr int64_t kSmallGemmFlops = 16 * 16 * 16;
+constexpr int64_t kSmallGemmFlops = 4 * 4 * 4;
 
-// C[m,n] = op(A) op(B), row-major; lda/ldb are the row strides of A and B as stored.
+// C[m,n] = op(A) op(B), row-major; lda/ldb are the row strides of A and B as stored. The
+// transposes become strides, and each output is one register accumulator: independent dot
+// products overlap in the CPU, where accumulating rows in memory would chain store-to-load.
 template <typename T>
-void SmallGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
-               const T* b, int64_t ldb, T* c) {
+void SmallGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* __restrict a,
+               int64_t lda, const T* __restrict b, int64_t ldb, T* __restrict c) {
+  const int64_t ai = ta ? 1 : lda, ap = ta ? lda : 1;  // A(i, p) = a[i * ai + p * ap]
+  const int64_t bp = tb ? 1 : ldb, bj = tb ? ldb : 1;  // B(p, j) = b[p * bp + j * bj]
   for (int64_t i = 0; i < m; ++i) {
-    T* crow = c + i * n;
-    for (int64_t j = 0; j < n; ++j) crow[j] = T(0);
-    for (int64_t p = 0; p < k; ++p) {
-      const T av = ta ? a[p * lda + i] : a[i * lda + p];
-      if (tb) {
-        for (int64_t j = 0; j < n; ++j) crow[j] += av * b[j * ldb + p];
-      } else {
-        const T* brow = b + p * ldb;
-        for (int64_t j = 0; j < n; ++j) crow[j] += av * brow[j];
-      }
+    for (int64_t j = 0; j < n; ++j) {
+      T acc = T(0);
+      for (int64_t p = 0; p < k; ++p) acc += a[i * ai + p * ap] * b[p * bp + j * bj];
+      c[i * n + j] = acc;
     }
   }
 }

@@ -119,6 +119,14 @@ std::string Describe(const CallDesc& d) {
   return absl::StrCat(OpName(d.op), "(", args, ") call #", d.seq);
 }
 
+int HardwareThreads() {
+  static const int n = std::max(1u, std::thread::hardware_concurrency());
+  return n;
+}
+
+// Yields rather than pauses: on a loaded machine the peer we wait for may need this core.
+inline void CpuRelax() { std::this_thread::yield(); }
+
 class Group;
 
 struct Slot {
@@ -258,8 +266,22 @@ class Group {
       std::fill(here_.begin(), here_.end(), 0);
       std::fill(busy_.begin(), busy_.end(), 1);  // everyone may now read peers' buffers
       ++generation_;
+      generation_atomic_.store(generation_, std::memory_order_release);
       cv_.notify_all();
       return absl::OkStatus();
+    }
+    // With a core per rank, a short spin beats a futex sleep and wake-up (tens of microseconds
+    // per barrier); with more ranks than cores spinning would only steal the peers' time.
+    if (size() <= HardwareThreads()) {
+      l.unlock();
+      const absl::Time spin_until = absl::Now() + absl::Microseconds(30);
+      bool done = false;
+      while (!(done = generation_atomic_.load(std::memory_order_acquire) != gen) &&
+             !world_->poisoned() && absl::Now() < spin_until) {
+        CpuRelax();
+      }
+      if (done) return absl::OkStatus();
+      l.lock();
     }
     absl::Status s = WaitLocked(
         l, deadline, [&] { return generation_ != gen; }, what,
@@ -368,6 +390,7 @@ class Group {
   std::condition_variable cv_;
   int arrived_ = 0;
   uint64_t generation_ = 0;
+  std::atomic<uint64_t> generation_atomic_{0};  // generation_, for spinning without the lock
   std::vector<char> here_;  // arrived at the current barrier
   std::vector<char> busy_;  // passed a barrier and not yet at the next one or out of the call
   std::vector<std::array<Slot, 2>> slots_;  // slots_[r] written by r before a barrier only

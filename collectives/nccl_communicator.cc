@@ -1,0 +1,623 @@
+#include "collectives/nccl_communicator.h"
+
+#include "absl/strings/str_cat.h"
+#include "collectives/distributed_env.h"
+
+#if SHARDMAP_HAS_CUDA
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
+#include "collectives/internal/cuda_check.h"
+#include "collectives/internal/status_macros.h"
+#endif
+
+namespace shardmap::collectives {
+
+#if !SHARDMAP_HAS_CUDA
+
+bool NcclCompiledIn() { return false; }
+
+namespace {
+absl::Status NotCompiledIn() {
+  return absl::UnimplementedError(
+      "the NCCL backend was built without the CUDA toolkit (CUDA_PATH pointed nowhere); "
+      "rebuild where CUDA is installed, or use RunInProcess");
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore&,
+                                                                     const NcclOptions&) {
+  return NotCompiledIn();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicatorFromEnv(const NcclOptions&) {
+  return NotCompiledIn();
+}
+
+#else  // SHARDMAP_HAS_CUDA
+
+bool NcclCompiledIn() { return true; }
+
+namespace {
+
+absl::StatusOr<ncclDataType_t> ToNccl(DataType t) {
+  switch (t) {
+    case DataType::kF32: return ncclFloat32;
+    case DataType::kF64: return ncclFloat64;
+    case DataType::kBF16: return ncclBfloat16;
+    case DataType::kF16: return ncclFloat16;
+    case DataType::kI32: return ncclInt32;
+    case DataType::kI64: return ncclInt64;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("invalid DataType value ", static_cast<int>(t)));
+}
+
+absl::StatusOr<ncclRedOp_t> ToNccl(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kProd: return ncclProd;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kAvg: return ncclAvg;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("invalid ReduceOp value ", static_cast<int>(op)));
+}
+
+// Shared by a world communicator and every communicator split from it: one failure aborts all.
+struct NcclWorld {
+  std::mutex mu;
+  bool poisoned = false;
+  absl::Status why;
+};
+
+ncclConfig_t NonBlockingConfig() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+std::vector<size_t> Offsets(absl::Span<const size_t> counts) {
+  std::vector<size_t> off(counts.size() + 1, 0);
+  for (size_t i = 0; i < counts.size(); ++i) off[i + 1] = off[i] + counts[i];
+  return off;
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, int device, cudaStream_t stream, bool owns_stream,
+                   absl::Duration timeout, std::shared_ptr<NcclWorld> world, std::string name)
+      : comm_(comm),
+        device_(device),
+        stream_(stream),
+        owns_stream_(owns_stream),
+        timeout_(timeout),
+        world_(std::move(world)),
+        name_(std::move(name)) {
+    ncclCommUserRank(comm_, &rank_);
+    ncclCommCount(comm_, &size_);
+  }
+
+  ~NcclCommunicator() override {
+    cudaSetDevice(device_);
+    if (comm_ != nullptr) {
+      bool poisoned;
+      {
+        std::lock_guard<std::mutex> l(world_->mu);
+        poisoned = world_->poisoned;
+      }
+      if (poisoned) {
+        ncclCommAbort(comm_);
+      } else {
+        // Finalize flushes outstanding work (non-blocking: poll), then destroy.
+        ncclCommFinalize(comm_);
+        const absl::Time deadline = absl::Now() + timeout_;
+        ncclResult_t st = ncclInProgress;
+        while (ncclCommGetAsyncError(comm_, &st) == ncclSuccess && st == ncclInProgress &&
+               absl::Now() < deadline) {
+          std::this_thread::yield();
+        }
+        if (st == ncclSuccess) {
+          ncclCommDestroy(comm_);
+        } else {
+          ncclCommAbort(comm_);
+        }
+      }
+    }
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    if (owns_stream_) cudaStreamDestroy(stream_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return name_; }
+  MemorySpace memory_space() const override {
+    return MemorySpace{/*device=*/true, device_, stream_};
+  }
+
+  absl::Status AllReduce(const void* send, void* recv, size_t count, DataType dtype,
+                         ReduceOp op) override {
+    const std::string what = Describe("AllReduce", dtype, count, ReduceOpName(op));
+    return Run(what, [&]() -> absl::Status {
+      SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
+      SM_COLL_ASSIGN_OR_RETURN(ncclRedOp_t o, ToNccl(op));
+      SM_NCCL_RETURN_IF_ERROR(ncclAllReduce(send, recv, count, t, o, comm_, stream_), comm_);
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status AllGather(const void* send, void* recv, size_t send_count,
+                         DataType dtype) override {
+    return Run(Describe("AllGather", dtype, send_count), [&]() -> absl::Status {
+      SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
+      SM_NCCL_RETURN_IF_ERROR(ncclAllGather(send, recv, send_count, t, comm_, stream_), comm_);
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType dtype,
+                             ReduceOp op) override {
+    return Run(Describe("ReduceScatter", dtype, recv_count, ReduceOpName(op)),
+               [&]() -> absl::Status {
+                 SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
+                 SM_COLL_ASSIGN_OR_RETURN(ncclRedOp_t o, ToNccl(op));
+                 SM_NCCL_RETURN_IF_ERROR(
+                     ncclReduceScatter(send, recv, recv_count, t, o, comm_, stream_), comm_);
+                 return absl::OkStatus();
+               });
+  }
+
+  absl::Status AllToAll(const void* send, void* recv, size_t count, DataType dtype) override {
+    return Run(Describe("AllToAll", dtype, count), [&]() -> absl::Status {
+      SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
+      const size_t bytes = count * size_ * DataTypeSize(dtype);
+      if (send == recv && bytes > 0) {  // NCCL has no in-place all-to-all: stage the input
+        SM_COLL_ASSIGN_OR_RETURN(void* staged, Scratch(bytes));
+        SM_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(staged, send, bytes, cudaMemcpyDeviceToDevice, stream_));
+        send = staged;
+      }
+      SM_NCCL_RETURN_IF_ERROR(ncclAlltoAll(send, recv, count, t, comm_, stream_), comm_);
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status AllGatherV(const void* send, void* recv, absl::Span<const size_t> counts,
+                          DataType dtype) override {
+    return Run(Describe("AllGatherV", dtype, 0), [&]() -> absl::Status {
+      SM_COLL_RETURN_IF_ERROR(CheckCounts(counts, "counts"));
+      SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
+      const size_t esz = DataTypeSize(dtype);
+      const std::vector<size_t> off = Offsets(counts);
+      char* out = static_cast<char*>(recv);
+      if (counts[rank_] > 0 && out + off[rank_] * esz != send) {
+        SM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out + off[rank_] * esz, send,
+                                                counts[rank_] * esz, cudaMemcpyDeviceToDevice,
+                                                stream_));
+      }
+      SM_NCCL_RETURN_IF_ERROR(ncclGroupStart(), comm_);
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_) continue;
+        if (counts[rank_] > 0) {
+          SM_NCCL_RETURN_IF_ERROR(ncclSend(send, counts[rank_], t, p, comm_, stream_), comm_);
+        }
+        if (counts[p] > 0) {
+          SM_NCCL_RETURN_IF_ERROR(
+              ncclRecv(out + off[p] * esz, counts[p], t, p, comm_, stream_), comm_);
+        }
+      }
+      SM_NCCL_RETURN_IF_ERROR(ncclGroupEnd(), comm_);
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status ReduceScatterV(const void* send, void* recv, absl::Span<const size_t> counts,
+                              DataType dtype, ReduceOp op) override {
+    return Run(Describe("ReduceScatterV", dtype, 0, ReduceOpName(op)), [&]() -> absl::Status {
+      SM_COLL_RETURN_IF_ERROR(CheckCounts(counts, "counts"));
+      SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
+      SM_COLL_ASSIGN_OR_RETURN(ncclRedOp_t o, ToNccl(op));
+      const size_t esz = DataTypeSize(dtype);
+      const std::vector<size_t> off = Offsets(counts);
+      // One reduce per destination rank, grouped so NCCL runs them together.
+      SM_NCCL_RETURN_IF_ERROR(ncclGroupStart(), comm_);
+      for (int r = 0; r < size_; ++r) {
+        if (counts[r] == 0) continue;
+        SM_NCCL_RETURN_IF_ERROR(
+            ncclReduce(static_cast<const char*>(send) + off[r] * esz, r == rank_ ? recv : nullptr,
+                       counts[r], t, o, r, comm_, stream_),
+            comm_);
+      }
+      SM_NCCL_RETURN_IF_ERROR(ncclGroupEnd(), comm_);
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status AllToAllV(const void* send, absl::Span<const size_t> send_counts, void* recv,
+                         absl::Span<const size_t> recv_counts, DataType dtype) override {
+    return Run(Describe("AllToAllV", dtype, 0), [&]() -> absl::Status {
+      SM_COLL_RETURN_IF_ERROR(CheckCounts(send_counts, "send_counts"));
+      SM_COLL_RETURN_IF_ERROR(CheckCounts(recv_counts, "recv_counts"));
+      SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
+      const size_t esz = DataTypeSize(dtype);
+      const std::vector<size_t> soff = Offsets(send_counts), roff = Offsets(recv_counts);
+      if (send == recv && soff.back() > 0) {
+        SM_COLL_ASSIGN_OR_RETURN(void* staged, Scratch(soff.back() * esz));
+        SM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staged, send, soff.back() * esz,
+                                                cudaMemcpyDeviceToDevice, stream_));
+        send = staged;
+      }
+      const char* in = static_cast<const char*>(send);
+      char* out = static_cast<char*>(recv);
+      if (send_counts[rank_] != recv_counts[rank_]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "this rank sends ", send_counts[rank_], " elements to itself but expects ",
+            recv_counts[rank_]));
+      }
+      if (send_counts[rank_] > 0) {
+        SM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out + roff[rank_] * esz, in + soff[rank_] * esz,
+                                                send_counts[rank_] * esz,
+                                                cudaMemcpyDeviceToDevice, stream_));
+      }
+      SM_NCCL_RETURN_IF_ERROR(ncclGroupStart(), comm_);
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_) continue;
+        if (send_counts[p] > 0) {
+          SM_NCCL_RETURN_IF_ERROR(
+              ncclSend(in + soff[p] * esz, send_counts[p], t, p, comm_, stream_), comm_);
+        }
+        if (recv_counts[p] > 0) {
+          SM_NCCL_RETURN_IF_ERROR(
+              ncclRecv(out + roff[p] * esz, recv_counts[p], t, p, comm_, stream_), comm_);
+        }
+      }
+      SM_NCCL_RETURN_IF_ERROR(ncclGroupEnd(), comm_);
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status Broadcast(void* buffer, size_t count, DataType dtype, int root) override {
+    return Run(Describe("Broadcast", dtype, count), [&]() -> absl::Status {
+      if (root < 0 || root >= size_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("root ", root, " is not a rank of this group of ", size_));
+      }
+      SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
+      SM_NCCL_RETURN_IF_ERROR(ncclBroadcast(buffer, buffer, count, t, root, comm_, stream_),
+                              comm_);
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status Send(const void* buffer, size_t count, DataType dtype, int peer) override {
+    return Run(absl::StrCat(Describe("Send", dtype, count), " to rank ", peer),
+               [&]() -> absl::Status {
+                 SM_COLL_RETURN_IF_ERROR(CheckPeer(peer));
+                 SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
+                 SM_NCCL_RETURN_IF_ERROR(ncclSend(buffer, count, t, peer, comm_, stream_), comm_);
+                 return absl::OkStatus();
+               });
+  }
+
+  absl::Status Recv(void* buffer, size_t count, DataType dtype, int peer) override {
+    return Run(absl::StrCat(Describe("Recv", dtype, count), " from rank ", peer),
+               [&]() -> absl::Status {
+                 SM_COLL_RETURN_IF_ERROR(CheckPeer(peer));
+                 SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
+                 SM_NCCL_RETURN_IF_ERROR(ncclRecv(buffer, count, t, peer, comm_, stream_), comm_);
+                 return absl::OkStatus();
+               });
+  }
+
+  absl::Status Ppermute(const void* send, void* recv, size_t count, DataType dtype,
+                        absl::Span<const std::pair<int, int>> pairs) override {
+    return Run(Describe("Ppermute", dtype, count), [&]() -> absl::Status {
+      SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
+      std::vector<char> is_src(size_, 0), is_dst(size_, 0);
+      int from = -1, to = -1;
+      for (const auto& [s, d] : pairs) {
+        if (s < 0 || s >= size_ || d < 0 || d >= size_) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("pair (", s, ", ", d, ") names a rank outside [0, ", size_, ")"));
+        }
+        if (is_src[s]++ || is_dst[d]++) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "pair (", s, ", ", d, ") repeats a rank; each rank may appear at most once as a "
+              "source and once as a destination"));
+        }
+        if (s == rank_) to = d;
+        if (d == rank_) from = s;
+      }
+      const size_t bytes = count * DataTypeSize(dtype);
+      if (bytes == 0) return absl::OkStatus();
+      if (send == recv && to >= 0 && to != rank_) {
+        SM_COLL_ASSIGN_OR_RETURN(void* staged, Scratch(bytes));
+        SM_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(staged, send, bytes, cudaMemcpyDeviceToDevice, stream_));
+        send = staged;
+      }
+      if (from < 0) {
+        SM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(recv, 0, bytes, stream_));
+      } else if (from == rank_) {
+        if (send != recv) {
+          SM_CUDA_RETURN_IF_ERROR(
+              cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, stream_));
+        }
+      }
+      SM_NCCL_RETURN_IF_ERROR(ncclGroupStart(), comm_);
+      if (to >= 0 && to != rank_) {
+        SM_NCCL_RETURN_IF_ERROR(ncclSend(send, count, t, to, comm_, stream_), comm_);
+      }
+      if (from >= 0 && from != rank_) {
+        SM_NCCL_RETURN_IF_ERROR(ncclRecv(recv, count, t, from, comm_, stream_), comm_);
+      }
+      SM_NCCL_RETURN_IF_ERROR(ncclGroupEnd(), comm_);
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status Barrier() override {
+    return Run("Barrier()", [&]() -> absl::Status {
+      SM_COLL_ASSIGN_OR_RETURN(void* one, Scratch(sizeof(float)));
+      SM_NCCL_RETURN_IF_ERROR(
+          ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, comm_, stream_), comm_);
+      return absl::OkStatus();
+    });
+  }
+
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
+    const std::string what = absl::StrCat("Split(color=", color, ", key=", key, ")");
+    ncclComm_t child = nullptr;
+    absl::Status s = Run(what, [&]() -> absl::Status {
+      ncclConfig_t config = NonBlockingConfig();
+      SM_NCCL_RETURN_IF_ERROR(
+          ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config),
+          comm_);
+      return absl::OkStatus();
+    }, /*also_wait_for=*/&child);
+    if (!s.ok()) return s;
+    if (child == nullptr) return std::unique_ptr<Communicator>();
+    return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(
+        child, device_, stream_, /*owns_stream=*/false, timeout_, world_,
+        absl::StrCat(name_, "/split(color=", color, ")")));
+  }
+
+ private:
+  std::string Describe(const char* op, DataType dtype, size_t count,
+                       const char* reduce = nullptr) const {
+    return absl::StrCat(op, "(", DataTypeName(dtype), ", count=", count,
+                        reduce ? absl::StrCat(", ", reduce) : std::string(), ")");
+  }
+
+  absl::Status CheckCounts(absl::Span<const size_t> counts, const char* which) const {
+    if (counts.size() != static_cast<size_t>(size_)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          which, " has ", counts.size(), " entries but the group has ", size_, " ranks"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckPeer(int peer) const {
+    if (peer < 0 || peer >= size_ || peer == rank_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("peer must be another rank of this group of ", size_));
+    }
+    return absl::OkStatus();
+  }
+
+  // A device buffer of at least `bytes`, reused across calls (only touched on our stream).
+  absl::StatusOr<void*> Scratch(size_t bytes) {
+    if (bytes > scratch_bytes_) {
+      if (scratch_ != nullptr) {
+        SM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+        SM_CUDA_RETURN_IF_ERROR(cudaFree(scratch_));
+        scratch_ = nullptr;
+      }
+      SM_CUDA_RETURN_IF_ERROR(cudaMalloc(&scratch_, bytes));
+      scratch_bytes_ = bytes;
+    }
+    return scratch_;
+  }
+
+  // Polls the communicator (and `other`, e.g. a communicator being created) until it is no
+  // longer in progress; fails on an asynchronous error or at the deadline.
+  absl::Status WaitComm(absl::Time deadline, ncclComm_t other = nullptr) {
+    for (ncclComm_t c : {comm_, other}) {
+      if (c == nullptr) continue;
+      while (true) {
+        ncclResult_t st = ncclSuccess;
+        SM_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(c, &st), c);
+        if (st == ncclSuccess) break;
+        if (st != ncclInProgress) {
+          return internal::NcclStatus(st, c, "asynchronous NCCL error", __FILE__, __LINE__);
+        }
+        if (absl::Now() >= deadline) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "timed out after ", absl::FormatDuration(timeout_),
+              " waiting for NCCL (a peer may have failed or not issued the same call)"));
+        }
+        std::this_thread::yield();
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Waits for the stream to finish the enqueued work, watching for NCCL errors meanwhile.
+  absl::Status WaitStream(absl::Time deadline) {
+    while (true) {
+      const cudaError_t e = cudaStreamQuery(stream_);
+      if (e == cudaSuccess) return absl::OkStatus();
+      if (e != cudaErrorNotReady) {
+        return internal::CudaStatus(e, "cudaStreamQuery", __FILE__, __LINE__);
+      }
+      ncclResult_t st = ncclSuccess;
+      SM_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm_, &st), comm_);
+      if (st != ncclSuccess && st != ncclInProgress) {
+        return internal::NcclStatus(st, comm_, "asynchronous NCCL error", __FILE__, __LINE__);
+      }
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "timed out after ", absl::FormatDuration(timeout_),
+            " waiting for the collective to finish (a peer may have failed, left, or issued a "
+            "different call)"));
+      }
+      std::this_thread::yield();
+    }
+  }
+
+  // Runs one call: refuses if the world was poisoned; enqueues; waits; on failure aborts the
+  // communicator, poisons the world and returns a Status naming the op, group and reason.
+  template <typename Enqueue>
+  absl::Status Run(const std::string& what, Enqueue enqueue, ncclComm_t* also_wait_for = nullptr) {
+    const std::string where = absl::StrCat("NCCL ", what, " on group '", name_, "' (rank ",
+                                           rank_, " of ", size_, ")");
+    {
+      std::lock_guard<std::mutex> l(world_->mu);
+      if (world_->poisoned || comm_ == nullptr) {
+        return absl::AbortedError(absl::StrCat(where, " refused: the communicator was aborted "
+                                               "after an earlier failure: ",
+                                               world_->why.message()));
+      }
+    }
+    const absl::Time deadline = absl::Now() + timeout_;
+    absl::Status s = internal::CudaStatus(cudaSetDevice(device_), "cudaSetDevice", __FILE__,
+                                          __LINE__);
+    if (s.ok()) s = enqueue();
+    if (s.ok()) s = WaitComm(deadline, also_wait_for ? *also_wait_for : nullptr);
+    if (s.ok()) s = WaitStream(deadline);
+    if (s.ok()) return s;
+    absl::Status failed(s.code(), absl::StrCat(where, " failed: ", s.message(),
+                                               "; the communicator was aborted"));
+    if (also_wait_for != nullptr && *also_wait_for != nullptr) {
+      ncclCommAbort(*also_wait_for);
+      *also_wait_for = nullptr;
+    }
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+    std::lock_guard<std::mutex> l(world_->mu);
+    if (!world_->poisoned) {
+      world_->poisoned = true;
+      world_->why = failed;
+    }
+    return failed;
+  }
+
+  ncclComm_t comm_;
+  const int device_;
+  cudaStream_t stream_;
+  const bool owns_stream_;
+  const absl::Duration timeout_;
+  std::shared_ptr<NcclWorld> world_;
+  const std::string name_;
+  int rank_ = 0;
+  int size_ = 1;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+};
+
+absl::StatusOr<int> PickDevice(const NcclOptions& options, int rank) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "NCCL backend: no CUDA device is visible (cudaGetDeviceCount: ",
+        e == cudaSuccess ? "0 devices" : cudaGetErrorString(e),
+        "); use RunInProcess on machines without GPUs"));
+  }
+  if (options.device >= 0) {
+    if (options.device >= n) {
+      return absl::InvalidArgumentError(absl::StrCat("NCCL backend: device ", options.device,
+                                                     " requested but only ", n, " visible"));
+    }
+    return options.device;
+  }
+  int local = rank;
+  if (const char* v = std::getenv("LOCAL_RANK")) (void)absl::SimpleAtoi(v, &local);
+  else if (const char* v = std::getenv("SLURM_LOCALID")) (void)absl::SimpleAtoi(v, &local);
+  return local % n;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore& store,
+                                                                     const NcclOptions& options) {
+  SM_COLL_ASSIGN_OR_RETURN(const int device, PickDevice(options, store.rank()));
+  SM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  // Several communicators may be made through one store: number them (same order on all ranks).
+  static std::atomic<int> generation{0};
+  const std::string key = absl::StrCat("nccl/unique_id/", generation++);
+  ncclUniqueId id;
+  if (store.rank() == 0) {
+    SM_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id), nullptr);
+    SM_COLL_RETURN_IF_ERROR(store.Set(key, std::string(id.internal, sizeof(id.internal))));
+  } else {
+    SM_COLL_ASSIGN_OR_RETURN(std::string bytes, store.Get(key));
+    if (bytes.size() != sizeof(id.internal)) {
+      return absl::DataLossError(absl::StrCat("NCCL unique id from rank 0 has ", bytes.size(),
+                                              " bytes, expected ", sizeof(id.internal)));
+    }
+    std::memcpy(id.internal, bytes.data(), bytes.size());
+  }
+  cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
+  const bool owns_stream = stream == nullptr;
+  if (owns_stream) {
+    SM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  }
+  ncclComm_t comm = nullptr;
+  ncclConfig_t config = NonBlockingConfig();
+  const std::string name = absl::StrCat("nccl world(", store.world_size(), ")");
+  ncclResult_t r = ncclCommInitRankConfig(&comm, store.world_size(), id, store.rank(), &config);
+  absl::Status s = internal::NcclStatus(r, comm, "ncclCommInitRankConfig", __FILE__, __LINE__);
+  const absl::Time deadline = absl::Now() + options.timeout;
+  while (s.ok()) {
+    ncclResult_t st = ncclSuccess;
+    s = internal::NcclStatus(ncclCommGetAsyncError(comm, &st), comm, "ncclCommGetAsyncError",
+                             __FILE__, __LINE__);
+    if (!s.ok() || st == ncclSuccess) break;
+    if (st != ncclInProgress) {
+      s = internal::NcclStatus(st, comm, "ncclCommInitRankConfig", __FILE__, __LINE__);
+    } else if (absl::Now() >= deadline) {
+      s = absl::DeadlineExceededError(absl::StrCat(
+          "timed out after ", absl::FormatDuration(options.timeout),
+          " (did every rank of the world call CreateNcclCommunicator?)"));
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  if (!s.ok()) {
+    if (comm != nullptr) ncclCommAbort(comm);
+    if (owns_stream) cudaStreamDestroy(stream);
+    return absl::Status(s.code(), absl::StrCat("creating ", name, " (rank ", store.rank(),
+                                               ", device ", device, "): ", s.message()));
+  }
+  return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(
+      comm, device, stream, owns_stream, options.timeout, std::make_shared<NcclWorld>(), name));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicatorFromEnv(
+    const NcclOptions& options) {
+  absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
+  if (!env.ok()) return env.status();
+  absl::StatusOr<std::unique_ptr<TcpStore>> store =
+      TcpStore::Create(env->store_options(options.timeout));
+  if (!store.ok()) return store.status();
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateNcclCommunicator(**store, options);
+  if (!comm.ok()) return comm.status();
+  // Rank 0 serves the store: keep it until every rank has read the id.
+  if (absl::Status s = (*store)->Barrier("nccl/created"); !s.ok()) return s;
+  return comm;
+}
+
+#endif  // SHARDMAP_HAS_CUDA
+
+}  // namespace shardmap::collectives

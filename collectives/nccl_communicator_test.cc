@@ -1,0 +1,135 @@
+// NCCL backend. Without a GPU only the error paths run; with one GPU a single-rank world checks
+// every op end to end (NCCL before 2.30 refuses two ranks on one GPU; multi-GPU runs go through
+// collectives/launch with one process per GPU).
+#include "collectives/nccl_communicator.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "collectives/internal/free_port.h"
+#include "collectives/tcp_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#if SHARDMAP_HAS_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace shardmap::collectives {
+namespace {
+
+using ::testing::HasSubstr;
+
+int VisibleGpus() {
+#if SHARDMAP_HAS_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+#else
+  return 0;
+#endif
+}
+
+absl::StatusOr<std::unique_ptr<TcpStore>> SoloStore() {
+  auto port = internal::PickFreePort();
+  if (!port.ok()) return port.status();
+  TcpStoreOptions o;
+  o.port = *port;
+  o.timeout = absl::Seconds(20);
+  return TcpStore::Create(o);
+}
+
+TEST(NcclCommunicatorTest, ClearErrorWithoutCudaOrWithoutGpu) {
+  if (VisibleGpus() > 0) GTEST_SKIP() << "a GPU is visible; the no-GPU error path cannot run";
+  auto store = SoloStore();
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto comm = CreateNcclCommunicator(**store, {});
+  ASSERT_FALSE(comm.ok());
+  if (NcclCompiledIn()) {
+    EXPECT_EQ(comm.status().code(), absl::StatusCode::kFailedPrecondition) << comm.status();
+    EXPECT_THAT(std::string(comm.status().message()), HasSubstr("no CUDA device is visible"));
+  } else {
+    EXPECT_EQ(comm.status().code(), absl::StatusCode::kUnimplemented) << comm.status();
+  }
+}
+
+#if SHARDMAP_HAS_CUDA
+
+template <typename T>
+T* ToDevice(const std::vector<T>& v) {
+  T* d = nullptr;
+  cudaMalloc(&d, std::max<size_t>(1, v.size()) * sizeof(T));
+  cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return d;
+}
+
+template <typename T>
+std::vector<T> ToHost(const T* d, size_t n) {
+  std::vector<T> v(n);
+  cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
+  return v;
+}
+
+TEST(NcclCommunicatorTest, SingleRankWorldRunsEveryOp) {
+  if (VisibleGpus() == 0) GTEST_SKIP() << "no GPU visible: NCCL ops cannot run on this machine";
+  auto store = SoloStore();
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto comm = CreateNcclCommunicator(**store, {});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  Communicator& c = **comm;
+  EXPECT_EQ(c.size(), 1);
+  EXPECT_TRUE(c.memory_space().device);
+  const std::vector<float> x = {1.5f, -2.0f, 3.25f, 7.0f, 0.0f};
+  float* d = ToDevice(x);
+  float* out = ToDevice(std::vector<float>(5, 9.0f));
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin,
+                      ReduceOp::kAvg}) {
+    ASSERT_TRUE(c.AllReduce(d, out, 5, DataType::kF32, op).ok());
+    EXPECT_EQ(ToHost(out, 5), x) << ReduceOpName(op);
+  }
+  ASSERT_TRUE(c.AllGather(d, out, 5, DataType::kF32).ok());
+  EXPECT_EQ(ToHost(out, 5), x);
+  ASSERT_TRUE(c.ReduceScatter(d, out, 5, DataType::kF32, ReduceOp::kSum).ok());
+  EXPECT_EQ(ToHost(out, 5), x);
+  ASSERT_TRUE(c.AllToAll(d, out, 5, DataType::kF32).ok());
+  EXPECT_EQ(ToHost(out, 5), x);
+  const std::vector<size_t> counts = {5};
+  ASSERT_TRUE(c.AllGatherV(d, out, counts, DataType::kF32).ok());
+  EXPECT_EQ(ToHost(out, 5), x);
+  ASSERT_TRUE(c.AllToAllV(d, counts, out, counts, DataType::kF32).ok());
+  EXPECT_EQ(ToHost(out, 5), x);
+  ASSERT_TRUE(c.Broadcast(out, 5, DataType::kF32, 0).ok());
+  const std::vector<std::pair<int, int>> self = {{0, 0}};
+  ASSERT_TRUE(c.Ppermute(d, out, 5, DataType::kF32, self).ok());
+  EXPECT_EQ(ToHost(out, 5), x);
+  ASSERT_TRUE(c.Ppermute(d, out, 5, DataType::kF32, {}).ok());
+  EXPECT_EQ(ToHost(out, 5), std::vector<float>(5, 0.0f));  // no source: zeros
+  ASSERT_TRUE(c.Barrier().ok());
+  // bf16 sum through NCCL.
+  std::vector<uint16_t> h = {0x3fc0, 0x4000};  // 1.5, 2.0
+  uint16_t* dh = ToDevice(h);
+  ASSERT_TRUE(c.AllReduce(dh, dh, 2, DataType::kBF16, ReduceOp::kSum).ok());
+  EXPECT_EQ(ToHost(dh, 2), h);
+  auto sub = c.Split(0, 0);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  ASSERT_NE(*sub, nullptr);
+  EXPECT_EQ((*sub)->size(), 1);
+  ASSERT_TRUE((*sub)->AllReduce(d, out, 5, DataType::kF32, ReduceOp::kSum).ok());
+  auto none = c.Split(-1, 0);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, nullptr);
+  // Bad input: a clear error, and the communicator (and its sub-group) is aborted afterwards.
+  absl::Status bad = c.Broadcast(out, 5, DataType::kF32, 3);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("root 3 is not a rank"));
+  EXPECT_EQ(c.Barrier().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ((*sub)->Barrier().code(), absl::StatusCode::kAborted);
+  cudaFree(d);
+  cudaFree(out);
+  cudaFree(dh);
+}
+
+#endif  // SHARDMAP_HAS_CUDA
+
+}  // namespace
+}  // namespace shardmap::collectives

@@ -1,8 +1,10 @@
 #include "tensor/ops/matmul.h"
 
 #include <cmath>
+#include <thread>
 
 #include "gtest/gtest.h"
+#include "tensor/ops/elementwise.h"
 #include "tensor/ops/shape_ops.h"
 #include "tensor/testing/test_util.h"
 
@@ -100,6 +102,31 @@ TEST(MatmulTest, HalfDTypesComputeInF32AndRoundOnce) {
       EXPECT_NEAR(c.at(i), r, ulp) << i;
     }
   }
+}
+
+// Ranks are threads: ops run concurrently on different tensors (BLAS pinning, the allocator's
+// large-block cache). Each thread's results must equal the single-threaded ones.
+TEST(MatmulTest, ConcurrentCallsFromRankThreads) {
+  const Tensor a = RandomTensor({37, 64}, DType::kF32, 1);
+  const Tensor b = RandomTensor({64, 29}, DType::kF32, 2);
+  const Tensor big = RandomTensor({300000}, DType::kF32, 3);  // 1.2 MiB: goes through the cache
+  const std::vector<float> want_mm = Matmul(a, b).ToVector<float>();
+  const std::vector<float> want_add = Add(big, big).ToVector<float>();
+  const int kThreads = 3;
+  std::vector<int> ok(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      bool good = true;
+      for (int iter = 0; iter < 5; ++iter) {
+        good = good && Matmul(a, b).ToVector<float>() == want_mm;
+        good = good && Add(big, big).ToVector<float>() == want_add;
+      }
+      ok[t] = good;
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(ok[t]) << "thread " << t;
 }
 
 TEST(MatmulTest, Errors) {

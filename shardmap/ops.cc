@@ -189,6 +189,31 @@ Value BinaryGradTo(const Value& g, const Value& primal) {
 
 }  // namespace
 
+namespace internal {
+
+SpmdType ElementwiseType(const char* op, const Value& a, const Value& b, const Shape& out,
+                         bool multilinear) {
+  return BinaryType(op, a, b, out, multilinear, false);
+}
+SpmdType NonlinearTypeOf(const char* op, const Value& x) { return NonlinearType(op, x); }
+Value UnpromoteCotangent(Value g, const SpmdType& primal) {
+  return shardmap::UnpromoteCotangent(std::move(g), primal);
+}
+void CheckDimNotSharded(const char* op, const Value& x, int dim, const char* fix) {
+  if (!Checked()) return;
+  int d = dim < 0 ? dim + x.rank() : dim;
+  for (int i = 0; i < x.type.num_axes(); ++i) {
+    if (x.type[i].is_sharded() && x.type[i].dim == d) {
+      TypeFail(op, i,
+               absl::StrCat("normalises over dim ", d, ", which is sharded (S", d,
+                            "): each device would only see its shard"),
+               fix, {{"x", &x}});
+    }
+  }
+}
+
+}  // namespace internal
+
 // ---------------------------------------------------------------------------------------------
 // Elementwise.
 

@@ -51,6 +51,15 @@ inline SpmdType ErasedUnary(const SpmdType& a) {
   return t;
 }
 
+// Rules shared with the nn ops (defined in ops.cc).
+SpmdType ElementwiseType(const char* op, const Value& a, const Value& b, const Shape& out,
+                         bool multilinear);
+SpmdType NonlinearTypeOf(const char* op, const Value& x);
+// Transpose of an implicit R -> V promotion: V cotangents of R primals become P.
+Value UnpromoteCotangent(Value g, const SpmdType& primal);
+// Throws when `dim` of x is sharded (S(dim)) on some axis; `fix` says what to do instead.
+void CheckDimNotSharded(const char* op, const Value& x, int dim, const char* fix);
+
 }  // namespace shardmap::internal
 
 #endif  // SHARDMAP_SHARDMAP_INTERNAL_TYPING_H_

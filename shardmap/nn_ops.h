@@ -1,0 +1,39 @@
+// Typed neural-network ops with VJPs (kernels in tensor/ops/nn.h).
+//
+//   Value p  = softmax(scores, -1);                 // nonlinear; the softmax dim must be whole
+//   Value h  = layer_norm(x, gamma, beta);          // x S0 (sequence-parallel) is fine
+//   Value e  = embedding(table, ids);               // table R: e has ids' type
+//   Value ep = embedding(table_s0, ids);            // table S0 over tp (vocab-parallel):
+//                                                   //   ids outside this shard give 0 rows,
+//                                                   //   e is P on tp: all_reduce (or
+//                                                   //   reduce_scatter for SP) resolves it
+//   Value l  = cross_entropy(logits, targets);      // per-row loss [n]; class dim must be whole
+//
+// Rules (per axis): a P input of a nonlinear op is an error; normalising (softmax, norms, the
+// classes of cross_entropy) over a dim that is sharded is an error (all_gather it, or write the
+// vocab-parallel composite with all_reduce(max) / all_reduce(sum)); norm weights join the input
+// like a multiplication (R weights with S0 activations give S0; their gradients are P, summed
+// over the local rows). Embedding: table R -> ids' type; table S0 -> P (vocab-parallel, ids
+// must be R on that axis); table S1 -> S(last) (hidden-parallel).
+#ifndef SHARDMAP_SHARDMAP_NN_OPS_H_
+#define SHARDMAP_SHARDMAP_NN_OPS_H_
+
+#include <cstdint>
+
+#include "shardmap/value.h"
+
+namespace shardmap {
+
+Value softmax(const Value& x, int dim);
+Value log_softmax(const Value& x, int dim);
+// gamma/beta may be undefined Values (no affine part).
+Value layer_norm(const Value& x, const Value& gamma, const Value& beta, double eps = 1e-5);
+Value rms_norm(const Value& x, const Value& gamma, double eps = 1e-6);
+Value embedding(const Value& table, const Value& ids);
+Value cross_entropy(const Value& logits, const Value& targets, int64_t ignore_index = -100);
+// Entries with key index j > query index i + offset become -inf (their gradient is 0).
+Value causal_mask(const Value& scores, int64_t offset = 0);
+
+}  // namespace shardmap
+
+#endif  // SHARDMAP_SHARDMAP_NN_OPS_H_

@@ -35,6 +35,13 @@
 #include "collectives/internal/reduce.h"
 #include "collectives/internal/status_macros.h"
 
+#if SHARDMAP_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include "collectives/internal/cuda_check.h"
+#include "collectives/internal/device_reduce.h"
+#endif
+
 namespace shardmap::collectives {
 namespace {
 
@@ -104,6 +111,7 @@ struct CallDesc {
   int root = -1;
   uint64_t shape_hash = 0;  // of per-rank counts or ppermute pairs
   uint64_t seq = 0;
+  bool device = false;  // buffers in GPU memory
 
   bool operator==(const CallDesc&) const = default;
 };
@@ -116,7 +124,8 @@ std::string Describe(const CallDesc& d) {
   if (d.op == Op::kAllGatherV || d.op == Op::kReduceScatterV || d.op == Op::kPpermute) {
     absl::StrAppend(&args, absl::StrFormat(", layout hash=%016x", d.shape_hash));
   }
-  return absl::StrCat(OpName(d.op), "(", args, ") call #", d.seq);
+  return absl::StrCat(OpName(d.op), "(", args, ") call #", d.seq,
+                      d.device ? " on device memory" : "");
 }
 
 int HardwareThreads() {
@@ -134,6 +143,7 @@ struct Slot {
   CallSite site;
   const void* send = nullptr;
   void* recv = nullptr;
+  int device_index = 0;
   std::vector<size_t> counts;   // counts / send_counts
   std::vector<size_t> counts2;  // recv_counts
   int color = 0;
@@ -315,7 +325,8 @@ class Group {
   }
 
   absl::Status Recv(int rank, void* data, size_t count, DataType dtype, int peer,
-                    const std::function<std::string()>& what) {
+                    const std::function<std::string()>& what,
+                    const std::function<absl::Status(void*, const void*, size_t)>& copy) {
     const absl::Time deadline = absl::Now() + world_->options().timeout;
     const void* src;
     {
@@ -334,12 +345,12 @@ class Group {
       m.taking = true;
     }
     // The sender is blocked until `done`, so its buffer stays valid while we copy unlocked.
-    if (count > 0) std::memcpy(data, src, count * DataTypeSize(dtype));
+    absl::Status s = copy(data, src, count * DataTypeSize(dtype));
     std::lock_guard<std::mutex> l(mu_);
     mail_[peer * size() + rank].taking = false;
     mail_[peer * size() + rank].done = true;
     cv_.notify_all();
-    return absl::OkStatus();
+    return s;
   }
 
  private:
@@ -428,12 +439,19 @@ char* AsBytes(void* p) { return static_cast<char*>(p); }
 
 class InProcessCommunicator final : public Communicator {
  public:
-  InProcessCommunicator(std::shared_ptr<Group> group, int rank)
-      : group_(std::move(group)), rank_(rank) {}
+  InProcessCommunicator(std::shared_ptr<Group> group, int rank, MemorySpace mem)
+      : group_(std::move(group)), rank_(rank), mem_(mem) {}
+
+  ~InProcessCommunicator() override {
+#if SHARDMAP_HAS_CUDA
+    if (scratch_ != nullptr) cudaFree(scratch_);
+#endif
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return group_->size(); }
   std::string name() const override { return group_->name(); }
+  MemorySpace memory_space() const override { return mem_; }
 
   absl::Status AllReduce(const void* send, void* recv, size_t count, DataType dtype,
                          ReduceOp op) override {
@@ -521,8 +539,10 @@ class InProcessCommunicator final : public Communicator {
   // Begins call d on this rank: numbers it, fills the slot's descriptor, validates basics.
   absl::Status Start(CallDesc d) {
     d.seq = ++seq_;
+    d.device = mem_.device;
     Slot& s = mine();
     s.desc = d;
+    s.device_index = mem_.device_index;
     s.send = nullptr;
     s.recv = nullptr;
     s.counts.clear();
@@ -548,6 +568,7 @@ class InProcessCommunicator final : public Communicator {
 
   // Barrier after the slots are written; then every rank checks every rank made the same call.
   absl::Status Publish() {
+    SM_COLL_RETURN_IF_ERROR(SyncStream());  // our inputs are complete before peers read them
     SM_COLL_RETURN_IF_ERROR(group_->Barrier(rank_, WhatFn()));
     const Slot& ref = peer(0);
     for (int p = 1; p < size(); ++p) {
@@ -563,7 +584,103 @@ class InProcessCommunicator final : public Communicator {
     return absl::OkStatus();
   }
 
-  absl::Status End() { return group_->Barrier(rank_, WhatFn()); }
+  absl::Status End() { return SyncedBarrier(); }
+
+  // Device memory: our copies and reductions have finished before peers go on.
+  absl::Status SyncedBarrier() {
+    SM_COLL_RETURN_IF_ERROR(SyncStream());
+    return group_->Barrier(rank_, WhatFn());
+  }
+
+  // Data movement, on the host or on this rank's stream.
+  absl::Status SyncStream() {
+#if SHARDMAP_HAS_CUDA
+    if (mem_.device) {
+      SM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(static_cast<cudaStream_t>(mem_.stream)));
+    }
+#endif
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyBytes(void* dst, const void* src, size_t bytes) {
+    if (bytes == 0) return absl::OkStatus();
+#if SHARDMAP_HAS_CUDA
+    if (mem_.device) {
+      SM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+                                              static_cast<cudaStream_t>(mem_.stream)));
+      return absl::OkStatus();
+    }
+#endif
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+
+  absl::Status ZeroBytes(void* dst, size_t bytes) {
+    if (bytes == 0) return absl::OkStatus();
+#if SHARDMAP_HAS_CUDA
+    if (mem_.device) {
+      SM_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(dst, 0, bytes, static_cast<cudaStream_t>(mem_.stream)));
+      return absl::OkStatus();
+    }
+#endif
+    std::memset(dst, 0, bytes);
+    return absl::OkStatus();
+  }
+
+  // srcs[p] belongs to group rank p.
+  absl::Status Reduce(void* dst, const std::vector<const void*>& srcs, size_t count,
+                      DataType dtype, ReduceOp op) {
+    if (count == 0) return absl::OkStatus();
+#if SHARDMAP_HAS_CUDA
+    if (mem_.device) {
+      bool same_device = static_cast<int>(srcs.size()) <= internal::kMaxDeviceReduceSources;
+      for (int p = 0; p < size(); ++p) {
+        same_device = same_device && peer(p).device_index == mem_.device_index;
+      }
+      if (same_device) {
+        SM_CUDA_RETURN_IF_ERROR(static_cast<cudaError_t>(internal::DeviceReduceLaunch(
+            dst, srcs.data(), static_cast<int>(srcs.size()), count, static_cast<int>(dtype),
+            static_cast<int>(op), mem_.stream)));
+        return absl::OkStatus();
+      }
+      // Ranks on different GPUs: stage through host memory (correct, not fast).
+      const size_t bytes = count * DataTypeSize(dtype);
+      std::vector<std::vector<char>> host(srcs.size(), std::vector<char>(bytes));
+      std::vector<const void*> host_srcs;
+      for (size_t p = 0; p < srcs.size(); ++p) {
+        SM_CUDA_RETURN_IF_ERROR(
+            cudaMemcpy(host[p].data(), srcs[p], bytes, cudaMemcpyDefault));
+        host_srcs.push_back(host[p].data());
+      }
+      std::vector<char> out(bytes);
+      internal::ReduceBuffers(out.data(), host_srcs.data(), static_cast<int>(srcs.size()), count,
+                              dtype, op);
+      SM_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, out.data(), bytes, cudaMemcpyDefault));
+      return absl::OkStatus();
+    }
+#endif
+    internal::ReduceBuffers(dst, srcs.data(), static_cast<int>(srcs.size()), count, dtype, op);
+    return absl::OkStatus();
+  }
+
+  // A private copy of `src` (in-place ops whose peers read our input while we overwrite it).
+  absl::StatusOr<const void*> Stage(const void* src, size_t bytes) {
+#if SHARDMAP_HAS_CUDA
+    if (mem_.device) {
+      if (bytes > scratch_bytes_) {
+        if (scratch_ != nullptr) SM_CUDA_RETURN_IF_ERROR(cudaFree(scratch_));
+        scratch_ = nullptr;
+        SM_CUDA_RETURN_IF_ERROR(cudaMalloc(&scratch_, bytes));
+        scratch_bytes_ = bytes;
+      }
+      SM_COLL_RETURN_IF_ERROR(CopyBytes(scratch_, src, bytes));
+      return static_cast<const void*>(scratch_);
+    }
+#endif
+    staging_.assign(AsBytes(src), AsBytes(src) + bytes);
+    return static_cast<const void*>(staging_.data());
+  }
 
   static absl::Status CheckBuffer(const void* p, size_t count, const char* which,
                                   const std::string& what) {
@@ -590,17 +707,16 @@ class InProcessCommunicator final : public Communicator {
     if (e > b) {
       std::vector<const void*> srcs(n);
       for (int p = 0; p < n; ++p) srcs[p] = AsBytes(peer(p).send) + b * esz;
-      internal::ReduceBuffers(AsBytes(recv) + b * esz, srcs.data(), n, e - b, dtype, op);
+      SM_COLL_RETURN_IF_ERROR(Reduce(AsBytes(recv) + b * esz, srcs, e - b, dtype, op));
     }
     if (n > 1) {
-      SM_COLL_RETURN_IF_ERROR(group_->Barrier(rank_, WhatFn()));
+      SM_COLL_RETURN_IF_ERROR(SyncedBarrier());
       // All-gather phase: copy the other ranks' reduced slices.
       for (int k = 1; k < n; ++k) {
         const int p = (rank_ + k) % n;  // staggered so ranks do not all read rank 0 first
         auto [pb, pe] = SliceOf(p, n, count, esz);
-        if (pe > pb) {
-          std::memcpy(AsBytes(recv) + pb * esz, AsBytes(peer(p).recv) + pb * esz, (pe - pb) * esz);
-        }
+        SM_COLL_RETURN_IF_ERROR(
+            CopyBytes(AsBytes(recv) + pb * esz, AsBytes(peer(p).recv) + pb * esz, (pe - pb) * esz));
       }
     }
     return End();
@@ -633,7 +749,7 @@ class InProcessCommunicator final : public Communicator {
       const int p = (rank_ + k) % size();
       char* dst = AsBytes(recv) + off[p] * esz;
       if (counts[p] > 0 && dst != peer(p).send) {
-        std::memcpy(dst, peer(p).send, counts[p] * esz);
+        SM_COLL_RETURN_IF_ERROR(CopyBytes(dst, peer(p).send, counts[p] * esz));
       }
     }
     return End();
@@ -659,7 +775,7 @@ class InProcessCommunicator final : public Communicator {
     if (counts[rank_] > 0) {
       std::vector<const void*> srcs(n);
       for (int p = 0; p < n; ++p) srcs[p] = AsBytes(peer(p).send) + off[rank_] * esz;
-      internal::ReduceBuffers(recv, srcs.data(), n, counts[rank_], dtype, op);
+      SM_COLL_RETURN_IF_ERROR(Reduce(recv, srcs, counts[rank_], dtype, op));
     }
     return End();
   }
@@ -678,8 +794,7 @@ class InProcessCommunicator final : public Communicator {
     SM_COLL_RETURN_IF_ERROR(CheckBuffer(recv, roff.back(), "recv", What()));
     // In place: peers read our input while we overwrite it, so stage a private copy.
     if (send == recv && soff.back() > 0) {
-      staging_.assign(AsBytes(send), AsBytes(send) + soff.back() * esz);
-      send = staging_.data();
+      SM_COLL_ASSIGN_OR_RETURN(send, Stage(send, soff.back() * esz));
     }
     mine().send = send;
     mine().recv = recv;
@@ -704,8 +819,9 @@ class InProcessCommunicator final : public Communicator {
       if (recv_counts[p] == 0) continue;
       size_t src_off = 0;
       for (int j = 0; j < rank_; ++j) src_off += peer(p).counts[j];
-      std::memcpy(AsBytes(recv) + roff[p] * esz, AsBytes(peer(p).send) + src_off * esz,
-                  recv_counts[p] * esz);
+      SM_COLL_RETURN_IF_ERROR(CopyBytes(AsBytes(recv) + roff[p] * esz,
+                                        AsBytes(peer(p).send) + src_off * esz,
+                                        recv_counts[p] * esz));
     }
     return End();
   }
@@ -719,8 +835,8 @@ class InProcessCommunicator final : public Communicator {
     SM_COLL_RETURN_IF_ERROR(CheckBuffer(buffer, count, "buffer", What()));
     mine().recv = buffer;
     SM_COLL_RETURN_IF_ERROR(Publish());
-    if (rank_ != root && count > 0) {
-      std::memcpy(buffer, peer(root).recv, count * DataTypeSize(dtype));
+    if (rank_ != root) {
+      SM_COLL_RETURN_IF_ERROR(CopyBytes(buffer, peer(root).recv, count * DataTypeSize(dtype)));
     }
     return End();
   }
@@ -748,18 +864,15 @@ class InProcessCommunicator final : public Communicator {
     SM_COLL_RETURN_IF_ERROR(CheckBuffer(recv, count, "recv", What()));
     const size_t bytes = count * DataTypeSize(dtype);
     if (send == recv && bytes > 0) {  // in place: our destination reads it while we overwrite
-      staging_.assign(AsBytes(send), AsBytes(send) + bytes);
-      send = staging_.data();
+      SM_COLL_ASSIGN_OR_RETURN(send, Stage(send, bytes));
     }
     mine().send = send;
     mine().recv = recv;
     SM_COLL_RETURN_IF_ERROR(Publish());
-    if (bytes > 0) {
-      if (my_source >= 0) {
-        std::memcpy(recv, peer(my_source).send, bytes);
-      } else {
-        std::memset(recv, 0, bytes);
-      }
+    if (my_source >= 0) {
+      SM_COLL_RETURN_IF_ERROR(CopyBytes(recv, peer(my_source).send, bytes));
+    } else {
+      SM_COLL_RETURN_IF_ERROR(ZeroBytes(recv, bytes));
     }
     return End();
   }
@@ -786,8 +899,16 @@ class InProcessCommunicator final : public Communicator {
           what(), ": peer must be another rank of this group of ", size()));
     }
     SM_COLL_RETURN_IF_ERROR(CheckBuffer(buffer, count, "buffer", what()));
-    return is_send ? group_->Send(rank_, buffer, count, dtype, peer_rank, what)
-                   : group_->Recv(rank_, buffer, count, dtype, peer_rank, what);
+    if (is_send) {
+      SM_COLL_RETURN_IF_ERROR(SyncStream());  // the data is complete before the peer copies it
+      return group_->Send(rank_, buffer, count, dtype, peer_rank, what);
+    }
+    // The copy runs on the receiver's thread while the sender waits.
+    return group_->Recv(rank_, buffer, count, dtype, peer_rank, what,
+                        [this](void* dst, const void* src, size_t bytes) -> absl::Status {
+                          SM_COLL_RETURN_IF_ERROR(CopyBytes(dst, src, bytes));
+                          return SyncStream();
+                        });
   }
 
   absl::StatusOr<std::unique_ptr<Communicator>> DoSplit(int color, int key) {
@@ -819,13 +940,17 @@ class InProcessCommunicator final : public Communicator {
     std::shared_ptr<Group> g = peer(members[0].second).new_group;
     int new_rank = 0;
     while (members[new_rank].second != rank_) ++new_rank;
-    return std::unique_ptr<Communicator>(std::make_unique<InProcessCommunicator>(g, new_rank));
+    return std::unique_ptr<Communicator>(
+        std::make_unique<InProcessCommunicator>(g, new_rank, mem_));
   }
 
   std::shared_ptr<Group> group_;
   const int rank_;
   uint64_t seq_ = 0;
+  const MemorySpace mem_;
   std::vector<char> staging_;
+  void* scratch_ = nullptr;  // device staging
+  size_t scratch_bytes_ = 0;
 };
 
 }  // namespace
@@ -842,6 +967,17 @@ absl::Status RunInProcess(int world_size, const std::function<absl::Status(Commu
         "RunInProcess: options.timeout must be positive, got ",
         absl::FormatDuration(options.timeout)));
   }
+  std::vector<MemorySpace> spaces(world_size);
+  for (int r = 0; r < world_size; ++r) {
+    if (options.memory_space) spaces[r] = options.memory_space(r);
+#if !SHARDMAP_HAS_CUDA
+    if (spaces[r].device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "RunInProcess: options.memory_space puts rank ", r,
+          "'s buffers in GPU memory but this build has no CUDA (CUDA_PATH pointed nowhere)"));
+    }
+#endif
+  }
   auto world = std::make_shared<World>(world_size, options);
   std::vector<int> ranks(world_size);
   std::iota(ranks.begin(), ranks.end(), 0);
@@ -854,8 +990,23 @@ absl::Status RunInProcess(int world_size, const std::function<absl::Status(Commu
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
       absl::Status s;
-      {
-        InProcessCommunicator comm(group, r);
+      MemorySpace mem = spaces[r];
+      bool owns_stream = false;
+#if SHARDMAP_HAS_CUDA
+      if (mem.device) {
+        s = internal::CudaStatus(cudaSetDevice(mem.device_index), "cudaSetDevice", __FILE__,
+                                 __LINE__);
+        if (s.ok() && mem.stream == nullptr) {
+          cudaStream_t st = nullptr;
+          s = internal::CudaStatus(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking),
+                                   "cudaStreamCreateWithFlags", __FILE__, __LINE__);
+          mem.stream = st;
+          owns_stream = s.ok();
+        }
+      }
+#endif
+      if (s.ok()) {
+        InProcessCommunicator comm(group, r, mem);
         try {
           s = fn(comm);
         } catch (const std::exception& e) {
@@ -864,6 +1015,9 @@ absl::Status RunInProcess(int world_size, const std::function<absl::Status(Commu
           s = absl::InternalError("threw a non-std exception");
         }
       }
+#if SHARDMAP_HAS_CUDA
+      if (owns_stream) cudaStreamDestroy(static_cast<cudaStream_t>(mem.stream));
+#endif
       if (!s.ok()) world->Poison(r, s);
       world->MarkExited(r);
     });

@@ -27,6 +27,12 @@ struct InProcessOptions {
   // Checks that every rank of a group issues the same collective (op, dtype, count, group,
   // sequence number); reports a mismatch with both call sites.
   bool debug_check_calls = false;
+  // Where rank r's buffers live; unset: host memory for every rank. For GPUs return
+  // {.device = true, .device_index = g}: several ranks may share one GPU. With a null stream
+  // each rank gets a stream of its own (Communicator::memory_space() tells which); calls
+  // synchronise it on entry and return when their copies and reductions on it have finished.
+  // All ranks of a group must use the same kind of memory. Needs a CUDA build.
+  std::function<MemorySpace(int rank)> memory_space;
 };
 
 absl::Status RunInProcess(int world_size, const std::function<absl::Status(Communicator&)>& fn,

@@ -1,0 +1,139 @@
+// In-process backend on GPU memory: several ranks (threads) sharing GPU 0, each on its own
+// stream. Results are compared bitwise with the same collectives on host memory (themselves
+// tested against serial references in in_process_test). Skips without a GPU.
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "collectives/in_process.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#if SHARDMAP_HAS_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace shardmap::collectives {
+namespace {
+
+using ::testing::HasSubstr;
+
+int VisibleGpus() {
+#if SHARDMAP_HAS_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+#else
+  return 0;
+#endif
+}
+
+InProcessOptions OnGpu0() {
+  InProcessOptions o;
+  o.timeout = absl::Seconds(30);
+  o.memory_space = [](int) { return MemorySpace{/*device=*/true, /*device_index=*/0, nullptr}; };
+  return o;
+}
+
+TEST(InProcessGpuTest, DeviceMemoryWithoutAGpuFailsClearly) {
+  if (VisibleGpus() > 0) GTEST_SKIP() << "a GPU is visible";
+  const absl::Time start = absl::Now();
+  absl::Status s = RunInProcess(3, [](Communicator& c) { return c.Barrier(); }, OnGpu0());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  ASSERT_FALSE(s.ok());
+#if SHARDMAP_HAS_CUDA
+  EXPECT_THAT(std::string(s.message()), HasSubstr("cudaSetDevice"));
+#else
+  EXPECT_THAT(std::string(s.message()), HasSubstr("this build has no CUDA"));
+#endif
+}
+
+#if SHARDMAP_HAS_CUDA
+
+// Runs `body` with the same per-rank inputs on host memory and on GPU memory; returns both
+// ranks' outputs (bytes) for comparison.
+struct Outputs {
+  std::vector<std::vector<char>> host, device;
+};
+
+using Body = std::function<absl::Status(Communicator&, const char* in, char* out)>;
+
+Outputs RunBoth(int n, size_t in_bytes, size_t out_bytes, const Body& body) {
+  Outputs o;
+  o.host.resize(n);
+  o.device.resize(n);
+  auto input = [&](int r) {
+    std::vector<char> v(in_bytes);
+    // Small byte values: no NaN or infinity patterns in any dtype.
+    for (size_t i = 0; i < in_bytes; ++i) v[i] = static_cast<char>((r * 37 + i * 11) % 61);
+    return v;
+  };
+  absl::Status s = RunInProcess(n, [&](Communicator& c) -> absl::Status {
+    std::vector<char> in = input(c.rank());
+    o.host[c.rank()].assign(out_bytes, 0);
+    return body(c, in.data(), o.host[c.rank()].data());
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  s = RunInProcess(n, [&](Communicator& c) -> absl::Status {
+    if (!c.memory_space().device || c.memory_space().stream == nullptr) {
+      return absl::InternalError("expected device memory with a stream");
+    }
+    std::vector<char> in = input(c.rank());
+    char *d_in = nullptr, *d_out = nullptr;
+    cudaMalloc(&d_in, in_bytes + 1);
+    cudaMalloc(&d_out, out_bytes + 1);
+    cudaMemcpy(d_in, in.data(), in_bytes, cudaMemcpyHostToDevice);
+    cudaMemset(d_out, 0, out_bytes);
+    absl::Status st = body(c, d_in, d_out);
+    o.device[c.rank()].assign(out_bytes, 0);
+    cudaMemcpy(o.device[c.rank()].data(), d_out, out_bytes, cudaMemcpyDeviceToHost);
+    cudaFree(d_in);
+    cudaFree(d_out);
+    return st;
+  }, OnGpu0());
+  EXPECT_TRUE(s.ok()) << s;
+  return o;
+}
+
+TEST(InProcessGpuTest, MatchesHostBitwise) {
+  if (VisibleGpus() == 0) GTEST_SKIP() << "no GPU visible";
+  for (int n : {1, 2, 3, 5}) {
+    const size_t count = 1031;
+    for (DataType dt : {DataType::kF32, DataType::kBF16, DataType::kF16, DataType::kI32,
+                        DataType::kF64}) {
+      const size_t esz = DataTypeSize(dt);
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+        Outputs o = RunBoth(n, count * esz, count * esz, [&](Communicator& c, const char* in,
+                                                            char* out) {
+          return c.AllReduce(in, out, count, dt, op);
+        });
+        for (int r = 0; r < n; ++r) {
+          EXPECT_EQ(o.device[r], o.host[r]) << "n=" << n << " " << DataTypeName(dt) << " "
+                                            << ReduceOpName(op) << " rank " << r;
+        }
+      }
+    }
+    Outputs g = RunBoth(n, 40, 40 * n, [&](Communicator& c, const char* in, char* out) {
+      return c.AllGather(in, out, 10, DataType::kF32);
+    });
+    Outputs a = RunBoth(n, 8 * n, 8 * n, [&](Communicator& c, const char* in, char* out) {
+      return c.AllToAll(in, out, 2, DataType::kF32);
+    });
+    std::vector<std::pair<int, int>> pairs;
+    for (int r = 0; r + 1 < n; ++r) pairs.push_back({r, r + 1});  // rank 0 gets zeros
+    Outputs p = RunBoth(n, 24, 24, [&](Communicator& c, const char* in, char* out) {
+      return c.Ppermute(in, out, 6, DataType::kF32, pairs);
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(g.device[r], g.host[r]) << "all_gather n=" << n;
+      EXPECT_EQ(a.device[r], a.host[r]) << "all_to_all n=" << n;
+      EXPECT_EQ(p.device[r], p.host[r]) << "ppermute n=" << n;
+    }
+  }
+}
+
+#endif  // SHARDMAP_HAS_CUDA
+
+}  // namespace
+}  // namespace shardmap::collectives

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_join.h"
 #include "tensor/error.h"
 #include "tensor/ops/elementwise.h"
@@ -16,8 +17,10 @@ using internal::DimVec;
 
 enum class Kind { kSum, kMax, kMin };
 
+using BoolVec = absl::InlinedVector<bool, 8>;  // heap-free for rank <= 8
+
 struct Plan {
-  std::vector<bool> reduced;  // per input dim
+  BoolVec reduced;  // per input dim
   Shape out_shape;            // with keepdim applied
   int64_t count = 1;          // elements folded into each output
 };
@@ -48,9 +51,9 @@ Plan MakePlan(const char* op, const Tensor& x, const std::vector<int>& dims, boo
 // dims that are all reduced or all kept, walks the outer dims with an odometer and runs the
 // innermost dim as a tight loop (a contiguous reduction, or an elementwise fold into a row).
 template <typename T, typename A, typename Fold>
-void ReduceInto(const Tensor& x, const std::vector<bool>& reduced, A* acc, Fold fold) {
-  DimVec sizes, in_str, out_str;
-  std::vector<bool> red;
+void ReduceInto(const Tensor& x, const BoolVec& reduced, A* acc, Fold fold) {
+  DimVec sizes, out_str;
+  BoolVec red;
   {
     const int r = x.rank();
     DimVec ostr(r, 0);
@@ -123,7 +126,7 @@ Tensor Reduce(const char* op, Kind kind, const Tensor& x, const std::vector<int>
     T* po = out.data<T>();
     if (kind == Kind::kSum) {
       // Accumulate in f64: cheap next to the memory traffic, and sums of many f32 stay accurate.
-      std::vector<double> acc(n_out, 0.0);
+      absl::InlinedVector<double, 16> acc(n_out, 0.0);  // small outputs stay off the heap
       if (x.numel() > 0) {
         ReduceInto<T>(x, plan.reduced, acc.data(), [](double& a, T v) { a += v; });
       }

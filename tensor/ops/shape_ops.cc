@@ -1,9 +1,11 @@
 #include "tensor/ops/shape_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_join.h"
 #include "tensor/error.h"
 #include "tensor/ops/internal/op_util.h"
@@ -16,17 +18,55 @@ using internal::Prod;
 
 // Permutes elements of type E (a same-size stand-in for the dtype: layout ops move bits).
 template <typename E>
-void PermuteCopy(const E* in, E* out, const Shape& in_shape, const std::vector<int>& perm) {
+void PermuteCopy(const E* in, E* out, const Shape& in_shape, absl::Span<const int> perm) {
   const int r = static_cast<int>(perm.size());
   DimVec in_str(r, 1);
   for (int i = r - 2; i >= 0; --i) in_str[i] = in_str[i + 1] * in_shape[i + 1];
-  DimVec sizes(r), str(r);
+  DimVec sizes(r), str(r), out_str(r, 1);
   for (int i = 0; i < r; ++i) {
     sizes[i] = in_shape[perm[i]];
     str[i] = in_str[perm[i]];
   }
+  for (int i = r - 2; i >= 0; --i) out_str[i] = out_str[i + 1] * sizes[i + 1];
+  const int64_t numel = NumElements(in_shape);
+  int q = r - 1;  // the output dim that walks the input's contiguous dim
+  for (int i = 0; i < r; ++i) {
+    if (perm[i] == r - 1) q = i;
+  }
+  if (q != r - 1 && sizes[q] > 1 && sizes[r - 1] > 1) {
+    // A transpose of dims (q, last) for each index of the other dims, in square tiles so both
+    // the strided reads and the contiguous writes stay in L1.
+    constexpr int64_t kTile = 32;
+    const int64_t nq = sizes[q], nj = sizes[r - 1], sj = str[r - 1], oq = out_str[q];
+    DimVec idx(r, 0);
+    int64_t in_off = 0, out_off = 0;
+    for (int64_t o = 0; o < numel / (nq * nj); ++o) {
+      for (int64_t i0 = 0; i0 < nq; i0 += kTile) {
+        const int64_t i1 = std::min(nq, i0 + kTile);
+        for (int64_t j0 = 0; j0 < nj; j0 += kTile) {
+          const int64_t j1 = std::min(nj, j0 + kTile);
+          for (int64_t i = i0; i < i1; ++i) {
+            E* dst = out + out_off + i * oq;
+            const E* src = in + in_off + i;
+            for (int64_t j = j0; j < j1; ++j) dst[j] = src[j * sj];
+          }
+        }
+      }
+      for (int k = r - 2; k >= 0; --k) {  // odometer over the other dims
+        if (k == q) continue;
+        in_off += str[k];
+        out_off += out_str[k];
+        if (++idx[k] < sizes[k]) break;
+        in_off -= str[k] * sizes[k];
+        out_off -= out_str[k] * sizes[k];
+        idx[k] = 0;
+      }
+    }
+    return;
+  }
+  // The innermost dim stays innermost (or is trivial): copy output rows.
   const int64_t inner = sizes[r - 1], s_inner = str[r - 1];
-  const int64_t rows = NumElements(in_shape) / inner;
+  const int64_t rows = numel / inner;
   DimVec idx(r, 0);
   int64_t off = 0;
   for (int64_t row = 0; row < rows; ++row) {
@@ -93,15 +133,17 @@ void StoreFromDouble(void* p, DType t, int64_t i, double v) {
 
 }  // namespace
 
-Tensor Permute(const Tensor& x, const std::vector<int>& perm) {
+namespace {
+
+Tensor PermuteImpl(const Tensor& x, absl::Span<const int> perm) {
   internal::RequireDefined("permute", x, "input");
   const int r = x.rank();
   if (static_cast<int>(perm.size()) != r) {
     OpFail("permute: perm {", absl::StrJoin(perm, ","), "} has ", perm.size(),
            " entries but ", x.ShapeString(), " has rank ", r);
   }
-  std::vector<int> p(r);
-  std::vector<bool> seen(r, false);
+  absl::InlinedVector<int, 8> p(r);
+  absl::InlinedVector<bool, 8> seen(r, false);
   bool identity = true;
   for (int i = 0; i < r; ++i) {
     const int d = internal::NormalizeDim("permute", perm[i], x);
@@ -113,9 +155,9 @@ Tensor Permute(const Tensor& x, const std::vector<int>& perm) {
     p[i] = d;
     identity = identity && d == i;
   }
+  if (identity) return x.Clone();
   Shape out_shape(r);
   for (int i = 0; i < r; ++i) out_shape[i] = x.shape()[p[i]];
-  if (identity) return x.Clone();
   Tensor out = Tensor::Empty(out_shape, x.dtype());
   if (out.numel() == 0) return out;
   DispatchBySize(x.dtype(), [&](auto zero) {
@@ -126,14 +168,18 @@ Tensor Permute(const Tensor& x, const std::vector<int>& perm) {
   return out;
 }
 
+}  // namespace
+
+Tensor Permute(const Tensor& x, const std::vector<int>& perm) { return PermuteImpl(x, perm); }
+
 Tensor Transpose(const Tensor& x, int dim0, int dim1) {
   internal::RequireDefined("transpose", x, "input");
   const int d0 = internal::NormalizeDim("transpose", dim0, x);
   const int d1 = internal::NormalizeDim("transpose", dim1, x);
-  std::vector<int> perm(x.rank());
+  absl::InlinedVector<int, 8> perm(x.rank());
   std::iota(perm.begin(), perm.end(), 0);
   std::swap(perm[d0], perm[d1]);
-  return Permute(x, perm);
+  return PermuteImpl(x, perm);
 }
 
 Tensor Slice(const Tensor& x, int dim, int64_t start, int64_t length) {

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/context.h"
+#include "shardmap/nn_ops.h"
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"
 #include "shardmap/sharding.h"
@@ -349,6 +350,53 @@ TEST_P(GradCheckTest, CollectivesOverSeveralAxes) {
                            return all_reduce(tanh(in[0].matmul(in[1])).matmul(in[2]), "b");
                          },
                          P("a"), {2 * a(), 3}});
+}
+
+// ---- NN ops ---------------------------------------------------------------------------------
+
+Tensor Ids(std::vector<int64_t> shape, std::vector<int64_t> v) {
+  return Tensor::FromVector<int64_t>(absl::Span<const int64_t>(shape), v);
+}
+
+TEST_P(GradCheckTest, NnOps) {
+  const int n = a();
+  CheckCase(mesh(), Case{"softmax", {Rand({n, 4}, 60)}, {P("a")},
+                         [](const std::vector<Value>& in) { return softmax(in[0], 1); },
+                         P("a"), {n, 4}});
+  CheckCase(mesh(), Case{"log_softmax", {Rand({n, 4}, 61)}, {P("a")},
+                         [](const std::vector<Value>& in) { return log_softmax(in[0], -1); },
+                         P("a"), {n, 4}});
+  CheckCase(mesh(), Case{"layer_norm_sequence_parallel",
+                         {Rand({n, 4}, 62), Rand({4}, 63), Rand({4}, 64)}, {P("a"), P(), P()},
+                         [](const std::vector<Value>& in) {
+                           return layer_norm(in[0], in[1], in[2], 1e-5);
+                         },
+                         P("a"), {n, 4}});
+  CheckCase(mesh(), Case{"rms_norm", {Rand({n, 4}, 65), Rand({4}, 66)}, {P("a"), P()},
+                         [](const std::vector<Value>& in) { return rms_norm(in[0], in[1]); },
+                         P("a"), {n, 4}});
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 2 * n; ++i) ids.push_back((i * 7 + 1) % (2 * n));
+  CheckCase(mesh(), Case{"embedding_replicated_table", {Rand({2 * n, 3}, 67), Ids({2 * n}, ids)},
+                         {P(), P("a")},
+                         [](const std::vector<Value>& in) { return embedding(in[0], in[1]); },
+                         P("a"), {2 * n, 3}});
+  CheckCase(mesh(), Case{"embedding_vocab_parallel", {Rand({2 * n, 3}, 68), Ids({2 * n}, ids)},
+                         {P("a"), P()},
+                         [](const std::vector<Value>& in) {
+                           return all_reduce(embedding(in[0], in[1]), "a");
+                         },
+                         P(), {2 * n, 3}});
+  std::vector<int64_t> tg;
+  for (int i = 0; i < n; ++i) tg.push_back(i % 4);
+  CheckCase(mesh(), Case{"cross_entropy", {Rand({n, 4}, 69), Ids({n}, tg)}, {P("a"), P("a")},
+                         [](const std::vector<Value>& in) {
+                           return cross_entropy(in[0], in[1]);
+                         },
+                         P("a"), {n}});
+  CheckCase(mesh(), Case{"causal_mask", {Rand({n, 3, 3}, 70)}, {P("a")},
+                         [](const std::vector<Value>& in) { return exp(causal_mask(in[0])); },
+                         P("a"), {n, 3, 3}});
 }
 
 INSTANTIATE_TEST_SUITE_P(Meshes, GradCheckTest,

@@ -14,6 +14,7 @@
 #include "benchmark/benchmark.h"
 #include "tensor/ops/elementwise.h"
 #include "tensor/ops/matmul.h"
+#include "tensor/ops/shape_ops.h"
 #include "tensor/random.h"
 #include "tensor/tensor.h"
 
@@ -93,6 +94,29 @@ BENCHMARK(BM_AddVsMemcpy)
     ->Arg(64 << 20)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
+
+// A 2-D transpose (tiled) vs memcpy of the same bytes: what a layout change costs.
+void BM_TransposeVsMemcpy(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const Tensor a = RandomUniform({n, n}, 1);
+  std::vector<float> dst(n * n);
+  double ours = 0, raw = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    Tensor out = Transpose(a, 0, 1);
+    benchmark::DoNotOptimize(out.raw_data());
+    const auto t1 = Clock::now();
+    std::memcpy(dst.data(), a.raw_data(), a.nbytes());
+    benchmark::DoNotOptimize(dst.data());
+    const auto t2 = Clock::now();
+    ours += Seconds(t0, t1);
+    raw += Seconds(t1, t2);
+    state.SetIterationTime(Seconds(t0, t1));
+  }
+  state.counters["ratio"] = raw / ours;
+}
+BENCHMARK(BM_TransposeVsMemcpy)->Arg(1024)->Arg(2048)->UseManualTime()->Unit(
+    benchmark::kMicrosecond);
 
 // Per-op cost on tiny tensors (framework overhead dominates). Raw reference: the same arithmetic
 // on preallocated buffers.

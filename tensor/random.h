@@ -1,6 +1,7 @@
-// Counter-based random tensors: element i of a tensor is a pure function of (seed, i), so a
-// shard can be generated alone and equals the same slice of the whole tensor. The same seed gives
-// the same global weights on 1 or 64 ranks (sharding-invariant initialisation).
+// Counter-based random tensors (Philox-4x32-10 keyed by the seed, counter = flat index; normals
+// by Box-Muller from one counter's four words): element i of a tensor is a pure function of
+// (seed, i), so a shard can be generated alone and equals the same slice of the whole tensor. The
+// same seed gives the same global weights on 1 or 64 ranks (sharding-invariant initialisation).
 //
 //   Tensor w = RandomNormal({1024, 4096}, /*seed=*/7);
 //   // Rank r of 4 builds its column shard directly:
@@ -18,6 +19,7 @@ namespace shardmap {
 
 Tensor RandomNormal(absl::Span<const int64_t> shape, uint64_t seed, double mean = 0.0,
                     double stddev = 1.0, DType dtype = DType::kF32);
+// Uniform values lie in [low, high) in f64; rounding to a narrower dtype can reach `high`.
 Tensor RandomUniform(absl::Span<const int64_t> shape, uint64_t seed, double low = 0.0,
                      double high = 1.0, DType dtype = DType::kF32);
 

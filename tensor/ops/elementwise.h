@@ -36,6 +36,8 @@ Tensor Gelu(const Tensor& a, GeluApprox approx = GeluApprox::kTanh);
 Tensor Silu(const Tensor& a);
 
 // Backward kernels: dy times the derivative, evaluated at the forward input x (or output y).
+// x (or y) and dy must have equal shapes and dtypes. Relu and ReluGrad keep NaN visible: relu(NaN)
+// is NaN.
 Tensor ReluGrad(const Tensor& x, const Tensor& dy);
 Tensor GeluGrad(const Tensor& x, const Tensor& dy, GeluApprox approx = GeluApprox::kTanh);
 Tensor SiluGrad(const Tensor& x, const Tensor& dy);

@@ -56,7 +56,8 @@ Tensor Embedding(const Tensor& table, const Tensor& ids);
 Tensor EmbeddingBackward(const Tensor& ids, const Tensor& dy, int64_t num_rows);
 
 // Per-row negative log-likelihood of integer targets: -log_softmax(logits)[i, target[i]].
-// Targets equal to ignore_index contribute 0. logits [n,v], targets [n].
+// Targets equal to ignore_index contribute 0. logits [n,v], targets [n] (or [..., v] and [...]).
+// The loss is f64 for f64 logits and f32 otherwise; the backward returns logits' dtype.
 Tensor CrossEntropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 // d(per-row loss)/d(logits) scaled by dloss [n]: (softmax - onehot) * dloss.
 Tensor CrossEntropyBackward(const Tensor& logits, const Tensor& targets, const Tensor& dloss,

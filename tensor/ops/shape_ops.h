@@ -15,6 +15,7 @@
 
 namespace shardmap {
 
+// Transpose and Permute always return new storage, even for the identity permutation.
 Tensor Transpose(const Tensor& x, int dim0, int dim1);
 Tensor Permute(const Tensor& x, const std::vector<int>& perm);
 Tensor Slice(const Tensor& x, int dim, int64_t start, int64_t length);
@@ -22,6 +23,7 @@ Tensor Concat(const std::vector<Tensor>& parts, int dim);
 std::vector<Tensor> Split(const Tensor& x, int dim, const std::vector<int64_t>& sizes);
 // Splits dim into n equal chunks; OpError when not divisible.
 std::vector<Tensor> Chunk(const Tensor& x, int dim, int n);
+// Cast to x's own dtype returns x itself (shared storage, no copy). Float -> int truncates.
 Tensor Cast(const Tensor& x, DType dtype);
 
 // Writes `part` into `whole` at offset `start` along `dim` (inverse of Slice; shapes must agree

@@ -1,0 +1,123 @@
+// The tape: backward order, accumulation, the dual-type check of cotangents, loss seeding.
+#include "autograd/tape.h"
+
+#include "autograd/value_and_grad.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "shardmap/collective_ops.h"
+#include "shardmap/context.h"
+#include "shardmap/internal/typing.h"
+#include "shardmap/ops.h"
+#include "tensor/error.h"
+
+namespace shardmap {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+TEST(TapeTest, AccumulatesAndSkipsUnusedBranches) {
+  SingleRankContext one{Mesh()};
+  Tape tape;
+  Value x = tape.Watch(Value::Replicated(Tensor::FromVector<double>({2}, {1.5, -2.0})));
+  Value unused = tape.Watch(Value::Replicated(Tensor::FromVector<double>({2}, {3, 4})));
+  Value y;
+  {
+    ScopedRecorder rec(&tape);
+    Value z = unused * 2.0;  // not on the path to y
+    (void)z;
+    y = sum(x * x * x + x * 3.0, {});  // dy/dx = 3x^2 + 3
+  }
+  std::vector<Value> g = tape.Backward(y, Value(Tensor::Scalar(1.0, DType::kF64), SpmdType()),
+                                       {x, unused});
+  EXPECT_DOUBLE_EQ(g[0].tensor.at(0), 3 * 1.5 * 1.5 + 3);
+  EXPECT_DOUBLE_EQ(g[0].tensor.at(1), 3 * 4.0 + 3);
+  EXPECT_DOUBLE_EQ(g[1].tensor.at(0), 0.0);
+}
+
+TEST(TapeTest, RejectsACotangentOfTheWrongDualType) {
+  SingleRankContext one(*Mesh::Create({{"tp", 1}}));
+  Tape tape;
+  Value x = tape.Watch(Value::Replicated(Tensor::Ones({2}, DType::kF64)));
+  Value y;
+  {
+    ScopedRecorder rec(&tape);
+    y = Value(x.tensor, x.type);
+    // A broken VJP: returns the R cotangent unchanged for an R primal (it must be P).
+    internal::RecordOp("broken_op", {&x}, y, [](const Value& g, uint32_t, Value* d) {
+      d[0] = Value(g.tensor, SpmdType(1, AxisType::R()));
+    });
+  }
+  Value seed(Tensor::Ones({2}, DType::kF64), SpmdType(1, AxisType::P()));
+  absl::Status s = CatchOpError([&] { tape.Backward(y, seed, {x}); });
+  EXPECT_THAT(s.message(),
+              AllOf(HasSubstr("backward of 'broken_op'"), HasSubstr("f64[2]{tp:R}"),
+                    HasSubstr("needs f64[2]{tp:P}"), HasSubstr("dual type")));
+  // Erased mode does not check.
+  one.ctx().set_check(TypeCheck::kErased);
+  EXPECT_TRUE(CatchOpError([&] { tape.Backward(y, seed, {x}); }).ok());
+}
+
+TEST(TapeTest, NoGradScopeInsideRecording) {
+  SingleRankContext one{Mesh()};
+  Tape tape;
+  Value x = tape.Watch(Value::Replicated(Tensor::Ones({2})));
+  ScopedRecorder rec(&tape);
+  {
+    NoGradScope ng;
+    Value z = x * x;
+    EXPECT_EQ(z.node, -1);
+  }
+  EXPECT_GE((x * x).node, 0);
+  EXPECT_EQ(tape.size(), 2u);
+}
+
+TEST(LossSeedTest, FollowsTheDualType) {
+  Mesh mesh = *Mesh::Create({{"dp", 2}, {"tp", 3}});
+  absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {
+    SpmdType t(2);
+    t[0] = AxisType::P();  // dp: each rank's share
+    t[1] = AxisType::R();  // tp: replicated -> seeded like convert(R->P)
+    Value loss(Tensor::Scalar(0.5, DType::kF64), t);
+    Value seed = LossSeed(loss);
+    double expect = ctx.coord(1) == 0 ? 1.0 : 0.0;
+    EXPECT_EQ(seed.item(), expect);
+    EXPECT_EQ(seed.type.ToString({"dp", "tp"}), "{dp:R,tp:P}");
+    t[1] = AxisType::I();
+    EXPECT_EQ(LossSeed(Value(loss.tensor, t)).item(), 1.0);
+    t[0] = AxisType::V();
+    absl::Status err = CatchOpError([&] { LossSeed(Value(loss.tensor, t)); });
+    EXPECT_THAT(err.message(), AllOf(HasSubstr("varies (V) over axis 'dp'"),
+                                     HasSubstr("reduce it first")));
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(ValueAndGradTest, VLossInShardMapIsAnError) {
+  Mesh mesh = *Mesh::Create({{"dp", 2}});
+  absl::StatusOr<ShardMapGrads> r = value_and_grad(shard_map(
+      [](const std::vector<Value>& v) -> std::vector<Value> { return {sum(v[0], {1})}; }, mesh,
+      {P("dp")}, {P("dp")}))({Tensor::Ones({4, 2}, DType::kF64)});
+  EXPECT_THAT(r.status().message(), HasSubstr("reduce it first"));
+}
+
+TEST(ValueAndGradTest, BackwardCollectivesAreLoggedAsBackward) {
+  Mesh mesh = *Mesh::Create({{"tp", 2}});
+  absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {
+    Value x = Value::Replicated(Tensor::Ones({3}, DType::kF64));
+    ValueAndGrad r = value_and_grad(
+        [](const std::vector<Value>& p) {
+          return sum(all_reduce(convert(p[0], "tp", Convert::kRToP), "tp"), {});
+        },
+        {x});
+    EXPECT_EQ(ctx.CountCollectives("all_reduce", 1, false), 1);
+    EXPECT_EQ(ctx.CountCollectives("all_reduce", 1, true), 1);
+    // d/dx of sum(x) (kept once): 1 on tp index 0, 0 elsewhere, as a P gradient.
+    EXPECT_EQ(r.grads[0].type[0].kind, AxisKind::kP);
+    EXPECT_EQ(r.grads[0].tensor.at(0), ctx.coord(0) == 0 ? 1.0 : 0.0);
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+}  // namespace
+}  // namespace shardmap

@@ -5,6 +5,10 @@
 #include <cstring>
 #include <numeric>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_join.h"
 #include "tensor/error.h"
@@ -15,6 +19,41 @@ namespace {
 
 using internal::DimVec;
 using internal::Prod;
+
+// out[i * oq + j] = in[i + j * sj] for i in [i0, i1), j in [j0, j1). 32-bit elements go through
+// 4x4 SSE2 register transposes; edges and other sizes use the scalar loop.
+template <typename E>
+inline void TransposeTile(const E* in, E* out, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                          int64_t sj, int64_t oq) {
+  int64_t i = i0;
+#if defined(__SSE2__)
+  if constexpr (sizeof(E) == 4) {
+    for (; i + 4 <= i1; i += 4) {
+      int64_t j = j0;
+      for (; j + 4 <= j1; j += 4) {
+        const E* s = in + i + j * sj;
+        const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+        const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + sj));
+        const __m128i r2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * sj));
+        const __m128i r3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 3 * sj));
+        const __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpacklo_epi32(r2, r3);
+        const __m128i t2 = _mm_unpackhi_epi32(r0, r1), t3 = _mm_unpackhi_epi32(r2, r3);
+        E* d = out + i * oq + j;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm_unpacklo_epi64(t0, t1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + oq), _mm_unpackhi_epi64(t0, t1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * oq), _mm_unpacklo_epi64(t2, t3));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 3 * oq), _mm_unpackhi_epi64(t2, t3));
+      }
+      for (; j < j1; ++j) {
+        for (int64_t ii = i; ii < i + 4; ++ii) out[ii * oq + j] = in[ii + j * sj];
+      }
+    }
+  }
+#endif
+  for (; i < i1; ++i) {
+    for (int64_t j = j0; j < j1; ++j) out[i * oq + j] = in[i + j * sj];
+  }
+}
 
 // Permutes elements of type E (a same-size stand-in for the dtype: layout ops move bits).
 template <typename E>
@@ -45,11 +84,7 @@ void PermuteCopy(const E* in, E* out, const Shape& in_shape, absl::Span<const in
         const int64_t i1 = std::min(nq, i0 + kTile);
         for (int64_t j0 = 0; j0 < nj; j0 += kTile) {
           const int64_t j1 = std::min(nj, j0 + kTile);
-          for (int64_t i = i0; i < i1; ++i) {
-            E* dst = out + out_off + i * oq;
-            const E* src = in + in_off + i;
-            for (int64_t j = j0; j < j1; ++j) dst[j] = src[j * sj];
-          }
+          TransposeTile(in + in_off, out + out_off, i0, i1, j0, j1, sj, oq);
         }
       }
       for (int k = r - 2; k >= 0; --k) {  // odometer over the other dims
@@ -71,7 +106,11 @@ void PermuteCopy(const E* in, E* out, const Shape& in_shape, absl::Span<const in
   int64_t off = 0;
   for (int64_t row = 0; row < rows; ++row) {
     E* o = out + row * inner;
-    for (int64_t j = 0; j < inner; ++j) o[j] = in[off + j * s_inner];
+    if (s_inner == 1) {  // e.g. splitting heads: [b,s,h,d] -> [b,h,s,d] moves rows of d
+      std::memcpy(o, in + off, inner * sizeof(E));
+    } else {
+      for (int64_t j = 0; j < inner; ++j) o[j] = in[off + j * s_inner];
+    }
     for (int k = r - 2; k >= 0; --k) {
       off += str[k];
       if (++idx[k] < sizes[k]) break;

@@ -130,7 +130,8 @@ TEST(DTypeTest, BF16HalfwayCasesTieToEven) {
     const uint16_t even = (b % 2 == 0) ? b : b + 1;
     ASSERT_EQ(FloatToBF16(mid), even) << std::hex << b;
     ASSERT_EQ(FloatToBF16(std::nextafter(mid, 0.0f)), b) << std::hex << b;
-    ASSERT_EQ(FloatToBF16(std::nextafter(mid, std::numeric_limits<float>::infinity())), b + 1) << std::hex << b;
+    ASSERT_EQ(FloatToBF16(std::nextafter(mid, std::numeric_limits<float>::infinity())), b + 1)
+        << std::hex << b;
   }
 }
 

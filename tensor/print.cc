@@ -104,7 +104,8 @@ class Printer {
     }
     Lines out;
     if (from_end % 2 == 1) {  // side by side
-      const std::string sep = from_end == 3 ? "   " : absl::StrCat("  ", std::string((from_end - 3) / 2, '|'), "  ");
+      const std::string sep =
+          from_end == 3 ? "   " : absl::StrCat("  ", std::string((from_end - 3) / 2, '|'), "  ");
       size_t height = 0;
       for (const Lines& c : children) height = std::max(height, c.size());
       out.assign(height, "");

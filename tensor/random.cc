@@ -34,17 +34,41 @@ double UniformAt(uint64_t index, uint64_t seed) {
   return Unit(b.v[0], b.v[1]);
 }
 
-void CheckBlock(const char* op, absl::Span<const int64_t> global,
-                absl::Span<const int64_t> offsets, absl::Span<const int64_t> local) {
+void CheckBlock(const char* op, absl::Span<const int64_t> global, absl::Span<const int64_t> offsets,
+                absl::Span<const int64_t> local) {
   if (offsets.size() != global.size() || local.size() != global.size()) {
     OpFail(op, ": global shape ", ShapeToString(global), ", offsets ", ShapeToString(offsets),
            " and local shape ", ShapeToString(local), " must have the same rank");
   }
   for (size_t i = 0; i < global.size(); ++i) {
     if (global[i] < 0 || local[i] < 0 || offsets[i] < 0 || offsets[i] > global[i] - local[i]) {
-      OpFail(op, ": block at offsets ", ShapeToString(offsets), " of shape ",
-             ShapeToString(local), " does not fit in global shape ", ShapeToString(global),
-             " (dim ", i, "); expected 0 <= offset and offset + size <= global size");
+      OpFail(op, ": block at offsets ", ShapeToString(offsets), " of shape ", ShapeToString(local),
+             " does not fit in global shape ", ShapeToString(global), " (dim ", i,
+             "); expected 0 <= offset and offset + size <= global size");
+    }
+  }
+}
+
+// Calls fn(local flat index, global flat index) for every element of the block, in the block's
+// row-major order: an odometer over the block, stepping the global index by global strides.
+template <typename Fn>
+void ForEachInBlock(absl::Span<const int64_t> global, absl::Span<const int64_t> offsets,
+                    absl::Span<const int64_t> local, Fn fn) {
+  const int r = static_cast<int>(global.size());
+  const int64_t n = NumElements(local);
+  if (n == 0) return;
+  std::vector<int64_t> gstr(r, 1), idx(r, 0);
+  for (int i = r - 2; i >= 0; --i) gstr[i] = gstr[i + 1] * global[i + 1];
+  int64_t g = 0;
+  for (int i = 0; i < r; ++i) g += offsets[i] * gstr[i];
+  const int64_t inner = r == 0 ? 1 : local[r - 1];
+  for (int64_t row = 0; row < n / inner; ++row) {
+    for (int64_t j = 0; j < inner; ++j) fn(row * inner + j, static_cast<uint64_t>(g + j));
+    for (int k = r - 2; k >= 0; --k) {
+      g += gstr[k];
+      if (++idx[k] < local[k]) break;
+      g -= gstr[k] * local[k];
+      idx[k] = 0;
     }
   }
 }
@@ -58,51 +82,31 @@ Tensor FillBlock(const char* op, absl::Span<const int64_t> global,
     OpFail(op, ": dtype ", DTypeName(dtype), " is not floating; expected f32, f64, bf16 or f16");
   }
   CheckBlock(op, global, offsets, local);
-  const bool f32 = dtype == DType::kF32;
-  Tensor out = Tensor::Empty(local, f32 ? DType::kF32 : DType::kF64);
-  const int r = static_cast<int>(global.size());
-  const int64_t n = out.numel();
-  if (n > 0) {
-    // Global row-major strides; walk the local block with an odometer.
-    std::vector<int64_t> gstr(r, 1), idx(r, 0);
-    for (int i = r - 2; i >= 0; --i) gstr[i] = gstr[i + 1] * global[i + 1];
-    int64_t g = 0;
-    for (int i = 0; i < r; ++i) g += offsets[i] * gstr[i];
-    const int64_t inner = r == 0 ? 1 : local[r - 1];
-    for (int64_t row = 0; row < n / inner; ++row) {
-      for (int64_t j = 0; j < inner; ++j) {
-        const double v = value(static_cast<uint64_t>(g + j));
-        if (f32) {
-          out.data<float>()[row * inner + j] = static_cast<float>(v);
-        } else {
-          out.data<double>()[row * inner + j] = v;
-        }
-      }
-      for (int k = r - 2; k >= 0; --k) {
-        g += gstr[k];
-        if (++idx[k] < local[k]) break;
-        g -= gstr[k] * local[k];
-        idx[k] = 0;
-      }
-    }
+  if (dtype == DType::kF32) {
+    Tensor out = Tensor::Empty(local, DType::kF32);
+    float* p = out.data<float>();
+    ForEachInBlock(global, offsets, local,
+                   [&](int64_t i, uint64_t g) { p[i] = static_cast<float>(value(g)); });
+    return out;
   }
-  return f32 ? out : Cast(out, dtype);
+  Tensor out = Tensor::Empty(local, DType::kF64);
+  double* p = out.data<double>();
+  ForEachInBlock(global, offsets, local, [&](int64_t i, uint64_t g) { p[i] = value(g); });
+  return Cast(out, dtype);  // bf16/f16: one rounding from f64
 }
 
 std::vector<int64_t> Zeros(size_t n) { return std::vector<int64_t>(n, 0); }
 
 }  // namespace
 
-Tensor RandomNormalSlice(absl::Span<const int64_t> global_shape,
-                         absl::Span<const int64_t> offsets,
+Tensor RandomNormalSlice(absl::Span<const int64_t> global_shape, absl::Span<const int64_t> offsets,
                          absl::Span<const int64_t> local_shape, uint64_t seed, double mean,
                          double stddev, DType dtype) {
   return FillBlock("random_normal", global_shape, offsets, local_shape, dtype,
                    [&](uint64_t i) { return mean + stddev * NormalAt(i, seed); });
 }
 
-Tensor RandomUniformSlice(absl::Span<const int64_t> global_shape,
-                          absl::Span<const int64_t> offsets,
+Tensor RandomUniformSlice(absl::Span<const int64_t> global_shape, absl::Span<const int64_t> offsets,
                           absl::Span<const int64_t> local_shape, uint64_t seed, double low,
                           double high, DType dtype) {
   if (!(low <= high)) OpFail("random_uniform: low ", low, " > high ", high);
@@ -120,17 +124,24 @@ Tensor RandomUniform(absl::Span<const int64_t> shape, uint64_t seed, double low,
   return RandomUniformSlice(shape, Zeros(shape.size()), shape, seed, low, high, dtype);
 }
 
-Tensor RandomInts(absl::Span<const int64_t> shape, int64_t n, uint64_t seed) {
+Tensor RandomIntsSlice(absl::Span<const int64_t> global_shape, absl::Span<const int64_t> offsets,
+                       absl::Span<const int64_t> local_shape, int64_t n, uint64_t seed) {
   if (n <= 0) OpFail("random_ints: n is ", n, "; expected n >= 1 (values in [0, n))");
-  Tensor out = Tensor::Empty(shape, DType::kI64);
+  CheckBlock("random_ints", global_shape, offsets, local_shape);
+  Tensor out = Tensor::Empty(local_shape, DType::kI64);
   int64_t* p = out.data<int64_t>();
-  for (int64_t i = 0; i < out.numel(); ++i) {
-    const Block b = Philox(static_cast<uint64_t>(i), kInts, seed);
+  ForEachInBlock(global_shape, offsets, local_shape, [&](int64_t i, uint64_t g) {
+    const Block b = Philox(g, kInts, seed);
     const uint64_t x = (static_cast<uint64_t>(b.v[0]) << 32) | b.v[1];
     // Multiply-high maps 64 random bits onto [0, n) with negligible bias and no division.
-    p[i] = static_cast<int64_t>((static_cast<unsigned __int128>(x) * static_cast<uint64_t>(n)) >> 64);
-  }
+    p[i] = static_cast<int64_t>((static_cast<unsigned __int128>(x) * static_cast<uint64_t>(n)) >>
+                                64);
+  });
   return out;
+}
+
+Tensor RandomInts(absl::Span<const int64_t> shape, int64_t n, uint64_t seed) {
+  return RandomIntsSlice(shape, Zeros(shape.size()), shape, n, seed);
 }
 
 }  // namespace shardmap

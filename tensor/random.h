@@ -35,6 +35,10 @@ Tensor RandomUniformSlice(absl::Span<const int64_t> global_shape,
 
 // Uniform integers in [0, n) (i64), for token ids and targets.
 Tensor RandomInts(absl::Span<const int64_t> shape, int64_t n, uint64_t seed);
+// The block of RandomInts(global_shape, n, seed) at `offsets` (e.g. one data-parallel rank's
+// batch rows).
+Tensor RandomIntsSlice(absl::Span<const int64_t> global_shape, absl::Span<const int64_t> offsets,
+                       absl::Span<const int64_t> local_shape, int64_t n, uint64_t seed);
 
 }  // namespace shardmap
 

@@ -28,7 +28,8 @@ TEST(RandomTest, PhiloxKnownAnswers) {
 }
 
 TEST(RandomTest, DeterministicPerSeed) {
-  const Tensor a = RandomNormal({3, 4}, 7), b = RandomNormal({3, 4}, 7), c = RandomNormal({3, 4}, 8);
+  const Tensor a = RandomNormal({3, 4}, 7), b = RandomNormal({3, 4}, 7),
+               c = RandomNormal({3, 4}, 8);
   EXPECT_EQ(a.ToVector<double>(), b.ToVector<double>());
   EXPECT_NE(a.ToVector<double>(), c.ToVector<double>());
   // Element i depends only on (seed, i): a longer tensor extends a shorter one.
@@ -141,17 +142,28 @@ TEST(RandomTest, RandomInts) {
   }
   for (int64_t c : counts) EXPECT_NEAR(static_cast<double>(c) / t.numel(), 1.0 / 7, 0.01);
   EXPECT_EQ(RandomInts({5}, 1, 1).ToVector<int64_t>(), std::vector<int64_t>(5, 0));
-  EXPECT_EQ(RandomInts({4}, 100, 9).ToVector<int64_t>(), RandomInts({4}, 100, 9).ToVector<int64_t>());
+  // A rank's block of rows and columns equals the same block of the whole.
+  const Tensor whole = RandomInts({6, 9}, 1000, 3);
+  const Tensor block = RandomIntsSlice({6, 9}, {2, 4}, {3, 5}, 1000, 3);
+  EXPECT_EQ(block.ToVector<int64_t>(),
+            Slice(Slice(whole, 0, 2, 3), 1, 4, 5).ToVector<int64_t>());
+  EXPECT_EQ(RandomInts({4}, 100, 9).ToVector<int64_t>(),
+            RandomInts({4}, 100, 9).ToVector<int64_t>());
 }
 
 TEST(RandomTest, Errors) {
-  ExpectOpError([] { RandomNormalSlice({4, 4}, {0, 2}, {4, 3}, 1); },
-                {"random_normal", "[0,2]", "[4,3]", "[4,4]", "dim 1"});
+  ExpectOpError(
+      [] {
+        RandomNormalSlice({4, 4}, {0, 2}, {4, 3}, 1);
+      },
+      {"random_normal", "[0,2]", "[4,3]", "[4,4]", "dim 1"});
   ExpectOpError([] { RandomUniformSlice({4, 4}, {0}, {4, 4}, 1); }, {"random_uniform", "rank"});
   ExpectOpError([] { RandomNormalSlice({4}, {-1}, {2}, 1); }, {"random_normal"});
   ExpectOpError([] { RandomNormal({2}, 1, 0, 1, DType::kI32); }, {"random_normal", "i32"});
   ExpectOpError([] { RandomUniform({2}, 1, 2.0, 1.0); }, {"random_uniform", "low"});
   ExpectOpError([] { RandomInts({2}, 0, 1); }, {"random_ints", "n is 0"});
+  ExpectOpError([] { RandomIntsSlice({4}, {3}, {2}, 5, 1); }, {"random_ints", "does not fit"});
+  ExpectOpError([] { RandomInts({-1}, 5, 1); }, {"random_ints"});
   ExpectOpError([] { RandomNormal({-2}, 1); }, {"random_normal"});
 }
 

@@ -76,7 +76,8 @@ void* AllocateAligned(size_t nbytes) {
     throw OpError(absl::ResourceExhaustedError(
         absl::StrCat("could not allocate ", nbytes, " bytes of CPU memory")));
   }
-  const uintptr_t aligned = (reinterpret_cast<uintptr_t>(raw) + sizeof(void*) + 63) & ~uintptr_t{63};
+  const uintptr_t aligned =
+      (reinterpret_cast<uintptr_t>(raw) + sizeof(void*) + 63) & ~uintptr_t{63};
   reinterpret_cast<void**>(aligned)[-1] = raw;
   return reinterpret_cast<void*>(aligned);
 }

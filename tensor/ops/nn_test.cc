@@ -56,7 +56,8 @@ TEST(NnTest, SoftmaxAndLogSoftmaxEveryDim) {
   const Tensor y = Softmax(h, 1);
   const auto ref = RefSoftmax(h, 1, false);
   for (int64_t i = 0; i < y.numel(); ++i) EXPECT_NEAR(y.at(i), ref[i], ref[i] * 8e-3);
-  ExpectOpError([] { Softmax(Tensor::Zeros({2}, DType::kI64), 0); }, {"softmax", "i64[2]", "floating"});
+  ExpectOpError([] { Softmax(Tensor::Zeros({2}, DType::kI64), 0); },
+                {"softmax", "i64[2]", "floating"});
 }
 
 TEST(NnTest, SoftmaxBackwardsMatchFiniteDifferences) {
@@ -71,8 +72,11 @@ TEST(NnTest, SoftmaxBackwardsMatchFiniteDifferences) {
           return LogSoftmaxBackward(LogSoftmax(t, d), dy, d);
         });
   }
-  ExpectOpError([&] { SoftmaxBackward(x, Tensor::Zeros({3, 4}, DType::kF64), 0); },
-                {"softmax_backward", "shape mismatch"});
+  ExpectOpError(
+      [&] {
+        SoftmaxBackward(x, Tensor::Zeros({3, 4}, DType::kF64), 0);
+      },
+      {"softmax_backward", "shape mismatch"});
 }
 
 TEST(NnTest, LayerNormForwardAndBackward) {
@@ -144,7 +148,8 @@ TEST(NnTest, RmsNormForwardAndBackward) {
   for (int row = 0; row < 5; ++row) {
     double ms = 0;
     for (int j = 0; j < h; ++j) ms += x.at(row * h + j) * x.at(row * h + j) / h;
-    for (int j = 0; j < h; ++j) want[row * h + j] = x.at(row * h + j) / std::sqrt(ms + eps) * g.at(j);
+    for (int j = 0; j < h; ++j)
+      want[row * h + j] = x.at(row * h + j) / std::sqrt(ms + eps) * g.at(j);
   }
   ExpectAllClose(r.y, want, 1e-13, 1e-13, "rms_norm");
   for (bool affine : {true, false}) {
@@ -160,8 +165,11 @@ TEST(NnTest, RmsNormForwardAndBackward) {
       [&](const Tensor& t, const Tensor& dy) {
         return RmsNormBackward(x, t, RmsNorm(x, t, eps).rstd, dy).dgamma;
       });
-  ExpectOpError([&] { RmsNormBackward(x, g, r.rstd, Tensor::Zeros({5, h})); },
-                {"rms_norm_backward", "dtype mismatch", "f32[5,6]"});
+  ExpectOpError(
+      [&] {
+        RmsNormBackward(x, g, r.rstd, Tensor::Zeros({5, h}));
+      },
+      {"rms_norm_backward", "dtype mismatch", "f32[5,6]"});
 }
 
 TEST(NnTest, EmbeddingAndScatterAddBackward) {
@@ -183,10 +191,16 @@ TEST(NnTest, EmbeddingAndScatterAddBackward) {
   ExpectOpError([&] { Embedding(table, bad); },
                 {"embedding", "id 5", "[1,0]", "i64[2,2]", "f64[5,3]", "0 <= id < 5"});
   ExpectOpError([&] { Embedding(table, Tensor::Zeros({2})); }, {"embedding", "integer"});
-  ExpectOpError([&] { EmbeddingBackward(bad, Tensor::Zeros({2, 2, 3}), 5); },
-                {"embedding_backward", "id 5"});
-  ExpectOpError([&] { EmbeddingBackward(bad, Tensor::Zeros({2, 3}), 6); },
-                {"embedding_backward", "f32[2,3]", "ids.shape + [features]"});
+  ExpectOpError(
+      [&] {
+        EmbeddingBackward(bad, Tensor::Zeros({2, 2, 3}), 5);
+      },
+      {"embedding_backward", "id 5"});
+  ExpectOpError(
+      [&] {
+        EmbeddingBackward(bad, Tensor::Zeros({2, 3}), 6);
+      },
+      {"embedding_backward", "f32[2,3]", "ids.shape + [features]"});
 }
 
 TEST(NnTest, CrossEntropyForwardBackwardAndIgnoreIndex) {

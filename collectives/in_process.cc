@@ -233,6 +233,7 @@ class Group {
         name_(std::move(name)),
         here_(world_ranks_.size(), 0),
         busy_(world_ranks_.size(), 0),
+        gave_up_(world_ranks_.size(), 0),
         slots_(world_ranks_.size()),
         mail_(world_ranks_.size() * world_ranks_.size()) {}
 
@@ -298,13 +299,18 @@ class Group {
         [&] {
           std::vector<int> missing;
           for (int p = 0; p < size(); ++p) {
-            if (!here_[p]) missing.push_back(p);
+            if (!here_[p] && !gave_up_[p]) missing.push_back(p);
           }
           return missing;
         });
     if (!s.ok()) {  // withdraw, so the barrier cannot complete (and mark us busy) without us
       here_[rank] = 0;
+      gave_up_[rank] = 1;
       --arrived_;
+      if (absl::IsDeadlineExceeded(s)) {  // poison now: peers timing out too then say why
+        l.unlock();
+        world_->Poison(world_ranks_[rank], s);
+      }
     }
     return s;
   }
@@ -404,6 +410,7 @@ class Group {
   std::atomic<uint64_t> generation_atomic_{0};  // generation_, for spinning without the lock
   std::vector<char> here_;  // arrived at the current barrier
   std::vector<char> busy_;  // passed a barrier and not yet at the next one or out of the call
+  std::vector<char> gave_up_;  // left a barrier with an error (the group is dead from then on)
   std::vector<std::array<Slot, 2>> slots_;  // slots_[r] written by r before a barrier only
   std::vector<Mailbox> mail_;  // [src * n + dst]
 };

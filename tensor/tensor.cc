@@ -37,15 +37,26 @@ Storage::~Storage() {
 }
 
 Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype) {
+  int64_t numel = 1;
+  bool overflow = false, has_zero = false;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0) {
       OpFail("tensor: dim ", i, " of shape ", ShapeToString(shape),
              " is negative; sizes must be >= 0");
     }
+    has_zero = has_zero || shape[i] == 0;
+    overflow = overflow || __builtin_mul_overflow(numel, shape[i], &numel);
+  }
+  if (has_zero) numel = 0;
+  // Byte counts must fit too (2^62 bytes is far beyond any machine; the allocator reports less).
+  const int64_t max_numel = (int64_t{1} << 62) / static_cast<int64_t>(DTypeSize(dtype));
+  if (!has_zero && (overflow || numel > max_numel)) {
+    OpFail("tensor: shape ", ShapeToString(shape), " of ", DTypeName(dtype),
+           " has too many elements to address");
   }
   Tensor t;
   t.shape_.assign(shape.begin(), shape.end());
-  t.numel_ = NumElements(shape);
+  t.numel_ = numel;
   t.dtype_ = dtype;
   t.storage_ = Storage::AllocateCpu(t.nbytes());
   return t;

@@ -104,8 +104,18 @@ TEST(TensorTest, DimsAndShapeString) {
 
 TEST(TensorTest, Errors) {
   ExpectOpError([] { Tensor::Zeros({2, -1}); }, {"dim 1", "[2,-1]", "negative"});
-  ExpectOpError([] { Tensor::FromVector<float>({2, 2}, {1, 2, 3}); },
-                {"FromVector", "3 values", "[2,2]"});
+  ExpectOpError([] { Tensor::Zeros({int64_t{1} << 40, int64_t{1} << 40}); }, {"too many elements"});
+  EXPECT_EQ(Tensor::Zeros({int64_t{1} << 40, int64_t{1} << 40, 0}).numel(), 0);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // they abort on huge mallocs
+  // Huge but addressable: the allocator fails cleanly with ResourceExhausted, no crash.
+  const absl::Status huge = CatchOpError([] { Tensor::Empty({int64_t{1} << 58}, DType::kF32); });
+  EXPECT_EQ(huge.code(), absl::StatusCode::kResourceExhausted) << huge;
+#endif
+  ExpectOpError(
+      [] {
+        Tensor::FromVector<float>({2, 2}, {1, 2, 3});
+      },
+      {"FromVector", "3 values", "[2,2]"});
   const Tensor t = Tensor::Zeros({2, 3});
   ExpectOpError([&] { t.dim(2); }, {"dim 2", "f32[2,3]"});
   ExpectOpError([&] { t.dim(-3); }, {"dim -3", "f32[2,3]"});

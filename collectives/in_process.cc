@@ -163,6 +163,7 @@ class World {
 
   void Register(const std::shared_ptr<Group>& g) {
     std::lock_guard<std::mutex> l(mu_);
+    std::erase_if(groups_, [](const std::weak_ptr<Group>& w) { return w.expired(); });
     groups_.push_back(g);
   }
 
@@ -257,7 +258,14 @@ class Group {
     busy_[rank] = 0;
     cv_.notify_all();
     if (failed) {
-      cv_.wait(l, [&] { return std::none_of(busy_.begin(), busy_.end(), [](char b) { return b; }); });
+      // A rank that left its function (e.g. threw out of a copy) is no longer reading anything.
+      auto quiet = [&] {
+        for (int p = 0; p < size(); ++p) {
+          if (busy_[p] && !world_->exited(world_ranks_[p])) return false;
+        }
+        return true;
+      };
+      cv_.wait_until(l, absl::ToChronoTime(absl::Now() + world_->options().timeout), quiet);
     }
   }
 
@@ -283,7 +291,7 @@ class Group {
     }
     // With a core per rank, a short spin beats a futex sleep and wake-up (tens of microseconds
     // per barrier); with more ranks than cores spinning would only steal the peers' time.
-    if (size() <= HardwareThreads()) {
+    if (world_->size() <= HardwareThreads()) {
       l.unlock();
       const absl::Time spin_until = absl::Now() + absl::Microseconds(30);
       bool done = false;

@@ -12,8 +12,8 @@ namespace {
 using namespace shardmap;  // as in the header example
 
 TEST(ApiExampleTest, MegatronMlpForwardAndBackward) {
-  Tensor x = testing::Rand({4, 5}, 1), w1 = testing::Rand({5, 6}, 2),
-         w2 = testing::Rand({6, 5}, 3);
+  Tensor x = shardmap::testing::Rand({4, 5}, 1), w1 = shardmap::testing::Rand({5, 6}, 2),
+         w2 = shardmap::testing::Rand({6, 5}, 3);
   Mesh mesh = *Mesh::Create({{"tp", 3}});
   ShardFn mlp = [](const std::vector<Value>& in) -> std::vector<Value> {
     const Value& x = in[0];
@@ -29,7 +29,7 @@ TEST(ApiExampleTest, MegatronMlpForwardAndBackward) {
   absl::StatusOr<ShardMapGrads> r = value_and_grad(f)({x, w1, w2});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->grads[1].ShapeString(), "f64[5,6]");
-  EXPECT_TRUE(testing::BitwiseEqual(r->outputs[1], (*out)[1]));
+  EXPECT_TRUE(shardmap::testing::BitwiseEqual(r->outputs[1], (*out)[1]));
   // Against the unsharded program on one device.
   SingleRankContext one{Mesh()};
   ValueAndGrad ref = value_and_grad(

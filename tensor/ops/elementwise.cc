@@ -272,14 +272,16 @@ void AddInPlace(Tensor& acc, const Tensor& x) {
   const int64_t n = acc.numel();
   switch (acc.dtype()) {
     case DType::kF32: {
-      float* __restrict pa = acc.data<float>();
-      const float* __restrict px = x.data<float>();
+      // No __restrict: acc and x may be overlapping views of one storage; the compiler's runtime
+      // overlap check keeps the vector loop for the usual disjoint case.
+      float* pa = acc.data<float>();
+      const float* px = x.data<float>();
       for (int64_t i = 0; i < n; ++i) pa[i] += px[i];
       break;
     }
     case DType::kF64: {
-      double* __restrict pa = acc.data<double>();
-      const double* __restrict px = x.data<double>();
+      double* pa = acc.data<double>();
+      const double* px = x.data<double>();
       for (int64_t i = 0; i < n; ++i) pa[i] += px[i];
       break;
     }

@@ -216,6 +216,16 @@ TEST(ElementwiseTest, BackwardKernelsMatchFiniteDifferences) {
   ExpectAllClose(g32, g64.ToVector<double>(), 1e-5, 1e-6, "gelu_grad f32");
 }
 
+TEST(ElementwiseTest, AddInPlaceWithOverlappingViews) {
+  Tensor t = Tensor::Arange(40).Reshape({40});
+  Tensor acc = t.SliceRows(1, 39);
+  AddInPlace(acc, t.SliceRows(0, 39));  // acc[i] = t[i+1] + t[i], read before written
+  std::vector<double> want(39);
+  for (int i = 0; i < 39; ++i) want[i] = (i + 1) + (i == 0 ? 0.0 : want[i - 1]);
+  // Sequential semantics: t[i] already holds the updated value when t[i+1] reads it.
+  ExpectAllClose(acc, want, 0, 0, "overlap");
+}
+
 TEST(ElementwiseTest, AddInPlace) {
   for (DType dt : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}) {
     Tensor acc = RandomTensor({3, 5}, dt, 21);

@@ -32,7 +32,7 @@ namespace shardmap {
 
 class Tape : public TapeRecorder {
  public:
-  Tape() = default;
+  Tape() { nodes_.reserve(256); }
   Tape(const Tape&) = delete;
   Tape& operator=(const Tape&) = delete;
 

@@ -159,6 +159,9 @@ SpmdType NonlinearType(const char* op, const Value& x) {
   return x.type;
 }
 
+// The primal value without its tape slot, for capture in VJPs (no cycles, no re-recording).
+Value Detached(const Value& v) { return Value(v.tensor, v.type); }
+
 // Transpose of an implicit R -> V promotion: on axes where the primal was R and the cotangent
 // came out V, the cotangent is a pending sum (P), no communication.
 Value UnpromoteCotangent(Value g, const SpmdType& primal) {
@@ -180,6 +183,18 @@ Value VaryCotangent(Value g, const SpmdType& primal) {
     }
   }
   return g;
+}
+
+// What a linear op's VJP needs of a primal: its shape and type.
+struct PrimalMeta {
+  explicit PrimalMeta(const Value& v) : shape(v.shape()), type(v.type) {}
+  Shape shape;
+  SpmdType type;
+};
+
+Value LinearGradTo(const Value& g, const PrimalMeta& m) {
+  Value r = g.shape() == m.shape ? g : sum_to_shape(g, m.shape);
+  return UnpromoteCotangent(std::move(r), m.type);
 }
 
 Value BinaryGradTo(const Value& g, const Value& primal) {
@@ -222,10 +237,12 @@ Value add(const Value& a, const Value& b) {
   SpmdType ty = BinaryType("add", a, b, t.shape(), false, false);
   Value out(std::move(t), ty);
   if (NeedsTape(a, b)) {
-    RecordOp("add", {&a, &b}, out, [a, b](const Value& g, uint32_t need, Value* d) {
-      if (need & 1) d[0] = BinaryGradTo(g, a);
-      if (need & 2) d[1] = BinaryGradTo(g, b);
-    });
+    // Only the primals' shapes and types are needed (no tensor references kept alive).
+    RecordOp("add", {&a, &b}, out,
+             [ma = PrimalMeta(a), mb = PrimalMeta(b)](const Value& g, uint32_t need, Value* d) {
+               if (need & 1) d[0] = LinearGradTo(g, ma);
+               if (need & 2) d[1] = LinearGradTo(g, mb);
+             });
   }
   return out;
 }
@@ -235,10 +252,11 @@ Value sub(const Value& a, const Value& b) {
   SpmdType ty = BinaryType("sub", a, b, t.shape(), false, false);
   Value out(std::move(t), ty);
   if (NeedsTape(a, b)) {
-    RecordOp("sub", {&a, &b}, out, [a, b](const Value& g, uint32_t need, Value* d) {
-      if (need & 1) d[0] = BinaryGradTo(g, a);
-      if (need & 2) d[1] = BinaryGradTo(neg(g), b);
-    });
+    RecordOp("sub", {&a, &b}, out,
+             [ma = PrimalMeta(a), mb = PrimalMeta(b)](const Value& g, uint32_t need, Value* d) {
+               if (need & 1) d[0] = LinearGradTo(g, ma);
+               if (need & 2) d[1] = LinearGradTo(neg(g), mb);
+             });
   }
   return out;
 }
@@ -248,7 +266,8 @@ Value mul(const Value& a, const Value& b) {
   SpmdType ty = BinaryType("mul", a, b, t.shape(), true, false);
   Value out(std::move(t), ty);
   if (NeedsTape(a, b)) {
-    RecordOp("mul", {&a, &b}, out, [a, b](const Value& g, uint32_t need, Value* d) {
+    RecordOp("mul", {&a, &b}, out,
+             [a = Detached(a), b = Detached(b)](const Value& g, uint32_t need, Value* d) {
       if (need & 1) d[0] = BinaryGradTo(g * b, a);
       if (need & 2) d[1] = BinaryGradTo(g * a, b);
     });
@@ -262,7 +281,8 @@ Value div(const Value& a, const Value& b) {
   Value out(std::move(t), ty);
   if (NeedsTape(a, b)) {
     Value o = out;
-    RecordOp("div", {&a, &b}, out, [a, b, o](const Value& g, uint32_t need, Value* d) {
+    RecordOp("div", {&a, &b}, out,
+             [a = Detached(a), b = Detached(b), o](const Value& g, uint32_t need, Value* d) {
       if (need & 1) d[0] = BinaryGradTo(g / b, a);
       // d(a/b)/db = -(a/b)/b; o is a/b without its tape slot.
       if (need & 2) d[1] = BinaryGradTo(neg(g * Value(o.tensor, o.type) / b), b);
@@ -328,8 +348,6 @@ Value tanh_grad(const Value& y, const Value& dy) {
   return Value(TanhGrad(y.tensor, dy.tensor), GradKernelType("tanh_grad", y, dy));
 }
 
-// The primal value without its tape slot, for capture in VJPs (no cycles, no re-recording).
-static Value Detached(const Value& v) { return Value(v.tensor, v.type); }
 
 Value exp(const Value& x) {
   Value out(Exp(x.tensor), NonlinearType("exp", x));

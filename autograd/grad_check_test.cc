@@ -307,6 +307,18 @@ TEST_P(GradCheckTest, CollectivesOverOneAxis) {
     std::vector<int64_t> sizes;
     int64_t total = 0;
     for (int i = 0; i < n; ++i) sizes.push_back(i + 1), total += i + 1;
+    // Uneven all_to_all: an R input cut into uneven row blocks (device i keeps sizes[i] rows),
+    // then rows are exchanged for uneven column blocks.
+    CheckCase(mesh(), Case{"uneven_all_to_all", {Rand({total, total}, 45)}, {P()},
+                           [sizes](const std::vector<Value>& in) {
+                             int me = axis_index("a");
+                             int64_t start = 0;
+                             for (int k = 0; k < me; ++k) start += sizes[k];
+                             Value rows = slice(vary(in[0], "a"), 0, start, sizes[me]);
+                             Value cols = all_to_all(rows * rows, 1, 0, "a", sizes, sizes);
+                             return all_gather(cols, 1, "a", sizes);
+                           },
+                           P(), {total, total}});
     CheckCase(mesh(), Case{"uneven_all_gather_reduce_scatter", {Rand({total, 2}, 44)}, {P()},
                            [sizes](const std::vector<Value>& in) {
                              // Local rows of an R value: reduce_scatter(convert R->P) gives the

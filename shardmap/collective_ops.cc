@@ -448,6 +448,79 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
   return y;
 }
 
+Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes,
+                 const std::vector<int64_t>& split_sizes,
+                 const std::vector<int64_t>& concat_sizes) {
+  AxisMask mask = ResolveAxes("all_to_all", axes);
+  RankContext& ctx = RankContext::Get("all_to_all");
+  const int na = ctx.mesh().num_axes();
+  split_dim = NormDim("all_to_all", x, split_dim);
+  concat_dim = NormDim("all_to_all", x, concat_dim);
+  if (split_dim == concat_dim) {
+    OpFail("all_to_all with split_sizes: split_dim and concat_dim must differ (", x.ToString(),
+           ")");
+  }
+  SpmdType t = x.type;
+  if (Checked(ctx)) {
+    ForAxes(mask, na, [&](int i) {
+      AxisType a = x.type[i];
+      if (a.kind != AxisKind::kV || (a.is_sharded() && a.dim != concat_dim)) {
+        TypeFail("all_to_all", i,
+                 absl::StrCat("takes shards of the concat dim (S", concat_dim, " or V), but x is ",
+                              a.ToString()),
+                 "resolve partial sums first; pass the dim x is sharded along as concat_dim",
+                 {{"x", &x}});
+      }
+    });
+  }
+  ForAxes(mask, na, [&](int i) { t[i] = AxisType::Sharded(split_dim); });
+  Communicator& comm = ctx.Comm(mask);
+  const int n = comm.size(), me = comm.rank();
+  CheckSplitSizes("all_to_all", split_sizes, n, x.dim(split_dim), x);
+  CheckSplitSizes("all_to_all", concat_sizes, n, -1, x);
+  if (concat_sizes[me] != x.dim(concat_dim)) {
+    OpFail("all_to_all: concat_sizes[", me, "] is ", concat_sizes[me], " but this device's dim ",
+           concat_dim, " has ", x.dim(concat_dim), " (", x.ToString(), ")");
+  }
+  std::vector<Tensor> chunks = Split(x.tensor, split_dim, split_sizes);
+  std::vector<Tensor> flat;
+  std::vector<size_t> send_counts, recv_counts;
+  int64_t other = 1;  // product of the dims other than split_dim and concat_dim
+  for (int d = 0; d < x.rank(); ++d) {
+    if (d != split_dim && d != concat_dim) other *= x.dim(d);
+  }
+  for (int j = 0; j < n; ++j) {
+    flat.push_back(chunks[j].Reshape({chunks[j].numel()}));
+    send_counts.push_back(static_cast<size_t>(chunks[j].numel()));
+    recv_counts.push_back(static_cast<size_t>(split_sizes[me] * concat_sizes[j] * other));
+  }
+  Tensor send = Concat(flat, 0);
+  int64_t total_recv = 0;
+  for (size_t c : recv_counts) total_recv += static_cast<int64_t>(c);
+  Tensor recv = Tensor::Empty({total_recv}, x.dtype());
+  Check(comm.AllToAllV(send.raw_data(), send_counts, recv.raw_data(), recv_counts, DT(x.dtype())),
+        "all_to_all", mask);
+  ctx.LogCollective("all_to_all", mask, static_cast<int64_t>(x.tensor.nbytes()));
+  std::vector<Tensor> got;
+  int64_t off = 0;
+  for (int j = 0; j < n; ++j) {
+    Shape ps = x.shape();
+    ps[split_dim] = split_sizes[me];
+    ps[concat_dim] = concat_sizes[j];
+    got.push_back(recv.SliceRows(off, static_cast<int64_t>(recv_counts[j])).Reshape(ps));
+    off += static_cast<int64_t>(recv_counts[j]);
+  }
+  Value y(Concat(got, concat_dim), t);
+  if (NeedsTape(x)) {
+    RecordOp("all_to_all", {&x}, y,
+             [split_dim, concat_dim, axes, split_sizes, concat_sizes](const Value& g, uint32_t,
+                                                                      Value* d) {
+               d[0] = all_to_all(g, concat_dim, split_dim, axes, concat_sizes, split_sizes);
+             });
+  }
+  return y;
+}
+
 Value ppermute(const Value& x, const Axes& axes, std::vector<std::pair<int, int>> pairs) {
   AxisMask mask = ResolveAxes("ppermute", axes);
   RankContext& ctx = RankContext::Get("ppermute");
@@ -613,6 +686,38 @@ Value reinterpret(const Value& x, const Axes& axes) {
       }
       for (int i = 0; i < dt.num_axes(); ++i) {
         if (mask & (1u << i)) dt[i] = xt[i];
+      }
+      d[0] = Value(g.tensor, dt);
+    });
+  }
+  return y;
+}
+
+Value vary(const Value& x, const Axes& axes) {
+  AxisMask mask = ResolveAxes("vary", axes);
+  RankContext& ctx = RankContext::Get("vary");
+  const int na = ctx.mesh().num_axes();
+  SpmdType t = x.type;
+  if (Checked(ctx)) {
+    ForAxes(mask, na, [&](int i) {
+      if (x.type[i].kind != AxisKind::kR && x.type[i].kind != AxisKind::kV) {
+        TypeFail("vary(R->V)", i, absl::StrCat("takes R, but x is ", KindName(x.type[i].kind)),
+                 x.type[i].kind == AxisKind::kI ? "convert(x, axis, Convert::kIToR) first"
+                                                : "resolve the partial sum first (all_reduce)",
+                 {{"x", &x}});
+      }
+    });
+  }
+  ForAxes(mask, na, [&](int i) {
+    if (t[i].kind != AxisKind::kV) t[i] = AxisType::V();
+  });
+  Value y(x.tensor, t);
+  if (NeedsTape(x)) {
+    SpmdType xt = x.type;
+    RecordOp("vary", {&x}, y, [mask, xt](const Value& g, uint32_t, Value* d) {
+      SpmdType dt = g.type;
+      for (int i = 0; i < dt.num_axes(); ++i) {
+        if (mask & (1u << i)) dt[i] = xt[i].kind == AxisKind::kR ? AxisType::P() : xt[i];
       }
       d[0] = Value(g.tensor, dt);
     });

@@ -66,12 +66,23 @@ Value reduce_scatter(const Value& x, int dim, const Axes& axes);
 Value reduce_scatter(const Value& x, int dim, const Axes& axes,
                      const std::vector<int64_t>& split_sizes);
 Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes);
+// Uneven: split_sizes[j] rows of split_dim go to group index j; concat_sizes[j] is the
+// concat_dim length that group index j holds (and sends). Same vectors on every device;
+// split_dim != concat_dim. Its transpose swaps the dims and the size vectors.
+Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes,
+                 const std::vector<int64_t>& split_sizes,
+                 const std::vector<int64_t>& concat_sizes);
 // pairs (source, destination) of group indices along `axes`; a device that is no destination
 // gets zeros.
 Value ppermute(const Value& x, const Axes& axes, std::vector<std::pair<int, int>> pairs);
 Value broadcast(const Value& x, const Axes& axes, int root = 0);
 Value convert(const Value& x, const Axes& axes, Convert c);
 Value reinterpret(const Value& x, const Axes& axes);
+// R -> V: the implicit promotion of binary ops, made explicit (bwd: the V cotangent is
+// reinterpreted as P, no communication). Needed before device-dependent indexing of a
+// replicated value (e.g. slicing at an offset computed from axis_index), which the types cannot
+// see: slice(vary(w, "tp"), 0, axis_index("tp") * n, n).
+Value vary(const Value& x, const Axes& axes);
 
 // This device's index along `axes` (row-major over them in mesh order).
 int axis_index(const Axes& axes);

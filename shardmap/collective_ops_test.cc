@@ -89,6 +89,19 @@ TEST(CollectiveOpsTest, ForwardMatchesWholeTensorReference) {
       return {all_gather(sh, 0, "x", sizes)};
     }, {u}, {P()}, P());
     EXPECT_TENSOR_NEAR(back, u, 0);
+    // Uneven all_to_all: uneven row blocks -> uneven column blocks, gathered back whole.
+    Tensor sq = Rand({total, total}, 6);
+    Tensor a2a = Run1(mesh, [sizes](const std::vector<Value>& v) -> std::vector<Value> {
+      int me = axis_index("x");
+      int64_t start = 0;
+      for (int k = 0; k < me; ++k) start += sizes[k];
+      Value rows = slice(vary(v[0], "x"), 0, start, sizes[me]);
+      Value cols = all_to_all(rows, 1, 0, "x", sizes, sizes);
+      EXPECT_EQ(cols.dim(0), v[0].dim(0));
+      EXPECT_EQ(cols.dim(1), sizes[me]);
+      return {all_gather(cols, 1, "x", sizes)};
+    }, {sq}, {P()}, P());
+    EXPECT_TRUE(testing::BitwiseEqual(a2a, sq));
   }
 }
 

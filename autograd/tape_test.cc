@@ -101,6 +101,28 @@ TEST(ValueAndGradTest, VLossInShardMapIsAnError) {
   EXPECT_THAT(r.status().message(), HasSubstr("reduce it first"));
 }
 
+TEST(ValueAndGradTest, InvariantInputsGetInvariantGradientsNotSummed) {
+  Mesh mesh = *Mesh::Create({{"tp", 3}});
+  ShardMapOptions opts;
+  opts.invariant_inputs = {0};
+  Tensor x = Tensor::FromVector<double>({2}, {1.0, -2.0});
+  absl::StatusOr<ShardMapGrads> r = value_and_grad(shard_map(
+      [](const std::vector<Value>& v) -> std::vector<Value> {
+        EXPECT_EQ(v[0].type[0].kind, AxisKind::kI);
+        return {sum(v[0] * v[0], {})};  // I loss: seed 1 on every device
+      },
+      mesh, {P()}, {P()}, opts))({x});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->grads[0].at(0), 2.0);
+  EXPECT_EQ(r->grads[0].at(1), -4.0);
+  // The same input typed R: the loss is R, seeded on one device, the P gradient summed.
+  r = value_and_grad(shard_map(
+      [](const std::vector<Value>& v) -> std::vector<Value> { return {sum(v[0] * v[0], {})}; },
+      mesh, {P()}, {P()}))({x});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->grads[0].at(0), 2.0);
+}
+
 TEST(ValueAndGradTest, BackwardCollectivesAreLoggedAsBackward) {
   Mesh mesh = *Mesh::Create({{"tp", 2}});
   absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {

@@ -53,7 +53,11 @@ std::vector<Value> ShardMap::TypeLocalInputs(const std::vector<Tensor>& local) c
                                                   local[k].ShapeString()));
     }
     if (!s.ok()) throw OpError(s);
-    vals.emplace_back(local[k], in_specs_[k].InputType(mesh_, options_.unnamed_input_type));
+    AxisType unnamed = options_.unnamed_input_type;
+    for (int i : options_.invariant_inputs) {
+      if (i == static_cast<int>(k)) unnamed = AxisType::I();
+    }
+    vals.emplace_back(local[k], in_specs_[k].InputType(mesh_, unnamed));
   }
   return vals;
 }

@@ -61,6 +61,9 @@ struct ShardMapOptions {
   TypeCheck check = TypeCheck::kOn;
   // Type of input axes not named in the in_spec: R (default, gradients stay pending sums) or I.
   AxisType unnamed_input_type = AxisType::R();
+  // Indices of inputs whose unnamed axes are I whatever unnamed_input_type says (e.g. a value
+  // computed redundantly by every device; its gradient is I too and is not summed).
+  std::vector<int> invariant_inputs;
   // After fn, verify at runtime that outputs typed R/I are identical across their axes.
   bool check_replication = false;
   collectives::InProcessOptions comm;

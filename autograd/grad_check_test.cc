@@ -406,6 +406,29 @@ TEST_P(GradCheckTest, NnOps) {
                            return cross_entropy(in[0], in[1]);
                          },
                          P("a"), {n}});
+  CheckCase(mesh(), Case{"max_unsharded_dim", {Rand({n, 4}, 71)}, {P("a")},
+                         [](const std::vector<Value>& in) { return max(in[0], {1}); },
+                         P("a"), {n}});
+  CheckCase(mesh(), Case{"local_max_then_all_reduce_max", {Rand({3, 2 * n}, 72)}, {P(None, "a")},
+                         [](const std::vector<Value>& in) {
+                           return all_reduce(local_max(in[0], {1}), "a", To::kR,
+                                             ReduceKind::kMax);
+                         },
+                         P(), {3}});
+  std::vector<int64_t> tv;
+  for (int i = 0; i < 3; ++i) tv.push_back((i * 5 + 1) % (2 * n));
+  CheckCase(mesh(), Case{"take_along_last_vocab_parallel", {Rand({3, 2 * n}, 73), Ids({3}, tv)},
+                         {P(None, "a"), P()},
+                         [](const std::vector<Value>& in) {
+                           return all_reduce(take_along_last(in[0], in[1]), "a");
+                         },
+                         P(), {3}});
+  CheckCase(mesh(), Case{"take_along_last_rows", {Rand({n, 4}, 74), Ids({n}, tg)},
+                         {P("a"), P("a")},
+                         [](const std::vector<Value>& in) {
+                           return take_along_last(in[0], in[1]);
+                         },
+                         P("a"), {n}});
   CheckCase(mesh(), Case{"causal_mask", {Rand({n, 3, 3}, 70)}, {P("a")},
                          [](const std::vector<Value>& in) { return exp(causal_mask(in[0])); },
                          P("a"), {n, 3, 3}});

@@ -1,5 +1,6 @@
 #include "shardmap/nn_ops.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -7,7 +8,10 @@
 #include "shardmap/internal/typing.h"
 #include "shardmap/ops.h"
 #include "tensor/error.h"
+#include "tensor/ops/elementwise.h"
 #include "tensor/ops/nn.h"
+#include "tensor/ops/reduce.h"
+#include "tensor/ops/shape_ops.h"
 
 namespace shardmap {
 
@@ -259,6 +263,179 @@ Value causal_mask(const Value& scores, int64_t offset) {
     });
   }
   return out;
+}
+
+namespace {
+
+std::vector<int> NormDims(const std::vector<int>& dims, int rank) {
+  std::vector<int> out;
+  if (dims.empty()) {
+    for (int d = 0; d < rank; ++d) out.push_back(d);
+    return out;
+  }
+  for (int d : dims) out.push_back(d < 0 ? d + rank : d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Value MaxImpl(const char* op, const Value& x, const std::vector<int>& dims, bool keepdim,
+              bool local) {
+  std::vector<int> nd = NormDims(dims, x.rank());
+  SpmdType t = internal::NonlinearTypeOf(op, x);
+  if (Checked()) {
+    for (int i = 0; i < t.num_axes(); ++i) {
+      if (!t[i].is_sharded()) continue;
+      bool reduced = std::binary_search(nd.begin(), nd.end(), static_cast<int>(t[i].dim));
+      if (reduced) {
+        if (!local) {
+          TypeFail(op, i,
+                   absl::StrCat("reduces dim ", static_cast<int>(t[i].dim),
+                                ", which is sharded: the max of one shard is not the max"),
+                   "use local_max(x, dims) and then all_reduce(m, axis, To::kR, "
+                   "ReduceKind::kMax)",
+                   {{"x", &x}});
+        }
+        t[i] = AxisType::V();
+      } else if (!keepdim) {
+        int shift = 0;
+        for (int r : nd) shift += r < t[i].dim ? 1 : 0;
+        t[i] = AxisType::Sharded(t[i].dim - shift);
+      }
+    }
+  } else {
+    t = internal::ErasedUnary(t);
+  }
+  Tensor yk = Max(x.tensor, nd, /*keepdim=*/true);
+  Shape ks = yk.shape();
+  Value out(keepdim ? yk : yk.Reshape(Max(x.tensor, nd, false).shape()), t);
+  if (NeedsTape(x)) {
+    Value xd = Detached(x);
+    Tensor ykd = yk;
+    RecordOp(op, {&x}, out, [xd, ykd, ks, nd](const Value& g, uint32_t, Value* d) {
+      // Mask of the maximal elements, normalised by their count (ties share the gradient).
+      std::vector<double> xv = xd.tensor.ToVector<double>();
+      Tensor yb = Add(Tensor::Zeros(xd.shape(), ykd.dtype()), ykd);
+      std::vector<double> yv = yb.ToVector<double>();
+      std::vector<double> m(xv.size());
+      for (size_t i = 0; i < xv.size(); ++i) m[i] = xv[i] == yv[i] ? 1.0 : 0.0;
+      Tensor mask = Tensor::FromVector<double>(xd.shape(), m);
+      Tensor cnt = Sum(mask, nd, true);
+      Tensor w = Div(mask, cnt);
+      if (xd.dtype() != DType::kF64) w = Cast(w, xd.dtype());
+      Tensor gk = g.tensor.Reshape(ks);
+      Value gv(Mul(w, gk), internal::ElementwiseType(
+                               "max_backward", xd, Value(gk, g.type), xd.shape(), true));
+      for (int i = 0; i < gv.type.num_axes(); ++i) {
+        if (xd.type[i].kind == AxisKind::kV) gv.type[i] = xd.type[i];
+      }
+      d[0] = internal::UnpromoteCotangent(std::move(gv), xd.type);
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Value max(const Value& x, const std::vector<int>& dims, bool keepdim) {
+  return MaxImpl("max", x, dims, keepdim, false);
+}
+
+Value local_max(const Value& x, const std::vector<int>& dims, bool keepdim) {
+  return MaxImpl("local_max", x, dims, keepdim, true);
+}
+
+Value take_along_last(const Value& x, const Value& idx) {
+  RankContext& ctx = RankContext::Get("take_along_last");
+  const int na = x.type.num_axes();
+  const int last = x.rank() - 1;
+  if (x.rank() < 1 || idx.rank() != x.rank() - 1) {
+    OpFail("take_along_last: idx must have x's leading dims: x=", x.ToString(),
+           ", idx=", idx.ToString());
+  }
+  for (int d = 0; d < idx.rank(); ++d) {
+    if (idx.dim(d) != x.dim(d)) {
+      OpFail("take_along_last: idx ", idx.ToString(), " does not match the leading dims of ",
+             x.ToString());
+    }
+  }
+  SpmdType t(na);
+  AxisMask vocab = 0;
+  for (int i = 0; i < na; ++i) {
+    AxisType a = x.type[i], b = idx.type[i];
+    if (a.is_sharded() && a.dim == last) {
+      if (ctx.checked() && b.kind != AxisKind::kR && b.kind != AxisKind::kI) {
+        TypeFail("take_along_last", i,
+                 "x is sharded along its last dim (vocab-parallel) but the indices vary",
+                 "all_gather the indices over that axis first", {{"x", &x}, {"idx", &idx}});
+      }
+      vocab |= 1u << i;
+      t[i] = AxisType::P();
+      continue;
+    }
+    if (ctx.checked() && a.kind == AxisKind::kP) {
+      TypeFail("take_along_last", i, "x is a partial sum (P)", "all_reduce x first",
+               {{"x", &x}, {"idx", &idx}});
+    }
+    if (a.kind == AxisKind::kI || b.kind == AxisKind::kI) {
+      if (ctx.checked() && a.kind != b.kind && b.kind != AxisKind::kR) {
+        TypeFail("take_along_last", i, "an invariant (I) value mixes with nothing else",
+                 "convert(x, axis, I->R) first", {{"x", &x}, {"idx", &idx}});
+      }
+      t[i] = a.kind == AxisKind::kI ? AxisType::I() : AxisType::V();
+    } else if (a.kind == AxisKind::kV || b.kind == AxisKind::kV) {
+      int da = a.kind == AxisKind::kV ? a.dim : -2, db = b.kind == AxisKind::kV ? b.dim : -2;
+      int dd = da == -2 ? db : (db == -2 ? da : (da == db ? da : -1));
+      t[i] = dd >= 0 ? AxisType::Sharded(dd) : AxisType::V();
+    } else {
+      t[i] = AxisType::R();
+    }
+  }
+  if (!ctx.checked()) t = internal::ErasedJoin(x.type, t);
+  const int64_t v = x.dim(-1);
+  const int64_t start = vocab ? ctx.mesh().GroupIndex(ctx.rank(), vocab) * v : 0;
+  std::vector<int64_t> ids = idx.tensor.ToVector<int64_t>();
+  std::vector<double> xv = x.tensor.ToVector<double>();
+  std::vector<double> out(ids.size());
+  std::vector<int64_t> local(ids.size(), -1);
+  for (size_t r = 0; r < ids.size(); ++r) {
+    int64_t l = ids[r] - start;
+    if (l >= 0 && l < v) {
+      local[r] = l;
+      out[r] = xv[r * v + l];
+    } else if (!vocab) {
+      OpFail("take_along_last: index ", ids[r], " at position ", r, " is out of range [0, ", v,
+             ") for ", x.ToString());
+    }
+  }
+  Tensor ot = Tensor::FromVector<double>(idx.shape(), out);
+  if (x.dtype() != DType::kF64) ot = Cast(ot, x.dtype());
+  Value y(std::move(ot), t);
+  if (NeedsTape(x)) {
+    Shape xs = x.shape();
+    SpmdType xt = x.type;
+    DType dt = x.dtype();
+    RecordOp("take_along_last", {&x}, y,
+             [xs, xt, dt, local, v](const Value& g, uint32_t, Value* d) {
+               std::vector<double> gv = g.tensor.ToVector<double>();
+               std::vector<double> dx(NumElements(xs), 0.0);
+               for (size_t r = 0; r < local.size(); ++r) {
+                 if (local[r] >= 0) dx[r * v + local[r]] = gv[r];
+               }
+               Tensor t = Tensor::FromVector<double>(xs, dx);
+               if (dt != DType::kF64) t = Cast(t, dt);
+               // The scatter of g: dual of x per axis (vocab axes: g is R, dx S(last)).
+               SpmdType ty = g.type;
+               for (int i = 0; i < ty.num_axes(); ++i) {
+                 if (xt[i].is_sharded() && xt[i].dim == static_cast<int>(xs.size()) - 1) {
+                   ty[i] = xt[i];
+                 } else if (xt[i].kind == AxisKind::kV && ty[i].kind == AxisKind::kV) {
+                   ty[i] = xt[i];
+                 }
+               }
+               d[0] = internal::UnpromoteCotangent(Value(std::move(t), ty), xt);
+             });
+  }
+  return y;
 }
 
 }  // namespace shardmap

@@ -19,6 +19,7 @@
 #define SHARDMAP_SHARDMAP_NN_OPS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "shardmap/value.h"
 
@@ -33,6 +34,19 @@ Value embedding(const Value& table, const Value& ids);
 Value cross_entropy(const Value& logits, const Value& targets, int64_t ignore_index = -100);
 // Entries with key index j > query index i + offset become -inf (their gradient is 0).
 Value causal_mask(const Value& scores, int64_t offset = 0);
+
+// Max over dims (nonlinear). The gradient goes to the maximal elements (split evenly on ties).
+// Reducing a sharded dim is an error naming local_max.
+Value max(const Value& x, const std::vector<int>& dims, bool keepdim = false);
+// Max over dims of this device's shard only: on axes that shard a reduced dim the result is V
+// (each device's own maximum; all_reduce(.., ReduceKind::kMax) combines them).
+Value local_max(const Value& x, const std::vector<int>& dims, bool keepdim = false);
+
+// x[..., idx[...]] along the last dim: out shape = idx's shape (= x's leading dims).
+// x S(last) on an axis (vocab-parallel): idx holds global indices and must be R/I there; indices
+// outside this device's shard give 0, so the result is P (the pick of the one device that holds
+// the index). Otherwise the result joins x's leading dims with idx like a multiplication.
+Value take_along_last(const Value& x, const Value& idx);
 
 }  // namespace shardmap
 

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/context.h"
+#include "shardmap/nn_ops.h"
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"
 #include "shardmap/sharding.h"
@@ -257,6 +258,42 @@ TEST(TwoDimMlpTest, MatchesUnshardedOnDpByTp) {
         value_and_grad(shard_map(fn, mesh, in_specs, out_specs, erased))(in);
     ASSERT_TRUE(e.ok()) << e.status();
     ExpectBitwiseSame(*got, *e);
+  }
+}
+
+// ---- Vocab-parallel cross-entropy (Megatron), I loss on tp ---------------------------------
+
+TEST(VocabParallelTest, CrossEntropyMatchesUnsharded) {
+  for (int tp : {2, 3}) {
+    SCOPED_TRACE(absl::StrCat("tp=", tp));
+    Mesh mesh = *Mesh::Create({{"tp", tp}});
+    const int64_t n = 5, v = 4 * tp;
+    std::vector<int64_t> tv;
+    for (int i = 0; i < n; ++i) tv.push_back((i * 7 + 3) % v);
+    std::vector<Tensor> in = {Rand({n, v}, 51), Tensor::FromVector<int64_t>({n}, tv)};
+    ShardFn fn = [n](const std::vector<Value>& p) -> std::vector<Value> {
+      const Value& logits = p[0];  // S1 on tp
+      Value m = all_reduce(local_max(logits, {1}, true), "tp", To::kR, ReduceKind::kMax);
+      Value z = logits - m;
+      Value se = all_reduce(sum_partial(exp(z), {1}, true), "tp");
+      Value picked = all_reduce(take_along_last(z, p[1]), "tp", To::kI);
+      Value rows = convert(log(se).reshape({n}), "tp", Convert::kRToP);  // keep one copy
+      Value loss = all_reduce(rows, "tp", To::kI) - picked;                // I on tp
+      return {sum(loss, {}) / static_cast<double>(n)};
+    };
+    std::vector<CollectiveRecord> log;
+    ShardMapOptions opts;
+    opts.collective_log = &log;
+    absl::StatusOr<ShardMapGrads> got =
+        value_and_grad(shard_map(fn, mesh, {P(None, "tp"), P()}, {P()}, opts))(in);
+    ASSERT_TRUE(got.ok()) << got.status();
+    Reference ref = RunReference(
+        [n](const std::vector<Value>& p) {
+          return sum(cross_entropy(p[0], p[1]), {}) / static_cast<double>(n);
+        },
+        in);
+    EXPECT_TENSOR_NEAR(got->outputs[0], ref.loss, 1e-12);
+    EXPECT_TENSOR_NEAR(got->grads[0], ref.grads[0], 1e-12);
   }
 }
 

@@ -12,6 +12,16 @@ ShardMap::ShardMap(ShardFn fn, Mesh mesh, std::vector<PartitionSpec> in_specs,
     : fn_(std::move(fn)), mesh_(std::move(mesh)), in_specs_(std::move(in_specs)),
       out_specs_(std::move(out_specs)), options_(std::move(options)) {}
 
+std::string ShardMap::InputName(size_t k) const {
+  if (k < options_.input_names.size()) return absl::StrCat("'", options_.input_names[k], "'");
+  return absl::StrCat("input ", k);
+}
+
+std::string ShardMap::OutputName(size_t k) const {
+  if (k < options_.output_names.size()) return absl::StrCat("'", options_.output_names[k], "'");
+  return absl::StrCat("output ", k);
+}
+
 absl::Status ShardMap::ValidateGlobal(const std::vector<Tensor>& inputs) const {
   if (inputs.size() != in_specs_.size()) {
     return absl::InvalidArgumentError(absl::StrCat("shard_map got ", inputs.size(),
@@ -20,18 +30,21 @@ absl::Status ShardMap::ValidateGlobal(const std::vector<Tensor>& inputs) const {
   }
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (!inputs[k].defined()) {
-      return absl::InvalidArgumentError(absl::StrCat("shard_map input ", k, " is undefined"));
+      return absl::InvalidArgumentError(absl::StrCat("shard_map ", InputName(k), " is undefined"));
     }
     if (!in_specs_[k].unreduced().empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "in_spec ", in_specs_[k].ToString(), " of input ", k,
+          "in_spec ", in_specs_[k].ToString(), " of ", InputName(k),
           " has unreduced axes; a whole input cannot be a pending sum"));
     }
-    absl::Status s = in_specs_[k].Validate(mesh_, inputs[k].shape(), absl::StrCat("input ", k));
+    absl::Status s = in_specs_[k].Validate(mesh_, inputs[k].shape(),
+                                           k < options_.input_names.size()
+                                               ? options_.input_names[k]
+                                               : absl::StrCat("input ", k));
     if (!s.ok()) return s;
   }
   for (size_t k = 0; k < out_specs_.size(); ++k) {
-    absl::Status s = out_specs_[k].ValidateAxes(mesh_, absl::StrCat("output ", k));
+    absl::Status s = out_specs_[k].ValidateAxes(mesh_, OutputName(k));
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -45,7 +58,7 @@ std::vector<Value> ShardMap::TypeLocalInputs(const std::vector<Tensor>& local) c
   std::vector<Value> vals;
   vals.reserve(local.size());
   for (size_t k = 0; k < local.size(); ++k) {
-    std::string what = absl::StrCat("input ", k);
+    std::string what = InputName(k);
     absl::Status s = in_specs_[k].ValidateAxes(mesh_, what);
     if (s.ok() && in_specs_[k].size() > local[k].rank()) {
       s = absl::InvalidArgumentError(absl::StrCat("spec ", in_specs_[k].ToString(), " of ", what,
@@ -69,9 +82,9 @@ void ShardMap::CheckOutputs(const std::vector<Value>& outputs) const {
   }
   RankContext& ctx = RankContext::Get("shard_map");
   for (size_t k = 0; k < outputs.size(); ++k) {
-    if (!outputs[k].defined()) OpFail("shard_map output ", k, " is undefined");
+    if (!outputs[k].defined()) OpFail("shard_map ", OutputName(k), " is undefined");
     if (ctx.checked()) {
-      CheckOutputType(outputs[k], mesh_, out_specs_[k], absl::StrCat("output ", k));
+      CheckOutputType(outputs[k], mesh_, out_specs_[k], OutputName(k));
     }
   }
   if (options_.check_replication) CheckReplicationAtRuntime(outputs, "shard_map output");

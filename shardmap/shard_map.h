@@ -45,6 +45,7 @@
 #define SHARDMAP_SHARDMAP_SHARD_MAP_H_
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -64,6 +65,9 @@ struct ShardMapOptions {
   // Indices of inputs whose unnamed axes are I whatever unnamed_input_type says (e.g. a value
   // computed redundantly by every device; its gradient is I too and is not summed).
   std::vector<int> invariant_inputs;
+  // Names of the inputs and outputs for error messages ("w1" instead of "input 1").
+  std::vector<std::string> input_names;
+  std::vector<std::string> output_names;
   // After fn, verify at runtime that outputs typed R/I are identical across their axes.
   bool check_replication = false;
   collectives::InProcessOptions comm;
@@ -94,6 +98,8 @@ class ShardMap {
   const std::vector<PartitionSpec>& in_specs() const { return in_specs_; }
   const std::vector<PartitionSpec>& out_specs() const { return out_specs_; }
   const ShardMapOptions& options() const { return options_; }
+  std::string InputName(size_t k) const;
+  std::string OutputName(size_t k) const;
 
  private:
   ShardFn fn_;

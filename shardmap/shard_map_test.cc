@@ -47,6 +47,10 @@ TEST(ShardMapTest, InputErrors) {
       shard_map(Identity(), mesh, {P(None, "tp")}, {P(None, "tp")})({Rand({3, 10}, 1)});
   EXPECT_THAT(r.status().message(),
               HasSubstr("while splitting dim 1 of 'input 0' (size 10) over axes (tp) of product 4"));
+  ShardMapOptions named;
+  named.input_names = {"w1"};
+  r = shard_map(Identity(), mesh, {P(None, "tp")}, {P(None, "tp")}, named)({Rand({3, 10}, 1)});
+  EXPECT_THAT(r.status().message(), HasSubstr("while splitting dim 1 of 'w1' (size 10)"));
   r = shard_map(Identity(), mesh, {P()}, {P()})({Rand({3}, 1), Rand({3}, 1)});
   EXPECT_THAT(r.status().message(), HasSubstr("2 inputs but has 1 in_specs"));
   r = shard_map(Identity(), mesh, {P("dp")}, {P()})({Rand({4}, 1)});

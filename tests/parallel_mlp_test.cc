@@ -261,6 +261,57 @@ TEST(TwoDimMlpTest, MatchesUnshardedOnDpByTp) {
   }
 }
 
+// ---- Tensor-parallel causal self-attention (heads sharded on tp) ---------------------------
+
+// x [b*s, d]; wq/wk/wv [d, nh*hd] (column-parallel: heads split), wo [nh*hd, d] (row-parallel).
+Value Attention(const std::vector<Value>& p, int64_t b, int64_t s, int64_t hd) {
+  const Value& x = p[0];
+  auto heads = [&](const Value& w) {
+    Value t = x.matmul(w);                         // [b*s, nh*hd]
+    int64_t nh = t.dim(1) / hd;
+    return permute(t.reshape({b, s, nh, hd}), {0, 2, 1, 3});  // [b, nh, s, hd]
+  };
+  Value q = heads(p[1]), k = heads(p[2]), v = heads(p[3]);
+  Value scores = matmul(q, k, false, true) * (1.0 / std::sqrt(static_cast<double>(hd)));
+  Value a = softmax(causal_mask(scores), -1).matmul(v);   // [b, nh, s, hd]
+  int64_t nh = a.dim(1);
+  Value merged = permute(a, {0, 2, 1, 3}).reshape({b * s, nh * hd});
+  return merged.matmul(p[4]);                             // P on tp when heads are split
+}
+
+TEST(TensorParallelAttentionTest, MatchesUnshardedAndTracksHeadSharding) {
+  for (int tp : {1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat("tp=", tp));
+    Mesh mesh = *Mesh::Create({{"tp", tp}});
+    const int64_t b = 2, s = 3, d = 5, hd = 2, nh = 2 * tp;
+    std::vector<Tensor> in = {Rand({b * s, d}, 61), Rand({d, nh * hd}, 62),
+                              Rand({d, nh * hd}, 63), Rand({d, nh * hd}, 64),
+                              Rand({nh * hd, d}, 65)};
+    ShardFn fn = [=](const std::vector<Value>& p) -> std::vector<Value> {
+      Value yp = Attention(p, b, s, hd);
+      EXPECT_EQ(yp.type[0].kind, AxisKind::kP) << yp.ToString();
+      Value y = all_reduce(yp, "tp");
+      return {sum(y * y, {}), y};
+    };
+    std::vector<CollectiveRecord> log;
+    ShardMapOptions opts;
+    opts.collective_log = &log;
+    std::vector<PartitionSpec> in_specs = {P(), P(None, "tp"), P(None, "tp"), P(None, "tp"),
+                                           P("tp", None)};
+    absl::StatusOr<ShardMapGrads> got =
+        value_and_grad(shard_map(fn, mesh, in_specs, {P(), P()}, opts))(in);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectMatches(*got, RunReference(
+                            [=](const std::vector<Value>& p) {
+                              Value y = Attention(p, b, s, hd);
+                              return sum(y * y, {});
+                            },
+                            in));
+    EXPECT_EQ(Count(log, "all_reduce", false), 1);
+    EXPECT_EQ(Count(log, "all_reduce", true), 1);
+  }
+}
+
 // ---- Vocab-parallel cross-entropy (Megatron), I loss on tp ---------------------------------
 
 TEST(VocabParallelTest, CrossEntropyMatchesUnsharded) {

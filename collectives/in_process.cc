@@ -3,7 +3,8 @@
 //   2. barrier: now every slot of this call is readable; every rank checks all ranks issued the
 //      same call (a mismatch is an error on every rank, never a deadlock or corruption);
 //   3. data phases read peers' buffers directly, separated by barriers where a phase reads what
-//      the previous one wrote (all_reduce: reduce own slice, barrier, copy others' slices);
+//      the previous one wrote (all_reduce: reduce own slice, barrier, copy others' slices;
+//      below 32 KiB out of place, every rank reduces everything in the same order instead);
 //   4. a final barrier, so no rank returns (and reuses its buffers) while a peer still reads them.
 // Slots are double-buffered by call parity: a rank can only start call k+2 after every rank has
 // finished call k (it passed call k+1's first barrier), so nobody overwrites a slot being read.

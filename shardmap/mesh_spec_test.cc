@@ -91,6 +91,7 @@ TEST(PartitionSpecTest, Errors) {
               HasSubstr("uses mesh axis 'dp' twice"));
   EXPECT_THAT(P("dp", "tp").Validate(m, {4}, "a").message(), HasSubstr("has rank 1"));
   EXPECT_THAT(P("dp").Unreduced({"dp"}).Validate(m, {4}, "a").message(), HasSubstr("twice"));
+  EXPECT_THAT(P({"tp", "dp"}).Validate(m, {8}, "a").message(), HasSubstr("out of mesh order"));
 }
 
 }  // namespace

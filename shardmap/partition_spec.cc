@@ -46,6 +46,18 @@ absl::Status PartitionSpec::ValidateAxes(const Mesh& mesh, const std::string& wh
   for (const std::string& a : unreduced_) {
     if (absl::Status s = check(a); !s.ok()) return s;
   }
+  // Several axes on one dim must come in mesh order: collectives over several axes order their
+  // devices that way, so any other order would silently permute the blocks.
+  for (size_t d = 0; d < dims_.size(); ++d) {
+    for (size_t k = 1; k < dims_[d].size(); ++k) {
+      if (mesh.AxisIndex(dims_[d][k - 1]) > mesh.AxisIndex(dims_[d][k])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "spec ", ToString(), " of '", what, "' lists axes (", absl::StrJoin(dims_[d], ","),
+            ") for dim ", d, " out of mesh order (", mesh.ShortString(),
+            "); list them in mesh order (first = major), or build a mesh with that axis order"));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

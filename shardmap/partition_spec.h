@@ -13,7 +13,9 @@
 //   //   10 is not divisible by 4"
 //
 // Dims past the spec's length are whole. An axis may appear at most once per spec (across dims
-// and the unreduced set).
+// and the unreduced set). Several axes on one dim must be listed in mesh order (unlike JAX):
+// collectives over several axes order their devices row-major in mesh order, so this keeps a
+// spec's blocks and a collective's chunks in the same order.
 #ifndef SHARDMAP_SHARDMAP_PARTITION_SPEC_H_
 #define SHARDMAP_SHARDMAP_PARTITION_SPEC_H_
 

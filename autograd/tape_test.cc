@@ -8,6 +8,7 @@
 #include "shardmap/context.h"
 #include "shardmap/internal/typing.h"
 #include "shardmap/ops.h"
+#include "shardmap/sharding.h"
 #include "tensor/error.h"
 
 namespace shardmap {
@@ -121,6 +122,33 @@ TEST(ValueAndGradTest, InvariantInputsGetInvariantGradientsNotSummed) {
       mesh, {P()}, {P()}))({x});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->grads[0].at(0), 2.0);
+}
+
+TEST(ValueAndGradTest, LocalViewGradientsAreShardsOfTheGlobalOnes) {
+  Mesh mesh = *Mesh::Create({{"dp", 2}, {"tp", 3}});
+  Tensor x = Tensor::Full({4, 5}, 0.5, DType::kF64), w = Tensor::Full({5, 6}, -0.25, DType::kF64);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] += 0.01 * i;
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<double>()[i] += 0.02 * i;
+  ShardMap f = shard_map(
+      [](const std::vector<Value>& v) -> std::vector<Value> {
+        Value h = tanh(v[0].matmul(v[1]));  // {dp:S0, tp:S1}
+        return {sum_partial(h * h, {})};     // P on both
+      },
+      mesh, {P("dp"), P(None, "tp")}, {P().Unreduced({"dp", "tp"})});
+  absl::StatusOr<ShardMapGrads> global = value_and_grad(f)({x, w});
+  ASSERT_TRUE(global.ok()) << global.status();
+  absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {
+    LocalGrads lg = value_and_grad(f).CallLocal(
+        {ShardOf(x, mesh, P("dp"), ctx.rank()), ShardOf(w, mesh, P(None, "tp"), ctx.rank())},
+        /*reduce_partial_grads=*/true);
+    // w is R on dp: its gradient was P there and is now all-reduced; S1 on tp.
+    EXPECT_EQ(lg.grads[1].type.ToString({"dp", "tp"}), "{dp:R,tp:S1}");
+    Tensor expect = ShardOf(global->grads[1], mesh, P(None, "tp"), ctx.rank());
+    for (int64_t i = 0; i < expect.numel(); ++i) {
+      EXPECT_NEAR(lg.grads[1].tensor.at(i), expect.at(i), 1e-12);
+    }
+  });
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 TEST(ValueAndGradTest, BackwardCollectivesAreLoggedAsBackward) {

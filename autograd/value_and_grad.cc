@@ -72,6 +72,42 @@ ValueAndGrad value_and_grad(const std::function<Value(const std::vector<Value>&)
   return r;
 }
 
+LocalGrads ShardMapValueAndGrad::CallLocal(const std::vector<Tensor>& local_inputs,
+                                           bool reduce_partial_grads) const {
+  RankContext& ctx = RankContext::Get("value_and_grad(shard_map) (local view)");
+  if (!(ctx.mesh() == f_.mesh())) {
+    OpFail("value_and_grad(shard_map) (local view): the running program's mesh is ",
+           ctx.mesh().ShortString(), " but the shard_map is over ", f_.mesh().ShortString());
+  }
+  if (f_.out_specs().empty()) OpFail("value_and_grad(shard_map): output 0 must be the loss");
+  std::vector<Value> in = f_.TypeLocalInputs(local_inputs);
+  Tape tape;
+  std::vector<Value> watched;
+  for (const Value& v : in) watched.push_back(IsFloating(v.dtype()) ? tape.Watch(v) : v);
+  LocalGrads r;
+  {
+    ScopedRecorder rec(&tape);
+    r.outputs = f_.fn()(watched);
+  }
+  f_.CheckOutputs(r.outputs);
+  r.grads = tape.Backward(r.outputs[0], LossSeed(r.outputs[0]), watched);
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (!IsFloating(in[k].dtype())) r.grads[k] = Value();
+  }
+  for (Value& o : r.outputs) o.node = -1;
+  if (reduce_partial_grads) {
+    for (Value& g : r.grads) {
+      if (!g.defined()) continue;
+      std::vector<std::string> axes;
+      for (int i = 0; i < ctx.mesh().num_axes(); ++i) {
+        if (g.type[i].kind == AxisKind::kP) axes.push_back(ctx.mesh().axis_names()[i]);
+      }
+      if (!axes.empty()) g = all_reduce(g, Axes(axes), To::kR);
+    }
+  }
+  return r;
+}
+
 absl::StatusOr<ShardMapGrads> ShardMapValueAndGrad::operator()(
     const std::vector<Tensor>& inputs) const {
   if (absl::Status s = f_.ValidateGlobal(inputs); !s.ok()) return s;

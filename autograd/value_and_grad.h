@@ -52,10 +52,22 @@ struct ShardMapGrads {
   std::vector<Tensor> grads;  // one per input (undefined for non-floating inputs)
 };
 
+struct LocalGrads {
+  std::vector<Value> outputs;
+  std::vector<Value> grads;  // per input, with the input's dual type (undefined if not floating)
+};
+
 class ShardMapValueAndGrad {
  public:
   explicit ShardMapValueAndGrad(ShardMap f) : f_(std::move(f)) {}
+  // Global view: whole tensors in; outputs and gradients assembled.
   absl::StatusOr<ShardMapGrads> operator()(const std::vector<Tensor>& inputs) const;
+  // Local view (per-device code inside RunSpmd / RunOnCommunicator; throws OpError): this rank's
+  // shards in; typed outputs and gradients out. Gradients of inputs replicated over an axis are
+  // P there (pending sums, e.g. for bucketed data-parallel reduction) unless
+  // reduce_partial_grads, which all_reduces them here.
+  LocalGrads CallLocal(const std::vector<Tensor>& local_inputs,
+                       bool reduce_partial_grads = false) const;
 
  private:
   ShardMap f_;

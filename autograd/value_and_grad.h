@@ -15,6 +15,11 @@
 //   // assembled per in_specs[k]; P gradients of inputs replicated over an axis are summed at the
 //   // boundary (on the host: no extra collective is issued or logged).
 //
+// Local view (inside RunSpmd / RunOnCommunicator, e.g. a multi-process training step):
+//   LocalGrads g = value_and_grad(f).CallLocal({x_shard, w1_shard, w2_shard});
+//   // g.grads[k]: typed local gradients (P where the input was replicated, for bucketed
+//   // reduction; CallLocal(..., /*reduce_partial_grads=*/true) all_reduces them).
+//
 // The seed (DESIGN.md section 4) is the cotangent of the loss, so it follows the dual type: on
 // every axis where the loss is I or P the seed is 1; where it is R the seed is 1 on index 0 of
 // the axis and 0 elsewhere (like convert(R->P), otherwise the gradient is n times too large); a V

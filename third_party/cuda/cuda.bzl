@@ -4,9 +4,10 @@ Without a toolkit it is a plain cc_library of the headers, so callers must guard
 with `#if SHARDMAP_HAS_CUDA`.
 """
 
-load("@local_cuda//:defs.bzl", "CUDA_AVAILABLE")
+load("@local_cuda//:defs.bzl", "CUDA_AVAILABLE", "CUDA_PATH")
 
 def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], **kwargs):
+    """srcs: .cu files; hdrs: headers they (and users) include, listed once."""
     if not CUDA_AVAILABLE:
         native.cc_library(name = name, hdrs = hdrs, deps = deps, **kwargs)
         return
@@ -15,10 +16,10 @@ def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], **kwargs):
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
         native.genrule(
             name = obj + "_nvcc",
-            srcs = [src] + hdrs + native.glob(["**/*.h"]),
+            srcs = [src] + hdrs,
             outs = [obj],
-            tools = ["@local_cuda//:nvcc"],
-            cmd = ("$(location @local_cuda//:nvcc) -std=c++20 -O3 " +
+            # nvcc by its real path: through a sandbox symlink it cannot find cicc or its headers.
+            cmd = (CUDA_PATH + "/bin/nvcc -std=c++20 -O3 " +
                    "-gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90 " +
                    "-Xcompiler=-fPIC -I. -I$(GENDIR) -DSHARDMAP_HAS_CUDA=1 " +
                    " ".join(copts) + " -c $(location " + src + ") -o $@"),

@@ -310,9 +310,11 @@ TEST(WrongPerDevice, MatmulShapeMismatchNamesTheRank) {
   ShardFn fn = [](const std::vector<Value>& p) -> std::vector<Value> {
     return {p[0].matmul(p[1])};  // [3,2] @ [3,5]
   };
+  // Both ranks fail; whichever reports first is the one named.
   ExpectError(RunGlobal(fn, M({{"tp", 2}}), {P(None, "tp"), P()}, {P()},
                         {Rand({3, 4}, 1), Rand({3, 5}, 2)}),
-              {"rank 0", "matmul:", "f64[3,2] @ f64[3,5]", "contracted dims differ"});
+              {"rank ", "at mesh coordinates (tp=", "matmul:", "f64[3,2] @ f64[3,5]",
+               "contracted dims differ"});
 }
 
 TEST(WrongPerDevice, ThrowingRankDoesNotHangOthers) {

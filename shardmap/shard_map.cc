@@ -1,7 +1,10 @@
 #include "shardmap/shard_map.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "collectives/communicator.h"
 #include "shardmap/sharding.h"
 #include "tensor/error.h"
 
@@ -96,9 +99,51 @@ std::vector<Value> ShardMap::CallLocal(const std::vector<Tensor>& local_inputs) 
     OpFail("shard_map (local view): the running program's mesh is ", ctx.mesh().ShortString(),
            " but this shard_map is over ", mesh_.ShortString());
   }
-  std::vector<Value> outs = fn_(TypeLocalInputs(local_inputs));
+  std::vector<Value> typed = TypeLocalInputs(local_inputs);
+  if (ctx.checked()) CheckSameLocalShapes(ctx, local_inputs);
+  std::vector<Value> outs = fn_(typed);
   CheckOutputs(outs);
   return outs;
+}
+
+// Even sharding gives every rank the same local shape, so a rank whose shard differs was handed
+// the wrong slice. Each shard fits the spec on its own, so only a comparison across ranks (one
+// small all_gather of the shapes over the world) catches it here, instead of as a confusing
+// count mismatch in the first collective (or not at all).
+void ShardMap::CheckSameLocalShapes(RankContext& ctx,
+                                    const std::vector<Tensor>& local_inputs) const {
+  constexpr int kMaxDims = 8;
+  constexpr int kRecord = kMaxDims + 2;  // dtype, rank, dims
+  const size_t count = local_inputs.size() * kRecord;
+  std::vector<int64_t> mine(count, -1);
+  for (size_t k = 0; k < local_inputs.size(); ++k) {
+    const Tensor& t = local_inputs[k];
+    mine[k * kRecord] = static_cast<int64_t>(t.dtype());
+    mine[k * kRecord + 1] = t.rank();
+    for (int d = 0; d < t.rank() && d < kMaxDims; ++d) mine[k * kRecord + 2 + d] = t.dim(d);
+  }
+  const int n = ctx.world().size();
+  std::vector<int64_t> all(count * n);
+  absl::Status s = ctx.world().AllGather(mine.data(), all.data(), count,
+                                         collectives::DataType::kI64);
+  if (!s.ok()) throw OpError(s);
+  auto shape_of = [&](int r, size_t k) {
+    const int64_t* rec = &all[r * count + k * kRecord];
+    Shape shape;
+    for (int d = 0; d < rec[1] && d < kMaxDims; ++d) shape.push_back(rec[2 + d]);
+    return absl::StrCat(DTypeName(static_cast<DType>(rec[0])), ShapeToString(shape));
+  };
+  for (size_t k = 0; k < local_inputs.size(); ++k) {
+    for (int r = 1; r < n; ++r) {
+      if (!std::equal(&all[k * kRecord], &all[(k + 1) * kRecord], &all[r * count + k * kRecord])) {
+        OpFail("shard_map (local view): ", InputName(k), " has local shard ", shape_of(0, k),
+               " on rank 0 but ", shape_of(r, k), " on rank ", r, "; under spec ",
+               in_specs_[k].ToString(),
+               " every rank holds an equal shard. Fix: pass each rank its own slice of the "
+               "global tensor (ShardOf), not a differently sized piece");
+      }
+    }
+  }
 }
 
 absl::StatusOr<std::vector<Tensor>> ShardMap::operator()(const std::vector<Tensor>& inputs) const {

@@ -92,6 +92,8 @@ class ShardMap {
   std::vector<Value> TypeLocalInputs(const std::vector<Tensor>& local_inputs) const;
   // Checks fn's outputs against the out_specs (count and types; runtime replication if asked).
   void CheckOutputs(const std::vector<Value>& outputs) const;
+  // Local view, checked mode: every rank's shards have the same dtype and shape.
+  void CheckSameLocalShapes(RankContext& ctx, const std::vector<Tensor>& local_inputs) const;
 
   const ShardFn& fn() const { return fn_; }
   const Mesh& mesh() const { return mesh_; }

@@ -17,6 +17,7 @@
 #include "shardmap/shard_map.h"
 #include "shardmap/sharding.h"
 #include "tensor/error.h"
+#include "tensor/ops/shape_ops.h"
 #include "tests/test_util.h"
 
 namespace shardmap {
@@ -344,12 +345,23 @@ TEST(WrongPerDevice, ShardsOfDifferentShapesInLocalView) {
   absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {
     // Rank 0 passes a [2,3] shard, rank 1 a [3,3] one.
     Tensor local = Rand({ctx.rank() == 0 ? 2 : 3, 3}, 1);
-    std::vector<Value> out = f.CallLocal({local});
-    // Each shard alone fits the spec, so CallLocal accepts it; the first collective over the
-    // ragged shards is what catches it (without one, nothing would).
-    (void)all_gather(out[0], 0, "tp");
+    // Each shard alone fits the spec; CallLocal compares them across ranks before fn runs
+    // (fn issues no collective, so nothing later would notice).
+    (void)f.CallLocal({local});
   }, SpmdOptions{TypeCheck::kOn, Fast().comm});
-  ExpectError(s, {"mismatched collectives", "count=6", "count=9"});
+  ExpectError(s, {"shard_map (local view)", "f64[2,3] on rank 0", "f64[3,3] on rank 1",
+                  "Fix: pass each rank its own slice"});
+}
+
+TEST(WrongPerDevice, ShardsOfDifferentDtypesInLocalView) {
+  Mesh mesh = M({{"dp", 3}});
+  ShardMap f = shard_map(Identity(), mesh, {P("dp", None)}, {P("dp", None)}, Fast());
+  absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {
+    Tensor local = Rand({2, 3}, 1);
+    if (ctx.rank() == 2) local = Cast(local, DType::kF32);  // Rand gives f64
+    (void)f.CallLocal({local});
+  }, SpmdOptions{TypeCheck::kOn, Fast().comm});
+  ExpectError(s, {"shard_map (local view)", "f64[2,3] on rank 0 but f32[2,3] on rank 2"});
 }
 
 TEST(WrongGrad, VaryingLossGivenToValueAndGrad) {

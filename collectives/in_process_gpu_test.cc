@@ -7,6 +7,7 @@
 
 #include "collectives/communicator.h"
 #include "collectives/in_process.h"
+#include "collectives/internal/gpu_count.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -19,16 +20,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-int VisibleGpus() {
-#if SHARDMAP_HAS_CUDA
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-#else
-  return 0;
-#endif
-}
-
 InProcessOptions OnGpu0() {
   InProcessOptions o;
   o.timeout = absl::Seconds(30);
@@ -37,7 +28,7 @@ InProcessOptions OnGpu0() {
 }
 
 TEST(InProcessGpuTest, DeviceMemoryWithoutAGpuFailsClearly) {
-  if (VisibleGpus() > 0) GTEST_SKIP() << "a GPU is visible";
+  if (internal::VisibleGpuCount() > 0) GTEST_SKIP() << "a GPU is visible";
   const absl::Time start = absl::Now();
   absl::Status s = RunInProcess(3, [](Communicator& c) { return c.Barrier(); }, OnGpu0());
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
@@ -97,7 +88,7 @@ Outputs RunBoth(int n, size_t in_bytes, size_t out_bytes, const Body& body) {
 }
 
 TEST(InProcessGpuTest, MatchesHostBitwise) {
-  if (VisibleGpus() == 0) GTEST_SKIP() << "no GPU visible";
+  if (internal::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible";
   for (int n : {1, 2, 3, 5}) {
     const size_t count = 1031;
     for (DataType dt : {DataType::kF32, DataType::kBF16, DataType::kF16, DataType::kI32,

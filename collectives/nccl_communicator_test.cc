@@ -8,6 +8,7 @@
 
 #include "collectives/internal/free_port.h"
 #include "collectives/tcp_store.h"
+#include "collectives/internal/gpu_count.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -20,16 +21,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-int VisibleGpus() {
-#if SHARDMAP_HAS_CUDA
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-#else
-  return 0;
-#endif
-}
-
 absl::StatusOr<std::unique_ptr<TcpStore>> SoloStore() {
   auto port = internal::PickFreePort();
   if (!port.ok()) return port.status();
@@ -40,7 +31,7 @@ absl::StatusOr<std::unique_ptr<TcpStore>> SoloStore() {
 }
 
 TEST(NcclCommunicatorTest, ClearErrorWithoutCudaOrWithoutGpu) {
-  if (VisibleGpus() > 0) GTEST_SKIP() << "a GPU is visible; the no-GPU error path cannot run";
+  if (internal::VisibleGpuCount() > 0) GTEST_SKIP() << "a GPU is visible; the no-GPU error path cannot run";
   auto store = SoloStore();
   ASSERT_TRUE(store.ok()) << store.status();
   auto comm = CreateNcclCommunicator(**store, {});
@@ -71,7 +62,7 @@ std::vector<T> ToHost(const T* d, size_t n) {
 }
 
 TEST(NcclCommunicatorTest, SingleRankWorldRunsEveryOp) {
-  if (VisibleGpus() == 0) GTEST_SKIP() << "no GPU visible: NCCL ops cannot run on this machine";
+  if (internal::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible: NCCL ops cannot run on this machine";
   auto store = SoloStore();
   ASSERT_TRUE(store.ok()) << store.status();
   auto comm = CreateNcclCommunicator(**store, {});

@@ -6,27 +6,14 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/internal/gpu_count.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-#if SHARDMAP_HAS_CUDA
-#include <cuda_runtime.h>
-#endif
-
 namespace {
 
-int VisibleGpus() {
-#if SHARDMAP_HAS_CUDA
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-#else
-  return 0;
-#endif
-}
-
 TEST(NcclMultiprocessTest, EveryOpAcrossProcesses) {
-  const int gpus = VisibleGpus();
+  const int gpus = shardmap::collectives::internal::VisibleGpuCount();
   if (gpus < 2) GTEST_SKIP() << "needs at least 2 GPUs, found " << gpus;
   const int n = gpus < 4 ? gpus : 4;
   const std::string cmd = absl::StrCat("collectives/launch --nproc_per_node=", n,

@@ -139,10 +139,12 @@ class Printer {
 
 }  // namespace
 
-std::string ToString(const Tensor& t, const PrintOptions& options) {
-  if (!t.defined()) return "<undefined tensor>";
-  std::string out = t.ShapeString();
+std::string ToString(const Tensor& tensor, const PrintOptions& options) {
+  if (!tensor.defined()) return "<undefined tensor>";
+  std::string out = tensor.ShapeString();
+  if (tensor.is_cuda()) out += " on " + tensor.device().ToString();
   out += "\n";
+  const Tensor t = tensor.To(Device::Cpu());  // one copy, not one per element
   if (t.rank() == 0) return out + FormatElement(t, 0, options.precision);
   if (t.numel() == 0) return out + "[]";
   Lines lines = Printer(t, options).Render();

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tensor/cuda/device_memory.h"
 #include "tensor/error.h"
 #include "tensor/internal/cpu_allocator.h"
 
@@ -32,11 +33,28 @@ std::shared_ptr<Storage> Storage::AllocateCpu(size_t nbytes) {
   return s;
 }
 
-Storage::~Storage() {
-  if (nbytes_ > kInlineBytes) internal::FreeAligned(data_, nbytes_);
+std::shared_ptr<Storage> Storage::AllocateOn(Device device, size_t nbytes) {
+  if (!device.is_cuda()) return AllocateCpu(nbytes);
+  std::shared_ptr<Storage> s = std::make_shared<Storage>(Key());
+  s->data_ = cuda::DeviceAllocate(device.index, nbytes);
+  s->nbytes_ = nbytes;
+  s->device_ = device;
+  return s;
 }
 
-Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype) {
+Storage::~Storage() {
+  if (device_.is_cuda()) {
+    cuda::DeviceFree(device_.index, data_);
+  } else if (nbytes_ > kInlineBytes) {
+    internal::FreeAligned(data_, nbytes_);
+  }
+}
+
+std::string Device::ToString() const {
+  return is_cuda() ? absl::StrCat("cuda:", index) : std::string("cpu");
+}
+
+Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype, Device device) {
   int64_t numel = 1;
   bool overflow = false, has_zero = false;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -58,13 +76,18 @@ Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype) {
   t.shape_.assign(shape.begin(), shape.end());
   t.numel_ = numel;
   t.dtype_ = dtype;
-  t.storage_ = Storage::AllocateCpu(t.nbytes());
+  t.storage_ = device.is_cuda() ? Storage::AllocateOn(device, t.nbytes())
+                                : Storage::AllocateCpu(t.nbytes());
   return t;
 }
 
-Tensor Tensor::Zeros(absl::Span<const int64_t> shape, DType dtype) {
-  Tensor t = Empty(shape, dtype);
-  if (t.nbytes() > 0) std::memset(t.raw_data(), 0, t.nbytes());
+Tensor Tensor::Zeros(absl::Span<const int64_t> shape, DType dtype, Device device) {
+  Tensor t = Empty(shape, dtype, device);
+  if (device.is_cuda()) {
+    cuda::MemsetZero(t.raw_data(), device.index, t.nbytes());
+  } else if (t.nbytes() > 0) {
+    std::memset(t.raw_data(), 0, t.nbytes());
+  }
   return t;
 }
 
@@ -103,12 +126,14 @@ void SetFromDouble(Tensor& t, int64_t i, double v) {
 
 }  // namespace
 
-Tensor Tensor::Ones(absl::Span<const int64_t> shape, DType dtype) { return Full(shape, 1.0, dtype); }
+Tensor Tensor::Ones(absl::Span<const int64_t> shape, DType dtype, Device device) {
+  return Full(shape, 1.0, dtype, device);
+}
 
-Tensor Tensor::Full(absl::Span<const int64_t> shape, double value, DType dtype) {
+Tensor Tensor::Full(absl::Span<const int64_t> shape, double value, DType dtype, Device device) {
   Tensor t = Empty(shape, dtype);
   FillWith(t, value);
-  return t;
+  return t.To(device);
 }
 
 Tensor Tensor::Scalar(double value, DType dtype) { return Full({}, value, dtype); }
@@ -176,6 +201,7 @@ template const int64_t* Tensor::data<int64_t>() const;
 
 double Tensor::at(int64_t i) const {
   if (i < 0 || i >= numel_) OpFail("tensor: index ", i, " out of range for ", ShapeString());
+  if (is_cuda()) return SliceFlat(i).To(Device::Cpu()).at(0);
   switch (dtype_) {
     case DType::kF32: return data<float>()[i];
     case DType::kF64: return data<double>()[i];
@@ -194,6 +220,7 @@ double Tensor::item() const {
 
 template <typename T>
 std::vector<T> Tensor::ToVector() const {
+  if (is_cuda()) return To(Device::Cpu()).ToVector<T>();
   std::vector<T> out(numel_);
   for (int64_t i = 0; i < numel_; ++i) out[i] = static_cast<T>(at(i));
   return out;
@@ -247,8 +274,36 @@ Tensor Tensor::SliceRows(int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::Clone() const {
-  Tensor t = Empty(shape_, dtype_);
-  if (nbytes() > 0) std::memcpy(t.raw_data(), raw_data(), nbytes());
+  const Device dev = device();
+  Tensor t = Empty(shape_, dtype_, dev);
+  if (dev.is_cuda()) {
+    cuda::CopyDeviceToDevice(t.raw_data(), dev.index, raw_data(), dev.index, nbytes());
+  } else if (nbytes() > 0) {
+    std::memcpy(t.raw_data(), raw_data(), nbytes());
+  }
+  return t;
+}
+
+Tensor Tensor::To(Device target) const {
+  if (!defined()) OpFail("tensor: To(", target.ToString(), ") of an undefined tensor");
+  const Device from = device();
+  if (from == target) return *this;
+  Tensor t = Empty(shape_, dtype_, target);
+  if (!from.is_cuda()) {
+    cuda::CopyHostToDevice(t.raw_data(), target.index, raw_data(), nbytes());
+  } else if (!target.is_cuda()) {
+    cuda::CopyDeviceToHost(t.raw_data(), raw_data(), from.index, nbytes());
+  } else {
+    cuda::CopyDeviceToDevice(t.raw_data(), target.index, raw_data(), from.index, nbytes());
+  }
+  return t;
+}
+
+Tensor Tensor::SliceFlat(int64_t i) const {
+  Tensor t = *this;
+  t.offset_bytes_ += static_cast<size_t>(i) * DTypeSize(dtype_);
+  t.shape_.assign({1});
+  t.numel_ = 1;
   return t;
 }
 

@@ -6,8 +6,15 @@
 //   Tensor c = a.Clone();                // a deep copy
 //   a.ShapeString();                     // "f32[2,3]"
 //
+//   Tensor g = a.To(Device::Cuda(0));   // a copy on GPU 0 (ops on g run CUDA kernels)
+//   Tensor h = Add(g, g).To(Device::Cpu());
+//
 // Copies of a Tensor share storage (like a shared_ptr). Every tensor is contiguous: ops that
 // change layout (transpose, permute, slice of an inner dim) produce new storage.
+//
+// Device tensors: storage comes from the device's caching allocator (tensor/cuda/device_memory.h)
+// on the calling thread's current stream; data<T>() is then a device pointer, and at(), item(),
+// ToVector() copy to the host first (they wait for the stream).
 #ifndef SHARDMAP_TENSOR_TENSOR_H_
 #define SHARDMAP_TENSOR_TENSOR_H_
 
@@ -33,6 +40,9 @@ struct Device {
   DeviceKind kind = DeviceKind::kCPU;
   int index = 0;
   static Device Cpu() { return Device{}; }
+  static Device Cuda(int index) { return Device{DeviceKind::kCUDA, index}; }
+  bool is_cuda() const { return kind == DeviceKind::kCUDA; }
+  std::string ToString() const;  // "cpu", "cuda:1"
   bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
   bool operator!=(const Device& o) const { return !(*this == o); }
 };
@@ -50,6 +60,9 @@ class Storage {
   static constexpr size_t kInlineBytes = 64;
 
   static std::shared_ptr<Storage> AllocateCpu(size_t nbytes);
+  // From the device's caching allocator, for use on this thread's current stream. Throws OpError
+  // without CUDA or the device.
+  static std::shared_ptr<Storage> AllocateOn(Device device, size_t nbytes);
   explicit Storage(Key) {}
   ~Storage();
   Storage(const Storage&) = delete;
@@ -72,10 +85,13 @@ class Tensor {
   Tensor() = default;  // undefined: defined() is false
 
   // Uninitialised memory. Throws OpError on negative sizes.
-  static Tensor Empty(absl::Span<const int64_t> shape, DType dtype);
-  static Tensor Zeros(absl::Span<const int64_t> shape, DType dtype = DType::kF32);
-  static Tensor Ones(absl::Span<const int64_t> shape, DType dtype = DType::kF32);
-  static Tensor Full(absl::Span<const int64_t> shape, double value, DType dtype = DType::kF32);
+  static Tensor Empty(absl::Span<const int64_t> shape, DType dtype, Device device = Device::Cpu());
+  static Tensor Zeros(absl::Span<const int64_t> shape, DType dtype = DType::kF32,
+                      Device device = Device::Cpu());
+  static Tensor Ones(absl::Span<const int64_t> shape, DType dtype = DType::kF32,
+                     Device device = Device::Cpu());
+  static Tensor Full(absl::Span<const int64_t> shape, double value, DType dtype = DType::kF32,
+                     Device device = Device::Cpu());
   static Tensor Scalar(double value, DType dtype = DType::kF32);  // rank 0
   // 0, 1, ..., n-1.
   static Tensor Arange(int64_t n, DType dtype = DType::kF32);
@@ -92,6 +108,7 @@ class Tensor {
   int64_t numel() const { return numel_; }
   DType dtype() const { return dtype_; }
   Device device() const { return storage_ ? storage_->device() : Device{}; }
+  bool is_cuda() const { return device().is_cuda(); }
   size_t nbytes() const { return static_cast<size_t>(numel_) * DTypeSize(dtype_); }
 
   // Typed element access; throws OpError when T does not match dtype().
@@ -111,13 +128,18 @@ class Tensor {
   Tensor Reshape(absl::Span<const int64_t> shape) const;
   // Rows [start, start+length) of dim 0, as a view (contiguous, so no copy).
   Tensor SliceRows(int64_t start, int64_t length) const;
+  // A deep copy on the same device.
   Tensor Clone() const;
+  // This tensor on `device`: itself (shared storage) when already there, else a copy.
+  Tensor To(Device device) const;
   bool SharesStorageWith(const Tensor& other) const { return storage_ == other.storage_; }
 
   // "f32[2,3]"
   std::string ShapeString() const;
 
  private:
+  Tensor SliceFlat(int64_t i) const;  // element i as a [1] view
+
   std::shared_ptr<Storage> storage_;
   size_t offset_bytes_ = 0;
   Shape shape_;

@@ -1,0 +1,106 @@
+// A caching allocator for device memory: freed blocks are kept per (stream, size class) and handed
+// out again, so a training step that allocates the same sizes every iteration calls the raw
+// allocator (cudaMalloc) only in its first steps. The raw allocator is injected, so the caching
+// logic is the same (and tested) with host memory on machines without a GPU.
+//
+//   CachingAllocator alloc({.malloc = RawMalloc, .free = RawFree, .synchronize = DeviceSync},
+//                          "cuda:0");
+//   void* p = alloc.Allocate(1 << 20, stream);   // cudaMalloc once...
+//   alloc.Free(p);
+//   void* q = alloc.Allocate(1 << 20, stream);   // ...then reused: q == p, no cudaMalloc
+//   alloc.stats().raw_allocs;                    // 1
+//
+// Stream ordering: a block freed by a tensor last used on stream s is reused only by allocations
+// on s, whose work is ordered after the freed block's work, so no event or sync is needed.
+//
+// Private pools (for CUDA graph capture): between BeginPool(pool, s) and EndPool(pool), every
+// allocation on stream s comes from `pool` and blocks of that pool go back to it when freed, never
+// to the default pool. A replayed graph therefore owns its memory: no eager allocation can be
+// given an address the graph writes. ReleasePool hands the pool's cached blocks back.
+//
+// Out of memory: the cache is emptied (after `synchronize`) and the request retried once; a second
+// failure throws OpError(ResourceExhausted) naming the device, the request and the usage.
+#ifndef SHARDMAP_TENSOR_CUDA_CACHING_ALLOCATOR_H_
+#define SHARDMAP_TENSOR_CUDA_CACHING_ALLOCATOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "tensor/cuda/runtime.h"
+
+namespace shardmap::cuda {
+
+class CachingAllocator {
+ public:
+  struct RawOps {
+    std::function<void*(size_t)> malloc;  // nullptr when out of memory
+    std::function<void(void*)> free;
+    std::function<void()> synchronize;    // before cached blocks are handed back (may be empty)
+  };
+  struct Stats {
+    int64_t raw_allocs = 0;       // calls of the raw malloc that succeeded
+    int64_t raw_frees = 0;
+    int64_t cache_hits = 0;       // allocations served from the cache
+    int64_t allocated_bytes = 0;  // in blocks handed out now (rounded sizes)
+    int64_t cached_bytes = 0;     // in free blocks kept for reuse
+    int64_t peak_allocated_bytes = 0;
+  };
+  using PoolId = uint64_t;  // 0 is the default pool
+
+  CachingAllocator(RawOps raw, std::string device_name);
+  ~CachingAllocator();  // hands every cached block back; blocks still allocated are leaked
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // A block of at least nbytes (nbytes 0 gives a valid 512-byte block) for use on `stream`.
+  void* Allocate(size_t nbytes, StreamHandle stream);
+  // p must come from Allocate of this allocator (else OpError); nullptr is ignored.
+  void Free(void* p);
+  // Hands the default pool's cached blocks back to the raw allocator.
+  void EmptyCache();
+  Stats stats() const;
+
+  PoolId CreatePool();
+  // Allocations on `stream` come from `pool` until EndPool. One pool per stream at a time.
+  void BeginPool(PoolId pool, StreamHandle stream);
+  void EndPool(PoolId pool);
+  // The pool's cached blocks go back to the raw allocator; its blocks still allocated are handed
+  // back when freed. The pool id must not be used again.
+  void ReleasePool(PoolId pool);
+
+  // Sizes are rounded up to 512 bytes, and above 1 MiB to an eighth of their power of two (so
+  // at most 12.5% waste) to keep the number of distinct classes small.
+  static size_t RoundSize(size_t nbytes);
+
+ private:
+  struct Block {
+    size_t size;
+    StreamHandle stream;
+    PoolId pool;
+  };
+  using FreeKey = std::tuple<PoolId, StreamHandle, size_t>;
+
+  void* RawMallocLocked(size_t size);
+  void ReleaseCachedLocked(PoolId pool);
+
+  RawOps raw_;
+  std::string device_name_;
+  mutable std::mutex mu_;
+  std::unordered_map<void*, Block> live_;            // handed out
+  std::map<FreeKey, std::vector<void*>> free_;       // cached, by (pool, stream, size)
+  std::unordered_map<StreamHandle, PoolId> capturing_;  // stream -> pool while in BeginPool
+  std::unordered_map<PoolId, bool> released_pools_;
+  PoolId next_pool_ = 1;
+  Stats stats_;
+};
+
+}  // namespace shardmap::cuda
+
+#endif  // SHARDMAP_TENSOR_CUDA_CACHING_ALLOCATOR_H_

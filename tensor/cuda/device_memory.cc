@@ -1,0 +1,186 @@
+#include "tensor/cuda/device_memory.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tensor/cuda/runtime.h"
+#include "tensor/error.h"
+
+#if SHARDMAP_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include "tensor/cuda/internal/cuda_check.h"
+#endif
+
+namespace shardmap::cuda {
+namespace {
+
+void RequireDevice(int device, const char* what) {
+  const int n = DeviceCount();
+  if (device < 0 || device >= n) {
+    OpFail(what, ": CUDA device ", device, " does not exist (", n, " visible",
+           n == 0 ? absl::StrCat(": ", UnavailableReason()) : std::string(), ")");
+  }
+}
+
+#if SHARDMAP_HAS_CUDA
+
+cudaStream_t StreamOf(int device) { return static_cast<cudaStream_t>(CurrentStream(device)); }
+
+// Pinned staging for host->device copies: two chunks per thread, so the memcpy into one overlaps
+// the DMA out of the other. Each chunk's event says when its last DMA is done.
+struct Staging {
+  static constexpr size_t kChunk = size_t{8} << 20;
+  void* chunk[2] = {nullptr, nullptr};
+  cudaEvent_t done[2] = {nullptr, nullptr};
+  int device = -1;
+
+  ~Staging() { Release(); }
+  void Release() {
+    for (int i = 0; i < 2; ++i) {
+      if (done[i] != nullptr) {
+        cudaEventSynchronize(done[i]);
+        cudaEventDestroy(done[i]);
+        done[i] = nullptr;
+      }
+      if (chunk[i] != nullptr) {
+        cudaFreeHost(chunk[i]);
+        chunk[i] = nullptr;
+      }
+    }
+  }
+  void Ensure(int dev) {
+    if (chunk[0] != nullptr && device == dev) return;
+    Release();
+    device = dev;
+    for (int i = 0; i < 2; ++i) {
+      SM_CUDA_CHECK(cudaMallocHost(&chunk[i], kChunk));
+      SM_CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
+    }
+  }
+};
+
+#endif
+
+}  // namespace
+
+#if SHARDMAP_HAS_CUDA
+
+CachingAllocator& DeviceAllocator(int device) {
+  RequireDevice(device, "cuda::DeviceAllocator");
+  static std::vector<std::unique_ptr<CachingAllocator>>* allocators = [] {
+    auto* v = new std::vector<std::unique_ptr<CachingAllocator>>();
+    for (int d = 0; d < DeviceCount(); ++d) {
+      CachingAllocator::RawOps raw;
+      raw.malloc = [d](size_t n) -> void* {
+        DeviceGuard guard(d);
+        void* p = nullptr;
+        cudaError_t e = cudaMalloc(&p, n);
+        if (e == cudaErrorMemoryAllocation) {
+          cudaGetLastError();  // not sticky: clear it so the retry and later calls are clean
+          return nullptr;
+        }
+        SM_CUDA_CHECK(e);
+        return p;
+      };
+      raw.free = [d](void* p) {
+        DeviceGuard guard(d);
+        cudaFree(p);
+      };
+      raw.synchronize = [d] {
+        DeviceGuard guard(d);
+        cudaDeviceSynchronize();
+      };
+      v->push_back(std::make_unique<CachingAllocator>(std::move(raw), absl::StrCat("cuda:", d)));
+    }
+    return v;  // never destroyed: tensors may outlive static destruction order
+  }();
+  return *(*allocators)[device];
+}
+
+void* DeviceAllocate(int device, size_t nbytes) {
+  return DeviceAllocator(device).Allocate(nbytes, CurrentStream(device));
+}
+
+void DeviceFree(int device, void* p) { DeviceAllocator(device).Free(p); }
+
+void CopyHostToDevice(void* dst, int device, const void* src, size_t nbytes) {
+  RequireDevice(device, "cuda::CopyHostToDevice");
+  if (nbytes == 0) return;
+  DeviceGuard guard(device);
+  thread_local Staging staging;
+  staging.Ensure(device);
+  cudaStream_t stream = StreamOf(device);
+  const char* from = static_cast<const char*>(src);
+  char* to = static_cast<char*>(dst);
+  for (size_t done = 0, i = 0; done < nbytes; i ^= 1) {
+    const size_t n = std::min(Staging::kChunk, nbytes - done);
+    SM_CUDA_CHECK(cudaEventSynchronize(staging.done[i]));  // its previous DMA has finished
+    std::memcpy(staging.chunk[i], from + done, n);
+    SM_CUDA_CHECK(cudaMemcpyAsync(to + done, staging.chunk[i], n, cudaMemcpyHostToDevice, stream));
+    SM_CUDA_CHECK(cudaEventRecord(staging.done[i], stream));
+    done += n;
+  }
+}
+
+void CopyDeviceToHost(void* dst, const void* src, int device, size_t nbytes) {
+  RequireDevice(device, "cuda::CopyDeviceToHost");
+  if (nbytes == 0) return;
+  DeviceGuard guard(device);
+  cudaStream_t stream = StreamOf(device);
+  SM_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream));
+  SM_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void CopyDeviceToDevice(void* dst, int dst_device, const void* src, int src_device,
+                        size_t nbytes) {
+  RequireDevice(dst_device, "cuda::CopyDeviceToDevice");
+  RequireDevice(src_device, "cuda::CopyDeviceToDevice");
+  if (nbytes == 0) return;
+  DeviceGuard guard(dst_device);
+  cudaStream_t stream = StreamOf(dst_device);
+  if (dst_device == src_device) {
+    SM_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream));
+  } else {
+    // The source device's queued work must be done before the copy reads it.
+    SM_CUDA_CHECK(cudaStreamSynchronize(StreamOf(src_device)));
+    SM_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, nbytes, stream));
+  }
+}
+
+void MemsetZero(void* p, int device, size_t nbytes) {
+  RequireDevice(device, "cuda::MemsetZero");
+  if (nbytes == 0) return;
+  DeviceGuard guard(device);
+  SM_CUDA_CHECK(cudaMemsetAsync(p, 0, nbytes, StreamOf(device)));
+}
+
+#else  // !SHARDMAP_HAS_CUDA
+
+CachingAllocator& DeviceAllocator(int device) {
+  RequireDevice(device, "cuda::DeviceAllocator");
+  __builtin_unreachable();
+}
+void* DeviceAllocate(int device, size_t) {
+  RequireDevice(device, "cuda::DeviceAllocate");
+  return nullptr;
+}
+void DeviceFree(int, void*) {}
+void CopyHostToDevice(void*, int device, const void*, size_t) {
+  RequireDevice(device, "cuda::CopyHostToDevice");
+}
+void CopyDeviceToHost(void*, const void*, int device, size_t) {
+  RequireDevice(device, "cuda::CopyDeviceToHost");
+}
+void CopyDeviceToDevice(void*, int dst_device, const void*, int, size_t) {
+  RequireDevice(dst_device, "cuda::CopyDeviceToDevice");
+}
+void MemsetZero(void*, int device, size_t) { RequireDevice(device, "cuda::MemsetZero"); }
+
+#endif  // SHARDMAP_HAS_CUDA
+
+}  // namespace shardmap::cuda

@@ -1,0 +1,109 @@
+// Device tensors: allocation through the caching allocator, copies both ways and between GPUs,
+// per-rank streams. Skips without a GPU; the no-GPU error paths run everywhere.
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tensor/cuda/device_memory.h"
+#include "tensor/cuda/runtime.h"
+#include "tensor/error.h"
+#include "tensor/tensor.h"
+
+namespace shardmap {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (!cuda::Available()) GTEST_SKIP() << "no GPU: " << cuda::UnavailableReason()
+
+TEST(DeviceTensorTest, WithoutAGpuDeviceTensorsAreAClearError) {
+  if (cuda::Available()) GTEST_SKIP() << "a GPU is present";
+  try {
+    Tensor::Zeros({4}, DType::kF32, Device::Cuda(0));
+    FAIL() << "expected OpError";
+  } catch (const OpError& e) {
+    EXPECT_NE(std::string(e.status().message()).find("CUDA device 0 does not exist"),
+              std::string::npos)
+        << e.status();
+  }
+  EXPECT_THROW(Tensor::Ones({2}).To(Device::Cuda(0)), OpError);
+  EXPECT_FALSE(cuda::UnavailableReason().empty());
+}
+
+TEST(DeviceTensorTest, RoundTripAllDtypesAndOddSizes) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t n : {0, 1, 7, 1000003, (8 << 20) / 4 + 5}) {  // 0, odd, > one staging chunk
+    std::vector<double> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<double>(i % 1000) - 300;
+    for (DType dt : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kI32,
+                     DType::kI64}) {
+      Tensor host = Tensor::FromVector<double>({n}, v, dt);
+      Tensor dev = host.To(Device::Cuda(0));
+      EXPECT_TRUE(dev.is_cuda());
+      EXPECT_EQ(dev.device(), Device::Cuda(0));
+      Tensor back = dev.Clone().To(Device::Cpu());
+      ASSERT_EQ(back.numel(), n);
+      EXPECT_EQ(back.ToVector<double>(), host.ToVector<double>()) << DTypeName(dt) << " n=" << n;
+      if (n > 0) EXPECT_EQ(dev.at(n - 1), host.at(n - 1));
+    }
+  }
+}
+
+TEST(DeviceTensorTest, ZerosFullAndViews) {
+  SKIP_WITHOUT_GPU();
+  Tensor z = Tensor::Zeros({3, 5}, DType::kF32, Device::Cuda(0));
+  EXPECT_EQ(z.ToVector<float>(), std::vector<float>(15, 0.0f));
+  Tensor f = Tensor::Full({2, 3}, 2.5, DType::kBF16, Device::Cuda(0));
+  EXPECT_EQ(f.ToVector<double>(), std::vector<double>(6, 2.5));
+  Tensor rows = Tensor::FromVector<float>({3, 2}, {1, 2, 3, 4, 5, 6}).To(Device::Cuda(0));
+  EXPECT_EQ(rows.SliceRows(1, 2).ToVector<float>(), (std::vector<float>{3, 4, 5, 6}));
+  EXPECT_THROW(rows.Reshape({6}).item(), OpError);  // six elements
+  EXPECT_EQ(rows.SliceRows(2, 1).Reshape({2}).at(1), 6.0);
+}
+
+TEST(DeviceTensorTest, SteadyStateAllocatesNoNewDeviceMemory) {
+  SKIP_WITHOUT_GPU();
+  cuda::StreamScope scope(0, cuda::NewStream(0));
+  auto step = [] {
+    std::vector<Tensor> live;
+    for (int64_t n : {1 << 10, 1 << 20, 3 << 20, 17}) {
+      live.push_back(Tensor::Empty({n}, DType::kF32, Device::Cuda(0)));
+    }
+  };
+  step();
+  const int64_t before = cuda::DeviceAllocator(0).stats().raw_allocs;
+  for (int i = 0; i < 10; ++i) step();
+  EXPECT_EQ(cuda::DeviceAllocator(0).stats().raw_allocs, before);
+}
+
+TEST(DeviceTensorTest, RanksOnTheirOwnStreamsShareOneGpu) {
+  SKIP_WITHOUT_GPU();
+  std::vector<std::thread> ranks;
+  std::vector<std::vector<float>> got(4);
+  for (int r = 0; r < 4; ++r) {
+    ranks.emplace_back([r, &got] {
+      cuda::StreamScope scope(0, cuda::NewStream(0));
+      Tensor x = Tensor::Full({1000}, r, DType::kF32).To(Device::Cuda(0));
+      got[r] = x.Clone().ToVector<float>();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(got[r], std::vector<float>(1000, r));
+}
+
+TEST(DeviceTensorTest, PeerCopyBetweenGpus) {
+  SKIP_WITHOUT_GPU();
+  if (cuda::DeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << cuda::DeviceCount();
+  Tensor a = Tensor::Arange(12345).To(Device::Cuda(0));
+  Tensor b = a.To(Device::Cuda(1));
+  EXPECT_EQ(b.device(), Device::Cuda(1));
+  EXPECT_EQ(b.ToVector<float>(), Tensor::Arange(12345).ToVector<float>());
+}
+
+TEST(DeviceTensorTest, BadDeviceIndexIsAnError) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_THROW(Tensor::Zeros({1}, DType::kF32, Device::Cuda(cuda::DeviceCount())), OpError);
+  EXPECT_THROW(Tensor::Zeros({1}, DType::kF32, Device::Cuda(-1)), OpError);
+}
+
+}  // namespace
+}  // namespace shardmap

@@ -1,0 +1,129 @@
+#include "tensor/cuda/runtime.h"
+
+#include "tensor/error.h"
+
+#if SHARDMAP_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "tensor/cuda/internal/cuda_check.h"
+#endif
+
+namespace shardmap::cuda {
+namespace {
+
+// This thread's binding (StreamScope); device -1 means unbound.
+thread_local int bound_device = -1;
+thread_local StreamHandle bound_stream = nullptr;
+
+}  // namespace
+
+#if SHARDMAP_HAS_CUDA
+
+namespace {
+
+struct Probe {
+  int count = 0;
+  std::string reason;
+};
+
+const Probe& GetProbe() {
+  static const Probe* probe = [] {
+    auto* p = new Probe;
+    cudaError_t e = cudaGetDeviceCount(&p->count);
+    if (e != cudaSuccess) {
+      p->count = 0;
+      p->reason = absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorName(e), ": ",
+                               cudaGetErrorString(e));
+      cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    } else if (p->count == 0) {
+      p->reason = "cudaGetDeviceCount found no GPU";
+    }
+    return p;
+  }();
+  return *probe;
+}
+
+void RequireDevice(int device, const char* what) {
+  const int n = DeviceCount();
+  if (device < 0 || device >= n) {
+    OpFail(what, ": CUDA device ", device, " does not exist (", n, " visible",
+           n == 0 ? absl::StrCat(": ", UnavailableReason()) : std::string(), ")");
+  }
+}
+
+}  // namespace
+
+bool Available() { return GetProbe().count > 0; }
+int DeviceCount() { return GetProbe().count; }
+std::string UnavailableReason() { return Available() ? std::string() : GetProbe().reason; }
+
+StreamHandle NewStream(int device) {
+  RequireDevice(device, "cuda::NewStream");
+  DeviceGuard guard(device);
+  cudaStream_t s = nullptr;
+  SM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+StreamHandle CurrentStream(int device) {
+  if (bound_device == device && bound_stream != nullptr) return bound_stream;
+  return cudaStreamPerThread;
+}
+
+StreamScope::StreamScope(int device, StreamHandle stream)
+    : prev_device_(bound_device), prev_stream_(bound_stream), prev_current_device_(0) {
+  RequireDevice(device, "cuda::StreamScope");
+  SM_CUDA_CHECK(cudaGetDevice(&prev_current_device_));
+  SM_CUDA_CHECK(cudaSetDevice(device));
+  bound_device = device;
+  bound_stream = stream;
+}
+
+StreamScope::~StreamScope() {
+  bound_device = prev_device_;
+  bound_stream = prev_stream_;
+  cudaSetDevice(prev_current_device_);
+}
+
+DeviceGuard::DeviceGuard(int device) : prev_(0) {
+  SM_CUDA_CHECK(cudaGetDevice(&prev_));
+  if (prev_ != device) SM_CUDA_CHECK(cudaSetDevice(device));
+}
+
+DeviceGuard::~DeviceGuard() { cudaSetDevice(prev_); }
+
+void Synchronize(int device) {
+  RequireDevice(device, "cuda::Synchronize");
+  DeviceGuard guard(device);
+  SM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(CurrentStream(device))));
+}
+
+#else  // !SHARDMAP_HAS_CUDA
+
+namespace {
+[[noreturn]] void NoCuda(const char* what) {
+  OpFail(what, ": this build has no CUDA support (the CUDA toolkit was not found at build time;"
+               " set CUDA_PATH or install it under /usr/local/cuda and rebuild)");
+}
+}  // namespace
+
+bool Available() { return false; }
+int DeviceCount() { return 0; }
+std::string UnavailableReason() { return "built without the CUDA toolkit"; }
+StreamHandle NewStream(int) { NoCuda("cuda::NewStream"); }
+StreamHandle CurrentStream(int) { return nullptr; }
+StreamScope::StreamScope(int, StreamHandle)
+    : prev_device_(bound_device), prev_stream_(bound_stream), prev_current_device_(0) {
+  NoCuda("cuda::StreamScope");
+}
+StreamScope::~StreamScope() = default;
+DeviceGuard::DeviceGuard(int) : prev_(0) { NoCuda("cuda::DeviceGuard"); }
+DeviceGuard::~DeviceGuard() = default;
+void Synchronize(int) { NoCuda("cuda::Synchronize"); }
+
+#endif  // SHARDMAP_HAS_CUDA
+
+}  // namespace shardmap::cuda

@@ -131,9 +131,13 @@ Tensor Tensor::Ones(absl::Span<const int64_t> shape, DType dtype, Device device)
 }
 
 Tensor Tensor::Full(absl::Span<const int64_t> shape, double value, DType dtype, Device device) {
-  Tensor t = Empty(shape, dtype);
-  FillWith(t, value);
-  return t.To(device);
+  Tensor t = Empty(shape, dtype, device);
+  if (device.is_cuda()) {
+    cuda::Fill(t.raw_data(), device.index, dtype, t.numel(), value);
+  } else {
+    FillWith(t, value);
+  }
+  return t;
 }
 
 Tensor Tensor::Scalar(double value, DType dtype) { return Full({}, value, dtype); }

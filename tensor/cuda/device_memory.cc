@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "tensor/cuda/internal/cuda_check.h"
+#include "tensor/cuda/kernels/fill.h"
 #endif
 
 namespace shardmap::cuda {
@@ -159,6 +160,13 @@ void MemsetZero(void* p, int device, size_t nbytes) {
   SM_CUDA_CHECK(cudaMemsetAsync(p, 0, nbytes, StreamOf(device)));
 }
 
+void Fill(void* dst, int device, DType dtype, int64_t n, double value) {
+  RequireDevice(device, "cuda::Fill");
+  DeviceGuard guard(device);
+  SM_CUDA_CHECK(static_cast<cudaError_t>(
+      kernels::LaunchFill(dst, dtype, n, value, CurrentStream(device))));
+}
+
 #else  // !SHARDMAP_HAS_CUDA
 
 CachingAllocator& DeviceAllocator(int device) {
@@ -180,6 +188,7 @@ void CopyDeviceToDevice(void*, int dst_device, const void*, int, size_t) {
   RequireDevice(dst_device, "cuda::CopyDeviceToDevice");
 }
 void MemsetZero(void*, int device, size_t) { RequireDevice(device, "cuda::MemsetZero"); }
+void Fill(void*, int device, DType, int64_t, double) { RequireDevice(device, "cuda::Fill"); }
 
 #endif  // SHARDMAP_HAS_CUDA
 

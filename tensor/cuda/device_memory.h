@@ -19,6 +19,7 @@
 #include <cstddef>
 
 #include "tensor/cuda/caching_allocator.h"
+#include "tensor/dtype.h"
 
 namespace shardmap::cuda {
 
@@ -32,6 +33,8 @@ void CopyDeviceToHost(void* dst, const void* src, int device, size_t nbytes);
 void CopyDeviceToDevice(void* dst, int dst_device, const void* src, int src_device,
                         size_t nbytes);
 void MemsetZero(void* p, int device, size_t nbytes);
+// dst[i] = value (converted to dtype) for i < n, on the current stream.
+void Fill(void* dst, int device, DType dtype, int64_t n, double value);
 
 }  // namespace shardmap::cuda
 

@@ -6,8 +6,12 @@ with `#if SHARDMAP_HAS_CUDA`.
 
 load("@local_cuda//:defs.bzl", "CUDA_AVAILABLE", "CUDA_PATH")
 
-def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], **kwargs):
-    """srcs: .cu files; hdrs: headers they (and users) include, listed once."""
+def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], cu_hdrs = [], **kwargs):
+    """srcs: .cu files; hdrs: headers they (and users) include, listed once.
+
+    cu_hdrs: further header files (labels) the .cu files include, e.g. a shared kernel_util.cuh
+    or //tensor:dtype.h; nvcc sees only srcs, hdrs and these.
+    """
     if not CUDA_AVAILABLE:
         native.cc_library(name = name, hdrs = hdrs, deps = deps, **kwargs)
         return
@@ -16,7 +20,7 @@ def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], **kwargs):
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
         native.genrule(
             name = obj + "_nvcc",
-            srcs = [src] + hdrs,
+            srcs = [src] + hdrs + cu_hdrs,
             outs = [obj],
             # nvcc by its real path: through a sandbox symlink it cannot find cicc or its headers.
             cmd = (CUDA_PATH + "/bin/nvcc -std=c++20 -O3 " +

@@ -43,6 +43,16 @@ inline void RequireSameDType(const char* op, const Tensor& a, const Tensor& b) {
   }
 }
 
+// Operands of one op must live on one device; a CPU tensor mixed with a GPU one is an error
+// (never an implicit copy: it would hide a host<->device transfer in the hot path).
+inline void RequireSameDevice(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.defined() && b.defined() && a.device() != b.device()) {
+    OpFail(op, ": operands live on different devices: ", a.ShapeString(), " on ",
+           a.device().ToString(), " and ", b.ShapeString(), " on ", b.device().ToString(),
+           "; move one to the other's device with Tensor::To first");
+  }
+}
+
 inline void RequireSameShape(const char* op, const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape()) {
     OpFail(op, ": shape mismatch: ", a.ShapeString(), " vs ", b.ShapeString(),

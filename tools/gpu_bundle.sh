@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 tests=$(bazel query --noshow_progress \
-  'tests(//tensor/cuda/...) + tests(//tests:all) intersect attr(name, "gpu|cuda", tests(//tests:all))' \
+  'tests(//tensor/cuda/...) + attr(name, "gpu|cuda", tests(//tests:all))' \
   2>/dev/null || true)
 tests="$tests
 //collectives:in_process_gpu_test

@@ -1,0 +1,98 @@
+// Optimizers over named master weights: SGD (optional momentum) and AdamW. Master weights, their
+// gradients and the optimizer state are f32 (f64 is accepted too, for exact reference checks),
+// whatever dtype the model computes in: mixed-precision code casts the master weights to the
+// compute dtype at use (models/mixed_precision.h), and the cast's VJP brings the gradients back
+// in f32, so the update below never sees bf16/f16.
+//
+//   std::vector<NamedTensor> params = {{"w1", w1}, {"b1", b1}};     // f32 master weights
+//   AdamW opt({.lr = 1e-3, .weight_decay = 0.01});
+//   for (...) {
+//     std::vector<NamedTensor> grads = ...;                          // f32, same names/shapes
+//     absl::Status s = opt.Step(params, grads);                       // params updated in place
+//   }
+//
+// Updates are written with tensor ops (tensor/ops/elementwise.h), so they run wherever the
+// tensors live (CPU here; the same calls dispatch to the CUDA kernels for device tensors).
+// Gradients are matched to parameters by name (not position); every parameter needs a gradient.
+// Weight decay is decoupled (Loshchilov & Hutter): p <- p * (1 - lr * wd) before the update, for
+// SGD as for AdamW, and it never enters the momentum or Adam moments.
+#ifndef SHARDMAP_MODELS_OPTIMIZER_H_
+#define SHARDMAP_MODELS_OPTIMIZER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tensor/tensor.h"
+
+namespace shardmap {
+
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
+
+// Checks the pairing of params and grads: unique names, a gradient for every parameter with the
+// same shape and dtype, dtype f32 (or f64). Errors name the parameter and the fix.
+absl::Status CheckParamsAndGrads(const std::vector<NamedTensor>& params,
+                                 const std::vector<NamedTensor>& grads);
+
+struct SgdOptions {
+  double lr = 0.01;
+  double momentum = 0;      // 0: plain SGD; else buf = momentum * buf + g (buf = g on step 1)
+  bool nesterov = false;    // update with g + momentum * buf instead of buf
+  double weight_decay = 0;  // decoupled
+};
+
+// p <- p * (1 - lr * wd) - lr * u,  u = g (no momentum), buf, or g + momentum * buf (nesterov).
+class Sgd {
+ public:
+  explicit Sgd(SgdOptions options = {}) : opt_(options) {}
+  absl::Status Step(std::vector<NamedTensor>& params, const std::vector<NamedTensor>& grads);
+  int64_t steps() const { return steps_; }
+  const SgdOptions& options() const { return opt_; }
+  // The momentum buffer of a parameter (undefined before its first step or without momentum).
+  Tensor momentum_buffer(const std::string& name) const;
+
+ private:
+  SgdOptions opt_;
+  int64_t steps_ = 0;
+  std::map<std::string, Tensor> buf_;
+};
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;  // decoupled
+};
+
+// PyTorch's AdamW, step t = 1, 2, ...:
+//   p <- p * (1 - lr * wd)
+//   m <- b1 m + (1 - b1) g;   v <- b2 v + (1 - b2) g^2
+//   p <- p - (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+class AdamW {
+ public:
+  explicit AdamW(AdamWOptions options = {}) : opt_(options) {}
+  absl::Status Step(std::vector<NamedTensor>& params, const std::vector<NamedTensor>& grads);
+  int64_t steps() const { return steps_; }
+  const AdamWOptions& options() const { return opt_; }
+  // The moments of a parameter (undefined before its first step); same dtype as the parameter.
+  Tensor exp_avg(const std::string& name) const;
+  Tensor exp_avg_sq(const std::string& name) const;
+
+ private:
+  struct State {
+    Tensor m, v;
+  };
+  AdamWOptions opt_;
+  int64_t steps_ = 0;
+  std::map<std::string, State> state_;
+};
+
+}  // namespace shardmap
+
+#endif  // SHARDMAP_MODELS_OPTIMIZER_H_

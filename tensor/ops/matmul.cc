@@ -4,7 +4,9 @@
 
 #include <algorithm>
 
+#include "tensor/cuda/gemm/ops.h"
 #include "tensor/error.h"
+#include "tensor/ops/linear.h"
 #include "tensor/ops/internal/op_util.h"
 #include "tensor/ops/shape_ops.h"
 
@@ -65,36 +67,39 @@ void PinBlasToOneThread() {
   (void)pinned;
 }
 
-Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+namespace {
+
+// The shared checks of Matmul and MatmulShape, and the GEMM geometry they imply.
+struct Geometry {
+  Shape out_shape;
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool batched = false;
+};
+
+Geometry CheckedGeometry(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   internal::RequireFloating("matmul", a, "lhs");
   internal::RequireFloating("matmul", b, "rhs");
   if (a.dtype() != b.dtype()) Fail(a, b, trans_a, trans_b, "dtypes differ; Cast one operand");
-  if (internal::IsHalf(a.dtype())) {  // f32 compute, one rounding
-    return Cast(Matmul(Cast(a, DType::kF32), Cast(b, DType::kF32), trans_a, trans_b),
-                a.dtype());
-  }
-  PinBlasToOneThread();
   if (a.rank() < 2 || b.rank() < 2) {
     Fail(a, b, trans_a, trans_b, "both operands need rank >= 2");
   }
+  Geometry g;
   const int64_t ka = trans_a ? a.dim(-2) : a.dim(-1);
   const int64_t kb = trans_b ? b.dim(-1) : b.dim(-2);
-  const int64_t n = trans_b ? b.dim(-2) : b.dim(-1);
+  g.n = trans_b ? b.dim(-2) : b.dim(-1);
+  g.k = ka;
   if (ka != kb) Fail(a, b, trans_a, trans_b, "contracted dims differ");
-  Shape out_shape;
-  int64_t batch = 1, m = 0;
-  bool batched = false;
   if (b.rank() == 2) {
     if (a.rank() > 2 && trans_a) {
       Fail(a, b, trans_a, trans_b,
            "trans_a with a rank-2 rhs needs a rank-2 lhs (leading dims of lhs are folded)");
     }
     // Fold a's leading dims into rows: [b,s,k] @ [k,n] is one [b*s,k] @ [k,n] GEMM, no copy.
-    m = trans_a ? a.dim(-1) : (ka == 0 ? internal::Prod(a.shape(), 0, a.rank() - 1)
-                                       : a.numel() / ka);
-    out_shape.assign(a.shape().begin(), a.shape().end() - 2);
-    out_shape.push_back(trans_a ? a.dim(-1) : a.dim(-2));
-    out_shape.push_back(n);
+    g.m = trans_a ? a.dim(-1) : (ka == 0 ? internal::Prod(a.shape(), 0, a.rank() - 1)
+                                         : a.numel() / ka);
+    g.out_shape.assign(a.shape().begin(), a.shape().end() - 2);
+    g.out_shape.push_back(trans_a ? a.dim(-1) : a.dim(-2));
+    g.out_shape.push_back(g.n);
   } else {
     if (a.rank() != b.rank()) {
       Fail(a, b, trans_a, trans_b,
@@ -102,14 +107,35 @@ Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
     }
     for (int i = 0; i < a.rank() - 2; ++i) {
       if (a.shape()[i] != b.shape()[i]) Fail(a, b, trans_a, trans_b, "batch dims differ");
-      out_shape.push_back(a.shape()[i]);
-      batch *= a.shape()[i];
+      g.out_shape.push_back(a.shape()[i]);
+      g.batch *= a.shape()[i];
     }
-    m = trans_a ? a.dim(-1) : a.dim(-2);
-    out_shape.push_back(m);
-    out_shape.push_back(n);
-    batched = true;
+    g.m = trans_a ? a.dim(-1) : a.dim(-2);
+    g.out_shape.push_back(g.m);
+    g.out_shape.push_back(g.n);
+    g.batched = true;
   }
+  return g;
+}
+
+}  // namespace
+
+Shape MatmulShape(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  return CheckedGeometry(a, b, trans_a, trans_b).out_shape;
+}
+
+Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  const Geometry geo = CheckedGeometry(a, b, trans_a, trans_b);
+  internal::RequireSameDevice("matmul", a, b);
+  if (a.is_cuda()) return cuda::Matmul(a, b, trans_a, trans_b);  // cuBLASLt
+  if (internal::IsHalf(a.dtype())) {  // f32 compute, one rounding
+    return Cast(Matmul(Cast(a, DType::kF32), Cast(b, DType::kF32), trans_a, trans_b),
+                a.dtype());
+  }
+  PinBlasToOneThread();
+  const Shape& out_shape = geo.out_shape;
+  const int64_t batch = geo.batch, m = geo.m, n = geo.n, ka = geo.k;
+  const bool batched = geo.batched;
   Tensor out = Tensor::Empty(out_shape, a.dtype());
   if (out.numel() == 0) return out;
   internal::DispatchF32F64(a.dtype(), [&](auto zero) {

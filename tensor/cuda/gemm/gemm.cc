@@ -1,0 +1,346 @@
+#include "tensor/cuda/gemm/internal/gemm.h"
+
+#include "tensor/error.h"
+
+#if SHARDMAP_HAS_CUDA
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "tensor/cuda/device_memory.h"
+#include "tensor/cuda/gemm/internal/cublaslt_check.h"
+#include "tensor/cuda/runtime.h"
+
+#endif  // SHARDMAP_HAS_CUDA
+
+namespace shardmap::cuda::gemm_internal {
+
+const char* EpilogueName(Epilogue e) {
+  switch (e) {
+    case Epilogue::kNone: return "none";
+    case Epilogue::kBias: return "bias";
+    case Epilogue::kGeluAux: return "gelu_aux";
+    case Epilogue::kGeluAuxBias: return "gelu_aux_bias";
+    case Epilogue::kDGelu: return "dgelu";
+    case Epilogue::kDGeluBGrad: return "dgelu_bgrad";
+    case Epilogue::kBGradRhs: return "bgrad_rhs";
+  }
+  return "?";
+}
+
+#if SHARDMAP_HAS_CUDA
+namespace {
+
+struct Counters {
+  std::atomic<int64_t> plans_created{0}, plan_hits{0}, heuristic_queries{0}, matmuls{0},
+      unsupported{0}, workspaces{0};
+};
+Counters& GetCounters() {
+  static Counters* c = new Counters;
+  return *c;
+}
+
+cudaDataType_t CudaType(DType t) {
+  switch (t) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kF64: return CUDA_R_64F;
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
+    default: OpFail("cuda gemm: unsupported dtype ", DTypeName(t));
+  }
+}
+
+uint32_t CublasEpilogue(Epilogue e) {
+  switch (e) {
+    case Epilogue::kNone: return CUBLASLT_EPILOGUE_DEFAULT;
+    case Epilogue::kBias: return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::kGeluAux: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case Epilogue::kGeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::kDGelu: return CUBLASLT_EPILOGUE_DGELU;
+    case Epilogue::kDGeluBGrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    case Epilogue::kBGradRhs: return CUBLASLT_EPILOGUE_BGRADA;  // our rhs is cuBLAS's A
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// The largest power of two (at most 256) dividing the address: what the heuristic must assume.
+int64_t Alignment(const void* p) {
+  if (p == nullptr) return 256;
+  const uintptr_t v = reinterpret_cast<uintptr_t>(p);
+  return static_cast<int64_t>(std::min<uintptr_t>(256, v & (~v + 1)));
+}
+
+// One cuBLASLt handle per device, shared by all threads (the handle holds no stream or
+// workspace; cublasLtMatmul takes both per call). Never destroyed: a static destructor would run
+// after the CUDA context is torn down at exit.
+cublasLtHandle_t Handle(int device) {
+  static std::mutex mu;
+  static auto* handles = new std::map<int, cublasLtHandle_t>;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = handles->find(device);
+  if (it != handles->end()) return it->second;
+  cublasLtHandle_t h = nullptr;
+  SM_CUBLASLT_CHECK(cublasLtCreate(&h));
+  handles->emplace(device, h);
+  return h;
+}
+
+// The 32 MiB workspace of (device, stream), allocated once from the caching allocator on that
+// stream. Work on one stream is serialised, so its GEMMs can share one workspace. The per-thread
+// default stream has one handle value for every thread but is a different stream per thread,
+// so there the thread is part of the key. Workspaces live as long as the process.
+void* Workspace(int device, cudaStream_t stream) {
+  static std::mutex mu;
+  static auto* spaces = new std::map<std::tuple<int, void*, size_t>, void*>;
+  const size_t thread =
+      stream == cudaStreamPerThread ? std::hash<std::thread::id>()(std::this_thread::get_id()) : 0;
+  const auto key = std::make_tuple(device, static_cast<void*>(stream), thread);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = spaces->find(key);
+  if (it != spaces->end()) return it->second;
+  void* p = DeviceAllocate(device, kWorkspaceBytes);  // on this thread's current stream: `stream`
+  spaces->emplace(key, p);
+  GetCounters().workspaces.fetch_add(1, std::memory_order_relaxed);
+  return p;
+}
+
+// Descriptors and the chosen algorithm for one cache key. The pointer attributes (bias, aux,
+// bias gradient) change per call, so `mu` is held from setting them until cublasLtMatmul has
+// read them (it copies what it needs into the launch).
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  std::atomic<bool> supported{false};  // read without mu; cleared when cublasLtMatmul refuses
+  std::mutex mu;
+};
+
+using PlanKey = std::array<int64_t, 20>;
+
+PlanKey KeyOf(const GemmCall& g) {
+  return PlanKey{g.device,
+                 static_cast<int64_t>(g.ab_dtype),
+                 static_cast<int64_t>(g.cd_dtype),
+                 g.trans_a,
+                 g.trans_b,
+                 g.m,
+                 g.n,
+                 g.k,
+                 g.batch,
+                 g.batch > 1 ? g.stride_a : 0,
+                 g.batch > 1 ? g.stride_b : 0,
+                 g.batch > 1 ? g.stride_c : 0,
+                 g.accumulate,
+                 static_cast<int64_t>(g.epilogue),
+                 Alignment(g.a),
+                 Alignment(g.b),
+                 Alignment(g.c),
+                 Alignment(g.bias),
+                 Alignment(g.aux),
+                 Alignment(g.bias_grad)};
+}
+
+void SetDescPointers(cublasLtMatmulDesc_t desc, const GemmCall& g) {
+  if (g.bias != nullptr) {
+    SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &g.bias, sizeof(g.bias)));
+  }
+  if (g.bias_grad != nullptr) {
+    SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &g.bias_grad, sizeof(g.bias_grad)));
+  }
+  if (g.aux != nullptr) {
+    SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(
+        desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
+  }
+}
+
+cublasLtMatrixLayout_t MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols,
+                                  int64_t batch, int64_t stride) {
+  cublasLtMatrixLayout_t l = nullptr;
+  SM_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&l, type, rows, cols, /*ld=*/rows));
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    SM_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                       &count, sizeof(count)));
+    SM_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(
+        l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
+  return l;
+}
+
+std::unique_ptr<Plan> MakePlan(cublasLtHandle_t handle, const GemmCall& g) {
+  auto plan = std::make_unique<Plan>();
+  const bool f64 = g.ab_dtype == DType::kF64;
+  const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;  // no TF32
+  const cudaDataType_t scale = f64 ? CUDA_R_64F : CUDA_R_32F;
+  SM_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, scale));
+  // cuBLAS computes C^T = op(b)^T op(a)^T: its A is our b, its B is our a.
+  const int32_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int32_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+                                                   sizeof(op_a)));
+  SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+                                                   sizeof(op_b)));
+  const uint32_t epilogue = CublasEpilogue(g.epilogue);
+  SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                   &epilogue, sizeof(epilogue)));
+  if (g.aux != nullptr) {
+    const int64_t aux_ld = g.n;  // aux is row-major [m,n] = column-major [n,m]
+    SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(
+        plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+  }
+  SetDescPointers(plan->desc, g);  // the heuristic reads their alignment
+
+  const cudaDataType_t ab = CudaType(g.ab_dtype), cd = CudaType(g.cd_dtype);
+  plan->la = MakeLayout(ab, g.trans_b ? g.k : g.n, g.trans_b ? g.n : g.k, g.batch, g.stride_b);
+  plan->lb = MakeLayout(ab, g.trans_a ? g.m : g.k, g.trans_a ? g.k : g.m, g.batch, g.stride_a);
+  plan->lc = MakeLayout(cd, g.n, g.m, g.batch, g.stride_c);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  SM_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = kWorkspaceBytes;
+  const uint32_t align_a = static_cast<uint32_t>(Alignment(g.b));  // cuBLAS A = our b
+  const uint32_t align_b = static_cast<uint32_t>(Alignment(g.a));
+  const uint32_t align_c = static_cast<uint32_t>(Alignment(g.c));
+  SM_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  SM_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+  SM_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+  SM_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
+  SM_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
+
+  constexpr int kRequested = 8;
+  cublasLtMatmulHeuristicResult_t results[kRequested] = {};
+  int returned = 0;
+  GetCounters().heuristic_queries.fetch_add(1, std::memory_order_relaxed);
+  const cublasStatus_t s =
+      cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->la, plan->lb, plan->lc, plan->lc,
+                                     pref, kRequested, results, &returned);
+  cublasLtMatmulPreferenceDestroy(pref);
+  const bool refusal = s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE;
+  if (s != CUBLAS_STATUS_SUCCESS && !(refusal && g.epilogue != Epilogue::kNone)) {
+    SM_CUBLASLT_CHECK(s);
+  }
+  if (s == CUBLAS_STATUS_SUCCESS) {
+    for (int i = 0; i < returned; ++i) {  // ordered by estimated time: take the first usable
+      if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= ws) {
+        plan->algo = results[i].algo;
+        plan->supported = true;
+        break;
+      }
+    }
+  }
+  GetCounters().plans_created.fetch_add(1, std::memory_order_relaxed);
+  return plan;
+}
+
+std::string Describe(const GemmCall& g) {
+  return absl::StrCat("cuda gemm [", g.batch > 1 ? absl::StrCat(g.batch, "x") : "", g.m, ",",
+                      g.k, "]", g.trans_a ? "^T" : "", " @ [", g.k, ",", g.n, "]",
+                      g.trans_b ? "^T" : "", " ", DTypeName(g.ab_dtype), "->",
+                      DTypeName(g.cd_dtype), " epilogue ", EpilogueName(g.epilogue));
+}
+
+Plan* FindPlan(cublasLtHandle_t handle, const GemmCall& g) {
+  static std::mutex mu;
+  static auto* plans = new absl::flat_hash_map<PlanKey, std::unique_ptr<Plan>>;
+  const PlanKey key = KeyOf(g);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = plans->find(key);
+  if (it != plans->end()) {
+    GetCounters().plan_hits.fetch_add(1, std::memory_order_relaxed);
+    return it->second.get();
+  }
+  // Created under the lock: a miss is rare (once per shape) and host-only.
+  auto plan = MakePlan(handle, g);
+  Plan* p = plan.get();
+  plans->emplace(key, std::move(plan));
+  return p;
+}
+
+}  // namespace
+
+bool RunGemm(const GemmCall& g) {
+  if (g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1) {
+    OpFail(Describe(g), ": needs m, n, k, batch >= 1");
+  }
+  if ((g.ab_dtype == DType::kF64) != (g.cd_dtype == DType::kF64)) {
+    OpFail(Describe(g), ": f64 operands need an f64 output and the reverse");
+  }
+  if (g.batch > 1 && g.epilogue != Epilogue::kNone) {
+    OpFail(Describe(g), ": epilogues are not batched; fold the batch into m");
+  }
+  DeviceGuard guard(g.device);
+  const cudaStream_t stream = static_cast<cudaStream_t>(CurrentStream(g.device));
+  cublasLtHandle_t handle = Handle(g.device);
+  void* workspace = Workspace(g.device, stream);
+  Plan* plan = FindPlan(handle, g);
+  if (!plan->supported) {
+    if (g.epilogue == Epilogue::kNone) {
+      throw OpError(absl::InternalError(
+          absl::StrCat(Describe(g), ": cuBLASLt's heuristic found no algorithm")));
+    }
+    GetCounters().unsupported.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  const float alpha_f = 1.0f, beta_f = g.accumulate ? 1.0f : 0.0f;
+  const double alpha_d = 1.0, beta_d = g.accumulate ? 1.0 : 0.0;
+  const bool f64 = g.ab_dtype == DType::kF64;
+  const void* alpha = f64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
+  const void* beta = f64 ? static_cast<const void*>(&beta_d) : &beta_f;
+
+  std::lock_guard<std::mutex> lock(plan->mu);
+  SetDescPointers(plan->desc, g);
+  const cublasStatus_t s =
+      cublasLtMatmul(handle, plan->desc, alpha, /*A=*/g.b, plan->la, /*B=*/g.a, plan->lb, beta,
+                     g.c, plan->lc, g.c, plan->lc, &plan->algo, workspace, kWorkspaceBytes, stream);
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED && g.epilogue != Epilogue::kNone) {
+    plan->supported = false;  // refuse at once from now on
+    GetCounters().unsupported.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    internal::ThrowCublasLtError(s, Describe(g).c_str(), __FILE__, __LINE__);
+  }
+  GetCounters().matmuls.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+GemmStats Stats() {
+  const Counters& c = GetCounters();
+  GemmStats s;
+  s.plans_created = c.plans_created.load();
+  s.plan_hits = c.plan_hits.load();
+  s.heuristic_queries = c.heuristic_queries.load();
+  s.matmuls = c.matmuls.load();
+  s.unsupported = c.unsupported.load();
+  s.workspaces = c.workspaces.load();
+  return s;
+}
+
+#else  // !SHARDMAP_HAS_CUDA
+
+bool RunGemm(const GemmCall&) { OpFail("cuda gemm: this build has no CUDA (built without CUDA)"); }
+
+GemmStats Stats() { return GemmStats{}; }
+
+#endif  // SHARDMAP_HAS_CUDA
+
+}  // namespace shardmap::cuda::gemm_internal

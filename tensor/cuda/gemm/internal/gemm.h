@@ -1,0 +1,81 @@
+// One cuBLASLt matmul described in row-major terms, with a per-shape plan cache. Private to
+// tensor/cuda/gemm: the tensor-level entry points are in tensor/cuda/gemm/ops.h.
+//
+//   GemmCall g;                                  // C[m,n] = op(a)[m,k] @ op(b)[k,n], row-major
+//   g.device = 0; g.ab_dtype = g.cd_dtype = DType::kBF16;
+//   g.m = 4096; g.n = 4096; g.k = 1024; g.a = x; g.b = w; g.c = y;
+//   g.epilogue = Epilogue::kBias; g.bias = b;    // y = x @ w + b, b: [n]
+//   RunGemm(g);                                  // on CurrentStream(0)
+//
+// Row-major to cuBLAS: cuBLASLt is column-major, and a row-major C[m,n] is a column-major
+// C^T[n,m]. So C = op(a) op(b) runs as C^T = op(b)^T op(a)^T: cuBLAS's "A" is our b and its "B"
+// is our a, no copies, only the transpose flags and leading dims change. The epilogues follow:
+// the bias vector (length n) indexes cuBLAS's rows, the bias gradient of our rhs b is cuBLAS's
+// BGRADA and the one of our lhs a is BGRADB.
+//
+// Plans: descriptors, layouts and the heuristic's algorithm are cached per (device, m, n, k,
+// batch, strides, transposes, dtypes, epilogue, pointer alignments); the steady state makes no
+// heuristic query and allocates nothing. The 32 MiB workspace is allocated once per
+// (device, stream) through the device's caching allocator.
+#ifndef SHARDMAP_TENSOR_CUDA_GEMM_INTERNAL_GEMM_H_
+#define SHARDMAP_TENSOR_CUDA_GEMM_INTERNAL_GEMM_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace shardmap::cuda::gemm_internal {
+
+inline constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+// Row-major names. "aux" is the GELU input (pre-activation), [m,n] like C.
+enum class Epilogue : uint8_t {
+  kNone,
+  kBias,         // C = a@b + bias[n]
+  kGeluAux,      // aux = a@b;        C = gelu_tanh(aux)
+  kGeluAuxBias,  // aux = a@b + bias; C = gelu_tanh(aux)
+  kDGelu,        // C = (a@b) * gelu_tanh'(aux)
+  kDGeluBGrad,   // kDGelu, and bias_grad[n] = column sums of C (over the m rows)
+  kBGradRhs,     // C = a@b, and bias_grad[n] = sums of b over the contracted dim (cuBLAS BGRADA)
+};
+
+const char* EpilogueName(Epilogue e);
+
+struct GemmCall {
+  int device = 0;
+  DType ab_dtype = DType::kF32;  // a and b
+  DType cd_dtype = DType::kF32;  // C (read when accumulate) and D (written); also bias and aux
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t batch = 1;  // strided batch when > 1 (epilogues must then be kNone)
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between batch entries
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+  bool accumulate = false;  // beta = 1: C += a@b
+  Epilogue epilogue = Epilogue::kNone;
+  const void* bias = nullptr;  // kBias, kGeluAuxBias
+  void* aux = nullptr;         // kGeluAux*, kDGelu*: [m,n] with row stride n (n % 8 == 0)
+  void* bias_grad = nullptr;   // kDGeluBGrad, kBGradRhs: [n]
+};
+
+// Enqueues the matmul on the current stream of g.device. m, n, k must be >= 1. Returns false,
+// having launched nothing, when cuBLASLt has no algorithm for this epilogue (the caller then
+// composes unfused ops); with Epilogue::kNone that is an OpError instead. Every cuBLASLt failure
+// is an OpError with file:line and cuBLASLt's status name and text.
+bool RunGemm(const GemmCall& g);
+
+struct GemmStats {
+  int64_t plans_created = 0;      // plan cache misses (each made one heuristic query)
+  int64_t plan_hits = 0;          // calls served by a cached plan
+  int64_t heuristic_queries = 0;  // cublasLtMatmulAlgoGetHeuristic calls
+  int64_t matmuls = 0;            // cublasLtMatmul calls
+  int64_t unsupported = 0;        // epilogue calls refused (no algorithm)
+  int64_t workspaces = 0;         // workspaces allocated (one per device and stream)
+};
+GemmStats Stats();
+
+}  // namespace shardmap::cuda::gemm_internal
+
+#endif  // SHARDMAP_TENSOR_CUDA_GEMM_INTERNAL_GEMM_H_

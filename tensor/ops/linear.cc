@@ -1,0 +1,163 @@
+#include "tensor/ops/linear.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "tensor/cuda/gemm/ops.h"
+#include "tensor/error.h"
+#include "tensor/ops/internal/op_util.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/reduce.h"
+#include "tensor/ops/shape_ops.h"
+
+namespace shardmap {
+namespace {
+
+// The dtype the math runs in: f32 for the half types, else the dtype itself.
+DType ComputeDType(DType t) { return internal::IsHalf(t) ? DType::kF32 : t; }
+
+// x [..., c] as a rank-2 [rows, c] view.
+Tensor Rows(const Tensor& x) {
+  return x.Reshape({internal::Prod(x.shape(), 0, x.rank() - 1), x.dim(-1)});
+}
+
+void RequireRankAtLeast(const char* op, const Tensor& t, int rank, const char* what) {
+  if (t.rank() < rank) {
+    OpFail(op, ": ", what, " ", t.ShapeString(), " needs rank >= ", rank);
+  }
+}
+
+void RequireVector(const char* op, const Tensor& t, int64_t n, const char* what) {
+  if (t.rank() != 1 || t.dim(0) != n) {
+    OpFail(op, ": ", what, " ", t.ShapeString(), " must have shape [", n, "]");
+  }
+}
+
+bool HasBias(LinearEpilogue e) {
+  return e == LinearEpilogue::kBias || e == LinearEpilogue::kBiasGelu;
+}
+bool HasGelu(LinearEpilogue e) {
+  return e == LinearEpilogue::kGelu || e == LinearEpilogue::kBiasGelu;
+}
+
+}  // namespace
+
+LinearResult Linear(const Tensor& x, const Tensor& w, const Tensor& bias, LinearEpilogue epilogue,
+                    GeluApprox approx) {
+  constexpr const char* kOp = "linear";
+  internal::RequireFloating(kOp, x, "x");
+  internal::RequireFloating(kOp, w, "w");
+  RequireRankAtLeast(kOp, x, 2, "x");
+  if (w.rank() != 2) OpFail(kOp, ": w ", w.ShapeString(), " must be rank 2 [k, n]");
+  MatmulShape(x, w);  // checks the contracted dims and dtypes
+  internal::RequireSameDevice(kOp, x, w);
+  if (HasBias(epilogue)) {
+    if (!bias.defined()) OpFail(kOp, ": the epilogue adds a bias but bias is undefined");
+    internal::RequireSameDType(kOp, x, bias);
+    RequireVector(kOp, bias, w.dim(1), "bias");
+    internal::RequireSameDevice(kOp, x, bias);
+  } else if (bias.defined()) {
+    OpFail(kOp, ": bias ", bias.ShapeString(),
+           " given to an epilogue without bias (use kBias or kBiasGelu)");
+  }
+  const bool gelu = HasGelu(epilogue);
+  if (epilogue == LinearEpilogue::kNone) return {Matmul(x, w), Tensor()};
+  if (x.is_cuda() && (!gelu || approx == GeluApprox::kTanh)) {
+    LinearResult r;
+    if (cuda::LinearForward(x, w, bias, gelu, &r.y, &r.pre)) return r;
+  }
+  // Composed: on the CPU the reference, on the GPU the fallback when cuBLASLt cannot fuse.
+  const DType ct = ComputeDType(x.dtype());
+  Tensor pre = Matmul(Cast(x, ct), Cast(w, ct));
+  if (HasBias(epilogue)) pre = Add(pre, Cast(bias, ct));
+  LinearResult r;
+  if (gelu) {
+    r.y = Cast(Gelu(pre, approx), x.dtype());
+    r.pre = Cast(pre, x.dtype());
+  } else {
+    r.y = Cast(pre, x.dtype());
+  }
+  return r;
+}
+
+LinearGeluGrads LinearGeluBackward(const Tensor& dy, const Tensor& w, const Tensor& pre,
+                                   bool bias_grad, GeluApprox approx) {
+  constexpr const char* kOp = "linear_gelu_backward";
+  internal::RequireFloating(kOp, dy, "dy");
+  internal::RequireFloating(kOp, w, "w");
+  internal::RequireFloating(kOp, pre, "pre");
+  RequireRankAtLeast(kOp, dy, 2, "dy");
+  if (w.rank() != 2) OpFail(kOp, ": w ", w.ShapeString(), " must be rank 2 [n, n2]");
+  internal::RequireSameDType(kOp, dy, pre);
+  const Shape dh_shape = MatmulShape(dy, w, false, true);
+  if (dh_shape != pre.shape()) {
+    OpFail(kOp, ": dy ", dy.ShapeString(), " @ w ", w.ShapeString(), "^T has shape ",
+           ShapeToString(dh_shape), " but pre is ", pre.ShapeString());
+  }
+  internal::RequireSameDevice(kOp, dy, w);
+  internal::RequireSameDevice(kOp, dy, pre);
+  if (dy.is_cuda() && approx == GeluApprox::kTanh) {
+    LinearGeluGrads g;
+    if (cuda::LinearGeluBackward(dy, w, pre, bias_grad, &g.dpre, &g.dbias)) return g;
+  }
+  const DType ct = ComputeDType(dy.dtype());
+  const Tensor dh = Matmul(Cast(dy, ct), Cast(w, ct), false, true);
+  const Tensor dpre = GeluGrad(Cast(pre, ct), dh, approx);
+  LinearGeluGrads g;
+  g.dpre = Cast(dpre, dy.dtype());
+  if (bias_grad) g.dbias = Cast(Sum(Rows(dpre), {0}), dy.dtype());
+  return g;
+}
+
+LinearWeightGrads LinearWeightGrad(const Tensor& x, const Tensor& dy, bool bias_grad) {
+  constexpr const char* kOp = "linear_weight_grad";
+  internal::RequireFloating(kOp, x, "x");
+  internal::RequireFloating(kOp, dy, "dy");
+  internal::RequireSameDType(kOp, x, dy);
+  RequireRankAtLeast(kOp, x, 2, "x");
+  if (x.rank() != dy.rank() ||
+      !std::equal(x.shape().begin(), x.shape().end() - 1, dy.shape().begin())) {
+    OpFail(kOp, ": x ", x.ShapeString(), " and dy ", dy.ShapeString(),
+           " must have equal leading dims");
+  }
+  internal::RequireSameDevice(kOp, x, dy);
+  LinearWeightGrads g;
+  if (x.is_cuda() && cuda::LinearWeightGrad(x, dy, bias_grad, &g.dw, &g.db)) return g;
+  g.dw = Matmul(Rows(x), Rows(dy), true, false);
+  if (bias_grad) g.db = BiasGrad(dy);
+  return g;
+}
+
+Tensor BiasGrad(const Tensor& dy) {
+  constexpr const char* kOp = "bias_grad";
+  internal::RequireFloating(kOp, dy, "dy");
+  RequireRankAtLeast(kOp, dy, 1, "dy");
+  if (dy.rank() == 1) return dy.Clone();  // no leading dims to sum
+  if (dy.is_cuda()) return cuda::BiasGrad(dy);
+  const DType ct = ComputeDType(dy.dtype());
+  return Cast(Sum(Cast(Rows(dy), ct), {0}), dy.dtype());
+}
+
+void MatmulAccumulate(Tensor& acc, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  constexpr const char* kOp = "matmul_accumulate";
+  const Shape shape = MatmulShape(a, b, trans_a, trans_b);
+  internal::RequireFloating(kOp, acc, "accumulator");
+  const DType want = a.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  if (acc.dtype() != want) {
+    OpFail(kOp, ": accumulator ", acc.ShapeString(), " must be ", DTypeName(want), " for ",
+           DTypeName(a.dtype()), " operands");
+  }
+  if (acc.shape() != shape) {
+    OpFail(kOp, ": accumulator ", acc.ShapeString(), " must have the product's shape ",
+           ShapeToString(shape));
+  }
+  internal::RequireSameDevice(kOp, a, b);
+  internal::RequireSameDevice(kOp, acc, a);
+  if (a.is_cuda()) {
+    cuda::MatmulAccumulate(acc, a, b, trans_a, trans_b);
+    return;
+  }
+  AddInPlace(acc, Matmul(Cast(a, want), Cast(b, want), trans_a, trans_b));
+}
+
+}  // namespace shardmap

@@ -1,0 +1,199 @@
+// PrecisionPolicy presets, AllFinite, LossScaler (static and dynamic: skip, back-off, growth,
+// bounds), and the per-device helpers: ToCompute/ToLoss/CastTo, ReduceActivation in its own
+// dtype, ReduceGradient over exactly the P axes in f32 (and ReduceScatterGradient).
+#include "models/mixed_precision.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "autograd/value_and_grad.h"
+#include "gtest/gtest.h"
+#include "shardmap/context.h"
+#include "shardmap/ops.h"
+
+namespace shardmap {
+namespace {
+
+TEST(PrecisionPolicyTest, Presets) {
+  PrecisionPolicy f = PrecisionPolicy::Fp32(), b = PrecisionPolicy::Bf16Mixed(),
+                  h = PrecisionPolicy::Fp16Mixed();
+  EXPECT_EQ(f.compute, DType::kF32);
+  EXPECT_EQ(b.compute, DType::kBF16);
+  EXPECT_EQ(b.activation_reduce, DType::kBF16);
+  EXPECT_EQ(h.compute, DType::kF16);
+  for (const PrecisionPolicy& p : {f, b, h}) {
+    EXPECT_EQ(p.param, DType::kF32);
+    EXPECT_EQ(p.reduce, DType::kF32);
+    EXPECT_EQ(p.loss, DType::kF32);
+  }
+  EXPECT_EQ(b.ToString(),
+            "param f32, compute bf16, activation reduce bf16, grad reduce f32, loss f32");
+  PrecisionPolicy got;
+  ASSERT_TRUE(PrecisionPolicy::FromName("fp16", &got));
+  EXPECT_EQ(got.compute, DType::kF16);
+  ASSERT_TRUE(PrecisionPolicy::FromName("f32", &got));
+  EXPECT_EQ(got.compute, DType::kF32);
+  EXPECT_FALSE(PrecisionPolicy::FromName("int8", &got));
+}
+
+TEST(AllFiniteTest, DetectsInfAndNaNInEveryDType) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(dt));
+    EXPECT_TRUE(AllFinite(Tensor::FromVector<float>({3}, {1, -2e4f, 3}, dt)));
+    EXPECT_FALSE(AllFinite(Tensor::FromVector<float>({3}, {1, inf, 3}, dt)));
+    EXPECT_FALSE(AllFinite(Tensor::FromVector<float>({3}, {1, -inf, 3}, dt)));
+    EXPECT_FALSE(AllFinite(Tensor::FromVector<float>({3}, {nan, 2, 3}, dt)));
+  }
+  // Large finite values whose sum would overflow are still finite.
+  EXPECT_TRUE(AllFinite(Tensor::Full({4}, 3e38, DType::kF32)));
+  EXPECT_FALSE(AllFinite(Tensor::FromVector<double>({2}, {1, std::nan("")})));
+  EXPECT_TRUE(AllFinite(Tensor()));
+}
+
+std::vector<NamedTensor> Grads(float v) {
+  return {{"w", Tensor::FromVector<float>({2}, {v, 2 * v})}, {"b", Tensor::Full({1}, 4.0)}};
+}
+
+TEST(LossScalerTest, DynamicSkipsBacksOffAndGrows) {
+  LossScaler s({.init_scale = 8, .growth_interval = 2});
+  std::vector<NamedTensor> g = Grads(16);
+  EXPECT_TRUE(s.UnscaleAndCheck(g));  // good 1
+  EXPECT_EQ(g[0].tensor.at(0), 2);    // unscaled: 16 / 8
+  EXPECT_EQ(g[0].tensor.at(1), 4);
+  EXPECT_EQ(g[1].tensor.at(0), 0.5);
+  EXPECT_EQ(s.scale(), 8);
+  g = Grads(16);
+  EXPECT_TRUE(s.UnscaleAndCheck(g));  // good 2: grows
+  EXPECT_EQ(s.scale(), 16);
+  EXPECT_EQ(s.good_steps(), 0);
+
+  g = Grads(std::numeric_limits<float>::infinity());
+  EXPECT_FALSE(s.UnscaleAndCheck(g));
+  EXPECT_EQ(s.scale(), 8);
+  EXPECT_EQ(s.skipped_steps(), 1);
+  g = Grads(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_FALSE(s.UnscaleAndCheck(g));
+  EXPECT_EQ(s.scale(), 4);
+  EXPECT_EQ(s.skipped_steps(), 2);
+  // A skip resets the run of good steps.
+  g = Grads(1);
+  EXPECT_TRUE(s.UnscaleAndCheck(g));
+  EXPECT_EQ(s.good_steps(), 1);
+  EXPECT_EQ(s.scale(), 4);
+}
+
+TEST(LossScalerTest, ScaleStaysWithinBounds) {
+  LossScaler s({.init_scale = 2, .growth_interval = 1, .min_scale = 1, .max_scale = 4});
+  for (int i = 0; i < 5; ++i) s.Update(true);
+  EXPECT_EQ(s.scale(), 4);
+  for (int i = 0; i < 5; ++i) s.Update(false);
+  EXPECT_EQ(s.scale(), 1);
+}
+
+TEST(LossScalerTest, StaticScaleSkipsButNeverChanges) {
+  LossScaler s = LossScaler::Static(128);
+  std::vector<NamedTensor> g = Grads(256);
+  EXPECT_TRUE(s.UnscaleAndCheck(g));
+  EXPECT_EQ(g[0].tensor.at(0), 2);
+  g = Grads(std::numeric_limits<float>::infinity());
+  EXPECT_FALSE(s.UnscaleAndCheck(g));
+  for (int i = 0; i < 3000; ++i) s.Update(true);
+  EXPECT_EQ(s.scale(), 128);
+  EXPECT_EQ(s.skipped_steps(), 1);
+}
+
+TEST(MixedHelpersTest, CastsAndReductionsUseThePolicyDTypes) {
+  Mesh mesh = *Mesh::Create({{"dp", 2}, {"tp", 3}});
+  PrecisionPolicy pol = PrecisionPolicy::Bf16Mixed();
+  absl::Status st = RunSpmd(mesh, [&](RankContext& ctx) {
+    const float base = static_cast<float>(ctx.rank());
+    // A master weight: R on dp, S1 on tp.
+    SpmdType wt(2);
+    wt[1] = AxisType::Sharded(1);
+    Value w(Tensor::Full({4, 2}, 0.5 + base, DType::kF32), wt);
+    EXPECT_TRUE(CastTo(w, DType::kF32).tensor.SharesStorageWith(w.tensor)) << "no-op cast";
+    Value wc = ToCompute(w, pol);
+    EXPECT_EQ(wc.dtype(), DType::kBF16);
+    EXPECT_EQ(wc.type, wt);
+    EXPECT_EQ(ToLoss(wc, pol).dtype(), DType::kF32);
+
+    // An activation partial sum (P on tp) in bf16: reduced in bf16, 2 bytes per element.
+    SpmdType pt(2);
+    pt[1] = AxisType::P();
+    Value yp(Tensor::Full({3, 4}, 1.0 + base, DType::kBF16), pt);
+    ctx.ClearCollectiveLog();
+    Value y = ReduceActivation(yp, "tp", pol);
+    EXPECT_EQ(y.dtype(), DType::kBF16);
+    EXPECT_EQ(y.type[1].kind, AxisKind::kR);
+    ASSERT_EQ(ctx.collective_log().size(), 1u);
+    EXPECT_EQ(ctx.collective_log()[0].bytes, 3 * 4 * 2);
+    PrecisionPolicy f32act = pol;
+    f32act.activation_reduce = DType::kF32;
+    ctx.ClearCollectiveLog();
+    Value y32 = ReduceActivation(yp, "tp", f32act);
+    EXPECT_EQ(y32.dtype(), DType::kBF16) << "back in the activation's dtype";
+    EXPECT_EQ(ctx.collective_log()[0].bytes, 3 * 4 * 4);
+    for (int64_t i = 0; i < y.numel(); ++i) EXPECT_EQ(y.tensor.at(i), y32.tensor.at(i));
+
+    // Gradients: bf16 gradient P on dp (and P on tp) reduced over exactly those axes, in f32.
+    SpmdType g1(2);
+    g1[0] = AxisType::P();
+    g1[1] = AxisType::Sharded(1);
+    SpmdType g2(2, AxisType::P());
+    ctx.ClearCollectiveLog();
+    std::vector<Value> r = ReduceGradients(
+        {Value(Tensor::Full({4, 2}, 1.0, DType::kBF16), g1),
+         Value(Tensor::Full({5}, 1.0, DType::kF32), g2), Value(Tensor::Full({2}, 1.0), wt)},
+        pol);
+    ASSERT_EQ(ctx.collective_log().size(), 2u);
+    EXPECT_EQ(mesh.MaskToString(ctx.collective_log()[0].axes), "dp");
+    EXPECT_EQ(ctx.collective_log()[0].bytes, 8 * 4) << "sent in f32";
+    EXPECT_EQ(mesh.MaskToString(ctx.collective_log()[1].axes), "(dp,tp)");
+    EXPECT_EQ(r[0].dtype(), DType::kF32);
+    EXPECT_EQ(r[0].type[0].kind, AxisKind::kR);
+    EXPECT_TRUE(r[0].type[1].is_sharded());
+    EXPECT_EQ(r[0].tensor.at(0), 2);  // summed over dp = 2
+    EXPECT_EQ(r[1].tensor.at(0), 6);  // over dp x tp = 6
+    EXPECT_EQ(r[2].type, wt) << "no P axis: left alone";
+
+    // ZeRO-style: reduce-scatter a P-on-dp gradient over dp along dim 0, in f32.
+    SpmdType gp(2);
+    gp[0] = AxisType::P();
+    ctx.ClearCollectiveLog();
+    Value rs = ReduceScatterGradient(Value(Tensor::Full({4, 3}, 1.0, DType::kBF16), gp), 0, "dp",
+                                     pol);
+    EXPECT_EQ(rs.dtype(), DType::kF32);
+    EXPECT_EQ(rs.shape(), Shape({2, 3}));
+    EXPECT_EQ(rs.tensor.at(0), 2);
+    EXPECT_EQ(ctx.collective_log()[0].bytes, 12 * 4);
+  });
+  ASSERT_TRUE(st.ok()) << st;
+}
+
+TEST(MixedHelpersTest, MasterGradientOfAWeightUsedInBf16IsF32) {
+  SingleRankContext one{Mesh()};
+  PrecisionPolicy pol = PrecisionPolicy::Bf16Mixed();
+  Value w = Value::Replicated(Tensor::FromVector<float>({2, 2}, {1, 2, 3, 4}));
+  Value x = Value::Replicated(Tensor::FromVector<float>({1, 2}, {0.5, -1}));
+  ValueAndGrad g = value_and_grad(
+      [&](const std::vector<Value>& p) {
+        Value y = ToCompute(x, pol).matmul(ToCompute(p[0], pol));
+        EXPECT_EQ(y.dtype(), DType::kBF16);
+        Value l = ToLoss(y, pol);
+        return sum(l * l, {});
+      },
+      {w});
+  EXPECT_EQ(g.value.dtype(), DType::kF32);
+  ASSERT_EQ(g.grads[0].dtype(), DType::kF32);
+  // y = [0.5 - 3, 1 - 4] = [-2.5, -3]; dL/dw = x^T (2y) = [[-2.5, -3], [5, 6]].
+  std::vector<double> want = {-2.5, -3, 5, 6};
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(g.grads[0].tensor.at(i), want[i]);
+}
+
+}  // namespace
+}  // namespace shardmap

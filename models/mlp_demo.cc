@@ -2,16 +2,22 @@
 // in-process backend) with SGD, and checks every step against the unsharded model computed
 // independently on one device (plain tensor ops, hand-written backward).
 //
-//   bazel run //models:mlp_demo
+//   bazel run //models:mlp_demo                      # then the same run in bf16 mixed precision
+//   bazel run //models:mlp_demo -- --precision=fp16  # or f16 (with a dynamic loss scaler), f32
 //
 // Exits 1 if a sharded loss or the final weights disagree with the unsharded run, if the loss
-// does not decrease, or if the collectives differ from one all_reduce over tp each way.
+// does not decrease, or if the collectives differ from one all_reduce over tp each way. The
+// mixed-precision section (models/mixed_mlp.h) is printed for comparison and does not change the
+// exit code.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
+#include "models/mixed_mlp.h"
+#include "models/mixed_precision.h"
 #include "models/parallel_mlp.h"
 #include "shardmap/mesh.h"
 #include "shardmap/partition_spec.h"
@@ -25,7 +31,53 @@ constexpr double kLr = 0.5;
 constexpr double kLossTol = 1e-5;   // f32, relative to max(1, |loss|)
 constexpr double kParamTol = 1e-5;
 
-int Main() {
+// The same SGD run with f32 master weights and low-precision compute, next to the f32 losses.
+void MixedSection(const Mesh& mesh, const MlpConfig& cfg, const MlpBatch& batch,
+                  const PrecisionPolicy& pol, const std::vector<double>& f32_losses,
+                  const MlpParams& f32_final) {
+  std::cout << "\n== mixed precision: " << pol.ToString() << "\n";
+  MlpParams p = InitMlp(cfg);
+  const bool f16 = pol.compute == DType::kF16;
+  LossScaler scaler({.init_scale = 65536.0, .growth_interval = 1000});
+  double worst = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    MlpTrace trace;
+    MixedStepOptions o;
+    o.trace = step == 0 ? &trace : nullptr;
+    o.loss_scale = f16 ? scaler.scale() : 1.0;
+    absl::StatusOr<MixedStep> s = MixedTrainStep(mesh, p, batch, pol, o);
+    if (!s.ok()) {
+      std::cout << "mixed step " << step << " failed: " << s.status() << "\n";
+      return;
+    }
+    if (step == 0) {
+      for (const auto& [name, type] : trace.types) {
+        std::printf("  %-34s %s\n", name.c_str(), type.c_str());
+      }
+    }
+    std::vector<NamedTensor> g = MlpNamed(s->grads);
+    const bool take = f16 ? scaler.UnscaleAndCheck(g) : true;
+    const double rel = std::fabs(s->loss - f32_losses[step]) / f32_losses[step];
+    worst = std::max(worst, rel);
+    std::printf("step %d  loss %s %.7f  f32 %.7f  rel diff %.1e%s\n", step,
+                DTypeName(pol.compute), s->loss, f32_losses[step], rel,
+                take ? "" : "  (skipped: non-finite grads)");
+    if (step == 0) {
+      std::printf("  collectives (rank 0, bytes sent):\n    %s\n",
+                  SummarizeCollectiveBytes(mesh, s->log).c_str());
+    }
+    if (take) SgdUpdate(p, MlpFromNamed(g), kLr);
+  }
+  double wmax = 0;
+  for (const Tensor* t : {&f32_final.w1, &f32_final.b1, &f32_final.w2, &f32_final.b2}) {
+    for (int64_t i = 0; i < t->numel(); ++i) wmax = std::max(wmax, std::fabs(t->at(i)));
+  }
+  std::printf("loss tracks f32 within %.1e (relative); final master weights (%s) within %.1e of "
+              "f32 (relative to max |w|)\n",
+              worst, DTypeName(p.w1.dtype()), MaxParamDiff(p, f32_final) / wmax);
+}
+
+int Main(const PrecisionPolicy* mixed) {
   absl::StatusOr<Mesh> mesh = Mesh::Create({{"dp", 2}, {"tp", 4}});
   if (!mesh.ok()) {
     std::cerr << mesh.status() << "\n";
@@ -51,6 +103,7 @@ int Main() {
 
   bool ok = true;
   double first_loss = 0, last_loss = 0;
+  std::vector<double> losses;
   for (int step = 0; step < kSteps; ++step) {
     MlpTrace trace;
     absl::StatusOr<ShardedStep> s =
@@ -79,6 +132,7 @@ int Main() {
       std::printf("  unexpected collectives (want one all_reduce over tp each way)\n");
       ok = false;
     }
+    losses.push_back(s->loss);
     if (step == 0) first_loss = s->loss;
     last_loss = s->loss;
     SgdUpdate(sharded, s->grads, kLr);
@@ -92,10 +146,22 @@ int Main() {
   ok = ok && wdiff <= kParamTol && last_loss < first_loss;
   std::printf("%s\n", ok ? "PASS: the sharded run matches the unsharded one"
                          : "FAIL: the sharded run does not match the unsharded one");
+  if (mixed != nullptr) MixedSection(*mesh, cfg, batch, *mixed, losses, sharded);
   return ok ? 0 : 1;
 }
 
 }  // namespace
 }  // namespace shardmap
 
-int main() { return shardmap::Main(); }
+int main(int argc, char** argv) {
+  shardmap::PrecisionPolicy pol = shardmap::PrecisionPolicy::Bf16Mixed();
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--precision=", 0) != 0 ||
+        !shardmap::PrecisionPolicy::FromName(a.substr(12), &pol)) {
+      std::cerr << "usage: mlp_demo [--precision=bf16|fp16|f32]\n";
+      return 2;
+    }
+  }
+  return shardmap::Main(&pol);
+}

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "tensor/cuda/reduce/reduce_ops.h"
 #include "tensor/error.h"
 #include "tensor/internal/philox.h"
 #include "tensor/ops/shape_ops.h"
@@ -14,7 +15,11 @@ namespace {
 using internal::Block;
 using internal::Philox;
 
+// The device kernels (tensor/cuda/reduce/random_kernels.cu) use the same stream numbers.
 enum Stream : uint32_t { kUniform = 0, kNormal = 1, kInts = 2 };
+static_assert(kUniform == static_cast<uint32_t>(cuda::kernels::RandomKind::kUniform) &&
+              kNormal == static_cast<uint32_t>(cuda::kernels::RandomKind::kNormal) &&
+              kInts == static_cast<uint32_t>(cuda::kernels::RandomKind::kInts));
 
 // 53 random bits as a double in [0, 1).
 inline double Unit(uint32_t hi, uint32_t lo) {
@@ -74,14 +79,22 @@ void ForEachInBlock(absl::Span<const int64_t> global, absl::Span<const int64_t> 
 }
 
 // Fills the block with value(global flat index), computed in f64 and rounded once to dtype.
+// Values are `a + b * u` as one fma on both devices: an explicit fma rounds the same everywhere,
+// while a plain a + b * u may or may not be contracted depending on compiler flags
+// (-march=native) and would then differ from the GPU's in the last bit.
+// On a GPU: the kernel of `kind` with parameters (a, b) computes the same values.
 template <typename Fn>
 Tensor FillBlock(const char* op, absl::Span<const int64_t> global,
                  absl::Span<const int64_t> offsets, absl::Span<const int64_t> local, DType dtype,
+                 Device device, cuda::kernels::RandomKind kind, uint64_t seed, double a, double b,
                  Fn value) {
   if (!IsFloating(dtype)) {
     OpFail(op, ": dtype ", DTypeName(dtype), " is not floating; expected f32, f64, bf16 or f16");
   }
   CheckBlock(op, global, offsets, local);
+  if (device.is_cuda()) {
+    return cuda::RandomBlock(kind, global, offsets, local, seed, a, b, 0, dtype, device);
+  }
   if (dtype == DType::kF32) {
     Tensor out = Tensor::Empty(local, DType::kF32);
     float* p = out.data<float>();
@@ -101,33 +114,40 @@ std::vector<int64_t> Zeros(size_t n) { return std::vector<int64_t>(n, 0); }
 
 Tensor RandomNormalSlice(absl::Span<const int64_t> global_shape, absl::Span<const int64_t> offsets,
                          absl::Span<const int64_t> local_shape, uint64_t seed, double mean,
-                         double stddev, DType dtype) {
-  return FillBlock("random_normal", global_shape, offsets, local_shape, dtype,
-                   [&](uint64_t i) { return mean + stddev * NormalAt(i, seed); });
+                         double stddev, DType dtype, Device device) {
+  return FillBlock("random_normal", global_shape, offsets, local_shape, dtype, device,
+                   cuda::kernels::RandomKind::kNormal, seed, mean, stddev,
+                   [&](uint64_t i) { return std::fma(stddev, NormalAt(i, seed), mean); });
 }
 
 Tensor RandomUniformSlice(absl::Span<const int64_t> global_shape, absl::Span<const int64_t> offsets,
                           absl::Span<const int64_t> local_shape, uint64_t seed, double low,
-                          double high, DType dtype) {
+                          double high, DType dtype, Device device) {
   if (!(low <= high)) OpFail("random_uniform: low ", low, " > high ", high);
-  return FillBlock("random_uniform", global_shape, offsets, local_shape, dtype,
-                   [&](uint64_t i) { return low + (high - low) * UniformAt(i, seed); });
+  return FillBlock("random_uniform", global_shape, offsets, local_shape, dtype, device,
+                   cuda::kernels::RandomKind::kUniform, seed, low, high - low,
+                   [&](uint64_t i) { return std::fma(high - low, UniformAt(i, seed), low); });
 }
 
 Tensor RandomNormal(absl::Span<const int64_t> shape, uint64_t seed, double mean, double stddev,
-                    DType dtype) {
-  return RandomNormalSlice(shape, Zeros(shape.size()), shape, seed, mean, stddev, dtype);
+                    DType dtype, Device device) {
+  return RandomNormalSlice(shape, Zeros(shape.size()), shape, seed, mean, stddev, dtype, device);
 }
 
 Tensor RandomUniform(absl::Span<const int64_t> shape, uint64_t seed, double low, double high,
-                     DType dtype) {
-  return RandomUniformSlice(shape, Zeros(shape.size()), shape, seed, low, high, dtype);
+                     DType dtype, Device device) {
+  return RandomUniformSlice(shape, Zeros(shape.size()), shape, seed, low, high, dtype, device);
 }
 
 Tensor RandomIntsSlice(absl::Span<const int64_t> global_shape, absl::Span<const int64_t> offsets,
-                       absl::Span<const int64_t> local_shape, int64_t n, uint64_t seed) {
+                       absl::Span<const int64_t> local_shape, int64_t n, uint64_t seed,
+                       Device device) {
   if (n <= 0) OpFail("random_ints: n is ", n, "; expected n >= 1 (values in [0, n))");
   CheckBlock("random_ints", global_shape, offsets, local_shape);
+  if (device.is_cuda()) {
+    return cuda::RandomBlock(cuda::kernels::RandomKind::kInts, global_shape, offsets, local_shape,
+                             seed, 0.0, 0.0, n, DType::kI64, device);
+  }
   Tensor out = Tensor::Empty(local_shape, DType::kI64);
   int64_t* p = out.data<int64_t>();
   ForEachInBlock(global_shape, offsets, local_shape, [&](int64_t i, uint64_t g) {
@@ -140,8 +160,8 @@ Tensor RandomIntsSlice(absl::Span<const int64_t> global_shape, absl::Span<const 
   return out;
 }
 
-Tensor RandomInts(absl::Span<const int64_t> shape, int64_t n, uint64_t seed) {
-  return RandomIntsSlice(shape, Zeros(shape.size()), shape, n, seed);
+Tensor RandomInts(absl::Span<const int64_t> shape, int64_t n, uint64_t seed, Device device) {
+  return RandomIntsSlice(shape, Zeros(shape.size()), shape, n, seed, device);
 }
 
 }  // namespace shardmap

@@ -5,6 +5,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_join.h"
+#include "tensor/cuda/reduce/reduce_ops.h"
 #include "tensor/error.h"
 #include "tensor/ops/elementwise.h"
 #include "tensor/ops/internal/op_util.h"
@@ -107,20 +108,31 @@ void ReduceInto(const Tensor& x, const BoolVec& reduced, A* acc, Fold fold) {
   }
 }
 
-Tensor Reduce(const char* op, Kind kind, const Tensor& x, const std::vector<int>& dims,
-              bool keepdim, bool mean) {
-  internal::RequireFloating(op, x);
-  if (internal::IsHalf(x.dtype())) {
-    return Cast(Reduce(op, kind, Cast(x, DType::kF32), dims, keepdim, mean), x.dtype());
-  }
-  const Plan plan = MakePlan(op, x, dims, keepdim);
-  Tensor out = Tensor::Empty(plan.out_shape, x.dtype());
-  const int64_t n_out = out.numel();
-  if (n_out == 0) return out;
-  if (kind != Kind::kSum && plan.count == 0) {
+void RequireIdentity(const char* op, Kind kind, const Tensor& x, const Plan& plan) {
+  if (kind != Kind::kSum && plan.count == 0 && NumElements(plan.out_shape) > 0) {
     OpFail(op, ": reducing an empty dim of ", x.ShapeString(),
            " has no identity; reduce only non-empty dims");
   }
+}
+
+Tensor Reduce(const char* op, Kind kind, const Tensor& x, const std::vector<int>& dims,
+              bool keepdim, bool mean) {
+  internal::RequireFloating(op, x);
+  const Plan plan = MakePlan(op, x, dims, keepdim);
+  RequireIdentity(op, kind, x, plan);  // before the half-type cast: errors name x's own dtype
+  if (x.is_cuda()) {
+    const cuda::ReduceOp cop = kind == Kind::kMax   ? cuda::ReduceOp::kMax
+                               : kind == Kind::kMin ? cuda::ReduceOp::kMin
+                               : mean               ? cuda::ReduceOp::kMean
+                                                    : cuda::ReduceOp::kSum;
+    return cuda::Reduce(cop, x, plan.reduced, plan.out_shape);
+  }
+  if (internal::IsHalf(x.dtype())) {
+    return Cast(Reduce(op, kind, Cast(x, DType::kF32), dims, keepdim, mean), x.dtype());
+  }
+  Tensor out = Tensor::Empty(plan.out_shape, x.dtype());
+  const int64_t n_out = out.numel();
+  if (n_out == 0) return out;
   internal::DispatchF32F64(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     T* po = out.data<T>();
@@ -163,7 +175,6 @@ Tensor Min(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
 Tensor ArgMax(const Tensor& x, int dim, bool keepdim) {
   internal::RequireFloating("argmax", x);
   const int d = internal::NormalizeDim("argmax", dim, x);
-  const Tensor xf = internal::IsHalf(x.dtype()) ? Cast(x, DType::kF32) : x;
   Shape out_shape;
   for (int i = 0; i < x.rank(); ++i) {
     if (i != d) {
@@ -172,6 +183,13 @@ Tensor ArgMax(const Tensor& x, int dim, bool keepdim) {
       out_shape.push_back(1);
     }
   }
+  if (x.is_cuda()) {
+    if (NumElements(out_shape) > 0 && x.shape()[d] == 0) {
+      OpFail("argmax: dim ", dim, " of ", x.ShapeString(), " is empty");
+    }
+    return cuda::ArgMax(x, d, out_shape);
+  }
+  const Tensor xf = internal::IsHalf(x.dtype()) ? Cast(x, DType::kF32) : x;
   Tensor out = Tensor::Empty(out_shape, DType::kI64);
   const int64_t n = x.shape()[d];
   const int64_t outer = internal::Prod(x.shape(), 0, d);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "tensor/cuda/elementwise/elementwise_ops.h"
 #include "tensor/error.h"
 #include "tensor/ops/internal/op_util.h"
 #include "tensor/ops/shape_ops.h"
@@ -107,13 +108,20 @@ void BinaryBroadcast(const Tensor& a, const Tensor& b, Tensor& out, F f) {
 }
 
 // F is a generic lambda (T, T) -> T, instantiated for float and double.
+// Device tensors go to the CUDA kernel `cop` after the same checks.
 template <typename F>
-Tensor Binary(const char* op, const Tensor& a, const Tensor& b, F f) {
+Tensor Binary(const char* op, cuda::BinaryOp cop, const Tensor& a, const Tensor& b, F f) {
   internal::RequireFloating(op, a, "lhs");
   internal::RequireFloating(op, b, "rhs");
   internal::RequireSameDType(op, a, b);
+  internal::RequireSameDevice(op, a, b);
+  if (a.is_cuda()) {
+    const Shape out_shape =
+        a.shape() == b.shape() ? a.shape() : BroadcastOrFail(op, a.shape(), b.shape(), &a, &b);
+    return cuda::Binary(op, cop, a, b, out_shape);
+  }
   if (internal::IsHalf(a.dtype())) {  // compute in f32, round once
-    return Cast(Binary(op, Cast(a, DType::kF32), Cast(b, DType::kF32), f), a.dtype());
+    return Cast(Binary(op, cop, Cast(a, DType::kF32), Cast(b, DType::kF32), f), a.dtype());
   }
   if (a.shape() == b.shape()) {  // the hot path: no index math
     Tensor out = Tensor::Empty(a.shape(), a.dtype());
@@ -138,10 +146,14 @@ Tensor Binary(const char* op, const Tensor& a, const Tensor& b, F f) {
   return out;
 }
 
+// Device tensors go to the CUDA kernel `cop` (with `scalar` for AddScalar / MulScalar).
 template <typename F>
-Tensor Unary(const char* op, const Tensor& a, F f) {
+Tensor Unary(const char* op, cuda::UnaryOp cop, const Tensor& a, F f, double scalar = 0) {
   internal::RequireFloating(op, a);
-  if (internal::IsHalf(a.dtype())) return Cast(Unary(op, Cast(a, DType::kF32), f), a.dtype());
+  if (a.is_cuda()) return cuda::Unary(op, cop, a, scalar);
+  if (internal::IsHalf(a.dtype())) {
+    return Cast(Unary(op, cop, Cast(a, DType::kF32), f, scalar), a.dtype());
+  }
   Tensor out = Tensor::Empty(a.shape(), a.dtype());
   internal::DispatchF32F64(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -191,68 +203,75 @@ Shape BroadcastShapes(const char* op, absl::Span<const int64_t> a, absl::Span<co
 }
 
 Tensor Add(const Tensor& a, const Tensor& b) {
-  return Binary("add", a, b, [](auto x, auto y) { return x + y; });
+  return Binary("add", cuda::BinaryOp::kAdd, a, b, [](auto x, auto y) { return x + y; });
 }
 Tensor Sub(const Tensor& a, const Tensor& b) {
-  return Binary("sub", a, b, [](auto x, auto y) { return x - y; });
+  return Binary("sub", cuda::BinaryOp::kSub, a, b, [](auto x, auto y) { return x - y; });
 }
 Tensor Mul(const Tensor& a, const Tensor& b) {
-  return Binary("mul", a, b, [](auto x, auto y) { return x * y; });
+  return Binary("mul", cuda::BinaryOp::kMul, a, b, [](auto x, auto y) { return x * y; });
 }
 Tensor Div(const Tensor& a, const Tensor& b) {
-  return Binary("div", a, b, [](auto x, auto y) { return x / y; });
+  return Binary("div", cuda::BinaryOp::kDiv, a, b, [](auto x, auto y) { return x / y; });
 }
 
 Tensor AddScalar(const Tensor& a, double s) {
-  return Unary("add_scalar", a, [s](auto x) { return x + static_cast<decltype(x)>(s); });
+  return Unary(
+      "add_scalar", cuda::UnaryOp::kAddScalar, a,
+      [s](auto x) { return x + static_cast<decltype(x)>(s); }, s);
 }
 Tensor MulScalar(const Tensor& a, double s) {
-  return Unary("mul_scalar", a, [s](auto x) { return x * static_cast<decltype(x)>(s); });
+  return Unary(
+      "mul_scalar", cuda::UnaryOp::kMulScalar, a,
+      [s](auto x) { return x * static_cast<decltype(x)>(s); }, s);
 }
 Tensor Neg(const Tensor& a) {
-  return Unary("neg", a, [](auto x) { return -x; });
+  return Unary("neg", cuda::UnaryOp::kNeg, a, [](auto x) { return -x; });
 }
 Tensor Exp(const Tensor& a) {
-  return Unary("exp", a, [](auto x) { return std::exp(x); });
+  return Unary("exp", cuda::UnaryOp::kExp, a, [](auto x) { return std::exp(x); });
 }
 Tensor Log(const Tensor& a) {
-  return Unary("log", a, [](auto x) { return std::log(x); });
+  return Unary("log", cuda::UnaryOp::kLog, a, [](auto x) { return std::log(x); });
 }
 Tensor Tanh(const Tensor& a) {
-  return Unary("tanh", a, [](auto x) { return std::tanh(x); });
+  return Unary("tanh", cuda::UnaryOp::kTanh, a, [](auto x) { return std::tanh(x); });
 }
 Tensor Relu(const Tensor& a) {
   // NaN propagates (x != x) so bad values stay visible instead of becoming 0.
-  return Unary("relu", a, [](auto x) { return x > 0 || x != x ? x : decltype(x)(0); });
+  return Unary("relu", cuda::UnaryOp::kRelu, a,
+               [](auto x) { return x > 0 || x != x ? x : decltype(x)(0); });
 }
 Tensor Sqrt(const Tensor& a) {
-  return Unary("sqrt", a, [](auto x) { return std::sqrt(x); });
+  return Unary("sqrt", cuda::UnaryOp::kSqrt, a, [](auto x) { return std::sqrt(x); });
 }
 Tensor Gelu(const Tensor& a, GeluApprox approx) {
   if (approx == GeluApprox::kTanh) {
-    return Unary("gelu", a, [](auto x) { return GeluTanhFwd(x); });
+    return Unary("gelu", cuda::UnaryOp::kGeluTanh, a, [](auto x) { return GeluTanhFwd(x); });
   }
-  return Unary("gelu", a, [](auto x) { return GeluErfFwd(x); });
+  return Unary("gelu", cuda::UnaryOp::kGeluErf, a, [](auto x) { return GeluErfFwd(x); });
 }
 Tensor Silu(const Tensor& a) {
-  return Unary("silu", a, [](auto x) { return x * Sigmoid(x); });
+  return Unary("silu", cuda::UnaryOp::kSilu, a, [](auto x) { return x * Sigmoid(x); });
 }
 
 Tensor ReluGrad(const Tensor& x, const Tensor& dy) {
   internal::RequireSameShape("relu_grad", x, dy);
-  return Binary("relu_grad", x, dy,
+  return Binary("relu_grad", cuda::BinaryOp::kReluGrad, x, dy,
                 [](auto v, auto g) { return v > 0 ? g : decltype(v)(0); });
 }
 Tensor GeluGrad(const Tensor& x, const Tensor& dy, GeluApprox approx) {
   internal::RequireSameShape("gelu_grad", x, dy);
   if (approx == GeluApprox::kTanh) {
-    return Binary("gelu_grad", x, dy, [](auto v, auto g) { return g * GeluTanhDer(v); });
+    return Binary("gelu_grad", cuda::BinaryOp::kGeluTanhGrad, x, dy,
+                  [](auto v, auto g) { return g * GeluTanhDer(v); });
   }
-  return Binary("gelu_grad", x, dy, [](auto v, auto g) { return g * GeluErfDer(v); });
+  return Binary("gelu_grad", cuda::BinaryOp::kGeluErfGrad, x, dy,
+                [](auto v, auto g) { return g * GeluErfDer(v); });
 }
 Tensor SiluGrad(const Tensor& x, const Tensor& dy) {
   internal::RequireSameShape("silu_grad", x, dy);
-  return Binary("silu_grad", x, dy, [](auto v, auto g) {
+  return Binary("silu_grad", cuda::BinaryOp::kSiluGrad, x, dy, [](auto v, auto g) {
     using T = decltype(v);
     const T s = Sigmoid(v);
     return g * s * (T(1) + v * (T(1) - s));
@@ -260,7 +279,7 @@ Tensor SiluGrad(const Tensor& x, const Tensor& dy) {
 }
 Tensor TanhGrad(const Tensor& y, const Tensor& dy) {
   internal::RequireSameShape("tanh_grad", y, dy);
-  return Binary("tanh_grad", y, dy,
+  return Binary("tanh_grad", cuda::BinaryOp::kTanhGrad, y, dy,
                 [](auto v, auto g) { return g * (decltype(v)(1) - v * v); });
 }
 
@@ -269,6 +288,11 @@ void AddInPlace(Tensor& acc, const Tensor& x) {
   internal::RequireFloating("add_in_place", x, "addend");
   internal::RequireSameDType("add_in_place", acc, x);
   internal::RequireSameShape("add_in_place", acc, x);
+  internal::RequireSameDevice("add_in_place", acc, x);
+  if (acc.is_cuda()) {
+    cuda::AddInPlace(acc, x);
+    return;
+  }
   const int64_t n = acc.numel();
   switch (acc.dtype()) {
     case DType::kF32: {

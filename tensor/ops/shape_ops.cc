@@ -11,6 +11,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_join.h"
+#include "tensor/cuda/elementwise/shape_ops.h"
 #include "tensor/error.h"
 #include "tensor/ops/internal/op_util.h"
 
@@ -195,6 +196,7 @@ Tensor PermuteImpl(const Tensor& x, absl::Span<const int> perm) {
     identity = identity && d == i;
   }
   if (identity) return x.Clone();
+  if (x.is_cuda()) return cuda::Permute(x, p);
   Shape out_shape(r);
   for (int i = 0; i < r; ++i) out_shape[i] = x.shape()[p[i]];
   Tensor out = Tensor::Empty(out_shape, x.dtype());
@@ -231,6 +233,7 @@ Tensor Slice(const Tensor& x, int dim, int64_t start, int64_t length) {
            size);
   }
   if (d == 0) return x.SliceRows(start, length).Clone();
+  if (x.is_cuda()) return cuda::Slice(x, d, start, length);
   Shape out_shape = x.shape();
   out_shape[d] = length;
   Tensor out = Tensor::Empty(out_shape, x.dtype());
@@ -264,6 +267,11 @@ void SliceAssign(Tensor& whole, int dim, int64_t start, const Tensor& part) {
     OpFail("slice_assign: [", start, ", ", start + length, ") along dim ", dim,
            " is out of range for ", whole.ShapeString());
   }
+  internal::RequireSameDevice("slice_assign", whole, part);
+  if (whole.is_cuda()) {
+    cuda::SliceAssign(whole, d, start, part);
+    return;
+  }
   const int64_t outer = Prod(whole.shape(), 0, d);
   const size_t inner =
       static_cast<size_t>(Prod(whole.shape(), d + 1, whole.rank())) * DTypeSize(whole.dtype());
@@ -294,10 +302,11 @@ Tensor Concat(const std::vector<Tensor>& parts, int dim) {
       OpFail("concat: part ", p, " is ", t.ShapeString(), " but part 0 is ", first.ShapeString(),
              "; parts need one dtype and equal sizes on every dim except dim ", dim);
     }
+    internal::RequireSameDevice("concat", first, t);
     total += t.shape()[d];
   }
   out_shape[d] = total;
-  Tensor out = Tensor::Empty(out_shape, first.dtype());
+  Tensor out = Tensor::Empty(out_shape, first.dtype(), first.device());
   int64_t at = 0;
   for (const Tensor& t : parts) {
     SliceAssign(out, d, at, t);
@@ -342,6 +351,7 @@ std::vector<Tensor> Chunk(const Tensor& x, int dim, int n) {
 Tensor Cast(const Tensor& x, DType dtype) {
   internal::RequireDefined("cast", x, "input");
   if (x.dtype() == dtype) return x;
+  if (x.is_cuda()) return cuda::Cast(x, dtype);
   Tensor out = Tensor::Empty(x.shape(), dtype);
   const int64_t n = x.numel();
   const DType from = x.dtype();

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tensor/cuda/nn/nn_ops.h"
 #include "tensor/error.h"
 #include "tensor/ops/internal/op_util.h"
 #include "tensor/ops/shape_ops.h"
@@ -50,6 +51,7 @@ void ForEachLane(const Lanes& l, const T* in, T* out, Fn fn) {
 Tensor SoftmaxImpl(const char* op, const Tensor& x, int dim, bool log) {
   internal::RequireFloating(op, x);
   const int d = internal::NormalizeDim(op, dim, x);
+  if (x.is_cuda()) return cuda::Softmax(x, d, log);
   if (internal::IsHalf(x.dtype())) {
     return Cast(SoftmaxImpl(op, Cast(x, DType::kF32), d, log), x.dtype());
   }
@@ -87,6 +89,8 @@ Tensor SoftmaxBackwardImpl(const char* op, const Tensor& y, const Tensor& dy, in
   internal::RequireSameDType(op, y, dy);
   internal::RequireSameShape(op, y, dy);
   const int d = internal::NormalizeDim(op, dim, y);
+  internal::RequireSameDevice(op, y, dy);
+  if (y.is_cuda()) return cuda::SoftmaxBackward(y, dy, d, log);
   if (internal::IsHalf(y.dtype())) {
     return Cast(SoftmaxBackwardImpl(op, Cast(y, DType::kF32), Cast(dy, DType::kF32), d, log),
                 y.dtype());
@@ -164,6 +168,12 @@ LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& be
   CheckNormInput("layer_norm", x);
   CheckParam("layer_norm", gamma, "gamma", x);
   CheckParam("layer_norm", beta, "beta", x);
+  internal::RequireSameDevice("layer_norm", x, gamma);
+  internal::RequireSameDevice("layer_norm", x, beta);
+  if (x.is_cuda()) {
+    cuda::NormForward f = cuda::LayerNorm(x, gamma, beta, eps);
+    return {f.y, f.mean, f.rstd};
+  }
   const DType ct = ComputeType(x.dtype());
   const Tensor xc = Cast(x, ct), g = AsCompute(gamma, ct), b = AsCompute(beta, ct);
   LayerNormResult r;
@@ -210,6 +220,11 @@ LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma, const Ten
   internal::RequireSameShape(op, x, dy);
   CheckStats(op, mean, "mean", x);
   CheckStats(op, rstd, "rstd", x);
+  for (const Tensor* t : {&gamma, &mean, &rstd, &dy}) internal::RequireSameDevice(op, x, *t);
+  if (x.is_cuda()) {
+    cuda::NormBackward b = cuda::LayerNormBackward(x, gamma, mean, rstd, dy);
+    return {b.dx, b.dgamma, b.dbeta};
+  }
   const DType ct = ComputeType(x.dtype());
   const Tensor xc = Cast(x, ct), g = AsCompute(gamma, ct), dyc = Cast(dy, ct);
   const Tensor mc = Cast(mean, ct), rc = Cast(rstd, ct);
@@ -257,6 +272,11 @@ LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma, const Ten
 RmsNormResult RmsNorm(const Tensor& x, const Tensor& gamma, double eps) {
   CheckNormInput("rms_norm", x);
   CheckParam("rms_norm", gamma, "gamma", x);
+  internal::RequireSameDevice("rms_norm", x, gamma);
+  if (x.is_cuda()) {
+    cuda::NormForward f = cuda::RmsNorm(x, gamma, eps);
+    return {f.y, f.rstd};
+  }
   const DType ct = ComputeType(x.dtype());
   const Tensor xc = Cast(x, ct), g = AsCompute(gamma, ct);
   RmsNormResult r;
@@ -290,6 +310,11 @@ RmsNormGrads RmsNormBackward(const Tensor& x, const Tensor& gamma, const Tensor&
   internal::RequireSameDType(op, x, dy);
   internal::RequireSameShape(op, x, dy);
   CheckStats(op, rstd, "rstd", x);
+  for (const Tensor* t : {&gamma, &rstd, &dy}) internal::RequireSameDevice(op, x, *t);
+  if (x.is_cuda()) {
+    cuda::NormBackward b = cuda::RmsNormBackward(x, gamma, rstd, dy);
+    return {b.dx, b.dgamma};
+  }
   const DType ct = ComputeType(x.dtype());
   const Tensor xc = Cast(x, ct), g = AsCompute(gamma, ct), dyc = Cast(dy, ct);
   const Tensor rc = Cast(rstd, ct);
@@ -335,6 +360,8 @@ Tensor Embedding(const Tensor& table, const Tensor& ids) {
   if (table.rank() != 2) {
     OpFail("embedding: table ", table.ShapeString(), " must have rank 2 [rows, features]");
   }
+  internal::RequireSameDevice("embedding", table, ids);
+  if (table.is_cuda()) return cuda::Embedding(table, ids);
   const int64_t v = table.dim(0), h = table.dim(1);
   Shape out_shape = ids.shape();
   out_shape.push_back(h);
@@ -369,6 +396,8 @@ Tensor EmbeddingBackward(const Tensor& ids, const Tensor& dy, int64_t num_rows) 
     OpFail(op, ": dy ", dy.ShapeString(), " must have shape ", ShapeToString(expect),
            " (ids.shape + [features]) for ids ", ids.ShapeString());
   }
+  internal::RequireSameDevice(op, ids, dy);
+  if (dy.is_cuda()) return cuda::EmbeddingBackward(ids, dy, num_rows);
   const DType ct = ComputeType(dy.dtype());
   const Tensor dyc = Cast(dy, ct);
   const int64_t h = dy.dim(-1);
@@ -420,6 +449,8 @@ int64_t CheckedTarget(const char* op, const Tensor& targets, int64_t i, int64_t 
 Tensor CrossEntropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   const char* op = "cross_entropy";
   CheckCrossEntropy(op, logits, targets);
+  internal::RequireSameDevice(op, logits, targets);
+  if (logits.is_cuda()) return cuda::CrossEntropy(logits, targets, ignore_index);
   const DType ct = ComputeType(logits.dtype());
   const Tensor lc = Cast(logits, ct);
   const int64_t v = logits.dim(-1), rows = targets.numel();
@@ -454,6 +485,9 @@ Tensor CrossEntropyBackward(const Tensor& logits, const Tensor& targets, const T
     OpFail(op, ": dloss ", dloss.ShapeString(), " must have the shape of targets ",
            targets.ShapeString());
   }
+  internal::RequireSameDevice(op, logits, targets);
+  internal::RequireSameDevice(op, logits, dloss);
+  if (logits.is_cuda()) return cuda::CrossEntropyBackward(logits, targets, dloss, ignore_index);
   const DType ct = ComputeType(logits.dtype());
   const Tensor lc = Cast(logits, ct), dl = Cast(dloss, ct);
   const int64_t v = logits.dim(-1), rows = targets.numel();
@@ -490,6 +524,7 @@ Tensor CausalMask(const Tensor& scores, int64_t offset, double fill) {
   if (scores.rank() < 2) {
     OpFail("causal_mask: scores ", scores.ShapeString(), " need rank >= 2 [..., s, t]");
   }
+  if (scores.is_cuda()) return cuda::CausalMask(scores, offset, fill);
   if (internal::IsHalf(scores.dtype())) {
     return Cast(CausalMask(Cast(scores, DType::kF32), offset, fill), scores.dtype());
   }

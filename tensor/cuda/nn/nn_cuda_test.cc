@@ -1,0 +1,359 @@
+// The CUDA nn ops (through the public ops of tensor/ops/nn.h on GPU tensors) against the CPU ops.
+// Without a GPU every GPU test skips; ErrorsEverywhere runs on any machine.
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tensor/cuda/runtime.h"
+#include "tensor/error.h"
+#include "tensor/ops/nn.h"
+#include "tensor/ops/shape_ops.h"
+#include "tensor/testing/test_util.h"
+
+namespace shardmap {
+namespace {
+
+using testing::ExpectAllClose;
+using testing::RandomTensor;
+
+#define REQUIRE_GPU() \
+  if (!cuda::Available()) GTEST_SKIP() << "no GPU: " << cuda::UnavailableReason()
+
+constexpr DType kFloats[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16};
+
+Tensor Gpu(const Tensor& t) { return t.defined() ? t.To(Device::Cuda(0)) : t; }
+
+// (rtol, atol) for results of `dtype`: f32 1e-5, f64 1e-12, bf16/f16 two units in the last
+// place. atol_scale widens atol for sums over many terms.
+std::pair<double, double> Tol(DType dtype, double atol_scale) {
+  switch (dtype) {
+    case DType::kF64: return {1e-12, 1e-12 * atol_scale};
+    case DType::kBF16: return {2.0 / 128, 1e-3 * atol_scale};
+    case DType::kF16: return {2.0 / 1024, 1e-3 * atol_scale};
+    default: return {1e-5, 1e-5 * atol_scale};
+  }
+}
+
+// A GPU result against the CPU result: same definedness, dtype, shape; values within Tol.
+void ExpectMatches(const Tensor& gpu, const Tensor& cpu, const std::string& what,
+                   double atol_scale = 1) {
+  ASSERT_EQ(gpu.defined(), cpu.defined()) << what;
+  if (!cpu.defined()) return;
+  EXPECT_TRUE(gpu.is_cuda()) << what;
+  const Tensor g = gpu.To(Device::Cpu());
+  ASSERT_EQ(g.dtype(), cpu.dtype()) << what;
+  ASSERT_EQ(g.shape(), cpu.shape()) << what << ": " << g.ShapeString() << " vs "
+                                    << cpu.ShapeString();
+  const auto [rtol, atol] = Tol(cpu.dtype(), atol_scale);
+  ExpectAllClose(g, cpu.ToVector<double>(), rtol, atol, what);
+}
+
+std::string Name(const char* op, const Tensor& t, DType d = DType::kF32) {
+  return std::string(op) + " " + t.ShapeString() + " " + DTypeName(d);
+}
+
+Tensor RandomIds(absl::Span<const int64_t> shape, int64_t v, DType dtype, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> dist(0, v - 1);
+  std::vector<int64_t> ids(NumElements(shape));
+  for (int64_t& i : ids) i = dist(rng);
+  return Tensor::FromVector<int64_t>(shape, ids, dtype);
+}
+
+// ---------------------------------------------------------------- softmax
+
+struct SoftmaxCase {
+  std::vector<int64_t> shape;
+  int dim;
+};
+const std::vector<SoftmaxCase>& SoftmaxCases() {
+  static const auto* cases = new std::vector<SoftmaxCase>{
+      {{0, 5}, -1},   {{1, 1}, -1},   {{1, 7}, -1},    {{7, 13}, -1},  {{3, 5, 33}, 2},
+      {{4, 1500}, 1}, {{2, 3, 4}, 0}, {{2, 3, 4}, 1},  {{5, 1}, 0},    {{3, 1025}, -1},
+      {{2, 70000}, -1}, {{1, 250007}, -1}};
+  return *cases;
+}
+
+TEST(NnCudaTest, SoftmaxAndLogSoftmaxForwardBackward) {
+  REQUIRE_GPU();
+  uint32_t seed = 1;
+  for (const SoftmaxCase& c : SoftmaxCases()) {
+    for (DType dt : kFloats) {
+      const Tensor x = RandomTensor(c.shape, dt, seed++, -4, 4);
+      const Tensor dy = RandomTensor(c.shape, dt, seed++);
+      const Tensor gx = Gpu(x), gdy = Gpu(dy);
+      const std::string n = Name("softmax", x, dt) + " dim " + std::to_string(c.dim);
+      const Tensor y = Softmax(x, c.dim), ly = LogSoftmax(x, c.dim);
+      ExpectMatches(Softmax(gx, c.dim), y, n);
+      ExpectMatches(LogSoftmax(gx, c.dim), ly, "log_" + n);
+      ExpectMatches(SoftmaxBackward(Gpu(y), gdy, c.dim), SoftmaxBackward(y, dy, c.dim),
+                    n + " backward");
+      ExpectMatches(LogSoftmaxBackward(Gpu(ly), gdy, c.dim), LogSoftmaxBackward(ly, dy, c.dim),
+                    "log_" + n + " backward", /*atol_scale=*/4);
+    }
+  }
+}
+
+TEST(NnCudaTest, SoftmaxInfinities) {
+  REQUIRE_GPU();
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor x = Tensor::FromVector<double>({3, 4}, {-inf, -inf, -inf, -inf,  // all -inf: NaN
+                                                       0, -inf, 1, -inf,         // masked
+                                                       1, 2, 3, 4});
+  for (DType dt : kFloats) {
+    const Tensor xd = Tensor::FromVector<double>(x.shape(), x.ToVector<double>(), dt);
+    ExpectMatches(Softmax(Gpu(xd), -1), Softmax(xd, -1), Name("softmax inf", xd, dt));
+    ExpectMatches(LogSoftmax(Gpu(xd), -1), LogSoftmax(xd, -1), Name("log_softmax inf", xd, dt));
+  }
+}
+
+// ---------------------------------------------------------------- norms
+
+const std::vector<std::vector<int64_t>>& NormShapes() {
+  static const auto* shapes = new std::vector<std::vector<int64_t>>{
+      {0, 8}, {1, 1}, {7, 13}, {2, 3, 33}, {5, 2000}, {300, 40}, {3, 0}, {5}};
+  return *shapes;
+}
+
+TEST(NnCudaTest, LayerNormForwardBackward) {
+  REQUIRE_GPU();
+  uint32_t seed = 100;
+  for (const auto& shape : NormShapes()) {
+    for (DType dt : kFloats) {
+      const int64_t h = shape.back();
+      const Tensor x = RandomTensor(shape, dt, seed++, -3, 5);
+      const Tensor dy = RandomTensor(shape, dt, seed++);
+      // gamma and beta in x's dtype, in f32 (mixed), or absent.
+      for (int affine = 0; affine < 3; ++affine) {
+        const DType pt = affine == 1 ? DType::kF32 : dt;
+        const Tensor gamma = affine == 2 ? Tensor() : RandomTensor({h}, pt, seed++, 0.5, 1.5);
+        const Tensor beta = affine == 2 ? Tensor() : RandomTensor({h}, pt, seed++);
+        const std::string n = Name("layer_norm", x, dt) + " affine " + std::to_string(affine);
+        const LayerNormResult c = LayerNorm(x, gamma, beta, 1e-5);
+        const LayerNormResult g = LayerNorm(Gpu(x), Gpu(gamma), Gpu(beta), 1e-5);
+        ExpectMatches(g.y, c.y, n + " y");
+        ExpectMatches(g.mean, c.mean, n + " mean");
+        ExpectMatches(g.rstd, c.rstd, n + " rstd", /*atol_scale=*/10);
+        const LayerNormGrads cg = LayerNormBackward(x, gamma, c.mean, c.rstd, dy);
+        const LayerNormGrads gg =
+            LayerNormBackward(Gpu(x), Gpu(gamma), Gpu(c.mean), Gpu(c.rstd), Gpu(dy));
+        ExpectMatches(gg.dx, cg.dx, n + " dx", 10);
+        ExpectMatches(gg.dgamma, cg.dgamma, n + " dgamma", 100);
+        ExpectMatches(gg.dbeta, cg.dbeta, n + " dbeta", 100);
+      }
+    }
+  }
+}
+
+TEST(NnCudaTest, LayerNormBackwardTakesStatsOfAnyFloatDType) {
+  REQUIRE_GPU();
+  const Tensor x = RandomTensor({6, 24}, DType::kF32, 7), dy = RandomTensor({6, 24}, DType::kF32, 8);
+  const Tensor gamma = RandomTensor({24}, DType::kBF16, 9);
+  const LayerNormResult r = LayerNorm(x, gamma, Tensor(), 1e-5);
+  const Tensor mean = Cast(r.mean, DType::kF64), rstd = Cast(r.rstd, DType::kF16);
+  const LayerNormGrads c = LayerNormBackward(x, gamma, mean, rstd, dy);
+  const LayerNormGrads g = LayerNormBackward(Gpu(x), Gpu(gamma), Gpu(mean), Gpu(rstd), Gpu(dy));
+  ExpectMatches(g.dx, c.dx, "dx", 10);
+  ExpectMatches(g.dgamma, c.dgamma, "dgamma (bf16)");
+  ExpectMatches(g.dbeta, c.dbeta, "dbeta (bf16)");
+}
+
+TEST(NnCudaTest, RmsNormForwardBackward) {
+  REQUIRE_GPU();
+  uint32_t seed = 300;
+  for (const auto& shape : NormShapes()) {
+    for (DType dt : kFloats) {
+      const int64_t h = shape.back();
+      const Tensor x = RandomTensor(shape, dt, seed++, -3, 5);
+      const Tensor dy = RandomTensor(shape, dt, seed++);
+      for (int affine = 0; affine < 3; ++affine) {
+        const DType pt = affine == 1 ? DType::kF32 : dt;
+        const Tensor gamma = affine == 2 ? Tensor() : RandomTensor({h}, pt, seed++, 0.5, 1.5);
+        const std::string n = Name("rms_norm", x, dt) + " affine " + std::to_string(affine);
+        const RmsNormResult c = RmsNorm(x, gamma, 1e-6);
+        const RmsNormResult g = RmsNorm(Gpu(x), Gpu(gamma), 1e-6);
+        ExpectMatches(g.y, c.y, n + " y");
+        ExpectMatches(g.rstd, c.rstd, n + " rstd", 10);
+        const RmsNormGrads cg = RmsNormBackward(x, gamma, c.rstd, dy);
+        const RmsNormGrads gg = RmsNormBackward(Gpu(x), Gpu(gamma), Gpu(c.rstd), Gpu(dy));
+        ExpectMatches(gg.dx, cg.dx, n + " dx", 10);
+        ExpectMatches(gg.dgamma, cg.dgamma, n + " dgamma", 100);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- embedding
+
+TEST(NnCudaTest, EmbeddingForwardBackward) {
+  REQUIRE_GPU();
+  uint32_t seed = 500;
+  const std::vector<std::vector<int64_t>> id_shapes = {{0}, {1}, {5}, {2, 3}, {4, 64}};
+  for (int64_t h : {0, 1, 7, 8, 64}) {
+    for (DType dt : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kI32,
+                     DType::kI64}) {
+      const Tensor table = RandomTensor({11, h}, dt, seed++, -100, 100);
+      for (DType it : {DType::kI32, DType::kI64}) {
+        for (const auto& ids_shape : id_shapes) {
+          const Tensor ids = RandomIds(ids_shape, 11, it, seed++);
+          const std::string n = Name("embedding", table, dt) + " ids " + ids.ShapeString();
+          const Tensor out = Embedding(Gpu(table), Gpu(ids));
+          const Tensor want = Embedding(table, ids);
+          ASSERT_EQ(out.shape(), want.shape()) << n;
+          EXPECT_EQ(out.To(Device::Cpu()).ToVector<double>(), want.ToVector<double>()) << n;
+          if (!IsFloating(dt)) continue;
+          Shape dy_shape = ids.shape();
+          dy_shape.push_back(h);
+          const Tensor dy = RandomTensor(dy_shape, dt, seed++);
+          // Repeated ids (64 draws from 11 rows) sum in atomic order: allow a few ulps more.
+          ExpectMatches(EmbeddingBackward(Gpu(ids), Gpu(dy), 11), EmbeddingBackward(ids, dy, 11),
+                        n + " backward", 10);
+          ExpectMatches(EmbeddingBackward(Gpu(ids), Gpu(dy), 20), EmbeddingBackward(ids, dy, 20),
+                        n + " backward, more rows", 10);
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- cross-entropy
+
+struct CeCase {
+  std::vector<int64_t> logits_shape;
+  int64_t ignore_index;
+  int ignored_every;  // every k-th target set to ignore_index (0: none)
+};
+
+TEST(NnCudaTest, CrossEntropyForwardBackward) {
+  REQUIRE_GPU();
+  const std::vector<CeCase> cases = {
+      {{0, 5}, -100, 0},      {{1, 7}, -100, 0},     {{7, 13}, -100, 3},
+      {{2, 3, 13}, 4, 2},     {{4, 2000}, -100, 2},  {{3, 1}, -100, 0},
+      {{2, 70000}, -100, 0},  {{1, 250007}, -100, 0}, {{5, 6}, -100, 1}};
+  uint32_t seed = 700;
+  for (const CeCase& c : cases) {
+    const int64_t v = c.logits_shape.back();
+    const std::vector<int64_t> tshape(c.logits_shape.begin(), c.logits_shape.end() - 1);
+    for (DType dt : kFloats) {
+      for (DType it : {DType::kI32, DType::kI64}) {
+        const Tensor logits = RandomTensor(c.logits_shape, dt, seed++, -6, 6);
+        std::vector<int64_t> t = RandomIds(tshape, v, DType::kI64, seed++).ToVector<int64_t>();
+        for (size_t i = 0; c.ignored_every > 0 && i < t.size(); i += c.ignored_every) {
+          t[i] = c.ignore_index;
+        }
+        const Tensor targets = Tensor::FromVector<int64_t>(tshape, t, it);
+        const std::string n = Name("cross_entropy", logits, dt) + " targets " +
+                              targets.ShapeString() + " ignore " + std::to_string(c.ignore_index);
+        ExpectMatches(CrossEntropy(Gpu(logits), Gpu(targets), c.ignore_index),
+                      CrossEntropy(logits, targets, c.ignore_index), n);
+        // dloss in f32 for every logits dtype (f64 logits: a cast on the way in).
+        const Tensor dloss = RandomTensor(tshape, DType::kF32, seed++, 0.5, 2);
+        ExpectMatches(CrossEntropyBackward(Gpu(logits), Gpu(targets), Gpu(dloss), c.ignore_index),
+                      CrossEntropyBackward(logits, targets, dloss, c.ignore_index),
+                      n + " backward");
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- causal mask
+
+TEST(NnCudaTest, CausalMask) {
+  REQUIRE_GPU();
+  uint32_t seed = 900;
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::vector<int64_t>> shapes = {{4, 6}, {6, 4}, {2, 3, 5, 5}, {0, 3}, {1, 1}};
+  for (const auto& shape : shapes) {
+    for (DType dt : kFloats) {
+      const Tensor x = RandomTensor(shape, dt, seed++);
+      for (int64_t offset : {-2, 0, 3}) {
+        for (double fill : {-inf, -1e4, 0.1}) {
+          const std::string n = Name("causal_mask", x, dt) + " offset " +
+                                std::to_string(offset) + " fill " + std::to_string(fill);
+          ExpectMatches(CausalMask(Gpu(x), offset, fill), CausalMask(x, offset, fill), n);
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- errors
+
+// The GPU error message equals the CPU one (same checks, same wording).
+template <typename Fn, typename Gn>
+void ExpectSameError(Fn cpu, Gn gpu, std::initializer_list<const char*> fragments) {
+  const absl::Status c = CatchOpError(cpu), g = CatchOpError(gpu);
+  ASSERT_FALSE(g.ok()) << "expected an OpError on the GPU";
+  EXPECT_EQ(g.code(), absl::StatusCode::kInvalidArgument) << g;
+  EXPECT_EQ(g.message(), c.message());
+  for (const char* f : fragments) {
+    EXPECT_NE(std::string(g.message()).find(f), std::string::npos) << g << " lacks " << f;
+  }
+}
+
+TEST(NnCudaTest, BadIdsAndTargetsOnGpu) {
+  REQUIRE_GPU();
+  for (DType it : {DType::kI32, DType::kI64}) {
+    const Tensor table = RandomTensor({10, 4}, DType::kF32, 1);
+    const Tensor ids = Tensor::FromVector<int64_t>({2, 3}, {1, 2, 3, 4, 10, -1}, it);
+    ExpectSameError([&] { Embedding(table, ids); }, [&] { Embedding(Gpu(table), Gpu(ids)); },
+                    {"embedding", "id 10", "[1,1]", "0 <= id < 10"});
+    const Tensor dy = RandomTensor({2, 3, 4}, DType::kF32, 2);
+    ExpectSameError([&] { EmbeddingBackward(ids, dy, 10); },
+                    [&] { EmbeddingBackward(Gpu(ids), Gpu(dy), 10); },
+                    {"embedding_backward", "id 10", "[1,1]"});
+    const Tensor no_features = Tensor::Zeros({10, 0}, DType::kF32);
+    ExpectSameError([&] { Embedding(no_features, ids); },
+                    [&] { Embedding(Gpu(no_features), Gpu(ids)); }, {"id 10", "[1,1]"});
+
+    const Tensor logits = RandomTensor({4, 5}, DType::kBF16, 3);
+    const Tensor targets = Tensor::FromVector<int64_t>({4}, {0, -100, -3, 5}, it);
+    ExpectSameError([&] { CrossEntropy(logits, targets); },
+                    [&] { CrossEntropy(Gpu(logits), Gpu(targets)); },
+                    {"cross_entropy", "target -3", "[2]", "ignore_index (-100)"});
+    const Tensor dloss = Tensor::Ones({4}, DType::kF32);
+    ExpectSameError([&] { CrossEntropyBackward(logits, targets, dloss); },
+                    [&] { CrossEntropyBackward(Gpu(logits), Gpu(targets), Gpu(dloss)); },
+                    {"cross_entropy_backward", "target -3", "[2]"});
+  }
+  // After an error the stream is still usable.
+  const Tensor x = RandomTensor({3, 4}, DType::kF32, 4);
+  ExpectMatches(Softmax(Gpu(x), -1), Softmax(x, -1), "softmax after errors");
+}
+
+TEST(NnCudaTest, MixedDevicesAreAnError) {
+  REQUIRE_GPU();
+  const Tensor table = RandomTensor({10, 4}, DType::kF32, 1);
+  const Tensor ids = Tensor::FromVector<int64_t>({2}, {1, 2});
+  testing::ExpectOpError([&] { Embedding(Gpu(table), ids); }, {"embedding", "different devices"});
+  const Tensor x = RandomTensor({2, 4}, DType::kF32, 2);
+  testing::ExpectOpError([&] { LayerNorm(Gpu(x), Tensor::Ones({4}), Tensor(), 1e-5); },
+                         {"layer_norm", "different devices"});
+  testing::ExpectOpError([&] { SoftmaxBackward(Gpu(x), x, -1); },
+                         {"softmax_backward", "different devices"});
+}
+
+// Runs on every machine: argument errors read the same for GPU tensors, and without a GPU a
+// CUDA tensor cannot be made at all.
+TEST(NnCudaTest, ErrorsEverywhere) {
+  if (!cuda::Available()) {
+    const absl::Status s =
+        CatchOpError([] { Tensor::Zeros({2, 3}, DType::kF32, Device::Cuda(0)); });
+    EXPECT_FALSE(s.ok());
+    EXPECT_EQ(CatchOpError([] { Softmax(Tensor::Zeros({2, 3}), 2); }).code(),
+              absl::StatusCode::kInvalidArgument);
+    return;
+  }
+  const Tensor x = RandomTensor({2, 3}, DType::kF32, 1);
+  ExpectSameError([&] { Softmax(x, 2); }, [&] { Softmax(Gpu(x), 2); }, {"softmax", "dim 2"});
+  ExpectSameError([&] { LayerNorm(x, Tensor::Ones({4}), Tensor(), 1e-5); },
+                  [&] { LayerNorm(Gpu(x), Gpu(Tensor::Ones({4})), Tensor(), 1e-5); },
+                  {"layer_norm", "gamma"});
+}
+
+}  // namespace
+}  // namespace shardmap

@@ -1,0 +1,176 @@
+// Device helpers shared by the nn kernels (.cu files of tensor/cuda/nn only).
+//
+//   for (int64_t r = G::First(); r < rows; r += G::Stride()) {       // G = RowGroup<kWarp>
+//     A s = 0;
+//     for (int64_t j = G::Lane(); j < n; j += G::Size()) s += ToAcc(x[r * n + j]);
+//     s = GroupSum<kWarp>(s);                                          // the row's sum, everywhere
+//   }
+//
+// A "group" is the set of threads that owns one row: a warp (kWarp, rows <= 1024 elements) or
+// the whole block. Loops over rows are grid-stride and uniform within a group, so the block-wide
+// reductions (which __syncthreads) are reached by every thread of the block.
+#ifndef SHARDMAP_TENSOR_CUDA_NN_NN_UTIL_CUH_
+#define SHARDMAP_TENSOR_CUDA_NN_NN_UTIL_CUH_
+
+#include <cstdint>
+
+#include "tensor/cuda/kernels/kernel_util.cuh"
+
+namespace shardmap::cuda::nn_kernels {
+
+using kernels::Acc;
+using kernels::AsStream;
+using kernels::Blocks;
+using kernels::FromAcc;
+using kernels::kThreads;
+using kernels::ToAcc;
+
+constexpr int kMaxThreads = 1024;
+constexpr int64_t kWarpRowMax = 1024;  // rows up to this length get a warp each
+
+__device__ __forceinline__ float Exp(float v) { return expf(v); }
+__device__ __forceinline__ double Exp(double v) { return exp(v); }
+__device__ __forceinline__ float Log(float v) { return logf(v); }
+__device__ __forceinline__ double Log(double v) { return log(v); }
+
+template <typename A> __device__ __forceinline__ A NegInf() { return A(-INFINITY); }
+
+// Converts an accumulator value to any element type (half types round once, from float).
+template <typename O, typename A>
+__device__ __forceinline__ O StoreAs(A v) {
+  return FromAcc<O>(static_cast<Acc<O>>(v));
+}
+
+template <bool kWarp>
+struct RowGroup {
+  __device__ static int64_t First() {
+    return kWarp ? static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)
+                 : static_cast<int64_t>(blockIdx.x);
+  }
+  __device__ static int64_t Stride() {
+    return kWarp ? static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5)
+                 : static_cast<int64_t>(gridDim.x);
+  }
+  __device__ static int Lane() { return kWarp ? static_cast<int>(threadIdx.x & 31) : threadIdx.x; }
+  __device__ static int Size() { return kWarp ? 32 : static_cast<int>(blockDim.x); }
+};
+
+template <typename A>
+__device__ __forceinline__ A WarpSum(A v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the group; every thread of the group gets it.
+template <bool kWarp, typename A>
+__device__ __forceinline__ A GroupSum(A v) {
+  v = WarpSum(v);
+  if constexpr (!kWarp) {
+    __shared__ A scratch[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    const int warps = (blockDim.x + 31) >> 5;
+    v = WarpSum(lane < warps ? scratch[lane] : A(0));
+    __syncthreads();
+  }
+  return v;
+}
+
+// Online softmax statistics: m = running max, s = sum of exp(x - m). An empty state is
+// (-inf, 0); -inf inputs contribute nothing.
+template <typename A>
+__device__ __forceinline__ void OnlineAdd(A& m, A& s, A x) {
+  if (x > m) {
+    s = s * Exp(m - x) + A(1);
+    m = x;
+  } else if (m != NegInf<A>()) {
+    s += Exp(x - m);  // NaN x propagates
+  }
+}
+
+template <typename A>
+__device__ __forceinline__ void Combine(A& m, A& s, A m2, A s2) {
+  const A mn = fmax(m, m2);
+  if (mn == NegInf<A>()) return;
+  s = (m == NegInf<A>() ? A(0) : s * Exp(m - mn)) + (m2 == NegInf<A>() ? A(0) : s2 * Exp(m2 - mn));
+  m = mn;
+}
+
+template <typename A>
+__device__ __forceinline__ void WarpMaxSum(A& m, A& s) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const A m2 = __shfl_xor_sync(0xffffffffu, m, o);
+    const A s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    Combine(m, s, m2, s2);
+  }
+}
+
+// Combines the (m, s) of every thread of the group; every thread gets the result.
+template <bool kWarp, typename A>
+__device__ __forceinline__ void GroupMaxSum(A& m, A& s) {
+  WarpMaxSum(m, s);
+  if constexpr (!kWarp) {
+    __shared__ A sm[32];
+    __shared__ A ss[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+      sm[warp] = m;
+      ss[warp] = s;
+    }
+    __syncthreads();
+    const int warps = (blockDim.x + 31) >> 5;
+    m = lane < warps ? sm[lane] : NegInf<A>();
+    s = lane < warps ? ss[lane] : A(0);
+    WarpMaxSum(m, s);
+    __syncthreads();
+  }
+}
+
+// Launch shape of a row kernel: a warp per row for short rows, else a block per row.
+struct RowLaunch {
+  bool warp;
+  unsigned blocks;
+  int threads;
+};
+inline RowLaunch RowConfig(int64_t rows, int64_t n) {
+  constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride beyond this
+  RowLaunch l;
+  l.warp = n <= kWarpRowMax;
+  int64_t blocks;
+  if (l.warp) {
+    l.threads = kThreads;
+    blocks = (rows + kThreads / 32 - 1) / (kThreads / 32);
+  } else {
+    l.threads = n >= 65536 ? kMaxThreads : 512;
+    blocks = rows;
+  }
+  if (blocks < 1) blocks = 1;
+  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+  l.blocks = static_cast<unsigned>(blocks);
+  return l;
+}
+
+// Runs body with `constexpr bool kWarp` set from l.warp.
+#define SM_ROW_DISPATCH(l, ...)                                \
+  if ((l).warp) {                                              \
+    constexpr bool kWarp = true;                               \
+    __VA_ARGS__;                                               \
+  } else {                                                     \
+    constexpr bool kWarp = false;                              \
+    __VA_ARGS__;                                               \
+  }
+
+// Reads element i of an i32 or i64 index array.
+__device__ __forceinline__ int64_t IndexAt(const void* ids, bool i64, int64_t i) {
+  return i64 ? static_cast<const int64_t*>(ids)[i]
+             : static_cast<int64_t>(static_cast<const int32_t*>(ids)[i]);
+}
+
+__device__ __forceinline__ void RecordBad(unsigned long long* bad, int64_t pos) {
+  if (bad != nullptr) atomicMin(bad, static_cast<unsigned long long>(pos));
+}
+
+}  // namespace shardmap::cuda::nn_kernels
+
+#endif  // SHARDMAP_TENSOR_CUDA_NN_NN_UTIL_CUH_

@@ -93,8 +93,6 @@ absl::StatusOr<MixedStep> MixedTrainStep(const Mesh& mesh, const MlpParams& p,
   const int64_t count = batch.target.numel();
   std::vector<Tensor> loss_l(n);
   std::vector<std::vector<Tensor>> grad_l(4, std::vector<Tensor>(n));
-  SpmdType loss_type;
-  std::vector<SpmdType> grad_types(4);
   MixedStep step;
 
   SpmdOptions so;
@@ -120,25 +118,29 @@ absl::StatusOr<MixedStep> MixedTrainStep(const Mesh& mesh, const MlpParams& p,
         std::vector<Value> grads;
         {
           BackwardPhase bwd(ctx);
-          grads = ReduceGradients(vg.grads, policy);
+          grads = ReduceGradients(vg.grads, params, policy);
         }
         loss_l[r] = loss.tensor;
         for (int k = 0; k < 4; ++k) grad_l[k][r] = grads[k].tensor;
         if (r == 0) {
-          loss_type = loss.type;
-          for (int k = 0; k < 4; ++k) grad_types[k] = grads[k].type;
           step.log = ctx.collective_log();
         }
       },
       so);
   if (!st.ok()) return st;
 
+  // The loss is P on dp (each rank's share of the mean) and R on tp (kErased only keeps a kind
+  // summary, so the type is spelled out rather than read from rank 0's value).
+  SpmdType loss_type(mesh.num_axes());
+  loss_type[mesh.AxisIndex("dp")] = AxisType::P();
   absl::StatusOr<Tensor> loss = Assemble(mesh, P().Unreduced({"dp"}), loss_l, loss_type);
   if (!loss.ok()) return loss.status();
   step.loss = loss->item();
   Tensor* out[4] = {&step.grads.w1, &step.grads.b1, &step.grads.w2, &step.grads.b2};
   for (int k = 0; k < 4; ++k) {
-    absl::StatusOr<Tensor> g = Assemble(mesh, specs[k + 2], grad_l[k], grad_types[k]);
+    // Reduced gradients are typed like their parameters (R where reduced, S where sharded).
+    absl::StatusOr<Tensor> g =
+        Assemble(mesh, specs[k + 2], grad_l[k], specs[k + 2].InputType(mesh));
     if (!g.ok()) return g.status();
     *out[k] = *std::move(g);
   }

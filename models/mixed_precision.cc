@@ -7,6 +7,7 @@
 #include "shardmap/context.h"
 #include "shardmap/ops.h"
 #include "tensor/ops/elementwise.h"
+#include "tensor/error.h"
 #include "tensor/ops/reduce.h"
 
 namespace shardmap {
@@ -44,21 +45,28 @@ Value ReduceScatterActivation(const Value& x, int dim, const Axes& axes,
   return CastTo(reduce_scatter(CastTo(x, p.activation_reduce), dim, axes), x.dtype());
 }
 
-Value ReduceGradient(const Value& g, const PrecisionPolicy& p) {
+Value ReduceGradient(const Value& g, const SpmdType& param_type, const PrecisionPolicy& p) {
   if (!g.defined()) return g;
   RankContext& ctx = RankContext::Get("ReduceGradient");
-  std::vector<std::string> p_axes;
+  std::vector<std::string> axes;
   for (int i = 0; i < ctx.mesh().num_axes(); ++i) {
-    if (g.type[i].kind == AxisKind::kP) p_axes.push_back(ctx.mesh().axis_names()[i]);
+    if (param_type[i].kind == AxisKind::kR) axes.push_back(ctx.mesh().axis_names()[i]);
   }
-  if (p_axes.empty()) return CastTo(g, p.param);
-  return CastTo(all_reduce(CastTo(g, p.reduce), Axes(std::move(p_axes))), p.param);
+  Value out = axes.empty() ? CastTo(g, p.param)
+                           : CastTo(all_reduce(CastTo(g, p.reduce), Axes(std::move(axes))),
+                                    p.param);
+  if (!ctx.checked()) out.type = param_type;  // the erased summary may say P for a V axis
+  return out;
 }
 
-std::vector<Value> ReduceGradients(const std::vector<Value>& grads, const PrecisionPolicy& p) {
+std::vector<Value> ReduceGradients(const std::vector<Value>& grads,
+                                   const std::vector<Value>& params, const PrecisionPolicy& p) {
+  if (grads.size() != params.size()) {
+    OpFail("ReduceGradients: ", grads.size(), " gradients for ", params.size(), " parameters");
+  }
   std::vector<Value> out;
   out.reserve(grads.size());
-  for (const Value& g : grads) out.push_back(ReduceGradient(g, p));
+  for (size_t k = 0; k < grads.size(); ++k) out.push_back(ReduceGradient(grads[k], params[k].type, p));
   return out;
 }
 

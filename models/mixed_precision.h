@@ -9,7 +9,7 @@
 //   Value d  = ToLoss(y, pol) - target;                       // f32 from here on
 //   Value loss = sum_partial(d * d, {}) / n;                  // f32, its sums in f32
 //   ValueAndGrad g = value_and_grad(..., {w1, w2});           // g.grads: f32 (the cast's VJP)
-//   std::vector<Value> r = ReduceGradients(g.grads, pol);     // all_reduce in f32 over P axes
+//   std::vector<Value> r = ReduceGradients(g.grads, {w1, w2}, pol);  // f32 all_reduce over dp
 //
 // What is in which dtype (the Megatron-LM / PyTorch-AMP recipe):
 //   * param: master weights, their gradients, optimizer state (models/optimizer.h): f32.
@@ -83,10 +83,16 @@ Value ReduceActivation(const Value& x, const Axes& axes, const PrecisionPolicy& 
 // reduce_scatter (P -> S(dim)) of an activation, likewise (sequence parallelism).
 Value ReduceScatterActivation(const Value& x, int dim, const Axes& axes, const PrecisionPolicy& p);
 
-// A gradient's pending sums resolved in policy.reduce: one all_reduce over every axis on which g
-// is P (in mesh order), then cast to policy.param. A gradient with no P axis is only cast.
-Value ReduceGradient(const Value& g, const PrecisionPolicy& p);
-std::vector<Value> ReduceGradients(const std::vector<Value>& grads, const PrecisionPolicy& p);
+// The gradient of a parameter typed param_type, its pending sums resolved in policy.reduce: one
+// all_reduce (in mesh order) over every axis on which the parameter is R (there its gradient is
+// P, DESIGN.md section 3), then cast to policy.param; the result is typed like the parameter.
+// A parameter with no R axis needs no reduction: its gradient is only cast. The axes come from
+// the parameter's type, not the gradient's, because with TypeCheck::kErased a value only carries
+// a kind summary that does not tell P from V.
+Value ReduceGradient(const Value& g, const SpmdType& param_type, const PrecisionPolicy& p);
+// ReduceGradient of grads[k] for params[k] (value_and_grad's inputs and outputs).
+std::vector<Value> ReduceGradients(const std::vector<Value>& grads,
+                                   const std::vector<Value>& params, const PrecisionPolicy& p);
 // reduce_scatter of a gradient over `axes` along `dim` in policy.reduce (ZeRO/FSDP style: each
 // rank keeps the slice of the gradient its optimizer shard owns).
 Value ReduceScatterGradient(const Value& g, int dim, const Axes& axes, const PrecisionPolicy& p);

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "shardmap/context.h"
 #include "shardmap/ops.h"
+#include "tensor/error.h"
 
 namespace shardmap {
 namespace {
@@ -140,26 +141,34 @@ TEST(MixedHelpersTest, CastsAndReductionsUseThePolicyDTypes) {
     EXPECT_EQ(ctx.collective_log()[0].bytes, 3 * 4 * 4);
     for (int64_t i = 0; i < y.numel(); ++i) EXPECT_EQ(y.tensor.at(i), y32.tensor.at(i));
 
-    // Gradients: bf16 gradient P on dp (and P on tp) reduced over exactly those axes, in f32.
+    // Gradients of parameters R on dp (S1 on tp), R everywhere, and S0 on dp: reduced over
+    // exactly the parameter's R axes, in f32.
     SpmdType g1(2);
     g1[0] = AxisType::P();
     g1[1] = AxisType::Sharded(1);
-    SpmdType g2(2, AxisType::P());
+    SpmdType p3(2);
+    p3[0] = AxisType::Sharded(0);
+    p3[1] = AxisType::I();
+    std::vector<Value> params = {Value(Tensor::Zeros({4, 2}), wt), Value(Tensor::Zeros({5}),
+                                 SpmdType(2)), Value(Tensor::Zeros({2}), p3)};
     ctx.ClearCollectiveLog();
     std::vector<Value> r = ReduceGradients(
         {Value(Tensor::Full({4, 2}, 1.0, DType::kBF16), g1),
-         Value(Tensor::Full({5}, 1.0, DType::kF32), g2), Value(Tensor::Full({2}, 1.0), wt)},
-        pol);
+         Value(Tensor::Full({5}, 1.0, DType::kF32), SpmdType(2, AxisType::P())),
+         Value(Tensor::Full({2}, 1.0, DType::kBF16), p3)},
+        params, pol);
     ASSERT_EQ(ctx.collective_log().size(), 2u);
     EXPECT_EQ(mesh.MaskToString(ctx.collective_log()[0].axes), "dp");
     EXPECT_EQ(ctx.collective_log()[0].bytes, 8 * 4) << "sent in f32";
     EXPECT_EQ(mesh.MaskToString(ctx.collective_log()[1].axes), "(dp,tp)");
     EXPECT_EQ(r[0].dtype(), DType::kF32);
-    EXPECT_EQ(r[0].type[0].kind, AxisKind::kR);
-    EXPECT_TRUE(r[0].type[1].is_sharded());
+    EXPECT_EQ(r[0].type, wt) << "typed like the parameter";
     EXPECT_EQ(r[0].tensor.at(0), 2);  // summed over dp = 2
     EXPECT_EQ(r[1].tensor.at(0), 6);  // over dp x tp = 6
-    EXPECT_EQ(r[2].type, wt) << "no P axis: left alone";
+    EXPECT_EQ(r[1].type, SpmdType(2));
+    EXPECT_EQ(r[2].type, p3) << "no R axis: only cast";
+    EXPECT_EQ(r[2].dtype(), DType::kF32);
+    EXPECT_THROW(ReduceGradients({r[0]}, params, pol), OpError);
 
     // ZeRO-style: reduce-scatter a P-on-dp gradient over dp along dim 0, in f32.
     SpmdType gp(2);

@@ -102,6 +102,24 @@ TEST_P(MixedMeshTest, Bf16StepMatchesF32StepWithinBf16Tolerance) {
   EXPECT_LE(MaxParamDiff(f32->grads, ref.grads), 1e-6);
 }
 
+TEST(MixedStepTest, ErasedTypesGiveBitwiseTheSameBf16Step) {
+  MlpConfig cfg = Config();
+  Mesh mesh = MakeMesh(2, 3);
+  MixedStepOptions erased;
+  erased.check = TypeCheck::kErased;
+  for (const PrecisionPolicy& pol : {PrecisionPolicy::Bf16Mixed(), PrecisionPolicy::Fp16Mixed()}) {
+    SCOPED_TRACE(pol.ToString());
+    absl::StatusOr<MixedStep> a = MixedTrainStep(mesh, InitMlp(cfg), SyntheticBatch(cfg), pol);
+    absl::StatusOr<MixedStep> b =
+        MixedTrainStep(mesh, InitMlp(cfg), SyntheticBatch(cfg), pol, erased);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(a->loss, b->loss);
+    EXPECT_EQ(MaxParamDiff(a->grads, b->grads), 0);
+    EXPECT_EQ(a->log.size(), b->log.size());
+  }
+}
+
 TEST(MixedStepTest, RejectsLowPrecisionMasterWeights) {
   MlpConfig cfg = Config();
   MlpParams p = InitMlp(cfg);

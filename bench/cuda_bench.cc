@@ -1,0 +1,288 @@
+// CUDA backend microbenchmarks, timed with CUDA events on the GPU (manual time): our ops against
+// the raw thing they wrap, interleaved iteration by iteration in one benchmark.
+//
+//   bazel build -c opt --config=opt //bench:cuda_bench   # then, on the GPU machine:
+//   ./cuda_bench --benchmark_filter=Gemm --benchmark_repetitions=3
+//
+// Counters and targets (H100/H200):
+//   BM_Gemm           TFLOPs (ours), raw_TFLOPs (cuBLASLt called directly with a preallocated
+//                     output and a heuristic chosen once), ratio = raw time / our time (>= 0.95);
+//                     bf16 8192^3: TFLOPs >= 700.
+//   BM_AddVsCopy      GB/s of Add (2 reads + 1 write) and of a device-to-device cudaMemcpyAsync
+//                     moving the same bytes; ratio = copy time / Add time (>= 0.8).
+//   BM_LayerNormVsCopy  the same for LayerNorm over the last dim (1 read + 1 write of x).
+// Without a GPU (or built without CUDA) it prints why and exits 0.
+//
+// The MLP training step, eager vs CUDA-graph replay, is registered by //bench:cuda_bench_mlp
+// (a separate alwayslink cc_library linked into this binary from bench/BUILD.bazel).
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "benchmark/benchmark.h"
+#include "tensor/cuda/runtime.h"
+#include "tensor/error.h"
+
+#if SHARDMAP_HAS_CUDA
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "tensor/cuda/device_memory.h"
+#include "tensor/cuda/gemm/internal/cublaslt_check.h"
+#include "tensor/cuda/internal/cuda_check.h"
+#include "tensor/ops/elementwise.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/nn.h"
+#include "tensor/ops/shape_ops.h"
+#include "tensor/random.h"
+#include "tensor/tensor.h"
+
+namespace shardmap {
+namespace {
+
+constexpr int kDevice = 0;
+constexpr int kWarmup = 3;
+
+cudaStream_t Stream() { return static_cast<cudaStream_t>(cuda::CurrentStream(kDevice)); }
+
+// GPU time between two events on the current stream. Any host overhead between Start and Stop
+// that leaves the GPU idle is counted too (it would starve a real training step).
+class EventTimer {
+ public:
+  EventTimer() {
+    SM_CUDA_CHECK(cudaEventCreate(&start_));
+    SM_CUDA_CHECK(cudaEventCreate(&stop_));
+  }
+  ~EventTimer() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  void Start() { SM_CUDA_CHECK(cudaEventRecord(start_, Stream())); }
+  double StopSeconds() {
+    SM_CUDA_CHECK(cudaEventRecord(stop_, Stream()));
+    SM_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    SM_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms * 1e-3;
+  }
+
+ private:
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+DType DTypeArg(int64_t code) { return code == 0 ? DType::kF32 : DType::kBF16; }
+
+cudaDataType_t CudaType(DType t) { return t == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF; }
+
+Tensor RandomOnGpu(absl::Span<const int64_t> shape, DType dt, uint64_t seed) {
+  return Cast(RandomUniform(shape, seed, -1.0, 1.0), dt).To(Device::Cuda(kDevice));
+}
+
+// The baseline: row-major C[m,n] = A[m,k] B[k,n] (batched with strides) through cuBLASLt
+// directly, descriptors and algorithm set up once, output and workspace preallocated.
+class RawGemm {
+ public:
+  RawGemm(int64_t m, int64_t n, int64_t k, int64_t batch, DType dt) {
+    SM_CUBLASLT_CHECK(cublasLtCreate(&handle_));
+    SM_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cudaDataType_t t = CudaType(dt);
+    // Column-major C^T[n,m] = B^T[n,k] A^T[k,m]: cuBLAS's A is our B.
+    SM_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&la_, t, n, k, n));
+    SM_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&lb_, t, k, m, k));
+    SM_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&lc_, t, n, m, n));
+    if (batch > 1) {
+      const int32_t count = static_cast<int32_t>(batch);
+      const int64_t strides[3] = {n * k, k * m, n * m};
+      cublasLtMatrixLayout_t layouts[3] = {la_, lb_, lc_};
+      for (int i = 0; i < 3; ++i) {
+        SM_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(
+            layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+        SM_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(
+            layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+            sizeof(strides[i])));
+      }
+    }
+    SM_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspace));
+    cublasLtMatmulPreference_t pref = nullptr;
+    SM_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = kWorkspace;
+    SM_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int returned = 0;
+    SM_CUBLASLT_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, desc_, la_, lb_, lc_, lc_, pref, 1,
+                                                     &result, &returned));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (returned == 0) OpFail("raw cuBLASLt: no algorithm");
+    algo_ = result.algo;
+  }
+  ~RawGemm() {
+    cudaFree(workspace_);
+    cublasLtMatrixLayoutDestroy(la_);
+    cublasLtMatrixLayoutDestroy(lb_);
+    cublasLtMatrixLayoutDestroy(lc_);
+    cublasLtMatmulDescDestroy(desc_);
+    cublasLtDestroy(handle_);
+  }
+  void Run(const void* a, const void* b, void* c) {
+    const float alpha = 1, beta = 0;
+    SM_CUBLASLT_CHECK(cublasLtMatmul(handle_, desc_, &alpha, b, la_, a, lb_, &beta, c, lc_, c,
+                                     lc_, &algo_, workspace_, kWorkspace, Stream()));
+  }
+
+ private:
+  static constexpr size_t kWorkspace = size_t{32} << 20;
+  cublasLtHandle_t handle_ = nullptr;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, lc_ = nullptr;
+  cublasLtMatmulAlgo_t algo_{};
+  void* workspace_ = nullptr;
+};
+
+// Matmul through the framework (allocating its output from the caching allocator each call) vs
+// RawGemm, `reps` products between each pair of events.
+void BM_Gemm(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  const int64_t batch = state.range(3);
+  const DType dt = DTypeArg(state.range(4));
+  const int reps = static_cast<int>(state.range(5));
+  try {
+    const Tensor a = batch > 1 ? RandomOnGpu({batch, m, k}, dt, 1) : RandomOnGpu({m, k}, dt, 1);
+    const Tensor b = batch > 1 ? RandomOnGpu({batch, k, n}, dt, 2) : RandomOnGpu({k, n}, dt, 2);
+    Tensor c_raw = Tensor::Empty(batch > 1 ? Shape{batch, m, n} : Shape{m, n}, dt,
+                                 Device::Cuda(kDevice));
+    RawGemm raw(m, n, k, batch, dt);
+    for (int i = 0; i < kWarmup; ++i) {
+      benchmark::DoNotOptimize(Matmul(a, b).raw_data());
+      raw.Run(a.raw_data(), b.raw_data(), c_raw.raw_data());
+    }
+    cuda::Synchronize(kDevice);
+    EventTimer timer;
+    double ours = 0, theirs = 0;
+    for (auto _ : state) {
+      timer.Start();
+      for (int r = 0; r < reps; ++r) benchmark::DoNotOptimize(Matmul(a, b).raw_data());
+      const double t_ours = timer.StopSeconds();
+      timer.Start();
+      for (int r = 0; r < reps; ++r) raw.Run(a.raw_data(), b.raw_data(), c_raw.raw_data());
+      const double t_raw = timer.StopSeconds();
+      ours += t_ours;
+      theirs += t_raw;
+      state.SetIterationTime(t_ours / reps);
+    }
+    const double flops = 2.0 * batch * m * n * k * reps * state.iterations();
+    state.counters["TFLOPs"] = flops / ours / 1e12;
+    state.counters["raw_TFLOPs"] = flops / theirs / 1e12;
+    state.counters["ratio"] = theirs / ours;
+  } catch (const OpError& e) {
+    state.SkipWithError(e.what());
+  }
+}
+// Args: m, k, n, batch, dtype (0 = f32, 1 = bf16), products per timed interval.
+BENCHMARK(BM_Gemm)
+    ->ArgNames({"m", "k", "n", "batch", "bf16", "reps"})
+    ->Args({8192, 8192, 8192, 1, 1, 5})        // the TFLOP/s target: >= 700 on H100/H200
+    ->Args({4096, 4096, 4096, 1, 0, 5})        // f32, CUBLAS_COMPUTE_32F (no TF32)
+    ->Args({8192, 4096, 4 * 4096, 1, 1, 5})    // Megatron MLP up-projection: tokens x h -> 4h
+    ->Args({2048, 128, 2048, 32, 1, 20})       // attention scores: [32,2048,128] @ [32,128,2048]
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// `ours` vs a device-to-device copy of `copy_bytes` (same traffic: bytes read + written).
+template <typename Op>
+void VsCopy(benchmark::State& state, Op op, size_t traffic_bytes, int reps) {
+  const size_t copy_bytes = traffic_bytes / 2;  // a copy reads and writes each byte
+  void* src = cuda::DeviceAllocate(kDevice, copy_bytes);
+  void* dst = cuda::DeviceAllocate(kDevice, copy_bytes);
+  SM_CUDA_CHECK(cudaMemsetAsync(src, 0, copy_bytes, Stream()));
+  for (int i = 0; i < kWarmup; ++i) {
+    op();
+    SM_CUDA_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, Stream()));
+  }
+  cuda::Synchronize(kDevice);
+  EventTimer timer;
+  double ours = 0, theirs = 0;
+  for (auto _ : state) {
+    timer.Start();
+    for (int r = 0; r < reps; ++r) op();
+    const double t_ours = timer.StopSeconds();
+    timer.Start();
+    for (int r = 0; r < reps; ++r) {
+      SM_CUDA_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, Stream()));
+    }
+    const double t_copy = timer.StopSeconds();
+    ours += t_ours;
+    theirs += t_copy;
+    state.SetIterationTime(t_ours / reps);
+  }
+  const double bytes = static_cast<double>(traffic_bytes) * reps * state.iterations();
+  state.counters["GBs"] = bytes / ours / 1e9;
+  state.counters["copy_GBs"] = bytes / theirs / 1e9;
+  state.counters["ratio"] = theirs / ours;
+  cuda::DeviceFree(kDevice, src);
+  cuda::DeviceFree(kDevice, dst);
+}
+
+// Add of two 256 MiB tensors: reads 512 MiB, writes 256 MiB.
+void BM_AddVsCopy(benchmark::State& state) {
+  const DType dt = DTypeArg(state.range(0));
+  const int64_t n = (int64_t{256} << 20) / static_cast<int64_t>(DTypeSize(dt));
+  try {
+    const Tensor a = Tensor::Full({n}, 1.0, dt, Device::Cuda(kDevice));
+    const Tensor b = Tensor::Full({n}, 2.0, dt, Device::Cuda(kDevice));
+    VsCopy(
+        state, [&] { benchmark::DoNotOptimize(Add(a, b).raw_data()); }, 3 * a.nbytes(),
+        /*reps=*/5);
+  } catch (const OpError& e) {
+    state.SkipWithError(e.what());
+  }
+}
+BENCHMARK(BM_AddVsCopy)
+    ->ArgName("bf16")
+    ->Arg(0)
+    ->Arg(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// LayerNorm of [16384, 4096] over the last dim: reads x, writes y (gamma, beta, mean and rstd
+// are under 0.1% of the traffic and not counted).
+void BM_LayerNormVsCopy(benchmark::State& state) {
+  const DType dt = DTypeArg(state.range(0));
+  const int64_t rows = 16384, h = 4096;
+  try {
+    const Tensor x = RandomOnGpu({rows, h}, dt, 3);
+    const Tensor gamma = Tensor::Full({h}, 1.0, dt, Device::Cuda(kDevice));
+    const Tensor beta = Tensor::Full({h}, 0.0, dt, Device::Cuda(kDevice));
+    VsCopy(
+        state,
+        [&] { benchmark::DoNotOptimize(LayerNorm(x, gamma, beta, 1e-5).y.raw_data()); },
+        2 * x.nbytes(), /*reps=*/5);
+  } catch (const OpError& e) {
+    state.SkipWithError(e.what());
+  }
+}
+BENCHMARK(BM_LayerNormVsCopy)
+    ->ArgName("bf16")
+    ->Arg(0)
+    ->Arg(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace shardmap
+
+#endif  // SHARDMAP_HAS_CUDA
+
+int main(int argc, char** argv) {
+  if (!shardmap::cuda::Available()) {
+    std::printf("cuda_bench: no GPU (%s); nothing to measure\n",
+                shardmap::cuda::UnavailableReason().c_str());
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

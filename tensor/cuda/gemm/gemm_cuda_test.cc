@@ -1,0 +1,248 @@
+// cuBLASLt GEMMs against the CPU: Matmul for every dtype, transpose and batch form, odd and
+// empty sizes; the fused linear epilogues (tensor/ops/linear.h) against their CPU references; the
+// beta = 1 accumulation; the plan cache and the allocation-free steady state. Skips without a GPU.
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tensor/cuda/device_memory.h"
+#include "tensor/cuda/gemm/ops.h"
+#include "tensor/cuda/runtime.h"
+#include "tensor/ops/linear.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/testing/test_util.h"
+
+namespace shardmap {
+namespace {
+
+using testing::ExpectAllClose;
+using testing::RandomTensor;
+
+#define SKIP_WITHOUT_GPU() \
+  if (!cuda::Available()) GTEST_SKIP() << "no GPU: " << cuda::UnavailableReason()
+
+const Device kGpu = Device::Cuda(0);
+
+Tensor Gpu(const Tensor& t) { return t.To(kGpu); }
+Tensor Cpu(const Tensor& t) { return t.To(Device::Cpu()); }
+
+// GPU vs CPU of the same dtype. f32: TF32 would miss 1e-4 by far; bf16/f16: a couple of ulps of
+// the output (both sides accumulate in f32 and round once, in different orders).
+double Rtol(DType t) {
+  switch (t) {
+    case DType::kF64: return 1e-10;
+    case DType::kF32: return 1e-4;
+    case DType::kBF16: return 2.0 / 128;
+    default: return 2.0 / 1024;
+  }
+}
+double Atol(DType t) { return t == DType::kF64 ? 1e-10 : Rtol(t) * 0.5; }
+
+void ExpectMatches(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+  ASSERT_TRUE(gpu.is_cuda()) << what;
+  ASSERT_EQ(gpu.ShapeString(), cpu.ShapeString()) << what;
+  ExpectAllClose(Cpu(gpu), cpu.ToVector<double>(), Rtol(cpu.dtype()), Atol(cpu.dtype()), what);
+}
+
+std::string Name(DType t, int64_t m, int64_t k, int64_t n, bool ta, bool tb) {
+  return std::string(DTypeName(t)) + " m=" + std::to_string(m) + " k=" + std::to_string(k) +
+         " n=" + std::to_string(n) + (ta ? " ^T" : "") + (tb ? " @^T" : "");
+}
+
+const DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16};
+
+TEST(GemmCudaTest, MatmulAllDTypesTransposesAndOddSizes) {
+  SKIP_WITHOUT_GPU();
+  const int64_t sizes[][3] = {{1, 1, 1}, {7, 13, 129}, {129, 7, 13}, {13, 129, 7}, {64, 128, 32}};
+  uint32_t seed = 1;
+  for (DType dt : kAllDTypes) {
+    for (const auto& s : sizes) {
+      const int64_t m = s[0], k = s[1], n = s[2];
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          const Tensor a = RandomTensor(ta ? Shape{k, m} : Shape{m, k}, dt, seed++, -1, 1);
+          const Tensor b = RandomTensor(tb ? Shape{n, k} : Shape{k, n}, dt, seed++, -1, 1);
+          ExpectMatches(Matmul(Gpu(a), Gpu(b), ta, tb), Matmul(a, b, ta, tb),
+                        Name(dt, m, k, n, ta, tb));
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmCudaTest, BatchedAndFoldedLeadingDims) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 100;
+  for (DType dt : kAllDTypes) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const Tensor a = RandomTensor(ta ? Shape{3, 2, 13, 7} : Shape{3, 2, 7, 13}, dt, seed++,
+                                      -1, 1);
+        const Tensor b = RandomTensor(tb ? Shape{3, 2, 5, 13} : Shape{3, 2, 13, 5}, dt, seed++,
+                                      -1, 1);
+        ExpectMatches(Matmul(Gpu(a), Gpu(b), ta, tb), Matmul(a, b, ta, tb),
+                      std::string("batched ") + Name(dt, 7, 13, 5, ta, tb));
+      }
+    }
+    // Rank-3 a times rank-2 b: leading dims fold into m.
+    for (bool tb : {false, true}) {
+      const Tensor x = RandomTensor({4, 7, 13}, dt, seed++, -1, 1);
+      const Tensor w = RandomTensor(tb ? Shape{9, 13} : Shape{13, 9}, dt, seed++, -1, 1);
+      ExpectMatches(Matmul(Gpu(x), Gpu(w), false, tb), Matmul(x, w, false, tb),
+                    std::string("folded ") + Name(dt, 28, 13, 9, false, tb));
+    }
+  }
+}
+
+TEST(GemmCudaTest, EmptyDims) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : kAllDTypes) {
+    // k = 0: an empty sum is zero.
+    const Tensor z = Matmul(Gpu(Tensor::Zeros({3, 0}, dt)), Gpu(Tensor::Zeros({0, 5}, dt)));
+    ExpectAllClose(Cpu(z), std::vector<double>(15, 0.0), 0, 0, "k=0");
+    // m = 0 and n = 0: empty outputs, no launch.
+    EXPECT_EQ(Matmul(Gpu(Tensor::Zeros({0, 4}, dt)), Gpu(Tensor::Zeros({4, 5}, dt))).numel(), 0);
+    EXPECT_EQ(Matmul(Gpu(Tensor::Zeros({2, 4}, dt)), Gpu(Tensor::Zeros({4, 0}, dt))).numel(), 0);
+    EXPECT_EQ(Matmul(Gpu(Tensor::Zeros({0, 2, 4}, dt)), Gpu(Tensor::Zeros({0, 4, 3}, dt)))
+                  .ShapeString(),
+              std::string(DTypeName(dt)) + "[0,2,3]");
+  }
+}
+
+TEST(GemmCudaTest, LinearEpiloguesMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 200;
+  // n = 16: fused (aux ld % 8 == 0); n = 13: the composed fallback for GELU.
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int64_t n : {16, 13}) {
+      const Tensor x = RandomTensor({2, 7, 24}, dt, seed++, -1, 1);
+      const Tensor w = RandomTensor({24, n}, dt, seed++, -0.5, 0.5);
+      const Tensor b = RandomTensor({n}, dt, seed++, -1, 1);
+      for (LinearEpilogue e : {LinearEpilogue::kBias, LinearEpilogue::kGelu,
+                               LinearEpilogue::kBiasGelu}) {
+        const bool has_bias = e != LinearEpilogue::kGelu;
+        const LinearResult want = Linear(x, w, has_bias ? b : Tensor(), e);
+        const LinearResult got = Linear(Gpu(x), Gpu(w), has_bias ? Gpu(b) : Tensor(), e);
+        const std::string what = std::string(DTypeName(dt)) + " n=" + std::to_string(n) +
+                                 " epilogue " + std::to_string(static_cast<int>(e));
+        ExpectMatches(got.y, want.y, what + " y");
+        if (want.pre.defined()) ExpectMatches(got.pre, want.pre, what + " pre");
+      }
+    }
+  }
+}
+
+TEST(GemmCudaTest, GeluBackwardWeightGradAndBiasGradMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 300;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int64_t n : {16, 13}) {
+      const Tensor dy = RandomTensor({2, 9, 24}, dt, seed++, -1, 1);
+      const Tensor w2 = RandomTensor({n, 24}, dt, seed++, -0.5, 0.5);
+      const Tensor pre = RandomTensor({2, 9, n}, dt, seed++, -2, 2);
+      const std::string what = std::string(DTypeName(dt)) + " n=" + std::to_string(n);
+      for (bool bias_grad : {true, false}) {
+        const LinearGeluGrads want = LinearGeluBackward(dy, w2, pre, bias_grad);
+        const LinearGeluGrads got = LinearGeluBackward(Gpu(dy), Gpu(w2), Gpu(pre), bias_grad);
+        ExpectMatches(got.dpre, want.dpre, what + " dpre");
+        ASSERT_EQ(got.dbias.defined(), bias_grad);
+        if (bias_grad) ExpectMatches(got.dbias, want.dbias, what + " dbias");
+      }
+      const Tensor x = RandomTensor({2, 9, n}, dt, seed++, -1, 1);
+      const LinearWeightGrads want = LinearWeightGrad(x, dy);
+      const LinearWeightGrads got = LinearWeightGrad(Gpu(x), Gpu(dy));
+      ExpectMatches(got.dw, want.dw, what + " dw");
+      ExpectMatches(got.db, want.db, what + " db");
+      ExpectMatches(BiasGrad(Gpu(dy)), BiasGrad(dy), what + " BiasGrad");
+    }
+  }
+}
+
+TEST(GemmCudaTest, MatmulAccumulateIsBetaOne) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 400;
+  for (DType dt : kAllDTypes) {
+    const DType acc_dt = dt == DType::kF64 ? DType::kF64 : DType::kF32;
+    const Tensor a = RandomTensor({33, 7}, dt, seed++, -1, 1);
+    const Tensor b = RandomTensor({33, 20}, dt, seed++, -1, 1);
+    const Tensor acc0 = RandomTensor({7, 20}, acc_dt, seed++);
+    Tensor want = acc0.Clone();
+    MatmulAccumulate(want, a, b, /*trans_a=*/true, false);
+    MatmulAccumulate(want, a, b, true, false);
+    Tensor got = Gpu(acc0);
+    MatmulAccumulate(got, Gpu(a), Gpu(b), true, false);
+    MatmulAccumulate(got, Gpu(a), Gpu(b), true, false);
+    // f32 accumulators: f32 tolerance even for bf16 operands (no rounding to bf16).
+    ExpectMatches(got, want, std::string("accumulate ") + DTypeName(dt));
+  }
+}
+
+TEST(GemmCudaTest, PlanCacheHitsAndNoRawMallocInSteadyState) {
+  SKIP_WITHOUT_GPU();
+  const Tensor a = Gpu(RandomTensor({256, 96}, DType::kBF16, 500));
+  const Tensor b = Gpu(RandomTensor({96, 128}, DType::kBF16, 501));
+  const Tensor bias = Gpu(RandomTensor({128}, DType::kBF16, 502));
+  auto step = [&] {
+    Tensor y = Matmul(a, b);
+    LinearResult r = Linear(a, b, bias, LinearEpilogue::kBiasGelu);
+    (void)y;
+    (void)r;
+  };
+  step();  // warm: plans, workspace, cached output blocks
+  cuda::Synchronize(0);
+  const cuda::GemmStats s0 = cuda::GetGemmStats();
+  const int64_t raw0 = cuda::DeviceAllocator(0).stats().raw_allocs;
+  for (int i = 0; i < 10; ++i) step();
+  cuda::Synchronize(0);
+  const cuda::GemmStats s1 = cuda::GetGemmStats();
+  EXPECT_EQ(s1.plans_created, s0.plans_created);
+  EXPECT_EQ(s1.heuristic_queries, s0.heuristic_queries);
+  EXPECT_EQ(s1.workspaces, s0.workspaces);
+  EXPECT_GE(s1.plan_hits - s0.plan_hits, 20);
+  EXPECT_GE(s1.matmuls - s0.matmuls, 20);
+  EXPECT_EQ(cuda::DeviceAllocator(0).stats().raw_allocs, raw0) << "cudaMalloc in steady state";
+}
+
+TEST(GemmCudaTest, RankThreadsOnTheirOwnStreams) {
+  SKIP_WITHOUT_GPU();
+  constexpr int kThreads = 4;
+  std::vector<Tensor> a(kThreads), b(kThreads), want(kThreads), got(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    a[t] = RandomTensor({64 + t, 40}, DType::kF32, 600 + t, -1, 1);
+    b[t] = RandomTensor({40, 48}, DType::kF32, 700 + t, -1, 1);
+    want[t] = Matmul(a[t], b[t]);
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      cuda::StreamScope scope(0, cuda::NewStream(0));
+      Tensor ga = Gpu(a[t]), gb = Gpu(b[t]);
+      Tensor y;
+      for (int i = 0; i < 20; ++i) y = Matmul(ga, gb);
+      got[t] = Cpu(y);
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    ExpectAllClose(got[t], want[t].ToVector<double>(), 1e-4, 1e-4,
+                   "thread " + std::to_string(t));
+  }
+}
+
+TEST(GemmCudaTest, MixedDevicesAreAnError) {
+  SKIP_WITHOUT_GPU();
+  const Tensor a = Tensor::Zeros({2, 3}), b = Tensor::Zeros({3, 4});
+  testing::ExpectOpError([&] { Matmul(Gpu(a), b); }, {"matmul", "different devices"});
+  Tensor acc = Tensor::Zeros({2, 4});
+  testing::ExpectOpError([&] { MatmulAccumulate(acc, Gpu(a), Gpu(b)); },
+                         {"matmul_accumulate", "different devices"});
+}
+
+TEST(GemmCudaTest, WithoutGpuTheReasonIsNamed) {
+  if (cuda::Available()) GTEST_SKIP() << "has a GPU";
+  EXPECT_FALSE(cuda::UnavailableReason().empty());
+}
+
+}  // namespace
+}  // namespace shardmap

@@ -123,7 +123,19 @@ TEST(ElementwiseCudaTest, MisalignedViewsTakeTheScalarPaths) {
     ExpectMatchesCpu(Host(Sub(dv, Dev(RandomTensor({9}, t, 5)))),
                      Sub(hv, RandomTensor({9}, t, 5)), kUlp, Name("sub misaligned bias", t, {3, 9}));
     ExpectMatchesCpu(Host(Exp(da)), Exp(ha), kTranscendental, Name("exp misaligned", t, {5, 7}));
-    (void)bias;
+    // Width 8 would allow the vector bias path, but the lhs starts one element in.
+    const Tensor flat = RandomTensor({25}, t, 6);
+    const Tensor dm = Dev(flat).SliceRows(1, 24).Reshape({3, 8});
+    const Tensor hm = flat.SliceRows(1, 24).Reshape({3, 8});
+    ExpectMatchesCpu(Host(Add(dm, Dev(bias))), Add(hm, bias), kUlp,
+                     Name("add misaligned bias", t, {3, 8}));
+    ExpectMatchesCpu(Host(Div(Dev(bias), dm)), Div(bias, hm), kUlp,
+                     Name("div misaligned bias lhs", t, {3, 8}));
+    Tensor acc = Dev(flat).SliceRows(1, 24);
+    AddInPlace(acc, Dev(flat).SliceRows(0, 24));
+    Tensor hacc = flat.Clone().SliceRows(1, 24);
+    AddInPlace(hacc, flat.SliceRows(0, 24));
+    ExpectMatchesCpu(Host(acc), hacc, kExact, Name("add_in_place misaligned", t, {24}));
   }
 }
 

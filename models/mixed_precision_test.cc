@@ -184,6 +184,40 @@ TEST(MixedHelpersTest, CastsAndReductionsUseThePolicyDTypes) {
   ASSERT_TRUE(st.ok()) << st;
 }
 
+TEST(MixedHelpersTest, SequenceParallelReduceScatterAndItsTransposeInTheActivationDType) {
+  Mesh mesh = *Mesh::Create({{"tp", 3}});
+  for (DType act : {DType::kBF16, DType::kF32}) {
+    PrecisionPolicy pol = PrecisionPolicy::Bf16Mixed();
+    pol.activation_reduce = act;
+    const int64_t esize = act == DType::kBF16 ? 2 : 4;
+    absl::Status st = RunSpmd(mesh, [&](RankContext& ctx) {
+      // An f32 master weight, R on tp, used in bf16 by a partial-sum producing activation.
+      Value w = Value::Replicated(Tensor::Full({6, 4}, 0.25));
+      SpmdType pt(1, AxisType::P());
+      ValueAndGrad g = value_and_grad(
+          [&](const std::vector<Value>& p) {
+            Value yp = Value(Tensor::Full({6, 4}, 1.0, DType::kBF16), pt) * ToCompute(p[0], pol);
+            Value y = ReduceScatterActivation(yp, 0, "tp", pol);  // bf16{tp:S0}
+            EXPECT_EQ(y.dtype(), DType::kBF16);
+            EXPECT_TRUE(y.type[0].is_sharded());
+            EXPECT_EQ(y.shape(), Shape({2, 4}));
+            EXPECT_EQ(y.tensor.at(0), 0.75);  // 3 ranks x 1 x 0.25
+            return sum_partial(ToLoss(y, pol), {});
+          },
+          {w});
+      EXPECT_EQ(g.grads[0].dtype(), DType::kF32);
+      const auto& log = ctx.collective_log();
+      ASSERT_EQ(log.size(), 2u);
+      EXPECT_STREQ(log[0].op, "reduce_scatter");
+      EXPECT_EQ(log[0].bytes, 6 * 4 * esize);
+      EXPECT_STREQ(log[1].op, "all_gather");  // its transpose, on the cotangent
+      EXPECT_TRUE(log[1].backward);
+      EXPECT_EQ(log[1].bytes, 2 * 4 * esize);
+    });
+    ASSERT_TRUE(st.ok()) << st;
+  }
+}
+
 TEST(MixedHelpersTest, MasterGradientOfAWeightUsedInBf16IsF32) {
   SingleRankContext one{Mesh()};
   PrecisionPolicy pol = PrecisionPolicy::Bf16Mixed();

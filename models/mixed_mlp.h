@@ -21,7 +21,8 @@
 //   loss = sum_partial((f32(y) - target)^2) / n   f32{dp:P,tp:R}
 // value_and_grad of the rank's loss gives f32 gradients of the f32 masters (each cast's VJP
 // upcasts the bf16 cotangent), P on dp (and P on tp for b2, whose use is replicated on tp: the
-// loss is R there, seeded on tp index 0); ReduceGradients resolves them with all_reduces in f32.
+// loss is R there, seeded on tp index 0); ReduceGradients resolves them with all_reduces in f32
+// over each parameter's R axes, so the step also runs with TypeCheck::kErased (bitwise equal).
 // These gradient reductions are logged as backward collectives (they belong to the backward
 // pass, where data-parallel frameworks overlap them).
 #ifndef SHARDMAP_MODELS_MIXED_MLP_H_

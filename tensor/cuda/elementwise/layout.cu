@@ -105,11 +105,13 @@ void PermuteAs(const void* in_v, void* out_v, int64_t n, const PermuteDims& d, c
              d.in_strides[0] == d.out_sizes[1] * d.out_sizes[2]) {
     B = d.out_sizes[0], R = d.out_sizes[2], C = d.out_sizes[1];  // in [B, R, C] -> [B, C, R]
   }
-  if (B > 0) {
-    const int64_t tiles = B * ((R + kTile - 1) / kTile) * ((C + kTile - 1) / kTile);
-    const unsigned grid = static_cast<unsigned>(tiles < 65535LL * 32 ? tiles : 65535LL * 32);
-    TransposeKernel<E><<<grid, dim3(kTile, kTileRows), 0, s>>>(in, out, B, R, C);
-    return;
+  if constexpr (sizeof(E) <= 8) {  // wider units only come from row moves, never transposes
+    if (B > 0) {
+      const int64_t tiles = B * ((R + kTile - 1) / kTile) * ((C + kTile - 1) / kTile);
+      const unsigned grid = static_cast<unsigned>(tiles < 65535LL * 32 ? tiles : 65535LL * 32);
+      TransposeKernel<E><<<grid, dim3(kTile, kTileRows), 0, s>>>(in, out, B, R, C);
+      return;
+    }
   }
   if (n <= static_cast<int64_t>(UINT32_MAX)) {
     PermuteKernel<E, uint32_t><<<Blocks(n), kThreads, 0, s>>>(in, out, n, Reverse<uint32_t>(d));
@@ -149,10 +151,32 @@ int LaunchPermute(const void* in, void* out, int64_t n, int elem_bytes, const Pe
     return LaunchCopyRows(out, 0, in, 0, 1, n * elem_bytes, stream);
   }
   const cudaStream_t s = AsStream(stream);
+  // When the input's innermost dim stays innermost (e.g. [b,s,h,d] -> [b,h,s,d]), whole output
+  // rows are contiguous input rows: move them in the widest unit (up to 16 bytes) that the row
+  // size and the pointers allow. Every other input stride is a multiple of the row, so the
+  // permutation is the same one on wider elements.
+  PermuteDims w = d;
+  const int last = d.rank - 1;
+  if (d.in_strides[last] == 1) {
+    const int64_t row_bytes = d.out_sizes[last] * elem_bytes;
+    const uintptr_t addr = reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out);
+    for (int unit : {16, 8, 4}) {
+      if (unit <= elem_bytes) break;
+      if (row_bytes % unit == 0 && addr % unit == 0) {
+        const int64_t f = unit / elem_bytes;
+        w.out_sizes[last] = d.out_sizes[last] / f;
+        for (int k = 0; k < last; ++k) w.in_strides[k] = d.in_strides[k] / f;
+        n /= f;
+        elem_bytes = unit;
+        break;
+      }
+    }
+  }
   switch (elem_bytes) {
-    case 2: PermuteAs<uint16_t>(in, out, n, d, s); break;
-    case 4: PermuteAs<uint32_t>(in, out, n, d, s); break;
-    case 8: PermuteAs<uint64_t>(in, out, n, d, s); break;
+    case 2: PermuteAs<uint16_t>(in, out, n, w, s); break;
+    case 4: PermuteAs<uint32_t>(in, out, n, w, s); break;
+    case 8: PermuteAs<uint64_t>(in, out, n, w, s); break;
+    case 16: PermuteAs<uint4>(in, out, n, w, s); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

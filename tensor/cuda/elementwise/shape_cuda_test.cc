@@ -68,7 +68,9 @@ TEST(ShapeCudaTest, TransposeEveryPairOfDims) {
 TEST(ShapeCudaTest, PermuteEveryPermutation) {
   SKIP_WITHOUT_GPU();
   for (DType t : {DType::kF32, DType::kF64, DType::kBF16}) {
-    for (const Shape& s : std::vector<Shape>{{2, 3, 4, 5}, {3, 1, 7, 2}, {5, 6, 1, 9}}) {
+    // {2,3,2,8}: permutations that keep the last dim move whole rows in 16-byte units.
+    for (const Shape& s :
+         std::vector<Shape>{{2, 3, 4, 5}, {3, 1, 7, 2}, {5, 6, 1, 9}, {2, 3, 2, 8}}) {
       const Tensor x = Iota(s, t);
       const Tensor dx = Dev(x);
       std::vector<int> p(s.size());
@@ -89,6 +91,17 @@ TEST(ShapeCudaTest, PermuteEveryPermutation) {
   const Tensor h = Iota({4, 128, 12, 64}, DType::kBF16);  // [b,s,h,d] -> [b,h,s,d]
   ExpectMatchesCpu(Host(Permute(Dev(h), {0, 2, 1, 3})), Permute(h, {0, 2, 1, 3}), kExact,
                    "permute heads");
+  const Tensor h2 = Iota({2, 3, 4, 2}, DType::kF16);  // rows of 4 bytes: moved as u32
+  ExpectMatchesCpu(Host(Permute(Dev(h2), {2, 0, 1, 3})), Permute(h2, {2, 0, 1, 3}), kExact,
+                   "permute f16 pairs");
+  // A source view that starts one row (4 floats = 16 bytes) or one element in.
+  const Tensor m = Iota({7, 2, 2, 4}, DType::kF32);
+  for (int64_t first : {4, 1}) {
+    const Tensor hv = m.Reshape({112}).SliceRows(first, 48).Reshape({3, 2, 2, 4});
+    const Tensor dv = Dev(m).Reshape({112}).SliceRows(first, 48).Reshape({3, 2, 2, 4});
+    ExpectMatchesCpu(Host(Permute(dv, {2, 0, 1, 3})), Permute(hv, {2, 0, 1, 3}), kExact,
+                     "permute of a view starting at element " + std::to_string(first));
+  }
   const Tensor g = Iota({37, 41, 53}, DType::kF32);
   ExpectMatchesCpu(Host(Permute(Dev(g), {2, 0, 1})), Permute(g, {2, 0, 1}), kExact,
                    "permute 3d gather");

@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#if SHARDMAP_HAS_CUDA
+#include <cuda_runtime.h>
+#endif
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
 #include "tensor/ops/nn.h"
@@ -324,6 +327,52 @@ TEST(NnCudaTest, BadIdsAndTargetsOnGpu) {
   const Tensor x = RandomTensor({3, 4}, DType::kF32, 4);
   ExpectMatches(Softmax(Gpu(x), -1), Softmax(x, -1), "softmax after errors");
 }
+
+#if SHARDMAP_HAS_CUDA
+// While a stream is being captured into a CUDA graph no host sync is allowed, so bad ids and
+// targets are not read back: they give zero rows / zero losses instead of an error (nn_ops.h).
+TEST(NnCudaTest, BadIdsUnderGraphCaptureGiveZerosNotErrors) {
+  REQUIRE_GPU();
+  const cuda::StreamHandle stream = cuda::NewStream(0);
+  cuda::StreamScope scope(0, stream);
+  const cudaStream_t cs = static_cast<cudaStream_t>(stream);
+  const Tensor table = Gpu(RandomTensor({10, 4}, DType::kF32, 1));
+  const Tensor ids = Gpu(Tensor::FromVector<int64_t>({3}, {1, 10, 2}));
+  const Tensor logits = Gpu(RandomTensor({3, 5}, DType::kF32, 2));
+  const Tensor targets = Gpu(Tensor::FromVector<int64_t>({3}, {4, 7, 0}));
+  // Warm the allocator's cache for these sizes, outside the capture.
+  for (int i = 0; i < 2; ++i) {
+    Embedding(table, Gpu(Tensor::FromVector<int64_t>({3}, {1, 1, 2})));
+    CrossEntropy(logits, Gpu(Tensor::FromVector<int64_t>({3}, {4, 1, 0})));
+  }
+  ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
+  Tensor rows, loss;
+  ASSERT_EQ(cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  const absl::Status st = CatchOpError([&] {
+    rows = Embedding(table, ids);
+    loss = CrossEntropy(logits, targets);
+  });
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(cs, &graph), cudaSuccess);
+  ASSERT_TRUE(st.ok()) << st;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, cs), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
+  const std::vector<double> got = rows.To(Device::Cpu()).ToVector<double>();
+  const std::vector<double> t = table.To(Device::Cpu()).ToVector<double>();
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_EQ(got[j], t[4 + j]);       // id 1
+    EXPECT_EQ(got[4 + j], 0.0);        // id 10: out of range, zero row
+    EXPECT_EQ(got[8 + j], t[8 + j]);   // id 2
+  }
+  const Tensor cpu_logits = logits.To(Device::Cpu());
+  const Tensor want = CrossEntropy(cpu_logits, Tensor::FromVector<int64_t>({3}, {4, -100, 0}));
+  ExpectMatches(loss, want, "cross_entropy under capture (bad target 7: loss 0)");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+#endif  // SHARDMAP_HAS_CUDA
 
 TEST(NnCudaTest, MixedDevicesAreAnError) {
   REQUIRE_GPU();

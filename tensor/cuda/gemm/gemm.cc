@@ -40,6 +40,24 @@ const char* EpilogueName(Epilogue e) {
   return "?";
 }
 
+ColumnMajorProblem ToColumnMajor(const GemmCall& g) {
+  ColumnMajorProblem p;
+  // Row-major b: [k,n] (or [n,k] when trans_b) is column-major [n,k] (or [k,n]) with ld = n (k):
+  // already op(b)^T unless trans_b, in which case cuBLAS transposes it.
+  p.a.rows = g.trans_b ? g.k : g.n;
+  p.a.cols = g.trans_b ? g.n : g.k;
+  p.a.trans = g.trans_b;
+  // Row-major a: [m,k] (or [k,m] when trans_a) is column-major [k,m] (or [m,k]).
+  p.b.rows = g.trans_a ? g.m : g.k;
+  p.b.cols = g.trans_a ? g.k : g.m;
+  p.b.trans = g.trans_a;
+  // Row-major C [m,n] is column-major [n,m] with ld = n.
+  p.c.rows = g.n;
+  p.c.cols = g.m;
+  for (ColumnMajorMatrix* x : {&p.a, &p.b, &p.c}) x->ld = x->rows;  // dense
+  return p;
+}
+
 #if SHARDMAP_HAS_CUDA
 namespace {
 
@@ -167,10 +185,10 @@ void SetDescPointers(cublasLtMatmulDesc_t desc, const GemmCall& g) {
   }
 }
 
-cublasLtMatrixLayout_t MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols,
+cublasLtMatrixLayout_t MakeLayout(cudaDataType_t type, const ColumnMajorMatrix& x,
                                   int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t l = nullptr;
-  SM_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&l, type, rows, cols, /*ld=*/rows));
+  SM_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&l, type, x.rows, x.cols, x.ld));
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
     SM_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
@@ -188,8 +206,9 @@ std::unique_ptr<Plan> MakePlan(cublasLtHandle_t handle, const GemmCall& g) {
   const cudaDataType_t scale = f64 ? CUDA_R_64F : CUDA_R_32F;
   SM_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, scale));
   // cuBLAS computes C^T = op(b)^T op(a)^T: its A is our b, its B is our a.
-  const int32_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int32_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const ColumnMajorProblem cm = ToColumnMajor(g);
+  const int32_t op_a = cm.a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int32_t op_b = cm.b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
                                                    sizeof(op_a)));
   SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
@@ -205,9 +224,9 @@ std::unique_ptr<Plan> MakePlan(cublasLtHandle_t handle, const GemmCall& g) {
   SetDescPointers(plan->desc, g);  // the heuristic reads their alignment
 
   const cudaDataType_t ab = CudaType(g.ab_dtype), cd = CudaType(g.cd_dtype);
-  plan->la = MakeLayout(ab, g.trans_b ? g.k : g.n, g.trans_b ? g.n : g.k, g.batch, g.stride_b);
-  plan->lb = MakeLayout(ab, g.trans_a ? g.m : g.k, g.trans_a ? g.k : g.m, g.batch, g.stride_a);
-  plan->lc = MakeLayout(cd, g.n, g.m, g.batch, g.stride_c);
+  plan->la = MakeLayout(ab, cm.a, g.batch, g.stride_b);
+  plan->lb = MakeLayout(ab, cm.b, g.batch, g.stride_a);
+  plan->lc = MakeLayout(cd, cm.c, g.batch, g.stride_c);
 
   cublasLtMatmulPreference_t pref = nullptr;
   SM_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));

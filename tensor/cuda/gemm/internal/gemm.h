@@ -60,6 +60,18 @@ struct GemmCall {
   void* bias_grad = nullptr;   // kDGeluBGrad, kBGradRhs: [n]
 };
 
+// cuBLAS's view of a GemmCall: column-major operands, each stored as rows x cols with leading
+// dimension ld, used transposed when `trans`. cuBLAS's A is our b and its B is our a; C is our C.
+// Pure arithmetic (no CUDA), so the mapping is tested on any machine (gemm_layout_test).
+struct ColumnMajorMatrix {
+  int64_t rows = 0, cols = 0, ld = 0;
+  bool trans = false;
+};
+struct ColumnMajorProblem {
+  ColumnMajorMatrix a, b, c;  // op(a) [c.rows, k] @ op(b) [k, c.cols] = c
+};
+ColumnMajorProblem ToColumnMajor(const GemmCall& g);
+
 // Enqueues the matmul on the current stream of g.device. m, n, k must be >= 1. Returns false,
 // having launched nothing, when cuBLASLt has no algorithm for this epilogue (the caller then
 // composes unfused ops); with Epilogue::kNone that is an OpError instead. Every cuBLASLt failure

@@ -5,7 +5,10 @@ namespace shardmap::cuda::kernels {
 namespace {
 
 constexpr unsigned kFull = 0xffffffffu;
-// Rows up to this long get one warp each; longer ones a whole block.
+// Rows (inner == 1) up to kThreadRowMax long get one thread each (the column kernel: a warp
+// then reads 32 neighbouring rows, one contiguous span); up to kWarpRowMax one warp each; longer
+// ones a whole block.
+constexpr int64_t kThreadRowMax = 16;
 constexpr int64_t kWarpRowMax = 2048;
 
 template <ReduceKind K, typename A>
@@ -59,7 +62,7 @@ __global__ void RowWarpKernel(const In* __restrict__ x, Out* __restrict__ out, i
   const int64_t step = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t r = first; r < rows; r += step) {  // uniform across the warp
     const int64_t o = r / nseg, s = r - o * nseg;
-    const int64_t begin = s * seg_len, end = min(n, begin + seg_len);
+    const int64_t begin = s * seg_len, end = begin + seg_len < n ? begin + seg_len : n;
     const In* p = x + o * n;
     A v = Identity<K, A>();
     for (int64_t k = begin + lane; k < end; k += 32) v = Combine<K>(v, ToAcc(p[k]));
@@ -76,7 +79,7 @@ __global__ void RowBlockKernel(const In* __restrict__ x, Out* __restrict__ out, 
   __shared__ A scratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t o = r / nseg, s = r - o * nseg;
-    const int64_t begin = s * seg_len, end = min(n, begin + seg_len);
+    const int64_t begin = s * seg_len, end = begin + seg_len < n ? begin + seg_len : n;
     const In* p = x + o * n;
     A v = Identity<K, A>();
     for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) {
@@ -87,8 +90,8 @@ __global__ void RowBlockKernel(const In* __restrict__ x, Out* __restrict__ out, 
   }
 }
 
-// inner > 1: a thread per output (o, s, i) folds its segment down the column; neighbouring
-// threads read neighbouring i, so loads coalesce.
+// inner > 1 (or very short rows): a thread per output (o, s, i) folds its segment down the
+// column; neighbouring threads read neighbouring i, so loads coalesce.
 template <ReduceKind K, typename In, typename Out>
 __global__ void ColumnKernel(const In* __restrict__ x, Out* __restrict__ out, int64_t total,
                              int64_t nseg, int64_t n, int64_t inner, int64_t seg_len,
@@ -97,7 +100,7 @@ __global__ void ColumnKernel(const In* __restrict__ x, Out* __restrict__ out, in
   SM_GRID_STRIDE_LOOP(t, total) {
     const int64_t rs = t / inner, i = t - rs * inner;
     const int64_t o = rs / nseg, s = rs - o * nseg;
-    const int64_t begin = s * seg_len, end = min(n, begin + seg_len);
+    const int64_t begin = s * seg_len, end = begin + seg_len < n ? begin + seg_len : n;
     const In* p = x + o * n * inner + i;
     A v = Identity<K, A>();
     for (int64_t k = begin; k < end; ++k) v = Combine<K>(v, ToAcc(p[k * inner]));
@@ -112,7 +115,7 @@ int LaunchKind(const void* xv, void* outv, int64_t outer, int64_t n, int64_t inn
   Out* out = static_cast<Out*>(outv);
   const int64_t nseg = (n + seg_len - 1) / seg_len;
   const Acc<In> sc = static_cast<Acc<In>>(scale);
-  if (inner == 1) {
+  if (inner == 1 && seg_len > kThreadRowMax) {
     const int64_t rows = outer * nseg;
     if (seg_len <= kWarpRowMax) {
       RowWarpKernel<K, In, Out><<<Blocks(rows * 32), kThreads, 0, s>>>(x, out, rows, nseg, n,
@@ -286,7 +289,7 @@ int LaunchArgMax(const void* xv, DType dtype, int64_t* out, int64_t outer, int64
   const cudaStream_t s = AsStream(stream);
   SM_DISPATCH_FLOAT(dtype, T, {
     const T* x = static_cast<const T*>(xv);
-    if (inner > 1) {
+    if (inner > 1 || n <= kThreadRowMax) {
       const int64_t total = outer * inner;
       ArgMaxColumnKernel<T><<<Blocks(total), kThreads, 0, s>>>(x, out, total, n, inner);
     } else if (n <= kWarpRowMax) {

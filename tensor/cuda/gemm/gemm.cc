@@ -330,7 +330,11 @@ bool RunGemm(const GemmCall& g) {
   const cublasStatus_t s =
       cublasLtMatmul(handle, plan->desc, alpha, /*A=*/g.b, plan->la, /*B=*/g.a, plan->lb, beta,
                      g.c, plan->lc, g.c, plan->lc, &plan->algo, workspace, kWorkspaceBytes, stream);
-  if (s == CUBLAS_STATUS_NOT_SUPPORTED && g.epilogue != Epilogue::kNone) {
+  // An epilogue the heuristic offered but cublasLtMatmul rejects is refused like one it never
+  // offered: the caller composes unfused ops (counted in Stats().unsupported). A plain GEMM that
+  // fails is an error.
+  const bool refused = s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE;
+  if (refused && g.epilogue != Epilogue::kNone) {
     plan->supported = false;  // refuse at once from now on
     GetCounters().unsupported.fetch_add(1, std::memory_order_relaxed);
     return false;

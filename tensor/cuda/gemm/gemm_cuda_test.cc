@@ -1,6 +1,7 @@
 // cuBLASLt GEMMs against the CPU: Matmul for every dtype, transpose and batch form, odd and
 // empty sizes; the fused linear epilogues (tensor/ops/linear.h) against their CPU references; the
 // beta = 1 accumulation; the plan cache and the allocation-free steady state. Skips without a GPU.
+#include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
@@ -157,6 +158,30 @@ TEST(GemmCudaTest, GeluBackwardWeightGradAndBiasGradMatchCpu) {
       ExpectMatches(BiasGrad(Gpu(dy)), BiasGrad(dy), what + " BiasGrad");
     }
   }
+}
+
+// The forward epilogues are fused on Hopper for bf16 (cuBLASLt offers BIAS and GELU_AUX_BIAS
+// there): no refusal may be counted. The backward ones (DGELU_BGRAD with a transposed weight,
+// BGRADA) are reported, since a refusal only costs speed (the composed path is exact).
+TEST(GemmCudaTest, EpiloguesAreFused) {
+  SKIP_WITHOUT_GPU();
+  const Tensor x = Gpu(RandomTensor({64, 32}, DType::kBF16, 800, -1, 1));
+  const Tensor w = Gpu(RandomTensor({32, 64}, DType::kBF16, 801, -1, 1));
+  const Tensor b = Gpu(RandomTensor({64}, DType::kBF16, 802, -1, 1));
+  const int64_t u0 = cuda::GetGemmStats().unsupported;
+  Linear(x, w, b, LinearEpilogue::kBias);
+  Linear(x, w, b, LinearEpilogue::kBiasGelu);
+  EXPECT_EQ(cuda::GetGemmStats().unsupported, u0) << "bias / gelu_aux_bias epilogue refused";
+  const LinearResult h = Linear(x, w, b, LinearEpilogue::kBiasGelu);
+  const int64_t u1 = cuda::GetGemmStats().unsupported;
+  const Tensor dy = Gpu(RandomTensor({64, 32}, DType::kBF16, 803, -1, 1));
+  const Tensor w2 = Gpu(RandomTensor({64, 32}, DType::kBF16, 804, -1, 1));
+  LinearGeluBackward(dy, w2, h.pre);
+  const int64_t u2 = cuda::GetGemmStats().unsupported;
+  LinearWeightGrad(x, h.pre);
+  const int64_t u3 = cuda::GetGemmStats().unsupported;
+  std::printf("fused: dgelu_bgrad %s, weight grad + bgrad %s\n", u2 == u1 ? "yes" : "NO (composed)",
+              u3 == u2 ? "yes" : "NO (two GEMMs)");
 }
 
 TEST(GemmCudaTest, MatmulAccumulateIsBetaOne) {

@@ -109,7 +109,8 @@ std::vector<Value> Tape::Backward(const Value& out, const Value& seed,
     } else if (w.node == out.node && out.node >= 0) {
       result.push_back(seed);
     } else {
-      result.push_back(Value(Tensor::Zeros(w.shape(), w.dtype()), Dual(w.type)));
+      result.push_back(
+          Value(Tensor::Zeros(w.shape(), w.dtype(), w.tensor.device()), Dual(w.type)));
     }
   }
   return result;

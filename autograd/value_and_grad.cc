@@ -40,7 +40,7 @@ Value LossSeed(const Value& loss) {
         break;
     }
   }
-  Tensor s = Tensor::Full(loss.shape(), one ? 1.0 : 0.0, loss.dtype());
+  Tensor s = Tensor::Full(loss.shape(), one ? 1.0 : 0.0, loss.dtype(), loss.tensor.device());
   return Value(std::move(s), st);
 }
 
@@ -80,6 +80,7 @@ LocalGrads ShardMapValueAndGrad::CallLocal(const std::vector<Tensor>& local_inpu
            ctx.mesh().ShortString(), " but the shard_map is over ", f_.mesh().ShortString());
   }
   if (f_.out_specs().empty()) OpFail("value_and_grad(shard_map): output 0 must be the loss");
+  f_.CheckLocalDevices(ctx, local_inputs);
   std::vector<Value> in = f_.TypeLocalInputs(local_inputs);
   Tape tape;
   std::vector<Value> watched;
@@ -122,14 +123,13 @@ absl::StatusOr<ShardMapGrads> ShardMapValueAndGrad::operator()(
   std::vector<SpmdType> out_types, grad_types(nin);
   absl::Mutex mu;
   const ShardMapOptions& opts = f_.options();
-  SpmdOptions sopts{opts.check, opts.comm};
   absl::Status s = RunSpmd(
       mesh,
       [&](RankContext& ctx) {
+        // Host block -> the rank's device (options.placement); outputs and gradients come back
+        // to the host on the rank's stream below.
         std::vector<Tensor> mine;
-        for (size_t k = 0; k < nin; ++k) {
-          mine.push_back(ShardOf(inputs[k], mesh, f_.in_specs()[k], ctx.rank()));
-        }
+        for (size_t k = 0; k < nin; ++k) mine.push_back(f_.LocalInput(inputs[k], k, ctx));
         std::vector<Value> in = f_.TypeLocalInputs(mine);
         Tape tape;
         std::vector<Value> watched;
@@ -141,10 +141,10 @@ absl::StatusOr<ShardMapGrads> ShardMapValueAndGrad::operator()(
         }
         f_.CheckOutputs(outs);
         std::vector<Value> grads = tape.Backward(outs[0], LossSeed(outs[0]), watched);
-        for (const Value& v : outs) out_locals[ctx.rank()].push_back(v.tensor);
+        for (const Value& v : outs) out_locals[ctx.rank()].push_back(v.tensor.To(Device::Cpu()));
         for (size_t k = 0; k < nin; ++k) {
-          grad_locals[ctx.rank()].push_back(IsFloating(in[k].dtype()) ? grads[k].tensor
-                                                                      : Tensor());
+          grad_locals[ctx.rank()].push_back(
+              IsFloating(in[k].dtype()) ? grads[k].tensor.To(Device::Cpu()) : Tensor());
         }
         if (ctx.rank() == 0) {
           absl::MutexLock lock(&mu);
@@ -153,7 +153,7 @@ absl::StatusOr<ShardMapGrads> ShardMapValueAndGrad::operator()(
           if (opts.collective_log) *opts.collective_log = ctx.collective_log();
         }
       },
-      sopts);
+      f_.spmd_options());
   if (!s.ok()) return s;
   ShardMapGrads result;
   for (size_t k = 0; k < f_.out_specs().size(); ++k) {

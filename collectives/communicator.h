@@ -95,6 +95,10 @@ class Communicator {
 
   // Where this communicator's buffers live (CPU by default).
   virtual MemorySpace memory_space() const { return MemorySpace{}; }
+  // Whether calls may be recorded into a CUDA graph being captured on memory_space().stream
+  // (they enqueue work and do not wait for it then). False for backends that synchronise with
+  // the host inside every call (in-process).
+  virtual bool SupportsGraphCapture() const { return false; }
 };
 
 }  // namespace shardmap::collectives

@@ -144,6 +144,8 @@ class NcclCommunicator final : public Communicator {
   MemorySpace memory_space() const override {
     return MemorySpace{/*device=*/true, device_, stream_};
   }
+  // Under capture the collective is recorded into the graph and Run does not wait for it.
+  bool SupportsGraphCapture() const override { return true; }
 
   absl::Status AllReduce(const void* send, void* recv, size_t count, DataType dtype,
                          ReduceOp op) override {
@@ -494,7 +496,14 @@ class NcclCommunicator final : public Communicator {
                                           __LINE__);
     if (s.ok()) s = enqueue();
     if (s.ok()) s = WaitComm(deadline, also_wait_for ? *also_wait_for : nullptr);
-    if (s.ok()) s = WaitStream(deadline);
+    // A stream being captured into a CUDA graph only records the collective: nothing to wait
+    // for now (and querying it would invalidate the capture).
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (s.ok() && cudaStreamIsCapturing(stream_, &capture) != cudaSuccess) {
+      cudaGetLastError();
+      capture = cudaStreamCaptureStatusNone;
+    }
+    if (s.ok() && capture == cudaStreamCaptureStatusNone) s = WaitStream(deadline);
     if (s.ok()) return s;
     absl::Status failed(s.code(), absl::StrCat(where, " failed: ", s.message(),
                                                "; the communicator was aborted"));

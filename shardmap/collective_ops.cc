@@ -7,6 +7,7 @@
 #include "shardmap/context.h"
 #include "shardmap/internal/typing.h"
 #include "shardmap/ops.h"
+#include "tensor/cuda/graph.h"
 #include "tensor/error.h"
 #include "tensor/ops/elementwise.h"
 #include "tensor/ops/shape_ops.h"
@@ -49,6 +50,37 @@ void Check(const absl::Status& s, const char* op, AxisMask mask) {
   }
 }
 
+// The memory a communicator works on, as a Device.
+Device CommDevice(const Communicator& comm) {
+  const collectives::MemorySpace m = comm.memory_space();
+  return m.device ? Device::Cuda(m.device_index) : Device::Cpu();
+}
+
+// A collective moves t's memory with comm: both must be on one device (e.g. no CPU tensor into
+// the collective of a GPU rank). Throws OpError naming the op, the tensor and the fix.
+void CheckMemory(const char* op, const Communicator& comm, const Tensor& t, AxisMask mask) {
+  const Device want = CommDevice(comm);
+  if (t.device() == want) {
+    if (t.is_cuda() && !comm.SupportsGraphCapture() && cuda::IsCapturing(t.device().index)) {
+      OpFail(op, ": cannot be captured in a CUDA graph: the communicator ", comm.name(),
+             " synchronises with the host in every call (in-process collectives of virtual "
+             "ranks); capture steps of one-GPU-per-process programs over NCCL "
+             "(RunOnCommunicator), or run this step eagerly");
+    }
+    return;
+  }
+  RankContext* ctx = RankContext::Current();
+  std::string axes = ctx ? ctx->mesh().MaskToString(mask) : "?";
+  std::string where =
+      ctx ? absl::StrCat(" (", RankDescription(ctx->mesh(), ctx->rank()), " runs on ",
+                         ctx->device().ToString(), ")")
+          : std::string();
+  OpFail(op, ": the operand ", t.ShapeString(), " lives on ", t.device().ToString(),
+         " but the communicator of axes ", axes, " works on ", want.ToString(), " memory",
+         where, "; create per-device tensors on ctx.device() (Tensor::Empty(shape, dtype, "
+         "ctx.device())) or move them there with Tensor::To");
+}
+
 const char* KindName(AxisKind k) {
   switch (k) {
     case AxisKind::kR: return "R";
@@ -79,12 +111,13 @@ int NormDim(const char* op, const Value& x, int dim) {
 // Gathers along dim 0 of a contiguous tensor (even or uneven).
 Tensor GatherRows(Communicator& comm, const Tensor& x, const std::vector<int64_t>* sizes,
                   const char* op, AxisMask mask) {
+  CheckMemory(op, comm, x, mask);
   int n = comm.size();
   int64_t row = x.rank() > 0 && x.dim(0) > 0 ? x.numel() / x.dim(0) : 0;
   Shape s = x.shape();
   if (sizes == nullptr) {
     s[0] *= n;
-    Tensor out = Tensor::Empty(s, x.dtype());
+    Tensor out = Tensor::Empty(s, x.dtype(), x.device());
     Check(comm.AllGather(x.raw_data(), out.raw_data(), x.numel(), DT(x.dtype())), op, mask);
     return out;
   }
@@ -95,19 +128,20 @@ Tensor GatherRows(Communicator& comm, const Tensor& x, const std::vector<int64_t
     counts.push_back(static_cast<size_t>(k * row));
   }
   s[0] = total;
-  Tensor out = Tensor::Empty(s, x.dtype());
+  Tensor out = Tensor::Empty(s, x.dtype(), x.device());
   Check(comm.AllGatherV(x.raw_data(), out.raw_data(), counts, DT(x.dtype())), op, mask);
   return out;
 }
 
 Tensor ScatterRows(Communicator& comm, const Tensor& x, const std::vector<int64_t>* sizes,
                    const char* op, AxisMask mask) {
+  CheckMemory(op, comm, x, mask);
   int n = comm.size();
   int64_t row = x.dim(0) > 0 ? x.numel() / x.dim(0) : 0;
   Shape s = x.shape();
   if (sizes == nullptr) {
     s[0] /= n;
-    Tensor out = Tensor::Empty(s, x.dtype());
+    Tensor out = Tensor::Empty(s, x.dtype(), x.device());
     Check(comm.ReduceScatter(x.raw_data(), out.raw_data(), out.numel(), DT(x.dtype()),
                              ReduceOp::kSum),
           op, mask);
@@ -116,7 +150,7 @@ Tensor ScatterRows(Communicator& comm, const Tensor& x, const std::vector<int64_
   std::vector<size_t> counts;
   for (int64_t k : *sizes) counts.push_back(static_cast<size_t>(k * row));
   s[0] = (*sizes)[comm.rank()];
-  Tensor out = Tensor::Empty(s, x.dtype());
+  Tensor out = Tensor::Empty(s, x.dtype(), x.device());
   Check(comm.ReduceScatterV(x.raw_data(), out.raw_data(), counts, DT(x.dtype()), ReduceOp::kSum),
         op, mask);
   return out;
@@ -158,20 +192,22 @@ Value ScatterImpl(const Value& x, int dim, const Axes& axes, const std::vector<i
 
 // Elementwise "is x the extreme at this device": the device index holding the max/min (lowest
 // index on ties), via one all_reduce(min) over candidates.
-Tensor WinnerMask(Communicator& comm, const Tensor& x, const Tensor& y, AxisMask mask) {
-  if (x.dtype() != DType::kF32 && x.dtype() != DType::kF64) {
-    OpFail("all_reduce(max/min) backward: only f32/f64 are supported, got ", x.ShapeString());
+Tensor WinnerMask(Communicator& comm, const Tensor& x_any, const Tensor& y_any, AxisMask mask) {
+  if (x_any.dtype() != DType::kF32 && x_any.dtype() != DType::kF64) {
+    OpFail("all_reduce(max/min) backward: only f32/f64 are supported, got ", x_any.ShapeString());
   }
+  const Tensor x = x_any.To(Device::Cpu()), y = y_any.To(Device::Cpu());
   int64_t n = x.numel();
   std::vector<double> cand(n);
   for (int64_t i = 0; i < n; ++i) cand[i] = x.at(i) == y.at(i) ? comm.rank() : comm.size();
-  Check(comm.AllReduce(cand.data(), cand.data(), n, collectives::DataType::kF64, ReduceOp::kMin),
+  Check(AllReduceHost(comm, cand.data(), cand.data(), n, collectives::DataType::kF64,
+                      ReduceOp::kMin),
         "all_reduce(max/min) backward", mask);
   RankContext::Get("all_reduce").LogCollective("all_reduce", mask, n * 8);
   std::vector<double> m(n);
   for (int64_t i = 0; i < n; ++i) m[i] = cand[i] == comm.rank() ? 1.0 : 0.0;
   Tensor t = Tensor::FromVector<double>(x.shape(), m);
-  return x.dtype() == DType::kF64 ? t : Cast(t, x.dtype());
+  return (x.dtype() == DType::kF64 ? t : Cast(t, x.dtype())).To(x_any.device());
 }
 
 }  // namespace
@@ -208,7 +244,8 @@ Value all_reduce(const Value& x, const Axes& axes, To to, ReduceKind op) {
   }
   ForAxes(mask, na, [&](int i) { t[i] = to == To::kR ? AxisType::R() : AxisType::I(); });
   Communicator& comm = ctx.Comm(mask);
-  Tensor out = Tensor::Empty(x.shape(), x.dtype());
+  CheckMemory("all_reduce", comm, x.tensor, mask);
+  Tensor out = Tensor::Empty(x.shape(), x.dtype(), x.tensor.device());
   ReduceOp rop = op == ReduceKind::kSum   ? ReduceOp::kSum
                  : op == ReduceKind::kMean ? ReduceOp::kAvg
                  : op == ReduceKind::kMax  ? ReduceOp::kMax
@@ -432,7 +469,8 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
   std::vector<Tensor> packed;
   for (Tensor& c : chunks) packed.push_back(c.Reshape(packed_shape));
   Tensor send = Concat(packed, 0);
-  Tensor recv = Tensor::Empty(send.shape(), x.dtype());
+  CheckMemory("all_to_all", comm, send, mask);
+  Tensor recv = Tensor::Empty(send.shape(), x.dtype(), send.device());
   Check(comm.AllToAll(send.raw_data(), recv.raw_data(), chunks[0].numel(), DT(x.dtype())),
         "all_to_all", mask);
   ctx.LogCollective("all_to_all", mask, static_cast<int64_t>(x.tensor.nbytes()));
@@ -497,7 +535,8 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
   Tensor send = Concat(flat, 0);
   int64_t total_recv = 0;
   for (size_t c : recv_counts) total_recv += static_cast<int64_t>(c);
-  Tensor recv = Tensor::Empty({total_recv}, x.dtype());
+  CheckMemory("all_to_all", comm, send, mask);
+  Tensor recv = Tensor::Empty({total_recv}, x.dtype(), send.device());
   Check(comm.AllToAllV(send.raw_data(), send_counts, recv.raw_data(), recv_counts, DT(x.dtype())),
         "all_to_all", mask);
   ctx.LogCollective("all_to_all", mask, static_cast<int64_t>(x.tensor.nbytes()));
@@ -548,7 +587,8 @@ Value ppermute(const Value& x, const Axes& axes, std::vector<std::pair<int, int>
     }
     src[s] = dst[d] = true;
   }
-  Tensor out = Tensor::Empty(x.shape(), x.dtype());
+  CheckMemory("ppermute", comm, x.tensor, mask);
+  Tensor out = Tensor::Empty(x.shape(), x.dtype(), x.tensor.device());
   Check(comm.Ppermute(x.tensor.raw_data(), out.raw_data(), x.numel(), DT(x.dtype()), pairs),
         "ppermute", mask);
   ctx.LogCollective("ppermute", mask, static_cast<int64_t>(x.tensor.nbytes()));
@@ -575,7 +615,7 @@ namespace {
 // Keeps x on group index `root` of mask, zeros elsewhere.
 Tensor KeepOnRoot(RankContext& ctx, const Tensor& x, AxisMask mask, int root) {
   if (ctx.mesh().GroupIndex(ctx.rank(), mask) == root) return x;
-  return Tensor::Zeros(x.shape(), x.dtype());
+  return Tensor::Zeros(x.shape(), x.dtype(), x.device());
 }
 
 }  // namespace
@@ -601,6 +641,7 @@ Value broadcast(const Value& x, const Axes& axes, int root) {
   if (root < 0 || root >= comm.size()) {
     OpFail("broadcast: root ", root, " out of range for ", comm.size(), " devices");
   }
+  CheckMemory("broadcast", comm, x.tensor, mask);
   Tensor out = x.tensor.Clone();
   Check(comm.Broadcast(out.raw_data(), out.numel(), DT(x.dtype()), root), "broadcast", mask);
   ctx.LogCollective("broadcast", mask, static_cast<int64_t>(x.tensor.nbytes()));
@@ -736,7 +777,8 @@ Value axis_index_value(const Axes& axes, DType dtype) {
   RankContext& ctx = RankContext::Get("axis_index");
   SpmdType t(ctx.mesh().num_axes());
   ForAxes(mask, ctx.mesh().num_axes(), [&](int i) { t[i] = AxisType::V(); });
-  return Value(Tensor::Scalar(ctx.mesh().GroupIndex(ctx.rank(), mask), dtype), t);
+  return Value(Tensor::Scalar(ctx.mesh().GroupIndex(ctx.rank(), mask), dtype).To(ctx.device()),
+               t);
 }
 
 }  // namespace shardmap

@@ -16,6 +16,25 @@
 //
 // Axis sets are used in the same order on every rank in SPMD code, so creating the communicator
 // of an axis set lazily (a collective Split over the world) is safe.
+//
+// GPU ranks (DevicePlacement): each rank runs on a device; per-device code creates its tensors
+// there (Tensor::Empty(shape, dtype, ctx.device())) and collectives move device memory:
+//
+//   SpmdOptions o;
+//   o.placement = DevicePlacement::SharedGpu();    // 4 virtual ranks on GPU 0, a stream each
+//   // o.placement = DevicePlacement::GpuPerRank(); // rank r on GPU r (needs >= 4 GPUs)
+//   RunSpmd(*Mesh::Create({{"tp", 4}}), [&](RankContext& ctx) {
+//     Tensor x = Tensor::Ones({8}, DType::kF32, ctx.device());   // on cuda:0, this rank's stream
+//     ...
+//   }, o);
+//
+// Each GPU rank thread is bound (cuda::StreamScope) to its device and a stream of its own for
+// the body, and the in-process communicator works on device memory ordered on that stream.
+// Streams come from a process-wide pool (one per (device, rank slot)), so repeated RunSpmd calls
+// reuse them and the caching allocator's per-stream blocks. Before a GPU rank's thread returns
+// its stream is synchronised, so the tensors it produced may be read from any thread.
+// RunOnCommunicator over an NCCL communicator binds the thread to the communicator's device and
+// stream the same way (one GPU per process).
 #ifndef SHARDMAP_SHARDMAP_CONTEXT_H_
 #define SHARDMAP_SHARDMAP_CONTEXT_H_
 
@@ -28,9 +47,41 @@
 #include "absl/status/status.h"
 #include "collectives/communicator.h"
 #include "collectives/in_process.h"
+#include "absl/status/statusor.h"
 #include "shardmap/mesh.h"
+#include "tensor/tensor.h"
 
 namespace shardmap {
+
+// Where the ranks of an in-process SPMD run live.
+//   Cpu()         every rank on the host (the default; CPU kernels, host-memory collectives).
+//   GpuPerRank()  rank r on GPU r; an error when there are fewer GPUs than ranks.
+//   SharedGpu(g)  every rank on GPU g, each with its own stream (virtual ranks: kernels of the
+//                 ranks overlap; collectives are in-process copies/reductions on device memory).
+//   Custom(fn)    rank r on fn(r) (GPUs only, or CPU for every rank).
+struct DevicePlacement {
+  enum class Kind : uint8_t { kCpu, kGpuPerRank, kSharedGpu, kCustom };
+  Kind kind = Kind::kCpu;
+  int shared_gpu = 0;                     // kSharedGpu
+  std::function<Device(int rank)> custom;  // kCustom
+
+  static DevicePlacement Cpu() { return DevicePlacement{}; }
+  static DevicePlacement GpuPerRank() { return DevicePlacement{Kind::kGpuPerRank, 0, nullptr}; }
+  static DevicePlacement SharedGpu(int gpu = 0) {
+    return DevicePlacement{Kind::kSharedGpu, gpu, nullptr};
+  }
+  static DevicePlacement Custom(std::function<Device(int rank)> fn) {
+    return DevicePlacement{Kind::kCustom, 0, std::move(fn)};
+  }
+  bool is_cpu() const { return kind == Kind::kCpu; }
+  std::string ToString() const;  // "cpu", "gpu-per-rank", "shared-gpu(0)", "custom"
+};
+
+// The device of each of world_size ranks. FailedPrecondition when a GPU placement is asked for
+// without a usable GPU or with fewer GPUs than it needs (the message names both counts and the
+// alternative); InvalidArgument for a custom placement that mixes CPU and GPU ranks.
+absl::StatusOr<std::vector<Device>> ResolvePlacement(const DevicePlacement& placement,
+                                                     int world_size);
 
 // kOn: every op evaluates its type rule and fails on a violation (the default).
 // kErased: no rule is evaluated; values carry a cheap kind-only summary (no S(d), no checks) that
@@ -48,11 +99,16 @@ struct CollectiveRecord {
 struct SpmdOptions {
   TypeCheck check = TypeCheck::kOn;
   collectives::InProcessOptions comm;
+  // Where the ranks run. A GPU placement sets comm.memory_space (device, index, the rank's
+  // stream); leave comm.memory_space unset then. With the default (CPU) placement, a
+  // comm.memory_space that puts ranks on GPUs places them there too.
+  DevicePlacement placement;
 };
 
 class RankContext {
  public:
-  RankContext(Mesh mesh, int rank, collectives::Communicator* world, TypeCheck check);
+  RankContext(Mesh mesh, int rank, collectives::Communicator* world, TypeCheck check,
+              Device device = Device::Cpu());
   ~RankContext();
   RankContext(const RankContext&) = delete;
   RankContext& operator=(const RankContext&) = delete;
@@ -65,6 +121,8 @@ class RankContext {
   const Mesh& mesh() const { return mesh_; }
   int rank() const { return rank_; }
   int coord(int axis) const { return coords_[axis]; }
+  // The device this rank runs on (its tensors live there; collectives move its memory).
+  Device device() const { return device_; }
   bool checked() const { return check_ == TypeCheck::kOn; }
   TypeCheck check() const { return check_; }
   void set_check(TypeCheck c) { check_ = c; }
@@ -94,6 +152,7 @@ class RankContext {
   std::vector<int> coords_;
   collectives::Communicator* world_;
   TypeCheck check_;
+  Device device_;
   bool in_backward_ = false;
   std::vector<std::unique_ptr<collectives::Communicator>> comms_;  // indexed by mask
   std::vector<CollectiveRecord> log_;
@@ -134,10 +193,27 @@ absl::Status RunSpmd(const Mesh& mesh, const std::function<void(RankContext&)>& 
                      const SpmdOptions& options = {});
 
 // Runs body with a RankContext over an existing communicator (the local view in a multi-process
-// program: comm is this process's world, comm.size() == mesh.size()).
+// program: comm is this process's world, comm.size() == mesh.size()). When the communicator
+// works on device memory (NCCL), the rank runs on that GPU: the thread is bound to the
+// communicator's device and stream for the body (so kernels and collectives are ordered on one
+// stream), ctx.device() is that GPU, and the stream is synchronised before returning.
 absl::Status RunOnCommunicator(collectives::Communicator& comm, const Mesh& mesh,
                                const std::function<void(RankContext&)>& body,
                                TypeCheck check = TypeCheck::kOn);
+
+// The memory space of each rank of an in-process run under `options` (placement or
+// comm.memory_space), with streams from the process-wide pool filled in; FailedPrecondition or
+// InvalidArgument as ResolvePlacement, or when both disagree. Public for tests and tools.
+absl::StatusOr<std::vector<collectives::MemorySpace>> RankMemorySpaces(const SpmdOptions& options,
+                                                                       int world_size);
+
+// Collectives on host buffers (shape records, hashes, small masks) over any communicator: when
+// comm works on device memory, the buffers are staged through device memory on this thread's
+// current stream of that device (the rank's stream inside RunSpmd / RunOnCommunicator).
+absl::Status AllGatherHost(collectives::Communicator& comm, const void* send, void* recv,
+                           size_t send_count, collectives::DataType dtype);
+absl::Status AllReduceHost(collectives::Communicator& comm, const void* send, void* recv,
+                           size_t count, collectives::DataType dtype, collectives::ReduceOp op);
 
 // "rank 5 (dp=1,tp=2)"
 std::string RankDescription(const Mesh& mesh, int rank);

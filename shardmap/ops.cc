@@ -30,7 +30,12 @@ Value Value::Invariant(Tensor t) {
   return Value(std::move(t), SpmdType(ctx.mesh().num_axes(), AxisType::I()));
 }
 
-Value Value::Scalar(double v, DType dtype) { return Replicated(Tensor::Scalar(v, dtype)); }
+Value Value::Scalar(double v, DType dtype) {
+  // On the running rank's device (a GPU rank's constants live on its GPU).
+  RankContext* ctx = RankContext::Current();
+  Tensor t = Tensor::Scalar(v, dtype);
+  return Replicated(ctx != nullptr && ctx->device().is_cuda() ? t.To(ctx->device()) : t);
+}
 
 std::string Value::ToString() const {
   std::string s = tensor.defined() ? tensor.ShapeString() : "undefined";
@@ -663,7 +668,7 @@ Value sum_to_shape(const Value& dy, absl::Span<const int64_t> shape) {
 
 Value broadcast_to(const Value& x, absl::Span<const int64_t> shape) {
   if (x.shape() == Shape(shape.begin(), shape.end())) return Detached(x);
-  Tensor z = Tensor::Zeros(shape, x.dtype());
+  Tensor z = Tensor::Zeros(shape, x.dtype(), x.tensor.device());
   Tensor t = Add(z, x.tensor);
   SpmdType ty = x.type;
   int off = static_cast<int>(shape.size()) - x.rank();
@@ -789,7 +794,7 @@ Value slice(const Value& x, int dim, int64_t start, int64_t length) {
     Shape xs = x.shape();
     SpmdType xt = x.type;
     RecordOp("slice", {&x}, out, [xs, xt, dim, start](const Value& g, uint32_t, Value* d) {
-      Tensor z = Tensor::Zeros(xs, g.dtype());
+      Tensor z = Tensor::Zeros(xs, g.dtype(), g.tensor.device());
       SliceAssign(z, dim, start, g.tensor);
       SpmdType gt = g.type;
       for (int i = 0; i < gt.num_axes(); ++i) {

@@ -35,6 +35,13 @@ absl::Status ShardMap::ValidateGlobal(const std::vector<Tensor>& inputs) const {
     if (!inputs[k].defined()) {
       return absl::InvalidArgumentError(absl::StrCat("shard_map ", InputName(k), " is undefined"));
     }
+    if (inputs[k].is_cuda()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard_map (global view) ", InputName(k), " ", inputs[k].ShapeString(), " lives on ",
+          inputs[k].device().ToString(), "; the global view takes whole host tensors (each rank "
+          "copies its block to its own device, see options.placement): pass ",
+          "t.To(Device::Cpu()), or call the local view with shards on the ranks' devices"));
+    }
     if (!in_specs_[k].unreduced().empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "in_spec ", in_specs_[k].ToString(), " of ", InputName(k),
@@ -93,12 +100,29 @@ void ShardMap::CheckOutputs(const std::vector<Value>& outputs) const {
   if (options_.check_replication) CheckReplicationAtRuntime(outputs, "shard_map output");
 }
 
+Tensor ShardMap::LocalInput(const Tensor& global, size_t k, const RankContext& ctx) const {
+  return ShardOf(global, mesh_, in_specs_[k], ctx.rank()).To(ctx.device());
+}
+
+void ShardMap::CheckLocalDevices(const RankContext& ctx,
+                                 const std::vector<Tensor>& local_inputs) const {
+  for (size_t k = 0; k < local_inputs.size(); ++k) {
+    const Tensor& t = local_inputs[k];
+    if (!t.defined() || t.device() == ctx.device()) continue;
+    OpFail("shard_map (local view): ", InputName(k), " ", t.ShapeString(), " lives on ",
+           t.device().ToString(), " but ", RankDescription(mesh_, ctx.rank()), " runs on ",
+           ctx.device().ToString(), "; move the shard with t.To(ctx.device()) (or create it "
+           "there) before calling");
+  }
+}
+
 std::vector<Value> ShardMap::CallLocal(const std::vector<Tensor>& local_inputs) const {
   RankContext& ctx = RankContext::Get("shard_map (local view)");
   if (!(ctx.mesh() == mesh_)) {
     OpFail("shard_map (local view): the running program's mesh is ", ctx.mesh().ShortString(),
            " but this shard_map is over ", mesh_.ShortString());
   }
+  CheckLocalDevices(ctx, local_inputs);
   std::vector<Value> typed = TypeLocalInputs(local_inputs);
   if (ctx.checked()) CheckSameLocalShapes(ctx, local_inputs);
   std::vector<Value> outs = fn_(typed);
@@ -124,8 +148,8 @@ void ShardMap::CheckSameLocalShapes(RankContext& ctx,
   }
   const int n = ctx.world().size();
   std::vector<int64_t> all(count * n);
-  absl::Status s = ctx.world().AllGather(mine.data(), all.data(), count,
-                                         collectives::DataType::kI64);
+  absl::Status s = AllGatherHost(ctx.world(), mine.data(), all.data(), count,
+                                 collectives::DataType::kI64);
   if (!s.ok()) throw OpError(s);
   auto shape_of = [&](int r, size_t k) {
     const int64_t* rec = &all[r * count + k * kRecord];
@@ -152,24 +176,22 @@ absl::StatusOr<std::vector<Tensor>> ShardMap::operator()(const std::vector<Tenso
   std::vector<std::vector<Tensor>> locals(n);
   std::vector<SpmdType> types;
   absl::Mutex mu;
-  SpmdOptions sopts{options_.check, options_.comm};
   absl::Status s = RunSpmd(
       mesh_,
       [&](RankContext& ctx) {
         std::vector<Tensor> mine;
-        for (size_t k = 0; k < inputs.size(); ++k) {
-          mine.push_back(ShardOf(inputs[k], mesh_, in_specs_[k], ctx.rank()));
-        }
+        for (size_t k = 0; k < inputs.size(); ++k) mine.push_back(LocalInput(inputs[k], k, ctx));
         std::vector<Value> outs = fn_(TypeLocalInputs(mine));
         CheckOutputs(outs);
-        for (const Value& v : outs) locals[ctx.rank()].push_back(v.tensor);
+        // Back to the host on the rank's own stream (ordered after the work that made them).
+        for (const Value& v : outs) locals[ctx.rank()].push_back(v.tensor.To(Device::Cpu()));
         if (ctx.rank() == 0) {
           absl::MutexLock lock(&mu);
           for (const Value& v : outs) types.push_back(v.type);
           if (options_.collective_log) *options_.collective_log = ctx.collective_log();
         }
       },
-      sopts);
+      spmd_options());
   if (!s.ok()) return s;
   std::vector<Tensor> result;
   for (size_t k = 0; k < out_specs_.size(); ++k) {

@@ -41,6 +41,20 @@
 //
 // Errors inside fn (type errors, shape errors, collective failures) come back from the global
 // call as a Status naming the rank; the failing rank poisons the world so others never hang.
+//
+// GPU ranks: options.placement (context.h) runs the ranks on GPUs. The global view keeps its
+// host API: whole CPU tensors in, whole CPU tensors out. Each rank thread splits its block on
+// the host and copies it to its device; fn runs there (kernels on the rank's stream,
+// collectives on device memory); outputs (and, in value_and_grad, gradients) are copied back to
+// the host by the rank thread before they are assembled:
+//
+//   ShardMapOptions o;
+//   o.placement = DevicePlacement::SharedGpu();     // tp=3 virtual ranks on GPU 0
+//   ShardMap f = shard_map(mlp, mesh, in_specs, out_specs, o);
+//   absl::StatusOr<std::vector<Tensor>> out = f({x, w1, w2});   // CPU tensors, as before
+//
+// The local view takes shards that already live on the rank's device (ctx.device()); a shard
+// on another device is an error naming both.
 #ifndef SHARDMAP_SHARDMAP_SHARD_MAP_H_
 #define SHARDMAP_SHARDMAP_SHARD_MAP_H_
 
@@ -71,6 +85,8 @@ struct ShardMapOptions {
   // After fn, verify at runtime that outputs typed R/I are identical across their axes.
   bool check_replication = false;
   collectives::InProcessOptions comm;
+  // Where the ranks of the global view run (CPU by default); see the header comment.
+  DevicePlacement placement;
   // When set, receives rank 0's log of collectives (forward and backward) of the last call.
   std::vector<CollectiveRecord>* collective_log = nullptr;
 };
@@ -85,6 +101,15 @@ class ShardMap {
 
   // Local view (per-device code; throws OpError): this rank's shards in, typed outputs out.
   std::vector<Value> CallLocal(const std::vector<Tensor>& local_inputs) const;
+
+  // The options RunSpmd gets for the global view (check, comm, placement).
+  SpmdOptions spmd_options() const {
+    return SpmdOptions{options_.check, options_.comm, options_.placement};
+  }
+  // This rank's shard of global input k (a host tensor), on the rank's device.
+  Tensor LocalInput(const Tensor& global, size_t k, const RankContext& ctx) const;
+  // Local view: throws OpError when a shard is not on the rank's device.
+  void CheckLocalDevices(const RankContext& ctx, const std::vector<Tensor>& local_inputs) const;
 
   // Validates the global inputs against the in_specs and the out_specs' axes.
   absl::Status ValidateGlobal(const std::vector<Tensor>& inputs) const;

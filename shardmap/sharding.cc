@@ -89,9 +89,49 @@ void AddBlockAny(Tensor& whole, const Tensor& part, const std::vector<int64_t>& 
 }  // namespace
 
 absl::StatusOr<Tensor> Assemble(const Mesh& mesh, const PartitionSpec& spec,
-                                absl::Span<const Tensor> locals, const SpmdType& type) {
-  if (static_cast<int>(locals.size()) != mesh.size()) {
+                                absl::Span<const Tensor> device_locals, const SpmdType& type) {
+  if (static_cast<int>(device_locals.size()) != mesh.size()) {
     return absl::InternalError("Assemble: one local tensor per rank expected");
+  }
+  // Device locals come to the host first (their streams finished: RunSpmd waits for them).
+  std::vector<Tensor> host_locals;
+  bool any_device = false;
+  for (const Tensor& t : device_locals) any_device = any_device || t.is_cuda();
+  if (any_device) {
+    absl::Status moved = CatchOpError([&] {
+      for (const Tensor& t : device_locals) host_locals.push_back(t.To(Device::Cpu()));
+    });
+    if (!moved.ok()) return moved;
+  }
+  absl::Span<const Tensor> locals =
+      any_device ? absl::Span<const Tensor>(host_locals) : device_locals;
+  // 16-bit partial sums (gradients of replicated bf16/f16 inputs): summed in f32, then rounded.
+  const DType dtype = locals.empty() ? DType::kF32 : locals[0].dtype();
+  if (dtype == DType::kBF16 || dtype == DType::kF16) {
+    bool any_sum = false;
+    AxisMask sharded = spec.ShardedMask(mesh);
+    for (int i = 0; i < mesh.num_axes(); ++i) {
+      if (!(sharded & (1u << i)) && type[i].kind == AxisKind::kP) any_sum = true;
+    }
+    if (any_sum) {
+      std::vector<Tensor> wide;
+      absl::Status cast = CatchOpError([&] {
+        for (const Tensor& t : locals) {
+          if (t.dtype() != dtype) {
+            OpFail("Assemble: ranks returned different dtypes: ", t.ShapeString(), " and ",
+                   locals[0].ShapeString());
+          }
+          wide.push_back(Cast(t, DType::kF32));
+        }
+      });
+      if (!cast.ok()) return cast;
+      absl::StatusOr<Tensor> sum = Assemble(mesh, spec, wide, type);
+      if (!sum.ok()) return sum;
+      Tensor narrow;
+      absl::Status back = CatchOpError([&] { narrow = Cast(*sum, dtype); });
+      if (!back.ok()) return back;
+      return narrow;
+    }
   }
   AxisMask sharded = spec.ShardedMask(mesh);
   Shape gshape = spec.GlobalShape(mesh, locals[0].shape());
@@ -197,7 +237,8 @@ void CheckOutputType(const Value& out, const Mesh& mesh, const PartitionSpec& sp
 
 namespace {
 
-uint64_t HashBytes(const Tensor& t) {
+uint64_t HashBytes(const Tensor& device_tensor) {
+  const Tensor t = device_tensor.To(Device::Cpu());
   uint64_t h = 1469598103934665603ull;
   const unsigned char* p = static_cast<const unsigned char*>(t.raw_data());
   for (size_t i = 0; i < t.nbytes(); ++i) {
@@ -219,8 +260,8 @@ void CheckReplicationAtRuntime(absl::Span<const Value> values, const std::string
   }
   std::vector<int64_t> all(values.size() * n);
   if (!values.empty()) {
-    absl::Status s = ctx.world().AllGather(mine.data(), all.data(), values.size(),
-                                           collectives::DataType::kI64);
+    absl::Status s = AllGatherHost(ctx.world(), mine.data(), all.data(), values.size(),
+                                   collectives::DataType::kI64);
     if (!s.ok()) throw OpError(s);
   }
   for (size_t k = 0; k < values.size(); ++k) {

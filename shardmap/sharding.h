@@ -26,6 +26,8 @@ Tensor ShardOf(const Tensor& global, const Mesh& mesh, const PartitionSpec& spec
 // The global tensor from every rank's local tensor (indexed by rank), given the spec and the
 // (common) type of the locals: axes named in the spec place blocks; P axes (unreduced outputs,
 // gradients of replicated inputs) are summed; R/I axes are taken from index 0 of the axis.
+// The result is a host tensor: device locals are copied to the host first (their producing
+// streams must have finished, as they have after RunSpmd); bf16/f16 sums are done in f32.
 absl::StatusOr<Tensor> Assemble(const Mesh& mesh, const PartitionSpec& spec,
                                 absl::Span<const Tensor> locals, const SpmdType& type);
 

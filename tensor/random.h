@@ -7,7 +7,7 @@
 //   // Rank r of 4 builds its column shard directly:
 //   Tensor shard = RandomNormalSlice({1024, 4096}, {0, 1024 * r}, {1024, 1024}, 7);
 //   // shard equals Slice(w, 1, 1024 * r, 1024).
-//   // The same values generated directly on GPU 0 (a Philox kernel; no host copy):
+//   // Generated directly on GPU 0 by a Philox kernel (no host copy), the same values:
 //   Tensor wd = RandomNormal({1024, 4096}, 7, 0.0, 1.0, DType::kF32, Device::Cuda(0));
 //
 // On a GPU, uniform values and ints are bitwise equal to the CPU's; normals use the device's

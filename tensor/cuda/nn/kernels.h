@@ -9,6 +9,9 @@
 //
 // Layout: every kernel works on contiguous row-major data. Row kernels give one warp to a row of
 // up to 1024 elements and one block (512 or 1024 threads) to longer rows; reductions are in A.
+// Rows are read twice (three times for LayerNorm): the re-reads come from L1/L2, not registers.
+// Softmax over a dim other than the last gives each thread one lane (strided, coalesced across
+// threads): fast when outer * inner is large, slow for few long lanes.
 //
 // Bad indices: `bad` (nullable) is a device uint64 the caller sets to ~0 beforehand; a kernel
 // that meets an out-of-range id or target atomically lowers it to that flat position and treats

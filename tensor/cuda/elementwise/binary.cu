@@ -150,35 +150,15 @@ void Row(const T* a, const T* b, T* out, int64_t n, int64_t inner, cudaStream_t 
 template <typename T, typename F>
 void Run(const T* a, const T* b, T* out, int64_t n, const BroadcastDims* dims, cudaStream_t s,
          F f) {
-  if (dims == nullptr || dims->rank == 0 ||
-      (dims->rank == 1 && dims->a_strides[0] == 1 && dims->b_strides[0] == 1)) {
-    Same(a, b, out, n, s, f);
-    return;
+  switch (ClassifyBroadcast(dims)) {
+    case BinaryPath::kSame: Same(a, b, out, n, s, f); return;
+    case BinaryPath::kScalarA: Scalar<T, true>(a, b, out, n, s, f); return;
+    case BinaryPath::kScalarB: Scalar<T, false>(a, b, out, n, s, f); return;
+    case BinaryPath::kRowA: Row<T, true>(a, b, out, n, dims->sizes[1], s, f); return;
+    case BinaryPath::kRowB: Row<T, false>(a, b, out, n, dims->sizes[1], s, f); return;
+    case BinaryPath::kGeneral: break;
   }
   const BroadcastDims& d = *dims;
-  if (d.rank == 1) {  // one side is a scalar (stride 0)
-    if (d.b_strides[0] == 0 && d.a_strides[0] == 1) {
-      Scalar<T, false>(a, b, out, n, s, f);
-      return;
-    }
-    if (d.a_strides[0] == 0 && d.b_strides[0] == 1) {
-      Scalar<T, true>(a, b, out, n, s, f);
-      return;
-    }
-  }
-  if (d.rank == 2) {
-    const int64_t inner = d.sizes[1];
-    if (d.a_strides[0] == inner && d.a_strides[1] == 1 && d.b_strides[0] == 0 &&
-        d.b_strides[1] == 1) {
-      Row<T, false>(a, b, out, n, inner, s, f);
-      return;
-    }
-    if (d.b_strides[0] == inner && d.b_strides[1] == 1 && d.a_strides[0] == 0 &&
-        d.a_strides[1] == 1) {
-      Row<T, true>(a, b, out, n, inner, s, f);
-      return;
-    }
-  }
   if (n <= static_cast<int64_t>(UINT32_MAX)) {
     BinaryBroadcastKernel<T, uint32_t><<<Blocks(n), kThreads, 0, s>>>(a, b, out, n,
                                                                       Reverse<uint32_t>(d), f);

@@ -94,6 +94,38 @@ inline bool CollapseBroadcast(const int64_t* out, int out_rank, const int64_t* a
   return true;
 }
 
+// Which kernel a (collapsed) broadcast takes. Header-only so host tests can check the choice.
+enum class BinaryPath {
+  kSame,     // a[i], b[i]        (equal shapes, or equal once size-1 dims are dropped)
+  kScalarA,  // a[0], b[i]
+  kScalarB,  // a[i], b[0]
+  kRowA,     // a[i % inner], b[i] (a is one row [inner] broadcast over the rows of b)
+  kRowB,     // a[i], b[i % inner]
+  kGeneral,  // per-element index math over dims
+};
+
+inline BinaryPath ClassifyBroadcast(const BroadcastDims* dims) {
+  if (dims == nullptr || dims->rank == 0) return BinaryPath::kSame;
+  const BroadcastDims& d = *dims;
+  if (d.rank == 1) {
+    if (d.a_strides[0] == 1 && d.b_strides[0] == 1) return BinaryPath::kSame;
+    if (d.a_strides[0] == 0 && d.b_strides[0] == 1) return BinaryPath::kScalarA;
+    if (d.a_strides[0] == 1 && d.b_strides[0] == 0) return BinaryPath::kScalarB;
+  }
+  if (d.rank == 2) {
+    const int64_t inner = d.sizes[1];
+    if (d.a_strides[0] == inner && d.a_strides[1] == 1 && d.b_strides[0] == 0 &&
+        d.b_strides[1] == 1) {
+      return BinaryPath::kRowB;
+    }
+    if (d.b_strides[0] == inner && d.b_strides[1] == 1 && d.a_strides[0] == 0 &&
+        d.a_strides[1] == 1) {
+      return BinaryPath::kRowA;
+    }
+  }
+  return BinaryPath::kGeneral;
+}
+
 // out[i] = op(a[.], b[.]) for the n elements of the output. dims == nullptr: a, b and out all
 // have n elements. Otherwise the general broadcast described by *dims (n = product of sizes);
 // a broadcast whose collapsed form is a single dim (one operand a scalar, the other contiguous)

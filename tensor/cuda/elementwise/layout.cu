@@ -98,15 +98,9 @@ template <typename E>
 void PermuteAs(const void* in_v, void* out_v, int64_t n, const PermuteDims& d, cudaStream_t s) {
   const E* in = static_cast<const E*>(in_v);
   E* out = static_cast<E*>(out_v);
-  int64_t B = 0, R = 0, C = 0;
-  if (d.rank == 2 && d.in_strides[0] == 1 && d.in_strides[1] == d.out_sizes[0]) {
-    B = 1, R = d.out_sizes[1], C = d.out_sizes[0];  // in [R, C] -> out [C, R]
-  } else if (d.rank == 3 && d.in_strides[1] == 1 && d.in_strides[2] == d.out_sizes[1] &&
-             d.in_strides[0] == d.out_sizes[1] * d.out_sizes[2]) {
-    B = d.out_sizes[0], R = d.out_sizes[2], C = d.out_sizes[1];  // in [B, R, C] -> [B, C, R]
-  }
   if constexpr (sizeof(E) <= 8) {  // wider units only come from row moves, never transposes
-    if (B > 0) {
+    int64_t B = 0, R = 0, C = 0;
+    if (AsBatchedTranspose(d, &B, &R, &C)) {
       const int64_t tiles = B * ((R + kTile - 1) / kTile) * ((C + kTile - 1) / kTile);
       const unsigned grid = static_cast<unsigned>(tiles < 65535LL * 32 ? tiles : 65535LL * 32);
       TransposeKernel<E><<<grid, dim3(kTile, kTileRows), 0, s>>>(in, out, B, R, C);
@@ -151,27 +145,9 @@ int LaunchPermute(const void* in, void* out, int64_t n, int elem_bytes, const Pe
     return LaunchCopyRows(out, 0, in, 0, 1, n * elem_bytes, stream);
   }
   const cudaStream_t s = AsStream(stream);
-  // When the input's innermost dim stays innermost (e.g. [b,s,h,d] -> [b,h,s,d]), whole output
-  // rows are contiguous input rows: move them in the widest unit (up to 16 bytes) that the row
-  // size and the pointers allow. Every other input stride is a multiple of the row, so the
-  // permutation is the same one on wider elements.
-  PermuteDims w = d;
-  const int last = d.rank - 1;
-  if (d.in_strides[last] == 1) {
-    const int64_t row_bytes = d.out_sizes[last] * elem_bytes;
-    const uintptr_t addr = reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out);
-    for (int unit : {16, 8, 4}) {
-      if (unit <= elem_bytes) break;
-      if (row_bytes % unit == 0 && addr % unit == 0) {
-        const int64_t f = unit / elem_bytes;
-        w.out_sizes[last] = d.out_sizes[last] / f;
-        for (int k = 0; k < last; ++k) w.in_strides[k] = d.in_strides[k] / f;
-        n /= f;
-        elem_bytes = unit;
-        break;
-      }
-    }
-  }
+  PermuteDims w = d;  // whole rows in wider units where possible
+  WidenPermute(&w, &elem_bytes, &n,
+               reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out));
   switch (elem_bytes) {
     case 2: PermuteAs<uint16_t>(in, out, n, w, s); break;
     case 4: PermuteAs<uint32_t>(in, out, n, w, s); break;

@@ -13,6 +13,7 @@
 #define SHARDMAP_TENSOR_CUDA_ELEMENTWISE_LAYOUT_KERNELS_H_
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "tensor/dtype.h"
 
@@ -65,6 +66,46 @@ inline bool CollapsePermute(const int64_t* in_shape, const int* perm, int rank, 
     prev_in = in;
   }
   return true;
+}
+
+// When the input's innermost dim stays innermost (e.g. [b,s,h,d] -> [b,h,s,d]), whole output
+// rows are contiguous input rows: rewrites *d, *elem_bytes and *n to move them in the widest
+// unit (8 or 16 bytes, or 4) that the row size and the pointers' alignment (`addr_bits`: the
+// pointers OR-ed) allow. Every other input stride is a multiple of the row, so it is the same
+// permutation of wider elements. Returns whether it widened. Header-only host code.
+//
+//   bf16 [2,3,4,64] perm {0,2,1,3}: rows of 128 bytes -> elem_bytes 16, out_sizes {2,4,3,8}
+inline bool WidenPermute(PermuteDims* d, int* elem_bytes, int64_t* n, uint64_t addr_bits) {
+  const int last = d->rank - 1;
+  if (last < 0 || d->in_strides[last] != 1) return false;
+  const int64_t row_bytes = d->out_sizes[last] * *elem_bytes;
+  for (int unit : {16, 8, 4}) {
+    if (unit <= *elem_bytes) return false;
+    if (row_bytes % unit == 0 && addr_bits % unit == 0) {
+      const int64_t f = unit / *elem_bytes;
+      d->out_sizes[last] /= f;
+      for (int k = 0; k < last; ++k) d->in_strides[k] /= f;
+      *n /= f;
+      *elem_bytes = unit;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether d is a (batched) transpose of the last two dims: in [B, R, C] -> out [B, C, R] (B = 1
+// for a plain 2-D transpose). Header-only host code.
+inline bool AsBatchedTranspose(const PermuteDims& d, int64_t* B, int64_t* R, int64_t* C) {
+  if (d.rank == 2 && d.in_strides[0] == 1 && d.in_strides[1] == d.out_sizes[0]) {
+    *B = 1, *R = d.out_sizes[1], *C = d.out_sizes[0];
+    return true;
+  }
+  if (d.rank == 3 && d.in_strides[1] == 1 && d.in_strides[2] == d.out_sizes[1] &&
+      d.in_strides[0] == d.out_sizes[1] * d.out_sizes[2]) {
+    *B = d.out_sizes[0], *R = d.out_sizes[2], *C = d.out_sizes[1];
+    return true;
+  }
+  return false;
 }
 
 // out (contiguous, n elements of elem_bytes = 2, 4 or 8) = the permutation described by d of

@@ -73,11 +73,13 @@ struct SoftmaxCase {
   std::vector<int64_t> shape;
   int dim;
 };
+// Rows of up to 1024 elements take a warp, longer ones a block; rows are kept in shared memory
+// when they fit (48 KiB per block), so {9,1000} and {2,13000} also cover the uncached paths.
 const std::vector<SoftmaxCase>& SoftmaxCases() {
   static const auto* cases = new std::vector<SoftmaxCase>{
       {{0, 5}, -1},   {{1, 1}, -1},   {{1, 7}, -1},    {{7, 13}, -1},  {{3, 5, 33}, 2},
       {{4, 1500}, 1}, {{2, 3, 4}, 0}, {{2, 3, 4}, 1},  {{5, 1}, 0},    {{3, 1025}, -1},
-      {{2, 70000}, -1}, {{1, 250007}, -1}};
+      {{2, 70000}, -1}, {{1, 250007}, -1}, {{9, 1000}, -1}, {{2, 13000}, -1}};
   return *cases;
 }
 
@@ -118,7 +120,8 @@ TEST(NnCudaTest, SoftmaxInfinities) {
 
 const std::vector<std::vector<int64_t>>& NormShapes() {
   static const auto* shapes = new std::vector<std::vector<int64_t>>{
-      {0, 8}, {1, 1}, {7, 13}, {2, 3, 33}, {5, 2000}, {300, 40}, {3, 0}, {5}};
+      {0, 8}, {1, 1}, {7, 13}, {2, 3, 33}, {5, 2000}, {300, 40}, {3, 0}, {5}, {9, 1000},
+      {2, 13000}};
   return *shapes;
 }
 

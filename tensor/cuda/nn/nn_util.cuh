@@ -53,6 +53,15 @@ struct RowGroup {
   }
   __device__ static int Lane() { return kWarp ? static_cast<int>(threadIdx.x & 31) : threadIdx.x; }
   __device__ static int Size() { return kWarp ? 32 : static_cast<int>(blockDim.x); }
+  // This group's slice of the dynamic shared memory: `arrays` rows of n values of A. A thread
+  // only reads back the indices it wrote itself (the same j loop every pass), so no sync is
+  // needed between the passes or between rows.
+  template <typename A>
+  __device__ static A* Cache(int64_t n, int arrays) {
+    extern __shared__ __align__(16) unsigned char nn_shared[];
+    const int64_t group = kWarp ? static_cast<int64_t>(threadIdx.x >> 5) : 0;
+    return reinterpret_cast<A*>(nn_shared) + group * n * arrays;
+  }
 };
 
 template <typename A>
@@ -127,13 +136,18 @@ __device__ __forceinline__ void GroupMaxSum(A& m, A& s) {
   }
 }
 
-// Launch shape of a row kernel: a warp per row for short rows, else a block per row.
+// Launch shape of a row kernel: a warp per row for short rows, else a block per row. With
+// cache_arrays > 0 the kernel may keep that many copies of its row in shared memory (in A, of
+// acc_size bytes) when they fit in the default 48 KiB: `cache` and `smem` say whether and how much.
 struct RowLaunch {
   bool warp;
+  bool cache;
   unsigned blocks;
   int threads;
+  size_t smem;
 };
-inline RowLaunch RowConfig(int64_t rows, int64_t n) {
+constexpr int64_t kMaxCacheBytes = 48 * 1024;
+inline RowLaunch RowConfig(int64_t rows, int64_t n, int cache_arrays = 0, size_t acc_size = 4) {
   constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride beyond this
   RowLaunch l;
   l.warp = n <= kWarpRowMax;
@@ -148,6 +162,10 @@ inline RowLaunch RowConfig(int64_t rows, int64_t n) {
   if (blocks < 1) blocks = 1;
   if (blocks > kMaxBlocks) blocks = kMaxBlocks;
   l.blocks = static_cast<unsigned>(blocks);
+  const int64_t bytes = (l.warp ? l.threads / 32 : 1) * n * cache_arrays *
+                        static_cast<int64_t>(acc_size);
+  l.cache = bytes > 0 && bytes <= kMaxCacheBytes;
+  l.smem = l.cache ? static_cast<size_t>(bytes) : 0;
   return l;
 }
 
@@ -159,6 +177,16 @@ inline RowLaunch RowConfig(int64_t rows, int64_t n) {
   } else {                                                     \
     constexpr bool kWarp = false;                              \
     __VA_ARGS__;                                               \
+  }
+
+// As SM_ROW_DISPATCH, also setting `constexpr bool kCache` from l.cache.
+#define SM_ROW_CACHE_DISPATCH(l, ...)                          \
+  if ((l).cache) {                                             \
+    constexpr bool kCache = true;                              \
+    SM_ROW_DISPATCH(l, __VA_ARGS__);                           \
+  } else {                                                     \
+    constexpr bool kCache = false;                             \
+    SM_ROW_DISPATCH(l, __VA_ARGS__);                           \
   }
 
 // Reads element i of an i32 or i64 index array.

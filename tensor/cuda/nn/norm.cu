@@ -6,26 +6,39 @@ namespace shardmap::cuda::nn_kernels {
 namespace {
 
 // A row per group: mean (LayerNorm), then the centred sum of squares, then the write pass.
-template <typename T, bool kWarp, bool kRms>
+// kCache: the row is kept in shared memory after the first read.
+template <typename T, bool kWarp, bool kCache, bool kRms>
 __global__ void __launch_bounds__(kWarp ? kThreads : kMaxThreads)
     NormRows(const T* __restrict__ x, const Acc<T>* __restrict__ gamma,
              const Acc<T>* __restrict__ beta, T* __restrict__ y, Acc<T>* __restrict__ mean,
              Acc<T>* __restrict__ rstd, int64_t rows, int64_t h, double eps) {
   using A = Acc<T>;
   using G = RowGroup<kWarp>;
+  A* cache = kCache ? G::template Cache<A>(h, 1) : nullptr;
   for (int64_t r = G::First(); r < rows; r += G::Stride()) {
     const T* xr = x + r * h;
     T* yr = y + r * h;
     A m = 0;
     if (!kRms) {
       A s = 0;
-      for (int64_t j = G::Lane(); j < h; j += G::Size()) s += ToAcc(xr[j]);
+      for (int64_t j = G::Lane(); j < h; j += G::Size()) {
+        const A v = ToAcc(xr[j]);
+        if (kCache) cache[j] = v;
+        s += v;
+      }
       s = GroupSum<kWarp>(s);
       m = h == 0 ? A(0) : s / static_cast<A>(h);
     }
     A ss = 0;
     for (int64_t j = G::Lane(); j < h; j += G::Size()) {
-      const A d = ToAcc(xr[j]) - m;
+      A v;
+      if (kCache && !kRms) {
+        v = cache[j];
+      } else {
+        v = ToAcc(xr[j]);
+        if (kCache) cache[j] = v;
+      }
+      const A d = v - m;
       ss += d * d;
     }
     ss = GroupSum<kWarp>(ss);
@@ -36,7 +49,8 @@ __global__ void __launch_bounds__(kWarp ? kThreads : kMaxThreads)
       rstd[r] = rs;
     }
     for (int64_t j = G::Lane(); j < h; j += G::Size()) {
-      A v = kRms ? ToAcc(xr[j]) * rs : (ToAcc(xr[j]) - m) * rs;
+      const A xv = kCache ? cache[j] : ToAcc(xr[j]);
+      A v = kRms ? xv * rs : (xv - m) * rs;
       if (gamma != nullptr) v *= gamma[j];
       if (!kRms && beta != nullptr) v += beta[j];
       yr[j] = FromAcc<T>(v);
@@ -45,14 +59,16 @@ __global__ void __launch_bounds__(kWarp ? kThreads : kMaxThreads)
 }
 
 // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma (RmsNorm:
-// without the mean(dxhat) term, xhat = x * rstd).
-template <typename T, bool kWarp, bool kRms>
+// without the mean(dxhat) term, xhat = x * rstd). kCache: x and dy are kept in shared memory.
+template <typename T, bool kWarp, bool kCache, bool kRms>
 __global__ void __launch_bounds__(kWarp ? kThreads : kMaxThreads)
     NormBackwardRows(const T* __restrict__ x, const Acc<T>* __restrict__ gamma,
                      const Acc<T>* __restrict__ mean, const Acc<T>* __restrict__ rstd,
                      const T* __restrict__ dy, T* __restrict__ dx, int64_t rows, int64_t h) {
   using A = Acc<T>;
   using G = RowGroup<kWarp>;
+  A* cx = kCache ? G::template Cache<A>(h, 2) : nullptr;
+  A* cg = kCache ? cx + h : nullptr;
   for (int64_t r = G::First(); r < rows; r += G::Stride()) {
     const T* xr = x + r * h;
     const T* gr = dy + r * h;
@@ -60,8 +76,13 @@ __global__ void __launch_bounds__(kWarp ? kThreads : kMaxThreads)
     const A m = kRms ? A(0) : mean[r], rs = rstd[r];
     A s1 = 0, s2 = 0;
     for (int64_t j = G::Lane(); j < h; j += G::Size()) {
-      const A xhat = (ToAcc(xr[j]) - m) * rs;
-      const A dxhat = gamma != nullptr ? ToAcc(gr[j]) * gamma[j] : ToAcc(gr[j]);
+      const A xv = ToAcc(xr[j]), gv = ToAcc(gr[j]);
+      if (kCache) {
+        cx[j] = xv;
+        cg[j] = gv;
+      }
+      const A xhat = (xv - m) * rs;
+      const A dxhat = gamma != nullptr ? gv * gamma[j] : gv;
       s1 += dxhat;
       s2 += dxhat * xhat;
     }
@@ -69,8 +90,9 @@ __global__ void __launch_bounds__(kWarp ? kThreads : kMaxThreads)
     s2 = GroupSum<kWarp>(s2);
     const A a = kRms ? A(0) : s1 / static_cast<A>(h), c = s2 / static_cast<A>(h);
     for (int64_t j = G::Lane(); j < h; j += G::Size()) {
-      const A xhat = (ToAcc(xr[j]) - m) * rs;
-      const A dxhat = gamma != nullptr ? ToAcc(gr[j]) * gamma[j] : ToAcc(gr[j]);
+      const A xv = kCache ? cx[j] : ToAcc(xr[j]), gv = kCache ? cg[j] : ToAcc(gr[j]);
+      const A xhat = (xv - m) * rs;
+      const A dxhat = gamma != nullptr ? gv * gamma[j] : gv;
       out[j] = FromAcc<T>(rs * (dxhat - a - xhat * c));
     }
   }
@@ -140,9 +162,9 @@ int LaunchNorm(const void* x, const void* gamma, const void* beta, void* y, void
                void* stream) {
   if (rows == 0) return cudaSuccess;
   const cudaStream_t s = AsStream(stream);
-  const RowLaunch l = RowConfig(rows, h);
   SM_DISPATCH_FLOAT(dtype, T, {
     using A = Acc<T>;
+    const RowLaunch l = RowConfig(rows, h, 1, sizeof(A));
     const T* px = static_cast<const T*>(x);
     const A* pg = static_cast<const A*>(gamma);
     const A* pb = static_cast<const A*>(beta);
@@ -150,11 +172,11 @@ int LaunchNorm(const void* x, const void* gamma, const void* beta, void* y, void
     A* pm = static_cast<A*>(mean);
     A* pr = static_cast<A*>(rstd);
     if (rms) {
-      SM_ROW_DISPATCH(l, NormRows<T, kWarp, true>
-                      <<<l.blocks, l.threads, 0, s>>>(px, pg, pb, py, pm, pr, rows, h, eps));
+      SM_ROW_CACHE_DISPATCH(l, NormRows<T, kWarp, kCache, true><<<l.blocks, l.threads, l.smem, s>>>(
+                                   px, pg, pb, py, pm, pr, rows, h, eps));
     } else {
-      SM_ROW_DISPATCH(l, NormRows<T, kWarp, false>
-                      <<<l.blocks, l.threads, 0, s>>>(px, pg, pb, py, pm, pr, rows, h, eps));
+      SM_ROW_CACHE_DISPATCH(l, NormRows<T, kWarp, kCache, false><<<l.blocks, l.threads, l.smem, s>>>(
+                                   px, pg, pb, py, pm, pr, rows, h, eps));
     }
   });
   return cudaGetLastError();
@@ -165,9 +187,9 @@ int LaunchNormBackwardDx(const void* x, const void* gamma, const void* mean, con
                          void* stream) {
   if (rows * h == 0) return cudaSuccess;
   const cudaStream_t s = AsStream(stream);
-  const RowLaunch l = RowConfig(rows, h);
   SM_DISPATCH_FLOAT(dtype, T, {
     using A = Acc<T>;
+    const RowLaunch l = RowConfig(rows, h, 2, sizeof(A));
     const T* px = static_cast<const T*>(x);
     const A* pg = static_cast<const A*>(gamma);
     const A* pm = static_cast<const A*>(mean);
@@ -175,11 +197,11 @@ int LaunchNormBackwardDx(const void* x, const void* gamma, const void* mean, con
     const T* pdy = static_cast<const T*>(dy);
     T* pdx = static_cast<T*>(dx);
     if (rms) {
-      SM_ROW_DISPATCH(l, NormBackwardRows<T, kWarp, true>
-                      <<<l.blocks, l.threads, 0, s>>>(px, pg, pm, pr, pdy, pdx, rows, h));
+      SM_ROW_CACHE_DISPATCH(l, NormBackwardRows<T, kWarp, kCache, true>
+                            <<<l.blocks, l.threads, l.smem, s>>>(px, pg, pm, pr, pdy, pdx, rows, h));
     } else {
-      SM_ROW_DISPATCH(l, NormBackwardRows<T, kWarp, false>
-                      <<<l.blocks, l.threads, 0, s>>>(px, pg, pm, pr, pdy, pdx, rows, h));
+      SM_ROW_CACHE_DISPATCH(l, NormBackwardRows<T, kWarp, kCache, false>
+                            <<<l.blocks, l.threads, l.smem, s>>>(px, pg, pm, pr, pdy, pdx, rows, h));
     }
   });
   return cudaGetLastError();

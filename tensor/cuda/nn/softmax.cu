@@ -5,26 +5,34 @@
 namespace shardmap::cuda::nn_kernels {
 namespace {
 
-// Last-dim rows: one pass for the online (max, sum of exp), one to write.
-template <typename T, bool kWarp, bool kLog>
+// Last-dim rows: one pass for the online (max, sum of exp), one to write. kCache: the row is
+// kept in shared memory between the passes (else re-read from global memory).
+template <typename T, bool kWarp, bool kCache, bool kLog>
 __global__ void __launch_bounds__(kWarp ? kThreads : kMaxThreads)
     SoftmaxRows(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t n) {
   using A = Acc<T>;
   using G = RowGroup<kWarp>;
+  A* cache = kCache ? G::template Cache<A>(n, 1) : nullptr;
   for (int64_t r = G::First(); r < rows; r += G::Stride()) {
     const T* xr = x + r * n;
     T* yr = y + r * n;
     A m = NegInf<A>(), s = 0;
-    for (int64_t j = G::Lane(); j < n; j += G::Size()) OnlineAdd(m, s, ToAcc(xr[j]));
+    for (int64_t j = G::Lane(); j < n; j += G::Size()) {
+      const A v = ToAcc(xr[j]);
+      if (kCache) cache[j] = v;
+      OnlineAdd(m, s, v);
+    }
     GroupMaxSum<kWarp>(m, s);
     if (m == NegInf<A>()) m = 0;  // an all -inf row: avoid inf - inf (as the CPU kernel)
     if (kLog) {
       const A lse = m + Log(s);
-      for (int64_t j = G::Lane(); j < n; j += G::Size()) yr[j] = FromAcc<T>(ToAcc(xr[j]) - lse);
+      for (int64_t j = G::Lane(); j < n; j += G::Size()) {
+        yr[j] = FromAcc<T>((kCache ? cache[j] : ToAcc(xr[j])) - lse);
+      }
     } else {
       const A inv = A(1) / s;
       for (int64_t j = G::Lane(); j < n; j += G::Size()) {
-        yr[j] = FromAcc<T>(Exp(ToAcc(xr[j]) - m) * inv);
+        yr[j] = FromAcc<T>(Exp((kCache ? cache[j] : ToAcc(xr[j])) - m) * inv);
       }
     }
   }
@@ -55,30 +63,42 @@ __global__ void SoftmaxLanes(const T* __restrict__ x, T* __restrict__ y, int64_t
 }
 
 // dx = y * (dy - sum(dy * y)); log: dx = dy - exp(y) * sum(dy).
-template <typename T, bool kLog>
-__device__ __forceinline__ Acc<T> BackTerm(T y, T dy) {
-  return kLog ? ToAcc(dy) : ToAcc(dy) * ToAcc(y);
+template <bool kLog, typename A>
+__device__ __forceinline__ A BackTerm(A y, A dy) {
+  return kLog ? dy : dy * y;
 }
-template <typename T, bool kLog>
-__device__ __forceinline__ T BackOut(T y, T dy, Acc<T> sum) {
-  return kLog ? FromAcc<T>(ToAcc(dy) - Exp(ToAcc(y)) * sum)
-              : FromAcc<T>(ToAcc(y) * (ToAcc(dy) - sum));
+template <typename T, bool kLog, typename A>
+__device__ __forceinline__ T BackOut(A y, A dy, A sum) {
+  return kLog ? FromAcc<T>(dy - Exp(y) * sum) : FromAcc<T>(y * (dy - sum));
 }
 
-template <typename T, bool kWarp, bool kLog>
+// kCache: y and dy are kept in shared memory between the two passes.
+template <typename T, bool kWarp, bool kCache, bool kLog>
 __global__ void __launch_bounds__(kWarp ? kThreads : kMaxThreads)
     SoftmaxBackwardRows(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx,
                         int64_t rows, int64_t n) {
   using A = Acc<T>;
   using G = RowGroup<kWarp>;
+  A* cy = kCache ? G::template Cache<A>(n, 2) : nullptr;
+  A* cg = kCache ? cy + n : nullptr;
   for (int64_t r = G::First(); r < rows; r += G::Stride()) {
     const T* yr = y + r * n;
     const T* gr = dy + r * n;
     T* xr = dx + r * n;
     A acc = 0;
-    for (int64_t j = G::Lane(); j < n; j += G::Size()) acc += BackTerm<T, kLog>(yr[j], gr[j]);
+    for (int64_t j = G::Lane(); j < n; j += G::Size()) {
+      const A vy = ToAcc(yr[j]), vg = ToAcc(gr[j]);
+      if (kCache) {
+        cy[j] = vy;
+        cg[j] = vg;
+      }
+      acc += BackTerm<kLog>(vy, vg);
+    }
     acc = GroupSum<kWarp>(acc);
-    for (int64_t j = G::Lane(); j < n; j += G::Size()) xr[j] = BackOut<T, kLog>(yr[j], gr[j], acc);
+    for (int64_t j = G::Lane(); j < n; j += G::Size()) {
+      const A vy = kCache ? cy[j] : ToAcc(yr[j]), vg = kCache ? cg[j] : ToAcc(gr[j]);
+      xr[j] = BackOut<T, kLog>(vy, vg, acc);
+    }
   }
 }
 
@@ -90,9 +110,12 @@ __global__ void SoftmaxBackwardLanes(const T* __restrict__ y, const T* __restric
   SM_GRID_STRIDE_LOOP(lane, outer * inner) {
     const int64_t o = lane / inner, i = lane - o * inner, b = o * n * inner + i;
     A acc = 0;
-    for (int64_t j = 0; j < n; ++j) acc += BackTerm<T, kLog>(y[b + j * inner], dy[b + j * inner]);
     for (int64_t j = 0; j < n; ++j) {
-      dx[b + j * inner] = BackOut<T, kLog>(y[b + j * inner], dy[b + j * inner], acc);
+      acc += BackTerm<kLog>(ToAcc(y[b + j * inner]), ToAcc(dy[b + j * inner]));
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      dx[b + j * inner] =
+          BackOut<T, kLog>(ToAcc(y[b + j * inner]), ToAcc(dy[b + j * inner]), acc);
     }
   }
 }
@@ -102,8 +125,9 @@ void Forward(const void* x, void* y, int64_t outer, int64_t n, int64_t inner, cu
   const T* px = static_cast<const T*>(x);
   T* py = static_cast<T*>(y);
   if (inner == 1) {
-    const RowLaunch l = RowConfig(outer, n);
-    SM_ROW_DISPATCH(l, SoftmaxRows<T, kWarp, kLog><<<l.blocks, l.threads, 0, s>>>(px, py, outer, n));
+    const RowLaunch l = RowConfig(outer, n, 1, sizeof(Acc<T>));
+    SM_ROW_CACHE_DISPATCH(l, SoftmaxRows<T, kWarp, kCache, kLog>
+                          <<<l.blocks, l.threads, l.smem, s>>>(px, py, outer, n));
   } else {
     SoftmaxLanes<T, kLog><<<Blocks(outer * inner), kThreads, 0, s>>>(px, py, outer, n, inner);
   }
@@ -116,9 +140,9 @@ void Backward(const void* y, const void* dy, void* dx, int64_t outer, int64_t n,
   const T* pg = static_cast<const T*>(dy);
   T* px = static_cast<T*>(dx);
   if (inner == 1) {
-    const RowLaunch l = RowConfig(outer, n);
-    SM_ROW_DISPATCH(l, SoftmaxBackwardRows<T, kWarp, kLog>
-                    <<<l.blocks, l.threads, 0, s>>>(py, pg, px, outer, n));
+    const RowLaunch l = RowConfig(outer, n, 2, sizeof(Acc<T>));
+    SM_ROW_CACHE_DISPATCH(l, SoftmaxBackwardRows<T, kWarp, kCache, kLog>
+                          <<<l.blocks, l.threads, l.smem, s>>>(py, pg, px, outer, n));
   } else {
     SoftmaxBackwardLanes<T, kLog>
         <<<Blocks(outer * inner), kThreads, 0, s>>>(py, pg, px, outer, n, inner);

@@ -143,6 +143,16 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
   std::atomic<bool> supported{false};  // read without mu; cleared when cublasLtMatmul refuses
   std::mutex mu;
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {  // only for a plan whose creation threw: cached plans live as long as the process
+    if (lc != nullptr) cublasLtMatrixLayoutDestroy(lc);
+    if (lb != nullptr) cublasLtMatrixLayoutDestroy(lb);
+    if (la != nullptr) cublasLtMatrixLayoutDestroy(la);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
 };
 
 using PlanKey = std::array<int64_t, 20>;

@@ -67,8 +67,11 @@ __global__ void BinaryRowKernel(const T* a, const T* b, T* out, int64_t n, int64
   const P* av = reinterpret_cast<const P*>(a);
   const P* bv = reinterpret_cast<const P*>(b);
   P* ov = reinterpret_cast<P*>(out);
+  const bool small = nv <= static_cast<int64_t>(UINT32_MAX);  // 32-bit modulo: much cheaper
   SM_GRID_STRIDE_LOOP(i, nv) {
-    const int64_t j = i % inner_v;
+    const int64_t j = small ? static_cast<int64_t>(static_cast<uint32_t>(i) %
+                                                   static_cast<uint32_t>(inner_v))
+                            : i % inner_v;
     const P x = ROW_A ? av[j] : av[i], y = ROW_A ? bv[i] : bv[j];
     P r;
 #pragma unroll

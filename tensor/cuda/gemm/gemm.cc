@@ -10,12 +10,10 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
-#include <tuple>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -118,19 +116,31 @@ cublasLtHandle_t Handle(int device) {
 // The 32 MiB workspace of (device, stream), allocated once from the caching allocator on that
 // stream. Work on one stream is serialised, so its GEMMs can share one workspace. The per-thread
 // default stream has one handle value for every thread but is a different stream per thread,
-// so there the thread is part of the key. Workspaces live as long as the process.
+// so its workspaces are per thread (a thread_local map: a new thread never inherits the
+// workspace of an exited one whose work may still run). Workspaces are never freed.
+void* NewWorkspace(int device) {
+  void* p = DeviceAllocate(device, kWorkspaceBytes);  // on this thread's current stream
+  GetCounters().workspaces.fetch_add(1, std::memory_order_relaxed);
+  return p;
+}
+
 void* Workspace(int device, cudaStream_t stream) {
+  if (stream == cudaStreamPerThread) {
+    thread_local std::map<int, void*> mine;
+    auto it = mine.find(device);
+    if (it != mine.end()) return it->second;
+    void* p = NewWorkspace(device);
+    mine.emplace(device, p);
+    return p;
+  }
   static std::mutex mu;
-  static auto* spaces = new std::map<std::tuple<int, void*, size_t>, void*>;
-  const size_t thread =
-      stream == cudaStreamPerThread ? std::hash<std::thread::id>()(std::this_thread::get_id()) : 0;
-  const auto key = std::make_tuple(device, static_cast<void*>(stream), thread);
+  static auto* spaces = new std::map<std::pair<int, void*>, void*>;
+  const auto key = std::make_pair(device, static_cast<void*>(stream));
   std::lock_guard<std::mutex> lock(mu);
   auto it = spaces->find(key);
   if (it != spaces->end()) return it->second;
-  void* p = DeviceAllocate(device, kWorkspaceBytes);  // on this thread's current stream: `stream`
+  void* p = NewWorkspace(device);
   spaces->emplace(key, p);
-  GetCounters().workspaces.fetch_add(1, std::memory_order_relaxed);
   return p;
 }
 

@@ -8,6 +8,8 @@
 //   BM_Gemm           TFLOPs (ours), raw_TFLOPs (cuBLASLt called directly with a preallocated
 //                     output and a heuristic chosen once), ratio = raw time / our time (>= 0.95);
 //                     bf16 8192^3: TFLOPs >= 700.
+//   BM_LinearBiasGelu the fused bias+GELU linear layer vs the plain raw GEMM (epilogue cost);
+//                     fused = 1 when no cuBLASLt epilogue was refused.
 //   BM_AddVsCopy      GB/s of Add (2 reads + 1 write) and of a device-to-device cudaMemcpyAsync
 //                     moving the same bytes; ratio = copy time / Add time (>= 0.8).
 //   BM_LayerNormVsCopy  the same for LayerNorm over the last dim (1 read + 1 write of x).
@@ -30,8 +32,10 @@
 
 #include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/gemm/internal/cublaslt_check.h"
+#include "tensor/cuda/gemm/ops.h"
 #include "tensor/cuda/internal/cuda_check.h"
 #include "tensor/ops/elementwise.h"
+#include "tensor/ops/linear.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/nn.h"
 #include "tensor/ops/shape_ops.h"
@@ -186,6 +190,56 @@ BENCHMARK(BM_Gemm)
     ->Args({4096, 4096, 4096, 1, 0, 5})        // f32, CUBLAS_COMPUTE_32F (no TF32)
     ->Args({8192, 4096, 4 * 4096, 1, 1, 5})    // Megatron MLP up-projection: tokens x h -> 4h
     ->Args({2048, 128, 2048, 32, 1, 20})       // attention scores: [32,2048,128] @ [32,128,2048]
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// The fused linear layer Linear(x, w, b, kBiasGelu) (one cuBLASLt call with the GELU_AUX_BIAS
+// epilogue, writing y and the GELU input) vs the plain raw GEMM of the same shape: the ratio is
+// what the epilogue costs (1.0 = free; the extra [m,n] output write is part of it).
+void BM_LinearBiasGelu(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  const DType dt = DType::kBF16;
+  const int reps = 5;
+  try {
+    const Tensor x = RandomOnGpu({m, k}, dt, 4);
+    const Tensor w = RandomOnGpu({k, n}, dt, 5);
+    const Tensor b = RandomOnGpu({n}, dt, 6);
+    Tensor c_raw = Tensor::Empty({m, n}, dt, Device::Cuda(kDevice));
+    RawGemm raw(m, n, k, 1, dt);
+    auto ours = [&] {
+      LinearResult r = Linear(x, w, b, LinearEpilogue::kBiasGelu);
+      benchmark::DoNotOptimize(r.y.raw_data());
+    };
+    for (int i = 0; i < kWarmup; ++i) {
+      ours();
+      raw.Run(x.raw_data(), w.raw_data(), c_raw.raw_data());
+    }
+    cuda::Synchronize(kDevice);
+    EventTimer timer;
+    double t_ours = 0, t_raw = 0;
+    for (auto _ : state) {
+      timer.Start();
+      for (int r = 0; r < reps; ++r) ours();
+      const double a = timer.StopSeconds();
+      timer.Start();
+      for (int r = 0; r < reps; ++r) raw.Run(x.raw_data(), w.raw_data(), c_raw.raw_data());
+      const double c = timer.StopSeconds();
+      t_ours += a;
+      t_raw += c;
+      state.SetIterationTime(a / reps);
+    }
+    const double flops = 2.0 * m * n * k * reps * state.iterations();
+    state.counters["TFLOPs"] = flops / t_ours / 1e12;
+    state.counters["raw_gemm_TFLOPs"] = flops / t_raw / 1e12;
+    state.counters["ratio"] = t_raw / t_ours;
+    state.counters["fused"] = cuda::GetGemmStats().unsupported == 0 ? 1 : 0;
+  } catch (const OpError& e) {
+    state.SkipWithError(e.what());
+  }
+}
+BENCHMARK(BM_LinearBiasGelu)
+    ->ArgNames({"m", "k", "n"})
+    ->Args({8192, 4096, 4 * 4096})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -137,22 +137,29 @@ void BM_MlpStepEagerBF16(benchmark::State& s) { RunMlp(s, false, DType::kBF16); 
 void BM_MlpStepGraphBF16(benchmark::State& s) { RunMlp(s, true, DType::kBF16); }
 
 // Args: batch, d_model, d_hidden. Small (host/launch bound) and large (GEMM bound).
-#define MLP_SHAPES(b)                                                                    \
-  b->Args({64, 256, 1024})->Args({256, 1024, 4096})->Args({8192, 4096, 16384})         \
-      ->ArgNames({"batch", "d", "h"})->UseManualTime()->Unit(benchmark::kMicrosecond)
+void MlpShapes(benchmark::internal::Benchmark* b) {
+  b->Args({64, 256, 1024})
+      ->Args({256, 1024, 4096})
+      ->Args({8192, 4096, 16384})
+      ->ArgNames({"batch", "d", "h"})
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
+}
 
-BENCHMARK(BM_MlpStepEagerF32)->Apply([](benchmark::internal::Benchmark* b) {
-  MLP_SHAPES(b);
-});
-BENCHMARK(BM_MlpStepGraphF32)->Apply([](benchmark::internal::Benchmark* b) {
-  MLP_SHAPES(b);
-});
-BENCHMARK(BM_MlpStepEagerBF16)->Apply([](benchmark::internal::Benchmark* b) {
-  MLP_SHAPES(b);
-});
-BENCHMARK(BM_MlpStepGraphBF16)->Apply([](benchmark::internal::Benchmark* b) {
-  MLP_SHAPES(b);
-});
+// Registered at load time: the full set with a GPU, else one case that says why it skips.
+const bool kRegistered = [] {
+  if (!cuda::Available()) {
+    benchmark::RegisterBenchmark("BM_MlpStep_EagerVsGraph", [](benchmark::State& s) {
+      s.SkipWithError(absl::StrCat("no GPU: ", cuda::UnavailableReason()).c_str());
+    });
+    return false;
+  }
+  benchmark::RegisterBenchmark("BM_MlpStepEagerF32", BM_MlpStepEagerF32)->Apply(MlpShapes);
+  benchmark::RegisterBenchmark("BM_MlpStepGraphF32", BM_MlpStepGraphF32)->Apply(MlpShapes);
+  benchmark::RegisterBenchmark("BM_MlpStepEagerBF16", BM_MlpStepEagerBF16)->Apply(MlpShapes);
+  benchmark::RegisterBenchmark("BM_MlpStepGraphBF16", BM_MlpStepGraphBF16)->Apply(MlpShapes);
+  return true;
+}();
 
 }  // namespace
 }  // namespace shardmap

@@ -144,11 +144,17 @@ Tensor LocalIds(const Tensor& ids, int64_t start, int64_t rows, std::vector<bool
     }
     v[i] = l;
   }
-  return Tensor::FromVector<int64_t>(ids.shape(), v);
+  return Tensor::FromVector<int64_t>(ids.shape(), v).To(ids.device());
 }
 
 void ZeroRows(Tensor& t, const std::vector<bool>& mask) {
   if (t.numel() == 0) return;
+  if (t.is_cuda()) {  // through the host (GPU ranks; correct, not fast)
+    Tensor h = t.To(Device::Cpu());
+    ZeroRows(h, mask);
+    t = h.To(t.device());
+    return;
+  }
   size_t row_bytes = t.nbytes() / mask.size();
   char* p = static_cast<char*>(t.raw_data());
   for (size_t i = 0; i < mask.size(); ++i) {
@@ -314,11 +320,12 @@ Value MaxImpl(const char* op, const Value& x, const std::vector<int>& dims, bool
     RecordOp(op, {&x}, out, [xd, ykd, ks, nd](const Value& g, uint32_t, Value* d) {
       // Mask of the maximal elements, normalised by their count (ties share the gradient).
       std::vector<double> xv = xd.tensor.ToVector<double>();
-      Tensor yb = Add(Tensor::Zeros(xd.shape(), ykd.dtype()), ykd);
+      Tensor yb = Add(Tensor::Zeros(xd.shape(), ykd.dtype(), ykd.device()), ykd);
       std::vector<double> yv = yb.ToVector<double>();
       std::vector<double> m(xv.size());
       for (size_t i = 0; i < xv.size(); ++i) m[i] = xv[i] == yv[i] ? 1.0 : 0.0;
       Tensor mask = Tensor::FromVector<double>(xd.shape(), m);
+      mask = mask.To(xd.tensor.device());
       Tensor cnt = Sum(mask, nd, true);
       Tensor w = Div(mask, cnt);
       if (xd.dtype() != DType::kF64) w = Cast(w, xd.dtype());
@@ -409,6 +416,7 @@ Value take_along_last(const Value& x, const Value& idx) {
   }
   Tensor ot = Tensor::FromVector<double>(idx.shape(), out);
   if (x.dtype() != DType::kF64) ot = Cast(ot, x.dtype());
+  ot = ot.To(x.tensor.device());
   Value y(std::move(ot), t);
   if (NeedsTape(x)) {
     Shape xs = x.shape();
@@ -423,6 +431,7 @@ Value take_along_last(const Value& x, const Value& idx) {
                }
                Tensor t = Tensor::FromVector<double>(xs, dx);
                if (dt != DType::kF64) t = Cast(t, dt);
+               t = t.To(g.tensor.device());
                // The scatter of g: dual of x per axis (vocab axes: g is R, dx S(last)).
                SpmdType ty = g.type;
                for (int i = 0; i < ty.num_axes(); ++i) {

@@ -81,6 +81,13 @@ void CheckMemory(const char* op, const Communicator& comm, const Tensor& t, Axis
          "ctx.device())) or move them there with Tensor::To");
 }
 
+// A group of one device holding a GPU tensor: the collective is a copy on the device (no call
+// into the communicator, so a single-rank context works on a GPU and the copy can be captured
+// in a CUDA graph).
+bool TrivialOnDevice(const Communicator& comm, const Tensor& t) {
+  return comm.size() == 1 && t.is_cuda();
+}
+
 const char* KindName(AxisKind k) {
   switch (k) {
     case AxisKind::kR: return "R";
@@ -111,6 +118,7 @@ int NormDim(const char* op, const Value& x, int dim) {
 // Gathers along dim 0 of a contiguous tensor (even or uneven).
 Tensor GatherRows(Communicator& comm, const Tensor& x, const std::vector<int64_t>* sizes,
                   const char* op, AxisMask mask) {
+  if (TrivialOnDevice(comm, x)) return x.Clone();
   CheckMemory(op, comm, x, mask);
   int n = comm.size();
   int64_t row = x.rank() > 0 && x.dim(0) > 0 ? x.numel() / x.dim(0) : 0;
@@ -135,6 +143,7 @@ Tensor GatherRows(Communicator& comm, const Tensor& x, const std::vector<int64_t
 
 Tensor ScatterRows(Communicator& comm, const Tensor& x, const std::vector<int64_t>* sizes,
                    const char* op, AxisMask mask) {
+  if (TrivialOnDevice(comm, x)) return x.Clone();
   CheckMemory(op, comm, x, mask);
   int n = comm.size();
   int64_t row = x.dim(0) > 0 ? x.numel() / x.dim(0) : 0;
@@ -244,14 +253,19 @@ Value all_reduce(const Value& x, const Axes& axes, To to, ReduceKind op) {
   }
   ForAxes(mask, na, [&](int i) { t[i] = to == To::kR ? AxisType::R() : AxisType::I(); });
   Communicator& comm = ctx.Comm(mask);
-  CheckMemory("all_reduce", comm, x.tensor, mask);
-  Tensor out = Tensor::Empty(x.shape(), x.dtype(), x.tensor.device());
-  ReduceOp rop = op == ReduceKind::kSum   ? ReduceOp::kSum
-                 : op == ReduceKind::kMean ? ReduceOp::kAvg
-                 : op == ReduceKind::kMax  ? ReduceOp::kMax
-                                           : ReduceOp::kMin;
-  Check(comm.AllReduce(x.tensor.raw_data(), out.raw_data(), x.numel(), DT(x.dtype()), rop),
-        "all_reduce", mask);
+  Tensor out;
+  if (TrivialOnDevice(comm, x.tensor)) {
+    out = x.tensor.Clone();
+  } else {
+    CheckMemory("all_reduce", comm, x.tensor, mask);
+    out = Tensor::Empty(x.shape(), x.dtype(), x.tensor.device());
+    ReduceOp rop = op == ReduceKind::kSum    ? ReduceOp::kSum
+                   : op == ReduceKind::kMean ? ReduceOp::kAvg
+                   : op == ReduceKind::kMax  ? ReduceOp::kMax
+                                             : ReduceOp::kMin;
+    Check(comm.AllReduce(x.tensor.raw_data(), out.raw_data(), x.numel(), DT(x.dtype()), rop),
+          "all_reduce", mask);
+  }
   ctx.LogCollective("all_reduce", mask, static_cast<int64_t>(x.tensor.nbytes()));
   Value y(std::move(out), t);
   if (NeedsTape(x)) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "autograd/value_and_grad.h"
+#include "shardmap/collective_ops.h"
 #include "gtest/gtest.h"
 #include "shardmap/context.h"
 #include "shardmap/ops.h"
@@ -25,24 +26,30 @@ struct Model {
   Tensor loss;
 };
 
-Model MakeModel(Device d) {
+// megatron: typed for a mesh with one axis "tp" (w1 S1, b1 S0, w2 S0, b2 R), so the step
+// all_reduces over tp; else a mesh without axes (everything R).
+Model MakeModel(Device d, bool megatron = false) {
   Model m;
   m.x = UniformHost({32, 16}, 1, 1.0).To(d);
   m.target = UniformHost({32, 16}, 2, 1.0).To(d);
-  m.params = {Value::Replicated(UniformHost({16, 64}, 3, 0.25).To(d)),
-              Value::Replicated(UniformHost({64}, 4, 0.1).To(d)),
-              Value::Replicated(UniformHost({64, 16}, 5, 0.125).To(d)),
-              Value::Replicated(UniformHost({16}, 6, 0.1).To(d))};
+  auto typed = [&](Tensor t, AxisType a) {
+    return megatron ? Value(std::move(t), SpmdType(1, a)) : Value::Replicated(std::move(t));
+  };
+  m.params = {typed(UniformHost({16, 64}, 3, 0.25).To(d), AxisType::Sharded(1)),
+              typed(UniformHost({64}, 4, 0.1).To(d), AxisType::Sharded(0)),
+              typed(UniformHost({64, 16}, 5, 0.125).To(d), AxisType::Sharded(0)),
+              typed(UniformHost({16}, 6, 0.1).To(d), AxisType::R())};
   return m;
 }
 
 // Forward, backward (the tape), and p -= lr * g in place.
-void TrainStep(Model& m, double lr) {
+void TrainStep(Model& m, double lr, bool megatron = false) {
   const double n = static_cast<double>(m.target.numel());
   Value x = Value::Replicated(m.x), t = Value::Replicated(m.target);
   ValueAndGrad r = value_and_grad(
       [&](const std::vector<Value>& p) {
-        Value y = gelu(x.matmul(p[0]) + p[1]).matmul(p[2]) + p[3];
+        Value yp = gelu(x.matmul(p[0]) + p[1]).matmul(p[2]);
+        Value y = (megatron ? all_reduce(yp, "tp") : yp) + p[3];
         Value d = y - t;
         return sum(d * d, {}) / n;
       },
@@ -79,6 +86,32 @@ TEST(GpuGraphStepTest, ValueAndGradStepReplayedEqualsEager) {
   }
   EXPECT_GT(first, 0.0);
   EXPECT_GT(last, 0.0);
+}
+
+TEST(GpuGraphStepTest, SingleRankMegatronStepOnGpu) {
+  // The Megatron code (with its all_reduce over "tp") on one GPU through a SingleRankContext
+  // over tp=1: the group of one is a device copy, so the step runs and captures; it matches the
+  // same step on the CPU.
+  if (!cuda::Available()) GTEST_SKIP() << "no GPU: " << cuda::UnavailableReason();
+  const Device d = Device::Cuda(0);
+  cuda::StreamScope scope(0, cuda::NewStream(0));
+  SingleRankContext one(*Mesh::Create({{"tp", 1}}));
+  Model cpu = MakeModel(Device::Cpu(), true), eager = MakeModel(d, true),
+        graphed = MakeModel(d, true);
+  cuda::CudaGraph graph(0);
+  absl::Status c = graph.Capture([&] { TrainStep(graphed, 0.1, true); });
+  ASSERT_TRUE(c.ok()) << c;
+  for (int i = 0; i < 3; ++i) {
+    TrainStep(cpu, 0.1, true);
+    TrainStep(eager, 0.1, true);
+    ASSERT_TRUE(graph.Replay().ok());
+    EXPECT_LE(RelDiff(eager.loss, cpu.loss), 1e-4) << "step " << i;
+    EXPECT_LE(RelDiff(graphed.loss, eager.loss), 1e-5) << "step " << i;
+  }
+  for (size_t k = 0; k < cpu.params.size(); ++k) {
+    EXPECT_LE(RelDiff(eager.params[k].tensor, cpu.params[k].tensor), 1e-4) << "param " << k;
+    EXPECT_LE(RelDiff(graphed.params[k].tensor, eager.params[k].tensor), 1e-5) << "param " << k;
+  }
 }
 
 }  // namespace

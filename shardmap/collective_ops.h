@@ -29,6 +29,12 @@
 //     gathered axes are the minor ones (in mesh order); otherwise the others become V.
 //   * broadcast(x, axes, root): R or V -> R; transpose: the summed cotangent lands on the root.
 //   * split_sizes: uneven chunks (split_sizes[i] = the dim's length on group index i).
+//   * devices (GPU ranks, context.h DevicePlacement): outputs live on the input's device; an
+//     operand on another device than the communicator's memory (e.g. a host tensor in a GPU
+//     rank) is an error naming both. A group of one device holding a GPU tensor is a device
+//     copy (no communicator call). Under CUDA graph capture (tensor/cuda/graph.h) only
+//     communicators that support it (NCCL) are called; in-process ones are refused with an
+//     error that says to use NCCL or run eagerly.
 #ifndef SHARDMAP_SHARDMAP_COLLECTIVE_OPS_H_
 #define SHARDMAP_SHARDMAP_COLLECTIVE_OPS_H_
 

@@ -1,6 +1,8 @@
 #include "tensor/cuda/graph.h"
 
 #include <cstring>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -85,12 +87,24 @@ absl::Status CudaGraph::Capture(const std::function<void()>& fn) {
   cudaGraph_t graph = nullptr;
   bool pool_begun = false;
   bool capture_begun = false;
+  // An unbound thread's work goes to the per-thread default stream, whose handle the allocator
+  // shares between all unbound threads: capture on a stream of this thread's own instead (bound
+  // for fn), so the private pool catches exactly fn's allocations. Replay may still launch on
+  // the per-thread default stream.
+  std::optional<StreamScope> own_stream;
 
   absl::Status fn_status = CatchOpError([&] {
     DeviceGuard guard(device_);
     // Work queued eagerly before the capture (e.g. writes of the inputs) must not be folded
     // into, or race with, the captured work.
     SM_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (stream == cudaStreamPerThread) {
+      thread_local std::map<int, StreamHandle> capture_streams;  // per device, kept
+      StreamHandle& mine = capture_streams[device_];
+      if (mine == nullptr) mine = NewStream(device_);
+      own_stream.emplace(device_, mine);
+      stream = static_cast<cudaStream_t>(mine);
+    }
     pool_ = alloc.CreatePool();
     has_pool_ = true;
     alloc.BeginPool(pool_, stream);
@@ -113,6 +127,7 @@ absl::Status CudaGraph::Capture(const std::function<void()>& fn) {
     }
   }
   if (pool_begun) alloc.EndPool(pool_);
+  own_stream.reset();
 
   if (!fn_status.ok() || !end_status.ok()) {
     if (graph != nullptr) cudaGraphDestroy(graph);

@@ -14,9 +14,10 @@
 //   }
 //
 // What Capture does: on this thread's current stream of `device` (cuda/runtime.h: the stream a
-// StreamScope bound, else the per-thread default stream) it begins a stream capture in
-// thread-local mode, routes every allocation on that stream into a private pool of the caching
-// allocator (so no eager allocation is ever handed an address the graph writes), runs fn (its
+// StreamScope bound; a thread that bound none captures on a stream of its own, bound for fn) it
+// waits for the work already queued there, begins a stream capture in thread-local mode, routes
+// every allocation on that stream into a private pool of the caching allocator (so no eager
+// allocation is ever handed an address the graph writes), runs fn (its
 // kernels are recorded, not executed), ends the capture and instantiates the graph. Tensors that
 // fn allocates and that outlive it (outputs, updated state) keep their addresses for every
 // replay; the pool's memory is returned when the CudaGraph is destroyed.

@@ -184,5 +184,21 @@ TEST(CudaGraphTest, ReplayBeforeCaptureAndSecondCapture) {
   EXPECT_EQ(y.ToVector<float>(), (std::vector<float>{2, 2, 2, 2}));
 }
 
+TEST(CudaGraphTest, CaptureFromAThreadWithoutABoundStream) {
+  if (!Available()) GTEST_SKIP() << "no GPU: " << UnavailableReason();
+  // No StreamScope: eager work and replays on the per-thread default stream; the capture runs on
+  // a stream of the graph's own.
+  Mlp eager = MakeMlp(Device::Cuda(0), 16, 8, 32);
+  Mlp graphed = MakeMlp(Device::Cuda(0), 16, 8, 32);
+  CudaGraph graph(0);
+  ASSERT_TRUE(graph.Capture([&] { Step(graphed, 0.1); }).ok());
+  for (int i = 0; i < 3; ++i) {
+    Step(eager, 0.1);
+    ASSERT_TRUE(graph.Replay().ok());
+    EXPECT_NEAR(graphed.loss.item(), eager.loss.item(), 1e-5 * std::fabs(eager.loss.item()));
+  }
+  EXPECT_LE(MaxRelDiff(graphed.w2, eager.w2), 1e-5);
+}
+
 }  // namespace
 }  // namespace shardmap::cuda

@@ -32,6 +32,18 @@ void RequireDevice(int device, const char* what) {
 
 cudaStream_t StreamOf(int device) { return static_cast<cudaStream_t>(CurrentStream(device)); }
 
+// cudaMalloc/cudaFree are "potentially unsafe" during a stream capture in global or thread-local
+// mode and would invalidate it; the caching allocator only calls them for blocks that belong to
+// the graph's private pool (or to no graph), so this thread may do so in relaxed mode.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 // Pinned staging for host->device copies: two chunks per thread, so the memcpy into one overlaps
 // the DMA out of the other. Each chunk's event says when its last DMA is done.
 struct Staging {
@@ -79,6 +91,7 @@ CachingAllocator& DeviceAllocator(int device) {
       CachingAllocator::RawOps raw;
       raw.malloc = [d](size_t n) -> void* {
         DeviceGuard guard(d);
+        RelaxedCaptureMode relaxed;
         void* p = nullptr;
         cudaError_t e = cudaMalloc(&p, n);
         if (e == cudaErrorMemoryAllocation) {
@@ -90,6 +103,7 @@ CachingAllocator& DeviceAllocator(int device) {
       };
       raw.free = [d](void* p) {
         DeviceGuard guard(d);
+        RelaxedCaptureMode relaxed;
         cudaFree(p);
       };
       raw.synchronize = [d] {

@@ -17,6 +17,7 @@
 #include "tensor/error.h"
 #include "tensor/ops/shape_ops.h"
 #include "tests/gpu_mlp_program.h"
+#include "tensor/testing/test_util.h"
 
 namespace shardmap {
 namespace {
@@ -25,9 +26,6 @@ using gpu_testing::MlpInputs;
 using gpu_testing::MlpSizes;
 using gpu_testing::RelDiff;
 using gpu_testing::RunMlpStep;
-
-#define SKIP_WITHOUT_GPU() \
-  if (!cuda::Available()) GTEST_SKIP() << "no GPU: " << cuda::UnavailableReason()
 
 const char* kNames[] = {"x", "target", "w1", "b1", "w2", "b2"};
 

@@ -8,12 +8,10 @@
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
 #include "tensor/tensor.h"
+#include "tensor/testing/test_util.h"
 
 namespace shardmap {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-  if (!cuda::Available()) GTEST_SKIP() << "no GPU: " << cuda::UnavailableReason()
 
 TEST(DeviceTensorTest, WithoutAGpuDeviceTensorsAreAClearError) {
   if (cuda::Available()) GTEST_SKIP() << "a GPU is present";

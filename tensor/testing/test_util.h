@@ -4,6 +4,7 @@
 //   Tensor x = RandomTensor({3, 4}, DType::kF64, /*seed=*/1);
 //   ExpectOpError([&] { Add(x, y); }, {"add", "f64[3,4]"});
 //   ExpectGradMatchesFiniteDiff(x, forward, backward);
+//   SKIP_WITHOUT_GPU();   // first line of a test that needs a GPU: skips, saying why
 #ifndef SHARDMAP_TENSOR_TESTING_TEST_UTIL_H_
 #define SHARDMAP_TENSOR_TESTING_TEST_UTIL_H_
 
@@ -16,8 +17,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
 #include "tensor/tensor.h"
+
+#define SKIP_WITHOUT_GPU()                    \
+  if (!::shardmap::cuda::Available())         \
+  GTEST_SKIP() << "no GPU: " << ::shardmap::cuda::UnavailableReason()
 
 namespace shardmap::testing {
 

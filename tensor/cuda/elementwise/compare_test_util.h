@@ -13,11 +13,9 @@
 #include "gtest/gtest.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/tensor.h"
+#include "tensor/testing/test_util.h"
 
 namespace shardmap::testing {
-
-#define SKIP_WITHOUT_GPU() \
-  if (!cuda::Available()) GTEST_SKIP() << "no GPU: " << cuda::UnavailableReason()
 
 inline Tensor Dev(const Tensor& t) { return t.To(Device::Cuda(0)); }
 inline Tensor Host(const Tensor& t) { return t.To(Device::Cpu()); }

@@ -20,9 +20,6 @@ namespace {
 using testing::ExpectAllClose;
 using testing::RandomTensor;
 
-#define SKIP_WITHOUT_GPU() \
-  if (!cuda::Available()) GTEST_SKIP() << "no GPU: " << cuda::UnavailableReason()
-
 const Device kGpu = Device::Cuda(0);
 
 Tensor Gpu(const Tensor& t) { return t.To(kGpu); }

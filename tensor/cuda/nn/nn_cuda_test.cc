@@ -23,9 +23,6 @@ namespace {
 using testing::ExpectAllClose;
 using testing::RandomTensor;
 
-#define REQUIRE_GPU() \
-  if (!cuda::Available()) GTEST_SKIP() << "no GPU: " << cuda::UnavailableReason()
-
 constexpr DType kFloats[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16};
 
 Tensor Gpu(const Tensor& t) { return t.defined() ? t.To(Device::Cuda(0)) : t; }
@@ -84,7 +81,7 @@ const std::vector<SoftmaxCase>& SoftmaxCases() {
 }
 
 TEST(NnCudaTest, SoftmaxAndLogSoftmaxForwardBackward) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   uint32_t seed = 1;
   for (const SoftmaxCase& c : SoftmaxCases()) {
     for (DType dt : kFloats) {
@@ -104,7 +101,7 @@ TEST(NnCudaTest, SoftmaxAndLogSoftmaxForwardBackward) {
 }
 
 TEST(NnCudaTest, SoftmaxInfinities) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   const double inf = std::numeric_limits<double>::infinity();
   const Tensor x = Tensor::FromVector<double>({3, 4}, {-inf, -inf, -inf, -inf,  // all -inf: NaN
                                                        0, -inf, 1, -inf,         // masked
@@ -126,7 +123,7 @@ const std::vector<std::vector<int64_t>>& NormShapes() {
 }
 
 TEST(NnCudaTest, LayerNormForwardBackward) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   uint32_t seed = 100;
   for (const auto& shape : NormShapes()) {
     for (DType dt : kFloats) {
@@ -156,7 +153,7 @@ TEST(NnCudaTest, LayerNormForwardBackward) {
 }
 
 TEST(NnCudaTest, LayerNormBackwardTakesStatsOfAnyFloatDType) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   const Tensor x = RandomTensor({6, 24}, DType::kF32, 7), dy = RandomTensor({6, 24}, DType::kF32, 8);
   const Tensor gamma = RandomTensor({24}, DType::kBF16, 9);
   const LayerNormResult r = LayerNorm(x, gamma, Tensor(), 1e-5);
@@ -169,7 +166,7 @@ TEST(NnCudaTest, LayerNormBackwardTakesStatsOfAnyFloatDType) {
 }
 
 TEST(NnCudaTest, RmsNormForwardBackward) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   uint32_t seed = 300;
   for (const auto& shape : NormShapes()) {
     for (DType dt : kFloats) {
@@ -196,7 +193,7 @@ TEST(NnCudaTest, RmsNormForwardBackward) {
 // ---------------------------------------------------------------- embedding
 
 TEST(NnCudaTest, EmbeddingForwardBackward) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   uint32_t seed = 500;
   const std::vector<std::vector<int64_t>> id_shapes = {{0}, {1}, {5}, {2, 3}, {4, 64}};
   for (int64_t h : {0, 1, 7, 8, 64}) {
@@ -235,7 +232,7 @@ struct CeCase {
 };
 
 TEST(NnCudaTest, CrossEntropyForwardBackward) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   const std::vector<CeCase> cases = {
       {{0, 5}, -100, 0},      {{1, 7}, -100, 0},     {{7, 13}, -100, 3},
       {{2, 3, 13}, 4, 2},     {{4, 2000}, -100, 2},  {{3, 1}, -100, 0},
@@ -269,7 +266,7 @@ TEST(NnCudaTest, CrossEntropyForwardBackward) {
 // ---------------------------------------------------------------- causal mask
 
 TEST(NnCudaTest, CausalMask) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   uint32_t seed = 900;
   const double inf = std::numeric_limits<double>::infinity();
   const std::vector<std::vector<int64_t>> shapes = {{4, 6}, {6, 4}, {2, 3, 5, 5}, {0, 3}, {1, 1}};
@@ -302,7 +299,7 @@ void ExpectSameError(Fn cpu, Gn gpu, std::initializer_list<const char*> fragment
 }
 
 TEST(NnCudaTest, BadIdsAndTargetsOnGpu) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   for (DType it : {DType::kI32, DType::kI64}) {
     const Tensor table = RandomTensor({10, 4}, DType::kF32, 1);
     const Tensor ids = Tensor::FromVector<int64_t>({2, 3}, {1, 2, 3, 4, 10, -1}, it);
@@ -335,7 +332,7 @@ TEST(NnCudaTest, BadIdsAndTargetsOnGpu) {
 // While a stream is being captured into a CUDA graph no host sync is allowed, so bad ids and
 // targets are not read back: they give zero rows / zero losses instead of an error (nn_ops.h).
 TEST(NnCudaTest, BadIdsUnderGraphCaptureGiveZerosNotErrors) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   const cuda::StreamHandle stream = cuda::NewStream(0);
   cuda::StreamScope scope(0, stream);
   const cudaStream_t cs = static_cast<cudaStream_t>(stream);
@@ -378,7 +375,7 @@ TEST(NnCudaTest, BadIdsUnderGraphCaptureGiveZerosNotErrors) {
 #endif  // SHARDMAP_HAS_CUDA
 
 TEST(NnCudaTest, MixedDevicesAreAnError) {
-  REQUIRE_GPU();
+  SKIP_WITHOUT_GPU();
   const Tensor table = RandomTensor({10, 4}, DType::kF32, 1);
   const Tensor ids = Tensor::FromVector<int64_t>({2}, {1, 2});
   testing::ExpectOpError([&] { Embedding(Gpu(table), ids); }, {"embedding", "different devices"});

@@ -22,9 +22,6 @@ namespace {
 
 using testing::ExpectOpError;
 
-#define SKIP_WITHOUT_GPU() \
-  if (!cuda::Available()) GTEST_SKIP() << "no GPU: " << cuda::UnavailableReason()
-
 const Device kGpu = Device::Cuda(0);
 constexpr DType kFloatTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16};
 const std::vector<Shape> kShapes = {{0}, {1}, {}, {7, 13, 5}, {3, 0, 2}, {1000003}};

@@ -23,9 +23,6 @@ namespace {
 using testing::ExpectOpError;
 using testing::RandomTensor;
 
-#define SKIP_WITHOUT_GPU() \
-  if (!cuda::Available()) GTEST_SKIP() << "no GPU: " << cuda::UnavailableReason()
-
 const Device kGpu = Device::Cuda(0);
 constexpr DType kFloatTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16};
 

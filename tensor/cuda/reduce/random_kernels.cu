@@ -1,32 +1,11 @@
 #include "tensor/cuda/kernels/kernel_util.cuh"
 #include "tensor/cuda/reduce/random_kernels.h"
+#include "tensor/internal/philox.h"
 
 namespace shardmap::cuda::kernels {
 namespace {
 
-// Philox-4x32-10 exactly as tensor/internal/philox.h (counter = (index, stream, 0), key = seed).
-struct Words {
-  uint32_t v[4];
-};
-
-__device__ __forceinline__ Words Philox(uint64_t index, uint32_t stream, uint64_t seed) {
-  uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32);
-  uint32_t c2 = stream, c3 = 0;
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-#pragma unroll
-  for (int round = 0; round < 10; ++round) {
-    const uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
-    const uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
-    const uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-    c0 = n0;
-    c1 = lo1;
-    c2 = n2;
-    c3 = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  return Words{{c0, c1, c2, c3}};
-}
+using ::shardmap::internal::Philox;  // tensor/internal/philox.h: the CPU's generator, compiled for the device
 
 // 53 random bits as a double in [0, 1) (exact: the conversion and the power-of-two scale).
 __device__ __forceinline__ double Unit(uint32_t hi, uint32_t lo) {
@@ -37,12 +16,12 @@ __device__ __forceinline__ double Unit(uint32_t hi, uint32_t lo) {
 // a + b * u as one explicit fma, like tensor/random.cc (std::fma): the same rounding on both
 // sides whatever the compilers contract. Other products use _rn so nvcc contracts nothing.
 __device__ __forceinline__ double UniformAt(uint64_t g, uint64_t seed, double a, double b) {
-  const Words w = Philox(g, static_cast<uint32_t>(RandomKind::kUniform), seed);
+  const ::shardmap::internal::Block w = Philox(g, static_cast<uint32_t>(RandomKind::kUniform), seed);
   return __fma_rn(b, Unit(w.v[0], w.v[1]), a);
 }
 
 __device__ __forceinline__ double NormalAt(uint64_t g, uint64_t seed, double a, double b) {
-  const Words w = Philox(g, static_cast<uint32_t>(RandomKind::kNormal), seed);
+  const ::shardmap::internal::Block w = Philox(g, static_cast<uint32_t>(RandomKind::kNormal), seed);
   const double u1 = __dsub_rn(1.0, Unit(w.v[0], w.v[1]));  // (0, 1]: log is finite
   const double u2 = Unit(w.v[2], w.v[3]);
   constexpr double kTwoPi = 2.0 * 3.14159265358979323846;
@@ -51,7 +30,7 @@ __device__ __forceinline__ double NormalAt(uint64_t g, uint64_t seed, double a, 
 }
 
 __device__ __forceinline__ int64_t IntAt(uint64_t g, uint64_t seed, uint64_t n) {
-  const Words w = Philox(g, static_cast<uint32_t>(RandomKind::kInts), seed);
+  const ::shardmap::internal::Block w = Philox(g, static_cast<uint32_t>(RandomKind::kInts), seed);
   const uint64_t x = (static_cast<uint64_t>(w.v[0]) << 32) | w.v[1];
   return static_cast<int64_t>(__umul64hi(x, n));
 }

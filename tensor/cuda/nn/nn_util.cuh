@@ -93,16 +93,23 @@ __device__ __forceinline__ void OnlineAdd(A& m, A& s, A x) {
   if (x > m) {
     s = s * Exp(m - x) + A(1);
     m = x;
-  } else if (m != NegInf<A>()) {
-    s += Exp(x - m);  // NaN x propagates
+  } else if (m != NegInf<A>() || x != x) {
+    // NaN x propagates through s (m never becomes NaN: NaN > m is false), also as the first
+    // element of a lane, like the CPU's sum of exp(x - max) with a NaN x.
+    s += Exp(x - m);
   }
 }
 
 template <typename A>
 __device__ __forceinline__ void Combine(A& m, A& s, A m2, A s2) {
+  // A side with m == -inf has s == 0 or s == NaN (a NaN input): s * 0 keeps that NaN.
   const A mn = fmax(m, m2);
-  if (mn == NegInf<A>()) return;
-  s = (m == NegInf<A>() ? A(0) : s * Exp(m - mn)) + (m2 == NegInf<A>() ? A(0) : s2 * Exp(m2 - mn));
+  if (mn == NegInf<A>()) {
+    s = s + s2;
+    return;
+  }
+  s = (m == NegInf<A>() ? s * A(0) : s * Exp(m - mn)) +
+      (m2 == NegInf<A>() ? s2 * A(0) : s2 * Exp(m2 - mn));
   m = mn;
 }
 
@@ -146,7 +153,9 @@ struct RowLaunch {
   int threads;
   size_t smem;
 };
-constexpr int64_t kMaxCacheBytes = 48 * 1024;
+// Below 48 KiB: the default dynamic limit is 48 KiB minus the kernel's static shared memory
+// (GroupSum / GroupMaxSum scratch, <= 768 bytes), and a launch over it fails.
+constexpr int64_t kMaxCacheBytes = 47 * 1024;
 inline RowLaunch RowConfig(int64_t rows, int64_t n, int cache_arrays = 0, size_t acc_size = 4) {
   constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride beyond this
   RowLaunch l;

@@ -35,10 +35,24 @@ __device__ __forceinline__ double Log(double v) { return log(v); }
 
 template <typename A> __device__ __forceinline__ A NegInf() { return A(-INFINITY); }
 
-// Converts an accumulator value to any element type (half types round once, from float).
+// d rounded to float with round-to-odd, so a later RNE rounding to bf16/f16 is one correct
+// rounding of d (the CPU Cast's DoubleToFloatRoundToOdd, tensor/ops/shape_ops.cc).
+__device__ __forceinline__ float RoundToOdd(double d) {
+  const float f = __double2float_rz(d);
+  if (d != d || static_cast<double>(f) == d) return f;
+  return __uint_as_float(__float_as_uint(f) | 1u);
+}
+
+// Converts an accumulator value to any element type, rounding once like the CPU Cast (half
+// types from a double accumulator, e.g. an f64 LayerNorm's bf16 dgamma, go through
+// round-to-odd: double -> float -> bf16 with RNE twice can differ in the last bit).
 template <typename O, typename A>
 __device__ __forceinline__ O StoreAs(A v) {
-  return FromAcc<O>(static_cast<Acc<O>>(v));
+  if constexpr (sizeof(A) == 8 && sizeof(O) == 2) {
+    return FromAcc<O>(RoundToOdd(v));
+  } else {
+    return FromAcc<O>(static_cast<Acc<O>>(v));
+  }
 }
 
 template <bool kWarp>

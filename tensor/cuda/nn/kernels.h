@@ -10,7 +10,7 @@
 // Layout: every kernel works on contiguous row-major data. Row kernels give one warp to a row of
 // up to 1024 elements and one block (512 or 1024 threads) to longer rows; reductions are in A.
 // Softmax and norm rows are read from global memory once and kept in shared memory (as A) for
-// the later passes when the group's rows fit in 48 KiB; longer rows are re-read (from L2 mostly).
+// the later passes when the group's rows fit in 47 KiB; longer rows are re-read (from L2 mostly).
 // Cross-entropy rows (a vocabulary) are always streamed: online statistics, then the write pass.
 // Softmax over a dim other than the last gives each thread one lane (strided, coalesced across
 // threads): fast when outer * inner is large, slow for few long lanes.

@@ -159,7 +159,7 @@ __device__ __forceinline__ void GroupMaxSum(A& m, A& s) {
 
 // Launch shape of a row kernel: a warp per row for short rows, else a block per row. With
 // cache_arrays > 0 the kernel may keep that many copies of its row in shared memory (in A, of
-// acc_size bytes) when they fit in the default 48 KiB: `cache` and `smem` say whether and how much.
+// acc_size bytes) when they fit in kMaxCacheBytes: `cache` and `smem` say whether and how much.
 struct RowLaunch {
   bool warp;
   bool cache;

@@ -71,12 +71,16 @@ struct SoftmaxCase {
   int dim;
 };
 // Rows of up to 1024 elements take a warp, longer ones a block; rows are kept in shared memory
-// when they fit (48 KiB per block), so {9,1000} and {2,13000} also cover the uncached paths.
+// when they fit (47 KiB per block), so {9,1000} and {2,13000} also cover the uncached paths;
+// {2,12000} is cached just under the bound; {2,12280} (f32 forward) and {2,6140} (f32
+// backward, f64 forward) fit 48 KiB but not with the kernels' static scratch beside them, so a
+// launch with them cached would fail: they must take the uncached path.
 const std::vector<SoftmaxCase>& SoftmaxCases() {
   static const auto* cases = new std::vector<SoftmaxCase>{
       {{0, 5}, -1},   {{1, 1}, -1},   {{1, 7}, -1},    {{7, 13}, -1},  {{3, 5, 33}, 2},
       {{4, 1500}, 1}, {{2, 3, 4}, 0}, {{2, 3, 4}, 1},  {{5, 1}, 0},    {{3, 1025}, -1},
-      {{2, 70000}, -1}, {{1, 250007}, -1}, {{9, 1000}, -1}, {{2, 13000}, -1}};
+      {{2, 70000}, -1}, {{1, 250007}, -1}, {{9, 1000}, -1}, {{2, 13000}, -1},
+      {{2, 12000}, -1}, {{2, 12280}, -1}, {{2, 6140}, -1}};
   return *cases;
 }
 
@@ -103,9 +107,12 @@ TEST(NnCudaTest, SoftmaxAndLogSoftmaxForwardBackward) {
 TEST(NnCudaTest, SoftmaxInfinities) {
   SKIP_WITHOUT_GPU();
   const double inf = std::numeric_limits<double>::infinity();
-  const Tensor x = Tensor::FromVector<double>({3, 4}, {-inf, -inf, -inf, -inf,  // all -inf: NaN
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor x = Tensor::FromVector<double>({5, 4}, {-inf, -inf, -inf, -inf,  // all -inf: NaN
                                                        0, -inf, 1, -inf,         // masked
-                                                       1, 2, 3, 4});
+                                                       1, 2, 3, 4,
+                                                       nan, 1, 2, 3,    // NaN first: all NaN
+                                                       -inf, nan, 0, 1});
   for (DType dt : kFloats) {
     const Tensor xd = Tensor::FromVector<double>(x.shape(), x.ToVector<double>(), dt);
     ExpectMatches(Softmax(Gpu(xd), -1), Softmax(xd, -1), Name("softmax inf", xd, dt));
@@ -118,7 +125,7 @@ TEST(NnCudaTest, SoftmaxInfinities) {
 const std::vector<std::vector<int64_t>>& NormShapes() {
   static const auto* shapes = new std::vector<std::vector<int64_t>>{
       {0, 8}, {1, 1}, {7, 13}, {2, 3, 33}, {5, 2000}, {300, 40}, {3, 0}, {5}, {9, 1000},
-      {2, 13000}};
+      {2, 13000}, {2, 12280}, {2, 6140}};
   return *shapes;
 }
 

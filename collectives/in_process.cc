@@ -285,20 +285,25 @@ class InProcessCommunicator final : public Communicator {
             static_cast<int>(op), mem_.stream)));
         return absl::OkStatus();
       }
-      // Ranks on different GPUs: stage through host memory (correct, not fast).
+      // Ranks on different GPUs: stage through host memory (correct, not fast). The copies go
+      // on this rank's stream, not the legacy one (plain cudaMemcpy): our non-blocking stream
+      // may still be writing a source (Stage) or dst, and a pageable host->device cudaMemcpy
+      // may return before its DMA lands, which SyncStream would then not wait for.
       const size_t bytes = count * DataTypeSize(dtype);
+      const cudaStream_t stream = static_cast<cudaStream_t>(mem_.stream);
       std::vector<std::vector<char>> host(srcs.size(), std::vector<char>(bytes));
       std::vector<const void*> host_srcs;
       for (size_t p = 0; p < srcs.size(); ++p) {
         SM_CUDA_RETURN_IF_ERROR(
-            cudaMemcpy(host[p].data(), srcs[p], bytes, cudaMemcpyDefault));
+            cudaMemcpyAsync(host[p].data(), srcs[p], bytes, cudaMemcpyDefault, stream));
         host_srcs.push_back(host[p].data());
       }
+      SM_COLL_RETURN_IF_ERROR(SyncStream());  // device->pageable copies are done
       std::vector<char> out(bytes);
       internal::ReduceBuffers(out.data(), host_srcs.data(), static_cast<int>(srcs.size()), count,
                               dtype, op);
-      SM_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, out.data(), bytes, cudaMemcpyDefault));
-      return absl::OkStatus();
+      SM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, out.data(), bytes, cudaMemcpyDefault, stream));
+      return SyncStream();  // `out` is freed on return
     }
 #endif
     internal::ReduceBuffers(dst, srcs.data(), static_cast<int>(srcs.size()), count, dtype, op);

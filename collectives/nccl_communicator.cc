@@ -135,6 +135,7 @@ class NcclCommunicator final : public Communicator {
       }
     }
     if (scratch_ != nullptr) cudaFree(scratch_);
+    for (void* p : retired_scratch_) cudaFree(p);
     if (owns_stream_) cudaStreamDestroy(stream_);
   }
 
@@ -420,12 +421,18 @@ class NcclCommunicator final : public Communicator {
   // A device buffer of at least `bytes`, reused across calls (only touched on our stream).
   absl::StatusOr<void*> Scratch(size_t bytes) {
     if (bytes > scratch_bytes_) {
-      if (scratch_ != nullptr) {
-        SM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-        SM_CUDA_RETURN_IF_ERROR(cudaFree(scratch_));
-        scratch_ = nullptr;
-      }
-      SM_CUDA_RETURN_IF_ERROR(cudaMalloc(&scratch_, bytes));
+      // A CUDA graph captured with the old buffer keeps using its address on every replay, so
+      // the old buffer is kept (freed with the communicator) rather than freed here; that also
+      // avoids cudaStreamSynchronize/cudaFree, which would invalidate a capture on stream_.
+      // cudaMalloc itself is legal during a capture only in relaxed mode.
+      if (scratch_ != nullptr) retired_scratch_.push_back(scratch_);
+      scratch_ = nullptr;
+      scratch_bytes_ = 0;
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      cudaThreadExchangeStreamCaptureMode(&mode);
+      const cudaError_t e = cudaMalloc(&scratch_, bytes);
+      cudaThreadExchangeStreamCaptureMode(&mode);
+      SM_CUDA_RETURN_IF_ERROR(e);
       scratch_bytes_ = bytes;
     }
     return scratch_;
@@ -532,6 +539,7 @@ class NcclCommunicator final : public Communicator {
   int size_ = 1;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  std::vector<void*> retired_scratch_;  // outgrown scratch buffers (see Scratch)
 };
 
 absl::StatusOr<int> PickDevice(const NcclOptions& options, int rank) {

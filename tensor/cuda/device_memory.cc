@@ -164,6 +164,9 @@ void CopyDeviceToDevice(void* dst, int dst_device, const void* src, int src_devi
     // The source device's queued work must be done before the copy reads it.
     SM_CUDA_CHECK(cudaStreamSynchronize(StreamOf(src_device)));
     SM_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, nbytes, stream));
+    // The source block is cached per stream of src_device: once the caller frees it, work on
+    // that stream may reuse it while this copy (ordered only on dst's stream) still reads it.
+    SM_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 }
 

@@ -1,6 +1,7 @@
 #include "tensor/cuda/device_memory.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -117,8 +118,21 @@ CachingAllocator& DeviceAllocator(int device) {
   return *(*allocators)[device];
 }
 
+// The allocator's stream key of this thread's current stream. cudaStreamPerThread is one handle
+// value for every thread but a different stream in each: keyed by the handle, a block freed by
+// one unbound thread (its kernels maybe still queued) would be reused by another thread's stream
+// with no ordering between them. So an unbound thread gets a key of its own, never reused by a
+// later thread (the allocator only compares keys; it never passes them to CUDA).
+StreamHandle AllocatorStreamKey(int device) {
+  StreamHandle s = CurrentStream(device);
+  if (s != static_cast<StreamHandle>(cudaStreamPerThread)) return s;
+  static std::atomic<uintptr_t> next{1};
+  thread_local const uintptr_t mine = next.fetch_add(1) * 2 + 1;  // odd: no real stream's address
+  return reinterpret_cast<StreamHandle>(mine);
+}
+
 void* DeviceAllocate(int device, size_t nbytes) {
-  return DeviceAllocator(device).Allocate(nbytes, CurrentStream(device));
+  return DeviceAllocator(device).Allocate(nbytes, AllocatorStreamKey(device));
 }
 
 void DeviceFree(int device, void* p) { DeviceAllocator(device).Free(p); }

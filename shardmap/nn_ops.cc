@@ -284,6 +284,70 @@ std::vector<int> NormDims(const std::vector<int>& dims, int rank) {
   return out;
 }
 
+// Max-backward weights on the host, row-wise: for reduced dims forming one contiguous block
+// (x viewed as [outer, count, inner], y as [outer, inner]) w = (x == y) / #ties, computed in
+// f64 and rounded to T once, the same values as the generic mask / Sum / Div / Cast path
+// (0/0 = NaN where a row holds a NaN, as there). Returns an undefined tensor when the layout or
+// dtype does not allow it.
+template <typename T>
+Tensor MaxBackwardWeightsRows(const Tensor& x, const Tensor& y, int64_t outer, int64_t count,
+                              int64_t inner) {
+  Tensor w = Tensor::Empty(x.shape(), x.dtype());
+  const T* px = x.data<T>();
+  const T* py = y.data<T>();
+  T* pw = w.data<T>();
+  std::vector<int64_t> cnt(inner);
+  for (int64_t o = 0; o < outer; ++o) {
+    const T* xo = px + o * count * inner;
+    const T* yo = py + o * inner;
+    T* wo = pw + o * count * inner;
+    std::fill(cnt.begin(), cnt.end(), 0);
+    for (int64_t c = 0; c < count; ++c) {
+      const T* row = xo + c * inner;
+      for (int64_t i = 0; i < inner; ++i) cnt[i] += row[i] == yo[i] ? 1 : 0;
+    }
+    for (int64_t c = 0; c < count; ++c) {
+      const T* row = xo + c * inner;
+      T* wr = wo + c * inner;
+      for (int64_t i = 0; i < inner; ++i) {
+        const double m = row[i] == yo[i] ? 1.0 : 0.0;
+        wr[i] = static_cast<T>(m / static_cast<double>(cnt[i]));
+      }
+    }
+  }
+  return w;
+}
+
+Tensor MaxBackwardWeightsFast(const Tensor& x, const Tensor& yk, const std::vector<int>& nd) {
+  if (x.is_cuda() || yk.is_cuda() || nd.empty() || x.numel() == 0) return Tensor();
+  if (x.dtype() != DType::kF32 && x.dtype() != DType::kF64) return Tensor();
+  if (yk.dtype() != x.dtype()) return Tensor();
+  for (size_t i = 1; i < nd.size(); ++i) {
+    if (nd[i] != nd[i - 1] + 1) return Tensor();  // not one contiguous block of dims
+  }
+  int64_t outer = 1, count = 1, inner = 1;
+  for (int d = 0; d < x.rank(); ++d) {
+    if (d < nd.front()) {
+      outer *= x.dim(d);
+    } else if (d <= nd.back()) {
+      count *= x.dim(d);
+    } else {
+      inner *= x.dim(d);
+    }
+  }
+  if (x.dtype() == DType::kF64) return MaxBackwardWeightsRows<double>(x, yk, outer, count, inner);
+  return MaxBackwardWeightsRows<float>(x, yk, outer, count, inner);
+}
+
+// Copies `n` elements of `es` bytes: dst[k] = src[off[k]] where off[k] >= 0 (others untouched).
+void GatherBits(const void* src, void* dst, const std::vector<int64_t>& off, size_t es) {
+  const char* s = static_cast<const char*>(src);
+  char* d = static_cast<char*>(dst);
+  for (size_t k = 0; k < off.size(); ++k) {
+    if (off[k] >= 0) std::memcpy(d + k * es, s + off[k] * es, es);
+  }
+}
+
 Value MaxImpl(const char* op, const Value& x, const std::vector<int>& dims, bool keepdim,
               bool local) {
   std::vector<int> nd = NormDims(dims, x.rank());
@@ -319,16 +383,19 @@ Value MaxImpl(const char* op, const Value& x, const std::vector<int>& dims, bool
     Tensor ykd = yk;
     RecordOp(op, {&x}, out, [xd, ykd, ks, nd](const Value& g, uint32_t, Value* d) {
       // Mask of the maximal elements, normalised by their count (ties share the gradient).
-      std::vector<double> xv = xd.tensor.ToVector<double>();
-      Tensor yb = Add(Tensor::Zeros(xd.shape(), ykd.dtype(), ykd.device()), ykd);
-      std::vector<double> yv = yb.ToVector<double>();
-      std::vector<double> m(xv.size());
-      for (size_t i = 0; i < xv.size(); ++i) m[i] = xv[i] == yv[i] ? 1.0 : 0.0;
-      Tensor mask = Tensor::FromVector<double>(xd.shape(), m);
-      mask = mask.To(xd.tensor.device());
-      Tensor cnt = Sum(mask, nd, true);
-      Tensor w = Div(mask, cnt);
-      if (xd.dtype() != DType::kF64) w = Cast(w, xd.dtype());
+      Tensor w = MaxBackwardWeightsFast(xd.tensor, ykd, nd);
+      if (!w.defined()) {  // other layouts, dtypes and devices: the generic mask
+        std::vector<double> xv = xd.tensor.ToVector<double>();
+        Tensor yb = Add(Tensor::Zeros(xd.shape(), ykd.dtype(), ykd.device()), ykd);
+        std::vector<double> yv = yb.ToVector<double>();
+        std::vector<double> m(xv.size());
+        for (size_t i = 0; i < xv.size(); ++i) m[i] = xv[i] == yv[i] ? 1.0 : 0.0;
+        Tensor mask = Tensor::FromVector<double>(xd.shape(), m);
+        mask = mask.To(xd.tensor.device());
+        Tensor cnt = Sum(mask, nd, true);
+        w = Div(mask, cnt);
+        if (xd.dtype() != DType::kF64) w = Cast(w, xd.dtype());
+      }
       Tensor gk = g.tensor.Reshape(ks);
       Value gv(Mul(w, gk), internal::ElementwiseType(
                                "max_backward", xd, Value(gk, g.type), xd.shape(), true));
@@ -401,22 +468,36 @@ Value take_along_last(const Value& x, const Value& idx) {
   const int64_t v = x.dim(-1);
   const int64_t start = vocab ? ctx.mesh().GroupIndex(ctx.rank(), vocab) * v : 0;
   std::vector<int64_t> ids = idx.tensor.ToVector<int64_t>();
-  std::vector<double> xv = x.tensor.ToVector<double>();
-  std::vector<double> out(ids.size());
   std::vector<int64_t> local(ids.size(), -1);
   for (size_t r = 0; r < ids.size(); ++r) {
     int64_t l = ids[r] - start;
     if (l >= 0 && l < v) {
       local[r] = l;
-      out[r] = xv[r * v + l];
     } else if (!vocab) {
       OpFail("take_along_last: index ", ids[r], " at position ", r, " is out of range [0, ", v,
              ") for ", x.ToString());
     }
   }
-  Tensor ot = Tensor::FromVector<double>(idx.shape(), out);
-  if (x.dtype() != DType::kF64) ot = Cast(ot, x.dtype());
-  ot = ot.To(x.tensor.device());
+  Tensor ot;
+  if (!x.tensor.is_cuda() && IsFloating(x.dtype())) {
+    // Host gather of the picked elements' bits: a floating value round-tripped through f64 is
+    // itself, so this equals the f64 path below without converting all of x.
+    std::vector<int64_t> off(ids.size(), -1);
+    for (size_t r = 0; r < ids.size(); ++r) {
+      if (local[r] >= 0) off[r] = static_cast<int64_t>(r) * v + local[r];
+    }
+    ot = Tensor::Zeros(idx.shape(), x.dtype());
+    GatherBits(x.tensor.raw_data(), ot.raw_data(), off, DTypeSize(x.dtype()));
+  } else {
+    std::vector<double> xv = x.tensor.ToVector<double>();
+    std::vector<double> out(ids.size());
+    for (size_t r = 0; r < ids.size(); ++r) {
+      if (local[r] >= 0) out[r] = xv[r * v + local[r]];
+    }
+    ot = Tensor::FromVector<double>(idx.shape(), out);
+    if (x.dtype() != DType::kF64) ot = Cast(ot, x.dtype());
+    ot = ot.To(x.tensor.device());
+  }
   Value y(std::move(ot), t);
   if (NeedsTape(x)) {
     Shape xs = x.shape();
@@ -424,14 +505,26 @@ Value take_along_last(const Value& x, const Value& idx) {
     DType dt = x.dtype();
     RecordOp("take_along_last", {&x}, y,
              [xs, xt, dt, local, v](const Value& g, uint32_t, Value* d) {
-               std::vector<double> gv = g.tensor.ToVector<double>();
-               std::vector<double> dx(NumElements(xs), 0.0);
-               for (size_t r = 0; r < local.size(); ++r) {
-                 if (local[r] >= 0) dx[r * v + local[r]] = gv[r];
+               Tensor t;
+               if (!g.tensor.is_cuda() && g.dtype() == dt && IsFloating(dt)) {
+                 // Host scatter of g's bits into zeros (what the f64 path below computes).
+                 t = Tensor::Zeros(xs, dt);
+                 const size_t es = DTypeSize(dt);
+                 const char* src = static_cast<const char*>(g.tensor.raw_data());
+                 char* dst = static_cast<char*>(t.raw_data());
+                 for (size_t r = 0; r < local.size(); ++r) {
+                   if (local[r] >= 0) std::memcpy(dst + (r * v + local[r]) * es, src + r * es, es);
+                 }
+               } else {
+                 std::vector<double> gv = g.tensor.ToVector<double>();
+                 std::vector<double> dx(NumElements(xs), 0.0);
+                 for (size_t r = 0; r < local.size(); ++r) {
+                   if (local[r] >= 0) dx[r * v + local[r]] = gv[r];
+                 }
+                 t = Tensor::FromVector<double>(xs, dx);
+                 if (dt != DType::kF64) t = Cast(t, dt);
+                 t = t.To(g.tensor.device());
                }
-               Tensor t = Tensor::FromVector<double>(xs, dx);
-               if (dt != DType::kF64) t = Cast(t, dt);
-               t = t.To(g.tensor.device());
                // The scatter of g: dual of x per axis (vocab axes: g is R, dx S(last)).
                SpmdType ty = g.type;
                for (int i = 0; i < ty.num_axes(); ++i) {

@@ -108,15 +108,41 @@ TEST(NnCudaTest, SoftmaxInfinities) {
   SKIP_WITHOUT_GPU();
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  const Tensor x = Tensor::FromVector<double>({5, 4}, {-inf, -inf, -inf, -inf,  // all -inf: NaN
+  const Tensor x = Tensor::FromVector<double>({7, 4}, {-inf, -inf, -inf, -inf,  // all -inf: NaN
                                                        0, -inf, 1, -inf,         // masked
                                                        1, 2, 3, 4,
                                                        nan, 1, 2, 3,    // NaN first: all NaN
-                                                       -inf, nan, 0, 1});
+                                                       -inf, nan, 0, 1,
+                                                       1, inf, 0, 2,    // one +inf: all NaN
+                                                       inf, -inf, inf, 0});
   for (DType dt : kFloats) {
     const Tensor xd = Tensor::FromVector<double>(x.shape(), x.ToVector<double>(), dt);
     ExpectMatches(Softmax(Gpu(xd), -1), Softmax(xd, -1), Name("softmax inf", xd, dt));
     ExpectMatches(LogSoftmax(Gpu(xd), -1), LogSoftmax(xd, -1), Name("log_softmax inf", xd, dt));
+    // The same rows along dim 0 (the strided-lane kernel).
+    const Tensor xt = Transpose(xd, 0, 1);
+    ExpectMatches(Softmax(Gpu(xt), 0), Softmax(xt, 0), Name("softmax inf dim 0", xt, dt));
+    ExpectMatches(LogSoftmax(Gpu(xt), 0), LogSoftmax(xt, 0), Name("log_softmax inf dim 0", xt, dt));
+  }
+}
+
+// Logit rows holding +inf or NaN give NaN losses and gradients, as on the CPU.
+TEST(NnCudaTest, CrossEntropyInfinities) {
+  SKIP_WITHOUT_GPU();
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor x = Tensor::FromVector<double>({4, 4}, {1, inf, 0, 2,
+                                                       inf, -inf, inf, 0,
+                                                       -inf, 1, 0, 2,
+                                                       0, nan, 1, 2});
+  const Tensor targets = Tensor::FromVector<int64_t>({4}, {0, 1, 3, 2});
+  const Tensor dloss = Tensor::Ones({4}, DType::kF32);
+  for (DType dt : kFloats) {
+    const Tensor xd = Tensor::FromVector<double>(x.shape(), x.ToVector<double>(), dt);
+    ExpectMatches(CrossEntropy(Gpu(xd), Gpu(targets)), CrossEntropy(xd, targets),
+                  Name("cross_entropy inf", xd, dt));
+    ExpectMatches(CrossEntropyBackward(Gpu(xd), Gpu(targets), Gpu(dloss)),
+                  CrossEntropyBackward(xd, targets, dloss), Name("cross_entropy_backward inf", xd, dt));
   }
 }
 

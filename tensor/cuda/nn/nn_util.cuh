@@ -105,7 +105,9 @@ __device__ __forceinline__ A GroupSum(A v) {
 template <typename A>
 __device__ __forceinline__ void OnlineAdd(A& m, A& s, A x) {
   if (x > m) {
-    s = s * Exp(m - x) + A(1);
+    // x's own term is exp(x - x): 1, but NaN for x = +inf, like the CPU's exp(x - max) once
+    // max is +inf (softmax and cross-entropy of a row holding +inf are then all NaN).
+    s = s * Exp(m - x) + (x - x + A(1));
     m = x;
   } else if (m != NegInf<A>() || x != x) {
     // NaN x propagates through s (m never becomes NaN: NaN > m is false), also as the first

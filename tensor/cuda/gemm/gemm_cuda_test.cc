@@ -166,6 +166,27 @@ TEST(GemmCudaTest, GeluBackwardWeightGradAndBiasGradMatchCpu) {
   }
 }
 
+// Empty weight gradients: dw is empty or zero, but db is still dy's row sum whenever dy has rows
+// (x with no features), and zero only when there are no rows.
+TEST(GemmCudaTest, WeightGradWithEmptyDims) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 900;
+  for (DType dt : kAllDTypes) {
+    const std::string what = std::string(DTypeName(dt));
+    const Tensor dy = RandomTensor({2, 3, 5}, dt, seed++, -1, 1);
+    const Tensor x0 = Tensor::Zeros({2, 3, 0}, dt);  // k = 0 features
+    const LinearWeightGrads want = LinearWeightGrad(x0, dy);
+    const LinearWeightGrads got = LinearWeightGrad(Gpu(x0), Gpu(dy));
+    EXPECT_EQ(got.dw.ShapeString(), want.dw.ShapeString()) << what;
+    ExpectMatches(got.db, want.db, what + " db of x [2,3,0]");
+    const Tensor x1 = RandomTensor({0, 4}, dt, seed++, -1, 1);  // no rows
+    const Tensor dy1 = Tensor::Zeros({0, 5}, dt);
+    const LinearWeightGrads got1 = LinearWeightGrad(Gpu(x1), Gpu(dy1));
+    ExpectAllClose(Cpu(got1.dw), std::vector<double>(20, 0.0), 0, 0, what + " dw, no rows");
+    ExpectAllClose(Cpu(got1.db), std::vector<double>(5, 0.0), 0, 0, what + " db, no rows");
+  }
+}
+
 // The forward epilogues are fused on Hopper for bf16 (cuBLASLt offers BIAS and GELU_AUX_BIAS
 // there): no refusal may be counted. The backward ones (DGELU_BGRAD with a transposed weight,
 // BGRADA) are reported, since a refusal only costs speed (the composed path is exact).

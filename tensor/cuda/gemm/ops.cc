@@ -142,9 +142,10 @@ bool LinearWeightGrad(const Tensor& x, const Tensor& dy, bool bias_grad, Tensor*
   const Geometry geo = GeometryOf(x2, dy2, true, false);
   Tensor w_out = Tensor::Empty(geo.out, x.dtype(), x.device());
   Tensor b_out = bias_grad ? Tensor::Empty({geo.n}, dy.dtype(), dy.device()) : Tensor();
-  if (w_out.numel() == 0 || geo.k == 0) {  // no rows: both gradients are zero
+  if (w_out.numel() == 0 || geo.k == 0) {  // no GEMM: no rows, or x or dy has no columns
     Zero(w_out);
-    if (bias_grad) Zero(b_out);
+    // db is dy's row sum: zero without rows, but not when only x is [..., 0].
+    if (bias_grad) b_out = BiasGrad(dy);
     *dw = w_out;
     *db = b_out;
     return true;

@@ -1,5 +1,9 @@
 #include "tensor/cuda/gemm/internal/gemm.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
 #include "tensor/error.h"
 
 #if SHARDMAP_HAS_CUDA
@@ -54,6 +58,26 @@ ColumnMajorProblem ToColumnMajor(const GemmCall& g) {
   p.c.cols = g.m;
   for (ColumnMajorMatrix* x : {&p.a, &p.b, &p.c}) x->ld = x->rows;  // dense
   return p;
+}
+
+std::vector<GemmCall> SplitBatch(const GemmCall& g, int64_t max_batch) {
+  std::vector<GemmCall> parts;
+  const uint64_t ab = DTypeSize(g.ab_dtype), cd = DTypeSize(g.cd_dtype);
+  // Integer address arithmetic: no pointer arithmetic past (or from) the operands.
+  auto advance = [](const void* p, int64_t entries, int64_t stride, uint64_t size) {
+    return reinterpret_cast<uintptr_t>(p) +
+           static_cast<uintptr_t>(static_cast<uint64_t>(entries) *
+                                  static_cast<uint64_t>(stride) * size);
+  };
+  for (int64_t done = 0; done < g.batch; done += max_batch) {
+    GemmCall part = g;
+    part.batch = std::min(max_batch, g.batch - done);
+    part.a = reinterpret_cast<const void*>(advance(g.a, done, g.stride_a, ab));
+    part.b = reinterpret_cast<const void*>(advance(g.b, done, g.stride_b, ab));
+    part.c = reinterpret_cast<void*>(advance(g.c, done, g.stride_c, cd));
+    parts.push_back(part);
+  }
+  return parts;
 }
 
 #if SHARDMAP_HAS_CUDA
@@ -325,6 +349,10 @@ bool RunGemm(const GemmCall& g) {
   }
   if (g.batch > 1 && g.epilogue != Epilogue::kNone) {
     OpFail(Describe(g), ": epilogues are not batched; fold the batch into m");
+  }
+  if (g.batch > kMaxBatch) {  // cuBLASLt's BATCH_COUNT is an int32_t (epilogues are unbatched)
+    for (const GemmCall& part : SplitBatch(g)) RunGemm(part);
+    return true;
   }
   DeviceGuard guard(g.device);
   const cudaStream_t stream = static_cast<cudaStream_t>(CurrentStream(g.device));

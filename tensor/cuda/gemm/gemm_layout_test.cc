@@ -2,6 +2,7 @@
 // column-major GEMM that reads the buffers exactly as cuBLAS is told to (rows, cols, ld,
 // transpose) must reproduce the row-major product, for every transpose pair and odd sizes, and
 // the bias-gradient epilogue of cuBLAS's A (BGRADA, used for our rhs) must be our rhs's row sum.
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
@@ -87,6 +88,51 @@ TEST(GemmLayoutTest, ColumnMajorViewReproducesTheRowMajorProduct) {
       }
     }
   }
+}
+
+// cuBLASLt's batch count is an int32_t: a larger strided batch runs as chunks, each with its
+// operands advanced by the entries (times the element size of its dtype) before it.
+TEST(GemmLayoutTest, SplitBatchChunksAndAdvancesThePointers) {
+  GemmCall g;
+  g.ab_dtype = DType::kBF16;
+  g.cd_dtype = DType::kF32;
+  g.m = 3;
+  g.n = 4;
+  g.k = 5;
+  g.batch = 5;
+  g.stride_a = 15;
+  g.stride_b = 20;
+  g.stride_c = 12;
+  g.a = reinterpret_cast<const void*>(uintptr_t{0x10000});
+  g.b = reinterpret_cast<const void*>(uintptr_t{0x20000});
+  g.c = reinterpret_cast<void*>(uintptr_t{0x30000});
+  const std::vector<GemmCall> parts = SplitBatch(g, 2);
+  ASSERT_EQ(parts.size(), 3u);
+  const int64_t first[] = {0, 2, 4}, count[] = {2, 2, 1};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(parts[i].batch, count[i]) << i;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(parts[i].a), 0x10000u + first[i] * 15 * 2) << i;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(parts[i].b), 0x20000u + first[i] * 20 * 2) << i;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(parts[i].c), 0x30000u + first[i] * 12 * 4) << i;
+    EXPECT_EQ(parts[i].stride_a, 15);
+    EXPECT_EQ(parts[i].m, 3);
+  }
+  // The default limit: every chunk fits an int32_t and together they cover the batch (a plain
+  // int32_t cast of 2^32 + 3 would have run 3 entries).
+  g.batch = (int64_t{1} << 32) + 3;
+  g.stride_a = g.stride_b = g.stride_c = 1;
+  int64_t total = 0;
+  for (const GemmCall& p : SplitBatch(g)) {
+    EXPECT_GE(p.batch, 1);
+    EXPECT_LE(p.batch, int64_t{2147483647});
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p.c), 0x30000u + static_cast<uintptr_t>(total) * 4);
+    total += p.batch;
+  }
+  EXPECT_EQ(total, g.batch);
+  // A batch that fits is one part, unchanged.
+  g.batch = 7;
+  ASSERT_EQ(SplitBatch(g).size(), 1u);
+  EXPECT_EQ(SplitBatch(g)[0].a, g.a);
 }
 
 TEST(GemmLayoutTest, EpilogueNames) {

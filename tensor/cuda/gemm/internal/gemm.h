@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "tensor/dtype.h"
 
@@ -71,6 +72,14 @@ struct ColumnMajorProblem {
   ColumnMajorMatrix a, b, c;  // op(a) [c.rows, k] @ op(b) [k, c.cols] = c
 };
 ColumnMajorProblem ToColumnMajor(const GemmCall& g);
+
+// cuBLASLt's batch count is an int32_t. A strided batch of more entries runs as consecutive
+// chunks of at most max_batch entries: each part is g with a smaller batch and a, b, c advanced by
+// the entries before it (pure pointer arithmetic, tested on any machine).
+//
+//   g.batch = 5, max_batch = 2  ->  parts with batch 2, 2, 1 at entries 0, 2, 4
+inline constexpr int64_t kMaxBatch = 2147483647;
+std::vector<GemmCall> SplitBatch(const GemmCall& g, int64_t max_batch = kMaxBatch);
 
 // Enqueues the matmul on the current stream of g.device. m, n, k must be >= 1. Returns false,
 // having launched nothing, when cuBLASLt has no algorithm for this epilogue (the caller then

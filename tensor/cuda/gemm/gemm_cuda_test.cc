@@ -1,6 +1,7 @@
 // cuBLASLt GEMMs against the CPU: Matmul for every dtype, transpose and batch form, odd and
 // empty sizes; the fused linear epilogues (tensor/ops/linear.h) against their CPU references; the
 // beta = 1 accumulation; the plan cache and the allocation-free steady state. Skips without a GPU.
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "tensor/cuda/runtime.h"
 #include "tensor/ops/linear.h"
 #include "tensor/ops/matmul.h"
+#include "tensor/ops/shape_ops.h"
 #include "tensor/testing/test_util.h"
 
 namespace shardmap {
@@ -163,6 +165,35 @@ TEST(GemmCudaTest, GeluBackwardWeightGradAndBiasGradMatchCpu) {
       ExpectMatches(got.db, want.db, what + " db");
       ExpectMatches(BiasGrad(Gpu(dy)), BiasGrad(dy), what + " BiasGrad");
     }
+  }
+}
+
+// Operands that are views at an odd element offset (2-byte aligned bf16/f16, 4-byte f32): the
+// plan for the same shape with 256-byte aligned pointers exists already and must not be reused
+// (the heuristic's algorithm may need 16-byte alignment); the results match the CPU.
+TEST(GemmCudaTest, MisalignedViewsGetTheirOwnPlans) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 950;
+  const int64_t m = 64, k = 32, n = 48;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const std::string what = DTypeName(dt);
+    const Tensor a = RandomTensor({m, k}, dt, seed++, -1, 1);
+    const Tensor b = RandomTensor({k, n}, dt, seed++, -1, 1);
+    const Tensor bias = RandomTensor({n}, dt, seed++, -1, 1);
+    // The same values one element into a larger device buffer.
+    auto misaligned = [&](const Tensor& t) {
+      const Tensor flat = Gpu(Concat({Tensor::Zeros({1}, dt), t.Reshape({t.numel()})}, 0));
+      return flat.SliceRows(1, t.numel()).Reshape(t.shape());
+    };
+    const Tensor ga = misaligned(a), gb = misaligned(b), gbias = misaligned(bias);
+    ASSERT_NE(reinterpret_cast<uintptr_t>(ga.raw_data()) % 16, 0u) << what;
+    ExpectMatches(Matmul(Gpu(a), Gpu(b)), Matmul(a, b), what + " aligned");
+    ExpectMatches(Matmul(ga, gb), Matmul(a, b), what + " misaligned a, b");
+    ExpectMatches(Matmul(ga, Gpu(b)), Matmul(a, b), what + " misaligned a");
+    ExpectMatches(Linear(Gpu(a), Gpu(b), Gpu(bias), LinearEpilogue::kBias).y,
+                  Linear(a, b, bias, LinearEpilogue::kBias).y, what + " aligned bias");
+    ExpectMatches(Linear(ga, gb, gbias, LinearEpilogue::kBias).y,
+                  Linear(a, b, bias, LinearEpilogue::kBias).y, what + " misaligned bias");
   }
 }
 

@@ -13,9 +13,12 @@ CachingAllocator::CachingAllocator(RawOps raw, std::string device_name)
 
 CachingAllocator::~CachingAllocator() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!free_.empty() && raw_.synchronize) raw_.synchronize();
+  if ((!free_.empty() || !kept_.empty()) && raw_.synchronize) raw_.synchronize();
   for (auto& [key, blocks] : free_) {
     for (void* p : blocks) raw_.free(p);
+  }
+  for (auto& [pool, blocks] : kept_) {
+    for (const auto& [p, size] : blocks) raw_.free(p);
   }
 }
 
@@ -70,7 +73,11 @@ void* CachingAllocator::Allocate(size_t nbytes, StreamHandle stream) {
   return p;
 }
 
-void CachingAllocator::Free(void* p) {
+void CachingAllocator::Free(void* p) { FreeImpl(p, nullptr); }
+
+void CachingAllocator::Free(void* p, StreamHandle current) { FreeImpl(p, &current); }
+
+void CachingAllocator::FreeImpl(void* p, const StreamHandle* current) {
   if (p == nullptr) return;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = live_.find(p);
@@ -87,6 +94,22 @@ void CachingAllocator::Free(void* p) {
     raw_.free(p);
     ++stats_.raw_frees;
     return;
+  }
+  if (b.pool == 0 && !capturing_.empty()) {
+    // Freed during a capture: the captured work may use the block on every replay, so neither
+    // eager allocations nor the capture itself may be handed it; the graph's pool keeps it.
+    PoolId into = 0;
+    if (current != nullptr) {
+      if (auto c = capturing_.find(*current); c != capturing_.end()) into = c->second;
+    }
+    if (into == 0) {
+      if (auto c = capturing_.find(b.stream); c != capturing_.end()) into = c->second;
+    }
+    if (into != 0) {
+      kept_[into].emplace_back(p, b.size);
+      stats_.cached_bytes += static_cast<int64_t>(b.size);
+      return;
+    }
   }
   free_[FreeKey{b.pool, b.stream, b.size}].push_back(p);
   stats_.cached_bytes += static_cast<int64_t>(b.size);
@@ -159,6 +182,15 @@ void CachingAllocator::ReleasePool(PoolId pool) {
   }
   released_pools_[pool] = true;
   ReleaseCachedLocked(pool);
+  if (auto k = kept_.find(pool); k != kept_.end()) {
+    if (!k->second.empty() && raw_.synchronize) raw_.synchronize();  // a replay may still use them
+    for (const auto& [q, size] : k->second) {
+      raw_.free(q);
+      ++stats_.raw_frees;
+      stats_.cached_bytes -= static_cast<int64_t>(size);
+    }
+    kept_.erase(k);
+  }
 }
 
 }  // namespace shardmap::cuda

@@ -16,7 +16,10 @@
 // Private pools (for CUDA graph capture): between BeginPool(pool, s) and EndPool(pool), every
 // allocation on stream s comes from `pool` and blocks of that pool go back to it when freed, never
 // to the default pool. A replayed graph therefore owns its memory: no eager allocation can be
-// given an address the graph writes. ReleasePool hands the pool's cached blocks back.
+// given an address the graph writes. A block from outside the pool (e.g. an eager tensor the
+// captured function drops) freed while its stream, or the freeing thread's stream, is captured may
+// still be read or written by every replay: the pool keeps it (handed to nobody) until
+// ReleasePool. ReleasePool hands the pool's cached and kept blocks back.
 //
 // Out of memory: the cache is emptied (after `synchronize`) and the request retried once; a second
 // failure throws OpError(ResourceExhausted) naming the device, the request and the usage.
@@ -31,6 +34,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "tensor/cuda/runtime.h"
@@ -63,6 +67,9 @@ class CachingAllocator {
   void* Allocate(size_t nbytes, StreamHandle stream);
   // p must come from Allocate of this allocator (else OpError); nullptr is ignored.
   void Free(void* p);
+  // As Free(p), from a thread whose current stream (allocator key) is `current`: when `current`
+  // is being captured into a pool, a default-pool block is kept by that pool (see above).
+  void Free(void* p, StreamHandle current);
   // Hands the default pool's cached blocks back to the raw allocator.
   void EmptyCache();
   Stats stats() const;
@@ -88,6 +95,7 @@ class CachingAllocator {
   using FreeKey = std::tuple<PoolId, StreamHandle, size_t>;
 
   void* RawMallocLocked(size_t size);
+  void FreeImpl(void* p, const StreamHandle* current);
   void ReleaseCachedLocked(PoolId pool);
 
   RawOps raw_;
@@ -97,6 +105,8 @@ class CachingAllocator {
   std::map<FreeKey, std::vector<void*>> free_;       // cached, by (pool, stream, size)
   std::unordered_map<StreamHandle, PoolId> capturing_;  // stream -> pool while in BeginPool
   std::unordered_map<PoolId, bool> released_pools_;
+  // Default-pool blocks freed during a capture into the pool: (pointer, size), freed at release.
+  std::unordered_map<PoolId, std::vector<std::pair<void*, size_t>>> kept_;
   PoolId next_pool_ = 1;
   Stats stats_;
 };

@@ -157,6 +157,45 @@ TEST(CachingAllocatorTest, PrivatePoolIsolatesCapturedMemory) {
   alloc.Free(other_stream);
 }
 
+TEST(CachingAllocatorTest, BlocksFreedDuringACaptureAreKeptByItsPool) {
+  // An eager block the captured function drops (e.g. a reassigned tensor) is used by the graph
+  // on every replay: it must not be handed to eager allocations (or to the capture) afterwards.
+  FakeDevice dev;
+  CachingAllocator alloc(dev.Ops(), "fake:0");
+  void* eager = alloc.Allocate(4096, Stream(1));
+  void* other = alloc.Allocate(4096, Stream(3));  // e.g. made on an unbound thread's stream
+  const CachingAllocator::PoolId pool = alloc.CreatePool();
+  alloc.BeginPool(pool, Stream(1));
+  alloc.Free(eager);                // its stream is being captured
+  alloc.Free(other, Stream(1));     // freed by the capturing thread
+  void* in_capture = alloc.Allocate(4096, Stream(1));
+  EXPECT_NE(in_capture, eager);
+  EXPECT_NE(in_capture, other);
+  alloc.EndPool(pool);
+  void* after1 = alloc.Allocate(4096, Stream(1));
+  void* after3 = alloc.Allocate(4096, Stream(3));
+  EXPECT_NE(after1, eager);
+  EXPECT_NE(after1, other);
+  EXPECT_NE(after3, eager);
+  EXPECT_NE(after3, other);
+  EXPECT_EQ(dev.live.count(eager), 1u);  // still allocated for the graph
+  // Released with the pool (after a synchronisation: a replay may still use them).
+  const int syncs = dev.syncs;
+  alloc.ReleasePool(pool);
+  EXPECT_GT(dev.syncs, syncs);
+  EXPECT_EQ(dev.live.count(eager), 0u);
+  EXPECT_EQ(dev.live.count(other), 0u);
+  // Outside a capture, frees go back to the block's stream as before.
+  void* x = alloc.Allocate(1000, Stream(5));
+  alloc.Free(x, Stream(6));
+  EXPECT_EQ(alloc.Allocate(1000, Stream(5)), x);
+  alloc.Free(x);
+  alloc.Free(in_capture);
+  alloc.Free(after1);
+  alloc.Free(after3);
+  EXPECT_EQ(alloc.stats().allocated_bytes, 0);
+}
+
 TEST(CachingAllocatorTest, PoolMisuseIsReported) {
   FakeDevice dev;
   CachingAllocator alloc(dev.Ops(), "fake:0");

@@ -255,6 +255,25 @@ TEST(ElementwiseCudaTest, AddInPlace) {
   }
 }
 
+// acc and x are views of one storage that overlap without being equal: the kernel's threads
+// would race (read elements of x that others already wrote), so x is read as before the call.
+TEST(ElementwiseCudaTest, AddInPlacePartiallyOverlappingViews) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = (int64_t{1} << 22) + 5;  // enough blocks that a race shows
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    for (int64_t shift : {1, 8, -1, -8}) {  // x ahead of acc, or behind it; vector or scalar
+      const Tensor base = RandomTensor({n + 8}, t, 500);
+      const int64_t a0 = shift > 0 ? 0 : -shift, x0 = shift > 0 ? shift : 0;
+      const Tensor want = Add(base.SliceRows(a0, n), base.SliceRows(x0, n));
+      const Tensor dbase = Dev(base);
+      Tensor acc = dbase.SliceRows(a0, n);
+      AddInPlace(acc, dbase.SliceRows(x0, n));
+      ExpectMatchesCpu(Host(acc), want, kExact,
+                       Name("add_in_place overlap", t, {n}) + " shift " + std::to_string(shift));
+    }
+  }
+}
+
 TEST(ElementwiseCudaTest, ResultsLiveOnTheInputDevice) {
   SKIP_WITHOUT_GPU();
   const Tensor x = Dev(RandomTensor({3, 4}, DType::kF32, 1));

@@ -45,9 +45,16 @@ Tensor Unary(const char* name, UnaryOp op, const Tensor& x, double scalar) {
   return out;
 }
 
-void AddInPlace(Tensor& acc, const Tensor& x) {
+void AddInPlace(Tensor& acc, const Tensor& x_in) {
   const int dev = acc.device().index;
   DeviceGuard guard(dev);
+  // The kernel allows x == acc exactly, never a partial overlap (threads would read elements of
+  // x that other threads already wrote): read such an x from a copy, so acc += x as it was.
+  const char* pa = static_cast<const char*>(acc.raw_data());
+  const char* px = static_cast<const char*>(x_in.raw_data());
+  const size_t nb = acc.nbytes();
+  const bool partial = x_in.SharesStorageWith(acc) && px != pa && px < pa + nb && pa < px + nb;
+  const Tensor x = partial ? x_in.Clone() : x_in;
   SM_LAUNCH(kernels::LaunchBinary(BinaryOp::kAdd, acc.raw_data(), x.raw_data(), acc.raw_data(),
                                   acc.numel(), acc.dtype(), nullptr, CurrentStream(dev)));
 }

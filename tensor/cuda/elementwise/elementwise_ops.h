@@ -30,7 +30,8 @@ Tensor Binary(const char* name, BinaryOp op, const Tensor& a, const Tensor& b,
 // op(x) (scalar: the operand of kAddScalar / kMulScalar). Precondition: x floating, on CUDA.
 Tensor Unary(const char* name, UnaryOp op, const Tensor& x, double scalar = 0);
 
-// acc += x. Preconditions: same shape, dtype and CUDA device (acc and x may be the same tensor).
+// acc += x. Preconditions: same shape, dtype and CUDA device. acc and x may be the same tensor;
+// an x that partially overlaps acc (views of one storage) is read as it was before the call.
 void AddInPlace(Tensor& acc, const Tensor& x);
 
 }  // namespace shardmap::cuda

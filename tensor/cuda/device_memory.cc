@@ -135,15 +135,29 @@ void* DeviceAllocate(int device, size_t nbytes) {
   return DeviceAllocator(device).Allocate(nbytes, AllocatorStreamKey(device));
 }
 
-void DeviceFree(int device, void* p) { DeviceAllocator(device).Free(p); }
+void DeviceFree(int device, void* p) {
+  if (p == nullptr) return;
+  DeviceAllocator(device).Free(p, AllocatorStreamKey(device));
+}
 
 void CopyHostToDevice(void* dst, int device, const void* src, size_t nbytes) {
   RequireDevice(device, "cuda::CopyHostToDevice");
   if (nbytes == 0) return;
   DeviceGuard guard(device);
+  cudaStream_t stream = StreamOf(device);
+  // Under a stream capture the copy out of the staging chunk would be recorded and replayed
+  // later from whatever the chunk then holds, and the chunk's event would be left recorded in
+  // the capture (every later copy of this thread failing on it): refuse before touching either.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  SM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) {
+    OpFail("cuda::CopyHostToDevice: a host->device copy (", nbytes, " bytes to cuda:", device,
+           ") cannot be captured in a CUDA graph: its host bytes are read at capture time, not at "
+           "each replay; copy new inputs into a captured input tensor before Replay "
+           "(cuda::CopyInto), or build the tensor on the device");
+  }
   thread_local Staging staging;
   staging.Ensure(device);
-  cudaStream_t stream = StreamOf(device);
   const char* from = static_cast<const char*>(src);
   char* to = static_cast<char*>(dst);
   for (size_t done = 0, i = 0; done < nbytes; i ^= 1) {
@@ -175,8 +189,13 @@ void CopyDeviceToDevice(void* dst, int dst_device, const void* src, int src_devi
   if (dst_device == src_device) {
     SM_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream));
   } else {
-    // The source device's queued work must be done before the copy reads it.
-    SM_CUDA_CHECK(cudaStreamSynchronize(StreamOf(src_device)));
+    // The source device's queued work must be done before the copy reads it. With src_device
+    // current: an unbound thread's stream there is cudaStreamPerThread, which names the
+    // per-thread stream of the *current* device (under dst's guard it would wait on dst's).
+    {
+      DeviceGuard src_guard(src_device);
+      SM_CUDA_CHECK(cudaStreamSynchronize(StreamOf(src_device)));
+    }
     SM_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, nbytes, stream));
     // The source block is cached per stream of src_device: once the caller frees it, work on
     // that stream may reuse it while this copy (ordered only on dst's stream) still reads it.

@@ -91,10 +91,15 @@ TEST(DeviceTensorTest, RanksOnTheirOwnStreamsShareOneGpu) {
 TEST(DeviceTensorTest, PeerCopyBetweenGpus) {
   SKIP_WITHOUT_GPU();
   if (cuda::DeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << cuda::DeviceCount();
-  Tensor a = Tensor::Arange(12345).To(Device::Cuda(0));
-  Tensor b = a.To(Device::Cuda(1));
-  EXPECT_EQ(b.device(), Device::Cuda(1));
-  EXPECT_EQ(b.ToVector<float>(), Tensor::Arange(12345).ToVector<float>());
+  // Unbound thread: the host->device copy runs on GPU 0's per-thread stream and may still be in
+  // flight (its last staging chunk) when the peer copy on GPU 1's starts; the large case spans
+  // several staging chunks.
+  for (int64_t n : {int64_t{12345}, (int64_t{24} << 20) + 3}) {
+    Tensor a = Tensor::Arange(n).To(Device::Cuda(0));
+    Tensor b = a.To(Device::Cuda(1));
+    EXPECT_EQ(b.device(), Device::Cuda(1));
+    EXPECT_EQ(b.ToVector<float>(), Tensor::Arange(n).ToVector<float>()) << "n=" << n;
+  }
 }
 
 TEST(DeviceTensorTest, BadDeviceIndexIsAnError) {

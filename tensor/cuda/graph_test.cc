@@ -171,6 +171,26 @@ TEST(CudaGraphTest, HostSyncInsideCaptureIsAnError) {
   EXPECT_EQ(Add(x, x).ToVector<float>(), (std::vector<float>{2, 2, 2, 2}));
 }
 
+TEST(CudaGraphTest, HostToDeviceCopyInsideCaptureIsRefused) {
+  if (!Available()) GTEST_SKIP() << "no GPU: " << UnavailableReason();
+  StreamScope scope(0, NewStream(0));
+  const Tensor host = Tensor::FromVector<float>({4}, {1, 2, 3, 4});
+  Tensor y;
+  CudaGraph graph(0);
+  // Recorded, the copy would read the pinned staging chunk at each replay (whatever later copies
+  // left there), and leave the chunk's event recorded in the capture.
+  absl::Status s = graph.Capture([&] { y = host.To(Device::Cuda(0)); });
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cannot be captured in a CUDA graph"), std::string::npos) << s;
+  EXPECT_FALSE(graph.captured());
+  EXPECT_FALSE(IsCapturing(0));
+  // This thread's later host->device copies (same staging chunks) still work.
+  for (int i = 0; i < 3; ++i) {
+    Tensor dev = Tensor::Full({4}, i, DType::kF32).To(Device::Cuda(0));
+    EXPECT_EQ(dev.ToVector<float>(), std::vector<float>(4, static_cast<float>(i)));
+  }
+}
+
 TEST(CudaGraphTest, ReplayBeforeCaptureAndSecondCapture) {
   if (!Available()) GTEST_SKIP() << "no GPU: " << UnavailableReason();
   StreamScope scope(0, NewStream(0));

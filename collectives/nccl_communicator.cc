@@ -208,19 +208,19 @@ class NcclCommunicator final : public Communicator {
                                                 counts[rank_] * esz, cudaMemcpyDeviceToDevice,
                                                 stream_));
       }
-      SM_NCCL_RETURN_IF_ERROR(ncclGroupStart(), comm_);
-      for (int p = 0; p < size_; ++p) {
-        if (p == rank_) continue;
-        if (counts[rank_] > 0) {
-          SM_NCCL_RETURN_IF_ERROR(ncclSend(send, counts[rank_], t, p, comm_, stream_), comm_);
+      return Grouped([&]() -> absl::Status {
+        for (int p = 0; p < size_; ++p) {
+          if (p == rank_) continue;
+          if (counts[rank_] > 0) {
+            SM_NCCL_RETURN_IF_ERROR(ncclSend(send, counts[rank_], t, p, comm_, stream_), comm_);
+          }
+          if (counts[p] > 0) {
+            SM_NCCL_RETURN_IF_ERROR(
+                ncclRecv(out + off[p] * esz, counts[p], t, p, comm_, stream_), comm_);
+          }
         }
-        if (counts[p] > 0) {
-          SM_NCCL_RETURN_IF_ERROR(
-              ncclRecv(out + off[p] * esz, counts[p], t, p, comm_, stream_), comm_);
-        }
-      }
-      SM_NCCL_RETURN_IF_ERROR(ncclGroupEnd(), comm_);
-      return absl::OkStatus();
+        return absl::OkStatus();
+      });
     });
   }
 
@@ -233,16 +233,16 @@ class NcclCommunicator final : public Communicator {
       const size_t esz = DataTypeSize(dtype);
       const std::vector<size_t> off = Offsets(counts);
       // One reduce per destination rank, grouped so NCCL runs them together.
-      SM_NCCL_RETURN_IF_ERROR(ncclGroupStart(), comm_);
-      for (int r = 0; r < size_; ++r) {
-        if (counts[r] == 0) continue;
-        SM_NCCL_RETURN_IF_ERROR(
-            ncclReduce(static_cast<const char*>(send) + off[r] * esz, r == rank_ ? recv : nullptr,
-                       counts[r], t, o, r, comm_, stream_),
-            comm_);
-      }
-      SM_NCCL_RETURN_IF_ERROR(ncclGroupEnd(), comm_);
-      return absl::OkStatus();
+      return Grouped([&]() -> absl::Status {
+        for (int r = 0; r < size_; ++r) {
+          if (counts[r] == 0) continue;
+          SM_NCCL_RETURN_IF_ERROR(
+              ncclReduce(static_cast<const char*>(send) + off[r] * esz,
+                         r == rank_ ? recv : nullptr, counts[r], t, o, r, comm_, stream_),
+              comm_);
+        }
+        return absl::OkStatus();
+      });
     });
   }
 
@@ -272,20 +272,20 @@ class NcclCommunicator final : public Communicator {
                                                 send_counts[rank_] * esz,
                                                 cudaMemcpyDeviceToDevice, stream_));
       }
-      SM_NCCL_RETURN_IF_ERROR(ncclGroupStart(), comm_);
-      for (int p = 0; p < size_; ++p) {
-        if (p == rank_) continue;
-        if (send_counts[p] > 0) {
-          SM_NCCL_RETURN_IF_ERROR(
-              ncclSend(in + soff[p] * esz, send_counts[p], t, p, comm_, stream_), comm_);
+      return Grouped([&]() -> absl::Status {
+        for (int p = 0; p < size_; ++p) {
+          if (p == rank_) continue;
+          if (send_counts[p] > 0) {
+            SM_NCCL_RETURN_IF_ERROR(
+                ncclSend(in + soff[p] * esz, send_counts[p], t, p, comm_, stream_), comm_);
+          }
+          if (recv_counts[p] > 0) {
+            SM_NCCL_RETURN_IF_ERROR(
+                ncclRecv(out + roff[p] * esz, recv_counts[p], t, p, comm_, stream_), comm_);
+          }
         }
-        if (recv_counts[p] > 0) {
-          SM_NCCL_RETURN_IF_ERROR(
-              ncclRecv(out + roff[p] * esz, recv_counts[p], t, p, comm_, stream_), comm_);
-        }
-      }
-      SM_NCCL_RETURN_IF_ERROR(ncclGroupEnd(), comm_);
-      return absl::OkStatus();
+        return absl::OkStatus();
+      });
     });
   }
 
@@ -357,15 +357,15 @@ class NcclCommunicator final : public Communicator {
               cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, stream_));
         }
       }
-      SM_NCCL_RETURN_IF_ERROR(ncclGroupStart(), comm_);
-      if (to >= 0 && to != rank_) {
-        SM_NCCL_RETURN_IF_ERROR(ncclSend(send, count, t, to, comm_, stream_), comm_);
-      }
-      if (from >= 0 && from != rank_) {
-        SM_NCCL_RETURN_IF_ERROR(ncclRecv(recv, count, t, from, comm_, stream_), comm_);
-      }
-      SM_NCCL_RETURN_IF_ERROR(ncclGroupEnd(), comm_);
-      return absl::OkStatus();
+      return Grouped([&]() -> absl::Status {
+        if (to >= 0 && to != rank_) {
+          SM_NCCL_RETURN_IF_ERROR(ncclSend(send, count, t, to, comm_, stream_), comm_);
+        }
+        if (from >= 0 && from != rank_) {
+          SM_NCCL_RETURN_IF_ERROR(ncclRecv(recv, count, t, from, comm_, stream_), comm_);
+        }
+        return absl::OkStatus();
+      });
     });
   }
 
@@ -415,6 +415,20 @@ class NcclCommunicator final : public Communicator {
       return absl::InvalidArgumentError(
           absl::StrCat("peer must be another rank of this group of ", size_));
     }
+    return absl::OkStatus();
+  }
+
+  // Runs `calls` (the NCCL calls of one group) between ncclGroupStart and ncclGroupEnd. The
+  // group is closed also when a call inside fails: an unmatched ncclGroupStart would leave this
+  // thread's NCCL group open, so every later NCCL call of the thread (on any communicator)
+  // would only be queued into it and never launched.
+  template <typename Calls>
+  absl::Status Grouped(Calls calls) {
+    SM_NCCL_RETURN_IF_ERROR(ncclGroupStart(), comm_);
+    const absl::Status s = calls();
+    const ncclResult_t end = ncclGroupEnd();
+    if (!s.ok()) return s;
+    SM_NCCL_RETURN_IF_ERROR(end, comm_);
     return absl::OkStatus();
   }
 

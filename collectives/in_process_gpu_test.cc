@@ -76,6 +76,12 @@ Outputs RunBoth(int n, size_t in_bytes, size_t out_bytes, const Body& body) {
     cudaMalloc(&d_out, out_bytes + 1);
     cudaMemcpy(d_in, in.data(), in_bytes, cudaMemcpyHostToDevice);
     cudaMemset(d_out, 0, out_bytes);
+    // Both may still be in flight on the legacy stream (cudaMemset is asynchronous, and a
+    // pageable host->device cudaMemcpy may return before its DMA lands); the collective runs
+    // on this rank's non-blocking stream, which does not wait for them.
+    if (const cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
+      return absl::InternalError(cudaGetErrorString(e));
+    }
     absl::Status st = body(c, d_in, d_out);
     o.device[c.rank()].assign(out_bytes, 0);
     cudaMemcpy(o.device[c.rank()].data(), d_out, out_bytes, cudaMemcpyDeviceToHost);

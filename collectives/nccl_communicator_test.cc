@@ -51,6 +51,9 @@ T* ToDevice(const std::vector<T>& v) {
   T* d = nullptr;
   cudaMalloc(&d, std::max<size_t>(1, v.size()) * sizeof(T));
   cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+  // A pageable host->device cudaMemcpy may return before its DMA lands, and the collectives
+  // run on the communicator's non-blocking stream, which does not wait for the legacy stream.
+  cudaDeviceSynchronize();
   return d;
 }
 

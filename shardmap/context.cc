@@ -1,5 +1,6 @@
 #include "shardmap/context.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -307,6 +308,24 @@ absl::Status RunRank(collectives::Communicator& comm, const Mesh& mesh,
   return s;
 }
 
+// The ranks' streams are not ordered after the calling thread's: device tensors it made (a host
+// -> device copy, a fill) may still be in flight, and blocks it freed after using device tensors
+// the ranks made on their streams may be reused there. Wait for the caller's current stream of
+// every device the ranks use before they start.
+absl::Status WaitForCallerStreams(const std::vector<collectives::MemorySpace>& spaces) {
+  std::vector<int> done;
+  for (const collectives::MemorySpace& m : spaces) {
+    if (!m.device || std::find(done.begin(), done.end(), m.device_index) != done.end()) continue;
+    done.push_back(m.device_index);
+    absl::Status s = CatchOpError([&] { cuda::Synchronize(m.device_index); });
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("before starting the ranks on cuda:",
+                                                 m.device_index, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunOnCommunicator(collectives::Communicator& comm, const Mesh& mesh,
@@ -316,6 +335,7 @@ absl::Status RunOnCommunicator(collectives::Communicator& comm, const Mesh& mesh
                                                    mesh.size(), " ranks but the communicator ",
                                                    comm.name(), " has ", comm.size()));
   }
+  if (absl::Status s = WaitForCallerStreams({comm.memory_space()}); !s.ok()) return s;
   return RunRank(comm, mesh, body, check);
 }
 
@@ -328,6 +348,7 @@ absl::Status RunSpmd(const Mesh& mesh, const std::function<void(RankContext&)>& 
   bool any_device = false;
   for (const collectives::MemorySpace& m : *spaces) any_device = any_device || m.device;
   if (any_device) {
+    if (absl::Status s = WaitForCallerStreams(*spaces); !s.ok()) return s;
     comm_options.memory_space = [spaces = *spaces](int r) { return spaces[r]; };
   }
   return collectives::RunInProcess(

@@ -32,7 +32,9 @@
 // the body, and the in-process communicator works on device memory ordered on that stream.
 // Streams come from a process-wide pool (one per (device, rank slot)), so repeated RunSpmd calls
 // reuse them and the caching allocator's per-stream blocks. Before a GPU rank's thread returns
-// its stream is synchronised, so the tensors it produced may be read from any thread.
+// its stream is synchronised, so the tensors it produced may be read from any thread; before the
+// ranks start, the calling thread's current stream of each of their devices is waited for, so
+// device tensors the caller made (or freed) just before are ready (or unused) when ranks run.
 // RunOnCommunicator over an NCCL communicator binds the thread to the communicator's device and
 // stream the same way (one GPU per process).
 #ifndef SHARDMAP_SHARDMAP_CONTEXT_H_

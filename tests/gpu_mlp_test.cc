@@ -15,6 +15,7 @@
 #include "tensor/cuda/graph.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
+#include "tensor/ops/elementwise.h"
 #include "tensor/ops/shape_ops.h"
 #include "tests/gpu_mlp_program.h"
 #include "tensor/testing/test_util.h"
@@ -145,6 +146,36 @@ TEST(GpuMlpTest, RanksSeeTheirDeviceAndStream) {
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_NE(streams[0], streams[1]);
   EXPECT_NE(streams[1], streams[2]);
+}
+
+TEST(GpuMlpTest, RanksSeeDeviceTensorsTheCallerJustMade) {
+  // Made on this (unbound) thread's stream right before RunSpmd: the host->device copy (several
+  // staging chunks, the last still in flight when To returns) and the fill are asynchronous, and
+  // the ranks read the tensors on streams of their own.
+  SKIP_WITHOUT_GPU();
+  const int64_t n = (int64_t{24} << 20) + 3;
+  std::vector<float> host(n);
+  for (int64_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 1000);
+  const std::vector<float> want_sum_ends = {host[0] + 7.0f, host[n - 1] + 7.0f};
+  SpmdOptions o;
+  o.placement = DevicePlacement::SharedGpu();
+  for (int iter = 0; iter < 3; ++iter) {
+    Tensor big = Tensor::FromVector<float>({n}, host).To(Device::Cuda(0));
+    Tensor sevens = Tensor::Full({n}, 7.0, DType::kF32, Device::Cuda(0));
+    std::vector<std::vector<float>> got(2);
+    absl::Status s = RunSpmd(
+        *Mesh::Create({{"tp", 2}}),
+        [&](RankContext& ctx) {
+          Tensor sum = Add(big, sevens);  // on the rank's stream
+          got[ctx.rank()] = {static_cast<float>(sum.at(0)), static_cast<float>(sum.at(n - 1))};
+          if (sum.To(Device::Cpu()).ToVector<float>()[n / 2] != host[n / 2] + 7.0f) {
+            OpFail("rank ", ctx.rank(), " read a stale element");
+          }
+        },
+        o);
+    ASSERT_TRUE(s.ok()) << s;
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(got[r], want_sum_ends) << "iteration " << iter;
+  }
 }
 
 TEST(GpuMlpTest, CpuTensorInGpuRankCollectiveIsAnError) {

@@ -96,18 +96,32 @@ Outputs RunBoth(int n, size_t in_bytes, size_t out_bytes, const Body& body) {
 TEST(InProcessGpuTest, MatchesHostBitwise) {
   if (internal::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible";
   for (int n : {1, 2, 3, 5}) {
-    const size_t count = 1031;
-    for (DataType dt : {DataType::kF32, DataType::kBF16, DataType::kF16, DataType::kI32,
-                        DataType::kF64}) {
-      const size_t esz = DataTypeSize(dt);
-      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
-        Outputs o = RunBoth(n, count * esz, count * esz, [&](Communicator& c, const char* in,
-                                                            char* out) {
-          return c.AllReduce(in, out, count, dt, op);
-        });
-        for (int r = 0; r < n; ++r) {
-          EXPECT_EQ(o.device[r], o.host[r]) << "n=" << n << " " << DataTypeName(dt) << " "
-                                            << ReduceOpName(op) << " rank " << r;
+    // 1031 elements: every rank reduces everything (below 32 KiB, out of place); 20011: the
+    // reduce-scatter + all-gather phases, out of place and in place.
+    for (const size_t count : {size_t{1031}, size_t{20011}}) {
+      for (DataType dt : {DataType::kF32, DataType::kBF16, DataType::kF16, DataType::kI32,
+                          DataType::kF64}) {
+        const size_t esz = DataTypeSize(dt);
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+          for (const bool in_place : {false, true}) {
+            Outputs o = RunBoth(n, count * esz, count * esz, [&](Communicator& c, const char* in,
+                                                                char* out) -> absl::Status {
+              if (!in_place) return c.AllReduce(in, out, count, dt, op);
+              if (!c.memory_space().device) {
+                std::memcpy(out, in, count * esz);
+              } else if (cudaMemcpy(out, in, count * esz, cudaMemcpyDeviceToDevice) !=
+                             cudaSuccess ||
+                         cudaDeviceSynchronize() != cudaSuccess) {
+                return absl::InternalError("device copy failed");
+              }
+              return c.AllReduce(out, out, count, dt, op);
+            });
+            for (int r = 0; r < n; ++r) {
+              EXPECT_EQ(o.device[r], o.host[r])
+                  << "n=" << n << " count=" << count << " " << DataTypeName(dt) << " "
+                  << ReduceOpName(op) << (in_place ? " in place" : "") << " rank " << r;
+            }
+          }
         }
       }
     }

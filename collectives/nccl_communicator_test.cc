@@ -76,39 +76,60 @@ TEST(NcclCommunicatorTest, SingleRankWorldRunsEveryOp) {
   const std::vector<float> x = {1.5f, -2.0f, 3.25f, 7.0f, 0.0f};
   float* d = ToDevice(x);
   float* out = ToDevice(std::vector<float>(5, 9.0f));
+  // Every op writes into `out` freshly filled with 9s, so an op that writes nothing fails.
+  const std::vector<float> nines(5, 9.0f);
+  auto reset = [&] {
+    cudaMemcpy(out, nines.data(), 5 * sizeof(float), cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize();  // pageable copy on the legacy stream (see ToDevice)
+  };
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin,
                       ReduceOp::kAvg}) {
+    reset();
     ASSERT_TRUE(c.AllReduce(d, out, 5, DataType::kF32, op).ok());
     EXPECT_EQ(ToHost(out, 5), x) << ReduceOpName(op);
   }
+  reset();
   ASSERT_TRUE(c.AllGather(d, out, 5, DataType::kF32).ok());
   EXPECT_EQ(ToHost(out, 5), x);
+  reset();
   ASSERT_TRUE(c.ReduceScatter(d, out, 5, DataType::kF32, ReduceOp::kSum).ok());
   EXPECT_EQ(ToHost(out, 5), x);
+  reset();
   ASSERT_TRUE(c.AllToAll(d, out, 5, DataType::kF32).ok());
   EXPECT_EQ(ToHost(out, 5), x);
   const std::vector<size_t> counts = {5};
+  reset();
   ASSERT_TRUE(c.AllGatherV(d, out, counts, DataType::kF32).ok());
   EXPECT_EQ(ToHost(out, 5), x);
+  reset();
   ASSERT_TRUE(c.AllToAllV(d, counts, out, counts, DataType::kF32).ok());
   EXPECT_EQ(ToHost(out, 5), x);
+  reset();
   ASSERT_TRUE(c.Broadcast(out, 5, DataType::kF32, 0).ok());
+  EXPECT_EQ(ToHost(out, 5), nines);  // the root's own buffer is unchanged
   const std::vector<std::pair<int, int>> self = {{0, 0}};
+  reset();
   ASSERT_TRUE(c.Ppermute(d, out, 5, DataType::kF32, self).ok());
   EXPECT_EQ(ToHost(out, 5), x);
+  reset();
   ASSERT_TRUE(c.Ppermute(d, out, 5, DataType::kF32, {}).ok());
   EXPECT_EQ(ToHost(out, 5), std::vector<float>(5, 0.0f));  // no source: zeros
   ASSERT_TRUE(c.Barrier().ok());
-  // bf16 sum through NCCL.
+  // bf16 sum through NCCL, out of place into zeros, then in place.
   std::vector<uint16_t> h = {0x3fc0, 0x4000};  // 1.5, 2.0
   uint16_t* dh = ToDevice(h);
+  uint16_t* dh_out = ToDevice(std::vector<uint16_t>(2, 0));
+  ASSERT_TRUE(c.AllReduce(dh, dh_out, 2, DataType::kBF16, ReduceOp::kSum).ok());
+  EXPECT_EQ(ToHost(dh_out, 2), h);
   ASSERT_TRUE(c.AllReduce(dh, dh, 2, DataType::kBF16, ReduceOp::kSum).ok());
   EXPECT_EQ(ToHost(dh, 2), h);
   auto sub = c.Split(0, 0);
   ASSERT_TRUE(sub.ok()) << sub.status();
   ASSERT_NE(*sub, nullptr);
   EXPECT_EQ((*sub)->size(), 1);
+  reset();
   ASSERT_TRUE((*sub)->AllReduce(d, out, 5, DataType::kF32, ReduceOp::kSum).ok());
+  EXPECT_EQ(ToHost(out, 5), x);
   auto none = c.Split(-1, 0);
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_EQ(*none, nullptr);
@@ -121,6 +142,7 @@ TEST(NcclCommunicatorTest, SingleRankWorldRunsEveryOp) {
   cudaFree(d);
   cudaFree(out);
   cudaFree(dh);
+  cudaFree(dh_out);
 }
 
 #endif  // SHARDMAP_HAS_CUDA

@@ -66,124 +66,91 @@ void RunAgainstRaw(benchmark::State& state, const std::function<void()>& raw,
   state.counters["overhead_ns"] = typed_ns - raw_ns;
 }
 
-// ---- 1-element add --------------------------------------------------------------------------
+// ---- 1-element add and 4x4 matmul ----------------------------------------------------------
 
 struct AddOperands {
   Tensor a = Tensor::Full({1}, 1.0);
   Tensor b = Tensor::Full({1}, 2.0);
-  void Raw() const {
-    Tensor c = Add(a, b);
-    benchmark::DoNotOptimize(c.raw_data());
-  }
+  static Tensor RawOp(const Tensor& a, const Tensor& b) { return Add(a, b); }
+  static Value TypedOp(const Value& a, const Value& b) { return a + b; }
 };
-
-void BM_AddRaw(benchmark::State& state) {
-  AddOperands o;
-  for (auto _ : state) o.Raw();
-}
-BENCHMARK(BM_AddRaw);
-
-void TypedAdd(benchmark::State& state, TypeCheck check) {
-  AddOperands o;
-  SingleRankContext one(OneRankMesh(), check);
-  const Value a = Value::Replicated(o.a), b = Value::Replicated(o.b);
-  RunAgainstRaw(state, [&] { o.Raw(); },
-                [&] {
-                  Value c = a + b;
-                  benchmark::DoNotOptimize(c.tensor.raw_data());
-                });
-}
-
-void BM_AddChecked(benchmark::State& state) { TypedAdd(state, TypeCheck::kOn); }
-BENCHMARK(BM_AddChecked);
-
-void BM_AddErased(benchmark::State& state) { TypedAdd(state, TypeCheck::kErased); }
-BENCHMARK(BM_AddErased);
-
-void TapedAdd(benchmark::State& state, TypeCheck check) {
-  AddOperands o;
-  SingleRankContext one(OneRankMesh(), check);
-  Tape tape;
-  const Value a = Value::Replicated(o.a), b0 = Value::Replicated(o.b);
-  Value b = tape.Watch(b0);
-  ScopedRecorder rec(&tape);
-  int n = 0;
-  RunAgainstRaw(state, [&] { o.Raw(); },
-                [&] {
-                  Value c = a + b;
-                  benchmark::DoNotOptimize(c.tensor.raw_data());
-                  if (++n == kClearEvery) {
-                    n = 0;
-                    tape.Clear();
-                    b = tape.Watch(b0);
-                  }
-                });
-}
-
-void BM_AddTapedChecked(benchmark::State& state) { TapedAdd(state, TypeCheck::kOn); }
-BENCHMARK(BM_AddTapedChecked);
-
-void BM_AddTapedErased(benchmark::State& state) { TapedAdd(state, TypeCheck::kErased); }
-BENCHMARK(BM_AddTapedErased);
-
-// ---- 4x4 matmul -----------------------------------------------------------------------------
 
 struct MatmulOperands {
   Tensor a = RandomNormal({4, 4}, 1);
   Tensor b = RandomNormal({4, 4}, 2);
-  void Raw() const {
-    Tensor c = Matmul(a, b);
-    benchmark::DoNotOptimize(c.raw_data());
-  }
+  static Tensor RawOp(const Tensor& a, const Tensor& b) { return Matmul(a, b); }
+  static Value TypedOp(const Value& a, const Value& b) { return a.matmul(b); }
 };
 
-void BM_MatmulRaw(benchmark::State& state) {
-  MatmulOperands o;
-  for (auto _ : state) o.Raw();
+template <typename Operands>
+void RawBinary(benchmark::State& state) {
+  Operands o;
+  for (auto _ : state) benchmark::DoNotOptimize(Operands::RawOp(o.a, o.b).raw_data());
 }
-BENCHMARK(BM_MatmulRaw);
 
-void TypedMatmul(benchmark::State& state, TypeCheck check) {
-  MatmulOperands o;
+// The typed op without a tape (check = kOn: type rules; kErased: kind-only summary).
+template <typename Operands>
+void TypedBinary(benchmark::State& state, TypeCheck check) {
+  Operands o;
   SingleRankContext one(OneRankMesh(), check);
   const Value a = Value::Replicated(o.a), b = Value::Replicated(o.b);
-  RunAgainstRaw(state, [&] { o.Raw(); },
-                [&] {
-                  Value c = a.matmul(b);
-                  benchmark::DoNotOptimize(c.tensor.raw_data());
-                });
+  RunAgainstRaw(
+      state, [&] { benchmark::DoNotOptimize(Operands::RawOp(o.a, o.b).raw_data()); },
+      [&] { benchmark::DoNotOptimize(Operands::TypedOp(a, b).tensor.raw_data()); });
 }
 
-void BM_MatmulChecked(benchmark::State& state) { TypedMatmul(state, TypeCheck::kOn); }
-BENCHMARK(BM_MatmulChecked);
-
-void BM_MatmulErased(benchmark::State& state) { TypedMatmul(state, TypeCheck::kErased); }
-BENCHMARK(BM_MatmulErased);
-
-void TapedMatmul(benchmark::State& state, TypeCheck check) {
-  MatmulOperands o;
+// The typed op recording on a tape, with b a watched leaf.
+template <typename Operands>
+void TapedBinary(benchmark::State& state, TypeCheck check) {
+  Operands o;
   SingleRankContext one(OneRankMesh(), check);
   Tape tape;
   const Value a = Value::Replicated(o.a), b0 = Value::Replicated(o.b);
   Value b = tape.Watch(b0);
   ScopedRecorder rec(&tape);
   int n = 0;
-  RunAgainstRaw(state, [&] { o.Raw(); },
-                [&] {
-                  Value c = a.matmul(b);
-                  benchmark::DoNotOptimize(c.tensor.raw_data());
-                  if (++n == kClearEvery) {
-                    n = 0;
-                    tape.Clear();
-                    b = tape.Watch(b0);
-                  }
-                });
+  RunAgainstRaw(
+      state, [&] { benchmark::DoNotOptimize(Operands::RawOp(o.a, o.b).raw_data()); },
+      [&] {
+        benchmark::DoNotOptimize(Operands::TypedOp(a, b).tensor.raw_data());
+        if (++n == kClearEvery) {
+          n = 0;
+          tape.Clear();
+          b = tape.Watch(b0);
+        }
+      });
 }
 
-void BM_MatmulTapedChecked(benchmark::State& state) { TapedMatmul(state, TypeCheck::kOn); }
-BENCHMARK(BM_MatmulTapedChecked);
+void BM_AddRaw(benchmark::State& state) { RawBinary<AddOperands>(state); }
+BENCHMARK(BM_AddRaw);
+void BM_AddChecked(benchmark::State& state) { TypedBinary<AddOperands>(state, TypeCheck::kOn); }
+BENCHMARK(BM_AddChecked);
+void BM_AddErased(benchmark::State& state) { TypedBinary<AddOperands>(state, TypeCheck::kErased); }
+BENCHMARK(BM_AddErased);
+void BM_AddTapedChecked(benchmark::State& state) { TapedBinary<AddOperands>(state, TypeCheck::kOn); }
+BENCHMARK(BM_AddTapedChecked);
+void BM_AddTapedErased(benchmark::State& state) {
+  TapedBinary<AddOperands>(state, TypeCheck::kErased);
+}
+BENCHMARK(BM_AddTapedErased);
 
-void BM_MatmulTapedErased(benchmark::State& state) { TapedMatmul(state, TypeCheck::kErased); }
+void BM_MatmulRaw(benchmark::State& state) { RawBinary<MatmulOperands>(state); }
+BENCHMARK(BM_MatmulRaw);
+void BM_MatmulChecked(benchmark::State& state) {
+  TypedBinary<MatmulOperands>(state, TypeCheck::kOn);
+}
+BENCHMARK(BM_MatmulChecked);
+void BM_MatmulErased(benchmark::State& state) {
+  TypedBinary<MatmulOperands>(state, TypeCheck::kErased);
+}
+BENCHMARK(BM_MatmulErased);
+void BM_MatmulTapedChecked(benchmark::State& state) {
+  TapedBinary<MatmulOperands>(state, TypeCheck::kOn);
+}
+BENCHMARK(BM_MatmulTapedChecked);
+void BM_MatmulTapedErased(benchmark::State& state) {
+  TapedBinary<MatmulOperands>(state, TypeCheck::kErased);
+}
 BENCHMARK(BM_MatmulTapedErased);
 
 // ---- tiny 2-layer MLP, forward + backward ---------------------------------------------------

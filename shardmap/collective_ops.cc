@@ -199,6 +199,20 @@ Value GatherImpl(const Value& x, int dim, const Axes& axes, To to,
                  const std::vector<int64_t>* sizes);
 Value ScatterImpl(const Value& x, int dim, const Axes& axes, const std::vector<int64_t>* sizes);
 
+// ppermute and broadcast move R or V values: on each axis of mask, a partial sum (P) or an
+// invariant (I) is a type error with the op's own fix.
+void RequireROrV(RankContext& ctx, const char* op, const Value& x, AxisMask mask,
+                 const char* fix_p, const char* fix_i) {
+  if (!Checked(ctx)) return;
+  ForAxes(mask, ctx.mesh().num_axes(), [&](int i) {
+    AxisKind k = x.type[i].kind;
+    if (k == AxisKind::kP || k == AxisKind::kI) {
+      TypeFail(op, i, absl::StrCat("takes R or V values, but x is ", KindName(k)),
+               k == AxisKind::kP ? fix_p : fix_i, {{"x", &x}});
+    }
+  });
+}
+
 // Elementwise "is x the extreme at this device": the device index holding the max/min (lowest
 // index on ties), via one all_reduce(min) over candidates.
 Tensor WinnerMask(Communicator& comm, const Tensor& x_any, const Tensor& y_any, AxisMask mask) {
@@ -579,17 +593,8 @@ Value ppermute(const Value& x, const Axes& axes, std::vector<std::pair<int, int>
   RankContext& ctx = RankContext::Get("ppermute");
   const int na = ctx.mesh().num_axes();
   SpmdType t = x.type;
-  if (Checked(ctx)) {
-    ForAxes(mask, na, [&](int i) {
-      AxisKind k = x.type[i].kind;
-      if (k == AxisKind::kP || k == AxisKind::kI) {
-        TypeFail("ppermute", i, absl::StrCat("takes R or V values, but x is ", KindName(k)),
-                 k == AxisKind::kP ? "resolve the partial sum first (all_reduce)"
-                                   : "convert(x, axis, Convert::kIToR) first",
-                 {{"x", &x}});
-      }
-    });
-  }
+  RequireROrV(ctx, "ppermute", x, mask, "resolve the partial sum first (all_reduce)",
+              "convert(x, axis, Convert::kIToR) first");
   ForAxes(mask, na, [&](int i) { t[i] = AxisType::V(); });
   Communicator& comm = ctx.Comm(mask);
   int n = comm.size();
@@ -639,17 +644,8 @@ Value broadcast(const Value& x, const Axes& axes, int root) {
   RankContext& ctx = RankContext::Get("broadcast");
   const int na = ctx.mesh().num_axes();
   SpmdType t = x.type;
-  if (Checked(ctx)) {
-    ForAxes(mask, na, [&](int i) {
-      AxisKind k = x.type[i].kind;
-      if (k == AxisKind::kP || k == AxisKind::kI) {
-        TypeFail("broadcast", i, absl::StrCat("takes R or V values, but x is ", KindName(k)),
-                 k == AxisKind::kP ? "resolve the partial sum with all_reduce instead"
-                                   : "x is already the same everywhere: drop the broadcast",
-                 {{"x", &x}});
-      }
-    });
-  }
+  RequireROrV(ctx, "broadcast", x, mask, "resolve the partial sum with all_reduce instead",
+              "x is already the same everywhere: drop the broadcast");
   ForAxes(mask, na, [&](int i) { t[i] = AxisType::R(); });
   Communicator& comm = ctx.Comm(mask);
   if (root < 0 || root >= comm.size()) {

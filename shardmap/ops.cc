@@ -354,73 +354,60 @@ Value tanh_grad(const Value& y, const Value& dy) {
 }
 
 
-Value exp(const Value& x) {
-  Value out(Exp(x.tensor), NonlinearType("exp", x));
+namespace {
+
+// A unary nonlinear op: the kernel's result y = f(x) typed by NonlinearType, and on the tape
+// d = vjp(saved, g), where saved is x or, for ops whose derivative is cheaper from it, y.
+enum class Saves { kInput, kOutput };
+
+template <typename Vjp>
+Value UnaryNonlinear(const char* op, const Value& x, Tensor y, Saves saves, Vjp vjp) {
+  Value out(std::move(y), NonlinearType(op, x));
   if (NeedsTape(x)) {
-    Value y = Detached(out);
-    RecordOp("exp", {&x}, out, [y](const Value& g, uint32_t, Value* d) { d[0] = g * y; });
+    Value saved = Detached(saves == Saves::kOutput ? out : x);
+    RecordOp(op, {&x}, out,
+             [saved, vjp](const Value& g, uint32_t, Value* d) { d[0] = vjp(saved, g); });
   }
   return out;
+}
+
+}  // namespace
+
+Value exp(const Value& x) {
+  return UnaryNonlinear("exp", x, Exp(x.tensor), Saves::kOutput,
+                        [](const Value& y, const Value& g) { return g * y; });
 }
 
 Value log(const Value& x) {
-  Value out(Log(x.tensor), NonlinearType("log", x));
-  if (NeedsTape(x)) {
-    Value xd = Detached(x);
-    RecordOp("log", {&x}, out, [xd](const Value& g, uint32_t, Value* d) { d[0] = g / xd; });
-  }
-  return out;
+  return UnaryNonlinear("log", x, Log(x.tensor), Saves::kInput,
+                        [](const Value& xd, const Value& g) { return g / xd; });
 }
 
 Value tanh(const Value& x) {
-  Value out(Tanh(x.tensor), NonlinearType("tanh", x));
-  if (NeedsTape(x)) {
-    Value y = Detached(out);
-    RecordOp("tanh", {&x}, out,
-             [y](const Value& g, uint32_t, Value* d) { d[0] = tanh_grad(y, g); });
-  }
-  return out;
+  return UnaryNonlinear("tanh", x, Tanh(x.tensor), Saves::kOutput,
+                        [](const Value& y, const Value& g) { return tanh_grad(y, g); });
 }
 
 Value relu(const Value& x) {
-  Value out(Relu(x.tensor), NonlinearType("relu", x));
-  if (NeedsTape(x)) {
-    Value xd = Detached(x);
-    RecordOp("relu", {&x}, out,
-             [xd](const Value& g, uint32_t, Value* d) { d[0] = relu_grad(xd, g); });
-  }
-  return out;
+  return UnaryNonlinear("relu", x, Relu(x.tensor), Saves::kInput,
+                        [](const Value& xd, const Value& g) { return relu_grad(xd, g); });
 }
 
 Value sqrt(const Value& x) {
-  Value out(Sqrt(x.tensor), NonlinearType("sqrt", x));
-  if (NeedsTape(x)) {
-    Value y = Detached(out);
-    RecordOp("sqrt", {&x}, out,
-             [y](const Value& g, uint32_t, Value* d) { d[0] = mul_scalar(g / y, 0.5); });
-  }
-  return out;
+  return UnaryNonlinear("sqrt", x, Sqrt(x.tensor), Saves::kOutput,
+                        [](const Value& y, const Value& g) { return mul_scalar(g / y, 0.5); });
 }
 
 Value gelu(const Value& x, GeluApprox approx) {
-  Value out(Gelu(x.tensor, approx), NonlinearType("gelu", x));
-  if (NeedsTape(x)) {
-    Value xd = Detached(x);
-    RecordOp("gelu", {&x}, out, [xd, approx](const Value& g, uint32_t, Value* d) {
-      d[0] = gelu_grad(xd, g, approx);
-    });
-  }
-  return out;
+  return UnaryNonlinear("gelu", x, Gelu(x.tensor, approx), Saves::kInput,
+                        [approx](const Value& xd, const Value& g) {
+                          return gelu_grad(xd, g, approx);
+                        });
 }
 
 Value silu(const Value& x) {
-  Value out(Silu(x.tensor), NonlinearType("silu", x));
-  if (NeedsTape(x)) {
-    Value xd = Detached(x);
-    RecordOp("silu", {&x}, out,
-             [xd](const Value& g, uint32_t, Value* d) { d[0] = silu_grad(xd, g); });
-  }
-  return out;
+  return UnaryNonlinear("silu", x, Silu(x.tensor), Saves::kInput,
+                        [](const Value& xd, const Value& g) { return silu_grad(xd, g); });
 }
 
 // ---------------------------------------------------------------------------------------------

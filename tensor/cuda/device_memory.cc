@@ -68,12 +68,19 @@ struct Staging {
     }
   }
   void Ensure(int dev) {
-    if (chunk[0] != nullptr && device == dev) return;
+    if (chunk[1] != nullptr && done[1] != nullptr && device == dev) return;
     Release();
     device = dev;
-    for (int i = 0; i < 2; ++i) {
-      SM_CUDA_CHECK(cudaMallocHost(&chunk[i], kChunk));
-      SM_CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
+    try {
+      for (int i = 0; i < 2; ++i) {
+        SM_CUDA_CHECK(cudaMallocHost(&chunk[i], kChunk));
+        SM_CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
+      }
+    } catch (...) {
+      // A half-made staging (chunk 0 without chunk 1 or an event) must not pass the check above
+      // on the next call: that would memcpy into a null chunk.
+      Release();
+      throw;
     }
   }
 };

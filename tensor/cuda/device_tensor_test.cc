@@ -41,7 +41,9 @@ TEST(DeviceTensorTest, RoundTripAllDtypesAndOddSizes) {
       Tensor back = dev.Clone().To(Device::Cpu());
       ASSERT_EQ(back.numel(), n);
       EXPECT_EQ(back.ToVector<double>(), host.ToVector<double>()) << DTypeName(dt) << " n=" << n;
-      if (n > 0) EXPECT_EQ(dev.at(n - 1), host.at(n - 1));
+      if (n > 0) {
+        EXPECT_EQ(dev.at(n - 1), host.at(n - 1));
+      }
     }
   }
 }
@@ -86,6 +88,33 @@ TEST(DeviceTensorTest, RanksOnTheirOwnStreamsShareOneGpu) {
   }
   for (auto& t : ranks) t.join();
   for (int r = 0; r < 4; ++r) EXPECT_EQ(got[r], std::vector<float>(1000, r));
+}
+
+TEST(DeviceTensorTest, NestedStreamScopesKeepEachDevicesBinding) {
+  SKIP_WITHOUT_GPU();
+  const cuda::StreamHandle s0 = cuda::NewStream(0), s0b = cuda::NewStream(0);
+  const cuda::StreamHandle unbound = cuda::CurrentStream(0);
+  {
+    cuda::StreamScope a(0, s0);
+    EXPECT_EQ(cuda::CurrentStream(0), s0);
+    {
+      cuda::StreamScope b(0, s0b);
+      EXPECT_EQ(cuda::CurrentStream(0), s0b);
+    }
+    EXPECT_EQ(cuda::CurrentStream(0), s0);
+    if (cuda::DeviceCount() >= 2) {
+      // A scope for another device leaves device 0's work on s0 (before: the per-thread stream,
+      // unordered with what this thread had queued on s0).
+      const cuda::StreamHandle s1 = cuda::NewStream(1);
+      cuda::StreamScope c(1, s1);
+      EXPECT_EQ(cuda::CurrentStream(1), s1);
+      EXPECT_EQ(cuda::CurrentStream(0), s0);
+      Tensor x = Tensor::Full({1000}, 3.0, DType::kF32, Device::Cuda(0));  // on s0
+      EXPECT_EQ(x.To(Device::Cuda(1)).ToVector<float>(), std::vector<float>(1000, 3.0f));
+    }
+    EXPECT_EQ(cuda::CurrentStream(0), s0);
+  }
+  EXPECT_EQ(cuda::CurrentStream(0), unbound);
 }
 
 TEST(DeviceTensorTest, PeerCopyBetweenGpus) {

@@ -12,17 +12,14 @@
 #endif
 
 namespace shardmap::cuda {
-namespace {
-
-// This thread's binding (StreamScope); device -1 means unbound.
-thread_local int bound_device = -1;
-thread_local StreamHandle bound_stream = nullptr;
-
-}  // namespace
 
 #if SHARDMAP_HAS_CUDA
 
 namespace {
+
+// This thread's binding per device (StreamScope); nullptr means unbound.
+constexpr int kMaxBoundDevices = 64;
+thread_local StreamHandle bound_streams[kMaxBoundDevices] = {};
 
 struct Probe {
   int count = 0;
@@ -69,22 +66,27 @@ StreamHandle NewStream(int device) {
 }
 
 StreamHandle CurrentStream(int device) {
-  if (bound_device == device && bound_stream != nullptr) return bound_stream;
+  if (device >= 0 && device < kMaxBoundDevices && bound_streams[device] != nullptr) {
+    return bound_streams[device];
+  }
   return cudaStreamPerThread;
 }
 
 StreamScope::StreamScope(int device, StreamHandle stream)
-    : prev_device_(bound_device), prev_stream_(bound_stream), prev_current_device_(0) {
+    : device_(device), prev_stream_(nullptr), prev_current_device_(0) {
   RequireDevice(device, "cuda::StreamScope");
+  if (device >= kMaxBoundDevices) {
+    OpFail("cuda::StreamScope: device ", device, " is beyond the ", kMaxBoundDevices,
+           " devices a thread can bind streams on");
+  }
   SM_CUDA_CHECK(cudaGetDevice(&prev_current_device_));
   SM_CUDA_CHECK(cudaSetDevice(device));
-  bound_device = device;
-  bound_stream = stream;
+  prev_stream_ = bound_streams[device];
+  bound_streams[device] = stream;
 }
 
 StreamScope::~StreamScope() {
-  bound_device = prev_device_;
-  bound_stream = prev_stream_;
+  bound_streams[device_] = prev_stream_;
   cudaSetDevice(prev_current_device_);
 }
 
@@ -115,8 +117,8 @@ int DeviceCount() { return 0; }
 std::string UnavailableReason() { return "built without the CUDA toolkit"; }
 StreamHandle NewStream(int) { NoCuda("cuda::NewStream"); }
 StreamHandle CurrentStream(int) { return nullptr; }
-StreamScope::StreamScope(int, StreamHandle)
-    : prev_device_(bound_device), prev_stream_(bound_stream), prev_current_device_(0) {
+StreamScope::StreamScope(int device, StreamHandle)
+    : device_(device), prev_stream_(nullptr), prev_current_device_(0) {
   NoCuda("cuda::StreamScope");
 }
 StreamScope::~StreamScope() = default;

@@ -36,7 +36,8 @@ StreamHandle NewStream(int device);
 // for that device, else the device's per-thread default stream.
 StreamHandle CurrentStream(int device);
 
-// Binds this thread to (device, stream) for the scope; nests. Makes `device` current.
+// Binds this thread to (device, stream) for the scope; nests (the bindings of other devices stay
+// in force). Makes `device` current. Devices 0..63.
 class StreamScope {
  public:
   StreamScope(int device, StreamHandle stream);
@@ -45,8 +46,8 @@ class StreamScope {
   StreamScope& operator=(const StreamScope&) = delete;
 
  private:
-  int prev_device_;
-  StreamHandle prev_stream_;
+  int device_;
+  StreamHandle prev_stream_;  // device_'s binding before the scope (nullptr: none)
   int prev_current_device_;
 };
 

@@ -95,12 +95,15 @@ std::vector<size_t> Offsets(absl::Span<const size_t> counts) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int device, cudaStream_t stream, bool owns_stream,
-                   absl::Duration timeout, std::shared_ptr<NcclWorld> world, std::string name)
+  // stream_owner: null for the caller's stream; else it destroys the stream once the world
+  // communicator and every communicator split from it (they share its stream) are gone.
+  NcclCommunicator(ncclComm_t comm, int device, cudaStream_t stream,
+                   std::shared_ptr<CUstream_st> stream_owner, absl::Duration timeout,
+                   std::shared_ptr<NcclWorld> world, std::string name)
       : comm_(comm),
         device_(device),
         stream_(stream),
-        owns_stream_(owns_stream),
+        stream_owner_(std::move(stream_owner)),
         timeout_(timeout),
         world_(std::move(world)),
         name_(std::move(name)) {
@@ -136,7 +139,6 @@ class NcclCommunicator final : public Communicator {
     }
     if (scratch_ != nullptr) cudaFree(scratch_);
     for (void* p : retired_scratch_) cudaFree(p);
-    if (owns_stream_) cudaStreamDestroy(stream_);
   }
 
   int rank() const override { return rank_; }
@@ -391,7 +393,7 @@ class NcclCommunicator final : public Communicator {
     if (!s.ok()) return s;
     if (child == nullptr) return std::unique_ptr<Communicator>();
     return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(
-        child, device_, stream_, /*owns_stream=*/false, timeout_, world_,
+        child, device_, stream_, stream_owner_, timeout_, world_,
         absl::StrCat(name_, "/split(color=", color, ")")));
   }
 
@@ -545,7 +547,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_;
   const int device_;
   cudaStream_t stream_;
-  const bool owns_stream_;
+  const std::shared_ptr<CUstream_st> stream_owner_;
   const absl::Duration timeout_;
   std::shared_ptr<NcclWorld> world_;
   const std::string name_;
@@ -631,8 +633,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore& s
     return absl::Status(s.code(), absl::StrCat("creating ", name, " (rank ", store.rank(),
                                                ", device ", device, "): ", s.message()));
   }
+  std::shared_ptr<CUstream_st> stream_owner;
+  if (owns_stream) stream_owner.reset(stream, [](cudaStream_t st) { cudaStreamDestroy(st); });
   return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(
-      comm, device, stream, owns_stream, options.timeout, std::make_shared<NcclWorld>(), name));
+      comm, device, stream, std::move(stream_owner), options.timeout,
+      std::make_shared<NcclWorld>(), name));
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicatorFromEnv(

@@ -145,6 +145,29 @@ TEST(NcclCommunicatorTest, SingleRankWorldRunsEveryOp) {
   cudaFree(dh_out);
 }
 
+// A split communicator shares its parent's stream: it must keep working after the parent is
+// destroyed (the stream lives until the last of them is gone).
+TEST(NcclCommunicatorTest, SplitOutlivesItsParent) {
+  if (internal::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible: NCCL ops cannot run on this machine";
+  auto store = SoloStore();
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto comm = CreateNcclCommunicator(**store, {});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  auto sub = (*comm)->Split(0, 0);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  ASSERT_NE(*sub, nullptr);
+  comm->reset();
+  const std::vector<float> x = {4.0f, -1.0f, 0.5f};
+  float* d = ToDevice(x);
+  float* out = ToDevice(std::vector<float>(3, 9.0f));
+  absl::Status s = (*sub)->AllReduce(d, out, 3, DataType::kF32, ReduceOp::kSum);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(ToHost(out, 3), x);
+  sub->reset();
+  cudaFree(d);
+  cudaFree(out);
+}
+
 #endif  // SHARDMAP_HAS_CUDA
 
 }  // namespace

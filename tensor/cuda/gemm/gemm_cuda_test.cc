@@ -140,6 +140,18 @@ TEST(GemmCudaTest, LinearEpiloguesMatchCpu) {
   }
 }
 
+// The bias epilogue adds in f32 before the one rounding to bf16 (linear_test's
+// HalfOutputsAreRoundedOnce on the GPU): 1 + 3/1024 + 3/1024 rounds to 1 + 1/128, where rounding
+// the product first would give 1.
+TEST(GemmCudaTest, BiasEpilogueRoundsOnce) {
+  SKIP_WITHOUT_GPU();
+  const Tensor x = Tensor::FromVector<float>({1, 2}, {1.0f, 3.0f / 1024}, DType::kBF16);
+  const Tensor w = Tensor::FromVector<float>({2, 1}, {1.0f, 1.0f}, DType::kBF16);
+  const Tensor b = Tensor::FromVector<float>({1}, {3.0f / 1024}, DType::kBF16);
+  const LinearResult r = Linear(Gpu(x), Gpu(w), Gpu(b), LinearEpilogue::kBias);
+  EXPECT_EQ(Cpu(r.y).at(0), 1.0 + 1.0 / 128);
+}
+
 TEST(GemmCudaTest, GeluBackwardWeightGradAndBiasGradMatchCpu) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 300;

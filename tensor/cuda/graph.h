@@ -20,14 +20,16 @@
 // allocation is ever handed an address the graph writes), runs fn (its
 // kernels are recorded, not executed), ends the capture and instantiates the graph. Tensors that
 // fn allocates and that outlive it (outputs, updated state) keep their addresses for every
-// replay; the pool's memory is returned when the CudaGraph is destroyed.
+// replay; tensors from before the capture that fn drops stay allocated for the graph (handed to
+// no one); the pool's memory is returned when the CudaGraph is destroyed.
 //
 // Rules (static shapes, no host round trips): fn must launch the same work for every replay, so
 //   * inputs are tensors allocated before Capture; write new values into them before Replay;
 //   * outputs are tensors fn assigns; each Replay overwrites them;
 //   * fn must not synchronise with the host (item(), ToVector(), To(Device::Cpu()), a host ->
-//     device copy of a fresh host tensor, an in-process collective): CUDA refuses, and Capture
-//     returns that error as a Status naming the capture and this rule;
+//     device copy of a fresh host tensor, an in-process collective): CUDA (or, for host ->
+//     device copies and in-process collectives, this library) refuses, and Capture returns that
+//     error as a Status naming the capture and this rule;
 //   * work fn launches on other streams is not captured.
 // In-process collectives (virtual ranks) synchronise with the host inside every call, so a step
 // of GPU ranks under RunSpmd cannot be captured: the collective ops refuse with an error that says

@@ -74,7 +74,11 @@ void RunMlp(benchmark::State& state, bool graphed, DType dtype) {
   }
   const int64_t batch = state.range(0), d = state.range(1), h = state.range(2);
   absl::Status status = CatchOpError([&] {
-    cuda::StreamHandle stream = cuda::NewStream(0);
+    // One stream for every case and every call (Google Benchmark calls this function several
+    // times per case while it sizes the iteration count): a new stream per call would strand
+    // the previous call's cached blocks (several GiB at the large shape) and a 32 MiB cuBLASLt
+    // workspace per stream, since streams and workspaces live until the process ends.
+    static const cuda::StreamHandle stream = cuda::NewStream(0);
     cuda::StreamScope scope(0, stream);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     MlpState m = MakeState(batch, d, h, dtype, Device::Cuda(0));

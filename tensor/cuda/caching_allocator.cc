@@ -35,16 +35,22 @@ size_t CachingAllocator::RoundSize(size_t nbytes) {
 
 void* CachingAllocator::RawMallocLocked(size_t size) {
   void* p = raw_.malloc(size);
-  if (p == nullptr) {
-    // Out of memory: hand back every cached block nobody uses and try once more.
+  // Out of memory: hand back every cached block nobody uses and try once more. Not while a
+  // stream of the device is being captured: the device-wide synchronize that must come first is
+  // invalid then (CUDA fails it and invalidates the capture), and without it a cached block may
+  // still be in use by queued kernels when it is freed.
+  const bool capturing = !capturing_.empty();
+  if (p == nullptr && !capturing) {
     ReleaseCachedLocked(0);
     p = raw_.malloc(size);
   }
   if (p == nullptr) {
     throw OpError(absl::ResourceExhaustedError(absl::StrCat(
         device_name_, ": out of memory allocating ", size, " bytes (", stats_.allocated_bytes,
-        " bytes in use by tensors, ", stats_.cached_bytes,
-        " cached in graph pools); free tensors, shrink the batch, or shard over more devices")));
+        " bytes in use by tensors, ", stats_.cached_bytes, " cached",
+        capturing ? " (not emptied while a CUDA graph is being captured)"
+                  : " in graph pools",
+        "); free tensors, shrink the batch, or shard over more devices")));
   }
   ++stats_.raw_allocs;
   return p;

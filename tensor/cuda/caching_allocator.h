@@ -22,7 +22,9 @@
 // ReleasePool. ReleasePool hands the pool's cached and kept blocks back.
 //
 // Out of memory: the cache is emptied (after `synchronize`) and the request retried once; a second
-// failure throws OpError(ResourceExhausted) naming the device, the request and the usage.
+// failure throws OpError(ResourceExhausted) naming the device, the request and the usage. While
+// any stream is between BeginPool and EndPool (a CUDA graph capture, during which a device-wide
+// synchronize is invalid) the cache is not emptied: the first failure throws.
 #ifndef SHARDMAP_TENSOR_CUDA_CACHING_ALLOCATOR_H_
 #define SHARDMAP_TENSOR_CUDA_CACHING_ALLOCATOR_H_
 

@@ -113,6 +113,37 @@ TEST(CachingAllocatorTest, OutOfMemoryEmptiesTheCacheAndRetries) {
   alloc.Free(b);
 }
 
+TEST(CachingAllocatorTest, OutOfMemoryDuringACaptureDoesNotSynchronizeOrFree) {
+  // A device-wide synchronize is invalid while a stream is captured (it would fail and
+  // invalidate the capture); freeing cached blocks without it could free memory queued kernels
+  // still use. So during a capture the first out-of-memory throws.
+  FakeDevice dev;
+  dev.budget = 4 << 20;
+  CachingAllocator alloc(dev.Ops(), "fake:0");
+  void* a = alloc.Allocate(3 << 20, Stream(2));
+  alloc.Free(a);  // cached in the default pool
+  const auto pool = alloc.CreatePool();
+  alloc.BeginPool(pool, Stream(1));
+  try {
+    alloc.Allocate(2 << 20, Stream(1));
+    FAIL() << "expected an out-of-memory OpError";
+  } catch (const OpError& e) {
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_NE(std::string(e.status().message()).find("captured"), std::string::npos)
+        << e.status();
+  }
+  EXPECT_EQ(dev.syncs, 0);
+  EXPECT_EQ(dev.live.count(a), 1u);
+  EXPECT_EQ(alloc.stats().raw_frees, 0);
+  alloc.EndPool(pool);
+  // After the capture the usual retry applies.
+  void* b = alloc.Allocate(2 << 20, Stream(1));
+  EXPECT_NE(b, nullptr);
+  EXPECT_GE(dev.syncs, 1);
+  EXPECT_EQ(alloc.stats().raw_frees, 1);  // the cached block went back (malloc may reuse it)
+  alloc.Free(b);
+}
+
 TEST(CachingAllocatorTest, DoubleFreeIsAnError) {
   FakeDevice dev;
   CachingAllocator alloc(dev.Ops(), "fake:0");

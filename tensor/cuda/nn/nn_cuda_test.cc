@@ -74,13 +74,18 @@ struct SoftmaxCase {
 // when they fit (47 KiB per block), so {9,1000} and {2,13000} also cover the uncached paths;
 // {2,12000} is cached just under the bound; {2,12280} (f32 forward) and {2,6140} (f32
 // backward, f64 forward) fit 48 KiB but not with the kernels' static scratch beside them, so a
-// launch with them cached would fail: they must take the uncached path.
+// launch with them cached would fail: they must take the uncached path. The 47 KiB bound itself:
+// a block's row of 12032 (f32 forward) or 6016 (f32 backward, f64 forward) elements is cached,
+// one more is not; a warp's rows (8 a block) of 752 (f32 backward, f64 forward) or 376 (f64
+// backward) elements are cached, one more are not.
 const std::vector<SoftmaxCase>& SoftmaxCases() {
   static const auto* cases = new std::vector<SoftmaxCase>{
       {{0, 5}, -1},   {{1, 1}, -1},   {{1, 7}, -1},    {{7, 13}, -1},  {{3, 5, 33}, 2},
       {{4, 1500}, 1}, {{2, 3, 4}, 0}, {{2, 3, 4}, 1},  {{5, 1}, 0},    {{3, 1025}, -1},
       {{2, 70000}, -1}, {{1, 250007}, -1}, {{9, 1000}, -1}, {{2, 13000}, -1},
-      {{2, 12000}, -1}, {{2, 12280}, -1}, {{2, 6140}, -1}};
+      {{2, 12000}, -1}, {{2, 12280}, -1}, {{2, 6140}, -1}, {{2, 12032}, -1}, {{2, 12033}, -1},
+      {{2, 6016}, -1}, {{2, 6017}, -1}, {{9, 752}, -1}, {{9, 753}, -1}, {{9, 376}, -1},
+      {{9, 377}, -1}, {{5, 31}, -1}, {{3, 40, 31}, 1}};
   return *cases;
 }
 
@@ -151,7 +156,8 @@ TEST(NnCudaTest, CrossEntropyInfinities) {
 const std::vector<std::vector<int64_t>>& NormShapes() {
   static const auto* shapes = new std::vector<std::vector<int64_t>>{
       {0, 8}, {1, 1}, {7, 13}, {2, 3, 33}, {5, 2000}, {300, 40}, {3, 0}, {5}, {9, 1000},
-      {2, 13000}, {2, 12280}, {2, 6140}};
+      {2, 13000}, {2, 12280}, {2, 6140}, {2, 12032}, {2, 12033}, {2, 6016}, {2, 6017},
+      {9, 752}, {9, 753}, {9, 31}};
   return *shapes;
 }
 
@@ -220,6 +226,59 @@ TEST(NnCudaTest, RmsNormForwardBackward) {
         ExpectMatches(gg.dgamma, cg.dgamma, n + " dgamma", 100);
       }
     }
+  }
+}
+
+// More rows than a grid's y or z dim could hold (65535). Softmax rows of 2 elements: more than
+// the 2^20 blocks (8 rows each) the row kernels launch, so warps loop over a second row. Norms:
+// the parameter gradients then use all 512 row chunks (137 rows each, the last one empty).
+TEST(NnCudaTest, ManyRows) {
+  SKIP_WITHOUT_GPU();
+  {
+    const Tensor x = RandomTensor({(int64_t{1} << 23) + 9, 2}, DType::kF32, 11, -4, 4);
+    const Tensor dy = RandomTensor(x.shape(), DType::kF32, 12);
+    const Tensor y = Softmax(x, -1), ly = LogSoftmax(x, -1);
+    ExpectMatches(Softmax(Gpu(x), -1), y, "softmax many rows");
+    ExpectMatches(LogSoftmax(Gpu(x), -1), ly, "log_softmax many rows");
+    ExpectMatches(SoftmaxBackward(Gpu(y), Gpu(dy), -1), SoftmaxBackward(y, dy, -1),
+                  "softmax_backward many rows");
+  }
+  uint32_t seed = 20;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const Tensor x = RandomTensor({70000, 40}, dt, seed++, -3, 5);
+    const Tensor dy = RandomTensor(x.shape(), dt, seed++);
+    const Tensor gamma = RandomTensor({40}, dt, seed++, 0.5, 1.5);
+    const Tensor beta = RandomTensor({40}, dt, seed++);
+    const std::string n = Name("many rows", x, dt);
+    const LayerNormResult c = LayerNorm(x, gamma, beta, 1e-5);
+    const LayerNormResult g = LayerNorm(Gpu(x), Gpu(gamma), Gpu(beta), 1e-5);
+    ExpectMatches(g.y, c.y, n + " layer_norm y");
+    ExpectMatches(g.rstd, c.rstd, n + " layer_norm rstd", 10);
+    const LayerNormGrads cg = LayerNormBackward(x, gamma, c.mean, c.rstd, dy);
+    const LayerNormGrads gg =
+        LayerNormBackward(Gpu(x), Gpu(gamma), Gpu(c.mean), Gpu(c.rstd), Gpu(dy));
+    ExpectMatches(gg.dx, cg.dx, n + " layer_norm dx", 10);
+    // Sums over 70000 rows of magnitude ~300, f32 on both sides in different orders (the CPU's
+    // sequential one drifts by ~1e-3): atol 0.1 for f32, 1 for bf16 (ulp 2 there).
+    const double sum_scale = dt == DType::kF32 ? 1e4 : 1e3;
+    ExpectMatches(gg.dgamma, cg.dgamma, n + " layer_norm dgamma", sum_scale);
+    ExpectMatches(gg.dbeta, cg.dbeta, n + " layer_norm dbeta", sum_scale);
+    const RmsNormResult rc = RmsNorm(x, gamma, 1e-6);
+    const RmsNormGrads rcg = RmsNormBackward(x, gamma, rc.rstd, dy);
+    const RmsNormGrads rgg = RmsNormBackward(Gpu(x), Gpu(gamma), Gpu(rc.rstd), Gpu(dy));
+    ExpectMatches(RmsNorm(Gpu(x), Gpu(gamma), 1e-6).y, rc.y, n + " rms_norm y");
+    ExpectMatches(rgg.dx, rcg.dx, n + " rms_norm dx", 10);
+    ExpectMatches(rgg.dgamma, rcg.dgamma, n + " rms_norm dgamma", sum_scale);
+
+    const Tensor logits = RandomTensor({70000, 5}, dt, seed++, -6, 6);
+    std::vector<int64_t> t = RandomIds({70000}, 5, DType::kI64, seed++).ToVector<int64_t>();
+    for (size_t i = 0; i < t.size(); i += 7) t[i] = -100;
+    const Tensor targets = Tensor::FromVector<int64_t>({70000}, t, DType::kI32);
+    const Tensor dloss = RandomTensor({70000}, DType::kF32, seed++, 0.5, 2);
+    ExpectMatches(CrossEntropy(Gpu(logits), Gpu(targets)), CrossEntropy(logits, targets),
+                  n + " cross_entropy");
+    ExpectMatches(CrossEntropyBackward(Gpu(logits), Gpu(targets), Gpu(dloss)),
+                  CrossEntropyBackward(logits, targets, dloss), n + " cross_entropy_backward");
   }
 }
 

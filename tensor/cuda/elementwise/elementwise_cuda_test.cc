@@ -123,6 +123,12 @@ TEST(ElementwiseCudaTest, MisalignedViewsTakeTheScalarPaths) {
     ExpectMatchesCpu(Host(Sub(dv, Dev(RandomTensor({9}, t, 5)))),
                      Sub(hv, RandomTensor({9}, t, 5)), kUlp, Name("sub misaligned bias", t, {3, 9}));
     ExpectMatchesCpu(Host(Exp(da)), Exp(ha), kTranscendental, Name("exp misaligned", t, {5, 7}));
+    // A one-element operand with a misaligned full one: the scalar kernels without packs.
+    const Tensor s1 = RandomTensor({1}, t, 7, 0.25, 3.0);
+    ExpectMatchesCpu(Host(Sub(da, Dev(s1))), Sub(ha, s1), kUlp,
+                     Name("sub misaligned scalar rhs", t, ha.shape()));
+    ExpectMatchesCpu(Host(Div(Dev(s1), da)), Div(s1, ha), kUlp,
+                     Name("div misaligned scalar lhs", t, ha.shape()));
     // Width 8 would allow the vector bias path, but the lhs starts one element in.
     const Tensor flat = RandomTensor({25}, t, 6);
     const Tensor dm = Dev(flat).SliceRows(1, 24).Reshape({3, 8});

@@ -263,6 +263,48 @@ TEST(ReduceCudaTest, ArgMaxTiesNaNAndLongRows) {
   }
 }
 
+// Rows of 17..2048 (a warp per row) and over 2048 (a block per row): ties and NaNs placed so the
+// lowest index sits in a higher lane (or warp) than a later equal value, so a cross-lane or
+// cross-warp reduction that prefers the lower lane instead of the lower index fails.
+TEST(ReduceCudaTest, ArgMaxWarpAndBlockRowsPreferTheLowerIndexAcrossLanes) {
+  SKIP_WITHOUT_GPU();
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  for (DType t : kFloatTypes) {
+    // n = 40: lane = k % 32.
+    std::vector<std::vector<double>> rows(6, std::vector<double>(40, 0.0));
+    rows[0][5] = rows[0][20] = 3;    // lanes 5, 20 -> 5
+    rows[1][20] = rows[1][37] = 3;   // lanes 20, 5 -> 20
+    rows[2][33] = rows[2][1] = 3;    // both lane 1 -> 1
+    rows[3][30] = rows[3][34] = nan;  // lanes 30, 2 -> 30 (first NaN)
+    rows[3][3] = 7;
+    rows[4].assign(40, -inf);        // all -inf -> 0
+    for (int k = 0; k < 40; ++k) rows[5][k] = k % 8;  // max 7 first at 7 (lane 7), also 39
+    std::vector<double> flat;
+    for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+    const Tensor x = Tensor::FromVector<double>({6, 40}, flat, t);
+    EXPECT_EQ(ArgMax(x.To(kGpu), 1).To(Device::Cpu()).ToVector<int64_t>(),
+              (std::vector<int64_t>{5, 20, 1, 30, 0, 7}))
+        << DTypeName(t) << " warp rows";
+    EXPECT_EQ(ArgMax(x, 1).ToVector<int64_t>(), (std::vector<int64_t>{5, 20, 1, 30, 0, 7}));
+    // n = 3000, blockDim 256: thread = k % 256, warp = thread / 32.
+    std::vector<double> b(2 * 3000, 0.0);
+    b[250] = b[2060] = 5;                   // thread 250 (warp 7) vs 12 (warp 0) -> 250
+    b[3000 + 2500] = b[3000 + 511] = nan;   // thread 196 (warp 6) vs 255 (warp 7) -> 511
+    b[3000 + 7] = 9;
+    const Tensor xb = Tensor::FromVector<double>({2, 3000}, b, t);
+    EXPECT_EQ(ArgMax(xb.To(kGpu), 1).To(Device::Cpu()).ToVector<int64_t>(),
+              (std::vector<int64_t>{250, 511}))
+        << DTypeName(t) << " block rows";
+    // Random rows of every warp-path length class, against the CPU (bf16/f16 have many ties).
+    for (const Shape& s : std::vector<Shape>{{9, 17}, {5, 33}, {7, 100}, {3, 2048}}) {
+      const Tensor r = RandomTensor(s, t, 77);
+      EXPECT_EQ(ArgMax(r.To(kGpu), 1).To(Device::Cpu()).ToVector<int64_t>(),
+                ArgMax(r, 1).ToVector<int64_t>())
+          << DTypeName(t) << ShapeToString(s);
+    }
+  }
+}
+
 TEST(ReduceCudaTest, SumToShape) {
   SKIP_WITHOUT_GPU();
   for (DType t : kFloatTypes) {

@@ -5,11 +5,7 @@ namespace shardmap::cuda::kernels {
 namespace {
 
 constexpr unsigned kFull = 0xffffffffu;
-// Rows (inner == 1) up to kThreadRowMax long get one thread each (the column kernel: a warp
-// then reads 32 neighbouring rows, one contiguous span); up to kWarpRowMax one warp each; longer
-// ones a whole block.
-constexpr int64_t kThreadRowMax = 16;
-constexpr int64_t kWarpRowMax = 2048;
+// Path choice: ChooseReducePath / ChooseArgMaxPath in reduce_kernels.h.
 
 template <ReduceKind K, typename A>
 __device__ __forceinline__ A Identity() {
@@ -115,9 +111,10 @@ int LaunchKind(const void* xv, void* outv, int64_t outer, int64_t n, int64_t inn
   Out* out = static_cast<Out*>(outv);
   const int64_t nseg = (n + seg_len - 1) / seg_len;
   const Acc<In> sc = static_cast<Acc<In>>(scale);
-  if (inner == 1 && seg_len > kThreadRowMax) {
+  const ReducePath path = ChooseReducePath(inner, seg_len);
+  if (path != ReducePath::kColumn) {
     const int64_t rows = outer * nseg;
-    if (seg_len <= kWarpRowMax) {
+    if (path == ReducePath::kRowWarp) {
       RowWarpKernel<K, In, Out><<<Blocks(rows * 32), kThreads, 0, s>>>(x, out, rows, nseg, n,
                                                                        seg_len, sc);
     } else {
@@ -289,10 +286,11 @@ int LaunchArgMax(const void* xv, DType dtype, int64_t* out, int64_t outer, int64
   const cudaStream_t s = AsStream(stream);
   SM_DISPATCH_FLOAT(dtype, T, {
     const T* x = static_cast<const T*>(xv);
-    if (inner > 1 || n <= kThreadRowMax) {
+    const ReducePath path = ChooseArgMaxPath(inner, n);
+    if (path == ReducePath::kColumn) {
       const int64_t total = outer * inner;
       ArgMaxColumnKernel<T><<<Blocks(total), kThreads, 0, s>>>(x, out, total, n, inner);
-    } else if (n <= kWarpRowMax) {
+    } else if (path == ReducePath::kRowWarp) {
       ArgMaxRowWarpKernel<T><<<Blocks(outer * 32), kThreads, 0, s>>>(x, out, outer, n);
     } else {
       const int64_t blocks = outer < (1LL << 30) ? outer : (1LL << 30);

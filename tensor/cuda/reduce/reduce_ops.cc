@@ -25,27 +25,15 @@ using kernels::ReduceKind;
 // Intermediate results of multi-pass reductions: f32 for f32/bf16/f16, f64 for f64.
 DType AccDType(DType t) { return t == DType::kF64 ? DType::kF64 : DType::kF32; }
 
-// Segment length for one pass over [outer, n, inner]; n itself means "finish in this pass".
-// Rows (inner == 1) are folded by a warp or block each: long rows are split when there are too
-// few rows to fill the GPU or when one block would fold more than 32K elements. Columns (inner
-// > 1) are folded by a thread each, sequentially, so they are cut into runs of 64.
-int64_t SegmentLength(int64_t outer, int64_t n, int64_t inner) {
-  if (inner == 1) {
-    if (n <= 4096) return n;
-    const int64_t want = std::max((1024 + outer - 1) / outer, (n + 32767) / 32768);
-    return want <= 1 ? n : std::max<int64_t>((n + want - 1) / want, 2048);
-  }
-  return n <= 128 ? n : 64;
-}
-
 // Folds x (in_dtype, viewed as [outer, n, inner], n >= 1) into out (out_dtype, [outer, inner]),
-// in as many passes as SegmentLength asks for; scale applies to the last pass of a sum.
+// in as many passes as kernels::ReduceSegmentLength asks for; scale applies to the last pass
+// of a sum.
 void ReduceAxis(const void* x, DType in_dtype, void* out, DType out_dtype, ReduceKind kind,
                 int64_t outer, int64_t n, int64_t inner, double scale, Device device,
                 void* stream) {
   Tensor partial;  // the previous pass's output, alive until the next pass is queued
   while (true) {
-    const int64_t seg = SegmentLength(outer, n, inner);
+    const int64_t seg = kernels::ReduceSegmentLength(outer, n, inner);
     if (seg >= n) {
       SM_CUDA_CHECK(static_cast<cudaError_t>(kernels::LaunchReducePass(
           x, in_dtype, out, out_dtype, kind, outer, n, inner, n, scale, stream)));

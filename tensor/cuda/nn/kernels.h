@@ -48,8 +48,8 @@ int LaunchNorm(const void* x, const void* gamma, const void* beta, void* y, void
 int LaunchNormBackwardDx(const void* x, const void* gamma, const void* mean, const void* rstd,
                          const void* dy, void* dx, DType dtype, int64_t rows, int64_t h, bool rms,
                          void* stream);
-// Number of row chunks of the parameter-gradient reduction, and its workspace in elements of A:
-// NormParamWorkspace(rows, h) for dgamma plus as many again for dbeta.
+// Number of row chunks of the parameter-gradient reduction; its workspace holds
+// NormParamChunks(rows) * h elements of A for dgamma plus as many again for dbeta.
 int64_t NormParamChunks(int64_t rows);
 // dgamma[j] = sum_r dy[r,j] * xhat[r,j] and dbeta[j] = sum_r dy[r,j] (dbeta nullable; rms: no
 // mean), written in dgamma_dtype / dbeta_dtype. Deterministic: fixed-order partial sums per row

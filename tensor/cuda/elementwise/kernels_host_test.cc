@@ -80,6 +80,14 @@ TEST(KernelsHostTest, BroadcastPathsIndexLikeTheCpu) {
       {{2, 3, 1, 5, 1, 7}, {3, 4, 5, 6, 1}, BinaryPath::kGeneral},
       {{2, 1, 3, 1, 2, 1, 3, 1}, {1, 2, 1, 3, 1, 2, 1, 3}, BinaryPath::kGeneral},  // 8 dims
       {{1, 2, 1, 3, 1, 2, 1, 3, 4}, {1, 1, 3, 1, 2, 1, 3, 1, 4}, BinaryPath::kGeneral},
+      {{1, 13}, {7, 1}, BinaryPath::kGeneral},            // [1,N] + [M,1]
+      {{5, 1, 7}, {1, 4, 1}, BinaryPath::kGeneral},       // [A,1,C] + [1,B,1]
+      {{}, {31}, BinaryPath::kScalarA},                   // scalar + tensor
+      {{33}, {1}, BinaryPath::kScalarB},
+      {{1}, {}, BinaryPath::kSame},                       // one element each
+      {{70000, 3}, {3}, BinaryPath::kRowB},               // many short rows
+      {{3}, {70000, 3}, BinaryPath::kRowA},
+      {{70000, 3}, {70000, 1}, BinaryPath::kGeneral},
   };
   uint32_t seed = 1;
   for (const Case& c : cases) {
@@ -188,6 +196,10 @@ TEST(KernelsHostTest, PermutePlansMoveBytesLikeTheCpu) {
       {{2, 3, 2, 8}, DType::kF64, {1, 0, 2, 3}, 0, "rows of 16 bytes"},
       {{2, 3, 2, 3, 2, 3}, DType::kF32, {5, 3, 1, 4, 2, 0}, 0, "gather"},
       {{2, 2, 3, 2, 2, 3, 2, 2}, DType::kF16, {7, 0, 6, 1, 5, 2, 4, 3}, 0, "gather"},
+      {{5, 7, 9}, DType::kF32, {2, 0, 1}, 0, "transpose"},     // [35,9] -> [9,35]
+      {{65537, 33}, DType::kF32, {1, 0}, 0, "transpose"},      // 2049 x 2 tiles
+      {{70000, 3, 5}, DType::kBF16, {0, 2, 1}, 0, "transpose"},  // batch 70000
+      {{70000, 3, 5}, DType::kI64, {0, 2, 1}, 0, "transpose"},
   };
   uint32_t seed = 1;
   for (const Case& c : cases) {

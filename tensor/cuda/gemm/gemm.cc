@@ -132,7 +132,15 @@ cublasLtHandle_t Handle(int device) {
   auto it = handles->find(device);
   if (it != handles->end()) return it->second;
   cublasLtHandle_t h = nullptr;
-  SM_CUBLASLT_CHECK(cublasLtCreate(&h));
+  {
+    // The first GEMM of a device may come inside a CUDA-graph capture: whatever set-up calls
+    // cublasLtCreate makes must not invalidate it (as for allocations in device_memory.cc).
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    const cublasStatus_t created = cublasLtCreate(&h);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    SM_CUBLASLT_CHECK(created);
+  }
   handles->emplace(device, h);
   return h;
 }

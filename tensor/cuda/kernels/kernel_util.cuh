@@ -79,35 +79,6 @@ template <> __device__ __forceinline__ __half FromAcc<__half>(float v) {
     default: return cudaErrorInvalidValue;                            \
   }
 
-// Block-wide sum of one value per thread (blockDim.x a multiple of 32, at most 1024). Every
-// thread gets the result. `scratch` must hold 32 values and is reused, so call __syncthreads()
-// between two uses.
-template <typename A>
-__device__ __forceinline__ A BlockSum(A v, A* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  const int warps = (blockDim.x + 31) >> 5;
-  v = lane < warps ? scratch[lane] : A(0);
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  return v;
-}
-
-template <typename A>
-__device__ __forceinline__ A BlockMax(A v, A* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  const int warps = (blockDim.x + 31) >> 5;
-  v = lane < warps ? scratch[lane] : A(-INFINITY);
-  for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
-  __syncthreads();
-  return v;
-}
-
 }  // namespace shardmap::cuda::kernels
 
 #endif  // SHARDMAP_TENSOR_CUDA_KERNELS_KERNEL_UTIL_CUH_

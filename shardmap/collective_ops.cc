@@ -787,7 +787,7 @@ Value axis_index_value(const Axes& axes, DType dtype) {
   RankContext& ctx = RankContext::Get("axis_index");
   SpmdType t(ctx.mesh().num_axes());
   ForAxes(mask, ctx.mesh().num_axes(), [&](int i) { t[i] = AxisType::V(); });
-  return Value(Tensor::Scalar(ctx.mesh().GroupIndex(ctx.rank(), mask), dtype).To(ctx.device()),
+  return Value(Tensor::Full({}, ctx.mesh().GroupIndex(ctx.rank(), mask), dtype, ctx.device()),
                t);
 }
 

@@ -31,10 +31,10 @@ Value Value::Invariant(Tensor t) {
 }
 
 Value Value::Scalar(double v, DType dtype) {
-  // On the running rank's device (a GPU rank's constants live on its GPU).
+  // On the running rank's device (a GPU rank's constants live on its GPU), filled there by a
+  // kernel rather than copied from the host, so a CUDA-graph capture records the value itself.
   RankContext* ctx = RankContext::Current();
-  Tensor t = Tensor::Scalar(v, dtype);
-  return Replicated(ctx != nullptr && ctx->device().is_cuda() ? t.To(ctx->device()) : t);
+  return Replicated(Tensor::Full({}, v, dtype, ctx != nullptr ? ctx->device() : Device::Cpu()));
 }
 
 std::string Value::ToString() const {

@@ -14,6 +14,7 @@
 #if SHARDMAP_HAS_CUDA
 #include <cuda_runtime.h>
 
+#include "tensor/cuda/internal/capture_mode.h"
 #include "tensor/cuda/internal/cuda_check.h"
 #include "tensor/cuda/kernels/fill.h"
 #endif
@@ -33,17 +34,10 @@ void RequireDevice(int device, const char* what) {
 
 cudaStream_t StreamOf(int device) { return static_cast<cudaStream_t>(CurrentStream(device)); }
 
-// cudaMalloc/cudaFree are "potentially unsafe" during a stream capture in global or thread-local
-// mode and would invalidate it; the caching allocator only calls them for blocks that belong to
-// the graph's private pool (or to no graph), so this thread may do so in relaxed mode.
-class RelaxedCaptureMode {
- public:
-  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
-  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-};
+// cudaMalloc/cudaFree would invalidate a capture in global or thread-local mode; the caching
+// allocator only calls them for blocks that belong to the graph's private pool (or to no
+// graph), so this thread may do so in relaxed mode.
+using internal::RelaxedCaptureMode;
 
 // Pinned staging for host->device copies: two chunks per thread, so the memcpy into one overlaps
 // the DMA out of the other. Each chunk's event says when its last DMA is done.

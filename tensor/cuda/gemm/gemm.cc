@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/gemm/internal/cublaslt_check.h"
+#include "tensor/cuda/internal/capture_mode.h"
 #include "tensor/cuda/runtime.h"
 
 #endif  // SHARDMAP_HAS_CUDA
@@ -134,12 +135,9 @@ cublasLtHandle_t Handle(int device) {
   cublasLtHandle_t h = nullptr;
   {
     // The first GEMM of a device may come inside a CUDA-graph capture: whatever set-up calls
-    // cublasLtCreate makes must not invalidate it (as for allocations in device_memory.cc).
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    cudaThreadExchangeStreamCaptureMode(&mode);
-    const cublasStatus_t created = cublasLtCreate(&h);
-    cudaThreadExchangeStreamCaptureMode(&mode);
-    SM_CUBLASLT_CHECK(created);
+    // cublasLtCreate makes must not invalidate it.
+    cuda::internal::RelaxedCaptureMode relaxed;
+    SM_CUBLASLT_CHECK(cublasLtCreate(&h));
   }
   handles->emplace(device, h);
   return h;

@@ -11,6 +11,7 @@
 #include "shardmap/ops.h"
 #include "tensor/cuda/graph.h"
 #include "tensor/cuda/runtime.h"
+#include "tensor/error.h"
 #include "tensor/ops/elementwise.h"
 #include "tests/gpu_mlp_program.h"
 
@@ -59,6 +60,34 @@ void TrainStep(Model& m, double lr, bool megatron = false) {
     Tensor w = m.params[k].tensor;  // shares storage with the parameter
     AddInPlace(w, MulScalar(r.grads[k].tensor, -lr));
   }
+}
+
+// Constants a typed step makes on a GPU rank (Value::Scalar, axis_index) are filled on the device,
+// so a capture records their values; a host->device copy would be refused under capture.
+TEST(GpuGraphStepTest, ScalarConstantsOfAGpuRankAreCaptured) {
+  if (!cuda::Available()) GTEST_SKIP() << "no GPU: " << cuda::UnavailableReason();
+  SpmdOptions o;
+  o.placement = DevicePlacement::SharedGpu();
+  std::vector<float> got;
+  absl::Status s = RunSpmd(
+      *Mesh::Create({{"tp", 1}}),
+      [&](RankContext& ctx) {
+        const Tensor x = Tensor::Full({5}, 2.0, DType::kF32, ctx.device());
+        Tensor out;
+        cuda::CudaGraph graph(ctx.device().index);
+        absl::Status c = graph.Capture([&] {
+          Value v = Value::Replicated(x) * Value::Scalar(3.0) + axis_index_value("tp", DType::kF32);
+          out = v.tensor;
+        });
+        if (!c.ok()) OpFail("capture: ", c.message());
+        for (int i = 0; i < 2; ++i) {
+          if (absl::Status r = graph.Replay(); !r.ok()) OpFail("replay: ", r.message());
+        }
+        got = out.ToVector<float>();
+      },
+      o);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(got, std::vector<float>(5, 6.0f));
 }
 
 TEST(GpuGraphStepTest, ValueAndGradStepReplayedEqualsEager) {

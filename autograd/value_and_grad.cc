@@ -15,6 +15,7 @@ Value LossSeed(const Value& loss) {
   const Mesh& mesh = ctx.mesh();
   bool one = true;
   SpmdType st(mesh.num_axes());
+  st.set_mesh_id(mesh.id());
   for (int i = 0; i < mesh.num_axes(); ++i) {
     AxisType t = loss.type[i];
     switch (t.kind) {

@@ -40,6 +40,20 @@ const char* ReduceOpName(ReduceOp op);
 bool IsValidDataType(DataType t);
 bool IsValidReduceOp(ReduceOp op);
 
+// What the caller (shardmap's typed layer) wants checked across the ranks of the next call of a
+// communicator, beyond what the backend compares itself (op, dtype, count): e.g. the op as the
+// user wrote it, the mesh axes, the tensor shape and the program-wide sequence number of the
+// collective. Under SPMD every rank of a group issues the same tagged call, so a difference means
+// rank-dependent control flow or mismatched shapes: the call fails on every rank of the group
+// with InvalidArgument naming both ranks' descriptions (built by `describe`, only on failure).
+// A tag applies to the next collective call on that communicator (Split included), then clears.
+struct CallTag {
+  static constexpr int kWords = 14;
+  uint64_t words[kWords] = {};  // compared bitwise; all zero = untagged
+  // Formats a rank's tag for the error message (a plain function: it may read a peer's words).
+  std::string (*describe)(const uint64_t* words) = nullptr;
+};
+
 // Where the buffers of a call live. GPU buffers are used on `stream` (a cudaStream_t).
 struct MemorySpace {
   bool device = false;
@@ -92,6 +106,14 @@ class Communicator {
   // Collective over this group: ranks with the same color form a new group, ordered by key (then
   // by rank). A negative color means "not in any group" (returns nullptr).
   virtual absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) = 0;
+
+  // Tags the next collective call (see CallTag). Backends whose ranks publish their calls in
+  // shared memory (in-process) compare tags on every call at no cost. The default ignores tags:
+  // a backend that would need an extra round of communication to compare them (NCCL, Gloo) does
+  // so only when its debug checks are on, or not at all; see its header.
+  virtual void TagNextCall(const CallTag& tag) { (void)tag; }
+  // Whether TagNextCall's tags are compared on every call (so callers may rely on the check).
+  virtual bool ComparesCallTags() const { return false; }
 
   // Where this communicator's buffers live (CPU by default).
   virtual MemorySpace memory_space() const { return MemorySpace{}; }

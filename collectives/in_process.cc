@@ -145,6 +145,8 @@ class InProcessCommunicator final : public Communicator {
       return Publish();
     }());
   }
+  void TagNextCall(const CallTag& tag) override { next_tag_ = tag; }
+  bool ComparesCallTags() const override { return true; }
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
     absl::StatusOr<std::unique_ptr<Communicator>> r = DoSplit(color, key);
     if (!r.ok()) return Finish(r.status());
@@ -159,8 +161,11 @@ class InProcessCommunicator final : public Communicator {
   Slot& mine() { return group_->slot(rank_, seq_); }
 
   std::string What() const {
-    return absl::StrCat(Describe(group_->slot(rank_, seq_).desc), " on group '", name(), "' (",
-                        group_->RankName(rank_), ")");
+    const Slot& s = group_->slot(rank_, seq_);
+    std::string what = absl::StrCat(Describe(s.desc), " on group '", name(), "' (",
+                                    group_->RankName(rank_), ")");
+    if (s.tag.describe == nullptr) return what;
+    return absl::StrCat(s.tag.describe(s.tag.words), " [", what, "]");
   }
   std::function<std::string()> WhatFn() const {
     return [this] { return What(); };
@@ -190,6 +195,8 @@ class InProcessCommunicator final : public Communicator {
     s.counts2.clear();
     s.new_group.reset();
     s.site.depth = 0;
+    s.tag = next_tag_;
+    next_tag_ = CallTag{};
     if (world().debug()) {
       s.site.depth = absl::GetStackTrace(s.site.frames, kMaxFrames, /*skip_count=*/1);
       world().SetActivity(world_rank(), absl::StrCat(What(), " at ", FormatCallSite(s.site)));
@@ -214,6 +221,23 @@ class InProcessCommunicator final : public Communicator {
     const Slot& ref = peer(0);
     for (int p = 1; p < size(); ++p) {
       const Slot& other = peer(p);
+      if (!std::equal(std::begin(ref.tag.words), std::end(ref.tag.words),
+                      std::begin(other.tag.words))) {
+        // The caller's view (op, axes, shape, program order) says more than ours: report it.
+        auto describe = [](const Slot& s) {
+          return s.tag.describe != nullptr ? s.tag.describe(s.tag.words)
+                                           : std::string("an untagged ") + Describe(s.desc);
+        };
+        return absl::InvalidArgumentError(absl::StrCat(
+            "mismatched collectives: ", group_->RankName(0), " issued ", describe(ref), " but ",
+            group_->RankName(p), " issued ", describe(other), " at the same point (group '",
+            name(), "'); every rank must issue the same collectives, with the same shapes, in the "
+            "same order: look for rank-dependent control flow or per-rank shapes before this call",
+            world().debug() ? absl::StrCat(". Call sites: [", FormatCallSite(ref.site), "] and [",
+                                           FormatCallSite(other.site), "]")
+                            : std::string(
+                                  " (InProcessOptions::debug_check_calls adds both call sites)")));
+      }
       if (other.desc == ref.desc) continue;
       // Every rank reports the same pair (rank 0 and the first rank that differs from it).
       return absl::InvalidArgumentError(absl::StrCat(
@@ -536,7 +560,8 @@ class InProcessCommunicator final : public Communicator {
 
   absl::Status DoPointToPoint(bool is_send, void* buffer, size_t count, DataType dtype,
                               int peer_rank) {
-    // Point-to-point calls are not group-wide: they get no sequence number or slot.
+    // Point-to-point calls are not group-wide: they get no sequence number, slot or tag.
+    next_tag_ = CallTag{};
     auto what = [&, is_send] {
       return absl::StrCat(is_send ? "Send(" : "Recv(", DataTypeName(dtype), ", count=", count,
                           is_send ? ") to rank " : ") from rank ", peer_rank, " on group '",
@@ -604,6 +629,7 @@ class InProcessCommunicator final : public Communicator {
   std::shared_ptr<Group> group_;
   const int rank_;
   uint64_t seq_ = 0;
+  CallTag next_tag_;  // TagNextCall's tag, moved into the slot of the next call
   const MemorySpace mem_;
   std::vector<char> staging_;
   void* scratch_ = nullptr;  // device staging

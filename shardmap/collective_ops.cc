@@ -238,6 +238,7 @@ Tensor WinnerMask(Communicator& comm, const Tensor& x_any, const Tensor& y_any, 
 // ---------------------------------------------------------------------------------------------
 
 Value all_reduce(const Value& x, const Axes& axes, To to, ReduceKind op) {
+  internal::CheckMesh("all_reduce", x);
   AxisMask mask = ResolveAxes("all_reduce", axes);
   RankContext& ctx = RankContext::Get("all_reduce");
   const int na = ctx.mesh().num_axes();
@@ -266,7 +267,7 @@ Value all_reduce(const Value& x, const Axes& axes, To to, ReduceKind op) {
     });
   }
   ForAxes(mask, na, [&](int i) { t[i] = to == To::kR ? AxisType::R() : AxisType::I(); });
-  Communicator& comm = ctx.Comm(mask);
+  Communicator& comm = ctx.CommFor("all_reduce", mask, x.tensor);
   Tensor out;
   if (TrivialOnDevice(comm, x.tensor)) {
     out = x.tensor.Clone();
@@ -301,7 +302,8 @@ Value all_reduce(const Value& x, const Axes& axes, To to, ReduceKind op) {
                  gt = MulScalar(gt, 1.0 / n);
                } else {
                  RankContext& c = RankContext::Get("all_reduce backward");
-                 gt = Mul(gt, WinnerMask(c.Comm(mask), xd.tensor, yd.tensor, mask));
+                 gt = Mul(gt, WinnerMask(c.CommFor("all_reduce(max/min) backward", mask, xd.tensor),
+                                          xd.tensor, yd.tensor, mask));
                }
                SpmdType dt = total.type;
                for (int i = 0; i < dt.num_axes(); ++i) {
@@ -317,6 +319,7 @@ namespace {
 
 Value GatherImpl(const Value& x, int dim, const Axes& axes, To to,
                  const std::vector<int64_t>* sizes) {
+  internal::CheckMesh("all_gather", x);
   AxisMask mask = ResolveAxes("all_gather", axes);
   RankContext& ctx = RankContext::Get("all_gather");
   const int na = ctx.mesh().num_axes();
@@ -346,7 +349,7 @@ Value GatherImpl(const Value& x, int dim, const Axes& axes, To to,
   }
   ForAxes(mask, na, [&](int i) { t[i] = to == To::kR ? AxisType::R() : AxisType::I(); });
   FixOtherShards(t, mask, dim);
-  Communicator& comm = ctx.Comm(mask);
+  Communicator& comm = ctx.CommFor("all_gather", mask, x.tensor, sizes != nullptr ? dim : -1);
   if (sizes != nullptr) CheckSplitSizes("all_gather", *sizes, comm.size(), -1, x);
   if (sizes != nullptr && (*sizes)[comm.rank()] != x.dim(dim)) {
     OpFail("all_gather: split_sizes[", comm.rank(), "] is ", (*sizes)[comm.rank()],
@@ -390,6 +393,7 @@ Value GatherImpl(const Value& x, int dim, const Axes& axes, To to,
 }
 
 Value ScatterImpl(const Value& x, int dim, const Axes& axes, const std::vector<int64_t>* sizes) {
+  internal::CheckMesh("reduce_scatter", x);
   AxisMask mask = ResolveAxes("reduce_scatter", axes);
   RankContext& ctx = RankContext::Get("reduce_scatter");
   const int na = ctx.mesh().num_axes();
@@ -417,7 +421,7 @@ Value ScatterImpl(const Value& x, int dim, const Axes& axes, const std::vector<i
     }
   }
   ForAxes(mask, na, [&](int i) { t[i] = AxisType::Sharded(dim); });
-  Communicator& comm = ctx.Comm(mask);
+  Communicator& comm = ctx.CommFor("reduce_scatter", mask, x.tensor);
   if (sizes != nullptr) {
     CheckSplitSizes("reduce_scatter", *sizes, comm.size(), x.dim(dim), x);
   } else if (x.dim(dim) % comm.size() != 0) {
@@ -461,6 +465,7 @@ Value reduce_scatter(const Value& x, int dim, const Axes& axes,
 }
 
 Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes) {
+  internal::CheckMesh("all_to_all", x);
   AxisMask mask = ResolveAxes("all_to_all", axes);
   RankContext& ctx = RankContext::Get("all_to_all");
   const int na = ctx.mesh().num_axes();
@@ -483,7 +488,7 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
     });
   }
   ForAxes(mask, na, [&](int i) { t[i] = AxisType::Sharded(split_dim); });
-  Communicator& comm = ctx.Comm(mask);
+  Communicator& comm = ctx.CommFor("all_to_all", mask, x.tensor);
   int n = comm.size();
   if (x.dim(split_dim) % n != 0) {
     OpFail("all_to_all: split dim ", split_dim, " of ", x.ToString(), " (size ",
@@ -517,6 +522,7 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
 Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes,
                  const std::vector<int64_t>& split_sizes,
                  const std::vector<int64_t>& concat_sizes) {
+  internal::CheckMesh("all_to_all", x);
   AxisMask mask = ResolveAxes("all_to_all", axes);
   RankContext& ctx = RankContext::Get("all_to_all");
   const int na = ctx.mesh().num_axes();
@@ -540,7 +546,7 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
     });
   }
   ForAxes(mask, na, [&](int i) { t[i] = AxisType::Sharded(split_dim); });
-  Communicator& comm = ctx.Comm(mask);
+  Communicator& comm = ctx.CommFor("all_to_all", mask, x.tensor, concat_dim);
   const int n = comm.size(), me = comm.rank();
   CheckSplitSizes("all_to_all", split_sizes, n, x.dim(split_dim), x);
   CheckSplitSizes("all_to_all", concat_sizes, n, -1, x);
@@ -589,6 +595,7 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
 }
 
 Value ppermute(const Value& x, const Axes& axes, std::vector<std::pair<int, int>> pairs) {
+  internal::CheckMesh("ppermute", x);
   AxisMask mask = ResolveAxes("ppermute", axes);
   RankContext& ctx = RankContext::Get("ppermute");
   const int na = ctx.mesh().num_axes();
@@ -596,7 +603,7 @@ Value ppermute(const Value& x, const Axes& axes, std::vector<std::pair<int, int>
   RequireROrV(ctx, "ppermute", x, mask, "resolve the partial sum first (all_reduce)",
               "convert(x, axis, Convert::kIToR) first");
   ForAxes(mask, na, [&](int i) { t[i] = AxisType::V(); });
-  Communicator& comm = ctx.Comm(mask);
+  Communicator& comm = ctx.CommFor("ppermute", mask, x.tensor);
   int n = comm.size();
   std::vector<bool> src(n), dst(n);
   for (auto [s, d] : pairs) {
@@ -640,6 +647,7 @@ Tensor KeepOnRoot(RankContext& ctx, const Tensor& x, AxisMask mask, int root) {
 }  // namespace
 
 Value broadcast(const Value& x, const Axes& axes, int root) {
+  internal::CheckMesh("broadcast", x);
   AxisMask mask = ResolveAxes("broadcast", axes);
   RankContext& ctx = RankContext::Get("broadcast");
   const int na = ctx.mesh().num_axes();
@@ -647,7 +655,7 @@ Value broadcast(const Value& x, const Axes& axes, int root) {
   RequireROrV(ctx, "broadcast", x, mask, "resolve the partial sum with all_reduce instead",
               "x is already the same everywhere: drop the broadcast");
   ForAxes(mask, na, [&](int i) { t[i] = AxisType::R(); });
-  Communicator& comm = ctx.Comm(mask);
+  Communicator& comm = ctx.CommFor("broadcast", mask, x.tensor);
   if (root < 0 || root >= comm.size()) {
     OpFail("broadcast: root ", root, " out of range for ", comm.size(), " devices");
   }
@@ -672,6 +680,7 @@ Value broadcast(const Value& x, const Axes& axes, int root) {
 }
 
 Value convert(const Value& x, const Axes& axes, Convert c) {
+  internal::CheckMesh("convert", x);
   AxisMask mask = ResolveAxes("convert", axes);
   RankContext& ctx = RankContext::Get("convert");
   const int na = ctx.mesh().num_axes();
@@ -703,6 +712,7 @@ Value convert(const Value& x, const Axes& axes, Convert c) {
 }
 
 Value reinterpret(const Value& x, const Axes& axes) {
+  internal::CheckMesh("reinterpret", x);
   AxisMask mask = ResolveAxes("reinterpret", axes);
   RankContext& ctx = RankContext::Get("reinterpret");
   const int na = ctx.mesh().num_axes();
@@ -745,6 +755,7 @@ Value reinterpret(const Value& x, const Axes& axes) {
 }
 
 Value vary(const Value& x, const Axes& axes) {
+  internal::CheckMesh("vary", x);
   AxisMask mask = ResolveAxes("vary", axes);
   RankContext& ctx = RankContext::Get("vary");
   const int na = ctx.mesh().num_axes();
@@ -786,6 +797,7 @@ Value axis_index_value(const Axes& axes, DType dtype) {
   AxisMask mask = ResolveAxes("axis_index", axes);
   RankContext& ctx = RankContext::Get("axis_index");
   SpmdType t(ctx.mesh().num_axes());
+  t.set_mesh_id(ctx.mesh().id());
   ForAxes(mask, ctx.mesh().num_axes(), [&](int i) { t[i] = AxisType::V(); });
   return Value(Tensor::Full({}, ctx.mesh().GroupIndex(ctx.rank(), mask), dtype, ctx.device()),
                t);

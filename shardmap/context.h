@@ -131,6 +131,18 @@ class RankContext {
 
   // The communicator of this rank's group over `mask` (its rank is GroupIndex). Throws OpError.
   collectives::Communicator& Comm(AxisMask mask);
+  // Comm(mask), with its next call tagged as typed collective `op` of x over `mask` and numbered
+  // in this rank's program order (collectives::CallTag). Under SPMD every rank issues its n-th
+  // collective with the same op, axes, dtype and shape, so a rank that disagrees (rank-dependent
+  // control flow, per-rank shapes) fails the call on every rank of the group with both
+  // descriptions, instead of meeting a peer that is doing something else. The communicator of an
+  // axis set is created (a Split over the world) at its first use, with the same tag, so ranks
+  // whose first collectives name different axes fail there too. ragged_dim: a dim of x whose size
+  // may differ across ranks (the uneven variants), left out of the comparison.
+  collectives::Communicator& CommFor(const char* op, AxisMask mask, const Tensor& x,
+                                     int ragged_dim = -1);
+  // Typed collectives issued so far by this rank (the program order CommFor numbers).
+  uint64_t collective_count() const { return collective_seq_; }
   collectives::Communicator& world() { return *world_; }
 
   // Whether the backward pass is running (set by autograd); tags logged collectives.
@@ -147,6 +159,7 @@ class RankContext {
 
  private:
   friend class ScopedRankContext;
+  AxisMask AllAxes() const;
   static inline thread_local RankContext* current_ = nullptr;
 
   Mesh mesh_;
@@ -156,6 +169,7 @@ class RankContext {
   TypeCheck check_;
   Device device_;
   bool in_backward_ = false;
+  uint64_t collective_seq_ = 0;
   std::vector<std::unique_ptr<collectives::Communicator>> comms_;  // indexed by mask
   std::vector<CollectiveRecord> log_;
 };

@@ -1,5 +1,8 @@
 #include "shardmap/mesh.h"
 
+#include <cstdint>
+#include <limits>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -28,13 +31,36 @@ absl::StatusOr<Mesh> Mesh::Create(std::vector<std::pair<std::string, int>> axes)
     m.names_.push_back(name);
     m.sizes_.push_back(size);
   }
+  int64_t product = 1;
+  for (size_t i = 0; i < m.sizes_.size(); ++i) {
+    product *= m.sizes_[i];  // each factor < 2^31 and product < 2^31 before: no int64 overflow
+    if (product > std::numeric_limits<int>::max()) {
+      std::vector<std::string> parts;
+      for (auto& [name, size] : axes) parts.push_back(absl::StrCat(name, ":", size));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mesh {", absl::StrJoin(parts, ","), "} has more than ",
+          std::numeric_limits<int>::max(), " devices (the product of its axis sizes overflows)"));
+    }
+  }
   m.strides_.assign(m.sizes_.size(), 1);
   for (int i = static_cast<int>(m.sizes_.size()) - 2; i >= 0; --i) {
     m.strides_[i] = m.strides_[i + 1] * m.sizes_[i + 1];
   }
-  m.size_ = 1;
-  for (int s : m.sizes_) m.size_ *= s;
+  m.size_ = static_cast<int>(product);
+  m.id_ = m.ComputeId();
   return m;
+}
+
+uint32_t Mesh::ComputeId() const {
+  if (names_.empty()) return kNoAxesId;
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  for (size_t i = 0; i < names_.size(); ++i) {
+    for (char c : names_[i]) mix(static_cast<unsigned char>(c));
+    mix(0x100u + static_cast<uint64_t>(sizes_[i]));
+  }
+  const uint32_t id = static_cast<uint32_t>(h ^ (h >> 32));
+  return id == 0 ? 1 : id;  // 0 means "no mesh" in SpmdType
 }
 
 int Mesh::AxisIndex(const std::string& name) const {

@@ -69,6 +69,9 @@ class Mesh {
   absl::StatusOr<Mesh> Flatten(const std::vector<std::string>& axes, std::string new_name) const;
 
   bool operator==(const Mesh& o) const { return names_ == o.names_ && sizes_ == o.sizes_; }
+  // A fingerprint of the axis names and sizes (equal meshes have equal ids; never 0). Values
+  // carry it in their SpmdType, so an op refuses a value typed under another mesh.
+  uint32_t id() const { return id_; }
 
   // "Mesh{dp:2,tp:4}"
   std::string ShortString() const;
@@ -80,6 +83,10 @@ class Mesh {
   std::vector<int> sizes_;
   std::vector<int> strides_;
   int size_ = 1;
+  static constexpr uint32_t kNoAxesId = 0x5EED;
+  uint32_t id_ = kNoAxesId;
+
+  uint32_t ComputeId() const;
 };
 
 }  // namespace shardmap

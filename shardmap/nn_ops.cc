@@ -72,6 +72,9 @@ Value log_softmax(const Value& x, int dim) {
 }
 
 Value layer_norm(const Value& x, const Value& gamma, const Value& beta, double eps) {
+  internal::CheckMesh("layer_norm", x);
+  internal::CheckMesh("layer_norm", gamma);
+  internal::CheckMesh("layer_norm", beta);
   SpmdType t = internal::NonlinearTypeOf("layer_norm", x);
   internal::CheckDimNotSharded("layer_norm", x, -1,
                                "all_gather the hidden dim first (norms run on whole rows)");
@@ -105,6 +108,8 @@ Value layer_norm(const Value& x, const Value& gamma, const Value& beta, double e
 }
 
 Value rms_norm(const Value& x, const Value& gamma, double eps) {
+  internal::CheckMesh("rms_norm", x);
+  internal::CheckMesh("rms_norm", gamma);
   SpmdType t = internal::NonlinearTypeOf("rms_norm", x);
   internal::CheckDimNotSharded("rms_norm", x, -1,
                                "all_gather the hidden dim first (norms run on whole rows)");
@@ -165,10 +170,13 @@ void ZeroRows(Tensor& t, const std::vector<bool>& mask) {
 }  // namespace
 
 Value embedding(const Value& table, const Value& ids) {
+  internal::CheckMesh("embedding", table);
+  internal::CheckMesh("embedding", ids);
   RankContext& ctx = RankContext::Get("embedding");
   const int na = table.type.num_axes();
   if (table.rank() != 2) OpFail("embedding: table must be [rows, hidden], got ", table.ToString());
   SpmdType t(na);
+  t.set_mesh_id(table.type.mesh_id());
   AxisMask vocab = 0;
   for (int i = 0; i < na; ++i) {
     AxisType a = table.type[i], b = ids.type[i];
@@ -225,6 +233,8 @@ Value embedding(const Value& table, const Value& ids) {
 }
 
 Value cross_entropy(const Value& logits, const Value& targets, int64_t ignore_index) {
+  internal::CheckMesh("cross_entropy", logits);
+  internal::CheckMesh("cross_entropy", targets);
   SpmdType t = internal::NonlinearTypeOf("cross_entropy", logits);
   internal::CheckDimNotSharded("cross_entropy", logits, -1,
                                "gather the classes first, or use a vocab-parallel cross-entropy "
@@ -255,6 +265,7 @@ Value cross_entropy(const Value& logits, const Value& targets, int64_t ignore_in
 }
 
 Value causal_mask(const Value& scores, int64_t offset) {
+  internal::CheckMesh("causal_mask", scores);
   SpmdType t = internal::NonlinearTypeOf("causal_mask", scores);
   if (scores.rank() >= 2) {
     internal::CheckDimNotSharded("causal_mask", scores, -1,
@@ -350,6 +361,7 @@ void GatherBits(const void* src, void* dst, const std::vector<int64_t>& off, siz
 
 Value MaxImpl(const char* op, const Value& x, const std::vector<int>& dims, bool keepdim,
               bool local) {
+  internal::CheckMesh(op, x);
   std::vector<int> nd = NormDims(dims, x.rank());
   SpmdType t = internal::NonlinearTypeOf(op, x);
   if (Checked()) {
@@ -419,6 +431,8 @@ Value local_max(const Value& x, const std::vector<int>& dims, bool keepdim) {
 }
 
 Value take_along_last(const Value& x, const Value& idx) {
+  internal::CheckMesh("take_along_last", x);
+  internal::CheckMesh("take_along_last", idx);
   RankContext& ctx = RankContext::Get("take_along_last");
   const int na = x.type.num_axes();
   const int last = x.rank() - 1;
@@ -433,6 +447,7 @@ Value take_along_last(const Value& x, const Value& idx) {
     }
   }
   SpmdType t(na);
+  t.set_mesh_id(x.type.mesh_id());
   AxisMask vocab = 0;
   for (int i = 0; i < na; ++i) {
     AxisType a = x.type[i], b = idx.type[i];

@@ -13,6 +13,21 @@
 
 namespace shardmap {
 
+namespace internal {
+
+void ForeignMeshFail(const char* op, const Value& v) {
+  const Mesh& mesh = RankContext::Get(op).mesh();
+  OpFail(op, ": an operand of type ", v.tensor.defined() ? v.tensor.ShapeString() : "undefined",
+         v.type.ToString({}), " belongs to another mesh (",
+         v.type.mesh_id() != 0 ? "its mesh id differs" : "its number of axes differs",
+         ") than the running program's ", mesh.ShortString(),
+         ", so its per-axis types would be read against the wrong axes. A Value lives inside the "
+         "shard_map or RunSpmd that made it: pass the tensor (v.tensor) as an input of this "
+         "shard_map instead, with a spec for this mesh");
+}
+
+}  // namespace internal
+
 using internal::NeedsTape;
 using internal::RecordOp;
 using internal::TypeFail;
@@ -22,12 +37,16 @@ using internal::TypeFail;
 
 Value Value::Replicated(Tensor t) {
   RankContext& ctx = RankContext::Get("Value::Replicated");
-  return Value(std::move(t), SpmdType(ctx.mesh().num_axes(), AxisType::R()));
+  SpmdType type(ctx.mesh().num_axes(), AxisType::R());
+  type.set_mesh_id(ctx.mesh().id());
+  return Value(std::move(t), type);
 }
 
 Value Value::Invariant(Tensor t) {
   RankContext& ctx = RankContext::Get("Value::Invariant");
-  return Value(std::move(t), SpmdType(ctx.mesh().num_axes(), AxisType::I()));
+  SpmdType type(ctx.mesh().num_axes(), AxisType::I());
+  type.set_mesh_id(ctx.mesh().id());
+  return Value(std::move(t), type);
 }
 
 Value Value::Scalar(double v, DType dtype) {
@@ -82,8 +101,11 @@ int BroadcastDim(const Value& in, int d, const Shape& out) {
 // Elementwise binary rule. multilinear=false: linear (add/sub). divide: b is nonlinear.
 SpmdType BinaryType(const char* op, const Value& a, const Value& b, const Shape& out,
                     bool multilinear, bool divide) {
+  internal::CheckMesh(op, a);
+  internal::CheckMesh(op, b);
   if (!Checked()) return internal::ErasedJoin(a.type, b.type);
   SpmdType t(a.type.num_axes());
+  t.set_mesh_id(a.type.mesh_id() != 0 ? a.type.mesh_id() : b.type.mesh_id());
   for (int i = 0; i < t.num_axes(); ++i) {
     AxisType x = a.type[i], y = b.type[i];
     AxisKind kx = x.kind, ky = y.kind;
@@ -150,6 +172,7 @@ SpmdType BinaryType(const char* op, const Value& a, const Value& b, const Shape&
 }
 
 SpmdType NonlinearType(const char* op, const Value& x) {
+  internal::CheckMesh(op, x);
   if (!Checked()) return x.type;
   for (int i = 0; i < x.type.num_axes(); ++i) {
     if (x.type[i].kind == AxisKind::kP) {
@@ -297,6 +320,7 @@ Value div(const Value& a, const Value& b) {
 }
 
 Value neg(const Value& a) {
+  internal::CheckMesh("neg", a);
   Value out(Neg(a.tensor), a.type);
   if (NeedsTape(a)) {
     RecordOp("neg", {&a}, out, [](const Value& g, uint32_t, Value* d) { d[0] = neg(g); });
@@ -305,6 +329,7 @@ Value neg(const Value& a) {
 }
 
 Value add_scalar(const Value& a, double s) {
+  internal::CheckMesh("add_scalar", a);
   if (Checked()) {
     for (int i = 0; i < a.type.num_axes(); ++i) {
       if (a.type[i].kind == AxisKind::kP) {
@@ -322,6 +347,7 @@ Value add_scalar(const Value& a, double s) {
 }
 
 Value mul_scalar(const Value& a, double s) {
+  internal::CheckMesh("mul_scalar", a);
   Value out(MulScalar(a.tensor, s), a.type);
   if (NeedsTape(a)) {
     RecordOp("mul_scalar", {&a}, out,
@@ -433,9 +459,12 @@ MatmulDims GetMatmulDims(const Value& a, const Value& b, bool ta, bool tb) {
 }
 
 SpmdType MatmulType(const Value& a, const Value& b, bool ta, bool tb) {
+  internal::CheckMesh("matmul", a);
+  internal::CheckMesh("matmul", b);
   if (!Checked()) return internal::ErasedJoin(a.type, b.type);
   MatmulDims m = GetMatmulDims(a, b, ta, tb);
   SpmdType t(a.type.num_axes());
+  t.set_mesh_id(a.type.mesh_id() != 0 ? a.type.mesh_id() : b.type.mesh_id());
   for (int i = 0; i < t.num_axes(); ++i) {
     AxisType x = a.type[i], y = b.type[i];
     AxisKind kx = x.kind, ky = y.kind;
@@ -545,6 +574,7 @@ std::vector<int> NormalizeDims(const std::vector<int>& dims, int rank) {
 // partial: sharded reduced dims give P (sum_partial); otherwise they are an error naming `op`.
 SpmdType ReduceType(const char* op, const Value& x, const std::vector<int>& nd, bool keepdim,
                     bool partial, bool linear) {
+  internal::CheckMesh(op, x);
   if (!Checked()) {
     SpmdType t = internal::ErasedUnary(x.type);
     if (partial) {
@@ -654,6 +684,7 @@ Value sum_to_shape(const Value& dy, absl::Span<const int64_t> shape) {
 }
 
 Value broadcast_to(const Value& x, absl::Span<const int64_t> shape) {
+  internal::CheckMesh("broadcast_to", x);
   if (x.shape() == Shape(shape.begin(), shape.end())) return Detached(x);
   Tensor z = Tensor::Zeros(shape, x.dtype(), x.tensor.device());
   Tensor t = Add(z, x.tensor);
@@ -710,6 +741,7 @@ int ReshapeDim(const Shape& in, const Shape& out, int d) {
 }  // namespace
 
 Value reshape(const Value& x, absl::Span<const int64_t> shape) {
+  internal::CheckMesh("reshape", x);
   Tensor t = x.tensor.Reshape(shape);
   SpmdType ty = x.type;
   if (Checked()) {
@@ -732,6 +764,7 @@ Value reshape(const Value& x, absl::Span<const int64_t> shape) {
 }
 
 Value permute(const Value& x, const std::vector<int>& perm) {
+  internal::CheckMesh("permute", x);
   Tensor t = Permute(x.tensor, perm);
   SpmdType ty = x.type;
   for (int i = 0; i < ty.num_axes(); ++i) {
@@ -770,6 +803,7 @@ Value transpose(const Value& x, int d0, int d1) {
 }
 
 Value slice(const Value& x, int dim, int64_t start, int64_t length) {
+  internal::CheckMesh("slice", x);
   if (dim < 0) dim += x.rank();
   Tensor t = Slice(x.tensor, dim, start, length);
   SpmdType ty = x.type;
@@ -794,6 +828,7 @@ Value slice(const Value& x, int dim, int64_t start, int64_t length) {
 }
 
 Value concat(const std::vector<Value>& parts, int dim) {
+  for (const Value& p : parts) internal::CheckMesh("concat", p);
   if (parts.empty()) OpFail("concat: no parts");
   if (dim < 0) dim += parts[0].rank();
   std::vector<Tensor> ts;
@@ -857,6 +892,7 @@ Value concat(const std::vector<Value>& parts, int dim) {
 }
 
 Value cast(const Value& x, DType dtype) {
+  internal::CheckMesh("cast", x);
   Value out(Cast(x.tensor, dtype), x.type);
   if (NeedsTape(x)) {
     DType from = x.dtype();

@@ -113,6 +113,7 @@ Shape PartitionSpec::GlobalShape(const Mesh& mesh, absl::Span<const int64_t> loc
 
 SpmdType PartitionSpec::InputType(const Mesh& mesh, AxisType unnamed) const {
   SpmdType t(mesh.num_axes(), unnamed);
+  t.set_mesh_id(mesh.id());
   for (int d = 0; d < size(); ++d) {
     for (const std::string& a : dims_[d]) t[mesh.AxisIndex(a)] = AxisType::Sharded(d);
   }

@@ -181,6 +181,13 @@ const char* Kind(AxisKind k) {
 
 void CheckOutputType(const Value& out, const Mesh& mesh, const PartitionSpec& spec,
                      const std::string& what) {
+  if ((out.type.mesh_id() != 0 && out.type.mesh_id() != mesh.id()) ||
+      out.type.num_axes() != mesh.num_axes()) {
+    OpFail(what, " ", out.tensor.ShapeString(), out.type.ToString({}),
+           " was typed under another mesh than this shard_map's ", mesh.ShortString(),
+           "; return values computed inside this shard_map (a Value does not outlive the "
+           "program that made it)");
+  }
   SpmdType named(mesh.num_axes(), AxisType::R());
   std::vector<int> dim_of(mesh.num_axes(), -1);
   for (int d = 0; d < spec.size(); ++d) {

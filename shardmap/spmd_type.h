@@ -53,6 +53,10 @@ class SpmdType {
   explicit SpmdType(int num_axes, AxisType fill = AxisType::R());
 
   int num_axes() const { return n_; }
+  // The Mesh::id() of the mesh these axes belong to; 0 for a type built without a mesh (then
+  // only the number of axes is checked). Not part of operator== (which compares the axes).
+  uint32_t mesh_id() const { return mesh_id_; }
+  void set_mesh_id(uint32_t id) { mesh_id_ = id; }
   AxisType& operator[](int axis) { return axes_[axis]; }
   const AxisType& operator[](int axis) const { return axes_[axis]; }
   bool operator==(const SpmdType& o) const;
@@ -64,6 +68,7 @@ class SpmdType {
  private:
   std::array<AxisType, kMaxMeshAxes> axes_{};
   uint8_t n_ = 0;
+  uint32_t mesh_id_ = 0;
 };
 
 SpmdType Dual(const SpmdType& t);

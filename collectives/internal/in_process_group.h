@@ -81,6 +81,7 @@ class Group;
 struct Slot {
   CallDesc desc;
   CallSite site;
+  CallTag tag;  // the caller's tag for this call (zero when untagged)
   const void* send = nullptr;
   void* recv = nullptr;
   int device_index = 0;

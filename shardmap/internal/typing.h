@@ -24,6 +24,21 @@ struct Operand {
 
 std::string AxisName(int axis);
 
+// Throws: v was typed under another mesh than the running program's (a Value kept from one
+// shard_map or RunSpmd and used in another), so its axis types would be read against the wrong
+// axes.
+[[noreturn]] void ForeignMeshFail(const char* op, const Value& v);
+// Checks that v belongs to the running program's mesh (by Mesh::id(); a type built without a
+// mesh, id 0, by its number of axes). Two integer compares.
+inline void CheckMesh(const char* op, const Value& v) {
+  const RankContext* ctx = RankContext::Current();
+  if (ctx == nullptr) return;  // the op fails on the missing context itself
+  const uint32_t id = v.type.mesh_id();
+  if ((id != 0 && id != ctx->mesh().id()) || v.type.num_axes() != ctx->mesh().num_axes()) {
+    ForeignMeshFail(op, v);
+  }
+}
+
 inline bool NeedsTape(const Value& a) { return a.node >= 0 && CurrentRecorder() != nullptr; }
 inline bool NeedsTape(const Value& a, const Value& b) {
   return (a.node >= 0 || b.node >= 0) && CurrentRecorder() != nullptr;
@@ -38,6 +53,7 @@ void RecordOp(const char* op, std::initializer_list<const Value*> inputs, Value&
 // the checks it agrees with the checked type on whether each axis is R, I or P/V.
 inline SpmdType ErasedJoin(const SpmdType& a, const SpmdType& b) {
   SpmdType t(a.num_axes());
+  t.set_mesh_id(a.mesh_id() != 0 ? a.mesh_id() : b.mesh_id());
   for (int i = 0; i < a.num_axes(); ++i) {
     t[i].kind = a[i].kind > b[i].kind ? a[i].kind : b[i].kind;
   }

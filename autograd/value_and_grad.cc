@@ -45,6 +45,23 @@ Value LossSeed(const Value& loss) {
   return Value(std::move(s), st);
 }
 
+namespace {
+
+// all_reduces the gradients left as pending sums (P) on some axes.
+void ReducePartialGrads(std::vector<Value>& grads) {
+  RankContext& ctx = RankContext::Get("value_and_grad");
+  for (Value& g : grads) {
+    if (!g.defined()) continue;
+    std::vector<std::string> axes;
+    for (int i = 0; i < ctx.mesh().num_axes(); ++i) {
+      if (g.type[i].kind == AxisKind::kP) axes.push_back(ctx.mesh().axis_names()[i]);
+    }
+    if (!axes.empty()) g = all_reduce(g, Axes(axes), To::kR);
+  }
+}
+
+}  // namespace
+
 ValueAndGrad value_and_grad(const std::function<Value(const std::vector<Value>&)>& fn,
                             const std::vector<Value>& params, bool reduce_partial_grads) {
   Tape tape;
@@ -60,133 +77,67 @@ ValueAndGrad value_and_grad(const std::function<Value(const std::vector<Value>&)
   r.grads = tape.Backward(loss, LossSeed(loss), watched);
   loss.node = -1;
   r.value = loss;
-  if (reduce_partial_grads) {
-    RankContext& ctx = RankContext::Get("value_and_grad");
-    for (Value& g : r.grads) {
-      std::vector<std::string> axes;
-      for (int i = 0; i < ctx.mesh().num_axes(); ++i) {
-        if (g.type[i].kind == AxisKind::kP) axes.push_back(ctx.mesh().axis_names()[i]);
-      }
-      if (!axes.empty()) g = all_reduce(g, Axes(axes), To::kR);
-    }
+  if (reduce_partial_grads) ReducePartialGrads(r.grads);
+  return r;
+}
+
+
+ShardMap::RankResult ShardMapValueAndGrad::Differentiate(const std::vector<Value>& in) const {
+  Tape tape;
+  std::vector<Value> watched;
+  watched.reserve(in.size());
+  for (const Value& v : in) watched.push_back(IsFloating(v.dtype()) ? tape.Watch(v) : v);
+  ShardMap::RankResult r;
+  {
+    ScopedRecorder rec(&tape);
+    r.outputs = f_.fn()(watched);
   }
+  // Output types before the backward pass, so a wrong output is reported as such.
+  f_.CheckOutputs(r.outputs);
+  r.outputs_checked = true;
+  r.extras = tape.Backward(r.outputs[0], LossSeed(r.outputs[0]), watched);
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (!IsFloating(in[k].dtype())) r.extras[k] = Value();
+  }
+  for (Value& o : r.outputs) o.node = -1;
   return r;
 }
 
 LocalGrads ShardMapValueAndGrad::CallLocal(const std::vector<Tensor>& local_inputs,
                                            bool reduce_partial_grads) const {
-  RankContext& ctx = RankContext::Get("value_and_grad(shard_map) (local view)");
-  if (!(ctx.mesh() == f_.mesh())) {
-    OpFail("value_and_grad(shard_map) (local view): the running program's mesh is ",
-           ctx.mesh().ShortString(), " but the shard_map is over ", f_.mesh().ShortString());
-  }
   if (f_.out_specs().empty()) OpFail("value_and_grad(shard_map): output 0 must be the loss");
-  f_.CheckLocalDevices(ctx, local_inputs);
-  std::vector<Value> in = f_.TypeLocalInputs(local_inputs);
-  Tape tape;
-  std::vector<Value> watched;
-  for (const Value& v : in) watched.push_back(IsFloating(v.dtype()) ? tape.Watch(v) : v);
-  LocalGrads r;
-  {
-    ScopedRecorder rec(&tape);
-    r.outputs = f_.fn()(watched);
-  }
-  f_.CheckOutputs(r.outputs);
-  r.grads = tape.Backward(r.outputs[0], LossSeed(r.outputs[0]), watched);
-  for (size_t k = 0; k < in.size(); ++k) {
-    if (!IsFloating(in[k].dtype())) r.grads[k] = Value();
-  }
-  for (Value& o : r.outputs) o.node = -1;
-  if (reduce_partial_grads) {
-    for (Value& g : r.grads) {
-      if (!g.defined()) continue;
-      std::vector<std::string> axes;
-      for (int i = 0; i < ctx.mesh().num_axes(); ++i) {
-        if (g.type[i].kind == AxisKind::kP) axes.push_back(ctx.mesh().axis_names()[i]);
-      }
-      if (!axes.empty()) g = all_reduce(g, Axes(axes), To::kR);
-    }
-  }
-  return r;
+  ShardMap::RankResult r = f_.RunLocal(
+      local_inputs, [this](const std::vector<Value>& in) { return Differentiate(in); },
+      "value_and_grad(shard_map) (local view)");
+  LocalGrads g{std::move(r.outputs), std::move(r.extras)};
+  if (reduce_partial_grads) ReducePartialGrads(g.grads);
+  return g;
 }
 
 absl::StatusOr<ShardMapGrads> ShardMapValueAndGrad::operator()(
     const std::vector<Tensor>& inputs) const {
-  if (absl::Status s = f_.ValidateGlobal(inputs); !s.ok()) return s;
   if (f_.out_specs().empty()) {
     return absl::InvalidArgumentError("value_and_grad(shard_map): the function needs an output "
                                       "(output 0 is the loss)");
   }
+  // The gradients' specs are the inputs' dual types written as specs: S stays S (blocks), an R
+  // input's gradient is P there (summed at the boundary, on the host: no collective is issued
+  // or logged), I stays I.
+  std::vector<PartitionSpec> grad_specs;
   const Mesh& mesh = f_.mesh();
-  const int n = mesh.size();
-  const size_t nin = inputs.size();
-  std::vector<std::vector<Tensor>> out_locals(n), grad_locals(n);
-  std::vector<SpmdType> out_types, grad_types(nin);
-  absl::Mutex mu;
-  const ShardMapOptions& opts = f_.options();
-  absl::Status s = RunSpmd(
-      mesh,
-      [&](RankContext& ctx) {
-        // Host block -> the rank's device (options.placement); outputs and gradients come back
-        // to the host on the rank's stream below.
-        std::vector<Tensor> mine;
-        for (size_t k = 0; k < nin; ++k) mine.push_back(f_.LocalInput(inputs[k], k, ctx));
-        std::vector<Value> in = f_.TypeLocalInputs(mine);
-        Tape tape;
-        std::vector<Value> watched;
-        for (const Value& v : in) watched.push_back(IsFloating(v.dtype()) ? tape.Watch(v) : v);
-        std::vector<Value> outs;
-        {
-          ScopedRecorder rec(&tape);
-          outs = f_.fn()(watched);
-        }
-        f_.CheckOutputs(outs);
-        std::vector<Value> grads = tape.Backward(outs[0], LossSeed(outs[0]), watched);
-        for (const Value& v : outs) out_locals[ctx.rank()].push_back(v.tensor.To(Device::Cpu()));
-        for (size_t k = 0; k < nin; ++k) {
-          grad_locals[ctx.rank()].push_back(
-              IsFloating(in[k].dtype()) ? grads[k].tensor.To(Device::Cpu()) : Tensor());
-        }
-        if (ctx.rank() == 0) {
-          absl::MutexLock lock(&mu);
-          for (const Value& v : outs) out_types.push_back(v.type);
-          for (size_t k = 0; k < nin; ++k) grad_types[k] = Dual(in[k].type);
-          if (opts.collective_log) *opts.collective_log = ctx.collective_log();
-        }
-      },
-      f_.spmd_options());
-  if (!s.ok()) return s;
-  ShardMapGrads result;
-  for (size_t k = 0; k < f_.out_specs().size(); ++k) {
-    std::vector<Tensor> per_rank(n);
-    for (int r = 0; r < n; ++r) per_rank[r] = out_locals[r][k];
-    SpmdType t = out_types[k];
-    if (opts.check == TypeCheck::kErased) {
-      t = SpmdType(mesh.num_axes(), AxisType::R());
-      for (const std::string& a : f_.out_specs()[k].unreduced()) {
-        t[mesh.AxisIndex(a)] = AxisType::P();
+  for (size_t k = 0; k < f_.in_specs().size(); ++k) {
+    std::vector<std::string> pending;
+    if (f_.spec_status_.ok()) {
+      for (int i = 0; i < mesh.num_axes(); ++i) {
+        if (f_.input_types_[k][i].kind == AxisKind::kR) pending.push_back(mesh.axis_names()[i]);
       }
     }
-    absl::StatusOr<Tensor> g = Assemble(mesh, f_.out_specs()[k], per_rank, t);
-    if (!g.ok()) return g.status();
-    result.outputs.push_back(*std::move(g));
+    grad_specs.push_back(f_.in_specs()[k].Unreduced(pending));
   }
-  for (size_t k = 0; k < nin; ++k) {
-    if (!grad_locals[0][k].defined()) {
-      result.grads.push_back(Tensor());
-      continue;
-    }
-    std::vector<Tensor> per_rank(n);
-    for (int r = 0; r < n; ++r) per_rank[r] = grad_locals[r][k];
-    // The dual of the input type: S stays S (blocks), R becomes P (summed), I stays I.
-    absl::StatusOr<Tensor> g = Assemble(mesh, f_.in_specs()[k], per_rank, grad_types[k]);
-    if (!g.ok()) {
-      return absl::Status(g.status().code(), absl::StrCat("while assembling the gradient of input ",
-                                                          k, ": ", g.status().message()));
-    }
-    result.grads.push_back(*std::move(g));
-  }
-  return result;
+  absl::StatusOr<ShardMap::GlobalResult> r = f_.RunGlobal(
+      inputs, [this](const std::vector<Value>& in) { return Differentiate(in); }, grad_specs);
+  if (!r.ok()) return r.status();
+  return ShardMapGrads{std::move(r->outputs), std::move(r->extras)};
 }
 
 }  // namespace shardmap

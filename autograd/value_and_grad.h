@@ -75,6 +75,9 @@ class ShardMapValueAndGrad {
                        bool reduce_partial_grads = false) const;
 
  private:
+  // One rank's forward under a tape, output check, backward: outputs and input gradients.
+  ShardMap::RankResult Differentiate(const std::vector<Value>& typed_inputs) const;
+
   ShardMap f_;
 };
 

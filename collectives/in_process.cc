@@ -30,6 +30,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "collectives/internal/in_process_group.h"
+#include "collectives/internal/rank_threads.h"
 #include "collectives/internal/reduce.h"
 #include "collectives/internal/status_macros.h"
 
@@ -668,10 +669,7 @@ absl::Status RunInProcess(int world_size, const std::function<absl::Status(Commu
                                        absl::StrCat("in-process world(", world_size, ")"));
   world->Register(group);
 
-  std::vector<std::thread> threads;
-  threads.reserve(world_size);
-  for (int r = 0; r < world_size; ++r) {
-    threads.emplace_back([&, r] {
+  absl::Status started = internal::RankThreads::Shared().Run(world_size, [&](int r) {
       absl::Status s;
       MemorySpace mem = spaces[r];
       bool owns_stream = false;
@@ -703,9 +701,8 @@ absl::Status RunInProcess(int world_size, const std::function<absl::Status(Commu
 #endif
       if (!s.ok()) world->Poison(r, s);
       world->MarkExited(r);
-    });
-  }
-  for (auto& t : threads) t.join();
+  });
+  if (!started.ok()) return absl::Status(started.code(), absl::StrCat("RunInProcess: ", started.message()));
   if (world->poisoned()) return world->first_failure();
   return absl::OkStatus();
 }

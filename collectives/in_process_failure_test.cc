@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "collectives/communicator.h"
 #include "collectives/in_process.h"
+#include "collectives/internal/rank_threads.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -282,6 +283,25 @@ TEST(InProcessFailureTest, InvalidRunArguments) {
   o.timeout = absl::ZeroDuration();
   EXPECT_EQ(RunInProcess(2, ok, o).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RunInProcess(2, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A rank thread that cannot be created is a Status, not std::terminate; no rank ran (so none
+// waits for the missing one), and the next call works.
+TEST(InProcessFailure, ThreadCreationFailureIsAStatus) {
+  internal::RankThreads& pool = internal::RankThreads::Shared();
+  const int n = pool.idle() + 3;  // needs 3 new threads
+  pool.FailThreadCreationAfterForTesting(1);
+  std::atomic<int> ran{0};
+  absl::Status s = RunInProcess(n, [&](Communicator& comm) {
+    ran.fetch_add(1);
+    return comm.Barrier();
+  });
+  pool.FailThreadCreationAfterForTesting(-1);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("RunInProcess: starting")) << s;
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_TRUE(RunInProcess(n, [](Communicator& comm) { return comm.Barrier(); }).ok());
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "shardmap/collective_ops.h"
 #include "shardmap/ops.h"
 #include "shardmap/partition_spec.h"
+#include "shardmap/shard_map.h"
 #include "shardmap/sharding.h"
 
 namespace shardmap {
@@ -89,24 +90,22 @@ absl::StatusOr<MixedStep> MixedTrainStep(const Mesh& mesh, const MlpParams& p,
     }
   }
   const std::vector<PartitionSpec> specs = MlpInSpecs();  // x, target, w1, b1, w2, b2
-  const int n = mesh.size();
   const int64_t count = batch.target.numel();
-  std::vector<Tensor> loss_l(n);
-  std::vector<std::vector<Tensor>> grad_l(4, std::vector<Tensor>(n));
   MixedStep step;
-
-  SpmdOptions so;
+  // Outputs: the loss (each rank's share of the mean: P on dp, R on tp), then the reduced
+  // gradients, typed like their parameters (R where reduced, S where sharded).
+  std::vector<PartitionSpec> out_specs = {P().Unreduced({"dp"})};
+  out_specs.insert(out_specs.end(), specs.begin() + 2, specs.end());
+  ShardMapOptions so;
   so.check = options.check;
-  absl::Status st = RunSpmd(
-      mesh,
-      [&](RankContext& ctx) {
-        const int r = ctx.rank();
-        auto local = [&](const Tensor& t, int k) {
-          return Value(ShardOf(t, mesh, specs[k], r), specs[k].InputType(mesh));
-        };
-        Value x = local(batch.x, 0), target = local(batch.target, 1);
-        std::vector<Value> params = {local(p.w1, 2), local(p.b1, 3), local(p.w2, 4),
-                                     local(p.b2, 5)};
+  so.collective_log = &step.log;
+  so.input_names = {"x", "target", "w1", "b1", "w2", "b2"};
+  so.output_names = {"loss", "grad w1", "grad b1", "grad w2", "grad b2"};
+  ShardMap f(
+      [&](const std::vector<Value>& in) -> std::vector<Value> {
+        const Value& x = in[0];
+        const Value& target = in[1];
+        std::vector<Value> params(in.begin() + 2, in.end());
         Value loss;
         ValueAndGrad vg = value_and_grad(
             [&](const std::vector<Value>& w) {
@@ -115,35 +114,18 @@ absl::StatusOr<MixedStep> MixedTrainStep(const Mesh& mesh, const MlpParams& p,
               return options.loss_scale == 1.0 ? loss : loss * options.loss_scale;
             },
             params);
-        std::vector<Value> grads;
+        std::vector<Value> out = {loss};
         {
-          BackwardPhase bwd(ctx);
-          grads = ReduceGradients(vg.grads, params, policy);
+          BackwardPhase bwd(RankContext::Get("MixedTrainStep"));
+          for (Value& g : ReduceGradients(vg.grads, params, policy)) out.push_back(std::move(g));
         }
-        loss_l[r] = loss.tensor;
-        for (int k = 0; k < 4; ++k) grad_l[k][r] = grads[k].tensor;
-        if (r == 0) {
-          step.log = ctx.collective_log();
-        }
+        return out;
       },
-      so);
-  if (!st.ok()) return st;
-
-  // The loss is P on dp (each rank's share of the mean) and R on tp (kErased only keeps a kind
-  // summary, so the type is spelled out rather than read from rank 0's value).
-  SpmdType loss_type(mesh.num_axes());
-  loss_type[mesh.AxisIndex("dp")] = AxisType::P();
-  absl::StatusOr<Tensor> loss = Assemble(mesh, P().Unreduced({"dp"}), loss_l, loss_type);
-  if (!loss.ok()) return loss.status();
-  step.loss = loss->item();
-  Tensor* out[4] = {&step.grads.w1, &step.grads.b1, &step.grads.w2, &step.grads.b2};
-  for (int k = 0; k < 4; ++k) {
-    // Reduced gradients are typed like their parameters (R where reduced, S where sharded).
-    absl::StatusOr<Tensor> g =
-        Assemble(mesh, specs[k + 2], grad_l[k], specs[k + 2].InputType(mesh));
-    if (!g.ok()) return g.status();
-    *out[k] = *std::move(g);
-  }
+      mesh, specs, out_specs, so);
+  absl::StatusOr<std::vector<Tensor>> out = f({batch.x, batch.target, p.w1, p.b1, p.w2, p.b2});
+  if (!out.ok()) return out.status();
+  step.loss = (*out)[0].item();
+  step.grads = MlpParams{(*out)[1], (*out)[2], (*out)[3], (*out)[4]};
   return step;
 }
 

@@ -251,8 +251,11 @@ Value all_reduce(const Value& x, const Axes& axes, To to, ReduceKind op) {
         TypeFail("all_reduce(sum)", i,
                  absl::StrCat("takes a partial sum (P), but x is ", KindName(k)),
                  k == AxisKind::kV
-                     ? "to add per-device values, reinterpret(x, axis) (V->P) first; to average "
-                       "them use ReduceKind::kMean"
+                     ? "if each device's value is one addend of the sum you want (e.g. each "
+                       "device's share of a mean), say so with reinterpret(x, axis) (V->P); to "
+                       "average per-device values use ReduceKind::kMean. If x should already "
+                       "have been a partial sum, an earlier op mixed operands sharded over "
+                       "different axes: check the in_specs"
                      : "x is already the same on every device: drop the all_reduce (or "
                        "convert(x, axis, Convert::kRToP) if a sum of n copies is really meant)",
                  {{"x", &x}});

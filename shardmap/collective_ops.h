@@ -44,21 +44,12 @@
 #include <vector>
 
 #include "shardmap/mesh.h"
+#include "shardmap/axis_names.h"
 #include "shardmap/value.h"
 
 namespace shardmap {
 
 // One or several mesh axes: "tp", {"dp", "tp"}.
-struct Axes {
-  Axes(const char* a) : names{a} {}
-  Axes(std::string a) : names{std::move(a)} {}
-  Axes(std::initializer_list<const char*> list) {
-    for (const char* a : list) names.emplace_back(a);
-  }
-  Axes(std::vector<std::string> list) : names(std::move(list)) {}
-  std::vector<std::string> names;
-};
-
 enum class To : uint8_t { kR, kI };
 enum class ReduceKind : uint8_t { kSum, kMean, kMax, kMin };
 enum class Convert : uint8_t { kIToR, kRToP };

@@ -127,13 +127,21 @@ SpmdType BinaryType(const char* op, const Value& a, const Value& b, const Shape&
     if (kx == AxisKind::kP || ky == AxisKind::kP) {
       if (!multilinear) {
         if (kx != ky) {
+          // Only an R operand added to a P one is the classic bias bug; a V one, or a
+          // subtraction (say a forgotten all_reduce before `y - target`), is named as such.
+          const AxisKind other = kx == AxisKind::kP ? ky : kx;
+          const bool bias = std::string(op) == "add" && other == AxisKind::kR;
+          const char* p_name = kx == AxisKind::kP ? "a" : "b";
           TypeFail(op, i,
-                   absl::StrCat("adds a partial sum (P) to a ",
-                                KindWord(kx == AxisKind::kP ? ky : kx),
-                                " value: the non-P operand would be counted once per device (the "
-                                "'bias added before the all-reduce' bug)"),
-                   "all_reduce (or reduce_scatter) the P operand first, or add the other operand "
-                   "after the reduction",
+                   absl::StrCat("combines operand ", p_name, ", a partial sum (P), with a ",
+                                KindWord(other),
+                                " value: the sum over devices would count the non-P operand once "
+                                "per device",
+                                bias ? " (the 'bias added before the all-reduce' bug)" : ""),
+                   absl::StrCat("all_reduce (or reduce_scatter) operand ", p_name,
+                                " first: it is still a pending sum, e.g. a row-parallel matmul's "
+                                "output",
+                                bias ? ", or add the bias after the reduction" : ""),
                    {{"a", &a}, {"b", &b}});
         }
         t[i] = AxisType::P();
@@ -512,6 +520,26 @@ SpmdType MatmulType(const Value& a, const Value& b, bool ta, bool tb) {
     };
     int ra = kx == AxisKind::kV ? role_a(x.dim) : -2;
     int rb = ky == AxisKind::kV ? role_b(y.dim) : -2;
+    if ((ra == -3) != (rb == -3)) {
+      // One operand's contracted dim is sharded over this axis. If the other's is sharded over
+      // another axis, the local blocks pair rows and columns of different slices: no collective
+      // after the matmul can repair that (reinterpreting the result as a sum would hide it).
+      const Value& other = ra == -3 ? b : a;
+      const int other_contract = ra == -3 ? m.b_contract : m.a_contract;
+      for (int j = 0; j < t.num_axes(); ++j) {
+        if (j == i || !other.type[j].is_sharded() || other.type[j].dim != other_contract) continue;
+        TypeFail("matmul", i,
+                 absl::StrCat("contracts ", ra == -3 ? "a" : "b", "'s dim sharded over '",
+                              internal::AxisName(i), "' with ", ra == -3 ? "b" : "a",
+                              "'s dim sharded over '", internal::AxisName(j),
+                              "': each device would pair slices that do not match"),
+                 absl::StrCat("shard both contracted dims over the same axis (e.g. both over '",
+                              internal::AxisName(i), "': a row-parallel matmul, whose result is "
+                              "a partial sum), or all_gather one operand first; check the "
+                              "in_specs"),
+                 {{"a", &a}, {"b", &b}});
+      }
+    }
     if (ra == -3 && rb == -3) {
       t[i] = AxisType::P();  // row-parallel: contracting a dim both operands shard
     } else if (ra == -3 || rb == -3) {
@@ -529,8 +557,42 @@ SpmdType MatmulType(const Value& a, const Value& b, bool ta, bool tb) {
 
 }  // namespace
 
+namespace {
+
+// Local contracted sizes that differ are usually a spec mistake: one operand's contracted dim is
+// sharded and the other's is whole. Says so with the SPMD types, before the kernel's plain
+// shape error.
+void CheckContractedSizes(const Value& a, const Value& b, bool ta, bool tb) {
+  if (a.rank() < 2 || b.rank() < 2) return;  // the kernel reports the ranks
+  const MatmulDims m = GetMatmulDims(a, b, ta, tb);
+  const int64_t ka = a.dim(m.a_contract), kb = b.dim(m.b_contract);
+  if (ka == kb) return;
+  std::string hints;
+  for (int i = 0; i < a.type.num_axes() && i < b.type.num_axes(); ++i) {
+    const bool sa = a.type[i].is_sharded() && a.type[i].dim == m.a_contract;
+    const bool sb = b.type[i].is_sharded() && b.type[i].dim == m.b_contract;
+    if (sa == sb) continue;
+    const std::string ax = internal::AxisName(i);
+    const char* sharded = sa ? "a" : "b";
+    const char* whole = sa ? "b" : "a";
+    const int sharded_dim = sa ? m.a_contract : m.b_contract;
+    const int whole_dim = sa ? m.b_contract : m.a_contract;
+    absl::StrAppend(&hints, " ", sharded, "'s contracted dim ", sharded_dim, " is sharded over '",
+                    ax, "' but ", whole, "'s dim ", whole_dim, " is whole: shard ", whole,
+                    "'s dim ", whole_dim, " over '", ax,
+                    "' too (its in_spec; a row-parallel matmul then gives a partial sum), or "
+                    "all_gather(", sharded, ", ", sharded_dim, ", \"", ax, "\") first.");
+  }
+  OpFail("matmul: ", a.ToString(), " @ ", b.ToString(), ": the contracted dims differ on this "
+         "device (", ka, " vs ", kb, ").", hints.empty() ? " Check the operands' shapes." : hints);
+}
+
+}  // namespace
+
 Value matmul(const Value& a, const Value& b, bool ta, bool tb) {
-  Value out(Matmul(a.tensor, b.tensor, ta, tb), MatmulType(a, b, ta, tb));
+  SpmdType type = MatmulType(a, b, ta, tb);
+  CheckContractedSizes(a, b, ta, tb);
+  Value out(Matmul(a.tensor, b.tensor, ta, tb), type);
   if (NeedsTape(a, b)) {
     Value ad = Detached(a), bd = Detached(b);
     RecordOp("matmul", {&a, &b}, out, [ad, bd, ta, tb](const Value& g, uint32_t need, Value* d) {

@@ -5,14 +5,38 @@
 
 namespace shardmap {
 
-PartitionSpec P(SpecDim d0, SpecDim d1, SpecDim d2, SpecDim d3, SpecDim d4, SpecDim d5,
-                SpecDim d6, SpecDim d7) {
-  std::vector<std::vector<std::string>> dims;
-  for (SpecDim* d : {&d0, &d1, &d2, &d3, &d4, &d5, &d6, &d7}) {
-    if (!d->present) break;
-    dims.push_back(std::move(d->axes));
-  }
-  return PartitionSpec(std::move(dims));
+namespace {
+
+PartitionSpec Spec(std::initializer_list<AxisNames*> dims) {
+  std::vector<std::vector<std::string>> out;
+  out.reserve(dims.size());
+  for (AxisNames* d : dims) out.push_back(std::move(d->names));
+  return PartitionSpec(std::move(out));
+}
+
+}  // namespace
+
+PartitionSpec P() { return PartitionSpec(); }
+PartitionSpec P(AxisNames d0) { return Spec({&d0}); }
+PartitionSpec P(AxisNames d0, AxisNames d1) { return Spec({&d0, &d1}); }
+PartitionSpec P(AxisNames d0, AxisNames d1, AxisNames d2) { return Spec({&d0, &d1, &d2}); }
+PartitionSpec P(AxisNames d0, AxisNames d1, AxisNames d2, AxisNames d3) {
+  return Spec({&d0, &d1, &d2, &d3});
+}
+PartitionSpec P(AxisNames d0, AxisNames d1, AxisNames d2, AxisNames d3, AxisNames d4) {
+  return Spec({&d0, &d1, &d2, &d3, &d4});
+}
+PartitionSpec P(AxisNames d0, AxisNames d1, AxisNames d2, AxisNames d3, AxisNames d4,
+                AxisNames d5) {
+  return Spec({&d0, &d1, &d2, &d3, &d4, &d5});
+}
+PartitionSpec P(AxisNames d0, AxisNames d1, AxisNames d2, AxisNames d3, AxisNames d4,
+                AxisNames d5, AxisNames d6) {
+  return Spec({&d0, &d1, &d2, &d3, &d4, &d5, &d6});
+}
+PartitionSpec P(AxisNames d0, AxisNames d1, AxisNames d2, AxisNames d3, AxisNames d4,
+                AxisNames d5, AxisNames d6, AxisNames d7) {
+  return Spec({&d0, &d1, &d2, &d3, &d4, &d5, &d6, &d7});
 }
 
 PartitionSpec PartitionSpec::Unreduced(std::vector<std::string> axes) const {

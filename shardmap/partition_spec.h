@@ -26,30 +26,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "shardmap/axis_names.h"
 #include "shardmap/mesh.h"
 #include "shardmap/spmd_type.h"
 #include "tensor/tensor.h"
 
 namespace shardmap {
-
-struct NoneType {};
-inline constexpr NoneType None{};
-
-// One dim of a spec: no axes (None), one axis, or several (first major). A default-constructed
-// SpecDim means "absent" and only ends the argument list of P().
-struct SpecDim {
-  SpecDim() = default;
-  SpecDim(NoneType) : present(true) {}
-  SpecDim(const char* axis) : axes{axis}, present(true) {}
-  SpecDim(std::string axis) : axes{std::move(axis)}, present(true) {}
-  SpecDim(std::initializer_list<const char*> list) : present(true) {
-    for (const char* a : list) axes.emplace_back(a);
-  }
-  SpecDim(std::vector<std::string> list) : axes(std::move(list)), present(true) {}
-
-  std::vector<std::string> axes;
-  bool present = false;
-};
 
 class PartitionSpec {
  public:
@@ -96,8 +78,20 @@ class PartitionSpec {
 };
 
 // P("dp", None), P({"dp","cp"}, "tp"), P() ...: up to 8 dims.
-PartitionSpec P(SpecDim d0 = {}, SpecDim d1 = {}, SpecDim d2 = {}, SpecDim d3 = {},
-                SpecDim d4 = {}, SpecDim d5 = {}, SpecDim d6 = {}, SpecDim d7 = {});
+// P(dims...): one AxisNames per tensor dim, leading dims first; trailing dims left out are
+// unsharded. (Overloads rather than a template, so braced lists like {"dp","cp"} work.)
+PartitionSpec P();
+PartitionSpec P(AxisNames d0);
+PartitionSpec P(AxisNames d0, AxisNames d1);
+PartitionSpec P(AxisNames d0, AxisNames d1, AxisNames d2);
+PartitionSpec P(AxisNames d0, AxisNames d1, AxisNames d2, AxisNames d3);
+PartitionSpec P(AxisNames d0, AxisNames d1, AxisNames d2, AxisNames d3, AxisNames d4);
+PartitionSpec P(AxisNames d0, AxisNames d1, AxisNames d2, AxisNames d3, AxisNames d4,
+                AxisNames d5);
+PartitionSpec P(AxisNames d0, AxisNames d1, AxisNames d2, AxisNames d3, AxisNames d4,
+                AxisNames d5, AxisNames d6);
+PartitionSpec P(AxisNames d0, AxisNames d1, AxisNames d2, AxisNames d3, AxisNames d4,
+                AxisNames d5, AxisNames d6, AxisNames d7);
 
 }  // namespace shardmap
 

@@ -10,10 +10,75 @@
 
 namespace shardmap {
 
+namespace {
+
+// "w1" or "input 1": the unquoted label the spec validators quote themselves.
+std::string Label(const std::vector<std::string>& names, const char* kind, size_t k) {
+  return k < names.size() ? names[k] : absl::StrCat(kind, " ", k);
+}
+
+}  // namespace
+
 ShardMap::ShardMap(ShardFn fn, Mesh mesh, std::vector<PartitionSpec> in_specs,
                    std::vector<PartitionSpec> out_specs, ShardMapOptions options)
     : fn_(std::move(fn)), mesh_(std::move(mesh)), in_specs_(std::move(in_specs)),
-      out_specs_(std::move(out_specs)), options_(std::move(options)) {}
+      out_specs_(std::move(out_specs)), options_(std::move(options)) {
+  spec_status_ = [&]() -> absl::Status {
+    if (!fn_) return absl::InvalidArgumentError("shard_map: the function is empty");
+    for (size_t k = 0; k < in_specs_.size(); ++k) {
+      const std::string what = Label(options_.input_names, "input", k);
+      if (absl::Status s = in_specs_[k].ValidateAxes(mesh_, what); !s.ok()) return s;
+      if (!in_specs_[k].unreduced().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "in_spec ", in_specs_[k].ToString(), " of ", InputName(k),
+            " has unreduced axes; an input cannot be a pending sum (pass the reduced tensor, or "
+            "reduce inside the function)"));
+      }
+    }
+    for (size_t k = 0; k < out_specs_.size(); ++k) {
+      const std::string what = Label(options_.output_names, "output", k);
+      if (absl::Status s = out_specs_[k].ValidateAxes(mesh_, what); !s.ok()) return s;
+    }
+    for (int i : options_.invariant_inputs) {
+      if (i < 0 || i >= static_cast<int>(in_specs_.size())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "shard_map: options.invariant_inputs names input ", i, " but there are ",
+            in_specs_.size(), " inputs"));
+      }
+    }
+    auto too_many = [](const char* kind, size_t names, size_t specs) {
+      return absl::InvalidArgumentError(absl::StrCat("shard_map: options.", kind, "_names has ",
+                                                     names, " names for ", specs, " ", kind,
+                                                     "s"));
+    };
+    if (options_.input_names.size() > in_specs_.size()) {
+      return too_many("input", options_.input_names.size(), in_specs_.size());
+    }
+    if (options_.output_names.size() > out_specs_.size()) {
+      return too_many("output", options_.output_names.size(), out_specs_.size());
+    }
+    return absl::OkStatus();
+  }();
+  if (!spec_status_.ok()) return;
+  input_types_.reserve(in_specs_.size());
+  for (size_t k = 0; k < in_specs_.size(); ++k) {
+    AxisType unnamed = options_.unnamed_input_type;
+    for (int i : options_.invariant_inputs) {
+      if (i == static_cast<int>(k)) unnamed = AxisType::I();
+    }
+    input_types_.push_back(in_specs_[k].InputType(mesh_, unnamed));
+  }
+}
+
+absl::StatusOr<ShardMap> ShardMap::Create(ShardFn fn, Mesh mesh,
+                                          std::vector<PartitionSpec> in_specs,
+                                          std::vector<PartitionSpec> out_specs,
+                                          ShardMapOptions options) {
+  ShardMap f(std::move(fn), std::move(mesh), std::move(in_specs), std::move(out_specs),
+             std::move(options));
+  if (!f.spec_status_.ok()) return f.spec_status_;
+  return f;
+}
 
 std::string ShardMap::InputName(size_t k) const {
   if (k < options_.input_names.size()) return absl::StrCat("'", options_.input_names[k], "'");
@@ -26,6 +91,7 @@ std::string ShardMap::OutputName(size_t k) const {
 }
 
 absl::Status ShardMap::ValidateGlobal(const std::vector<Tensor>& inputs) const {
+  if (!spec_status_.ok()) return spec_status_;
   if (inputs.size() != in_specs_.size()) {
     return absl::InvalidArgumentError(absl::StrCat("shard_map got ", inputs.size(),
                                                    " inputs but has ", in_specs_.size(),
@@ -42,25 +108,15 @@ absl::Status ShardMap::ValidateGlobal(const std::vector<Tensor>& inputs) const {
           "copies its block to its own device, see options.placement): pass ",
           "t.To(Device::Cpu()), or call the local view with shards on the ranks' devices"));
     }
-    if (!in_specs_[k].unreduced().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "in_spec ", in_specs_[k].ToString(), " of ", InputName(k),
-          " has unreduced axes; a whole input cannot be a pending sum"));
-    }
     absl::Status s = in_specs_[k].Validate(mesh_, inputs[k].shape(),
-                                           k < options_.input_names.size()
-                                               ? options_.input_names[k]
-                                               : absl::StrCat("input ", k));
-    if (!s.ok()) return s;
-  }
-  for (size_t k = 0; k < out_specs_.size(); ++k) {
-    absl::Status s = out_specs_[k].ValidateAxes(mesh_, OutputName(k));
+                                           Label(options_.input_names, "input", k));
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
 std::vector<Value> ShardMap::TypeLocalInputs(const std::vector<Tensor>& local) const {
+  if (!spec_status_.ok()) throw OpError(spec_status_);
   if (local.size() != in_specs_.size()) {
     OpFail("shard_map got ", local.size(), " local inputs but has ", in_specs_.size(),
            " in_specs");
@@ -68,19 +124,12 @@ std::vector<Value> ShardMap::TypeLocalInputs(const std::vector<Tensor>& local) c
   std::vector<Value> vals;
   vals.reserve(local.size());
   for (size_t k = 0; k < local.size(); ++k) {
-    std::string what = InputName(k);
-    absl::Status s = in_specs_[k].ValidateAxes(mesh_, what);
-    if (s.ok() && in_specs_[k].size() > local[k].rank()) {
-      s = absl::InvalidArgumentError(absl::StrCat("spec ", in_specs_[k].ToString(), " of ", what,
-                                                  " has more dims than the local shard ",
-                                                  local[k].ShapeString()));
+    if (!local[k].defined()) OpFail("shard_map (local view): ", InputName(k), " is undefined");
+    if (in_specs_[k].size() > local[k].rank()) {
+      OpFail("spec ", in_specs_[k].ToString(), " of ", InputName(k),
+             " has more dims than the local shard ", local[k].ShapeString());
     }
-    if (!s.ok()) throw OpError(s);
-    AxisType unnamed = options_.unnamed_input_type;
-    for (int i : options_.invariant_inputs) {
-      if (i == static_cast<int>(k)) unnamed = AxisType::I();
-    }
-    vals.emplace_back(local[k], in_specs_[k].InputType(mesh_, unnamed));
+    vals.emplace_back(local[k], input_types_[k]);
   }
   return vals;
 }
@@ -116,18 +165,26 @@ void ShardMap::CheckLocalDevices(const RankContext& ctx,
   }
 }
 
-std::vector<Value> ShardMap::CallLocal(const std::vector<Tensor>& local_inputs) const {
-  RankContext& ctx = RankContext::Get("shard_map (local view)");
+ShardMap::RankResult ShardMap::RunLocal(const std::vector<Tensor>& local_inputs,
+                                        const RankBody& body, const char* what) const {
+  RankContext& ctx = RankContext::Get(what);
   if (!(ctx.mesh() == mesh_)) {
-    OpFail("shard_map (local view): the running program's mesh is ", ctx.mesh().ShortString(),
+    OpFail(what, ": the running program's mesh is ", ctx.mesh().ShortString(),
            " but this shard_map is over ", mesh_.ShortString());
   }
   CheckLocalDevices(ctx, local_inputs);
   std::vector<Value> typed = TypeLocalInputs(local_inputs);
   if (ctx.checked()) CheckSameLocalShapes(ctx, local_inputs);
-  std::vector<Value> outs = fn_(typed);
-  CheckOutputs(outs);
-  return outs;
+  RankResult r = body(typed);
+  if (!r.outputs_checked) CheckOutputs(r.outputs);
+  return r;
+}
+
+std::vector<Value> ShardMap::CallLocal(const std::vector<Tensor>& local_inputs) const {
+  return RunLocal(local_inputs,
+                  [this](const std::vector<Value>& in) { return RankResult{fn_(in), {}}; },
+                  "shard_map (local view)")
+      .outputs;
 }
 
 // Even sharding gives every rank the same local shape, so a rank whose shard differs was handed
@@ -170,9 +227,20 @@ void ShardMap::CheckSameLocalShapes(RankContext& ctx,
   }
 }
 
-absl::StatusOr<std::vector<Tensor>> ShardMap::operator()(const std::vector<Tensor>& inputs) const {
+SpmdType ShardMap::AssemblyType(const SpmdType& rank0, const PartitionSpec& spec) const {
+  if (options_.check != TypeCheck::kErased) return rank0;
+  // Types are not tracked: read the result as the spec states it (R, P on unreduced axes).
+  SpmdType t(mesh_.num_axes(), AxisType::R());
+  for (const std::string& a : spec.unreduced()) t[mesh_.AxisIndex(a)] = AxisType::P();
+  return t;
+}
+
+absl::StatusOr<ShardMap::GlobalResult> ShardMap::RunGlobal(
+    const std::vector<Tensor>& inputs, const RankBody& body,
+    const std::vector<PartitionSpec>& extra_specs) const {
   if (absl::Status s = ValidateGlobal(inputs); !s.ok()) return s;
   const int n = mesh_.size();
+  // Per rank: outputs then extras, back on the host.
   std::vector<std::vector<Tensor>> locals(n);
   std::vector<SpmdType> types;
   absl::Mutex mu;
@@ -180,34 +248,59 @@ absl::StatusOr<std::vector<Tensor>> ShardMap::operator()(const std::vector<Tenso
       mesh_,
       [&](RankContext& ctx) {
         std::vector<Tensor> mine;
+        mine.reserve(inputs.size());
         for (size_t k = 0; k < inputs.size(); ++k) mine.push_back(LocalInput(inputs[k], k, ctx));
-        std::vector<Value> outs = fn_(TypeLocalInputs(mine));
-        CheckOutputs(outs);
+        RankResult r = body(TypeLocalInputs(mine));
+        if (!r.outputs_checked) CheckOutputs(r.outputs);
+        if (r.extras.size() != extra_specs.size()) {
+          OpFail("shard_map: ", r.extras.size(), " extra results for ", extra_specs.size(),
+                 " specs");
+        }
         // Back to the host on the rank's own stream (ordered after the work that made them).
-        for (const Value& v : outs) locals[ctx.rank()].push_back(v.tensor.To(Device::Cpu()));
+        std::vector<Tensor>& out = locals[ctx.rank()];
+        for (const Value& v : r.outputs) out.push_back(v.tensor.To(Device::Cpu()));
+        for (const Value& v : r.extras) {
+          out.push_back(v.defined() ? v.tensor.To(Device::Cpu()) : Tensor());
+        }
         if (ctx.rank() == 0) {
           absl::MutexLock lock(&mu);
-          for (const Value& v : outs) types.push_back(v.type);
+          for (const Value& v : r.outputs) types.push_back(v.type);
+          for (const Value& v : r.extras) types.push_back(v.type);
           if (options_.collective_log) *options_.collective_log = ctx.collective_log();
         }
       },
       spmd_options());
   if (!s.ok()) return s;
-  std::vector<Tensor> result;
-  for (size_t k = 0; k < out_specs_.size(); ++k) {
+  GlobalResult result;
+  const size_t nout = out_specs_.size();
+  for (size_t k = 0; k < nout + extra_specs.size(); ++k) {
+    const bool extra = k >= nout;
+    const PartitionSpec& spec = extra ? extra_specs[k - nout] : out_specs_[k];
+    std::vector<Tensor>& dest = extra ? result.extras : result.outputs;
+    if (!locals[0][k].defined()) {
+      dest.push_back(Tensor());
+      continue;
+    }
     std::vector<Tensor> per_rank(n);
     for (int r = 0; r < n; ++r) per_rank[r] = locals[r][k];
-    SpmdType t = types[k];
-    if (options_.check == TypeCheck::kErased) {
-      // Types are not tracked: assemble from the spec alone.
-      t = SpmdType(mesh_.num_axes(), AxisType::R());
-      for (const std::string& a : out_specs_[k].unreduced()) t[mesh_.AxisIndex(a)] = AxisType::P();
+    absl::StatusOr<Tensor> g = Assemble(mesh_, spec, per_rank, AssemblyType(types[k], spec));
+    if (!g.ok()) {
+      return absl::Status(g.status().code(),
+                          absl::StrCat("while assembling ",
+                                       extra ? absl::StrCat("extra result ", k - nout)
+                                             : OutputName(k),
+                                       ": ", g.status().message()));
     }
-    absl::StatusOr<Tensor> g = Assemble(mesh_, out_specs_[k], per_rank, t);
-    if (!g.ok()) return g.status();
-    result.push_back(*std::move(g));
+    dest.push_back(*std::move(g));
   }
   return result;
+}
+
+absl::StatusOr<std::vector<Tensor>> ShardMap::operator()(const std::vector<Tensor>& inputs) const {
+  absl::StatusOr<GlobalResult> r = RunGlobal(
+      inputs, [this](const std::vector<Value>& in) { return RankResult{fn_(in), {}}; }, {});
+  if (!r.ok()) return r.status();
+  return std::move(r->outputs);
 }
 
 }  // namespace shardmap

@@ -62,6 +62,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "shardmap/context.h"
 #include "shardmap/mesh.h"
@@ -93,6 +94,12 @@ struct ShardMapOptions {
 
 class ShardMap {
  public:
+  // Checks the specs against the mesh once (unknown or repeated axes, invariant_inputs and the
+  // names in range) and resolves each input's SPMD type; calls then only check shapes.
+  static absl::StatusOr<ShardMap> Create(ShardFn fn, Mesh mesh, std::vector<PartitionSpec> in_specs,
+                                         std::vector<PartitionSpec> out_specs,
+                                         ShardMapOptions options = {});
+  // As Create; a spec error is reported by the first call instead.
   ShardMap(ShardFn fn, Mesh mesh, std::vector<PartitionSpec> in_specs,
            std::vector<PartitionSpec> out_specs, ShardMapOptions options = {});
 
@@ -108,10 +115,41 @@ class ShardMap {
   }
   // This rank's shard of global input k (a host tensor), on the rank's device.
   Tensor LocalInput(const Tensor& global, size_t k, const RankContext& ctx) const;
-  // Local view: throws OpError when a shard is not on the rank's device.
-  void CheckLocalDevices(const RankContext& ctx, const std::vector<Tensor>& local_inputs) const;
 
-  // Validates the global inputs against the in_specs and the out_specs' axes.
+  const ShardFn& fn() const { return fn_; }
+  const Mesh& mesh() const { return mesh_; }
+  const std::vector<PartitionSpec>& in_specs() const { return in_specs_; }
+  const std::vector<PartitionSpec>& out_specs() const { return out_specs_; }
+  const ShardMapOptions& options() const { return options_; }
+  // "'w1'" when named in options.input_names, else "input 1" (likewise outputs).
+  std::string InputName(size_t k) const;
+  std::string OutputName(size_t k) const;
+
+ private:
+  friend class ShardMapValueAndGrad;  // autograd/value_and_grad.h runs on RunGlobal/RunLocal
+
+  // What one rank computes from its typed inputs: fn's outputs (checked against out_specs) and
+  // extra results (value_and_grad: the gradients, one per input; undefined ones allowed).
+  struct RankResult {
+    std::vector<Value> outputs;
+    std::vector<Value> extras;
+    bool outputs_checked = false;  // the body called CheckOutputs already (before a backward)
+  };
+  using RankBody = std::function<RankResult(const std::vector<Value>& typed_inputs)>;
+  struct GlobalResult {
+    std::vector<Tensor> outputs;
+    std::vector<Tensor> extras;
+  };
+  // The one runner of the global view: validate, split per rank, type, body, check outputs,
+  // assemble outputs per out_specs and extras per extra_specs (types from rank 0's extras; an
+  // undefined extra stays undefined). `what` prefixes errors ("shard_map").
+  absl::StatusOr<GlobalResult> RunGlobal(const std::vector<Tensor>& inputs, const RankBody& body,
+                                         const std::vector<PartitionSpec>& extra_specs) const;
+  // The one runner of the local view (throws OpError).
+  RankResult RunLocal(const std::vector<Tensor>& local_inputs, const RankBody& body,
+                      const char* what) const;
+
+  // Validates the global inputs against the in_specs.
   absl::Status ValidateGlobal(const std::vector<Tensor>& inputs) const;
   // Types this rank's inputs (shards); throws OpError on a shape that does not fit the spec.
   std::vector<Value> TypeLocalInputs(const std::vector<Tensor>& local_inputs) const;
@@ -119,21 +157,19 @@ class ShardMap {
   void CheckOutputs(const std::vector<Value>& outputs) const;
   // Local view, checked mode: every rank's shards have the same dtype and shape.
   void CheckSameLocalShapes(RankContext& ctx, const std::vector<Tensor>& local_inputs) const;
+  // Local view: throws OpError when a shard is not on the rank's device.
+  void CheckLocalDevices(const RankContext& ctx, const std::vector<Tensor>& local_inputs) const;
+  // The type an assembled result is read with: rank 0's, or (erased mode, where values carry
+  // only a kind summary) the one the spec states.
+  SpmdType AssemblyType(const SpmdType& rank0, const PartitionSpec& spec) const;
 
-  const ShardFn& fn() const { return fn_; }
-  const Mesh& mesh() const { return mesh_; }
-  const std::vector<PartitionSpec>& in_specs() const { return in_specs_; }
-  const std::vector<PartitionSpec>& out_specs() const { return out_specs_; }
-  const ShardMapOptions& options() const { return options_; }
-  std::string InputName(size_t k) const;
-  std::string OutputName(size_t k) const;
-
- private:
   ShardFn fn_;
   Mesh mesh_;
   std::vector<PartitionSpec> in_specs_;
   std::vector<PartitionSpec> out_specs_;
   ShardMapOptions options_;
+  absl::Status spec_status_;             // Create's checks (OK when they passed)
+  std::vector<SpmdType> input_types_;    // resolved once: S(d) per named axis, R/I otherwise
 };
 
 inline ShardMap shard_map(ShardFn fn, Mesh mesh, std::vector<PartitionSpec> in_specs,

@@ -68,16 +68,16 @@ TEST(ShardMapTest, OutputTypeChecks) {
   absl::StatusOr<std::vector<Tensor>> r = shard_map(row_parallel, mesh, ins, {P("dp")})({x, w});
   EXPECT_THAT(r.status().message(),
               AllOf(HasSubstr("output 0 is f64[2,4]{dp:S0,tp:P}"), HasSubstr("axis 'tp'"),
-                    HasSubstr("pending sum (P)"), HasSubstr("all_reduce(y, \"tp\")"),
+                    HasSubstr("pending sum (P)"), HasSubstr("all_reduce(output0, \"tp\")"),
                     HasSubstr("Unreduced({\"tp\"})")));
   // V output (S0) under a spec that claims replication on dp.
   r = shard_map(row_parallel, mesh, ins, {P().Unreduced({"tp"})})({x, w});
   EXPECT_THAT(r.status().message(),
               AllOf(HasSubstr("axis 'dp'"), HasSubstr("varies (S0)"),
-                    HasSubstr("all_gather(y, 0, \"dp\")")));
+                    HasSubstr("all_gather(output0, 0, \"dp\")")));
   // P output under a sharded spec.
   r = shard_map(row_parallel, mesh, ins, {P("dp", "tp")})({x, w});
-  EXPECT_THAT(r.status().message(), HasSubstr("reduce_scatter(y, 1, \"tp\")"));
+  EXPECT_THAT(r.status().message(), HasSubstr("reduce_scatter(output0, 1, \"tp\")"));
   // Unreduced where the value is not P.
   r = shard_map(Identity(), mesh, {P("dp")}, {P("dp").Unreduced({"tp"})})({x});
   EXPECT_THAT(r.status().message(), HasSubstr("the spec says unreduced"));

@@ -1,5 +1,6 @@
 #include "shardmap/sharding.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -198,6 +199,13 @@ void CheckOutputType(const Value& out, const Mesh& mesh, const PartitionSpec& sp
     OpFail(what, " is ", out.ToString(), " but its out_spec ", spec.ToString(), " has ",
            spec.size(), " dims; drop the trailing entries");
   }
+  // The name the fix texts use for the output: its option name ("'loss'" -> loss), else output0.
+  std::string y = what;
+  if (y.size() >= 2 && y.front() == '\'' && y.back() == '\'') {
+    y = y.substr(1, y.size() - 2);
+  } else {
+    y.erase(std::remove(y.begin(), y.end(), ' '), y.end());
+  }
   for (int i = 0; i < mesh.num_axes(); ++i) {
     const std::string& ax = mesh.axis_names()[i];
     AxisType t = out.type[i];
@@ -213,7 +221,7 @@ void CheckOutputType(const Value& out, const Mesh& mesh, const PartitionSpec& sp
     } else if (dim_of[i] >= 0) {
       if (t.kind == AxisKind::kP) {
         fail("the value is a pending sum (P) but the spec shards it",
-             absl::StrCat("reduce_scatter(y, ", dim_of[i], ", \"", ax,
+             absl::StrCat("reduce_scatter(", y, ", ", dim_of[i], ", \"", ax,
                           "\") before returning, or declare the spec Unreduced({\"", ax, "\"})"));
       }
       if (t.is_sharded() && t.dim != dim_of[i]) {
@@ -225,7 +233,7 @@ void CheckOutputType(const Value& out, const Mesh& mesh, const PartitionSpec& sp
     } else {
       if (t.kind == AxisKind::kP) {
         fail("the value is a pending sum (P) but the spec claims it is replicated",
-             absl::StrCat("all_reduce(y, \"", ax, "\") before returning, or declare the spec "
+             absl::StrCat("all_reduce(", y, ", \"", ax, "\") before returning, or declare the spec "
                           "Unreduced({\"", ax, "\"})"));
       }
       if (t.kind == AxisKind::kV) {
@@ -233,7 +241,7 @@ void CheckOutputType(const Value& out, const Mesh& mesh, const PartitionSpec& sp
                           ") but the spec claims it is replicated"),
              t.is_sharded()
                  ? absl::StrCat("name '", ax, "' at dim ", static_cast<int>(t.dim),
-                                " of the out_spec, or all_gather(y, ", static_cast<int>(t.dim),
+                                " of the out_spec, or all_gather(", y, ", ", static_cast<int>(t.dim),
                                 ", \"", ax, "\") before returning")
                  : absl::StrCat("name '", ax, "' in the out_spec, or reduce the value over '", ax,
                                 "' before returning"));

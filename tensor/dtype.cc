@@ -4,6 +4,15 @@
 
 namespace shardmap {
 
+bool IsValidDType(DType t) {
+  switch (t) {
+    case DType::kF32: case DType::kF64: case DType::kBF16: case DType::kF16: case DType::kI32:
+    case DType::kI64:
+      return true;
+  }
+  return false;
+}
+
 size_t DTypeSize(DType t) {
   switch (t) {
     case DType::kF32: return 4;

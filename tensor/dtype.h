@@ -18,6 +18,8 @@ enum class DType : uint8_t { kF32, kF64, kBF16, kF16, kI32, kI64 };
 size_t DTypeSize(DType t);
 const char* DTypeName(DType t);
 bool IsFloating(DType t);  // f32, f64, bf16, f16
+// False for a value outside the enum (e.g. a cast from a corrupted integer).
+bool IsValidDType(DType t);
 
 // Round-to-nearest-even conversions; NaN stays NaN, overflow goes to infinity.
 uint16_t FloatToBF16(float f);

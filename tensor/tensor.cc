@@ -17,7 +17,12 @@ std::string ShapeToString(absl::Span<const int64_t> shape) {
 
 int64_t NumElements(absl::Span<const int64_t> shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  bool overflow = false;
+  for (int64_t d : shape) {
+    if (d == 0) return 0;
+    overflow = overflow || __builtin_mul_overflow(n, d, &n);
+  }
+  if (overflow) OpFail("shape ", ShapeToString(shape), " has more elements than int64 can count");
   return n;
 }
 
@@ -55,6 +60,10 @@ std::string Device::ToString() const {
 }
 
 Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype, Device device) {
+  if (!IsValidDType(dtype)) {
+    OpFail("tensor: invalid DType value ", static_cast<int>(dtype), " for shape ",
+           ShapeToString(shape), " (not one of f32, f64, bf16, f16, i32, i64)");
+  }
   int64_t numel = 1;
   bool overflow = false, has_zero = false;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -237,6 +246,7 @@ Tensor Tensor::Reshape(absl::Span<const int64_t> shape) const {
   Shape out(shape.begin(), shape.end());
   int infer = -1;
   int64_t known = 1;
+  bool overflow = false, has_zero = false;
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == -1) {
       if (infer >= 0) OpFail("reshape: more than one -1 in ", ShapeToString(shape));
@@ -244,8 +254,15 @@ Tensor Tensor::Reshape(absl::Span<const int64_t> shape) const {
     } else if (out[i] < 0) {
       OpFail("reshape: negative size in ", ShapeToString(shape));
     } else {
-      known *= out[i];
+      has_zero = has_zero || out[i] == 0;
+      overflow = overflow || __builtin_mul_overflow(known, out[i], &known);
     }
+  }
+  if (has_zero) {
+    known = 0;
+  } else if (overflow) {
+    OpFail("reshape: ", ShapeToString(shape), " has more elements than int64 can count (",
+           ShapeString(), " has ", numel_, ")");
   }
   if (infer >= 0) {
     if (known == 0 || numel_ % known != 0) {
@@ -265,9 +282,13 @@ Tensor Tensor::Reshape(absl::Span<const int64_t> shape) const {
 
 Tensor Tensor::SliceRows(int64_t start, int64_t length) const {
   if (rank() == 0) OpFail("slice_rows: ", ShapeString(), " has no dim 0");
-  if (start < 0 || length < 0 || start + length > shape_[0]) {
-    OpFail("slice_rows: rows [", start, ", ", start + length, ") out of range for ",
-           ShapeString());
+  if (start < 0 || length < 0 || start > shape_[0] || length > shape_[0] - start) {
+    int64_t end = 0;
+    const std::string rows = __builtin_add_overflow(start, length, &end)
+                                 ? absl::StrCat(length, " rows from row ", start)
+                                 : absl::StrCat("rows [", start, ", ", end, ")");
+    OpFail("slice_rows: ", rows, " out of range for ", ShapeString(),
+           " (start and length must be >= 0 and start + length <= ", shape_[0], ")");
   }
   Tensor t = *this;
   const int64_t row = shape_[0] == 0 ? 0 : numel_ / shape_[0];

@@ -214,7 +214,7 @@ TEST(WrongTypes, DtypeMismatch) {
 
 TEST(WrongOutputs, VaryingOutputUnderReplicatedSpec) {
   ExpectError(RunGlobal(Identity(), M({{"tp", 2}}), {P("tp", None)}, {P()}, {Rand({4, 3}, 1)}),
-              {"output 0", "{tp:S0}", "P()", "all_gather(y, 0, \"tp\")"});
+              {"output 0", "{tp:S0}", "P()", "all_gather(output0, 0, \"tp\")"});
 }
 
 TEST(WrongOutputs, PendingSumReturnedAsFinishedValue) {
@@ -223,7 +223,7 @@ TEST(WrongOutputs, PendingSumReturnedAsFinishedValue) {
   };
   ExpectError(RunGlobal(fn, M({{"tp", 2}}), {P(None, "tp"), P("tp", None)}, {P()},
                         {Rand({3, 4}, 1), Rand({4, 5}, 2)}),
-              {"output 0", "{tp:P}", "all_reduce(y, \"tp\")", "Unreduced"});
+              {"output 0", "{tp:P}", "all_reduce(output0, \"tp\")", "Unreduced"});
 }
 
 TEST(WrongOutputs, PendingSumUnderShardedSpec) {
@@ -232,7 +232,7 @@ TEST(WrongOutputs, PendingSumUnderShardedSpec) {
   };
   ExpectError(RunGlobal(fn, M({{"tp", 2}}), {P(None, "tp"), P("tp", None)}, {P("tp", None)},
                         {Rand({4, 4}, 1), Rand({4, 5}, 2)}),
-              {"output 0", "{tp:P}", "P(tp,None)", "reduce_scatter(y, 0, \"tp\")"});
+              {"output 0", "{tp:P}", "P(tp,None)", "reduce_scatter(output0, 0, \"tp\")"});
 }
 
 // ---- collectives ----------------------------------------------------------------------------
@@ -314,8 +314,8 @@ TEST(WrongPerDevice, MatmulShapeMismatchNamesTheRank) {
   // Both ranks fail; whichever reports first is the one named.
   ExpectError(RunGlobal(fn, M({{"tp", 2}}), {P(None, "tp"), P()}, {P()},
                         {Rand({3, 4}, 1), Rand({3, 5}, 2)}),
-              {"rank ", "at mesh coordinates (tp=", "matmul:", "f64[3,2] @ f64[3,5]",
-               "contracted dims differ"});
+              {"rank ", "at mesh coordinates (tp=", "matmul:", "f64[3,2]{tp:S1} @ f64[3,5]{tp:R}",
+               "contracted dims differ", "shard b's dim 0 over 'tp'"});
 }
 
 TEST(WrongPerDevice, ThrowingRankDoesNotHangOthers) {

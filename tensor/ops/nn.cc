@@ -1,5 +1,6 @@
 #include "tensor/ops/nn.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -524,6 +525,8 @@ Tensor CausalMask(const Tensor& scores, int64_t offset, double fill) {
   if (scores.rank() < 2) {
     OpFail("causal_mask: scores ", scores.ShapeString(), " need rank >= 2 [..., s, t]");
   }
+  // Offsets past either end mask everything or nothing; clamping keeps i + offset + 1 in range.
+  offset = std::clamp<int64_t>(offset, -scores.dim(-2) - 1, scores.dim(-1));
   if (scores.is_cuda()) return cuda::CausalMask(scores, offset, fill);
   if (internal::IsHalf(scores.dtype())) {
     return Cast(CausalMask(Cast(scores, DType::kF32), offset, fill), scores.dtype());

@@ -174,7 +174,7 @@ std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<st
 }
 
 TEST(LaunchTest, RanksRendezvousAndAgreeOnTheBlob) {
-  for (int n : {1, 3, 4}) {
+  for (int n : {1, 3}) {  // 6 ranks: TwoNodesOnOneMachine
     Result r = RunLaunch({absl::StrCat("--nproc_per_node=", n), "--", "collectives/rendezvous_check"});
     EXPECT_EQ(r.exit_code, 0) << r.output;
     for (int rank = 0; rank < n; ++rank) {

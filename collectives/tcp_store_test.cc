@@ -358,10 +358,13 @@ TEST(TcpStoreTest, PipelinedRequestsAreAnsweredInOrder) {
 
 TEST(TcpStoreTest, AClientThatDoesNotReadIsDroppedAndOthersAreServed) {
   const int port = FreePort();
-  auto master = TcpStore::Create(Opts(port, 0, 3, absl::Milliseconds(500)));
+  // The master's timeout is also how long a reply may make no progress.
+  auto master = TcpStore::Create(Opts(port, 0, 3, absl::Milliseconds(1500)));
   ASSERT_TRUE(master.ok()) << master.status();
-  ASSERT_TRUE((*master)->Set("big", std::string(1 << 20, 'b')).ok());
-  // Rank 1 asks for the 1 MiB value 64 times and never reads.
+  absl::Status big = (*master)->Set("big", std::string(512 << 10, 'b'));
+  ASSERT_TRUE(big.ok()) << big;
+  // Rank 1 asks for the 512 KiB value 64 times (far more than socket buffers hold) and never
+  // reads.
   RawConnection greedy(port);
   std::string requests = Hello(1, 3);
   for (int i = 0; i < 64; ++i) requests += wire::Request('G', "big", "");

@@ -294,6 +294,43 @@ TEST(TcpStoreTest, AddIsCheckedAndKeepsTheConnection) {
   EXPECT_EQ(good->payload, absl::StrCat(kMax - 1));
 }
 
+TEST(TcpStoreTest, MalformedOrOversizedRequestsCloseThatConnectionOnly) {
+  const int port = FreePort();
+  auto master = TcpStore::Create(Opts(port, 0, 2));
+  ASSERT_TRUE(master.ok()) << master.status();
+  auto frame_with_lengths = [](uint32_t kl, uint64_t vl) {
+    std::string f(1, 'S');
+    f.append(reinterpret_cast<const char*>(&kl), 4);
+    f.append(reinterpret_cast<const char*>(&vl), 8);  // the header only: nothing follows
+    return f;
+  };
+  struct Case {
+    std::string bytes;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {frame_with_lengths(0, wire::kMaxValue + 1), "value too long"},
+      {frame_with_lengths(0, ~uint64_t{0}), "value too long"},
+      {frame_with_lengths(wire::kMaxKey + 1, 0), "key too long"},
+      {frame_with_lengths(0xffffffffu, 0), "key too long"},
+      {wire::Request('Z', "k", "v"), "unknown type"},
+  };
+  for (const Case& c : cases) {
+    RawConnection raw(port);
+    ASSERT_TRUE(raw.Send(Hello(1, 2) + c.bytes));
+    auto hello = raw.ReadReply(absl::Seconds(5));
+    ASSERT_TRUE(hello.has_value() && hello->ok) << c.expect;
+    auto reply = raw.ReadReply(absl::Seconds(5));
+    ASSERT_TRUE(reply.has_value()) << c.expect;
+    EXPECT_FALSE(reply->ok);
+    EXPECT_THAT(reply->payload, HasSubstr(c.expect));
+    EXPECT_TRUE(raw.ClosedWithin(absl::Seconds(5))) << c.expect;
+  }
+  // The store is unharmed.
+  ASSERT_TRUE((*master)->Set("k", "v").ok());
+  EXPECT_EQ(*(*master)->Get("k"), "v");
+}
+
 TEST(TcpStoreTest, StoredBytesAreCapped) {
   TcpStoreOptions o = Opts(FreePort(), 0, 1);
   o.max_stored_bytes = 1000;

@@ -25,7 +25,8 @@
 //   Errors the store answers (a non-integer value under Add, a full store) keep the connection.
 //
 // Connecting retries until `timeout` (rank 0 may start later than the others). The handshake
-// checks the token, that every rank agrees on world_size and that no rank joins twice.
+// checks the token, that every rank agrees on world_size and that no rank joins twice. Calls
+// from several threads are serialized (one request at a time on the rank's connection).
 #ifndef SHARDMAP_COLLECTIVES_TCP_STORE_H_
 #define SHARDMAP_COLLECTIVES_TCP_STORE_H_
 

@@ -2,7 +2,8 @@
 // client (stray, slow, hostile or buggy) can stall the loop or grow its memory without limit:
 // - a connection handles one request at a time: the next is parsed only once the previous reply
 //   left the buffer, so a client that pipelines requests without reading holds one reply;
-// - its input buffer holds at most one maximal frame beyond what is being parsed;
+// - its input buffer holds at most one maximal frame, and 1 KiB before the hello (which alone
+//   may come first, with a short token and value);
 // - a reply that makes no progress for options.timeout drops the client (it is not reading);
 // - a connection must send a valid hello (with the token) within handshake_timeout, and at most
 //   wire::kMaxUnauthenticated of them wait at once;
@@ -44,6 +45,10 @@ std::string Shown(absl::string_view key) {
 }
 
 constexpr size_t kMaxFrame = wire::kRequestHeader + wire::kMaxKey + wire::kMaxValue;
+// Before the hello only a hello may come: a token (<= 256 bytes) and "rank world_size".
+constexpr uint32_t kMaxHelloKey = 256;
+constexpr uint64_t kMaxHelloValue = 64;
+constexpr size_t kMaxUnauthenticatedInput = 1024;
 constexpr absl::Duration kAcceptRest = absl::Milliseconds(100);
 
 struct Conn {
@@ -76,7 +81,7 @@ class TcpStore::Server::Loop {
       const size_t first_conn = fds.size();
       for (auto& [fd, c] : conns_) {
         short ev = POLLRDHUP;
-        if (!c.closing && c.in.size() < kMaxFrame) ev |= POLLIN;
+        if (!c.closing && c.in.size() < InputLimit(c)) ev |= POLLIN;
         if (c.has_output()) ev |= POLLOUT;
         fds.push_back({fd, ev, 0});
       }
@@ -157,10 +162,15 @@ class TcpStore::Server::Loop {
     }
   }
 
+  // Memory a connection can make the server hold: 1 KiB before the hello, then one frame.
+  static size_t InputLimit(const Conn& c) {
+    return c.rank < 0 ? kMaxUnauthenticatedInput : kMaxFrame;
+  }
+
   void Read(Conn& c) {
     char buf[65536];
-    while (!c.dead && c.in.size() < kMaxFrame) {
-      const size_t want = std::min(sizeof(buf), kMaxFrame - c.in.size());
+    while (!c.dead && c.in.size() < InputLimit(c)) {
+      const size_t want = std::min(sizeof(buf), InputLimit(c) - c.in.size());
       const ssize_t n = ::recv(c.fd, buf, want, 0);
       if (n > 0) {
         c.in.append(buf, static_cast<size_t>(n));
@@ -212,14 +222,22 @@ class TcpStore::Server::Loop {
       if (c.in.empty()) return;
       const char type = c.in[0];
       if (!wire::IsRequestType(type)) return Refuse(c, "malformed request (unknown type)");
+      const bool hello_only = c.rank < 0;
+      if (hello_only && type != 'H') {
+        return Refuse(c, "the first request must be the hello with the job's store token");
+      }
       if (c.in.size() < 5) return;
       uint32_t kl;
       std::memcpy(&kl, c.in.data() + 1, 4);
-      if (kl > wire::kMaxKey) return Refuse(c, "malformed request (key too long)");
+      if (kl > (hello_only ? kMaxHelloKey : wire::kMaxKey)) {
+        return Refuse(c, "malformed request (key too long)");
+      }
       if (c.in.size() < wire::kRequestHeader + kl) return;
       uint64_t vl;
       std::memcpy(&vl, c.in.data() + 5 + kl, 8);
-      if (vl > wire::kMaxValue) return Refuse(c, "malformed request (value too long)");
+      if (vl > (hello_only ? kMaxHelloValue : wire::kMaxValue)) {
+        return Refuse(c, "malformed request (value too long)");
+      }
       const size_t size = wire::kRequestHeader + kl + static_cast<size_t>(vl);
       if (c.in.size() < size) return;
       const std::string key = c.in.substr(5, kl);
@@ -231,9 +249,6 @@ class TcpStore::Server::Loop {
 
   void Handle(Conn& c, char type, const std::string& key, const std::string& value) {
     if (type == 'H') return Hello(c, key, value);
-    if (c.rank < 0) {
-      return Refuse(c, "the first request must be the hello with the job's store token");
-    }
     switch (type) {
       case 'S':
         if (Store(c, key, value)) Send(c, true, "");

@@ -315,6 +315,17 @@ TEST(TcpStoreTest, MalformedOrOversizedRequestsCloseThatConnectionOnly) {
       {frame_with_lengths(0xffffffffu, 0), "key too long"},
       {wire::Request('Z', "k", "v"), "unknown type"},
   };
+  // Before the hello: nothing but a short hello is read.
+  for (const std::string& first :
+       {frame_with_lengths(0, 1 << 20), wire::Request('H', std::string(300, 't'), "1 2"),
+        wire::Request('H', kToken, std::string(100, '1'))}) {
+    RawConnection raw(port);
+    ASSERT_TRUE(raw.Send(first));
+    auto reply = raw.ReadReply(absl::Seconds(5));
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_FALSE(reply->ok);
+    EXPECT_TRUE(raw.ClosedWithin(absl::Seconds(5)));
+  }
   for (const Case& c : cases) {
     RawConnection raw(port);
     ASSERT_TRUE(raw.Send(Hello(1, 2) + c.bytes));

@@ -11,7 +11,11 @@
 // fail at once naming it, and no late transfer can land in a buffer the caller got back.
 #include "collectives/gloo_communicator.h"
 
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <netdb.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -142,7 +146,7 @@ std::pair<size_t, size_t> SliceOf(int r, int n, size_t count, size_t esz) {
 constexpr size_t kSmallAllReduceBytes = 32 << 10;
 // Slots: the agreement phase always uses kAgreeSlot; data phase p of call s uses (s << 8) | p;
 // Send/Recv use kP2PBit | (k << 8) | p for the k-th message between the pair.
-constexpr uint64_t kAgreeSlot = 1;
+constexpr uint64_t kAgreeSlot = 1;  // GroupLink::kAbortSlot is 2
 constexpr uint64_t kP2PBit = 1ull << 62;
 
 char* Bytes(void* p) { return static_cast<char*>(p); }
@@ -151,6 +155,89 @@ const char* Bytes(const void* p) { return static_cast<const char*>(p); }
 std::chrono::milliseconds ToMillis(absl::Duration d) {
   return std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
 }
+
+// One group's Gloo context plus its abort inbox: every rank keeps a receive posted from every
+// peer on kAbortSlot, so a rank that fails can tell its peers why before it closes its
+// connections, and a peer that then loses the connection reports the first failure's reason
+// (naming the rank that died) instead of only "lost the rank that gave up".
+class GroupLink {
+ public:
+  static constexpr size_t kNoticeBytes = 1024;
+
+  explicit GroupLink(std::shared_ptr<gloo::Context> ctx)
+      : ctx_(std::move(ctx)), inbox_(ctx_->size * kNoticeBytes, 0), inbox_bufs_(ctx_->size) {}
+
+  gloo::Context& ctx() { return *ctx_; }
+
+  absl::Status Arm() {
+    try {
+      for (int p = 0; p < ctx_->size; ++p) {
+        if (p == ctx_->rank) continue;
+        inbox_bufs_[p] = ctx_->createUnboundBuffer(inbox_.data() + p * kNoticeBytes, kNoticeBytes);
+        inbox_bufs_[p]->recv(p, kAbortSlot);
+      }
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("arming the abort inbox failed: ", e.what()));
+    }
+    return absl::OkStatus();
+  }
+
+  // Best effort: queues `why` to every peer and waits briefly for it to reach the sockets.
+  void SendNotices(const std::string& why) {
+    if (outbox_buf_ != nullptr) return;  // already sent
+    std::memset(outbox_, 0, kNoticeBytes);
+    std::memcpy(outbox_, why.data(), std::min(why.size(), kNoticeBytes - 1));
+    int posted = 0;
+    try {
+      outbox_buf_ = ctx_->createUnboundBuffer(outbox_, kNoticeBytes);
+    } catch (const std::exception&) {
+      return;
+    }
+    for (int p = 0; p < ctx_->size; ++p) {
+      if (p == ctx_->rank) continue;
+      try {
+        outbox_buf_->send(p, kAbortSlot);
+        ++posted;
+      } catch (const std::exception&) {
+        // The connection to p is already broken (p may be the rank that died).
+      }
+    }
+    try {
+      for (int i = 0; i < posted; ++i) outbox_buf_->waitSend(std::chrono::milliseconds(500));
+    } catch (const std::exception&) {
+    }
+  }
+
+  // Resets every connection: peers blocked on this rank wake up, and no transfer still posted
+  // can land in a caller's buffer after the failed call returned.
+  void Close() {
+    try {
+      ctx_->closeConnections();
+    } catch (const std::exception&) {
+    }
+  }
+
+  // The failure `peer` announced before it closed its connections, if it did.
+  std::string NoticeFrom(int peer) {
+    if (peer < 0 || peer >= ctx_->size || !inbox_bufs_[peer]) return "";
+    try {
+      if (!inbox_bufs_[peer]->waitRecv(std::chrono::milliseconds(1))) return "";
+    } catch (const std::exception&) {
+      return "";
+    }
+    const char* m = inbox_.data() + peer * kNoticeBytes;
+    return std::string(m, strnlen(m, kNoticeBytes));
+  }
+
+  static constexpr uint64_t kAbortSlot = 2;
+
+ private:
+  const std::shared_ptr<gloo::Context> ctx_;
+  std::vector<char> inbox_;
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> inbox_bufs_;
+  char outbox_[kNoticeBytes];
+  std::unique_ptr<gloo::transport::UnboundBuffer> outbox_buf_;
+};
 
 // Shared by a world communicator and every communicator split from it.
 struct GlooWorld {
@@ -161,34 +248,30 @@ struct GlooWorld {
 
   std::mutex mu;
   absl::Status failure;  // the first failure; OK while healthy
-  std::vector<std::weak_ptr<gloo::Context>> contexts;
+  std::vector<std::weak_ptr<GroupLink>> links;
 
-  void Register(const std::shared_ptr<gloo::Context>& c) {
-    std::lock_guard<std::mutex> l(mu);
-    contexts.push_back(c);
+  void Register(const std::shared_ptr<GroupLink>& l) {
+    std::lock_guard<std::mutex> lock(mu);
+    links.push_back(l);
   }
   absl::Status Failure() {
-    std::lock_guard<std::mutex> l(mu);
+    std::lock_guard<std::mutex> lock(mu);
     return failure;
   }
-  // Records the first failure and closes every connection of the world: peers blocked on this
-  // process wake up with an error, and nothing more is written into the caller's buffers.
+  // Records the first failure, tells every peer of every group why, and closes the connections.
   void Poison(const absl::Status& s) {
-    std::vector<std::shared_ptr<gloo::Context>> live;
+    std::vector<std::shared_ptr<GroupLink>> live;
+    absl::Status first;
     {
-      std::lock_guard<std::mutex> l(mu);
+      std::lock_guard<std::mutex> lock(mu);
       if (failure.ok()) failure = s;
-      for (auto& w : contexts) {
-        if (auto c = w.lock()) live.push_back(std::move(c));
+      first = failure;
+      for (auto& w : links) {
+        if (auto l = w.lock()) live.push_back(std::move(l));
       }
     }
-    for (auto& c : live) {
-      try {
-        c->closeConnections();
-      } catch (const std::exception&) {
-        // Already broken: nothing left to close.
-      }
-    }
+    for (auto& l : live) l->SendNotices(std::string(first.message()));
+    for (auto& l : live) l->Close();
   }
 };
 
@@ -203,10 +286,11 @@ struct Xfer {
 
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(std::shared_ptr<GlooWorld> world, std::shared_ptr<gloo::Context> ctx,
+  GlooCommunicator(std::shared_ptr<GlooWorld> world, std::shared_ptr<GroupLink> link,
                    std::vector<int> world_ranks, std::string name)
       : world_(std::move(world)),
-        ctx_(std::move(ctx)),
+        link_(std::move(link)),
+        ctx_(&link_->ctx()),
         world_ranks_(std::move(world_ranks)),
         name_(std::move(name)),
         p2p_sent_(ctx_->size, 0),
@@ -363,11 +447,15 @@ class GlooCommunicator final : public Communicator {
     return s;
   }
 
-  absl::Status PeerFailure(int peer, absl::string_view why, bool timed_out) const {
+  absl::Status PeerFailure(int peer, absl::string_view why, bool timed_out) {
     if (timed_out || absl::StrContains(why, "Timed out")) {
       return absl::DeadlineExceededError(absl::StrCat(
           what_, ": timed out after ", absl::FormatDuration(world_->timeout), " waiting for ",
           RankName(peer), " (is it hung, or waiting in a different collective?)"));
+    }
+    if (std::string notice = link_->NoticeFrom(peer); !notice.empty()) {
+      return absl::AbortedError(absl::StrCat(what_, ": ", RankName(peer),
+                                             " failed and closed its connections: ", notice));
     }
     return absl::UnavailableError(absl::StrCat(
         what_, ": lost ", RankName(peer), " (its process exited or crashed, or it failed and "
@@ -706,11 +794,13 @@ class GlooCommunicator final : public Communicator {
         return absl::UnavailableError(
             absl::StrCat(what_, ": connecting the group of color ", color, " failed: ", e.what()));
       }
-      world_->Register(ctx);
+      auto link = std::make_shared<GroupLink>(ctx);
+      SM_COLL_RETURN_IF_ERROR(link->Arm());
+      world_->Register(link);
       std::vector<int> world_ranks;
       for (const auto& mk : members) world_ranks.push_back(world_ranks_[mk.second]);
       sub = std::make_unique<GlooCommunicator>(
-          world_, ctx, std::move(world_ranks),
+          world_, link, std::move(world_ranks),
           absl::StrCat(name_, "/split(color=", color, ")[", m, " ranks]"));
     }
     // Nobody returns (and maybe ends the process serving the store) while a peer still reads
@@ -727,7 +817,8 @@ class GlooCommunicator final : public Communicator {
   }
 
   const std::shared_ptr<GlooWorld> world_;
-  const std::shared_ptr<gloo::Context> ctx_;
+  const std::shared_ptr<GroupLink> link_;
+  gloo::Context* const ctx_;
   const std::vector<int> world_ranks_;  // group rank -> world rank
   const std::string name_;
   uint64_t seq_ = 0;  // collectives issued on this group
@@ -746,6 +837,38 @@ void IgnoreSigpipe() {
     ignore.sa_handler = SIG_IGN;
     ::sigaction(SIGPIPE, &ignore, nullptr);
   }
+}
+
+// Gloo's device setup crashes on a name that does not resolve or an unknown interface, so both
+// are checked here first; a name becomes its first IPv4 (else IPv6) address.
+absl::StatusOr<std::string> CheckTransportAddress(const GlooOptions& o) {
+  if (!o.iface.empty()) {
+    if (::if_nametoindex(o.iface.c_str()) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("no network interface named '", o.iface,
+                                                     "' (see `ip link`)"));
+    }
+    return o.iface;
+  }
+  const std::string host = o.hostname.empty() ? "127.0.0.1" : o.hostname;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot resolve host '", host, "': ",
+                                                   ::gai_strerror(rc)));
+  }
+  const addrinfo* pick = res;
+  for (const addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      pick = a;
+      break;
+    }
+  }
+  char ip[INET6_ADDRSTRLEN] = {};
+  ::getnameinfo(pick->ai_addr, pick->ai_addrlen, ip, sizeof(ip), nullptr, 0, NI_NUMERICHOST);
+  ::freeaddrinfo(res);
+  return std::string(ip);
 }
 
 bool IsLoopback(const std::string& host) {
@@ -770,18 +893,27 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
   world->store = std::move(store);
   world->timeout = options.timeout;
   world->store_prefix = options.store_prefix;
+  const std::string transport_name =
+      options.iface.empty() ? "host '" + (options.hostname.empty() ? std::string("127.0.0.1")
+                                                                   : options.hostname) + "'"
+                            : "interface '" + options.iface + "'";
+  absl::StatusOr<std::string> address = CheckTransportAddress(options);
+  if (!address.ok()) {
+    return absl::Status(address.status().code(),
+                        absl::StrCat(where, ": cannot open Gloo's TCP transport on ",
+                                     transport_name, ": ", address.status().message()));
+  }
   gloo::transport::tcp::attr attr;
   if (!options.iface.empty()) {
-    attr.iface = options.iface;
+    attr.iface = *address;
   } else {
-    attr.hostname = options.hostname.empty() ? "127.0.0.1" : options.hostname;
+    attr.hostname = *address;
   }
   try {
     world->device = gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
-        where, ": cannot open Gloo's TCP transport on ",
-        options.iface.empty() ? "host '" + attr.hostname + "'" : "interface '" + attr.iface + "'",
+        where, ": cannot open Gloo's TCP transport on ", transport_name,
         " (set GlooOptions::hostname/iface or GLOO_SOCKET_IFNAME): ", e.what()));
   }
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, n);
@@ -793,10 +925,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
     return absl::UnavailableError(
         absl::StrCat(where, ": connecting to the other ranks failed: ", e.what()));
   }
-  world->Register(ctx);
+  auto link = std::make_shared<GroupLink>(ctx);
+  SM_COLL_RETURN_IF_ERROR(link->Arm());
+  world->Register(link);
   std::vector<int> ranks(n);
   std::iota(ranks.begin(), ranks.end(), 0);
-  auto comm = std::make_unique<GlooCommunicator>(world, ctx, std::move(ranks),
+  auto comm = std::make_unique<GlooCommunicator>(world, link, std::move(ranks),
                                                  absl::StrCat("gloo world(", n, ")"));
   // Every rank has read every address before rank 0 may end the process that serves the store.
   SM_COLL_RETURN_IF_ERROR(comm->Barrier());

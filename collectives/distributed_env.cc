@@ -11,7 +11,7 @@ namespace {
 constexpr char kHelp[] =
     " (expected torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, or Slurm's "
     "SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID with MASTER_ADDR and MASTER_PORT; "
-    "`collectives/launch --nproc_per_node=N -- prog` sets them for one machine)";
+    "plus SHARDMAP_STORE_TOKEN; `collectives/launch --nproc_per_node=N -- prog` sets them all)";
 
 absl::StatusOr<int> ReadInt(const std::function<const char*(const char*)>& getenv,
                             const char* name, int min, int max) {
@@ -72,6 +72,20 @@ absl::StatusOr<DistributedEnv> ParseDistributedEnv(
     auto port = ReadInt(getenv, "MASTER_PORT", 1, 65535);
     if (!port.ok()) return port.status();
     env.master_port = *port;
+  }
+  const char* token = getenv(kStoreTokenEnvVar);
+  if (token != nullptr) env.store_token = token;
+  if (env.world_size > 1 || !env.store_token.empty()) {
+    if (token == nullptr) {
+      return absl::NotFoundError(absl::StrCat(
+          kStoreTokenEnvVar, " is not set: the rendezvous store refuses ranks without the job's "
+          "token. collectives/launch sets it; with torchrun or srun, export the same random "
+          "value to every rank first, e.g. `export ", kStoreTokenEnvVar,
+          "=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')`"));
+    }
+    if (absl::Status s = CheckStoreToken(env.store_token); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(kStoreTokenEnvVar, ": ", s.message()));
+    }
   }
   return env;
 }

@@ -4,10 +4,13 @@
 //   absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
 //   // torchrun: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
 //   // Slurm:    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, plus MASTER_ADDR, MASTER_PORT
+//   // both:     SHARDMAP_STORE_TOKEN (the rendezvous store's secret, see tcp_store.h)
 //   TcpStore::Create(env->store_options());
 //
 // torchrun's variables win when both sets are present. Missing or malformed variables give an
-// error naming the variable and what was expected.
+// error naming the variable and what was expected. collectives/launch sets all of them; with
+// torchrun or srun, export SHARDMAP_STORE_TOKEN (the same random value for every rank) first:
+//   export SHARDMAP_STORE_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 #ifndef SHARDMAP_COLLECTIVES_DISTRIBUTED_ENV_H_
 #define SHARDMAP_COLLECTIVES_DISTRIBUTED_ENV_H_
 
@@ -27,9 +30,18 @@ struct DistributedEnv {
   std::string master_addr;
   int master_port = 0;
   std::string source;  // "torchrun" or "slurm"
+  // SHARDMAP_STORE_TOKEN; required when world_size > 1 (may be empty for one process).
+  std::string store_token;
 
   TcpStoreOptions store_options(absl::Duration timeout = absl::Seconds(60)) const {
-    return TcpStoreOptions{master_addr, master_port, rank, world_size, timeout};
+    TcpStoreOptions o;
+    o.host = master_addr;
+    o.port = master_port;
+    o.rank = rank;
+    o.world_size = world_size;
+    o.timeout = timeout;
+    o.token = store_token;
+    return o;
   }
 };
 

@@ -1,51 +1,152 @@
-// launch: a torchrun-style local launcher. Starts N processes of a program with the
-// environment DistributedEnv reads, prefixes their output with the rank, and if one fails, stops
-// the others and exits non-zero naming the failed rank.
+// launch: a torchrun-style launcher. Starts --nproc_per_node processes of a program on this
+// machine with the environment DistributedEnv reads, prefixes their output lines with the rank,
+// and if one fails, stops the others and exits non-zero naming the rank that failed first.
 //
 //   bazel-bin/collectives/launch --nproc_per_node=4 -- bazel-bin/my/train --steps=10
 //   # each child gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1,
-//   # MASTER_PORT=<a free port>; output lines come back as "[rank 2] ..."
+//   # MASTER_PORT=<a free port>, SHARDMAP_STORE_TOKEN=<random>; lines come back as "[rank 2] ..."
 //
-// Flags (before `--`): --nproc_per_node=N (or --nproc-per-node), --master_port=P (default: a
-// free port), --grace_period_s=S (SIGTERM to SIGKILL delay when stopping ranks, default 3).
+//   # Two machines, 8 processes each: the same token (a shared secret) on both launchers.
+//   export SHARDMAP_STORE_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+//   launch --nnodes=2 --node_rank=0 --nproc_per_node=8 --master_addr=node0 --master_port=29500 -- prog
+//   launch --nnodes=2 --node_rank=1 --nproc_per_node=8 --master_addr=node0 --master_port=29500 -- prog
+//
+// Process handling: each rank runs in its own process group; on a failed or killed rank, or on
+// SIGINT/SIGTERM/SIGHUP to the launcher, every rank's group gets the signal (SIGTERM for a
+// failure), then SIGKILL after --grace_period_s. Ranks get PR_SET_PDEATHSIG=SIGKILL, so even a
+// SIGKILLed launcher leaves no rank behind (a rank's own children are the rank's business).
+// Exit code: 0 when every rank succeeded, 1 when a rank failed ("rank K failed first" on stderr),
+// 128+signal when interrupted, 2 for bad flags.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/internal/free_port.h"
+#include "collectives/tcp_store.h"
+
+ABSL_FLAG(int, nproc_per_node, 1, "processes (ranks) to start on this machine");
+ABSL_FLAG(int, nnodes, 1, "machines in the job; each runs one launcher");
+ABSL_FLAG(int, node_rank, 0, "this machine's index in [0, nnodes); node 0 hosts the store");
+ABSL_FLAG(std::string, master_addr, "127.0.0.1",
+          "address of node 0, where rank 0 serves the rendezvous store (it binds only this "
+          "address: keep the loopback default on one machine)");
+ABSL_FLAG(int, master_port, 0,
+          "port of the rendezvous store; 0 picks a free one (one machine only)");
+ABSL_FLAG(double, grace_period_s, 3,
+          "seconds between SIGTERM and SIGKILL when stopping ranks, in [0, 3600]");
+ABSL_FLAG(std::string, token, "",
+          "the job's rendezvous store token (a shared secret, 16-256 printable characters); "
+          "default: $SHARDMAP_STORE_TOKEN, else a random one when --nnodes=1. Every launcher of "
+          "a multi-node job needs the same one; prefer the environment variable (command lines "
+          "are visible to other users)");
 
 namespace {
 
-volatile sig_atomic_t g_interrupted = 0;
-void OnSignal(int) { g_interrupted = 1; }
+volatile sig_atomic_t g_signal = 0;  // the last SIGINT/SIGTERM/SIGHUP received
+void OnSignal(int signo) { g_signal = signo; }
 
 struct Child {
   int rank = 0;
-  pid_t pid = -1;
+  pid_t pid = -1;  // also its process group id
   int out_fd = -1;  // stdout and stderr of the child, merged
   std::string pending;  // a partial line
   bool running = true;
-  int status = 0;
 };
 
-int Usage(const char* msg) {
+struct Config {
+  int nproc = 1, nnodes = 1, node_rank = 0, port = 0;
+  std::string addr, token;
+  double grace_s = 3;
+  std::vector<char*> program;  // null-terminated argv
+};
+
+int Usage(const std::string& msg) {
   std::fprintf(stderr,
-               "launch: %s\nusage: launch --nproc_per_node=N [--master_port=P] "
-               "[--grace_period_s=S] -- program [args...]\n",
-               msg);
+               "launch: %s\nusage: launch [--nproc_per_node=N] [--nnodes=M --node_rank=K "
+               "--master_addr=A --master_port=P] [--grace_period_s=S] -- program [args...]\n"
+               "(launch --help lists every flag)\n",
+               msg.c_str());
   return 2;
+}
+
+// Validates the flags; an error message says what is wrong and how to fix it.
+absl::Status ReadConfig(Config& c) {
+  c.nproc = absl::GetFlag(FLAGS_nproc_per_node);
+  c.nnodes = absl::GetFlag(FLAGS_nnodes);
+  c.node_rank = absl::GetFlag(FLAGS_node_rank);
+  c.addr = absl::GetFlag(FLAGS_master_addr);
+  c.port = absl::GetFlag(FLAGS_master_port);
+  c.grace_s = absl::GetFlag(FLAGS_grace_period_s);
+  c.token = absl::GetFlag(FLAGS_token);
+  if (c.nproc < 1 || c.nproc > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nproc_per_node must be in [1, 4096], got ", c.nproc));
+  }
+  if (c.nnodes < 1 || c.nnodes > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("--nnodes must be in [1, 4096], got ",
+                                                   c.nnodes));
+  }
+  if (c.node_rank < 0 || c.node_rank >= c.nnodes) {
+    return absl::InvalidArgumentError(absl::StrCat("--node_rank must be in [0, --nnodes=",
+                                                   c.nnodes, "), got ", c.node_rank));
+  }
+  if (c.addr.empty()) return absl::InvalidArgumentError("--master_addr is empty");
+  if (c.port < 0 || c.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--master_port must be in [1, 65535] (or 0: pick one), got ", c.port));
+  }
+  if (c.port == 0 && c.nnodes > 1) {
+    return absl::InvalidArgumentError(
+        "--master_port is required with --nnodes > 1: every node's launcher must be given the "
+        "same port");
+  }
+  // !(x <= 3600) also rejects NaN.
+  if (!(c.grace_s >= 0 && c.grace_s <= 3600)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--grace_period_s must be a number of seconds in [0, 3600], got ", c.grace_s));
+  }
+  if (c.token.empty()) {
+    if (const char* env = std::getenv(shardmap::collectives::kStoreTokenEnvVar)) c.token = env;
+  }
+  if (c.token.empty()) {
+    if (c.nnodes > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a multi-node job needs one store token shared by every node's launcher: export ",
+          shardmap::collectives::kStoreTokenEnvVar,
+          "=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n') with the same value on "
+          "every node (or pass --token)"));
+    }
+    absl::StatusOr<std::string> t = shardmap::collectives::NewStoreToken();
+    if (!t.ok()) return t.status();
+    c.token = *t;
+  }
+  if (absl::Status s = shardmap::collectives::CheckStoreToken(c.token); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--token / ",
+                                                   shardmap::collectives::kStoreTokenEnvVar,
+                                                   ": ", s.message()));
+  }
+  if (c.port == 0) {
+    absl::StatusOr<int> p = shardmap::collectives::internal::PickFreePort();
+    if (!p.ok()) return p.status();
+    c.port = *p;
+  }
+  return absl::OkStatus();
 }
 
 void Emit(int rank, const std::string& line) {
@@ -54,17 +155,17 @@ void Emit(int rank, const std::string& line) {
   std::fflush(stdout);
 }
 
-// Reads what is available; returns false at EOF.
-bool Drain(Child& c) {
+// Reads what is available and prints complete lines; closes the pipe at EOF.
+void Drain(Child& c) {
   char buf[65536];
   ssize_t n = ::read(c.out_fd, buf, sizeof(buf));
-  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
   if (n <= 0) {
     if (!c.pending.empty()) Emit(c.rank, c.pending);
     c.pending.clear();
     ::close(c.out_fd);
     c.out_fd = -1;
-    return false;
+    return;
   }
   c.pending.append(buf, static_cast<size_t>(n));
   size_t pos;
@@ -72,7 +173,6 @@ bool Drain(Child& c) {
     Emit(c.rank, c.pending.substr(0, pos));
     c.pending.erase(0, pos + 1);
   }
-  return true;
 }
 
 std::string DescribeStatus(int status) {
@@ -84,57 +184,64 @@ std::string DescribeStatus(int status) {
   return "unknown status";
 }
 
+// In the forked child: never returns.
+[[noreturn]] void ExecRank(const Config& c, int local_rank, int out_fd, pid_t launcher) {
+  ::setpgid(0, 0);  // its own process group: stopping a rank stops its helpers too
+  // Die with the launcher, even when it is SIGKILLed; it may already be gone.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) _exit(128 + SIGKILL);
+  // The launcher ignores SIGPIPE and blocks nothing; an exec keeps ignored signals ignored.
+  ::signal(SIGPIPE, SIG_DFL);
+  ::dup2(out_fd, 1);
+  ::dup2(out_fd, 2);
+  if (out_fd > 2) ::close(out_fd);
+  const int rank = c.node_rank * c.nproc + local_rank;
+  setenv("RANK", std::to_string(rank).c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(local_rank).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(c.nnodes * c.nproc).c_str(), 1);
+  setenv("LOCAL_WORLD_SIZE", std::to_string(c.nproc).c_str(), 1);
+  setenv("GROUP_RANK", std::to_string(c.node_rank).c_str(), 1);
+  setenv("MASTER_ADDR", c.addr.c_str(), 1);
+  setenv("MASTER_PORT", std::to_string(c.port).c_str(), 1);
+  setenv(shardmap::collectives::kStoreTokenEnvVar, c.token.c_str(), 1);
+  ::execvp(c.program[0], c.program.data());
+  std::fprintf(stderr, "launch: cannot execute '%s': %s\n", c.program[0], std::strerror(errno));
+  _exit(127);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int nproc = -1, port = 0;
-  double grace_s = 3;
-  int i = 1;
-  for (; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--") { ++i; break; }
-    std::string v;
-    auto flag = [&](const char* name) {
-      const std::string p = absl::StrCat(name, "=");
-      if (!absl::StartsWith(a, p)) return false;
-      v = a.substr(p.size());
-      return true;
-    };
-    if (flag("--nproc_per_node") || flag("--nproc-per-node")) {
-      if (!absl::SimpleAtoi(v, &nproc) || nproc < 1 || nproc > 4096) {
-        return Usage(absl::StrCat("--nproc_per_node must be an integer in [1, 4096], got '", v,
-                                  "'").c_str());
-      }
-    } else if (flag("--master_port") || flag("--master-port")) {
-      if (!absl::SimpleAtoi(v, &port) || port < 1 || port > 65535) {
-        return Usage(absl::StrCat("--master_port must be in [1, 65535], got '", v, "'").c_str());
-      }
-    } else if (flag("--grace_period_s")) {
-      if (!absl::SimpleAtod(v, &grace_s) || grace_s < 0) {
-        return Usage("--grace_period_s must be a non-negative number");
-      }
-    } else {
-      return Usage(absl::StrCat("unknown flag '", a, "' (put the program after --)").c_str());
-    }
+  absl::SetProgramUsageMessage(
+      "torchrun-style launcher: launch [flags] -- program [args...]\n"
+      "Starts --nproc_per_node ranks of the program with RANK, LOCAL_RANK, WORLD_SIZE,\n"
+      "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and SHARDMAP_STORE_TOKEN set; prefixes their\n"
+      "output with \"[rank R] \"; stops every rank when one fails or on SIGINT/SIGTERM/SIGHUP.");
+  // Flags end at "--"; everything after it is the program and its own flags.
+  int split = 1;
+  while (split < argc && std::strcmp(argv[split], "--") != 0) ++split;
+  std::vector<char*> positional = absl::ParseCommandLine(split, argv);
+  if (positional.size() > 1) {
+    return Usage(absl::StrCat("unexpected argument '", positional[1],
+                              "' (put the program after --)"));
   }
-  if (nproc < 0) return Usage("--nproc_per_node is required");
-  if (i >= argc) return Usage("no program given after --");
-  if (port == 0) {
-    auto p = shardmap::collectives::internal::PickFreePort();
-    if (!p.ok()) return Usage(std::string(p.status().message()).c_str());
-    port = *p;
-  }
+  Config c;
+  if (absl::Status s = ReadConfig(c); !s.ok()) return Usage(std::string(s.message()));
+  if (split + 1 >= argc) return Usage("no program given after --");
+  c.program.assign(argv + split + 1, argv + argc);
+  c.program.push_back(nullptr);
 
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  std::vector<Child> children(nproc);
-  for (int r = 0; r < nproc; ++r) {
+  const pid_t self = ::getpid();
+  std::vector<Child> children(c.nproc);
+  for (int r = 0; r < c.nproc; ++r) {
+    const int rank = c.node_rank * c.nproc + r;
     int fds[2];
-    if (::pipe(fds) != 0) {
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
       std::perror("launch: pipe");
       return 1;
     }
@@ -144,50 +251,40 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (pid == 0) {
-      ::setpgid(0, 0);  // its own process group: stopping a rank stops its helpers too
-      ::dup2(fds[1], 1);
-      ::dup2(fds[1], 2);
       ::close(fds[0]);
-      ::close(fds[1]);
-      setenv("RANK", std::to_string(r).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      ::execvp(argv[i], argv + i);
-      std::fprintf(stderr, "launch: cannot execute '%s': %s\n", argv[i], std::strerror(errno));
-      _exit(127);
+      ExecRank(c, r, fds[1], self);
     }
-    ::setpgid(pid, pid);
+    ::setpgid(pid, pid);  // also here, so the group exists before we may signal it
     ::close(fds[1]);
     ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-    children[r] = Child{r, pid, fds[0]};
+    children[r] = Child{rank, pid, fds[0]};
   }
 
   using Clock = std::chrono::steady_clock;
-  int failed_rank = -1;
+  int failed_rank = -1, stop_signal = 0;
   std::string failure;
   bool stopping = false;
   Clock::time_point kill_at{};
-  auto stop_all = [&](const char* why) {
+  auto signal_groups = [&](int signo) {
+    // Exited ranks too: their helpers may still run in the group.
+    for (const Child& ch : children) ::kill(-ch.pid, signo);
+  };
+  auto stop_all = [&](int signo, const std::string& why) {
     if (stopping) return;
     stopping = true;
-    for (auto& c : children) {
-      if (c.running) ::kill(-c.pid, SIGTERM);
-    }
-    kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
-    std::fprintf(stderr, "launch: %s; stopping the other ranks\n", why);
+    signal_groups(signo);
+    kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(c.grace_s * 1000));
+    std::fprintf(stderr, "launch: %s; stopping every rank\n", why.c_str());
   };
   Clock::time_point all_exited{};
-  bool any_running = true;
+  bool any_running = true, killed = false;
   while (true) {
     std::vector<pollfd> fds;
     std::vector<Child*> owners;
-    for (auto& c : children) {
-      if (c.out_fd >= 0) {
-        fds.push_back({c.out_fd, POLLIN, 0});
-        owners.push_back(&c);
+    for (Child& ch : children) {
+      if (ch.out_fd >= 0) {
+        fds.push_back({ch.out_fd, POLLIN, 0});
+        owners.push_back(&ch);
       }
     }
     if (fds.empty() && !any_running) break;
@@ -198,42 +295,45 @@ int main(int argc, char** argv) {
       if (fds[k].revents) Drain(*owners[k]);
     }
     any_running = false;
-    for (auto& c : children) {
-      if (!c.running) continue;
+    for (Child& ch : children) {
+      if (!ch.running) continue;
       int status;
-      pid_t w = ::waitpid(c.pid, &status, WNOHANG);
-      if (w == c.pid) {
-        c.running = false;
-        c.status = status;
-        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok && !stopping) {
-          failed_rank = c.rank;
-          failure = DescribeStatus(status);
-          stop_all(absl::StrCat("rank ", c.rank, " failed (", failure, ")").c_str());
-        }
-      } else {
+      if (::waitpid(ch.pid, &status, WNOHANG) != ch.pid) {
         any_running = true;
+        continue;
+      }
+      ch.running = false;
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && !stopping) {
+        failed_rank = ch.rank;
+        failure = DescribeStatus(status);
+        stop_all(SIGTERM, absl::StrCat("rank ", ch.rank, " failed first (", failure, ")"));
       }
     }
     if (!any_running && all_exited == Clock::time_point{}) all_exited = Clock::now();
-    if (g_interrupted && !stopping) stop_all("interrupted");
-    if (stopping && any_running && Clock::now() >= kill_at) {
-      for (auto& c : children) {
-        if (c.running) ::kill(-c.pid, SIGKILL);
-      }
+    if (g_signal != 0 && !stopping) {
+      stop_signal = g_signal;
+      stop_all(stop_signal, absl::StrCat("received signal ", stop_signal, " (",
+                                         strsignal(stop_signal), ")"));
+    }
+    if (stopping && !killed && Clock::now() >= kill_at) {
+      signal_groups(SIGKILL);
+      killed = true;
     }
   }
-  for (auto& c : children) {
-    if (c.out_fd >= 0) ::close(c.out_fd);
+  if (stopping) signal_groups(SIGKILL);  // whatever is left of the ranks' groups
+  for (Child& ch : children) {
+    if (ch.out_fd >= 0) ::close(ch.out_fd);
   }
   if (failed_rank >= 0) {
-    std::fprintf(stderr, "launch: rank %d failed (%s); the other ranks were stopped\n",
+    std::fprintf(stderr, "launch: rank %d failed first (%s); the other ranks were stopped\n",
                  failed_rank, failure.c_str());
     return 1;
   }
-  if (g_interrupted) {
-    std::fprintf(stderr, "launch: interrupted\n");
-    return 130;
+  if (stop_signal != 0) {
+    std::fprintf(stderr, "launch: stopped by signal %d (%s)\n", stop_signal,
+                 strsignal(stop_signal));
+    return 128 + stop_signal;
   }
   return 0;
 }

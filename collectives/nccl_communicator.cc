@@ -7,7 +7,6 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -23,6 +22,20 @@
 #endif
 
 namespace shardmap::collectives {
+
+namespace internal {
+
+// The count lives in the store, one key per rank: each rank numbers the communicators it made
+// through this store (1, 2, ...). Every rank of a store makes the same ones in the same order,
+// so the numbers agree, however many communicators a process made through other stores.
+absl::StatusOr<std::string> NextNcclUniqueIdKey(TcpStore& store) {
+  absl::StatusOr<int64_t> n =
+      store.Add(absl::StrCat("nccl/communicators_made_by_rank/", store.rank()), 1);
+  if (!n.ok()) return n.status();
+  return absl::StrCat("nccl/unique_id/", *n);
+}
+
+}  // namespace internal
 
 #if !SHARDMAP_HAS_CUDA
 
@@ -586,9 +599,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore& s
                                                                      const NcclOptions& options) {
   SM_COLL_ASSIGN_OR_RETURN(const int device, PickDevice(options, store.rank()));
   SM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-  // Several communicators may be made through one store: number them (same order on all ranks).
-  static std::atomic<int> generation{0};
-  const std::string key = absl::StrCat("nccl/unique_id/", generation++);
+  // Several communicators may be made through one store: number them per store.
+  SM_COLL_ASSIGN_OR_RETURN(const std::string key, internal::NextNcclUniqueIdKey(store));
   ncclUniqueId id;
   if (store.rank() == 0) {
     SM_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id), nullptr);

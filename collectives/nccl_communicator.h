@@ -15,6 +15,7 @@
 #define SHARDMAP_COLLECTIVES_NCCL_COMMUNICATOR_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -43,6 +44,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore& s
 // Reads DistributedEnv, rendezvous through a TcpStore at MASTER_ADDR:MASTER_PORT.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicatorFromEnv(
     const NcclOptions& options);
+
+namespace internal {
+// The store key CreateNcclCommunicator publishes the next unique id under: numbered by a
+// counter in `store` (per store, per rank), so communicators made through several stores in
+// uneven numbers still agree on their keys. Exposed for nccl_unique_id_key_test.
+absl::StatusOr<std::string> NextNcclUniqueIdKey(TcpStore& store);
+}  // namespace internal
 
 }  // namespace shardmap::collectives
 

@@ -1,18 +1,25 @@
 // Test program for launch_test: every rank joins the TcpStore from its environment, rank 0
-// publishes a random blob, and every rank checks it got the same bytes. Flags:
-//   --fail_rank=K   rank K exits with code 3 before the rendezvous (the others then block).
+// publishes a random blob, and every rank checks it got the same bytes.
+//
+//   launch --nproc_per_node=3 -- rendezvous_check [--fail_rank=K] [--timeout_s=30]
+//   # rank K exits with code 3 before the rendezvous (the others then block in it).
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/distributed_env.h"
 #include "collectives/tcp_store.h"
+
+ABSL_FLAG(int, fail_rank, -1, "this rank exits with code 3 before the rendezvous (-1: none)");
+ABSL_FLAG(int, timeout_s, 30, "rendezvous timeout in seconds, in [1, 3600]");
 
 namespace {
 
@@ -32,10 +39,15 @@ int Fail(const std::string& what) {
 int main(int argc, char** argv) {
   using shardmap::collectives::DistributedEnvFromEnvironment;
   using shardmap::collectives::TcpStore;
-  int fail_rank = -1;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (absl::StartsWith(a, "--fail_rank=")) (void)absl::SimpleAtoi(a.substr(12), &fail_rank);
+  absl::SetProgramUsageMessage(
+      "rendezvous check: run it under collectives/launch (or torchrun / srun with\n"
+      "SHARDMAP_STORE_TOKEN exported); every rank must read the same random blob from rank 0.");
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) return Fail(absl::StrCat("unexpected argument '", positional[1], "'"));
+  const int fail_rank = absl::GetFlag(FLAGS_fail_rank);
+  const int timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  if (timeout_s < 1 || timeout_s > 3600) {
+    return Fail(absl::StrCat("--timeout_s must be in [1, 3600], got ", timeout_s));
   }
   auto env = DistributedEnvFromEnvironment();
   if (!env.ok()) return Fail(env.status().ToString());
@@ -43,7 +55,7 @@ int main(int argc, char** argv) {
     std::printf("rank %d failing on purpose\n", env->rank);
     return 3;
   }
-  auto store = TcpStore::Create(env->store_options(absl::Seconds(30)));
+  auto store = TcpStore::Create(env->store_options(absl::Seconds(timeout_s)));
   if (!store.ok()) return Fail(store.status().ToString());
   if (env->rank == 0) {
     std::mt19937_64 gen(std::random_device{}() ^ static_cast<uint64_t>(getpid()));

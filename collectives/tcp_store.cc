@@ -1,48 +1,52 @@
-// Wire format (all integers little-endian host order: both ends run the same binary family):
-//   request: type u8 | key_len u32 | key | value_len u64 | value
-//   reply:   'O' or 'E' u8 | len u64 | payload (value, counter, or error message)
-// Types: 'H' hello (value "rank world_size"), 'S' set, 'G' get (answered once the key exists),
-// 'A' add (value: decimal delta; reply: the new decimal total).
+// TcpStore's client side: connecting, the handshake, one request at a time with a deadline.
+// The wire format is in tcp_store_wire.h, rank 0's server in tcp_store_server.cc.
 #include "collectives/tcp_store.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <condition_variable>
-#include <map>
-#include <mutex>
-#include <set>
-#include <thread>
-#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "collectives/internal/status_macros.h"
+#include "collectives/tcp_store_server.h"
+#include "collectives/tcp_store_wire.h"
 
 namespace shardmap::collectives {
 namespace {
 
 std::string Errno() { return std::strerror(errno); }
 
-absl::Status WriteAll(int fd, const char* data, size_t len) {
-  while (len > 0) {
-    ssize_t w = ::send(fd, data, len, MSG_NOSIGNAL);
-    if (w < 0) {
-      if (errno == EINTR) continue;
+int PollMs(absl::Time deadline) {
+  const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+  return static_cast<int>(std::clamp<int64_t>(ms, 0, 1 << 30));
+}
+
+// Writes all of `data` on a non-blocking socket, or fails at the deadline.
+absl::Status WriteAll(int fd, absl::string_view data, absl::Time deadline) {
+  while (!data.empty()) {
+    ssize_t w = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (w >= 0) {
+      data.remove_prefix(static_cast<size_t>(w));
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
       return absl::UnavailableError(absl::StrCat("write failed: ", Errno()));
     }
-    data += w;
-    len -= static_cast<size_t>(w);
+    if (absl::Now() >= deadline) return absl::DeadlineExceededError("timed out sending");
+    pollfd p{fd, POLLOUT, 0};
+    (void)::poll(&p, 1, PollMs(deadline));
   }
   return absl::OkStatus();
 }
@@ -50,266 +54,31 @@ absl::Status WriteAll(int fd, const char* data, size_t len) {
 // Reads exactly len bytes or fails at the deadline / on EOF.
 absl::Status ReadAll(int fd, char* data, size_t len, absl::Time deadline) {
   while (len > 0) {
-    const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
-    if (ms <= 0) return absl::DeadlineExceededError("timed out");
-    pollfd p{fd, POLLIN, 0};
-    int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, 1 << 30)));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return absl::UnavailableError(absl::StrCat("poll failed: ", Errno()));
-    if (r == 0) continue;
     ssize_t n = ::recv(fd, data, len, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return absl::UnavailableError(absl::StrCat("read failed: ", Errno()));
+    if (n > 0) {
+      data += n;
+      len -= static_cast<size_t>(n);
+      continue;
+    }
     if (n == 0) return absl::UnavailableError("the master closed the connection");
-    data += n;
-    len -= static_cast<size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return absl::UnavailableError(absl::StrCat("read failed: ", Errno()));
+    }
+    if (absl::Now() >= deadline) return absl::DeadlineExceededError("timed out");
+    pollfd p{fd, POLLIN, 0};
+    (void)::poll(&p, 1, PollMs(deadline));
   }
   return absl::OkStatus();
 }
 
-std::string Frame(char type, absl::string_view key, absl::string_view value) {
-  std::string f(1, type);
-  const uint32_t kl = key.size();
-  const uint64_t vl = value.size();
-  f.append(reinterpret_cast<const char*>(&kl), 4);
-  f.append(key.data(), key.size());
-  f.append(reinterpret_cast<const char*>(&vl), 8);
-  f.append(value.data(), value.size());
-  return f;
+// Constant-time comparison: the time taken does not tell how much of a guess was right.
+bool SameToken(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
 }
-
-std::string Reply(bool ok, absl::string_view payload) {
-  std::string f(1, ok ? 'O' : 'E');
-  const uint64_t l = payload.size();
-  f.append(reinterpret_cast<const char*>(&l), 8);
-  f.append(payload.data(), payload.size());
-  return f;
-}
-
-void CloseFd(int fd) {
-  if (fd >= 0) ::close(fd);
-}
-
-// Keys, values and frames are bounded so a stray connection cannot make us allocate wildly.
-constexpr uint32_t kMaxKey = 4096;
-constexpr uint64_t kMaxValue = uint64_t{1} << 30;
-
-}  // namespace
-
-// Single-threaded poll() loop serving every client; stopped through a self-pipe.
-class TcpStore::Server {
- public:
-  static absl::StatusOr<std::unique_ptr<Server>> Start(const TcpStoreOptions& o) {
-    int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
-    bool v6 = fd >= 0;
-    if (!v6) fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", Errno()));
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    int rc;
-    if (v6) {
-      int zero = 0;  // dual stack: accept IPv4 clients too
-      ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-      sockaddr_in6 a{};
-      a.sin6_family = AF_INET6;
-      a.sin6_addr = in6addr_any;
-      a.sin6_port = htons(static_cast<uint16_t>(o.port));
-      rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    } else {
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_addr.s_addr = htonl(INADDR_ANY);
-      a.sin_port = htons(static_cast<uint16_t>(o.port));
-      rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    }
-    if (rc != 0 || ::listen(fd, 1024) != 0) {
-      std::string e = Errno();
-      CloseFd(fd);
-      return absl::UnavailableError(absl::StrCat(
-          "rank 0 could not listen on port ", o.port, ": ", e,
-          " (is another job using MASTER_PORT? pick a free port)"));
-    }
-    int pipefd[2];
-    if (::pipe(pipefd) != 0) {
-      CloseFd(fd);
-      return absl::InternalError(absl::StrCat("pipe: ", Errno()));
-    }
-    return std::unique_ptr<Server>(new Server(o, fd, pipefd[0], pipefd[1]));
-  }
-
-  ~Server() {
-    // Give connected ranks a chance to finish their last requests before the store goes away.
-    const absl::Time deadline = absl::Now() + options_.timeout;
-    {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait_until(l, absl::ToChronoTime(deadline), [this] { return open_clients_ <= 1; });
-    }
-    char c = 'x';
-    (void)!::write(wake_w_, &c, 1);
-    thread_.join();
-    CloseFd(listen_fd_);
-    CloseFd(wake_r_);
-    CloseFd(wake_w_);
-  }
-
- private:
-  struct Client {
-    std::string in;
-    int rank = -1;
-  };
-
-  Server(TcpStoreOptions o, int listen_fd, int wake_r, int wake_w)
-      : options_(std::move(o)), listen_fd_(listen_fd), wake_r_(wake_r), wake_w_(wake_w) {
-    thread_ = std::thread([this] { Loop(); });
-  }
-
-  void Loop() {
-    std::map<int, Client> clients;
-    std::map<std::string, std::string> data;
-    std::map<std::string, std::vector<int>> waiting;  // key -> fds with a pending Get
-    std::set<int> ranks_joined;
-    auto drop = [&](int fd) {
-      for (auto& [k, fds] : waiting) fds.erase(std::remove(fds.begin(), fds.end(), fd), fds.end());
-      ::close(fd);
-      clients.erase(fd);
-      std::lock_guard<std::mutex> l(mu_);
-      open_clients_ = static_cast<int>(clients.size());
-      cv_.notify_all();
-    };
-    while (true) {
-      std::vector<pollfd> fds = {{wake_r_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
-      for (auto& [fd, c] : clients) fds.push_back({fd, POLLIN, 0});
-      if (::poll(fds.data(), fds.size(), -1) < 0) {
-        if (errno == EINTR) continue;
-        break;
-      }
-      if (fds[0].revents) break;
-      if (fds[1].revents & POLLIN) {
-        int c = ::accept(listen_fd_, nullptr, nullptr);
-        if (c >= 0) {
-          int one = 1;
-          ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-          clients[c];
-          std::lock_guard<std::mutex> l(mu_);
-          open_clients_ = static_cast<int>(clients.size());
-        }
-      }
-      for (size_t i = 2; i < fds.size(); ++i) {
-        if (!fds[i].revents) continue;
-        const int fd = fds[i].fd;
-        char buf[65536];
-        ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-        if (n <= 0) {
-          if (n < 0 && errno == EINTR) continue;
-          drop(fd);
-          continue;
-        }
-        Client& cl = clients[fd];
-        cl.in.append(buf, static_cast<size_t>(n));
-        bool close_it = false;
-        // Handle every complete frame.
-        while (!close_it) {
-          if (cl.in.size() < 5) break;
-          uint32_t kl;
-          std::memcpy(&kl, cl.in.data() + 1, 4);
-          if (kl > kMaxKey) { close_it = true; break; }
-          if (cl.in.size() < 5 + kl + 8) break;
-          uint64_t vl;
-          std::memcpy(&vl, cl.in.data() + 5 + kl, 8);
-          if (vl > kMaxValue) { close_it = true; break; }
-          if (cl.in.size() < 13 + kl + vl) break;
-          const char type = cl.in[0];
-          std::string key = cl.in.substr(5, kl);
-          std::string value = cl.in.substr(13 + kl, vl);
-          cl.in.erase(0, 13 + kl + vl);
-          std::string reply;
-          switch (type) {
-            case 'H': {
-              std::vector<std::string> parts = absl::StrSplit(value, ' ');
-              int r = -1, w = -1;
-              if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &r) ||
-                  !absl::SimpleAtoi(parts[1], &w)) {
-                reply = Reply(false, "malformed hello");
-                close_it = true;
-              } else if (w != options_.world_size) {
-                reply = Reply(false, absl::StrCat(
-                    "world-size mismatch: rank ", r, " has WORLD_SIZE=", w,
-                    " but the master (rank 0) has WORLD_SIZE=", options_.world_size,
-                    "; every process must be started with the same world size"));
-                close_it = true;
-              } else if (r < 0 || r >= w) {
-                reply = Reply(false, absl::StrCat("rank ", r, " is outside [0, ", w, ")"));
-                close_it = true;
-              } else if (!ranks_joined.insert(r).second) {
-                reply = Reply(false, absl::StrCat(
-                    "rank ", r, " joined twice: two processes were given RANK=", r));
-                close_it = true;
-              } else {
-                cl.rank = r;
-                reply = Reply(true, "");
-              }
-              break;
-            }
-            case 'S': {
-              data[key] = value;
-              auto it = waiting.find(key);
-              if (it != waiting.end()) {
-                const std::string r = Reply(true, value);
-                for (int wfd : it->second) (void)WriteAll(wfd, r.data(), r.size());
-                waiting.erase(it);
-              }
-              reply = Reply(true, "");
-              break;
-            }
-            case 'G': {
-              auto it = data.find(key);
-              if (it != data.end()) {
-                reply = Reply(true, it->second);
-              } else {
-                waiting[key].push_back(fd);
-              }
-              break;
-            }
-            case 'A': {
-              int64_t delta = 0, cur = 0;
-              if (!absl::SimpleAtoi(value, &delta)) {
-                reply = Reply(false, "malformed add");
-                break;
-              }
-              auto it = data.find(key);
-              if (it != data.end()) (void)absl::SimpleAtoi(it->second, &cur);
-              data[key] = absl::StrCat(cur + delta);
-              reply = Reply(true, data[key]);
-              auto wt = waiting.find(key);
-              if (wt != waiting.end()) {
-                const std::string r = Reply(true, data[key]);
-                for (int wfd : wt->second) (void)WriteAll(wfd, r.data(), r.size());
-                waiting.erase(wt);
-              }
-              break;
-            }
-            default:
-              reply = Reply(false, "unknown request");
-              close_it = true;
-          }
-          if (!reply.empty()) (void)WriteAll(fd, reply.data(), reply.size());
-        }
-        if (close_it) drop(fd);
-      }
-    }
-    for (auto& [fd, c] : clients) ::close(fd);
-  }
-
-  const TcpStoreOptions options_;
-  const int listen_fd_, wake_r_, wake_w_;
-  std::thread thread_;
-  // std::mutex: ThreadSanitizer cannot see Debian's (uninstrumented) absl::Mutex.
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int open_clients_ = 0;  // guarded by mu_
-};
-
-namespace {
 
 // Connects to host:port, retrying until the deadline (the master may not be up yet).
 absl::StatusOr<int> ConnectWithRetry(const TcpStoreOptions& o) {
@@ -326,12 +95,14 @@ absl::StatusOr<int> ConnectWithRetry(const TcpStoreOptions& o) {
       last_error = absl::StrCat("cannot resolve '", o.host, "': ", gai_strerror(gai));
     } else {
       for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
-        int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-        if (fd < 0) continue;
+        int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) {
+          last_error = Errno();
+          continue;
+        }
         if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
           ::freeaddrinfo(res);
-          int one = 1;
-          ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+          internal::TuneStoreSocket(fd);
           return fd;
         }
         last_error = Errno();
@@ -350,7 +121,62 @@ absl::StatusOr<int> ConnectWithRetry(const TcpStoreOptions& o) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Create(const TcpStoreOptions& o) {
+namespace internal {
+
+void TuneStoreSocket(int fd) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // Find peers whose host died (no FIN, no RST) within ~2 minutes.
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  int idle = 60, interval = 10, count = 6;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+}
+
+bool TokenMatches(absl::string_view presented, absl::string_view expected) {
+  return SameToken(presented, expected);
+}
+
+}  // namespace internal
+
+absl::StatusOr<std::string> NewStoreToken() {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::InternalError(absl::StrCat("getrandom: ", Errno()));
+    got += static_cast<size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string token;
+  for (unsigned char b : bytes) {
+    token.push_back(kHex[b >> 4]);
+    token.push_back(kHex[b & 15]);
+  }
+  return token;
+}
+
+absl::Status CheckStoreToken(absl::string_view token) {
+  // The token itself never goes into a message: it is a secret.
+  if (token.size() < 16 || token.size() > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the store token has ", token.size(), " characters; use 16 to 256 (e.g. 32 random hex "
+        "digits: head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')"));
+  }
+  for (char c : token) {
+    if (c <= ' ' || c > '~') {
+      return absl::InvalidArgumentError(
+          "the store token may hold only printable ASCII without spaces");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Create(const TcpStoreOptions& options) {
+  TcpStoreOptions o = options;
   if (o.world_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("TcpStore: world_size must be >= 1, got ", o.world_size));
@@ -363,8 +189,27 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Create(const TcpStoreOptions
     return absl::InvalidArgumentError(
         absl::StrCat("TcpStore: port must be in [1, 65535], got ", o.port));
   }
-  if (o.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("TcpStore: timeout must be positive");
+  if (o.timeout <= absl::ZeroDuration() || o.handshake_timeout <= absl::ZeroDuration() ||
+      o.idle_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "TcpStore: timeout, handshake_timeout and idle_timeout must be positive");
+  }
+  if (o.max_stored_bytes < 0) {
+    return absl::InvalidArgumentError("TcpStore: max_stored_bytes must be >= 0");
+  }
+  if (o.token.empty()) {
+    if (o.world_size > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TcpStore: no store token (rank ", o.rank, " of ", o.world_size,
+          "): every rank needs the job's shared secret; collectives/launch passes one in ",
+          kStoreTokenEnvVar, ", with torchrun or srun export the same random value to every "
+          "rank (e.g. `export ", kStoreTokenEnvVar,
+          "=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')`)"));
+    }
+    SM_COLL_ASSIGN_OR_RETURN(o.token, NewStoreToken());  // only this process connects
+  }
+  if (absl::Status s = CheckStoreToken(o.token); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("TcpStore: ", s.message()));
   }
   std::unique_ptr<Server> server;
   if (o.rank == 0) {
@@ -372,9 +217,9 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Create(const TcpStoreOptions
   }
   SM_COLL_ASSIGN_OR_RETURN(int fd, ConnectWithRetry(o));
   std::unique_ptr<TcpStore> store(new TcpStore(o, fd, std::move(server)));
-  absl::StatusOr<std::string> hello =
-      store->Request('H', "", absl::StrCat(o.rank, " ", o.world_size), "handshake");
-  if (!hello.ok()) return hello.status();
+  SM_COLL_RETURN_IF_ERROR(store->Request('H', o.token, absl::StrCat(o.rank, " ", o.world_size),
+                                         "handshake", o.timeout)
+                              .status());
   return store;
 }
 
@@ -382,59 +227,117 @@ TcpStore::TcpStore(TcpStoreOptions options, int fd, std::unique_ptr<Server> serv
     : options_(std::move(options)), fd_(fd), server_(std::move(server)) {}
 
 TcpStore::~TcpStore() {
-  CloseFd(fd_);
+  if (fd_ >= 0) ::close(fd_);
   server_.reset();  // rank 0: waits (bounded) for the other ranks to disconnect
 }
 
 absl::StatusOr<std::string> TcpStore::Request(char type, absl::string_view key,
-                                              absl::string_view value, absl::string_view what) {
+                                              absl::string_view value, absl::string_view what,
+                                              absl::Duration timeout) {
   auto annotate = [&](const absl::Status& s) {
-    return absl::Status(s.code(), absl::StrCat("TcpStore ", std::string(what), " (rank ",
-                                               options_.rank, ", master ", options_.host, ":",
-                                               options_.port, "): ", s.message()));
+    return absl::Status(s.code(), absl::StrCat("TcpStore ", what, " (rank ", options_.rank,
+                                               ", master ", options_.host, ":", options_.port,
+                                               "): ", s.message()));
   };
-  if (key.size() > kMaxKey || value.size() > kMaxValue) {
-    return annotate(absl::InvalidArgumentError("key or value too large"));
+  if (key.size() > wire::kMaxKey || value.size() > wire::kMaxValue) {
+    return annotate(absl::InvalidArgumentError(
+        absl::StrCat("key (", key.size(), " bytes) or value (", value.size(),
+                     " bytes) too large; the limits are ", wire::kMaxKey, " and ",
+                     wire::kMaxValue)));
   }
-  const std::string f = Frame(type, key, value);
-  if (absl::Status s = WriteAll(fd_, f.data(), f.size()); !s.ok()) return annotate(s);
-  const absl::Time deadline = absl::Now() + options_.timeout;
-  char head[9];
-  if (absl::Status s = ReadAll(fd_, head, 9, deadline); !s.ok()) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fd_ < 0) {
+    return annotate(absl::FailedPreconditionError(absl::StrCat(
+        "the connection was closed after an earlier error (", broken_.message(),
+        "); create a new TcpStore")));
+  }
+  // Any failure below leaves the connection in an unknown state (a reply may still come): close
+  // it so that no later request can read a reply meant for this one.
+  auto drop = [&](const absl::Status& s) {
+    ::close(fd_);
+    fd_ = -1;
+    broken_ = annotate(s);
+    return broken_;
+  };
+  const absl::Time deadline = absl::Now() + timeout;
+  if (absl::Status s = WriteAll(fd_, wire::Request(type, key, value), deadline); !s.ok()) {
+    return drop(s);
+  }
+  char head[wire::kReplyHeader];
+  if (absl::Status s = ReadAll(fd_, head, sizeof(head), deadline); !s.ok()) {
     if (absl::IsDeadlineExceeded(s)) {
-      return annotate(absl::DeadlineExceededError(absl::StrCat(
-          "no answer within ", absl::FormatDuration(options_.timeout),
-          " (a Get waits until some rank sets the key)")));
+      return drop(absl::DeadlineExceededError(absl::StrCat(
+          "no answer within ", absl::FormatDuration(timeout),
+          " (a Get or Wait waits until some rank sets the key)")));
     }
-    return annotate(s);
+    return drop(s);
   }
   uint64_t len;
   std::memcpy(&len, head + 1, 8);
-  if (len > kMaxValue) return annotate(absl::DataLossError("corrupt reply"));
+  if ((head[0] != 'O' && head[0] != 'E') || len > wire::kMaxValue + wire::kMaxKey) {
+    return drop(absl::DataLossError("corrupt reply from the master"));
+  }
   std::string payload(len, '\0');
-  if (absl::Status s = ReadAll(fd_, payload.data(), len, deadline); !s.ok()) return annotate(s);
+  if (absl::Status s = ReadAll(fd_, payload.data(), len, deadline); !s.ok()) return drop(s);
   if (head[0] != 'O') return annotate(absl::FailedPreconditionError(payload));
   return payload;
 }
 
 absl::Status TcpStore::Set(absl::string_view key, absl::string_view value) {
-  return Request('S', key, value, absl::StrCat("Set('", std::string(key), "')")).status();
+  return Request('S', key, value, absl::StrCat("Set('", key, "')"), options_.timeout).status();
 }
 
 absl::StatusOr<std::string> TcpStore::Get(absl::string_view key) {
-  return Request('G', key, "", absl::StrCat("Get('", std::string(key), "')"));
+  return Get(key, options_.timeout);
+}
+
+absl::StatusOr<std::string> TcpStore::Get(absl::string_view key, absl::Duration timeout) {
+  return Request('G', key, "", absl::StrCat("Get('", key, "')"), timeout);
+}
+
+absl::StatusOr<int64_t> TcpStore::Add(absl::string_view key, int64_t delta) {
+  SM_COLL_ASSIGN_OR_RETURN(std::string total, Request('A', key, absl::StrCat(delta),
+                                                      absl::StrCat("Add('", key, "')"),
+                                                      options_.timeout));
+  int64_t t = 0;
+  if (!absl::SimpleAtoi(total, &t)) {
+    return absl::DataLossError(absl::StrCat("TcpStore Add('", key, "'): the master answered a "
+                                            "non-integer"));
+  }
+  return t;
+}
+
+absl::Status TcpStore::Wait(const std::vector<std::string>& keys) {
+  return Wait(keys, options_.timeout);
+}
+
+absl::Status TcpStore::Wait(const std::vector<std::string>& keys, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (const std::string& k : keys) {
+    const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
+    SM_COLL_RETURN_IF_ERROR(Request('W', k, "", absl::StrCat("Wait('", k, "')"), left).status());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> TcpStore::Check(const std::vector<std::string>& keys) {
+  for (const std::string& k : keys) {
+    SM_COLL_ASSIGN_OR_RETURN(std::string has, Request('C', k, "", absl::StrCat("Check('", k,
+                                                                              "')"),
+                                                      options_.timeout));
+    if (has != "1") return false;
+  }
+  return true;
 }
 
 absl::Status TcpStore::Barrier(absl::string_view name) {
-  const std::string key = absl::StrCat("__barrier/", std::string(name));
-  SM_COLL_ASSIGN_OR_RETURN(std::string count, Request('A', key, "1", "Barrier"));
-  int64_t c = 0;
-  if (!absl::SimpleAtoi(count, &c)) return absl::DataLossError("TcpStore Barrier: bad counter");
+  const std::string key = absl::StrCat("__barrier/", name);
+  SM_COLL_ASSIGN_OR_RETURN(int64_t c, Add(key, 1));
   if (c == options_.world_size) return Set(absl::StrCat(key, "/done"), "");
   if (c > options_.world_size) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "TcpStore Barrier('", std::string(name), "') entered more than world_size=",
-        options_.world_size, " times: barrier names must be unique per use"));
+        "TcpStore Barrier('", name, "') entered more than world_size=", options_.world_size,
+        " times: barrier names must be unique per use"));
   }
   return Get(absl::StrCat(key, "/done")).status();
 }

@@ -177,7 +177,7 @@ TEST(GlooFailureTest, FactoryRejectsBadOptions) {
   absl::StatusOr<int> port = internal::PickFreePort();
   ASSERT_TRUE(port.ok()) << port.status();
   absl::StatusOr<std::unique_ptr<TcpStore>> store =
-      TcpStore::Create({"127.0.0.1", *port, 0, 1, absl::Seconds(10)});
+      TcpStore::Create({.port = *port, .rank = 0, .world_size = 1});
   ASSERT_TRUE(store.ok()) << store.status();
   std::shared_ptr<TcpStore> shared(std::move(*store));
   absl::Status s = CreateGlooCommunicator(shared, WithTimeout(absl::ZeroDuration())).status();

@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "gloo/common/error.h"
 
 namespace shardmap::collectives {
@@ -26,11 +27,15 @@ std::vector<char> GlooStore::get(const std::string& key) {
 }
 
 void GlooStore::wait(const std::vector<std::string>& keys) {
-  for (const std::string& k : keys) (void)get(k);
+  wait(keys, std::chrono::milliseconds(absl::ToInt64Milliseconds(store_.options().timeout)));
 }
 
-void GlooStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) {
-  wait(keys);
+void GlooStore::wait(const std::vector<std::string>& keys,
+                     const std::chrono::milliseconds& timeout) {
+  std::vector<std::string> full;
+  for (const std::string& k : keys) full.push_back(Key(k));
+  absl::Status s = store_.Wait(full, absl::Milliseconds(timeout.count()));
+  if (!s.ok()) Throw(s);
 }
 
 }  // namespace shardmap::collectives

@@ -26,7 +26,7 @@ class GlooStore final : public gloo::rendezvous::Store {
 
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
-  // TcpStore::Get already waits (bounded by the store's timeout), so waiting is getting.
+  // Bounded by the store's timeout (the first form) or `timeout`.
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;

@@ -19,11 +19,18 @@ std::vector<absl::Status> RunGlooThreadsEach(int world_size,
   }
   absl::StatusOr<int> port = internal::PickFreePort();
   if (!port.ok()) return std::vector<absl::Status>(world_size, port.status());
+  absl::StatusOr<std::string> token = NewStoreToken();
+  if (!token.ok()) return std::vector<absl::Status>(world_size, token.status());
   std::vector<absl::Status> results(world_size);
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
-      TcpStoreOptions so{"127.0.0.1", *port, r, world_size, options.timeout};
+      TcpStoreOptions so;
+      so.port = *port;
+      so.rank = r;
+      so.world_size = world_size;
+      so.timeout = options.timeout;
+      so.token = *token;
       absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(so);
       if (!store.ok()) {
         results[r] = store.status();

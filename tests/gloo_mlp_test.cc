@@ -68,12 +68,38 @@ TEST(GlooMlpTest, TwoAndFourProcessesMatchTheInProcessRun) {
   }
 }
 
+// Two "nodes" on this machine: two launchers (--nnodes=2) over loopback, 2 processes each.
+TEST(GlooMlpTest, TwoLaunchersAsTwoNodes) {
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  std::string script = "export SHARDMAP_STORE_TOKEN=fedcba9876543210fedcba9876543210; ";
+  for (int node = 0; node < 2; ++node) {
+    absl::StrAppend(&script, "collectives/launch --nnodes=2 --node_rank=", node,
+                    " --nproc_per_node=2 --master_addr=127.0.0.1 --master_port=", port,
+                    " -- tests/gloo_mlp_program --dp=2 > ", ::testing::TempDir(), "/node", node,
+                    ".txt 2>&1 & n", node, "=$!; ");
+  }
+  absl::StrAppend(&script, "wait $n0; echo node0=$?; wait $n1; echo node1=$?");
+  Result r = Shell("sh -c '" + script + "'");
+  EXPECT_THAT(r.output, HasSubstr("node0=0"));
+  EXPECT_THAT(r.output, HasSubstr("node1=0"));
+  std::string both;
+  for (int node = 0; node < 2; ++node) {
+    both += Shell(absl::StrCat("cat ", ::testing::TempDir(), "/node", node, ".txt")).output;
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_THAT(both, HasSubstr(absl::StrCat("gloo_mlp ok: rank ", rank,
+                                             " of 4 (dp=2, tp=2), 3 f64 steps")))
+        << both;
+  }
+}
+
 TEST(GlooMlpTest, AKilledProcessEndsTheJobWithAClearError) {
   Result r = Shell("collectives/launch --nproc_per_node=3 --grace_period_s=1 -- "
                  "tests/gloo_mlp_program --die_rank=1 --timeout_s=60");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("rank 1: killing itself"));
-  EXPECT_THAT(r.output, HasSubstr("rank 1 failed (killed by signal 9"));
+  EXPECT_THAT(r.output, HasSubstr("rank 1 failed first (killed by signal 9"));
   EXPECT_THAT(r.output, Not(HasSubstr("gloo_mlp ok")));
   EXPECT_LT(r.took, absl::Seconds(20)) << r.output;  // far below the 60 s Gloo timeout
 }
@@ -87,6 +113,7 @@ TEST(GlooMlpTest, SurvivorsOfAKilledRankFailNamingIt) {
   for (int r = 0; r < 3; ++r) {
     absl::StrAppend(&script, "RANK=", r, " LOCAL_RANK=", r, " WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 ",
                     "MASTER_ADDR=127.0.0.1 MASTER_PORT=", port,
+                    " SHARDMAP_STORE_TOKEN=0123456789abcdef0123456789abcdef",
                     " tests/gloo_mlp_program --die_rank=1 --timeout_s=60 > ", dir, "/rank", r,
                     ".txt 2>&1 & p", r, "=$!; ");
   }

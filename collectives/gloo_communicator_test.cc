@@ -10,22 +10,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/gloo_threads.h"
-#include "collectives/internal/half.h"
+#include "collectives/reference_reduce.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace shardmap::collectives {
 namespace {
 
-using internal::BF16ToF32;
-using internal::F16ToF32;
-using internal::F32ToBF16;
-using internal::F32ToF16;
+using reference::kAllOps;
+using reference::kAllTypes;
+using reference::Make;
+using reference::Reference;
 
-constexpr DataType kAllTypes[] = {DataType::kF32, DataType::kF64, DataType::kBF16,
-                                  DataType::kF16, DataType::kI32, DataType::kI64};
-constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin,
-                                ReduceOp::kAvg};
 // 0, odd, and above the one-round all-reduce threshold (32 KiB) even for 2-byte types.
 constexpr size_t kCounts[] = {0, 1, 7, 33, 20011};
 
@@ -33,81 +29,6 @@ GlooOptions Quick() {
   GlooOptions o;
   o.timeout = absl::Seconds(30);
   return o;
-}
-
-// Element i of rank r; near 1 (or small integers) for products so they stay finite and exact.
-double Value(int r, size_t i, bool for_prod) {
-  const int k = static_cast<int>((r * 131 + i * 7 + r * i) % 97) - 48;
-  return for_prod ? 1.0 + k / 256.0 : k / 4.0 + r * 0.375;
-}
-
-std::vector<char> Make(DataType dt, size_t count, int r, bool for_prod) {
-  std::vector<char> b(count * DataTypeSize(dt));
-  for (size_t i = 0; i < count; ++i) {
-    const double v = Value(r, i, for_prod);
-    char* p = b.data() + i * DataTypeSize(dt);
-    switch (dt) {
-      case DataType::kF32: { float x = v; std::memcpy(p, &x, 4); break; }
-      case DataType::kF64: { std::memcpy(p, &v, 8); break; }
-      case DataType::kBF16: { uint16_t x = F32ToBF16(v); std::memcpy(p, &x, 2); break; }
-      case DataType::kF16: { uint16_t x = F32ToF16(v); std::memcpy(p, &x, 2); break; }
-      case DataType::kI32: {
-        int32_t x = for_prod ? static_cast<int32_t>((i + r) % 3) + 1 : static_cast<int32_t>(v * 4);
-        std::memcpy(p, &x, 4);
-        break;
-      }
-      case DataType::kI64: {
-        int64_t x = for_prod ? static_cast<int64_t>((i + r) % 3) + 1
-                             : static_cast<int64_t>(v * 4) * (int64_t{1} << 33);
-        std::memcpy(p, &x, 8);
-        break;
-      }
-    }
-  }
-  return b;
-}
-
-// Naive reference: element by element, ranks in order 0..n-1, 16-bit floats in f32.
-template <typename T, typename Acc>
-void RefTyped(const std::vector<const char*>& in, char* out, size_t count, ReduceOp op,
-              Acc (*load)(T), T (*store)(Acc)) {
-  const int n = static_cast<int>(in.size());
-  for (size_t i = 0; i < count; ++i) {
-    T x;
-    std::memcpy(&x, in[0] + i * sizeof(T), sizeof(T));
-    Acc acc = load(x);
-    for (int r = 1; r < n; ++r) {
-      std::memcpy(&x, in[r] + i * sizeof(T), sizeof(T));
-      const Acc v = load(x);
-      if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc = acc + v;
-      if (op == ReduceOp::kProd) acc = acc * v;
-      if (op == ReduceOp::kMax) acc = v > acc ? v : acc;
-      if (op == ReduceOp::kMin) acc = v < acc ? v : acc;
-    }
-    if (op == ReduceOp::kAvg) acc = acc / static_cast<Acc>(n);
-    const T y = store(acc);
-    std::memcpy(out + i * sizeof(T), &y, sizeof(T));
-  }
-}
-
-template <typename T>
-T Id(T v) { return v; }
-
-// Reduction over ranks of elements [off, off + count) of each input.
-std::vector<char> Reduced(DataType dt, const std::vector<std::vector<char>>& in, size_t off,
-                          size_t count, ReduceOp op) {
-  std::vector<const char*> p;
-  for (auto& b : in) p.push_back(b.data() + off * DataTypeSize(dt));
-  std::vector<char> out(count * DataTypeSize(dt));
-  switch (dt) {
-    case DataType::kF32: RefTyped<float, float>(p, out.data(), count, op, Id, Id); break;
-    case DataType::kF64: RefTyped<double, double>(p, out.data(), count, op, Id, Id); break;
-    case DataType::kBF16: RefTyped<uint16_t, float>(p, out.data(), count, op, BF16ToF32, F32ToBF16); break;
-    case DataType::kF16: RefTyped<uint16_t, float>(p, out.data(), count, op, F16ToF32, F32ToF16); break;
-    case DataType::kI32: RefTyped<int32_t, int32_t>(p, out.data(), count, op, Id, Id); break;
-    case DataType::kI64: RefTyped<int64_t, int64_t>(p, out.data(), count, op, Id, Id); break;
-  }
-  return out;
 }
 
 std::string Case(int n, const char* op, DataType dt, size_t count, bool in_place) {
@@ -134,7 +55,7 @@ TEST_P(GlooWorldTest, AllReduceEveryDtypeOpAndCount) {
             const bool prod = op == ReduceOp::kProd;
             std::vector<std::vector<char>> in(n);
             for (int r = 0; r < n; ++r) in[r] = Make(dt, count, r, prod);
-            const std::vector<char> want = Reduced(dt, in, 0, count, op);
+            const std::vector<char> want = Reference(dt, in, 0, count, op);
             std::vector<char> out = in[c.rank()];
             const void* send = in_place ? out.data() : in[c.rank()].data();
             if (!in_place) std::fill(out.begin(), out.end(), 0x55);
@@ -173,7 +94,7 @@ TEST_P(GlooWorldTest, GatherScatterAndAllToAllMatchReferences) {
 
           // ReduceScatter (sum): rank r gets chunk r reduced over ranks.
           for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
-            const std::vector<char> rs_want = Reduced(dt, full, me * count, count, op);
+            const std::vector<char> rs_want = Reference(dt, full, me * count, count, op);
             std::vector<char> src = full[me];
             std::vector<char> rs(count * esz, 0x55);
             void* recv = in_place ? src.data() + me * count * esz : rs.data();
@@ -229,7 +150,7 @@ TEST_P(GlooWorldTest, UnevenVariantsMatchReferences) {
           !s.ok()) {
         return s;
       }
-      EXPECT_TRUE(rs == Reduced(dt, full, off[me], counts[me], ReduceOp::kSum))
+      EXPECT_TRUE(rs == Reference(dt, full, off[me], counts[me], ReduceOp::kSum))
           << Case(n, "ReduceScatterV", dt, total, false);
 
       // AllToAllV: rank i sends (i + j) % 3 + j elements to rank j, starting at element 10*j.

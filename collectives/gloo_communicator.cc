@@ -642,8 +642,10 @@ class GlooCommunicator final : public Communicator {
       staging_.assign(Bytes(send), Bytes(send) + soff.back() * esz);
       send = staging_.data();
     }
-    std::memmove(Bytes(recv) + roff[me] * esz, Bytes(send) + soff[me] * esz,
-                 recv_counts[me] * esz);
+    if (recv_counts[me] > 0) {
+      std::memmove(Bytes(recv) + roff[me] * esz, Bytes(send) + soff[me] * esz,
+                   recv_counts[me] * esz);
+    }
     std::vector<Xfer> xs;
     for (int p = 0; p < size(); ++p) {
       if (p == me) continue;

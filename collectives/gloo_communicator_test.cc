@@ -85,7 +85,7 @@ TEST_P(GlooWorldTest, GatherScatterAndAllToAllMatchReferences) {
           for (int r = 0; r < n; ++r) want.insert(want.end(), full[r].begin(), full[r].begin() + count * esz);
           std::vector<char> out(n * count * esz, 0x55);
           const char* send = full[me].data();
-          if (in_place) {
+          if (in_place && count > 0) {
             std::memcpy(out.data() + me * count * esz, send, count * esz);
             send = out.data() + me * count * esz;
           }

@@ -136,6 +136,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worlds", default="2,4")
+    ap.add_argument("--min_bytes", type=int, default=4 << 10)
     ap.add_argument("--max_bytes", type=int, default=64 << 20)
     ap.add_argument("--json", help="write the measurements here")
     ap.add_argument("--report", action="store_true")
@@ -145,7 +146,7 @@ def main():
     if a.report:
         report([f for f in a.ours.split(",") if f], [f for f in a.torch.split(",") if f])
         return
-    rows = measure([int(w) for w in a.worlds.split(",")], [s for s in SIZES if s <= a.max_bytes])
+    rows = measure([int(w) for w in a.worlds.split(",")], [s for s in SIZES if a.min_bytes <= s <= a.max_bytes])
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f)

@@ -5,11 +5,13 @@
 # be shared). Installs Debian's python3-torch when missing; runs with /usr/bin/python3.
 #
 #   bench/peers/torch_collectives.sh               # worlds 2 and 4, 3 rounds
-#   ROUNDS=1 WORLDS=2 bench/peers/torch_collectives.sh
+#   ROUNDS=1 WORLDS=2 MIN_BYTES=1048576 MAX_BYTES=16777216 bench/peers/torch_collectives.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS="${ROUNDS:-3}"
 WORLDS="${WORLDS:-2,4}"
+MIN_BYTES="${MIN_BYTES:-4096}"
+MAX_BYTES="${MAX_BYTES:-67108864}"
 
 if ! /usr/bin/python3 -c "import torch.distributed" 2>/dev/null; then
   sudo=""
@@ -21,7 +23,11 @@ bazel build -c opt --config=opt //bench:collectives_bench
 bench="$(bazel info -c opt --config=opt bazel-bin)/bench/collectives_bench"
 out="$(mktemp -d)"
 worlds_re="$(echo "$WORLDS" | tr ',' '|')"
-filter="all_reduce/backend:(gloo|in_process)/world:(${worlds_re})/bytes:(4096|16384|65536|262144|1048576|4194304|16777216|67108864)/"
+sizes_re=""
+for ((b = 4096; b <= 67108864; b *= 4)); do
+  if ((b >= MIN_BYTES && b <= MAX_BYTES)); then sizes_re="${sizes_re:+$sizes_re|}$b"; fi
+done
+filter="all_reduce/backend:(gloo|in_process)/world:(${worlds_re})/bytes:(${sizes_re})/"
 ours=() torch=()
 for round in $(seq 1 "$ROUNDS"); do
   echo "== round $round: ours"
@@ -30,7 +36,7 @@ for round in $(seq 1 "$ROUNDS"); do
   ours+=("$out/ours_$round.json")
   echo "== round $round: torch"
   OMP_NUM_THREADS=1 /usr/bin/python3 bench/peers/torch_collectives.py --worlds="$WORLDS" \
-    --json="$out/torch_$round.json"
+    --min_bytes="$MIN_BYTES" --max_bytes="$MAX_BYTES" --json="$out/torch_$round.json"
   torch+=("$out/torch_$round.json")
 done
 /usr/bin/python3 bench/peers/torch_collectives.py --report \

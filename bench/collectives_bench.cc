@@ -1,31 +1,40 @@
-// In-process collectives, nccl-tests style: for each op x size x ranks, time per call, algbw,
-// busbw, and the ratio to a memory-traffic bound measured in the same run.
+// Collectives, nccl-tests style, for the in-process backend (ranks = threads sharing memory) and
+// the Gloo backend (ranks = threads, each with its own Gloo context over TCP loopback, i.e. the
+// traffic of one process per rank): for each op x backend x ranks x size, time per call, algbw,
+// busbw, and for in-process the ratio to a memory-traffic bound measured in the same run.
 //
 //   bazel run -c opt --config=opt //bench:collectives_bench
-//   bazel run -c opt --config=opt //bench:collectives_bench -- --benchmark_filter=all_reduce/4/
+//   bazel run -c opt --config=opt //bench:collectives_bench -- \
+//       --benchmark_filter=all_reduce/backend:gloo/world:2/
+//   bench/peers/torch_collectives.sh   # PyTorch's torch.distributed (Gloo) beside ours
 //
+// Names: <op>/backend:<in_process|gloo>/world:<ranks>/bytes:<size>. After the run a table adds
+// the all_reduce speed ratio in_process / gloo per world and size (target: >= 3x at 16 MiB).
 // size: all_reduce the buffer; all_gather the gathered output; reduce_scatter the input;
 // all_to_all the send buffer (nccl-tests' conventions). algbw = size / time; busbw = algbw *
 // 2(n-1)/n for all_reduce and (n-1)/n for the others (nccl-tests' formulas).
-// bound: each rank reads its input and writes its output once at the single-thread memcpy rate
-// R(size) measured here (memcpy of B bytes moves 2B bytes in B/R seconds); with more ranks than
-// cores the ranks time-share, so the bound time is multiplied by n / cores.
-// bound_ratio = bound time / measured time (1.0 = as fast as each rank streaming its own data
-// once; target for all_reduce >= 0.5 at >= 16 MiB). Ours reads ~2x and writes ~1x the buffer
-// per rank (reduce own slice from all peers, then copy the others' slices), so 0.67 is its ideal.
-// par_ratio = the same bound measured directly: n threads each memcpy-ing that traffic at once,
-// right after the collective (captures shared memory bandwidth and ranks time-sharing cores).
+// bound (in-process only): each rank reads its input and writes its output once at the
+// single-thread memcpy rate R(size) measured here (memcpy of B bytes moves 2B bytes in B/R
+// seconds); with more ranks than cores the ranks time-share, so the bound time is multiplied by
+// n / cores. bound_ratio = bound time / measured time (1.0 = as fast as each rank streaming its
+// own data once; target for all_reduce >= 0.5 at >= 16 MiB). Ours reads ~2x and writes ~1x the
+// buffer per rank (reduce own slice from all peers, then copy the others' slices), so 0.67 is
+// its ideal. par_ratio = the same bound measured directly: n threads each memcpy-ing that traffic
+// at once, right after the collective (captures shared memory bandwidth and time-sharing).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "collectives/communicator.h"
+#include "collectives/gloo_threads.h"
 #include "collectives/in_process.h"
 
 namespace shardmap::collectives {
@@ -35,11 +44,19 @@ using Clock = std::chrono::steady_clock;
 
 enum class Bench { kAllReduce, kAllGather, kReduceScatter, kAllToAll };
 constexpr const char* kNames[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
+enum class Backend { kInProcess, kGloo };
+constexpr const char* kBackends[] = {"in_process", "gloo"};
+
+absl::Status RunWorld(Backend b, int n, const std::function<absl::Status(Communicator&)>& fn) {
+  if (b == Backend::kGloo) return RunGlooThreads(n, fn);
+  return RunInProcess(n, fn);
+}
 
 // Per-config memory cap (all ranks' buffers): the machine is shared.
 constexpr size_t kMaxTotalBytes = size_t{5} << 29;  // 2.5 GiB
 
 struct Row {
+  Backend backend;
   Bench op;
   int n;
   size_t bytes;
@@ -111,10 +128,7 @@ std::pair<size_t, size_t> RankBytes(Bench op, int n, size_t bytes) {
   return {0, 0};
 }
 
-void BM_Collective(benchmark::State& state) {
-  const Bench op = static_cast<Bench>(state.range(0));
-  const int n = static_cast<int>(state.range(1));
-  const size_t bytes = static_cast<size_t>(state.range(2));
+void BM_Collective(benchmark::State& state, Backend backend, Bench op, int n, size_t bytes) {
   const size_t count = bytes / sizeof(float);  // f32 elements of `size`
   const auto [in_bytes, out_bytes] = RankBytes(op, n, bytes);
   if ((in_bytes + out_bytes) * n > kMaxTotalBytes) {
@@ -126,7 +140,7 @@ void BM_Collective(benchmark::State& state) {
   const int iters = static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / (bytes * 4), 3, 2000));
   for (auto _ : state) {
     double seconds = 0;
-    absl::Status s = RunInProcess(n, [&](Communicator& c) -> absl::Status {
+    absl::Status s = RunWorld(backend, n, [&](Communicator& c) -> absl::Status {
       std::vector<float> in(in_bytes / sizeof(float), 1.0f + c.rank());
       std::vector<float> out(out_bytes / sizeof(float), 0.0f);
       auto call = [&]() -> absl::Status {
@@ -162,33 +176,46 @@ void BM_Collective(benchmark::State& state) {
     state.SetIterationTime(seconds);
     const double algbw = bytes / seconds;
     const double factor = op == Bench::kAllReduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
-    const double rate = MemcpyRate(std::max(in_bytes, out_bytes));
-    const double bound =
-        (in_bytes + out_bytes) / (2 * rate) * std::max(1.0, double(n) / Cores());
     state.counters["algbw_GBps"] = algbw / 1e9;
     state.counters["busbw_GBps"] = algbw * factor / 1e9;
-    // Same traffic as reading the input and writing the output once: a copy of their mean size.
-    const double par = ParallelCopySeconds(n, std::max<size_t>(1, (in_bytes + out_bytes) / 2),
-                                           std::min(iters, 50));
-    state.counters["bound_ratio"] = bound / seconds;
-    state.counters["par_ratio"] = par / seconds;
-    state.counters["memcpy_GBps"] = rate / 1e9;
-    rows->push_back({op, n, bytes, seconds, algbw / 1e9, algbw * factor / 1e9, bound / seconds,
-                     par / seconds});
+    Row row{backend, op, n, bytes, seconds, algbw / 1e9, algbw * factor / 1e9, 0, 0};
+    if (backend == Backend::kInProcess) {
+      const double rate = MemcpyRate(std::max(in_bytes, out_bytes));
+      const double bound =
+          (in_bytes + out_bytes) / (2 * rate) * std::max(1.0, double(n) / Cores());
+      // Same traffic as reading the input and writing the output once: a copy of their mean.
+      const double par = ParallelCopySeconds(n, std::max<size_t>(1, (in_bytes + out_bytes) / 2),
+                                             std::min(iters, 50));
+      state.counters["bound_ratio"] = row.bound_ratio = bound / seconds;
+      state.counters["par_ratio"] = row.par_ratio = par / seconds;
+      state.counters["memcpy_GBps"] = rate / 1e9;
+    }
+    rows->push_back(row);
   }
 }
 
-void Args(benchmark::internal::Benchmark* b) {
-  for (int op = 0; op < 4; ++op) {
-    for (int n : {2, 4, 8}) {
-      for (int64_t bytes = 4 << 10; bytes <= (int64_t{256} << 20); bytes *= 4) {
-        b->Args({op, n, bytes});
+// In-process up to 256 MiB and 8 ranks; Gloo (TCP) up to 64 MiB and 4 ranks (3: not a power of
+// two), which keeps a full run within minutes on a small machine.
+void RegisterCollectives() {
+  for (Backend b : {Backend::kInProcess, Backend::kGloo}) {
+    const bool gloo = b == Backend::kGloo;
+    const std::vector<int> worlds = gloo ? std::vector<int>{2, 3, 4} : std::vector<int>{2, 4, 8};
+    const int64_t max_bytes = gloo ? int64_t{64} << 20 : int64_t{256} << 20;
+    for (int op = 0; op < 4; ++op) {
+      for (int n : worlds) {
+        for (int64_t bytes = 4 << 10; bytes <= max_bytes; bytes *= 4) {
+          const std::string name = absl::StrCat(kNames[op], "/backend:", kBackends[int(b)],
+                                                "/world:", n, "/bytes:", bytes);
+          benchmark::RegisterBenchmark(name.c_str(), BM_Collective, b, static_cast<Bench>(op), n,
+                                       static_cast<size_t>(bytes))
+              ->Iterations(1)
+              ->UseManualTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
       }
     }
   }
 }
-
-BENCHMARK(BM_Collective)->Apply(Args)->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 void BM_Memcpy(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(state.range(0));
@@ -203,13 +230,30 @@ BENCHMARK(BM_Memcpy)->RangeMultiplier(4)->Range(4 << 10, 256 << 20)->Iterations(
 
 void PrintTable() {
   if (rows->empty()) return;
-  std::printf("\n# in-process backend, f32, out of place; %d hardware threads\n", Cores());
-  std::printf("%-15s %5s %12s %12s %10s %10s %12s %10s\n", "op", "ranks", "size(B)",
-              "time(us)", "algbw GB/s", "busbw GB/s", "bound_ratio", "par_ratio");
+  std::printf("\n# f32, out of place; %d hardware threads; gloo = ranks as threads over TCP "
+              "loopback\n", Cores());
+  std::printf("%-15s %-10s %5s %12s %12s %10s %10s %12s %10s\n", "op", "backend", "ranks",
+              "size(B)", "time(us)", "algbw GB/s", "busbw GB/s", "bound_ratio", "par_ratio");
   for (const Row& r : *rows) {
-    std::printf("%-15s %5d %12zu %12.1f %10.2f %10.2f %12.2f %10.2f\n",
-                kNames[static_cast<int>(r.op)], r.n, r.bytes, r.seconds * 1e6, r.algbw, r.busbw,
-                r.bound_ratio, r.par_ratio);
+    std::printf("%-15s %-10s %5d %12zu %12.1f %10.2f %10.2f %12.2f %10.2f\n",
+                kNames[static_cast<int>(r.op)], kBackends[static_cast<int>(r.backend)], r.n,
+                r.bytes, r.seconds * 1e6, r.algbw, r.busbw, r.bound_ratio, r.par_ratio);
+  }
+  // Speed of the in-process backend relative to Gloo, where both ran the same all_reduce.
+  bool header = false;
+  for (const Row& a : *rows) {
+    if (a.op != Bench::kAllReduce || a.backend != Backend::kInProcess) continue;
+    for (const Row& g : *rows) {
+      if (g.op != a.op || g.backend != Backend::kGloo || g.n != a.n || g.bytes != a.bytes) continue;
+      if (!header) {
+        std::printf("\n# all_reduce: in_process / gloo speed (target >= 3x at 16 MiB)\n");
+        std::printf("%5s %12s %14s %10s %8s\n", "ranks", "size(B)", "in_process us", "gloo us",
+                    "ratio");
+        header = true;
+      }
+      std::printf("%5d %12zu %14.1f %10.1f %8.2f\n", a.n, a.bytes, a.seconds * 1e6,
+                  g.seconds * 1e6, g.seconds / a.seconds);
+    }
   }
 }
 
@@ -217,6 +261,7 @@ void PrintTable() {
 }  // namespace shardmap::collectives
 
 int main(int argc, char** argv) {
+  shardmap::collectives::RegisterCollectives();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

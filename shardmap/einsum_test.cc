@@ -245,6 +245,9 @@ TEST(EinsumShardedTest, HeadParallelScoresAndRowParallelProjectionMatchUnsharded
     auto body = [](const std::vector<Value>& p) {
       Value s = einsum("bthd,bshd->bhts", p[0], p[1]);
       Value o = einsum("bhts,bshd->bthd", s, p[1]);
+      // A lone size-1 letter before the sharded h: summed away, h keeps its shard both ways.
+      Value o5 = einsum("bthd,c->btchd", o, Value::Replicated(Tensor::Ones({1}, DType::kF64)));
+      o = einsum("bhts,bschd->bthd", einsum("btchd,bschd->bhts", o5, o5), o5) + o;
       return einsum("bthd,hde->bte", o, p[2]);  // h and d contracted: P on tp when sharded
     };
     ShardFn fn = [&](const std::vector<Value>& p) -> std::vector<Value> {

@@ -142,10 +142,11 @@ absl::StatusOr<GptLayout> GptLayout::Create(const Mesh& mesh, const GptConfig& c
     info.global_shape = p.shape;
     info.decay = p.gpt2_rank >= 2;
     std::vector<std::vector<std::string>> dims(p.shape.size());
-    if (p.tp_dim >= 0 && l.tp_.on()) dims[p.tp_dim] = {"tp"};
+    const int tp_dim = l.tp_.on() ? p.tp_dim : -1;
+    if (tp_dim >= 0) dims[tp_dim] = {"tp"};
     if (!l.fsdp_.empty()) {
       for (int d = 0; d < static_cast<int>(p.shape.size()); ++d) {
-        if (d != p.tp_dim && p.shape[d] % shard == 0) {
+        if (d != tp_dim && p.shape[d] % shard == 0) {
           info.fsdp_dim = d;
           dims[d] = {l.fsdp_};
           break;

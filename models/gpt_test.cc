@@ -109,5 +109,139 @@ INSTANTIATE_TEST_SUITE_P(
       return n;
     });
 
+// ---- Collectives of one step, per layout ---------------------------------------------------
+
+// "op(axes) fwd|bwd" -> {count, bytes} over rank 0's log of the last step. "fwd" is everything
+// outside the backward pass (forward, gradient reduction, loss and norm reductions).
+struct Tally {
+  int count = 0;
+  int64_t bytes = 0;
+  bool operator==(const Tally& o) const { return count == o.count && bytes == o.bytes; }
+};
+std::ostream& operator<<(std::ostream& os, const Tally& t) {
+  return os << "{" << t.count << " x, " << t.bytes << " B}";
+}
+
+std::map<std::string, Tally> Collectives(const std::string& mesh_text, bool sp,
+                                         GptLayout* layout_out = nullptr) {
+  Mesh mesh = *ParseMesh(mesh_text);
+  GptLayout layout = *GptLayout::Create(mesh, SmallConfig(), sp);
+  TrainOptions o = ThreeSteps();
+  o.steps = 1;
+  absl::StatusOr<TrainResult> r =
+      TrainGpt(layout, InitGpt(SmallConfig(), 7), Tokens(500, SmallConfig().vocab), o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  std::map<std::string, Tally> m;
+  for (const CollectiveRecord& c : r->log) {
+    Tally& t = m[std::string(c.op) + "(" + mesh.MaskToString(c.axes) + ") " +
+                 (c.backward ? "bwd" : "fwd")];
+    t.count += 1;
+    t.bytes += c.bytes;
+  }
+  if (layout_out != nullptr) *layout_out = layout;
+  return m;
+}
+
+// Bytes of the whole parameters, and of those replicated over tp (their gradients are P on tp).
+struct ParamBytes {
+  int64_t all = 0, tp_replicated = 0;
+  int count = 0, tp_replicated_count = 0;
+};
+ParamBytes CountParams(const GptLayout& layout) {
+  ParamBytes b;
+  for (const ParamInfo& p : layout.params()) {
+    int64_t bytes = NumElements(p.global_shape) * 8;
+    b.all += bytes;
+    b.count += 1;
+    bool tp_split = false;
+    for (const auto& axes : p.spec.dims()) {
+      for (const std::string& a : axes) tp_split |= a == "tp";
+    }
+    if (!tp_split) {
+      b.tp_replicated += bytes;
+      b.tp_replicated_count += 1;
+    }
+  }
+  return b;
+}
+
+TEST(GptCollectivesTest, DataParallelAllReducesEachGradientOnce) {
+  GptLayout layout = *GptLayout::Create(*ParseMesh("dp=2"), SmallConfig(), false);
+  std::map<std::string, Tally> got = Collectives("dp=2", false, &layout);
+  ParamBytes pb = CountParams(layout);
+  // One all_reduce per gradient, plus the loss and the squared norm (one f64 each).
+  std::map<std::string, Tally> want = {{"all_reduce(dp) fwd", {pb.count + 2, pb.all + 16}}};
+  EXPECT_EQ(got, want);
+}
+
+TEST(GptCollectivesTest, FsdpGathersForwardAndReduceScattersBackward) {
+  GptLayout layout = *GptLayout::Create(*ParseMesh("dp_shard=2"), SmallConfig(), false);
+  std::map<std::string, Tally> got = Collectives("dp_shard=2", false);
+  ParamBytes pb = CountParams(layout);
+  std::map<std::string, Tally> want = {
+      {"all_gather(dp_shard) fwd", {pb.count, pb.all / 2}},      // each rank sends its half
+      {"reduce_scatter(dp_shard) bwd", {pb.count, pb.all}},      // the whole gradient in
+      {"all_reduce(dp_shard) fwd", {2, 16}}};                    // loss, norm
+  EXPECT_EQ(got, want);
+}
+
+TEST(GptCollectivesTest, HsdpReduceScattersOverShardAndAllReducesOverReplicate) {
+  GptLayout layout =
+      *GptLayout::Create(*ParseMesh("dp_replicate=2,dp_shard=2"), SmallConfig(), false);
+  std::map<std::string, Tally> got = Collectives("dp_replicate=2,dp_shard=2", false);
+  ParamBytes pb = CountParams(layout);
+  std::map<std::string, Tally> want = {
+      {"all_gather(dp_shard) fwd", {pb.count, pb.all / 2}},
+      {"reduce_scatter(dp_shard) bwd", {pb.count, pb.all}},
+      {"all_reduce(dp_replicate) fwd", {pb.count, pb.all / 2}},  // the local gradient shards
+      {"all_reduce((dp_replicate,dp_shard)) fwd", {2, 16}}};
+  EXPECT_EQ(got, want);
+}
+
+TEST(GptCollectivesTest, TensorParallelAndSequenceParallelRegions) {
+  const GptConfig c = SmallConfig();
+  const int64_t L = c.layers, rows = 12 * c.seq, d = c.d_model;
+  for (bool sp : {false, true}) {
+    SCOPED_TRACE(sp ? "tp=2 + sp" : "tp=2");
+    GptLayout layout = *GptLayout::Create(*ParseMesh("tp=2"), c, sp);
+    std::map<std::string, Tally> got = Collectives("tp=2", sp);
+    ParamBytes pb = CountParams(layout);
+    const int64_t act = rows * d * 8;                  // one [rows, d] f64 activation
+    const int64_t ce = 2 * rows * 8 + rows * 8;        // max and sum of exps [rows,1], picked [rows]
+    std::map<std::string, Tally> want;
+    if (!sp) {
+      // Embedding + 2 per layer (attention, MLP) + 3 in the cross-entropy; the gradients of the
+      // tp-replicated parameters; the norm.
+      want["all_reduce(tp) fwd"] = {static_cast<int>(1 + 2 * L + 3 + pb.tp_replicated_count + 1),
+                                    (1 + 2 * L) * act + ce + pb.tp_replicated + 8};
+      // Transposes: embedding, 2 per layer, sum of exps and picked (the max has no gradient).
+      want["all_reduce(tp) bwd"] = {static_cast<int>(1 + 2 * L + 2),
+                                    (1 + 2 * L) * act + 2 * rows * 8};
+    } else {
+      want["reduce_scatter(tp) fwd"] = {static_cast<int>(1 + 2 * L), (1 + 2 * L) * act};
+      want["all_gather(tp) fwd"] = {static_cast<int>(2 * L + 1), (2 * L + 1) * act / 2};
+      want["all_reduce(tp) fwd"] = {static_cast<int>(3 + pb.tp_replicated_count + 1),
+                                    ce + pb.tp_replicated + 8};
+      want["all_gather(tp) bwd"] = {static_cast<int>(1 + 2 * L), (1 + 2 * L) * act / 2};
+      want["reduce_scatter(tp) bwd"] = {static_cast<int>(2 * L + 1), (2 * L + 1) * act};
+      want["all_reduce(tp) bwd"] = {2, 2 * rows * 8};
+    }
+    EXPECT_EQ(got, want);
+  }
+}
+
+TEST(GptMemoryTest, FsdpHoldsHalfTheParametersAndOptimizerStateOfDp) {
+  TrainOptions o = ThreeSteps();
+  o.steps = 1;
+  auto run = [&](const std::string& mesh) {
+    GptLayout layout = *GptLayout::Create(*ParseMesh(mesh), SmallConfig(), false);
+    return *TrainGpt(layout, InitGpt(SmallConfig(), 7), Tokens(500, SmallConfig().vocab), o);
+  };
+  TrainResult dp = run("dp=2"), fsdp = run("dp_shard=2");
+  EXPECT_EQ(2 * fsdp.param_bytes_per_rank, dp.param_bytes_per_rank);
+  EXPECT_EQ(2 * fsdp.optimizer_bytes_per_rank, dp.optimizer_bytes_per_rank);
+  EXPECT_EQ(dp.optimizer_bytes_per_rank, 3 * dp.param_bytes_per_rank);  // grad + 2 moments
+}
+
 }  // namespace
 }  // namespace shardmap

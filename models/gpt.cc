@@ -1,5 +1,7 @@
 #include "models/gpt.h"
 
+#include <memory>
+
 #include <cmath>
 #include <map>
 #include <utility>
@@ -9,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "autograd/value_and_grad.h"
+#include "models/gpt_checkpoint.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/einsum.h"
 #include "shardmap/nn_ops.h"
@@ -316,8 +319,25 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
                                   "); raise --vocab"));
     }
   }
+  // Checkpoint files are checked before the first step; ranks read their blocks later.
+  const std::string& file_path = !options.resume_path.empty() ? options.resume_path
+                                                                : options.init_path;
+  std::unique_ptr<SafetensorsFile> file;
+  int64_t first_step = 0;
+  if (!file_path.empty()) {
+    absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(file_path);
+    if (!f.ok()) return f.status();
+    const bool resume = !options.resume_path.empty();
+    if (absl::Status s = CheckGptCheckpoint(*f, layout, resume); !s.ok()) return s;
+    if (resume && !absl::SimpleAtoi(f->metadata().at("step"), &first_step)) {
+      return Invalid(absl::StrCat("checkpoint '", file_path, "': step '",
+                                  f->metadata().at("step"), "' is not a number"));
+    }
+    file = std::make_unique<SafetensorsFile>(*std::move(f));
+  }
   std::vector<Tensor> globals;
   for (const ParamInfo& p : layout.params()) {
+    if (file != nullptr) continue;
     const NamedTensor* found = nullptr;
     for (const NamedTensor& t : init) {
       if (t.name == p.name) found = &t;
@@ -333,6 +353,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
 
   const int64_t global_tokens = options.batch * c.seq;
   const PartitionSpec rows_spec = layout.RowSpec(false);
+  // Per rank: parameters, then exp_avg, then exp_avg_sq (layout order each).
   std::vector<std::vector<Tensor>> final_locals(mesh.size());
   TrainResult result;
   absl::Mutex mu;
@@ -340,13 +361,26 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     const int rank = ctx.rank();
     std::vector<Value> params;
     AdamWOptions adam = options.adamw;
-    for (size_t i = 0; i < globals.size(); ++i) {
+    auto read = [&](const std::string& tensor, const ParamInfo& p) {
+      absl::StatusOr<Tensor> t = ReadGptShard(*file, tensor, p, mesh, rank, c.dtype);
+      if (!t.ok()) throw OpError(t.status());
+      return *t;
+    };
+    for (size_t i = 0; i < layout.params().size(); ++i) {
       const ParamInfo& p = layout.params()[i];
-      params.emplace_back(ShardOf(globals[i], mesh, p.spec, rank), p.spec.InputType(mesh));
+      Tensor local = file != nullptr ? read(p.name, p) : ShardOf(globals[i], mesh, p.spec, rank);
+      params.emplace_back(local, p.spec.InputType(mesh));
       if (!p.decay) adam.no_decay.insert(p.name);
     }
     AdamW opt(adam);
-    for (int64_t step = 0; step < options.steps; ++step) {
+    if (!options.resume_path.empty()) {
+      for (const ParamInfo& p : layout.params()) {
+        opt.SetState(p.name, read("optimizer.exp_avg." + p.name, p),
+                     read("optimizer.exp_avg_sq." + p.name, p));
+      }
+      opt.set_steps(first_step);
+    }
+    for (int64_t step = first_step; step < first_step + options.steps; ++step) {
       ctx.ClearCollectiveLog();
       Tensor ids_g, targets_g;
       BatchAt(tokens, step, options.batch, c.seq, &ids_g, &targets_g);
@@ -380,7 +414,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
         result.losses.push_back(loss.item());
         result.grad_norms.push_back(norm);
         if (options.on_step) options.on_step(step, loss.item(), norm);
-        if (step + 1 == options.steps) {
+        if (step + 1 == first_step + options.steps) {
           result.log = ctx.collective_log();
           for (size_t i = 0; i < params.size(); ++i) {
             const std::string& name = layout.params()[i].name;
@@ -394,17 +428,31 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     }
     std::vector<Tensor> mine;
     for (const Value& p : params) mine.push_back(p.tensor);
+    for (const ParamInfo& p : layout.params()) mine.push_back(opt.exp_avg(p.name));
+    for (const ParamInfo& p : layout.params()) mine.push_back(opt.exp_avg_sq(p.name));
     absl::MutexLock lock(&mu);
     final_locals[rank] = std::move(mine);
   });
   if (!status.ok()) return status;
-  for (size_t i = 0; i < layout.params().size(); ++i) {
-    const ParamInfo& p = layout.params()[i];
+  const size_t np = layout.params().size();
+  for (size_t k = 0; k < 3 * np; ++k) {
+    const ParamInfo& p = layout.params()[k % np];
     std::vector<Tensor> locals;
-    for (int r = 0; r < mesh.size(); ++r) locals.push_back(final_locals[r][i]);
+    for (int r = 0; r < mesh.size(); ++r) locals.push_back(final_locals[r][k]);
+    if (!locals[0].defined()) continue;  // no moments without a step
     absl::StatusOr<Tensor> g = Assemble(mesh, p.spec, locals, p.spec.InputType(mesh));
     if (!g.ok()) return g.status();
-    result.params.push_back({p.name, *g});
+    std::vector<NamedTensor>& dst = k < np       ? result.params
+                                    : k < 2 * np ? result.adam_state.exp_avg
+                                                 : result.adam_state.exp_avg_sq;
+    dst.push_back({p.name, *g});
+  }
+  result.steps_done = first_step + options.steps;
+  if (!options.save_path.empty()) {
+    const bool has_moments = result.adam_state.exp_avg.size() == np;
+    absl::Status s = SaveGpt(options.save_path, layout, result.params,
+                             has_moments ? &result.adam_state : nullptr, result.steps_done);
+    if (!s.ok()) return s;
   }
   return result;
 }

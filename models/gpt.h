@@ -113,6 +113,15 @@ struct TrainOptions {
   double clip = 1.0;  // global-norm clipping (<= 0: off)
   // Called on rank 0 after each step (loss, grad norm before clipping).
   std::function<void(int64_t step, double loss, double grad_norm)> on_step;
+  // Checkpoints (gpt_checkpoint.h). init_path: parameters from a GPT-2 safetensors file (each
+  // rank reads its blocks; `init` may then be empty). resume_path: parameters, AdamW moments and
+  // the step count from a file written with save_path; training continues at that step.
+  std::string init_path, resume_path, save_path;
+};
+
+// AdamW moments as global tensors, in layout order.
+struct AdamState {
+  std::vector<NamedTensor> exp_avg, exp_avg_sq;
 };
 
 struct TrainResult {
@@ -122,6 +131,8 @@ struct TrainResult {
   std::vector<CollectiveRecord> log;   // rank 0's collectives of the last step
   int64_t param_bytes_per_rank = 0;    // rank 0: parameters
   int64_t optimizer_bytes_per_rank = 0;  // rank 0: gradients + AdamW moments
+  AdamState adam_state;                // trained moments, global
+  int64_t steps_done = 0;              // the step count after the run (resumed step + steps)
 };
 
 // Sample b of step s is tokens [(s*B+b)*T, (s*B+b)*T + T + 1) of `tokens`, wrapping around

@@ -4,6 +4,8 @@
 // the collective log of one step has exactly the collectives each layout implies.
 #include "models/gpt.h"
 
+#include <cstdlib>
+
 #include <cmath>
 #include <map>
 #include <string>
@@ -11,11 +13,14 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/checkpoint.h"
+#include "models/gpt_checkpoint.h"
 #include "tests/test_util.h"
 
 namespace shardmap {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 GptConfig SmallConfig() {
@@ -241,6 +246,116 @@ TEST(GptMemoryTest, FsdpHoldsHalfTheParametersAndOptimizerStateOfDp) {
   EXPECT_EQ(2 * fsdp.param_bytes_per_rank, dp.param_bytes_per_rank);
   EXPECT_EQ(2 * fsdp.optimizer_bytes_per_rank, dp.optimizer_bytes_per_rank);
   EXPECT_EQ(dp.optimizer_bytes_per_rank, 3 * dp.param_bytes_per_rank);  // grad + 2 moments
+}
+
+
+// ---- Checkpoints: save on one mesh, resume on another -------------------------------------
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+absl::StatusOr<TrainResult> TrainOn(const std::string& mesh, bool sp, TrainOptions o,
+                                    std::vector<NamedTensor> init) {
+  absl::StatusOr<Mesh> m = ParseMesh(mesh);
+  if (!m.ok()) return m.status();
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(*m, SmallConfig(), sp);
+  if (!layout.ok()) return layout.status();
+  return TrainGpt(*layout, init, Tokens(500, SmallConfig().vocab), o);
+}
+
+TEST(GptCheckpointTest, SaveOnOneMeshResumeOnAnotherContinuesWithTheSameLosses) {
+  const TrainResult& ref = Reference();
+  const std::string path = TempPath("gpt_resume.safetensors");
+  TrainOptions first = ThreeSteps();
+  first.steps = 2;
+  first.save_path = path;
+  absl::StatusOr<TrainResult> a = TrainOn("dp_shard=2,tp=2", true, first, InitGpt(SmallConfig(), 7));
+  ASSERT_TRUE(a.ok()) << a.status();
+  for (auto [mesh, sp] : std::vector<std::pair<std::string, bool>>{{"tp=3", true}, {"dp=2", false}}) {
+    SCOPED_TRACE(mesh);
+    TrainOptions rest = ThreeSteps();
+    rest.steps = 1;
+    rest.resume_path = path;
+    absl::StatusOr<TrainResult> b = TrainOn(mesh, sp, rest, {});
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->steps_done, 3);
+    EXPECT_NEAR(b->losses[0], ref.losses[2], 1e-9 * ref.losses[2]);
+    for (size_t i = 0; i < ref.params.size(); ++i) {
+      EXPECT_LE(RelDiff(b->params[i].tensor, ref.params[i].tensor), 1e-9) << ref.params[i].name;
+    }
+  }
+  // --init loads the parameters only (fresh AdamW): the first loss is the saved model's loss on
+  // batch 0, the same on any mesh.
+  TrainOptions init = ThreeSteps();
+  init.steps = 1;
+  init.init_path = path;
+  absl::StatusOr<TrainResult> c1 = TrainOn("", false, init, {});
+  absl::StatusOr<TrainResult> c2 = TrainOn("dp=2,tp=2", false, init, {});
+  ASSERT_TRUE(c1.ok() && c2.ok());
+  EXPECT_NEAR(c2->losses[0], c1->losses[0], 1e-9 * c1->losses[0]);
+}
+
+TEST(GptCheckpointTest, MissingOrMisShapedTensorsAreErrorsBeforeTheFirstStep) {
+  const std::string path = TempPath("gpt_small.safetensors");
+  TrainOptions save = ThreeSteps();
+  save.steps = 1;
+  save.save_path = path;
+  ASSERT_TRUE(TrainOn("", false, save, InitGpt(SmallConfig(), 7)).ok());
+  // Another model size: mis-shaped.
+  GptConfig big = SmallConfig();
+  big.d_model = 18;
+  GptLayout layout = *GptLayout::Create(Mesh(), big, false);
+  TrainOptions load = ThreeSteps();
+  load.init_path = path;
+  absl::StatusOr<TrainResult> r = TrainGpt(layout, {}, Tokens(500, big.vocab), load);
+  EXPECT_THAT(std::string(r.status().message()),
+              AllOf(HasSubstr("tensor 'wte.weight' is [24,12]"), HasSubstr("needs [24,18]")));
+  // More layers than the file has: missing.
+  GptConfig deep = SmallConfig();
+  deep.layers = 3;
+  layout = *GptLayout::Create(Mesh(), deep, false);
+  r = TrainGpt(layout, {}, Tokens(500, deep.vocab), load);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("no tensor 'h.2.ln_1.weight'"));
+  // A parameter-only file cannot be resumed from.
+  TrainOptions resume = ThreeSteps();
+  resume.resume_path = TempPath("params_only.safetensors");
+  GptLayout small = *GptLayout::Create(Mesh(), SmallConfig(), false);
+  ASSERT_TRUE(SaveGpt(resume.resume_path, small, InitGpt(SmallConfig(), 1), nullptr, 0).ok());
+  r = TrainOn("", false, resume, {});
+  EXPECT_THAT(std::string(r.status().message()),
+              AllOf(HasSubstr("no tensor 'optimizer.exp_avg.wte.weight'"),
+                    HasSubstr("--resume needs a checkpoint saved by train_gpt --save")));
+}
+
+TEST(GptValidationTest, BadLayoutsAndDataAreClearErrors) {
+  auto create = [](const std::string& mesh, GptConfig c, bool sp) {
+    absl::StatusOr<Mesh> m = ParseMesh(mesh);
+    if (!m.ok()) return std::string(m.status().message());
+    return std::string(GptLayout::Create(*m, c, sp).status().message());
+  };
+  GptConfig c = SmallConfig();
+  EXPECT_THAT(create("pp=2", c, false), HasSubstr("unknown axis 'pp'"));
+  EXPECT_THAT(create("dp=2,dp=2", c, false), HasSubstr("given twice"));
+  EXPECT_THAT(create("dp=x", c, false), HasSubstr("is not axis=size"));
+  EXPECT_THAT(create("tp=4", c, false), HasSubstr("heads 6 are not divisible by tp=4"));
+  EXPECT_THAT(create("dp=2", c, true), HasSubstr("needs a tp axis"));
+  GptConfig odd = c;
+  odd.vocab = 25;
+  EXPECT_THAT(create("tp=2", odd, false), HasSubstr("vocab 25 is not divisible by tp=2"));
+  GptLayout layout = *GptLayout::Create(*ParseMesh("dp=5"), c, false);
+  TrainOptions o = ThreeSteps();
+  EXPECT_THAT(std::string(TrainGpt(layout, InitGpt(c, 1), Tokens(500, c.vocab), o)
+                              .status().message()),
+              HasSubstr("batch 12 is not divisible by the 5 data-parallel ways"));
+  layout = *GptLayout::Create(Mesh(), c, false);
+  EXPECT_THAT(std::string(TrainGpt(layout, InitGpt(c, 1), Tokens(4, c.vocab), o)
+                              .status().message()),
+              HasSubstr("the data has 4 tokens; a sample needs seq+1 = 7"));
+  EXPECT_THAT(std::string(TrainGpt(layout, InitGpt(c, 1), {1, 2, 3, 4, 5, 6, 7, 99}, o)
+                              .status().message()),
+              HasSubstr("token id 99 is outside the vocabulary"));
 }
 
 }  // namespace

@@ -111,6 +111,10 @@ Tensor AdamW::exp_avg(const std::string& name) const {
   return it == state_.end() ? Tensor() : it->second.m;
 }
 
+void AdamW::SetState(const std::string& name, Tensor exp_avg, Tensor exp_avg_sq) {
+  state_[name] = State{std::move(exp_avg), std::move(exp_avg_sq)};
+}
+
 Tensor AdamW::exp_avg_sq(const std::string& name) const {
   auto it = state_.find(name);
   return it == state_.end() ? Tensor() : it->second.v;

@@ -86,6 +86,9 @@ class AdamW {
   // The moments of a parameter (undefined before its first step); same dtype as the parameter.
   Tensor exp_avg(const std::string& name) const;
   Tensor exp_avg_sq(const std::string& name) const;
+  // Restores a checkpointed state (moments of `name`, the step count t).
+  void SetState(const std::string& name, Tensor exp_avg, Tensor exp_avg_sq);
+  void set_steps(int64_t steps) { steps_ = steps; }
 
  private:
   struct State {

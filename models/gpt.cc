@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "autograd/tape.h"
 #include "autograd/value_and_grad.h"
 #include "models/gpt_checkpoint.h"
 #include "shardmap/collective_ops.h"
@@ -65,6 +67,52 @@ int AxisSize(const Mesh& mesh, const std::string& name) {
   int i = mesh.AxisIndex(name);
   return i < 0 ? 1 : mesh.axis_size(i);
 }
+
+double NowUs() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Forwards every recorded op to the tape and, when tracing, notes it as a span since the
+// previous recorded op (ops that record nothing are folded into the next one); an op that
+// issued a collective is named with its axes and bytes.
+class TracingRecorder : public TapeRecorder {
+ public:
+  TracingRecorder(Tape* tape, std::vector<TraceEvent>* events, int rank, double start_us)
+      : tape_(tape), events_(events), rank_(rank), last_(start_us) {
+    RankContext& ctx = RankContext::Get("TrainGpt");
+    ctx_ = &ctx;
+    logged_ = ctx.collective_log().size();
+  }
+  void Record(const char* op, std::initializer_list<const Value*> inputs, Value& out,
+              VjpFn vjp) override {
+    tape_->Record(op, inputs, out, std::move(vjp));
+    if (events_ != nullptr) {
+      const double now = NowUs();
+      const auto& log = ctx_->collective_log();
+      if (log.size() > logged_) {
+        const CollectiveRecord& r = log.back();
+        events_->push_back({absl::StrCat(r.op, "(", ctx_->mesh().MaskToString(r.axes), ")"),
+                            "collective", rank_, last_, now - last_, r.bytes});
+      } else {
+        events_->push_back({op, "op", rank_, last_, now - last_, -1});
+      }
+      last_ = now;
+    }
+    logged_ = ctx_->collective_log().size();
+  }
+  // Log entries seen so far (those after it were issued outside the forward).
+  size_t logged() const { return logged_; }
+
+ private:
+  Tape* tape_;
+  std::vector<TraceEvent>* events_;
+  int rank_;
+  double last_;
+  RankContext* ctx_;
+  size_t logged_ = 0;
+};
 
 }  // namespace
 
@@ -208,7 +256,7 @@ std::vector<NamedTensor> InitGpt(const GptConfig& cfg, uint64_t seed) {
 }
 
 Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const Value& ids,
-              const Value& targets, int64_t global_tokens) {
+              const Value& targets, int64_t global_tokens, TypeTrace* block0_types) {
   const GptConfig& c = layout.config();
   const TensorParallel tp = layout.tp();
   // A parameter at use: FSDP shards are all_gathered (the transpose reduce-scatters the grad).
@@ -244,7 +292,8 @@ Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const V
                 LayerNorm{use(h + "ln_2.weight"), use(h + "ln_2.bias")},
                 Mlp{ColumnParallelLinear{use(h + "mlp.c_fc.weight"), use(h + "mlp.c_fc.bias"), tp},
                     RowParallelLinear{use(h + "mlp.c_proj.weight"), use(h + "mlp.c_proj.bias"),
-                                      tp}}};
+                                      tp}},
+                i == 0 ? block0_types : nullptr};
     x = block(x);
   }
   x = EnterTensorParallel(LayerNorm{use("ln_f.weight"), use("ln_f.bias")}(x), tp);
@@ -373,6 +422,8 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
       if (!p.decay) adam.no_decay.insert(p.name);
     }
     AdamW opt(adam);
+    Tape tape;
+    std::vector<TraceEvent> events;
     if (!options.resume_path.empty()) {
       for (const ParamInfo& p : layout.params()) {
         opt.SetState(p.name, read("optimizer.exp_avg." + p.name, p),
@@ -387,39 +438,76 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
       SpmdType row_type = rows_spec.InputType(mesh);
       Value ids(ShardOf(ids_g.Reshape({global_tokens}), mesh, rows_spec, rank), row_type);
       Value targets(ShardOf(targets_g.Reshape({global_tokens}), mesh, rows_spec, rank), row_type);
-      ValueAndGrad vg = value_and_grad(
-          [&](const std::vector<Value>& p) {
-            return GptLoss(layout, p, ids, targets, global_tokens);
-          },
-          params, /*reduce_partial_grads=*/true);
+      const double t0 = NowUs();
+      TracingRecorder rec(&tape, options.trace ? &events : nullptr, rank, t0);
+      std::vector<Value> watched;
+      for (const Value& p : params) watched.push_back(tape.Watch(p));
+      Value loss;
+      {
+        ScopedRecorder scope(&rec);
+        loss = GptLoss(layout, watched, ids, targets, global_tokens,
+                       step == first_step ? options.types : nullptr);
+      }
+      const double t1 = NowUs();
+      std::vector<Value> grad_values = tape.Backward(loss, LossSeed(loss), watched);
+      tape.Clear();  // drop the saved activations now
+      loss.node = -1;
+      const double t2 = NowUs();
+      // One all_reduce per gradient over the axes where it is a pending sum (P): dp for
+      // replicated parameters, dp_replicate under HSDP, tp for tp-replicated ones.
+      for (Value& g : grad_values) {
+        std::vector<std::string> axes;
+        for (int i = 0; i < mesh.num_axes(); ++i) {
+          if (g.type[i].kind == AxisKind::kP) axes.push_back(mesh.axis_names()[i]);
+        }
+        if (!axes.empty()) g = all_reduce(g, Axes(axes));
+      }
       // The loss for printing: its P axes summed (one scalar all_reduce).
-      Value loss = vg.value;
       std::vector<std::string> partial;
       for (int i = 0; i < mesh.num_axes(); ++i) {
         if (loss.type[i].kind == AxisKind::kP) partial.push_back(mesh.axis_names()[i]);
       }
       if (!partial.empty()) loss = all_reduce(loss, Axes(partial));
-      const double norm = std::sqrt(GlobalGradNormSquared(vg.grads));
+      const double norm = std::sqrt(GlobalGradNormSquared(grad_values));
       const double coef = options.clip > 0 ? ClipCoefficient(norm, options.clip) : 1.0;
       std::vector<NamedTensor> local, grads;
       for (size_t i = 0; i < params.size(); ++i) {
         const std::string& name = layout.params()[i].name;
         local.push_back({name, params[i].tensor});
-        grads.push_back({name, coef < 1.0 ? MulScalar(vg.grads[i].tensor, coef)
-                                          : vg.grads[i].tensor});
+        grads.push_back({name, coef < 1.0 ? MulScalar(grad_values[i].tensor, coef)
+                                          : grad_values[i].tensor});
       }
+      const double t3 = NowUs();
       if (absl::Status s = opt.Step(local, grads); !s.ok()) throw OpError(s);
       for (size_t i = 0; i < params.size(); ++i) params[i].tensor = local[i].tensor;
+      const double t4 = NowUs();
+      if (options.trace) {
+        const char* names[] = {"forward", "backward", "grad reduce + clip", "optimizer"};
+        const double ts[] = {t0, t1, t2, t3, t4};
+        for (int k = 0; k < 4; ++k) {
+          events.push_back({names[k], "phase", rank, ts[k], ts[k + 1] - ts[k], -1});
+        }
+        // Collectives outside the forward (backward transposes, gradient and norm reductions).
+        for (size_t k = rec.logged(); k < ctx.collective_log().size(); ++k) {
+          const CollectiveRecord& r = ctx.collective_log()[k];
+          events.push_back({absl::StrCat(r.op, "(", mesh.MaskToString(r.axes), ")"),
+                            r.backward ? "collective (backward)" : "collective", rank,
+                            r.backward ? t1 : t2, 0, r.bytes});
+        }
+      }
       if (rank == 0) {
         result.losses.push_back(loss.item());
         result.grad_norms.push_back(norm);
-        if (options.on_step) options.on_step(step, loss.item(), norm);
+        if (options.on_step) {
+          options.on_step(StepInfo{step, loss.item(), norm, (t4 - t0) * 1e-6,
+                                   &ctx.collective_log()});
+        }
         if (step + 1 == first_step + options.steps) {
           result.log = ctx.collective_log();
           for (size_t i = 0; i < params.size(); ++i) {
             const std::string& name = layout.params()[i].name;
             result.param_bytes_per_rank += params[i].tensor.nbytes();
-            result.optimizer_bytes_per_rank += vg.grads[i].tensor.nbytes() +
+            result.optimizer_bytes_per_rank += grad_values[i].tensor.nbytes() +
                                                opt.exp_avg(name).nbytes() +
                                                opt.exp_avg_sq(name).nbytes();
           }
@@ -428,6 +516,10 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     }
     std::vector<Tensor> mine;
     for (const Value& p : params) mine.push_back(p.tensor);
+    if (options.trace) {
+      absl::MutexLock lock(&mu);
+      result.trace.insert(result.trace.end(), events.begin(), events.end());
+    }
     for (const ParamInfo& p : layout.params()) mine.push_back(opt.exp_avg(p.name));
     for (const ParamInfo& p : layout.params()) mine.push_back(opt.exp_avg_sq(p.name));
     absl::MutexLock lock(&mu);

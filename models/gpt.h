@@ -104,15 +104,33 @@ std::vector<NamedTensor> InitGpt(const GptConfig& cfg, uint64_t seed);
 // params: the local shards in layout order (leaves of a tape, or plain values); ids/targets:
 // this rank's rows (int64 [rows], R on tp).
 Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const Value& ids,
-              const Value& targets, int64_t global_tokens);
+              const Value& targets, int64_t global_tokens, TypeTrace* block0_types = nullptr);
+
+struct StepInfo {
+  int64_t step = 0;
+  double loss = 0, grad_norm = 0;  // mean cross-entropy; global gradient norm before clipping
+  double seconds = 0;              // rank 0's wall time of the step
+  const std::vector<CollectiveRecord>* log = nullptr;  // rank 0's collectives of the step
+};
+
+// One span of a rank's timeline: a phase ("forward", "backward", "grad reduce", "optimizer"),
+// a forward op (its time since the previous recorded op), or a collective (bytes >= 0).
+struct TraceEvent {
+  std::string name, category;
+  int rank = 0;
+  double start_us = 0, duration_us = 0;
+  int64_t bytes = -1;
+};
 
 struct TrainOptions {
   int64_t steps = 1;
   int64_t batch = 4;  // global sequences per step
   AdamWOptions adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
   double clip = 1.0;  // global-norm clipping (<= 0: off)
-  // Called on rank 0 after each step (loss, grad norm before clipping).
-  std::function<void(int64_t step, double loss, double grad_norm)> on_step;
+  // Called on rank 0 after each step.
+  std::function<void(const StepInfo&)> on_step;
+  bool trace = false;          // record TraceEvents of every rank (TrainResult::trace)
+  TypeTrace* types = nullptr;  // rank 0's types inside block 0 during the first step
   // Checkpoints (gpt_checkpoint.h). init_path: parameters from a GPT-2 safetensors file (each
   // rank reads its blocks; `init` may then be empty). resume_path: parameters, AdamW moments and
   // the step count from a file written with save_path; training continues at that step.
@@ -132,6 +150,7 @@ struct TrainResult {
   int64_t param_bytes_per_rank = 0;    // rank 0: parameters
   int64_t optimizer_bytes_per_rank = 0;  // rank 0: gradients + AdamW moments
   AdamState adam_state;                // trained moments, global
+  std::vector<TraceEvent> trace;       // with options.trace: every rank's events
   int64_t steps_done = 0;              // the step count after the run (resumed step + steps)
 };
 

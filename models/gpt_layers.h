@@ -16,6 +16,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "shardmap/value.h"
 
@@ -26,6 +28,11 @@ struct TensorParallel {
   bool sp = false;   // sequence parallel: activations S0 on `axis` between TP regions
   bool on() const { return !axis.empty(); }
 };
+
+// (name, "f32[8,16]{dp:S0,tp:S1}") of intermediate values, recorded by rank 0 when a layer's
+// `types` pointer is set (for printing what each device holds).
+using TypeTrace = std::vector<std::pair<std::string, std::string>>;
+void NoteType(TypeTrace* types, const std::string& name, const Value& v);
 
 // Entering a TP region: SP activations are all_gathered over tp (S0 -> R on tp); otherwise x.
 Value EnterTensorParallel(const Value& x, const TensorParallel& tp);
@@ -70,6 +77,7 @@ Value VocabParallelCrossEntropy(const Value& logits, const Value& targets,
 struct Mlp {
   ColumnParallelLinear c_fc;
   RowParallelLinear c_proj;
+  TypeTrace* types = nullptr;
   Value operator()(const Value& x) const;
 };
 
@@ -82,6 +90,7 @@ struct CausalSelfAttention {
   int64_t head_dim = 0;
   int64_t seq = 0;  // tokens per sequence (rows are batch-major)
   TensorParallel tp;
+  TypeTrace* types = nullptr;
   Value operator()(const Value& x) const;
 };
 
@@ -91,6 +100,7 @@ struct Block {
   CausalSelfAttention attn;
   LayerNorm ln_2;
   Mlp mlp;
+  TypeTrace* types = nullptr;  // also passed on to attn and mlp
   Value operator()(const Value& x) const;
 };
 

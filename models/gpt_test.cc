@@ -358,5 +358,27 @@ TEST(GptValidationTest, BadLayoutsAndDataAreClearErrors) {
               HasSubstr("token id 99 is outside the vocabulary"));
 }
 
+
+TEST(GptEquivalenceF32Test, ThreeStepsMatchSingleDeviceTo1e4) {
+  GptConfig c = SmallConfig();
+  c.dtype = DType::kF32;
+  auto run = [&](const std::string& mesh, bool sp) {
+    GptLayout layout = *GptLayout::Create(*ParseMesh(mesh), c, sp);
+    return *TrainGpt(layout, InitGpt(c, 7), Tokens(500, c.vocab), ThreeSteps());
+  };
+  TrainResult ref = run("", false);
+  for (auto [mesh, sp] : std::vector<std::pair<std::string, bool>>{{"dp_shard=2,tp=2", true},
+                                                                   {"dp=3", false}}) {
+    SCOPED_TRACE(mesh);
+    TrainResult got = run(mesh, sp);
+    for (int s = 0; s < 3; ++s) {
+      EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-4 * ref.losses[s]) << "step " << s;
+    }
+    for (size_t i = 0; i < ref.params.size(); ++i) {
+      EXPECT_LE(RelDiff(got.params[i].tensor, ref.params[i].tensor), 1e-4) << ref.params[i].name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardmap

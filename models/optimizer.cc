@@ -99,8 +99,8 @@ absl::Status AdamW::Step(std::vector<NamedTensor>& params, const std::vector<Nam
     st.m = Add(MulScalar(st.m, b1), MulScalar(g, 1.0 - b1));
     st.v = Add(MulScalar(st.v, b2), MulScalar(Mul(g, g), 1.0 - b2));
     Tensor denom = AddScalar(MulScalar(Sqrt(st.v), inv_sqrt_bc2), opt_.eps);
-    Tensor w = opt_.weight_decay != 0 ? MulScalar(p.tensor, 1.0 - opt_.lr * opt_.weight_decay)
-                                      : p.tensor;
+    const bool decay = opt_.weight_decay != 0 && opt_.no_decay.count(p.name) == 0;
+    Tensor w = decay ? MulScalar(p.tensor, 1.0 - opt_.lr * opt_.weight_decay) : p.tensor;
     p.tensor = Sub(w, MulScalar(Div(st.m, denom), step_size));
   }
   return absl::OkStatus();
@@ -109,6 +109,10 @@ absl::Status AdamW::Step(std::vector<NamedTensor>& params, const std::vector<Nam
 Tensor AdamW::exp_avg(const std::string& name) const {
   auto it = state_.find(name);
   return it == state_.end() ? Tensor() : it->second.m;
+}
+
+void AdamW::SetState(const std::string& name, Tensor exp_avg, Tensor exp_avg_sq) {
+  state_[name] = State{std::move(exp_avg), std::move(exp_avg_sq)};
 }
 
 Tensor AdamW::exp_avg_sq(const std::string& name) const {

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,10 +69,12 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;  // decoupled
+  // Parameters exempt from weight decay (nanoGPT: biases, LayerNorms - those with < 2 dims).
+  std::set<std::string> no_decay = {};
 };
 
 // PyTorch's AdamW, step t = 1, 2, ...:
-//   p <- p * (1 - lr * wd)
+//   p <- p * (1 - lr * wd)          (unless the name is in no_decay)
 //   m <- b1 m + (1 - b1) g;   v <- b2 v + (1 - b2) g^2
 //   p <- p - (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 class AdamW {
@@ -83,6 +86,9 @@ class AdamW {
   // The moments of a parameter (undefined before its first step); same dtype as the parameter.
   Tensor exp_avg(const std::string& name) const;
   Tensor exp_avg_sq(const std::string& name) const;
+  // Restores a checkpointed state (moments of `name`, the step count t).
+  void SetState(const std::string& name, Tensor exp_avg, Tensor exp_avg_sq);
+  void set_steps(int64_t steps) { steps_ = steps; }
 
  private:
   struct State {

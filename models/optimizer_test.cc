@@ -183,5 +183,19 @@ TEST(OptimizerTest, RejectsLowPrecisionMastersMissingAndMismatchedGradients) {
   EXPECT_FALSE(opt.exp_avg("w").defined());
 }
 
+TEST(OptimizerTest, NoDecayNamesSkipOnlyTheDecoupledDecay) {
+  // Zero gradients: the Adam update is 0, so only the decay moves a weight.
+  AdamW opt({.lr = 0.1, .weight_decay = 0.5, .no_decay = {"b"}});
+  std::vector<NamedTensor> params = {{"w", Tensor::FromVector<double>({2}, {2, -4})},
+                                     {"b", Tensor::FromVector<double>({2}, {2, -4})}};
+  std::vector<NamedTensor> grads = {{"w", Tensor::Zeros({2}, DType::kF64)},
+                                    {"b", Tensor::Zeros({2}, DType::kF64)}};
+  ASSERT_TRUE(opt.Step(params, grads).ok());
+  EXPECT_DOUBLE_EQ(params[0].tensor.at(0), 2 * (1 - 0.1 * 0.5));
+  EXPECT_DOUBLE_EQ(params[0].tensor.at(1), -4 * (1 - 0.1 * 0.5));
+  EXPECT_DOUBLE_EQ(params[1].tensor.at(0), 2);
+  EXPECT_DOUBLE_EQ(params[1].tensor.at(1), -4);
+}
+
 }  // namespace
 }  // namespace shardmap

@@ -794,6 +794,10 @@ int ReshapeDim(const Shape& in, const Shape& out, int d) {
       }
     }
     if (static_cast<int>(gi) <= d && d < static_cast<int>(i)) {
+      // Size-1 dims leading a group hold no data: the group's major dim is the first other one
+      // (so inserting or dropping a size-1 dim before a sharded dim keeps S).
+      while (gi + 1 < i && in[gi] == 1) ++gi;
+      while (gj + 1 < j && out[gj] == 1) ++gj;
       return static_cast<int>(gi) == d && gj < out.size() ? static_cast<int>(gj) : -1;
     }
   }

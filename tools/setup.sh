@@ -13,6 +13,7 @@ packages=(
   libbenchmark-dev
   libopenblas-dev
   libgloo-dev
+  nlohmann-json3-dev
 )
 
 missing=()

@@ -1,0 +1,552 @@
+#include "models/gpt.h"
+
+#include <memory>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "autograd/tape.h"
+#include "autograd/value_and_grad.h"
+#include "models/gpt_checkpoint.h"
+#include "shardmap/collective_ops.h"
+#include "shardmap/einsum.h"
+#include "shardmap/nn_ops.h"
+#include "shardmap/ops.h"
+#include "shardmap/sharding.h"
+#include "shardmap/tape_hook.h"
+#include "tensor/error.h"
+#include "tensor/ops/elementwise.h"
+#include "tensor/random.h"
+
+namespace shardmap {
+namespace {
+
+constexpr const char* kAxisOrder[] = {"dp_replicate", "dp_shard", "dp", "tp"};
+
+absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+// Name, global shape (library layout), the dim split over tp (-1: none), GPT-2-layout rank.
+struct ParamShape {
+  std::string name;
+  Shape shape;
+  int tp_dim;
+  int gpt2_rank;
+};
+
+std::vector<ParamShape> ParamShapes(const GptConfig& c) {
+  const int64_t d = c.d_model;
+  std::vector<ParamShape> v = {{"wte.weight", {c.vocab, d}, 0, 2},
+                               {"wpe.weight", {c.seq, d}, -1, 2}};
+  for (int64_t i = 0; i < c.layers; ++i) {
+    std::string h = absl::StrCat("h.", i, ".");
+    v.push_back({h + "ln_1.weight", {d}, -1, 1});
+    v.push_back({h + "ln_1.bias", {d}, -1, 1});
+    v.push_back({h + "attn.c_attn.weight", {d, 3, d}, 2, 2});
+    v.push_back({h + "attn.c_attn.bias", {3, d}, 1, 1});
+    v.push_back({h + "attn.c_proj.weight", {d, d}, 0, 2});
+    v.push_back({h + "attn.c_proj.bias", {d}, -1, 1});
+    v.push_back({h + "ln_2.weight", {d}, -1, 1});
+    v.push_back({h + "ln_2.bias", {d}, -1, 1});
+    v.push_back({h + "mlp.c_fc.weight", {d, 4 * d}, 1, 2});
+    v.push_back({h + "mlp.c_fc.bias", {4 * d}, 0, 1});
+    v.push_back({h + "mlp.c_proj.weight", {4 * d, d}, 0, 2});
+    v.push_back({h + "mlp.c_proj.bias", {d}, -1, 1});
+  }
+  v.push_back({"ln_f.weight", {d}, -1, 1});
+  v.push_back({"ln_f.bias", {d}, -1, 1});
+  return v;
+}
+
+int AxisSize(const Mesh& mesh, const std::string& name) {
+  int i = mesh.AxisIndex(name);
+  return i < 0 ? 1 : mesh.axis_size(i);
+}
+
+double NowUs() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Forwards every recorded op to the tape and, when tracing, notes it as a span since the
+// previous recorded op (ops that record nothing are folded into the next one); an op that
+// issued a collective is named with its axes and bytes.
+class TracingRecorder : public TapeRecorder {
+ public:
+  TracingRecorder(Tape* tape, std::vector<TraceEvent>* events, int rank, double start_us)
+      : tape_(tape), events_(events), rank_(rank), last_(start_us) {
+    RankContext& ctx = RankContext::Get("TrainGpt");
+    ctx_ = &ctx;
+    logged_ = ctx.collective_log().size();
+  }
+  void Record(const char* op, std::initializer_list<const Value*> inputs, Value& out,
+              VjpFn vjp) override {
+    tape_->Record(op, inputs, out, std::move(vjp));
+    if (events_ != nullptr) {
+      const double now = NowUs();
+      const auto& log = ctx_->collective_log();
+      if (log.size() > logged_) {
+        const CollectiveRecord& r = log.back();
+        events_->push_back({absl::StrCat(r.op, "(", ctx_->mesh().MaskToString(r.axes), ")"),
+                            "collective", rank_, last_, now - last_, r.bytes});
+      } else {
+        events_->push_back({op, "op", rank_, last_, now - last_, -1});
+      }
+      last_ = now;
+    }
+    logged_ = ctx_->collective_log().size();
+  }
+  // Log entries seen so far (those after it were issued outside the forward).
+  size_t logged() const { return logged_; }
+
+ private:
+  Tape* tape_;
+  std::vector<TraceEvent>* events_;
+  int rank_;
+  double last_;
+  RankContext* ctx_;
+  size_t logged_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<Mesh> ParseMesh(const std::string& text) {
+  std::map<std::string, int> sizes;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    std::vector<std::string> kv = absl::StrSplit(part, '=');
+    int n = 0;
+    if (kv.size() != 2 || !absl::SimpleAtoi(kv[1], &n)) {
+      return Invalid(absl::StrCat("--mesh: '", part, "' is not axis=size (e.g. \"dp=2,tp=2\")"));
+    }
+    bool known = false;
+    for (const char* a : kAxisOrder) known |= kv[0] == a;
+    if (!known) {
+      return Invalid(absl::StrCat("--mesh: unknown axis '", kv[0],
+                                  "'; the axes are dp, dp_replicate, dp_shard and tp"));
+    }
+    if (n < 1) return Invalid(absl::StrCat("--mesh: axis '", kv[0], "' has size ", n, " (< 1)"));
+    if (!sizes.emplace(kv[0], n).second) {
+      return Invalid(absl::StrCat("--mesh: axis '", kv[0], "' is given twice"));
+    }
+  }
+  std::vector<std::pair<std::string, int>> axes;
+  for (const char* a : kAxisOrder) {
+    if (sizes.count(a)) axes.emplace_back(a, sizes[a]);
+  }
+  return Mesh::Create(axes);
+}
+
+absl::StatusOr<GptLayout> GptLayout::Create(const Mesh& mesh, const GptConfig& cfg, bool sp) {
+  for (const std::string& name : mesh.axis_names()) {
+    bool known = false;
+    for (const char* a : kAxisOrder) known |= name == a;
+    if (!known) {
+      return Invalid(absl::StrCat("GPT mesh ", mesh.ShortString(), ": unknown axis '", name,
+                                  "'; use dp, dp_replicate, dp_shard, tp (ParseMesh)"));
+    }
+  }
+  for (size_t i = 1; i < mesh.axis_names().size(); ++i) {
+    if (mesh.axis_names()[i - 1] == "tp") {
+      return Invalid(absl::StrCat("GPT mesh ", mesh.ShortString(),
+                                  ": tp must be the last axis (ParseMesh orders them)"));
+    }
+  }
+  if (cfg.layers < 1 || cfg.d_model < 1 || cfg.heads < 1 || cfg.vocab < 1 || cfg.seq < 1) {
+    return Invalid("GPT config: layers, d_model, heads, vocab and seq must be >= 1");
+  }
+  if (cfg.d_model % cfg.heads != 0) {
+    return Invalid(absl::StrCat("GPT config: d_model ", cfg.d_model, " is not divisible by heads ",
+                                cfg.heads));
+  }
+  GptLayout l;
+  l.mesh_ = mesh;
+  l.cfg_ = cfg;
+  const int tp = AxisSize(mesh, "tp");
+  if (mesh.AxisIndex("tp") >= 0) l.tp_.axis = "tp";
+  l.tp_.sp = sp;
+  if (sp && !l.tp_.on()) {
+    return Invalid("--sp (sequence parallelism) needs a tp axis in the mesh (e.g. dp=2,tp=2)");
+  }
+  if (cfg.heads % tp != 0) {
+    return Invalid(absl::StrCat("heads ", cfg.heads, " are not divisible by tp=", tp,
+                                ": attention heads are split over tp; pick tp dividing heads"));
+  }
+  if (cfg.vocab % tp != 0) {
+    return Invalid(absl::StrCat("vocab ", cfg.vocab, " is not divisible by tp=", tp,
+                                ": the embedding and lm_head are vocab-parallel; pad the vocab "
+                                "to a multiple of tp"));
+  }
+  for (const char* a : {"dp_replicate", "dp_shard", "dp"}) {
+    if (mesh.AxisIndex(a) >= 0) l.batch_axes_.push_back(a);
+  }
+  if (mesh.AxisIndex("dp_shard") >= 0) l.fsdp_ = "dp_shard";
+  const int shard = AxisSize(mesh, "dp_shard");
+  for (const ParamShape& p : ParamShapes(cfg)) {
+    ParamInfo info;
+    info.name = p.name;
+    info.global_shape = p.shape;
+    info.decay = p.gpt2_rank >= 2;
+    std::vector<std::vector<std::string>> dims(p.shape.size());
+    const int tp_dim = l.tp_.on() ? p.tp_dim : -1;
+    if (tp_dim >= 0) dims[tp_dim] = {"tp"};
+    if (!l.fsdp_.empty()) {
+      for (int d = 0; d < static_cast<int>(p.shape.size()); ++d) {
+        if (d != tp_dim && p.shape[d] % shard == 0) {
+          info.fsdp_dim = d;
+          dims[d] = {l.fsdp_};
+          break;
+        }
+      }
+    }
+    info.spec = PartitionSpec(dims);
+    if (absl::Status s = info.spec.Validate(mesh, p.shape, p.name); !s.ok()) return s;
+    l.params_.push_back(std::move(info));
+  }
+  return l;
+}
+
+int GptLayout::Find(const std::string& name) const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int GptLayout::batch_ways() const {
+  int n = 1;
+  for (const std::string& a : batch_axes_) n *= AxisSize(mesh_, a);
+  return n;
+}
+
+PartitionSpec GptLayout::RowSpec(bool with_sp) const {
+  std::vector<std::string> axes = batch_axes_;
+  if (with_sp && tp_.on() && tp_.sp) axes.push_back(tp_.axis);
+  return PartitionSpec({axes});
+}
+
+std::vector<NamedTensor> InitGpt(const GptConfig& cfg, uint64_t seed) {
+  std::vector<NamedTensor> out;
+  const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.layers));
+  uint64_t k = 0;
+  for (const ParamShape& p : ParamShapes(cfg)) {
+    ++k;
+    auto ends_with = [&](const char* s) {
+      std::string suffix(s);
+      return p.name.size() >= suffix.size() &&
+             p.name.compare(p.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    Tensor t;
+    if (p.name.find("ln_") != std::string::npos) {
+      t = Tensor::Full(p.shape, ends_with(".weight") ? 1.0 : 0.0, cfg.dtype);
+    } else if (ends_with(".bias")) {
+      t = Tensor::Zeros(p.shape, cfg.dtype);
+    } else {
+      double std = ends_with("c_proj.weight") ? proj_std : 0.02;
+      t = RandomNormal(p.shape, seed * 1000003 + k, 0.0, std, cfg.dtype);
+    }
+    out.push_back({p.name, t});
+  }
+  return out;
+}
+
+Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const Value& ids,
+              const Value& targets, int64_t global_tokens, TypeTrace* block0_types) {
+  const GptConfig& c = layout.config();
+  const TensorParallel tp = layout.tp();
+  // A parameter at use: FSDP shards are all_gathered (the transpose reduce-scatters the grad).
+  auto use = [&](const std::string& name) {
+    int i = layout.Find(name);
+    const ParamInfo& info = layout.params()[i];
+    return info.fsdp_dim >= 0 ? all_gather(params[i], info.fsdp_dim, layout.fsdp_axis())
+                              : params[i];
+  };
+  Value wte = use("wte.weight");
+  Value x = VocabParallelEmbedding{wte, tp}(ids);
+  // Positions of this rank's rows (batch-major rows; under SP the tp chunk of them).
+  const int64_t rows = ids.dim(0);
+  int64_t first = 0, count = rows;
+  SpmdType pos_type(layout.mesh().num_axes());
+  if (tp.on() && tp.sp) {
+    const int n = layout.mesh().axis_size(layout.mesh().AxisIndex(tp.axis));
+    count = rows / n;
+    first = axis_index(tp.axis) * count;
+    pos_type[layout.mesh().AxisIndex(tp.axis)] = AxisType::Sharded(0);
+  }
+  std::vector<int64_t> pos(count);
+  for (int64_t r = 0; r < count; ++r) pos[r] = (first + r) % c.seq;
+  Value positions(Tensor::FromVector<int64_t>({count}, pos), pos_type);
+  x = x + embedding(use("wpe.weight"), positions);
+  for (int64_t i = 0; i < c.layers; ++i) {
+    std::string h = absl::StrCat("h.", i, ".");
+    Block block{LayerNorm{use(h + "ln_1.weight"), use(h + "ln_1.bias")},
+                CausalSelfAttention{use(h + "attn.c_attn.weight"), use(h + "attn.c_attn.bias"),
+                                    RowParallelLinear{use(h + "attn.c_proj.weight"),
+                                                      use(h + "attn.c_proj.bias"), tp},
+                                    c.head_dim(), c.seq, tp},
+                LayerNorm{use(h + "ln_2.weight"), use(h + "ln_2.bias")},
+                Mlp{ColumnParallelLinear{use(h + "mlp.c_fc.weight"), use(h + "mlp.c_fc.bias"), tp},
+                    RowParallelLinear{use(h + "mlp.c_proj.weight"), use(h + "mlp.c_proj.bias"),
+                                      tp}},
+                i == 0 ? block0_types : nullptr};
+    x = block(x);
+  }
+  x = EnterTensorParallel(LayerNorm{use("ln_f.weight"), use("ln_f.bias")}(x), tp);
+  Value logits = einsum("nd,vd->nv", x, wte);  // lm_head tied to wte: S1 (vocab) on tp
+  Value per_row = VocabParallelCrossEntropy(logits, targets, tp);
+  return sum_partial(per_row, {}) / static_cast<double>(global_tokens);
+}
+
+void BatchAt(const std::vector<int64_t>& tokens, int64_t step, int64_t batch, int64_t seq,
+             Tensor* ids, Tensor* targets) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<int64_t> in(batch * seq), out(batch * seq);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t start = ((step * batch + b) * seq) % n;
+    for (int64_t t = 0; t < seq; ++t) {
+      in[b * seq + t] = tokens[(start + t) % n];
+      out[b * seq + t] = tokens[(start + t + 1) % n];
+    }
+  }
+  *ids = Tensor::FromVector<int64_t>({batch, seq}, in);
+  *targets = Tensor::FromVector<int64_t>({batch, seq}, out);
+}
+
+double ClipCoefficient(double norm, double max_norm) {
+  return std::min(1.0, max_norm / (norm + 1e-6));
+}
+
+double GlobalGradNormSquared(const std::vector<Value>& grads) {
+  RankContext& ctx = RankContext::Get("GlobalGradNormSquared");
+  const Mesh& mesh = ctx.mesh();
+  NoGradScope no_tape;
+  Value total;
+  for (const Value& g : grads) {
+    Value s = sum_partial(g * g, {});  // P where g is sharded
+    std::vector<std::string> replicated;
+    for (int i = 0; i < mesh.num_axes(); ++i) {
+      if (s.type[i].kind == AxisKind::kR) replicated.push_back(mesh.axis_names()[i]);
+    }
+    // Replicated parts count once: keep the value on index 0 of those axes (R -> P).
+    if (!replicated.empty()) s = convert(s, Axes(replicated), Convert::kRToP);
+    total = total.defined() ? total + s : s;
+  }
+  if (mesh.num_axes() == 0) return total.item();
+  return all_reduce(total, Axes(mesh.axis_names())).item();
+}
+
+absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<NamedTensor>& init,
+                                     const std::vector<int64_t>& tokens,
+                                     const TrainOptions& options) {
+  const GptConfig& c = layout.config();
+  const Mesh& mesh = layout.mesh();
+  const int ways = layout.batch_ways();
+  if (options.batch < 1 || options.batch % ways != 0) {
+    return Invalid(absl::StrCat("batch ", options.batch, " is not divisible by the ", ways,
+                                " data-parallel ways of mesh ", mesh.ShortString()));
+  }
+  if (layout.tp().sp) {
+    const int tp = AxisSize(mesh, "tp");
+    if ((options.batch / ways * c.seq) % tp != 0) {
+      return Invalid(absl::StrCat("sequence parallelism splits each rank's ",
+                                  options.batch / ways * c.seq, " tokens over tp=", tp,
+                                  ": make batch/dp * seq divisible by tp"));
+    }
+  }
+  if (static_cast<int64_t>(tokens.size()) < c.seq + 1) {
+    return Invalid(absl::StrCat("the data has ", tokens.size(), " tokens; a sample needs seq+1 = ",
+                                c.seq + 1));
+  }
+  for (int64_t t : tokens) {
+    if (t < 0 || t >= c.vocab) {
+      return Invalid(absl::StrCat("token id ", t, " is outside the vocabulary [0, ", c.vocab,
+                                  "); raise --vocab"));
+    }
+  }
+  // Checkpoint files are checked before the first step; ranks read their blocks later.
+  const std::string& file_path = !options.resume_path.empty() ? options.resume_path
+                                                                : options.init_path;
+  std::unique_ptr<SafetensorsFile> file;
+  int64_t first_step = 0;
+  if (!file_path.empty()) {
+    absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(file_path);
+    if (!f.ok()) return f.status();
+    const bool resume = !options.resume_path.empty();
+    if (absl::Status s = CheckGptCheckpoint(*f, layout, resume); !s.ok()) return s;
+    if (resume && !absl::SimpleAtoi(f->metadata().at("step"), &first_step)) {
+      return Invalid(absl::StrCat("checkpoint '", file_path, "': step '",
+                                  f->metadata().at("step"), "' is not a number"));
+    }
+    file = std::make_unique<SafetensorsFile>(*std::move(f));
+  }
+  std::vector<Tensor> globals;
+  for (const ParamInfo& p : layout.params()) {
+    if (file != nullptr) continue;
+    const NamedTensor* found = nullptr;
+    for (const NamedTensor& t : init) {
+      if (t.name == p.name) found = &t;
+    }
+    if (found == nullptr) return Invalid(absl::StrCat("initial parameters lack '", p.name, "'"));
+    if (found->tensor.shape() != p.global_shape || found->tensor.dtype() != c.dtype) {
+      return Invalid(absl::StrCat("initial parameter '", p.name, "' is ",
+                                  found->tensor.ShapeString(), " but the model needs ",
+                                  DTypeName(c.dtype), ShapeToString(p.global_shape)));
+    }
+    globals.push_back(found->tensor);
+  }
+
+  const int64_t global_tokens = options.batch * c.seq;
+  const PartitionSpec rows_spec = layout.RowSpec(false);
+  // Per rank: parameters, then exp_avg, then exp_avg_sq (layout order each).
+  std::vector<std::vector<Tensor>> final_locals(mesh.size());
+  TrainResult result;
+  absl::Mutex mu;
+  absl::Status status = RunSpmd(mesh, [&](RankContext& ctx) {
+    const int rank = ctx.rank();
+    std::vector<Value> params;
+    AdamWOptions adam = options.adamw;
+    auto read = [&](const std::string& tensor, const ParamInfo& p) {
+      absl::StatusOr<Tensor> t = ReadGptShard(*file, tensor, p, mesh, rank, c.dtype);
+      if (!t.ok()) throw OpError(t.status());
+      return *t;
+    };
+    for (size_t i = 0; i < layout.params().size(); ++i) {
+      const ParamInfo& p = layout.params()[i];
+      Tensor local = file != nullptr ? read(p.name, p) : ShardOf(globals[i], mesh, p.spec, rank);
+      params.emplace_back(local, p.spec.InputType(mesh));
+      if (!p.decay) adam.no_decay.insert(p.name);
+    }
+    AdamW opt(adam);
+    Tape tape;
+    std::vector<TraceEvent> events;
+    if (!options.resume_path.empty()) {
+      for (const ParamInfo& p : layout.params()) {
+        opt.SetState(p.name, read("optimizer.exp_avg." + p.name, p),
+                     read("optimizer.exp_avg_sq." + p.name, p));
+      }
+      opt.set_steps(first_step);
+    }
+    for (int64_t step = first_step; step < first_step + options.steps; ++step) {
+      ctx.ClearCollectiveLog();
+      Tensor ids_g, targets_g;
+      BatchAt(tokens, step, options.batch, c.seq, &ids_g, &targets_g);
+      SpmdType row_type = rows_spec.InputType(mesh);
+      Value ids(ShardOf(ids_g.Reshape({global_tokens}), mesh, rows_spec, rank), row_type);
+      Value targets(ShardOf(targets_g.Reshape({global_tokens}), mesh, rows_spec, rank), row_type);
+      const double t0 = NowUs();
+      TracingRecorder rec(&tape, options.trace ? &events : nullptr, rank, t0);
+      std::vector<Value> watched;
+      for (const Value& p : params) watched.push_back(tape.Watch(p));
+      Value loss;
+      {
+        ScopedRecorder scope(&rec);
+        loss = GptLoss(layout, watched, ids, targets, global_tokens,
+                       step == first_step ? options.types : nullptr);
+      }
+      const double t1 = NowUs();
+      std::vector<Value> grad_values = tape.Backward(loss, LossSeed(loss), watched);
+      tape.Clear();  // drop the saved activations now
+      loss.node = -1;
+      const double t2 = NowUs();
+      // One all_reduce per gradient over the axes where it is a pending sum (P): dp for
+      // replicated parameters, dp_replicate under HSDP, tp for tp-replicated ones.
+      for (Value& g : grad_values) {
+        std::vector<std::string> axes;
+        for (int i = 0; i < mesh.num_axes(); ++i) {
+          if (g.type[i].kind == AxisKind::kP) axes.push_back(mesh.axis_names()[i]);
+        }
+        if (!axes.empty()) g = all_reduce(g, Axes(axes));
+      }
+      // The loss for printing: its P axes summed (one scalar all_reduce).
+      std::vector<std::string> partial;
+      for (int i = 0; i < mesh.num_axes(); ++i) {
+        if (loss.type[i].kind == AxisKind::kP) partial.push_back(mesh.axis_names()[i]);
+      }
+      if (!partial.empty()) loss = all_reduce(loss, Axes(partial));
+      const double norm = std::sqrt(GlobalGradNormSquared(grad_values));
+      const double coef = options.clip > 0 ? ClipCoefficient(norm, options.clip) : 1.0;
+      std::vector<NamedTensor> local, grads;
+      for (size_t i = 0; i < params.size(); ++i) {
+        const std::string& name = layout.params()[i].name;
+        local.push_back({name, params[i].tensor});
+        grads.push_back({name, coef < 1.0 ? MulScalar(grad_values[i].tensor, coef)
+                                          : grad_values[i].tensor});
+      }
+      const double t3 = NowUs();
+      if (absl::Status s = opt.Step(local, grads); !s.ok()) throw OpError(s);
+      for (size_t i = 0; i < params.size(); ++i) params[i].tensor = local[i].tensor;
+      const double t4 = NowUs();
+      if (options.trace) {
+        const char* names[] = {"forward", "backward", "grad reduce + clip", "optimizer"};
+        const double ts[] = {t0, t1, t2, t3, t4};
+        for (int k = 0; k < 4; ++k) {
+          events.push_back({names[k], "phase", rank, ts[k], ts[k + 1] - ts[k], -1});
+        }
+        // Collectives outside the forward (backward transposes, gradient and norm reductions).
+        for (size_t k = rec.logged(); k < ctx.collective_log().size(); ++k) {
+          const CollectiveRecord& r = ctx.collective_log()[k];
+          events.push_back({absl::StrCat(r.op, "(", mesh.MaskToString(r.axes), ")"),
+                            r.backward ? "collective (backward)" : "collective", rank,
+                            r.backward ? t1 : t2, 0, r.bytes});
+        }
+      }
+      if (rank == 0) {
+        result.losses.push_back(loss.item());
+        result.grad_norms.push_back(norm);
+        if (options.on_step) {
+          options.on_step(StepInfo{step, loss.item(), norm, (t4 - t0) * 1e-6,
+                                   &ctx.collective_log()});
+        }
+        if (step + 1 == first_step + options.steps) {
+          result.log = ctx.collective_log();
+          for (size_t i = 0; i < params.size(); ++i) {
+            const std::string& name = layout.params()[i].name;
+            result.param_bytes_per_rank += params[i].tensor.nbytes();
+            result.optimizer_bytes_per_rank += grad_values[i].tensor.nbytes() +
+                                               opt.exp_avg(name).nbytes() +
+                                               opt.exp_avg_sq(name).nbytes();
+          }
+        }
+      }
+    }
+    std::vector<Tensor> mine;
+    for (const Value& p : params) mine.push_back(p.tensor);
+    if (options.trace) {
+      absl::MutexLock lock(&mu);
+      result.trace.insert(result.trace.end(), events.begin(), events.end());
+    }
+    for (const ParamInfo& p : layout.params()) mine.push_back(opt.exp_avg(p.name));
+    for (const ParamInfo& p : layout.params()) mine.push_back(opt.exp_avg_sq(p.name));
+    absl::MutexLock lock(&mu);
+    final_locals[rank] = std::move(mine);
+  });
+  if (!status.ok()) return status;
+  const size_t np = layout.params().size();
+  for (size_t k = 0; k < 3 * np; ++k) {
+    const ParamInfo& p = layout.params()[k % np];
+    std::vector<Tensor> locals;
+    for (int r = 0; r < mesh.size(); ++r) locals.push_back(final_locals[r][k]);
+    if (!locals[0].defined()) continue;  // no moments without a step
+    absl::StatusOr<Tensor> g = Assemble(mesh, p.spec, locals, p.spec.InputType(mesh));
+    if (!g.ok()) return g.status();
+    std::vector<NamedTensor>& dst = k < np       ? result.params
+                                    : k < 2 * np ? result.adam_state.exp_avg
+                                                 : result.adam_state.exp_avg_sq;
+    dst.push_back({p.name, *g});
+  }
+  result.steps_done = first_step + options.steps;
+  if (!options.save_path.empty()) {
+    const bool has_moments = result.adam_state.exp_avg.size() == np;
+    absl::Status s = SaveGpt(options.save_path, layout, result.params,
+                             has_moments ? &result.adam_state : nullptr, result.steps_done);
+    if (!s.ok()) return s;
+  }
+  return result;
+}
+
+}  // namespace shardmap

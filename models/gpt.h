@@ -1,0 +1,177 @@
+// GPT-2 (OpenAI / Hugging Face definition) as per-device code, its named parameter tree and a
+// data-, fully-sharded-, hybrid-sharded-, tensor- and sequence-parallel training loop that runs
+// inside one SPMD program for the whole run.
+//
+//   GptConfig cfg{.layers = 2, .d_model = 16, .heads = 4, .vocab = 32, .seq = 8};
+//   absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh("dp_shard=2,tp=2"), cfg,
+//                                                        /*sp=*/true);
+//   TrainOptions opt{.steps = 3, .batch = 4};
+//   absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(cfg, /*seed=*/1), tokens, opt);
+//   // r->losses[s]: the mean cross-entropy of step s; r->params: the trained global tensors.
+//
+// Model: learned token (wte) and position (wpe) embeddings, pre-LN blocks (LayerNorm eps 1e-5
+// with biases), causal attention with biases scaled by 1/sqrt(head_dim), tanh GELU MLP (4d),
+// final LayerNorm, lm_head tied to wte, loss = mean cross-entropy over all tokens, no dropout.
+//
+// Parallelism comes from the parameters' PartitionSpecs, not from gradient code:
+//   dp            params R over dp; each gradient (P on dp) is all_reduced once.
+//   dp_shard      (FSDP / ZeRO-3) params S over dp_shard (the first dim tp leaves whole that
+//                 dp_shard divides; else replicated there), all_gathered at use; the transpose
+//                 reduce-scatters the gradient; AdamW updates the local shard only.
+//   dp_replicate  (with dp_shard: HSDP) like dp.
+//   tp            Megatron: c_attn/c_fc column-parallel, c_proj row-parallel, wte vocab-parallel
+//                 (also the lm_head), vocab-parallel cross-entropy; heads split over tp.
+//   sp            activations S0 on tp between TP regions.
+// Batch rows are split over the batch axes (dp_replicate, dp_shard, dp, in mesh order); the
+// mesh axes are ordered dp_replicate, dp_shard, dp, tp whatever order the user wrote.
+//
+// Parameter layouts are GPT-2's except c_attn, held as [d, 3, d] / [3, d] (q|k|v split out so
+// heads shard over tp); checkpoints reshape it to GPT-2's [d, 3d] / [3d].
+#ifndef SHARDMAP_MODELS_GPT_H_
+#define SHARDMAP_MODELS_GPT_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/gpt_layers.h"
+#include "models/optimizer.h"
+#include "shardmap/context.h"
+#include "shardmap/mesh.h"
+#include "shardmap/partition_spec.h"
+#include "shardmap/value.h"
+#include "tensor/tensor.h"
+
+namespace shardmap {
+
+struct GptConfig {
+  int64_t layers = 2;
+  int64_t d_model = 16;
+  int64_t heads = 4;
+  int64_t vocab = 32;
+  int64_t seq = 8;
+  DType dtype = DType::kF32;
+  int64_t head_dim() const { return d_model / heads; }
+};
+
+// "dp=2,tp=2" -> a mesh with axes in the canonical order dp_replicate, dp_shard, dp, tp.
+// InvalidArgument for unknown axes, repeated axes, sizes < 1 or a malformed string.
+absl::StatusOr<Mesh> ParseMesh(const std::string& text);
+
+// One entry of the named parameter tree: the global layout and how it is split.
+struct ParamInfo {
+  std::string name;      // GPT-2 name, e.g. "h.0.attn.c_attn.weight"
+  Shape global_shape;    // this library's layout (c_attn: [d, 3, d])
+  PartitionSpec spec;    // over the mesh (tp and the FSDP axis)
+  int fsdp_dim = -1;     // dim split over dp_shard (-1: replicated there)
+  bool decay = false;    // AdamW weight decay (GPT-2 layout has >= 2 dims)
+};
+
+// The model's parameters on one mesh: names, specs, and the parallel layout.
+class GptLayout {
+ public:
+  // Checks that the mesh divides heads, vocab, d_model, 4*d_model (tp) and the FSDP dims; sp
+  // needs tp. Errors name the quantity, the axis and the fix.
+  static absl::StatusOr<GptLayout> Create(const Mesh& mesh, const GptConfig& cfg, bool sp);
+
+  const Mesh& mesh() const { return mesh_; }
+  const GptConfig& config() const { return cfg_; }
+  const std::vector<ParamInfo>& params() const { return params_; }
+  int Find(const std::string& name) const;  // -1 when absent
+  TensorParallel tp() const { return tp_; }
+  const std::string& fsdp_axis() const { return fsdp_; }  // "" without dp_shard
+  const std::vector<std::string>& batch_axes() const { return batch_axes_; }
+  int batch_ways() const;  // product of the batch axes' sizes
+  // Rows [rows, ...] of a batch: split over the batch axes (and tp under SP).
+  PartitionSpec RowSpec(bool with_sp) const;
+
+ private:
+  Mesh mesh_;
+  GptConfig cfg_;
+  TensorParallel tp_;
+  std::string fsdp_;
+  std::vector<std::string> batch_axes_;
+  std::vector<ParamInfo> params_;
+};
+
+// GPT-2 initialisation (global tensors in the library layout, named as GptLayout lists them):
+// weights N(0, 0.02), c_proj weights N(0, 0.02/sqrt(2*layers)), biases 0, LayerNorms 1 / 0.
+std::vector<NamedTensor> InitGpt(const GptConfig& cfg, uint64_t seed);
+
+// Per-device forward: the mean cross-entropy's local share (P on the batch axes, R on tp).
+// params: the local shards in layout order (leaves of a tape, or plain values); ids/targets:
+// this rank's rows (int64 [rows], R on tp).
+Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const Value& ids,
+              const Value& targets, int64_t global_tokens, TypeTrace* block0_types = nullptr);
+
+struct StepInfo {
+  int64_t step = 0;
+  double loss = 0, grad_norm = 0;  // mean cross-entropy; global gradient norm before clipping
+  double seconds = 0;              // rank 0's wall time of the step
+  const std::vector<CollectiveRecord>* log = nullptr;  // rank 0's collectives of the step
+};
+
+// One span of a rank's timeline: a phase ("forward", "backward", "grad reduce", "optimizer"),
+// a forward op (its time since the previous recorded op), or a collective (bytes >= 0).
+struct TraceEvent {
+  std::string name, category;
+  int rank = 0;
+  double start_us = 0, duration_us = 0;
+  int64_t bytes = -1;
+};
+
+struct TrainOptions {
+  int64_t steps = 1;
+  int64_t batch = 4;  // global sequences per step
+  AdamWOptions adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  double clip = 1.0;  // global-norm clipping (<= 0: off)
+  // Called on rank 0 after each step.
+  std::function<void(const StepInfo&)> on_step;
+  bool trace = false;          // record TraceEvents of every rank (TrainResult::trace)
+  TypeTrace* types = nullptr;  // rank 0's types inside block 0 during the first step
+  // Checkpoints (gpt_checkpoint.h). init_path: parameters from a GPT-2 safetensors file (each
+  // rank reads its blocks; `init` may then be empty). resume_path: parameters, AdamW moments and
+  // the step count from a file written with save_path; training continues at that step.
+  std::string init_path, resume_path, save_path;
+};
+
+// AdamW moments as global tensors, in layout order.
+struct AdamState {
+  std::vector<NamedTensor> exp_avg, exp_avg_sq;
+};
+
+struct TrainResult {
+  std::vector<double> losses;          // per step
+  std::vector<double> grad_norms;      // per step, before clipping
+  std::vector<NamedTensor> params;     // trained, global (assembled)
+  std::vector<CollectiveRecord> log;   // rank 0's collectives of the last step
+  int64_t param_bytes_per_rank = 0;    // rank 0: parameters
+  int64_t optimizer_bytes_per_rank = 0;  // rank 0: gradients + AdamW moments
+  AdamState adam_state;                // trained moments, global
+  std::vector<TraceEvent> trace;       // with options.trace: every rank's events
+  int64_t steps_done = 0;              // the step count after the run (resumed step + steps)
+};
+
+// Sample b of step s is tokens [(s*B+b)*T, (s*B+b)*T + T + 1) of `tokens`, wrapping around
+// (inputs the first T, targets the last T). Returns [B, T] ids and targets (int64).
+void BatchAt(const std::vector<int64_t>& tokens, int64_t step, int64_t batch, int64_t seq,
+             Tensor* ids, Tensor* targets);
+
+// Trains inside one RunSpmd over layout.mesh(): each rank holds its shards of the parameters
+// and AdamW state for the whole run. init: global tensors named as the layout.
+absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<NamedTensor>& init,
+                                     const std::vector<int64_t>& tokens,
+                                     const TrainOptions& options);
+
+// Global-norm clipping coefficient of PyTorch's clip_grad_norm_: min(1, max / (norm + 1e-6)).
+double ClipCoefficient(double norm, double max_norm);
+
+// The squared global norm of typed gradients, the same on every rank: sharded parts summed over
+// their axes, replicated parts counted once (one all_reduce over every axis).
+double GlobalGradNormSquared(const std::vector<Value>& grads);
+
+}  // namespace shardmap
+
+#endif  // SHARDMAP_MODELS_GPT_H_

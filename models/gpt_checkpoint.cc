@@ -1,0 +1,82 @@
+#include "models/gpt_checkpoint.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace shardmap {
+
+Shape Gpt2Shape(const ParamInfo& p) {
+  const Shape& s = p.global_shape;
+  if (absl::EndsWith(p.name, "attn.c_attn.weight")) return {s[0], s[1] * s[2]};
+  if (absl::EndsWith(p.name, "attn.c_attn.bias")) return {s[0] * s[1]};
+  return s;
+}
+
+absl::Status SaveGpt(const std::string& path, const GptLayout& layout,
+                     const std::vector<NamedTensor>& params, const AdamState* moments,
+                     int64_t step) {
+  std::vector<NamedTensor> out;
+  const auto& infos = layout.params();
+  if (params.size() != infos.size() ||
+      (moments != nullptr && (moments->exp_avg.size() != infos.size() ||
+                              moments->exp_avg_sq.size() != infos.size()))) {
+    return absl::InvalidArgumentError("SaveGpt: one tensor per layout parameter is needed");
+  }
+  for (size_t i = 0; i < infos.size(); ++i) {
+    out.push_back({infos[i].name, params[i].tensor.Reshape(Gpt2Shape(infos[i]))});
+  }
+  if (moments != nullptr) {
+    for (size_t i = 0; i < infos.size(); ++i) {
+      out.push_back({"optimizer.exp_avg." + infos[i].name,
+                     moments->exp_avg[i].tensor.Reshape(Gpt2Shape(infos[i]))});
+      out.push_back({"optimizer.exp_avg_sq." + infos[i].name,
+                     moments->exp_avg_sq[i].tensor.Reshape(Gpt2Shape(infos[i]))});
+    }
+  }
+  return WriteSafetensors(path, out, {{"format", "pt"}, {"step", absl::StrCat(step)}});
+}
+
+absl::Status CheckGptCheckpoint(const SafetensorsFile& file, const GptLayout& layout,
+                                bool need_optimizer) {
+  for (const ParamInfo& p : layout.params()) {
+    std::vector<std::string> names = {p.name};
+    if (need_optimizer) {
+      names.push_back("optimizer.exp_avg." + p.name);
+      names.push_back("optimizer.exp_avg_sq." + p.name);
+    }
+    for (const std::string& name : names) {
+      const SafetensorsEntry* e = file.Find(name);
+      if (e == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint '", file.path(), "' has no tensor '", name, "'",
+            need_optimizer ? " (--resume needs a checkpoint saved by train_gpt --save)" : ""));
+      }
+      if (e->shape != Gpt2Shape(p)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint '", file.path(), "': tensor '", name, "' is ", ShapeToString(e->shape),
+            " but the model (--layers/--d_model/--heads/--vocab/--seq) needs ",
+            ShapeToString(Gpt2Shape(p))));
+      }
+    }
+  }
+  if (need_optimizer && file.metadata().count("step") == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint '", file.path(), "' has no 'step' in its metadata"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> ReadGptShard(const SafetensorsFile& file, const std::string& tensor,
+                                    const ParamInfo& p, const Mesh& mesh, int rank, DType dtype) {
+  const Shape& g = p.global_shape;
+  std::vector<int64_t> start(g.size(), 0), size(g.begin(), g.end());
+  for (int d = 0; d < p.spec.size(); ++d) {
+    const int n = p.spec.NumBlocks(mesh, d);
+    if (n <= 1) continue;
+    size[d] = g[d] / n;
+    start[d] = p.spec.BlockIndex(mesh, rank, d) * size[d];
+  }
+  return file.ReadBlock(tensor, g, start, size, dtype);
+}
+
+}  // namespace shardmap

@@ -1,0 +1,303 @@
+#include "shardmap/einsum.h"
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "shardmap/context.h"
+#include "shardmap/internal/typing.h"
+#include "shardmap/ops.h"
+#include "tensor/error.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/shape_ops.h"
+
+namespace shardmap {
+namespace {
+
+using internal::NeedsTape;
+using internal::RecordOp;
+using internal::TypeFail;
+
+struct Spec {
+  std::vector<std::string> in;
+  std::string out;
+};
+
+Spec Parse(const std::string& text, int num_operands) {
+  std::string s;
+  for (char c : text) {
+    if (c != ' ') s += c;
+  }
+  size_t arrow = s.find("->");
+  if (arrow == std::string::npos) {
+    OpFail("einsum: spec '", text, "' has no '->'; write the output letters explicitly, e.g. ",
+           "\"ij,jk->ik\"");
+  }
+  Spec spec;
+  spec.out = s.substr(arrow + 2);
+  std::string lhs = s.substr(0, arrow);
+  size_t start = 0;
+  while (true) {
+    size_t comma = lhs.find(',', start);
+    spec.in.push_back(lhs.substr(start, comma == std::string::npos ? comma : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (static_cast<int>(spec.in.size()) != num_operands) {
+    OpFail("einsum: spec '", text, "' names ", spec.in.size(), " operand(s) but ", num_operands,
+           " were given");
+  }
+  auto check_letters = [&](const std::string& letters, const std::string& what) {
+    for (size_t i = 0; i < letters.size(); ++i) {
+      char c = letters[i];
+      if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))) {
+        OpFail("einsum: spec '", text, "': '", std::string(1, c), "' in ", what,
+               " is not a letter (index letters are a-z, A-Z)");
+      }
+      if (letters.find(c, i + 1) != std::string::npos) {
+        OpFail("einsum: spec '", text, "': letter '", std::string(1, c), "' repeats in ", what,
+               " (diagonals are not supported; take them with explicit ops)");
+      }
+    }
+  };
+  for (size_t k = 0; k < spec.in.size(); ++k) check_letters(spec.in[k], absl::StrCat("operand ", k));
+  check_letters(spec.out, "the output");
+  for (char c : spec.out) {
+    bool found = false;
+    for (const std::string& in : spec.in) found |= in.find(c) != std::string::npos;
+    if (!found) {
+      OpFail("einsum: spec '", text, "': output letter '", std::string(1, c),
+             "' appears in no operand");
+    }
+  }
+  return spec;
+}
+
+void CheckRank(const std::string& text, const std::string& letters, const Value& v, int k) {
+  if (static_cast<int>(letters.size()) != v.rank()) {
+    OpFail("einsum: spec '", text, "' gives operand ", k, " ", letters.size(), " letters ('",
+           letters, "') but it is ", v.ToString());
+  }
+}
+
+bool Has(const std::string& s, char c) { return s.find(c) != std::string::npos; }
+
+// Sums the dims of `x` whose letters are in neither `other` nor `out` (sum_partial: a sharded
+// one gives P, as summing a sharded dim must).
+Value ReduceLoneLetters(const Value& x, std::string& letters, const std::string& other,
+                        const std::string& out) {
+  std::vector<int> dims;
+  std::string kept;
+  for (size_t d = 0; d < letters.size(); ++d) {
+    if (Has(other, letters[d]) || Has(out, letters[d])) {
+      kept += letters[d];
+    } else {
+      dims.push_back(static_cast<int>(d));
+    }
+  }
+  if (dims.empty()) return x;
+  letters = kept;
+  return sum_partial(x, dims);
+}
+
+// Permutes x (letters `from`) into the order `to` (same set of letters).
+Value PermuteTo(const Value& x, const std::string& from, const std::string& to) {
+  std::vector<int> perm;
+  for (char c : to) perm.push_back(static_cast<int>(from.find(c)));
+  bool identity = true;
+  for (size_t i = 0; i < perm.size(); ++i) identity &= perm[i] == static_cast<int>(i);
+  return identity ? x : permute(x, perm);
+}
+
+const char* KindWord(AxisKind k) {
+  switch (k) {
+    case AxisKind::kR: return "whole (R)";
+    case AxisKind::kI: return "invariant (I)";
+    case AxisKind::kV: return "varying (V)";
+    case AxisKind::kP: return "partial (P)";
+  }
+  return "?";
+}
+
+// The checked type rule of a two-operand einsum whose letters all appear in two of {a, b, out}.
+SpmdType EinsumType(const std::string& text, const Value& a, const std::string& la,
+                    const Value& b, const std::string& lb, const std::string& out) {
+  RankContext& ctx = RankContext::Get("einsum");
+  if (!ctx.checked()) return internal::ErasedJoin(a.type, b.type);
+  const std::string op = absl::StrCat("einsum(\"", text, "\")");
+  SpmdType t(a.type.num_axes());
+  for (int i = 0; i < t.num_axes(); ++i) {
+    AxisType x = a.type[i], y = b.type[i];
+    AxisKind kx = x.kind, ky = y.kind;
+    if (kx == AxisKind::kI || ky == AxisKind::kI) {
+      if (kx != ky) {
+        TypeFail(op.c_str(), i,
+                 absl::StrCat("an invariant (I) value mixes with nothing else, but here it meets a ",
+                              KindWord(kx == AxisKind::kI ? ky : kx), " value"),
+                 "convert the I operand with convert(x, axis, I->R) first", {{"a", &a}, {"b", &b}});
+      }
+      t[i] = AxisType::I();
+      continue;
+    }
+    if (kx == AxisKind::kP || ky == AxisKind::kP) {
+      if (kx == AxisKind::kP && ky == AxisKind::kP) {
+        TypeFail(op.c_str(), i,
+                 "multiplies two partial sums (P*P): (sum_i a_i)(sum_j b_j) is not sum_i a_i b_i",
+                 "all_reduce one operand first", {{"a", &a}, {"b", &b}});
+      }
+      if (kx == AxisKind::kV || ky == AxisKind::kV) {
+        TypeFail(op.c_str(), i, "multiplies a partial sum (P) by a varying (V) value",
+                 "all_reduce the P operand first", {{"a", &a}, {"b", &b}});
+      }
+      t[i] = AxisType::P();
+      continue;
+    }
+    if (kx == AxisKind::kR && ky == AxisKind::kR) {
+      t[i] = AxisType::R();
+      continue;
+    }
+    // At least one V. The sharded letter of each operand (0: none, '?': V of unknown layout).
+    auto letter_of = [](AxisType at, const std::string& l) -> char {
+      if (at.kind != AxisKind::kV) return 0;
+      return at.dim >= 0 ? l[at.dim] : '?';
+    };
+    char sa = letter_of(x, la), sb = letter_of(y, lb);
+    if (sa == '?' || sb == '?') {
+      t[i] = AxisType::V();
+      continue;
+    }
+    // A sharded letter must be sharded (on this axis) wherever else it appears.
+    auto check = [&](char s, const std::string& other_letters, char other_s, const char* name,
+                     const char* other_name, AxisType at, AxisType other_at) {
+      if (s == 0 || !Has(other_letters, s) || other_s == s) return;
+      TypeFail(op.c_str(), i,
+               absl::StrCat("index letter '", std::string(1, s), "' is sharded (", at.ToString(),
+                            ") in operand ", name, " but ",
+                            other_s == 0 ? KindWord(other_at.kind)
+                                         : absl::StrCat("letter '", std::string(1, other_s),
+                                                        "' is sharded instead")
+                                               .c_str(),
+                            " in operand ", other_name,
+                            ": the shards of one letter must match"),
+               absl::StrCat("shard letter '", std::string(1, s),
+                            "' the same way in both operands (all_gather it in operand ", name,
+                            ", or shard it in operand ", other_name, ")"),
+               {{"a", &a}, {"b", &b}});
+    };
+    check(sa, lb, sb, "a", "b", x, y);
+    check(sb, la, sa, "b", "a", y, x);
+    if (sa != 0 && sb != 0 && sa != sb) {
+      t[i] = AxisType::V();  // different letters, neither shared: diagonal blocks
+      continue;
+    }
+    char s = sa != 0 ? sa : sb;
+    size_t pos = out.find(s);
+    t[i] = pos != std::string::npos ? AxisType::Sharded(static_cast<int>(pos)) : AxisType::P();
+  }
+  return t;
+}
+
+int64_t Product(const Tensor& t, const std::string& letters, const std::string& which) {
+  int64_t n = 1;
+  for (char c : which) n *= t.dim(static_cast<int>(letters.find(c)));
+  return n;
+}
+
+// The kernel: a batched matmul over [batch, m, k] x [batch, k, n], then the output permute.
+Tensor EinsumKernel(const Tensor& a, const std::string& la, const Tensor& b,
+                    const std::string& lb, const std::string& out) {
+  std::string batch, m, n, k;
+  for (char c : la) {
+    if (Has(lb, c)) {
+      (Has(out, c) ? batch : k) += c;
+    } else {
+      m += c;
+    }
+  }
+  for (char c : lb) {
+    if (!Has(la, c)) n += c;
+  }
+  auto permuted = [](const Tensor& t, const std::string& from, const std::string& to) {
+    std::vector<int> perm;
+    bool identity = true;
+    for (char c : to) {
+      perm.push_back(static_cast<int>(from.find(c)));
+      identity &= perm.back() == static_cast<int>(perm.size() - 1);
+    }
+    return identity ? t : Permute(t, perm);
+  };
+  const int64_t B = Product(a, la, batch), M = Product(a, la, m), K = Product(a, la, k),
+                N = Product(b, lb, n);
+  // b laid out [batch, n, k] already: multiply by its transpose instead of permuting it.
+  const bool trans_b = lb == batch + n + k && !n.empty() && !k.empty();
+  Tensor a3 = permuted(a, la, batch + m + k);
+  Tensor b3 = trans_b ? b : permuted(b, lb, batch + k + n);
+  Tensor r;
+  if (batch.empty()) {
+    r = Matmul(a3.Reshape({M, K}), trans_b ? b3.Reshape({N, K}) : b3.Reshape({K, N}), false,
+               trans_b);
+  } else {
+    r = Matmul(a3.Reshape({B, M, K}),
+               trans_b ? b3.Reshape({B, N, K}) : b3.Reshape({B, K, N}), false, trans_b);
+  }
+  std::string natural = batch + m + n;
+  Shape shape;
+  for (char c : natural) {
+    shape.push_back(Has(la, c) ? a.dim(static_cast<int>(la.find(c)))
+                               : b.dim(static_cast<int>(lb.find(c))));
+  }
+  return permuted(r.Reshape(shape), natural, out);
+}
+
+Value Einsum2(const std::string& text, const Value& a, const std::string& la, const Value& b,
+              const std::string& lb, const std::string& out) {
+  for (size_t i = 0; i < la.size(); ++i) {
+    size_t j = lb.find(la[i]);
+    if (j != std::string::npos && a.dim(static_cast<int>(i)) != b.dim(static_cast<int>(j))) {
+      OpFail("einsum: spec '", text, "': letter '", std::string(1, la[i]), "' has size ",
+             a.dim(static_cast<int>(i)), " in operand a ", a.ToString(), " but ",
+             b.dim(static_cast<int>(j)), " in operand b ", b.ToString(),
+             " (local shard sizes; shard the letter the same way in both)");
+    }
+  }
+  if (a.dtype() != b.dtype()) {
+    OpFail("einsum: spec '", text, "': operands have different dtypes: a ", a.ToString(), ", b ",
+           b.ToString(), "; cast one of them first");
+  }
+  SpmdType type = EinsumType(text, a, la, b, lb, out);
+  Value result(EinsumKernel(a.tensor, la, b.tensor, lb, out), type);
+  if (NeedsTape(a, b)) {
+    Value ad(a.tensor, a.type), bd(b.tensor, b.type);
+    std::string da_spec = absl::StrCat(out, ",", lb, "->", la);
+    std::string db_spec = absl::StrCat(out, ",", la, "->", lb);
+    RecordOp("einsum", {&a, &b}, result,
+             [ad, bd, da_spec, db_spec](const Value& g, uint32_t need, Value* d) {
+               if (need & 1) d[0] = internal::UnpromoteCotangent(einsum(da_spec, g, bd), ad.type);
+               if (need & 2) d[1] = internal::UnpromoteCotangent(einsum(db_spec, g, ad), bd.type);
+             });
+  }
+  return result;
+}
+
+}  // namespace
+
+Value einsum(const std::string& text, const Value& a) {
+  Spec spec = Parse(text, 1);
+  CheckRank(text, spec.in[0], a, 0);
+  std::string la = spec.in[0];
+  Value x = ReduceLoneLetters(a, la, "", spec.out);
+  return PermuteTo(x, la, spec.out);
+}
+
+Value einsum(const std::string& text, const Value& a, const Value& b) {
+  Spec spec = Parse(text, 2);
+  CheckRank(text, spec.in[0], a, 0);
+  CheckRank(text, spec.in[1], b, 1);
+  std::string la = spec.in[0], lb = spec.in[1];
+  Value ra = ReduceLoneLetters(a, la, lb, spec.out);
+  Value rb = ReduceLoneLetters(b, lb, la, spec.out);
+  return Einsum2(text, ra, la, rb, lb, spec.out);
+}
+
+}  // namespace shardmap

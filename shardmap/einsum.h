@@ -1,0 +1,38 @@
+// A typed einsum over Values: the result's SPMD type follows from the index letters.
+//
+//   // q, k: [b, t, h, d] with heads split over tp (S2 on tp), batch split over dp (S0 on dp)
+//   Value s = einsum("bthd,bshd->bhts", q, k);   // {dp:S0, tp:S1}: b and h keep their shards
+//   Value o = einsum("bhts,bshd->bthd", p, v);   // {dp:S0, tp:S2}
+//   Value y = einsum("ti,io->to", a, w);         // a S1 and w S0 on tp: i is contracted -> P
+//   Value t = einsum("ij->ji", x);               // one operand: permute (and sums, below)
+//
+// Spec: one or two operands, an explicit "->" output, one letter per dim, no letter repeated
+// inside one operand or the output (no diagonals). A letter of one operand that appears neither
+// in the other operand nor in the output is summed first (sum_partial: P where it is sharded).
+//
+// Type rule, per mesh axis (checked when the context's TypeCheck is kOn):
+//   * I only with I; P only with R (P*R = P); P*P and P*V are errors (as for matmul).
+//   * A letter that an operand holds sharded on the axis must be sharded on the axis in every
+//     other operand that has the letter; otherwise (whole there, or another letter sharded) it is
+//     a type error naming the letter, the axis and both operands.
+//   * The sharded letter stays S on the axis in the output when the output keeps it; a letter
+//     contracted (in both operands, not in the output) that both shard gives P.
+//   * Operands that shard different letters neither shares give V (diagonal blocks, not a
+//     shard of the global result); a V of unknown layout gives V.
+// Its VJP is einsums: d a = einsum("<out>,<b>-><a>", g, b), d b = einsum("<out>,<a>-><b>", g, a).
+// Shape errors (letter sizes that differ, wrong letter counts) name the spec and the letter.
+#ifndef SHARDMAP_SHARDMAP_EINSUM_H_
+#define SHARDMAP_SHARDMAP_EINSUM_H_
+
+#include <string>
+
+#include "shardmap/value.h"
+
+namespace shardmap {
+
+Value einsum(const std::string& spec, const Value& a);
+Value einsum(const std::string& spec, const Value& a, const Value& b);
+
+}  // namespace shardmap
+
+#endif  // SHARDMAP_SHARDMAP_EINSUM_H_

@@ -28,8 +28,8 @@ TEST(ShardMapTest, SplitsAndAssemblesPerSpecs) {
   std::vector<PartitionSpec> specs = {P("dp", "tp"), P()};
   absl::StatusOr<std::vector<Tensor>> out = shard_map(Identity(), mesh, specs, specs)({a, b});
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_TRUE(testing::BitwiseEqual((*out)[0], a));
-  EXPECT_TRUE(testing::BitwiseEqual((*out)[1], b));
+  EXPECT_TRUE(testing::TensorsBitwiseEqual((*out)[0], a));
+  EXPECT_TRUE(testing::TensorsBitwiseEqual((*out)[1], b));
   // Local shapes and types seen by the function.
   absl::StatusOr<std::vector<Tensor>> r = shard_map(
       [](const std::vector<Value>& v) -> std::vector<Value> {

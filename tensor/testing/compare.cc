@@ -100,6 +100,19 @@ std::string LayoutMismatch(const Tensor& got, const Tensor& want, bool check_dty
          << absl::StrFormat("%.3g", worst_diff);
 }
 
+::testing::AssertionResult TensorsNearScaled(const Tensor& got, const Tensor& want, double rel) {
+  double scale = 0;
+  if (want.defined()) {
+    const Tensor w = OnHost(want);
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      const double v = std::fabs(w.at(i));
+      if (std::isfinite(v) && v > scale) scale = v;
+    }
+  }
+  return TensorsNear(got, want, rel * scale) << " (atol is " << rel << " * max|want| " << scale
+                                              << ")";
+}
+
 ::testing::AssertionResult TensorsBitwiseEqual(const Tensor& got_in, const Tensor& want_in) {
   const std::string mismatch = LayoutMismatch(got_in, want_in, /*check_dtype=*/true);
   if (!mismatch.empty()) return ::testing::AssertionFailure() << mismatch;

@@ -6,6 +6,7 @@
 //   EXPECT_TRUE(TensorsNear(got, want, 1e-6, 1e-5));      // with a relative part
 //   ASSERT_TENSOR_NEAR(got, want, 0);                     // exact values, -0 == +0
 //   EXPECT_TENSOR_EQ(got, want);                          // same dtype, shape and bytes
+//   EXPECT_TRUE(TensorsNearScaled(got, want, 1e-5));      // within 1e-5 * max|want|
 //   double d = MaxAbsDiff(a, b);                          // +inf if shapes or NaN/inf differ
 //
 // Failures name both shapes and dtypes, how many elements are out of tolerance, and the worst
@@ -23,6 +24,11 @@ namespace shardmap::testing {
 // finite pair satisfies |got - want| <= atol + rtol * |want|. Two undefined tensors are near.
 ::testing::AssertionResult TensorsNear(const Tensor& got, const Tensor& want, double atol,
                                        double rtol = 0);
+
+// TensorsNear with atol = rel * max|want| over want's finite elements: "within rel of the
+// reference's scale", for results (GPU kernels, f32 training steps) whose error grows with the
+// largest value rather than with each element.
+::testing::AssertionResult TensorsNearScaled(const Tensor& got, const Tensor& want, double rel);
 
 // Passes when dtypes and shapes are equal and the element bytes are identical (so NaN == NaN
 // with the same payload, and -0 != +0).

@@ -132,6 +132,16 @@ TEST(TensorsNear, ViewsOfSharedStorageCompareTheirOwnElements) {
   EXPECT_FALSE(TensorsNear(whole.SliceRows(1, 2), F64({2, 2}, {5, 6, 7, 8}), 0));
 }
 
+TEST(TensorsNearScaled, ToleranceScalesWithTheLargestReferenceValue) {
+  const Tensor want = F64({3}, {100, 1, -kInf});
+  EXPECT_TRUE(TensorsNearScaled(F64({3}, {100, 1.9, -kInf}), want, 0.01));  // 1 <= 0.01 * 100
+  const auto r = TensorsNearScaled(F64({3}, {100, 2.1, -kInf}), want, 0.01);
+  EXPECT_FALSE(r);
+  EXPECT_THAT(Message(r), HasSubstr("max|want| 100"));
+  EXPECT_FALSE(TensorsNearScaled(F64({3}, {100, kNaN, -kInf}), want, 1));
+  EXPECT_FALSE(TensorsNearScaled(F64({3}, {100, 1, -kInf}), F64({3}, {0, 0, 0}), 1));
+}
+
 TEST(TensorsBitwiseEqual, ComparesBytes) {
   const Tensor a = F64({3}, {1, kNaN, -kInf});
   EXPECT_TRUE(TensorsBitwiseEqual(a, a.Clone()));

@@ -83,12 +83,19 @@ TEST(CollectiveOpsTest, ForwardMatchesWholeTensorReference) {
     std::vector<int64_t> sizes;
     int64_t total = 0;
     for (int i = 0; i < n; ++i) sizes.push_back(i % 2 + 1), total += i % 2 + 1;
-    Tensor u = Rand({total, 2}, 4);
-    Tensor back = Run1(mesh, [sizes](const std::vector<Value>& v) -> std::vector<Value> {
-      Value sh = reduce_scatter(convert(v[0], "x", Convert::kRToP), 0, "x", sizes);
+    // Every rank contributes its own [total, 2] slab (the S0 block of u, summed over its one
+    // row: P on x); rank i must hold rows [start_i, start_i + sizes[i]) of the sum of all slabs.
+    Tensor u = Rand({n, total, 2}, 4);
+    const Tensor usum = Sum(u, {0});
+    Tensor back = Run1(mesh, [sizes, usum](const std::vector<Value>& v) -> std::vector<Value> {
+      Value sh = reduce_scatter(sum_partial(v[0], {0}), 0, "x", sizes);
+      const int me = axis_index("x");
+      int64_t start = 0;
+      for (int k = 0; k < me; ++k) start += sizes[k];
+      EXPECT_TENSOR_NEAR(sh.tensor, Slice(usum, 0, start, sizes[me]), 1e-15);
       return {all_gather(sh, 0, "x", sizes)};
-    }, {u}, {P()}, P());
-    EXPECT_TENSOR_NEAR(back, u, 0);
+    }, {u}, {P("x")}, P());
+    EXPECT_TENSOR_NEAR(back, usum, 1e-15);
     // Uneven all_to_all: uneven row blocks -> uneven column blocks, gathered back whole.
     Tensor sq = Rand({total, total}, 6);
     Tensor a2a = Run1(mesh, [sizes](const std::vector<Value>& v) -> std::vector<Value> {

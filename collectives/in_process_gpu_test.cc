@@ -50,37 +50,14 @@ std::vector<char> Input(int rank, DataType dt, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     const int x = static_cast<int>((rank * 37 + i * 11) % 7) - 3;
     char* p = v.data() + i * DataTypeSize(dt);
+    auto put = [p](auto value) { std::memcpy(p, &value, sizeof(value)); };
     switch (dt) {
-      case DataType::kF32: {
-        const float f = x;
-        std::memcpy(p, &f, 4);
-        break;
-      }
-      case DataType::kF64: {
-        const double d = x;
-        std::memcpy(p, &d, 8);
-        break;
-      }
-      case DataType::kBF16: {
-        const uint16_t h = internal::F32ToBF16(x);
-        std::memcpy(p, &h, 2);
-        break;
-      }
-      case DataType::kF16: {
-        const uint16_t h = internal::F32ToF16(x);
-        std::memcpy(p, &h, 2);
-        break;
-      }
-      case DataType::kI32: {
-        const int32_t k = x;
-        std::memcpy(p, &k, 4);
-        break;
-      }
-      case DataType::kI64: {
-        const int64_t k = x;
-        std::memcpy(p, &k, 8);
-        break;
-      }
+      case DataType::kF32: put(static_cast<float>(x)); break;
+      case DataType::kF64: put(static_cast<double>(x)); break;
+      case DataType::kBF16: put(internal::F32ToBF16(static_cast<float>(x))); break;
+      case DataType::kF16: put(internal::F32ToF16(static_cast<float>(x))); break;
+      case DataType::kI32: put(static_cast<int32_t>(x)); break;
+      case DataType::kI64: put(static_cast<int64_t>(x)); break;
     }
   }
   return v;

@@ -38,6 +38,8 @@ std::vector<T> RoundTrip(const std::vector<T>& in, size_t out_count,
   cudaMalloc(&d_in, std::max<size_t>(1, in.size()) * sizeof(T));
   cudaMalloc(&d_out, std::max<size_t>(1, out_count) * sizeof(T));
   cudaMemcpy(d_in, in.data(), in.size() * sizeof(T), cudaMemcpyHostToDevice);
+  // Garbage in the output, so an element an op fails to write (ppermute's zeros) cannot pass.
+  cudaMemset(d_out, 0xA5, std::max<size_t>(1, out_count) * sizeof(T));
   // A pageable host->device cudaMemcpy may return before its DMA lands, and the collectives
   // run on the communicator's non-blocking stream, which does not wait for the legacy stream.
   cudaDeviceSynchronize();

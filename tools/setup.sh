@@ -14,6 +14,7 @@ packages=(
   libopenblas-dev
   libgloo-dev
   nlohmann-json3-dev
+  python3  # tools/test_summary.py reads Bazel's test XML
 )
 
 missing=()

@@ -26,6 +26,11 @@ if [ $# -eq 0 ] && [ -d /usr/local/cuda ]; then
   cat "$log.nocuda" >> "$log"
 fi
 
+# The example workspace that depends on shardmap, as a user's would (full runs only).
+if [ $# -eq 0 ]; then
+  bash tools/test_example.sh || status=1
+fi
+
 passed=$(grep -cE '^//.* PASSED' "$log" || true)
 failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log" || true)
 skipped=$(grep -cE '^//.* SKIPPED' "$log" || true)

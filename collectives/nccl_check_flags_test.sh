@@ -14,7 +14,7 @@ expect() {  # expect CODE TEXT ARGS...
   fi
 }
 
-expect 0 "--timeout_s" --help
+expect 1 "Checks NCCL collectives" --help   # Abseil exits 1 after --help
 expect 2 "--count=0: must be between" --count=0
 expect 2 "--timeout_s=nan" --timeout_s=nan
 expect 2 "--timeout_s=1e+300" --timeout_s=1e300

@@ -15,7 +15,7 @@ expect() {  # expect CODE TEXT ARGS...: exit code CODE and TEXT in the output
   fi
 }
 
-expect 0 "--mesh" --help
+expect 1 "Trains a dp x tp Megatron MLP" --help   # Abseil exits 1 after --help
 expect 0 "PASS" --mesh=dp=3,tp=2 --batch=6 --d_model=5 --d_hidden=6 --steps=3 --precision=none
 expect 0 "PASS" --mesh=dp=1,tp=1 --batch=3 --d_model=4 --d_hidden=5 --steps=2 --precision=f32
 expect 2 "--mesh=dp=2,pp=2: axis 'pp'" --mesh=dp=2,pp=2

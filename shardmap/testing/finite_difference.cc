@@ -58,8 +58,8 @@ std::string Name(const ShardMap& f, size_t k) {
     if (IsFloating(inputs[k].dtype()) && inputs[k].dtype() != DType::kF64) {
       return ::testing::AssertionFailure()
              << Name(f, k) << " is " << DTypeName(inputs[k].dtype())
-             << ": finite differences need f64 inputs (convert with .To(DType::kF64) or build "
-                "them in f64)";
+             << ": finite differences need f64 inputs (Cast(x, DType::kF64), or build them in "
+                "f64)";
     }
   }
   absl::StatusOr<ShardMapGrads> g = value_and_grad(f)(inputs);
@@ -92,8 +92,8 @@ std::string Name(const ShardMap& f, size_t k) {
       const double tol = options.tolerance.atol + options.tolerance.rtol * std::fabs(fd);
       if (!(std::fabs(got - fd) <= tol)) {
         problems.push_back(absl::StrCat(
-            "mesh ", mesh, ": d loss / d ", Name(f, k), " at flat index ", i, " of ",
-            base.ShapeString(), ": value_and_grad ", got, ", finite difference ", fd,
+            "mesh ", mesh, ": d loss / d ", Name(f, k), " ", base.ShapeString(), " at ",
+            LocateElement(f.mesh(), f.in_specs()[k], base.shape(), i), ": value_and_grad ", got, ", finite difference ", fd,
             " |diff| ", std::fabs(got - fd), " > tol ", tol));
       }
     }

@@ -8,7 +8,7 @@
 //
 // Up to options.max_probes elements per input are probed (evenly spread, first and last
 // included), so the cost is 2 * max_probes forward runs per input. A failure names the mesh,
-// the input, the element, both derivatives and the tolerance. Inputs must be f64
+// the input, the element and the rank holding it, both derivatives and the tolerance. Inputs must be f64
 // (non-floating inputs are skipped); other dtypes are an error saying so.
 #ifndef SHARDMAP_SHARDMAP_TESTING_FINITE_DIFFERENCE_H_
 #define SHARDMAP_SHARDMAP_TESTING_FINITE_DIFFERENCE_H_

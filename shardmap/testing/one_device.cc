@@ -119,8 +119,7 @@ std::string MeshAxesToString(const MeshAxes& axes) {
 std::string CompareAssembled(const Mesh& mesh, const PartitionSpec& spec, const std::string& what,
                              const Tensor& got, const Tensor& want, const Tolerance& tol) {
   if (got.dtype() != want.dtype() || got.shape() != want.shape()) {
-    return absl::StrCat(what, ": got ", DTypeName(got.dtype()), got.ShapeString(), ", want ",
-                        DTypeName(want.dtype()), want.ShapeString());
+    return absl::StrCat(what, ": got ", got.ShapeString(), ", want ", want.ShapeString());
   }
   const Tensor g = got.To(Device::Cpu()), w = want.To(Device::Cpu());
   int64_t bad = 0, worst = -1;
@@ -133,13 +132,18 @@ std::string CompareAssembled(const Mesh& mesh, const PartitionSpec& spec, const 
     }
   }
   if (bad == 0) return "";
-  const std::vector<int64_t> idx = Unflatten(worst, g.shape());
   const double gv = g.at(worst), wv = w.at(worst);
   return absl::StrCat(what, ": ", bad, " of ", g.numel(), " elements differ; worst at ",
-                      IndexString(idx), " (", Holder(mesh, spec, g.shape(), idx), "): got ", gv,
+                      LocateElement(mesh, spec, g.shape(), worst), ": got ", gv,
                       " want ", wv, " |diff| ", std::fabs(gv - wv), " > tol ",
                       tol.atol + tol.rtol * std::fabs(wv), " (", DTypeName(g.dtype()), ": atol ",
                       tol.atol, " + rtol ", tol.rtol, " * |want|)");
+}
+
+std::string LocateElement(const Mesh& mesh, const PartitionSpec& spec, const Shape& shape,
+                          int64_t flat) {
+  const std::vector<int64_t> idx = Unflatten(flat, shape);
+  return absl::StrCat(IndexString(idx), " (", Holder(mesh, spec, shape, idx), ")");
 }
 
 ::testing::AssertionResult ShardedMatchesOneDevice(const ShardMapFactory& factory,

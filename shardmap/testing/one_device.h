@@ -86,6 +86,11 @@ struct OneDeviceOptions {
 std::string CompareAssembled(const Mesh& mesh, const PartitionSpec& spec, const std::string& what,
                              const Tensor& got, const Tensor& want, const Tolerance& tol);
 
+// Global element `flat` of a tensor of `shape` laid out per `spec` on `mesh`, and who holds it:
+// "[4,5] (rank 5 (dp=1,tp=2), local [4,1])".
+std::string LocateElement(const Mesh& mesh, const PartitionSpec& spec, const Shape& shape,
+                          int64_t flat);
+
 // "{dp:2,tp:3}"
 std::string MeshAxesToString(const MeshAxes& axes);
 

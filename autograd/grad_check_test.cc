@@ -319,11 +319,12 @@ TEST_P(GradCheckTest, CollectivesOverOneAxis) {
                              return all_gather(cols, 1, "a", sizes);
                            },
                            P(), {total, total}});
-    CheckCase(mesh(), Case{"uneven_all_gather_reduce_scatter", {Rand({total, 2}, 44)}, {P()},
+    CheckCase(mesh(), Case{"uneven_all_gather_reduce_scatter", {Rand({n, total, 2}, 44)},
+                           {P("a")},
                            [sizes](const std::vector<Value>& in) {
-                             // Local rows of an R value: reduce_scatter(convert R->P) gives the
-                             // uneven shard; gather it back.
-                             Value p = convert(in[0], "a", Convert::kRToP);
+                             // Every device contributes its own [total, 2] slab (P on a); the
+                             // uneven reduce_scatter sums them; gather the squares back.
+                             Value p = sum_partial(in[0], {0});
                              Value s = reduce_scatter(p, 0, "a", sizes);
                              return all_gather(s * s, 0, "a", sizes);
                            },
@@ -331,37 +332,58 @@ TEST_P(GradCheckTest, CollectivesOverOneAxis) {
   }
 }
 
-TEST_P(GradCheckTest, CollectivesOverSeveralAxes) {
-  if (!has_b()) GTEST_SKIP() << "needs two axes";
-  const int n = a() * b();
-  CheckCase(mesh(), Case{"all_gather_ab", {Rand({2 * n, 2}, 50)}, {P({"a", "b"})},
+// Over meshes with two and three axes (the single-axis meshes of GradCheckTest cannot run it).
+TEST(GradCheckSeveralAxesTest, CollectivesOverSeveralAxes) {
+  for (const MeshCase& mc : {MeshCase{{{"a", 2}, {"b", 3}}}, MeshCase{{{"a", 3}, {"b", 2}}},
+                             MeshCase{{{"a", 2}, {"b", 2}, {"c", 2}}}}) {
+    const Mesh mesh = *Mesh::Create(mc.axes);
+    const int a_size = mc.axes[0].second, b_size = mc.axes[1].second;
+    auto a = [&] { return a_size; };
+    auto b = [&] { return b_size; };
+    const int n = a() * b();
+    CheckCase(mesh, Case{"all_gather_ab",
+                         {Rand({2 * n, 2}, 50)},
+                         {P({"a", "b"})},
                          [](const std::vector<Value>& in) {
                            return all_gather(in[0], 0, {"a", "b"});
                          },
-                         P(), {2 * n, 2}});
-  CheckCase(mesh(), Case{"all_gather_minor_axis_only", {Rand({2 * n, 2}, 51)}, {P({"a", "b"})},
+                         P(),
+                         {2 * n, 2}});
+    CheckCase(mesh, Case{"all_gather_minor_axis_only",
+                         {Rand({2 * n, 2}, 51)},
+                         {P({"a", "b"})},
                          [](const std::vector<Value>& in) { return all_gather(in[0], 0, "b"); },
-                         P("a"), {2 * n, 2}});
-  CheckCase(mesh(), Case{"reduce_scatter_ab", {Rand({n, 3}, 52)}, {P({"a", "b"})},
-                         [n](const std::vector<Value>& in) {
-                           Value p = sum_partial(in[0], {0});             // [3], P on a,b
-                           Value rep = p.reshape({1, 3}) * Value::Replicated(Tensor::Ones({n, 1},
-                                                                             DType::kF64));
-                           return reduce_scatter(rep, 0, {"a", "b"});     // S0 on a,b
-                         },
-                         P({"a", "b"}), {n, 3}});
-  CheckCase(mesh(), Case{"all_reduce_ab", {Rand({n, 3}, 53)}, {P({"a", "b"})},
+                         P("a"),
+                         {2 * n, 2}});
+    CheckCase(
+        mesh,
+        Case{"reduce_scatter_ab",
+             {Rand({n, 3}, 52)},
+             {P({"a", "b"})},
+             [n](const std::vector<Value>& in) {
+               Value p = sum_partial(in[0], {0});  // [3], P on a,b
+               Value rep = p.reshape({1, 3}) * Value::Replicated(Tensor::Ones({n, 1}, DType::kF64));
+               return reduce_scatter(rep, 0, {"a", "b"});  // S0 on a,b
+             },
+             P({"a", "b"}),
+             {n, 3}});
+    CheckCase(mesh, Case{"all_reduce_ab",
+                         {Rand({n, 3}, 53)},
+                         {P({"a", "b"})},
                          [](const std::vector<Value>& in) {
                            return all_reduce(sum_partial(in[0], {0}), {"a", "b"});
                          },
-                         P(), {3}});
-  CheckCase(mesh(), Case{"2d_megatron_block", {Rand({2 * a(), 3}, 54), Rand({3, 2 * b()}, 55),
-                                               Rand({2 * b(), 3}, 56)},
+                         P(),
+                         {3}});
+    CheckCase(mesh, Case{"2d_megatron_block",
+                         {Rand({2 * a(), 3}, 54), Rand({3, 2 * b()}, 55), Rand({2 * b(), 3}, 56)},
                          {P("a"), P(None, "b"), P("b")},
                          [](const std::vector<Value>& in) {
                            return all_reduce(tanh(in[0].matmul(in[1])).matmul(in[2]), "b");
                          },
-                         P("a"), {2 * a(), 3}});
+                         P("a"),
+                         {2 * a(), 3}});
+  }
 }
 
 // ---- NN ops ---------------------------------------------------------------------------------

@@ -26,10 +26,16 @@ void Record(MlpTrace* trace, const char* name, const Value& v) {
   trace->types.emplace_back(name, v.ToString());
 }
 
+// NaN when any element is NaN (std::max would drop it and report 0); +inf for other mismatches
+// of infinities or shapes. Tests compare with tensor/testing/compare.h instead.
 double MaxAbsDiff(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape()) return INFINITY;
   double m = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::fabs(a.at(i) - b.at(i)));
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = a.at(i), y = b.at(i);
+    const double d = (std::isinf(x) && x == y) ? 0 : std::fabs(x - y);
+    if (!(d <= m)) m = d;  // NaN sticks
+  }
   return m;
 }
 
@@ -155,8 +161,12 @@ int CountCollectives(const Mesh& mesh, const std::vector<CollectiveRecord>& log,
 }
 
 double MaxParamDiff(const MlpParams& a, const MlpParams& b) {
-  return std::max({MaxAbsDiff(a.w1, b.w1), MaxAbsDiff(a.b1, b.b1), MaxAbsDiff(a.w2, b.w2),
-                   MaxAbsDiff(a.b2, b.b2)});
+  double m = 0;
+  for (double d : {MaxAbsDiff(a.w1, b.w1), MaxAbsDiff(a.b1, b.b1), MaxAbsDiff(a.w2, b.w2),
+                   MaxAbsDiff(a.b2, b.b2)}) {
+    if (!(d <= m)) m = d;  // NaN sticks
+  }
+  return m;
 }
 
 }  // namespace shardmap

@@ -92,7 +92,8 @@ std::string SummarizeCollectives(const Mesh& mesh, const std::vector<CollectiveR
 int CountCollectives(const Mesh& mesh, const std::vector<CollectiveRecord>& log,
                      const std::string& op, const std::string& axes, bool backward);
 
-// Largest |a - b| over the four weights.
+// Largest |a - b| over the four weights, for the demo's printout; NaN if any weight is NaN.
+// Tests use ParamsNear (models/params_near.h).
 double MaxParamDiff(const MlpParams& a, const MlpParams& b);
 
 }  // namespace shardmap

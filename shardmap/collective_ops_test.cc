@@ -44,7 +44,7 @@ TEST(CollectiveOpsTest, ForwardMatchesWholeTensorReference) {
     Tensor g = Run1(mesh, [](const std::vector<Value>& v) -> std::vector<Value> {
       return {all_gather(v[0], 0, "x")};
     }, {a}, {P("x")}, P());
-    EXPECT_TRUE(testing::BitwiseEqual(g, a));
+    EXPECT_TRUE(testing::TensorsBitwiseEqual(g, a));
     // max/min over devices of their shards == max/min over the row blocks.
     Tensor b = Rand({n, 4}, 2);
     Tensor mx = Run1(mesh, [](const std::vector<Value>& v) -> std::vector<Value> {
@@ -60,20 +60,20 @@ TEST(CollectiveOpsTest, ForwardMatchesWholeTensorReference) {
     Tensor t = Run1(mesh, [](const std::vector<Value>& v) -> std::vector<Value> {
       return {all_to_all(v[0], 1, 0, "x")};
     }, {c}, {P("x")}, P(None, "x"));
-    EXPECT_TRUE(testing::BitwiseEqual(t, c));
+    EXPECT_TRUE(testing::TensorsBitwiseEqual(t, c));
     // ppermute by one: block i moves to i+1.
     std::vector<std::pair<int, int>> ring;
     for (int i = 0; i < n; ++i) ring.push_back({i, (i + 1) % n});
     Tensor pr = Run1(mesh, [ring](const std::vector<Value>& v) -> std::vector<Value> {
       return {ppermute(v[0], "x", ring)};
     }, {b}, {P("x")}, P("x"));
-    EXPECT_TRUE(testing::BitwiseEqual(Slice(pr, 0, 1, n - 1), Slice(b, 0, 0, n - 1)));
-    EXPECT_TRUE(testing::BitwiseEqual(Slice(pr, 0, 0, 1), Slice(b, 0, n - 1, 1)));
+    EXPECT_TRUE(testing::TensorsBitwiseEqual(Slice(pr, 0, 1, n - 1), Slice(b, 0, 0, n - 1)));
+    EXPECT_TRUE(testing::TensorsBitwiseEqual(Slice(pr, 0, 0, 1), Slice(b, 0, n - 1, 1)));
     // broadcast from root 1 == block 1.
     Tensor bc = Run1(mesh, [](const std::vector<Value>& v) -> std::vector<Value> {
       return {broadcast(v[0], "x", 1)};
     }, {b}, {P("x")}, P());
-    EXPECT_TRUE(testing::BitwiseEqual(bc, Slice(b, 0, 1, 1)));
+    EXPECT_TRUE(testing::TensorsBitwiseEqual(bc, Slice(b, 0, 1, 1)));
     // convert(R->P) summed at the boundary == the value once (not n times).
     Tensor once = Run1(mesh, [](const std::vector<Value>& v) -> std::vector<Value> {
       return {convert(v[0], "x", Convert::kRToP)};
@@ -83,12 +83,19 @@ TEST(CollectiveOpsTest, ForwardMatchesWholeTensorReference) {
     std::vector<int64_t> sizes;
     int64_t total = 0;
     for (int i = 0; i < n; ++i) sizes.push_back(i % 2 + 1), total += i % 2 + 1;
-    Tensor u = Rand({total, 2}, 4);
-    Tensor back = Run1(mesh, [sizes](const std::vector<Value>& v) -> std::vector<Value> {
-      Value sh = reduce_scatter(convert(v[0], "x", Convert::kRToP), 0, "x", sizes);
+    // Every rank contributes its own [total, 2] slab (the S0 block of u, summed over its one
+    // row: P on x); rank i must hold rows [start_i, start_i + sizes[i]) of the sum of all slabs.
+    Tensor u = Rand({n, total, 2}, 4);
+    const Tensor usum = Sum(u, {0});
+    Tensor back = Run1(mesh, [sizes, usum](const std::vector<Value>& v) -> std::vector<Value> {
+      Value sh = reduce_scatter(sum_partial(v[0], {0}), 0, "x", sizes);
+      const int me = axis_index("x");
+      int64_t start = 0;
+      for (int k = 0; k < me; ++k) start += sizes[k];
+      EXPECT_TENSOR_NEAR(sh.tensor, Slice(usum, 0, start, sizes[me]), 1e-15);
       return {all_gather(sh, 0, "x", sizes)};
-    }, {u}, {P()}, P());
-    EXPECT_TENSOR_NEAR(back, u, 0);
+    }, {u}, {P("x")}, P());
+    EXPECT_TENSOR_NEAR(back, usum, 1e-15);
     // Uneven all_to_all: uneven row blocks -> uneven column blocks, gathered back whole.
     Tensor sq = Rand({total, total}, 6);
     Tensor a2a = Run1(mesh, [sizes](const std::vector<Value>& v) -> std::vector<Value> {
@@ -101,7 +108,7 @@ TEST(CollectiveOpsTest, ForwardMatchesWholeTensorReference) {
       EXPECT_EQ(cols.dim(1), sizes[me]);
       return {all_gather(cols, 1, "x", sizes)};
     }, {sq}, {P()}, P());
-    EXPECT_TRUE(testing::BitwiseEqual(a2a, sq));
+    EXPECT_TRUE(testing::TensorsBitwiseEqual(a2a, sq));
   }
 }
 
@@ -111,14 +118,14 @@ TEST(CollectiveOpsTest, SeveralAxesFollowMeshOrder) {
   Tensor g = Run1(mesh, [](const std::vector<Value>& v) -> std::vector<Value> {
     return {all_gather(v[0], 0, {"dp", "tp"})};
   }, {a}, {P({"dp", "tp"})}, P());
-  EXPECT_TRUE(testing::BitwiseEqual(g, a));
+  EXPECT_TRUE(testing::TensorsBitwiseEqual(g, a));
   // Gathering the minor axis only keeps S0 on the major one.
   Tensor h = Run1(mesh, [](const std::vector<Value>& v) -> std::vector<Value> {
     Value r = all_gather(v[0], 0, "tp");
     EXPECT_EQ(r.type.ToString({"dp", "tp"}), "{dp:S0,tp:R}");
     return {r};
   }, {a}, {P({"dp", "tp"})}, P("dp"));
-  EXPECT_TRUE(testing::BitwiseEqual(h, a));
+  EXPECT_TRUE(testing::TensorsBitwiseEqual(h, a));
   // Gathering the major axis only: the minor one loses its S (blocks are not contiguous).
   absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {
     Value v(ShardOf(a, mesh, P({"dp", "tp"}), ctx.rank()), P({"dp", "tp"}).InputType(mesh));

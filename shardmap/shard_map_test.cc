@@ -2,6 +2,9 @@
 // view, the runtime replication check and error propagation.
 #include "shardmap/shard_map.h"
 
+#include <atomic>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "shardmap/collective_ops.h"
@@ -22,23 +25,70 @@ ShardFn Identity() {
   return [](const std::vector<Value>& v) -> std::vector<Value> { return v; };
 }
 
-TEST(ShardMapTest, SplitsAndAssemblesPerSpecs) {
+// a[i, j] = 100 i + j, so every element names its own position.
+Tensor Positions(int64_t rows, int64_t cols) {
+  return Tensor::Arange(rows * cols, DType::kF64).Reshape({rows, cols});
+}
+
+// The block with rows [r0, r0+rows) and cols [c0, c0+cols) of Positions, written out by hand.
+Tensor PositionBlock(int64_t r0, int64_t rows, int64_t c0, int64_t cols, int64_t width) {
+  std::vector<double> v;
+  for (int64_t i = r0; i < r0 + rows; ++i) {
+    for (int64_t j = c0; j < c0 + cols; ++j) v.push_back(static_cast<double>(i * width + j));
+  }
+  return Tensor::FromVector<double>({rows, cols}, v);
+}
+
+TEST(ShardMapTest, SplitsIntoTheHandComputedBlocks) {
   Mesh mesh = *Mesh::Create({{"dp", 2}, {"tp", 3}});
-  Tensor a = Rand({4, 9}, 1), b = Rand({5}, 2);
+  const Tensor a = Positions(4, 9), b = Rand({5}, 2);
   std::vector<PartitionSpec> specs = {P("dp", "tp"), P()};
-  absl::StatusOr<std::vector<Tensor>> out = shard_map(Identity(), mesh, specs, specs)({a, b});
-  ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_TRUE(testing::BitwiseEqual((*out)[0], a));
-  EXPECT_TRUE(testing::BitwiseEqual((*out)[1], b));
-  // Local shapes and types seen by the function.
+  std::atomic<int> checked{0};
   absl::StatusOr<std::vector<Tensor>> r = shard_map(
-      [](const std::vector<Value>& v) -> std::vector<Value> {
+      [&](const std::vector<Value>& v) -> std::vector<Value> {
+        const RankContext& ctx = *RankContext::Current();
+        const int d = ctx.coord(0), t = ctx.coord(1);
         EXPECT_EQ(v[0].ToString(), "f64[2,3]{dp:S0,tp:S1}");
+        EXPECT_TENSOR_EQ(v[0].tensor, PositionBlock(2 * d, 2, 3 * t, 3, 9));
         EXPECT_EQ(v[1].ToString(), "f64[5]{dp:R,tp:R}");
+        EXPECT_TENSOR_EQ(v[1].tensor, b);
+        ++checked;
         return {};
       },
       mesh, specs, {})({a, b});
-  EXPECT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(checked, 6);
+}
+
+TEST(ShardMapTest, AssemblesPerRankBlocksIntoTheHandComputedGlobal) {
+  // Each rank returns values made from its own coordinates (not from its inputs, so a split error
+  // cannot cancel an assembly error): S axes place blocks, R axes take index 0, P axes sum.
+  Mesh mesh = *Mesh::Create({{"dp", 2}, {"tp", 3}});
+  SpmdType s0s1(2), rs1(2), pp(2, AxisType::P());
+  s0s1[0] = AxisType::Sharded(0);
+  s0s1[1] = AxisType::Sharded(1);
+  rs1[1] = AxisType::Sharded(1);
+  absl::StatusOr<std::vector<Tensor>> r = shard_map(
+      [&](const std::vector<Value>&) -> std::vector<Value> {
+        const RankContext& ctx = *RankContext::Current();
+        const double id = 10 * ctx.coord(0) + ctx.coord(1);
+        return {Value(Tensor::Full({2, 3}, id, DType::kF64), s0s1),
+                Value(Tensor::Full({2, 3}, id, DType::kF64), rs1),
+                Value(Tensor::Full({2}, id + 1, DType::kF64), pp)};
+      },
+      mesh, {}, {P("dp", "tp"), P(None, "tp"), P().Unreduced({"dp", "tp"})})({});
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<double> blocks, first_dp;
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 9; ++j) blocks.push_back(10 * (i / 2) + j / 3);
+  }
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 9; ++j) first_dp.push_back(j / 3);  // dp index 0's block
+  }
+  EXPECT_TENSOR_EQ((*r)[0], Tensor::FromVector<double>({4, 9}, blocks));
+  EXPECT_TENSOR_EQ((*r)[1], Tensor::FromVector<double>({2, 9}, first_dp));
+  // sum over dp in {0,1}, tp in {0,1,2} of (10 dp + tp + 1) = 3 * 10 + 2 * (1 + 2 + 3) = 42.
+  EXPECT_TENSOR_EQ((*r)[2], Tensor::FromVector<double>({2}, {42, 42}));
 }
 
 TEST(ShardMapTest, InputErrors) {
@@ -149,13 +199,30 @@ TEST(ShardMapTest, VisualizeSharding) {
 }
 
 TEST(ShardMapTest, ErasedModeSkipsOutputChecks) {
-  Mesh mesh = *Mesh::Create({{"tp", 2}});
+  // A row-parallel matmul leaves P on tp; the out_spec claims replication. Checked mode rejects
+  // it; erased mode assembles from the spec alone (tp taken from index 0: the partial product of
+  // the first two columns of x with the first two rows of w, on each dp block).
+  Mesh mesh = *Mesh::Create({{"dp", 2}, {"tp", 2}});
+  const Tensor x = Rand({4, 4}, 3), w = Rand({4, 3}, 4);
+  ShardFn row_parallel = [](const std::vector<Value>& v) -> std::vector<Value> {
+    return {v[0].matmul(v[1])};
+  };
+  const std::vector<PartitionSpec> ins = {P("dp", "tp"), P("tp", None)};
+  absl::StatusOr<std::vector<Tensor>> checked = shard_map(row_parallel, mesh, ins, {P("dp")})({x, w});
+  EXPECT_THAT(checked.status().message(), HasSubstr("pending sum (P)"));
+
   ShardMapOptions opts;
   opts.check = TypeCheck::kErased;
-  absl::StatusOr<std::vector<Tensor>> r = shard_map(
-      [](const std::vector<Value>& v) -> std::vector<Value> { return {v[0] + v[1]}; }, mesh,
-      {P("tp"), P()}, {P("tp")}, opts)({Rand({4, 2}, 7), Rand({2}, 8)});
-  EXPECT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<std::vector<Tensor>> r =
+      shard_map(row_parallel, mesh, ins, {P("dp")}, opts)({x, w});
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<double> want(4 * 3, 0.0);
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      for (int k = 0; k < 2; ++k) want[i * 3 + j] += x.at(i * 4 + k) * w.at(k * 3 + j);
+    }
+  }
+  EXPECT_TENSOR_NEAR((*r)[0], Tensor::FromVector<double>({4, 3}, want), 1e-15);
 }
 
 }  // namespace

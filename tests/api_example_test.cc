@@ -29,7 +29,7 @@ TEST(ApiExampleTest, MegatronMlpForwardAndBackward) {
   absl::StatusOr<ShardMapGrads> r = value_and_grad(f)({x, w1, w2});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->grads[1].ShapeString(), "f64[5,6]");
-  EXPECT_TRUE(shardmap::testing::BitwiseEqual(r->outputs[1], (*out)[1]));
+  EXPECT_TRUE(shardmap::testing::TensorsBitwiseEqual(r->outputs[1], (*out)[1]));
   // Against the unsharded program on one device.
   SingleRankContext one{Mesh()};
   ValueAndGrad ref = value_and_grad(

@@ -18,7 +18,7 @@
 namespace shardmap {
 namespace {
 
-using gpu_testing::RelDiff;
+using gpu_testing::NearReference;
 using gpu_testing::UniformHost;
 
 struct Model {
@@ -107,11 +107,12 @@ TEST(GpuGraphStepTest, ValueAndGradStepReplayedEqualsEager) {
     TrainStep(eager, kLr);
     cuda::CopyInto(batch, graphed.x);  // new input into the captured input tensor
     ASSERT_TRUE(graph.Replay().ok());
-    EXPECT_LE(RelDiff(graphed.loss, eager.loss), 1e-5) << "step " << i;
+    EXPECT_TRUE(NearReference(graphed.loss, eager.loss, 1e-5)) << "step " << i;
     (i == 0 ? first : last) = eager.loss.To(Device::Cpu()).item();
   }
   for (size_t k = 0; k < eager.params.size(); ++k) {
-    EXPECT_LE(RelDiff(graphed.params[k].tensor, eager.params[k].tensor), 1e-5) << "param " << k;
+    EXPECT_TRUE(NearReference(graphed.params[k].tensor, eager.params[k].tensor, 1e-5))
+        << "param " << k;
   }
   EXPECT_GT(first, 0.0);
   EXPECT_GT(last, 0.0);
@@ -134,12 +135,13 @@ TEST(GpuGraphStepTest, SingleRankMegatronStepOnGpu) {
     TrainStep(cpu, 0.1, true);
     TrainStep(eager, 0.1, true);
     ASSERT_TRUE(graph.Replay().ok());
-    EXPECT_LE(RelDiff(eager.loss, cpu.loss), 1e-4) << "step " << i;
-    EXPECT_LE(RelDiff(graphed.loss, eager.loss), 1e-5) << "step " << i;
+    EXPECT_TRUE(NearReference(eager.loss, cpu.loss, 1e-4)) << "step " << i;
+    EXPECT_TRUE(NearReference(graphed.loss, eager.loss, 1e-5)) << "step " << i;
   }
   for (size_t k = 0; k < cpu.params.size(); ++k) {
-    EXPECT_LE(RelDiff(eager.params[k].tensor, cpu.params[k].tensor), 1e-4) << "param " << k;
-    EXPECT_LE(RelDiff(graphed.params[k].tensor, eager.params[k].tensor), 1e-5) << "param " << k;
+    EXPECT_TRUE(NearReference(eager.params[k].tensor, cpu.params[k].tensor, 1e-4)) << "param " << k;
+    EXPECT_TRUE(NearReference(graphed.params[k].tensor, eager.params[k].tensor, 1e-5))
+        << "param " << k;
   }
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gtest/gtest.h"
 #include "autograd/value_and_grad.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/context.h"
@@ -20,6 +21,7 @@
 #include "shardmap/shard_map.h"
 #include "tensor/ops/shape_ops.h"
 #include "tensor/tensor.h"
+#include "tensor/testing/compare.h"
 
 namespace shardmap::gpu_testing {
 
@@ -84,17 +86,24 @@ inline absl::StatusOr<ShardMapGrads> RunMlpStep(const Mesh& mesh, const std::vec
   return value_and_grad(f)(in);
 }
 
-// max |a - b| / max |b| (b the reference), over f32 copies.
+// max |a - b| / max |b| (b the reference), values compared across dtypes; +inf when the NaN/inf
+// patterns or shapes differ (tensor/testing/compare.h's MaxAbsDiff). For checks outside gtest.
 inline double RelDiff(const Tensor& a, const Tensor& b) {
-  std::vector<double> x = a.To(Device::Cpu()).ToVector<double>();
-  std::vector<double> y = b.To(Device::Cpu()).ToVector<double>();
-  if (x.size() != y.size()) return INFINITY;
-  double m = 0, scale = 1e-12;
-  for (size_t i = 0; i < x.size(); ++i) {
-    m = std::max(m, std::fabs(x[i] - y[i]));
-    scale = std::max(scale, std::fabs(y[i]));
+  const Tensor y = b.To(Device::Cpu());
+  double scale = 1e-12;
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    if (std::isfinite(y.at(i))) scale = std::max(scale, std::fabs(y.at(i)));
   }
-  return m / scale;
+  return testing::MaxAbsDiff(a, y) / scale;
+}
+
+// got within rel * max|want| of the reference want (tensor/testing/compare.h's
+// TensorsNearScaled); a bf16 result is widened exactly to want's dtype first.
+inline ::testing::AssertionResult NearReference(const Tensor& got, const Tensor& want,
+                                                double rel) {
+  const Tensor host = got.To(Device::Cpu());
+  return testing::TensorsNearScaled(
+      host.dtype() == want.dtype() ? host : Cast(host, want.dtype()), want, rel);
 }
 
 }  // namespace shardmap::gpu_testing

@@ -23,6 +23,7 @@
 #include "models/mixed_precision.h"
 #include "models/optimizer.h"
 #include "models/parallel_mlp.h"
+#include "models/params_near.h"
 #include "shardmap/mesh.h"
 #include "tests/test_util.h"
 
@@ -38,15 +39,16 @@ MlpConfig Config() {
   return c;
 }
 
-double MaxAbs(const Tensor& t) {
-  double m = 0;
-  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(t.at(i)));
-  return m;
+// max |a - b| / max |b|, for the printout; the checks use TensorsNearScaled.
+double RelErr(const Tensor& a, const Tensor& b) {
+  double scale = 1e-30;
+  for (int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, std::fabs(b.at(i)));
+  return testing::MaxAbsDiff(a, b) / scale;
 }
 
-// max |a - b| / max |b|.
-double RelErr(const Tensor& a, const Tensor& b) {
-  return testing::MaxAbsDiff(a, b) / std::max(MaxAbs(b), 1e-30);
+// A deep copy: `MlpParams before = p` would share storage with p and follow its updates.
+MlpParams Snapshot(const MlpParams& p) {
+  return {p.w1.Clone(), p.b1.Clone(), p.w2.Clone(), p.b2.Clone()};
 }
 
 std::vector<std::pair<int, int>> Meshes() {
@@ -86,8 +88,9 @@ TEST_P(MixedMeshTest, Bf16StepMatchesF32StepWithinBf16Tolerance) {
     SCOPED_TRACE(gb[k].name);
     EXPECT_EQ(gb[k].tensor.dtype(), DType::kF32) << "master gradients are f32";
     EXPECT_EQ(gb[k].tensor.shape(), gf[k].tensor.shape());
-    EXPECT_LE(RelErr(gb[k].tensor, gf[k].tensor), 1.5e-2);  // ~2 bf16 ulps; seen <= 9.7e-3
-    EXPECT_GT(RelErr(gb[k].tensor, gf[k].tensor), 0) << "bf16 compute changes the numbers";
+    EXPECT_TRUE(testing::TensorsNearScaled(gb[k].tensor, gf[k].tensor, 1.5e-2));  // ~2 bf16 ulps; seen <= 9.7e-3
+    EXPECT_FALSE(testing::TensorsBitwiseEqual(gb[k].tensor, gf[k].tensor))
+        << "bf16 compute changes the numbers";
   }
   // The master weights were not touched (and are still f32).
   for (const NamedTensor& t : MlpNamed(p)) EXPECT_EQ(t.tensor.dtype(), DType::kF32);
@@ -98,8 +101,8 @@ TEST_P(MixedMeshTest, Bf16StepMatchesF32StepWithinBf16Tolerance) {
   ReferenceStep ref = ReferenceTrainStep(p, batch);
   EXPECT_NEAR(f32->loss, sm->loss, 1e-6 * std::fabs(sm->loss));
   EXPECT_NEAR(f32->loss, ref.loss, 1e-6 * std::fabs(ref.loss));
-  EXPECT_LE(MaxParamDiff(f32->grads, sm->grads), 1e-6);
-  EXPECT_LE(MaxParamDiff(f32->grads, ref.grads), 1e-6);
+  EXPECT_TRUE(testing::ParamsNear(f32->grads, sm->grads, 1e-6));
+  EXPECT_TRUE(testing::ParamsNear(f32->grads, ref.grads, 1e-6));
 }
 
 TEST(MixedStepTest, ErasedTypesGiveBitwiseTheSameBf16Step) {
@@ -115,7 +118,7 @@ TEST(MixedStepTest, ErasedTypesGiveBitwiseTheSameBf16Step) {
     ASSERT_TRUE(a.ok()) << a.status();
     ASSERT_TRUE(b.ok()) << b.status();
     EXPECT_EQ(a->loss, b->loss);
-    EXPECT_EQ(MaxParamDiff(a->grads, b->grads), 0);
+    EXPECT_TRUE(testing::ParamsNear(a->grads, b->grads, 0));
     EXPECT_EQ(a->log.size(), b->log.size());
   }
 }
@@ -177,7 +180,7 @@ TEST_P(MixedMeshTest, Bf16AdamWLossCurveTracksF32AndDecreases) {
   // Mostly monotone: AdamW at this lr never jumps up by more than 1%.
   for (int s = 1; s < kSteps; ++s) EXPECT_LT(b[s], b[s - 1] * 1.01) << "step " << s;
   // The weights themselves stay close.
-  EXPECT_LE(RelErr(finals[1].w1, finals[0].w1), 2e-2);
+  EXPECT_TRUE(testing::TensorsNearScaled(finals[1].w1, finals[0].w1, 2e-2));
 }
 
 // ---- (d) f16 loss scaling ----------------------------------------------------------------
@@ -185,7 +188,7 @@ TEST_P(MixedMeshTest, Bf16AdamWLossCurveTracksF32AndDecreases) {
 TEST_P(MixedMeshTest, F16InjectedOverflowSkipsTheStepAndHalvesTheScale) {
   MlpConfig cfg = Config();
   MlpParams p = InitMlp(cfg);
-  const MlpParams before = p;
+  const MlpParams before = Snapshot(p);
   MlpBatch batch = SyntheticBatch(cfg);
   batch.x = batch.x.Clone();
   batch.x.data<float>()[5] = 1e5f;  // beyond f16's 65504: inf after the cast to compute
@@ -199,7 +202,8 @@ TEST_P(MixedMeshTest, F16InjectedOverflowSkipsTheStepAndHalvesTheScale) {
   EXPECT_EQ(scaler.scale(), 512);
   EXPECT_EQ(scaler.skipped_steps(), 1);
   EXPECT_EQ(opt.steps(), 0);
-  EXPECT_EQ(MaxParamDiff(p, before), 0) << "a skipped step leaves the master weights alone";
+  EXPECT_TRUE(testing::ParamsNear(p, before, 0))
+      << "a skipped step leaves the master weights alone";
 
   // The clean batch: steps go through, and the scale grows after growth_interval good steps.
   absl::StatusOr<TrainLog> clean =
@@ -297,7 +301,7 @@ TEST_P(MixedMeshTest, CollectivesCarryBf16ActivationsAndF32Gradients) {
   }
   // In-process all-reduce sums bf16 in f32 and rounds once: sending f32 gives the same bits.
   EXPECT_EQ(steps[1].loss, steps[2].loss);
-  EXPECT_EQ(MaxParamDiff(steps[1].grads, steps[2].grads), 0);
+  EXPECT_TRUE(testing::ParamsNear(steps[1].grads, steps[2].grads, 0));
 }
 
 TEST(MixedCollectivesTest, SummaryNamesGroupsAndBytes) {

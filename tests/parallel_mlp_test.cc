@@ -54,10 +54,10 @@ void ExpectMatches(const ShardMapGrads& got, const Reference& ref) {
 
 void ExpectBitwiseSame(const ShardMapGrads& a, const ShardMapGrads& b) {
   for (size_t k = 0; k < a.outputs.size(); ++k) {
-    EXPECT_TRUE(testing::BitwiseEqual(a.outputs[k], b.outputs[k])) << "output " << k;
+    EXPECT_TRUE(testing::TensorsBitwiseEqual(a.outputs[k], b.outputs[k])) << "output " << k;
   }
   for (size_t k = 0; k < a.grads.size(); ++k) {
-    EXPECT_TRUE(testing::BitwiseEqual(a.grads[k], b.grads[k])) << "grad " << k;
+    EXPECT_TRUE(testing::TensorsBitwiseEqual(a.grads[k], b.grads[k])) << "grad " << k;
   }
 }
 
@@ -98,7 +98,7 @@ TEST_P(MegatronTest, MatchesUnshardedWithOneAllReducePerLayerEachWay) {
   // Forward-only call agrees with the differentiable one.
   absl::StatusOr<std::vector<Tensor>> fwd = f(in);
   ASSERT_TRUE(fwd.ok()) << fwd.status();
-  EXPECT_TRUE(testing::BitwiseEqual((*fwd)[1], got->outputs[1]));
+  EXPECT_TRUE(testing::TensorsBitwiseEqual((*fwd)[1], got->outputs[1]));
 
   // Erased types: bitwise the same numbers.
   ShardMapOptions erased = opts;

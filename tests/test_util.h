@@ -1,4 +1,5 @@
-// Small helpers for the shardmap tests: deterministic random tensors and comparisons.
+// Small helpers for the shardmap tests: deterministic random tensors, plus the repo's one tensor
+// comparison (tensor/testing/compare.h).
 #ifndef SHARDMAP_TESTS_TEST_UTIL_H_
 #define SHARDMAP_TESTS_TEST_UTIL_H_
 
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tensor/tensor.h"
+#include "tensor/testing/compare.h"  // TensorsNear, EXPECT_TENSOR_NEAR, ...
 
 namespace shardmap::testing {
 
@@ -29,25 +31,6 @@ inline Tensor Rand(std::vector<int64_t> shape, uint64_t seed, DType dtype = DTyp
   std::vector<float> f(v.begin(), v.end());
   return Tensor::FromVector<float>(absl::Span<const int64_t>(shape), f);
 }
-
-inline double MaxAbsDiff(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape()) return INFINITY;
-  double m = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::fabs(a.at(i) - b.at(i)));
-  return m;
-}
-
-inline bool BitwiseEqual(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    if (a.at(i) != b.at(i)) return false;
-  }
-  return true;
-}
-
-#define EXPECT_TENSOR_NEAR(a, b, tol)                                                     \
-  EXPECT_LE(::shardmap::testing::MaxAbsDiff((a), (b)), (tol))                             \
-      << "shapes " << (a).ShapeString() << " vs " << (b).ShapeString()
 
 }  // namespace shardmap::testing
 

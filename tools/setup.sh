@@ -12,6 +12,7 @@ packages=(
   googletest libgtest-dev libgmock-dev
   libbenchmark-dev
   libopenblas-dev
+  python3  # tools/test_summary.py reads Bazel's test XML
 )
 
 missing=()

@@ -1,6 +1,5 @@
 #include "shardmap/testing/one_device.h"
 
-#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -10,20 +9,10 @@
 #include "absl/strings/str_join.h"
 #include "autograd/value_and_grad.h"
 #include "shardmap/testing/placement.h"
+#include "tensor/testing/compare.h"
 
 namespace shardmap::testing {
 namespace {
-
-// How far got[i] is from want[i], in units of the tolerance (> 1: a mismatch). NaN matches only
-// NaN and an infinity only itself; any other pairing with a non-finite value is infinitely far.
-double Excess(double got, double want, const Tolerance& tol) {
-  if (std::isnan(got) || std::isnan(want)) return std::isnan(got) && std::isnan(want) ? 0 : INFINITY;
-  if (std::isinf(got) || std::isinf(want)) return got == want ? 0 : INFINITY;
-  const double allowed = tol.atol + tol.rtol * std::fabs(want);
-  const double diff = std::fabs(got - want);
-  if (diff == 0) return 0;
-  return allowed > 0 ? diff / allowed : INFINITY;
-}
 
 std::vector<int64_t> Unflatten(int64_t flat, const Shape& shape) {
   std::vector<int64_t> idx(shape.size());
@@ -118,26 +107,26 @@ std::string MeshAxesToString(const MeshAxes& axes) {
 
 std::string CompareAssembled(const Mesh& mesh, const PartitionSpec& spec, const std::string& what,
                              const Tensor& got, const Tensor& want, const Tolerance& tol) {
-  if (got.dtype() != want.dtype() || got.shape() != want.shape()) {
-    return absl::StrCat(what, ": got ", got.ShapeString(), ", want ", want.ShapeString());
-  }
+  ::testing::AssertionResult near = TensorsNear(got, want, tol.atol, tol.rtol);
+  if (near) return "";
+  std::string out = absl::StrCat(what, ": ", near.message());
+  if (got.dtype() != want.dtype() || got.shape() != want.shape()) return out;
+  // The element TensorsNear calls the worst (the largest difference among those out of
+  // tolerance), compared one by one with the same rules, to say which rank holds it.
   const Tensor g = got.To(Device::Cpu()), w = want.To(Device::Cpu());
-  int64_t bad = 0, worst = -1;
-  double worst_excess = 1;
+  int64_t worst = -1;
+  double worst_diff = -1;
   for (int64_t i = 0; i < g.numel(); ++i) {
-    const double e = Excess(g.at(i), w.at(i), tol);
-    if (e > 1) {
-      ++bad;
-      if (worst < 0 || e > worst_excess) worst = i, worst_excess = e;
-    }
+    const Tensor gi = g.SliceFlat(i), wi = w.SliceFlat(i);
+    if (TensorsNear(gi, wi, tol.atol, tol.rtol)) continue;
+    const double d = MaxAbsDiff(gi, wi);
+    if (d > worst_diff) worst_diff = d, worst = i;
   }
-  if (bad == 0) return "";
-  const double gv = g.at(worst), wv = w.at(worst);
-  return absl::StrCat(what, ": ", bad, " of ", g.numel(), " elements differ; worst at ",
-                      LocateElement(mesh, spec, g.shape(), worst), ": got ", gv,
-                      " want ", wv, " |diff| ", std::fabs(gv - wv), " > tol ",
-                      tol.atol + tol.rtol * std::fabs(wv), " (", DTypeName(g.dtype()), ": atol ",
-                      tol.atol, " + rtol ", tol.rtol, " * |want|)");
+  if (worst >= 0) {
+    absl::StrAppend(&out, "; that element is ", LocateElement(mesh, spec, g.shape(), worst));
+  }
+  absl::StrAppend(&out, " (", DTypeName(g.dtype()), " tolerance)");
+  return out;
 }
 
 std::string LocateElement(const Mesh& mesh, const PartitionSpec& spec, const Shape& shape,

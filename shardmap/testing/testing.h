@@ -11,6 +11,9 @@
 //   rejection.h          RejectedWith: a program fails with a message containing given text,
 //                        within a bounded wait (a hang fails the test)
 //   placement.h          TestPlacement: CPU ranks, or GPU ranks in shardmap_cc_test's gpu variant
+//   tensor/testing/compare.h  (re-exported) TensorsNear, TensorsBitwiseEqual, MaxAbsDiff,
+//                        EXPECT_TENSOR_NEAR / ASSERT_TENSOR_NEAR / EXPECT_TENSOR_EQ: whole-tensor
+//                        comparisons with exact NaN/inf semantics
 //
 // Build rule (shardmap/testing/defs.bzl):
 //
@@ -27,5 +30,6 @@
 #include "shardmap/testing/one_device.h"
 #include "shardmap/testing/placement.h"
 #include "shardmap/testing/rejection.h"
+#include "tensor/testing/compare.h"
 
 #endif  // SHARDMAP_SHARDMAP_TESTING_TESTING_H_

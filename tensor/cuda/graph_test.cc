@@ -14,6 +14,7 @@
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/reduce.h"
 #include "tensor/tensor.h"
+#include "tensor/testing/compare.h"
 
 namespace shardmap::cuda {
 namespace {
@@ -66,17 +67,6 @@ void Step(Mlp& m, double lr) {
   AddInPlace(m.b2, MulScalar(gb2, -lr));
 }
 
-double MaxRelDiff(const Tensor& a, const Tensor& b) {
-  std::vector<double> x = a.ToVector<double>(), y = b.ToVector<double>();
-  EXPECT_EQ(x.size(), y.size());
-  double m = 0, scale = 1e-6;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-    m = std::max(m, std::fabs(x[i] - y[i]));
-    scale = std::max(scale, std::fabs(y[i]));
-  }
-  return m / scale;
-}
-
 TEST(CudaGraphTest, WithoutGpuCaptureAndReplayNameTheReason) {
   if (Available()) GTEST_SKIP() << "a GPU is present; this checks the no-GPU error";
   CudaGraph g(0);
@@ -124,17 +114,17 @@ TEST(CudaGraphTest, MlpStepReplayedEqualsEagerSteps) {
   EXPECT_GT(graph.num_nodes(), 10);
   // Capture records; it does not run: the weights are unchanged.
   Synchronize(0);
-  EXPECT_EQ(MaxRelDiff(graphed.w1, w1_before), 0.0);
+  EXPECT_TENSOR_EQ(graphed.w1, w1_before);
   for (int i = 0; i < kSteps; ++i) {
     ASSERT_TRUE(graph.Replay().ok());
     const double loss = graphed.loss.item();  // the captured output tensor, rewritten per replay
     EXPECT_NEAR(loss, eager_losses[i], 1e-5 * std::fabs(eager_losses[i])) << "step " << i;
   }
   EXPECT_LT(eager_losses.back(), eager_losses.front());  // it trains
-  EXPECT_LE(MaxRelDiff(graphed.w1, eager.w1), 1e-5);
-  EXPECT_LE(MaxRelDiff(graphed.b1, eager.b1), 1e-5);
-  EXPECT_LE(MaxRelDiff(graphed.w2, eager.w2), 1e-5);
-  EXPECT_LE(MaxRelDiff(graphed.b2, eager.b2), 1e-5);
+  EXPECT_TRUE(testing::TensorsNearScaled(graphed.w1, eager.w1, 1e-5));
+  EXPECT_TRUE(testing::TensorsNearScaled(graphed.b1, eager.b1, 1e-5));
+  EXPECT_TRUE(testing::TensorsNearScaled(graphed.w2, eager.w2, 1e-5));
+  EXPECT_TRUE(testing::TensorsNearScaled(graphed.b2, eager.b2, 1e-5));
 }
 
 TEST(CudaGraphTest, NewInputsAreCopiedIntoTheCapturedInput) {
@@ -153,7 +143,7 @@ TEST(CudaGraphTest, NewInputsAreCopiedIntoTheCapturedInput) {
     ASSERT_TRUE(graph.Replay().ok());
     EXPECT_NEAR(graphed.loss.item(), eager.loss.item(), 1e-5 * std::fabs(eager.loss.item()));
   }
-  EXPECT_LE(MaxRelDiff(graphed.w1, eager.w1), 1e-5);
+  EXPECT_TRUE(testing::TensorsNearScaled(graphed.w1, eager.w1, 1e-5));
 }
 
 TEST(CudaGraphTest, HostSyncInsideCaptureIsAnError) {
@@ -217,7 +207,7 @@ TEST(CudaGraphTest, CaptureFromAThreadWithoutABoundStream) {
     ASSERT_TRUE(graph.Replay().ok());
     EXPECT_NEAR(graphed.loss.item(), eager.loss.item(), 1e-5 * std::fabs(eager.loss.item()));
   }
-  EXPECT_LE(MaxRelDiff(graphed.w2, eager.w2), 1e-5);
+  EXPECT_TRUE(testing::TensorsNearScaled(graphed.w2, eager.w2, 1e-5));
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
 #include "tensor/tensor.h"
+#include "tensor/testing/compare.h"
 
 #define SKIP_WITHOUT_GPU()                    \
   if (!::shardmap::cuda::Available())         \

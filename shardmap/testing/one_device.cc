@@ -117,7 +117,8 @@ std::string CompareAssembled(const Mesh& mesh, const PartitionSpec& spec, const 
   int64_t worst = -1;
   double worst_diff = -1;
   for (int64_t i = 0; i < g.numel(); ++i) {
-    const Tensor gi = g.SliceFlat(i), wi = w.SliceFlat(i);
+    const Tensor gi = Tensor::FromVector<double>({1}, {g.at(i)});
+    const Tensor wi = Tensor::FromVector<double>({1}, {w.at(i)});
     if (TensorsNear(gi, wi, tol.atol, tol.rtol)) continue;
     const double d = MaxAbsDiff(gi, wi);
     if (d > worst_diff) worst_diff = d, worst = i;

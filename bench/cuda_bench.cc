@@ -2,23 +2,29 @@
 // the raw thing they wrap, interleaved iteration by iteration in one benchmark.
 //
 //   bazel build -c opt --config=opt //bench:cuda_bench   # then, on the GPU machine:
-//   ./cuda_bench --benchmark_filter=Gemm --benchmark_repetitions=3
+//   ./cuda_bench --benchmark_filter='^gemm/' --benchmark_repetitions=3
+//   ./cuda_bench --benchmark_filter='dtype:bf16'      # every bf16 case
+//   ./cuda_bench --benchmark_list_tests               # the names (works without a GPU too)
+//
+// Names: <what>/dtype:<f32|bf16>/<sizes>, e.g. gemm/dtype:bf16/m:8192/k:8192/n:8192,
+// add_vs_copy/dtype:f32/elems:67108864, mlp_step/mode:graph/dtype:bf16/batch:64/d:256/h:1024.
 //
 // Counters and targets (H100/H200):
-//   BM_Gemm           TFLOPs (ours), raw_TFLOPs (cuBLASLt called directly with a preallocated
+//   gemm              TFLOPs (ours), raw_TFLOPs (cuBLASLt called directly with a preallocated
 //                     output and a heuristic chosen once), ratio = raw time / our time (>= 0.95);
 //                     bf16 8192^3: TFLOPs >= 700.
-//   BM_LinearBiasGelu the fused bias+GELU linear layer vs the plain raw GEMM (epilogue cost);
+//   linear_bias_gelu  the fused bias+GELU linear layer vs the plain raw GEMM (epilogue cost);
 //                     fused = 1 when no cuBLASLt epilogue was refused.
-//   BM_AddVsCopy      GB/s of Add (2 reads + 1 write) and of a device-to-device cudaMemcpyAsync
+//   add_vs_copy       GB/s of Add (2 reads + 1 write) and of a device-to-device cudaMemcpyAsync
 //                     moving the same bytes; ratio = copy time / Add time (>= 0.8).
-//   BM_LayerNormVsCopy  the same for LayerNorm over the last dim (1 read + 1 write of x).
+//   layer_norm_vs_copy  the same for LayerNorm over the last dim (1 read + 1 write of x).
 // Without a GPU (or built without CUDA) it prints why and exits 0.
 //
 // The MLP training step, eager vs CUDA-graph replay, is registered by //bench:cuda_bench_mlp
 // (a separate alwayslink cc_library linked into this binary from bench/BUILD.bazel).
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "benchmark/benchmark.h"
@@ -75,7 +81,7 @@ class EventTimer {
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
-DType DTypeArg(int64_t code) { return code == 0 ? DType::kF32 : DType::kBF16; }
+std::string DTypePart(DType dt) { return std::string("/dtype:") + DTypeName(dt); }
 
 cudaDataType_t CudaType(DType t) { return t == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF; }
 
@@ -146,11 +152,16 @@ class RawGemm {
 
 // Matmul through the framework (allocating its output from the caching allocator each call) vs
 // RawGemm, `reps` products between each pair of events.
-void BM_Gemm(benchmark::State& state) {
-  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
-  const int64_t batch = state.range(3);
-  const DType dt = DTypeArg(state.range(4));
-  const int reps = static_cast<int>(state.range(5));
+struct GemmCase {
+  int64_t m, k, n, batch;
+  DType dt;
+  int reps;  // products per timed interval
+};
+
+void Gemm(benchmark::State& state, GemmCase c) {
+  const int64_t m = c.m, k = c.k, n = c.n, batch = c.batch;
+  const DType dt = c.dt;
+  const int reps = c.reps;
   try {
     const Tensor a = batch > 1 ? RandomOnGpu({batch, m, k}, dt, 1) : RandomOnGpu({m, k}, dt, 1);
     const Tensor b = batch > 1 ? RandomOnGpu({batch, k, n}, dt, 2) : RandomOnGpu({k, n}, dt, 2);
@@ -183,21 +194,20 @@ void BM_Gemm(benchmark::State& state) {
     state.SkipWithError(e.what());
   }
 }
-// Args: m, k, n, batch, dtype (0 = f32, 1 = bf16), products per timed interval.
-BENCHMARK(BM_Gemm)
-    ->ArgNames({"m", "k", "n", "batch", "bf16", "reps"})
-    ->Args({8192, 8192, 8192, 1, 1, 5})        // the TFLOP/s target: >= 700 on H100/H200
-    ->Args({4096, 4096, 4096, 1, 0, 5})        // f32, CUBLAS_COMPUTE_32F (no TF32)
-    ->Args({8192, 4096, 4 * 4096, 1, 1, 5})    // Megatron MLP up-projection: tokens x h -> 4h
-    ->Args({2048, 128, 2048, 32, 1, 20})       // attention scores: [32,2048,128] @ [32,128,2048]
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond);
+
+void RegisterGemm(GemmCase c) {
+  std::string name = "gemm" + DTypePart(c.dt) + "/m:" + std::to_string(c.m) +
+                     "/k:" + std::to_string(c.k) + "/n:" + std::to_string(c.n);
+  if (c.batch > 1) name += "/batch:" + std::to_string(c.batch);
+  benchmark::RegisterBenchmark(name.c_str(), Gemm, c)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+}
 
 // The fused linear layer Linear(x, w, b, kBiasGelu) (one cuBLASLt call with the GELU_AUX_BIAS
 // epilogue, writing y and the GELU input) vs the plain raw GEMM of the same shape: the ratio is
 // what the epilogue costs (1.0 = free; the extra [m,n] output write is part of it).
-void BM_LinearBiasGelu(benchmark::State& state) {
-  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+void LinearBiasGelu(benchmark::State& state, int64_t m, int64_t k, int64_t n) {
   const DType dt = DType::kBF16;
   const int reps = 5;
   try {
@@ -237,11 +247,6 @@ void BM_LinearBiasGelu(benchmark::State& state) {
     state.SkipWithError(e.what());
   }
 }
-BENCHMARK(BM_LinearBiasGelu)
-    ->ArgNames({"m", "k", "n"})
-    ->Args({8192, 4096, 4 * 4096})
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond);
 
 // `ours` vs a device-to-device copy of `copy_bytes` (same traffic: bytes read + written).
 template <typename Op>
@@ -279,9 +284,7 @@ void VsCopy(benchmark::State& state, Op op, size_t traffic_bytes, int reps) {
 }
 
 // Add of two 256 MiB tensors: reads 512 MiB, writes 256 MiB.
-void BM_AddVsCopy(benchmark::State& state) {
-  const DType dt = DTypeArg(state.range(0));
-  const int64_t n = (int64_t{256} << 20) / static_cast<int64_t>(DTypeSize(dt));
+void AddVsCopy(benchmark::State& state, DType dt, int64_t n) {
   try {
     const Tensor a = Tensor::Full({n}, 1.0, dt, Device::Cuda(kDevice));
     const Tensor b = Tensor::Full({n}, 2.0, dt, Device::Cuda(kDevice));
@@ -292,18 +295,10 @@ void BM_AddVsCopy(benchmark::State& state) {
     state.SkipWithError(e.what());
   }
 }
-BENCHMARK(BM_AddVsCopy)
-    ->ArgName("bf16")
-    ->Arg(0)
-    ->Arg(1)
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond);
 
 // LayerNorm of [16384, 4096] over the last dim: reads x, writes y (gamma, beta, mean and rstd
 // are under 0.1% of the traffic and not counted).
-void BM_LayerNormVsCopy(benchmark::State& state) {
-  const DType dt = DTypeArg(state.range(0));
-  const int64_t rows = 16384, h = 4096;
+void LayerNormVsCopy(benchmark::State& state, DType dt, int64_t rows, int64_t h) {
   try {
     const Tensor x = RandomOnGpu({rows, h}, dt, 3);
     const Tensor gamma = Tensor::Full({h}, 1.0, dt, Device::Cuda(kDevice));
@@ -316,12 +311,30 @@ void BM_LayerNormVsCopy(benchmark::State& state) {
     state.SkipWithError(e.what());
   }
 }
-BENCHMARK(BM_LayerNormVsCopy)
-    ->ArgName("bf16")
-    ->Arg(0)
-    ->Arg(1)
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond);
+const bool kRegistered = [] {
+  RegisterGemm({8192, 8192, 8192, 1, DType::kBF16, 5});    // the TFLOP/s target: >= 700
+  RegisterGemm({4096, 4096, 4096, 1, DType::kF32, 5});     // CUBLAS_COMPUTE_32F (no TF32)
+  RegisterGemm({8192, 4096, 4 * 4096, 1, DType::kBF16, 5});  // MLP up-projection: h -> 4h
+  RegisterGemm({2048, 128, 2048, 32, DType::kBF16, 20});   // attention scores, 32 heads
+  benchmark::RegisterBenchmark("linear_bias_gelu/dtype:bf16/m:8192/k:4096/n:16384",
+                               LinearBiasGelu, 8192, 4096, 4 * 4096)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const int64_t n = (int64_t{256} << 20) / static_cast<int64_t>(DTypeSize(dt));  // 256 MiB
+    benchmark::RegisterBenchmark(
+        ("add_vs_copy" + DTypePart(dt) + "/elems:" + std::to_string(n)).c_str(), AddVsCopy, dt,
+        n)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(
+        ("layer_norm_vs_copy" + DTypePart(dt) + "/rows:16384/h:4096").c_str(), LayerNormVsCopy,
+        dt, 16384, 4096)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  return true;
+}();
 
 }  // namespace
 }  // namespace shardmap
@@ -329,7 +342,11 @@ BENCHMARK(BM_LayerNormVsCopy)
 #endif  // SHARDMAP_HAS_CUDA
 
 int main(int argc, char** argv) {
-  if (!shardmap::cuda::Available()) {
+  bool list_only = false;  // listing the names needs no GPU
+  for (int i = 1; i < argc; ++i) {
+    list_only |= std::strncmp(argv[i], "--benchmark_list_tests", 22) == 0;
+  }
+  if (!list_only && !shardmap::cuda::Available()) {
     std::printf("cuda_bench: no GPU (%s); nothing to measure\n",
                 shardmap::cuda::UnavailableReason().c_str());
     return 0;

@@ -1,7 +1,9 @@
 // An MLP training step on one GPU, eager vs replayed from a CUDA graph (tensor/cuda/graph.h).
 // The step: y = gelu(x w1 + b1) w2 + b2, MSE loss, hand-written backward, in-place SGD update of
 // the four weights (about 25 kernels). Registered into the binary that links this library
-// (//bench:cuda_bench); without a GPU every case skips with the reason.
+// (//bench:cuda_bench); without a GPU every case skips with the reason. Names and filters:
+//   ./cuda_bench --benchmark_filter='^mlp_step/mode:graph/dtype:bf16/'
+//   ./cuda_bench --benchmark_filter='^mlp_step/.*/batch:64/'    # the launch-bound shape
 //
 // Reported per step: real_time (manual: CUDA events around the step on its stream, so GPU idle
 // time waiting for the host counts), host_us (host time to enqueue the step: op dispatch,
@@ -67,12 +69,12 @@ struct MlpState {
 #if SHARDMAP_HAS_CUDA
 
 // CUDA events on the bound stream; one step per iteration.
-void RunMlp(benchmark::State& state, bool graphed, DType dtype) {
+void RunMlp(benchmark::State& state, bool graphed, DType dtype, int64_t batch, int64_t d,
+            int64_t h) {
   if (!cuda::Available()) {
     state.SkipWithError(absl::StrCat("no GPU: ", cuda::UnavailableReason()).c_str());
     return;
   }
-  const int64_t batch = state.range(0), d = state.range(1), h = state.range(2);
   absl::Status status = CatchOpError([&] {
     // One stream for every case and every call (Google Benchmark calls this function several
     // times per case while it sizes the iteration count): a new stream per call would strand
@@ -123,46 +125,35 @@ void RunMlp(benchmark::State& state, bool graphed, DType dtype) {
     state.counters["TFLOPS"] = benchmark::Counter(
         flops * static_cast<double>(state.iterations()) / 1e12, benchmark::Counter::kIsRate);
     if (graphed) state.counters["kernels"] = static_cast<double>(graph->num_nodes());
-    state.SetLabel(absl::StrCat(graphed ? "graph " : "eager ", DTypeName(dtype)));
   });
   if (!status.ok()) state.SkipWithError(std::string(status.message()).c_str());
 }
 
 #else  // !SHARDMAP_HAS_CUDA
 
-void RunMlp(benchmark::State& state, bool, DType) {
+void RunMlp(benchmark::State& state, bool, DType, int64_t, int64_t, int64_t) {
   state.SkipWithError("no GPU: built without the CUDA toolkit");
 }
 
 #endif  // SHARDMAP_HAS_CUDA
 
-void BM_MlpStepEagerF32(benchmark::State& s) { RunMlp(s, false, DType::kF32); }
-void BM_MlpStepGraphF32(benchmark::State& s) { RunMlp(s, true, DType::kF32); }
-void BM_MlpStepEagerBF16(benchmark::State& s) { RunMlp(s, false, DType::kBF16); }
-void BM_MlpStepGraphBF16(benchmark::State& s) { RunMlp(s, true, DType::kBF16); }
-
-// Args: batch, d_model, d_hidden. Small (host/launch bound) and large (GEMM bound).
-void MlpShapes(benchmark::internal::Benchmark* b) {
-  b->Args({64, 256, 1024})
-      ->Args({256, 1024, 4096})
-      ->Args({8192, 4096, 16384})
-      ->ArgNames({"batch", "d", "h"})
-      ->UseManualTime()
-      ->Unit(benchmark::kMicrosecond);
-}
-
-// Registered at load time: the full set with a GPU, else one case that says why it skips.
+// Registered at load time (so that --benchmark_list_tests shows them without a GPU too), as
+// mlp_step/mode:<eager|graph>/dtype:<f32|bf16>/batch:B/d:D/h:H; without a GPU each case skips
+// with the reason. Small shapes are host/launch bound, the large one GEMM bound.
 const bool kRegistered = [] {
-  if (!cuda::Available()) {
-    benchmark::RegisterBenchmark("BM_MlpStep_EagerVsGraph", [](benchmark::State& s) {
-      s.SkipWithError(absl::StrCat("no GPU: ", cuda::UnavailableReason()).c_str());
-    });
-    return false;
+  const int64_t shapes[][3] = {{64, 256, 1024}, {256, 1024, 4096}, {8192, 4096, 16384}};
+  for (bool graphed : {false, true}) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      for (const auto& [batch, d, h] : shapes) {
+        const std::string name =
+            absl::StrCat("mlp_step/mode:", graphed ? "graph" : "eager", "/dtype:", DTypeName(dt),
+                         "/batch:", batch, "/d:", d, "/h:", h);
+        benchmark::RegisterBenchmark(name.c_str(), RunMlp, graphed, dt, batch, d, h)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
   }
-  benchmark::RegisterBenchmark("BM_MlpStepEagerF32", BM_MlpStepEagerF32)->Apply(MlpShapes);
-  benchmark::RegisterBenchmark("BM_MlpStepGraphF32", BM_MlpStepGraphF32)->Apply(MlpShapes);
-  benchmark::RegisterBenchmark("BM_MlpStepEagerBF16", BM_MlpStepEagerBF16)->Apply(MlpShapes);
-  benchmark::RegisterBenchmark("BM_MlpStepGraphBF16", BM_MlpStepGraphBF16)->Apply(MlpShapes);
   return true;
 }();
 

@@ -1,15 +1,17 @@
 // Framework overhead on tiny tensors, where the kernel costs almost nothing and what is left is
 // the typed-op machinery: type rules, the kind-only summary of erased mode, tape recording.
 //
-//   (a) Raw*      the tensor kernel (tensor/ops) alone
-//   (b) Checked*  the typed op, TypeCheck::kOn, no tape
-//   (c) Erased*   the typed op, TypeCheck::kErased, no tape
-//   (d) Taped*    the typed op, TypeCheck::kOn, recording on a Tape (cleared every kClearEvery
-//                 ops and the leaf re-watched, so the tape stays small; the clear, which destroys
-//                 the recorded VJP closures, is part of the measured cost)
-//   (e) TinyMlp*  x[4,8] -> matmul w1[8,16] -> gelu -> matmul w2[16,8] -> sum: forward + backward
-//                 via per-device value_and_grad (checked and erased), and the same arithmetic
-//                 with raw kernels (forward + hand-written backward) for reference.
+// Benchmarks are named <op>/mode:<mode>/shape:<dims>, op one of add (1 element), matmul (4x4)
+// and tiny_mlp_step, mode one of
+//   raw            the tensor kernel (tensor/ops) alone
+//   checked        the typed op, TypeCheck::kOn, no tape
+//   erased         the typed op, TypeCheck::kErased, no tape
+//   taped_checked  the typed op, TypeCheck::kOn, recording on a Tape (cleared every kClearEvery
+//   taped_erased   ops and the leaf re-watched, so the tape stays small; the clear, which
+//                  destroys the recorded VJP closures, is part of the measured cost)
+// tiny_mlp_step is x[4,8] -> matmul w1[8,16] -> gelu -> matmul w2[16,8] -> sum, forward +
+// backward via per-device value_and_grad (checked and erased), and the same arithmetic with raw
+// kernels (forward + hand-written backward) for reference.
 //
 // All on one rank (SingleRankContext over a mesh {dp:1, tp:1}: two axes whose rules are
 // evaluated), no threads. Each typed benchmark also times the raw kernel for the same number of
@@ -18,9 +20,13 @@
 //
 //   bazel run -c opt --config=opt //bench:overhead_bench -- --benchmark_repetitions=3 \
 //       --benchmark_report_aggregates_only=true
+//   bazel run -c opt --config=opt //bench:overhead_bench -- --benchmark_filter='^add/'
+//   bazel run -c opt --config=opt //bench:overhead_bench -- --benchmark_filter='mode:taped'
+//   bazel run -c opt --config=opt //bench:overhead_bench -- --benchmark_list_tests
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "autograd/tape.h"
@@ -121,37 +127,21 @@ void TapedBinary(benchmark::State& state, TypeCheck check) {
       });
 }
 
-void BM_AddRaw(benchmark::State& state) { RawBinary<AddOperands>(state); }
-BENCHMARK(BM_AddRaw);
-void BM_AddChecked(benchmark::State& state) { TypedBinary<AddOperands>(state, TypeCheck::kOn); }
-BENCHMARK(BM_AddChecked);
-void BM_AddErased(benchmark::State& state) { TypedBinary<AddOperands>(state, TypeCheck::kErased); }
-BENCHMARK(BM_AddErased);
-void BM_AddTapedChecked(benchmark::State& state) { TapedBinary<AddOperands>(state, TypeCheck::kOn); }
-BENCHMARK(BM_AddTapedChecked);
-void BM_AddTapedErased(benchmark::State& state) {
-  TapedBinary<AddOperands>(state, TypeCheck::kErased);
+// Names: <op>/mode:<raw|checked|erased|taped_checked|taped_erased>/shape:<dims>.
+template <typename Operands>
+void RegisterBinary(const std::string& op, const std::string& shape) {
+  const std::string prefix = op + "/mode:";
+  const std::string suffix = "/shape:" + shape;
+  benchmark::RegisterBenchmark((prefix + "raw" + suffix).c_str(), RawBinary<Operands>);
+  benchmark::RegisterBenchmark((prefix + "checked" + suffix).c_str(), TypedBinary<Operands>,
+                               TypeCheck::kOn);
+  benchmark::RegisterBenchmark((prefix + "erased" + suffix).c_str(), TypedBinary<Operands>,
+                               TypeCheck::kErased);
+  benchmark::RegisterBenchmark((prefix + "taped_checked" + suffix).c_str(),
+                               TapedBinary<Operands>, TypeCheck::kOn);
+  benchmark::RegisterBenchmark((prefix + "taped_erased" + suffix).c_str(),
+                               TapedBinary<Operands>, TypeCheck::kErased);
 }
-BENCHMARK(BM_AddTapedErased);
-
-void BM_MatmulRaw(benchmark::State& state) { RawBinary<MatmulOperands>(state); }
-BENCHMARK(BM_MatmulRaw);
-void BM_MatmulChecked(benchmark::State& state) {
-  TypedBinary<MatmulOperands>(state, TypeCheck::kOn);
-}
-BENCHMARK(BM_MatmulChecked);
-void BM_MatmulErased(benchmark::State& state) {
-  TypedBinary<MatmulOperands>(state, TypeCheck::kErased);
-}
-BENCHMARK(BM_MatmulErased);
-void BM_MatmulTapedChecked(benchmark::State& state) {
-  TapedBinary<MatmulOperands>(state, TypeCheck::kOn);
-}
-BENCHMARK(BM_MatmulTapedChecked);
-void BM_MatmulTapedErased(benchmark::State& state) {
-  TapedBinary<MatmulOperands>(state, TypeCheck::kErased);
-}
-BENCHMARK(BM_MatmulTapedErased);
 
 // ---- tiny 2-layer MLP, forward + backward ---------------------------------------------------
 
@@ -179,11 +169,10 @@ struct Mlp {
   }
 };
 
-void BM_TinyMlpRaw(benchmark::State& state) {
+void TinyMlpRaw(benchmark::State& state) {
   Mlp m;
   for (auto _ : state) m.Raw();
 }
-BENCHMARK(BM_TinyMlpRaw);
 
 void TinyMlp(benchmark::State& state, TypeCheck check) {
   Mlp m;
@@ -200,11 +189,14 @@ void TinyMlp(benchmark::State& state, TypeCheck check) {
                 });
 }
 
-void BM_TinyMlpValueAndGradChecked(benchmark::State& state) { TinyMlp(state, TypeCheck::kOn); }
-BENCHMARK(BM_TinyMlpValueAndGradChecked);
-
-void BM_TinyMlpValueAndGradErased(benchmark::State& state) { TinyMlp(state, TypeCheck::kErased); }
-BENCHMARK(BM_TinyMlpValueAndGradErased);
+const bool kRegistered = [] {
+  RegisterBinary<AddOperands>("add", "1");
+  RegisterBinary<MatmulOperands>("matmul", "4x4");
+  benchmark::RegisterBenchmark("tiny_mlp_step/mode:raw", TinyMlpRaw);
+  benchmark::RegisterBenchmark("tiny_mlp_step/mode:checked", TinyMlp, TypeCheck::kOn);
+  benchmark::RegisterBenchmark("tiny_mlp_step/mode:erased", TinyMlp, TypeCheck::kErased);
+  return true;
+}();
 
 }  // namespace
 }  // namespace shardmap

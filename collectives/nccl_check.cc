@@ -1,8 +1,11 @@
 // Multi-process NCCL check, one process per GPU, started by collectives/launch (see
 // nccl_multiprocess_test): rendezvous from the environment, then every op against a host
 // reference (all_reduce sum/max/min/avg, reduce_scatter and its V variant, all_gather and V,
-// all_to_all and V, broadcast, ppermute, bf16, split). Exit code 0 = all good. Without CUDA it
-// prints why and exits 2.
+// all_to_all and V, broadcast, ppermute, bf16, split). Exit code 0 = all good, 1 = a wrong
+// result or an error; without CUDA it prints why and exits 2, and on a bad flag 2 with the reason.
+//
+//   launch --nproc_per_node=2 -- nccl_check --count=4096 --timeout_s=60
+//   nccl_check --help
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -13,7 +16,11 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "collectives/communicator.h"
 #include "collectives/internal/half.h"
 #include "collectives/nccl_communicator.h"
@@ -21,6 +28,12 @@
 #if SHARDMAP_HAS_CUDA
 #include <cuda_runtime.h>
 #endif
+
+ABSL_FLAG(int64_t, count, 1000003,
+          "elements of the f32 all_reduce (1 to 2^28; odd sizes exercise NCCL's tails)");
+ABSL_FLAG(double, timeout_s, 300,
+          "seconds an NCCL call (and the rendezvous) may take before the communicator aborts");
+ABSL_FLAG(int, device, -1, "CUDA device of this rank; -1: LOCAL_RANK modulo the visible GPUs");
 
 namespace shardmap::collectives {
 namespace {
@@ -196,18 +209,19 @@ std::string CheckMoreOps(Communicator& c) {
 }
 #endif
 
-int Main() {
+int Main(size_t count, const NcclOptions& options) {
 #if !SHARDMAP_HAS_CUDA
+  (void)count;
+  (void)options;
   std::fprintf(stderr, "nccl_check: built without CUDA\n");
   return 2;
 #else
-  auto comm = CreateNcclCommunicatorFromEnv({});
+  auto comm = CreateNcclCommunicatorFromEnv(options);
   if (!comm.ok()) return Fail(comm.status().ToString());
   Communicator& c = **comm;
   const int n = c.size(), r = c.rank();
   absl::Status s;
   // all_reduce f32: element i on rank q is q + i (exact in f32): sum = n(n-1)/2 + n*i.
-  const size_t count = 1000003;
   std::vector<float> x(count);
   for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>(r + (i % 1000));
   auto y = RoundTrip<float>(x, count, [&](const float* a, float* b) {
@@ -266,4 +280,30 @@ int Main() {
 }  // namespace
 }  // namespace shardmap::collectives
 
-int main() { return shardmap::collectives::Main(); }
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Checks NCCL collectives across the processes of a job (rendezvous from the torchrun/Slurm "
+      "environment) against host references.\n  launch --nproc_per_node=N -- nccl_check "
+      "[--count=1000003] [--timeout_s=300] [--device=-1]");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  auto usage_error = [](const std::string& what) {
+    std::fprintf(stderr, "nccl_check: %s (see --help)\n", what.c_str());
+    return 2;
+  };
+  if (rest.size() > 1) return usage_error(absl::StrCat("unexpected argument '", rest[1], "'"));
+  const int64_t count = absl::GetFlag(FLAGS_count);
+  if (count < 1 || count > (int64_t{1} << 28)) {
+    return usage_error(absl::StrCat("--count=", count, ": must be between 1 and 2^28"));
+  }
+  const double timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  if (!(timeout_s > 0) || timeout_s > 86400) {
+    return usage_error(absl::StrCat("--timeout_s=", timeout_s, ": must be in (0, 86400]"));
+  }
+  shardmap::collectives::NcclOptions options;
+  options.timeout = absl::Seconds(timeout_s);
+  options.device = absl::GetFlag(FLAGS_device);
+  if (options.device < -1) {
+    return usage_error(absl::StrCat("--device=", options.device, ": use -1 or a device index"));
+  }
+  return shardmap::collectives::Main(static_cast<size_t>(count), options);
+}

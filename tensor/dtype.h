@@ -7,6 +7,13 @@
 #ifndef SHARDMAP_TENSOR_DTYPE_H_
 #define SHARDMAP_TENSOR_DTYPE_H_
 
+// shardmap is C++20. Checked here, at the root of every target's includes, so that a workspace
+// built without -std=c++20 stops with this line instead of pages of template errors.
+#if __cplusplus < 202002L
+#error "shardmap needs C++20: add `build --cxxopt=-std=c++20 --host_cxxopt=-std=c++20` to your .bazelrc (see shardmap's deps.bzl)"
+#endif
+
+
 #include <cstddef>
 #include <cstdint>
 

@@ -1,8 +1,10 @@
 // End-to-end equivalence of the classic parallel layouts with the unsharded computation (f64):
 // Megatron tensor-parallel MLP, sequence-parallel MLP, data-parallel linear, 2-D (dp x tp) MLP.
 // Outputs and gradients of the global inputs are compared with a single-device run of the plain
-// program, and the collectives issued forward and backward are counted. Each layout also runs
-// with types erased and must give bitwise the same numbers.
+// program, and the collectives issued forward and backward are checked (with bytes) through the
+// public testing library (shardmap/testing), which also runs the 2-D MLP against its one-device
+// run on several meshes and against f64 finite differences. Each layout also runs with types
+// erased and must give bitwise the same numbers.
 #include <string>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"
 #include "shardmap/sharding.h"
+#include "shardmap/testing/testing.h"
 #include "tests/test_util.h"
 
 namespace shardmap {
@@ -38,12 +41,6 @@ Reference RunReference(const std::function<Value(const std::vector<Value>&)>& fn
   Reference ref{r.value.tensor, {}};
   for (const Value& g : r.grads) ref.grads.push_back(g.tensor);
   return ref;
-}
-
-int Count(const std::vector<CollectiveRecord>& log, const std::string& op, bool backward) {
-  int n = 0;
-  for (const CollectiveRecord& r : log) n += (op == r.op && r.backward == backward) ? 1 : 0;
-  return n;
 }
 
 void ExpectMatches(const ShardMapGrads& got, const Reference& ref) {
@@ -94,9 +91,9 @@ TEST_P(MegatronTest, MatchesUnshardedWithOneAllReducePerLayerEachWay) {
   absl::StatusOr<ShardMapGrads> got = value_and_grad(f)(in);
   ASSERT_TRUE(got.ok()) << got.status();
   ExpectMatches(*got, RunReference(MlpRef, in));
-  EXPECT_EQ(Count(log, "all_reduce", false), 2);
-  EXPECT_EQ(Count(log, "all_reduce", true), 2);
-  EXPECT_EQ(log.size(), 4u);
+  // Each layer: its [b, d] f64 output forward, the gradient of its [b, d] input backward.
+  testing::ExpectCollectives(mesh, log, {testing::AllReduce("tp", 2).Bytes(b * d * 8)},
+                             {testing::AllReduce("tp", 2).Bytes(b * d * 8)});
 
   // Forward-only call agrees with the differentiable one.
   absl::StatusOr<std::vector<Tensor>> fwd = f(in);
@@ -142,11 +139,8 @@ TEST_P(SequenceParallelTest, AllGatherAndReduceScatterEachWay) {
                                                                opts))(in);
   ASSERT_TRUE(got.ok()) << got.status();
   ExpectMatches(*got, RunReference(SpRef, in));
-  EXPECT_EQ(Count(log, "all_gather", false), 1);
-  EXPECT_EQ(Count(log, "reduce_scatter", false), 1);
-  EXPECT_EQ(Count(log, "all_gather", true), 1);
-  EXPECT_EQ(Count(log, "reduce_scatter", true), 1);
-  EXPECT_EQ(log.size(), 4u);
+  testing::ExpectCollectives(mesh, log, {testing::AllGather("tp"), testing::ReduceScatter("tp")},
+                             {testing::AllGather("tp"), testing::ReduceScatter("tp")});
 
   ShardMapOptions erased = opts;
   erased.check = TypeCheck::kErased;
@@ -183,7 +177,7 @@ TEST(DataParallelTest, GradientOfReplicatedWeightIsSummedOnce) {
                               return sum(y * y, {});
                             },
                             in));
-    EXPECT_TRUE(log.empty());
+    testing::ExpectCollectives(mesh, log, /*forward=*/{}, /*backward=*/{});
   }
 }
 
@@ -243,14 +237,9 @@ TEST(TwoDimMlpTest, MatchesUnshardedOnDpByTp) {
                               return sum(y * y, {});
                             },
                             in));
-    AxisMask tpm = 1u << 1;
-    int fwd = 0, bwd = 0;
-    for (const CollectiveRecord& r : log) {
-      EXPECT_EQ(r.axes, tpm);
-      (r.backward ? bwd : fwd) += 1;
-    }
-    EXPECT_EQ(fwd, 1);
-    EXPECT_EQ(bwd, 1);
+    // This rank's [b/dp, d] rows each way; the dp gradient sums happen at the boundary.
+    testing::ExpectCollectives(mesh, log, {testing::AllReduce("tp").Bytes(3 * d * 8)},
+                               {testing::AllReduce("tp").Bytes(3 * d * 8)});
 
     ShardMapOptions erased = opts;
     erased.check = TypeCheck::kErased;
@@ -259,6 +248,32 @@ TEST(TwoDimMlpTest, MatchesUnshardedOnDpByTp) {
     ASSERT_TRUE(e.ok()) << e.status();
     ExpectBitwiseSame(*got, *e);
   }
+}
+
+// The same block through the public testing library: one input set for every mesh (odd and
+// non-power-of-two sizes), compared with its one-device run and with finite differences.
+ShardMap TwoDimMlp(const Mesh& mesh) {
+  ShardFn fn = [](const std::vector<Value>& p) -> std::vector<Value> {
+    Value a = gelu(p[0].matmul(p[1]) + p[2]);
+    Value y = all_reduce(a.matmul(p[3]), "tp") + p[4];
+    return {sum_partial(y * y, {}), y};
+  };
+  ShardMapOptions o;
+  o.input_names = {"x", "w1", "b1", "w2", "b2"};
+  o.output_names = {"loss", "y"};
+  return shard_map(fn, mesh, {P("dp", None), P(None, "tp"), P("tp"), P("tp", None), P()},
+                   {P().Unreduced({"dp"}), P("dp", None)}, o);
+}
+
+TEST(TwoDimMlpTest, MatchesOneDeviceAndFiniteDifferencesThroughTheTestingLibrary) {
+  std::vector<Tensor> in = {Rand({6, 5}, 46), Rand({5, 6}, 47), Rand({6}, 48), Rand({6, 5}, 49),
+                            Rand({5}, 50)};
+  EXPECT_TRUE(testing::ShardedMatchesOneDevice(
+      TwoDimMlp, {{{"dp", 1}, {"tp", 1}}, {{"dp", 2}, {"tp", 3}}, {{"dp", 3}, {"tp", 2}},
+                  {{"dp", 1}, {"tp", 6}}, {{"dp", 6}, {"tp", 1}}},
+      in));
+  EXPECT_TRUE(testing::GradientsMatchFiniteDifferences(
+      TwoDimMlp(*Mesh::Create({{"dp", 3}, {"tp", 2}})), in));
 }
 
 // ---- Tensor-parallel causal self-attention (heads sharded on tp) ---------------------------
@@ -307,8 +322,8 @@ TEST(TensorParallelAttentionTest, MatchesUnshardedAndTracksHeadSharding) {
                               return sum(y * y, {});
                             },
                             in));
-    EXPECT_EQ(Count(log, "all_reduce", false), 1);
-    EXPECT_EQ(Count(log, "all_reduce", true), 1);
+    testing::ExpectCollectives(mesh, log, {testing::AllReduce("tp").Bytes(b * s * d * 8)},
+                               {testing::AllReduce("tp").Bytes(b * s * d * 8)});
   }
 }
 

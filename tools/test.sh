@@ -37,6 +37,11 @@ if [ $# -eq 0 ] && [ -d /usr/local/cuda ]; then
   run_pass "no CUDA" CUDA_PATH=/nonexistent
 fi
 
+# The example workspace that depends on shardmap, as a user's would (full runs only).
+if [ $# -eq 0 ]; then
+  bash tools/test_example.sh || status=1
+fi
+
 read -r passed failed skipped < <(awk '{p += $1; f += $2; s += $3} END {print p+0, f+0, s+0}' \
                                   "$tmp/counts" 2>/dev/null || echo "0 0 0")
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then

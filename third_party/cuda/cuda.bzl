@@ -6,6 +6,11 @@ with `#if SHARDMAP_HAS_CUDA`.
 
 load("@local_cuda//:defs.bzl", "CUDA_AVAILABLE", "CUDA_PATH")
 
+def _workspace_root():
+    """The execroot-relative root of the repository being loaded: "" or "external/<name>"."""
+    repo = native.repository_name()  # "@" for the main workspace, "@shardmap" otherwise
+    return "" if repo == "@" else "external/" + repo[1:]
+
 def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], cu_hdrs = [], **kwargs):
     """srcs: .cu files; hdrs: headers they (and users) include, listed once.
 
@@ -15,6 +20,13 @@ def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], cu_hdrs = []
     if not CUDA_AVAILABLE:
         native.cc_library(name = name, hdrs = hdrs, deps = deps, **kwargs)
         return
+    # nvcc resolves "tensor/dtype.h" against this repository's root: "." in shardmap's own
+    # workspace, external/<name> when shardmap is a dependency (and likewise under $(GENDIR)).
+    root = _workspace_root()
+    includes = "-I{root} -I$(GENDIR){sub} ".format(
+        root = root or ".",
+        sub = "/" + root if root else "",
+    )
     objs = []
     for src in srcs:
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
@@ -25,7 +37,7 @@ def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], cu_hdrs = []
             # nvcc by its real path: through a sandbox symlink it cannot find cicc or its headers.
             cmd = (CUDA_PATH + "/bin/nvcc -std=c++20 -O3 " +
                    "-gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90 " +
-                   "-Xcompiler=-fPIC -I. -I$(GENDIR) -DSHARDMAP_HAS_CUDA=1 " +
+                   "-Xcompiler=-fPIC " + includes + "-DSHARDMAP_HAS_CUDA=1 " +
                    " ".join(copts) + " -c $(location " + src + ") -o $@"),
         )
         objs.append(obj)

@@ -1,0 +1,27 @@
+// Where the ranks of shardmap's test helpers run: CPU threads by default; the GPU (several
+// virtual ranks sharing GPU 0, each on its own stream) when the test runs with
+// SHARDMAP_TEST_PLACEMENT=gpu, which the `gpu = True` variant of shardmap_cc_test sets
+// (shardmap/testing/defs.bzl).
+//
+//   ShardMapOptions o;
+//   o.placement = TestPlacement();   // what the helpers of shardmap/testing use
+//
+// Under SHARDMAP_TEST_PLACEMENT=gpu without a usable GPU, every test of the binary is reported
+// skipped with the reason (a global gtest environment this library installs), instead of
+// failing or silently running on the CPU.
+#ifndef SHARDMAP_SHARDMAP_TESTING_PLACEMENT_H_
+#define SHARDMAP_SHARDMAP_TESTING_PLACEMENT_H_
+
+#include "shardmap/context.h"
+
+namespace shardmap::testing {
+
+// True when SHARDMAP_TEST_PLACEMENT=gpu (the gpu variant of shardmap_cc_test).
+bool GpuTestRequested();
+
+// SharedGpu() when GpuTestRequested(), else Cpu().
+DevicePlacement TestPlacement();
+
+}  // namespace shardmap::testing
+
+#endif  // SHARDMAP_SHARDMAP_TESTING_PLACEMENT_H_

@@ -283,22 +283,28 @@ Tensor TanhGrad(const Tensor& y, const Tensor& dy) {
                 [](auto v, auto g) { return g * (decltype(v)(1) - v * v); });
 }
 
-void AddInPlace(Tensor& acc, const Tensor& x) {
+void AddInPlace(Tensor& acc, const Tensor& x_in) {
   internal::RequireFloating("add_in_place", acc, "accumulator");
-  internal::RequireFloating("add_in_place", x, "addend");
-  internal::RequireSameDType("add_in_place", acc, x);
-  internal::RequireSameShape("add_in_place", acc, x);
-  internal::RequireSameDevice("add_in_place", acc, x);
+  internal::RequireFloating("add_in_place", x_in, "addend");
+  internal::RequireSameDType("add_in_place", acc, x_in);
+  internal::RequireSameShape("add_in_place", acc, x_in);
+  internal::RequireSameDevice("add_in_place", acc, x_in);
   if (acc.is_cuda()) {
-    cuda::AddInPlace(acc, x);
+    cuda::AddInPlace(acc, x_in);
     return;
   }
+  // NumPy semantics, as the CUDA kernel: acc += x as x was before the call. An x that partially
+  // overlaps acc is read from a copy; x == acc exactly is fine elementwise.
+  const char* pa_bytes = static_cast<const char*>(acc.raw_data());
+  const char* px_bytes = static_cast<const char*>(x_in.raw_data());
+  const size_t nb = acc.nbytes();
+  const bool partial = x_in.SharesStorageWith(acc) && px_bytes != pa_bytes &&
+                       px_bytes < pa_bytes + nb && pa_bytes < px_bytes + nb;
+  const Tensor x = partial ? x_in.Clone() : x_in;
   const int64_t n = acc.numel();
   switch (acc.dtype()) {
     case DType::kF32: {
-      // No __restrict: acc and x may be overlapping views of one storage; the compiler's runtime
-      // overlap check keeps the vector loop for the usual disjoint case.
-      float* pa = acc.data<float>();
+      float* pa = acc.data<float>();  // no __restrict: x may be acc itself
       const float* px = x.data<float>();
       for (int64_t i = 0; i < n; ++i) pa[i] += px[i];
       break;

@@ -43,7 +43,9 @@ Tensor GeluGrad(const Tensor& x, const Tensor& dy, GeluApprox approx = GeluAppro
 Tensor SiluGrad(const Tensor& x, const Tensor& dy);
 Tensor TanhGrad(const Tensor& y, const Tensor& dy);
 
-// In place: acc += x (same shape and dtype). Gradient accumulation uses this.
+// In place: acc += x (same shape and dtype). Gradient accumulation uses this. NumPy semantics on
+// every device: x is read as it was before the call, even when it overlaps acc (a partially
+// overlapping x is copied first; x == acc exactly doubles acc).
 void AddInPlace(Tensor& acc, const Tensor& x);
 
 }  // namespace shardmap

@@ -12,6 +12,7 @@ packages=(
   googletest libgtest-dev libgmock-dev
   libbenchmark-dev
   libopenblas-dev
+  libsleef-dev
 )
 
 missing=()

@@ -5,6 +5,10 @@
 //   Tensor g = Gelu(x, GeluApprox::kTanh);
 //   Tensor dx = GeluGrad(x, dy, GeluApprox::kTanh);   // dy * gelu'(x)
 //
+// On the CPU, f32 exp/log/tanh/gelu/silu and the GELU/SiLU gradients run on the SLEEF vector
+// kernels of tensor/cpu/vec_math.h (runtime AVX-512/AVX2/SSE2 dispatch; accuracy bound stated
+// there: a few ulp); f64 keeps the scalar libm loops.
+//
 // Errors (OpError): dtype mismatch, shapes that do not broadcast; messages name the op and shapes.
 #ifndef SHARDMAP_TENSOR_OPS_ELEMENTWISE_H_
 #define SHARDMAP_TENSOR_OPS_ELEMENTWISE_H_

@@ -2,10 +2,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tensor/cpu/vec_math.h"
 #include "tensor/cuda/nn/nn_ops.h"
 #include "tensor/error.h"
 #include "tensor/ops/internal/op_util.h"
@@ -58,6 +60,24 @@ Tensor SoftmaxImpl(const char* op, const Tensor& x, int dim, bool log) {
   Tensor out = Tensor::Empty(x.shape(), x.dtype());
   if (x.numel() == 0) return out;
   const Lanes l = LanesOf(x, d);
+  if (x.dtype() == DType::kF32 && l.inner == 1) {
+    // Contiguous rows: vector max, then exp(x - max) with its f64 sum in one pass, then a scale.
+    const cpu::VecKernels& k = cpu::Vec();
+    for (int64_t r = 0; r < l.outer; ++r) {
+      const float* in = x.data<float>() + r * l.n;
+      float* o = out.data<float>() + r * l.n;
+      float mx = k.max(in, l.n);
+      if (std::isinf(mx) && mx < 0) mx = 0;  // an all -inf row: avoid inf - inf
+      if (log) {
+        const float lse = mx + static_cast<float>(std::log(k.exp_shift_sum(in, mx, nullptr, l.n)));
+        for (int64_t j = 0; j < l.n; ++j) o[j] = in[j] - lse;
+      } else {
+        const float inv = static_cast<float>(1.0 / k.exp_shift_sum(in, mx, o, l.n));
+        for (int64_t j = 0; j < l.n; ++j) o[j] *= inv;
+      }
+    }
+    return out;
+  }
   internal::DispatchF32F64(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     ForEachLane(l, x.data<T>(), out.data<T>(), [&](const T* in, T* o, int64_t s) {
@@ -467,9 +487,14 @@ Tensor CrossEntropy(const Tensor& logits, const Tensor& targets, int64_t ignore_
       }
       const T* row = pl + i * v;
       T mx = row[0];
-      for (int64_t j = 1; j < v; ++j) mx = std::max(mx, row[j]);
       double s = 0;
-      for (int64_t j = 0; j < v; ++j) s += std::exp(static_cast<double>(row[j] - mx));
+      if constexpr (std::is_same_v<T, float>) {  // vectorized row passes
+        mx = std::max(mx, cpu::Vec().max(row, v));
+        s = cpu::Vec().exp_shift_sum(row, mx, nullptr, v);
+      } else {
+        for (int64_t j = 1; j < v; ++j) mx = std::max(mx, row[j]);
+        for (int64_t j = 0; j < v; ++j) s += std::exp(static_cast<double>(row[j] - mx));
+      }
       po[i] = static_cast<T>(static_cast<double>(mx) + std::log(s) - row[t]);
     }
   });
@@ -506,12 +531,19 @@ Tensor CrossEntropyBackward(const Tensor& logits, const Tensor& targets, const T
       }
       const T* row = pl + i * v;
       T mx = row[0];
-      for (int64_t j = 1; j < v; ++j) mx = std::max(mx, row[j]);
-      double s = 0;
-      for (int64_t j = 0; j < v; ++j) s += std::exp(static_cast<double>(row[j] - mx));
-      const double scale = static_cast<double>(pd[i]) / s;
-      for (int64_t j = 0; j < v; ++j) {
-        out[j] = static_cast<T>(std::exp(static_cast<double>(row[j] - mx)) * scale);
+      if constexpr (std::is_same_v<T, float>) {  // vectorized: exp written once, then scaled
+        mx = std::max(mx, cpu::Vec().max(row, v));
+        const float scale =
+            static_cast<float>(static_cast<double>(pd[i]) / cpu::Vec().exp_shift_sum(row, mx, out, v));
+        for (int64_t j = 0; j < v; ++j) out[j] *= scale;
+      } else {
+        for (int64_t j = 1; j < v; ++j) mx = std::max(mx, row[j]);
+        double s = 0;
+        for (int64_t j = 0; j < v; ++j) s += std::exp(static_cast<double>(row[j] - mx));
+        const double scale = static_cast<double>(pd[i]) / s;
+        for (int64_t j = 0; j < v; ++j) {
+          out[j] = static_cast<T>(std::exp(static_cast<double>(row[j] - mx)) * scale);
+        }
       }
       out[t] -= pd[i];
     }

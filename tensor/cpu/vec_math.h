@@ -40,12 +40,16 @@ struct VecKernels {
   VecGradFn gelu_erf_grad, gelu_tanh_grad, silu_grad;
   VecBiasGeluFn bias_gelu_erf, bias_gelu_tanh;
   VecGeluGradBiasFn gelu_erf_grad_bias, gelu_tanh_grad_bias;
-  // The largest of x[0, n) (n >= 1). A NaN may or may not win: callers feed the result to exp,
-  // which turns any NaN of the row into NaN outputs either way.
+  // The largest of x[0, n); NaN if any element is NaN; -inf for n = 0.
   float (*max)(const float* x, int64_t n);
   // y = exp(x - shift) when y is not null; returns the sum of exp(x - shift), added in f64 per
   // block of lanes (so long rows keep f64-grade sums).
   double (*exp_shift_sum)(const float* x, float shift, float* y, int64_t n);
+  // Row reductions accumulated in f64 (each float widened exactly): sum x, sum x*y (products in
+  // f64), sum (x - c)^2.
+  double (*sum)(const float* x, int64_t n);
+  double (*dot)(const float* x, const float* y, int64_t n);
+  double (*sum_sq_diff)(const float* x, double c, int64_t n);
 };
 
 enum class VecIsa : uint8_t { kSse2, kAvx2, kAvx512 };

@@ -293,5 +293,38 @@ TEST(VecMathTest, RowMaxAndExpSum) {
   }
 }
 
+TEST(VecMathTest, RowReductionsInF64) {
+  uint32_t seed = 400;
+  for (const VecKernels* k : AllIsas()) {
+    for (int64_t n : {0, 1, 7, 17, 1023, 4099}) {
+      const std::vector<float> x = Random(n, -100, 100, seed++), y = Random(n, -3, 3, seed++);
+      LD sum = 0, dot = 0, sq = 0;
+      const double c = 1.25;
+      for (int64_t i = 0; i < n; ++i) {
+        sum += x[i];
+        dot += static_cast<LD>(x[i]) * y[i];
+        sq += (x[i] - static_cast<LD>(c)) * (x[i] - static_cast<LD>(c));
+      }
+      // f64 accumulation of exactly widened floats: a few f64 ulps of the absolute sum.
+      LD abs_sum = 0, abs_dot = 0;
+      for (int64_t i = 0; i < n; ++i) abs_sum += std::fabs(x[i]), abs_dot += std::fabs(x[i] * y[i]);
+      EXPECT_NEAR(k->sum(x.data(), n), sum, 1e-15 * (1 + abs_sum) * n) << k->isa << " n=" << n;
+      EXPECT_NEAR(k->dot(x.data(), y.data(), n), dot, 1e-15 * (1 + abs_dot) * n) << k->isa;
+      EXPECT_NEAR(k->sum_sq_diff(x.data(), c, n), sq, 1e-15 * (1 + sq) * n) << k->isa;
+      if (n > 0) {
+        EXPECT_EQ(k->max(x.data(), n), *std::max_element(x.begin(), x.end())) << k->isa;
+        for (int64_t at : {int64_t{0}, n / 2, n - 1}) {  // a NaN anywhere wins, lanes and tail
+          std::vector<float> z = x;
+          z[at] = std::numeric_limits<float>::quiet_NaN();
+          EXPECT_TRUE(std::isnan(k->max(z.data(), n))) << k->isa << " n=" << n << " at " << at;
+          EXPECT_TRUE(std::isnan(k->sum(z.data(), n))) << k->isa << " n=" << n << " at " << at;
+        }
+      }
+    }
+    EXPECT_EQ(k->max(nullptr, 0), -std::numeric_limits<float>::infinity());
+    EXPECT_EQ(k->sum(nullptr, 0), 0.0);
+  }
+}
+
 }  // namespace
 }  // namespace shardmap::cpu

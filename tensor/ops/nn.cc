@@ -118,6 +118,23 @@ Tensor SoftmaxBackwardImpl(const char* op, const Tensor& y, const Tensor& dy, in
   Tensor dx = Tensor::Empty(y.shape(), y.dtype());
   if (y.numel() == 0) return dx;
   const Lanes l = LanesOf(y, d);
+  if (y.dtype() == DType::kF32 && l.inner == 1) {  // contiguous rows: vector passes
+    const cpu::VecKernels& k = cpu::Vec();
+    for (int64_t r = 0; r < l.outer; ++r) {
+      const float* py = y.data<float>() + r * l.n;
+      const float* pg = dy.data<float>() + r * l.n;
+      float* px = dx.data<float>() + r * l.n;
+      if (log) {  // dx = dy - softmax * sum(dy), softmax = exp(y)
+        const float acc = static_cast<float>(k.sum(pg, l.n));
+        k.exp(py, px, l.n);
+        for (int64_t j = 0; j < l.n; ++j) px[j] = pg[j] - px[j] * acc;
+      } else {  // dx = y * (dy - sum(dy * y))
+        const float acc = static_cast<float>(k.dot(pg, py, l.n));
+        for (int64_t j = 0; j < l.n; ++j) px[j] = py[j] * (pg[j] - acc);
+      }
+    }
+    return dx;
+  }
   internal::DispatchF32F64(y.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* py = y.data<T>();
@@ -210,9 +227,17 @@ LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& be
     for (int64_t i = 0; i < rows; ++i) {
       const T* row = px + i * h;
       double s = 0, ss = 0;
-      for (int64_t j = 0; j < h; ++j) s += row[j];
+      if constexpr (std::is_same_v<T, float>) {  // vector passes, f64 sums
+        s = cpu::Vec().sum(row, h);
+      } else {
+        for (int64_t j = 0; j < h; ++j) s += row[j];
+      }
       const double mean = h == 0 ? 0.0 : s / h;
-      for (int64_t j = 0; j < h; ++j) ss += (row[j] - mean) * (row[j] - mean);
+      if constexpr (std::is_same_v<T, float>) {
+        ss = cpu::Vec().sum_sq_diff(row, mean, h);
+      } else {
+        for (int64_t j = 0; j < h; ++j) ss += (row[j] - mean) * (row[j] - mean);
+      }
       const double var = h == 0 ? 0.0 : ss / h;
       const T m = static_cast<T>(mean), rs = static_cast<T>(1.0 / std::sqrt(var + eps));
       r.mean.data<T>()[i] = m;
@@ -311,7 +336,11 @@ RmsNormResult RmsNorm(const Tensor& x, const Tensor& gamma, double eps) {
     for (int64_t i = 0; i < rows; ++i) {
       const T* row = px + i * h;
       double ss = 0;
-      for (int64_t j = 0; j < h; ++j) ss += static_cast<double>(row[j]) * row[j];
+      if constexpr (std::is_same_v<T, float>) {  // vector pass, f64 sum
+        ss = cpu::Vec().sum_sq_diff(row, 0.0, h);
+      } else {
+        for (int64_t j = 0; j < h; ++j) ss += static_cast<double>(row[j]) * row[j];
+      }
       const T rs = static_cast<T>(1.0 / std::sqrt((h == 0 ? 0.0 : ss / h) + eps));
       r.rstd.data<T>()[i] = rs;
       for (int64_t j = 0; j < h; ++j) py[i * h + j] = pg ? row[j] * rs * pg[j] : row[j] * rs;

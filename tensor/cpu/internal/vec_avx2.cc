@@ -11,6 +11,8 @@ namespace {
 
 struct Isa {
   typedef float V __attribute__((vector_size(32)));
+  typedef float H __attribute__((vector_size(16)));
+  typedef double D __attribute__((vector_size(32)));
   static constexpr int kLanes = 8;
   static V Exp(V x) { return Sleef_expf8_u10avx2(x); }
   static V Log(V x) { return Sleef_logf8_u10avx2(x); }

@@ -11,6 +11,8 @@ namespace {
 
 struct Isa {
   typedef float V __attribute__((vector_size(64)));
+  typedef float H __attribute__((vector_size(32)));
+  typedef double D __attribute__((vector_size(64)));
   static constexpr int kLanes = 16;
   static V Exp(V x) { return Sleef_expf16_u10avx512f(x); }
   static V Log(V x) { return Sleef_logf16_u10avx512f(x); }

@@ -4,6 +4,8 @@
 //
 //   struct Isa {
 //     typedef float V __attribute__((vector_size(64)));  // one SIMD register of floats
+//     typedef float H __attribute__((vector_size(32)));   // half of it
+//     typedef double D __attribute__((vector_size(64)));  // H widened to f64
 //     static constexpr int kLanes = 16;
 //     static V Exp(V), Log(V), Tanh(V), Erfc(V);          // SLEEF's functions for the ISA
 //   };
@@ -161,6 +163,7 @@ void GeluGradBiasK(const float* pre, const float* dy, float* dx, double* dbias, 
   }
 }
 
+// NaN-propagating max: a lane that saw a NaN keeps it.
 template <class I>
 float MaxK(const float* x, int64_t n) {
   constexpr int W = I::kLanes;
@@ -169,14 +172,57 @@ float MaxK(const float* x, int64_t n) {
   int64_t i = 0;
   for (; i + W <= n; i += W) {
     const V v = Load<I>(x + i);
-    m = v > m ? v : m;
+    m = (v > m) | (v != v) ? v : m;
   }
   float lanes[W];
   Store<I>(lanes, m);
-  float best = lanes[0];
-  for (int k = 1; k < W; ++k) best = lanes[k] > best ? lanes[k] : best;
-  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
+  float best = -__builtin_inff();
+  for (int k = 0; k < W; ++k) best = lanes[k] > best || lanes[k] != lanes[k] ? lanes[k] : best;
+  for (; i < n; ++i) best = x[i] > best || x[i] != x[i] ? x[i] : best;
   return best;
+}
+
+// Reductions in f64: each register is converted as two halves (I::H floats -> I::D doubles).
+template <class I, class F>
+double SumF64(const float* x, const float* y, int64_t n, F term) {
+  constexpr int W = I::kLanes, Hw = W / 2;
+  using H = typename I::H;
+  using D = typename I::D;
+  D a0 = {}, a1 = {};
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    H x0, x1, y0 = {}, y1 = {};
+    __builtin_memcpy(&x0, x + i, sizeof x0);
+    __builtin_memcpy(&x1, x + i + Hw, sizeof x1);
+    if (y) {
+      __builtin_memcpy(&y0, y + i, sizeof y0);
+      __builtin_memcpy(&y1, y + i + Hw, sizeof y1);
+    }
+    a0 += term(__builtin_convertvector(x0, D), __builtin_convertvector(y0, D));
+    a1 += term(__builtin_convertvector(x1, D), __builtin_convertvector(y1, D));
+  }
+  a0 += a1;
+  double total = 0;
+  for (int k = 0; k < Hw; ++k) total += a0[k];
+  for (; i < n; ++i) {
+    D xs = {}, ys = {};
+    xs[0] = x[i];
+    ys[0] = y ? y[i] : 0.0f;
+    total += term(xs, ys)[0];
+  }
+  return total;
+}
+template <class I>
+double SumK(const float* x, int64_t n) {
+  return SumF64<I>(x, nullptr, n, [](auto v, auto) { return v; });
+}
+template <class I>
+double DotK(const float* x, const float* y, int64_t n) {
+  return SumF64<I>(x, y, n, [](auto a, auto b) { return a * b; });
+}
+template <class I>
+double SumSqDiffK(const float* x, double c, int64_t n) {
+  return SumF64<I>(x, nullptr, n, [c](auto v, auto) { return (v - c) * (v - c); });
 }
 
 template <class I>
@@ -227,5 +273,8 @@ constexpr VecKernels MakeKernels(const char* isa) {
                     &GeluGradBiasK<I, false>,
                     &GeluGradBiasK<I, true>,
                     &MaxK<I>,
-                    &ExpShiftSumK<I>};
+                    &ExpShiftSumK<I>,
+                    &SumK<I>,
+                    &DotK<I>,
+                    &SumSqDiffK<I>};
 }

@@ -11,6 +11,8 @@ namespace {
 
 struct Isa {
   typedef float V __attribute__((vector_size(16)));
+  typedef float H __attribute__((vector_size(8)));
+  typedef double D __attribute__((vector_size(16)));
   static constexpr int kLanes = 4;
   static V Exp(V x) { return Sleef_expf4_u10sse2(x); }
   static V Log(V x) { return Sleef_logf4_u10sse2(x); }

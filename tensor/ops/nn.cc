@@ -243,11 +243,15 @@ LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& be
       r.mean.data<T>()[i] = m;
       r.rstd.data<T>()[i] = rs;
       T* out = py + i * h;
-      for (int64_t j = 0; j < h; ++j) {
-        T v = (row[j] - m) * rs;
-        if (pg) v *= pg[j];
-        if (pb) v += pb[j];
-        out[j] = v;
+      if (pg && pb) {  // the usual affine case as one branch-free (vectorisable) loop
+        for (int64_t j = 0; j < h; ++j) out[j] = (row[j] - m) * rs * pg[j] + pb[j];
+      } else {
+        for (int64_t j = 0; j < h; ++j) {
+          T v = (row[j] - m) * rs;
+          if (pg) v *= pg[j];
+          if (pb) v += pb[j];
+          out[j] = v;
+        }
       }
     }
   });

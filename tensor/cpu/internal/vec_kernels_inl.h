@@ -168,12 +168,18 @@ template <class I>
 float MaxK(const float* x, int64_t n) {
   constexpr int W = I::kLanes;
   using V = typename I::V;
-  V m = V{} - __builtin_inff();  // all lanes -inf
+  V m = V{} - __builtin_inff(), m2 = m;  // all lanes -inf; two chains hide the latency
   int64_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    const V v = Load<I>(x + i), v2 = Load<I>(x + i + W);
+    m = (v > m) | (v != v) ? v : m;
+    m2 = (v2 > m2) | (v2 != v2) ? v2 : m2;
+  }
   for (; i + W <= n; i += W) {
     const V v = Load<I>(x + i);
     m = (v > m) | (v != v) ? v : m;
   }
+  m = (m2 > m) | (m2 != m2) ? m2 : m;
   float lanes[W];
   Store<I>(lanes, m);
   float best = -__builtin_inff();
@@ -188,8 +194,27 @@ double SumF64(const float* x, const float* y, int64_t n, F term) {
   constexpr int W = I::kLanes, Hw = W / 2;
   using H = typename I::H;
   using D = typename I::D;
-  D a0 = {}, a1 = {};
+  D a0 = {}, a1 = {}, b0 = {}, b1 = {};  // four chains hide the add latency
   int64_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    H x0, x1, x2, x3, y0 = {}, y1 = {}, y2 = {}, y3 = {};
+    __builtin_memcpy(&x0, x + i, sizeof x0);
+    __builtin_memcpy(&x1, x + i + Hw, sizeof x1);
+    __builtin_memcpy(&x2, x + i + W, sizeof x2);
+    __builtin_memcpy(&x3, x + i + W + Hw, sizeof x3);
+    if (y) {
+      __builtin_memcpy(&y0, y + i, sizeof y0);
+      __builtin_memcpy(&y1, y + i + Hw, sizeof y1);
+      __builtin_memcpy(&y2, y + i + W, sizeof y2);
+      __builtin_memcpy(&y3, y + i + W + Hw, sizeof y3);
+    }
+    a0 += term(__builtin_convertvector(x0, D), __builtin_convertvector(y0, D));
+    a1 += term(__builtin_convertvector(x1, D), __builtin_convertvector(y1, D));
+    b0 += term(__builtin_convertvector(x2, D), __builtin_convertvector(y2, D));
+    b1 += term(__builtin_convertvector(x3, D), __builtin_convertvector(y3, D));
+  }
+  a0 += b0;
+  a1 += b1;
   for (; i + W <= n; i += W) {
     H x0, x1, y0 = {}, y1 = {};
     __builtin_memcpy(&x0, x + i, sizeof x0);

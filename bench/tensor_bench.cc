@@ -7,13 +7,20 @@
 // add >= 0.7), `ours_*` and `raw_*` are the two throughputs (GFLOP/s or GB/s).
 #include <cblas.h>
 
+#include <time.h>
+
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
 #include "tensor/ops/elementwise.h"
+#include "tensor/ops/linear.h"
 #include "tensor/ops/matmul.h"
+#include "tensor/ops/nn.h"
+#include "tensor/ops/reduce.h"
 #include "tensor/ops/shape_ops.h"
 #include "tensor/random.h"
 #include "tensor/tensor.h"
@@ -154,6 +161,164 @@ BENCHMARK(BM_PermuteLast2VsMemcpy)
     ->Args({4, 256, 128, 128})
     ->Args({8, 64, 256, 64})
     ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// One row per CPU op of issue 15, named like `exp/f32/elems:4194304` or
+// `softmax/f32/rows:4096/cols:1024`, timed interleaved with a memcpy of the same traffic:
+// copy_ratio = memcpy time / op time, where the memcpy moves (bytes read + bytes written) / 2 in
+// each direction. Targets: elementwise ops >= 0.5; bench/peers/torch_ops.sh prints PyTorch's
+// times for the same ops and shapes beside these.
+struct OpRow {
+  std::string name;
+  Shape shape;
+  int reads, writes;  // full-size tensors read and written
+  std::function<Tensor(const std::vector<Tensor>&)> fn;
+  std::function<std::vector<Tensor>(const Shape&)> inputs;
+};
+
+std::vector<Tensor> Normal1(const Shape& s) { return {RandomNormal(s, 1, 0.0, 2.0)}; }
+std::vector<Tensor> Normal2(const Shape& s) {
+  return {RandomNormal(s, 1, 0.0, 2.0), RandomNormal(s, 2)};
+}
+std::vector<Tensor> Positive1(const Shape& s) { return {RandomUniform(s, 1, 0.01, 10.0)}; }
+std::vector<Tensor> SoftmaxOut(const Shape& s) {
+  return {Softmax(RandomNormal(s, 1, 0.0, 2.0), -1), RandomNormal(s, 2)};
+}
+std::vector<Tensor> LogSoftmaxOut(const Shape& s) {
+  return {LogSoftmax(RandomNormal(s, 1, 0.0, 2.0), -1), RandomNormal(s, 2)};
+}
+// x, gamma, beta, mean, rstd, dy for the norms.
+std::vector<Tensor> NormInputs(const Shape& s) {
+  const Tensor x = RandomNormal(s, 1, 0.5, 2.0);
+  const int64_t h = s.back();
+  const LayerNormResult ln = LayerNorm(x, RandomNormal({h}, 3), RandomNormal({h}, 4), 1e-5);
+  return {x, RandomNormal({h}, 3), RandomNormal({h}, 4), ln.mean, ln.rstd, RandomNormal(s, 2),
+          RmsNorm(x, RandomNormal({h}, 3), 1e-5).rstd};
+}
+std::vector<Tensor> Logits(const Shape& s) {
+  return {RandomNormal(s, 1, 0.0, 2.0), RandomInts({s[0]}, s[1], 5),
+          RandomUniform({s[0]}, 6, 0.5, 1.5)};
+}
+
+std::vector<OpRow> OpRows() {
+  using V = const std::vector<Tensor>&;
+  std::vector<OpRow> rows;
+  for (const Shape& s : {Shape{4194304}, Shape{512, 2048}}) {
+    rows.push_back({"exp", s, 1, 1, [](V t) { return Exp(t[0]); }, Normal1});
+    rows.push_back({"log", s, 1, 1, [](V t) { return Log(t[0]); }, Positive1});
+    rows.push_back({"tanh", s, 1, 1, [](V t) { return Tanh(t[0]); }, Normal1});
+    rows.push_back({"silu", s, 1, 1, [](V t) { return Silu(t[0]); }, Normal1});
+    rows.push_back(
+        {"gelu_erf", s, 1, 1, [](V t) { return Gelu(t[0], GeluApprox::kNone); }, Normal1});
+    rows.push_back(
+        {"gelu_tanh", s, 1, 1, [](V t) { return Gelu(t[0], GeluApprox::kTanh); }, Normal1});
+    rows.push_back({"gelu_erf_grad", s, 2, 1,
+                    [](V t) { return GeluGrad(t[0], t[1], GeluApprox::kNone); }, Normal2});
+    rows.push_back({"gelu_tanh_grad", s, 2, 1,
+                    [](V t) { return GeluGrad(t[0], t[1], GeluApprox::kTanh); }, Normal2});
+    rows.push_back({"silu_grad", s, 2, 1, [](V t) { return SiluGrad(t[0], t[1]); }, Normal2});
+  }
+  for (const Shape& s : {Shape{4096, 1024}, Shape{512, 8192}}) {
+    rows.push_back({"softmax", s, 1, 1, [](V t) { return Softmax(t[0], -1); }, Normal1});
+    rows.push_back({"log_softmax", s, 1, 1, [](V t) { return LogSoftmax(t[0], -1); }, Normal1});
+    rows.push_back({"softmax_backward", s, 2, 1,
+                    [](V t) { return SoftmaxBackward(t[0], t[1], -1); }, SoftmaxOut});
+    rows.push_back({"log_softmax_backward", s, 2, 1,
+                    [](V t) { return LogSoftmaxBackward(t[0], t[1], -1); }, LogSoftmaxOut});
+    rows.push_back({"layer_norm", s, 1, 1,
+                    [](V t) { return LayerNorm(t[0], t[1], t[2], 1e-5).y; }, NormInputs});
+    rows.push_back({"layer_norm_backward", s, 2, 1,
+                    [](V t) { return LayerNormBackward(t[0], t[1], t[3], t[4], t[5]).dx; },
+                    NormInputs});
+    rows.push_back(
+        {"rms_norm", s, 1, 1, [](V t) { return RmsNorm(t[0], t[1], 1e-5).y; }, NormInputs});
+    rows.push_back({"rms_norm_backward", s, 2, 1,
+                    [](V t) { return RmsNormBackward(t[0], t[1], t[6], t[5]).dx; },
+                    NormInputs});
+    rows.push_back(
+        {"cross_entropy", s, 1, 0, [](V t) { return CrossEntropy(t[0], t[1]); }, Logits});
+    rows.push_back({"cross_entropy_backward", s, 1, 1,
+                    [](V t) { return CrossEntropyBackward(t[0], t[1], t[2]); }, Logits});
+    rows.push_back({"sum", s, 1, 0, [](V t) { return Sum(t[0], {-1}); }, Normal1});
+    rows.push_back({"mean", s, 1, 0, [](V t) { return Mean(t[0], {-1}); }, Normal1});
+    rows.push_back({"max", s, 1, 0, [](V t) { return Max(t[0], {-1}); }, Normal1});
+    rows.push_back({"transpose", s, 1, 1, [](V t) { return Transpose(t[0], 0, 1); }, Normal1});
+  }
+  return rows;
+}
+
+// Thread CPU seconds: this 2-core box is shared, so wall time mostly measures the other tenants.
+double ThreadSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+void RunOpRow(benchmark::State& state, const OpRow& row) {
+  const std::vector<Tensor> in = row.inputs(row.shape);
+  int64_t numel = 1;
+  for (int64_t d : row.shape) numel *= d;
+  const size_t copy_bytes = static_cast<size_t>(numel) * 4 * (row.reads + row.writes) / 2;
+  std::vector<char> src(copy_bytes, 1), dst(copy_bytes, 0);
+  double ours = 0, raw = 0;
+  for (auto _ : state) {
+    const double t0 = ThreadSeconds();
+    Tensor out = row.fn(in);
+    benchmark::DoNotOptimize(out.raw_data());
+    const double t1 = ThreadSeconds();
+    std::memcpy(dst.data(), src.data(), copy_bytes);
+    benchmark::DoNotOptimize(dst.data());
+    const double t2 = ThreadSeconds();
+    ours += t1 - t0;
+    raw += t2 - t1;
+    state.SetIterationTime(t1 - t0);
+  }
+  state.counters["GBps"] = 2.0 * copy_bytes * state.iterations() / ours / 1e9;
+  state.counters["copy_ratio"] = raw / ours;
+}
+
+std::string RowName(const OpRow& r) {
+  std::string name = r.name + "/f32";
+  if (r.shape.size() == 1) return name + "/elems:" + std::to_string(r.shape[0]);
+  return name + "/rows:" + std::to_string(r.shape[0]) + "/cols:" + std::to_string(r.shape[1]);
+}
+
+const bool kOpRowsRegistered = [] {
+  for (const OpRow& r : OpRows()) {
+    benchmark::RegisterBenchmark(RowName(r).c_str(),
+                                 [r](benchmark::State& st) { RunOpRow(st, r); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  return true;
+}();
+
+// The Megatron MLP block at TP 1 on the tensor ops, f32, forward + backward: h = gelu(x w1 + b1)
+// (fused epilogue), y = h w2 + b2; then dh = (dy w2^T) gelu'(pre) with db1 fused, and the four
+// weight/bias gradients. bench/peers/torch_ops.py times the same block with torch.nn + autograd.
+void BM_MegatronMlp(benchmark::State& state) {
+  const int64_t tokens = state.range(0), hidden = state.range(1), ffn = state.range(2);
+  PinBlasToOneThread();
+  const Tensor x = RandomNormal({tokens, hidden}, 1), dy = RandomNormal({tokens, hidden}, 2);
+  const Tensor w1 = RandomNormal({hidden, ffn}, 3, 0.0, 0.05), b1 = RandomNormal({ffn}, 4);
+  const Tensor w2 = RandomNormal({ffn, hidden}, 5, 0.0, 0.05), b2 = RandomNormal({hidden}, 6);
+  for (auto _ : state) {
+    const LinearResult h = Linear(x, w1, b1, LinearEpilogue::kBiasGelu, GeluApprox::kTanh);
+    const LinearResult y = Linear(h.y, w2, b2, LinearEpilogue::kBias);
+    const LinearWeightGrads g2 = LinearWeightGrad(h.y, dy);
+    const LinearGeluGrads gh = LinearGeluBackward(dy, w2, h.pre, true, GeluApprox::kTanh);
+    const LinearWeightGrads g1 = LinearWeightGrad(x, gh.dpre, false);
+    const Tensor dx = Matmul(gh.dpre, w1, false, true);
+    benchmark::DoNotOptimize(y.y.raw_data());
+    benchmark::DoNotOptimize(dx.raw_data());
+    benchmark::DoNotOptimize(g1.dw.raw_data());
+    benchmark::DoNotOptimize(g2.dw.raw_data());
+  }
+}
+BENCHMARK(BM_MegatronMlp)
+    ->Name("mlp/f32/tokens:512/hidden:512/ffn:2048")
+    ->Args({512, 512, 2048})
+    ->MeasureProcessCPUTime()
     ->Unit(benchmark::kMillisecond);
 
 // Per-op cost on tiny tensors (framework overhead dominates). Raw reference: the same arithmetic

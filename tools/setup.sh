@@ -15,6 +15,7 @@ packages=(
   libgloo-dev
   nlohmann-json3-dev
   python3  # tools/test_summary.py reads Bazel's test XML
+  libsleef-dev
 )
 
 missing=()

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "tensor/cpu/vec_math.h"
 #include "tensor/cuda/elementwise/elementwise_ops.h"
 #include "tensor/error.h"
 #include "tensor/ops/internal/op_util.h"
@@ -108,9 +109,11 @@ void BinaryBroadcast(const Tensor& a, const Tensor& b, Tensor& out, F f) {
 }
 
 // F is a generic lambda (T, T) -> T, instantiated for float and double.
-// Device tensors go to the CUDA kernel `cop` after the same checks.
+// Device tensors go to the CUDA kernel `cop` after the same checks; f32 operands of equal shapes
+// go to the vector kernel `vec` when there is one (see tensor/cpu/vec_math.h).
 template <typename F>
-Tensor Binary(const char* op, cuda::BinaryOp cop, const Tensor& a, const Tensor& b, F f) {
+Tensor Binary(const char* op, cuda::BinaryOp cop, const Tensor& a, const Tensor& b, F f,
+              cpu::VecGradFn cpu::VecKernels::*vec = nullptr) {
   internal::RequireFloating(op, a, "lhs");
   internal::RequireFloating(op, b, "rhs");
   internal::RequireSameDType(op, a, b);
@@ -121,10 +124,14 @@ Tensor Binary(const char* op, cuda::BinaryOp cop, const Tensor& a, const Tensor&
     return cuda::Binary(op, cop, a, b, out_shape);
   }
   if (internal::IsHalf(a.dtype())) {  // compute in f32, round once
-    return Cast(Binary(op, cop, Cast(a, DType::kF32), Cast(b, DType::kF32), f), a.dtype());
+    return Cast(Binary(op, cop, Cast(a, DType::kF32), Cast(b, DType::kF32), f, vec), a.dtype());
   }
   if (a.shape() == b.shape()) {  // the hot path: no index math
     Tensor out = Tensor::Empty(a.shape(), a.dtype());
+    if (vec != nullptr && a.dtype() == DType::kF32) {
+      (cpu::Vec().*vec)(a.data<float>(), b.data<float>(), out.data<float>(), a.numel());
+      return out;
+    }
     internal::DispatchF32F64(a.dtype(), [&](auto zero) {
       using T = decltype(zero);
       BinaryRun(a.data<T>(), b.data<T>(), out.data<T>(), a.numel(), 1, 1, f);
@@ -146,15 +153,21 @@ Tensor Binary(const char* op, cuda::BinaryOp cop, const Tensor& a, const Tensor&
   return out;
 }
 
-// Device tensors go to the CUDA kernel `cop` (with `scalar` for AddScalar / MulScalar).
+// Device tensors go to the CUDA kernel `cop` (with `scalar` for AddScalar / MulScalar); f32 ones
+// to the vector kernel `vec` when there is one.
 template <typename F>
-Tensor Unary(const char* op, cuda::UnaryOp cop, const Tensor& a, F f, double scalar = 0) {
+Tensor Unary(const char* op, cuda::UnaryOp cop, const Tensor& a, F f, double scalar = 0,
+             cpu::VecUnaryFn cpu::VecKernels::*vec = nullptr) {
   internal::RequireFloating(op, a);
   if (a.is_cuda()) return cuda::Unary(op, cop, a, scalar);
   if (internal::IsHalf(a.dtype())) {
-    return Cast(Unary(op, cop, Cast(a, DType::kF32), f, scalar), a.dtype());
+    return Cast(Unary(op, cop, Cast(a, DType::kF32), f, scalar, vec), a.dtype());
   }
   Tensor out = Tensor::Empty(a.shape(), a.dtype());
+  if (vec != nullptr && a.dtype() == DType::kF32) {
+    (cpu::Vec().*vec)(a.data<float>(), out.data<float>(), a.numel());
+    return out;
+  }
   internal::DispatchF32F64(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* __restrict pa = a.data<T>();
@@ -229,13 +242,17 @@ Tensor Neg(const Tensor& a) {
   return Unary("neg", cuda::UnaryOp::kNeg, a, [](auto x) { return -x; });
 }
 Tensor Exp(const Tensor& a) {
-  return Unary("exp", cuda::UnaryOp::kExp, a, [](auto x) { return std::exp(x); });
+  return Unary(
+      "exp", cuda::UnaryOp::kExp, a, [](auto x) { return std::exp(x); }, 0, &cpu::VecKernels::exp);
 }
 Tensor Log(const Tensor& a) {
-  return Unary("log", cuda::UnaryOp::kLog, a, [](auto x) { return std::log(x); });
+  return Unary(
+      "log", cuda::UnaryOp::kLog, a, [](auto x) { return std::log(x); }, 0, &cpu::VecKernels::log);
 }
 Tensor Tanh(const Tensor& a) {
-  return Unary("tanh", cuda::UnaryOp::kTanh, a, [](auto x) { return std::tanh(x); });
+  return Unary(
+      "tanh", cuda::UnaryOp::kTanh, a, [](auto x) { return std::tanh(x); }, 0,
+      &cpu::VecKernels::tanh);
 }
 Tensor Relu(const Tensor& a) {
   // NaN propagates (x != x) so bad values stay visible instead of becoming 0.
@@ -247,12 +264,18 @@ Tensor Sqrt(const Tensor& a) {
 }
 Tensor Gelu(const Tensor& a, GeluApprox approx) {
   if (approx == GeluApprox::kTanh) {
-    return Unary("gelu", cuda::UnaryOp::kGeluTanh, a, [](auto x) { return GeluTanhFwd(x); });
+    return Unary(
+        "gelu", cuda::UnaryOp::kGeluTanh, a, [](auto x) { return GeluTanhFwd(x); }, 0,
+        &cpu::VecKernels::gelu_tanh);
   }
-  return Unary("gelu", cuda::UnaryOp::kGeluErf, a, [](auto x) { return GeluErfFwd(x); });
+  return Unary(
+      "gelu", cuda::UnaryOp::kGeluErf, a, [](auto x) { return GeluErfFwd(x); }, 0,
+      &cpu::VecKernels::gelu_erf);
 }
 Tensor Silu(const Tensor& a) {
-  return Unary("silu", cuda::UnaryOp::kSilu, a, [](auto x) { return x * Sigmoid(x); });
+  return Unary(
+      "silu", cuda::UnaryOp::kSilu, a, [](auto x) { return x * Sigmoid(x); }, 0,
+      &cpu::VecKernels::silu);
 }
 
 Tensor ReluGrad(const Tensor& x, const Tensor& dy) {
@@ -263,19 +286,24 @@ Tensor ReluGrad(const Tensor& x, const Tensor& dy) {
 Tensor GeluGrad(const Tensor& x, const Tensor& dy, GeluApprox approx) {
   internal::RequireSameShape("gelu_grad", x, dy);
   if (approx == GeluApprox::kTanh) {
-    return Binary("gelu_grad", cuda::BinaryOp::kGeluTanhGrad, x, dy,
-                  [](auto v, auto g) { return g * GeluTanhDer(v); });
+    return Binary(
+        "gelu_grad", cuda::BinaryOp::kGeluTanhGrad, x, dy,
+        [](auto v, auto g) { return g * GeluTanhDer(v); }, &cpu::VecKernels::gelu_tanh_grad);
   }
-  return Binary("gelu_grad", cuda::BinaryOp::kGeluErfGrad, x, dy,
-                [](auto v, auto g) { return g * GeluErfDer(v); });
+  return Binary(
+      "gelu_grad", cuda::BinaryOp::kGeluErfGrad, x, dy,
+      [](auto v, auto g) { return g * GeluErfDer(v); }, &cpu::VecKernels::gelu_erf_grad);
 }
 Tensor SiluGrad(const Tensor& x, const Tensor& dy) {
   internal::RequireSameShape("silu_grad", x, dy);
-  return Binary("silu_grad", cuda::BinaryOp::kSiluGrad, x, dy, [](auto v, auto g) {
-    using T = decltype(v);
-    const T s = Sigmoid(v);
-    return g * s * (T(1) + v * (T(1) - s));
-  });
+  return Binary(
+      "silu_grad", cuda::BinaryOp::kSiluGrad, x, dy,
+      [](auto v, auto g) {
+        using T = decltype(v);
+        const T s = Sigmoid(v);
+        return g * s * (T(1) + v * (T(1) - s));
+      },
+      &cpu::VecKernels::silu_grad);
 }
 Tensor TanhGrad(const Tensor& y, const Tensor& dy) {
   internal::RequireSameShape("tanh_grad", y, dy);
@@ -283,22 +311,28 @@ Tensor TanhGrad(const Tensor& y, const Tensor& dy) {
                 [](auto v, auto g) { return g * (decltype(v)(1) - v * v); });
 }
 
-void AddInPlace(Tensor& acc, const Tensor& x) {
+void AddInPlace(Tensor& acc, const Tensor& x_in) {
   internal::RequireFloating("add_in_place", acc, "accumulator");
-  internal::RequireFloating("add_in_place", x, "addend");
-  internal::RequireSameDType("add_in_place", acc, x);
-  internal::RequireSameShape("add_in_place", acc, x);
-  internal::RequireSameDevice("add_in_place", acc, x);
+  internal::RequireFloating("add_in_place", x_in, "addend");
+  internal::RequireSameDType("add_in_place", acc, x_in);
+  internal::RequireSameShape("add_in_place", acc, x_in);
+  internal::RequireSameDevice("add_in_place", acc, x_in);
   if (acc.is_cuda()) {
-    cuda::AddInPlace(acc, x);
+    cuda::AddInPlace(acc, x_in);
     return;
   }
+  // NumPy semantics, as the CUDA kernel: acc += x as x was before the call. An x that partially
+  // overlaps acc is read from a copy; x == acc exactly is fine elementwise.
+  const char* pa_bytes = static_cast<const char*>(acc.raw_data());
+  const char* px_bytes = static_cast<const char*>(x_in.raw_data());
+  const size_t nb = acc.nbytes();
+  const bool partial = x_in.SharesStorageWith(acc) && px_bytes != pa_bytes &&
+                       px_bytes < pa_bytes + nb && pa_bytes < px_bytes + nb;
+  const Tensor x = partial ? x_in.Clone() : x_in;
   const int64_t n = acc.numel();
   switch (acc.dtype()) {
     case DType::kF32: {
-      // No __restrict: acc and x may be overlapping views of one storage; the compiler's runtime
-      // overlap check keeps the vector loop for the usual disjoint case.
-      float* pa = acc.data<float>();
+      float* pa = acc.data<float>();  // no __restrict: x may be acc itself
       const float* px = x.data<float>();
       for (int64_t i = 0; i < n; ++i) pa[i] += px[i];
       break;

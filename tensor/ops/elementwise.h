@@ -5,6 +5,10 @@
 //   Tensor g = Gelu(x, GeluApprox::kTanh);
 //   Tensor dx = GeluGrad(x, dy, GeluApprox::kTanh);   // dy * gelu'(x)
 //
+// On the CPU, f32 exp/log/tanh/gelu/silu and the GELU/SiLU gradients run on the SLEEF vector
+// kernels of tensor/cpu/vec_math.h (runtime AVX-512/AVX2/SSE2 dispatch; accuracy bound stated
+// there: a few ulp); f64 keeps the scalar libm loops.
+//
 // Errors (OpError): dtype mismatch, shapes that do not broadcast; messages name the op and shapes.
 #ifndef SHARDMAP_TENSOR_OPS_ELEMENTWISE_H_
 #define SHARDMAP_TENSOR_OPS_ELEMENTWISE_H_
@@ -43,7 +47,9 @@ Tensor GeluGrad(const Tensor& x, const Tensor& dy, GeluApprox approx = GeluAppro
 Tensor SiluGrad(const Tensor& x, const Tensor& dy);
 Tensor TanhGrad(const Tensor& y, const Tensor& dy);
 
-// In place: acc += x (same shape and dtype). Gradient accumulation uses this.
+// In place: acc += x (same shape and dtype). Gradient accumulation uses this. NumPy semantics on
+// every device: x is read as it was before the call, even when it overlaps acc (a partially
+// overlapping x is copied first; x == acc exactly doubles acc).
 void AddInPlace(Tensor& acc, const Tensor& x);
 
 }  // namespace shardmap

@@ -216,14 +216,23 @@ TEST(ElementwiseTest, BackwardKernelsMatchFiniteDifferences) {
   ExpectAllClose(g32, g64.ToVector<double>(), 1e-5, 1e-6, "gelu_grad f32");
 }
 
-TEST(ElementwiseTest, AddInPlaceWithOverlappingViews) {
-  Tensor t = Tensor::Arange(40).Reshape({40});
-  Tensor acc = t.SliceRows(1, 39);
-  AddInPlace(acc, t.SliceRows(0, 39));  // acc[i] = t[i+1] + t[i], read before written
-  std::vector<double> want(39);
-  for (int i = 0; i < 39; ++i) want[i] = (i + 1) + (i == 0 ? 0.0 : want[i - 1]);
-  // Sequential semantics: t[i] already holds the updated value when t[i+1] reads it.
-  ExpectAllClose(acc, want, 0, 0, "overlap");
+TEST(ElementwiseTest, AddInPlaceWithOverlappingViewsReadsXAsBefore) {
+  for (DType dt : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}) {
+    // x one element behind acc, and one ahead: NumPy semantics, acc[i] = t[i+1] + t[i] (resp.
+    // t[i] + t[i+1]) with t as it was, whichever direction a sequential loop would run over.
+    for (int shift : {-1, 1}) {
+      Tensor t = Cast(Tensor::Arange(40).Reshape({40}), dt);
+      const std::vector<double> before = t.ToVector<double>();
+      Tensor acc = t.SliceRows(shift < 0 ? 1 : 0, 39);
+      AddInPlace(acc, t.SliceRows(shift < 0 ? 0 : 1, 39));
+      std::vector<double> want(39);
+      for (int i = 0; i < 39; ++i) want[i] = before[i] + before[i + 1];
+      ExpectAllClose(acc, want, 0, 0, DTypeName(dt));
+    }
+    Tensor same = Cast(Tensor::Arange(5).Reshape({5}), dt);
+    AddInPlace(same, same);  // x == acc exactly: doubled
+    ExpectAllClose(same, {0, 2, 4, 6, 8}, 0, 0, DTypeName(dt));
+  }
 }
 
 TEST(ElementwiseTest, AddInPlace) {

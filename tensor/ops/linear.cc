@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "tensor/cpu/vec_math.h"
 #include "tensor/cuda/gemm/ops.h"
 #include "tensor/error.h"
 #include "tensor/ops/internal/op_util.h"
@@ -69,8 +70,20 @@ LinearResult Linear(const Tensor& x, const Tensor& w, const Tensor& bias, Linear
   // Composed: on the CPU the reference, on the GPU the fallback when cuBLASLt cannot fuse.
   const DType ct = ComputeDType(x.dtype());
   Tensor pre = Matmul(Cast(x, ct), Cast(w, ct));
-  if (HasBias(epilogue)) pre = Add(pre, Cast(bias, ct));
   LinearResult r;
+  if (ct == DType::kF32 && !pre.is_cuda() && gelu && HasBias(epilogue)) {
+    // Fused on the CPU: one pass adds the bias into the fresh product and applies GELU.
+    const Tensor b = Cast(bias, ct);
+    Tensor y = Tensor::Empty(pre.shape(), ct);
+    const int64_t n = w.dim(1), rows = n == 0 ? 0 : pre.numel() / n;
+    const cpu::VecKernels& k = cpu::Vec();
+    (approx == GeluApprox::kTanh ? k.bias_gelu_tanh : k.bias_gelu_erf)(
+        pre.data<float>(), b.data<float>(), y.data<float>(), rows, n);
+    r.y = Cast(y, x.dtype());
+    r.pre = Cast(pre, x.dtype());
+    return r;
+  }
+  if (HasBias(epilogue)) pre = Add(pre, Cast(bias, ct));
   if (gelu) {
     r.y = Cast(Gelu(pre, approx), x.dtype());
     r.pre = Cast(pre, x.dtype());
@@ -101,9 +114,22 @@ LinearGeluGrads LinearGeluBackward(const Tensor& dy, const Tensor& w, const Tens
     if (cuda::LinearGeluBackward(dy, w, pre, bias_grad, &g.dpre, &g.dbias)) return g;
   }
   const DType ct = ComputeDType(dy.dtype());
-  const Tensor dh = Matmul(Cast(dy, ct), Cast(w, ct), false, true);
-  const Tensor dpre = GeluGrad(Cast(pre, ct), dh, approx);
+  Tensor dh = Matmul(Cast(dy, ct), Cast(w, ct), false, true);
   LinearGeluGrads g;
+  if (ct == DType::kF32 && !dh.is_cuda() && bias_grad) {
+    // Fused on the CPU: dpre overwrites the fresh dh, and each row of it is added into an f64
+    // bias gradient while still in cache.
+    const Tensor pc = Cast(pre, ct);
+    const int64_t n = w.dim(0), rows = n == 0 ? 0 : dh.numel() / n;
+    std::vector<double> db(n, 0.0);
+    const cpu::VecKernels& k = cpu::Vec();
+    (approx == GeluApprox::kTanh ? k.gelu_tanh_grad_bias : k.gelu_erf_grad_bias)(
+        pc.data<float>(), dh.data<float>(), dh.data<float>(), db.data(), rows, n);
+    g.dpre = Cast(dh, dy.dtype());
+    g.dbias = Cast(Tensor::FromVector<double>({n}, db, DType::kF64), dy.dtype());
+    return g;
+  }
+  const Tensor dpre = GeluGrad(Cast(pre, ct), dh, approx);
   g.dpre = Cast(dpre, dy.dtype());
   if (bias_grad) g.dbias = Cast(Sum(Rows(dpre), {0}), dy.dtype());
   return g;

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tensor/cpu/vec_math.h"
 #include "tensor/cuda/nn/nn_ops.h"
 #include "tensor/error.h"
 #include "tensor/ops/internal/op_util.h"
@@ -59,6 +61,24 @@ Tensor SoftmaxImpl(const char* op, const Tensor& x, int dim, bool log) {
   Tensor out = Tensor::Empty(x.shape(), x.dtype());
   if (x.numel() == 0) return out;
   const Lanes l = LanesOf(x, d);
+  if (x.dtype() == DType::kF32 && l.inner == 1) {
+    // Contiguous rows: vector max, then exp(x - max) with its f64 sum in one pass, then a scale.
+    const cpu::VecKernels& k = cpu::Vec();
+    for (int64_t r = 0; r < l.outer; ++r) {
+      const float* in = x.data<float>() + r * l.n;
+      float* o = out.data<float>() + r * l.n;
+      float mx = k.max(in, l.n);
+      if (std::isinf(mx) && mx < 0) mx = 0;  // an all -inf row: avoid inf - inf
+      if (log) {
+        const float lse = mx + static_cast<float>(std::log(k.exp_shift_sum(in, mx, nullptr, l.n)));
+        for (int64_t j = 0; j < l.n; ++j) o[j] = in[j] - lse;
+      } else {
+        const float inv = static_cast<float>(1.0 / k.exp_shift_sum(in, mx, o, l.n));
+        for (int64_t j = 0; j < l.n; ++j) o[j] *= inv;
+      }
+    }
+    return out;
+  }
   internal::DispatchF32F64(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     ForEachLane(l, x.data<T>(), out.data<T>(), [&](const T* in, T* o, int64_t s) {
@@ -99,6 +119,23 @@ Tensor SoftmaxBackwardImpl(const char* op, const Tensor& y, const Tensor& dy, in
   Tensor dx = Tensor::Empty(y.shape(), y.dtype());
   if (y.numel() == 0) return dx;
   const Lanes l = LanesOf(y, d);
+  if (y.dtype() == DType::kF32 && l.inner == 1) {  // contiguous rows: vector passes
+    const cpu::VecKernels& k = cpu::Vec();
+    for (int64_t r = 0; r < l.outer; ++r) {
+      const float* py = y.data<float>() + r * l.n;
+      const float* pg = dy.data<float>() + r * l.n;
+      float* px = dx.data<float>() + r * l.n;
+      if (log) {  // dx = dy - softmax * sum(dy), softmax = exp(y)
+        const float acc = static_cast<float>(k.sum(pg, l.n));
+        k.exp(py, px, l.n);
+        for (int64_t j = 0; j < l.n; ++j) px[j] = pg[j] - px[j] * acc;
+      } else {  // dx = y * (dy - sum(dy * y))
+        const float acc = static_cast<float>(k.dot(pg, py, l.n));
+        for (int64_t j = 0; j < l.n; ++j) px[j] = py[j] * (pg[j] - acc);
+      }
+    }
+    return dx;
+  }
   internal::DispatchF32F64(y.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* py = y.data<T>();
@@ -191,19 +228,31 @@ LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& be
     for (int64_t i = 0; i < rows; ++i) {
       const T* row = px + i * h;
       double s = 0, ss = 0;
-      for (int64_t j = 0; j < h; ++j) s += row[j];
+      if constexpr (std::is_same_v<T, float>) {  // vector passes, f64 sums
+        s = cpu::Vec().sum(row, h);
+      } else {
+        for (int64_t j = 0; j < h; ++j) s += row[j];
+      }
       const double mean = h == 0 ? 0.0 : s / h;
-      for (int64_t j = 0; j < h; ++j) ss += (row[j] - mean) * (row[j] - mean);
+      if constexpr (std::is_same_v<T, float>) {
+        ss = cpu::Vec().sum_sq_diff(row, mean, h);
+      } else {
+        for (int64_t j = 0; j < h; ++j) ss += (row[j] - mean) * (row[j] - mean);
+      }
       const double var = h == 0 ? 0.0 : ss / h;
       const T m = static_cast<T>(mean), rs = static_cast<T>(1.0 / std::sqrt(var + eps));
       r.mean.data<T>()[i] = m;
       r.rstd.data<T>()[i] = rs;
       T* out = py + i * h;
-      for (int64_t j = 0; j < h; ++j) {
-        T v = (row[j] - m) * rs;
-        if (pg) v *= pg[j];
-        if (pb) v += pb[j];
-        out[j] = v;
+      if (pg && pb) {  // the usual affine case as one branch-free (vectorisable) loop
+        for (int64_t j = 0; j < h; ++j) out[j] = (row[j] - m) * rs * pg[j] + pb[j];
+      } else {
+        for (int64_t j = 0; j < h; ++j) {
+          T v = (row[j] - m) * rs;
+          if (pg) v *= pg[j];
+          if (pb) v += pb[j];
+          out[j] = v;
+        }
       }
     }
   });
@@ -292,7 +341,11 @@ RmsNormResult RmsNorm(const Tensor& x, const Tensor& gamma, double eps) {
     for (int64_t i = 0; i < rows; ++i) {
       const T* row = px + i * h;
       double ss = 0;
-      for (int64_t j = 0; j < h; ++j) ss += static_cast<double>(row[j]) * row[j];
+      if constexpr (std::is_same_v<T, float>) {  // vector pass, f64 sum
+        ss = cpu::Vec().sum_sq_diff(row, 0.0, h);
+      } else {
+        for (int64_t j = 0; j < h; ++j) ss += static_cast<double>(row[j]) * row[j];
+      }
       const T rs = static_cast<T>(1.0 / std::sqrt((h == 0 ? 0.0 : ss / h) + eps));
       r.rstd.data<T>()[i] = rs;
       for (int64_t j = 0; j < h; ++j) py[i * h + j] = pg ? row[j] * rs * pg[j] : row[j] * rs;
@@ -468,9 +521,14 @@ Tensor CrossEntropy(const Tensor& logits, const Tensor& targets, int64_t ignore_
       }
       const T* row = pl + i * v;
       T mx = row[0];
-      for (int64_t j = 1; j < v; ++j) mx = std::max(mx, row[j]);
       double s = 0;
-      for (int64_t j = 0; j < v; ++j) s += std::exp(static_cast<double>(row[j] - mx));
+      if constexpr (std::is_same_v<T, float>) {  // vectorized row passes
+        mx = std::max(mx, cpu::Vec().max(row, v));
+        s = cpu::Vec().exp_shift_sum(row, mx, nullptr, v);
+      } else {
+        for (int64_t j = 1; j < v; ++j) mx = std::max(mx, row[j]);
+        for (int64_t j = 0; j < v; ++j) s += std::exp(static_cast<double>(row[j] - mx));
+      }
       po[i] = static_cast<T>(static_cast<double>(mx) + std::log(s) - row[t]);
     }
   });
@@ -507,12 +565,19 @@ Tensor CrossEntropyBackward(const Tensor& logits, const Tensor& targets, const T
       }
       const T* row = pl + i * v;
       T mx = row[0];
-      for (int64_t j = 1; j < v; ++j) mx = std::max(mx, row[j]);
-      double s = 0;
-      for (int64_t j = 0; j < v; ++j) s += std::exp(static_cast<double>(row[j] - mx));
-      const double scale = static_cast<double>(pd[i]) / s;
-      for (int64_t j = 0; j < v; ++j) {
-        out[j] = static_cast<T>(std::exp(static_cast<double>(row[j] - mx)) * scale);
+      if constexpr (std::is_same_v<T, float>) {  // vectorized: exp written once, then scaled
+        mx = std::max(mx, cpu::Vec().max(row, v));
+        const float scale =
+            static_cast<float>(static_cast<double>(pd[i]) / cpu::Vec().exp_shift_sum(row, mx, out, v));
+        for (int64_t j = 0; j < v; ++j) out[j] *= scale;
+      } else {
+        for (int64_t j = 1; j < v; ++j) mx = std::max(mx, row[j]);
+        double s = 0;
+        for (int64_t j = 0; j < v; ++j) s += std::exp(static_cast<double>(row[j] - mx));
+        const double scale = static_cast<double>(pd[i]) / s;
+        for (int64_t j = 0; j < v; ++j) {
+          out[j] = static_cast<T>(std::exp(static_cast<double>(row[j] - mx)) * scale);
+        }
       }
       out[t] -= pd[i];
     }

@@ -5,6 +5,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_join.h"
+#include "tensor/cpu/vec_math.h"
 #include "tensor/cuda/reduce/reduce_ops.h"
 #include "tensor/error.h"
 #include "tensor/ops/elementwise.h"
@@ -133,6 +134,25 @@ Tensor Reduce(const char* op, Kind kind, const Tensor& x, const std::vector<int>
   Tensor out = Tensor::Empty(plan.out_shape, x.dtype());
   const int64_t n_out = out.numel();
   if (n_out == 0) return out;
+  // f32 rows reduced over trailing dims (sum / mean / max over the last dims): vector kernels,
+  // f64 sums and NaN-propagating max as below.
+  int first_reduced = x.rank();
+  while (first_reduced > 0 && plan.reduced[first_reduced - 1]) --first_reduced;
+  bool trailing = first_reduced < x.rank();
+  for (int i = 0; i < first_reduced; ++i) trailing = trailing && !plan.reduced[i];
+  if (x.dtype() == DType::kF32 && trailing && kind != Kind::kMin && plan.count > 0) {
+    const cpu::VecKernels& k = cpu::Vec();
+    const float* px = x.data<float>();
+    float* po = out.data<float>();
+    const int64_t c = plan.count;
+    for (int64_t i = 0; i < n_out; ++i) {
+      po[i] = kind == Kind::kMax ? k.max(px + i * c, c)
+                                 : static_cast<float>(mean ? k.sum(px + i * c, c) /
+                                                                 static_cast<double>(c)
+                                                           : k.sum(px + i * c, c));
+    }
+    return out;
+  }
   internal::DispatchF32F64(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     T* po = out.data<T>();

@@ -1,0 +1,141 @@
+"""PyTorch's CPU kernels on the ops and shapes of //bench:tensor_bench's op rows, one thread.
+
+    /usr/bin/python3 bench/peers/torch_ops.py [--ours=tensor_bench.json] [--min_time=0.3]
+
+Prints one line per row: PyTorch's time (thread CPU time per call, median of repeats) and, given
+the JSON output of tensor_bench (--benchmark_format=json --benchmark_out=FILE), ours beside it
+and their ratio (torch / ours: > 1 means we are faster). Use bench/peers/torch_ops.sh, which
+installs Debian's python3-torch if missing and runs both.
+"""
+import argparse
+import json
+import time
+
+import torch
+import torch.nn.functional as F
+
+torch.set_num_threads(1)
+aten = torch.ops.aten
+
+
+def timed(fn, min_time):
+    """Median thread CPU seconds per call over >= min_time of calls (after a warm-up call)."""
+    fn()
+    samples = []
+    spent = 0.0
+    while spent < min_time or len(samples) < 3:
+        t0 = time.thread_time()
+        fn()
+        dt = time.thread_time() - t0
+        samples.append(dt)
+        spent += dt
+    samples.sort()
+    return samples[len(samples) // 2]
+
+
+def rows():
+    """(name, fn) pairs, named exactly as tensor_bench's rows."""
+    out = []
+    g = torch.Generator().manual_seed(1)
+    for shape in [(4194304,), (512, 2048)]:
+        tag = ("elems:%d" % shape[0]) if len(shape) == 1 else "rows:%d/cols:%d" % shape
+        x = torch.randn(shape, generator=g) * 2
+        dy = torch.randn(shape, generator=g)
+        pos = torch.rand(shape, generator=g) * 10 + 0.01
+        ops = [
+            ("exp", lambda x=x: torch.exp(x)),
+            ("log", lambda p=pos: torch.log(p)),
+            ("tanh", lambda x=x: torch.tanh(x)),
+            ("silu", lambda x=x: F.silu(x)),
+            ("gelu_erf", lambda x=x: F.gelu(x)),
+            ("gelu_tanh", lambda x=x: F.gelu(x, approximate="tanh")),
+            ("gelu_erf_grad", lambda x=x, d=dy: aten.gelu_backward(d, x, approximate="none")),
+            ("gelu_tanh_grad", lambda x=x, d=dy: aten.gelu_backward(d, x, approximate="tanh")),
+            ("silu_grad", lambda x=x, d=dy: aten.silu_backward(d, x)),
+        ]
+        out += [("%s/f32/%s" % (n, tag), f) for n, f in ops]
+    # Lambdas bind their tensors through default arguments: a closure would see the last shape.
+    for n_rows, cols in [(4096, 1024), (512, 8192)]:
+        tag = "rows:%d/cols:%d" % (n_rows, cols)
+        x = torch.randn(n_rows, cols, generator=g) * 2
+        dy = torch.randn(n_rows, cols, generator=g)
+        y = torch.softmax(x, -1)
+        ly = torch.log_softmax(x, -1)
+        gamma, beta = torch.randn(cols, generator=g), torch.randn(cols, generator=g)
+        _, mean, rstd = aten.native_layer_norm(x, [cols], gamma, beta, 1e-5)
+        t = torch.randint(0, cols, (n_rows,), generator=g)
+        dloss = torch.rand(n_rows, generator=g) + 0.5
+        total = torch.tensor(1.0)
+
+        def rms(x=x, gamma=gamma):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * gamma
+
+        def ce_backward(x=x, t=t, dloss=dloss, total=total):
+            lsm = torch.log_softmax(x, -1)
+            d = aten.nll_loss_backward(dloss, lsm, t, None, 0, -100, total)
+            return aten._log_softmax_backward_data(d, lsm, -1, torch.float32)
+
+        ops = [
+            ("softmax", lambda x=x: torch.softmax(x, -1)),
+            ("log_softmax", lambda x=x: torch.log_softmax(x, -1)),
+            ("softmax_backward",
+             lambda y=y, d=dy: aten._softmax_backward_data(d, y, -1, torch.float32)),
+            ("log_softmax_backward",
+             lambda y=ly, d=dy: aten._log_softmax_backward_data(d, y, -1, torch.float32)),
+            ("layer_norm", lambda x=x, c=cols, w=gamma, b=beta: F.layer_norm(x, (c,), w, b, 1e-5)),
+            ("layer_norm_backward",
+             lambda x=x, d=dy, m=mean, r=rstd, c=cols, w=gamma, b=beta:
+             aten.native_layer_norm_backward(d, x, [c], m, r, w, b, [True, False, False])),
+            ("rms_norm", rms),  # composed: PyTorch 1.13 has no fused RMSNorm
+            ("cross_entropy", lambda x=x, t=t: F.cross_entropy(x, t, reduction="none")),
+            ("cross_entropy_backward", ce_backward),  # PyTorch's two kernels, forward included
+            ("sum", lambda x=x: x.sum(-1)),
+            ("mean", lambda x=x: x.mean(-1)),
+            ("max", lambda x=x: x.amax(-1)),
+            ("transpose", lambda x=x: x.t().contiguous()),
+        ]
+        out += [("%s/f32/%s" % (n, tag), f) for n, f in ops]
+
+    # The Megatron MLP block at TP 1, forward + backward (autograd), as BM_MegatronMlp.
+    tokens, hidden, ffn = 512, 512, 2048
+    mx = torch.randn(tokens, hidden, generator=g, requires_grad=True)
+    mdy = torch.randn(tokens, hidden, generator=g)
+    fc1, fc2 = torch.nn.Linear(hidden, ffn), torch.nn.Linear(ffn, hidden)
+
+    def mlp():
+        y = fc2(F.gelu(fc1(mx), approximate="tanh"))
+        y.backward(mdy)
+
+    out.append(("mlp/f32/tokens:512/hidden:512/ffn:2048", mlp))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ours", help="tensor_bench --benchmark_format=json output")
+    ap.add_argument("--min_time", type=float, default=0.3)
+    args = ap.parse_args()
+    ours = {}
+    if args.ours:
+        with open(args.ours) as f:
+            for b in json.load(f)["benchmarks"]:
+                name = b["name"].replace("/manual_time", "").replace("/process_time", "")
+                if name.startswith("mlp/"):  # Google Benchmark appends the Args values
+                    name = "/".join(name.split("/")[:5])
+                scale = {"ms": 1e-3, "us": 1e-6, "ns": 1e-9, "s": 1.0}[b.get("time_unit", "ns")]
+                t = b["real_time"] if "manual_time" in b["name"] else b["cpu_time"]
+                ours[name] = (t * scale, b.get("copy_ratio"))
+    print("torch %s, %d thread(s)" % (torch.__version__, torch.get_num_threads()))
+    print("%-48s %10s %10s %8s %10s" % ("op", "torch ms", "ours ms", "torch/us", "ours/copy"))
+    for name, fn in rows():
+        t = timed(fn, args.min_time)
+        o = ours.get(name)
+        if o:
+            cr = "%10.2f" % o[1] if o[1] is not None else "%10s" % "-"
+            print("%-48s %10.3f %10.3f %8.2f %s" % (name, t * 1e3, o[0] * 1e3, t / o[0], cr))
+        else:
+            print("%-48s %10.3f %10s %8s %10s" % (name, t * 1e3, "-", "-", "-"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+// The kernels of tensor/cpu/vec_math.h, written once over an ISA description and compiled once
+// per ISA (vec_sse2.cc, vec_avx2.cc, vec_avx512.cc, each with its own -m flags). Include it only
+// inside an anonymous namespace, after defining
+//
+//   struct Isa {
+//     typedef float V __attribute__((vector_size(64)));  // one SIMD register of floats
+//     typedef float H __attribute__((vector_size(32)));   // half of it
+//     typedef double D __attribute__((vector_size(64)));  // H widened to f64
+//     static constexpr int kLanes = 16;
+//     static V Exp(V), Log(V), Tanh(V), Erfc(V);          // SLEEF's functions for the ISA
+//   };
+//
+// so nothing here gets external linkage: an AVX-512 copy of an inline function must never be
+// picked by the linker for code that runs on a CPU without AVX-512. No #include for that reason.
+// Arithmetic uses GCC vector extensions, so the same text becomes SSE2, AVX2 or AVX-512 code.
+
+template <class I>
+inline typename I::V Load(const float* p) {
+  typename I::V v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class I>
+inline void Store(float* p, typename I::V v) {
+  __builtin_memcpy(p, &v, sizeof v);
+}
+
+// y[i] = f(x[i]); the tail goes through a zero-padded block of one register.
+template <class I, class F>
+inline void Map1(const float* x, float* y, int64_t n, F f) {
+  constexpr int W = I::kLanes;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) Store<I>(y + i, f(Load<I>(x + i)));
+  if (i < n) {
+    float bx[W] = {}, by[W];
+    __builtin_memcpy(bx, x + i, (n - i) * sizeof(float));
+    Store<I>(by, f(Load<I>(bx)));
+    __builtin_memcpy(y + i, by, (n - i) * sizeof(float));
+  }
+}
+
+// z[i] = f(x[i], y[i]).
+template <class I, class F>
+inline void Map2(const float* x, const float* y, float* z, int64_t n, F f) {
+  constexpr int W = I::kLanes;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) Store<I>(z + i, f(Load<I>(x + i), Load<I>(y + i)));
+  if (i < n) {
+    float bx[W] = {}, by[W] = {}, bz[W];
+    __builtin_memcpy(bx, x + i, (n - i) * sizeof(float));
+    __builtin_memcpy(by, y + i, (n - i) * sizeof(float));
+    Store<I>(bz, f(Load<I>(bx), Load<I>(by)));
+    __builtin_memcpy(z + i, bz, (n - i) * sizeof(float));
+  }
+}
+
+template <class I>
+struct Math {
+  using V = typename I::V;
+  static constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+  static constexpr float kInvSqrt2 = 0.70710678118654752440f;
+  static constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+  static constexpr float kGeluC = 0.044715f;
+
+  static V Sigmoid(V x) { return 1.0f / (1.0f + I::Exp(-x)); }
+  static V Silu(V x) { return x / (1.0f + I::Exp(-x)); }
+  // 0.5 x (1 + tanh(u)) = x sigmoid(2u): no cancellation for negative x.
+  static V GeluTanhU(V x) { return kSqrt2OverPi * (x + kGeluC * x * x * x); }
+  static V GeluTanh(V x) { return x / (1.0f + I::Exp(-2.0f * GeluTanhU(x))); }
+  // 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x erfc(-x / sqrt 2).
+  static V GeluErf(V x) { return 0.5f * x * I::Erfc(-x * kInvSqrt2); }
+
+  // gelu_tanh' = s + 2 x s (1 - s) u' with s = sigmoid(2u) = 1 / (1 + e), e = exp(-2u); written
+  // s (1 + 2 x (e s) u'), as 1 - s = e s has no cancellation when s is near 1. Where s is 0 (e
+  // overflowed) or e s is 0 the other factors may overflow (x^3 for |x| > 1e13): use the limit
+  // (x * 0 keeps +-inf inputs NaN, as the unrearranged formula gives).
+  static V GeluTanhDer(V x) {
+    const V e = I::Exp(-2.0f * GeluTanhU(x));
+    const V s = 1.0f / (1.0f + e);
+    const V oms = e * s;
+    const V du = kSqrt2OverPi * (1.0f + 3.0f * kGeluC * x * x);
+    const V zero = x * 0.0f;
+    const V term = oms == 0.0f ? zero : 2.0f * x * oms * du;
+    return s == 0.0f ? zero : s * (1.0f + term);
+  }
+  // gelu_erf' = Phi(x) + x phi(x).
+  static V GeluErfDer(V x) {
+    return 0.5f * I::Erfc(-x * kInvSqrt2) + x * kInvSqrt2Pi * I::Exp(-0.5f * x * x);
+  }
+  // silu' = s (1 + x (1 - s)) with s = 1 / (1 + e), e = exp(-x), 1 - s = e s (no cancellation);
+  // s = 0 (e overflowed) gives the limit x * 0.
+  static V SiluDer(V x) {
+    const V e = I::Exp(-x);
+    const V s = 1.0f / (1.0f + e);
+    return s == 0.0f ? x * 0.0f : s * (1.0f + x * (e * s));
+  }
+};
+
+template <class I>
+void ExpK(const float* x, float* y, int64_t n) {
+  Map1<I>(x, y, n, [](auto v) { return I::Exp(v); });
+}
+template <class I>
+void LogK(const float* x, float* y, int64_t n) {
+  Map1<I>(x, y, n, [](auto v) { return I::Log(v); });
+}
+template <class I>
+void TanhK(const float* x, float* y, int64_t n) {
+  Map1<I>(x, y, n, [](auto v) { return I::Tanh(v); });
+}
+template <class I>
+void SigmoidK(const float* x, float* y, int64_t n) {
+  Map1<I>(x, y, n, [](auto v) { return Math<I>::Sigmoid(v); });
+}
+template <class I>
+void SiluK(const float* x, float* y, int64_t n) {
+  Map1<I>(x, y, n, [](auto v) { return Math<I>::Silu(v); });
+}
+template <class I>
+void GeluErfK(const float* x, float* y, int64_t n) {
+  Map1<I>(x, y, n, [](auto v) { return Math<I>::GeluErf(v); });
+}
+template <class I>
+void GeluTanhK(const float* x, float* y, int64_t n) {
+  Map1<I>(x, y, n, [](auto v) { return Math<I>::GeluTanh(v); });
+}
+template <class I>
+void GeluErfGradK(const float* x, const float* dy, float* dx, int64_t n) {
+  Map2<I>(x, dy, dx, n, [](auto v, auto g) { return g * Math<I>::GeluErfDer(v); });
+}
+template <class I>
+void GeluTanhGradK(const float* x, const float* dy, float* dx, int64_t n) {
+  Map2<I>(x, dy, dx, n, [](auto v, auto g) { return g * Math<I>::GeluTanhDer(v); });
+}
+template <class I>
+void SiluGradK(const float* x, const float* dy, float* dx, int64_t n) {
+  Map2<I>(x, dy, dx, n, [](auto v, auto g) { return g * Math<I>::SiluDer(v); });
+}
+
+// One pass per row: pre = x + bias written back, y = gelu(pre).
+template <class I, bool kTanh>
+void BiasGeluK(float* x_pre, const float* bias, float* y, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* pre = x_pre + r * cols;
+    float* out = y + r * cols;
+    Map2<I>(pre, bias, pre, cols, [](auto v, auto b) { return v + b; });
+    Map1<I>(pre, out, cols, [](auto v) {
+      return kTanh ? Math<I>::GeluTanh(v) : Math<I>::GeluErf(v);
+    });
+  }
+}
+
+// Per row: dx = dy * gelu'(pre), then the row (still in L1) added into the f64 bias gradient.
+template <class I, bool kTanh>
+void GeluGradBiasK(const float* pre, const float* dy, float* dx, double* dbias, int64_t rows,
+                   int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* out = dx + r * cols;
+    Map2<I>(pre + r * cols, dy + r * cols, out, cols, [](auto v, auto g) {
+      return g * (kTanh ? Math<I>::GeluTanhDer(v) : Math<I>::GeluErfDer(v));
+    });
+    for (int64_t j = 0; j < cols; ++j) dbias[j] += out[j];
+  }
+}
+
+// NaN-propagating max: a lane that saw a NaN keeps it.
+template <class I>
+float MaxK(const float* x, int64_t n) {
+  constexpr int W = I::kLanes;
+  using V = typename I::V;
+  V m = V{} - __builtin_inff(), m2 = m;  // all lanes -inf; two chains hide the latency
+  int64_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    const V v = Load<I>(x + i), v2 = Load<I>(x + i + W);
+    m = (v > m) | (v != v) ? v : m;
+    m2 = (v2 > m2) | (v2 != v2) ? v2 : m2;
+  }
+  for (; i + W <= n; i += W) {
+    const V v = Load<I>(x + i);
+    m = (v > m) | (v != v) ? v : m;
+  }
+  m = (m2 > m) | (m2 != m2) ? m2 : m;
+  float lanes[W];
+  Store<I>(lanes, m);
+  float best = -__builtin_inff();
+  for (int k = 0; k < W; ++k) best = lanes[k] > best || lanes[k] != lanes[k] ? lanes[k] : best;
+  for (; i < n; ++i) best = x[i] > best || x[i] != x[i] ? x[i] : best;
+  return best;
+}
+
+// Reductions in f64: each register is converted as two halves (I::H floats -> I::D doubles).
+template <class I, class F>
+double SumF64(const float* x, const float* y, int64_t n, F term) {
+  constexpr int W = I::kLanes, Hw = W / 2;
+  using H = typename I::H;
+  using D = typename I::D;
+  D a0 = {}, a1 = {}, b0 = {}, b1 = {};  // four chains hide the add latency
+  int64_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    H x0, x1, x2, x3, y0 = {}, y1 = {}, y2 = {}, y3 = {};
+    __builtin_memcpy(&x0, x + i, sizeof x0);
+    __builtin_memcpy(&x1, x + i + Hw, sizeof x1);
+    __builtin_memcpy(&x2, x + i + W, sizeof x2);
+    __builtin_memcpy(&x3, x + i + W + Hw, sizeof x3);
+    if (y) {
+      __builtin_memcpy(&y0, y + i, sizeof y0);
+      __builtin_memcpy(&y1, y + i + Hw, sizeof y1);
+      __builtin_memcpy(&y2, y + i + W, sizeof y2);
+      __builtin_memcpy(&y3, y + i + W + Hw, sizeof y3);
+    }
+    a0 += term(__builtin_convertvector(x0, D), __builtin_convertvector(y0, D));
+    a1 += term(__builtin_convertvector(x1, D), __builtin_convertvector(y1, D));
+    b0 += term(__builtin_convertvector(x2, D), __builtin_convertvector(y2, D));
+    b1 += term(__builtin_convertvector(x3, D), __builtin_convertvector(y3, D));
+  }
+  a0 += b0;
+  a1 += b1;
+  for (; i + W <= n; i += W) {
+    H x0, x1, y0 = {}, y1 = {};
+    __builtin_memcpy(&x0, x + i, sizeof x0);
+    __builtin_memcpy(&x1, x + i + Hw, sizeof x1);
+    if (y) {
+      __builtin_memcpy(&y0, y + i, sizeof y0);
+      __builtin_memcpy(&y1, y + i + Hw, sizeof y1);
+    }
+    a0 += term(__builtin_convertvector(x0, D), __builtin_convertvector(y0, D));
+    a1 += term(__builtin_convertvector(x1, D), __builtin_convertvector(y1, D));
+  }
+  a0 += a1;
+  double total = 0;
+  for (int k = 0; k < Hw; ++k) total += a0[k];
+  for (; i < n; ++i) {
+    D xs = {}, ys = {};
+    xs[0] = x[i];
+    ys[0] = y ? y[i] : 0.0f;
+    total += term(xs, ys)[0];
+  }
+  return total;
+}
+template <class I>
+double SumK(const float* x, int64_t n) {
+  return SumF64<I>(x, nullptr, n, [](auto v, auto) { return v; });
+}
+template <class I>
+double DotK(const float* x, const float* y, int64_t n) {
+  return SumF64<I>(x, y, n, [](auto a, auto b) { return a * b; });
+}
+template <class I>
+double SumSqDiffK(const float* x, double c, int64_t n) {
+  return SumF64<I>(x, nullptr, n, [c](auto v, auto) { return (v - c) * (v - c); });
+}
+
+template <class I>
+double ExpShiftSumK(const float* x, float shift, float* y, int64_t n) {
+  constexpr int W = I::kLanes;
+  constexpr int kBlock = 16;  // registers summed in f32 before the f64 total
+  using V = typename I::V;
+  double total = 0;
+  int64_t i = 0;
+  while (i + W <= n) {
+    V acc = {};
+    for (int b = 0; b < kBlock && i + W <= n; ++b, i += W) {
+      const V e = I::Exp(Load<I>(x + i) - shift);
+      if (y) Store<I>(y + i, e);
+      acc += e;
+    }
+    float lanes[W];
+    Store<I>(lanes, acc);
+    for (int k = 0; k < W; ++k) total += lanes[k];
+  }
+  if (i < n) {
+    float bx[W], be[W];
+    for (int k = 0; k < W; ++k) bx[k] = i + k < n ? x[i + k] - shift : -__builtin_inff();
+    Store<I>(be, I::Exp(Load<I>(bx)));
+    for (int k = 0; i + k < n; ++k) {
+      if (y) y[i + k] = be[k];
+      total += be[k];
+    }
+  }
+  return total;
+}
+
+template <class I>
+constexpr VecKernels MakeKernels(const char* isa) {
+  return VecKernels{isa,
+                    &ExpK<I>,
+                    &LogK<I>,
+                    &TanhK<I>,
+                    &SigmoidK<I>,
+                    &SiluK<I>,
+                    &GeluErfK<I>,
+                    &GeluTanhK<I>,
+                    &GeluErfGradK<I>,
+                    &GeluTanhGradK<I>,
+                    &SiluGradK<I>,
+                    &BiasGeluK<I, false>,
+                    &BiasGeluK<I, true>,
+                    &GeluGradBiasK<I, false>,
+                    &GeluGradBiasK<I, true>,
+                    &MaxK<I>,
+                    &ExpShiftSumK<I>,
+                    &SumK<I>,
+                    &DotK<I>,
+                    &SumSqDiffK<I>};
+}

@@ -1,0 +1,64 @@
+// Vectorized f32 kernels for the CPU tensor ops (exp, log, tanh, sigmoid, silu, GELU and their
+// gradients, fused bias epilogues, softmax row passes), on SLEEF's vector math (Debian
+// libsleef-dev, 1.0-ulp exp/log/tanh/erf, 1.5-ulp erfc) with runtime dispatch: one binary runs on
+// any x86-64 and picks AVX-512F, AVX2+FMA or the SSE2 baseline by the CPU it finds (once).
+//
+//   const cpu::VecKernels& k = cpu::Vec();
+//   k.gelu_tanh(x, y, n);                       // y[i] = gelu_tanh(x[i]), n floats
+//   double s = k.exp_shift_sum(row, mx, out, v);  // out = exp(row - mx), s = sum(out)
+//
+// Plain pointers, contiguous, any length (vector tails included); outputs may alias inputs
+// exactly, never partially. The formulas keep the CPU ops' IEEE special values (NaN in -> NaN
+// out, gelu(-inf) = NaN as 0.5 * x * (1 + tanh(u)) gives) and are rearranged only where that
+// removes cancellation: gelu = x / (1 + exp(-2u)) and 0.5 x erfc(-x / sqrt 2). f64 stays on the
+// scalar libm loops in tensor/ops (full f64 accuracy); bf16/f16 compute in f32 and round once.
+//
+// Accuracy (vec_math_test checks it on every ISA): exp, log, tanh, sigmoid, silu within 3 ulp of
+// the exact value; GELU and the gradients within 4 ulp of the exact value at an input within 2 ulp
+// of x (the f32-rounded inner argument of exp/erfc), gradients also within 4 ulp of their largest
+// term; results below 2^-110 in magnitude may flush to zero (SLEEF's f32 exp does not return
+// subnormals).
+#ifndef SHARDMAP_TENSOR_CPU_VEC_MATH_H_
+#define SHARDMAP_TENSOR_CPU_VEC_MATH_H_
+
+#include <cstdint>
+
+namespace shardmap::cpu {
+
+using VecUnaryFn = void (*)(const float* x, float* y, int64_t n);
+using VecGradFn = void (*)(const float* x, const float* dy, float* dx, int64_t n);
+// pre[r, :] = x[r, :] + bias (in place over x), y = gelu(pre); rows x cols, row-major.
+using VecBiasGeluFn = void (*)(float* x_pre, const float* bias, float* y, int64_t rows,
+                               int64_t cols);
+// dx = dy * gelu'(pre) and dbias[j] += sum over rows of dx[:, j] (f64 accumulation).
+using VecGeluGradBiasFn = void (*)(const float* pre, const float* dy, float* dx, double* dbias,
+                                   int64_t rows, int64_t cols);
+
+struct VecKernels {
+  const char* isa;  // "avx512", "avx2" or "sse2"
+  VecUnaryFn exp, log, tanh, sigmoid, silu, gelu_erf, gelu_tanh;
+  VecGradFn gelu_erf_grad, gelu_tanh_grad, silu_grad;
+  VecBiasGeluFn bias_gelu_erf, bias_gelu_tanh;
+  VecGeluGradBiasFn gelu_erf_grad_bias, gelu_tanh_grad_bias;
+  // The largest of x[0, n); NaN if any element is NaN; -inf for n = 0.
+  float (*max)(const float* x, int64_t n);
+  // y = exp(x - shift) when y is not null; returns the sum of exp(x - shift), added in f64 per
+  // block of lanes (so long rows keep f64-grade sums).
+  double (*exp_shift_sum)(const float* x, float shift, float* y, int64_t n);
+  // Row reductions accumulated in f64 (each float widened exactly): sum x, sum x*y (products in
+  // f64), sum (x - c)^2.
+  double (*sum)(const float* x, int64_t n);
+  double (*dot)(const float* x, const float* y, int64_t n);
+  double (*sum_sq_diff)(const float* x, double c, int64_t n);
+};
+
+enum class VecIsa : uint8_t { kSse2, kAvx2, kAvx512 };
+
+// The best kernels this CPU runs (chosen on first use).
+const VecKernels& Vec();
+// The kernels of one ISA, or nullptr where this CPU (or OS) lacks it. Tests run every one.
+const VecKernels* VecFor(VecIsa isa);
+
+}  // namespace shardmap::cpu
+
+#endif  // SHARDMAP_TENSOR_CPU_VEC_MATH_H_

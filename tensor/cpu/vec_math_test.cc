@@ -1,0 +1,330 @@
+// Every ISA's kernels this CPU runs (AVX-512, AVX2, the SSE2 baseline) against long-double
+// references of the textbook formulas, on random values, IEEE edge values and odd lengths that
+// exercise the vector tails.
+//
+// The bound tested (the one vec_math.h promises): exp, log, tanh, sigmoid and silu are within
+// 3 ulp of the exact value; GELU and the gradients within 4 ulp of the exact value at an input
+// within 2 ulp of x (their inner exp/erfc argument is rounded to f32, which no f32 kernel avoids),
+// plus, for gradients, 4 ulp of the largest term (the derivative crosses zero). Results below
+// 2^-110 in magnitude may flush to zero. NaN in gives NaN, infinities match exactly.
+#include "tensor/cpu/vec_math.h"
+
+#include <algorithm>
+#include <cstring>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace shardmap::cpu {
+namespace {
+
+using LD = long double;
+constexpr LD kSqrt2OverPi = 0.797884560802865355879892119868763737L;
+constexpr LD kGeluC = 0.044715L;
+constexpr LD kInvSqrt2Pi = 0.398942280401432677939946059934381868L;
+constexpr LD kInvSqrt2 = 0.707106781186547524400844362104849039L;
+
+// The textbook formulas, rewritten with the identities 0.5 (1 + tanh u) = sigmoid(2u),
+// 1 - tanh(u)^2 = 4 sigmoid(2u) (1 - sigmoid(2u)) and 1 + erf(z) = erfc(-z), which keep long
+// double accurate in the tails (1 + tanh(u) itself loses everything below x = -7).
+LD SigmoidRef(LD x) { return 1 / (1 + std::exp(-x)); }
+LD GeluTanhU(LD x) { return kSqrt2OverPi * (x + kGeluC * x * x * x); }
+LD GeluTanhRef(LD x) { return x * SigmoidRef(2 * GeluTanhU(x)); }
+LD GeluTanhDerRef(LD x) {
+  const LD s = SigmoidRef(2 * GeluTanhU(x)), du = kSqrt2OverPi * (1 + 3 * kGeluC * x * x);
+  return s + 2 * x * s * (1 - s) * du;
+}
+LD GeluErfRef(LD x) { return 0.5L * x * std::erfc(-x * kInvSqrt2); }
+LD GeluErfDerRef(LD x) {
+  return 0.5L * std::erfc(-x * kInvSqrt2) + x * kInvSqrt2Pi * std::exp(-0.5L * x * x);
+}
+LD SiluDerRef(LD x) { return SigmoidRef(x) * (1 + x * (1 - SigmoidRef(x))); }
+
+// The spacing of floats at |v| (denormal spacing near 0).
+double Ulp(LD v) {
+  const float f = static_cast<float>(std::fabs(v));
+  if (std::isinf(f)) return std::numeric_limits<double>::infinity();
+  return std::max<double>(std::nextafter(f, std::numeric_limits<float>::infinity()) - f,
+                          std::numeric_limits<float>::denorm_min());
+}
+
+struct UnaryCase {
+  const char* name;
+  VecUnaryFn VecKernels::*fn;
+  std::function<LD(LD)> ref;
+  int ulps;
+  bool wobble;  // allow the input to move 2 ulp (the rounded inner argument)
+  double lo, hi;
+};
+
+std::vector<UnaryCase> UnaryCases() {
+  return {
+      {"exp", &VecKernels::exp, [](LD x) { return std::exp(x); }, 3, false, -90, 90},
+      {"log", &VecKernels::log, [](LD x) { return std::log(x); }, 3, false, 1e-6, 1e6},
+      {"tanh", &VecKernels::tanh, [](LD x) { return std::tanh(x); }, 3, false, -10, 10},
+      {"sigmoid", &VecKernels::sigmoid, SigmoidRef, 3, false, -90, 90},
+      {"silu", &VecKernels::silu, [](LD x) { return x * SigmoidRef(x); }, 3, false, -90, 90},
+      {"gelu_tanh", &VecKernels::gelu_tanh, GeluTanhRef, 4, true, -12, 12},
+      {"gelu_erf", &VecKernels::gelu_erf, GeluErfRef, 4, true, -12, 12},
+  };
+}
+
+struct GradCase {
+  const char* name;
+  VecGradFn VecKernels::*fn;
+  std::function<LD(LD)> der;
+  std::function<LD(LD)> scale;  // the largest term of der(x), for the zero crossing
+};
+
+std::vector<GradCase> GradCases() {
+  return {
+      {"gelu_tanh_grad", &VecKernels::gelu_tanh_grad, GeluTanhDerRef,
+       [](LD x) {
+         const LD s = SigmoidRef(2 * GeluTanhU(x));
+         return std::max(s, std::fabs(2 * x * s * (1 - s) * kSqrt2OverPi *
+                                      (1 + 3 * kGeluC * x * x)));
+       }},
+      {"gelu_erf_grad", &VecKernels::gelu_erf_grad, GeluErfDerRef,
+       [](LD x) {
+         return std::max(0.5L * std::erfc(-x * kInvSqrt2),
+                         std::fabs(x * kInvSqrt2Pi * std::exp(-0.5L * x * x)));
+       }},
+      {"silu_grad", &VecKernels::silu_grad, SiluDerRef,
+       [](LD x) { return std::max(SigmoidRef(x), std::fabs(x * SigmoidRef(x))); }},
+  };
+}
+
+// got matches f near x: within `ulps` of [min, max] of f over x and (if wobble) x * (1 +- 2^-22),
+// plus `ulps` of extra_scale.
+::testing::AssertionResult Near(float got, float x, const std::function<LD(LD)>& f, int ulps,
+                                bool wobble, LD extra_scale = 0) {
+  const LD ref = f(x);
+  if (std::isnan(ref) || std::isnan(got)) {
+    if (std::isnan(ref) && std::isnan(got)) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "x=" << x << " got " << got << " want " << ref;
+  }
+  if (std::isinf(static_cast<float>(ref)) || std::isinf(got)) {
+    if (static_cast<float>(ref) == got) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "x=" << x << " got " << got << " want " << ref;
+  }
+  LD lo = ref, hi = ref;
+  if (wobble && std::isfinite(x)) {
+    for (LD s : {-1.0L, 1.0L}) {
+      const LD v = f(x * (1 + s * 0x1p-22L));
+      if (!std::isnan(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+    }
+  }
+  // SLEEF's f32 exp flushes subnormal results to zero, and x / (1 + exp(-v)) meets an overflowed
+  // exp just above them: results below 2^-110 may read 0.
+  if (got == 0 && std::fabs(lo) < 0x1p-110L && std::fabs(hi) < 0x1p-110L) {
+    return ::testing::AssertionSuccess();
+  }
+  const double tol = ulps * std::max({Ulp(lo), Ulp(hi), Ulp(extra_scale)});
+  const LD err = got < lo ? lo - got : got > hi ? got - hi : 0;
+  if (err <= tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "x=" << x << " got " << got << " want " << ref << " ["
+                                       << lo << ", " << hi << "], off by " << err / Ulp(ref)
+                                       << " ulp";
+}
+
+std::vector<const VecKernels*> AllIsas() {
+  std::vector<const VecKernels*> out;
+  for (VecIsa isa : {VecIsa::kSse2, VecIsa::kAvx2, VecIsa::kAvx512}) {
+    if (const VecKernels* k = VecFor(isa)) out.push_back(k);
+  }
+  return out;
+}
+
+std::vector<float> Random(int64_t n, double lo, double hi, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<float> v(n);
+  // Log-uniform for wide positive ranges (log), uniform otherwise.
+  if (lo > 0 && hi / lo > 1e3) {
+    std::uniform_real_distribution<double> d(std::log(lo), std::log(hi));
+    for (float& x : v) x = static_cast<float>(std::exp(d(gen)));
+  } else {
+    std::uniform_real_distribution<double> d(lo, hi);
+    for (float& x : v) x = static_cast<float>(d(gen));
+  }
+  return v;
+}
+
+std::vector<float> EdgeValues() {
+  const float inf = std::numeric_limits<float>::infinity();
+  return {0.0f,   -0.0f,   inf,     -inf,    std::numeric_limits<float>::quiet_NaN(),
+          3e38f,  -3e38f,  1e20f,   -1e20f,  1e13f,
+          -1e13f, 1e-30f,  -1e-30f, 1e-40f,  -1e-40f,
+          1e-45f, -1e-45f, 88.7f,   -88.7f,  -104.0f,
+          20.0f,  -20.0f,  -0.75f,  0.5f,    -5.0f,
+          -10.0f, 1.0f};
+}
+
+const std::vector<int64_t> kLengths = {0, 1, 7, 17, 1023, 4099};
+
+TEST(VecMathTest, TheBestIsaIsChosenAndTheBaselineIsAlwaysThere) {
+  ASSERT_NE(VecFor(VecIsa::kSse2), nullptr);
+  const std::string best = Vec().isa;
+  if (VecFor(VecIsa::kAvx512)) EXPECT_EQ(best, "avx512");
+  else if (VecFor(VecIsa::kAvx2)) EXPECT_EQ(best, "avx2");
+  else EXPECT_EQ(best, "sse2");
+}
+
+TEST(VecMathTest, UnaryOpsMatchTheReference) {
+  uint32_t seed = 1;
+  for (const VecKernels* k : AllIsas()) {
+    for (const UnaryCase& c : UnaryCases()) {
+      std::vector<std::vector<float>> inputs = {EdgeValues()};
+      for (int64_t n : kLengths) inputs.push_back(Random(n, c.lo, c.hi, seed++));
+      for (const std::vector<float>& x : inputs) {
+        const int64_t n = static_cast<int64_t>(x.size());
+        std::vector<float> y(n + 1, 12345.0f);  // one guard element past the end
+        (k->*c.fn)(x.data(), y.data(), n);
+        EXPECT_EQ(y[n], 12345.0f) << c.name << " " << k->isa << " wrote past the end, n=" << n;
+        int bad = 0;
+        for (int64_t i = 0; i < n && bad < 5; ++i) {
+          const auto r = Near(y[i], x[i], c.ref, c.ulps, c.wobble);
+          if (!r) ++bad;
+          EXPECT_TRUE(r) << c.name << " " << k->isa << " n=" << n << " i=" << i;
+        }
+        std::vector<float> inplace = x;  // exact aliasing is allowed
+        (k->*c.fn)(inplace.data(), inplace.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_TRUE(std::memcmp(&inplace[i], &y[i], 4) == 0 || (std::isnan(y[i]) && std::isnan(inplace[i])))
+              << c.name << " " << k->isa << " in place differs at " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(VecMathTest, GradientsMatchTheReference) {
+  uint32_t seed = 100;
+  for (const VecKernels* k : AllIsas()) {
+    for (const GradCase& c : GradCases()) {
+      std::vector<std::vector<float>> inputs = {EdgeValues()};
+      for (int64_t n : kLengths) inputs.push_back(Random(n, -12, 12, seed++));
+      for (const std::vector<float>& x : inputs) {
+        const int64_t n = static_cast<int64_t>(x.size());
+        const std::vector<float> dy = Random(n, -3, 3, seed++);
+        std::vector<float> dx(n + 1, 12345.0f);
+        (k->*c.fn)(x.data(), dy.data(), dx.data(), n);
+        EXPECT_EQ(dx[n], 12345.0f) << c.name << " " << k->isa << " wrote past the end";
+        int bad = 0;
+        for (int64_t i = 0; i < n && bad < 5; ++i) {
+          const LD g = dy[i];
+          const auto scaled = [&](LD v) { return g * c.der(v); };
+          const auto r = Near(dx[i], x[i], scaled, 4, true,
+                              std::isfinite(x[i]) ? std::fabs(g * c.scale(x[i])) : 0);
+          if (!r) ++bad;
+          EXPECT_TRUE(r) << c.name << " " << k->isa << " n=" << n << " i=" << i << " dy=" << g;
+        }
+      }
+    }
+  }
+}
+
+TEST(VecMathTest, FusedBiasGeluMatchesTheUnfusedKernels) {
+  uint32_t seed = 200;
+  for (const VecKernels* k : AllIsas()) {
+    for (int64_t cols : {1, 7, 17, 1023}) {
+      for (bool tanh : {false, true}) {
+        const int64_t rows = 3;
+        std::vector<float> x = Random(rows * cols, -6, 6, seed++);
+        const std::vector<float> bias = Random(cols, -1, 1, seed++);
+        std::vector<float> pre = x, y(rows * cols), want_pre(rows * cols), want(rows * cols);
+        for (int64_t i = 0; i < rows * cols; ++i) want_pre[i] = x[i] + bias[i % cols];
+        (tanh ? k->gelu_tanh : k->gelu_erf)(want_pre.data(), want.data(), rows * cols);
+        (tanh ? k->bias_gelu_tanh : k->bias_gelu_erf)(pre.data(), bias.data(), y.data(), rows,
+                                                     cols);
+        EXPECT_EQ(pre, want_pre) << k->isa << " cols=" << cols;
+        EXPECT_EQ(y, want) << k->isa << " cols=" << cols;
+
+        const std::vector<float> dy = Random(rows * cols, -2, 2, seed++);
+        std::vector<float> dx(rows * cols), want_dx(rows * cols);
+        std::vector<double> dbias(cols, 0.5);  // accumulates onto what is there
+        (tanh ? k->gelu_tanh_grad : k->gelu_erf_grad)(want_pre.data(), dy.data(),
+                                                      want_dx.data(), rows * cols);
+        (tanh ? k->gelu_tanh_grad_bias : k->gelu_erf_grad_bias)(want_pre.data(), dy.data(),
+                                                                dx.data(), dbias.data(), rows,
+                                                                cols);
+        EXPECT_EQ(dx, want_dx) << k->isa << " cols=" << cols;
+        for (int64_t j = 0; j < cols; ++j) {
+          double s = 0.5;
+          for (int64_t r = 0; r < rows; ++r) s += want_dx[r * cols + j];
+          EXPECT_NEAR(dbias[j], s, 1e-12) << k->isa << " col " << j;
+        }
+      }
+    }
+  }
+}
+
+TEST(VecMathTest, RowMaxAndExpSum) {
+  uint32_t seed = 300;
+  for (const VecKernels* k : AllIsas()) {
+    for (int64_t n : {1, 7, 17, 1023, 4099, 50257}) {
+      std::vector<float> x = Random(n, -30, 30, seed++);
+      x[(n * 5) / 7] = 41.5f;  // the max somewhere inside, or in the tail
+      const float mx = k->max(x.data(), n);
+      EXPECT_EQ(mx, *std::max_element(x.begin(), x.end())) << k->isa << " n=" << n;
+      std::vector<float> y(n + 1, 7.0f);
+      const double s = k->exp_shift_sum(x.data(), mx, y.data(), n);
+      LD want = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const LD e = std::exp(static_cast<LD>(x[i] - mx));
+        want += e;
+        ASSERT_TRUE(Near(y[i], x[i] - mx, [](LD v) { return std::exp(v); }, 3, false))
+            << k->isa << " n=" << n << " i=" << i;
+      }
+      EXPECT_EQ(y[n], 7.0f) << k->isa << " wrote past the end";
+      // Each term within 1 ulp; blocks of 16 f32 additions before f64: relative 2^-19.
+      EXPECT_NEAR(s, static_cast<double>(want), 0x1p-19 * static_cast<double>(want))
+          << k->isa << " n=" << n;
+      EXPECT_EQ(k->exp_shift_sum(x.data(), mx, nullptr, n), s) << k->isa << " sum only";
+    }
+    const float inf = std::numeric_limits<float>::infinity();
+    const std::vector<float> neg = {-inf, -inf, -inf};
+    EXPECT_EQ(k->max(neg.data(), 3), -inf);
+    EXPECT_EQ(k->exp_shift_sum(neg.data(), 0.0f, nullptr, 3), 0.0);
+  }
+}
+
+TEST(VecMathTest, RowReductionsInF64) {
+  uint32_t seed = 400;
+  for (const VecKernels* k : AllIsas()) {
+    for (int64_t n : {0, 1, 7, 17, 1023, 4099}) {
+      const std::vector<float> x = Random(n, -100, 100, seed++), y = Random(n, -3, 3, seed++);
+      LD sum = 0, dot = 0, sq = 0;
+      const double c = 1.25;
+      for (int64_t i = 0; i < n; ++i) {
+        sum += x[i];
+        dot += static_cast<LD>(x[i]) * y[i];
+        sq += (x[i] - static_cast<LD>(c)) * (x[i] - static_cast<LD>(c));
+      }
+      // f64 accumulation of exactly widened floats: a few f64 ulps of the absolute sum.
+      LD abs_sum = 0, abs_dot = 0;
+      for (int64_t i = 0; i < n; ++i) abs_sum += std::fabs(x[i]), abs_dot += std::fabs(x[i] * y[i]);
+      EXPECT_NEAR(k->sum(x.data(), n), sum, 1e-15 * (1 + abs_sum) * n) << k->isa << " n=" << n;
+      EXPECT_NEAR(k->dot(x.data(), y.data(), n), dot, 1e-15 * (1 + abs_dot) * n) << k->isa;
+      EXPECT_NEAR(k->sum_sq_diff(x.data(), c, n), sq, 1e-15 * (1 + sq) * n) << k->isa;
+      if (n > 0) {
+        EXPECT_EQ(k->max(x.data(), n), *std::max_element(x.begin(), x.end())) << k->isa;
+        for (int64_t at : {int64_t{0}, n / 2, n - 1}) {  // a NaN anywhere wins, lanes and tail
+          std::vector<float> z = x;
+          z[at] = std::numeric_limits<float>::quiet_NaN();
+          EXPECT_TRUE(std::isnan(k->max(z.data(), n))) << k->isa << " n=" << n << " at " << at;
+          EXPECT_TRUE(std::isnan(k->sum(z.data(), n))) << k->isa << " n=" << n << " at " << at;
+        }
+      }
+    }
+    EXPECT_EQ(k->max(nullptr, 0), -std::numeric_limits<float>::infinity());
+    EXPECT_EQ(k->sum(nullptr, 0), 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace shardmap::cpu

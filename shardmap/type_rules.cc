@@ -1,5 +1,7 @@
 #include "shardmap/type_rules.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/substitute.h"
 
@@ -161,6 +163,228 @@ SpmdType CollectiveResult(const CollectiveRule& r, const SpmdType& x, AxisMask m
       case K::kKeepV:
         if (t[i].kind != AxisKind::kV) t[i] = AxisType::V();
         break;
+    }
+  }
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The typed ops' rules.
+
+namespace {
+
+std::string NameOf(absl::Span<const std::string> names, int axis) {
+  return axis < static_cast<int>(names.size()) ? names[axis] : absl::StrCat("a", axis);
+}
+
+const char* KindWord(AxisKind k) {
+  switch (k) {
+    case AxisKind::kR: return "replicated (R)";
+    case AxisKind::kI: return "invariant (I)";
+    case AxisKind::kV: return "varying (V)";
+    case AxisKind::kP: return "partial (P)";
+  }
+  return "?";
+}
+
+SpmdType Rejected(std::optional<Rejection>& no, int axis, std::string rule, std::string fix) {
+  no = Rejection{axis, std::move(rule), std::move(fix)};
+  return SpmdType();
+}
+
+SpmdType JoinedShape(const SpmdType& a, const SpmdType& b) {
+  SpmdType t(a.num_axes());
+  t.set_mesh_id(a.mesh_id() != 0 ? a.mesh_id() : b.mesh_id());
+  return t;
+}
+
+constexpr const char* kIMeetsOther =
+    "an invariant (I) value mixes with nothing else, but here it meets a ";
+constexpr const char* kIFix = "convert the I operand with convert(x, axis, I->R) first";
+constexpr const char* kPTimesP =
+    "multiplies two partial sums (P*P): (sum_i a_i)(sum_j b_j) is not sum_i a_i b_i";
+
+}  // namespace
+
+int BroadcastDim(absl::Span<const int64_t> in, int d, absl::Span<const int64_t> out) {
+  if (d < 0) return -1;
+  int off = static_cast<int>(out.size()) - static_cast<int>(in.size());
+  if (in[d] == 1 && out[d + off] != 1) return -1;
+  return d + off;
+}
+
+SpmdType ElementwiseRule(const char* op, const SpmdType& a, absl::Span<const int64_t> a_shape,
+                         const SpmdType& b, absl::Span<const int64_t> b_shape,
+                         absl::Span<const int64_t> out, bool multilinear, bool divide,
+                         std::optional<Rejection>& no) {
+  SpmdType t = JoinedShape(a, b);
+  for (int i = 0; i < t.num_axes(); ++i) {
+    AxisType x = a[i], y = b[i];
+    AxisKind kx = x.kind, ky = y.kind;
+    if (kx == AxisKind::kI || ky == AxisKind::kI) {
+      if (kx != ky) {
+        return Rejected(no, i,
+                        absl::StrCat(kIMeetsOther, KindWord(kx == AxisKind::kI ? ky : kx),
+                                     " value"),
+                        kIFix);
+      }
+      t[i] = AxisType::I();
+      continue;
+    }
+    if (divide && ky == AxisKind::kP) {
+      return Rejected(no, i,
+                      "the divisor is a partial sum (P); division is nonlinear in the divisor",
+                      "all_reduce the divisor first");
+    }
+    if (kx == AxisKind::kP || ky == AxisKind::kP) {
+      if (!multilinear) {
+        if (kx != ky) {
+          // Only an R operand added to a P one is the classic bias bug; a V one, or a
+          // subtraction (say a forgotten all_reduce before `y - target`), is named as such.
+          const AxisKind other = kx == AxisKind::kP ? ky : kx;
+          const bool bias = std::string(op) == "add" && other == AxisKind::kR;
+          const char* p_name = kx == AxisKind::kP ? "a" : "b";
+          return Rejected(
+              no, i,
+              absl::StrCat("combines operand ", p_name, ", a partial sum (P), with a ",
+                           KindWord(other),
+                           " value: the sum over devices would count the non-P operand once "
+                           "per device",
+                           bias ? " (the 'bias added before the all-reduce' bug)" : ""),
+              absl::StrCat("all_reduce (or reduce_scatter) operand ", p_name,
+                           " first: it is still a pending sum, e.g. a row-parallel matmul's "
+                           "output",
+                           bias ? ", or add the bias after the reduction" : ""));
+        }
+        t[i] = AxisType::P();
+        continue;
+      }
+      if (kx == AxisKind::kP && ky == AxisKind::kP) {
+        return Rejected(no, i, kPTimesP, "all_reduce one operand first");
+      }
+      if (kx == AxisKind::kV || ky == AxisKind::kV) {
+        return Rejected(no, i, "multiplies a partial sum (P) by a varying (V) value",
+                        "all_reduce the P operand first");
+      }
+      t[i] = AxisType::P();
+      continue;
+    }
+    if (kx == AxisKind::kR && ky == AxisKind::kR) {
+      t[i] = AxisType::R();
+      continue;
+    }
+    // At least one V, the other V or R (promoted).
+    int dx = kx == AxisKind::kV ? BroadcastDim(a_shape, x.dim, out) : -2;
+    int dy = ky == AxisKind::kV ? BroadcastDim(b_shape, y.dim, out) : -2;
+    int d;
+    if (dx == -2) {
+      d = dy;
+    } else if (dy == -2) {
+      d = dx;
+    } else {
+      d = dx == dy ? dx : -1;
+    }
+    t[i] = d >= 0 ? AxisType::Sharded(d) : AxisType::V();
+  }
+  return t;
+}
+
+SpmdType NonlinearRule(const char* op, const SpmdType& x, absl::Span<const std::string> axis_names,
+                       std::optional<Rejection>& no) {
+  for (int i = 0; i < x.num_axes(); ++i) {
+    if (x[i].kind == AxisKind::kP) {
+      return Rejected(no, i,
+                      absl::StrCat(op, " is nonlinear, so it cannot take a partial sum (P): "
+                                       "f(sum x_i) != sum f(x_i)"),
+                      absl::StrCat("all_reduce(x, \"", NameOf(axis_names, i),
+                                   "\") (or reduce_scatter) before ", op));
+    }
+  }
+  return x;
+}
+
+SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank, bool ta,
+                    bool tb, absl::Span<const std::string> axis_names,
+                    std::optional<Rejection>& no) {
+  const int a_contract = ta ? a_rank - 2 : a_rank - 1, a_free = ta ? a_rank - 1 : a_rank - 2;
+  const int b_contract = tb ? b_rank - 1 : b_rank - 2, b_free = tb ? b_rank - 2 : b_rank - 1;
+  const int out_rank = a_rank;
+  const bool batched = b_rank > 2;
+  SpmdType t = JoinedShape(a, b);
+  for (int i = 0; i < t.num_axes(); ++i) {
+    AxisType x = a[i], y = b[i];
+    AxisKind kx = x.kind, ky = y.kind;
+    if (kx == AxisKind::kI || ky == AxisKind::kI) {
+      if (kx != ky) {
+        return Rejected(no, i,
+                        absl::StrCat(kIMeetsOther, KindWord(kx == AxisKind::kI ? ky : kx),
+                                     " value"),
+                        kIFix);
+      }
+      t[i] = AxisType::I();
+      continue;
+    }
+    if (kx == AxisKind::kP || ky == AxisKind::kP) {
+      if (kx == AxisKind::kP && ky == AxisKind::kP) {
+        return Rejected(no, i, kPTimesP, "all_reduce one operand first");
+      }
+      if (kx == AxisKind::kV || ky == AxisKind::kV) {
+        return Rejected(
+            no, i, "multiplies a partial sum (P) by a varying (V) value",
+            "all_reduce the P operand first (or reduce_scatter it to S and keep both V)");
+      }
+      t[i] = AxisType::P();
+      continue;
+    }
+    if (kx == AxisKind::kR && ky == AxisKind::kR) {
+      t[i] = AxisType::R();
+      continue;
+    }
+    // Map each operand's S dim to its role: an output dim, -3 contracting, -1 unknown.
+    auto role_a = [&](int d) -> int {
+      if (d < 0) return -1;
+      if (d == a_contract) return -3;
+      if (d == a_free) return out_rank - 2;
+      return d;  // batch/leading dim
+    };
+    auto role_b = [&](int d) -> int {
+      if (d < 0) return -1;
+      if (d == b_contract) return -3;
+      if (d == b_free) return out_rank - 1;
+      return batched ? d : -1;
+    };
+    int ra = kx == AxisKind::kV ? role_a(x.dim) : -2;
+    int rb = ky == AxisKind::kV ? role_b(y.dim) : -2;
+    if ((ra == -3) != (rb == -3)) {
+      // One operand's contracted dim is sharded over this axis. If the other's is sharded over
+      // another axis, the local blocks pair rows and columns of different slices: no collective
+      // after the matmul can repair that (reinterpreting the result as a sum would hide it).
+      const SpmdType& other = ra == -3 ? b : a;
+      const int other_contract = ra == -3 ? b_contract : a_contract;
+      for (int j = 0; j < t.num_axes(); ++j) {
+        if (j == i || !other[j].is_sharded() || other[j].dim != other_contract) continue;
+        return Rejected(
+            no, i,
+            absl::StrCat("contracts ", ra == -3 ? "a" : "b", "'s dim sharded over '",
+                         NameOf(axis_names, i), "' with ", ra == -3 ? "b" : "a",
+                         "'s dim sharded over '", NameOf(axis_names, j),
+                         "': each device would pair slices that do not match"),
+            absl::StrCat("shard both contracted dims over the same axis (e.g. both over '",
+                         NameOf(axis_names, i),
+                         "': a row-parallel matmul, whose result is a partial sum), or "
+                         "all_gather one operand first; check the in_specs"));
+      }
+    }
+    if (ra == -3 && rb == -3) {
+      t[i] = AxisType::P();  // row-parallel: contracting a dim both operands shard
+    } else if (ra == -3 || rb == -3) {
+      t[i] = AxisType::V();
+    } else if (ra == -2) {
+      t[i] = rb >= 0 ? AxisType::Sharded(rb) : AxisType::V();
+    } else if (rb == -2) {
+      t[i] = ra >= 0 ? AxisType::Sharded(ra) : AxisType::V();
+    } else {
+      t[i] = (ra >= 0 && ra == rb) ? AxisType::Sharded(ra) : AxisType::V();
     }
   }
   return t;

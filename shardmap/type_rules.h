@@ -20,6 +20,8 @@
 #include <optional>
 #include <string>
 
+#include "absl/types/span.h"
+
 #include "shardmap/mesh.h"
 #include "shardmap/spmd_type.h"
 
@@ -102,6 +104,34 @@ inline SpmdType ErasedUnary(const SpmdType& a) {
   for (int i = 0; i < a.num_axes(); ++i) t[i].dim = -1;
   return t;
 }
+
+// ---------------------------------------------------------------------------------------------
+// The typed ops' rules. Each returns the result type, or sets `no` (the first rejected axis, the
+// rule and the fix) and returns an empty type. axis_names: the mesh's, for messages (missing
+// names print as "a<i>"). Shapes are the operands' local shapes.
+
+// Elementwise binary ops: add/sub are linear (P+P = P, P+R rejected: the bias bug), mul/div are
+// multilinear (P*R = P, P*P and P*V rejected); divide: b is a divisor (P rejected). I meets only I.
+// An S(d) operand keeps S on the broadcast output dim when both agree.
+SpmdType ElementwiseRule(const char* op, const SpmdType& a, absl::Span<const int64_t> a_shape,
+                         const SpmdType& b, absl::Span<const int64_t> b_shape,
+                         absl::Span<const int64_t> out, bool multilinear, bool divide,
+                         std::optional<Rejection>& no);
+
+// A nonlinear unary op (gelu, exp, ...): any kind but P, the type unchanged.
+SpmdType NonlinearRule(const char* op, const SpmdType& x, absl::Span<const std::string> axis_names,
+                       std::optional<Rejection>& no);
+
+// matmul(a, b, ta, tb) of operands of ranks a_rank, b_rank (b of rank > 2 is batched): R@R = R,
+// S on a's free dim or b's free dim stays S of the output's, contracting a dim both shard over
+// one axis gives P, contracting dims sharded over different axes is rejected; P@R = P.
+SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank, bool ta,
+                    bool tb, absl::Span<const std::string> axis_names,
+                    std::optional<Rejection>& no);
+
+// The output dim that dim d of an operand of shape `in` lands on when broadcast to `out`, or -1
+// when d is broadcast (size 1 against a larger size) or d < 0.
+int BroadcastDim(absl::Span<const int64_t> in, int d, absl::Span<const int64_t> out);
 
 }  // namespace shardmap
 

@@ -1,5 +1,7 @@
 #include "shardmap/type_rules.h"
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -146,6 +148,139 @@ TEST(ErasedRules, JoinTakesTheLargerKindAndDropsDims) {
   b[1] = AxisType::I();
   EXPECT_EQ(ErasedJoin(a, b).ToString(kNames), "{dp:P,tp:I}");
   EXPECT_EQ(ErasedUnary(a).ToString(kNames), "{dp:V,tp:R}");
+}
+
+// Types on a {dp, tp} mesh from two axis types.
+SpmdType T2(AxisType dp, AxisType tp) {
+  SpmdType t(2);
+  t[0] = dp;
+  t[1] = tp;
+  return t;
+}
+
+const std::vector<int64_t> k4x8 = {4, 8};
+
+TEST(ElementwiseRule, PartialPlusReplicatedIsTheBiasBug) {
+  std::optional<Rejection> no;
+  ElementwiseRule("add", T2(AxisType::R(), AxisType::P()), k4x8, T2(AxisType::R(), AxisType::R()),
+                  k4x8, k4x8, /*multilinear=*/false, /*divide=*/false, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 1);
+  EXPECT_NE(no->rule.find("bias added before the all-reduce"), std::string::npos);
+  EXPECT_NE(no->fix.find("all_reduce (or reduce_scatter) operand a"), std::string::npos);
+  // sub names no bias.
+  no.reset();
+  ElementwiseRule("sub", T2(AxisType::R(), AxisType::R()), k4x8, T2(AxisType::R(), AxisType::P()),
+                  k4x8, k4x8, false, false, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->rule.find("bias"), std::string::npos);
+  EXPECT_NE(no->rule.find("operand b"), std::string::npos);
+}
+
+TEST(ElementwiseRule, MultilinearRules) {
+  std::optional<Rejection> no;
+  // P * R = P; P + P = P.
+  EXPECT_EQ(ElementwiseRule("mul", T2(AxisType::P(), AxisType::R()), k4x8,
+                            T2(AxisType::R(), AxisType::R()), k4x8, k4x8, true, false, no)
+                .ToString(kNames),
+            "{dp:P,tp:R}");
+  EXPECT_EQ(ElementwiseRule("add", T2(AxisType::P(), AxisType::R()), k4x8,
+                            T2(AxisType::P(), AxisType::R()), k4x8, k4x8, false, false, no)
+                .ToString(kNames),
+            "{dp:P,tp:R}");
+  EXPECT_FALSE(no);
+  ElementwiseRule("mul", T2(AxisType::P(), AxisType::R()), k4x8, T2(AxisType::P(), AxisType::R()),
+                  k4x8, k4x8, true, false, no);
+  ASSERT_TRUE(no);
+  EXPECT_NE(no->rule.find("P*P"), std::string::npos);
+  no.reset();
+  ElementwiseRule("div", T2(AxisType::R(), AxisType::R()), k4x8, T2(AxisType::P(), AxisType::R()),
+                  k4x8, k4x8, true, true, no);
+  ASSERT_TRUE(no);
+  EXPECT_NE(no->rule.find("divisor is a partial sum"), std::string::npos);
+  no.reset();
+  ElementwiseRule("add", T2(AxisType::I(), AxisType::R()), k4x8, T2(AxisType::R(), AxisType::R()),
+                  k4x8, k4x8, false, false, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 0);
+  EXPECT_NE(no->fix.find("I->R"), std::string::npos);
+}
+
+TEST(ElementwiseRule, ShardsFollowBroadcasting) {
+  std::optional<Rejection> no;
+  // S1 of [8] broadcast against [4,8] is S1 of the output; R promotes to the V's type.
+  const std::vector<int64_t> k8 = {8};
+  EXPECT_EQ(ElementwiseRule("add", T2(AxisType::Sharded(0), AxisType::R()), k8,
+                            T2(AxisType::R(), AxisType::R()), k4x8, k4x8, false, false, no)
+                .ToString(kNames),
+            "{dp:S1,tp:R}");
+  // A size-1 dim broadcast up loses the S.
+  const std::vector<int64_t> k1x8 = {1, 8};
+  EXPECT_EQ(ElementwiseRule("add", T2(AxisType::Sharded(0), AxisType::R()), k1x8,
+                            T2(AxisType::R(), AxisType::R()), k4x8, k4x8, false, false, no)
+                .ToString(kNames),
+            "{dp:V,tp:R}");
+  // Both S along different dims: plain V.
+  EXPECT_EQ(ElementwiseRule("mul", T2(AxisType::Sharded(0), AxisType::R()), k4x8,
+                            T2(AxisType::Sharded(1), AxisType::R()), k4x8, k4x8, true, false, no)
+                .ToString(kNames),
+            "{dp:V,tp:R}");
+  EXPECT_FALSE(no);
+  EXPECT_EQ(BroadcastDim(k8, 0, k4x8), 1);
+  EXPECT_EQ(BroadcastDim(k1x8, 0, k4x8), -1);
+}
+
+TEST(MatmulRule, ColumnAndRowParallel) {
+  std::optional<Rejection> no;
+  // x [b, d] (dp:S0) @ w [d, f] (tp:S1): column-parallel, output {dp:S0, tp:S1}.
+  EXPECT_EQ(MatmulRule(T2(AxisType::Sharded(0), AxisType::R()), 2,
+                       T2(AxisType::R(), AxisType::Sharded(1)), 2, false, false, kNames, no)
+                .ToString(kNames),
+            "{dp:S0,tp:S1}");
+  // h [b, f] (tp:S1) @ w2 [f, d] (tp:S0): both contracted dims sharded over tp, a partial sum.
+  EXPECT_EQ(MatmulRule(T2(AxisType::R(), AxisType::Sharded(1)), 2,
+                       T2(AxisType::R(), AxisType::Sharded(0)), 2, false, false, kNames, no)
+                .ToString(kNames),
+            "{dp:R,tp:P}");
+  // Transposed b: w^T stored [d, f], contracted dim is b's 1.
+  EXPECT_EQ(MatmulRule(T2(AxisType::R(), AxisType::Sharded(1)), 2,
+                       T2(AxisType::R(), AxisType::Sharded(1)), 2, false, true, kNames, no)
+                .ToString(kNames),
+            "{dp:R,tp:P}");
+  // P @ R = P.
+  EXPECT_EQ(MatmulRule(T2(AxisType::P(), AxisType::R()), 2, T2(AxisType::R(), AxisType::R()), 2,
+                       false, false, kNames, no)
+                .ToString(kNames),
+            "{dp:P,tp:R}");
+  EXPECT_FALSE(no);
+}
+
+TEST(MatmulRule, ContractedDimsOverDifferentAxesAreRejected) {
+  std::optional<Rejection> no;
+  MatmulRule(T2(AxisType::Sharded(1), AxisType::R()), 2, T2(AxisType::R(), AxisType::Sharded(0)),
+             2, false, false, kNames, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 0);
+  EXPECT_EQ(no->rule,
+            "contracts a's dim sharded over 'dp' with b's dim sharded over 'tp': each device "
+            "would pair slices that do not match");
+  no.reset();
+  MatmulRule(T2(AxisType::P(), AxisType::R()), 2, T2(AxisType::Sharded(1), AxisType::R()), 2,
+             false, false, kNames, no);
+  ASSERT_TRUE(no);
+  EXPECT_NE(no->rule.find("partial sum (P) by a varying (V)"), std::string::npos);
+}
+
+TEST(NonlinearRule, RejectsPartialSumsOnly) {
+  std::optional<Rejection> no;
+  EXPECT_EQ(NonlinearRule("gelu", T2(AxisType::Sharded(0), AxisType::I()), kNames, no)
+                .ToString(kNames),
+            "{dp:S0,tp:I}");
+  EXPECT_FALSE(no);
+  NonlinearRule("gelu", T2(AxisType::R(), AxisType::P()), kNames, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 1);
+  EXPECT_EQ(no->fix, "all_reduce(x, \"tp\") (or reduce_scatter) before gelu");
 }
 
 }  // namespace

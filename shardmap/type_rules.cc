@@ -201,8 +201,36 @@ SpmdType JoinedShape(const SpmdType& a, const SpmdType& b) {
 constexpr const char* kIMeetsOther =
     "an invariant (I) value mixes with nothing else, but here it meets a ";
 constexpr const char* kIFix = "convert the I operand with convert(x, axis, I->R) first";
-constexpr const char* kPTimesP =
-    "multiplies two partial sums (P*P): (sum_i a_i)(sum_j b_j) is not sum_i a_i b_i";
+
+// The cases products (mul, div, matmul) and sums share: an invariant (I) meets only I. Returns
+// whether it decided axis i (t[i] set, or `no`).
+bool InvariantCase(AxisKind kx, AxisKind ky, int i, SpmdType& t, std::optional<Rejection>& no) {
+  if (kx != AxisKind::kI && ky != AxisKind::kI) return false;
+  if (kx != ky) {
+    no = Rejection{i, absl::StrCat(kIMeetsOther, KindWord(kx == AxisKind::kI ? ky : kx), " value"),
+                   kIFix};
+  } else {
+    t[i] = AxisType::I();
+  }
+  return true;
+}
+
+// A product with a partial sum (P) operand: P*R = P; P*P and P*V are rejected (p_times_v_fix).
+// Returns whether it decided axis i.
+bool PartialProductCase(AxisKind kx, AxisKind ky, int i, const char* p_times_v_fix, SpmdType& t,
+                        std::optional<Rejection>& no) {
+  if (kx != AxisKind::kP && ky != AxisKind::kP) return false;
+  if (kx == AxisKind::kP && ky == AxisKind::kP) {
+    no = Rejection{
+        i, "multiplies two partial sums (P*P): (sum_i a_i)(sum_j b_j) is not sum_i a_i b_i",
+        "all_reduce one operand first"};
+  } else if (kx == AxisKind::kV || ky == AxisKind::kV) {
+    no = Rejection{i, "multiplies a partial sum (P) by a varying (V) value", p_times_v_fix};
+  } else {
+    t[i] = AxisType::P();
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -221,14 +249,8 @@ SpmdType ElementwiseRule(const char* op, const SpmdType& a, absl::Span<const int
   for (int i = 0; i < t.num_axes(); ++i) {
     AxisType x = a[i], y = b[i];
     AxisKind kx = x.kind, ky = y.kind;
-    if (kx == AxisKind::kI || ky == AxisKind::kI) {
-      if (kx != ky) {
-        return Rejected(no, i,
-                        absl::StrCat(kIMeetsOther, KindWord(kx == AxisKind::kI ? ky : kx),
-                                     " value"),
-                        kIFix);
-      }
-      t[i] = AxisType::I();
+    if (InvariantCase(kx, ky, i, t, no)) {
+      if (no) return SpmdType();
       continue;
     }
     if (divide && ky == AxisKind::kP) {
@@ -259,14 +281,8 @@ SpmdType ElementwiseRule(const char* op, const SpmdType& a, absl::Span<const int
         t[i] = AxisType::P();
         continue;
       }
-      if (kx == AxisKind::kP && ky == AxisKind::kP) {
-        return Rejected(no, i, kPTimesP, "all_reduce one operand first");
-      }
-      if (kx == AxisKind::kV || ky == AxisKind::kV) {
-        return Rejected(no, i, "multiplies a partial sum (P) by a varying (V) value",
-                        "all_reduce the P operand first");
-      }
-      t[i] = AxisType::P();
+      PartialProductCase(kx, ky, i, "all_reduce the P operand first", t, no);
+      if (no) return SpmdType();
       continue;
     }
     if (kx == AxisKind::kR && ky == AxisKind::kR) {
@@ -314,26 +330,15 @@ SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank
   for (int i = 0; i < t.num_axes(); ++i) {
     AxisType x = a[i], y = b[i];
     AxisKind kx = x.kind, ky = y.kind;
-    if (kx == AxisKind::kI || ky == AxisKind::kI) {
-      if (kx != ky) {
-        return Rejected(no, i,
-                        absl::StrCat(kIMeetsOther, KindWord(kx == AxisKind::kI ? ky : kx),
-                                     " value"),
-                        kIFix);
-      }
-      t[i] = AxisType::I();
+    if (InvariantCase(kx, ky, i, t, no)) {
+      if (no) return SpmdType();
       continue;
     }
-    if (kx == AxisKind::kP || ky == AxisKind::kP) {
-      if (kx == AxisKind::kP && ky == AxisKind::kP) {
-        return Rejected(no, i, kPTimesP, "all_reduce one operand first");
-      }
-      if (kx == AxisKind::kV || ky == AxisKind::kV) {
-        return Rejected(
-            no, i, "multiplies a partial sum (P) by a varying (V) value",
-            "all_reduce the P operand first (or reduce_scatter it to S and keep both V)");
-      }
-      t[i] = AxisType::P();
+    if (PartialProductCase(
+            kx, ky, i,
+            "all_reduce the P operand first (or reduce_scatter it to S and keep both V)", t,
+            no)) {
+      if (no) return SpmdType();
       continue;
     }
     if (kx == AxisKind::kR && ky == AxisKind::kR) {

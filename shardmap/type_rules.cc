@@ -204,8 +204,8 @@ constexpr const char* kIFix = "convert the I operand with convert(x, axis, I->R)
 
 // The cases products (mul, div, matmul) and sums share: an invariant (I) meets only I. Returns
 // whether it decided axis i (t[i] set, or `no`).
-bool InvariantCase(AxisKind kx, AxisKind ky, int i, SpmdType& t, std::optional<Rejection>& no) {
-  if (kx != AxisKind::kI && ky != AxisKind::kI) return false;
+[[gnu::noinline]] bool InvariantCaseSlow(AxisKind kx, AxisKind ky, int i, SpmdType& t,
+                                         std::optional<Rejection>& no) {
   if (kx != ky) {
     no = Rejection{i, absl::StrCat(kIMeetsOther, KindWord(kx == AxisKind::kI ? ky : kx), " value"),
                    kIFix};
@@ -217,9 +217,9 @@ bool InvariantCase(AxisKind kx, AxisKind ky, int i, SpmdType& t, std::optional<R
 
 // A product with a partial sum (P) operand: P*R = P; P*P and P*V are rejected (p_times_v_fix).
 // Returns whether it decided axis i.
-bool PartialProductCase(AxisKind kx, AxisKind ky, int i, const char* p_times_v_fix, SpmdType& t,
-                        std::optional<Rejection>& no) {
-  if (kx != AxisKind::kP && ky != AxisKind::kP) return false;
+[[gnu::noinline]] bool PartialProductCaseSlow(AxisKind kx, AxisKind ky, int i,
+                                              const char* p_times_v_fix, SpmdType& t,
+                                              std::optional<Rejection>& no) {
   if (kx == AxisKind::kP && ky == AxisKind::kP) {
     no = Rejection{
         i, "multiplies two partial sums (P*P): (sum_i a_i)(sum_j b_j) is not sum_i a_i b_i",
@@ -230,6 +230,18 @@ bool PartialProductCase(AxisKind kx, AxisKind ky, int i, const char* p_times_v_f
     t[i] = AxisType::P();
   }
   return true;
+}
+
+// The fast tests inline (the rules run on every typed op); the cases out of line.
+inline bool InvariantCase(AxisKind kx, AxisKind ky, int i, SpmdType& t,
+                          std::optional<Rejection>& no) {
+  if (kx != AxisKind::kI && ky != AxisKind::kI) return false;
+  return InvariantCaseSlow(kx, ky, i, t, no);
+}
+inline bool PartialProductCase(AxisKind kx, AxisKind ky, int i, const char* p_times_v_fix,
+                               SpmdType& t, std::optional<Rejection>& no) {
+  if (kx != AxisKind::kP && ky != AxisKind::kP) return false;
+  return PartialProductCaseSlow(kx, ky, i, p_times_v_fix, t, no);
 }
 
 }  // namespace

@@ -11,6 +11,12 @@
 //   // no->fix = "if each device's value is one addend of the sum you want ..."
 //   SpmdType y = CollectiveResult(r, x.type, mask, /*dim=*/-1, /*invariant=*/false);  // P -> R
 //
+// The typed ops' rules are pure functions here too (ElementwiseRule, NonlinearRule, MatmulRule):
+// each returns the result type or sets a Rejection, and the op throws it with its operands:
+//   std::optional<Rejection> no;
+//   SpmdType t = MatmulRule(a.type, 2, b.type, 2, false, false, mesh.axis_names(), no);
+//   // {tp:S1} @ {tp:S0} -> {tp:P} (row-parallel); {dp:S1} @ {tp:S0} -> no->rule "contracts a's
+//   // dim sharded over 'dp' with b's dim sharded over 'tp': ..."
 // Also the kind-only rules of erased (unchecked) mode, ErasedJoin and ErasedUnary.
 #ifndef SHARDMAP_SHARDMAP_TYPE_RULES_H_
 #define SHARDMAP_SHARDMAP_TYPE_RULES_H_

@@ -1,12 +1,14 @@
 #include "shardmap/collective_ops.h"
 
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "shardmap/context.h"
 #include "shardmap/internal/typing.h"
 #include "shardmap/ops.h"
+#include "shardmap/type_rules.h"
 #include "tensor/cuda/graph.h"
 #include "tensor/error.h"
 #include "tensor/ops/elementwise.h"
@@ -88,17 +90,19 @@ bool TrivialOnDevice(const Communicator& comm, const Tensor& t) {
   return comm.size() == 1 && t.is_cuda();
 }
 
-const char* KindName(AxisKind k) {
-  switch (k) {
-    case AxisKind::kR: return "R";
-    case AxisKind::kI: return "I";
-    case AxisKind::kV: return "V";
-    case AxisKind::kP: return "P";
+// The one place the collectives and casts apply their type rule (type_rules.h): in checked
+// mode a rejected axis throws the rule's message; the result type is computed in both modes.
+// check_dim: the dim the rule checks S against; result_dim: the dim the result is S along.
+SpmdType ApplyRule(RankContext& ctx, Collective c, const Value& x, AxisMask mask,
+                   int check_dim = -1, int result_dim = -1, bool invariant = false) {
+  const CollectiveRule& r = CollectiveRuleFor(c);
+  if (ctx.checked()) {
+    if (std::optional<Rejection> no = CheckCollective(r, x.type, mask, check_dim)) {
+      TypeFail(r.name, no->axis, no->rule, no->fix, {{"x", &x}});
+    }
   }
-  return "?";
+  return CollectiveResult(r, x.type, mask, result_dim, invariant);
 }
-
-bool Checked(RankContext& ctx) { return ctx.checked(); }
 
 Value Detached(const Value& v) { return Value(v.tensor, v.type); }
 
@@ -182,36 +186,9 @@ void CheckSplitSizes(const char* op, const std::vector<int64_t>& sizes, int n, i
   }
 }
 
-// After gathering `mask` along dim: the other axes that shard dim keep S only when every
-// gathered axis is more minor than them.
-void FixOtherShards(SpmdType& t, AxisMask mask, int dim) {
-  int n = t.num_axes();
-  for (int j = 0; j < n; ++j) {
-    if (mask & (1u << j)) continue;
-    if (!t[j].is_sharded() || t[j].dim != dim) continue;
-    for (int i = 0; i < j; ++i) {
-      if (mask & (1u << i)) t[j] = AxisType::V();
-    }
-  }
-}
-
 Value GatherImpl(const Value& x, int dim, const Axes& axes, To to,
                  const std::vector<int64_t>* sizes);
 Value ScatterImpl(const Value& x, int dim, const Axes& axes, const std::vector<int64_t>* sizes);
-
-// ppermute and broadcast move R or V values: on each axis of mask, a partial sum (P) or an
-// invariant (I) is a type error with the op's own fix.
-void RequireROrV(RankContext& ctx, const char* op, const Value& x, AxisMask mask,
-                 const char* fix_p, const char* fix_i) {
-  if (!Checked(ctx)) return;
-  ForAxes(mask, ctx.mesh().num_axes(), [&](int i) {
-    AxisKind k = x.type[i].kind;
-    if (k == AxisKind::kP || k == AxisKind::kI) {
-      TypeFail(op, i, absl::StrCat("takes R or V values, but x is ", KindName(k)),
-               k == AxisKind::kP ? fix_p : fix_i, {{"x", &x}});
-    }
-  });
-}
 
 // Elementwise "is x the extreme at this device": the device index holding the max/min (lowest
 // index on ties), via one all_reduce(min) over candidates.
@@ -241,35 +218,9 @@ Value all_reduce(const Value& x, const Axes& axes, To to, ReduceKind op) {
   internal::CheckMesh("all_reduce", x);
   AxisMask mask = ResolveAxes("all_reduce", axes);
   RankContext& ctx = RankContext::Get("all_reduce");
-  const int na = ctx.mesh().num_axes();
-  SpmdType t = x.type;
-  bool sum = op == ReduceKind::kSum;
-  if (Checked(ctx)) {
-    ForAxes(mask, na, [&](int i) {
-      AxisKind k = x.type[i].kind;
-      if (sum && k != AxisKind::kP) {
-        TypeFail("all_reduce(sum)", i,
-                 absl::StrCat("takes a partial sum (P), but x is ", KindName(k)),
-                 k == AxisKind::kV
-                     ? "if each device's value is one addend of the sum you want (e.g. each "
-                       "device's share of a mean), say so with reinterpret(x, axis) (V->P); to "
-                       "average per-device values use ReduceKind::kMean. If x should already "
-                       "have been a partial sum, an earlier op mixed operands sharded over "
-                       "different axes: check the in_specs"
-                     : "x is already the same on every device: drop the all_reduce (or "
-                       "convert(x, axis, Convert::kRToP) if a sum of n copies is really meant)",
-                 {{"x", &x}});
-      }
-      if (!sum && k != AxisKind::kV) {
-        TypeFail("all_reduce(mean/max/min)", i,
-                 absl::StrCat("takes per-device values (V), but x is ", KindName(k)),
-                 k == AxisKind::kP ? "use ReduceKind::kSum to resolve a partial sum"
-                                   : "x is already the same on every device: drop the all_reduce",
-                 {{"x", &x}});
-      }
-    });
-  }
-  ForAxes(mask, na, [&](int i) { t[i] = to == To::kR ? AxisType::R() : AxisType::I(); });
+  const SpmdType t = ApplyRule(
+      ctx, op == ReduceKind::kSum ? Collective::kAllReduceSum : Collective::kAllReduceMeanMaxMin,
+      x, mask, -1, -1, to == To::kI);
   Communicator& comm = ctx.CommFor("all_reduce", mask, x.tensor);
   Tensor out;
   if (TrivialOnDevice(comm, x.tensor)) {
@@ -325,33 +276,8 @@ Value GatherImpl(const Value& x, int dim, const Axes& axes, To to,
   internal::CheckMesh("all_gather", x);
   AxisMask mask = ResolveAxes("all_gather", axes);
   RankContext& ctx = RankContext::Get("all_gather");
-  const int na = ctx.mesh().num_axes();
   dim = NormDim("all_gather", x, dim);
-  SpmdType t = x.type;
-  if (Checked(ctx)) {
-    ForAxes(mask, na, [&](int i) {
-      AxisType a = x.type[i];
-      if (a.kind != AxisKind::kV) {
-        TypeFail("all_gather", i,
-                 absl::StrCat("takes shards (S", dim, " or V), but x is ", KindName(a.kind)),
-                 a.kind == AxisKind::kP
-                     ? absl::StrCat("a partial sum is resolved with all_reduce, or with "
-                                    "reduce_scatter(x, ", dim, ", axis) to get shards")
-                     : "x is already whole on every device: drop the all_gather",
-                 {{"x", &x}});
-      }
-      if (a.is_sharded() && a.dim != dim) {
-        TypeFail("all_gather", i,
-                 absl::StrCat("gathers dim ", dim, " but x is sharded along dim ",
-                              static_cast<int>(a.dim)),
-                 absl::StrCat("gather dim ", static_cast<int>(a.dim),
-                              ", or all_to_all to move the sharding"),
-                 {{"x", &x}});
-      }
-    });
-  }
-  ForAxes(mask, na, [&](int i) { t[i] = to == To::kR ? AxisType::R() : AxisType::I(); });
-  FixOtherShards(t, mask, dim);
+  const SpmdType t = ApplyRule(ctx, Collective::kAllGather, x, mask, dim, dim, to == To::kI);
   Communicator& comm = ctx.CommFor("all_gather", mask, x.tensor, sizes != nullptr ? dim : -1);
   if (sizes != nullptr) CheckSplitSizes("all_gather", *sizes, comm.size(), -1, x);
   if (sizes != nullptr && (*sizes)[comm.rank()] != x.dim(dim)) {
@@ -399,31 +325,8 @@ Value ScatterImpl(const Value& x, int dim, const Axes& axes, const std::vector<i
   internal::CheckMesh("reduce_scatter", x);
   AxisMask mask = ResolveAxes("reduce_scatter", axes);
   RankContext& ctx = RankContext::Get("reduce_scatter");
-  const int na = ctx.mesh().num_axes();
   dim = NormDim("reduce_scatter", x, dim);
-  SpmdType t = x.type;
-  if (Checked(ctx)) {
-    ForAxes(mask, na, [&](int i) {
-      AxisKind k = x.type[i].kind;
-      if (k != AxisKind::kP) {
-        TypeFail("reduce_scatter", i,
-                 absl::StrCat("takes a partial sum (P), but x is ", KindName(k)),
-                 k == AxisKind::kV ? "reinterpret(x, axis) (V->P) first if the per-device "
-                                     "values are addends of one sum"
-                                   : "to shard a replicated value, slice it locally with "
-                                     "axis_index (its gradient is then P)",
-                 {{"x", &x}});
-      }
-    });
-  }
-  // Existing S(dim) axes stay S only when all new axes are more minor.
-  for (int j = 0; j < na; ++j) {
-    if ((mask & (1u << j)) || !t[j].is_sharded() || t[j].dim != dim) continue;
-    for (int i = 0; i < j; ++i) {
-      if (mask & (1u << i)) t[j] = AxisType::V();
-    }
-  }
-  ForAxes(mask, na, [&](int i) { t[i] = AxisType::Sharded(dim); });
+  const SpmdType t = ApplyRule(ctx, Collective::kReduceScatter, x, mask, dim, dim);
   Communicator& comm = ctx.CommFor("reduce_scatter", mask, x.tensor);
   if (sizes != nullptr) {
     CheckSplitSizes("reduce_scatter", *sizes, comm.size(), x.dim(dim), x);
@@ -471,26 +374,10 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
   internal::CheckMesh("all_to_all", x);
   AxisMask mask = ResolveAxes("all_to_all", axes);
   RankContext& ctx = RankContext::Get("all_to_all");
-  const int na = ctx.mesh().num_axes();
   split_dim = NormDim("all_to_all", x, split_dim);
   concat_dim = NormDim("all_to_all", x, concat_dim);
-  SpmdType t = x.type;
-  if (Checked(ctx)) {
-    ForAxes(mask, na, [&](int i) {
-      AxisType a = x.type[i];
-      if (a.kind != AxisKind::kV || (a.is_sharded() && a.dim != concat_dim)) {
-        TypeFail("all_to_all", i,
-                 absl::StrCat("takes shards of the concat dim (S", concat_dim, " or V), but x is ",
-                              a.ToString()),
-                 a.kind == AxisKind::kP
-                     ? "resolve the partial sum first (all_reduce or reduce_scatter)"
-                     : absl::StrCat("pass concat_dim=", a.is_sharded() ? a.dim : concat_dim,
-                                    " matching the dim x is sharded along"),
-                 {{"x", &x}});
-      }
-    });
-  }
-  ForAxes(mask, na, [&](int i) { t[i] = AxisType::Sharded(split_dim); });
+  const SpmdType t =
+      ApplyRule(ctx, Collective::kAllToAll, x, mask, concat_dim, split_dim);
   Communicator& comm = ctx.CommFor("all_to_all", mask, x.tensor);
   int n = comm.size();
   if (x.dim(split_dim) % n != 0) {
@@ -528,27 +415,14 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
   internal::CheckMesh("all_to_all", x);
   AxisMask mask = ResolveAxes("all_to_all", axes);
   RankContext& ctx = RankContext::Get("all_to_all");
-  const int na = ctx.mesh().num_axes();
   split_dim = NormDim("all_to_all", x, split_dim);
   concat_dim = NormDim("all_to_all", x, concat_dim);
   if (split_dim == concat_dim) {
     OpFail("all_to_all with split_sizes: split_dim and concat_dim must differ (", x.ToString(),
            ")");
   }
-  SpmdType t = x.type;
-  if (Checked(ctx)) {
-    ForAxes(mask, na, [&](int i) {
-      AxisType a = x.type[i];
-      if (a.kind != AxisKind::kV || (a.is_sharded() && a.dim != concat_dim)) {
-        TypeFail("all_to_all", i,
-                 absl::StrCat("takes shards of the concat dim (S", concat_dim, " or V), but x is ",
-                              a.ToString()),
-                 "resolve partial sums first; pass the dim x is sharded along as concat_dim",
-                 {{"x", &x}});
-      }
-    });
-  }
-  ForAxes(mask, na, [&](int i) { t[i] = AxisType::Sharded(split_dim); });
+  const SpmdType t =
+      ApplyRule(ctx, Collective::kAllToAllSizes, x, mask, concat_dim, split_dim);
   Communicator& comm = ctx.CommFor("all_to_all", mask, x.tensor, concat_dim);
   const int n = comm.size(), me = comm.rank();
   CheckSplitSizes("all_to_all", split_sizes, n, x.dim(split_dim), x);
@@ -601,11 +475,7 @@ Value ppermute(const Value& x, const Axes& axes, std::vector<std::pair<int, int>
   internal::CheckMesh("ppermute", x);
   AxisMask mask = ResolveAxes("ppermute", axes);
   RankContext& ctx = RankContext::Get("ppermute");
-  const int na = ctx.mesh().num_axes();
-  SpmdType t = x.type;
-  RequireROrV(ctx, "ppermute", x, mask, "resolve the partial sum first (all_reduce)",
-              "convert(x, axis, Convert::kIToR) first");
-  ForAxes(mask, na, [&](int i) { t[i] = AxisType::V(); });
+  const SpmdType t = ApplyRule(ctx, Collective::kPpermute, x, mask);
   Communicator& comm = ctx.CommFor("ppermute", mask, x.tensor);
   int n = comm.size();
   std::vector<bool> src(n), dst(n);
@@ -653,11 +523,7 @@ Value broadcast(const Value& x, const Axes& axes, int root) {
   internal::CheckMesh("broadcast", x);
   AxisMask mask = ResolveAxes("broadcast", axes);
   RankContext& ctx = RankContext::Get("broadcast");
-  const int na = ctx.mesh().num_axes();
-  SpmdType t = x.type;
-  RequireROrV(ctx, "broadcast", x, mask, "resolve the partial sum with all_reduce instead",
-              "x is already the same everywhere: drop the broadcast");
-  ForAxes(mask, na, [&](int i) { t[i] = AxisType::R(); });
+  const SpmdType t = ApplyRule(ctx, Collective::kBroadcast, x, mask);
   Communicator& comm = ctx.CommFor("broadcast", mask, x.tensor);
   if (root < 0 || root >= comm.size()) {
     OpFail("broadcast: root ", root, " out of range for ", comm.size(), " devices");
@@ -686,24 +552,9 @@ Value convert(const Value& x, const Axes& axes, Convert c) {
   internal::CheckMesh("convert", x);
   AxisMask mask = ResolveAxes("convert", axes);
   RankContext& ctx = RankContext::Get("convert");
-  const int na = ctx.mesh().num_axes();
-  SpmdType t = x.type;
-  AxisKind from = c == Convert::kIToR ? AxisKind::kI : AxisKind::kR;
   const char* name = c == Convert::kIToR ? "convert(I->R)" : "convert(R->P)";
-  if (Checked(ctx)) {
-    ForAxes(mask, na, [&](int i) {
-      if (x.type[i].kind != from) {
-        TypeFail(name, i, absl::StrCat("takes ", KindName(from), ", but x is ",
-                                        KindName(x.type[i].kind)),
-                 "convert supports I->R and R->P; use reinterpret for V->P and the collectives "
-                 "(all_reduce, all_gather) for the other directions",
-                 {{"x", &x}});
-      }
-    });
-  }
-  ForAxes(mask, na, [&](int i) {
-    t[i] = c == Convert::kIToR ? AxisType::R() : AxisType::P();
-  });
+  const SpmdType t = ApplyRule(
+      ctx, c == Convert::kIToR ? Collective::kConvertIToR : Collective::kConvertRToP, x, mask);
   Tensor out = c == Convert::kIToR ? x.tensor : KeepOnRoot(ctx, x.tensor, mask, 0);
   Value y(std::move(out), t);
   if (NeedsTape(x)) {
@@ -718,22 +569,7 @@ Value reinterpret(const Value& x, const Axes& axes) {
   internal::CheckMesh("reinterpret", x);
   AxisMask mask = ResolveAxes("reinterpret", axes);
   RankContext& ctx = RankContext::Get("reinterpret");
-  const int na = ctx.mesh().num_axes();
-  SpmdType t = x.type;
-  if (Checked(ctx)) {
-    ForAxes(mask, na, [&](int i) {
-      if (x.type[i].kind != AxisKind::kV) {
-        TypeFail("reinterpret(V->P)", i,
-                 absl::StrCat("takes V, but x is ", KindName(x.type[i].kind)),
-                 x.type[i].kind == AxisKind::kR
-                     ? "use convert(x, axis, Convert::kRToP) for a replicated value (it keeps one "
-                       "copy, not n)"
-                     : "only per-device values can be reinterpreted as addends of a sum",
-                 {{"x", &x}});
-      }
-    });
-  }
-  ForAxes(mask, na, [&](int i) { t[i] = AxisType::P(); });
+  const SpmdType t = ApplyRule(ctx, Collective::kReinterpret, x, mask);
   Value y(x.tensor, t);
   if (NeedsTape(x)) {
     SpmdType xt = x.type;
@@ -761,21 +597,7 @@ Value vary(const Value& x, const Axes& axes) {
   internal::CheckMesh("vary", x);
   AxisMask mask = ResolveAxes("vary", axes);
   RankContext& ctx = RankContext::Get("vary");
-  const int na = ctx.mesh().num_axes();
-  SpmdType t = x.type;
-  if (Checked(ctx)) {
-    ForAxes(mask, na, [&](int i) {
-      if (x.type[i].kind != AxisKind::kR && x.type[i].kind != AxisKind::kV) {
-        TypeFail("vary(R->V)", i, absl::StrCat("takes R, but x is ", KindName(x.type[i].kind)),
-                 x.type[i].kind == AxisKind::kI ? "convert(x, axis, Convert::kIToR) first"
-                                                : "resolve the partial sum first (all_reduce)",
-                 {{"x", &x}});
-      }
-    });
-  }
-  ForAxes(mask, na, [&](int i) {
-    if (t[i].kind != AxisKind::kV) t[i] = AxisType::V();
-  });
+  const SpmdType t = ApplyRule(ctx, Collective::kVary, x, mask);
   Value y(x.tensor, t);
   if (NeedsTape(x)) {
     SpmdType xt = x.type;

@@ -1,11 +1,13 @@
 #include "shardmap/ops.h"
 
 #include <algorithm>
+#include <optional>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "shardmap/context.h"
 #include "shardmap/internal/typing.h"
+#include "shardmap/type_rules.h"
 #include "tensor/error.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/reduce.h"
@@ -80,118 +82,25 @@ namespace {
 
 bool Checked() { return RankContext::Get("typed op").checked(); }
 
-const char* KindWord(AxisKind k) {
-  switch (k) {
-    case AxisKind::kR: return "replicated (R)";
-    case AxisKind::kI: return "invariant (I)";
-    case AxisKind::kV: return "varying (V)";
-    case AxisKind::kP: return "partial (P)";
-  }
-  return "?";
-}
-
-// Maps an operand's S dim to the output dim under broadcasting, or -1 (plain V).
-int BroadcastDim(const Value& in, int d, const Shape& out) {
-  if (d < 0) return -1;
-  int off = static_cast<int>(out.size()) - in.rank();
-  if (in.shape()[d] == 1 && out[d + off] != 1) return -1;
-  return d + off;
-}
-
 // Elementwise binary rule. multilinear=false: linear (add/sub). divide: b is nonlinear.
 SpmdType BinaryType(const char* op, const Value& a, const Value& b, const Shape& out,
                     bool multilinear, bool divide) {
   internal::CheckMesh(op, a);
   internal::CheckMesh(op, b);
   if (!Checked()) return internal::ErasedJoin(a.type, b.type);
-  SpmdType t(a.type.num_axes());
-  t.set_mesh_id(a.type.mesh_id() != 0 ? a.type.mesh_id() : b.type.mesh_id());
-  for (int i = 0; i < t.num_axes(); ++i) {
-    AxisType x = a.type[i], y = b.type[i];
-    AxisKind kx = x.kind, ky = y.kind;
-    if (kx == AxisKind::kI || ky == AxisKind::kI) {
-      if (kx != ky) {
-        TypeFail(op, i,
-                 absl::StrCat("an invariant (I) value mixes with nothing else, but here it meets a ",
-                              KindWord(kx == AxisKind::kI ? ky : kx), " value"),
-                 "convert the I operand with convert(x, axis, I->R) first",
-                 {{"a", &a}, {"b", &b}});
-      }
-      t[i] = AxisType::I();
-      continue;
-    }
-    if (divide && ky == AxisKind::kP) {
-      TypeFail(op, i, "the divisor is a partial sum (P); division is nonlinear in the divisor",
-               "all_reduce the divisor first", {{"a", &a}, {"b", &b}});
-    }
-    if (kx == AxisKind::kP || ky == AxisKind::kP) {
-      if (!multilinear) {
-        if (kx != ky) {
-          // Only an R operand added to a P one is the classic bias bug; a V one, or a
-          // subtraction (say a forgotten all_reduce before `y - target`), is named as such.
-          const AxisKind other = kx == AxisKind::kP ? ky : kx;
-          const bool bias = std::string(op) == "add" && other == AxisKind::kR;
-          const char* p_name = kx == AxisKind::kP ? "a" : "b";
-          TypeFail(op, i,
-                   absl::StrCat("combines operand ", p_name, ", a partial sum (P), with a ",
-                                KindWord(other),
-                                " value: the sum over devices would count the non-P operand once "
-                                "per device",
-                                bias ? " (the 'bias added before the all-reduce' bug)" : ""),
-                   absl::StrCat("all_reduce (or reduce_scatter) operand ", p_name,
-                                " first: it is still a pending sum, e.g. a row-parallel matmul's "
-                                "output",
-                                bias ? ", or add the bias after the reduction" : ""),
-                   {{"a", &a}, {"b", &b}});
-        }
-        t[i] = AxisType::P();
-        continue;
-      }
-      if (kx == AxisKind::kP && ky == AxisKind::kP) {
-        TypeFail(op, i,
-                 "multiplies two partial sums (P*P): (sum_i a_i)(sum_j b_j) is not sum_i a_i b_i",
-                 "all_reduce one operand first", {{"a", &a}, {"b", &b}});
-      }
-      if (kx == AxisKind::kV || ky == AxisKind::kV) {
-        TypeFail(op, i, "multiplies a partial sum (P) by a varying (V) value",
-                 "all_reduce the P operand first", {{"a", &a}, {"b", &b}});
-      }
-      t[i] = AxisType::P();
-      continue;
-    }
-    if (kx == AxisKind::kR && ky == AxisKind::kR) {
-      t[i] = AxisType::R();
-      continue;
-    }
-    // At least one V, the other V or R (promoted).
-    int dx = kx == AxisKind::kV ? BroadcastDim(a, x.dim, out) : -2;
-    int dy = ky == AxisKind::kV ? BroadcastDim(b, y.dim, out) : -2;
-    int d;
-    if (dx == -2) {
-      d = dy;
-    } else if (dy == -2) {
-      d = dx;
-    } else {
-      d = dx == dy ? dx : -1;
-    }
-    t[i] = d >= 0 ? AxisType::Sharded(d) : AxisType::V();
-  }
+  std::optional<Rejection> no;
+  SpmdType t = ElementwiseRule(op, a.type, a.shape(), b.type, b.shape(), out, multilinear,
+                               divide, no);
+  if (no) TypeFail(op, no->axis, no->rule, no->fix, {{"a", &a}, {"b", &b}});
   return t;
 }
 
 SpmdType NonlinearType(const char* op, const Value& x) {
   internal::CheckMesh(op, x);
   if (!Checked()) return x.type;
-  for (int i = 0; i < x.type.num_axes(); ++i) {
-    if (x.type[i].kind == AxisKind::kP) {
-      TypeFail(op, i,
-               absl::StrCat(op, " is nonlinear, so it cannot take a partial sum (P): f(sum x_i) "
-                                "!= sum f(x_i)"),
-               absl::StrCat("all_reduce(x, \"", internal::AxisName(i),
-                            "\") (or reduce_scatter) before ", op),
-               {{"x", &x}});
-    }
-  }
+  std::optional<Rejection> no;
+  NonlinearRule(op, x.type, RankContext::Get(op).mesh().axis_names(), no);
+  if (no) TypeFail(op, no->axis, no->rule, no->fix, {{"x", &x}});
   return x.type;
 }
 
@@ -470,88 +379,10 @@ SpmdType MatmulType(const Value& a, const Value& b, bool ta, bool tb) {
   internal::CheckMesh("matmul", a);
   internal::CheckMesh("matmul", b);
   if (!Checked()) return internal::ErasedJoin(a.type, b.type);
-  MatmulDims m = GetMatmulDims(a, b, ta, tb);
-  SpmdType t(a.type.num_axes());
-  t.set_mesh_id(a.type.mesh_id() != 0 ? a.type.mesh_id() : b.type.mesh_id());
-  for (int i = 0; i < t.num_axes(); ++i) {
-    AxisType x = a.type[i], y = b.type[i];
-    AxisKind kx = x.kind, ky = y.kind;
-    if (kx == AxisKind::kI || ky == AxisKind::kI) {
-      if (kx != ky) {
-        TypeFail("matmul", i,
-                 absl::StrCat("an invariant (I) value mixes with nothing else, but here it meets a ",
-                              KindWord(kx == AxisKind::kI ? ky : kx), " value"),
-                 "convert the I operand with convert(x, axis, I->R) first",
-                 {{"a", &a}, {"b", &b}});
-      }
-      t[i] = AxisType::I();
-      continue;
-    }
-    if (kx == AxisKind::kP || ky == AxisKind::kP) {
-      if (kx == AxisKind::kP && ky == AxisKind::kP) {
-        TypeFail("matmul", i,
-                 "multiplies two partial sums (P*P): (sum_i a_i)(sum_j b_j) is not sum_i a_i b_i",
-                 "all_reduce one operand first", {{"a", &a}, {"b", &b}});
-      }
-      if (kx == AxisKind::kV || ky == AxisKind::kV) {
-        TypeFail("matmul", i, "multiplies a partial sum (P) by a varying (V) value",
-                 "all_reduce the P operand first (or reduce_scatter it to S and keep both V)",
-                 {{"a", &a}, {"b", &b}});
-      }
-      t[i] = AxisType::P();
-      continue;
-    }
-    if (kx == AxisKind::kR && ky == AxisKind::kR) {
-      t[i] = AxisType::R();
-      continue;
-    }
-    // Map each operand's S dim to its role.
-    auto role_a = [&](int d) -> int {  // output dim, or -3 for contracting, -1 unknown
-      if (d < 0) return -1;
-      if (d == m.a_contract) return -3;
-      if (d == m.a_free) return m.out_rank - 2;
-      return d;  // batch/leading dim
-    };
-    auto role_b = [&](int d) -> int {
-      if (d < 0) return -1;
-      if (d == m.b_contract) return -3;
-      if (d == m.b_free) return m.out_rank - 1;
-      return m.batched ? d : -1;
-    };
-    int ra = kx == AxisKind::kV ? role_a(x.dim) : -2;
-    int rb = ky == AxisKind::kV ? role_b(y.dim) : -2;
-    if ((ra == -3) != (rb == -3)) {
-      // One operand's contracted dim is sharded over this axis. If the other's is sharded over
-      // another axis, the local blocks pair rows and columns of different slices: no collective
-      // after the matmul can repair that (reinterpreting the result as a sum would hide it).
-      const Value& other = ra == -3 ? b : a;
-      const int other_contract = ra == -3 ? m.b_contract : m.a_contract;
-      for (int j = 0; j < t.num_axes(); ++j) {
-        if (j == i || !other.type[j].is_sharded() || other.type[j].dim != other_contract) continue;
-        TypeFail("matmul", i,
-                 absl::StrCat("contracts ", ra == -3 ? "a" : "b", "'s dim sharded over '",
-                              internal::AxisName(i), "' with ", ra == -3 ? "b" : "a",
-                              "'s dim sharded over '", internal::AxisName(j),
-                              "': each device would pair slices that do not match"),
-                 absl::StrCat("shard both contracted dims over the same axis (e.g. both over '",
-                              internal::AxisName(i), "': a row-parallel matmul, whose result is "
-                              "a partial sum), or all_gather one operand first; check the "
-                              "in_specs"),
-                 {{"a", &a}, {"b", &b}});
-      }
-    }
-    if (ra == -3 && rb == -3) {
-      t[i] = AxisType::P();  // row-parallel: contracting a dim both operands shard
-    } else if (ra == -3 || rb == -3) {
-      t[i] = AxisType::V();
-    } else if (ra == -2) {
-      t[i] = rb >= 0 ? AxisType::Sharded(rb) : AxisType::V();
-    } else if (rb == -2) {
-      t[i] = ra >= 0 ? AxisType::Sharded(ra) : AxisType::V();
-    } else {
-      t[i] = (ra >= 0 && ra == rb) ? AxisType::Sharded(ra) : AxisType::V();
-    }
-  }
+  std::optional<Rejection> no;
+  SpmdType t = MatmulRule(a.type, a.rank(), b.type, b.rank(), ta, tb,
+                          RankContext::Get("matmul").mesh().axis_names(), no);
+  if (no) TypeFail("matmul", no->axis, no->rule, no->fix, {{"a", &a}, {"b", &b}});
   return t;
 }
 
@@ -754,7 +585,7 @@ Value broadcast_to(const Value& x, absl::Span<const int64_t> shape) {
   int off = static_cast<int>(shape.size()) - x.rank();
   for (int i = 0; i < ty.num_axes(); ++i) {
     if (ty[i].is_sharded()) {
-      int d = BroadcastDim(x, ty[i].dim, t.shape());
+      int d = BroadcastDim(x.shape(), ty[i].dim, t.shape());
       ty[i] = d >= 0 ? AxisType::Sharded(d) : AxisType::V();
     }
   }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "shardmap/context.h"
+#include "shardmap/type_rules.h"
 #include "tensor/error.h"
 #include "tensor/ops/shape_ops.h"
 
@@ -166,19 +167,6 @@ absl::StatusOr<Tensor> Assemble(const Mesh& mesh, const PartitionSpec& spec,
   return whole;
 }
 
-namespace {
-
-const char* Kind(AxisKind k) {
-  switch (k) {
-    case AxisKind::kR: return "R";
-    case AxisKind::kI: return "I";
-    case AxisKind::kV: return "V";
-    case AxisKind::kP: return "P";
-  }
-  return "?";
-}
-
-}  // namespace
 
 void CheckOutputType(const Value& out, const Mesh& mesh, const PartitionSpec& spec,
                      const std::string& what) {
@@ -215,7 +203,7 @@ void CheckOutputType(const Value& out, const Mesh& mesh, const PartitionSpec& sp
     };
     if (unreduced & (1u << i)) {
       if (t.kind != AxisKind::kP) {
-        fail(absl::StrCat("the spec says unreduced (a pending sum) but the value is ", Kind(t.kind)),
+        fail(absl::StrCat("the spec says unreduced (a pending sum) but the value is ", KindName(t.kind)),
              absl::StrCat("drop '", ax, "' from the unreduced axes"));
       }
     } else if (dim_of[i] >= 0) {
@@ -287,7 +275,7 @@ void CheckReplicationAtRuntime(absl::Span<const Value> values, const std::string
       for (int r = 0; r < n; ++r) {
         int r0 = mesh.GroupMember(r, m, 0);
         if (all[r * values.size() + k] != all[r0 * values.size() + k]) {
-          OpFail(what, " value ", k, " is typed ", values[k].ToString(), " (", Kind(kind),
+          OpFail(what, " value ", k, " is typed ", values[k].ToString(), " (", KindName(kind),
                  " on axis '", mesh.axis_names()[i], "') but differs between rank ", r0,
                  " and rank ", r,
                  "; a convert/reinterpret in the program claims a replication that does not "

@@ -9,6 +9,7 @@
 
 #include "shardmap/context.h"
 #include "shardmap/tape_hook.h"
+#include "shardmap/type_rules.h"
 #include "shardmap/value.h"
 
 namespace shardmap::internal {
@@ -49,23 +50,8 @@ void RecordOp(const char* op, std::initializer_list<const Value*> inputs, Value&
   CurrentRecorder()->Record(op, inputs, out, VjpFn(std::forward<F>(vjp)));
 }
 
-// Kind-only join for erased mode (max of kinds; no S dims, no checks). For programs that pass
-// the checks it agrees with the checked type on whether each axis is R, I or P/V.
-inline SpmdType ErasedJoin(const SpmdType& a, const SpmdType& b) {
-  SpmdType t(a.num_axes());
-  t.set_mesh_id(a.mesh_id() != 0 ? a.mesh_id() : b.mesh_id());
-  for (int i = 0; i < a.num_axes(); ++i) {
-    t[i].kind = a[i].kind > b[i].kind ? a[i].kind : b[i].kind;
-  }
-  return t;
-}
-
-// Drops S(d) knowledge (V stays V): for erased mode outputs.
-inline SpmdType ErasedUnary(const SpmdType& a) {
-  SpmdType t = a;
-  for (int i = 0; i < a.num_axes(); ++i) t[i].dim = -1;
-  return t;
-}
+using ::shardmap::ErasedJoin;   // type_rules.h
+using ::shardmap::ErasedUnary;
 
 // Rules shared with the nn ops (defined in ops.cc).
 SpmdType ElementwiseType(const char* op, const Value& a, const Value& b, const Shape& out,

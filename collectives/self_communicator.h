@@ -1,6 +1,15 @@
-// A Communicator of one rank: every collective is a copy. Used by SingleRankContext.
-#ifndef SHARDMAP_SHARDMAP_INTERNAL_SELF_COMMUNICATOR_H_
-#define SHARDMAP_SHARDMAP_INTERNAL_SELF_COMMUNICATOR_H_
+// A Communicator of one rank: every collective is a copy of the rank's own data (a ppermute
+// without a pair zero-fills, as on a device no one sends to). Used by SingleRankContext; handy
+// wherever code written for a Communicator runs on one process without peers.
+//
+//   collectives::SelfCommunicator self;
+//   float x[3] = {1, 2, 3}, y[3];
+//   absl::Status s = self.AllReduce(x, y, 3, DataType::kF32, ReduceOp::kSum);  // y = x
+//   self.Send(x, 3, DataType::kF32, 0);  // Unimplemented: there is no peer
+//
+// Works on host memory (memory_space() is the CPU default).
+#ifndef SHARDMAP_COLLECTIVES_SELF_COMMUNICATOR_H_
+#define SHARDMAP_COLLECTIVES_SELF_COMMUNICATOR_H_
 
 #include <cstring>
 #include <memory>
@@ -9,13 +18,10 @@
 
 #include "collectives/communicator.h"
 
-namespace shardmap::internal {
+namespace shardmap::collectives {
 
-class SelfCommunicator : public collectives::Communicator {
+class SelfCommunicator : public Communicator {
  public:
-  using DataType = collectives::DataType;
-  using ReduceOp = collectives::ReduceOp;
-
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string name() const override { return "self(1)"; }
@@ -54,7 +60,7 @@ class SelfCommunicator : public collectives::Communicator {
   absl::Status Ppermute(const void* s, void* r, size_t n, DataType t,
                         absl::Span<const std::pair<int, int>> pairs) override {
     if (!pairs.empty()) return Copy(s, r, n, t);
-    std::memset(r, 0, n * collectives::DataTypeSize(t));
+    std::memset(r, 0, n * DataTypeSize(t));
     return absl::OkStatus();
   }
   absl::Status Barrier() override { return absl::OkStatus(); }
@@ -65,11 +71,11 @@ class SelfCommunicator : public collectives::Communicator {
 
  private:
   static absl::Status Copy(const void* s, void* r, size_t n, DataType t) {
-    if (s != r) std::memmove(r, s, n * collectives::DataTypeSize(t));
+    if (s != r) std::memmove(r, s, n * DataTypeSize(t));
     return absl::OkStatus();
   }
 };
 
-}  // namespace shardmap::internal
+}  // namespace shardmap::collectives
 
-#endif  // SHARDMAP_SHARDMAP_INTERNAL_SELF_COMMUNICATOR_H_
+#endif  // SHARDMAP_COLLECTIVES_SELF_COMMUNICATOR_H_

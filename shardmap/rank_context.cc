@@ -1,0 +1,137 @@
+#include "shardmap/rank_context.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "collectives/self_communicator.h"
+#include "tensor/error.h"
+
+namespace shardmap {
+
+RankContext::RankContext(Mesh mesh, int rank, collectives::Communicator* world, TypeCheck check,
+                         Device device)
+    : mesh_(std::move(mesh)), rank_(rank), coords_(mesh_.Coords(rank)), world_(world),
+      check_(check), device_(device) {
+  comms_.resize(size_t{1} << mesh_.num_axes());
+}
+
+RankContext::~RankContext() = default;
+
+RankContext& RankContext::Get(const char* op) {
+  if (current_ == nullptr) {
+    OpFail(op, ": no SPMD context on this thread; typed ops run inside shard_map, RunSpmd or a "
+               "SingleRankContext");
+  }
+  return *current_;
+}
+
+namespace {
+
+// CallTag words of a typed collective.
+enum TagWord { kOpHash, kOpName, kMask, kSeq, kDtype, kRank, kDims, kTagWords = kDims + 8 };
+static_assert(kTagWords <= collectives::CallTag::kWords);
+constexpr uint64_t kRaggedDim = ~uint64_t{0};
+
+// "all_reduce over 'tp' of f32[4,8] (collective #3 of its program)"; axis names from the
+// formatting thread's context (the ranks of one world share the mesh).
+std::string DescribeTypedCollective(const uint64_t* w) {
+  std::string axes = absl::StrCat("axes mask ", w[kMask]);
+  if (RankContext* ctx = RankContext::Current()) {
+    axes = ctx->mesh().MaskToString(static_cast<AxisMask>(w[kMask]));
+  }
+  std::vector<std::string> dims;
+  for (uint64_t d = 0; d < w[kRank] && d < 8; ++d) {
+    dims.push_back(w[kDims + d] == kRaggedDim ? "*" : absl::StrCat(w[kDims + d]));
+  }
+  if (w[kRank] > 8) dims.push_back("...");
+  return absl::StrCat(reinterpret_cast<const char*>(w[kOpName]), " over ", axes, " of ",
+                      DTypeName(static_cast<DType>(w[kDtype])), "[", absl::StrJoin(dims, ","),
+                      "] (collective #", w[kSeq], " of its program)");
+}
+
+uint64_t HashName(const char* s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s != 0; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+collectives::Communicator& RankContext::CommFor(const char* op, AxisMask mask, const Tensor& x,
+                                                int ragged_dim) {
+  collectives::CallTag tag;
+  uint64_t* w = tag.words;
+  w[kOpHash] = HashName(op);
+  w[kOpName] = reinterpret_cast<uint64_t>(op);
+  w[kMask] = mask;
+  w[kSeq] = ++collective_seq_;
+  w[kDtype] = static_cast<uint64_t>(x.dtype());
+  w[kRank] = static_cast<uint64_t>(x.rank());
+  for (int d = 0; d < x.rank(); ++d) {
+    const uint64_t size = d == ragged_dim ? kRaggedDim : static_cast<uint64_t>(x.dim(d));
+    if (d < 8) {
+      w[kDims + d] = size;
+    } else {  // fold the dims past the 8th into the last word
+      w[kDims + 7] = (w[kDims + 7] ^ size) * 1099511628211ull;
+    }
+  }
+  tag.describe = &DescribeTypedCollective;
+  if (comms_[mask] == nullptr && mask != AllAxes()) world_->TagNextCall(tag);  // the Split
+  collectives::Communicator& comm = Comm(mask);
+  comm.TagNextCall(tag);
+  return comm;
+}
+
+AxisMask RankContext::AllAxes() const { return (AxisMask{1} << mesh_.num_axes()) - 1; }
+
+collectives::Communicator& RankContext::Comm(AxisMask mask) {
+  if (mask == AllAxes()) return *world_;
+  std::unique_ptr<collectives::Communicator>& c = comms_[mask];
+  if (c == nullptr) {
+    absl::StatusOr<std::unique_ptr<collectives::Communicator>> split =
+        world_->Split(mesh_.GroupColor(rank_, mask), mesh_.GroupIndex(rank_, mask));
+    if (!split.ok()) {
+      throw OpError(absl::Status(split.status().code(),
+                                 absl::StrCat("while creating the communicator of axes ",
+                                              mesh_.MaskToString(mask), ": ",
+                                              split.status().message())));
+    }
+    c = *std::move(split);
+  }
+  return *c;
+}
+
+int RankContext::CountCollectives(const char* op, AxisMask axes, bool backward) const {
+  int n = 0;
+  for (const CollectiveRecord& r : log_) {
+    if (std::string(r.op) == op && r.axes == axes && r.backward == backward) ++n;
+  }
+  return n;
+}
+
+SingleRankContext::SingleRankContext(Mesh mesh, TypeCheck check)
+    : self_(std::make_unique<collectives::SelfCommunicator>()) {
+  if (mesh.size() != 1) {
+    throw OpError(absl::InvalidArgumentError(absl::StrCat(
+        "SingleRankContext needs a mesh of one rank (all axes of size 1), got ",
+        mesh.ShortString())));
+  }
+  ctx_ = std::make_unique<RankContext>(std::move(mesh), 0, self_.get(), check);
+  scope_ = std::make_unique<ScopedRankContext>(ctx_.get());
+}
+
+SingleRankContext::~SingleRankContext() = default;
+
+std::string RankDescription(const Mesh& mesh, int rank) {
+  std::vector<std::string> parts;
+  for (int i = 0; i < mesh.num_axes(); ++i) {
+    parts.push_back(absl::StrCat(mesh.axis_names()[i], "=", mesh.Coord(rank, i)));
+  }
+  return absl::StrCat("rank ", rank, " (", absl::StrJoin(parts, ","), ")");
+}
+
+}  // namespace shardmap

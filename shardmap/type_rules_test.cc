@@ -1,0 +1,287 @@
+#include "shardmap/type_rules.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace shardmap {
+namespace {
+
+const std::vector<std::string> kNames = {"dp", "tp"};
+
+// A two-axis type: dp as given, tp = R.
+SpmdType On0(AxisType a) {
+  SpmdType t(2);
+  t[0] = a;
+  return t;
+}
+
+// Which of R, I, V, P (as a string of the accepted ones) rule c accepts on axis 0.
+std::string Accepted(Collective c, int dim = 0) {
+  std::string out;
+  for (AxisType a : {AxisType::R(), AxisType::I(), AxisType::V(), AxisType::P()}) {
+    if (!CheckCollective(CollectiveRuleFor(c), On0(a), 1u, dim)) out += KindName(a.kind);
+  }
+  return out;
+}
+
+TEST(CollectiveRules, AcceptedKindsPerOp) {
+  EXPECT_EQ(Accepted(Collective::kAllReduceSum), "P");
+  EXPECT_EQ(Accepted(Collective::kAllReduceMeanMaxMin), "V");
+  EXPECT_EQ(Accepted(Collective::kAllGather), "V");
+  EXPECT_EQ(Accepted(Collective::kReduceScatter), "P");
+  EXPECT_EQ(Accepted(Collective::kAllToAll), "V");
+  EXPECT_EQ(Accepted(Collective::kAllToAllSizes), "V");
+  EXPECT_EQ(Accepted(Collective::kPpermute), "RV");
+  EXPECT_EQ(Accepted(Collective::kBroadcast), "RV");
+  EXPECT_EQ(Accepted(Collective::kConvertIToR), "I");
+  EXPECT_EQ(Accepted(Collective::kConvertRToP), "R");
+  EXPECT_EQ(Accepted(Collective::kReinterpret), "V");
+  EXPECT_EQ(Accepted(Collective::kVary), "RV");
+}
+
+TEST(CollectiveRules, AxesOutsideTheMaskAreNotChecked) {
+  SpmdType t(2);
+  t[0] = AxisType::P();
+  t[1] = AxisType::R();  // all_reduce(sum) over dp only: tp's R is fine
+  EXPECT_FALSE(CheckCollective(CollectiveRuleFor(Collective::kAllReduceSum), t, 1u, -1));
+  auto no = CheckCollective(CollectiveRuleFor(Collective::kAllReduceSum), t, 3u, -1);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 1);
+}
+
+TEST(CollectiveRules, RejectionTexts) {
+  auto no = CheckCollective(CollectiveRuleFor(Collective::kAllReduceSum), On0(AxisType::V()), 1u,
+                            -1);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 0);
+  EXPECT_EQ(no->rule, "takes a partial sum (P), but x is V");
+  EXPECT_NE(no->fix.find("reinterpret(x, axis) (V->P)"), std::string::npos);
+
+  no = CheckCollective(CollectiveRuleFor(Collective::kAllGather), On0(AxisType::P()), 1u, 1);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->rule, "takes shards (S1 or V), but x is P");
+  EXPECT_NE(no->fix.find("reduce_scatter(x, 1, axis)"), std::string::npos);
+
+  no = CheckCollective(CollectiveRuleFor(Collective::kReinterpret), On0(AxisType::R()), 1u, -1);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->rule, "takes V, but x is R");
+  EXPECT_NE(no->fix.find("Convert::kRToP"), std::string::npos);
+}
+
+TEST(CollectiveRules, EveryRejectedKindHasAFix) {
+  for (int c = 0; c < static_cast<int>(Collective::kCount); ++c) {
+    const CollectiveRule& r = CollectiveRuleFor(static_cast<Collective>(c));
+    for (AxisType a : {AxisType::R(), AxisType::I(), AxisType::V(), AxisType::P()}) {
+      auto no = CheckCollective(r, On0(a), 1u, 0);
+      if (!no) continue;
+      EXPECT_NE(no->rule.find(std::string("but x is ") + KindName(a.kind)), std::string::npos)
+          << r.name;
+      EXPECT_FALSE(no->fix.empty()) << r.name;
+    }
+  }
+}
+
+TEST(CollectiveRules, ShardsOfAnotherDim) {
+  // all_gather of dim 0 of an S1 value: its own rule and fix.
+  auto no = CheckCollective(CollectiveRuleFor(Collective::kAllGather), On0(AxisType::Sharded(1)),
+                            1u, 0);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->rule, "gathers dim 0 but x is sharded along dim 1");
+  EXPECT_EQ(no->fix, "gather dim 1, or all_to_all to move the sharding");
+  EXPECT_FALSE(CheckCollective(CollectiveRuleFor(Collective::kAllGather),
+                               On0(AxisType::Sharded(0)), 1u, 0));
+  no = CheckCollective(CollectiveRuleFor(Collective::kAllToAll), On0(AxisType::Sharded(1)), 1u,
+                       0);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->rule, "takes shards of the concat dim (S0 or V), but x is S1");
+  EXPECT_EQ(no->fix, "pass concat_dim=1 matching the dim x is sharded along");
+  // ppermute moves any V, whatever dim it shards.
+  EXPECT_FALSE(CheckCollective(CollectiveRuleFor(Collective::kPpermute),
+                               On0(AxisType::Sharded(1)), 1u, 0));
+}
+
+std::string Result(Collective c, AxisType a, int dim = 0, bool invariant = false) {
+  return CollectiveResult(CollectiveRuleFor(c), On0(a), 1u, dim, invariant).ToString(kNames);
+}
+
+TEST(CollectiveRules, ResultKinds) {
+  EXPECT_EQ(Result(Collective::kAllReduceSum, AxisType::P()), "{dp:R,tp:R}");
+  EXPECT_EQ(Result(Collective::kAllReduceSum, AxisType::P(), -1, true), "{dp:I,tp:R}");
+  EXPECT_EQ(Result(Collective::kAllReduceMeanMaxMin, AxisType::V()), "{dp:R,tp:R}");
+  EXPECT_EQ(Result(Collective::kAllGather, AxisType::Sharded(0)), "{dp:R,tp:R}");
+  EXPECT_EQ(Result(Collective::kReduceScatter, AxisType::P(), 1), "{dp:S1,tp:R}");
+  EXPECT_EQ(Result(Collective::kAllToAll, AxisType::Sharded(0), 1), "{dp:S1,tp:R}");
+  EXPECT_EQ(Result(Collective::kPpermute, AxisType::Sharded(0)), "{dp:V,tp:R}");
+  EXPECT_EQ(Result(Collective::kBroadcast, AxisType::V()), "{dp:R,tp:R}");
+  EXPECT_EQ(Result(Collective::kConvertIToR, AxisType::I()), "{dp:R,tp:R}");
+  EXPECT_EQ(Result(Collective::kConvertRToP, AxisType::R()), "{dp:P,tp:R}");
+  EXPECT_EQ(Result(Collective::kReinterpret, AxisType::V()), "{dp:P,tp:R}");
+  EXPECT_EQ(Result(Collective::kVary, AxisType::R()), "{dp:V,tp:R}");
+  EXPECT_EQ(Result(Collective::kVary, AxisType::Sharded(1)), "{dp:S1,tp:R}");
+}
+
+TEST(CollectiveRules, GatherOfAMajorAxisUnshardsMinorAxesOfThatDim) {
+  // {dp:S0, tp:S0}: gathering dp (the major axis) leaves tp's pieces non-contiguous (V);
+  // gathering tp keeps dp's S0.
+  SpmdType t(2);
+  t[0] = AxisType::Sharded(0);
+  t[1] = AxisType::Sharded(0);
+  const CollectiveRule& g = CollectiveRuleFor(Collective::kAllGather);
+  EXPECT_EQ(CollectiveResult(g, t, 1u, 0, false).ToString(kNames), "{dp:R,tp:V}");
+  EXPECT_EQ(CollectiveResult(g, t, 2u, 0, false).ToString(kNames), "{dp:S0,tp:R}");
+  SpmdType p(2);
+  p[0] = AxisType::P();
+  p[1] = AxisType::Sharded(0);
+  EXPECT_EQ(CollectiveResult(CollectiveRuleFor(Collective::kReduceScatter), p, 1u, 0, false)
+                .ToString(kNames),
+            "{dp:S0,tp:V}");
+}
+
+TEST(ErasedRules, JoinTakesTheLargerKindAndDropsDims) {
+  SpmdType a(2), b(2);
+  a[0] = AxisType::Sharded(0);
+  b[0] = AxisType::P();
+  b[1] = AxisType::I();
+  EXPECT_EQ(ErasedJoin(a, b).ToString(kNames), "{dp:P,tp:I}");
+  EXPECT_EQ(ErasedUnary(a).ToString(kNames), "{dp:V,tp:R}");
+}
+
+// Types on a {dp, tp} mesh from two axis types.
+SpmdType T2(AxisType dp, AxisType tp) {
+  SpmdType t(2);
+  t[0] = dp;
+  t[1] = tp;
+  return t;
+}
+
+const std::vector<int64_t> k4x8 = {4, 8};
+
+TEST(ElementwiseRule, PartialPlusReplicatedIsTheBiasBug) {
+  std::optional<Rejection> no;
+  ElementwiseRule("add", T2(AxisType::R(), AxisType::P()), k4x8, T2(AxisType::R(), AxisType::R()),
+                  k4x8, k4x8, /*multilinear=*/false, /*divide=*/false, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 1);
+  EXPECT_NE(no->rule.find("bias added before the all-reduce"), std::string::npos);
+  EXPECT_NE(no->fix.find("all_reduce (or reduce_scatter) operand a"), std::string::npos);
+  // sub names no bias.
+  no.reset();
+  ElementwiseRule("sub", T2(AxisType::R(), AxisType::R()), k4x8, T2(AxisType::R(), AxisType::P()),
+                  k4x8, k4x8, false, false, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->rule.find("bias"), std::string::npos);
+  EXPECT_NE(no->rule.find("operand b"), std::string::npos);
+}
+
+TEST(ElementwiseRule, MultilinearRules) {
+  std::optional<Rejection> no;
+  // P * R = P; P + P = P.
+  EXPECT_EQ(ElementwiseRule("mul", T2(AxisType::P(), AxisType::R()), k4x8,
+                            T2(AxisType::R(), AxisType::R()), k4x8, k4x8, true, false, no)
+                .ToString(kNames),
+            "{dp:P,tp:R}");
+  EXPECT_EQ(ElementwiseRule("add", T2(AxisType::P(), AxisType::R()), k4x8,
+                            T2(AxisType::P(), AxisType::R()), k4x8, k4x8, false, false, no)
+                .ToString(kNames),
+            "{dp:P,tp:R}");
+  EXPECT_FALSE(no);
+  ElementwiseRule("mul", T2(AxisType::P(), AxisType::R()), k4x8, T2(AxisType::P(), AxisType::R()),
+                  k4x8, k4x8, true, false, no);
+  ASSERT_TRUE(no);
+  EXPECT_NE(no->rule.find("P*P"), std::string::npos);
+  no.reset();
+  ElementwiseRule("div", T2(AxisType::R(), AxisType::R()), k4x8, T2(AxisType::P(), AxisType::R()),
+                  k4x8, k4x8, true, true, no);
+  ASSERT_TRUE(no);
+  EXPECT_NE(no->rule.find("divisor is a partial sum"), std::string::npos);
+  no.reset();
+  ElementwiseRule("add", T2(AxisType::I(), AxisType::R()), k4x8, T2(AxisType::R(), AxisType::R()),
+                  k4x8, k4x8, false, false, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 0);
+  EXPECT_NE(no->fix.find("I->R"), std::string::npos);
+}
+
+TEST(ElementwiseRule, ShardsFollowBroadcasting) {
+  std::optional<Rejection> no;
+  // S1 of [8] broadcast against [4,8] is S1 of the output; R promotes to the V's type.
+  const std::vector<int64_t> k8 = {8};
+  EXPECT_EQ(ElementwiseRule("add", T2(AxisType::Sharded(0), AxisType::R()), k8,
+                            T2(AxisType::R(), AxisType::R()), k4x8, k4x8, false, false, no)
+                .ToString(kNames),
+            "{dp:S1,tp:R}");
+  // A size-1 dim broadcast up loses the S.
+  const std::vector<int64_t> k1x8 = {1, 8};
+  EXPECT_EQ(ElementwiseRule("add", T2(AxisType::Sharded(0), AxisType::R()), k1x8,
+                            T2(AxisType::R(), AxisType::R()), k4x8, k4x8, false, false, no)
+                .ToString(kNames),
+            "{dp:V,tp:R}");
+  // Both S along different dims: plain V.
+  EXPECT_EQ(ElementwiseRule("mul", T2(AxisType::Sharded(0), AxisType::R()), k4x8,
+                            T2(AxisType::Sharded(1), AxisType::R()), k4x8, k4x8, true, false, no)
+                .ToString(kNames),
+            "{dp:V,tp:R}");
+  EXPECT_FALSE(no);
+  EXPECT_EQ(BroadcastDim(k8, 0, k4x8), 1);
+  EXPECT_EQ(BroadcastDim(k1x8, 0, k4x8), -1);
+}
+
+TEST(MatmulRule, ColumnAndRowParallel) {
+  std::optional<Rejection> no;
+  // x [b, d] (dp:S0) @ w [d, f] (tp:S1): column-parallel, output {dp:S0, tp:S1}.
+  EXPECT_EQ(MatmulRule(T2(AxisType::Sharded(0), AxisType::R()), 2,
+                       T2(AxisType::R(), AxisType::Sharded(1)), 2, false, false, kNames, no)
+                .ToString(kNames),
+            "{dp:S0,tp:S1}");
+  // h [b, f] (tp:S1) @ w2 [f, d] (tp:S0): both contracted dims sharded over tp, a partial sum.
+  EXPECT_EQ(MatmulRule(T2(AxisType::R(), AxisType::Sharded(1)), 2,
+                       T2(AxisType::R(), AxisType::Sharded(0)), 2, false, false, kNames, no)
+                .ToString(kNames),
+            "{dp:R,tp:P}");
+  // Transposed b: w^T stored [d, f], contracted dim is b's 1.
+  EXPECT_EQ(MatmulRule(T2(AxisType::R(), AxisType::Sharded(1)), 2,
+                       T2(AxisType::R(), AxisType::Sharded(1)), 2, false, true, kNames, no)
+                .ToString(kNames),
+            "{dp:R,tp:P}");
+  // P @ R = P.
+  EXPECT_EQ(MatmulRule(T2(AxisType::P(), AxisType::R()), 2, T2(AxisType::R(), AxisType::R()), 2,
+                       false, false, kNames, no)
+                .ToString(kNames),
+            "{dp:P,tp:R}");
+  EXPECT_FALSE(no);
+}
+
+TEST(MatmulRule, ContractedDimsOverDifferentAxesAreRejected) {
+  std::optional<Rejection> no;
+  MatmulRule(T2(AxisType::Sharded(1), AxisType::R()), 2, T2(AxisType::R(), AxisType::Sharded(0)),
+             2, false, false, kNames, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 0);
+  EXPECT_EQ(no->rule,
+            "contracts a's dim sharded over 'dp' with b's dim sharded over 'tp': each device "
+            "would pair slices that do not match");
+  no.reset();
+  MatmulRule(T2(AxisType::P(), AxisType::R()), 2, T2(AxisType::Sharded(1), AxisType::R()), 2,
+             false, false, kNames, no);
+  ASSERT_TRUE(no);
+  EXPECT_NE(no->rule.find("partial sum (P) by a varying (V)"), std::string::npos);
+}
+
+TEST(NonlinearRule, RejectsPartialSumsOnly) {
+  std::optional<Rejection> no;
+  EXPECT_EQ(NonlinearRule("gelu", T2(AxisType::Sharded(0), AxisType::I()), kNames, no)
+                .ToString(kNames),
+            "{dp:S0,tp:I}");
+  EXPECT_FALSE(no);
+  NonlinearRule("gelu", T2(AxisType::R(), AxisType::P()), kNames, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 1);
+  EXPECT_EQ(no->fix, "all_reduce(x, \"tp\") (or reduce_scatter) before gelu");
+}
+
+}  // namespace
+}  // namespace shardmap

@@ -6,6 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "collectives/communicator.h"
+#include "collectives/in_process.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "shardmap/collective_ops.h"
@@ -108,6 +110,87 @@ TEST(CollectiveAgreement, AgreeingProgramsGiveTheSum) {
       if (x.tensor.at(0) != n * (n + 1) / 2) OpFail("rank ", ctx.rank(), " got ", x.tensor.at(0));
     }, Fast());
     EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+// A communicator that ignores call tags, as the Gloo and NCCL backends do: it forwards every
+// call to the in-process one and wraps the communicators its Split returns.
+class TagBlind final : public collectives::Communicator {
+ public:
+  explicit TagBlind(collectives::Communicator* inner, std::unique_ptr<Communicator> owned = {})
+      : inner_(inner), owned_(std::move(owned)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string name() const override { return "tag-blind " + inner_->name(); }
+  absl::Status AllReduce(const void* s, void* r, size_t n, collectives::DataType t,
+                         collectives::ReduceOp op) override {
+    return inner_->AllReduce(s, r, n, t, op);
+  }
+  absl::Status AllGather(const void* s, void* r, size_t n, collectives::DataType t) override {
+    return inner_->AllGather(s, r, n, t);
+  }
+  absl::Status ReduceScatter(const void* s, void* r, size_t n, collectives::DataType t,
+                             collectives::ReduceOp op) override {
+    return inner_->ReduceScatter(s, r, n, t, op);
+  }
+  absl::Status AllToAll(const void* s, void* r, size_t n, collectives::DataType t) override {
+    return inner_->AllToAll(s, r, n, t);
+  }
+  absl::Status AllGatherV(const void* s, void* r, absl::Span<const size_t> c,
+                          collectives::DataType t) override {
+    return inner_->AllGatherV(s, r, c, t);
+  }
+  absl::Status ReduceScatterV(const void* s, void* r, absl::Span<const size_t> c,
+                              collectives::DataType t, collectives::ReduceOp op) override {
+    return inner_->ReduceScatterV(s, r, c, t, op);
+  }
+  absl::Status AllToAllV(const void* s, absl::Span<const size_t> sc, void* r,
+                         absl::Span<const size_t> rc, collectives::DataType t) override {
+    return inner_->AllToAllV(s, sc, r, rc, t);
+  }
+  absl::Status Broadcast(void* b, size_t n, collectives::DataType t, int root) override {
+    return inner_->Broadcast(b, n, t, root);
+  }
+  absl::Status Send(const void* b, size_t n, collectives::DataType t, int peer) override {
+    return inner_->Send(b, n, t, peer);
+  }
+  absl::Status Recv(void* b, size_t n, collectives::DataType t, int peer) override {
+    return inner_->Recv(b, n, t, peer);
+  }
+  absl::Status Ppermute(const void* s, void* r, size_t n, collectives::DataType t,
+                        absl::Span<const std::pair<int, int>> pairs) override {
+    return inner_->Ppermute(s, r, n, t, pairs);
+  }
+  absl::Status Barrier() override { return inner_->Barrier(); }
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
+    absl::StatusOr<std::unique_ptr<Communicator>> c = inner_->Split(color, key);
+    if (!c.ok() || *c == nullptr) return c;
+    Communicator* raw = c->get();
+    return std::unique_ptr<Communicator>(std::make_unique<TagBlind>(raw, *std::move(c)));
+  }
+
+ private:
+  Communicator* inner_;
+  std::unique_ptr<Communicator> owned_;
+};
+
+// On a backend that ignores tags, ranks whose first collectives name different axes still never
+// share a communicator: the Split is keyed by the axis set and the group size is checked.
+TEST(CollectiveAgreement, FirstCollectiveOverDifferentAxesFailsWithoutTags) {
+  for (auto axes : {std::vector<std::pair<std::string, int>>{{"dp", 2}, {"tp", 2}},
+                    {{"dp", 3}, {"tp", 2}}}) {
+    Mesh mesh = M(axes);
+    collectives::InProcessOptions o;
+    o.timeout = absl::Seconds(20);
+    absl::Status s = collectives::RunInProcess(mesh.size(), [&](collectives::Communicator& c) {
+      TagBlind blind(&c);
+      return RunOnCommunicator(blind, mesh, [](RankContext& ctx) {
+        Value x = PerRank(ctx);
+        (void)(ctx.rank() == 0 ? Sum(Sum(x, "tp"), "dp") : Sum(Sum(x, "dp"), "tp"));
+      });
+    }, o);
+    ASSERT_FALSE(s.ok()) << "ranks grouped for different axis sets were accepted";
+    EXPECT_THAT(std::string(s.message()), HasSubstr("different axes at the same point")) << s;
   }
 }
 

@@ -1,5 +1,8 @@
 #include "shardmap/rank_context.h"
 
+#include <cstdint>
+#include <limits>
+
 #include <memory>
 #include <string>
 #include <utility>
@@ -92,13 +95,27 @@ collectives::Communicator& RankContext::Comm(AxisMask mask) {
   if (mask == AllAxes()) return *world_;
   std::unique_ptr<collectives::Communicator>& c = comms_[mask];
   if (c == nullptr) {
+    // The color names the axis set as well as the group, so ranks that create communicators of
+    // different axis sets at the same point (rank-dependent collectives) never share a group,
+    // even on backends that ignore the call tags; a group that comes out smaller than the mesh
+    // says then shows the disagreement.
+    const int64_t keyed = int64_t{mask} * mesh_.size() + mesh_.GroupColor(rank_, mask);
+    const int color = keyed <= std::numeric_limits<int>::max() ? static_cast<int>(keyed)
+                                                               : mesh_.GroupColor(rank_, mask);
     absl::StatusOr<std::unique_ptr<collectives::Communicator>> split =
-        world_->Split(mesh_.GroupColor(rank_, mask), mesh_.GroupIndex(rank_, mask));
+        world_->Split(color, mesh_.GroupIndex(rank_, mask));
     if (!split.ok()) {
       throw OpError(absl::Status(split.status().code(),
                                  absl::StrCat("while creating the communicator of axes ",
                                               mesh_.MaskToString(mask), ": ",
                                               split.status().message())));
+    }
+    if (*split == nullptr || (*split)->size() != mesh_.GroupSize(mask)) {
+      OpFail("while creating the communicator of axes ", mesh_.MaskToString(mask), ": this "
+             "rank's group has ", *split == nullptr ? 0 : (*split)->size(), " ranks but the mesh ",
+             mesh_.ShortString(), " puts ", mesh_.GroupSize(mask), " in it: the ranks of the "
+             "group issued collectives over different axes at the same point (rank-dependent "
+             "control flow before this call)");
     }
     c = *std::move(split);
   }

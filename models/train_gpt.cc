@@ -2,8 +2,8 @@
 // sharded, hybrid sharded, tensor and sequence parallelism, inside one SPMD program.
 //
 //   bazel run -c opt //models:train_gpt -- --mesh=dp=2,tp=2 --sp
-//       --text=/usr/share/common-licenses/GPL-3 --layers=2 --d_model=64 --heads=4 --seq=64 \
-//       --batch=8 --steps=50 --lr=3e-3 --trace=/tmp/trace.json
+//       --text=/usr/share/common-licenses/GPL-3 --layers=2 --d_model=64 --heads=4 --seq=64
+//       --batch=8 --steps=50 --lr=3e-3 --trace=/tmp/trace.json      (one command line)
 //
 // Batches: sample b of step s is tokens [(s*B+b)*T, (s*B+b)*T+T+1) of the data, wrapping around
 // (B = --batch, T = --seq): independent of the mesh, so any layout (or a PyTorch script) sees the

@@ -1,5 +1,7 @@
 #include "collectives/communicator.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace shardmap::collectives {
 
 size_t DataTypeSize(DataType t) {
@@ -41,6 +43,37 @@ bool IsValidDataType(DataType t) { return DataTypeSize(t) != 0; }
 
 bool IsValidReduceOp(ReduceOp op) {
   return static_cast<uint8_t>(op) <= static_cast<uint8_t>(ReduceOp::kAvg);
+}
+
+namespace {
+
+// The default PpermuteStart's result: the call already ran; Wait() only enforces "exactly once".
+class CompletedCall final : public PendingCollective {
+ public:
+  explicit CompletedCall(std::string what) : what_(std::move(what)) {}
+  absl::Status Wait() override {
+    if (waited_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what_, ": Wait() called twice; wait each started call exactly once"));
+    }
+    waited_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string what_;
+  bool waited_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PendingCollective>> Communicator::PpermuteStart(
+    const void* send, void* recv, size_t count, DataType dtype,
+    absl::Span<const std::pair<int, int>> pairs) {
+  absl::Status s = Ppermute(send, recv, count, dtype, pairs);
+  if (!s.ok()) return s;
+  return std::unique_ptr<PendingCollective>(
+      std::make_unique<CompletedCall>(absl::StrCat("PpermuteStart on ", name())));
 }
 
 }  // namespace shardmap::collectives

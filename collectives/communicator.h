@@ -68,6 +68,19 @@ struct MemorySpace {
   void* stream = nullptr;
 };
 
+// A non-blocking call in flight (Communicator::PpermuteStart). Call Wait() exactly once: it
+// returns when this rank's part is over (recv holds the data, send may be reused) or failed; a
+// second Wait() is FailedPrecondition. Destroying it without Wait() is a program error: the
+// backend finishes or abandons the transfer before the destructor returns (the buffers are never
+// touched afterwards) and reports it where it can (the in-process backend fails the world with
+// an error saying the call was never waited; a backend whose start already did the whole call,
+// the default below, has nothing left to report).
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual absl::Status Wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -109,6 +122,16 @@ class Communicator {
   virtual absl::Status Ppermute(const void* send, void* recv, size_t count, DataType dtype,
                                 absl::Span<const std::pair<int, int>> pairs) = 0;
   virtual absl::Status Barrier() = 0;
+
+  // Ppermute that returns before the data has moved: send must stay unchanged and recv unread
+  // until the returned call's Wait(). Several may be in flight; each rank starts them in the same
+  // order (they are matched across ranks by that order) and may wait for them in any order.
+  // The default does the blocking Ppermute here, so every backend supports the call (without
+  // overlap) and issues it in program order with its CallTag; the in-process backend overrides
+  // it so that the copy proceeds while the rank computes (in_process_async.h).
+  virtual absl::StatusOr<std::unique_ptr<PendingCollective>> PpermuteStart(
+      const void* send, void* recv, size_t count, DataType dtype,
+      absl::Span<const std::pair<int, int>> pairs);
 
   // Collective over this group: ranks with the same color form a new group, ordered by key (then
   // by rank). A negative color means "not in any group" (returns nullptr).

@@ -29,6 +29,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "collectives/in_process_async.h"
 #include "collectives/internal/in_process_group.h"
 #include "collectives/internal/rank_threads.h"
 #include "collectives/internal/reduce.h"
@@ -137,6 +138,16 @@ class InProcessCommunicator final : public Communicator {
   absl::Status Ppermute(const void* send, void* recv, size_t count, DataType dtype,
                         absl::Span<const std::pair<int, int>> pairs) override {
     return Finish(DoPpermute(send, recv, count, dtype, pairs));
+  }
+  absl::StatusOr<std::unique_ptr<PendingCollective>> PpermuteStart(
+      const void* send, void* recv, size_t count, DataType dtype,
+      absl::Span<const std::pair<int, int>> pairs) override {
+    // GPU buffers: the blocking call (its copies are on the stream); host: in_process_async.h.
+    if (mem_.device) return Communicator::PpermuteStart(send, recv, count, dtype, pairs);
+    if (async_ == nullptr) async_ = internal::AsyncPpermutesOf(group_);
+    const CallTag tag = next_tag_;
+    next_tag_ = CallTag{};
+    return internal::StartAsyncPpermute(async_, rank_, tag, send, recv, count, dtype, pairs);
   }
   absl::Status Barrier() override {
     CallDesc d;
@@ -628,6 +639,7 @@ class InProcessCommunicator final : public Communicator {
   }
 
   std::shared_ptr<Group> group_;
+  std::shared_ptr<internal::AsyncPpermutes> async_;  // created by the first PpermuteStart
   const int rank_;
   uint64_t seq_ = 0;
   CallTag next_tag_;  // TagNextCall's tag, moved into the slot of the next call

@@ -5,8 +5,9 @@
 //   bazel run -c opt --config=opt //bench:async_tp_bench
 //
 // Each case is one RunSpmd running warm-up + measured steps; every step is fenced by world
-// barriers and timed on rank 0 (manual time). Counters: comm_KiB (rank 0's collective bytes per
-// step), and on the ring rows ring_over_plain, the ring step's mean time over the plain step's at
+// barriers and timed on rank 0 (manual time). Counters: comm_KiB (rank 0's logged collective
+// bytes per step: what each call took from the rank, so a reduce_scatter counts its whole input
+// and a ring step its one block), and on the ring rows ring_over_plain, the ring step's mean time over the plain step's at
 // the same TP in this run (< 1: the ring is faster). On a machine with fewer cores than ranks the
 // ranks share cores, so there is no idle core for a transfer to overlap with: read the ratio with
 // the core count printed in the context.
@@ -26,6 +27,7 @@
 #include "shardmap/ops.h"
 #include "shardmap/partition_spec.h"
 #include "shardmap/sharding.h"
+#include "tensor/error.h"
 #include "tensor/random.h"
 
 namespace shardmap {

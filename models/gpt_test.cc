@@ -80,15 +80,16 @@ struct Layout {
   bool sp;
 };
 
-class GptEquivalenceTest : public ::testing::TestWithParam<Layout> {};
+std::string LayoutName(const ::testing::TestParamInfo<Layout>& info) {
+  std::string n = info.param.mesh + (info.param.sp ? "_sp" : "");
+  for (char& c : n) {
+    if (c == '=' || c == ',') c = '_';
+  }
+  return n;
+}
 
-TEST_P(GptEquivalenceTest, ThreeAdamWStepsMatchSingleDevice) {
-  const TrainResult& ref = Reference();
-  ASSERT_EQ(ref.losses.size(), 3u);
-  // The reference actually trains and clips.
-  EXPECT_LT(ref.losses[2], ref.losses[0]);
-  EXPECT_GT(ref.grad_norms[0], ThreeSteps().clip);
-  TrainResult got = Train(GetParam().mesh, GetParam().sp);
+// Three steps' losses, gradient norms and parameters equal the reference's to 1e-9 relative.
+void ExpectSameTraining(const TrainResult& got, const TrainResult& ref) {
   ASSERT_EQ(got.losses.size(), 3u);
   for (int s = 0; s < 3; ++s) {
     EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-9 * std::fabs(ref.losses[s])) << "step " << s;
@@ -101,19 +102,24 @@ TEST_P(GptEquivalenceTest, ThreeAdamWStepsMatchSingleDevice) {
   }
 }
 
+class GptEquivalenceTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(GptEquivalenceTest, ThreeAdamWStepsMatchSingleDevice) {
+  const TrainResult& ref = Reference();
+  ASSERT_EQ(ref.losses.size(), 3u);
+  // The reference actually trains and clips.
+  EXPECT_LT(ref.losses[2], ref.losses[0]);
+  EXPECT_GT(ref.grad_norms[0], ThreeSteps().clip);
+  ExpectSameTraining(Train(GetParam().mesh, GetParam().sp), ref);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Meshes, GptEquivalenceTest,
     ::testing::Values(Layout{"dp=2", false}, Layout{"tp=2", false}, Layout{"tp=2", true},
                       Layout{"dp_shard=2", false}, Layout{"dp_replicate=2,dp_shard=2", false},
                       Layout{"dp=2,tp=2", false}, Layout{"dp_shard=2,tp=2", true},
                       Layout{"tp=3", true}, Layout{"dp=3", false}),
-    [](const ::testing::TestParamInfo<Layout>& info) {
-      std::string n = info.param.mesh + (info.param.sp ? "_sp" : "");
-      for (char& c : n) {
-        if (c == '=' || c == ',') c = '_';
-      }
-      return n;
-    });
+    LayoutName);
 
 // ---- Collectives of one step, per layout ---------------------------------------------------
 
@@ -128,6 +134,18 @@ std::ostream& operator<<(std::ostream& os, const Tally& t) {
   return os << "{" << t.count << " x, " << t.bytes << " B}";
 }
 
+// The log's collectives as "op(axes) fwd|bwd" -> tally.
+std::map<std::string, Tally> TallyLog(const std::vector<CollectiveRecord>& log, const Mesh& mesh) {
+  std::map<std::string, Tally> m;
+  for (const CollectiveRecord& c : log) {
+    Tally& t = m[std::string(c.op) + "(" + mesh.MaskToString(c.axes) + ") " +
+                 (c.backward ? "bwd" : "fwd")];
+    t.count += 1;
+    t.bytes += c.bytes;
+  }
+  return m;
+}
+
 std::map<std::string, Tally> Collectives(const std::string& mesh_text, bool sp,
                                          GptLayout* layout_out = nullptr) {
   Mesh mesh = *ParseMesh(mesh_text);
@@ -137,15 +155,8 @@ std::map<std::string, Tally> Collectives(const std::string& mesh_text, bool sp,
   absl::StatusOr<TrainResult> r =
       TrainGpt(layout, InitGpt(SmallConfig(), 7), Tokens(500, SmallConfig().vocab), o);
   EXPECT_TRUE(r.ok()) << r.status();
-  std::map<std::string, Tally> m;
-  for (const CollectiveRecord& c : r->log) {
-    Tally& t = m[std::string(c.op) + "(" + mesh.MaskToString(c.axes) + ") " +
-                 (c.backward ? "bwd" : "fwd")];
-    t.count += 1;
-    t.bytes += c.bytes;
-  }
   if (layout_out != nullptr) *layout_out = layout;
-  return m;
+  return TallyLog(r->log, mesh);
 }
 
 // Bytes of the whole parameters, and of those replicated over tp (their gradients are P on tp).
@@ -406,16 +417,7 @@ TEST_P(GptContextParallelTest, ThreeAdamWStepsMatchSingleDevice) {
   static const TrainResult* ref = new TrainResult(TrainCp("", false));
   ASSERT_EQ(ref->losses.size(), 3u);
   EXPECT_LT(ref->losses[2], ref->losses[0]);
-  TrainResult got = TrainCp(GetParam().mesh, GetParam().sp);
-  ASSERT_EQ(got.losses.size(), 3u);
-  for (int s = 0; s < 3; ++s) {
-    EXPECT_NEAR(got.losses[s], ref->losses[s], 1e-9 * ref->losses[s]) << "step " << s;
-    EXPECT_NEAR(got.grad_norms[s], ref->grad_norms[s], 1e-9 * ref->grad_norms[s]) << "step " << s;
-  }
-  ASSERT_EQ(got.params.size(), ref->params.size());
-  for (size_t i = 0; i < ref->params.size(); ++i) {
-    EXPECT_LE(RelDiff(got.params[i].tensor, ref->params[i].tensor), 1e-9) << ref->params[i].name;
-  }
+  ExpectSameTraining(TrainCp(GetParam().mesh, GetParam().sp), *ref);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -423,13 +425,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Layout{"cp=2", false}, Layout{"cp=3", false}, Layout{"cp=2,tp=2", false},
                       Layout{"cp=2,tp=2", true}, Layout{"dp=2,cp=2", false},
                       Layout{"dp_shard=2,cp=3", false}),
-    [](const ::testing::TestParamInfo<Layout>& info) {
-      std::string n = info.param.mesh + (info.param.sp ? "_sp" : "");
-      for (char& c : n) {
-        if (c == '=' || c == ',') c = '_';
-      }
-      return n;
-    });
+    LayoutName);
 
 TEST(GptCollectivesTest, ContextParallelPassesKeysAndValuesRoundTheRing) {
   const GptConfig c = CpConfig();
@@ -439,14 +435,7 @@ TEST(GptCollectivesTest, ContextParallelPassesKeysAndValuesRoundTheRing) {
     GptLayout layout = *GptLayout::Create(*ParseMesh(mesh), c, false);
     TrainOptions o = ThreeSteps();
     o.steps = 1;
-    TrainResult r = TrainCp(mesh, false, o);
-    std::map<std::string, Tally> got;
-    for (const CollectiveRecord& rec : r.log) {
-      Tally& t = got[std::string(rec.op) + "(" + layout.mesh().MaskToString(rec.axes) + ") " +
-                     (rec.backward ? "bwd" : "fwd")];
-      t.count += 1;
-      t.bytes += rec.bytes;
-    }
+    std::map<std::string, Tally> got = TallyLog(TrainCp(mesh, false, o).log, layout.mesh());
     ParamBytes pb = CountParams(layout);
     // Per layer cp-1 ring steps, each K and V of this rank's 12*seq/cp rows; the backward ring
     // is their transpose. Then one all_reduce per gradient (P on cp) and the loss and norm.

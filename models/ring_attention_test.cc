@@ -71,6 +71,17 @@ Value PlainCausalAttention(const Value& q, const Value& k, const Value& v) {
 // Loss: sum(o * w), so every output element gets its own cotangent.
 Value WeightedSum(const Value& o, const Value& w) { return sum_partial(o * w, {}); }
 
+// The loss sum(plain(q, k, v) * w) and its gradients on one device; in = {q, k, v, w}.
+ValueAndGrad PlainReference(const std::vector<Tensor>& in) {
+  std::vector<Value> params;
+  for (const Tensor& t : in) params.push_back(Value::Replicated(t));
+  return value_and_grad(
+      [](const std::vector<Value>& p) {
+        return WeightedSum(PlainCausalAttention(p[0], p[1], p[2]), p[3]);
+      },
+      params);
+}
+
 struct RingCase {
   int cp, tp;
 };
@@ -85,15 +96,13 @@ TEST_P(RingAttentionTest, MatchesUnshardedCausalAttentionAndGradients) {
                                       Rand(shape, 4)};
   // Unsharded reference.
   SingleRankContext one{Mesh()};
-  std::vector<Value> params;
-  for (const Tensor& t : global) params.push_back(Value::Replicated(t));
-  ValueAndGrad ref = value_and_grad(
-      [](const std::vector<Value>& p) {
-        return WeightedSum(PlainCausalAttention(p[0], p[1], p[2]), p[3]);
-      },
-      params);
+  ValueAndGrad ref = PlainReference(global);
   const Tensor naive = NaiveCausalAttention(global[0], global[1], global[2]);
-  EXPECT_TENSOR_NEAR(PlainCausalAttention(params[0], params[1], params[2]).tensor, naive, 1e-13);
+  EXPECT_TENSOR_NEAR(PlainCausalAttention(Value::Replicated(global[0]),
+                                          Value::Replicated(global[1]),
+                                          Value::Replicated(global[2]))
+                         .tensor,
+                     naive, 1e-13);
 
   // Ring: the sequence dim in the load-balanced order, split over cp; heads over tp.
   std::vector<Tensor> in;
@@ -134,13 +143,7 @@ TEST(RingAttentionReferenceTest, PlainAttentionGradientMatchesFiniteDifferences)
                        Value::Replicated(x[3]))
         .item();
   };
-  std::vector<Value> params;
-  for (const Tensor& x : t) params.push_back(Value::Replicated(x));
-  ValueAndGrad g = value_and_grad(
-      [](const std::vector<Value>& p) {
-        return WeightedSum(PlainCausalAttention(p[0], p[1], p[2]), p[3]);
-      },
-      params);
+  ValueAndGrad g = PlainReference(t);
   for (int k = 0; k < 3; ++k) {
     for (int64_t e = 0; e < t[k].numel(); e += 5) {
       std::vector<Tensor> plus = t, minus = t;

@@ -1,6 +1,7 @@
 // GPT-2 training is a pure refactoring across parallelisms: three f64 steps of AdamW with
 // global-norm clipping on dp2, tp2, tp2+sp, fsdp2, hsdp 2x2, dp2 x tp2, fsdp2 x tp2+sp (and
-// tp3 / dp3, non-powers of two) give the single-device losses and parameters to 1e-9 relative;
+// tp3 / dp3, non-powers of two; cp2, cp3, cp2 x tp2 (+sp), dp2 x cp2, fsdp2 x cp3 with ring
+// attention) give the single-device losses and parameters to 1e-9 relative (f32: 1e-4);
 // the collective log of one step has exactly the collectives each layout implies.
 #include "models/gpt.h"
 
@@ -380,7 +381,8 @@ TEST(GptEquivalenceF32Test, ThreeStepsMatchSingleDeviceTo1e4) {
   };
   TrainResult ref = run("", false);
   for (auto [mesh, sp] : std::vector<std::pair<std::string, bool>>{{"dp_shard=2,tp=2", true},
-                                                                   {"dp=3", false}}) {
+                                                                   {"dp=3", false},
+                                                                   {"cp=3", false}}) {
     SCOPED_TRACE(mesh);
     TrainResult got = run(mesh, sp);
     for (int s = 0; s < 3; ++s) {

@@ -1,5 +1,6 @@
 // Tokens/s of a GPT-2 training step (4 layers, d_model 256, 8 heads, seq 256, vocab 256, batch 8,
-// f32, AdamW + clipping) on 1 device and on dp2, tp2, fsdp2 over 2 simulated CPU devices.
+// f32, AdamW + clipping) on 1 device and on dp2, tp2, fsdp2, cp2 (ring attention) over 2 simulated
+// CPU devices.
 //
 //   bazel run -c opt --config=opt //bench:gpt_bench
 //   bash bench/peers/gpt_torch.sh        # the same model in PyTorch eager, side by side
@@ -102,6 +103,9 @@ BENCHMARK_CAPTURE(BM_GptStep, "mesh:tp2/d:256", std::string("tp=2"))
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GptStep, "mesh:fsdp2/d:256", std::string("dp_shard=2"))
     ->Name("gpt_step/mesh:fsdp2/d:256")->UseManualTime()->Iterations(kMeasured)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GptStep, "mesh:cp2/d:256", std::string("cp=2"))
+    ->Name("gpt_step/mesh:cp2/d:256")->UseManualTime()->Iterations(kMeasured)
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

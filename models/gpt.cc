@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -14,6 +15,7 @@
 #include "autograd/tape.h"
 #include "autograd/value_and_grad.h"
 #include "models/gpt_checkpoint.h"
+#include "models/ring_attention.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/einsum.h"
 #include "shardmap/nn_ops.h"
@@ -27,7 +29,7 @@
 namespace shardmap {
 namespace {
 
-constexpr const char* kAxisOrder[] = {"dp_replicate", "dp_shard", "dp", "tp"};
+constexpr const char* kAxisOrder[] = {"dp_replicate", "dp_shard", "dp", "cp", "tp"};
 
 absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
@@ -88,6 +90,9 @@ class TracingRecorder : public TapeRecorder {
   void Record(const char* op, std::initializer_list<const Value*> inputs, Value& out,
               VjpFn vjp) override {
     tape_->Record(op, inputs, out, std::move(vjp));
+    const int64_t bytes = static_cast<int64_t>(out.tensor.nbytes());
+    activation_bytes_ += bytes;
+    largest_activation_ = std::max(largest_activation_, bytes);
     if (events_ != nullptr) {
       const double now = NowUs();
       const auto& log = ctx_->collective_log();
@@ -104,6 +109,9 @@ class TracingRecorder : public TapeRecorder {
   }
   // Log entries seen so far (those after it were issued outside the forward).
   size_t logged() const { return logged_; }
+  // Bytes of the recorded ops' outputs (the activations the tape keeps), and the largest one.
+  int64_t activation_bytes() const { return activation_bytes_; }
+  int64_t largest_activation() const { return largest_activation_; }
 
  private:
   Tape* tape_;
@@ -112,6 +120,7 @@ class TracingRecorder : public TapeRecorder {
   double last_;
   RankContext* ctx_;
   size_t logged_ = 0;
+  int64_t activation_bytes_ = 0, largest_activation_ = 0;
 };
 
 }  // namespace
@@ -128,7 +137,7 @@ absl::StatusOr<Mesh> ParseMesh(const std::string& text) {
     for (const char* a : kAxisOrder) known |= kv[0] == a;
     if (!known) {
       return Invalid(absl::StrCat("--mesh: unknown axis '", kv[0],
-                                  "'; the axes are dp, dp_replicate, dp_shard and tp"));
+                                  "'; the axes are dp, dp_replicate, dp_shard, cp and tp"));
     }
     if (n < 1) return Invalid(absl::StrCat("--mesh: axis '", kv[0], "' has size ", n, " (< 1)"));
     if (!sizes.emplace(kv[0], n).second) {
@@ -148,7 +157,7 @@ absl::StatusOr<GptLayout> GptLayout::Create(const Mesh& mesh, const GptConfig& c
     for (const char* a : kAxisOrder) known |= name == a;
     if (!known) {
       return Invalid(absl::StrCat("GPT mesh ", mesh.ShortString(), ": unknown axis '", name,
-                                  "'; use dp, dp_replicate, dp_shard, tp (ParseMesh)"));
+                                  "'; use dp, dp_replicate, dp_shard, cp, tp (ParseMesh)"));
     }
   }
   for (size_t i = 1; i < mesh.axis_names().size(); ++i) {
@@ -186,6 +195,14 @@ absl::StatusOr<GptLayout> GptLayout::Create(const Mesh& mesh, const GptConfig& c
     if (mesh.AxisIndex(a) >= 0) l.batch_axes_.push_back(a);
   }
   if (mesh.AxisIndex("dp_shard") >= 0) l.fsdp_ = "dp_shard";
+  if (mesh.AxisIndex("cp") >= 0) l.cp_ = "cp";
+  const int cp = AxisSize(mesh, "cp");
+  if (cfg.seq % (2 * cp) != 0) {
+    return Invalid(absl::StrCat("seq ", cfg.seq, " is not divisible by 2*cp = ", 2 * cp,
+                                ": context parallelism cuts each sequence into 2*cp chunks "
+                                "(device i holds chunks i and 2cp-1-i); pick seq a multiple of ",
+                                2 * cp, " or a smaller cp"));
+  }
   const int shard = AxisSize(mesh, "dp_shard");
   for (const ParamShape& p : ParamShapes(cfg)) {
     ParamInfo info;
@@ -224,8 +241,11 @@ int GptLayout::batch_ways() const {
   return n;
 }
 
+int GptLayout::cp_ways() const { return AxisSize(mesh_, "cp"); }
+
 PartitionSpec GptLayout::RowSpec(bool with_sp) const {
   std::vector<std::string> axes = batch_axes_;
+  if (!cp_.empty()) axes.push_back(cp_);
   if (with_sp && tp_.on() && tp_.sp) axes.push_back(tp_.axis);
   return PartitionSpec({axes});
 }
@@ -268,7 +288,8 @@ Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const V
   };
   Value wte = use("wte.weight");
   Value x = VocabParallelEmbedding{wte, tp}(ids);
-  // Positions of this rank's rows (batch-major rows; under SP the tp chunk of them).
+  // Positions of this rank's rows (batch-major rows; under SP the tp chunk of them; under cp
+  // each sequence's load-balanced chunks, seq/cp tokens).
   const int64_t rows = ids.dim(0);
   int64_t first = 0, count = rows;
   SpmdType pos_type(layout.mesh().num_axes());
@@ -278,8 +299,17 @@ Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const V
     first = axis_index(tp.axis) * count;
     pos_type[layout.mesh().AxisIndex(tp.axis)] = AxisType::Sharded(0);
   }
+  const int cp = layout.cp_ways();
+  const int cp_index = layout.cp_axis().empty() ? 0 : axis_index(layout.cp_axis());
+  if (!layout.cp_axis().empty()) {
+    pos_type[layout.mesh().AxisIndex(layout.cp_axis())] = AxisType::Sharded(0);
+  }
+  const int64_t local_seq = c.seq / cp;
   std::vector<int64_t> pos(count);
-  for (int64_t r = 0; r < count; ++r) pos[r] = (first + r) % c.seq;
+  for (int64_t r = 0; r < count; ++r) {
+    pos[r] = cp > 1 ? LoadBalancedPosition((first + r) % local_seq, c.seq, cp, cp_index)
+                    : (first + r) % c.seq;
+  }
   Value positions(Tensor::FromVector<int64_t>({count}, pos), pos_type);
   x = x + embedding(use("wpe.weight"), positions);
   for (int64_t i = 0; i < c.layers; ++i) {
@@ -288,7 +318,7 @@ Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const V
                 CausalSelfAttention{use(h + "attn.c_attn.weight"), use(h + "attn.c_attn.bias"),
                                     RowParallelLinear{use(h + "attn.c_proj.weight"),
                                                       use(h + "attn.c_proj.bias"), tp},
-                                    c.head_dim(), c.seq, tp},
+                                    c.head_dim(), local_seq, tp, nullptr, layout.cp_axis()},
                 LayerNorm{use(h + "ln_2.weight"), use(h + "ln_2.bias")},
                 Mlp{ColumnParallelLinear{use(h + "mlp.c_fc.weight"), use(h + "mlp.c_fc.bias"), tp},
                     RowParallelLinear{use(h + "mlp.c_proj.weight"), use(h + "mlp.c_proj.bias"),
@@ -352,10 +382,11 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
   }
   if (layout.tp().sp) {
     const int tp = AxisSize(mesh, "tp");
-    if ((options.batch / ways * c.seq) % tp != 0) {
-      return Invalid(absl::StrCat("sequence parallelism splits each rank's ",
-                                  options.batch / ways * c.seq, " tokens over tp=", tp,
-                                  ": make batch/dp * seq divisible by tp"));
+    const int64_t rank_tokens = options.batch / ways * c.seq / layout.cp_ways();
+    if (rank_tokens % tp != 0) {
+      return Invalid(absl::StrCat("sequence parallelism splits each rank's ", rank_tokens,
+                                  " tokens over tp=", tp,
+                                  ": make batch/dp * seq/cp divisible by tp"));
     }
   }
   if (static_cast<int64_t>(tokens.size()) < c.seq + 1) {
@@ -436,8 +467,13 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
       Tensor ids_g, targets_g;
       BatchAt(tokens, step, options.batch, c.seq, &ids_g, &targets_g);
       SpmdType row_type = rows_spec.InputType(mesh);
-      Value ids(ShardOf(ids_g.Reshape({global_tokens}), mesh, rows_spec, rank), row_type);
-      Value targets(ShardOf(targets_g.Reshape({global_tokens}), mesh, rows_spec, rank), row_type);
+      // Under cp the rows are reordered so that each cp block holds its load-balanced chunks.
+      auto rows_of = [&](const Tensor& t) {
+        return layout.cp_axis().empty() ? t.Reshape({global_tokens})
+                                        : LoadBalancedRows(t, ways, layout.cp_ways());
+      };
+      Value ids(ShardOf(rows_of(ids_g), mesh, rows_spec, rank), row_type);
+      Value targets(ShardOf(rows_of(targets_g), mesh, rows_spec, rank), row_type);
       const double t0 = NowUs();
       TracingRecorder rec(&tape, options.trace ? &events : nullptr, rank, t0);
       std::vector<Value> watched;
@@ -496,6 +532,10 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
         }
       }
       if (rank == 0) {
+        if (step == first_step) {
+          result.activation_bytes_per_rank = rec.activation_bytes();
+          result.largest_activation_bytes = rec.largest_activation();
+        }
         result.losses.push_back(loss.item());
         result.grad_norms.push_back(norm);
         if (options.on_step) {

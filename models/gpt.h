@@ -22,8 +22,13 @@
 //   tp            Megatron: c_attn/c_fc column-parallel, c_proj row-parallel, wte vocab-parallel
 //                 (also the lm_head), vocab-parallel cross-entropy; heads split over tp.
 //   sp            activations S0 on tp between TP regions.
-// Batch rows are split over the batch axes (dp_replicate, dp_shard, dp, in mesh order); the
-// mesh axes are ordered dp_replicate, dp_shard, dp, tp whatever order the user wrote.
+//   cp            context parallelism: each sequence is cut into 2*cp chunks and device i holds
+//                 chunks i and 2cp-1-i (load-balanced causal work); attention is ring attention
+//                 (models/ring_attention.h); params R over cp, their gradients (P on cp) are
+//                 all_reduced with the data-parallel ones; positions are global positions.
+// Batch rows are split over the batch axes (dp_replicate, dp_shard, dp, in mesh order), then
+// over cp (LoadBalancedRows orders them); the mesh axes are ordered dp_replicate, dp_shard, dp,
+// cp, tp whatever order the user wrote.
 //
 // Parameter layouts are GPT-2's except c_attn, held as [d, 3, d] / [3, d] (q|k|v split out so
 // heads shard over tp); checkpoints reshape it to GPT-2's [d, 3d] / [3d].
@@ -56,7 +61,7 @@ struct GptConfig {
   int64_t head_dim() const { return d_model / heads; }
 };
 
-// "dp=2,tp=2" -> a mesh with axes in the canonical order dp_replicate, dp_shard, dp, tp.
+// "dp=2,tp=2" -> a mesh with axes in the canonical order dp_replicate, dp_shard, dp, cp, tp.
 // InvalidArgument for unknown axes, repeated axes, sizes < 1 or a malformed string.
 absl::StatusOr<Mesh> ParseMesh(const std::string& text);
 
@@ -72,8 +77,8 @@ struct ParamInfo {
 // The model's parameters on one mesh: names, specs, and the parallel layout.
 class GptLayout {
  public:
-  // Checks that the mesh divides heads, vocab, d_model, 4*d_model (tp) and the FSDP dims; sp
-  // needs tp. Errors name the quantity, the axis and the fix.
+  // Checks that the mesh divides heads, vocab, d_model, 4*d_model (tp) and the FSDP dims, and
+  // 2*cp divides seq; sp needs tp. Errors name the quantity, the axis and the fix.
   static absl::StatusOr<GptLayout> Create(const Mesh& mesh, const GptConfig& cfg, bool sp);
 
   const Mesh& mesh() const { return mesh_; }
@@ -84,7 +89,9 @@ class GptLayout {
   const std::string& fsdp_axis() const { return fsdp_; }  // "" without dp_shard
   const std::vector<std::string>& batch_axes() const { return batch_axes_; }
   int batch_ways() const;  // product of the batch axes' sizes
-  // Rows [rows, ...] of a batch: split over the batch axes (and tp under SP).
+  const std::string& cp_axis() const { return cp_; }  // "" without cp
+  int cp_ways() const;                                 // 1 without cp
+  // Rows [rows, ...] of a batch: split over the batch axes, cp (and tp under SP).
   PartitionSpec RowSpec(bool with_sp) const;
 
  private:
@@ -93,6 +100,7 @@ class GptLayout {
   TensorParallel tp_;
   std::string fsdp_;
   std::vector<std::string> batch_axes_;
+  std::string cp_;
   std::vector<ParamInfo> params_;
 };
 
@@ -102,7 +110,7 @@ std::vector<NamedTensor> InitGpt(const GptConfig& cfg, uint64_t seed);
 
 // Per-device forward: the mean cross-entropy's local share (P on the batch axes, R on tp).
 // params: the local shards in layout order (leaves of a tape, or plain values); ids/targets:
-// this rank's rows (int64 [rows], R on tp).
+// this rank's rows (int64 [rows], R on tp; under cp in the LoadBalancedRows order).
 Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const Value& ids,
               const Value& targets, int64_t global_tokens, TypeTrace* block0_types = nullptr);
 
@@ -149,6 +157,10 @@ struct TrainResult {
   std::vector<CollectiveRecord> log;   // rank 0's collectives of the last step
   int64_t param_bytes_per_rank = 0;    // rank 0: parameters
   int64_t optimizer_bytes_per_rank = 0;  // rank 0: gradients + AdamW moments
+  // Rank 0, first step: bytes of the tensors the taped forward ops produced (what the tape keeps
+  // for the backward, at most), and the largest of them (the attention scores at long seq).
+  int64_t activation_bytes_per_rank = 0;
+  int64_t largest_activation_bytes = 0;
   AdamState adam_state;                // trained moments, global
   std::vector<TraceEvent> trace;       // with options.trace: every rank's events
   int64_t steps_done = 0;              // the step count after the run (resumed step + steps)

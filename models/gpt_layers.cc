@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "models/ring_attention.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/context.h"
 #include "shardmap/einsum.h"
@@ -71,6 +72,13 @@ Value CausalSelfAttention::operator()(const Value& x) const {
   qkv = qkv.reshape({rows / seq, seq, 3, heads, head_dim});                 // [b, t, 3, h, hd]
   NoteType(types, "attn: qkv [b,t,3,heads,hd]", qkv);
   Value q = slice(qkv, 2, 0, 1), k = slice(qkv, 2, 1, 1), v = slice(qkv, 2, 2, 1);
+  if (!cp_axis.empty()) {
+    const Shape bthd = {rows / seq, seq, heads, head_dim};
+    Value o = RingCausalAttention(q.reshape(bthd), k.reshape(bthd), v.reshape(bthd), cp_axis,
+                                  1.0 / std::sqrt(static_cast<double>(head_dim)));
+    NoteType(types, "attn: o = RingCausalAttention(q, k, v) over cp", o);
+    return c_proj(o.reshape({rows, e}));
+  }
   Value scores = einsum("btchd,bschd->bhts", q, k) *
                  (1.0 / std::sqrt(static_cast<double>(head_dim)));
   Value p = softmax(causal_mask(scores), -1);

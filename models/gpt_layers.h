@@ -88,9 +88,12 @@ struct CausalSelfAttention {
   Value c_attn_weight, c_attn_bias;
   RowParallelLinear c_proj;
   int64_t head_dim = 0;
-  int64_t seq = 0;  // tokens per sequence (rows are batch-major)
+  int64_t seq = 0;  // tokens per sequence on this device (rows are batch-major; seq/cp with cp)
   TensorParallel tp;
   TypeTrace* types = nullptr;
+  // Context parallelism (models/ring_attention.h): the rows hold this device's load-balanced
+  // chunks of each sequence and the keys come round the ring over this axis. "" = off.
+  std::string cp_axis;
   Value operator()(const Value& x) const;
 };
 

@@ -1,10 +1,12 @@
 // GPT-2 training is a pure refactoring across parallelisms: three f64 steps of AdamW with
 // global-norm clipping on dp2, tp2, tp2+sp, fsdp2, hsdp 2x2, dp2 x tp2, fsdp2 x tp2+sp (and
-// tp3 / dp3, non-powers of two) give the single-device losses and parameters to 1e-9 relative;
+// tp3 / dp3, non-powers of two; cp2, cp3, cp2 x tp2 (+sp), dp2 x cp2, fsdp2 x cp3 with ring
+// attention) give the single-device losses and parameters to 1e-9 relative (f32: 1e-4);
 // the collective log of one step has exactly the collectives each layout implies.
 #include "models/gpt.h"
 
 #include <cstdlib>
+#include <iostream>
 
 #include <cmath>
 #include <map>
@@ -79,15 +81,16 @@ struct Layout {
   bool sp;
 };
 
-class GptEquivalenceTest : public ::testing::TestWithParam<Layout> {};
+std::string LayoutName(const ::testing::TestParamInfo<Layout>& info) {
+  std::string n = info.param.mesh + (info.param.sp ? "_sp" : "");
+  for (char& c : n) {
+    if (c == '=' || c == ',') c = '_';
+  }
+  return n;
+}
 
-TEST_P(GptEquivalenceTest, ThreeAdamWStepsMatchSingleDevice) {
-  const TrainResult& ref = Reference();
-  ASSERT_EQ(ref.losses.size(), 3u);
-  // The reference actually trains and clips.
-  EXPECT_LT(ref.losses[2], ref.losses[0]);
-  EXPECT_GT(ref.grad_norms[0], ThreeSteps().clip);
-  TrainResult got = Train(GetParam().mesh, GetParam().sp);
+// Three steps' losses, gradient norms and parameters equal the reference's to 1e-9 relative.
+void ExpectSameTraining(const TrainResult& got, const TrainResult& ref) {
   ASSERT_EQ(got.losses.size(), 3u);
   for (int s = 0; s < 3; ++s) {
     EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-9 * std::fabs(ref.losses[s])) << "step " << s;
@@ -100,19 +103,24 @@ TEST_P(GptEquivalenceTest, ThreeAdamWStepsMatchSingleDevice) {
   }
 }
 
+class GptEquivalenceTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(GptEquivalenceTest, ThreeAdamWStepsMatchSingleDevice) {
+  const TrainResult& ref = Reference();
+  ASSERT_EQ(ref.losses.size(), 3u);
+  // The reference actually trains and clips.
+  EXPECT_LT(ref.losses[2], ref.losses[0]);
+  EXPECT_GT(ref.grad_norms[0], ThreeSteps().clip);
+  ExpectSameTraining(Train(GetParam().mesh, GetParam().sp), ref);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Meshes, GptEquivalenceTest,
     ::testing::Values(Layout{"dp=2", false}, Layout{"tp=2", false}, Layout{"tp=2", true},
                       Layout{"dp_shard=2", false}, Layout{"dp_replicate=2,dp_shard=2", false},
                       Layout{"dp=2,tp=2", false}, Layout{"dp_shard=2,tp=2", true},
                       Layout{"tp=3", true}, Layout{"dp=3", false}),
-    [](const ::testing::TestParamInfo<Layout>& info) {
-      std::string n = info.param.mesh + (info.param.sp ? "_sp" : "");
-      for (char& c : n) {
-        if (c == '=' || c == ',') c = '_';
-      }
-      return n;
-    });
+    LayoutName);
 
 // ---- Collectives of one step, per layout ---------------------------------------------------
 
@@ -127,6 +135,18 @@ std::ostream& operator<<(std::ostream& os, const Tally& t) {
   return os << "{" << t.count << " x, " << t.bytes << " B}";
 }
 
+// The log's collectives as "op(axes) fwd|bwd" -> tally.
+std::map<std::string, Tally> TallyLog(const std::vector<CollectiveRecord>& log, const Mesh& mesh) {
+  std::map<std::string, Tally> m;
+  for (const CollectiveRecord& c : log) {
+    Tally& t = m[std::string(c.op) + "(" + mesh.MaskToString(c.axes) + ") " +
+                 (c.backward ? "bwd" : "fwd")];
+    t.count += 1;
+    t.bytes += c.bytes;
+  }
+  return m;
+}
+
 std::map<std::string, Tally> Collectives(const std::string& mesh_text, bool sp,
                                          GptLayout* layout_out = nullptr) {
   Mesh mesh = *ParseMesh(mesh_text);
@@ -136,15 +156,8 @@ std::map<std::string, Tally> Collectives(const std::string& mesh_text, bool sp,
   absl::StatusOr<TrainResult> r =
       TrainGpt(layout, InitGpt(SmallConfig(), 7), Tokens(500, SmallConfig().vocab), o);
   EXPECT_TRUE(r.ok()) << r.status();
-  std::map<std::string, Tally> m;
-  for (const CollectiveRecord& c : r->log) {
-    Tally& t = m[std::string(c.op) + "(" + mesh.MaskToString(c.axes) + ") " +
-                 (c.backward ? "bwd" : "fwd")];
-    t.count += 1;
-    t.bytes += c.bytes;
-  }
   if (layout_out != nullptr) *layout_out = layout;
-  return m;
+  return TallyLog(r->log, mesh);
 }
 
 // Bytes of the whole parameters, and of those replicated over tp (their gradients are P on tp).
@@ -368,7 +381,8 @@ TEST(GptEquivalenceF32Test, ThreeStepsMatchSingleDeviceTo1e4) {
   };
   TrainResult ref = run("", false);
   for (auto [mesh, sp] : std::vector<std::pair<std::string, bool>>{{"dp_shard=2,tp=2", true},
-                                                                   {"dp=3", false}}) {
+                                                                   {"dp=3", false},
+                                                                   {"cp=3", false}}) {
     SCOPED_TRACE(mesh);
     TrainResult got = run(mesh, sp);
     for (int s = 0; s < 3; ++s) {
@@ -378,6 +392,112 @@ TEST(GptEquivalenceF32Test, ThreeStepsMatchSingleDeviceTo1e4) {
       EXPECT_LE(RelDiff(got.params[i].tensor, ref.params[i].tensor), 1e-4) << ref.params[i].name;
     }
   }
+}
+
+
+// ---- Context parallelism (ring attention over cp) --------------------------------------------
+
+// seq 12: 2*cp divides it for cp = 2, 3 (and 6).
+GptConfig CpConfig() {
+  GptConfig c = SmallConfig();
+  c.seq = 12;
+  return c;
+}
+
+TrainResult TrainCp(const std::string& mesh, bool sp, TrainOptions o = ThreeSteps()) {
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh(mesh), CpConfig(), sp);
+  EXPECT_TRUE(layout.ok()) << layout.status();
+  absl::StatusOr<TrainResult> r =
+      TrainGpt(*layout, InitGpt(CpConfig(), 7), Tokens(500, CpConfig().vocab), o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : TrainResult{};
+}
+
+class GptContextParallelTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(GptContextParallelTest, ThreeAdamWStepsMatchSingleDevice) {
+  static const TrainResult* ref = new TrainResult(TrainCp("", false));
+  ASSERT_EQ(ref->losses.size(), 3u);
+  EXPECT_LT(ref->losses[2], ref->losses[0]);
+  ExpectSameTraining(TrainCp(GetParam().mesh, GetParam().sp), *ref);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Meshes, GptContextParallelTest,
+    ::testing::Values(Layout{"cp=2", false}, Layout{"cp=3", false}, Layout{"cp=2,tp=2", false},
+                      Layout{"cp=2,tp=2", true}, Layout{"dp=2,cp=2", false},
+                      Layout{"dp_shard=2,cp=3", false}),
+    LayoutName);
+
+TEST(GptCollectivesTest, ContextParallelPassesKeysAndValuesRoundTheRing) {
+  const GptConfig c = CpConfig();
+  for (int cp : {2, 3}) {
+    SCOPED_TRACE(absl::StrCat("cp=", cp));
+    const std::string mesh = absl::StrCat("cp=", cp);
+    GptLayout layout = *GptLayout::Create(*ParseMesh(mesh), c, false);
+    TrainOptions o = ThreeSteps();
+    o.steps = 1;
+    std::map<std::string, Tally> got = TallyLog(TrainCp(mesh, false, o).log, layout.mesh());
+    ParamBytes pb = CountParams(layout);
+    // Per layer cp-1 ring steps, each K and V of this rank's 12*seq/cp rows; the backward ring
+    // is their transpose. Then one all_reduce per gradient (P on cp) and the loss and norm.
+    const int64_t kv = 12 * c.seq / cp * 2 * c.d_model * 8;
+    std::map<std::string, Tally> want = {
+        {"ppermute(cp) fwd", {static_cast<int>(c.layers * (cp - 1)), c.layers * (cp - 1) * kv}},
+        {"ppermute(cp) bwd", {static_cast<int>(c.layers * (cp - 1)), c.layers * (cp - 1) * kv}},
+        {"all_reduce(cp) fwd", {pb.count + 2, pb.all + 16}}};
+    EXPECT_EQ(got, want);
+  }
+}
+
+// Activations per rank fall ~1/cp at a long sequence (the scores dominate one device's
+// attention): the tape's bytes at cp = 2 and 4 against the one-device run.
+TEST(GptMemoryTest, ContextParallelActivationBytesFallAsOneOverCp) {
+  GptConfig c = SmallConfig();
+  c.layers = 1;
+  c.seq = 96;
+  c.d_model = 8;
+  c.heads = 2;
+  TrainOptions o = ThreeSteps();
+  o.steps = 1;
+  o.batch = 2;
+  auto run = [&](const std::string& mesh) {
+    GptLayout layout = *GptLayout::Create(*ParseMesh(mesh), c, false);
+    return *TrainGpt(layout, InitGpt(c, 7), Tokens(500, c.vocab), o);
+  };
+  TrainResult one = run(""), cp2 = run("cp=2"), cp4 = run("cp=4");
+  const double r2 = static_cast<double>(cp2.activation_bytes_per_rank) /
+                    one.activation_bytes_per_rank;
+  const double r4 = static_cast<double>(cp4.activation_bytes_per_rank) /
+                    one.activation_bytes_per_rank;
+  std::cout << "activation bytes per rank: cp1 " << one.activation_bytes_per_rank << ", cp2 "
+            << cp2.activation_bytes_per_rank << " (" << r2 << "), cp4 "
+            << cp4.activation_bytes_per_rank << " (" << r4 << "); largest: "
+            << one.largest_activation_bytes << ", " << cp2.largest_activation_bytes << ", "
+            << cp4.largest_activation_bytes << "\n";
+  EXPECT_LT(r2, 0.5 * 1.15);
+  EXPECT_GT(r2, 0.5 * 0.6);
+  EXPECT_LT(r4, 0.25 * 1.15);
+  EXPECT_GT(r4, 0.25 * 0.6);
+  // One device's [batch, heads, seq, seq] scores are its largest activation; a ring block is
+  // [batch, heads, c, 2c] with c = seq/(2cp).
+  EXPECT_EQ(one.largest_activation_bytes, o.batch * c.heads * c.seq * c.seq * 8);
+  EXPECT_LT(cp4.largest_activation_bytes, one.largest_activation_bytes / 8);
+}
+
+TEST(GptValidationTest, ContextParallelRejectsImpossibleLayoutsBeforeTraining) {
+  GptConfig c = SmallConfig();  // seq 6
+  EXPECT_THAT(std::string(GptLayout::Create(*ParseMesh("cp=2"), c, false).status().message()),
+              AllOf(HasSubstr("seq 6 is not divisible by 2*cp = 4"),
+                    HasSubstr("device i holds chunks i and 2cp-1-i")));
+  // SP under cp splits each rank's batch/dp * seq/cp rows over tp: 1 * 4/2 = 2 rows over tp=3.
+  c.seq = 4;
+  GptLayout layout = *GptLayout::Create(*ParseMesh("cp=2,tp=3"), c, true);
+  TrainOptions o = ThreeSteps();
+  o.batch = 1;
+  EXPECT_THAT(std::string(TrainGpt(layout, InitGpt(c, 1), Tokens(500, c.vocab), o)
+                              .status().message()),
+              HasSubstr("splits each rank's 2 tokens over tp=3: make batch/dp * seq/cp divisible"));
 }
 
 }  // namespace

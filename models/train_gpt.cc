@@ -1,5 +1,6 @@
 // train_gpt: trains GPT-2 (models/gpt.h) on simulated CPU devices with any mix of data, fully
-// sharded, hybrid sharded, tensor and sequence parallelism, inside one SPMD program.
+// sharded, hybrid sharded, tensor, sequence and context parallelism (ring attention over cp),
+// inside one SPMD program.
 //
 //   bazel run -c opt //models:train_gpt -- --mesh=dp=2,tp=2 --sp
 //       --text=/usr/share/common-licenses/GPL-3 --layers=2 --d_model=64 --heads=4 --seq=64
@@ -27,7 +28,7 @@
 #include "nlohmann/json.hpp"
 #include "shardmap/context.h"
 
-ABSL_FLAG(std::string, mesh, "", "mesh axes, e.g. dp=2,tp=2 (axes dp, dp_replicate, dp_shard, tp)");
+ABSL_FLAG(std::string, mesh, "", "mesh axes, e.g. dp=2,tp=2 or cp=2,tp=2 (axes dp, dp_replicate, dp_shard, cp, tp)");
 ABSL_FLAG(bool, sp, false, "sequence parallelism (needs a tp axis)");
 ABSL_FLAG(std::string, devices, "", "cpu:N simulated ranks (default: the mesh size)");
 ABSL_FLAG(int64_t, layers, 2, "transformer blocks");
@@ -178,9 +179,11 @@ int Main() {
   for (const ParamInfo& p : layout->params()) params += NumElements(p.global_shape);
   std::cout << absl::StrFormat(
       "GPT-2: %d layers, d_model %d, %d heads, vocab %d, seq %d, %.2fM parameters, %s\n"
-      "mesh %s%s on %d simulated CPU devices; global batch %d x %d tokens; %d tokens of data\n",
+      "mesh %s%s%s on %d simulated CPU devices; global batch %d x %d tokens; %d tokens of data\n",
       cfg.layers, cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, params / 1e6, dtype,
-      mesh->ShortString(), layout->tp().sp ? " + sequence parallel" : "", mesh->size(), o.batch,
+      mesh->ShortString(), layout->tp().sp ? " + sequence parallel" : "",
+      layout->cp_axis().empty() ? "" : " (cp: ring attention, load-balanced chunks)", mesh->size(),
+      o.batch,
       cfg.seq, tokens->size());
   const int64_t tokens_per_step = o.batch * cfg.seq;
   double total_s = 0;
@@ -215,10 +218,12 @@ int Main() {
   for (const auto& [op, b] : total_bytes) absl::StrAppend(&comm, comm.empty() ? "" : ", ", op, " ", Bytes(b));
   std::cout << absl::StrFormat(
       "summary: %d steps, loss %.10g -> %.10g, %.1f ms/step, %.0f tokens/s; per rank: "
-      "parameters %s, gradients + AdamW moments %s; rank 0 sent %s\n",
+      "parameters %s, gradients + AdamW moments %s, activations %s (largest %s); rank 0 sent "
+      "%s\n",
       r->losses.size(), r->losses.front(), r->losses.back(), total_s * 1e3 / r->losses.size(),
       tokens_per_step * r->losses.size() / total_s, Bytes(r->param_bytes_per_rank),
-      Bytes(r->optimizer_bytes_per_rank), comm.empty() ? "nothing" : comm);
+      Bytes(r->optimizer_bytes_per_rank), Bytes(r->activation_bytes_per_rank),
+      Bytes(r->largest_activation_bytes), comm.empty() ? "nothing" : comm);
   if (o.trace) {
     if (absl::Status s = WriteTrace(absl::GetFlag(FLAGS_trace), *mesh, r->trace); !s.ok()) {
       return Fail(s);
@@ -234,7 +239,7 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "trains GPT-2 with data / fully sharded / hybrid / tensor / sequence parallelism on "
+      "trains GPT-2 with data / fully sharded / hybrid / tensor / sequence / context parallelism on "
       "simulated CPU devices. Example: train_gpt --mesh=dp=2,tp=2 --sp --text=FILE");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {

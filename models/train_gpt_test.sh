@@ -35,6 +35,15 @@ resumed=$("$bin" "${common[@]}" --mesh=tp=2 --resume="$tmp/ck.safetensors" --ste
 python3 -c "import sys; a,b=float('$full'),float('$resumed'); sys.exit(abs(a-b) > 1e-9*abs(a))" \
   || fail "resume: $full vs $resumed"
 
+# Context parallelism: cp2 x tp2 gives the single-device losses; the ring shows as ppermute bytes.
+cp_out=$("$bin" "${common[@]}" --mesh=cp=2,tp=2 --steps=2)
+grep -q "ppermute" <<<"$cp_out" || fail "no ppermute bytes under cp"
+grep -q "activations .* (largest" <<<"$cp_out" || fail "no activation bytes in the summary"
+one=$("$bin" "${common[@]}" --steps=2 | grep '^step 1 loss' | awk '{print $4}')
+cp=$(grep '^step 1 loss' <<<"$cp_out" | awk '{print $4}')
+python3 -c "import sys; a,b=float('$one'),float('$cp'); sys.exit(abs(a-b) > 1e-9*abs(a))" \
+  || fail "cp2 x tp2: $cp vs $one"
+
 expect_error() {  # expect_error "message" flags...
   local msg="$1"; shift
   if err=$("$bin" "$@" 2>&1); then fail "accepted: $*"; fi
@@ -44,6 +53,7 @@ expect_error() {  # expect_error "message" flags...
 }
 expect_error "heads 4 are not divisible by tp=3" "${common[@]}" --mesh=tp=3
 expect_error "unknown axis 'pp'" "${common[@]}" --mesh=pp=2
+expect_error "seq 8 is not divisible by 2\*cp = 6" "${common[@]}" --mesh=cp=3
 expect_error "batch 4 is not divisible by the 3" "${common[@]}" --mesh=dp=3
 expect_error "vocab 250 is not divisible by tp=4" "${common[@]}" --vocab=250 --mesh=tp=4 --heads=4
 expect_error "cannot read" --text="$tmp/missing.txt"

@@ -8,6 +8,7 @@
 #include "shardmap/context.h"
 #include "shardmap/internal/typing.h"
 #include "shardmap/type_rules.h"
+#include "tensor/cuda/graph.h"
 #include "tensor/error.h"
 
 namespace shardmap {
@@ -80,6 +81,10 @@ PendingPpermute ppermute_start(const Value& x, const Axes& axes, Pairs pairs) {
            x.tensor.device().ToString(), " but the communicator of axes ",
            ctx.mesh().MaskToString(mask), " works on ", want.ToString(),
            " memory; create per-device tensors on ctx.device()");
+  }
+  if (x.tensor.is_cuda() && !comm.SupportsGraphCapture() && cuda::IsCapturing(want.index)) {
+    OpFail(kStart, ": cannot be captured in a CUDA graph: the communicator ", comm.name(),
+           " synchronises with the host (in-process ranks); capture over NCCL or run eagerly");
   }
   auto st = std::make_unique<PendingPpermute::State>();
   st->x = x;

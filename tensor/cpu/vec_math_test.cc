@@ -326,5 +326,53 @@ TEST(VecMathTest, RowReductionsInF64) {
   }
 }
 
+// Layer/RMS norm backward row passes against long double, with and without gamma and dbeta, odd
+// lengths. The sums are f32 within blocks of 8 registers: within 16 f32 ulp of the sum of
+// |terms|; dg/db/dx are a few f32 operations each: within 4 ulp of the sum of their |terms|.
+TEST(VecMathTest, NormBackwardRowPasses) {
+  uint32_t seed = 900;
+  constexpr LD kU = 0x1p-24L;
+  for (const VecKernels* k : AllIsas()) {
+    for (int64_t n : {0, 1, 7, 17, 1023, 4099}) {
+      for (bool gamma : {true, false}) {
+        for (bool layer : {true, false}) {
+          const std::vector<float> x = Random(n, -3, 3, seed++), dy = Random(n, -2, 2, seed++),
+                                   g = Random(n, 0.5, 1.5, seed++);
+          const std::vector<float> dg0 = Random(n, -1, 1, seed++), db0 = Random(n, -1, 1, seed++);
+          std::vector<float> dg = dg0, db = db0, dx(n, std::nanf(""));
+          const float mean = layer ? 0.25f : 0.0f, rstd = 1.7f;
+          double sums[2];
+          k->norm_bwd_sums(x.data(), dy.data(), gamma ? g.data() : nullptr, mean, rstd, dg.data(),
+                           layer ? db.data() : nullptr, n, sums);
+          LD s1 = 0, s2 = 0, a1 = 0, a2 = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            const LD xhat = (static_cast<LD>(x[i]) - mean) * rstd;
+            const LD dxhat = static_cast<LD>(dy[i]) * (gamma ? g[i] : 1.0f);
+            s1 += dxhat, s2 += dxhat * xhat, a1 += std::fabs(dxhat), a2 += std::fabs(dxhat * xhat);
+            const LD dgr = dg0[i] + static_cast<LD>(dy[i]) * xhat;
+            EXPECT_NEAR(dg[i], dgr, 4 * kU * (std::fabs(dg0[i]) + std::fabs(dy[i] * xhat)))
+                << k->isa << " n=" << n << " i=" << i;
+            EXPECT_EQ(db[i], layer ? db0[i] + dy[i] : db0[i])
+                << k->isa << " n=" << n << " i=" << i;
+          }
+          EXPECT_NEAR(sums[0], s1, 16 * kU * a1 + 1e-30) << k->isa << " n=" << n;
+          EXPECT_NEAR(sums[1], s2, 16 * kU * a2 + 1e-30) << k->isa << " n=" << n;
+          const float a = n ? static_cast<float>(sums[0] / n) : 0;
+          const float c = n ? static_cast<float>(sums[1] / n) : 0;
+          k->norm_bwd_dx(x.data(), dy.data(), gamma ? g.data() : nullptr, mean, rstd, a, c,
+                         dx.data(), n);
+          for (int64_t i = 0; i < n; ++i) {
+            const LD xhat = (static_cast<LD>(x[i]) - mean) * rstd;
+            const LD dxhat = static_cast<LD>(dy[i]) * (gamma ? g[i] : 1.0f);
+            const LD ref = rstd * (dxhat - a - xhat * c);
+            const LD scale = rstd * (std::fabs(dxhat) + std::fabs(a) + std::fabs(xhat * c));
+            EXPECT_NEAR(dx[i], ref, 4 * kU * scale) << k->isa << " n=" << n << " i=" << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardmap::cpu

@@ -294,6 +294,14 @@ LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma, const Ten
       const T* row = px + i * h;
       const T* grow = pdy + i * h;
       // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma.
+      if constexpr (std::is_same_v<T, float>) {  // two vector passes
+        const cpu::VecKernels& k = cpu::Vec();
+        double sums[2];
+        k.norm_bwd_sums(row, grow, pg, m, rs, pdg, pdb, h, sums);
+        k.norm_bwd_dx(row, grow, pg, m, rs, static_cast<float>(sums[0] / h),
+                      static_cast<float>(sums[1] / h), pdx + i * h, h);
+        continue;
+      }
       double s1 = 0, s2 = 0;
       for (int64_t j = 0; j < h; ++j) {
         const T xhat = (row[j] - m) * rs;
@@ -387,6 +395,14 @@ RmsNormGrads RmsNormBackward(const Tensor& x, const Tensor& gamma, const Tensor&
       const T* row = px + i * h;
       const T* grow = pdy + i * h;
       // dx = rstd * (dxhat - xhat * mean(dxhat * xhat)), xhat = x * rstd, dxhat = dy * gamma.
+      if constexpr (std::is_same_v<T, float>) {  // two vector passes (mean 0, no dbeta)
+        const cpu::VecKernels& k = cpu::Vec();
+        double sums[2];
+        k.norm_bwd_sums(row, grow, pg, 0.0f, rs, pdg, nullptr, h, sums);
+        k.norm_bwd_dx(row, grow, pg, 0.0f, rs, 0.0f, static_cast<float>(sums[1] / h),
+                      pdx + i * h, h);
+        continue;
+      }
       double s = 0;
       for (int64_t j = 0; j < h; ++j) {
         const T xhat = row[j] * rs;

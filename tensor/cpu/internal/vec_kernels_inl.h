@@ -280,6 +280,87 @@ double ExpShiftSumK(const float* x, float shift, float* y, int64_t n) {
   return total;
 }
 
+// Norm backward, per row (xhat = (x - mean) * rstd, dxhat = dy * g, g null meaning 1). Pass 1
+// adds dy * xhat into dg and dy into db (db may be null) and returns sum(dxhat) and
+// sum(dxhat * xhat): f32 lanes within blocks of kNormBlock registers, then f64. The tail runs on
+// padded lanes with dy = 0 and x = mean, so they add exactly nothing.
+constexpr int kNormBlock = 8;
+template <class I>
+void NormBwdSumsK(const float* x, const float* dy, const float* g, float mean, float rstd,
+                  float* dg, float* db, int64_t n, double* sums) {
+  constexpr int W = I::kLanes;
+  using V = typename I::V;
+  double s1 = 0, s2 = 0;
+  auto step = [&](const float* xp, const float* dyp, const float* gp, float* dgp, float* dbp,
+                  V& a1, V& a2) {
+    const V xhat = (Load<I>(xp) - mean) * rstd;
+    const V d = Load<I>(dyp);
+    const V dxhat = gp ? d * Load<I>(gp) : d;
+    a1 += dxhat;
+    a2 += dxhat * xhat;
+    Store<I>(dgp, Load<I>(dgp) + d * xhat);
+    if (dbp) Store<I>(dbp, Load<I>(dbp) + d);
+  };
+  auto flush = [&](V a1, V a2) {
+    float l1[W], l2[W];
+    Store<I>(l1, a1);
+    Store<I>(l2, a2);
+    for (int k = 0; k < W; ++k) s1 += l1[k], s2 += l2[k];
+  };
+  int64_t i = 0;
+  while (i + W <= n) {
+    V a1 = {}, a2 = {};
+    for (int b = 0; b < kNormBlock && i + W <= n; ++b, i += W) {
+      step(x + i, dy + i, g ? g + i : nullptr, dg + i, db ? db + i : nullptr, a1, a2);
+    }
+    flush(a1, a2);
+  }
+  if (i < n) {
+    const int64_t t = n - i;
+    float bx[W], bdy[W] = {}, bg[W] = {}, bdg[W] = {}, bdb[W] = {};
+    for (int k = 0; k < W; ++k) bx[k] = mean;
+    __builtin_memcpy(bx, x + i, t * sizeof(float));
+    __builtin_memcpy(bdy, dy + i, t * sizeof(float));
+    if (g) __builtin_memcpy(bg, g + i, t * sizeof(float));
+    __builtin_memcpy(bdg, dg + i, t * sizeof(float));
+    if (db) __builtin_memcpy(bdb, db + i, t * sizeof(float));
+    V a1 = {}, a2 = {};
+    step(bx, bdy, g ? bg : nullptr, bdg, db ? bdb : nullptr, a1, a2);
+    flush(a1, a2);
+    __builtin_memcpy(dg + i, bdg, t * sizeof(float));
+    if (db) __builtin_memcpy(db + i, bdb, t * sizeof(float));
+  }
+  sums[0] = s1;
+  sums[1] = s2;
+}
+
+// Norm backward pass 2: dx = rstd * (dxhat - a - xhat * c).
+template <class I>
+void NormBwdDxK(const float* x, const float* dy, const float* g, float mean, float rstd, float a,
+                float c, float* dx, int64_t n) {
+  constexpr int W = I::kLanes;
+  using V = typename I::V;
+  auto f = [&](V xv, V d, V gv) {
+    const V xhat = (xv - mean) * rstd;
+    return rstd * (d * gv - a - xhat * c);
+  };
+  const V one = V{} + 1.0f;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    Store<I>(dx + i, f(Load<I>(x + i), Load<I>(dy + i), g ? Load<I>(g + i) : one));
+  }
+  if (i < n) {
+    const int64_t t = n - i;
+    float bx[W] = {}, bdy[W] = {}, bg[W], bdx[W];
+    for (int k = 0; k < W; ++k) bg[k] = 1.0f;
+    __builtin_memcpy(bx, x + i, t * sizeof(float));
+    __builtin_memcpy(bdy, dy + i, t * sizeof(float));
+    if (g) __builtin_memcpy(bg, g + i, t * sizeof(float));
+    Store<I>(bdx, f(Load<I>(bx), Load<I>(bdy), Load<I>(bg)));
+    __builtin_memcpy(dx + i, bdx, t * sizeof(float));
+  }
+}
+
 template <class I>
 constexpr VecKernels MakeKernels(const char* isa) {
   return VecKernels{isa,
@@ -301,5 +382,7 @@ constexpr VecKernels MakeKernels(const char* isa) {
                     &ExpShiftSumK<I>,
                     &SumK<I>,
                     &DotK<I>,
-                    &SumSqDiffK<I>};
+                    &SumSqDiffK<I>,
+                    &NormBwdSumsK<I>,
+                    &NormBwdDxK<I>};
 }

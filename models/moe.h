@@ -31,7 +31,7 @@
 // Each device returns its groups' share (sum / total_groups), P over the token axes like the
 // mean cross-entropy, so the losses add.
 //
-// Tensor parallelism (tp.on(), not SP: x R on tp): the experts' hidden dim is split over tp
+// Tensor parallelism (tp.on(); x R on tp, all_gathered by the caller under SP): the experts' hidden dim is split over tp
 // (c_fc column-parallel, c_proj row-parallel), the combined output is a pending sum over tp
 // until LeaveTensorParallel (all_reduce, or reduce_scatter under SP). Without expert axes (or on
 // one device) every expert is local and the all_to_alls are absent: the unsharded reference.
@@ -94,7 +94,8 @@ struct MoeMlp {
   MoeConfig cfg;
   int64_t group_tokens = 0;       // tokens per routing group (rows hold whole groups)
   int64_t total_groups = 0;       // groups over all devices (normalises aux)
-  TensorParallel tp;              // optional: the experts' hidden dim over tp (no SP here)
+  TensorParallel tp;              // optional: the experts' hidden dim over tp; x must be R on tp
+                                  // (under SP the caller all_gathers it; y is then reduce-scattered)
   TypeTrace* types = nullptr;
   MoeOutput operator()(const Value& x) const;
 };

@@ -396,6 +396,7 @@ Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const V
       aux = aux.defined() ? aux + o.aux : o.aux;
       if (moe_stats != nullptr) {
         moe_stats->dropped += o.dropped;
+        moe_stats->dropped_tokens += o.dropped_tokens;
         moe_stats->assignments += o.assignments;
       }
       continue;
@@ -593,21 +594,24 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
       }
       if (!partial.empty()) loss = all_reduce(loss, Axes(partial));
       // MoE drops: each rank's counts summed over the batch axes (tp ranks route the same tokens).
-      int64_t moe_dropped = -1, moe_assignments = -1;
+      int64_t moe_dropped = -1, moe_assignments = -1, moe_dropped_tokens = -1;
       if (c.moe.on()) {
         moe_dropped = moe.dropped;
         moe_assignments = moe.assignments;
+        moe_dropped_tokens = moe.dropped_tokens;
         if (!layout.batch_axes().empty()) {
           const Axes batch(layout.batch_axes());
           SpmdType vt(mesh.num_axes());
           for (const std::string& a : layout.batch_axes()) vt[mesh.AxisIndex(a)] = AxisType::V();
-          Value counts(Tensor::FromVector<double>({2}, {static_cast<double>(moe.dropped),
-                                                        static_cast<double>(moe.assignments)}),
+          Value counts(Tensor::FromVector<double>({3}, {static_cast<double>(moe.dropped),
+                                                        static_cast<double>(moe.assignments),
+                                                        static_cast<double>(moe.dropped_tokens)}),
                        vt);
           std::vector<double> sum = all_reduce(reinterpret(counts, batch), batch)
                                         .tensor.ToVector<double>();
           moe_dropped = static_cast<int64_t>(sum[0]);
           moe_assignments = static_cast<int64_t>(sum[1]);
+          moe_dropped_tokens = static_cast<int64_t>(sum[2]);
         }
       }
       const double norm = std::sqrt(GlobalGradNormSquared(grad_values));
@@ -647,7 +651,8 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
         if (c.moe.on()) result.moe_dropped.push_back(moe_dropped);
         if (options.on_step) {
           options.on_step(StepInfo{step, loss.item(), norm, (t4 - t0) * 1e-6,
-                                   &ctx.collective_log(), moe_dropped, moe_assignments});
+                                   &ctx.collective_log(), moe_dropped, moe_assignments,
+                                   moe_dropped_tokens});
         }
         if (step + 1 == first_step + options.steps) {
           result.log = ctx.collective_log();

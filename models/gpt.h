@@ -125,7 +125,7 @@ std::vector<NamedTensor> InitGpt(const GptConfig& cfg, uint64_t seed);
 // moe: with a MoE model, this rank's dropped (token, expert) assignments and all its
 // assignments are added to it.
 struct MoeStats {
-  int64_t dropped = 0, assignments = 0;
+  int64_t dropped = 0, dropped_tokens = 0, assignments = 0;
 };
 Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const Value& ids,
               const Value& targets, int64_t global_tokens, TypeTrace* block0_types = nullptr,
@@ -137,8 +137,9 @@ struct StepInfo {
   double seconds = 0;              // rank 0's wall time of the step
   const std::vector<CollectiveRecord>* log = nullptr;  // rank 0's collectives of the step
   // MoE: (token, expert) assignments over capacity in the whole step (all layers, all ranks),
-  // and all assignments; -1 without MoE.
-  int64_t moe_dropped = -1, moe_assignments = -1;
+  // tokens that lost all their assignments (summed over layers), and all assignments; -1
+  // without MoE.
+  int64_t moe_dropped = -1, moe_assignments = -1, moe_dropped_tokens = -1;
 };
 
 // One span of a rank's timeline: a phase ("forward", "backward", "grad reduce", "optimizer"),

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "shardmap/collective_ops.h"
+#include "shardmap/context.h"
 #include "shardmap/einsum.h"
 #include "shardmap/nn_ops.h"
 #include "shardmap/ops.h"
@@ -59,6 +60,7 @@ RoutingPlan PlanRouting(const std::vector<int64_t>& experts, int64_t tokens, int
   p.slot_pair.assign(slots, -1);
   p.counts.assign(p.groups * num_experts, 0);
   std::vector<int64_t> used(p.groups * num_experts, 0);
+  std::vector<int64_t> lost(tokens, 0);  // dropped assignments per token
   for (int64_t g = 0; g < p.groups; ++g) {
     for (int64_t j = 0; j < k; ++j) {  // all first choices, then all second choices, ...
       for (int64_t t = g * group_tokens; t < (g + 1) * group_tokens; ++t) {
@@ -67,6 +69,7 @@ RoutingPlan PlanRouting(const std::vector<int64_t>& experts, int64_t tokens, int
         int64_t& n = used[g * num_experts + e];
         if (n >= capacity) {
           ++p.dropped;
+          if (++lost[t] == k) ++p.dropped_tokens;
           continue;
         }
         const int64_t slot = (e * p.groups + g) * capacity + n++;
@@ -82,6 +85,19 @@ MoeOutput MoeMlp::operator()(const Value& x) const {
   const int64_t n = x.dim(0), d = x.dim(1), e = cfg.experts, k = cfg.topk;
   if (router.dim(1) != e) {
     OpFail("moe: router ", router.ToString(), " has ", router.dim(1), " experts; config says ", e);
+  }
+  const Mesh& mesh = RankContext::Get("moe").mesh();
+  int64_t ways = 1;
+  for (const std::string& a : cfg.expert_axes) {
+    const int i = mesh.AxisIndex(a);
+    if (i < 0) OpFail("moe: expert axis '", a, "' is not an axis of mesh ", mesh.ShortString());
+    ways *= mesh.axis_size(i);
+  }
+  if (absl::Status s = ValidateMoeConfig(cfg, ways); !s.ok()) throw OpError(s);
+  if (fc_weight.dim(0) * ways != e) {
+    OpFail("moe: fc_weight ", fc_weight.ToString(), " holds ", fc_weight.dim(0),
+           " experts on this device; ", e, " experts over ", ways,
+           " expert ways need ", e / ways, " (shard the expert dim over the expert axes)");
   }
   Value probs = softmax(x.matmul(router), -1);  // [N, E]
   TopKValues pick = top_k(probs, k);
@@ -129,6 +145,7 @@ MoeOutput MoeMlp::operator()(const Value& x) const {
   o.aux = sum_partial(probs * Value(wt, ErasedUnary(probs.type)), {});
   o.y = std::move(y);
   o.dropped = plan.dropped;
+  o.dropped_tokens = plan.dropped_tokens;
   o.assignments = n * k;
   return o;
 }

@@ -75,6 +75,7 @@ struct RoutingPlan {
   std::vector<int64_t> slot_pair;   // [E*G*C]: token * k + choice, -1 when empty
   std::vector<int64_t> counts;      // [G*E]: assignments per group and expert before capacity
   int64_t dropped = 0;              // assignments over capacity
+  int64_t dropped_tokens = 0;       // tokens all of whose k assignments were dropped
 };
 // experts: [N*k] row-major (token, choice) expert ids; N must be a multiple of group_tokens.
 RoutingPlan PlanRouting(const std::vector<int64_t>& experts, int64_t tokens, int64_t k,
@@ -83,8 +84,9 @@ RoutingPlan PlanRouting(const std::vector<int64_t>& experts, int64_t tokens, int
 struct MoeOutput {
   Value y;    // [N, d]
   Value aux;  // scalar load-balancing loss share (without aux_loss_coef)
-  int64_t dropped = 0;      // this device's assignments over capacity
-  int64_t assignments = 0;  // this device's assignments (N * k)
+  int64_t dropped = 0;         // this device's assignments over capacity
+  int64_t dropped_tokens = 0;  // this device's tokens with every assignment dropped (y row 0)
+  int64_t assignments = 0;     // this device's assignments (N * k)
 };
 
 struct MoeMlp {

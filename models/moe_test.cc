@@ -10,6 +10,9 @@
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"
 #include "shardmap/testing/testing.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/nn.h"
+#include "tensor/ops/routing.h"
 #include "tensor/random.h"
 
 namespace shardmap {
@@ -76,7 +79,7 @@ double Gelu(double v) {
 struct Naive {
   std::vector<double> y;
   double aux = 0;
-  int64_t dropped = 0;
+  int64_t dropped = 0, dropped_tokens = 0;
 };
 
 // The layer with plain loops over global tensors: selection top-k, capacity by priority
@@ -111,6 +114,7 @@ Naive NaiveMoe(const std::vector<Tensor>& in, const MoeConfig& c) {
   }
   Naive out;
   out.y.assign(n * kD, 0.0);
+  std::vector<int64_t> lost(n, 0);
   for (int64_t g = 0; g < kGroups; ++g) {
     std::vector<int64_t> count(e, 0);
     for (int64_t r = 0; r < k; ++r) {
@@ -118,6 +122,7 @@ Naive NaiveMoe(const std::vector<Tensor>& in, const MoeConfig& c) {
         const int64_t x = pick[t][r];
         if (count[x]++ >= cap) {
           ++out.dropped;
+          if (++lost[t] == k) ++out.dropped_tokens;
           continue;
         }
         for (int64_t o = 0; o < kD; ++o) {
@@ -152,6 +157,14 @@ TEST(Moe, OneDeviceMatchesNaiveLoops) {
     ASSERT_TRUE(out.ok()) << out.status();
     Naive want = NaiveMoe(in, cfg);
     EXPECT_EQ(dropped.load(), want.dropped) << "E=" << e << " k=" << k;
+    std::vector<int64_t> experts = TopK(Softmax(Matmul(in[0], in[1]), -1), k).indices
+                                       .ToVector<int64_t>();
+    RoutingPlan plan = PlanRouting(experts, in[0].dim(0), k, e, kGroupTokens,
+                                   MoeCapacity(cf, kGroupTokens, k, e));
+    EXPECT_EQ(plan.dropped_tokens, want.dropped_tokens) << "E=" << e << " k=" << k;
+    if (k == 1) {
+      EXPECT_EQ(plan.dropped_tokens, plan.dropped);
+    }
     for (int64_t i = 0; i < (*out)[1].numel(); ++i) {
       ASSERT_NEAR((*out)[1].at(i), want.y[i], 1e-12) << "E=" << e << " k=" << k << " at " << i;
     }
@@ -214,6 +227,25 @@ TEST(Moe, GradientsMatchFiniteDifferences) {
   o.max_probes = 6;
   EXPECT_TRUE(testing::GradientsMatchFiniteDifferences(
       Factory(cfg, {"ep"})(*Mesh::Create({{"ep", 2}})), Inputs(4), o));
+}
+
+TEST(Moe, ExpertsNotSplitAsTheAxesSayAreRejected) {
+  // Expert weights passed whole (replicated) while the config splits them over ep.
+  MoeConfig cfg = Config(4, 1, 1.0);
+  cfg.expert_axes = {"ep"};
+  auto run = [](MoeConfig c) {
+    ShardFn fn = [c](const std::vector<Value>& in) -> std::vector<Value> {
+      MoeMlp m{in[1], in[2], in[3], in[4], in[5], c, kGroupTokens, kGroups};
+      return {all_reduce(sum_partial(m(in[0]).y, {}), "ep")};
+    };
+    return shard_map(fn, *Mesh::Create({{"ep", 2}}), {P("ep", None), P(), P(), P(), P(), P()},
+                     {P()})(Inputs(4));
+  };
+  EXPECT_TRUE(testing::RejectedWith([&] { return run(cfg); },
+                                    {"holds 4 experts on this device", "need 2"}));
+  cfg.expert_axes = {"xx"};
+  EXPECT_TRUE(testing::RejectedWith([&] { return run(cfg); },
+                                    {"expert axis 'xx' is not an axis of mesh"}));
 }
 
 TEST(Moe, BadConfigsAreRejected) {

@@ -235,8 +235,9 @@ int Main() {
     total_s += s.seconds;
     std::string moe;
     if (s.moe_dropped >= 0) {
-      moe = absl::StrFormat(" | MoE dropped %d of %d assignments (%.1f%%)", s.moe_dropped,
-                            s.moe_assignments, 100.0 * s.moe_dropped / s.moe_assignments);
+      moe = absl::StrFormat(" | MoE dropped %d of %d assignments (%.1f%%), %d tokens lost all",
+                            s.moe_dropped, s.moe_assignments,
+                            100.0 * s.moe_dropped / s.moe_assignments, s.moe_dropped_tokens);
     }
     std::cout << absl::StrFormat("step %d loss %.10g | %.1f ms/step | %.0f tokens/s | %s%s\n",
                                  s.step, s.loss, s.seconds * 1e3, tokens_per_step / s.seconds,

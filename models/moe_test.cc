@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "autograd/value_and_grad.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"
@@ -14,6 +15,7 @@
 #include "tensor/ops/nn.h"
 #include "tensor/ops/routing.h"
 #include "tensor/random.h"
+#include "tensor/testing/compare.h"
 
 namespace shardmap {
 namespace {
@@ -40,7 +42,8 @@ PartitionSpec Spec(std::vector<std::vector<std::string>> dims) { return Partitio
 // `expert_axes` (those the mesh has), the experts' hidden dim over tp when the mesh has it.
 // Outputs: loss = sum(y^2) + aux, y, aux. `dropped` sums the ranks' drops (tp index 0 only).
 testing::ShardMapFactory Factory(MoeConfig cfg, std::vector<std::string> expert_axes,
-                                 std::atomic<int64_t>* dropped = nullptr) {
+                                 std::atomic<int64_t>* dropped = nullptr,
+                                 TypeCheck check = TypeCheck::kOn) {
   return [=](const Mesh& mesh) {
     std::vector<std::string> tokens, experts;
     for (const std::string& a : mesh.axis_names()) {
@@ -68,7 +71,7 @@ testing::ShardMapFactory Factory(MoeConfig cfg, std::vector<std::string> expert_
     return shard_map(fn, mesh,
                      {Spec({tokens, {}}), P(), Spec({experts, {}, t}), Spec({experts, t}),
                       Spec({experts, t, {}}), Spec({experts, {}})},
-                     {P(), Spec({tokens, {}}), P()});
+                     {P(), Spec({tokens, {}}), P()}, ShardMapOptions{.check = check});
   };
 }
 
@@ -218,6 +221,24 @@ TEST(Moe, ExpertParallelMatchesOneDevice) {
     EXPECT_TRUE(testing::ShardedMatchesOneDevice(Factory(cfg, axes, &dropped), meshes, in));
     // Each mesh runs sharded once and on one device once (value_and_grad).
     EXPECT_EQ(dropped.load(), static_cast<int64_t>(meshes.size()) * 2 * one.load());
+  }
+}
+
+// Erased mode (no rules evaluated) computes the same numbers, forward and backward.
+TEST(Moe, ErasedModeGivesTheSameNumbers) {
+  MoeConfig cfg = Config(6, 2, 1.0);
+  const Mesh mesh = *Mesh::Create({{"dp", 2}, {"ep", 3}});
+  absl::StatusOr<ShardMapGrads> on =
+      value_and_grad(Factory(cfg, {"ep"}, nullptr, TypeCheck::kOn)(mesh))(Inputs(6));
+  absl::StatusOr<ShardMapGrads> erased =
+      value_and_grad(Factory(cfg, {"ep"}, nullptr, TypeCheck::kErased)(mesh))(Inputs(6));
+  ASSERT_TRUE(on.ok()) << on.status();
+  ASSERT_TRUE(erased.ok()) << erased.status();
+  for (size_t i = 0; i < on->outputs.size(); ++i) {
+    EXPECT_TRUE(testing::TensorsNear(erased->outputs[i], on->outputs[i], 0, 0)) << "output " << i;
+  }
+  for (size_t i = 0; i < on->grads.size(); ++i) {
+    EXPECT_TRUE(testing::TensorsNear(erased->grads[i], on->grads[i], 0, 0)) << "gradient " << i;
   }
 }
 

@@ -1,6 +1,8 @@
 // Tokens/s of a GPT-2 training step (4 layers, d_model 256, 8 heads, seq 256, vocab 256, batch 8,
 // f32, AdamW + clipping) on 1 device and on dp2, tp2, fsdp2, cp2 (ring attention) over 2 simulated
-// CPU devices.
+// CPU devices; and the same model with MoE MLPs (4 experts, top-2, capacity factor 1.25) on 1
+// device and with the experts over ep2 (moe rows: speedup_vs_1dev is over the 1-device MoE step,
+// dropped_pct the share of assignments over capacity).
 //
 //   bazel run -c opt --config=opt //bench:gpt_bench
 //   bash bench/peers/gpt_torch.sh        # the same model in PyTorch eager, side by side
@@ -46,10 +48,18 @@ struct Measured {
   std::vector<double> seconds;
   double fwd_collective_s = 0;  // per step, rank 0
   double comm_bytes = 0;        // per step, rank 0
+  double dropped_pct = 0;       // MoE: mean share of assignments dropped
 };
 
-Measured Run(const std::string& mesh) {
-  GptLayout layout = *GptLayout::Create(*ParseMesh(mesh), BenchConfig(), false);
+GptConfig MoeConfigFor(bool moe) {
+  GptConfig c = BenchConfig();
+  if (moe) c.moe = MoeConfig{.experts = 4, .topk = 2, .capacity_factor = 1.25, .aux_loss_coef = 0.01};
+  return c;
+}
+
+Measured Run(const std::string& mesh, bool moe) {
+  const GptConfig cfg = MoeConfigFor(moe);
+  GptLayout layout = *GptLayout::Create(*ParseMesh(mesh), cfg, false);
   TrainOptions o;
   o.steps = kWarmup + kMeasured;
   o.batch = 8;
@@ -58,9 +68,10 @@ Measured Run(const std::string& mesh) {
   o.on_step = [&](const StepInfo& s) {
     if (s.step < kWarmup) return;
     m.seconds.push_back(s.seconds);
+    if (s.moe_assignments > 0) m.dropped_pct += 100.0 * s.moe_dropped / s.moe_assignments / kMeasured;
     for (const CollectiveRecord& r : *s.log) m.comm_bytes += r.bytes;
   };
-  TrainResult r = *TrainGpt(layout, InitGpt(BenchConfig(), 1), Tokens(), o);
+  TrainResult r = *TrainGpt(layout, InitGpt(cfg, 1), Tokens(), o);
   for (const TraceEvent& e : r.trace) {
     if (e.rank == 0 && e.category == "collective") m.fwd_collective_s += e.duration_us * 1e-6;
   }
@@ -76,11 +87,12 @@ double MeanRate(const Measured& m) {
   return m.seconds.size() * 8.0 * 256 / s;
 }
 
-void BM_GptStep(benchmark::State& state, const std::string& mesh) {
+void BM_GptStep(benchmark::State& state, const std::string& mesh, bool moe = false) {
   static std::map<std::string, Measured>* cache = new std::map<std::string, Measured>();
-  if (!cache->count("")) (*cache)[""] = Run("");
-  if (!cache->count(mesh)) (*cache)[mesh] = Run(mesh);
-  const Measured& m = (*cache)[mesh];
+  const std::string base = moe ? "moe:" : "", key = base + mesh;
+  if (!cache->count(base)) (*cache)[base] = Run("", moe);
+  if (!cache->count(key)) (*cache)[key] = Run(mesh, moe);
+  const Measured& m = (*cache)[key];
   size_t i = 0;
   for (auto _ : state) {
     state.SetIterationTime(m.seconds[i++ % m.seconds.size()]);
@@ -89,7 +101,8 @@ void BM_GptStep(benchmark::State& state, const std::string& mesh) {
       8.0 * 256 * state.iterations(), benchmark::Counter::kIsRate);
   state.counters["fwd_collective_ms"] = m.fwd_collective_s * 1e3;
   state.counters["comm_KiB"] = m.comm_bytes / 1024;
-  state.counters["speedup_vs_1dev"] = MeanRate(m) / MeanRate((*cache)[""]);
+  state.counters["speedup_vs_1dev"] = MeanRate(m) / MeanRate((*cache)[base]);
+  if (moe) state.counters["dropped_pct"] = m.dropped_pct;
 }
 
 BENCHMARK_CAPTURE(BM_GptStep, "mesh:1/d:256", std::string(""))
@@ -106,6 +119,12 @@ BENCHMARK_CAPTURE(BM_GptStep, "mesh:fsdp2/d:256", std::string("dp_shard=2"))
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GptStep, "mesh:cp2/d:256", std::string("cp=2"))
     ->Name("gpt_step/mesh:cp2/d:256")->UseManualTime()->Iterations(kMeasured)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GptStep, "moe4/mesh:1/d:256", std::string(""), true)
+    ->Name("gpt_step/moe4/mesh:1/d:256")->UseManualTime()->Iterations(kMeasured)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GptStep, "moe4/mesh:ep2/d:256", std::string("ep=2"), true)
+    ->Name("gpt_step/moe4/mesh:ep2/d:256")->UseManualTime()->Iterations(kMeasured)
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -29,16 +29,18 @@
 namespace shardmap {
 namespace {
 
-constexpr const char* kAxisOrder[] = {"dp_replicate", "dp_shard", "dp", "cp", "tp"};
+constexpr const char* kAxisOrder[] = {"dp_replicate", "dp_shard", "dp", "ep", "cp", "tp"};
 
 absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
-// Name, global shape (library layout), the dim split over tp (-1: none), GPT-2-layout rank.
+// Name, global shape (library layout), the dim split over tp (-1: none), GPT-2-layout rank;
+// expert: dim 0 is the expert dim (split over the expert axes).
 struct ParamShape {
   std::string name;
   Shape shape;
   int tp_dim;
   int gpt2_rank;
+  bool expert = false;
 };
 
 std::vector<ParamShape> ParamShapes(const GptConfig& c) {
@@ -55,6 +57,15 @@ std::vector<ParamShape> ParamShapes(const GptConfig& c) {
     v.push_back({h + "attn.c_proj.bias", {d}, -1, 1});
     v.push_back({h + "ln_2.weight", {d}, -1, 1});
     v.push_back({h + "ln_2.bias", {d}, -1, 1});
+    if (c.moe.on()) {
+      const int64_t e = c.moe.experts;
+      v.push_back({h + "mlp.router.weight", {d, e}, -1, 2});
+      v.push_back({h + "mlp.experts.c_fc.weight", {e, d, 4 * d}, 2, 3, true});
+      v.push_back({h + "mlp.experts.c_fc.bias", {e, 4 * d}, 1, 2, true});
+      v.push_back({h + "mlp.experts.c_proj.weight", {e, 4 * d, d}, 1, 3, true});
+      v.push_back({h + "mlp.experts.c_proj.bias", {e, d}, -1, 2, true});
+      continue;
+    }
     v.push_back({h + "mlp.c_fc.weight", {d, 4 * d}, 1, 2});
     v.push_back({h + "mlp.c_fc.bias", {4 * d}, 0, 1});
     v.push_back({h + "mlp.c_proj.weight", {4 * d, d}, 0, 2});
@@ -68,6 +79,46 @@ std::vector<ParamShape> ParamShapes(const GptConfig& c) {
 int AxisSize(const Mesh& mesh, const std::string& name) {
   int i = mesh.AxisIndex(name);
   return i < 0 ? 1 : mesh.axis_size(i);
+}
+
+// MoE checks and the expert axes: the named ones (default "ep" when the mesh has it), in mesh
+// order, each a batch axis; an ep axis without experts is an error.
+absl::Status ResolveExperts(const Mesh& mesh, const std::vector<std::string>& batch_axes,
+                            MoeConfig* moe) {
+  if (!moe->on()) {
+    if (mesh.AxisIndex("ep") >= 0 && AxisSize(mesh, "ep") > 1) {
+      return Invalid(absl::StrCat("mesh ", mesh.ShortString(),
+                                  " has an ep axis but the model has no experts: ep splits the "
+                                  "experts of a MoE MLP; add --experts=N (a multiple of ep)"));
+    }
+    if (!moe->expert_axes.empty()) {
+      return Invalid("expert axes given without experts; add --experts=N");
+    }
+    return absl::OkStatus();
+  }
+  std::vector<std::string> named = moe->expert_axes;
+  if (named.empty() && mesh.AxisIndex("ep") >= 0) named = {"ep"};
+  for (const std::string& a : named) {
+    if (std::find(batch_axes.begin(), batch_axes.end(), a) == batch_axes.end()) {
+      return Invalid(absl::StrCat(
+          "expert axis '", a, "' is not a batch axis of mesh ", mesh.ShortString(),
+          ": experts are split over axes that split the tokens (dp_replicate, dp_shard, dp, ep "
+          "present in the mesh)"));
+    }
+    if (std::count(named.begin(), named.end(), a) > 1) {
+      return Invalid(absl::StrCat("expert axis '", a, "' is given twice"));
+    }
+  }
+  int64_t ways = 1;
+  std::vector<std::string> ordered;
+  for (const std::string& a : mesh.axis_names()) {
+    if (std::find(named.begin(), named.end(), a) != named.end()) {
+      ordered.push_back(a);
+      ways *= AxisSize(mesh, a);
+    }
+  }
+  moe->expert_axes = ordered;
+  return ValidateMoeConfig(*moe, ways);
 }
 
 double NowUs() {
@@ -137,7 +188,7 @@ absl::StatusOr<Mesh> ParseMesh(const std::string& text) {
     for (const char* a : kAxisOrder) known |= kv[0] == a;
     if (!known) {
       return Invalid(absl::StrCat("--mesh: unknown axis '", kv[0],
-                                  "'; the axes are dp, dp_replicate, dp_shard, cp and tp"));
+                                  "'; the axes are dp, dp_replicate, dp_shard, ep, cp and tp"));
     }
     if (n < 1) return Invalid(absl::StrCat("--mesh: axis '", kv[0], "' has size ", n, " (< 1)"));
     if (!sizes.emplace(kv[0], n).second) {
@@ -157,7 +208,7 @@ absl::StatusOr<GptLayout> GptLayout::Create(const Mesh& mesh, const GptConfig& c
     for (const char* a : kAxisOrder) known |= name == a;
     if (!known) {
       return Invalid(absl::StrCat("GPT mesh ", mesh.ShortString(), ": unknown axis '", name,
-                                  "'; use dp, dp_replicate, dp_shard, cp, tp (ParseMesh)"));
+                                  "'; use dp, dp_replicate, dp_shard, ep, cp, tp (ParseMesh)"));
     }
   }
   for (size_t i = 1; i < mesh.axis_names().size(); ++i) {
@@ -191,9 +242,11 @@ absl::StatusOr<GptLayout> GptLayout::Create(const Mesh& mesh, const GptConfig& c
                                 ": the embedding and lm_head are vocab-parallel; pad the vocab "
                                 "to a multiple of tp"));
   }
-  for (const char* a : {"dp_replicate", "dp_shard", "dp"}) {
+  for (const char* a : {"dp_replicate", "dp_shard", "dp", "ep"}) {
     if (mesh.AxisIndex(a) >= 0) l.batch_axes_.push_back(a);
   }
+  if (absl::Status s = ResolveExperts(mesh, l.batch_axes_, &l.cfg_.moe); !s.ok()) return s;
+  const std::vector<std::string>& expert_axes = l.cfg_.moe.expert_axes;
   if (mesh.AxisIndex("dp_shard") >= 0) l.fsdp_ = "dp_shard";
   if (mesh.AxisIndex("cp") >= 0) l.cp_ = "cp";
   const int cp = AxisSize(mesh, "cp");
@@ -202,6 +255,11 @@ absl::StatusOr<GptLayout> GptLayout::Create(const Mesh& mesh, const GptConfig& c
                                 ": context parallelism cuts each sequence into 2*cp chunks "
                                 "(device i holds chunks i and 2cp-1-i); pick seq a multiple of ",
                                 2 * cp, " or a smaller cp"));
+  }
+  if (cfg.moe.on() && AxisSize(mesh, "cp") > 1) {
+    return Invalid(absl::StrCat("MoE with cp=", AxisSize(mesh, "cp"),
+                                ": each sequence is one routing group, and context parallelism "
+                                "splits sequences over devices; drop cp or --experts"));
   }
   const int shard = AxisSize(mesh, "dp_shard");
   for (const ParamShape& p : ParamShapes(cfg)) {
@@ -212,9 +270,12 @@ absl::StatusOr<GptLayout> GptLayout::Create(const Mesh& mesh, const GptConfig& c
     std::vector<std::vector<std::string>> dims(p.shape.size());
     const int tp_dim = l.tp_.on() ? p.tp_dim : -1;
     if (tp_dim >= 0) dims[tp_dim] = {"tp"};
-    if (!l.fsdp_.empty()) {
+    const bool expert_split = p.expert && !expert_axes.empty();
+    if (expert_split) dims[0] = expert_axes;
+    const bool fsdp_free = std::find(dims[0].begin(), dims[0].end(), l.fsdp_) == dims[0].end();
+    if (!l.fsdp_.empty() && fsdp_free) {
       for (int d = 0; d < static_cast<int>(p.shape.size()); ++d) {
-        if (d != tp_dim && p.shape[d] % shard == 0) {
+        if (d != tp_dim && !(expert_split && d == 0) && p.shape[d] % shard == 0) {
           info.fsdp_dim = d;
           dims[d] = {l.fsdp_};
           break;
@@ -276,7 +337,8 @@ std::vector<NamedTensor> InitGpt(const GptConfig& cfg, uint64_t seed) {
 }
 
 Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const Value& ids,
-              const Value& targets, int64_t global_tokens, TypeTrace* block0_types) {
+              const Value& targets, int64_t global_tokens, TypeTrace* block0_types,
+              MoeStats* moe_stats) {
   const GptConfig& c = layout.config();
   const TensorParallel tp = layout.tp();
   // A parameter at use: FSDP shards are all_gathered (the transpose reduce-scatters the grad).
@@ -312,8 +374,33 @@ Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const V
   }
   Value positions(Tensor::FromVector<int64_t>({count}, pos), pos_type);
   x = x + embedding(use("wpe.weight"), positions);
+  Value aux;  // MoE: the layers' load-balancing losses
   for (int64_t i = 0; i < c.layers; ++i) {
     std::string h = absl::StrCat("h.", i, ".");
+    TypeTrace* types = i == 0 ? block0_types : nullptr;
+    if (c.moe.on()) {  // pre-LN block with a MoE MLP (models/moe.h); one group per sequence
+      CausalSelfAttention attn{use(h + "attn.c_attn.weight"), use(h + "attn.c_attn.bias"),
+                               RowParallelLinear{use(h + "attn.c_proj.weight"),
+                                                 use(h + "attn.c_proj.bias"), tp},
+                               c.head_dim(), local_seq, tp, types, layout.cp_axis()};
+      Value y = x + attn(LayerNorm{use(h + "ln_1.weight"), use(h + "ln_1.bias")}(x));
+      Value in = EnterTensorParallel(LayerNorm{use(h + "ln_2.weight"), use(h + "ln_2.bias")}(y),
+                                     tp);
+      MoeMlp moe{use(h + "mlp.router.weight"),       use(h + "mlp.experts.c_fc.weight"),
+                 use(h + "mlp.experts.c_fc.bias"),   use(h + "mlp.experts.c_proj.weight"),
+                 use(h + "mlp.experts.c_proj.bias"), c.moe,
+                 c.seq,                              global_tokens / c.seq,
+                 tp,                                 types};
+      MoeOutput o = moe(in);
+      x = y + o.y;
+      aux = aux.defined() ? aux + o.aux : o.aux;
+      if (moe_stats != nullptr) {
+        moe_stats->dropped += o.dropped;
+        moe_stats->dropped_tokens += o.dropped_tokens;
+        moe_stats->assignments += o.assignments;
+      }
+      continue;
+    }
     Block block{LayerNorm{use(h + "ln_1.weight"), use(h + "ln_1.bias")},
                 CausalSelfAttention{use(h + "attn.c_attn.weight"), use(h + "attn.c_attn.bias"),
                                     RowParallelLinear{use(h + "attn.c_proj.weight"),
@@ -323,13 +410,14 @@ Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const V
                 Mlp{ColumnParallelLinear{use(h + "mlp.c_fc.weight"), use(h + "mlp.c_fc.bias"), tp},
                     RowParallelLinear{use(h + "mlp.c_proj.weight"), use(h + "mlp.c_proj.bias"),
                                       tp}},
-                i == 0 ? block0_types : nullptr};
+                types};
     x = block(x);
   }
   x = EnterTensorParallel(LayerNorm{use("ln_f.weight"), use("ln_f.bias")}(x), tp);
   Value logits = einsum("nd,vd->nv", x, wte);  // lm_head tied to wte: S1 (vocab) on tp
   Value per_row = VocabParallelCrossEntropy(logits, targets, tp);
-  return sum_partial(per_row, {}) / static_cast<double>(global_tokens);
+  Value loss = sum_partial(per_row, {}) / static_cast<double>(global_tokens);
+  return aux.defined() ? loss + aux * c.moe.aux_loss_coef : loss;
 }
 
 void BatchAt(const std::vector<int64_t>& tokens, int64_t step, int64_t batch, int64_t seq,
@@ -479,10 +567,11 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
       std::vector<Value> watched;
       for (const Value& p : params) watched.push_back(tape.Watch(p));
       Value loss;
+      MoeStats moe;
       {
         ScopedRecorder scope(&rec);
         loss = GptLoss(layout, watched, ids, targets, global_tokens,
-                       step == first_step ? options.types : nullptr);
+                       step == first_step ? options.types : nullptr, &moe);
       }
       const double t1 = NowUs();
       std::vector<Value> grad_values = tape.Backward(loss, LossSeed(loss), watched);
@@ -504,6 +593,27 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
         if (loss.type[i].kind == AxisKind::kP) partial.push_back(mesh.axis_names()[i]);
       }
       if (!partial.empty()) loss = all_reduce(loss, Axes(partial));
+      // MoE drops: each rank's counts summed over the batch axes (tp ranks route the same tokens).
+      int64_t moe_dropped = -1, moe_assignments = -1, moe_dropped_tokens = -1;
+      if (c.moe.on()) {
+        moe_dropped = moe.dropped;
+        moe_assignments = moe.assignments;
+        moe_dropped_tokens = moe.dropped_tokens;
+        if (!layout.batch_axes().empty()) {
+          const Axes batch(layout.batch_axes());
+          SpmdType vt(mesh.num_axes());
+          for (const std::string& a : layout.batch_axes()) vt[mesh.AxisIndex(a)] = AxisType::V();
+          Value counts(Tensor::FromVector<double>({3}, {static_cast<double>(moe.dropped),
+                                                        static_cast<double>(moe.assignments),
+                                                        static_cast<double>(moe.dropped_tokens)}),
+                       vt);
+          std::vector<double> sum = all_reduce(reinterpret(counts, batch), batch)
+                                        .tensor.ToVector<double>();
+          moe_dropped = static_cast<int64_t>(sum[0]);
+          moe_assignments = static_cast<int64_t>(sum[1]);
+          moe_dropped_tokens = static_cast<int64_t>(sum[2]);
+        }
+      }
       const double norm = std::sqrt(GlobalGradNormSquared(grad_values));
       const double coef = options.clip > 0 ? ClipCoefficient(norm, options.clip) : 1.0;
       std::vector<NamedTensor> local, grads;
@@ -538,9 +648,11 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
         }
         result.losses.push_back(loss.item());
         result.grad_norms.push_back(norm);
+        if (c.moe.on()) result.moe_dropped.push_back(moe_dropped);
         if (options.on_step) {
           options.on_step(StepInfo{step, loss.item(), norm, (t4 - t0) * 1e-6,
-                                   &ctx.collective_log()});
+                                   &ctx.collective_log(), moe_dropped, moe_assignments,
+                                   moe_dropped_tokens});
         }
         if (step + 1 == first_step + options.steps) {
           result.log = ctx.collective_log();

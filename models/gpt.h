@@ -26,9 +26,12 @@
 //                 chunks i and 2cp-1-i (load-balanced causal work); attention is ring attention
 //                 (models/ring_attention.h); params R over cp, their gradients (P on cp) are
 //                 all_reduced with the data-parallel ones; positions are global positions.
-// Batch rows are split over the batch axes (dp_replicate, dp_shard, dp, in mesh order), then
+//   ep            expert parallelism (with GptConfig::moe, models/moe.h): a batch axis for the
+//                 dense layers; the experts of each MoE MLP are split over it (or over the
+//                 batch axes named in moe.expert_axes) and tokens reach them by all_to_all.
+// Batch rows are split over the batch axes (dp_replicate, dp_shard, dp, ep, in mesh order), then
 // over cp (LoadBalancedRows orders them); the mesh axes are ordered dp_replicate, dp_shard, dp,
-// cp, tp whatever order the user wrote.
+// ep, cp, tp whatever order the user wrote.
 //
 // Parameter layouts are GPT-2's except c_attn, held as [d, 3, d] / [3, d] (q|k|v split out so
 // heads shard over tp); checkpoints reshape it to GPT-2's [d, 3d] / [3d].
@@ -42,6 +45,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/gpt_layers.h"
+#include "models/moe.h"
 #include "models/optimizer.h"
 #include "shardmap/context.h"
 #include "shardmap/mesh.h"
@@ -58,10 +62,16 @@ struct GptConfig {
   int64_t vocab = 32;
   int64_t seq = 8;
   DType dtype = DType::kF32;
+  // Mixture of experts in place of every block's MLP (moe.experts > 0): parameters
+  // h.{i}.mlp.router.weight [d, E] and h.{i}.mlp.experts.{c_fc,c_proj}.{weight,bias}
+  // ([E, d, 4d], [E, 4d], [E, 4d, d], [E, d]); each sequence is one routing group; the loss adds
+  // aux_loss_coef * the layers' load-balancing losses. expert_axes empty: "ep" when the mesh has
+  // it; they must be batch axes (dp_replicate, dp_shard, dp, ep). Not with cp > 1.
+  MoeConfig moe;
   int64_t head_dim() const { return d_model / heads; }
 };
 
-// "dp=2,tp=2" -> a mesh with axes in the canonical order dp_replicate, dp_shard, dp, cp, tp.
+// "dp=2,tp=2" -> a mesh with axes in the canonical order dp_replicate, dp_shard, dp, ep, cp, tp.
 // InvalidArgument for unknown axes, repeated axes, sizes < 1 or a malformed string.
 absl::StatusOr<Mesh> ParseMesh(const std::string& text);
 
@@ -78,7 +88,8 @@ struct ParamInfo {
 class GptLayout {
  public:
   // Checks that the mesh divides heads, vocab, d_model, 4*d_model (tp) and the FSDP dims, and
-  // 2*cp divides seq; sp needs tp. Errors name the quantity, the axis and the fix.
+  // 2*cp divides seq; sp needs tp; an ep axis needs experts, which the expert axes divide.
+  // Errors name the quantity, the axis and the fix.
   static absl::StatusOr<GptLayout> Create(const Mesh& mesh, const GptConfig& cfg, bool sp);
 
   const Mesh& mesh() const { return mesh_; }
@@ -111,14 +122,24 @@ std::vector<NamedTensor> InitGpt(const GptConfig& cfg, uint64_t seed);
 // Per-device forward: the mean cross-entropy's local share (P on the batch axes, R on tp).
 // params: the local shards in layout order (leaves of a tape, or plain values); ids/targets:
 // this rank's rows (int64 [rows], R on tp; under cp in the LoadBalancedRows order).
+// moe: with a MoE model, this rank's dropped (token, expert) assignments and all its
+// assignments are added to it.
+struct MoeStats {
+  int64_t dropped = 0, dropped_tokens = 0, assignments = 0;
+};
 Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const Value& ids,
-              const Value& targets, int64_t global_tokens, TypeTrace* block0_types = nullptr);
+              const Value& targets, int64_t global_tokens, TypeTrace* block0_types = nullptr,
+              MoeStats* moe = nullptr);
 
 struct StepInfo {
   int64_t step = 0;
   double loss = 0, grad_norm = 0;  // mean cross-entropy; global gradient norm before clipping
   double seconds = 0;              // rank 0's wall time of the step
   const std::vector<CollectiveRecord>* log = nullptr;  // rank 0's collectives of the step
+  // MoE: (token, expert) assignments over capacity in the whole step (all layers, all ranks),
+  // tokens that lost all their assignments (summed over layers), and all assignments; -1
+  // without MoE.
+  int64_t moe_dropped = -1, moe_assignments = -1, moe_dropped_tokens = -1;
 };
 
 // One span of a rank's timeline: a phase ("forward", "backward", "grad reduce", "optimizer"),
@@ -164,6 +185,7 @@ struct TrainResult {
   AdamState adam_state;                // trained moments, global
   std::vector<TraceEvent> trace;       // with options.trace: every rank's events
   int64_t steps_done = 0;              // the step count after the run (resumed step + steps)
+  std::vector<int64_t> moe_dropped;    // MoE: dropped assignments per step (StepInfo's)
 };
 
 // Sample b of step s is tokens [(s*B+b)*T, (s*B+b)*T + T + 1) of `tokens`, wrapping around

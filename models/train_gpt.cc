@@ -1,6 +1,7 @@
 // train_gpt: trains GPT-2 (models/gpt.h) on simulated CPU devices with any mix of data, fully
 // sharded, hybrid sharded, tensor, sequence and context parallelism (ring attention over cp),
-// inside one SPMD program.
+// and mixture-of-experts MLPs with expert parallelism (--experts, --mesh=ep=2,...), inside one
+// SPMD program.
 //
 //   bazel run -c opt //models:train_gpt -- --mesh=dp=2,tp=2 --sp
 //       --text=/usr/share/common-licenses/GPL-3 --layers=2 --d_model=64 --heads=4 --seq=64
@@ -24,11 +25,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "models/gpt.h"
 #include "nlohmann/json.hpp"
 #include "shardmap/context.h"
 
-ABSL_FLAG(std::string, mesh, "", "mesh axes, e.g. dp=2,tp=2 or cp=2,tp=2 (axes dp, dp_replicate, dp_shard, cp, tp)");
+ABSL_FLAG(std::string, mesh, "", "mesh axes, e.g. dp=2,tp=2 or cp=2,tp=2 or ep=2 (axes dp, dp_replicate, dp_shard, ep, cp, tp)");
 ABSL_FLAG(bool, sp, false, "sequence parallelism (needs a tp axis)");
 ABSL_FLAG(std::string, devices, "", "cpu:N simulated ranks (default: the mesh size)");
 ABSL_FLAG(int64_t, layers, 2, "transformer blocks");
@@ -52,6 +55,14 @@ ABSL_FLAG(std::string, init, "", "GPT-2 safetensors file to start from");
 ABSL_FLAG(std::string, save, "", "write parameters and AdamW state here (safetensors) at the end");
 ABSL_FLAG(std::string, resume, "", "continue from a file written with --save");
 ABSL_FLAG(std::string, trace, "", "write a Chrome trace-event JSON (open it in Perfetto)");
+ABSL_FLAG(int64_t, experts, 0, "mixture of experts: experts per MoE MLP (0: dense MLP)");
+ABSL_FLAG(int64_t, topk, 1, "MoE: experts each token is routed to");
+ABSL_FLAG(double, capacity, 1.25,
+          "MoE capacity factor: slots per expert and sequence = ceil(factor * seq * topk / experts)");
+ABSL_FLAG(double, aux_loss_coef, 0.01, "MoE: weight of the Switch load-balancing loss");
+ABSL_FLAG(std::string, expert_axes, "",
+          "MoE: comma-separated batch axes the experts are split over (default: ep when the mesh "
+          "has it), e.g. dp or dp_shard,ep");
 ABSL_FLAG(bool, print_types, false, "print the per-device SPMD types inside block 0");
 
 namespace shardmap {
@@ -138,6 +149,14 @@ int Main() {
         "--dtype ", dtype, ": f32 and f64 are supported (bf16 mixed precision is not "
                            "implemented in train_gpt yet)")));
   }
+  cfg.moe.experts = absl::GetFlag(FLAGS_experts);
+  cfg.moe.topk = absl::GetFlag(FLAGS_topk);
+  cfg.moe.capacity_factor = absl::GetFlag(FLAGS_capacity);
+  cfg.moe.aux_loss_coef = absl::GetFlag(FLAGS_aux_loss_coef);
+  for (absl::string_view a :
+       absl::StrSplit(absl::GetFlag(FLAGS_expert_axes), ',', absl::SkipWhitespace())) {
+    cfg.moe.expert_axes.emplace_back(a);
+  }
   absl::StatusOr<Mesh> mesh = ParseMesh(absl::GetFlag(FLAGS_mesh));
   if (!mesh.ok()) return Fail(mesh.status());
   const std::string devices = absl::GetFlag(FLAGS_devices);
@@ -185,6 +204,16 @@ int Main() {
       layout->cp_axis().empty() ? "" : " (cp: ring attention, load-balanced chunks)", mesh->size(),
       o.batch,
       cfg.seq, tokens->size());
+  if (cfg.moe.on()) {
+    const MoeConfig& m = layout->config().moe;
+    std::cout << absl::StrFormat(
+        "MoE MLPs: %d experts, top-%d, capacity %d per expert and sequence (factor %g), aux loss "
+        "coef %g, experts split over %s\n",
+        m.experts, m.topk, MoeCapacity(m.capacity_factor, cfg.seq, m.topk, m.experts),
+        m.capacity_factor, m.aux_loss_coef,
+        m.expert_axes.empty() ? std::string("no axis (all experts on every device)")
+                              : absl::StrJoin(m.expert_axes, " x "));
+  }
   const int64_t tokens_per_step = o.batch * cfg.seq;
   double total_s = 0;
   std::map<std::string, int64_t> total_bytes;
@@ -204,9 +233,15 @@ int Main() {
       total_bytes[op] += b;
     }
     total_s += s.seconds;
-    std::cout << absl::StrFormat("step %d loss %.10g | %.1f ms/step | %.0f tokens/s | %s\n",
+    std::string moe;
+    if (s.moe_dropped >= 0) {
+      moe = absl::StrFormat(" | MoE dropped %d of %d assignments (%.1f%%), %d tokens lost all",
+                            s.moe_dropped, s.moe_assignments,
+                            100.0 * s.moe_dropped / s.moe_assignments, s.moe_dropped_tokens);
+    }
+    std::cout << absl::StrFormat("step %d loss %.10g | %.1f ms/step | %.0f tokens/s | %s%s\n",
                                  s.step, s.loss, s.seconds * 1e3, tokens_per_step / s.seconds,
-                                 comm.empty() ? "no communication" : comm);
+                                 comm.empty() ? "no communication" : comm, moe);
     std::cout.flush();
   };
   absl::StatusOr<TrainResult> r = TrainGpt(*layout, o.init_path.empty() && o.resume_path.empty()
@@ -239,8 +274,8 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "trains GPT-2 with data / fully sharded / hybrid / tensor / sequence / context parallelism on "
-      "simulated CPU devices. Example: train_gpt --mesh=dp=2,tp=2 --sp --text=FILE");
+      "trains GPT-2 with data / fully sharded / hybrid / tensor / sequence / context / expert "
+      "parallelism on simulated CPU devices. Example: train_gpt --mesh=dp=2,tp=2 --sp --text=FILE");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     std::cerr << "train_gpt: unexpected argument '" << rest[1] << "' (flags are --name=value)\n";

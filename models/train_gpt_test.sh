@@ -44,6 +44,24 @@ cp=$(grep '^step 1 loss' <<<"$cp_out" | awk '{print $4}')
 python3 -c "import sys; a,b=float('$one'),float('$cp'); sys.exit(abs(a-b) > 1e-9*abs(a))" \
   || fail "cp2 x tp2: $cp vs $one"
 
+# Expert parallelism: MoE MLPs with the experts over ep=2 give the single-device MoE losses; the
+# dispatch shows as all_to_all bytes and each step prints its dropped assignments. A checkpoint
+# saved on ep2 resumes on one device with the uninterrupted run's loss.
+moe=(--experts=4 --topk=2 --capacity=1.0 --aux_loss_coef=0.01)
+ep_out=$("$bin" "${common[@]}" "${moe[@]}" --mesh=ep=2 --steps=2 --save="$tmp/moe.safetensors")
+grep -q "all_to_all" <<<"$ep_out" || fail "no all_to_all bytes under ep"
+grep -q "^step 1 loss .*MoE dropped [0-9]* of 64 assignments" <<<"$ep_out" || fail "no MoE drops line"
+moe_full=$("$bin" "${common[@]}" "${moe[@]}" --steps=3)
+one=$(grep '^step 1 loss' <<<"$moe_full" | awk '{print $4}')
+ep=$(grep '^step 1 loss' <<<"$ep_out" | awk '{print $4}')
+python3 -c "import sys; a,b=float('$one'),float('$ep'); sys.exit(abs(a-b) > 1e-9*abs(a))" \
+  || fail "ep2 MoE: $ep vs $one"
+full=$(grep '^step 2 loss' <<<"$moe_full" | awk '{print $4}')
+resumed=$("$bin" "${common[@]}" "${moe[@]}" --resume="$tmp/moe.safetensors" --steps=1 \
+          | grep '^step 2 loss' | awk '{print $4}')
+python3 -c "import sys; a,b=float('$full'),float('$resumed'); sys.exit(abs(a-b) > 1e-9*abs(a))" \
+  || fail "MoE resume ep2 -> 1 device: $full vs $resumed"
+
 expect_error() {  # expect_error "message" flags...
   local msg="$1"; shift
   if err=$("$bin" "$@" 2>&1); then fail "accepted: $*"; fi
@@ -62,4 +80,9 @@ expect_error "--devices cpu:3 but the mesh" "${common[@]}" --mesh=dp=2 --devices
 expect_error "no tensor 'h.1.ln_1.weight'" "${common[@]}" --layers=2 --init="$tmp/ck.safetensors"
 expect_error "needs \[256,32\]" "${common[@]}" --d_model=32 --init="$tmp/ck.safetensors"
 expect_error "token id 300 is outside" --data=<(printf '\x2c\x01\x2c\x01\x2c\x01\x2c\x01\x2c\x01\x2c\x01\x2c\x01\x2c\x01\x2c\x01\x2c\x01') --seq=4 --layers=1 --d_model=16 --heads=4
+expect_error "has an ep axis but the model has no experts" "${common[@]}" --mesh=ep=2
+expect_error "3 experts are not divisible by the 2" "${common[@]}" --experts=3 --mesh=ep=2
+expect_error "topk = 5 with 4 experts" "${common[@]}" --experts=4 --topk=5
+expect_error "expert axis 'tp' is not a batch axis" "${common[@]}" --experts=4 --mesh=dp=2,tp=2 --expert_axes=tp
+expect_error "capacity factor 0" "${common[@]}" --experts=4 --capacity=0
 echo PASS

@@ -258,17 +258,25 @@ absl::StatusOr<std::vector<int64_t>> SplitLayers(int64_t layers, int stages,
   return out;
 }
 
+void CreateAllCommunicators(RankContext& ctx) {
+  const int n = ctx.mesh().num_axes();
+  for (AxisMask mask = 1; mask < (AxisMask{1} << n); ++mask) ctx.Comm(mask);
+  ctx.set_number_per_axis_set(true);
+}
+
 PipelineResult RunPipeline(const Timetable& tt, const std::string& axis,
                            const PipelineStage& stage, const std::vector<Value>& params) {
   RankContext& ctx = RankContext::Get("RunPipeline");
-  const int ai = ctx.mesh().AxisIndex(axis);
-  if (ai < 0 || ctx.mesh().axis_size(ai) != tt.stages()) {
+  const int ai = axis.empty() ? -1 : ctx.mesh().AxisIndex(axis);
+  // One stage needs no axis (microbatching only).
+  if ((ai < 0 && tt.stages() != 1) || (ai >= 0 && ctx.mesh().axis_size(ai) != tt.stages())) {
     OpFail("RunPipeline: the timetable has ", tt.stages(), " stages but the mesh ",
            ctx.mesh().ShortString(), " has ",
            ai < 0 ? std::string("no axis '") + axis + "'"
                   : absl::StrCat(ctx.mesh().axis_size(ai), " devices on '", axis, "'"));
   }
-  const int s = ctx.coord(ai);
+  const int s = ai < 0 ? 0 : ctx.coord(ai);
+  CreateAllCommunicators(ctx);
   const int p = tt.stages();
   const bool last = s == p - 1;
   PipeLink link(axis, s, p, stage);
@@ -289,7 +297,7 @@ PipelineResult RunPipeline(const Timetable& tt, const std::string& axis,
         outs[a.microbatch] = link.Send(a.microbatch, y, tape);
       } else {
         // The last stage's loss is its share of the pipeline's (the others add nothing).
-        if (y.type[ai].kind == AxisKind::kV) y = reinterpret(y, axis);
+        if (ai >= 0 && y.type[ai].kind == AxisKind::kV) y = reinterpret(y, axis);
         outs[a.microbatch] = y;
         NoGradScope no_tape;
         Value plain(y.tensor, y.type);

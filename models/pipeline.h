@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "shardmap/context.h"
 #include "shardmap/spmd_type.h"
 #include "shardmap/value.h"
 #include "tensor/tensor.h"
@@ -110,8 +111,17 @@ struct PipelineResult {
   int64_t peak_saved_bytes = 0;  // the tape's peak (activations held for backward)
 };
 
+// Creates every sub-axis communicator of the mesh now, in one order on every rank. Stages issue
+// different collectives (tp inside the embedding on one, inside the loss on another), and a
+// communicator is otherwise made at first use by a world-wide split, which all ranks must then
+// reach in the same order; then numbers collectives per axis set
+// (RankContext::set_number_per_axis_set). RunPipeline calls it; call it first where
+// stage-dependent collectives run before RunPipeline.
+void CreateAllCommunicators(RankContext& ctx);
+
 // Runs one step of `timetable` on this rank (inside RunSpmd / shard_map; the axis must have
-// timetable.stages() devices; stage = axis_index(axis)). Throws OpError.
+// timetable.stages() devices; stage = axis_index(axis); a one-stage timetable may name no axis,
+// "", and then only accumulates over the microbatches). Throws OpError.
 PipelineResult RunPipeline(const Timetable& timetable, const std::string& axis,
                            const PipelineStage& stage, const std::vector<Value>& params);
 

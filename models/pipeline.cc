@@ -35,6 +35,14 @@ std::string ActionName(const PipeAction& a) {
   }
 }
 
+bool SameKinds(const SpmdType& a, const SpmdType& b) {
+  if (a.num_axes() != b.num_axes()) return false;
+  for (int i = 0; i < a.num_axes(); ++i) {
+    if (a[i].kind != b[i].kind) return false;
+  }
+  return true;
+}
+
 // Stage s's actions in its schedule's order.
 std::vector<PipeAction> StageOrder(Schedule schedule, int p, int m, int s) {
   std::vector<PipeAction> order;
@@ -80,9 +88,10 @@ class PipeLink {
 
   // Sends y (microbatch mb) at the end of this tick; returns the pp_send token to seed mb's
   // backward with.
-  Value Send(int mb, const Value& y, Tape& tape) {
-    if (y.shape() != spec_.boundary_shape || y.dtype() != spec_.boundary_dtype ||
-        !(y.type == spec_.boundary_type)) {
+  Value Send(int mb, const Value& y_in, Tape& tape) {
+    if (y_in.shape() != spec_.boundary_shape || y_in.dtype() != spec_.boundary_dtype ||
+        !SameKinds(y_in.type, spec_.boundary_type)) {
+      const Value& y = y_in;
       RankContext* ctx = RankContext::Current();
       const std::vector<std::string> names =
           ctx ? ctx->mesh().axis_names() : std::vector<std::string>{};
@@ -92,11 +101,15 @@ class PipeLink {
              ShapeToString(spec_.boundary_shape), spec_.boundary_type.ToString(names),
              "; every stage must send the boundary's shape, dtype and type");
     }
+    // V and S(d) are one kind (per-device values); ops may forget the d (a reshape), so the
+    // boundary keeps the layout it was declared with.
+    Value y = y_in;
+    y.type = spec_.boundary_type;
     fwd_out_ = y.tensor;
     Value token(Tensor::Empty({0}, y.dtype()), y.type);
     if (y.node >= 0) {
-      const SpmdType dual = Dual(y.type);
-      tape.Record("pp_send", {&y}, token, [this, mb, dual](const Value&, uint32_t, Value* d) {
+      const SpmdType dual = Dual(y_in.type);
+      tape.Record("pp_send", {&y_in}, token, [this, mb, dual](const Value&, uint32_t, Value* d) {
         auto it = bwd_in_.find(mb);
         if (it == bwd_in_.end()) {
           OpFail("pipeline stage ", stage_, ": the cotangent of microbatch ", mb,

@@ -31,7 +31,8 @@
 // stage ran a backward with a predecessor; every rank knows the timetable, so all call the same
 // collectives. A tick's received tensors wait in a per-microbatch inbox until used. Every
 // boundary carries the same shape, dtype and type (what boundary_* say); a stage output that
-// differs is an OpError naming both.
+// differs is an OpError naming both (V and S(d) count as one kind: a stage's ops may forget the
+// S dim of a per-device value; the boundary keeps its declared one).
 #ifndef SHARDMAP_MODELS_PIPELINE_H_
 #define SHARDMAP_MODELS_PIPELINE_H_
 

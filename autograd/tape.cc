@@ -22,6 +22,8 @@ void Tape::Record(const char* op, std::initializer_list<const Value*> inputs, Va
   n.bytes = static_cast<int64_t>(out.tensor.nbytes());
   saved_bytes_ += n.bytes;
   peak_saved_bytes_ = std::max(peak_saved_bytes_, saved_bytes_);
+  recorded_bytes_ += n.bytes;
+  largest_recorded_bytes_ = std::max(largest_recorded_bytes_, n.bytes);
   for (const Value* v : inputs) n.inputs.push_back(v->node);
   out.node = static_cast<int32_t>(nodes_.size());
   nodes_.push_back(std::move(n));

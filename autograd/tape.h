@@ -60,11 +60,14 @@ class Tape : public TapeRecorder {
   size_t size() const { return nodes_.size(); }
   void Clear() {
     nodes_.clear();
-    saved_bytes_ = 0;
+    saved_bytes_ = recorded_bytes_ = largest_recorded_bytes_ = 0;
   }
   int64_t saved_bytes() const { return saved_bytes_; }
   int64_t peak_saved_bytes() const { return peak_saved_bytes_; }
   void ResetPeak() { peak_saved_bytes_ = saved_bytes_; }
+  // Bytes of all recorded outputs since Clear (released or not), and the largest one.
+  int64_t recorded_bytes() const { return recorded_bytes_; }
+  int64_t largest_recorded_bytes() const { return largest_recorded_bytes_; }
 
  private:
   struct Node {
@@ -83,6 +86,7 @@ class Tape : public TapeRecorder {
                       const Value& cot) const;
   std::vector<Node> nodes_;
   int64_t saved_bytes_ = 0, peak_saved_bytes_ = 0;
+  int64_t recorded_bytes_ = 0, largest_recorded_bytes_ = 0;
 };
 
 }  // namespace shardmap

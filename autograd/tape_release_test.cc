@@ -54,6 +54,9 @@ TEST(TapeReleaseTest, PerMicrobatchBackwardsSumToTheWholeBackwardAndFreeTheTape)
   ASSERT_GT(per_mb, 0);
   EXPECT_EQ(held[2], 3 * per_mb);
   EXPECT_EQ(tape.peak_saved_bytes(), 3 * per_mb);
+  EXPECT_EQ(tape.recorded_bytes(), 3 * per_mb);
+  EXPECT_GT(tape.largest_recorded_bytes(), 0);
+  EXPECT_LE(tape.largest_recorded_bytes(), per_mb);
   std::vector<double> acc(3, 0.0);
   for (size_t b = 0; b < xs.size(); ++b) {
     Tensor g = tape.BackwardAndRelease(losses[b], Seed(), {wp})[0].tensor;
@@ -85,6 +88,7 @@ TEST(TapeReleaseTest, PerMicrobatchBackwardsSumToTheWholeBackwardAndFreeTheTape)
   }
   EXPECT_EQ(interleaved.peak_saved_bytes(), per_mb);
   EXPECT_EQ(interleaved.saved_bytes(), 0);
+  EXPECT_EQ(interleaved.recorded_bytes(), 3 * per_mb);  // released, still counted as recorded
   interleaved.Clear();
   interleaved.ResetPeak();
   EXPECT_EQ(interleaved.peak_saved_bytes(), 0);

@@ -183,7 +183,7 @@ struct TrainResult {
   int64_t largest_activation_bytes = 0;
   // Rank 0, first step: the tape's peak of saved activation bytes (Tape::peak_saved_bytes).
   int64_t peak_activation_bytes_per_rank = 0;
-  // Pipeline runs, first step, mean over ranks: the fraction of the step's timetable a rank
+  // Pipeline runs, last step, mean over ranks: the fraction of the step's timetable a rank
   // spent outside forwards and backwards (the measured bubble).
   double pipeline_bubble = 0;
   AdamState adam_state;                // trained moments, global

@@ -295,7 +295,11 @@ absl::StatusOr<TrainResult> TrainGptPipeline(const GptLayout& layout,
         bubbles[rank] = 1.0 - run.busy_us / std::max(run.total_us, 1e-9);
       }
       if (rank == 0) {
-        if (step == 0) result.peak_activation_bytes_per_rank = run.peak_saved_bytes;
+        if (step == 0) {
+          result.peak_activation_bytes_per_rank = run.peak_saved_bytes;
+          result.activation_bytes_per_rank = run.recorded_bytes;
+          result.largest_activation_bytes = run.largest_recorded_bytes;
+        }
         result.losses.push_back(loss);
         result.grad_norms.push_back(norm);
         if (options.on_step) {

@@ -333,6 +333,8 @@ PipelineResult RunPipeline(const Timetable& tt, const std::string& axis,
   }
   r.total_us = NowUs() - start;
   r.peak_saved_bytes = tape.peak_saved_bytes();
+  r.recorded_bytes = tape.recorded_bytes();
+  r.largest_recorded_bytes = tape.largest_recorded_bytes();
   return r;
 }
 

@@ -110,6 +110,8 @@ struct PipelineResult {
   double busy_us = 0;         // time in forwards and backwards
   double total_us = 0;        // the whole timetable, transfers included
   int64_t peak_saved_bytes = 0;  // the tape's peak (activations held for backward)
+  int64_t recorded_bytes = 0;    // all activations the step recorded, and the largest one
+  int64_t largest_recorded_bytes = 0;
 };
 
 // Creates every sub-axis communicator of the mesh now, in one order on every rank. Stages issue

@@ -105,6 +105,31 @@ TEST(GptPipelineMemoryTest, OneFOneBHoldsPOverMOfGpipesActivations) {
             gpt_testing::Reference().peak_activation_bytes_per_rank);
 }
 
+TEST(GptPipelineCollectivesTest, StageZeroSendsEachMicrobatchOnceEachWayAndSharesWte) {
+  // pp2, m=4: stage 0 takes part in 4 forward transfers (its forwards) and 4 backward ones (stage
+  // 1's backwards), each one [18 rows, d 12] f64 activation, then one wte gradient exchange.
+  absl::StatusOr<Mesh> mesh = ParseMesh("pp=2");
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, SmallConfig(), false);
+  ASSERT_TRUE(layout.ok());
+  TrainOptions o = ThreeSteps();
+  o.microbatches = 4;
+  absl::StatusOr<TrainResult> r =
+      TrainGptPipeline(*layout, InitGpt(SmallConfig(), 7), Tokens(500, 24), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  int ppermutes = 0, all_reduces = 0;
+  int64_t ppermute_bytes = 0;
+  for (const CollectiveRecord& c : r->log) {
+    if (std::string(c.op) == "ppermute") {
+      ++ppermutes;
+      ppermute_bytes += c.bytes;
+    }
+    all_reduces += std::string(c.op) == "all_reduce";
+  }
+  EXPECT_EQ(ppermutes, 2 * 4 + 1);
+  EXPECT_EQ(ppermute_bytes, 2 * 4 * (18 * 12 * 8) + 24 * 12 * 8);
+  EXPECT_EQ(all_reduces, 2);  // the norm and the loss (no data-parallel axis)
+}
+
 TEST(GptPipelineValidationTest, ImpossibleLayoutsAreErrorsBeforeTraining) {
   auto error = [](const std::string& mesh, int64_t m, const std::string& schedule) {
     absl::StatusOr<TrainResult> r = TrainPipe(mesh, false, SmallConfig(), m, schedule);

@@ -232,5 +232,32 @@ TEST(PipelineExecutorTest, AStageOutputOfTheWrongShapeIsAnError) {
   EXPECT_THAT(wrong_axis.message(), HasSubstr("the timetable has 2 stages"));
 }
 
+TEST(PipelineCommunicatorsTest, StagesMayIssueDifferentCollectivesButAGroupMustAgree) {
+  Mesh mesh = *Mesh::Create({{"pp", 2}, {"tp", 2}});
+  // Stage 0 reduces over tp once, stage 1 twice: fine once numbered per axis set.
+  absl::Status ok = RunSpmd(mesh, [&](RankContext& ctx) {
+    CreateAllCommunicators(ctx);
+    SpmdType p(2);
+    p[1] = AxisType::P();
+    Value x(Tensor::Full({3}, 1.0, DType::kF64), p);
+    for (int i = 0; i <= ctx.coord(0); ++i) {
+      EXPECT_DOUBLE_EQ(all_reduce(x, "tp").tensor.at(0), 2.0);
+    }
+    Value v(Tensor::Full({2}, ctx.coord(0) + 1.0, DType::kF64), SpmdType(2));
+    v.type[0] = AxisType::V();
+    Value got = ppermute(v, "pp", {{0, 1}, {1, 0}});
+    EXPECT_DOUBLE_EQ(got.tensor.at(0), 2.0 - ctx.coord(0));
+  });
+  EXPECT_TRUE(ok.ok()) << ok;
+  // Inside one tp group the shapes differ: still caught.
+  absl::Status bad = RunSpmd(mesh, [&](RankContext& ctx) {
+    CreateAllCommunicators(ctx);
+    SpmdType p(2);
+    p[1] = AxisType::P();
+    (void)all_reduce(Value(Tensor::Full({2 + ctx.coord(1)}, 1.0, DType::kF64), p), "tp");
+  });
+  EXPECT_THAT(bad.message(), HasSubstr("mismatched collectives"));
+}
+
 }  // namespace
 }  // namespace shardmap

@@ -1,10 +1,11 @@
 // Pipeline-parallel GPT-2 training is a pure refactoring: three f64 AdamW steps with clipping on
 // pp2 (GPipe and 1F1B), pp3 with an uneven split (2,1,1 layers), dp2 x tp2 x pp2 and
-// pp2 x fsdp2 x tp2+sp (8 simulated devices) give the single-device losses and parameters to
+// pp2 x fsdp2 x tp2+sp (8 simulated devices), and one stage accumulating microbatches, give the single-device losses and parameters to
 // 1e-9 relative (the tied wte gradient summed over the first and last stage). 1F1B holds
 // p/m of GPipe's activations on stage 0. Impossible layouts are errors before training.
 #include "models/gpt_pipeline.h"
 
+#include <ostream>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -46,8 +47,13 @@ struct PipeLayout {
   bool four_layers;
 };
 
+void PrintTo(const PipeLayout& l, std::ostream* os) {
+  *os << "mesh '" << l.mesh << "'" << (l.sp ? " sp" : "") << " m=" << l.microbatches << " "
+      << l.schedule << (l.four_layers ? " 4 layers" : "");
+}
+
 std::string Name(const ::testing::TestParamInfo<PipeLayout>& info) {
-  std::string n = absl::StrCat(info.param.mesh, info.param.sp ? "_sp" : "", "_m",
+  std::string n = absl::StrCat(info.param.mesh.empty() ? "one" : info.param.mesh, info.param.sp ? "_sp" : "", "_m",
                                info.param.microbatches, "_", info.param.schedule);
   for (char& c : n) {
     if (c == '=' || c == ',') c = '_';
@@ -88,7 +94,10 @@ INSTANTIATE_TEST_SUITE_P(
                       PipeLayout{"pp=3", false, 6, "1f1b", true},
                       PipeLayout{"pp=3", false, 3, "gpipe", true},
                       PipeLayout{"pp=2,dp=2,tp=2", false, 2, "1f1b", false},
-                      PipeLayout{"pp=2,dp_shard=2,tp=2", true, 3, "1f1b", false}),
+                      PipeLayout{"pp=2,dp_shard=2,tp=2", true, 3, "1f1b", false},
+                      // One stage: gradient accumulation over the microbatches.
+                      PipeLayout{"", false, 3, "gpipe", false},
+                      PipeLayout{"pp=1,dp=2", false, 2, "1f1b", false}),
     Name);
 
 TEST(GptPipelineMemoryTest, OneFOneBHoldsPOverMOfGpipesActivations) {

@@ -79,9 +79,8 @@ class PipeLink {
     Value x(it->second, spec_.boundary_type);
     fwd_in_.erase(it);
     Value token = tape.Watch(Value(Tensor::Empty({0}, x.dtype()), x.type));
-    tape.Record("pp_recv", {&token}, x, [this, mb](const Value& g, uint32_t, Value*) {
+    tape.Record("pp_recv", {&token}, x, [this](const Value& g, uint32_t, Value*) {
       bwd_out_ = g.tensor;  // to the previous stage at the end of this tick
-      bwd_out_mb_ = mb;
     });
     return x;
   }
@@ -126,31 +125,28 @@ class PipeLink {
   // backwards if any stage with a predecessor ran a backward (the same decision on every rank).
   void Exchange(const Timetable& tt, int tick) {
     NoGradScope no_tape;
-    bool fwd = false, bwd = false;
+    // Only the pairs whose source ran the matching action this tick (the same list on every
+    // rank); the other ranks pass a buffer of the same size that nobody reads.
+    std::vector<std::pair<int, int>> fwd, bwd;
     for (int s = 0; s < stages_; ++s) {
       const PipeAction& a = tt.at(tick, s);
-      fwd |= a.kind == PipeAction::kForward && s + 1 < stages_;
-      bwd |= a.kind == PipeAction::kBackward && s > 0;
+      if (a.kind == PipeAction::kForward && s + 1 < stages_) fwd.push_back({s, s + 1});
+      if (a.kind == PipeAction::kBackward && s > 0) bwd.push_back({s, s - 1});
     }
-    if (fwd) {
-      std::vector<std::pair<int, int>> pairs;
-      for (int s = 0; s + 1 < stages_; ++s) pairs.push_back({s, s + 1});
+    if (!fwd.empty()) {
       Value send(fwd_out_.defined() ? fwd_out_ : Zeros(), spec_.boundary_type);
-      Value got = ppermute(send, axis_, pairs);
+      Value got = ppermute(send, axis_, fwd);
       const PipeAction& prev = stage_ > 0 ? tt.at(tick, stage_ - 1) : PipeAction{};
       if (prev.kind == PipeAction::kForward) fwd_in_[prev.microbatch] = got.tensor;
     }
-    if (bwd) {
-      std::vector<std::pair<int, int>> pairs;
-      for (int s = 1; s < stages_; ++s) pairs.push_back({s, s - 1});
+    if (!bwd.empty()) {
       Value send(bwd_out_.defined() ? bwd_out_ : Zeros(), Dual(spec_.boundary_type));
-      Value got = ppermute(send, axis_, pairs);
+      Value got = ppermute(send, axis_, bwd);
       const PipeAction& next = stage_ + 1 < stages_ ? tt.at(tick, stage_ + 1) : PipeAction{};
       if (next.kind == PipeAction::kBackward) bwd_in_[next.microbatch] = got.tensor;
     }
     fwd_out_ = Tensor();
     bwd_out_ = Tensor();
-    bwd_out_mb_ = -1;
   }
 
  private:
@@ -161,7 +157,6 @@ class PipeLink {
   const PipelineStage& spec_;
   std::map<int, Tensor> fwd_in_, bwd_in_;  // by microbatch, received and not yet used
   Tensor fwd_out_, bwd_out_;               // this tick's sends
-  int bwd_out_mb_ = -1;
 };
 
 }  // namespace

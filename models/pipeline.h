@@ -28,8 +28,8 @@
 // is one Tape::BackwardAndRelease seeded at its pp_send (its loss on the last stage). The data
 // move at the end of each tick in lockstep: one typed ppermute over the axis forwards
 // (s -> s+1) when some stage ran a forward with a successor, one backwards (s -> s-1) when some
-// stage ran a backward with a predecessor; every rank knows the timetable, so all call the same
-// collectives. A tick's received tensors wait in a per-microbatch inbox until used. Every
+// stage ran a backward with a predecessor (pairs from those stages only); every rank knows the
+// timetable, so all call the same collectives. A tick's received tensors wait in a per-microbatch inbox until used. Every
 // boundary carries the same shape, dtype and type (what boundary_* say); a stage output that
 // differs is an OpError naming both (V and S(d) count as one kind: a stage's ops may forget the
 // S dim of a per-device value; the boundary keeps its declared one).

@@ -1,5 +1,7 @@
 #include "autograd/tape.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "shardmap/context.h"
 #include "shardmap/ops.h"
@@ -17,6 +19,11 @@ Value Tape::Watch(const Value& v) {
 void Tape::Record(const char* op, std::initializer_list<const Value*> inputs, Value& out,
                   VjpFn vjp) {
   Node n{op, {}, std::move(vjp), out.type, out.shape(), out.dtype()};
+  n.bytes = static_cast<int64_t>(out.tensor.nbytes());
+  saved_bytes_ += n.bytes;
+  peak_saved_bytes_ = std::max(peak_saved_bytes_, saved_bytes_);
+  recorded_bytes_ += n.bytes;
+  largest_recorded_bytes_ = std::max(largest_recorded_bytes_, n.bytes);
   for (const Value* v : inputs) n.inputs.push_back(v->node);
   out.node = static_cast<int32_t>(nodes_.size());
   nodes_.push_back(std::move(n));
@@ -54,6 +61,16 @@ void Tape::CheckCotangent(const Node& consumer, int input_pos, const Node& prima
 
 std::vector<Value> Tape::Backward(const Value& out, const Value& seed,
                                   absl::Span<const Value> wrt) {
+  return Run(out, seed, wrt, /*release=*/false);
+}
+
+std::vector<Value> Tape::BackwardAndRelease(const Value& out, const Value& seed,
+                                            absl::Span<const Value> wrt) {
+  return Run(out, seed, wrt, /*release=*/true);
+}
+
+std::vector<Value> Tape::Run(const Value& out, const Value& seed, absl::Span<const Value> wrt,
+                             bool release) {
   RankContext* ctx = RankContext::Current();
   bool checked = ctx == nullptr || ctx->checked();
   std::vector<Value> grads(nodes_.size());
@@ -79,7 +96,25 @@ std::vector<Value> Tape::Backward(const Value& out, const Value& seed,
   absl::InlinedVector<Value, 4> cots;
   for (int32_t i = out.node; i >= 0; --i) {
     Node& n = nodes_[i];
-    if (!grads[i].defined() || !n.vjp) continue;
+    if (!grads[i].defined()) continue;
+    if (n.released) {
+      OpFail("backward of '", n.op, "' (tape slot ", i, "): a cotangent reached an op whose VJP an "
+             "earlier BackwardAndRelease already ran and freed; each op may belong to one "
+             "released backward pass only (do not share activations between microbatches)");
+    }
+    if (!n.vjp) continue;
+    // Dropped after this node's VJP has run (or at once when it needs nothing).
+    struct Release {
+      Tape* tape;
+      Node* n;
+      bool on;
+      ~Release() {
+        if (!on) return;
+        n->vjp = nullptr;
+        n->released = true;
+        tape->saved_bytes_ -= n->bytes;
+      }
+    } drop{this, &n, release};
     uint32_t need = 0;
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       if (n.inputs[k] >= 0) need |= 1u << k;

@@ -16,6 +16,14 @@
 // V<->V; a V cotangent of an S(d) primal is accepted, a different S(d') is not), the same shape
 // and dtype. Violations throw OpError naming the op, the input and both types. Collectives run by
 // VJPs are logged as backward in the RankContext.
+//
+// Several backward passes over one tape (pipeline microbatches, models/pipeline.h): each
+// microbatch's forward records its own subgraph, and BackwardAndRelease(out_m, ...) runs the VJPs
+// of the ops out_m depends on and then drops them (their closures hold the saved tensors), so a
+// later pass never sees them again; a cotangent that reaches a released op is an error.
+// Accounting: saved_bytes() is the bytes of the outputs of recorded ops whose VJP is still held
+// (the activations the tape keeps alive, the measure TrainResult reports), peak_saved_bytes() its
+// maximum since construction, Clear() or ResetPeak().
 #ifndef SHARDMAP_AUTOGRAD_TAPE_H_
 #define SHARDMAP_AUTOGRAD_TAPE_H_
 
@@ -45,9 +53,21 @@ class Tape : public TapeRecorder {
   // Cotangents of `wrt` (leaves or any recorded values) given `seed`, the cotangent of `out`.
   // Unreached entries come back as zeros of the dual type. Throws OpError.
   std::vector<Value> Backward(const Value& out, const Value& seed, absl::Span<const Value> wrt);
+  // Backward, then releases every op it ran (or reached): their VJPs and saved tensors are freed.
+  std::vector<Value> BackwardAndRelease(const Value& out, const Value& seed,
+                                        absl::Span<const Value> wrt);
 
   size_t size() const { return nodes_.size(); }
-  void Clear() { nodes_.clear(); }
+  void Clear() {
+    nodes_.clear();
+    saved_bytes_ = recorded_bytes_ = largest_recorded_bytes_ = 0;
+  }
+  int64_t saved_bytes() const { return saved_bytes_; }
+  int64_t peak_saved_bytes() const { return peak_saved_bytes_; }
+  void ResetPeak() { peak_saved_bytes_ = saved_bytes_; }
+  // Bytes of all recorded outputs since Clear (released or not), and the largest one.
+  int64_t recorded_bytes() const { return recorded_bytes_; }
+  int64_t largest_recorded_bytes() const { return largest_recorded_bytes_; }
 
  private:
   struct Node {
@@ -57,10 +77,16 @@ class Tape : public TapeRecorder {
     SpmdType type;
     Shape shape;
     DType dtype;
+    int64_t bytes = 0;      // the output's bytes, counted in saved_bytes_ while held
+    bool released = false;  // its VJP was run and dropped by BackwardAndRelease
   };
+  std::vector<Value> Run(const Value& out, const Value& seed, absl::Span<const Value> wrt,
+                         bool release);
   void CheckCotangent(const Node& consumer, int input_pos, const Node& primal,
                       const Value& cot) const;
   std::vector<Node> nodes_;
+  int64_t saved_bytes_ = 0, peak_saved_bytes_ = 0;
+  int64_t recorded_bytes_ = 0, largest_recorded_bytes_ = 0;
 };
 
 }  // namespace shardmap

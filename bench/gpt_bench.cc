@@ -1,8 +1,9 @@
 // Tokens/s of a GPT-2 training step (4 layers, d_model 256, 8 heads, seq 256, vocab 256, batch 8,
-// f32, AdamW + clipping) on 1 device and on dp2, tp2, fsdp2, cp2 (ring attention) over 2 simulated
-// CPU devices; and the same model with MoE MLPs (4 experts, top-2, capacity factor 1.25) on 1
-// device and with the experts over ep2 (moe rows: speedup_vs_1dev is over the 1-device MoE step,
-// dropped_pct the share of assignments over capacity).
+// f32, AdamW + clipping) on 1 device and on dp2, tp2, fsdp2, cp2 (ring attention), pp2 (1F1B, 4
+// microbatches, models/gpt_pipeline.h) over 2 simulated CPU devices; and the same model with MoE
+// MLPs (4 experts, top-2, capacity factor 1.25) on 1 device and with the experts over ep2 (moe
+// rows: speedup_vs_1dev is over the 1-device MoE step, dropped_pct the share of assignments over
+// capacity).
 //
 //   bazel run -c opt --config=opt //bench:gpt_bench
 //   bash bench/peers/gpt_torch.sh        # the same model in PyTorch eager, side by side
@@ -11,12 +12,14 @@
 // step's wall time (manual time). Counters: tokens/s; fwd_collective_ms, the forward ops that
 // were collectives (from the per-rank trace; backward collectives are not timed separately);
 // comm_KiB per step (rank 0); and speedup_vs_1dev, this step's rate over the 1-device step's.
+// The pipeline trainer records no trace, so pp2's fwd_collective_ms is 0 (not measured).
 #include <map>
 #include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
 #include "models/gpt.h"
+#include "models/gpt_pipeline.h"
 
 namespace shardmap {
 namespace {
@@ -63,7 +66,12 @@ Measured Run(const std::string& mesh, bool moe) {
   TrainOptions o;
   o.steps = kWarmup + kMeasured;
   o.batch = 8;
-  o.trace = true;
+  const bool pp = mesh.rfind("pp=", 0) == 0;
+  o.trace = !pp;
+  if (pp) {
+    o.microbatches = 4;
+    o.schedule = "1f1b";
+  }
   Measured m;
   o.on_step = [&](const StepInfo& s) {
     if (s.step < kWarmup) return;
@@ -71,7 +79,8 @@ Measured Run(const std::string& mesh, bool moe) {
     if (s.moe_assignments > 0) m.dropped_pct += 100.0 * s.moe_dropped / s.moe_assignments / kMeasured;
     for (const CollectiveRecord& r : *s.log) m.comm_bytes += r.bytes;
   };
-  TrainResult r = *TrainGpt(layout, InitGpt(cfg, 1), Tokens(), o);
+  TrainResult r = pp ? *TrainGptPipeline(layout, InitGpt(cfg, 1), Tokens(), o)
+                     : *TrainGpt(layout, InitGpt(cfg, 1), Tokens(), o);
   for (const TraceEvent& e : r.trace) {
     if (e.rank == 0 && e.category == "collective") m.fwd_collective_s += e.duration_us * 1e-6;
   }
@@ -119,6 +128,9 @@ BENCHMARK_CAPTURE(BM_GptStep, "mesh:fsdp2/d:256", std::string("dp_shard=2"))
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GptStep, "mesh:cp2/d:256", std::string("cp=2"))
     ->Name("gpt_step/mesh:cp2/d:256")->UseManualTime()->Iterations(kMeasured)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GptStep, "mesh:pp2/d:256", std::string("pp=2"))
+    ->Name("gpt_step/mesh:pp2/d:256")->UseManualTime()->Iterations(kMeasured)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GptStep, "moe4/mesh:1/d:256", std::string(""), true)
     ->Name("gpt_step/moe4/mesh:1/d:256")->UseManualTime()->Iterations(kMeasured)

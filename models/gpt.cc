@@ -29,7 +29,7 @@
 namespace shardmap {
 namespace {
 
-constexpr const char* kAxisOrder[] = {"dp_replicate", "dp_shard", "dp", "ep", "cp", "tp"};
+constexpr const char* kAxisOrder[] = {"pp", "dp_replicate", "dp_shard", "dp", "ep", "cp", "tp"};
 
 absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
@@ -188,7 +188,7 @@ absl::StatusOr<Mesh> ParseMesh(const std::string& text) {
     for (const char* a : kAxisOrder) known |= kv[0] == a;
     if (!known) {
       return Invalid(absl::StrCat("--mesh: unknown axis '", kv[0],
-                                  "'; the axes are dp, dp_replicate, dp_shard, ep, cp and tp"));
+                                  "'; the axes are pp, dp, dp_replicate, dp_shard, ep, cp and tp"));
     }
     if (n < 1) return Invalid(absl::StrCat("--mesh: axis '", kv[0], "' has size ", n, " (< 1)"));
     if (!sizes.emplace(kv[0], n).second) {
@@ -208,7 +208,7 @@ absl::StatusOr<GptLayout> GptLayout::Create(const Mesh& mesh, const GptConfig& c
     for (const char* a : kAxisOrder) known |= name == a;
     if (!known) {
       return Invalid(absl::StrCat("GPT mesh ", mesh.ShortString(), ": unknown axis '", name,
-                                  "'; use dp, dp_replicate, dp_shard, ep, cp, tp (ParseMesh)"));
+                                  "'; use pp, dp, dp_replicate, dp_shard, ep, cp, tp (ParseMesh)"));
     }
   }
   for (size_t i = 1; i < mesh.axis_names().size(); ++i) {
@@ -249,6 +249,18 @@ absl::StatusOr<GptLayout> GptLayout::Create(const Mesh& mesh, const GptConfig& c
   const std::vector<std::string>& expert_axes = l.cfg_.moe.expert_axes;
   if (mesh.AxisIndex("dp_shard") >= 0) l.fsdp_ = "dp_shard";
   if (mesh.AxisIndex("cp") >= 0) l.cp_ = "cp";
+  if (mesh.AxisIndex("pp") >= 0) {
+    if (mesh.AxisIndex("pp") != 0) {
+      return Invalid(absl::StrCat("GPT mesh ", mesh.ShortString(),
+                                  ": pp must be the first axis (ParseMesh orders them)"));
+    }
+    l.pp_ = "pp";
+    if (!l.cp_.empty() && AxisSize(mesh, "pp") > 1) {
+      return Invalid(absl::StrCat("GPT mesh ", mesh.ShortString(),
+                                  ": pipeline (pp) with context parallelism (cp) is not "
+                                  "supported; drop one of them"));
+    }
+  }
   const int cp = AxisSize(mesh, "cp");
   if (cfg.seq % (2 * cp) != 0) {
     return Invalid(absl::StrCat("seq ", cfg.seq, " is not divisible by 2*cp = ", 2 * cp,
@@ -304,6 +316,8 @@ int GptLayout::batch_ways() const {
 
 int GptLayout::cp_ways() const { return AxisSize(mesh_, "cp"); }
 
+int GptLayout::pp_ways() const { return AxisSize(mesh_, "pp"); }
+
 PartitionSpec GptLayout::RowSpec(bool with_sp) const {
   std::vector<std::string> axes = batch_axes_;
   if (!cp_.empty()) axes.push_back(cp_);
@@ -336,20 +350,10 @@ std::vector<NamedTensor> InitGpt(const GptConfig& cfg, uint64_t seed) {
   return out;
 }
 
-Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const Value& ids,
-              const Value& targets, int64_t global_tokens, TypeTrace* block0_types,
-              MoeStats* moe_stats) {
+Value GptEmbed(const GptLayout& layout, const ParamFn& use, const Value& ids) {
   const GptConfig& c = layout.config();
   const TensorParallel tp = layout.tp();
-  // A parameter at use: FSDP shards are all_gathered (the transpose reduce-scatters the grad).
-  auto use = [&](const std::string& name) {
-    int i = layout.Find(name);
-    const ParamInfo& info = layout.params()[i];
-    return info.fsdp_dim >= 0 ? all_gather(params[i], info.fsdp_dim, layout.fsdp_axis())
-                              : params[i];
-  };
-  Value wte = use("wte.weight");
-  Value x = VocabParallelEmbedding{wte, tp}(ids);
+  Value x = VocabParallelEmbedding{use("wte.weight"), tp}(ids);
   // Positions of this rank's rows (batch-major rows; under SP the tp chunk of them; under cp
   // each sequence's load-balanced chunks, seq/cp tokens).
   const int64_t rows = ids.dim(0);
@@ -373,51 +377,92 @@ Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const V
                     : (first + r) % c.seq;
   }
   Value positions(Tensor::FromVector<int64_t>({count}, pos), pos_type);
-  x = x + embedding(use("wpe.weight"), positions);
-  Value aux;  // MoE: the layers' load-balancing losses
-  for (int64_t i = 0; i < c.layers; ++i) {
-    std::string h = absl::StrCat("h.", i, ".");
-    TypeTrace* types = i == 0 ? block0_types : nullptr;
-    if (c.moe.on()) {  // pre-LN block with a MoE MLP (models/moe.h); one group per sequence
-      CausalSelfAttention attn{use(h + "attn.c_attn.weight"), use(h + "attn.c_attn.bias"),
-                               RowParallelLinear{use(h + "attn.c_proj.weight"),
-                                                 use(h + "attn.c_proj.bias"), tp},
-                               c.head_dim(), local_seq, tp, types, layout.cp_axis()};
-      Value y = x + attn(LayerNorm{use(h + "ln_1.weight"), use(h + "ln_1.bias")}(x));
-      Value in = EnterTensorParallel(LayerNorm{use(h + "ln_2.weight"), use(h + "ln_2.bias")}(y),
-                                     tp);
-      MoeMlp moe{use(h + "mlp.router.weight"),       use(h + "mlp.experts.c_fc.weight"),
-                 use(h + "mlp.experts.c_fc.bias"),   use(h + "mlp.experts.c_proj.weight"),
-                 use(h + "mlp.experts.c_proj.bias"), c.moe,
-                 c.seq,                              global_tokens / c.seq,
-                 tp,                                 types};
-      MoeOutput o = moe(in);
-      x = y + o.y;
-      aux = aux.defined() ? aux + o.aux : o.aux;
-      if (moe_stats != nullptr) {
-        moe_stats->dropped += o.dropped;
-        moe_stats->dropped_tokens += o.dropped_tokens;
-        moe_stats->assignments += o.assignments;
-      }
-      continue;
+  return x + embedding(use("wpe.weight"), positions);
+}
+
+Value GptBlock(const GptLayout& layout, const ParamFn& use, int64_t i, const Value& x,
+               TypeTrace* types, MoeAccum* moe_accum) {
+  const GptConfig& c = layout.config();
+  const TensorParallel tp = layout.tp();
+  const int64_t local_seq = c.seq / layout.cp_ways();
+  std::string h = absl::StrCat("h.", i, ".");
+  if (c.moe.on()) {  // pre-LN block with a MoE MLP (models/moe.h); one group per sequence
+    if (moe_accum == nullptr) {
+      OpFail("GptBlock ", i, ": a MoE model needs a MoeAccum for its load-balancing loss and "
+             "drop counts");
     }
-    Block block{LayerNorm{use(h + "ln_1.weight"), use(h + "ln_1.bias")},
-                CausalSelfAttention{use(h + "attn.c_attn.weight"), use(h + "attn.c_attn.bias"),
-                                    RowParallelLinear{use(h + "attn.c_proj.weight"),
-                                                      use(h + "attn.c_proj.bias"), tp},
-                                    c.head_dim(), local_seq, tp, nullptr, layout.cp_axis()},
-                LayerNorm{use(h + "ln_2.weight"), use(h + "ln_2.bias")},
-                Mlp{ColumnParallelLinear{use(h + "mlp.c_fc.weight"), use(h + "mlp.c_fc.bias"), tp},
-                    RowParallelLinear{use(h + "mlp.c_proj.weight"), use(h + "mlp.c_proj.bias"),
-                                      tp}},
-                types};
-    x = block(x);
+    CausalSelfAttention attn{use(h + "attn.c_attn.weight"), use(h + "attn.c_attn.bias"),
+                             RowParallelLinear{use(h + "attn.c_proj.weight"),
+                                               use(h + "attn.c_proj.bias"), tp},
+                             c.head_dim(), local_seq, tp, types, layout.cp_axis()};
+    Value y = x + attn(LayerNorm{use(h + "ln_1.weight"), use(h + "ln_1.bias")}(x));
+    Value in = EnterTensorParallel(LayerNorm{use(h + "ln_2.weight"), use(h + "ln_2.bias")}(y),
+                                   tp);
+    MoeMlp moe{use(h + "mlp.router.weight"),       use(h + "mlp.experts.c_fc.weight"),
+               use(h + "mlp.experts.c_fc.bias"),   use(h + "mlp.experts.c_proj.weight"),
+               use(h + "mlp.experts.c_proj.bias"), c.moe,
+               c.seq,                              moe_accum->total_groups,
+               tp,                                 types};
+    MoeOutput o = moe(in);
+    moe_accum->aux = moe_accum->aux.defined() ? moe_accum->aux + o.aux : o.aux;
+    moe_accum->stats.dropped += o.dropped;
+    moe_accum->stats.dropped_tokens += o.dropped_tokens;
+    moe_accum->stats.assignments += o.assignments;
+    return y + o.y;
   }
-  x = EnterTensorParallel(LayerNorm{use("ln_f.weight"), use("ln_f.bias")}(x), tp);
-  Value logits = einsum("nd,vd->nv", x, wte);  // lm_head tied to wte: S1 (vocab) on tp
+  Block block{LayerNorm{use(h + "ln_1.weight"), use(h + "ln_1.bias")},
+              CausalSelfAttention{use(h + "attn.c_attn.weight"), use(h + "attn.c_attn.bias"),
+                                  RowParallelLinear{use(h + "attn.c_proj.weight"),
+                                                    use(h + "attn.c_proj.bias"), tp},
+                                  c.head_dim(), local_seq, tp, nullptr, layout.cp_axis()},
+              LayerNorm{use(h + "ln_2.weight"), use(h + "ln_2.bias")},
+              Mlp{ColumnParallelLinear{use(h + "mlp.c_fc.weight"), use(h + "mlp.c_fc.bias"), tp},
+                  RowParallelLinear{use(h + "mlp.c_proj.weight"), use(h + "mlp.c_proj.bias"),
+                                    tp}},
+              types};
+  return block(x);
+}
+
+Value GptHead(const GptLayout& layout, const ParamFn& use, const Value& x, const Value& targets,
+              int64_t global_tokens) {
+  const TensorParallel tp = layout.tp();
+  Value h = EnterTensorParallel(LayerNorm{use("ln_f.weight"), use("ln_f.bias")}(x), tp);
+  Value logits = einsum("nd,vd->nv", h, use("wte.weight"));  // lm_head tied to wte: S1 on tp
   Value per_row = VocabParallelCrossEntropy(logits, targets, tp);
-  Value loss = sum_partial(per_row, {}) / static_cast<double>(global_tokens);
-  return aux.defined() ? loss + aux * c.moe.aux_loss_coef : loss;
+  return sum_partial(per_row, {}) / static_cast<double>(global_tokens);
+}
+
+ParamFn GptParamUse(const GptLayout& layout, const std::vector<Value>& params) {
+  // A parameter at use: FSDP shards are all_gathered (the transpose reduce-scatters the grad).
+  return [&layout, &params](const std::string& name) {
+    int i = layout.Find(name);
+    const ParamInfo& info = layout.params()[i];
+    return info.fsdp_dim >= 0 ? all_gather(params[i], info.fsdp_dim, layout.fsdp_axis())
+                              : params[i];
+  };
+}
+
+Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const Value& ids,
+              const Value& targets, int64_t global_tokens, TypeTrace* block0_types,
+              MoeStats* moe_stats) {
+  // wte is used twice (embedding and lm_head): gathered once under FSDP.
+  const ParamFn gathered = GptParamUse(layout, params);
+  const Value wte = gathered("wte.weight");
+  const ParamFn use = [&](const std::string& name) {
+    return name == "wte.weight" ? wte : gathered(name);
+  };
+  Value x = GptEmbed(layout, use, ids);
+  MoeAccum moe{global_tokens / layout.config().seq, Value(), MoeStats()};
+  for (int64_t i = 0; i < layout.config().layers; ++i) {
+    x = GptBlock(layout, use, i, x, i == 0 ? block0_types : nullptr, &moe);
+  }
+  if (moe_stats != nullptr) {
+    moe_stats->dropped += moe.stats.dropped;
+    moe_stats->dropped_tokens += moe.stats.dropped_tokens;
+    moe_stats->assignments += moe.stats.assignments;
+  }
+  Value loss = GptHead(layout, use, x, targets, global_tokens);
+  return moe.aux.defined() ? loss + moe.aux * layout.config().moe.aux_loss_coef : loss;
 }
 
 void BatchAt(const std::vector<int64_t>& tokens, int64_t step, int64_t batch, int64_t seq,
@@ -464,6 +509,15 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
   const GptConfig& c = layout.config();
   const Mesh& mesh = layout.mesh();
   const int ways = layout.batch_ways();
+  if (layout.pp_ways() > 1) {
+    return Invalid(absl::StrCat("mesh ", mesh.ShortString(), " has pp=", layout.pp_ways(),
+                                ": pipeline parallelism trains with TrainGptPipeline "
+                                "(models/gpt_pipeline.h)"));
+  }
+  if (options.microbatches != 1) {
+    return Invalid(absl::StrCat("microbatches ", options.microbatches,
+                                ": microbatches are a pipeline (pp > 1) setting"));
+  }
   if (options.batch < 1 || options.batch % ways != 0) {
     return Invalid(absl::StrCat("batch ", options.batch, " is not divisible by the ", ways,
                                 " data-parallel ways of mesh ", mesh.ShortString()));
@@ -575,6 +629,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
       }
       const double t1 = NowUs();
       std::vector<Value> grad_values = tape.Backward(loss, LossSeed(loss), watched);
+      const int64_t peak_saved = tape.peak_saved_bytes();
       tape.Clear();  // drop the saved activations now
       loss.node = -1;
       const double t2 = NowUs();
@@ -644,6 +699,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
       if (rank == 0) {
         if (step == first_step) {
           result.activation_bytes_per_rank = rec.activation_bytes();
+          result.peak_activation_bytes_per_rank = peak_saved;
           result.largest_activation_bytes = rec.largest_activation();
         }
         result.losses.push_back(loss.item());

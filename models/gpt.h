@@ -30,8 +30,9 @@
 //                 dense layers; the experts of each MoE MLP are split over it (or over the
 //                 batch axes named in moe.expert_axes) and tokens reach them by all_to_all.
 // Batch rows are split over the batch axes (dp_replicate, dp_shard, dp, ep, in mesh order), then
-// over cp (LoadBalancedRows orders them); the mesh axes are ordered dp_replicate, dp_shard, dp,
-// ep, cp, tp whatever order the user wrote.
+// over cp (LoadBalancedRows orders them); the mesh axes are ordered pp, dp_replicate, dp_shard,
+// dp, ep, cp, tp whatever order the user wrote. A pp axis > 1 (pipeline stages) trains with
+// TrainGptPipeline (models/gpt_pipeline.h); GptEmbed / GptBlock / GptHead are its stage pieces.
 //
 // Parameter layouts are GPT-2's except c_attn, held as [d, 3, d] / [3, d] (q|k|v split out so
 // heads shard over tp); checkpoints reshape it to GPT-2's [d, 3d] / [3d].
@@ -71,7 +72,8 @@ struct GptConfig {
   int64_t head_dim() const { return d_model / heads; }
 };
 
-// "dp=2,tp=2" -> a mesh with axes in the canonical order dp_replicate, dp_shard, dp, ep, cp, tp.
+// "dp=2,tp=2" -> a mesh with axes in the canonical order pp, dp_replicate, dp_shard, dp, ep, cp,
+// tp.
 // InvalidArgument for unknown axes, repeated axes, sizes < 1 or a malformed string.
 absl::StatusOr<Mesh> ParseMesh(const std::string& text);
 
@@ -102,6 +104,8 @@ class GptLayout {
   int batch_ways() const;  // product of the batch axes' sizes
   const std::string& cp_axis() const { return cp_; }  // "" without cp
   int cp_ways() const;                                 // 1 without cp
+  const std::string& pp_axis() const { return pp_; }  // "" without pp
+  int pp_ways() const;                                 // 1 without pp
   // Rows [rows, ...] of a batch: split over the batch axes, cp (and tp under SP).
   PartitionSpec RowSpec(bool with_sp) const;
 
@@ -111,7 +115,7 @@ class GptLayout {
   TensorParallel tp_;
   std::string fsdp_;
   std::vector<std::string> batch_axes_;
-  std::string cp_;
+  std::string cp_, pp_;
   std::vector<ParamInfo> params_;
 };
 
@@ -130,6 +134,26 @@ struct MoeStats {
 Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const Value& ids,
               const Value& targets, int64_t global_tokens, TypeTrace* block0_types = nullptr,
               MoeStats* moe = nullptr);
+
+// The pieces of GptLoss (pipeline stages run them separately). use(name): the parameter at use
+// (GptParamUse: the local shard, all_gathered under FSDP). GptEmbed: token + position
+// embeddings of `ids` [rows]; GptBlock: block i; GptHead: ln_f, the tied lm_head (use("wte"))
+// and the mean cross-entropy's local share.
+using ParamFn = std::function<Value(const std::string&)>;
+ParamFn GptParamUse(const GptLayout& layout, const std::vector<Value>& params);
+Value GptEmbed(const GptLayout& layout, const ParamFn& use, const Value& ids);
+// MoE blocks' side outputs, summed over blocks: the load-balancing loss (add it times
+// moe.aux_loss_coef to the loss) and the drop counts; total_groups: sequences in the global batch
+// (one routing group per sequence). GptBlock of a MoE model needs one.
+struct MoeAccum {
+  int64_t total_groups = 0;
+  Value aux;
+  MoeStats stats;
+};
+Value GptBlock(const GptLayout& layout, const ParamFn& use, int64_t i, const Value& x,
+               TypeTrace* types = nullptr, MoeAccum* moe = nullptr);
+Value GptHead(const GptLayout& layout, const ParamFn& use, const Value& x, const Value& targets,
+              int64_t global_tokens);
 
 struct StepInfo {
   int64_t step = 0;
@@ -154,6 +178,11 @@ struct TraceEvent {
 struct TrainOptions {
   int64_t steps = 1;
   int64_t batch = 4;  // global sequences per step
+  // Pipeline (TrainGptPipeline, pp > 1): microbatches per step and the schedule ("gpipe" or
+  // "1f1b"); stage_layers: layers per stage (empty: as even as possible).
+  int64_t microbatches = 1;
+  std::string schedule = "1f1b";
+  std::vector<int64_t> stage_layers;
   AdamWOptions adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
   double clip = 1.0;  // global-norm clipping (<= 0: off)
   // Called on rank 0 after each step.
@@ -182,6 +211,11 @@ struct TrainResult {
   // for the backward, at most), and the largest of them (the attention scores at long seq).
   int64_t activation_bytes_per_rank = 0;
   int64_t largest_activation_bytes = 0;
+  // Rank 0, first step: the tape's peak of saved activation bytes (Tape::peak_saved_bytes).
+  int64_t peak_activation_bytes_per_rank = 0;
+  // Pipeline runs, last step, mean over ranks: the fraction of the step's timetable a rank
+  // spent outside forwards and backwards (the measured bubble).
+  double pipeline_bubble = 0;
   AdamState adam_state;                // trained moments, global
   std::vector<TraceEvent> trace;       // with options.trace: every rank's events
   int64_t steps_done = 0;              // the step count after the run (resumed step + steps)

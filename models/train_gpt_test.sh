@@ -61,6 +61,19 @@ resumed=$("$bin" "${common[@]}" "${moe[@]}" --resume="$tmp/moe.safetensors" --st
           | grep '^step 2 loss' | awk '{print $4}')
 python3 -c "import sys; a,b=float('$full'),float('$resumed'); sys.exit(abs(a-b) > 1e-9*abs(a))" \
   || fail "MoE resume ep2 -> 1 device: $full vs $resumed"
+# Pipeline: pp2 x dp2 with 1F1B and pp2 with GPipe give the single-device losses (f64).
+pp_out=$("$bin" "${common[@]}" --layers=2 --mesh=pp=2,dp=2 --microbatches=2 --schedule=1f1b \
+         --steps=2)
+echo "$pp_out"
+grep -q "^pipeline: pp=2, 2 microbatches of 2 sequences, 1f1b" <<<"$pp_out" || fail "no pipeline line"
+grep -q "bubble measured" <<<"$pp_out" || fail "no bubble in the summary"
+one2=$("$bin" "${common[@]}" --layers=2 --steps=2 | grep '^step 1 loss' | awk '{print $4}')
+for run in "$pp_out" "$("$bin" "${common[@]}" --layers=2 --mesh=pp=2 --microbatches=4 \
+                        --schedule=gpipe --steps=2)"; do
+  pp=$(grep '^step 1 loss' <<<"$run" | awk '{print $4}')
+  python3 -c "import sys; a,b=float('$one2'),float('$pp'); sys.exit(abs(a-b) > 1e-9*abs(a))" \
+    || fail "pp: $pp vs $one2"
+done
 
 expect_error() {  # expect_error "message" flags...
   local msg="$1"; shift
@@ -70,7 +83,11 @@ expect_error() {  # expect_error "message" flags...
   return 0
 }
 expect_error "heads 4 are not divisible by tp=3" "${common[@]}" --mesh=tp=3
-expect_error "unknown axis 'pp'" "${common[@]}" --mesh=pp=2
+expect_error "unknown axis 'xp'" "${common[@]}" --mesh=xp=2
+expect_error "1 layers cannot fill pp=2" "${common[@]}" --mesh=pp=2 --microbatches=2
+expect_error "not divisible by microbatches 3" "${common[@]}" --layers=2 --mesh=pp=2 --microbatches=3
+expect_error "unknown pipeline schedule 'zb'" "${common[@]}" --layers=2 --mesh=pp=2 --schedule=zb
+expect_error "pipeline (pp) with context parallelism" "${common[@]}" --layers=2 --mesh=pp=2,cp=2
 expect_error "seq 8 is not divisible by 2\*cp = 6" "${common[@]}" --mesh=cp=3
 expect_error "batch 4 is not divisible by the 3" "${common[@]}" --mesh=dp=3
 expect_error "vocab 250 is not divisible by tp=4" "${common[@]}" --vocab=250 --mesh=tp=4 --heads=4

@@ -71,7 +71,13 @@ collectives::Communicator& RankContext::CommFor(const char* op, AxisMask mask, c
   w[kOpHash] = HashName(op);
   w[kOpName] = reinterpret_cast<uint64_t>(op);
   w[kMask] = mask;
-  w[kSeq] = ++collective_seq_;
+  ++collective_seq_;
+  if (per_axis_set_) {
+    if (seq_by_mask_.size() <= mask) seq_by_mask_.resize(mask + 1);
+    w[kSeq] = ++seq_by_mask_[mask];
+  } else {
+    w[kSeq] = collective_seq_;
+  }
   w[kDtype] = static_cast<uint64_t>(x.dtype());
   w[kRank] = static_cast<uint64_t>(x.rank());
   for (int d = 0; d < x.rank(); ++d) {

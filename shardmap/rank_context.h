@@ -68,6 +68,12 @@ class RankContext {
                                      int ragged_dim = -1);
   // Typed collectives issued so far by this rank (the program order CommFor numbers).
   uint64_t collective_count() const { return collective_seq_; }
+  // Pipeline stages (models/pipeline.h) run different programs: stage 0 issues tp collectives in
+  // the embedding, the last stage in the loss. With this on, CommFor numbers each axis set's
+  // collectives on its own, so a group still checks that its members agree on its own sequence
+  // (op, shape, position) without requiring the same collectives elsewhere in the program.
+  // Create the communicators first (a world-wide split at first use must stay in one order).
+  void set_number_per_axis_set(bool on) { per_axis_set_ = on; }
   collectives::Communicator& world() { return *world_; }
 
   // Whether the backward pass is running (set by autograd); tags logged collectives.
@@ -95,6 +101,8 @@ class RankContext {
   Device device_;
   bool in_backward_ = false;
   uint64_t collective_seq_ = 0;
+  bool per_axis_set_ = false;
+  std::vector<uint64_t> seq_by_mask_;  // with per_axis_set_, indexed by mask
   std::vector<std::unique_ptr<collectives::Communicator>> comms_;  // indexed by mask
   std::vector<CollectiveRecord> log_;
 };

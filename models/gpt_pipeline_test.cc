@@ -1,0 +1,170 @@
+// Pipeline-parallel GPT-2 training is a pure refactoring: three f64 AdamW steps with clipping on
+// pp2 (GPipe and 1F1B), pp3 with an uneven split (2,1,1 layers), dp2 x tp2 x pp2 and
+// pp2 x fsdp2 x tp2+sp (8 simulated devices), and one stage accumulating microbatches, give the single-device losses and parameters to
+// 1e-9 relative (the tied wte gradient summed over the first and last stage). 1F1B holds
+// p/m of GPipe's activations on stage 0. Impossible layouts are errors before training.
+#include "models/gpt_pipeline.h"
+
+#include <ostream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/gpt_test_util.h"
+
+namespace shardmap {
+namespace {
+
+using ::testing::HasSubstr;
+using gpt_testing::ExpectSameTraining;
+using gpt_testing::SmallConfig;
+using gpt_testing::ThreeSteps;
+using gpt_testing::Tokens;
+
+absl::StatusOr<TrainResult> TrainPipe(const std::string& mesh, bool sp, const GptConfig& cfg,
+                                      int64_t microbatches, const std::string& schedule) {
+  absl::StatusOr<Mesh> m = ParseMesh(mesh);
+  if (!m.ok()) return m.status();
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(*m, cfg, sp);
+  if (!layout.ok()) return layout.status();
+  TrainOptions o = ThreeSteps();
+  o.microbatches = microbatches;
+  o.schedule = schedule;
+  return TrainGptPipeline(*layout, InitGpt(cfg, 7), Tokens(500, cfg.vocab), o);
+}
+
+GptConfig FourLayers() {
+  GptConfig c = SmallConfig();
+  c.layers = 4;
+  return c;
+}
+
+struct PipeLayout {
+  std::string mesh;
+  bool sp;
+  int64_t microbatches;
+  std::string schedule;
+  bool four_layers;
+};
+
+void PrintTo(const PipeLayout& l, std::ostream* os) {
+  *os << "mesh '" << l.mesh << "'" << (l.sp ? " sp" : "") << " m=" << l.microbatches << " "
+      << l.schedule << (l.four_layers ? " 4 layers" : "");
+}
+
+std::string Name(const ::testing::TestParamInfo<PipeLayout>& info) {
+  std::string n = absl::StrCat(info.param.mesh.empty() ? "one" : info.param.mesh, info.param.sp ? "_sp" : "", "_m",
+                               info.param.microbatches, "_", info.param.schedule);
+  for (char& c : n) {
+    if (c == '=' || c == ',') c = '_';
+  }
+  return n;
+}
+
+const TrainResult& FourLayerReference() {
+  static const TrainResult* ref = [] {
+    absl::StatusOr<GptLayout> layout = GptLayout::Create(Mesh(), FourLayers(), false);
+    absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(FourLayers(), 7),
+                                             Tokens(500, FourLayers().vocab), ThreeSteps());
+    EXPECT_TRUE(r.ok()) << r.status();
+    return new TrainResult(r.ok() ? *r : TrainResult{});
+  }();
+  return *ref;
+}
+
+class GptPipelineEquivalenceTest : public ::testing::TestWithParam<PipeLayout> {};
+
+TEST_P(GptPipelineEquivalenceTest, ThreeAdamWStepsMatchSingleDevice) {
+  const PipeLayout& l = GetParam();
+  const TrainResult& ref = l.four_layers ? FourLayerReference() : gpt_testing::Reference();
+  ASSERT_EQ(ref.losses.size(), 3u);
+  EXPECT_LT(ref.losses[2], ref.losses[0]);
+  EXPECT_GT(ref.grad_norms[0], ThreeSteps().clip);
+  absl::StatusOr<TrainResult> got =
+      TrainPipe(l.mesh, l.sp, l.four_layers ? FourLayers() : SmallConfig(), l.microbatches,
+                l.schedule);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectSameTraining(*got, ref);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Meshes, GptPipelineEquivalenceTest,
+    ::testing::Values(PipeLayout{"pp=2", false, 4, "gpipe", false},
+                      PipeLayout{"pp=2", false, 4, "1f1b", false},
+                      PipeLayout{"pp=3", false, 6, "1f1b", true},
+                      PipeLayout{"pp=3", false, 3, "gpipe", true},
+                      PipeLayout{"pp=2,dp=2,tp=2", false, 2, "1f1b", false},
+                      PipeLayout{"pp=2,dp_shard=2,tp=2", true, 3, "1f1b", false},
+                      // One stage: gradient accumulation over the microbatches.
+                      PipeLayout{"", false, 3, "gpipe", false},
+                      PipeLayout{"pp=1,dp=2", false, 2, "1f1b", false}),
+    Name);
+
+TEST(GptPipelineMemoryTest, OneFOneBHoldsPOverMOfGpipesActivations) {
+  // Stage 0 (rank 0): GPipe keeps all m = 4 microbatches' activations, 1F1B p = 2 of them.
+  absl::StatusOr<TrainResult> gpipe = TrainPipe("pp=2", false, SmallConfig(), 4, "gpipe");
+  absl::StatusOr<TrainResult> ofob = TrainPipe("pp=2", false, SmallConfig(), 4, "1f1b");
+  ASSERT_TRUE(gpipe.ok()) << gpipe.status();
+  ASSERT_TRUE(ofob.ok()) << ofob.status();
+  ASSERT_GT(ofob->peak_activation_bytes_per_rank, 0);
+  EXPECT_EQ(ofob->peak_activation_bytes_per_rank * 4, gpipe->peak_activation_bytes_per_rank * 2);
+  // Against the unpipelined run, stage 0 under GPipe holds the embedding and its one block of
+  // the whole batch: less than the single device's whole model.
+  EXPECT_LT(gpipe->peak_activation_bytes_per_rank,
+            gpt_testing::Reference().peak_activation_bytes_per_rank);
+}
+
+TEST(GptPipelineCollectivesTest, StageZeroSendsEachMicrobatchOnceEachWayAndSharesWte) {
+  // pp2, m=4: stage 0 takes part in 4 forward transfers (its forwards) and 4 backward ones (stage
+  // 1's backwards), each one [18 rows, d 12] f64 activation, then one wte gradient exchange.
+  absl::StatusOr<Mesh> mesh = ParseMesh("pp=2");
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, SmallConfig(), false);
+  ASSERT_TRUE(layout.ok());
+  TrainOptions o = ThreeSteps();
+  o.microbatches = 4;
+  absl::StatusOr<TrainResult> r =
+      TrainGptPipeline(*layout, InitGpt(SmallConfig(), 7), Tokens(500, 24), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  int ppermutes = 0, all_reduces = 0;
+  int64_t ppermute_bytes = 0;
+  for (const CollectiveRecord& c : r->log) {
+    if (std::string(c.op) == "ppermute") {
+      ++ppermutes;
+      ppermute_bytes += c.bytes;
+    }
+    all_reduces += std::string(c.op) == "all_reduce";
+  }
+  EXPECT_EQ(ppermutes, 2 * 4 + 1);
+  EXPECT_EQ(ppermute_bytes, 2 * 4 * (18 * 12 * 8) + 24 * 12 * 8);
+  EXPECT_EQ(all_reduces, 2);  // the norm and the loss (no data-parallel axis)
+}
+
+TEST(GptPipelineValidationTest, ImpossibleLayoutsAreErrorsBeforeTraining) {
+  auto error = [](const std::string& mesh, int64_t m, const std::string& schedule) {
+    absl::StatusOr<TrainResult> r = TrainPipe(mesh, false, SmallConfig(), m, schedule);
+    return r.ok() ? std::string("ok") : std::string(r.status().message());
+  };
+  EXPECT_THAT(error("pp=3", 3, "1f1b"), HasSubstr("2 layers cannot fill pp=3"));
+  EXPECT_THAT(error("pp=2", 5, "1f1b"), HasSubstr("not divisible by microbatches 5"));
+  EXPECT_THAT(error("pp=2,dp=2", 4, "1f1b"), HasSubstr("pick batch a multiple of 8"));
+  EXPECT_THAT(error("pp=2", 2, "zero_bubble"), HasSubstr("unknown pipeline schedule"));
+  EXPECT_THAT(error("pp=2", 0, "1f1b"), HasSubstr("must be >= 1"));
+  EXPECT_THAT(error("pp=1,cp=3", 2, "1f1b"), HasSubstr("does not support cp"));
+  EXPECT_THAT(error("pp=2,cp=2", 2, "1f1b"), HasSubstr("not supported"));
+  // TrainGpt points pp meshes at the pipeline trainer, and microbatches at pp.
+  absl::StatusOr<GptLayout> pp = GptLayout::Create(*ParseMesh("pp=2"), SmallConfig(), false);
+  ASSERT_TRUE(pp.ok());
+  absl::StatusOr<TrainResult> r =
+      TrainGpt(*pp, InitGpt(SmallConfig(), 7), Tokens(100, 24), ThreeSteps());
+  EXPECT_THAT(r.status().message(), HasSubstr("TrainGptPipeline"));
+  TrainOptions o = ThreeSteps();
+  o.microbatches = 2;
+  absl::StatusOr<TrainResult> no_pp = TrainGpt(*GptLayout::Create(Mesh(), SmallConfig(), false),
+                                               InitGpt(SmallConfig(), 7), Tokens(100, 24), o);
+  EXPECT_THAT(no_pp.status().message(), HasSubstr("pipeline (pp > 1) setting"));
+  // The mesh order puts pp first whatever the user wrote.
+  EXPECT_EQ(ParseMesh("tp=2,pp=2")->axis_names()[0], "pp");
+}
+
+}  // namespace
+}  // namespace shardmap

@@ -279,12 +279,14 @@ Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const V
               const Value& targets, int64_t global_tokens, TypeTrace* block0_types) {
   const GptConfig& c = layout.config();
   const TensorParallel tp = layout.tp();
-  // A parameter at use: FSDP shards are all_gathered (the transpose reduce-scatters the grad).
+  // A parameter at use: FSDP shards are all_gathered (the transpose reduce-scatters the grad),
+  // then cast to the compute dtype (the cast's VJP returns the gradient in the master dtype).
   auto use = [&](const std::string& name) {
     int i = layout.Find(name);
     const ParamInfo& info = layout.params()[i];
-    return info.fsdp_dim >= 0 ? all_gather(params[i], info.fsdp_dim, layout.fsdp_axis())
-                              : params[i];
+    Value p = info.fsdp_dim >= 0 ? all_gather(params[i], info.fsdp_dim, layout.fsdp_axis())
+                                 : params[i];
+    return p.dtype() == c.compute_dtype() ? p : cast(p, c.compute_dtype());
   };
   Value wte = use("wte.weight");
   Value x = VocabParallelEmbedding{wte, tp}(ids);
@@ -328,6 +330,7 @@ Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const V
   }
   x = EnterTensorParallel(LayerNorm{use("ln_f.weight"), use("ln_f.bias")}(x), tp);
   Value logits = einsum("nd,vd->nv", x, wte);  // lm_head tied to wte: S1 (vocab) on tp
+  if (logits.dtype() != c.dtype) logits = cast(logits, c.dtype);  // the loss in f32 (mixed)
   Value per_row = VocabParallelCrossEntropy(logits, targets, tp);
   return sum_partial(per_row, {}) / static_cast<double>(global_tokens);
 }

@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,8 +58,15 @@ struct GptConfig {
   int64_t heads = 4;
   int64_t vocab = 32;
   int64_t seq = 8;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kF32;  // parameters (master weights), gradients, AdamW state, the loss
+  // Mixed precision: the dtype of the computation (e.g. kBF16 with dtype kF32). Each parameter
+  // is cast to it at its use inside the per-device step (after an FSDP all_gather, so gradients
+  // are reduce-scattered / all_reduced in `dtype`); activations, the tensor-parallel collectives
+  // and ring attention run in it; the logits are cast back to `dtype` before the cross-entropy.
+  // Unset: `dtype` (no casts).
+  std::optional<DType> compute;
   int64_t head_dim() const { return d_model / heads; }
+  DType compute_dtype() const { return compute.value_or(dtype); }
 };
 
 // "dp=2,tp=2" -> a mesh with axes in the canonical order dp_replicate, dp_shard, dp, cp, tp.

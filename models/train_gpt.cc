@@ -45,7 +45,9 @@ ABSL_FLAG(double, eps, 1e-8, "AdamW eps");
 ABSL_FLAG(double, weight_decay, 0.1, "AdamW decoupled weight decay (parameters with >= 2 dims)");
 ABSL_FLAG(double, clip, 1.0, "global gradient-norm clipping (0: off)");
 ABSL_FLAG(uint64_t, seed, 1, "initialisation seed");
-ABSL_FLAG(std::string, dtype, "f32", "f32 or f64 (bf16 mixed precision is not implemented yet)");
+ABSL_FLAG(std::string, dtype, "f32",
+          "f32, f64, or bf16 (mixed precision: f32 master weights, gradients and AdamW state; "
+          "bf16 activations, matmuls and tensor-parallel collectives; f32 loss)");
 ABSL_FLAG(std::string, data, "", "uint16 token ids (nanoGPT's train.bin layout)");
 ABSL_FLAG(std::string, text, "", "a text file; its bytes are the tokens (vocab 256)");
 ABSL_FLAG(std::string, init, "", "GPT-2 safetensors file to start from");
@@ -133,10 +135,12 @@ int Main() {
     cfg.dtype = DType::kF32;
   } else if (dtype == "f64") {
     cfg.dtype = DType::kF64;
+  } else if (dtype == "bf16") {
+    cfg.dtype = DType::kF32;  // master weights
+    cfg.compute = DType::kBF16;
   } else {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--dtype ", dtype, ": f32 and f64 are supported (bf16 mixed precision is not "
-                           "implemented in train_gpt yet)")));
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--dtype ", dtype, ": use f32, f64 or bf16 (mixed precision)")));
   }
   absl::StatusOr<Mesh> mesh = ParseMesh(absl::GetFlag(FLAGS_mesh));
   if (!mesh.ok()) return Fail(mesh.status());
@@ -180,7 +184,8 @@ int Main() {
   std::cout << absl::StrFormat(
       "GPT-2: %d layers, d_model %d, %d heads, vocab %d, seq %d, %.2fM parameters, %s\n"
       "mesh %s%s%s on %d simulated CPU devices; global batch %d x %d tokens; %d tokens of data\n",
-      cfg.layers, cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, params / 1e6, dtype,
+      cfg.layers, cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, params / 1e6,
+      cfg.compute.has_value() ? absl::StrCat(dtype, " compute, f32 master weights") : dtype,
       mesh->ShortString(), layout->tp().sp ? " + sequence parallel" : "",
       layout->cp_axis().empty() ? "" : " (cp: ring attention, load-balanced chunks)", mesh->size(),
       o.batch,

@@ -85,6 +85,7 @@ std::vector<Value> Tape::Backward(const Value& out, const Value& seed,
       if (n.inputs[k] >= 0) need |= 1u << k;
     }
     if (need == 0) continue;
+    if (observer_ != nullptr) observer_->BeforeVjp(n.op);
     cots.assign(n.inputs.size(), Value());
     n.vjp(grads[i], need, cots.data());
     for (size_t k = 0; k < n.inputs.size(); ++k) {
@@ -98,6 +99,7 @@ std::vector<Value> Tape::Backward(const Value& out, const Value& seed,
         grads[in] = add(grads[in], cots[k]);
       }
     }
+    if (observer_ != nullptr) observer_->AfterVjp(n.op);
     // Free what is no longer needed: this node's cotangent.
     if (!keep[i] && i != out.node) grads[i] = Value();
   }

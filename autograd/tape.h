@@ -15,7 +15,8 @@
 // TypeCheck is kOn, checks that each cotangent has the dual type of its primal (R<->P, I<->I,
 // V<->V; a V cotangent of an S(d) primal is accepted, a different S(d') is not), the same shape
 // and dtype. Violations throw OpError naming the op, the input and both types. Collectives run by
-// VJPs are logged as backward in the RankContext.
+// VJPs are logged as backward in the RankContext. A BackwardObserver (e.g. a tracer) is told
+// before and after each node's VJP and the accumulation of its cotangents.
 #ifndef SHARDMAP_AUTOGRAD_TAPE_H_
 #define SHARDMAP_AUTOGRAD_TAPE_H_
 
@@ -29,6 +30,14 @@
 #include "shardmap/value.h"
 
 namespace shardmap {
+
+// Told about each VJP that Backward runs, in backward order (on the calling rank's thread).
+class BackwardObserver {
+ public:
+  virtual ~BackwardObserver() = default;
+  virtual void BeforeVjp(const char* op) = 0;  // op: the name the forward op recorded
+  virtual void AfterVjp(const char* op) = 0;   // its cotangents are computed and accumulated
+};
 
 class Tape : public TapeRecorder {
  public:
@@ -48,6 +57,8 @@ class Tape : public TapeRecorder {
 
   size_t size() const { return nodes_.size(); }
   void Clear() { nodes_.clear(); }
+  // Not owned; nullptr (the default) turns it off.
+  void set_backward_observer(BackwardObserver* observer) { observer_ = observer; }
 
  private:
   struct Node {
@@ -61,6 +72,7 @@ class Tape : public TapeRecorder {
   void CheckCotangent(const Node& consumer, int input_pos, const Node& primal,
                       const Value& cot) const;
   std::vector<Node> nodes_;
+  BackwardObserver* observer_ = nullptr;
 };
 
 }  // namespace shardmap

@@ -15,6 +15,7 @@
 #include "autograd/tape.h"
 #include "autograd/value_and_grad.h"
 #include "models/gpt_checkpoint.h"
+#include "models/gpt_trace.h"
 #include "models/ring_attention.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/einsum.h"
@@ -458,6 +459,8 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     AdamW opt(adam);
     Tape tape;
     std::vector<TraceEvent> events;
+    BackwardTracer backward_tracer(&events);  // a span per VJP and per backward collective
+    if (options.trace) tape.set_backward_observer(&backward_tracer);
     if (!options.resume_path.empty()) {
       for (const ParamInfo& p : layout.params()) {
         opt.SetState(p.name, read("optimizer.exp_avg." + p.name, p),
@@ -526,12 +529,13 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
         for (int k = 0; k < 4; ++k) {
           events.push_back({names[k], "phase", rank, ts[k], ts[k + 1] - ts[k], -1});
         }
-        // Collectives outside the forward (backward transposes, gradient and norm reductions).
+        // Collectives after the backward pass (gradient and norm reductions); the backward
+        // ones are spans of backward_tracer.
         for (size_t k = rec.logged(); k < ctx.collective_log().size(); ++k) {
           const CollectiveRecord& r = ctx.collective_log()[k];
+          if (r.backward) continue;
           events.push_back({absl::StrCat(r.op, "(", mesh.MaskToString(r.axes), ")"),
-                            r.backward ? "collective (backward)" : "collective", rank,
-                            r.backward ? t1 : t2, 0, r.bytes});
+                            "collective", rank, t2, 0, r.bytes});
         }
       }
       if (rank == 0) {

@@ -130,7 +130,8 @@ struct StepInfo {
 };
 
 // One span of a rank's timeline: a phase ("forward", "backward", "grad reduce", "optimizer"),
-// a forward op (its time since the previous recorded op), or a collective (bytes >= 0).
+// a forward op (its time since the previous recorded op), a backward op (its VJP; category
+// "backward op"), or a collective (bytes >= 0; category "collective" or "collective (backward)").
 struct TraceEvent {
   std::string name, category;
   int rank = 0;

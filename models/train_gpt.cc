@@ -25,7 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "models/gpt.h"
-#include "nlohmann/json.hpp"
+#include "models/gpt_trace.h"
 #include "shardmap/context.h"
 
 ABSL_FLAG(std::string, mesh, "", "mesh axes, e.g. dp=2,tp=2 or cp=2,tp=2 (axes dp, dp_replicate, dp_shard, cp, tp)");
@@ -87,35 +87,6 @@ std::string Bytes(int64_t b) {
   if (b >= (1 << 20)) return absl::StrFormat("%.1f MiB", b / 1048576.0);
   if (b >= (1 << 10)) return absl::StrFormat("%.1f KiB", b / 1024.0);
   return absl::StrCat(b, " B");
-}
-
-absl::Status WriteTrace(const std::string& path, const Mesh& mesh,
-                        const std::vector<TraceEvent>& events) {
-  nlohmann::json out = nlohmann::json::array();
-  double t0 = events.empty() ? 0 : events[0].start_us;
-  for (const TraceEvent& e : events) t0 = std::min(t0, e.start_us);
-  for (int r = 0; r < mesh.size(); ++r) {
-    out.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", r},
-                   {"args", {{"name", RankDescription(mesh, r)}}}});
-  }
-  for (const TraceEvent& e : events) {
-    nlohmann::json ev = {{"name", e.name}, {"cat", e.category}, {"pid", 0}, {"tid", e.rank},
-                         {"ts", e.start_us - t0}};
-    if (e.duration_us > 0 || e.category == "phase" || e.category == "op") {
-      ev["ph"] = "X";
-      ev["dur"] = e.duration_us;
-    } else {
-      ev["ph"] = "i";  // a collective issued outside the forward: an instant on its phase
-      ev["s"] = "t";
-    }
-    if (e.bytes >= 0) ev["args"] = {{"bytes", e.bytes}};
-    out.push_back(ev);
-  }
-  std::ofstream f(path);
-  if (!f) return absl::FailedPreconditionError(absl::StrCat("cannot write --trace '", path, "'"));
-  f << nlohmann::json{{"traceEvents", out}, {"displayTimeUnit", "ms"}}.dump();
-  return f ? absl::OkStatus()
-           : absl::FailedPreconditionError(absl::StrCat("writing --trace '", path, "' failed"));
 }
 
 int Fail(const absl::Status& s) {

@@ -441,7 +441,9 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
   std::vector<std::vector<Tensor>> final_locals(mesh.size());
   TrainResult result;
   absl::Mutex mu;
-  absl::Status status = RunSpmd(mesh, [&](RankContext& ctx) {
+  // The rank that reports (losses, bytes, log, on_step): rank 0, or this process's rank.
+  const int reporter = options.comm != nullptr ? options.comm->rank() : 0;
+  auto body = [&](RankContext& ctx) {
     const int rank = ctx.rank();
     std::vector<Value> params;
     AdamWOptions adam = options.adamw;
@@ -538,7 +540,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
                             "collective", rank, t2, 0, r.bytes});
         }
       }
-      if (rank == 0) {
+      if (rank == reporter) {
         if (step == first_step) {
           result.activation_bytes_per_rank = rec.activation_bytes();
           result.largest_activation_bytes = rec.largest_activation();
@@ -569,12 +571,35 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     }
     for (const ParamInfo& p : layout.params()) mine.push_back(opt.exp_avg(p.name));
     for (const ParamInfo& p : layout.params()) mine.push_back(opt.exp_avg_sq(p.name));
+    if (options.comm != nullptr) {
+      // One process per rank: the global tensors come from all_gathers over each sharded dim.
+      for (size_t k = 0; k < mine.size(); ++k) {
+        if (!mine[k].defined()) continue;  // no moments without a step
+        const PartitionSpec& spec = layout.params()[k % params.size()].spec;
+        Value v(mine[k], spec.InputType(mesh));
+        for (int d = 0; d < spec.size(); ++d) {
+          if (!spec.dim_axes(d).empty()) v = all_gather(v, d, Axes(spec.dim_axes(d)));
+        }
+        mine[k] = v.tensor;
+      }
+    }
     absl::MutexLock lock(&mu);
     final_locals[rank] = std::move(mine);
-  });
+  };
+  absl::Status status = options.comm != nullptr ? RunOnCommunicator(*options.comm, mesh, body)
+                                                : RunSpmd(mesh, body);
   if (!status.ok()) return status;
   const size_t np = layout.params().size();
-  for (size_t k = 0; k < 3 * np; ++k) {
+  if (options.comm != nullptr) {
+    std::vector<Tensor>& g = final_locals[reporter];  // already global
+    for (size_t k = 0; k < g.size() && g[k].defined(); ++k) {
+      std::vector<NamedTensor>& dst = k < np       ? result.params
+                                      : k < 2 * np ? result.adam_state.exp_avg
+                                                   : result.adam_state.exp_avg_sq;
+      dst.push_back({layout.params()[k % np].name, g[k]});
+    }
+  }
+  for (size_t k = 0; options.comm == nullptr && k < 3 * np; ++k) {
     const ParamInfo& p = layout.params()[k % np];
     std::vector<Tensor> locals;
     for (int r = 0; r < mesh.size(); ++r) locals.push_back(final_locals[r][k]);
@@ -587,7 +612,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     dst.push_back({p.name, *g});
   }
   result.steps_done = first_step + options.steps;
-  if (!options.save_path.empty()) {
+  if (!options.save_path.empty() && reporter == 0) {
     const bool has_moments = result.adam_state.exp_avg.size() == np;
     absl::Status s = SaveGpt(options.save_path, layout, result.params,
                              has_moments ? &result.adam_state : nullptr, result.steps_done);

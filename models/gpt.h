@@ -43,6 +43,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/gpt_layers.h"
+#include "collectives/communicator.h"
 #include "models/optimizer.h"
 #include "shardmap/context.h"
 #include "shardmap/mesh.h"
@@ -152,6 +153,13 @@ struct TrainOptions {
   // rank reads its blocks; `init` may then be empty). resume_path: parameters, AdamW moments and
   // the step count from a file written with save_path; training continues at that step.
   std::string init_path, resume_path, save_path;
+  // Multi-process (e.g. Gloo, started by collectives/launch): run only this process's rank over
+  // `comm` (its world, comm->size() == the mesh size) instead of RunSpmd's in-process ranks.
+  // Every rank then reports its own view (the loss and norm are the same on every rank; log,
+  // bytes and trace are this rank's, on_step runs on it), the parameters and moments are
+  // all_gathered after the last step into TrainResult on every rank, and rank 0 alone writes
+  // save_path. nullptr: in-process.
+  collectives::Communicator* comm = nullptr;
 };
 
 // AdamW moments as global tensors, in layout order.
@@ -163,6 +171,7 @@ struct TrainResult {
   std::vector<double> losses;          // per step
   std::vector<double> grad_norms;      // per step, before clipping
   std::vector<NamedTensor> params;     // trained, global (assembled)
+  // "rank 0" below: the reporting rank (rank 0 in-process, this process's rank with comm).
   std::vector<CollectiveRecord> log;   // rank 0's collectives of the last step
   int64_t param_bytes_per_rank = 0;    // rank 0: parameters
   int64_t optimizer_bytes_per_rank = 0;  // rank 0: gradients + AdamW moments

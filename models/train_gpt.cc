@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "collectives/gloo_communicator.h"
 #include "models/gpt.h"
 #include "models/gpt_trace.h"
 #include "shardmap/context.h"
@@ -31,6 +33,10 @@
 ABSL_FLAG(std::string, mesh, "", "mesh axes, e.g. dp=2,tp=2 or cp=2,tp=2 (axes dp, dp_replicate, dp_shard, cp, tp)");
 ABSL_FLAG(bool, sp, false, "sequence parallelism (needs a tp axis)");
 ABSL_FLAG(std::string, devices, "", "cpu:N simulated ranks (default: the mesh size)");
+ABSL_FLAG(std::string, backend, "inprocess",
+          "inprocess (every rank a thread of this process) or gloo (one process per rank over "
+          "Gloo/TCP, started by collectives/launch --nproc_per_node=<mesh size> or torchrun; "
+          "rank 0 prints)");
 ABSL_FLAG(int64_t, layers, 2, "transformer blocks");
 ABSL_FLAG(int64_t, d_model, 64, "model width");
 ABSL_FLAG(int64_t, heads, 4, "attention heads");
@@ -128,6 +134,31 @@ int Main() {
           " ranks; make them equal (or leave --devices out)")));
     }
   }
+  // --backend=gloo: this process is one rank of the launcher's world.
+  std::unique_ptr<collectives::Communicator> world;
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend == "gloo") {
+    absl::StatusOr<std::unique_ptr<collectives::Communicator>> c =
+        collectives::CreateGlooCommunicatorFromEnv({});
+    if (!c.ok()) {
+      return Fail(absl::Status(c.status().code(),
+                               absl::StrCat("--backend=gloo: ", c.status().message(),
+                                            " (start it with collectives/launch "
+                                            "--nproc_per_node=", mesh->size(), " -- train_gpt ...)")));
+    }
+    world = *std::move(c);
+    if (world->size() != mesh->size()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--backend=gloo: the world has ", world->size(), " processes but the mesh ",
+          mesh->ShortString(), " has ", mesh->size(), " ranks; launch ", mesh->size(),
+          " processes")));
+    }
+  } else if (backend != "inprocess") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--backend ", backend, ": use inprocess or gloo")));
+  }
+  // Rank 0 prints (every process of a gloo run sees the same losses).
+  const bool print = world == nullptr || world->rank() == 0;
   absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, cfg, absl::GetFlag(FLAGS_sp));
   if (!layout.ok()) return Fail(layout.status());
   absl::StatusOr<std::vector<int64_t>> tokens =
@@ -147,24 +178,27 @@ int Main() {
   o.resume_path = absl::GetFlag(FLAGS_resume);
   o.save_path = absl::GetFlag(FLAGS_save);
   o.trace = !absl::GetFlag(FLAGS_trace).empty();
+  o.comm = world.get();
   TypeTrace types;
   if (absl::GetFlag(FLAGS_print_types)) o.types = &types;
 
   int64_t params = 0;
   for (const ParamInfo& p : layout->params()) params += NumElements(p.global_shape);
-  std::cout << absl::StrFormat(
+  if (print) std::cout << absl::StrFormat(
       "GPT-2: %d layers, d_model %d, %d heads, vocab %d, seq %d, %.2fM parameters, %s\n"
-      "mesh %s%s%s on %d simulated CPU devices; global batch %d x %d tokens; %d tokens of data\n",
+      "mesh %s%s%s on %d %s; global batch %d x %d tokens; %d tokens of data\n",
       cfg.layers, cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, params / 1e6,
       cfg.compute.has_value() ? absl::StrCat(dtype, " compute, f32 master weights") : dtype,
       mesh->ShortString(), layout->tp().sp ? " + sequence parallel" : "",
       layout->cp_axis().empty() ? "" : " (cp: ring attention, load-balanced chunks)", mesh->size(),
+      world != nullptr ? "processes (gloo)" : "simulated CPU devices",
       o.batch,
       cfg.seq, tokens->size());
   const int64_t tokens_per_step = o.batch * cfg.seq;
   double total_s = 0;
   std::map<std::string, int64_t> total_bytes;
   o.on_step = [&](const StepInfo& s) {
+    if (!print) return;
     if (!types.empty()) {  // recorded during the first step
       std::cout << "per-device SPMD types inside block 0 (rank 0):\n";
       for (const auto& [name, type] : types) {
@@ -190,6 +224,7 @@ int Main() {
                                                         : std::vector<NamedTensor>{},
                                            *tokens, o);
   if (!r.ok()) return Fail(r.status());
+  if (!print) return 0;
   std::string comm;
   for (const auto& [op, b] : total_bytes) absl::StrAppend(&comm, comm.empty() ? "" : ", ", op, " ", Bytes(b));
   std::cout << absl::StrFormat(

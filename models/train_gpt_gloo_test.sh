@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # train_gpt --backend=gloo: one process per rank through collectives/launch prints the same
-# losses as the in-process run (bitwise: both reduce in rank order with the same kernel), on tp2
-# and on fsdp over 3 processes; a checkpoint saved by the gloo run (parameters all_gathered,
+# losses as the in-process run (bitwise: both reduce in rank order with the same kernel), on tp2,
+# on fsdp over 3 processes and on tp2+sp in bf16; a checkpoint saved by the gloo run (parameters all_gathered,
 # written by rank 0) resumes in-process with the uninterrupted run's loss; bad setups fail clearly.
 set -euo pipefail
 bin="models/train_gpt"
@@ -14,13 +14,16 @@ common=(--text="$tmp/text.txt" --layers=1 --d_model=16 --heads=4 --seq=8 --batch
 fail() { echo "FAIL: $*"; exit 1; }
 losses() { grep -o 'step [0-9]* loss [^ ]*' || true; }
 
-for mesh in "tp=2" "dp_shard=3"; do
-  n=$(( ${mesh#*=} ))
-  gloo=$("$launch" --nproc_per_node="$n" -- "$bin" "${common[@]}" --backend=gloo --mesh="$mesh" \
+# processes, then train_gpt flags (the last case: bf16 mixed precision, bf16 tp collectives).
+for case in "2 --mesh=tp=2" "3 --mesh=dp_shard=3" "2 --mesh=tp=2 --sp --dtype=bf16"; do
+  read -r -a flags <<<"$case"
+  n="${flags[0]}"; flags=("${flags[@]:1}")
+  mesh="${flags[*]}"
+  gloo=$("$launch" --nproc_per_node="$n" -- "$bin" "${common[@]}" --backend=gloo "${flags[@]}" \
          --save="$tmp/gloo_$n.safetensors")
   echo "$gloo"
   grep -q "on $n processes (gloo)" <<<"$gloo" || fail "$mesh: no gloo header"
-  inproc=$("$bin" "${common[@]}" --mesh="$mesh")
+  inproc=$("$bin" "${common[@]}" "${flags[@]}")
   [ "$(losses <<<"$gloo")" = "$(losses <<<"$inproc")" ] && [ -n "$(losses <<<"$gloo")" ] \
     || fail "$mesh: gloo losses differ from in-process: $(losses <<<"$gloo") vs $(losses <<<"$inproc")"
   # Only rank 0 prints the steps.

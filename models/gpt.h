@@ -8,6 +8,7 @@
 //   TrainOptions opt{.steps = 3, .batch = 4};
 //   absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(cfg, /*seed=*/1), tokens, opt);
 //   // r->losses[s]: the mean cross-entropy of step s; r->params: the trained global tensors.
+//   cfg.compute = DType::kBF16;  // bf16 mixed precision: f32 master weights, bf16 compute
 //
 // Model: learned token (wte) and position (wpe) embeddings, pre-LN blocks (LayerNorm eps 1e-5
 // with biases), causal attention with biases scaled by 1/sqrt(head_dim), tanh GELU MLP (4d),

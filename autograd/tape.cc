@@ -120,6 +120,7 @@ std::vector<Value> Tape::Run(const Value& out, const Value& seed, absl::Span<con
       if (n.inputs[k] >= 0) need |= 1u << k;
     }
     if (need == 0) continue;
+    if (observer_ != nullptr) observer_->BeforeVjp(n.op);
     cots.assign(n.inputs.size(), Value());
     n.vjp(grads[i], need, cots.data());
     for (size_t k = 0; k < n.inputs.size(); ++k) {
@@ -133,6 +134,7 @@ std::vector<Value> Tape::Run(const Value& out, const Value& seed, absl::Span<con
         grads[in] = add(grads[in], cots[k]);
       }
     }
+    if (observer_ != nullptr) observer_->AfterVjp(n.op);
     // Free what is no longer needed: this node's cotangent.
     if (!keep[i] && i != out.node) grads[i] = Value();
   }

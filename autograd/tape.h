@@ -24,6 +24,8 @@
 // Accounting: saved_bytes() is the bytes of the outputs of recorded ops whose VJP is still held
 // (the activations the tape keeps alive, the measure TrainResult reports), peak_saved_bytes() its
 // maximum since construction, Clear() or ResetPeak().
+// A BackwardObserver (e.g. a tracer) is told before and after each node's VJP and the
+// accumulation of its cotangents.
 #ifndef SHARDMAP_AUTOGRAD_TAPE_H_
 #define SHARDMAP_AUTOGRAD_TAPE_H_
 
@@ -37,6 +39,14 @@
 #include "shardmap/value.h"
 
 namespace shardmap {
+
+// Told about each VJP that Backward runs, in backward order (on the calling rank's thread).
+class BackwardObserver {
+ public:
+  virtual ~BackwardObserver() = default;
+  virtual void BeforeVjp(const char* op) = 0;  // op: the name the forward op recorded
+  virtual void AfterVjp(const char* op) = 0;   // its cotangents are computed and accumulated
+};
 
 class Tape : public TapeRecorder {
  public:
@@ -68,6 +78,8 @@ class Tape : public TapeRecorder {
   // Bytes of all recorded outputs since Clear (released or not), and the largest one.
   int64_t recorded_bytes() const { return recorded_bytes_; }
   int64_t largest_recorded_bytes() const { return largest_recorded_bytes_; }
+  // Not owned; nullptr (the default) turns it off.
+  void set_backward_observer(BackwardObserver* observer) { observer_ = observer; }
 
  private:
   struct Node {
@@ -87,6 +99,7 @@ class Tape : public TapeRecorder {
   std::vector<Node> nodes_;
   int64_t saved_bytes_ = 0, peak_saved_bytes_ = 0;
   int64_t recorded_bytes_ = 0, largest_recorded_bytes_ = 0;
+  BackwardObserver* observer_ = nullptr;
 };
 
 }  // namespace shardmap

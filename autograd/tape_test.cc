@@ -1,6 +1,10 @@
 // The tape: backward order, accumulation, the dual-type check of cotangents, loss seeding.
 #include "autograd/tape.h"
 
+#include <cmath>
+#include <string>
+#include <vector>
+
 #include "autograd/value_and_grad.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -34,6 +38,34 @@ TEST(TapeTest, AccumulatesAndSkipsUnusedBranches) {
   EXPECT_DOUBLE_EQ(g[0].tensor.at(0), 3 * 1.5 * 1.5 + 3);
   EXPECT_DOUBLE_EQ(g[0].tensor.at(1), 3 * 4.0 + 3);
   EXPECT_DOUBLE_EQ(g[1].tensor.at(0), 0.0);
+}
+
+// Records "+op" / "-op" for each call.
+class LogObserver : public BackwardObserver {
+ public:
+  void BeforeVjp(const char* op) override { log.push_back(std::string("+") + op); }
+  void AfterVjp(const char* op) override { log.push_back(std::string("-") + op); }
+  std::vector<std::string> log;
+};
+
+TEST(TapeTest, ObserverSeesEachVjpInBackwardOrder) {
+  SingleRankContext one{Mesh()};
+  Tape tape;
+  LogObserver obs;
+  tape.set_backward_observer(&obs);
+  Value x = tape.Watch(Value::Replicated(Tensor::FromVector<double>({2}, {1.5, -2.0})));
+  Value y;
+  {
+    ScopedRecorder rec(&tape);
+    y = sum(exp(x), {});
+  }
+  std::vector<Value> g =
+      tape.Backward(y, Value(Tensor::Scalar(1.0, DType::kF64), SpmdType()), {x});
+  EXPECT_DOUBLE_EQ(g[0].tensor.at(0), std::exp(1.5));
+  EXPECT_THAT(obs.log, ::testing::ElementsAre("+sum", "-sum", "+exp", "-exp"));
+  tape.set_backward_observer(nullptr);  // off: nothing more is logged
+  tape.Backward(y, Value(Tensor::Scalar(1.0, DType::kF64), SpmdType()), {x});
+  EXPECT_EQ(obs.log.size(), 4u);
 }
 
 TEST(TapeTest, RejectsACotangentOfTheWrongDualType) {

@@ -6,15 +6,16 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 #include "autograd/tape.h"
 #include "autograd/value_and_grad.h"
 #include "models/gpt_checkpoint.h"
+#include "models/gpt_trace.h"
 #include "models/ring_attention.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/einsum.h"
@@ -428,6 +429,9 @@ Value GptHead(const GptLayout& layout, const ParamFn& use, const Value& x, const
   const TensorParallel tp = layout.tp();
   Value h = EnterTensorParallel(LayerNorm{use("ln_f.weight"), use("ln_f.bias")}(x), tp);
   Value logits = einsum("nd,vd->nv", h, use("wte.weight"));  // lm_head tied to wte: S1 on tp
+  if (logits.dtype() != layout.config().dtype) {
+    logits = cast(logits, layout.config().dtype);  // the loss in the master dtype (mixed)
+  }
   Value per_row = VocabParallelCrossEntropy(logits, targets, tp);
   return sum_partial(per_row, {}) / static_cast<double>(global_tokens);
 }
@@ -437,8 +441,12 @@ ParamFn GptParamUse(const GptLayout& layout, const std::vector<Value>& params) {
   return [&layout, &params](const std::string& name) {
     int i = layout.Find(name);
     const ParamInfo& info = layout.params()[i];
-    return info.fsdp_dim >= 0 ? all_gather(params[i], info.fsdp_dim, layout.fsdp_axis())
-                              : params[i];
+    Value p = info.fsdp_dim >= 0 ? all_gather(params[i], info.fsdp_dim, layout.fsdp_axis())
+                                 : params[i];
+    // Mixed precision: cast to the compute dtype at use (the cast's VJP returns the gradient in
+    // the master dtype).
+    const DType compute = layout.config().compute_dtype();
+    return p.dtype() == compute ? p : cast(p, compute);
   };
 }
 
@@ -462,7 +470,9 @@ Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const V
     moe_stats->assignments += moe.stats.assignments;
   }
   Value loss = GptHead(layout, use, x, targets, global_tokens);
-  return moe.aux.defined() ? loss + moe.aux * layout.config().moe.aux_loss_coef : loss;
+  if (!moe.aux.defined()) return loss;
+  const Value aux = moe.aux.dtype() == loss.dtype() ? moe.aux : cast(moe.aux, loss.dtype());
+  return loss + aux * layout.config().moe.aux_loss_coef;
 }
 
 void BatchAt(const std::vector<int64_t>& tokens, int64_t step, int64_t batch, int64_t seq,
@@ -578,8 +588,10 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
   // Per rank: parameters, then exp_avg, then exp_avg_sq (layout order each).
   std::vector<std::vector<Tensor>> final_locals(mesh.size());
   TrainResult result;
-  absl::Mutex mu;
-  absl::Status status = RunSpmd(mesh, [&](RankContext& ctx) {
+  std::mutex mu;  // std::mutex: ThreadSanitizer sees it (Debian's absl is not instrumented)
+  // The rank that reports (losses, bytes, log, on_step): rank 0, or this process's rank.
+  const int reporter = options.comm != nullptr ? options.comm->rank() : 0;
+  auto body = [&](RankContext& ctx) {
     const int rank = ctx.rank();
     std::vector<Value> params;
     AdamWOptions adam = options.adamw;
@@ -597,6 +609,8 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     AdamW opt(adam);
     Tape tape;
     std::vector<TraceEvent> events;
+    BackwardTracer backward_tracer(&events);  // a span per VJP and per backward collective
+    if (options.trace) tape.set_backward_observer(&backward_tracer);
     if (!options.resume_path.empty()) {
       for (const ParamInfo& p : layout.params()) {
         opt.SetState(p.name, read("optimizer.exp_avg." + p.name, p),
@@ -688,15 +702,16 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
         for (int k = 0; k < 4; ++k) {
           events.push_back({names[k], "phase", rank, ts[k], ts[k + 1] - ts[k], -1});
         }
-        // Collectives outside the forward (backward transposes, gradient and norm reductions).
+        // Collectives after the backward pass (gradient and norm reductions); the backward
+        // ones are spans of backward_tracer.
         for (size_t k = rec.logged(); k < ctx.collective_log().size(); ++k) {
           const CollectiveRecord& r = ctx.collective_log()[k];
+          if (r.backward) continue;
           events.push_back({absl::StrCat(r.op, "(", mesh.MaskToString(r.axes), ")"),
-                            r.backward ? "collective (backward)" : "collective", rank,
-                            r.backward ? t1 : t2, 0, r.bytes});
+                            "collective", rank, t2, 0, r.bytes});
         }
       }
-      if (rank == 0) {
+      if (rank == reporter) {
         if (step == first_step) {
           result.activation_bytes_per_rank = rec.activation_bytes();
           result.peak_activation_bytes_per_rank = peak_saved;
@@ -725,17 +740,40 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     std::vector<Tensor> mine;
     for (const Value& p : params) mine.push_back(p.tensor);
     if (options.trace) {
-      absl::MutexLock lock(&mu);
+      std::lock_guard<std::mutex> lock(mu);
       result.trace.insert(result.trace.end(), events.begin(), events.end());
     }
     for (const ParamInfo& p : layout.params()) mine.push_back(opt.exp_avg(p.name));
     for (const ParamInfo& p : layout.params()) mine.push_back(opt.exp_avg_sq(p.name));
-    absl::MutexLock lock(&mu);
+    if (options.comm != nullptr) {
+      // One process per rank: the global tensors come from all_gathers over each sharded dim.
+      for (size_t k = 0; k < mine.size(); ++k) {
+        if (!mine[k].defined()) continue;  // no moments without a step
+        const PartitionSpec& spec = layout.params()[k % params.size()].spec;
+        Value v(mine[k], spec.InputType(mesh));
+        for (int d = 0; d < spec.size(); ++d) {
+          if (!spec.dim_axes(d).empty()) v = all_gather(v, d, Axes(spec.dim_axes(d)));
+        }
+        mine[k] = v.tensor;
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
     final_locals[rank] = std::move(mine);
-  });
+  };
+  absl::Status status = options.comm != nullptr ? RunOnCommunicator(*options.comm, mesh, body)
+                                                : RunSpmd(mesh, body);
   if (!status.ok()) return status;
   const size_t np = layout.params().size();
-  for (size_t k = 0; k < 3 * np; ++k) {
+  if (options.comm != nullptr) {
+    std::vector<Tensor>& g = final_locals[reporter];  // already global
+    for (size_t k = 0; k < g.size() && g[k].defined(); ++k) {
+      std::vector<NamedTensor>& dst = k < np       ? result.params
+                                      : k < 2 * np ? result.adam_state.exp_avg
+                                                   : result.adam_state.exp_avg_sq;
+      dst.push_back({layout.params()[k % np].name, g[k]});
+    }
+  }
+  for (size_t k = 0; options.comm == nullptr && k < 3 * np; ++k) {
     const ParamInfo& p = layout.params()[k % np];
     std::vector<Tensor> locals;
     for (int r = 0; r < mesh.size(); ++r) locals.push_back(final_locals[r][k]);
@@ -748,7 +786,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     dst.push_back({p.name, *g});
   }
   result.steps_done = first_step + options.steps;
-  if (!options.save_path.empty()) {
+  if (!options.save_path.empty() && reporter == 0) {
     const bool has_moments = result.adam_state.exp_avg.size() == np;
     absl::Status s = SaveGpt(options.save_path, layout, result.params,
                              has_moments ? &result.adam_state : nullptr, result.steps_done);

@@ -8,6 +8,7 @@
 //   TrainOptions opt{.steps = 3, .batch = 4};
 //   absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(cfg, /*seed=*/1), tokens, opt);
 //   // r->losses[s]: the mean cross-entropy of step s; r->params: the trained global tensors.
+//   cfg.compute = DType::kBF16;  // bf16 mixed precision: f32 master weights, bf16 compute
 //
 // Model: learned token (wte) and position (wpe) embeddings, pre-LN blocks (LayerNorm eps 1e-5
 // with biases), causal attention with biases scaled by 1/sqrt(head_dim), tanh GELU MLP (4d),
@@ -41,11 +42,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "models/gpt_layers.h"
+#include "collectives/communicator.h"
 #include "models/moe.h"
 #include "models/optimizer.h"
 #include "shardmap/context.h"
@@ -62,7 +65,13 @@ struct GptConfig {
   int64_t heads = 4;
   int64_t vocab = 32;
   int64_t seq = 8;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kF32;  // parameters (master weights), gradients, AdamW state, the loss
+  // Mixed precision: the dtype of the computation (e.g. kBF16 with dtype kF32). Each parameter
+  // is cast to it at its use inside the per-device step (after an FSDP all_gather, so gradients
+  // are reduce-scattered / all_reduced in `dtype`); activations, the tensor-parallel collectives
+  // and ring attention run in it; the logits are cast back to `dtype` before the cross-entropy.
+  // Unset: `dtype` (no casts).
+  std::optional<DType> compute;
   // Mixture of experts in place of every block's MLP (moe.experts > 0): parameters
   // h.{i}.mlp.router.weight [d, E] and h.{i}.mlp.experts.{c_fc,c_proj}.{weight,bias}
   // ([E, d, 4d], [E, 4d], [E, 4d, d], [E, d]); each sequence is one routing group; the loss adds
@@ -70,6 +79,7 @@ struct GptConfig {
   // it; they must be batch axes (dp_replicate, dp_shard, dp, ep). Not with cp > 1.
   MoeConfig moe;
   int64_t head_dim() const { return d_model / heads; }
+  DType compute_dtype() const { return compute.value_or(dtype); }
 };
 
 // "dp=2,tp=2" -> a mesh with axes in the canonical order pp, dp_replicate, dp_shard, dp, ep, cp,
@@ -167,7 +177,8 @@ struct StepInfo {
 };
 
 // One span of a rank's timeline: a phase ("forward", "backward", "grad reduce", "optimizer"),
-// a forward op (its time since the previous recorded op), or a collective (bytes >= 0).
+// a forward op (its time since the previous recorded op), a backward op (its VJP; category
+// "backward op"), or a collective (bytes >= 0; category "collective" or "collective (backward)").
 struct TraceEvent {
   std::string name, category;
   int rank = 0;
@@ -193,6 +204,13 @@ struct TrainOptions {
   // rank reads its blocks; `init` may then be empty). resume_path: parameters, AdamW moments and
   // the step count from a file written with save_path; training continues at that step.
   std::string init_path, resume_path, save_path;
+  // Multi-process (e.g. Gloo, started by collectives/launch): run only this process's rank over
+  // `comm` (its world, comm->size() == the mesh size) instead of RunSpmd's in-process ranks.
+  // Every rank then reports its own view (the loss and norm are the same on every rank; log,
+  // bytes and trace are this rank's, on_step runs on it), the parameters and moments are
+  // all_gathered after the last step into TrainResult on every rank, and rank 0 alone writes
+  // save_path. nullptr: in-process.
+  collectives::Communicator* comm = nullptr;
 };
 
 // AdamW moments as global tensors, in layout order.
@@ -204,6 +222,7 @@ struct TrainResult {
   std::vector<double> losses;          // per step
   std::vector<double> grad_norms;      // per step, before clipping
   std::vector<NamedTensor> params;     // trained, global (assembled)
+  // "rank 0" below: the reporting rank (rank 0 in-process, this process's rank with comm).
   std::vector<CollectiveRecord> log;   // rank 0's collectives of the last step
   int64_t param_bytes_per_rank = 0;    // rank 0: parameters
   int64_t optimizer_bytes_per_rank = 0;  // rank 0: gradients + AdamW moments

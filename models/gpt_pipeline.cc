@@ -204,7 +204,7 @@ absl::StatusOr<TrainResult> TrainGptPipeline(const GptLayout& layout,
       }
       PipelineStage stage;
       stage.boundary_shape = {boundary_rows, c.d_model};
-      stage.boundary_dtype = c.dtype;
+      stage.boundary_dtype = c.compute_dtype();  // bf16 activations under mixed precision
       stage.boundary_type = boundary_type;
       stage.forward = [&](int mb, const Value& in, const std::vector<Value>& watched) {
         std::vector<Value> all(np);

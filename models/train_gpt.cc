@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,8 +29,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "collectives/gloo_communicator.h"
 #include "models/gpt.h"
 #include "models/gpt_pipeline.h"
+#include "models/gpt_trace.h"
 #include "models/pipeline.h"
 #include "nlohmann/json.hpp"
 #include "shardmap/context.h"
@@ -40,6 +43,10 @@ ABSL_FLAG(std::string, schedule, "1f1b", "pipeline schedule: gpipe or 1f1b");
 ABSL_FLAG(std::string, stage_layers, "", "layers per pipeline stage, e.g. 2,1,1 (default: as even as possible)");
 ABSL_FLAG(bool, sp, false, "sequence parallelism (needs a tp axis)");
 ABSL_FLAG(std::string, devices, "", "cpu:N simulated ranks (default: the mesh size)");
+ABSL_FLAG(std::string, backend, "inprocess",
+          "inprocess (every rank a thread of this process) or gloo (one process per rank over "
+          "Gloo/TCP, started by collectives/launch --nproc_per_node=<mesh size> or torchrun; "
+          "rank 0 prints)");
 ABSL_FLAG(int64_t, layers, 2, "transformer blocks");
 ABSL_FLAG(int64_t, d_model, 64, "model width");
 ABSL_FLAG(int64_t, heads, 4, "attention heads");
@@ -54,7 +61,9 @@ ABSL_FLAG(double, eps, 1e-8, "AdamW eps");
 ABSL_FLAG(double, weight_decay, 0.1, "AdamW decoupled weight decay (parameters with >= 2 dims)");
 ABSL_FLAG(double, clip, 1.0, "global gradient-norm clipping (0: off)");
 ABSL_FLAG(uint64_t, seed, 1, "initialisation seed");
-ABSL_FLAG(std::string, dtype, "f32", "f32 or f64 (bf16 mixed precision is not implemented yet)");
+ABSL_FLAG(std::string, dtype, "f32",
+          "f32, f64, or bf16 (mixed precision: f32 master weights, gradients and AdamW state; "
+          "bf16 activations, matmuls and tensor-parallel collectives; f32 loss)");
 ABSL_FLAG(std::string, data, "", "uint16 token ids (nanoGPT's train.bin layout)");
 ABSL_FLAG(std::string, text, "", "a text file; its bytes are the tokens (vocab 256)");
 ABSL_FLAG(std::string, init, "", "GPT-2 safetensors file to start from");
@@ -104,35 +113,6 @@ std::string Bytes(int64_t b) {
   return absl::StrCat(b, " B");
 }
 
-absl::Status WriteTrace(const std::string& path, const Mesh& mesh,
-                        const std::vector<TraceEvent>& events) {
-  nlohmann::json out = nlohmann::json::array();
-  double t0 = events.empty() ? 0 : events[0].start_us;
-  for (const TraceEvent& e : events) t0 = std::min(t0, e.start_us);
-  for (int r = 0; r < mesh.size(); ++r) {
-    out.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", r},
-                   {"args", {{"name", RankDescription(mesh, r)}}}});
-  }
-  for (const TraceEvent& e : events) {
-    nlohmann::json ev = {{"name", e.name}, {"cat", e.category}, {"pid", 0}, {"tid", e.rank},
-                         {"ts", e.start_us - t0}};
-    if (e.duration_us > 0 || e.category == "phase" || e.category == "op") {
-      ev["ph"] = "X";
-      ev["dur"] = e.duration_us;
-    } else {
-      ev["ph"] = "i";  // a collective issued outside the forward: an instant on its phase
-      ev["s"] = "t";
-    }
-    if (e.bytes >= 0) ev["args"] = {{"bytes", e.bytes}};
-    out.push_back(ev);
-  }
-  std::ofstream f(path);
-  if (!f) return absl::FailedPreconditionError(absl::StrCat("cannot write --trace '", path, "'"));
-  f << nlohmann::json{{"traceEvents", out}, {"displayTimeUnit", "ms"}}.dump();
-  return f ? absl::OkStatus()
-           : absl::FailedPreconditionError(absl::StrCat("writing --trace '", path, "' failed"));
-}
-
 int Fail(const absl::Status& s) {
   std::cerr << "train_gpt: " << s.message() << "\n";
   return 2;
@@ -150,10 +130,12 @@ int Main() {
     cfg.dtype = DType::kF32;
   } else if (dtype == "f64") {
     cfg.dtype = DType::kF64;
+  } else if (dtype == "bf16") {
+    cfg.dtype = DType::kF32;  // master weights
+    cfg.compute = DType::kBF16;
   } else {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--dtype ", dtype, ": f32 and f64 are supported (bf16 mixed precision is not "
-                           "implemented in train_gpt yet)")));
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--dtype ", dtype, ": use f32, f64 or bf16 (mixed precision)")));
   }
   cfg.moe.experts = absl::GetFlag(FLAGS_experts);
   cfg.moe.topk = absl::GetFlag(FLAGS_topk);
@@ -178,6 +160,31 @@ int Main() {
           " ranks; make them equal (or leave --devices out)")));
     }
   }
+  // --backend=gloo: this process is one rank of the launcher's world.
+  std::unique_ptr<collectives::Communicator> world;
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend == "gloo") {
+    absl::StatusOr<std::unique_ptr<collectives::Communicator>> c =
+        collectives::CreateGlooCommunicatorFromEnv({});
+    if (!c.ok()) {
+      return Fail(absl::Status(c.status().code(),
+                               absl::StrCat("--backend=gloo: ", c.status().message(),
+                                            " (start it with collectives/launch "
+                                            "--nproc_per_node=", mesh->size(), " -- train_gpt ...)")));
+    }
+    world = *std::move(c);
+    if (world->size() != mesh->size()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--backend=gloo: the world has ", world->size(), " processes but the mesh ",
+          mesh->ShortString(), " has ", mesh->size(), " ranks; launch ", mesh->size(),
+          " processes")));
+    }
+  } else if (backend != "inprocess") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--backend ", backend, ": use inprocess or gloo")));
+  }
+  // Rank 0 prints (every process of a gloo run sees the same losses).
+  const bool print = world == nullptr || world->rank() == 0;
   absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, cfg, absl::GetFlag(FLAGS_sp));
   if (!layout.ok()) return Fail(layout.status());
   absl::StatusOr<std::vector<int64_t>> tokens =
@@ -197,6 +204,7 @@ int Main() {
   o.resume_path = absl::GetFlag(FLAGS_resume);
   o.save_path = absl::GetFlag(FLAGS_save);
   o.trace = !absl::GetFlag(FLAGS_trace).empty();
+  o.comm = world.get();
   TypeTrace types;
   if (absl::GetFlag(FLAGS_print_types)) o.types = &types;
   o.microbatches = absl::GetFlag(FLAGS_microbatches);
@@ -216,12 +224,14 @@ int Main() {
 
   int64_t params = 0;
   for (const ParamInfo& p : layout->params()) params += NumElements(p.global_shape);
-  std::cout << absl::StrFormat(
+  if (print) std::cout << absl::StrFormat(
       "GPT-2: %d layers, d_model %d, %d heads, vocab %d, seq %d, %.2fM parameters, %s\n"
-      "mesh %s%s%s on %d simulated CPU devices; global batch %d x %d tokens; %d tokens of data\n",
-      cfg.layers, cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, params / 1e6, dtype,
+      "mesh %s%s%s on %d %s; global batch %d x %d tokens; %d tokens of data\n",
+      cfg.layers, cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, params / 1e6,
+      cfg.compute.has_value() ? absl::StrCat(dtype, " compute, f32 master weights") : dtype,
       mesh->ShortString(), layout->tp().sp ? " + sequence parallel" : "",
       layout->cp_axis().empty() ? "" : " (cp: ring attention, load-balanced chunks)", mesh->size(),
+      world != nullptr ? "processes (gloo)" : "simulated CPU devices",
       o.batch,
       cfg.seq, tokens->size());
   if (cfg.moe.on()) {
@@ -238,6 +248,7 @@ int Main() {
   double total_s = 0;
   std::map<std::string, int64_t> total_bytes;
   o.on_step = [&](const StepInfo& s) {
+    if (!print) return;
     if (!types.empty()) {  // recorded during the first step
       std::cout << "per-device SPMD types inside block 0 (rank 0):\n";
       for (const auto& [name, type] : types) {
@@ -276,6 +287,7 @@ int Main() {
   absl::StatusOr<TrainResult> r =
       pipelined ? TrainGptPipeline(*layout, init, *tokens, o) : TrainGpt(*layout, init, *tokens, o);
   if (!r.ok()) return Fail(r.status());
+  if (!print) return 0;
   std::string comm;
   for (const auto& [op, b] : total_bytes) absl::StrAppend(&comm, comm.empty() ? "" : ", ", op, " ", Bytes(b));
   std::cout << absl::StrFormat(

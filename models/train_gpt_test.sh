@@ -74,6 +74,24 @@ for run in "$pp_out" "$("$bin" "${common[@]}" --layers=2 --mesh=pp=2 --microbatc
   python3 -c "import sys; a,b=float('$one2'),float('$pp'); sys.exit(abs(a-b) > 1e-9*abs(a))" \
     || fail "pp: $pp vs $one2"
 done
+# bf16 through the pipeline (bf16 activations cross the stage boundary): within 2^-11 relative of
+# the 1-device bf16 run, as models/gpt_mixed_precision_test.cc bounds the other meshes.
+bf_one=$("$bin" "${common[@]}" --layers=2 --dtype=bf16 --steps=2 | grep '^step 1 loss' | awk '{print $4}')
+bf_pp=$("$bin" "${common[@]}" --layers=2 --dtype=bf16 --mesh=pp=2,dp=2 --microbatches=2 --steps=2 \
+        | grep '^step 1 loss' | awk '{print $4}')
+python3 -c "import sys; a,b=float('$bf_one'),float('$bf_pp'); sys.exit(abs(a-b) > abs(a)/2048)" \
+  || fail "bf16 pp2 x dp2: $bf_pp vs $bf_one"
+# bf16 mixed precision on fsdp2 x tp2 + sp: f32 master weights (the per-rank bytes printed), and
+# losses within 2^-9 relative of the f32 run (models/gpt_mixed_precision_test.cc says why).
+bf=$("$bin" "${common[@]}" --dtype=bf16 --mesh=dp_shard=2,tp=2 --sp --steps=3)
+echo "$bf"
+grep -q "bf16 compute, f32 master weights" <<<"$bf" || fail "bf16: no precision line"
+grep -q "per rank: parameters .* gradients + AdamW moments .* activations" <<<"$bf" \
+  || fail "bf16: no per-rank bytes"
+f32=$("$bin" "${common[@]}" --dtype=f32 --steps=3 | grep '^step 2 loss' | awk '{print $4}')
+b16=$(grep '^step 2 loss' <<<"$bf" | awk '{print $4}')
+python3 -c "import sys; a,b=float('$f32'),float('$b16'); sys.exit(abs(a-b) > abs(a)/512 or a == b)" \
+  || fail "bf16 fsdp2 x tp2+sp: $b16 vs f32 $f32"
 
 expect_error() {  # expect_error "message" flags...
   local msg="$1"; shift
@@ -91,6 +109,7 @@ expect_error "pipeline (pp) with context parallelism" "${common[@]}" --layers=2 
 expect_error "seq 8 is not divisible by 2\*cp = 6" "${common[@]}" --mesh=cp=3
 expect_error "batch 4 is not divisible by the 3" "${common[@]}" --mesh=dp=3
 expect_error "vocab 250 is not divisible by tp=4" "${common[@]}" --vocab=250 --mesh=tp=4 --heads=4
+expect_error "--dtype f16: use f32, f64 or bf16" "${common[@]}" --dtype=f16
 expect_error "cannot read" --text="$tmp/missing.txt"
 expect_error "a sample needs seq+1" --text=<(printf 'abc') --seq=8 --layers=1 --d_model=16 --heads=4
 expect_error "--devices cpu:3 but the mesh" "${common[@]}" --mesh=dp=2 --devices=cpu:3

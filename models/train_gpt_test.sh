@@ -61,6 +61,11 @@ resumed=$("$bin" "${common[@]}" "${moe[@]}" --resume="$tmp/moe.safetensors" --st
           | grep '^step 2 loss' | awk '{print $4}')
 python3 -c "import sys; a,b=float('$full'),float('$resumed'); sys.exit(abs(a-b) > 1e-9*abs(a))" \
   || fail "MoE resume ep2 -> 1 device: $full vs $resumed"
+# MoE in bf16 (routing on bf16 router logits) tracks the f32 run within 2^-9 relative.
+bf_ep=$("$bin" "${common[@]}" "${moe[@]}" --dtype=bf16 --mesh=ep=2 --steps=2 | grep '^step 1 loss' | awk '{print $4}')
+f32_ep=$("$bin" "${common[@]}" "${moe[@]}" --dtype=f32 --mesh=ep=2 --steps=2 | grep '^step 1 loss' | awk '{print $4}')
+python3 -c "import sys; a,b=float('$f32_ep'),float('$bf_ep'); sys.exit(abs(a-b) > abs(a)/512 or a == b)" \
+  || fail "bf16 MoE ep2: $bf_ep vs f32 $f32_ep"
 # Pipeline: pp2 x dp2 with 1F1B and pp2 with GPipe give the single-device losses (f64).
 pp_out=$("$bin" "${common[@]}" --layers=2 --mesh=pp=2,dp=2 --microbatches=2 --schedule=1f1b \
          --steps=2)

@@ -513,6 +513,40 @@ double GlobalGradNormSquared(const std::vector<Value>& grads) {
   return all_reduce(total, Axes(mesh.axis_names())).item();
 }
 
+absl::Status CheckTokens(const GptConfig& c, const std::vector<int64_t>& tokens) {
+  if (static_cast<int64_t>(tokens.size()) < c.seq + 1) {
+    return Invalid(absl::StrCat("the data has ", tokens.size(), " tokens; a sample needs seq+1 = ",
+                                c.seq + 1));
+  }
+  for (int64_t t : tokens) {
+    if (t < 0 || t >= c.vocab) {
+      return Invalid(absl::StrCat("token id ", t, " is outside the vocabulary [0, ", c.vocab,
+                                  "); raise --vocab"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Tensor>> MatchInitialParams(const GptLayout& layout,
+                                                       const std::vector<NamedTensor>& init) {
+  const GptConfig& c = layout.config();
+  std::vector<Tensor> globals;
+  for (const ParamInfo& p : layout.params()) {
+    const NamedTensor* found = nullptr;
+    for (const NamedTensor& t : init) {
+      if (t.name == p.name) found = &t;
+    }
+    if (found == nullptr) return Invalid(absl::StrCat("initial parameters lack '", p.name, "'"));
+    if (found->tensor.shape() != p.global_shape || found->tensor.dtype() != c.dtype) {
+      return Invalid(absl::StrCat("initial parameter '", p.name, "' is ",
+                                  found->tensor.ShapeString(), " but the model needs ",
+                                  DTypeName(c.dtype), ShapeToString(p.global_shape)));
+    }
+    globals.push_back(found->tensor);
+  }
+  return globals;
+}
+
 absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<NamedTensor>& init,
                                      const std::vector<int64_t>& tokens,
                                      const TrainOptions& options) {
@@ -541,16 +575,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
                                   ": make batch/dp * seq/cp divisible by tp"));
     }
   }
-  if (static_cast<int64_t>(tokens.size()) < c.seq + 1) {
-    return Invalid(absl::StrCat("the data has ", tokens.size(), " tokens; a sample needs seq+1 = ",
-                                c.seq + 1));
-  }
-  for (int64_t t : tokens) {
-    if (t < 0 || t >= c.vocab) {
-      return Invalid(absl::StrCat("token id ", t, " is outside the vocabulary [0, ", c.vocab,
-                                  "); raise --vocab"));
-    }
-  }
+  if (absl::Status s = CheckTokens(c, tokens); !s.ok()) return s;
   // Checkpoint files are checked before the first step; ranks read their blocks later.
   const std::string& file_path = !options.resume_path.empty() ? options.resume_path
                                                                 : options.init_path;
@@ -568,19 +593,10 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     file = std::make_unique<SafetensorsFile>(*std::move(f));
   }
   std::vector<Tensor> globals;
-  for (const ParamInfo& p : layout.params()) {
-    if (file != nullptr) continue;
-    const NamedTensor* found = nullptr;
-    for (const NamedTensor& t : init) {
-      if (t.name == p.name) found = &t;
-    }
-    if (found == nullptr) return Invalid(absl::StrCat("initial parameters lack '", p.name, "'"));
-    if (found->tensor.shape() != p.global_shape || found->tensor.dtype() != c.dtype) {
-      return Invalid(absl::StrCat("initial parameter '", p.name, "' is ",
-                                  found->tensor.ShapeString(), " but the model needs ",
-                                  DTypeName(c.dtype), ShapeToString(p.global_shape)));
-    }
-    globals.push_back(found->tensor);
+  if (file == nullptr) {
+    absl::StatusOr<std::vector<Tensor>> matched = MatchInitialParams(layout, init);
+    if (!matched.ok()) return matched.status();
+    globals = *std::move(matched);
   }
 
   const int64_t global_tokens = options.batch * c.seq;

@@ -246,6 +246,13 @@ struct TrainResult {
 void BatchAt(const std::vector<int64_t>& tokens, int64_t step, int64_t batch, int64_t seq,
              Tensor* ids, Tensor* targets);
 
+// The checks every trainer makes before its first step: at least seq+1 tokens, every id inside
+// the vocabulary; and the initial parameters, one global tensor per layout parameter (in layout
+// order) with the layout's shape and dtype. InvalidArgument naming the token or tensor.
+absl::Status CheckTokens(const GptConfig& c, const std::vector<int64_t>& tokens);
+absl::StatusOr<std::vector<Tensor>> MatchInitialParams(const GptLayout& layout,
+                                                       const std::vector<NamedTensor>& init);
+
 // Trains inside one RunSpmd over layout.mesh(): each rank holds its shards of the parameters
 // and AdamW state for the whole run. init: global tensors named as the layout.
 absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<NamedTensor>& init,

@@ -19,6 +19,7 @@
 
 #include "gtest/gtest.h"
 #include "models/gpt.h"
+#include "models/gpt_test_util.h"
 
 namespace shardmap {
 namespace {
@@ -102,18 +103,8 @@ TEST(GptBf16Test, OneDeviceTracksF32AndKeepsF32MasterWeights) {
   EXPECT_GT(bf16.activation_bytes_per_rank, 0.4 * f32.activation_bytes_per_rank);
 }
 
-struct Layout {
-  std::string mesh;
-  bool sp;
-};
-
-std::string LayoutName(const ::testing::TestParamInfo<Layout>& info) {
-  std::string n = info.param.mesh + (info.param.sp ? "_sp" : "");
-  for (char& c : n) {
-    if (c == '=' || c == ',') c = '_';
-  }
-  return n;
-}
+using gpt_testing::Layout;
+using gpt_testing::LayoutName;
 
 class GptBf16MeshTest : public ::testing::TestWithParam<Layout> {};
 

@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/gpt.h"
+#include "models/gpt_test_util.h"
 #include "tests/test_util.h"
 
 namespace shardmap {
@@ -18,13 +19,7 @@ namespace {
 using ::testing::HasSubstr;
 
 GptConfig MoeGpt(std::vector<std::string> expert_axes = {}) {
-  GptConfig c;
-  c.layers = 2;
-  c.d_model = 12;
-  c.heads = 6;
-  c.vocab = 24;
-  c.seq = 6;
-  c.dtype = DType::kF64;
+  GptConfig c = gpt_testing::SmallConfig();
   // capacity ceil(1.0 * 6 * 2 / 6) = 2 per expert and sequence: some assignments are dropped.
   c.moe = MoeConfig{.experts = 6, .topk = 2, .capacity_factor = 1.0, .aux_loss_coef = 0.05,
                     .expert_axes = std::move(expert_axes)};

@@ -119,30 +119,10 @@ absl::StatusOr<TrainResult> TrainGptPipeline(const GptLayout& layout,
   if (!sizes.ok()) return sizes.status();
   absl::StatusOr<Timetable> timetable = MakeTimetable(*schedule, p, static_cast<int>(m));
   if (!timetable.ok()) return timetable.status();
-  if (static_cast<int64_t>(tokens.size()) < c.seq + 1) {
-    return Invalid(absl::StrCat("the data has ", tokens.size(), " tokens; a sample needs seq+1 = ",
-                                c.seq + 1));
-  }
-  for (int64_t t : tokens) {
-    if (t < 0 || t >= c.vocab) {
-      return Invalid(absl::StrCat("token id ", t, " is outside the vocabulary [0, ", c.vocab,
-                                  "); raise --vocab"));
-    }
-  }
-  std::vector<Tensor> globals;
-  for (const ParamInfo& pi : layout.params()) {
-    const NamedTensor* found = nullptr;
-    for (const NamedTensor& t : init) {
-      if (t.name == pi.name) found = &t;
-    }
-    if (found == nullptr) return Invalid(absl::StrCat("initial parameters lack '", pi.name, "'"));
-    if (found->tensor.shape() != pi.global_shape || found->tensor.dtype() != c.dtype) {
-      return Invalid(absl::StrCat("initial parameter '", pi.name, "' is ",
-                                  found->tensor.ShapeString(), " but the model needs ",
-                                  DTypeName(c.dtype), ShapeToString(pi.global_shape)));
-    }
-    globals.push_back(found->tensor);
-  }
+  if (absl::Status s = CheckTokens(c, tokens); !s.ok()) return s;
+  absl::StatusOr<std::vector<Tensor>> matched = MatchInitialParams(layout, init);
+  if (!matched.ok()) return matched.status();
+  const std::vector<Tensor> globals = *std::move(matched);
   const StagePlan plan = Plan(layout, *sizes);
   const std::string pp = layout.pp_axis();
   const int pp_index = mesh.AxisIndex("pp");  // -1 without pp

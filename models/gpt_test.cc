@@ -34,18 +34,8 @@ using gpt_testing::ThreeSteps;
 using gpt_testing::Tokens;
 using gpt_testing::Train;
 
-struct Layout {
-  std::string mesh;
-  bool sp;
-};
-
-std::string LayoutName(const ::testing::TestParamInfo<Layout>& info) {
-  std::string n = info.param.mesh + (info.param.sp ? "_sp" : "");
-  for (char& c : n) {
-    if (c == '=' || c == ',') c = '_';
-  }
-  return n;
-}
+using gpt_testing::Layout;
+using gpt_testing::LayoutName;
 
 class GptEquivalenceTest : public ::testing::TestWithParam<Layout> {};
 

@@ -74,4 +74,12 @@ void ExpectSameTraining(const TrainResult& got, const TrainResult& ref) {
 }
 
 
+std::string LayoutName(const ::testing::TestParamInfo<Layout>& info) {
+  std::string n = info.param.mesh + (info.param.sp ? "_sp" : "");
+  for (char& c : n) {
+    if (c == '=' || c == ',') c = '_';
+  }
+  return n;
+}
+
 }  // namespace shardmap::gpt_testing

@@ -1,4 +1,4 @@
-// Shared by the GPT equivalence tests (gpt_test, gpt_pipeline_test): the small f64 model, its
+// Shared by the GPT tests (gpt_test, gpt_pipeline_test, gpt_moe_test, ...): the small f64 model, its
 // data, three AdamW steps with active clipping, the single-device reference run, and the check
 // that a run matches it (losses, gradient norms, parameters to 1e-9 relative).
 //
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "models/gpt.h"
 #include "tensor/tensor.h"
 
@@ -26,6 +27,14 @@ const TrainResult& Reference();  // Train("", false), computed once
 double RelDiff(const Tensor& a, const Tensor& b);
 // Three steps' losses, gradient norms and parameters equal the reference's to 1e-9 relative.
 void ExpectSameTraining(const TrainResult& got, const TrainResult& ref);
+
+// A parameterised test's mesh ("dp=2,tp=2") and sequence parallelism, and its test name
+// ("dp_2_tp_2_sp").
+struct Layout {
+  std::string mesh;
+  bool sp;
+};
+std::string LayoutName(const ::testing::TestParamInfo<Layout>& info);
 
 }  // namespace shardmap::gpt_testing
 

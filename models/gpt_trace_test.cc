@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/gpt.h"
+#include "models/gpt_test_util.h"
 #include "nlohmann/json.hpp"
 
 namespace shardmap {
@@ -29,13 +30,8 @@ struct Traced {
 };
 
 Traced TraceOneStep(const std::string& mesh_text, bool sp) {
-  GptConfig c;
+  GptConfig c = gpt_testing::SmallConfig();
   c.layers = 1;
-  c.d_model = 12;
-  c.heads = 6;
-  c.vocab = 24;
-  c.seq = 6;
-  c.dtype = DType::kF64;
   Traced t;
   t.mesh = *ParseMesh(mesh_text);
   absl::StatusOr<GptLayout> layout = GptLayout::Create(t.mesh, c, sp);

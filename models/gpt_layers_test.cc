@@ -76,7 +76,8 @@ TEST(GptLayersTest, HeadParallelCausalAttention) {
                              tp};
     return SumSquares(attn(p[0]), tp);
   };
-  for (int tp : {1, 2, 3}) {
+  // tp = kHeads: one head per device (its local heads dim has size 1 and must keep the shard).
+  for (int tp : {1, 2, 3, static_cast<int>(kHeads)}) {
     for (bool sp : {false, true}) {
       ExpectShardedMatchesUnsharded(
           fn, in, {sp ? P("tp") : P(), P(None, None, "tp"), P(None, "tp"), P("tp", None), P()},

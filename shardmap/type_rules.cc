@@ -411,12 +411,17 @@ SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank
     int rb = ky == AxisKind::kV ? role_b(y.dim) : -2;
     if ((ra == -3) != (rb == -3)) {
       // One operand's contracted dim is sharded over this axis. If the other's is sharded over
-      // another axis, the local blocks pair rows and columns of different slices: no collective
-      // after the matmul can repair that (reinterpreting the result as a sum would hide it).
+      // an axis this one's is not, the local blocks pair rows and columns of different slices:
+      // no collective after the matmul can repair that (reinterpreting the result as a sum
+      // would hide it). An axis that shards both contracted dims (dp in dp x tp sequence
+      // parallelism, where one operand's tp layout is unknown) pairs matching blocks.
+      const SpmdType& self = ra == -3 ? a : b;
       const SpmdType& other = ra == -3 ? b : a;
+      const int self_contract = ra == -3 ? a_contract : b_contract;
       const int other_contract = ra == -3 ? b_contract : a_contract;
       for (int j = 0; j < t.num_axes(); ++j) {
         if (j == i || !other[j].is_sharded() || other[j].dim != other_contract) continue;
+        if (self[j].is_sharded() && self[j].dim == self_contract) continue;
         return Rejected(
             no, i,
             absl::StrCat("contracts ", ra == -3 ? "a" : "b", "'s dim sharded over '",

@@ -271,6 +271,45 @@ TEST(MatmulRule, ContractedDimsOverDifferentAxesAreRejected) {
   EXPECT_NE(no->rule.find("partial sum (P) by a varying (V)"), std::string::npos);
 }
 
+// Sequence parallel x data parallel: the weight gradient x^T @ g contracts the token dim, held
+// as S0 on dp and on tp by both operands (mesh order, so the same order): P on both axes.
+TEST(MatmulRule, ContractedDimShardedOverTheSameAxesInBoth) {
+  const SpmdType both = T2(AxisType::Sharded(0), AxisType::Sharded(0));
+  std::optional<Rejection> no;
+  EXPECT_EQ(MatmulRule(both, 2, both, 2, /*ta=*/true, false, kNames, no).ToString(kNames),
+            "{dp:P,tp:P}");
+  EXPECT_FALSE(no);
+  // g's tp layout unknown (V, e.g. after a ppermute over tp), dp shared: accepted, P on dp and V
+  // on tp (which the VJP turns into P for a replicated weight).
+  const SpmdType g = T2(AxisType::Sharded(0), AxisType::V());
+  EXPECT_EQ(MatmulRule(both, 2, g, 2, true, false, kNames, no).ToString(kNames), "{dp:P,tp:V}");
+  EXPECT_FALSE(no);
+  EXPECT_EQ(MatmulRule(g, 2, both, 2, true, false, kNames, no).ToString(kNames), "{dp:P,tp:V}");
+  EXPECT_FALSE(no);
+  // Still rejected: a's token dim over tp only, b's over dp only.
+  MatmulRule(T2(AxisType::R(), AxisType::Sharded(0)), 2, T2(AxisType::Sharded(0), AxisType::R()),
+             2, true, false, kNames, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 0);
+  EXPECT_EQ(no->rule,
+            "contracts b's dim sharded over 'dp' with a's dim sharded over 'tp': each device "
+            "would pair slices that do not match");
+  // a's over (dp, tp), b's over dp and R on tp: dp pairs matching blocks, tp is one operand's
+  // sharded contraction against a replicated one, V as on a one-axis mesh (the op reports the
+  // local sizes, which differ unless b is another tensor).
+  no.reset();
+  EXPECT_EQ(MatmulRule(both, 2, T2(AxisType::Sharded(0), AxisType::R()), 2, true, false, kNames,
+                       no)
+                .ToString(kNames),
+            "{dp:P,tp:V}");
+  EXPECT_FALSE(no);
+  EXPECT_EQ(MatmulRule(T2(AxisType::R(), AxisType::Sharded(0)), 2,
+                       T2(AxisType::R(), AxisType::R()), 2, true, false, kNames, no)
+                .ToString(kNames),
+            "{dp:R,tp:V}");
+  EXPECT_FALSE(no);
+}
+
 TEST(NonlinearRule, RejectsPartialSumsOnly) {
   std::optional<Rejection> no;
   EXPECT_EQ(NonlinearRule("gelu", T2(AxisType::Sharded(0), AxisType::I()), kNames, no)

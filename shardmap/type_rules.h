@@ -158,6 +158,50 @@ bool SameShardBlocks(absl::Span<const int64_t> shape, int d, int e);
 SpmdType ReshapeRule(const SpmdType& x, absl::Span<const int64_t> in,
                      absl::Span<const int64_t> out);
 
+// ---------------------------------------------------------------------------------------------
+// Reductions, the nn ops and the layout ops. Shapes are local; dims are normalised and sorted.
+
+// sum / mean / sum_partial over dims nd of a rank-`rank` x. partial: a sharded reduced dim gives
+// P (sum_partial), and summing every dim of a V of unknown layout gives its share (P); otherwise
+// a sharded reduced dim is rejected. linear=false: P is rejected as by NonlinearRule.
+SpmdType ReduceRule(const char* op, const SpmdType& x, int rank, absl::Span<const int> nd,
+                    bool keepdim, bool partial, bool linear,
+                    absl::Span<const std::string> axis_names, std::optional<Rejection>& no);
+
+// max / local_max over dims nd: nonlinear (P rejected); a sharded reduced dim is rejected for
+// max (one shard's max is not the max) and gives V for local_max.
+SpmdType MaxRule(const char* op, const SpmdType& x, absl::Span<const int> nd, bool keepdim,
+                 bool local, absl::Span<const std::string> axis_names,
+                 std::optional<Rejection>& no);
+
+// A normalisation over dim d (softmax, norms, cross_entropy's classes) rejects an S(d) axis.
+std::optional<Rejection> CheckDimNotSharded(const SpmdType& x, int d, const char* fix);
+
+// embedding(table [rows, hidden], ids of rank ids_rank): a vocab-parallel table (S0) with R/I ids
+// gives P (its axes are set in *vocab); S1 gives S(ids_rank); R/I tables take the ids' type. P
+// operands are rejected even unchecked (checked=false skips the other checks).
+SpmdType EmbeddingRule(const SpmdType& table, const SpmdType& ids, int ids_rank, bool checked,
+                       AxisMask* vocab, std::optional<Rejection>& no);
+
+// take_along_last(x of rank x_rank, idx): as EmbeddingRule, for x sharded along its last dim.
+SpmdType TakeAlongLastRule(const SpmdType& x, int x_rank, const SpmdType& idx, bool checked,
+                           AxisMask* vocab, std::optional<Rejection>& no);
+
+// cross_entropy(logits, targets): logits as NonlinearRule, and the targets distributed like
+// the logits' rows (R targets go with R, I or P-free logits).
+SpmdType CrossEntropyRule(const SpmdType& logits, const SpmdType& targets,
+                          absl::Span<const std::string> axis_names, std::optional<Rejection>& no);
+
+// permute(x, perm): S(perm[k]) becomes S(k). perm entries may be negative (from the end).
+SpmdType PermuteRule(const SpmdType& x, absl::Span<const int> perm, int rank);
+
+// slice / concat along dim: S(dim) becomes V (the pieces are no longer the shards of one whole).
+SpmdType SliceRule(const SpmdType& x, int dim);
+
+// broadcast_to(x of shape in, out): S(d) follows d to its output dim, V where d is broadcast.
+SpmdType BroadcastRule(const SpmdType& x, absl::Span<const int64_t> in,
+                       absl::Span<const int64_t> out);
+
 }  // namespace shardmap
 
 #endif  // SHARDMAP_SHARDMAP_TYPE_RULES_H_

@@ -371,5 +371,108 @@ TEST(ReshapeRule, EmptyAndHugeShapesDoNotOverflow) {
   EXPECT_EQ(ReshapeDim({big, big, 0, 3}, {0, 3}, 3), -1);
 }
 
+TEST(ReduceRule, ShardedReducedDimsNeedSumPartial) {
+  const SpmdType x = T2(AxisType::Sharded(0), AxisType::Sharded(1));
+  std::optional<Rejection> no;
+  ReduceRule("sum", x, 2, {1}, false, false, true, kNames, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 1);
+  EXPECT_EQ(no->rule, "reduces dim 1, which is sharded (S1): a plain reduction would silently "
+                      "ignore the other shards");
+  EXPECT_NE(no->fix.find("sum_partial(x, dims)"), std::string::npos);
+  no.reset();
+  EXPECT_EQ(ReduceRule("sum_partial", x, 2, {1}, false, true, true, kNames, no).ToString(kNames),
+            "{dp:S0,tp:P}");
+  EXPECT_EQ(ReduceRule("sum_partial", x, 2, {0}, false, true, true, kNames, no).ToString(kNames),
+            "{dp:P,tp:S0}");
+  EXPECT_EQ(ReduceRule("sum_partial", x, 2, {0}, true, true, true, kNames, no).ToString(kNames),
+            "{dp:P,tp:S1}");
+  // All dims of a V of unknown layout: its share of the total.
+  EXPECT_EQ(ReduceRule("sum_partial", T2(AxisType::V(), AxisType::R()), 2, {0, 1}, false, true,
+                       true, kNames, no)
+                .ToString(kNames),
+            "{dp:P,tp:R}");
+  EXPECT_FALSE(no);
+  // A nonlinear reduction of a P.
+  ReduceRule("norm", T2(AxisType::R(), AxisType::P()), 2, {1}, false, false, false, kNames, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 1);
+  EXPECT_NE(no->rule.find("nonlinear"), std::string::npos);
+}
+
+TEST(MaxRule, LocalMaxOfAShardedDimIsVarying) {
+  const SpmdType x = T2(AxisType::Sharded(1), AxisType::R());
+  std::optional<Rejection> no;
+  EXPECT_EQ(MaxRule("local_max", x, {1}, true, true, kNames, no).ToString(kNames), "{dp:V,tp:R}");
+  EXPECT_EQ(MaxRule("max", x, {0}, false, false, kNames, no).ToString(kNames), "{dp:S0,tp:R}");
+  EXPECT_FALSE(no);
+  MaxRule("max", x, {1}, true, false, kNames, no);
+  ASSERT_TRUE(no);
+  EXPECT_NE(no->fix.find("local_max"), std::string::npos);
+}
+
+TEST(NnRules, EmbeddingTakeAlongLastAndCrossEntropy) {
+  std::optional<Rejection> no;
+  AxisMask vocab = 0;
+  // Vocab-parallel table (tp:S0) with replicated ids: a partial sum on tp.
+  EXPECT_EQ(EmbeddingRule(T2(AxisType::R(), AxisType::Sharded(0)),
+                          T2(AxisType::Sharded(0), AxisType::R()), 1, true, &vocab, no)
+                .ToString(kNames),
+            "{dp:S0,tp:P}");
+  EXPECT_EQ(vocab, 2u);
+  EXPECT_EQ(EmbeddingRule(T2(AxisType::R(), AxisType::Sharded(1)), T2(AxisType::R(), AxisType::R()),
+                          2, true, &vocab, no)
+                .ToString(kNames),
+            "{dp:R,tp:S2}");
+  EXPECT_FALSE(no);
+  EmbeddingRule(T2(AxisType::R(), AxisType::Sharded(0)), T2(AxisType::R(), AxisType::V()), 1,
+                true, &vocab, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->fix, "all_gather the ids over that axis first");
+  no.reset();
+  // Unchecked: only P is refused.
+  EmbeddingRule(T2(AxisType::R(), AxisType::Sharded(0)), T2(AxisType::R(), AxisType::V()), 1,
+                false, &vocab, no);
+  EXPECT_FALSE(no);
+  EmbeddingRule(T2(AxisType::P(), AxisType::R()), T2(AxisType::R(), AxisType::R()), 1, false,
+                &vocab, no);
+  ASSERT_TRUE(no);
+  no.reset();
+  EXPECT_EQ(TakeAlongLastRule(T2(AxisType::Sharded(0), AxisType::Sharded(1)), 2,
+                              T2(AxisType::Sharded(0), AxisType::R()), true, &vocab, no)
+                .ToString(kNames),
+            "{dp:S0,tp:P}");
+  EXPECT_EQ(vocab, 2u);
+  EXPECT_FALSE(no);
+  EXPECT_EQ(CrossEntropyRule(T2(AxisType::Sharded(0), AxisType::R()),
+                             T2(AxisType::Sharded(0), AxisType::R()), kNames, no)
+                .ToString(kNames),
+            "{dp:S0,tp:R}");
+  EXPECT_FALSE(no);
+  CrossEntropyRule(T2(AxisType::Sharded(0), AxisType::R()), T2(AxisType::R(), AxisType::R()),
+                   kNames, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->rule, "logits and targets are distributed differently");
+  no = CheckDimNotSharded(T2(AxisType::R(), AxisType::Sharded(1)), 1, "gather first");
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 1);
+  EXPECT_FALSE(CheckDimNotSharded(T2(AxisType::R(), AxisType::Sharded(1)), 0, "x"));
+}
+
+TEST(LayoutRules, PermuteSliceBroadcast) {
+  const SpmdType x = T2(AxisType::Sharded(0), AxisType::Sharded(2));
+  EXPECT_EQ(PermuteRule(x, {2, 1, 0}, 3).ToString(kNames), "{dp:S2,tp:S0}");
+  EXPECT_EQ(PermuteRule(x, {1, -1, 0}, 3).ToString(kNames), "{dp:S2,tp:S1}");
+  EXPECT_EQ(SliceRule(x, 0).ToString(kNames), "{dp:V,tp:S2}");
+  EXPECT_EQ(SliceRule(x, 1).ToString(kNames), "{dp:S0,tp:S2}");
+  // [1, 3] -> [4, 1, 3]: dim 1 lands on 2; a broadcast size-1 dim loses S.
+  EXPECT_EQ(BroadcastRule(T2(AxisType::Sharded(1), AxisType::Sharded(0)), {1, 3}, {4, 1, 3})
+                .ToString(kNames),
+            "{dp:S2,tp:S1}");
+  EXPECT_EQ(BroadcastRule(T2(AxisType::Sharded(0), AxisType::R()), {1, 3}, {4, 3})
+                .ToString(kNames),
+            "{dp:V,tp:R}");
+}
+
 }  // namespace
 }  // namespace shardmap

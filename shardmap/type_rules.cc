@@ -290,10 +290,11 @@ int BroadcastDim(absl::Span<const int64_t> in, int d, absl::Span<const int64_t> 
   return d + off;
 }
 
-SpmdType ElementwiseRule(const char* op, const SpmdType& a, absl::Span<const int64_t> a_shape,
-                         const SpmdType& b, absl::Span<const int64_t> b_shape,
-                         absl::Span<const int64_t> out, bool multilinear, bool divide,
-                         std::optional<Rejection>& no) {
+SpmdType internal::ElementwiseRuleFull(const char* op, const SpmdType& a,
+                                       absl::Span<const int64_t> a_shape, const SpmdType& b,
+                                       absl::Span<const int64_t> b_shape,
+                                       absl::Span<const int64_t> out, bool multilinear,
+                                       bool divide, std::optional<Rejection>& no) {
   SpmdType t = JoinedShape(a, b);
   for (int i = 0; i < t.num_axes(); ++i) {
     AxisType x = a[i], y = b[i];
@@ -368,9 +369,9 @@ SpmdType NonlinearRule(const char* op, const SpmdType& x, absl::Span<const std::
   return x;
 }
 
-SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank, bool ta,
-                    bool tb, absl::Span<const std::string> axis_names,
-                    std::optional<Rejection>& no) {
+SpmdType internal::MatmulRuleFull(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank,
+                                  bool ta, bool tb, absl::Span<const std::string> axis_names,
+                                  std::optional<Rejection>& no) {
   const int a_contract = ta ? a_rank - 2 : a_rank - 1, a_free = ta ? a_rank - 1 : a_rank - 2;
   const int b_contract = tb ? b_rank - 1 : b_rank - 2, b_free = tb ? b_rank - 2 : b_rank - 1;
   const int out_rank = a_rank;

@@ -119,10 +119,10 @@ inline SpmdType ErasedUnary(const SpmdType& a) {
 // Elementwise binary ops: add/sub are linear (P+P = P, P+R rejected: the bias bug), mul/div are
 // multilinear (P*R = P, P*P and P*V rejected); divide: b is a divisor (P rejected). I meets only I.
 // An S(d) operand keeps S on the broadcast output dim when both agree.
-SpmdType ElementwiseRule(const char* op, const SpmdType& a, absl::Span<const int64_t> a_shape,
-                         const SpmdType& b, absl::Span<const int64_t> b_shape,
-                         absl::Span<const int64_t> out, bool multilinear, bool divide,
-                         std::optional<Rejection>& no);
+inline SpmdType ElementwiseRule(const char* op, const SpmdType& a,
+                                absl::Span<const int64_t> a_shape, const SpmdType& b,
+                                absl::Span<const int64_t> b_shape, absl::Span<const int64_t> out,
+                                bool multilinear, bool divide, std::optional<Rejection>& no);
 
 // A nonlinear unary op (gelu, exp, ...): any kind but P, the type unchanged.
 SpmdType NonlinearRule(const char* op, const SpmdType& x, absl::Span<const std::string> axis_names,
@@ -131,9 +131,9 @@ SpmdType NonlinearRule(const char* op, const SpmdType& x, absl::Span<const std::
 // matmul(a, b, ta, tb) of operands of ranks a_rank, b_rank (b of rank > 2 is batched): R@R = R,
 // S on a's free dim or b's free dim stays S of the output's, contracting a dim both shard over
 // one axis gives P, contracting dims sharded over different axes is rejected; P@R = P.
-SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank, bool ta,
-                    bool tb, absl::Span<const std::string> axis_names,
-                    std::optional<Rejection>& no);
+inline SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank,
+                           bool ta, bool tb, absl::Span<const std::string> axis_names,
+                           std::optional<Rejection>& no);
 
 // The output dim that dim d of an operand of shape `in` lands on when broadcast to `out`, or -1
 // when d is broadcast (size 1 against a larger size) or d < 0.
@@ -201,6 +201,69 @@ SpmdType SliceRule(const SpmdType& x, int dim);
 // broadcast_to(x of shape in, out): S(d) follows d to its output dim, V where d is broadcast.
 SpmdType BroadcastRule(const SpmdType& x, absl::Span<const int64_t> in,
                        absl::Span<const int64_t> out);
+
+// ---------------------------------------------------------------------------------------------
+// Inline fast paths of the common cases (the typed ops' overhead on small tensors): operands of
+// one type, or without S, P and I; everything else goes to the full rules (out of line).
+
+namespace internal {
+
+SpmdType ElementwiseRuleFull(const char* op, const SpmdType& a, absl::Span<const int64_t> a_shape,
+                             const SpmdType& b, absl::Span<const int64_t> b_shape,
+                             absl::Span<const int64_t> out, bool multilinear, bool divide,
+                             std::optional<Rejection>& no);
+SpmdType MatmulRuleFull(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank, bool ta,
+                        bool tb, absl::Span<const std::string> axis_names,
+                        std::optional<Rejection>& no);
+
+inline bool SameSpan(absl::Span<const int64_t> x, absl::Span<const int64_t> y) {
+  if (x.size() != y.size()) return false;
+  for (size_t k = 0; k < x.size(); ++k) {
+    if (x[k] != y[k]) return false;
+  }
+  return true;
+}
+
+}  // namespace internal
+
+inline SpmdType ElementwiseRule(const char* op, const SpmdType& a,
+                                absl::Span<const int64_t> a_shape, const SpmdType& b,
+                                absl::Span<const int64_t> b_shape, absl::Span<const int64_t> out,
+                                bool multilinear, bool divide, std::optional<Rejection>& no) {
+  // Equal types: R, I, V, P (P+P; P*P is rejected) keep their kind; S(d) keeps d when neither
+  // operand is broadcast.
+  bool fast = a.num_axes() == b.num_axes();
+  bool sharded = false;
+  for (int i = 0; fast && i < a.num_axes(); ++i) {
+    fast = a[i] == b[i] && !(multilinear && a[i].kind == AxisKind::kP);
+    sharded |= a[i].dim >= 0;
+  }
+  if (fast && (!sharded || (internal::SameSpan(a_shape, out) && internal::SameSpan(b_shape, out)))) {
+    SpmdType t = a;
+    if (t.mesh_id() == 0) t.set_mesh_id(b.mesh_id());
+    return t;
+  }
+  return internal::ElementwiseRuleFull(op, a, a_shape, b, b_shape, out, multilinear, divide, no);
+}
+
+inline SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank,
+                           bool ta, bool tb, absl::Span<const std::string> axis_names,
+                           std::optional<Rejection>& no) {
+  // Only R and V of unknown layout: R@R = R, anything with a V is V.
+  if (a.num_axes() == b.num_axes()) {
+    SpmdType t(a.num_axes());
+    t.set_mesh_id(a.mesh_id() != 0 ? a.mesh_id() : b.mesh_id());
+    bool fast = true;
+    for (int i = 0; fast && i < a.num_axes(); ++i) {
+      const AxisType x = a[i], y = b[i];
+      fast = (x.kind == AxisKind::kR || (x.kind == AxisKind::kV && x.dim < 0)) &&
+             (y.kind == AxisKind::kR || (y.kind == AxisKind::kV && y.dim < 0));
+      if (x.kind != AxisKind::kR || y.kind != AxisKind::kR) t[i] = AxisType::V();
+    }
+    if (fast) return t;
+  }
+  return internal::MatmulRuleFull(a, a_rank, b, b_rank, ta, tb, axis_names, no);
+}
 
 }  // namespace shardmap
 

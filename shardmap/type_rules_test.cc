@@ -474,5 +474,55 @@ TEST(LayoutRules, PermuteSliceBroadcast) {
             "{dp:V,tp:R}");
 }
 
+// The inline fast paths agree with the full rules on every pair of two-axis types (R, I, V,
+// S0, S1, P per axis), with and without broadcasting.
+TEST(FastPaths, AgreeWithTheFullRules) {
+  const std::vector<AxisType> kinds = {AxisType::R(), AxisType::I(), AxisType::V(),
+                                       AxisType::Sharded(0), AxisType::Sharded(1), AxisType::P()};
+  std::vector<SpmdType> types;
+  for (AxisType x : kinds) {
+    for (AxisType y : kinds) types.push_back(T2(x, y));
+  }
+  const std::vector<int64_t> k4x8 = {4, 8}, k1x8 = {1, 8};
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes = {
+      {k4x8, k4x8}, {k4x8, k1x8}, {k1x8, k4x8}};
+  int fast_hits = 0;
+  for (const SpmdType& a : types) {
+    for (const SpmdType& b : types) {
+      for (const auto& [as, bs] : shapes) {
+        for (int mode = 0; mode < 3; ++mode) {  // add, mul, div
+          const bool multilinear = mode > 0, divide = mode == 2;
+          std::optional<Rejection> no_fast, no_full;
+          const SpmdType fast = ElementwiseRule("add", a, as, b, bs, k4x8, multilinear, divide,
+                                                no_fast);
+          const SpmdType full = internal::ElementwiseRuleFull("add", a, as, b, bs, k4x8,
+                                                              multilinear, divide, no_full);
+          ASSERT_EQ(no_fast.has_value(), no_full.has_value())
+              << a.ToString(kNames) << " " << b.ToString(kNames) << " mode " << mode;
+          if (!no_full) {
+            ASSERT_EQ(fast.ToString(kNames), full.ToString(kNames))
+                << a.ToString(kNames) << " " << b.ToString(kNames) << " mode " << mode;
+          } else {
+            EXPECT_EQ(no_fast->rule, no_full->rule);
+          }
+          fast_hits += a == b && !no_full;
+        }
+      }
+      for (bool ta : {false, true}) {
+        std::optional<Rejection> no_fast, no_full;
+        const SpmdType fast = MatmulRule(a, 2, b, 2, ta, false, kNames, no_fast);
+        const SpmdType full = internal::MatmulRuleFull(a, 2, b, 2, ta, false, kNames, no_full);
+        ASSERT_EQ(no_fast.has_value(), no_full.has_value())
+            << a.ToString(kNames) << " @ " << b.ToString(kNames);
+        if (!no_full) {
+          ASSERT_EQ(fast.ToString(kNames), full.ToString(kNames))
+              << a.ToString(kNames) << " @ " << b.ToString(kNames);
+        }
+      }
+    }
+  }
+  EXPECT_GT(fast_hits, 0);
+}
+
 }  // namespace
 }  // namespace shardmap

@@ -138,9 +138,9 @@ class Communicator {
   virtual absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) = 0;
 
   // Tags the next collective call (see CallTag). Backends whose ranks publish their calls in
-  // shared memory (in-process) compare tags on every call at no cost. The default ignores tags:
-  // a backend that would need an extra round of communication to compare them (NCCL, Gloo) does
-  // so only when its debug checks are on, or not at all; see its header.
+  // shared memory (in-process) or exchange a call descriptor anyway (Gloo) compare tags on every
+  // call at no extra round. The default ignores tags: a backend that would need an extra round
+  // of communication to compare them (NCCL) does not; see its header.
   virtual void TagNextCall(const CallTag& tag) { (void)tag; }
   // Whether TagNextCall's tags are compared on every call (so callers may rely on the check).
   virtual bool ComparesCallTags() const { return false; }

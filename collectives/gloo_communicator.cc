@@ -3,7 +3,9 @@
 // the shared CPU kernel (internal::ReduceBuffers) and give the in-process backend's bits:
 //   - every collective first exchanges a call descriptor with every peer (the agreement phase,
 //     always on the same slot, so a rank that skipped a call is caught too), then moves data on
-//     slots numbered by the call's sequence number;
+//     slots numbered by the call's sequence number; the descriptor carries the caller's CallTag
+//     (shardmap's op, axes, shape, program order), so calls reordered across groups meet a peer
+//     whose tag differs and fail naming both;
 //   - all-reduce above kSmallAllReduceBytes: direct reduce-scatter (each rank receives its slice
 //     from every peer and reduces it in rank order) then all-gather of the reduced slices; below,
 //     every rank receives every input and reduces everything (one round, same bits everywhere).
@@ -93,6 +95,9 @@ struct Desc {
   // AllToAllV, per peer: elements the sender sends to the receiver, and expects from it.
   uint64_t to_you = 0;
   uint64_t from_you = 0;
+  // The caller's CallTag words (op, axis mask, dtype, shape, program-order number; bytes only:
+  // each rank formats them with its own describe function), all zero when untagged.
+  uint64_t tag[CallTag::kWords] = {};
 
   bool SameCall(const Desc& o) const {
     return op == o.op && dtype == o.dtype && reduce == o.reduce && root == o.root &&
@@ -356,6 +361,9 @@ class GlooCommunicator final : public Communicator {
     if (!r.ok()) return Finish(r.status());
     return r;
   }
+  // Tags travel in the call descriptor every collective exchanges anyway: compared for free.
+  void TagNextCall(const CallTag& tag) override { next_tag_ = tag; }
+  bool ComparesCallTags() const override { return true; }
 
  private:
   std::string RankName(int r) const {
@@ -374,6 +382,8 @@ class GlooCommunicator final : public Communicator {
 
   // Starts a call on this rank: names it for errors, refuses it on a failed world, checks enums.
   absl::Status Begin(const Desc& d) {
+    tag_ = next_tag_;  // a tag applies to this call only (point-to-point calls drop it)
+    next_tag_ = CallTag{};
     Desc numbered = d;
     numbered.seq = seq_ + 1;
     what_ = absl::StrCat(Describe(numbered), " on group '", name_, "' (", RankName(rank()), ")");
@@ -468,6 +478,7 @@ class GlooCommunicator final : public Communicator {
   absl::Status Agree(Desc mine, absl::Span<const size_t> send_counts = {},
                      absl::Span<const size_t> recv_counts = {}) {
     mine.seq = ++seq_;
+    std::copy(std::begin(tag_.words), std::end(tag_.words), std::begin(mine.tag));
     const int n = size();
     const int me = rank();
     std::vector<Desc> out(n, mine);
@@ -488,6 +499,22 @@ class GlooCommunicator final : public Communicator {
         return absl::InternalError(absl::StrCat(what_, ": ", RankName(p),
                                                 " sent a corrupt call descriptor"));
       }
+    }
+    for (int p = 1; p < n; ++p) {
+      if (std::equal(std::begin(in[0].tag), std::end(in[0].tag), std::begin(in[p].tag))) continue;
+      // The caller's view (op, axes, shape, program order) says more than ours: report it.
+      auto describe = [&](const Desc& d) {
+        const bool tagged = std::any_of(std::begin(d.tag), std::end(d.tag),
+                                        [](uint64_t w) { return w != 0; });
+        if (!tagged) return absl::StrCat("an untagged ", Describe(d));
+        if (tag_.describe == nullptr) return absl::StrCat("a tagged ", Describe(d));
+        return absl::StrCat(tag_.describe(d.tag), " [", Describe(d), "]");
+      };
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mismatched collectives: ", RankName(0), " issued ", describe(in[0]), " but ",
+          RankName(p), " issued ", describe(in[p]), " at the same point (group '", name_,
+          "'); every rank must issue the same collectives, with the same shapes, in the same "
+          "order: look for rank-dependent control flow or per-rank shapes before this call"));
     }
     for (int p = 1; p < n; ++p) {
       if (in[p].SameCall(in[0])) continue;
@@ -715,6 +742,7 @@ class GlooCommunicator final : public Communicator {
   // Send/Recv are not group-wide: the k-th message from p to q uses p2p slot k of the pair.
   absl::Status BeginPointToPoint(bool is_send, const void* buffer, size_t count, DataType dtype,
                                  int peer) {
+    next_tag_ = CallTag{};  // point-to-point calls are not group-wide: no tag
     what_ = absl::StrCat(is_send ? "Send(" : "Recv(",
                          IsValidDataType(dtype) ? DataTypeName(dtype) : "invalid dtype",
                          ", count=", count, is_send ? ") to rank " : ") from rank ", peer,
@@ -828,6 +856,8 @@ class GlooCommunicator final : public Communicator {
   std::string what_;  // the current call, for errors
   std::vector<char> scratch_;
   std::vector<char> staging_;
+  CallTag next_tag_;  // TagNextCall's tag, taken by the next call's Begin
+  CallTag tag_;       // the running call's tag
 };
 
 // Writing to a socket whose peer died raises SIGPIPE, which would end this process silently

@@ -10,8 +10,9 @@
 // Semantics are the in-process backend's (collectives/README.md): reductions run in rank order
 // 0..n-1 with the shared CPU kernel (bf16/f16 accumulate in f32, round once), so every rank gets
 // the same bits, and the same bits as RunInProcess. Every collective first exchanges a small call
-// descriptor with its peers, so mismatched calls fail with InvalidArgument on every rank instead
-// of corrupting memory. Any failure (a peer process that died, a peer silent for `timeout`, bad
+// descriptor with its peers (with the caller's CallTag: op, axes, shape, program order), so
+// mismatched calls, and calls reordered across groups, fail with InvalidArgument on every rank
+// instead of corrupting memory or pairing the wrong peers. Any failure (a peer process that died, a peer silent for `timeout`, bad
 // arguments, a mismatch) poisons the world: this rank closes its connections of every group of
 // the world, so peers waiting on it fail at once naming it, and later calls fail too.
 #ifndef SHARDMAP_COLLECTIVES_GLOO_COMMUNICATOR_H_

@@ -84,6 +84,43 @@ TEST(GlooFailureTest, MismatchedCallsFailOnEveryRankWithBothCalls) {
   }
 }
 
+// The caller's CallTag travels in the call descriptor: calls that agree on what Gloo sees (op,
+// dtype, count) but not on the caller's view (here the axes) fail on every rank with both tags.
+std::string DescribeTag(const uint64_t* w) { return absl::StrCat("call over axes ", w[0]); }
+
+TEST(GlooFailureTest, CallTagsThatDifferFailWithBothTags) {
+  std::vector<absl::Status> all = RunGlooThreadsEach(3, [](Communicator& c) -> absl::Status {
+    EXPECT_TRUE(c.ComparesCallTags());
+    float x = 1.0f;
+    CallTag same;
+    same.words[0] = 7;
+    same.describe = &DescribeTag;
+    c.TagNextCall(same);
+    if (absl::Status s = c.AllReduce(&x, &x, 1, DataType::kF32, ReduceOp::kSum); !s.ok()) {
+      return s;
+    }
+    // A tag applies to one call: the second Barrier is untagged on every rank.
+    c.TagNextCall(same);
+    if (absl::Status s = c.Barrier(); !s.ok()) return s;
+    if (absl::Status s = c.Barrier(); !s.ok()) return s;
+    EXPECT_EQ(x, 3.0f);
+    CallTag tag;
+    tag.words[0] = c.rank() == 1 ? 2 : 1;  // rank 1 names other axes
+    tag.words[CallTag::kWords - 1] = 5;
+    tag.describe = &DescribeTag;
+    c.TagNextCall(tag);
+    return c.AllReduce(&x, &x, 1, DataType::kF32, ReduceOp::kSum);
+  }, WithTimeout(absl::Seconds(30)));
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(all[r].code(), absl::StatusCode::kInvalidArgument) << all[r];
+    EXPECT_THAT(Message(all[r]),
+                AllOf(HasSubstr("mismatched collectives"),
+                      HasSubstr("rank 0 issued call over axes 1 [AllReduce(f32, sum, count=1) #"),
+                      HasSubstr("rank 1 issued call over axes 2 [AllReduce(f32, sum, count=1) #")))
+        << "rank " << r;
+  }
+}
+
 TEST(GlooFailureTest, ASkippedCollectiveIsAMismatchNotAHang) {
   std::vector<absl::Status> all = RunGlooThreadsEach(2, [](Communicator& c) -> absl::Status {
     if (c.rank() == 1) {

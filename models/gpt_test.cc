@@ -53,7 +53,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Layout{"dp=2", false}, Layout{"tp=2", false}, Layout{"tp=2", true},
                       Layout{"dp_shard=2", false}, Layout{"dp_replicate=2,dp_shard=2", false},
                       Layout{"dp=2,tp=2", false}, Layout{"dp_shard=2,tp=2", true},
-                      Layout{"tp=3", true}, Layout{"dp=3", false}),
+                      Layout{"tp=3", true}, Layout{"dp=3", false},
+                      Layout{"tp=6", false}, Layout{"tp=6", true},  // one head per device
+                      Layout{"dp=2,tp=2", true}),                  // SP x DP
     LayoutName);
 
 // ---- Collectives of one step, per layout ---------------------------------------------------
@@ -359,7 +361,8 @@ TEST_P(GptContextParallelTest, ThreeAdamWStepsMatchSingleDevice) {
 INSTANTIATE_TEST_SUITE_P(
     Meshes, GptContextParallelTest,
     ::testing::Values(Layout{"cp=2", false}, Layout{"cp=3", false}, Layout{"cp=2,tp=2", false},
-                      Layout{"cp=2,tp=2", true}, Layout{"dp=2,cp=2", false},
+                      Layout{"cp=2,tp=2", true}, Layout{"cp=2,tp=6", false},  // 1 head each
+                      Layout{"dp=2,cp=2", false},
                       Layout{"dp_shard=2,cp=3", false}),
     LayoutName);
 

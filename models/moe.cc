@@ -117,12 +117,15 @@ MoeOutput MoeMlp::operator()(const Value& x) const {
   const Axes axes(cfg.expert_axes);
   if (ep) buf = all_to_all(buf, /*split_dim=*/0, /*concat_dim=*/1, axes);
   NoteType(types, "moe: at the experts [E/ep, ep*G*C, d]", buf);
-  Value h = gelu(einsum("emd,edh->emh", buf, fc_weight) +
-                     fc_bias.reshape({fc_bias.dim(0), 1, fc_bias.dim(1)}),
+  // The hidden activations as [E, 4d, G*C], so c_fc's bias [E, 4d] (4d split over tp) becomes
+  // [E, 4d, 1] by a size-1 dim *after* its sharded dim (reshape keeps S on the major dim of a
+  // block, so [E, 1, 4d] would move the tp shard onto the size-1 dim).
+  Value h = gelu(einsum("emd,edh->ehm", buf, fc_weight) +
+                     fc_bias.reshape({fc_bias.dim(0), fc_bias.dim(1), 1}),
                  GeluApprox::kTanh);
   Value bias = proj_bias.reshape({proj_bias.dim(0), 1, d});
   if (tp.on()) bias = convert(bias, tp.axis, Convert::kRToP);  // added once to the tp sum
-  Value out = einsum("emh,ehd->emd", h, proj_weight) + bias;
+  Value out = einsum("ehm,ehd->emd", h, proj_weight) + bias;
   NoteType(types, "moe: expert outputs", out);
   if (ep) out = all_to_all(out, /*split_dim=*/1, /*concat_dim=*/0, axes);
   Value gate = gather_rows(pick.values.reshape({n * k, 1}), slot_pair).reshape({e, gc, 1});

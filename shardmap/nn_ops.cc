@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "shardmap/context.h"
 #include "shardmap/internal/typing.h"
 #include "shardmap/ops.h"
+#include "shardmap/type_rules.h"
 #include "tensor/error.h"
 #include "tensor/ops/elementwise.h"
 #include "tensor/ops/nn.h"
@@ -173,42 +175,11 @@ Value embedding(const Value& table, const Value& ids) {
   internal::CheckMesh("embedding", table);
   internal::CheckMesh("embedding", ids);
   RankContext& ctx = RankContext::Get("embedding");
-  const int na = table.type.num_axes();
   if (table.rank() != 2) OpFail("embedding: table must be [rows, hidden], got ", table.ToString());
-  SpmdType t(na);
-  t.set_mesh_id(table.type.mesh_id());
   AxisMask vocab = 0;
-  for (int i = 0; i < na; ++i) {
-    AxisType a = table.type[i], b = ids.type[i];
-    if (a.kind == AxisKind::kP || b.kind == AxisKind::kP) {
-      TypeFail("embedding", i, "the table or the ids are a partial sum (P)",
-               "all_reduce them first", {{"table", &table}, {"ids", &ids}});
-    }
-    if (a.is_sharded() && a.dim == 0) {
-      if (b.kind != AxisKind::kR && b.kind != AxisKind::kI && ctx.checked()) {
-        TypeFail("embedding", i,
-                 "the table is vocab-parallel (S0) but the ids vary: each device must look up "
-                 "the same ids in its shard",
-                 "all_gather the ids over that axis first", {{"table", &table}, {"ids", &ids}});
-      }
-      vocab |= 1u << i;
-      t[i] = AxisType::P();
-    } else if (a.kind == AxisKind::kR || a.kind == AxisKind::kI) {
-      if (a.kind == AxisKind::kI && b.kind != AxisKind::kI && ctx.checked()) {
-        TypeFail("embedding", i, "an invariant (I) table mixes with nothing else",
-                 "convert(table, axis, I->R) first", {{"table", &table}, {"ids", &ids}});
-      }
-      t[i] = a.kind == AxisKind::kI ? AxisType::I() : b;
-    } else if (a.is_sharded() && a.dim == 1) {
-      if (b.kind == AxisKind::kV && ctx.checked()) {
-        TypeFail("embedding", i, "a hidden-sharded table with varying ids",
-                 "all_gather the ids first", {{"table", &table}, {"ids", &ids}});
-      }
-      t[i] = AxisType::Sharded(ids.rank());
-    } else {
-      t[i] = AxisType::V();
-    }
-  }
+  std::optional<Rejection> no;
+  SpmdType t = EmbeddingRule(table.type, ids.type, ids.rank(), ctx.checked(), &vocab, no);
+  if (no) TypeFail("embedding", no->axis, no->rule, no->fix, {{"table", &table}, {"ids", &ids}});
   if (!ctx.checked()) t = internal::ErasedJoin(table.type, t);
   int64_t rows = table.dim(0);
   int64_t start = vocab ? ctx.mesh().GroupIndex(ctx.rank(), vocab) * rows : 0;
@@ -241,15 +212,12 @@ Value cross_entropy(const Value& logits, const Value& targets, int64_t ignore_in
                                "(local max/sum-exp combined with all_reduce(max) and "
                                "all_reduce(sum))");
   if (Checked()) {
-    for (int i = 0; i < t.num_axes(); ++i) {
-      AxisType a = logits.type[i], b = targets.type[i];
-      bool ok = a.kind == b.kind || (b.kind == AxisKind::kR && a.kind != AxisKind::kV);
-      if (a.is_sharded() && b.is_sharded()) ok = a.dim == b.dim;
-      if (!ok) {
-        TypeFail("cross_entropy", i, "logits and targets are distributed differently",
-                 "shard the targets' rows like the logits' rows",
-                 {{"logits", &logits}, {"targets", &targets}});
-      }
+    std::optional<Rejection> no;
+    t = CrossEntropyRule(logits.type, targets.type,
+                         RankContext::Get("cross_entropy").mesh().axis_names(), no);
+    if (no) {
+      TypeFail("cross_entropy", no->axis, no->rule, no->fix,
+               {{"logits", &logits}, {"targets", &targets}});
     }
   }
   Value out(CrossEntropy(logits.tensor, targets.tensor, ignore_index), t);
@@ -365,25 +333,9 @@ Value MaxImpl(const char* op, const Value& x, const std::vector<int>& dims, bool
   std::vector<int> nd = NormDims(dims, x.rank());
   SpmdType t = internal::NonlinearTypeOf(op, x);
   if (Checked()) {
-    for (int i = 0; i < t.num_axes(); ++i) {
-      if (!t[i].is_sharded()) continue;
-      bool reduced = std::binary_search(nd.begin(), nd.end(), static_cast<int>(t[i].dim));
-      if (reduced) {
-        if (!local) {
-          TypeFail(op, i,
-                   absl::StrCat("reduces dim ", static_cast<int>(t[i].dim),
-                                ", which is sharded: the max of one shard is not the max"),
-                   "use local_max(x, dims) and then all_reduce(m, axis, To::kR, "
-                   "ReduceKind::kMax)",
-                   {{"x", &x}});
-        }
-        t[i] = AxisType::V();
-      } else if (!keepdim) {
-        int shift = 0;
-        for (int r : nd) shift += r < t[i].dim ? 1 : 0;
-        t[i] = AxisType::Sharded(t[i].dim - shift);
-      }
-    }
+    std::optional<Rejection> no;
+    t = MaxRule(op, x.type, nd, keepdim, local, RankContext::Get(op).mesh().axis_names(), no);
+    if (no) TypeFail(op, no->axis, no->rule, no->fix, {{"x", &x}});
   } else {
     t = internal::ErasedUnary(t);
   }
@@ -434,8 +386,6 @@ Value take_along_last(const Value& x, const Value& idx) {
   internal::CheckMesh("take_along_last", x);
   internal::CheckMesh("take_along_last", idx);
   RankContext& ctx = RankContext::Get("take_along_last");
-  const int na = x.type.num_axes();
-  const int last = x.rank() - 1;
   if (x.rank() < 1 || idx.rank() != x.rank() - 1) {
     OpFail("take_along_last: idx must have x's leading dims: x=", x.ToString(),
            ", idx=", idx.ToString());
@@ -446,39 +396,10 @@ Value take_along_last(const Value& x, const Value& idx) {
              x.ToString());
     }
   }
-  SpmdType t(na);
-  t.set_mesh_id(x.type.mesh_id());
   AxisMask vocab = 0;
-  for (int i = 0; i < na; ++i) {
-    AxisType a = x.type[i], b = idx.type[i];
-    if (a.is_sharded() && a.dim == last) {
-      if (ctx.checked() && b.kind != AxisKind::kR && b.kind != AxisKind::kI) {
-        TypeFail("take_along_last", i,
-                 "x is sharded along its last dim (vocab-parallel) but the indices vary",
-                 "all_gather the indices over that axis first", {{"x", &x}, {"idx", &idx}});
-      }
-      vocab |= 1u << i;
-      t[i] = AxisType::P();
-      continue;
-    }
-    if (ctx.checked() && a.kind == AxisKind::kP) {
-      TypeFail("take_along_last", i, "x is a partial sum (P)", "all_reduce x first",
-               {{"x", &x}, {"idx", &idx}});
-    }
-    if (a.kind == AxisKind::kI || b.kind == AxisKind::kI) {
-      if (ctx.checked() && a.kind != b.kind && b.kind != AxisKind::kR) {
-        TypeFail("take_along_last", i, "an invariant (I) value mixes with nothing else",
-                 "convert(x, axis, I->R) first", {{"x", &x}, {"idx", &idx}});
-      }
-      t[i] = a.kind == AxisKind::kI ? AxisType::I() : AxisType::V();
-    } else if (a.kind == AxisKind::kV || b.kind == AxisKind::kV) {
-      int da = a.kind == AxisKind::kV ? a.dim : -2, db = b.kind == AxisKind::kV ? b.dim : -2;
-      int dd = da == -2 ? db : (db == -2 ? da : (da == db ? da : -1));
-      t[i] = dd >= 0 ? AxisType::Sharded(dd) : AxisType::V();
-    } else {
-      t[i] = AxisType::R();
-    }
-  }
+  std::optional<Rejection> no;
+  SpmdType t = TakeAlongLastRule(x.type, x.rank(), idx.type, ctx.checked(), &vocab, no);
+  if (no) TypeFail("take_along_last", no->axis, no->rule, no->fix, {{"x", &x}, {"idx", &idx}});
   if (!ctx.checked()) t = internal::ErasedJoin(x.type, t);
   const int64_t v = x.dim(-1);
   const int64_t start = vocab ? ctx.mesh().GroupIndex(ctx.rank(), vocab) * v : 0;

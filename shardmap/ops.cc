@@ -161,15 +161,9 @@ Value UnpromoteCotangent(Value g, const SpmdType& primal) {
 }
 void CheckDimNotSharded(const char* op, const Value& x, int dim, const char* fix) {
   if (!Checked()) return;
-  int d = dim < 0 ? dim + x.rank() : dim;
-  for (int i = 0; i < x.type.num_axes(); ++i) {
-    if (x.type[i].is_sharded() && x.type[i].dim == d) {
-      TypeFail(op, i,
-               absl::StrCat("normalises over dim ", d, ", which is sharded (S", d,
-                            "): each device would only see its shard"),
-               fix, {{"x", &x}});
-    }
-  }
+  std::optional<Rejection> no =
+      shardmap::CheckDimNotSharded(x.type, dim < 0 ? dim + x.rank() : dim, fix);
+  if (no) TypeFail(op, no->axis, no->rule, no->fix, {{"x", &x}});
 }
 
 }  // namespace internal
@@ -477,36 +471,10 @@ SpmdType ReduceType(const char* op, const Value& x, const std::vector<int>& nd, 
     }
     return t;
   }
-  SpmdType t = x.type;
-  const bool all_dims = static_cast<int>(nd.size()) == x.rank();
-  for (int i = 0; i < t.num_axes(); ++i) {
-    AxisType a = x.type[i];
-    if (!linear && a.kind == AxisKind::kP) NonlinearType(op, x);
-    // Summing every element of a V value of unknown layout: the local share of the total.
-    if (partial && all_dims && a.kind == AxisKind::kV && !a.is_sharded()) {
-      t[i] = AxisType::P();
-      continue;
-    }
-    if (!a.is_sharded()) continue;
-    bool reduced = std::binary_search(nd.begin(), nd.end(), static_cast<int>(a.dim));
-    if (reduced) {
-      if (!partial) {
-        TypeFail(op, i,
-                 absl::StrCat("reduces dim ", static_cast<int>(a.dim),
-                              ", which is sharded (S", static_cast<int>(a.dim),
-                              "): a plain reduction would silently ignore the other shards"),
-                 linear ? "call sum_partial(x, dims) to get the pending sum (P), then all_reduce "
-                          "or reduce_scatter it; or all_gather x first"
-                        : "all_gather x over that axis first",
-                 {{"x", &x}});
-      }
-      t[i] = AxisType::P();
-    } else if (!keepdim) {
-      int shift = 0;
-      for (int r : nd) shift += r < a.dim ? 1 : 0;
-      t[i] = AxisType::Sharded(a.dim - shift);
-    }
-  }
+  std::optional<Rejection> no;
+  SpmdType t = ReduceRule(op, x.type, x.rank(), nd, keepdim, partial, linear,
+                          RankContext::Get(op).mesh().axis_names(), no);
+  if (no) TypeFail(op, no->axis, no->rule, no->fix, {{"x", &x}});
   return t;
 }
 
@@ -581,15 +549,7 @@ Value broadcast_to(const Value& x, absl::Span<const int64_t> shape) {
   if (x.shape() == Shape(shape.begin(), shape.end())) return Detached(x);
   Tensor z = Tensor::Zeros(shape, x.dtype(), x.tensor.device());
   Tensor t = Add(z, x.tensor);
-  SpmdType ty = x.type;
-  int off = static_cast<int>(shape.size()) - x.rank();
-  for (int i = 0; i < ty.num_axes(); ++i) {
-    if (ty[i].is_sharded()) {
-      int d = BroadcastDim(x.shape(), ty[i].dim, t.shape());
-      ty[i] = d >= 0 ? AxisType::Sharded(d) : AxisType::V();
-    }
-  }
-  (void)off;
+  SpmdType ty = BroadcastRule(x.type, x.shape(), t.shape());
   Value out(std::move(t), ty);
   if (NeedsTape(x)) {
     Shape xs = x.shape();
@@ -604,58 +564,23 @@ Value broadcast_to(const Value& x, absl::Span<const int64_t> shape) {
 // ---------------------------------------------------------------------------------------------
 // Layout.
 
-namespace {
-
-// Maps an S dim through a reshape: kept when it is the major dim of its group of merged/split
-// dims (so each device's block stays a contiguous block of the new major dim); -1 otherwise.
-int ReshapeDim(const Shape& in, const Shape& out, int d) {
-  size_t i = 0, j = 0;
-  while (i < in.size() || j < out.size()) {
-    // Skip size-1 dims that stand alone.
-    size_t gi = i, gj = j;
-    int64_t pi = i < in.size() ? in[i++] : 1;
-    int64_t pj = j < out.size() ? out[j++] : 1;
-    while (pi != pj) {
-      if (pi < pj) {
-        if (i >= in.size()) return -1;
-        pi *= in[i++];
-      } else {
-        if (j >= out.size()) return -1;
-        pj *= out[j++];
-      }
-    }
-    if (static_cast<int>(gi) <= d && d < static_cast<int>(i)) {
-      // Size-1 dims leading a group hold no data: the group's major dim is the first other one
-      // (so inserting or dropping a size-1 dim before a sharded dim keeps S).
-      while (gi + 1 < i && in[gi] == 1) ++gi;
-      while (gj + 1 < j && out[gj] == 1) ++gj;
-      return static_cast<int>(gi) == d && gj < out.size() ? static_cast<int>(gj) : -1;
-    }
-  }
-  return -1;
-}
-
-}  // namespace
-
 Value reshape(const Value& x, absl::Span<const int64_t> shape) {
   internal::CheckMesh("reshape", x);
   Tensor t = x.tensor.Reshape(shape);
-  SpmdType ty = x.type;
-  if (Checked()) {
-    for (int i = 0; i < ty.num_axes(); ++i) {
-      if (ty[i].is_sharded()) {
-        int d = ReshapeDim(x.shape(), t.shape(), ty[i].dim);
-        ty[i] = d >= 0 ? AxisType::Sharded(d) : AxisType::V();
-      }
-    }
-  } else {
-    ty = internal::ErasedUnary(ty);
-  }
+  SpmdType ty = Checked() ? ReshapeRule(x.type, x.shape(), t.shape())
+                          : internal::ErasedUnary(x.type);
   Value out(std::move(t), ty);
   if (NeedsTape(x)) {
     Shape xs = x.shape();
-    RecordOp("reshape", {&x}, out,
-             [xs](const Value& g, uint32_t, Value* d) { d[0] = reshape(g, xs); });
+    RecordOp("reshape", {&x}, out, [xs, xt = x.type, ty](const Value& g, uint32_t, Value* d) {
+      Value dx = reshape(g, xs);
+      // Of the S dims valid for the same block layout (size-1 dims at its boundary), the
+      // cotangent takes the primal's: where g kept the output's S(e), x's S(d) is valid too.
+      for (int i = 0; i < xt.num_axes(); ++i) {
+        if (xt[i].is_sharded() && ty[i].is_sharded() && g.type[i] == ty[i]) dx.type[i] = xt[i];
+      }
+      d[0] = std::move(dx);
+    });
   }
   return out;
 }
@@ -663,19 +588,7 @@ Value reshape(const Value& x, absl::Span<const int64_t> shape) {
 Value permute(const Value& x, const std::vector<int>& perm) {
   internal::CheckMesh("permute", x);
   Tensor t = Permute(x.tensor, perm);
-  SpmdType ty = x.type;
-  for (int i = 0; i < ty.num_axes(); ++i) {
-    if (ty[i].is_sharded()) {
-      for (int k = 0; k < static_cast<int>(perm.size()); ++k) {
-        int p = perm[k] < 0 ? perm[k] + x.rank() : perm[k];
-        if (p == ty[i].dim) {
-          ty[i] = AxisType::Sharded(k);
-          break;
-        }
-      }
-    }
-  }
-  Value out(std::move(t), ty);
+  Value out(std::move(t), PermuteRule(x.type, perm, x.rank()));
   if (NeedsTape(x)) {
     std::vector<int> inv(perm.size());
     for (size_t k = 0; k < perm.size(); ++k) {
@@ -703,11 +616,7 @@ Value slice(const Value& x, int dim, int64_t start, int64_t length) {
   internal::CheckMesh("slice", x);
   if (dim < 0) dim += x.rank();
   Tensor t = Slice(x.tensor, dim, start, length);
-  SpmdType ty = x.type;
-  for (int i = 0; i < ty.num_axes(); ++i) {
-    if (ty[i].is_sharded() && ty[i].dim == dim) ty[i] = AxisType::V();
-  }
-  Value out(std::move(t), ty);
+  Value out(std::move(t), SliceRule(x.type, dim));
   if (NeedsTape(x)) {
     Shape xs = x.shape();
     SpmdType xt = x.type;
@@ -736,10 +645,7 @@ Value concat(const std::vector<Value>& parts, int dim) {
   for (size_t k = 1; k < parts.size(); ++k) {
     ty = BinaryType("concat", Value(parts[0].tensor, ty), parts[k], t.shape(), false, false);
   }
-  for (int i = 0; i < ty.num_axes(); ++i) {
-    if (ty[i].is_sharded() && ty[i].dim == dim) ty[i] = AxisType::V();
-  }
-  Value out(std::move(t), ty);
+  Value out(std::move(t), SliceRule(ty, dim));
   bool any = false;
   for (const Value& p : parts) any |= p.node >= 0;
   if (any && CurrentRecorder() != nullptr) {

@@ -1,8 +1,9 @@
 #include "shardmap/rank_context.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
-
 #include <memory>
 #include <string>
 #include <utility>
@@ -34,32 +35,33 @@ RankContext& RankContext::Get(const char* op) {
 
 namespace {
 
-// CallTag words of a typed collective.
-enum TagWord { kOpHash, kOpName, kMask, kSeq, kDtype, kRank, kDims, kTagWords = kDims + 8 };
+// CallTag words of a typed collective: bytes only (no pointers), so ranks in other processes
+// (Gloo) compare and format them too. The op name's first 32 chars (the rest folded into the
+// last name word), mask | dtype << 8 | rank << 32, the program-order number, the dims.
+enum TagWord { kName, kMeta = kName + 4, kSeq, kDims, kTagWords = kDims + 8 };
 static_assert(kTagWords <= collectives::CallTag::kWords);
+static_assert(kMaxMeshAxes <= 8, "the axis mask takes the low byte of kMeta");
 constexpr uint64_t kRaggedDim = ~uint64_t{0};
+constexpr size_t kNameChars = 4 * sizeof(uint64_t);
 
 // "all_reduce over 'tp' of f32[4,8] (collective #3 of its program)"; axis names from the
 // formatting thread's context (the ranks of one world share the mesh).
 std::string DescribeTypedCollective(const uint64_t* w) {
-  std::string axes = absl::StrCat("axes mask ", w[kMask]);
-  if (RankContext* ctx = RankContext::Current()) {
-    axes = ctx->mesh().MaskToString(static_cast<AxisMask>(w[kMask]));
-  }
+  const AxisMask mask = static_cast<AxisMask>(w[kMeta] & 0xff);
+  const uint64_t dtype = (w[kMeta] >> 8) & 0xff, rank = w[kMeta] >> 32;
+  std::string axes = absl::StrCat("axes mask ", mask);
+  if (RankContext* ctx = RankContext::Current()) axes = ctx->mesh().MaskToString(mask);
   std::vector<std::string> dims;
-  for (uint64_t d = 0; d < w[kRank] && d < 8; ++d) {
+  for (uint64_t d = 0; d < rank && d < 8; ++d) {
     dims.push_back(w[kDims + d] == kRaggedDim ? "*" : absl::StrCat(w[kDims + d]));
   }
-  if (w[kRank] > 8) dims.push_back("...");
-  return absl::StrCat(reinterpret_cast<const char*>(w[kOpName]), " over ", axes, " of ",
-                      DTypeName(static_cast<DType>(w[kDtype])), "[", absl::StrJoin(dims, ","),
-                      "] (collective #", w[kSeq], " of its program)");
-}
-
-uint64_t HashName(const char* s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s != 0; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;
-  return h;
+  if (rank > 8) dims.push_back("...");
+  char name[kNameChars + 1] = {};
+  std::memcpy(name, &w[kName], kNameChars);
+  const bool valid_dtype = IsValidDType(static_cast<DType>(dtype));
+  return absl::StrCat(name, " over ", axes, " of ",
+                      valid_dtype ? DTypeName(static_cast<DType>(dtype)) : "invalid dtype", "[",
+                      absl::StrJoin(dims, ","), "] (collective #", w[kSeq], " of its program)");
 }
 
 }  // namespace
@@ -68,18 +70,20 @@ collectives::Communicator& RankContext::CommFor(const char* op, AxisMask mask, c
                                                 int ragged_dim) {
   collectives::CallTag tag;
   uint64_t* w = tag.words;
-  w[kOpHash] = HashName(op);
-  w[kOpName] = reinterpret_cast<uint64_t>(op);
-  w[kMask] = mask;
+  const size_t len = std::strlen(op);
+  std::memcpy(&w[kName], op, std::min(len, kNameChars));
+  for (size_t k = kNameChars; k < len; ++k) {  // fold a longer name into the last name word
+    w[kName + 3] = (w[kName + 3] ^ static_cast<unsigned char>(op[k])) * 1099511628211ull;
+  }
+  w[kMeta] = uint64_t{mask} | static_cast<uint64_t>(x.dtype()) << 8 |
+             static_cast<uint64_t>(x.rank()) << 32;
   ++collective_seq_;
-  if (per_axis_set_) {
+  if (per_axis_set_) {  // stage programs (models/pipeline.h): numbered per axis set
     if (seq_by_mask_.size() <= mask) seq_by_mask_.resize(mask + 1);
     w[kSeq] = ++seq_by_mask_[mask];
   } else {
     w[kSeq] = collective_seq_;
   }
-  w[kDtype] = static_cast<uint64_t>(x.dtype());
-  w[kRank] = static_cast<uint64_t>(x.rank());
   for (int d = 0; d < x.rank(); ++d) {
     const uint64_t size = d == ragged_dim ? kRaggedDim : static_cast<uint64_t>(x.dim(d));
     if (d < 8) {

@@ -1,5 +1,6 @@
 #include "shardmap/type_rules.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -246,6 +247,42 @@ inline bool PartialProductCase(AxisKind kx, AxisKind ky, int i, const char* p_ti
 
 }  // namespace
 
+int ReshapeDim(absl::Span<const int64_t> in, absl::Span<const int64_t> out, int d) {
+  if (d < 0 || d >= static_cast<int>(in.size())) return -1;
+  // Products of local dims: bounded by numel unless a dim is 0; on overflow there is no block.
+  int64_t before = 1;
+  for (int k = 0; k < d; ++k) {
+    if (__builtin_mul_overflow(before, in[k], &before)) return -1;
+  }
+  int64_t p = 1;
+  for (int e = 0; e < static_cast<int>(out.size()); ++e) {
+    if (p == before) return e;
+    if (__builtin_mul_overflow(p, out[e], &p) || (p > before && before != 0)) return -1;
+  }
+  return -1;
+}
+
+bool SameShardBlocks(absl::Span<const int64_t> shape, int d, int e) {
+  const int r = static_cast<int>(shape.size());
+  if (d < 0 || e < 0 || d >= r || e >= r) return false;
+  for (int k = std::min(d, e); k < std::max(d, e); ++k) {
+    if (shape[k] != 1) return false;
+  }
+  return true;
+}
+
+SpmdType ReshapeRule(const SpmdType& x, absl::Span<const int64_t> in,
+                     absl::Span<const int64_t> out) {
+  SpmdType t = x;
+  for (int i = 0; i < t.num_axes(); ++i) {
+    if (t[i].is_sharded()) {
+      const int e = ReshapeDim(in, out, t[i].dim);
+      t[i] = e >= 0 ? AxisType::Sharded(e) : AxisType::V();
+    }
+  }
+  return t;
+}
+
 int BroadcastDim(absl::Span<const int64_t> in, int d, absl::Span<const int64_t> out) {
   if (d < 0) return -1;
   int off = static_cast<int>(out.size()) - static_cast<int>(in.size());
@@ -253,10 +290,11 @@ int BroadcastDim(absl::Span<const int64_t> in, int d, absl::Span<const int64_t> 
   return d + off;
 }
 
-SpmdType ElementwiseRule(const char* op, const SpmdType& a, absl::Span<const int64_t> a_shape,
-                         const SpmdType& b, absl::Span<const int64_t> b_shape,
-                         absl::Span<const int64_t> out, bool multilinear, bool divide,
-                         std::optional<Rejection>& no) {
+SpmdType internal::ElementwiseRuleFull(const char* op, const SpmdType& a,
+                                       absl::Span<const int64_t> a_shape, const SpmdType& b,
+                                       absl::Span<const int64_t> b_shape,
+                                       absl::Span<const int64_t> out, bool multilinear,
+                                       bool divide, std::optional<Rejection>& no) {
   SpmdType t = JoinedShape(a, b);
   for (int i = 0; i < t.num_axes(); ++i) {
     AxisType x = a[i], y = b[i];
@@ -331,9 +369,9 @@ SpmdType NonlinearRule(const char* op, const SpmdType& x, absl::Span<const std::
   return x;
 }
 
-SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank, bool ta,
-                    bool tb, absl::Span<const std::string> axis_names,
-                    std::optional<Rejection>& no) {
+SpmdType internal::MatmulRuleFull(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank,
+                                  bool ta, bool tb, absl::Span<const std::string> axis_names,
+                                  std::optional<Rejection>& no) {
   const int a_contract = ta ? a_rank - 2 : a_rank - 1, a_free = ta ? a_rank - 1 : a_rank - 2;
   const int b_contract = tb ? b_rank - 1 : b_rank - 2, b_free = tb ? b_rank - 2 : b_rank - 1;
   const int out_rank = a_rank;
@@ -374,12 +412,17 @@ SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank
     int rb = ky == AxisKind::kV ? role_b(y.dim) : -2;
     if ((ra == -3) != (rb == -3)) {
       // One operand's contracted dim is sharded over this axis. If the other's is sharded over
-      // another axis, the local blocks pair rows and columns of different slices: no collective
-      // after the matmul can repair that (reinterpreting the result as a sum would hide it).
+      // an axis this one's is not, the local blocks pair rows and columns of different slices:
+      // no collective after the matmul can repair that (reinterpreting the result as a sum
+      // would hide it). An axis that shards both contracted dims (dp in dp x tp sequence
+      // parallelism, where one operand's tp layout is unknown) pairs matching blocks.
+      const SpmdType& self = ra == -3 ? a : b;
       const SpmdType& other = ra == -3 ? b : a;
+      const int self_contract = ra == -3 ? a_contract : b_contract;
       const int other_contract = ra == -3 ? b_contract : a_contract;
       for (int j = 0; j < t.num_axes(); ++j) {
         if (j == i || !other[j].is_sharded() || other[j].dim != other_contract) continue;
+        if (self[j].is_sharded() && self[j].dim == self_contract) continue;
         return Rejected(
             no, i,
             absl::StrCat("contracts ", ra == -3 ? "a" : "b", "'s dim sharded over '",
@@ -402,6 +445,221 @@ SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank
       t[i] = ra >= 0 ? AxisType::Sharded(ra) : AxisType::V();
     } else {
       t[i] = (ra >= 0 && ra == rb) ? AxisType::Sharded(ra) : AxisType::V();
+    }
+  }
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions, the nn ops and the layout ops.
+
+namespace {
+
+// The S dim of a kept (not reduced) dim after dims nd are dropped.
+int DimAfterDropping(absl::Span<const int> nd, int d) {
+  int shift = 0;
+  for (int r : nd) shift += r < d ? 1 : 0;
+  return d - shift;
+}
+
+bool Reduced(absl::Span<const int> nd, int d) {
+  return std::binary_search(nd.begin(), nd.end(), d);
+}
+
+}  // namespace
+
+SpmdType ReduceRule(const char* op, const SpmdType& x, int rank, absl::Span<const int> nd,
+                    bool keepdim, bool partial, bool linear,
+                    absl::Span<const std::string> axis_names, std::optional<Rejection>& no) {
+  SpmdType t = x;
+  const bool all_dims = static_cast<int>(nd.size()) == rank;
+  for (int i = 0; i < t.num_axes(); ++i) {
+    const AxisType a = x[i];
+    if (!linear && a.kind == AxisKind::kP) return NonlinearRule(op, x, axis_names, no);
+    // Summing every element of a V value of unknown layout: the local share of the total.
+    if (partial && all_dims && a.kind == AxisKind::kV && !a.is_sharded()) {
+      t[i] = AxisType::P();
+      continue;
+    }
+    if (!a.is_sharded()) continue;
+    if (Reduced(nd, a.dim)) {
+      if (!partial) {
+        return Rejected(
+            no, i,
+            absl::StrCat("reduces dim ", static_cast<int>(a.dim), ", which is sharded (S",
+                         static_cast<int>(a.dim),
+                         "): a plain reduction would silently ignore the other shards"),
+            linear ? "call sum_partial(x, dims) to get the pending sum (P), then all_reduce "
+                     "or reduce_scatter it; or all_gather x first"
+                   : "all_gather x over that axis first");
+      }
+      t[i] = AxisType::P();
+    } else if (!keepdim) {
+      t[i] = AxisType::Sharded(DimAfterDropping(nd, a.dim));
+    }
+  }
+  return t;
+}
+
+SpmdType MaxRule(const char* op, const SpmdType& x, absl::Span<const int> nd, bool keepdim,
+                 bool local, absl::Span<const std::string> axis_names,
+                 std::optional<Rejection>& no) {
+  SpmdType t = NonlinearRule(op, x, axis_names, no);
+  if (no) return t;
+  for (int i = 0; i < t.num_axes(); ++i) {
+    if (!t[i].is_sharded()) continue;
+    if (Reduced(nd, t[i].dim)) {
+      if (!local) {
+        return Rejected(no, i,
+                        absl::StrCat("reduces dim ", static_cast<int>(t[i].dim),
+                                     ", which is sharded: the max of one shard is not the max"),
+                        "use local_max(x, dims) and then all_reduce(m, axis, To::kR, "
+                        "ReduceKind::kMax)");
+      }
+      t[i] = AxisType::V();
+    } else if (!keepdim) {
+      t[i] = AxisType::Sharded(DimAfterDropping(nd, t[i].dim));
+    }
+  }
+  return t;
+}
+
+std::optional<Rejection> CheckDimNotSharded(const SpmdType& x, int d, const char* fix) {
+  for (int i = 0; i < x.num_axes(); ++i) {
+    if (x[i].is_sharded() && x[i].dim == d) {
+      return Rejection{i,
+                       absl::StrCat("normalises over dim ", d, ", which is sharded (S", d,
+                                    "): each device would only see its shard"),
+                       fix};
+    }
+  }
+  return std::nullopt;
+}
+
+SpmdType EmbeddingRule(const SpmdType& table, const SpmdType& ids, int ids_rank, bool checked,
+                       AxisMask* vocab, std::optional<Rejection>& no) {
+  SpmdType t(table.num_axes());
+  t.set_mesh_id(table.mesh_id());
+  *vocab = 0;
+  for (int i = 0; i < t.num_axes(); ++i) {
+    const AxisType a = table[i], b = ids[i];
+    if (a.kind == AxisKind::kP || b.kind == AxisKind::kP) {
+      return Rejected(no, i, "the table or the ids are a partial sum (P)",
+                      "all_reduce them first");
+    }
+    if (a.is_sharded() && a.dim == 0) {
+      if (b.kind != AxisKind::kR && b.kind != AxisKind::kI && checked) {
+        return Rejected(no, i,
+                        "the table is vocab-parallel (S0) but the ids vary: each device must "
+                        "look up the same ids in its shard",
+                        "all_gather the ids over that axis first");
+      }
+      *vocab |= 1u << i;
+      t[i] = AxisType::P();
+    } else if (a.kind == AxisKind::kR || a.kind == AxisKind::kI) {
+      if (a.kind == AxisKind::kI && b.kind != AxisKind::kI && checked) {
+        return Rejected(no, i, "an invariant (I) table mixes with nothing else",
+                        "convert(table, axis, I->R) first");
+      }
+      t[i] = a.kind == AxisKind::kI ? AxisType::I() : b;
+    } else if (a.is_sharded() && a.dim == 1) {
+      if (b.kind == AxisKind::kV && checked) {
+        return Rejected(no, i, "a hidden-sharded table with varying ids",
+                        "all_gather the ids first");
+      }
+      t[i] = AxisType::Sharded(ids_rank);
+    } else {
+      t[i] = AxisType::V();
+    }
+  }
+  return t;
+}
+
+SpmdType TakeAlongLastRule(const SpmdType& x, int x_rank, const SpmdType& idx, bool checked,
+                           AxisMask* vocab, std::optional<Rejection>& no) {
+  const int last = x_rank - 1;
+  SpmdType t(x.num_axes());
+  t.set_mesh_id(x.mesh_id());
+  *vocab = 0;
+  for (int i = 0; i < t.num_axes(); ++i) {
+    const AxisType a = x[i], b = idx[i];
+    if (a.is_sharded() && a.dim == last) {
+      if (checked && b.kind != AxisKind::kR && b.kind != AxisKind::kI) {
+        return Rejected(no, i,
+                        "x is sharded along its last dim (vocab-parallel) but the indices vary",
+                        "all_gather the indices over that axis first");
+      }
+      *vocab |= 1u << i;
+      t[i] = AxisType::P();
+      continue;
+    }
+    if (checked && a.kind == AxisKind::kP) {
+      return Rejected(no, i, "x is a partial sum (P)", "all_reduce x first");
+    }
+    if (a.kind == AxisKind::kI || b.kind == AxisKind::kI) {
+      if (checked && a.kind != b.kind && b.kind != AxisKind::kR) {
+        return Rejected(no, i, "an invariant (I) value mixes with nothing else",
+                        "convert(x, axis, I->R) first");
+      }
+      t[i] = a.kind == AxisKind::kI ? AxisType::I() : AxisType::V();
+    } else if (a.kind == AxisKind::kV || b.kind == AxisKind::kV) {
+      const int da = a.kind == AxisKind::kV ? a.dim : -2, db = b.kind == AxisKind::kV ? b.dim : -2;
+      const int dd = da == -2 ? db : (db == -2 ? da : (da == db ? da : -1));
+      t[i] = dd >= 0 ? AxisType::Sharded(dd) : AxisType::V();
+    } else {
+      t[i] = AxisType::R();
+    }
+  }
+  return t;
+}
+
+SpmdType CrossEntropyRule(const SpmdType& logits, const SpmdType& targets,
+                          absl::Span<const std::string> axis_names,
+                          std::optional<Rejection>& no) {
+  SpmdType t = NonlinearRule("cross_entropy", logits, axis_names, no);
+  if (no) return t;
+  for (int i = 0; i < t.num_axes(); ++i) {
+    const AxisType a = logits[i], b = targets[i];
+    bool ok = a.kind == b.kind || (b.kind == AxisKind::kR && a.kind != AxisKind::kV);
+    if (a.is_sharded() && b.is_sharded()) ok = a.dim == b.dim;
+    if (!ok) {
+      return Rejected(no, i, "logits and targets are distributed differently",
+                      "shard the targets' rows like the logits' rows");
+    }
+  }
+  return t;
+}
+
+SpmdType PermuteRule(const SpmdType& x, absl::Span<const int> perm, int rank) {
+  SpmdType t = x;
+  for (int i = 0; i < t.num_axes(); ++i) {
+    if (!t[i].is_sharded()) continue;
+    for (int k = 0; k < static_cast<int>(perm.size()); ++k) {
+      const int p = perm[k] < 0 ? perm[k] + rank : perm[k];
+      if (p == t[i].dim) {
+        t[i] = AxisType::Sharded(k);
+        break;
+      }
+    }
+  }
+  return t;
+}
+
+SpmdType SliceRule(const SpmdType& x, int dim) {
+  SpmdType t = x;
+  for (int i = 0; i < t.num_axes(); ++i) {
+    if (t[i].is_sharded() && t[i].dim == dim) t[i] = AxisType::V();
+  }
+  return t;
+}
+
+SpmdType BroadcastRule(const SpmdType& x, absl::Span<const int64_t> in,
+                       absl::Span<const int64_t> out) {
+  SpmdType t = x;
+  for (int i = 0; i < t.num_axes(); ++i) {
+    if (t[i].is_sharded()) {
+      const int d = BroadcastDim(in, t[i].dim, out);
+      t[i] = d >= 0 ? AxisType::Sharded(d) : AxisType::V();
     }
   }
   return t;

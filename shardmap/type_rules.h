@@ -119,10 +119,10 @@ inline SpmdType ErasedUnary(const SpmdType& a) {
 // Elementwise binary ops: add/sub are linear (P+P = P, P+R rejected: the bias bug), mul/div are
 // multilinear (P*R = P, P*P and P*V rejected); divide: b is a divisor (P rejected). I meets only I.
 // An S(d) operand keeps S on the broadcast output dim when both agree.
-SpmdType ElementwiseRule(const char* op, const SpmdType& a, absl::Span<const int64_t> a_shape,
-                         const SpmdType& b, absl::Span<const int64_t> b_shape,
-                         absl::Span<const int64_t> out, bool multilinear, bool divide,
-                         std::optional<Rejection>& no);
+inline SpmdType ElementwiseRule(const char* op, const SpmdType& a,
+                                absl::Span<const int64_t> a_shape, const SpmdType& b,
+                                absl::Span<const int64_t> b_shape, absl::Span<const int64_t> out,
+                                bool multilinear, bool divide, std::optional<Rejection>& no);
 
 // A nonlinear unary op (gelu, exp, ...): any kind but P, the type unchanged.
 SpmdType NonlinearRule(const char* op, const SpmdType& x, absl::Span<const std::string> axis_names,
@@ -131,13 +131,139 @@ SpmdType NonlinearRule(const char* op, const SpmdType& x, absl::Span<const std::
 // matmul(a, b, ta, tb) of operands of ranks a_rank, b_rank (b of rank > 2 is batched): R@R = R,
 // S on a's free dim or b's free dim stays S of the output's, contracting a dim both shard over
 // one axis gives P, contracting dims sharded over different axes is rejected; P@R = P.
-SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank, bool ta,
-                    bool tb, absl::Span<const std::string> axis_names,
-                    std::optional<Rejection>& no);
+inline SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank,
+                           bool ta, bool tb, absl::Span<const std::string> axis_names,
+                           std::optional<Rejection>& no);
 
 // The output dim that dim d of an operand of shape `in` lands on when broadcast to `out`, or -1
 // when d is broadcast (size 1 against a larger size) or d < 0.
 int BroadcastDim(absl::Span<const int64_t> in, int d, absl::Span<const int64_t> out);
+
+// The output dim that a shard dim d (S(d)) of a local shape `in` lands on through a reshape to
+// `out`, or -1 when the shards are no longer blocks of one output dim (then V). Each device's
+// block stays a contiguous block of output dim e exactly when the elements before d and before
+// e agree: prod(in[:d]) == prod(out[:e]). Of several such e (size-1 dims at the boundary) the
+// first is taken, size 1 or not, so splitting [.., h*hd] -> [.., h, hd] keeps S on the heads
+// dim also when each device holds one head:
+//   {tp:S2} [b,t,hd] -> [b,t,1,hd] is {tp:S2} (heads, 1 per device), not S3 (head_dim).
+// To insert a size-1 dim next to a sharded dim, insert it after: [b,t,h,hd] -> [b,t,h,1,hd].
+int ReshapeDim(absl::Span<const int64_t> in, absl::Span<const int64_t> out, int d);
+
+// Whether S(d) and S(e) of a value of local shape `shape` describe the same blocks (the same
+// elements before both: only size-1 dims between them), e.g. dims 2 and 3 of [b,t,1,hd]. A
+// cotangent typed S(e) for a primal S(d) is then retyped, not rejected.
+bool SameShardBlocks(absl::Span<const int64_t> shape, int d, int e);
+
+// x's type through a reshape of its local shape `in` to `out` (ReshapeDim on each S axis).
+SpmdType ReshapeRule(const SpmdType& x, absl::Span<const int64_t> in,
+                     absl::Span<const int64_t> out);
+
+// ---------------------------------------------------------------------------------------------
+// Reductions, the nn ops and the layout ops. Shapes are local; dims are normalised and sorted.
+
+// sum / mean / sum_partial over dims nd of a rank-`rank` x. partial: a sharded reduced dim gives
+// P (sum_partial), and summing every dim of a V of unknown layout gives its share (P); otherwise
+// a sharded reduced dim is rejected. linear=false: P is rejected as by NonlinearRule.
+SpmdType ReduceRule(const char* op, const SpmdType& x, int rank, absl::Span<const int> nd,
+                    bool keepdim, bool partial, bool linear,
+                    absl::Span<const std::string> axis_names, std::optional<Rejection>& no);
+
+// max / local_max over dims nd: nonlinear (P rejected); a sharded reduced dim is rejected for
+// max (one shard's max is not the max) and gives V for local_max.
+SpmdType MaxRule(const char* op, const SpmdType& x, absl::Span<const int> nd, bool keepdim,
+                 bool local, absl::Span<const std::string> axis_names,
+                 std::optional<Rejection>& no);
+
+// A normalisation over dim d (softmax, norms, cross_entropy's classes) rejects an S(d) axis.
+std::optional<Rejection> CheckDimNotSharded(const SpmdType& x, int d, const char* fix);
+
+// embedding(table [rows, hidden], ids of rank ids_rank): a vocab-parallel table (S0) with R/I ids
+// gives P (its axes are set in *vocab); S1 gives S(ids_rank); R/I tables take the ids' type. P
+// operands are rejected even unchecked (checked=false skips the other checks).
+SpmdType EmbeddingRule(const SpmdType& table, const SpmdType& ids, int ids_rank, bool checked,
+                       AxisMask* vocab, std::optional<Rejection>& no);
+
+// take_along_last(x of rank x_rank, idx): as EmbeddingRule, for x sharded along its last dim.
+SpmdType TakeAlongLastRule(const SpmdType& x, int x_rank, const SpmdType& idx, bool checked,
+                           AxisMask* vocab, std::optional<Rejection>& no);
+
+// cross_entropy(logits, targets): logits as NonlinearRule, and the targets distributed like
+// the logits' rows (R targets go with R, I or P-free logits).
+SpmdType CrossEntropyRule(const SpmdType& logits, const SpmdType& targets,
+                          absl::Span<const std::string> axis_names, std::optional<Rejection>& no);
+
+// permute(x, perm): S(perm[k]) becomes S(k). perm entries may be negative (from the end).
+SpmdType PermuteRule(const SpmdType& x, absl::Span<const int> perm, int rank);
+
+// slice / concat along dim: S(dim) becomes V (the pieces are no longer the shards of one whole).
+SpmdType SliceRule(const SpmdType& x, int dim);
+
+// broadcast_to(x of shape in, out): S(d) follows d to its output dim, V where d is broadcast.
+SpmdType BroadcastRule(const SpmdType& x, absl::Span<const int64_t> in,
+                       absl::Span<const int64_t> out);
+
+// ---------------------------------------------------------------------------------------------
+// Inline fast paths of the common cases (the typed ops' overhead on small tensors): operands of
+// one type, or without S, P and I; everything else goes to the full rules (out of line).
+
+namespace internal {
+
+SpmdType ElementwiseRuleFull(const char* op, const SpmdType& a, absl::Span<const int64_t> a_shape,
+                             const SpmdType& b, absl::Span<const int64_t> b_shape,
+                             absl::Span<const int64_t> out, bool multilinear, bool divide,
+                             std::optional<Rejection>& no);
+SpmdType MatmulRuleFull(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank, bool ta,
+                        bool tb, absl::Span<const std::string> axis_names,
+                        std::optional<Rejection>& no);
+
+inline bool SameSpan(absl::Span<const int64_t> x, absl::Span<const int64_t> y) {
+  if (x.size() != y.size()) return false;
+  for (size_t k = 0; k < x.size(); ++k) {
+    if (x[k] != y[k]) return false;
+  }
+  return true;
+}
+
+}  // namespace internal
+
+inline SpmdType ElementwiseRule(const char* op, const SpmdType& a,
+                                absl::Span<const int64_t> a_shape, const SpmdType& b,
+                                absl::Span<const int64_t> b_shape, absl::Span<const int64_t> out,
+                                bool multilinear, bool divide, std::optional<Rejection>& no) {
+  // Equal types: R, I, V, P (P+P; P*P is rejected) keep their kind; S(d) keeps d when neither
+  // operand is broadcast.
+  bool fast = a.num_axes() == b.num_axes();
+  bool sharded = false;
+  for (int i = 0; fast && i < a.num_axes(); ++i) {
+    fast = a[i] == b[i] && !(multilinear && a[i].kind == AxisKind::kP);
+    sharded |= a[i].dim >= 0;
+  }
+  if (fast && (!sharded || (internal::SameSpan(a_shape, out) && internal::SameSpan(b_shape, out)))) {
+    SpmdType t = a;
+    if (t.mesh_id() == 0) t.set_mesh_id(b.mesh_id());
+    return t;
+  }
+  return internal::ElementwiseRuleFull(op, a, a_shape, b, b_shape, out, multilinear, divide, no);
+}
+
+inline SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank,
+                           bool ta, bool tb, absl::Span<const std::string> axis_names,
+                           std::optional<Rejection>& no) {
+  // Only R and V of unknown layout: R@R = R, anything with a V is V.
+  if (a.num_axes() == b.num_axes()) {
+    SpmdType t(a.num_axes());
+    t.set_mesh_id(a.mesh_id() != 0 ? a.mesh_id() : b.mesh_id());
+    bool fast = true;
+    for (int i = 0; fast && i < a.num_axes(); ++i) {
+      const AxisType x = a[i], y = b[i];
+      fast = (x.kind == AxisKind::kR || (x.kind == AxisKind::kV && x.dim < 0)) &&
+             (y.kind == AxisKind::kR || (y.kind == AxisKind::kV && y.dim < 0));
+      if (x.kind != AxisKind::kR || y.kind != AxisKind::kR) t[i] = AxisType::V();
+    }
+    if (fast) return t;
+  }
+  return internal::MatmulRuleFull(a, a_rank, b, b_rank, ta, tb, axis_names, no);
+}
 
 }  // namespace shardmap
 

@@ -9,7 +9,9 @@
 //
 // Prints "gloo_mlp ok: rank R of N ..." and exits 0 on a match, 1 on a mismatch or error.
 // --die_rank=R: rank R kills itself (SIGKILL) before step 1's collectives, for failure tests;
-// the others must fail naming it.
+// the others must fail naming it. --reorder_rank=R: before training, every rank reduces over tp
+// then dp, and then again with rank R reducing over dp first: the ranks must fail naming both
+// calls (the call tags travel in Gloo's call descriptors), never train on wrong sums.
 #include <signal.h>
 #include <unistd.h>
 
@@ -26,6 +28,7 @@
 #include "autograd/value_and_grad.h"
 #include "collectives/gloo_communicator.h"
 #include "models/parallel_mlp.h"
+#include "shardmap/collective_ops.h"
 #include "shardmap/context.h"
 #include "shardmap/shard_map.h"
 #include "tensor/ops/elementwise.h"
@@ -35,6 +38,9 @@ ABSL_FLAG(int, dp, 1, "data-parallel size; tensor-parallel size = world size / d
 ABSL_FLAG(int, steps, 3, "SGD steps");
 ABSL_FLAG(int, die_rank, -1, "this rank SIGKILLs itself before step 1 (failure tests)");
 ABSL_FLAG(int, timeout_s, 60, "Gloo timeout per call, seconds");
+ABSL_FLAG(int, reorder_rank, -1,
+          "this rank issues its second pair of all_reduces over dp then tp, the others over tp "
+          "then dp (agreement tests)");
 
 namespace shardmap {
 namespace {
@@ -115,6 +121,19 @@ int Main() {
   if (!mesh.ok()) {
     std::fprintf(stderr, "gloo_mlp_program: %s\n", mesh.status().ToString().c_str());
     return 1;
+  }
+  if (const int reorder = absl::GetFlag(FLAGS_reorder_rank); reorder >= 0) {
+    absl::Status s = RunOnCommunicator(**comm, *mesh, [&](RankContext& ctx) {
+      auto sum = [](const Value& x, const char* axis) {
+        return all_reduce(reinterpret(x, axis), axis);
+      };
+      Value x = vary(Value::Replicated(Tensor::Full({3}, ctx.rank() + 1.0, DType::kF64)),
+                     ctx.mesh().axis_names());
+      (void)sum(sum(x, "tp"), "dp");  // the same order on every rank: both groups exist
+      (void)(ctx.rank() == reorder ? sum(sum(x, "dp"), "tp") : sum(sum(x, "tp"), "dp"));
+    });
+    std::fprintf(stderr, "gloo_mlp_program: rank %d: reorder: %s\n", me, s.ToString().c_str());
+    return s.ok() ? 0 : 1;
   }
   const MlpConfig cfg;  // batch 8, d_model 16, d_hidden 32: divisible by dp <= 2, tp <= 4
   const MlpParams p = InitMlp(cfg);

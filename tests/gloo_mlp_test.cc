@@ -94,6 +94,20 @@ TEST(GlooMlpTest, TwoLaunchersAsTwoNodes) {
   }
 }
 
+// Four processes, rank 0 reducing over dp then tp while the others reduce over tp then dp (the
+// axis communicators already exist): Gloo compares the typed layer's call tags across processes,
+// so the job fails naming both calls instead of returning wrong sums.
+TEST(GlooMlpTest, CollectivesReorderedAcrossGroupsFailNamingBothCalls) {
+  Result r = Shell("collectives/launch --nproc_per_node=4 --grace_period_s=1 -- "
+                   "tests/gloo_mlp_program --dp=2 --reorder_rank=0 --timeout_s=60");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("mismatched collectives")) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("issued all_reduce over")) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("collective #3 of its program")) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("collective #4 of its program")) << r.output;
+  EXPECT_LT(r.took, absl::Seconds(20)) << r.output;  // far below the 60 s Gloo timeout
+}
+
 TEST(GlooMlpTest, AKilledProcessEndsTheJobWithAClearError) {
   Result r = Shell("collectives/launch --nproc_per_node=3 --grace_period_s=1 -- "
                  "tests/gloo_mlp_program --die_rank=1 --timeout_s=60");

@@ -32,7 +32,8 @@ struct LayerCase {
   int64_t tokens = 512;
   int64_t d = 512;
   int64_t head_dim = 64;
-  int64_t seq() const { return tokens < 128 ? tokens : 128; }
+  int64_t seq_len = 0;  // tokens per sequence; 0: min(tokens, 128)
+  int64_t seq() const { return seq_len > 0 ? seq_len : (tokens < 128 ? tokens : 128); }
   int64_t ffn() const { return 4 * d; }
   // e.g. "mlp/tp:2/tokens:512/d:512/sp/fwd_bwd"
   std::string Name() const;

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "shardmap/context.h"
 #include "shardmap/ops.h"
+#include "shardmap/type_rules.h"
 #include "tensor/error.h"
 
 namespace shardmap {
@@ -35,6 +36,18 @@ bool DualMatches(AxisType primal, AxisType cot) {
   if (d.kind != cot.kind) return false;
   if (d.kind == AxisKind::kV && d.dim >= 0 && cot.dim >= 0 && d.dim != cot.dim) return false;
   return true;
+}
+
+// A VJP that reshapes through size-1 dims (sum's keepdim, reshape) may type a cotangent S(e)
+// where the primal is S(d) with only size-1 dims between: the same blocks, so it takes d.
+void AlignShardDims(const SpmdType& type, const Shape& shape, Value& cot) {
+  for (int i = 0; i < type.num_axes() && i < cot.type.num_axes(); ++i) {
+    const AxisType p = type[i], c = cot.type[i];
+    if (p.is_sharded() && c.is_sharded() && p.dim != c.dim && cot.shape() == shape &&
+        SameShardBlocks(shape, p.dim, c.dim)) {
+      cot.type[i] = p;
+    }
+  }
 }
 
 }  // namespace
@@ -90,7 +103,10 @@ std::vector<Value> Tape::Backward(const Value& out, const Value& seed,
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       int32_t in = n.inputs[k];
       if (in < 0 || !cots[k].defined()) continue;
-      if (checked) CheckCotangent(n, static_cast<int>(k), nodes_[in], cots[k]);
+      if (checked) {
+        AlignShardDims(nodes_[in].type, nodes_[in].shape, cots[k]);
+        CheckCotangent(n, static_cast<int>(k), nodes_[in], cots[k]);
+      }
       cots[k].node = -1;
       if (!grads[in].defined()) {
         grads[in] = std::move(cots[k]);

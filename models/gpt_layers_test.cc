@@ -15,6 +15,9 @@
 #include "shardmap/nn_ops.h"
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"
+#include "tensor/ops/elementwise.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/shape_ops.h"
 #include "tests/test_util.h"
 
 namespace shardmap {
@@ -76,12 +79,112 @@ TEST(GptLayersTest, HeadParallelCausalAttention) {
                              tp};
     return SumSquares(attn(p[0]), tp);
   };
-  for (int tp : {1, 2, 3}) {
+  // tp = kHeads: one head per device (its local heads dim has size 1 and must keep the shard).
+  for (int tp : {1, 2, 3, static_cast<int>(kHeads)}) {
     for (bool sp : {false, true}) {
       ExpectShardedMatchesUnsharded(
           fn, in, {sp ? P("tp") : P(), P(None, None, "tp"), P(None, "tp"), P("tp", None), P()},
           tp, sp);
     }
+  }
+}
+
+// Sequence parallel times data parallel: the rows (tokens) are split over (dp, tp), so every
+// weight gradient x^T @ g contracts a dim both operands hold as S0 on dp and on tp (P on both).
+TEST(GptLayersTest, SequenceParallelTimesDataParallelMlpAndLayerNorm) {
+  constexpr int64_t kTokens = 12;
+  std::vector<Tensor> in = {Rand({kTokens, kD}, 61), Rand({kD, 4 * kD}, 62), Rand({4 * kD}, 63),
+                            Rand({4 * kD, kD}, 64), Rand({kD}, 65), Rand({kD}, 66),
+                            Rand({kD}, 67), Rand({kD, kD}, 68)};
+  auto fn = [](const std::vector<Value>& p, const TensorParallel& tp) {
+    Mlp mlp{ColumnParallelLinear{p[1], p[2], tp}, RowParallelLinear{p[3], p[4], tp}};
+    Value y = mlp(LayerNorm{p[5], p[6]}(p[0])).matmul(p[7]);  // a replicated weight at the end
+    return sum_partial(y * y, {});
+  };
+  for (auto [dp, tp] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{2, 3}}) {
+    SCOPED_TRACE(absl::StrCat("dp=", dp, " tp=", tp));
+    Mesh mesh = *Mesh::Create({{"dp", dp}, {"tp", tp}});
+    TensorParallel par{"tp", /*sp=*/true};
+    ShardFn f = [&](const std::vector<Value>& p) -> std::vector<Value> { return {fn(p, par)}; };
+    absl::StatusOr<ShardMapGrads> got = value_and_grad(shard_map(
+        f, mesh,
+        {P({"dp", "tp"}), P(None, "tp"), P("tp"), P("tp", None), P(), P(), P(), P()},
+        {P().Unreduced({"dp", "tp"})}))(in);
+    ASSERT_TRUE(got.ok()) << got.status();
+    SingleRankContext one{Mesh()};
+    std::vector<Value> params;
+    for (const Tensor& t : in) params.push_back(Value::Replicated(t));
+    ValueAndGrad ref = value_and_grad(
+        [&](const std::vector<Value>& p) { return sum(fn(p, {}), {}); }, params);
+    EXPECT_TENSOR_NEAR(got->outputs[0], ref.value.tensor, 1e-12 * (1 + std::fabs(ref.value.item())));
+    for (size_t k = 0; k < in.size(); ++k) {
+      EXPECT_TENSOR_NEAR(got->grads[k], ref.grads[k].tensor, 1e-10) << "input " << k;
+    }
+  }
+}
+
+// The same with [batch, seq, d] activations: batch over dp, the sequence over tp. The weight
+// gradient of a rank-3 x reshapes x and g to [b*t, d] rows (S0 on dp and tp only when each device
+// holds one sequence: otherwise its rows are not one block of the global rows, and V).
+TEST(GptLayersTest, SequenceParallelTimesDataParallelRank3WeightGradient) {
+  std::vector<Tensor> in = {Rand({4, 6, kD}, 71), Rand({kD, kD}, 72)};
+  auto fn = [](const std::vector<Value>& p) { return p[0].matmul(p[1]); };
+  for (auto [dp, tp] : {std::pair{2, 2}, std::pair{4, 3}, std::pair{4, 2}}) {
+    SCOPED_TRACE(absl::StrCat("dp=", dp, " tp=", tp));
+    Mesh mesh = *Mesh::Create({{"dp", dp}, {"tp", tp}});
+    ShardFn f = [&](const std::vector<Value>& p) -> std::vector<Value> {
+      Value y = fn(p);
+      return {sum_partial(y * y, {})};
+    };
+    absl::StatusOr<ShardMapGrads> got = value_and_grad(
+        shard_map(f, mesh, {P("dp", "tp"), P()}, {P().Unreduced({"dp", "tp"})}))(in);
+    ASSERT_TRUE(got.ok()) << got.status();
+    SingleRankContext one{Mesh()};
+    std::vector<Value> params;
+    for (const Tensor& t : in) params.push_back(Value::Replicated(t));
+    ValueAndGrad ref = value_and_grad(
+        [&](const std::vector<Value>& p) {
+          Value y = fn(p);
+          return sum(y * y, {});
+        },
+        params);
+    EXPECT_TENSOR_NEAR(got->outputs[0], ref.value.tensor, 1e-12 * (1 + std::fabs(ref.value.item())));
+    for (size_t k = 0; k < in.size(); ++k) {
+      EXPECT_TENSOR_NEAR(got->grads[k], ref.grads[k].tensor, 1e-10) << "input " << k;
+    }
+  }
+}
+
+// x^T @ g with the token dim S0 on dp and tp in x and g's tp layout unknown (V: its rows were
+// rotated over tp by a ppermute). Was rejected as contracting tp with dp; dp shards both
+// contracted dims alike, so the result is P on dp (and V on tp). Checked against the same sum of
+// per-device products computed from the global tensors.
+TEST(GptLayersTest, SequenceParallelTimesDataParallelContractionOfUnknownLayout) {
+  const int64_t kTokens = 12;
+  std::vector<Tensor> in = {Rand({kTokens, 4}, 81), Rand({kTokens, 5}, 82)};
+  for (auto [dp, tp] : {std::pair{2, 2}, std::pair{2, 3}}) {
+    SCOPED_TRACE(absl::StrCat("dp=", dp, " tp=", tp));
+    Mesh mesh = *Mesh::Create({{"dp", dp}, {"tp", tp}});
+    std::vector<std::pair<int, int>> ring;
+    for (int j = 0; j < tp; ++j) ring.push_back({j, (j + 1) % tp});
+    ShardFn f = [&](const std::vector<Value>& p) -> std::vector<Value> {
+      Value g = ppermute(p[1], "tp", ring);  // {dp:S0, tp:V}
+      return {reinterpret(matmul(p[0], g, /*ta=*/true, false), "tp")};
+    };
+    absl::StatusOr<std::vector<Tensor>> got =
+        shard_map(f, mesh, {P({"dp", "tp"}), P({"dp", "tp"})}, {P().Unreduced({"dp", "tp"})})(in);
+    ASSERT_TRUE(got.ok()) << got.status();
+    // Device (i, j) holds row block i*tp + j of x and, after the ring, block i*tp + (j-1) of g.
+    const int64_t rows = kTokens / (dp * tp);
+    Tensor want = Tensor::Zeros({4, 5}, DType::kF64);
+    for (int i = 0; i < dp; ++i) {
+      for (int j = 0; j < tp; ++j) {
+        Tensor xb = Slice(in[0], 0, (i * tp + j) * rows, rows);
+        Tensor gb = Slice(in[1], 0, (i * tp + (j + tp - 1) % tp) * rows, rows);
+        want = Add(want, Matmul(xb, gb, true, false));
+      }
+    }
+    EXPECT_TENSOR_NEAR((*got)[0], want, 1e-12);
   }
 }
 

@@ -149,15 +149,16 @@ Value RingCausalAttention(const Value& q, const Value& k, const Value& v, const 
   }
   std::vector<std::pair<int, int>> ring;
   for (int j = 0; j < n; ++j) ring.push_back({j, (j + 1) % n});
-  // K and V travel as one tensor [b, t, 2, h, hd]: one ppermute per step.
-  Value kv = concat({k.reshape({b, t, 1, h, hd}), v.reshape({b, t, 1, h, hd})}, 2);
+  // K and V travel as one tensor [b, t, h, 2, hd]: one ppermute per step. The new dim goes after
+  // h, so a head-sharded h keeps its S (ReshapeDim puts S on the first dim of the block).
+  Value kv = concat({k.reshape({b, t, h, 1, hd}), v.reshape({b, t, h, 1, hd})}, 3);
   const Value q0 = slice(q, 1, 0, c), q1 = slice(q, 1, c, c);
   OnlineSoftmax early, late;  // query chunks i and 2n-1-i
   for (int step = 0; step < n; ++step) {
     if (step > 0) kv = ppermute(kv, axis, ring);
     const int src = (i - step + n) % n;
-    const Value ks = slice(kv, 2, 0, 1).reshape({b, t, h, hd});
-    const Value vs = slice(kv, 2, 1, 1).reshape({b, t, h, hd});
+    const Value ks = slice(kv, 3, 0, 1).reshape({b, t, h, hd});
+    const Value vs = slice(kv, 3, 1, 1).reshape({b, t, h, hd});
     const Value k0 = slice(ks, 1, 0, c), v0 = slice(vs, 1, 0, c);
     if (step == 0) {
       early.Add(causal_mask(Scores(q0, k0, scale)), v0);

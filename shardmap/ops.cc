@@ -604,58 +604,23 @@ Value broadcast_to(const Value& x, absl::Span<const int64_t> shape) {
 // ---------------------------------------------------------------------------------------------
 // Layout.
 
-namespace {
-
-// Maps an S dim through a reshape: kept when it is the major dim of its group of merged/split
-// dims (so each device's block stays a contiguous block of the new major dim); -1 otherwise.
-int ReshapeDim(const Shape& in, const Shape& out, int d) {
-  size_t i = 0, j = 0;
-  while (i < in.size() || j < out.size()) {
-    // Skip size-1 dims that stand alone.
-    size_t gi = i, gj = j;
-    int64_t pi = i < in.size() ? in[i++] : 1;
-    int64_t pj = j < out.size() ? out[j++] : 1;
-    while (pi != pj) {
-      if (pi < pj) {
-        if (i >= in.size()) return -1;
-        pi *= in[i++];
-      } else {
-        if (j >= out.size()) return -1;
-        pj *= out[j++];
-      }
-    }
-    if (static_cast<int>(gi) <= d && d < static_cast<int>(i)) {
-      // Size-1 dims leading a group hold no data: the group's major dim is the first other one
-      // (so inserting or dropping a size-1 dim before a sharded dim keeps S).
-      while (gi + 1 < i && in[gi] == 1) ++gi;
-      while (gj + 1 < j && out[gj] == 1) ++gj;
-      return static_cast<int>(gi) == d && gj < out.size() ? static_cast<int>(gj) : -1;
-    }
-  }
-  return -1;
-}
-
-}  // namespace
-
 Value reshape(const Value& x, absl::Span<const int64_t> shape) {
   internal::CheckMesh("reshape", x);
   Tensor t = x.tensor.Reshape(shape);
-  SpmdType ty = x.type;
-  if (Checked()) {
-    for (int i = 0; i < ty.num_axes(); ++i) {
-      if (ty[i].is_sharded()) {
-        int d = ReshapeDim(x.shape(), t.shape(), ty[i].dim);
-        ty[i] = d >= 0 ? AxisType::Sharded(d) : AxisType::V();
-      }
-    }
-  } else {
-    ty = internal::ErasedUnary(ty);
-  }
+  SpmdType ty = Checked() ? ReshapeRule(x.type, x.shape(), t.shape())
+                          : internal::ErasedUnary(x.type);
   Value out(std::move(t), ty);
   if (NeedsTape(x)) {
     Shape xs = x.shape();
-    RecordOp("reshape", {&x}, out,
-             [xs](const Value& g, uint32_t, Value* d) { d[0] = reshape(g, xs); });
+    RecordOp("reshape", {&x}, out, [xs, xt = x.type, ty](const Value& g, uint32_t, Value* d) {
+      Value dx = reshape(g, xs);
+      // Of the S dims valid for the same block layout (size-1 dims at its boundary), the
+      // cotangent takes the primal's: where g kept the output's S(e), x's S(d) is valid too.
+      for (int i = 0; i < xt.num_axes(); ++i) {
+        if (xt[i].is_sharded() && ty[i].is_sharded() && g.type[i] == ty[i]) dx.type[i] = xt[i];
+      }
+      d[0] = std::move(dx);
+    });
   }
   return out;
 }

@@ -1,5 +1,6 @@
 #include "shardmap/type_rules.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -246,6 +247,42 @@ inline bool PartialProductCase(AxisKind kx, AxisKind ky, int i, const char* p_ti
 
 }  // namespace
 
+int ReshapeDim(absl::Span<const int64_t> in, absl::Span<const int64_t> out, int d) {
+  if (d < 0 || d >= static_cast<int>(in.size())) return -1;
+  // Products of local dims: bounded by numel unless a dim is 0; on overflow there is no block.
+  int64_t before = 1;
+  for (int k = 0; k < d; ++k) {
+    if (__builtin_mul_overflow(before, in[k], &before)) return -1;
+  }
+  int64_t p = 1;
+  for (int e = 0; e < static_cast<int>(out.size()); ++e) {
+    if (p == before) return e;
+    if (__builtin_mul_overflow(p, out[e], &p) || (p > before && before != 0)) return -1;
+  }
+  return -1;
+}
+
+bool SameShardBlocks(absl::Span<const int64_t> shape, int d, int e) {
+  const int r = static_cast<int>(shape.size());
+  if (d < 0 || e < 0 || d >= r || e >= r) return false;
+  for (int k = std::min(d, e); k < std::max(d, e); ++k) {
+    if (shape[k] != 1) return false;
+  }
+  return true;
+}
+
+SpmdType ReshapeRule(const SpmdType& x, absl::Span<const int64_t> in,
+                     absl::Span<const int64_t> out) {
+  SpmdType t = x;
+  for (int i = 0; i < t.num_axes(); ++i) {
+    if (t[i].is_sharded()) {
+      const int e = ReshapeDim(in, out, t[i].dim);
+      t[i] = e >= 0 ? AxisType::Sharded(e) : AxisType::V();
+    }
+  }
+  return t;
+}
+
 int BroadcastDim(absl::Span<const int64_t> in, int d, absl::Span<const int64_t> out) {
   if (d < 0) return -1;
   int off = static_cast<int>(out.size()) - static_cast<int>(in.size());
@@ -374,12 +411,17 @@ SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank
     int rb = ky == AxisKind::kV ? role_b(y.dim) : -2;
     if ((ra == -3) != (rb == -3)) {
       // One operand's contracted dim is sharded over this axis. If the other's is sharded over
-      // another axis, the local blocks pair rows and columns of different slices: no collective
-      // after the matmul can repair that (reinterpreting the result as a sum would hide it).
+      // an axis this one's is not, the local blocks pair rows and columns of different slices:
+      // no collective after the matmul can repair that (reinterpreting the result as a sum
+      // would hide it). An axis that shards both contracted dims (dp in dp x tp sequence
+      // parallelism, where one operand's tp layout is unknown) pairs matching blocks.
+      const SpmdType& self = ra == -3 ? a : b;
       const SpmdType& other = ra == -3 ? b : a;
+      const int self_contract = ra == -3 ? a_contract : b_contract;
       const int other_contract = ra == -3 ? b_contract : a_contract;
       for (int j = 0; j < t.num_axes(); ++j) {
         if (j == i || !other[j].is_sharded() || other[j].dim != other_contract) continue;
+        if (self[j].is_sharded() && self[j].dim == self_contract) continue;
         return Rejected(
             no, i,
             absl::StrCat("contracts ", ra == -3 ? "a" : "b", "'s dim sharded over '",

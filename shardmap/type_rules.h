@@ -139,6 +139,25 @@ SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank
 // when d is broadcast (size 1 against a larger size) or d < 0.
 int BroadcastDim(absl::Span<const int64_t> in, int d, absl::Span<const int64_t> out);
 
+// The output dim that a shard dim d (S(d)) of a local shape `in` lands on through a reshape to
+// `out`, or -1 when the shards are no longer blocks of one output dim (then V). Each device's
+// block stays a contiguous block of output dim e exactly when the elements before d and before
+// e agree: prod(in[:d]) == prod(out[:e]). Of several such e (size-1 dims at the boundary) the
+// first is taken, size 1 or not, so splitting [.., h*hd] -> [.., h, hd] keeps S on the heads
+// dim also when each device holds one head:
+//   {tp:S2} [b,t,hd] -> [b,t,1,hd] is {tp:S2} (heads, 1 per device), not S3 (head_dim).
+// To insert a size-1 dim next to a sharded dim, insert it after: [b,t,h,hd] -> [b,t,h,1,hd].
+int ReshapeDim(absl::Span<const int64_t> in, absl::Span<const int64_t> out, int d);
+
+// Whether S(d) and S(e) of a value of local shape `shape` describe the same blocks (the same
+// elements before both: only size-1 dims between them), e.g. dims 2 and 3 of [b,t,1,hd]. A
+// cotangent typed S(e) for a primal S(d) is then retyped, not rejected.
+bool SameShardBlocks(absl::Span<const int64_t> shape, int d, int e);
+
+// x's type through a reshape of its local shape `in` to `out` (ReshapeDim on each S axis).
+SpmdType ReshapeRule(const SpmdType& x, absl::Span<const int64_t> in,
+                     absl::Span<const int64_t> out);
+
 }  // namespace shardmap
 
 #endif  // SHARDMAP_SHARDMAP_TYPE_RULES_H_

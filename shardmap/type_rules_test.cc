@@ -271,6 +271,45 @@ TEST(MatmulRule, ContractedDimsOverDifferentAxesAreRejected) {
   EXPECT_NE(no->rule.find("partial sum (P) by a varying (V)"), std::string::npos);
 }
 
+// Sequence parallel x data parallel: the weight gradient x^T @ g contracts the token dim, held
+// as S0 on dp and on tp by both operands (mesh order, so the same order): P on both axes.
+TEST(MatmulRule, ContractedDimShardedOverTheSameAxesInBoth) {
+  const SpmdType both = T2(AxisType::Sharded(0), AxisType::Sharded(0));
+  std::optional<Rejection> no;
+  EXPECT_EQ(MatmulRule(both, 2, both, 2, /*ta=*/true, false, kNames, no).ToString(kNames),
+            "{dp:P,tp:P}");
+  EXPECT_FALSE(no);
+  // g's tp layout unknown (V, e.g. after a ppermute over tp), dp shared: accepted, P on dp and V
+  // on tp (which the VJP turns into P for a replicated weight).
+  const SpmdType g = T2(AxisType::Sharded(0), AxisType::V());
+  EXPECT_EQ(MatmulRule(both, 2, g, 2, true, false, kNames, no).ToString(kNames), "{dp:P,tp:V}");
+  EXPECT_FALSE(no);
+  EXPECT_EQ(MatmulRule(g, 2, both, 2, true, false, kNames, no).ToString(kNames), "{dp:P,tp:V}");
+  EXPECT_FALSE(no);
+  // Still rejected: a's token dim over tp only, b's over dp only.
+  MatmulRule(T2(AxisType::R(), AxisType::Sharded(0)), 2, T2(AxisType::Sharded(0), AxisType::R()),
+             2, true, false, kNames, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 0);
+  EXPECT_EQ(no->rule,
+            "contracts b's dim sharded over 'dp' with a's dim sharded over 'tp': each device "
+            "would pair slices that do not match");
+  // a's over (dp, tp), b's over dp and R on tp: dp pairs matching blocks, tp is one operand's
+  // sharded contraction against a replicated one, V as on a one-axis mesh (the op reports the
+  // local sizes, which differ unless b is another tensor).
+  no.reset();
+  EXPECT_EQ(MatmulRule(both, 2, T2(AxisType::Sharded(0), AxisType::R()), 2, true, false, kNames,
+                       no)
+                .ToString(kNames),
+            "{dp:P,tp:V}");
+  EXPECT_FALSE(no);
+  EXPECT_EQ(MatmulRule(T2(AxisType::R(), AxisType::Sharded(0)), 2,
+                       T2(AxisType::R(), AxisType::R()), 2, true, false, kNames, no)
+                .ToString(kNames),
+            "{dp:R,tp:V}");
+  EXPECT_FALSE(no);
+}
+
 TEST(NonlinearRule, RejectsPartialSumsOnly) {
   std::optional<Rejection> no;
   EXPECT_EQ(NonlinearRule("gelu", T2(AxisType::Sharded(0), AxisType::I()), kNames, no)
@@ -281,6 +320,55 @@ TEST(NonlinearRule, RejectsPartialSumsOnly) {
   ASSERT_TRUE(no);
   EXPECT_EQ(no->axis, 1);
   EXPECT_EQ(no->fix, "all_reduce(x, \"tp\") (or reduce_scatter) before gelu");
+}
+
+TEST(ReshapeRule, ShardStaysOnTheMajorDimOfItsBlock) {
+  // Merging and splitting (global [4n,3,5] etc.): S lands where the elements before it agree.
+  EXPECT_EQ(ReshapeDim({4, 3, 5}, {12, 5}, 0), 0);
+  EXPECT_EQ(ReshapeDim({4, 3, 5}, {12, 5}, 2), 1);
+  EXPECT_EQ(ReshapeDim({4, 3, 5}, {4, 15}, 2), -1);  // a minor dim of a merge: V
+  EXPECT_EQ(ReshapeDim({4, 3, 5}, {2, 2, 3, 5}, 2), 3);
+  EXPECT_EQ(ReshapeDim({4, 6}, {24}, 1), -1);
+  EXPECT_EQ(ReshapeDim({6, 1}, {6}, 1), -1);  // no output dim after the 6
+  EXPECT_EQ(ReshapeDim({4, 6}, {24}, 7), -1);
+}
+
+TEST(ReshapeRule, LocalSizeOneHeadsKeepTheirShard) {
+  // [b, t, heads*hd] -> [b, t, heads, hd] with one head per device: the local shapes are
+  // [2, 3, 4] -> [2, 3, 1, 4]; S stays on heads (dim 2), not head_dim.
+  EXPECT_EQ(ReshapeDim({2, 3, 4}, {2, 3, 1, 4}, 2), 2);
+  // With 2 heads per device the same.
+  EXPECT_EQ(ReshapeDim({2, 3, 8}, {2, 3, 2, 4}, 2), 2);
+  // The GPT qkv split [n, 3, e] -> [b, t, 3, h, hd] at one head per device.
+  EXPECT_EQ(ReshapeDim({6, 3, 4}, {2, 3, 3, 1, 4}, 2), 3);
+  // And back: [b, t, 1, hd] (S on heads) -> [b*t, hd], and a dropped size-1 dim before it.
+  EXPECT_EQ(ReshapeDim({2, 3, 1, 4}, {6, 4}, 2), 1);
+  EXPECT_EQ(ReshapeDim({2, 3, 1, 1, 4}, {2, 3, 1, 4}, 3), 2);
+  // A sharded dim of local size 1 merged as the major dim of its group: [1, t, d] -> [t, d].
+  EXPECT_EQ(ReshapeDim({1, 3, 4}, {3, 4}, 0), 0);
+  // A size-1 dim inserted after a sharded dim leaves it alone: [b, t, h, hd] -> [b, t, h, 1, hd].
+  EXPECT_EQ(ReshapeDim({2, 3, 1, 4}, {2, 3, 1, 1, 4}, 2), 2);
+  EXPECT_EQ(ReshapeDim({2, 3, 2, 4}, {2, 3, 2, 1, 4}, 2), 2);
+  EXPECT_EQ(ReshapeRule(T2(AxisType::Sharded(0), AxisType::Sharded(2)), {2, 3, 4}, {6, 1, 4})
+                .ToString(kNames),
+            "{dp:S0,tp:S1}");
+  EXPECT_EQ(ReshapeRule(T2(AxisType::Sharded(1), AxisType::P()), {2, 3, 4}, {24})
+                .ToString(kNames),
+            "{dp:V,tp:P}");
+}
+
+TEST(ReshapeRule, SameShardBlocksOnlyAcrossSizeOneDims) {
+  EXPECT_TRUE(SameShardBlocks({2, 3, 1, 4}, 2, 3));
+  EXPECT_TRUE(SameShardBlocks({2, 3, 1, 4}, 3, 2));
+  EXPECT_TRUE(SameShardBlocks({2, 1, 1, 4}, 1, 3));
+  EXPECT_FALSE(SameShardBlocks({2, 3, 1, 4}, 1, 2));
+  EXPECT_FALSE(SameShardBlocks({2, 3, 1, 4}, 2, 4));
+}
+
+TEST(ReshapeRule, EmptyAndHugeShapesDoNotOverflow) {
+  EXPECT_EQ(ReshapeDim({0, 5}, {0, 5}, 1), 1);
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_EQ(ReshapeDim({big, big, 0, 3}, {0, 3}, 3), -1);
 }
 
 }  // namespace

@@ -72,7 +72,7 @@ TEST(TpModelTest, CollectivesMatchWhatTheLayersIssue) {
       for (bool sp : {false, true}) {
         for (bool fwd_bwd : {false, true}) {
           LayerCase c{layer, tp, sp, fwd_bwd, /*tokens=*/12, /*d=*/4 * tp};
-          c.head_dim = 2;  // 2 heads per rank
+          c.head_dim = tp == 2 ? 4 : 2;  // 1 head per rank at tp 2, 2 at tp 3
           c.seq_len = 6;
           SCOPED_TRACE(c.Name());
           absl::StatusOr<LayerTiming> t = RunLayer(c, 0, 1);

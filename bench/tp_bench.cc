@@ -4,8 +4,8 @@
 // pre-LN block; forward and forward + backward; with and without sequence parallelism.
 //
 //   bazel run -c opt --config=opt //bench:tp_bench                       # tokens 512, d 512
-//   bazel run -c opt --config=opt //bench:tp_bench -- --d=1024 --steps=5 \
-//       --benchmark_filter='mlp/.*fwd_bwd'
+//   bazel run -c opt --config=opt //bench:tp_bench -- --d=1024 --steps=5
+//       --benchmark_filter=mlp/.*fwd_bwd   (one line)
 //
 // Each row is one RunInProcess running `--warmup` + `--steps` steps, fenced by barriers, timed on
 // rank 0 (manual time = the step's wall time). Counters:

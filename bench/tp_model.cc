@@ -100,6 +100,12 @@ Prediction Predict(const LayerCase& c, double rank_flops_per_s, double elem_byte
   return p;
 }
 
+double AttentionScoreElements(const LayerCase& c) {
+  if (c.layer != Layer::kAttention && c.layer != Layer::kBlock) return 0;
+  const double s = c.seq();
+  return static_cast<double>(c.tokens) / s * (c.d / c.head_dim) * s * s;
+}
+
 double Efficiency(double time_1, double time_t, int t) { return time_1 / (t * time_t); }
 
 }  // namespace shardmap::bench

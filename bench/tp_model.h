@@ -80,6 +80,11 @@ struct Prediction {
 Prediction Predict(const LayerCase& c, double rank_flops_per_s, double elem_bytes,
                    const CollectiveCost& cost);
 
+// Elements of the attention scores [batch, heads, seq, seq] of the whole layer (0 for layers
+// without attention): the scale, causal mask and softmax work on each, forward and backward,
+// split over tp with the heads. Matmul FLOPs do not see this work.
+double AttentionScoreElements(const LayerCase& c);
+
 // Parallel efficiency of t devices against one: time(1) / (t * time(t)).
 double Efficiency(double time_1, double time_t, int t);
 

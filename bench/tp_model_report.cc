@@ -32,6 +32,10 @@
 #include "bench/tp_layers.h"
 #include "bench/tp_model.h"
 #include "collectives/in_process.h"
+#include "autograd/value_and_grad.h"
+#include "shardmap/context.h"
+#include "shardmap/nn_ops.h"
+#include "shardmap/ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/random.h"
 
@@ -106,6 +110,31 @@ Rate MeasureGemmRate(int t, int reps) {
   return r;
 }
 
+// CPU seconds per attention-score element of scale + causal mask + softmax (forward, or forward
+// + backward through the tape), timed on one thread over the unsharded layer's scores.
+double MeasureScoreSecondsPerElement(bool fwd_bwd, int reps) {
+  const int64_t s = std::min<int64_t>(flags.tokens, 128), b = flags.tokens / s,
+                h = flags.d / 64;
+  SingleRankContext one{Mesh()};
+  Value x = Value::Replicated(RandomNormal({b, h, s, s}, 5, 0, 1, DType::kF32));
+  Value g = Value::Replicated(RandomNormal({b, h, s, s}, 6, 0, 1, DType::kF32));
+  auto f = [&](const std::vector<Value>& p) {
+    Value y = softmax(causal_mask(p[0] * 0.125), -1);
+    return fwd_bwd ? sum(y * g, {}) : y;
+  };
+  double cpu = 0;
+  for (int r = 0; r < reps + 1; ++r) {
+    const double c0 = ThreadCpu();
+    if (fwd_bwd) {
+      (void)value_and_grad(f, {x});
+    } else {
+      (void)f({x});
+    }
+    if (r > 0) cpu += ThreadCpu() - c0;
+  }
+  return cpu / reps / static_cast<double>(b * h * s * s);
+}
+
 // ---- 2. alpha-beta --------------------------------------------------------------------------
 
 // Mean seconds of one collective of `full_bytes` over t in-process ranks (rank 0, barrier-fenced).
@@ -175,6 +204,14 @@ void Validate() {
                              t, rate[t].wall, rate[t].cpu));
   }
 
+  const double score_s[2] = {MeasureScoreSecondsPerElement(false, 4),
+                             MeasureScoreSecondsPerElement(true, 4)};
+  printf("\nAttention scores (scale + causal mask + softmax, one thread, CPU time): %.2f ns per "
+         "element forward, %.2f ns forward + backward.\n",
+         1e9 * score_s[0], 1e9 * score_s[1]);
+  JsonItem(absl::StrFormat(R"({"kind":"score_rate","fwd_s_per_elem":%.6g,"fwd_bwd_s_per_elem":%.6g})",
+                           score_s[0], score_s[1]));
+
   // 2.
   FittedTable fit;
   const double act = flags.tokens * flags.d * 4.0;
@@ -203,9 +240,10 @@ void Validate() {
          (long long)flags.tokens, (long long)flags.d, flags.steps);
   printf("Prediction (wall) = LayerFlops / t / per-rank wall rate(t) + sum of fitted collective "
          "costs; prediction (CPU) = LayerFlops / t / per-rank CPU rate(t), against the ranks' "
-         "mean thread CPU time outside collectives. Matmul FLOPs only: elementwise ops, "
-         "softmax, LayerNorm, copies and the tape are not in the model, so it under-predicts by "
-         "their share. err = (predicted - measured) / measured.\n\n");
+         "mean thread CPU time outside collectives. Both add the attention scores' elementwise "
+         "work (elements / t at the measured ns per element). Other elementwise ops (GELU, "
+         "LayerNorm, residual adds, bias), copies and the tape are not in the model, so it "
+         "under-predicts by their share. err = (predicted - measured) / measured.\n\n");
   printf("| row | measured ms | predicted ms | err | comm ms meas | comm ms pred | CPU ms meas | "
          "CPU ms pred | CPU err |\n|---|---|---|---|---|---|---|---|---|\n");
   std::vector<Row> rows;
@@ -222,6 +260,11 @@ void Validate() {
           }
           Prediction wall = Predict(c, rate[t].wall, 4, cost);
           Prediction cpu = Predict(c, rate[t].cpu, 4, cost);
+          // The attention scores' elementwise work, split over t; on the wall clock slowed down
+          // as the GEMMs are by the t threads sharing the cores.
+          const double scores = AttentionScoreElements(c) / t * score_s[fwd_bwd ? 1 : 0];
+          cpu.compute_s += scores;
+          wall.compute_s += scores * rate[t].cpu / rate[t].wall;
           Row r{c,
                 1e3 * m->Mean(),
                 1e3 * wall.total(),

@@ -49,6 +49,10 @@ TEST(TpModelTest, AttentionFlopsByHand) {
   EXPECT_DOUBLE_EQ(LayerFlops(c), 1536);
   c.fwd_bwd = true;
   EXPECT_DOUBLE_EQ(LayerFlops(c), 3 * 1536);
+  // 2 sequences x 2 heads x 4 x 4 scores.
+  EXPECT_DOUBLE_EQ(AttentionScoreElements(c), 64);
+  c.layer = Layer::kMlp;
+  EXPECT_DOUBLE_EQ(AttentionScoreElements(c), 0);
 }
 
 TEST(TpModelTest, FitRecoversALine) {

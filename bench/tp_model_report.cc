@@ -238,7 +238,8 @@ void Validate() {
   // 3.
   printf("\n### Predicted vs measured layer steps (tokens %lld, d %lld, %d steps each)\n\n",
          (long long)flags.tokens, (long long)flags.d, flags.steps);
-  printf("Prediction (wall) = LayerFlops / t / per-rank wall rate(t) + sum of fitted collective "
+  printf("Prediction (wall) = LayerFlops / t / per-rank wall rate(t) (the GEMM rate on t "
+         "threads, re-measured just before each row) + sum of fitted collective "
          "costs; prediction (CPU) = LayerFlops / t / per-rank CPU rate(t), against the ranks' "
          "mean thread CPU time outside collectives. Both add the attention scores' elementwise "
          "work (elements / t at the measured ns per element). Other elementwise ops (GELU, "
@@ -258,13 +259,16 @@ void Validate() {
                    std::string(m.status().message()).substr(0, 160).c_str());
             continue;
           }
-          Prediction wall = Predict(c, rate[t].wall, 4, cost);
+          // The machine's load drifts (other jobs): the wall rate is re-measured just before
+          // each row, the CPU rate is the table's.
+          const double wall_rate = MeasureGemmRate(t, std::max(2, 8 / t)).wall;
+          Prediction wall = Predict(c, wall_rate, 4, cost);
           Prediction cpu = Predict(c, rate[t].cpu, 4, cost);
           // The attention scores' elementwise work, split over t; on the wall clock slowed down
           // as the GEMMs are by the t threads sharing the cores.
           const double scores = AttentionScoreElements(c) / t * score_s[fwd_bwd ? 1 : 0];
           cpu.compute_s += scores;
-          wall.compute_s += scores * rate[t].cpu / rate[t].wall;
+          wall.compute_s += scores * rate[t].cpu / wall_rate;
           Row r{c,
                 1e3 * m->Mean(),
                 1e3 * wall.total(),
@@ -325,6 +329,7 @@ void Hardware() {
          "Efficiency = time(1) / (t time(t)); TP \"pays\" at t when time(t) < time(t/2) and "
          "efficiency >= 50%%.\n\n",
          (long long)kTokens, (long long)kSeq, 100 * kFraction, kPeak * kFraction / 1e12);
+  std::string conclusions;
   for (int net = 0; net < 2; ++net) {
     const bool inter = net == 1;
     const std::vector<int> tps = inter ? std::vector<int>{1, 2, 4, 8, 16, 32}
@@ -365,9 +370,25 @@ void Hardware() {
               1e3 * p.compute_s, 1e3 * p.comm_s, eff));
         }
         printf(" %d |\n", pays);
+        absl::StrAppend(&conclusions, pays, d == 16384 ? "" : ", ");
       }
       printf("\n");
+      absl::StrAppend(&conclusions, "\n");
     }
+  }
+  // One line per table: the largest paying t for d = 4096, 6144, 8192, 12288, 16384.
+  std::vector<std::string> lines;
+  std::stringstream ss(conclusions);
+  for (std::string l; std::getline(ss, l);) lines.push_back(l);
+  if (lines.size() == 4) {
+    printf("**Conclusion (model, under the assumptions above).** Largest TP degree that still "
+           "pays, for d = 4096, 6144, 8192, 12288, 16384: intra-node (NVLink) %s without SP and "
+           "%s with SP; across nodes (InfiniBand) %s without SP and %s with SP. Intra-node, "
+           "TP up to 8 (one node) pays at every size here, with efficiency at t = 8 rising with "
+           "d (communication is O(tokens d), compute O(tokens d^2)); across nodes the 8x lower "
+           "bandwidth makes TP stop paying after t = 2-4, later for larger d, so TP is kept "
+           "inside a node and the other axes (DP/FSDP, PP) cross nodes.\n\n",
+           lines[0].c_str(), lines[1].c_str(), lines[2].c_str(), lines[3].c_str());
   }
 }
 

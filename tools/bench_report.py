@@ -104,8 +104,9 @@ def main():
     md.append(model_md.replace("\n## ", "\n### ").replace("\n### ", "\n### ", 1))
     md.append("## Peer: PyTorch eager + Gloo (bench/peers/tp_mlp_torch.sh)\n")
     md.append("PyTorch %s (Debian python3-torch), one process and one intra-op thread per rank, "
-              "Megatron's f/g autograd functions over torch.distributed Gloo; ours from "
-              "//bench:tp_bench (10 steps) and //bench:overhead_bench run just before it. Targets: "
+              "Megatron's f/g autograd functions over torch.distributed Gloo; ours is "
+              "//bench:tp_bench's mlp/tp:T/.../fwd_bwd row, run alternately with it; per-op rows "
+              "from //bench:overhead_bench (CPU time). Targets: "
               "ours faster at every TP (>= 1.4x at TP 2); per-op time >= 10x smaller.\n" % peer.get("torch_version"))
     md.append(peer_md)
     md.append("\n## Plot\n\n![fwd+bwd step time vs TP degree](tp_scaling.png)\n")

@@ -16,11 +16,8 @@ bazel build -c opt --config=opt //bench:tp_bench //bench:overhead_bench >/dev/nu
   bazel build -c opt --config=opt //bench:tp_bench //bench:overhead_bench
 tmp="$(mktemp -d)"
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
-bazel-bin/bench/tp_bench --steps=10 --warmup=2 \
-  --benchmark_filter='^mlp/tp:[124]/tokens:512/d:512/fwd_bwd' \
-  --benchmark_format=json --benchmark_out="$tmp/tp.json" >/dev/null
 bazel-bin/bench/overhead_bench --benchmark_filter='^(add|matmul)/mode:(checked|taped_checked)/' \
   --benchmark_min_time=0.2 --benchmark_format=json --benchmark_out="$tmp/oh.json" >/dev/null
-/usr/bin/python3 bench/peers/tp_mlp_torch.py --ours_tp="$tmp/tp.json" \
+/usr/bin/python3 bench/peers/tp_mlp_torch.py --tp_bench=bazel-bin/bench/tp_bench \
   --ours_overhead="$tmp/oh.json" ${1:+--json="$1"}
 rm -rf "$tmp"

@@ -65,6 +65,26 @@ def main():
     for k in ["date", "commit", "cpu", "cores", "memory", "kernel", "load_start", "load_end", "tokens", "d", "steps"]:
         md.append("| %s | %s |" % (k, machine.get(k, "?")))
     md.append("")
+    # Targets at a glance (issue 13), computed from this run's numbers.
+    summ = next((m for m in model if m.get("kind") == "validation_summary"), None)
+    md.append("## Targets at a glance (this run)\n")
+    md.append("| target | measured | met |\n|---|---|---|")
+    if summ:
+        md.append("| model prediction error <= 20%% (CPU time) | median %.0f%%, %d of %d rows within 20%% | %s |" % (
+            100 * summ["cpu_median_abs_err"], summ["cpu_within_20pct"], summ["rows"],
+            "yes" if summ["cpu_within_20pct"] == summ["rows"] else "no"))
+        md.append("| model prediction error <= 20%% (wall time, loaded machine) | median %.0f%%, %d of %d rows within 20%% | %s |" % (
+            100 * summ["wall_median_abs_err"], summ["wall_within_20pct"], summ["rows"],
+            "yes" if summ["wall_within_20pct"] == summ["rows"] else "no"))
+    for r in peer.get("tp_mlp", []):
+        need = 1.4 if r["tp"] == 2 else 1.0
+        md.append("| TP MLP faster than PyTorch+Gloo at TP %d (>= %.1fx) | wall %.2fx (best rounds), %.2fx (medians); CPU per rank %.2fx | wall %s, CPU %s |" % (
+            r["tp"], need, r["torch_over_ours_best"], r["torch_over_ours_median"], r["torch_over_ours_cpu"],
+            "yes" if r["torch_over_ours_best"] >= need else "no", "yes" if r["torch_over_ours_cpu"] >= need else "no"))
+    for r in peer.get("per_op", []):
+        md.append("| per-op time >= 10x smaller: %s | %.1fx | %s |" % (
+            r["row"], r["torch_over_ours"], "yes" if r["torch_over_ours"] >= 10 else "no"))
+    md.append("")
     md.append("""## How to read it
 
 * **Simulated devices.** Every TP rank is a thread of one process on this CPU (in-process

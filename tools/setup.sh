@@ -16,6 +16,7 @@ packages=(
   nlohmann-json3-dev
   python3  # tools/test_summary.py reads Bazel's test XML
   libsleef-dev
+  gnuplot-nox  # tools/bench_report.sh plots bench/tp_scaling.png
 )
 
 missing=()

@@ -1,0 +1,137 @@
+#include "bench/timed_communicator.h"
+
+#include <time.h>
+
+#include <chrono>
+#include <numeric>
+
+namespace shardmap::bench {
+namespace {
+
+using collectives::DataType;
+using collectives::DataTypeSize;
+
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+double Bytes(size_t count, DataType dtype) {
+  return static_cast<double>(count) * DataTypeSize(dtype);
+}
+
+double SumBytes(absl::Span<const size_t> counts, DataType dtype) {
+  return Bytes(std::accumulate(counts.begin(), counts.end(), size_t{0}), dtype);
+}
+
+}  // namespace
+
+OpStats CommStats::Total() const {
+  OpStats t;
+  for (const auto& [op, s] : by_op) {
+    t.calls += s.calls;
+    t.bytes += s.bytes;
+    t.seconds += s.seconds;
+    t.cpu_seconds += s.cpu_seconds;
+  }
+  return t;
+}
+
+TimedCommunicator::TimedCommunicator(collectives::Communicator* inner, CommStats* stats)
+    : inner_(inner), stats_(stats) {}
+
+TimedCommunicator::TimedCommunicator(std::unique_ptr<collectives::Communicator> inner,
+                                     CommStats* stats)
+    : owned_(std::move(inner)), inner_(owned_.get()), stats_(stats) {}
+
+template <typename F>
+absl::Status TimedCommunicator::Timed(const char* op, double bytes, F&& call) {
+  const double cpu0 = ThreadCpuSeconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = call();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  OpStats& o = stats_->by_op[op];
+  o.calls += 1;
+  o.bytes += bytes;
+  o.seconds += wall;
+  o.cpu_seconds += ThreadCpuSeconds() - cpu0;
+  return s;
+}
+
+absl::Status TimedCommunicator::AllReduce(const void* send, void* recv, size_t count,
+                                          DataType dtype, collectives::ReduceOp op) {
+  return Timed("all_reduce", Bytes(count, dtype),
+               [&] { return inner_->AllReduce(send, recv, count, dtype, op); });
+}
+absl::Status TimedCommunicator::AllGather(const void* send, void* recv, size_t send_count,
+                                          DataType dtype) {
+  return Timed("all_gather", Bytes(send_count, dtype),
+               [&] { return inner_->AllGather(send, recv, send_count, dtype); });
+}
+absl::Status TimedCommunicator::ReduceScatter(const void* send, void* recv, size_t recv_count,
+                                              DataType dtype, collectives::ReduceOp op) {
+  return Timed("reduce_scatter", Bytes(recv_count * size(), dtype),
+               [&] { return inner_->ReduceScatter(send, recv, recv_count, dtype, op); });
+}
+absl::Status TimedCommunicator::AllToAll(const void* send, void* recv, size_t count,
+                                         DataType dtype) {
+  return Timed("all_to_all", Bytes(count * size(), dtype),
+               [&] { return inner_->AllToAll(send, recv, count, dtype); });
+}
+absl::Status TimedCommunicator::AllGatherV(const void* send, void* recv,
+                                           absl::Span<const size_t> counts, DataType dtype) {
+  return Timed("all_gather", Bytes(counts[rank()], dtype),
+               [&] { return inner_->AllGatherV(send, recv, counts, dtype); });
+}
+absl::Status TimedCommunicator::ReduceScatterV(const void* send, void* recv,
+                                               absl::Span<const size_t> counts, DataType dtype,
+                                               collectives::ReduceOp op) {
+  return Timed("reduce_scatter", SumBytes(counts, dtype),
+               [&] { return inner_->ReduceScatterV(send, recv, counts, dtype, op); });
+}
+absl::Status TimedCommunicator::AllToAllV(const void* send, absl::Span<const size_t> send_counts,
+                                          void* recv, absl::Span<const size_t> recv_counts,
+                                          DataType dtype) {
+  return Timed("all_to_all", SumBytes(send_counts, dtype), [&] {
+    return inner_->AllToAllV(send, send_counts, recv, recv_counts, dtype);
+  });
+}
+absl::Status TimedCommunicator::Broadcast(void* buffer, size_t count, DataType dtype, int root) {
+  return Timed("broadcast", Bytes(count, dtype),
+               [&] { return inner_->Broadcast(buffer, count, dtype, root); });
+}
+absl::Status TimedCommunicator::Send(const void* buffer, size_t count, DataType dtype,
+                                     int peer) {
+  return Timed("send", Bytes(count, dtype),
+               [&] { return inner_->Send(buffer, count, dtype, peer); });
+}
+absl::Status TimedCommunicator::Recv(void* buffer, size_t count, DataType dtype, int peer) {
+  return Timed("recv", 0, [&] { return inner_->Recv(buffer, count, dtype, peer); });
+}
+absl::Status TimedCommunicator::Ppermute(const void* send, void* recv, size_t count,
+                                         DataType dtype,
+                                         absl::Span<const std::pair<int, int>> pairs) {
+  return Timed("ppermute", Bytes(count, dtype),
+               [&] { return inner_->Ppermute(send, recv, count, dtype, pairs); });
+}
+absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> TimedCommunicator::PpermuteStart(
+    const void* send, void* recv, size_t count, DataType dtype,
+    absl::Span<const std::pair<int, int>> pairs) {
+  absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> pending;
+  absl::Status s = Timed("ppermute_start", Bytes(count, dtype), [&] {
+    pending = inner_->PpermuteStart(send, recv, count, dtype, pairs);
+    return pending.status();
+  });
+  (void)s;
+  return pending;
+}
+absl::StatusOr<std::unique_ptr<collectives::Communicator>> TimedCommunicator::Split(int color,
+                                                                                     int key) {
+  absl::StatusOr<std::unique_ptr<collectives::Communicator>> sub = inner_->Split(color, key);
+  if (!sub.ok() || *sub == nullptr) return sub;
+  return std::unique_ptr<collectives::Communicator>(
+      new TimedCommunicator(std::move(*sub), stats_));
+}
+
+}  // namespace shardmap::bench

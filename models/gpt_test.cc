@@ -388,7 +388,7 @@ TEST(GptCollectivesTest, ContextParallelPassesKeysAndValuesRoundTheRing) {
 }
 
 // Activations per rank fall ~1/cp at a long sequence (the scores dominate one device's
-// attention): the tape's bytes at cp = 2 and 4 against the one-device run.
+// attention): the tape's bytes at cp = 2 and 4 against each other and the one-device run.
 TEST(GptMemoryTest, ContextParallelActivationBytesFallAsOneOverCp) {
   GptConfig c = SmallConfig();
   c.layers = 1;
@@ -412,9 +412,14 @@ TEST(GptMemoryTest, ContextParallelActivationBytesFallAsOneOverCp) {
             << cp4.activation_bytes_per_rank << " (" << r4 << "); largest: "
             << one.largest_activation_bytes << ", " << cp2.largest_activation_bytes << ", "
             << cp4.largest_activation_bytes << "\n";
-  EXPECT_LT(r2, 0.5 * 1.15);
+  // cp2 -> cp4 halves the bytes. Against one device the ratio is a little above 1/cp: one
+  // device records two [b, h, t, t] tensors per layer (the scores and causal_softmax's
+  // probabilities) while a ring tile records four (scores, causal mask, shifted scores, exp).
+  EXPECT_LT(r4 / r2, 0.5 * 1.15);
+  EXPECT_GT(r4 / r2, 0.5 * 0.85);
+  EXPECT_LT(r2, 0.5 * 1.4);
   EXPECT_GT(r2, 0.5 * 0.6);
-  EXPECT_LT(r4, 0.25 * 1.15);
+  EXPECT_LT(r4, 0.25 * 1.6);
   EXPECT_GT(r4, 0.25 * 0.6);
   // One device's [batch, heads, seq, seq] scores are its largest activation; a ring block is
   // [batch, heads, c, 2c] with c = seq/(2cp).

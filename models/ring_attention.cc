@@ -60,9 +60,8 @@ class OnlineSoftmax {
   Value m_, l_, acc_;
 };
 
-Value Scores(const Value& q, const Value& k, double scale) {
-  return einsum("bqhd,bkhd->bhqk", q, k) * scale;
-}
+// q comes pre-scaled: scaling [b, q, h, hd] once is cheaper than every [b, h, q, k] block.
+Value Scores(const Value& q, const Value& k) { return einsum("bqhd,bkhd->bhqk", q, k); }
 
 }  // namespace
 
@@ -152,7 +151,8 @@ Value RingCausalAttention(const Value& q, const Value& k, const Value& v, const 
   // K and V travel as one tensor [b, t, h, 2, hd]: one ppermute per step. The new dim goes after
   // h, so a head-sharded h keeps its S (ReshapeDim puts S on the first dim of the block).
   Value kv = concat({k.reshape({b, t, h, 1, hd}), v.reshape({b, t, h, 1, hd})}, 3);
-  const Value q0 = slice(q, 1, 0, c), q1 = slice(q, 1, c, c);
+  const Value qs = q * scale;
+  const Value q0 = slice(qs, 1, 0, c), q1 = slice(qs, 1, c, c);
   OnlineSoftmax early, late;  // query chunks i and 2n-1-i
   for (int step = 0; step < n; ++step) {
     if (step > 0) kv = ppermute(kv, axis, ring);
@@ -161,13 +161,13 @@ Value RingCausalAttention(const Value& q, const Value& k, const Value& v, const 
     const Value vs = slice(kv, 3, 1, 1).reshape({b, t, h, hd});
     const Value k0 = slice(ks, 1, 0, c), v0 = slice(vs, 1, 0, c);
     if (step == 0) {
-      early.Add(causal_mask(Scores(q0, k0, scale)), v0);
-      late.Add(causal_mask(Scores(q1, ks, scale), /*offset=*/c), vs);
+      early.Add(causal_mask(Scores(q0, k0)), v0);
+      late.Add(causal_mask(Scores(q1, ks), /*offset=*/c), vs);
     } else if (src < i) {
-      early.Add(Scores(q0, k0, scale), v0);
-      late.Add(Scores(q1, k0, scale), v0);
+      early.Add(Scores(q0, k0), v0);
+      late.Add(Scores(q1, k0), v0);
     } else {
-      late.Add(Scores(q1, ks, scale), vs);
+      late.Add(Scores(q1, ks), vs);
     }
   }
   return permute(concat({early.Output(), late.Output()}, 2), {0, 2, 1, 3});

@@ -204,7 +204,20 @@ int64_t Product(const Tensor& t, const std::string& letters, const std::string& 
   return n;
 }
 
-// The kernel: a batched matmul over [batch, m, k] x [batch, k, n], then the output permute.
+// The letters of `l` that are in `group`, in l's order.
+std::string InOrderOf(const std::string& l, const std::string& group) {
+  std::string s;
+  for (char c : l) {
+    if (Has(group, c)) s += c;
+  }
+  return s;
+}
+
+// The kernel: one batched matmul over [batch, m, k] x [batch, k, n]. Each operand laid out as
+// [batch, m, k] or [batch, k, m] (resp. [batch, k, n] or [batch, n, k]) for some order of the
+// letters in each group goes in as it is, with a transpose flag; the output comes as
+// [batch, m, n] or, by computing (ab)^T = b^T a^T, as [batch, n, m]. Of the orders we try, the
+// one that copies the fewest elements wins; what still does not fit is permuted.
 Tensor EinsumKernel(const Tensor& a, const std::string& la, const Tensor& b,
                     const std::string& lb, const std::string& out) {
   std::string batch, m, n, k;
@@ -229,19 +242,52 @@ Tensor EinsumKernel(const Tensor& a, const std::string& la, const Tensor& b,
   };
   const int64_t B = Product(a, la, batch), M = Product(a, la, m), K = Product(a, la, k),
                 N = Product(b, lb, n);
-  // b laid out [batch, n, k] already: multiply by its transpose instead of permuting it.
-  const bool trans_b = lb == batch + n + k && !n.empty() && !k.empty();
-  Tensor a3 = permuted(a, la, batch + m + k);
-  Tensor b3 = trans_b ? b : permuted(b, lb, batch + k + n);
-  Tensor r;
-  if (batch.empty()) {
-    r = Matmul(a3.Reshape({M, K}), trans_b ? b3.Reshape({N, K}) : b3.Reshape({K, N}), false,
-               trans_b);
-  } else {
-    r = Matmul(a3.Reshape({B, M, K}),
-               trans_b ? b3.Reshape({B, N, K}) : b3.Reshape({B, K, N}), false, trans_b);
+  struct Plan {
+    std::string batch, m, n, k;
+    bool ta = false, tb = false, swap = false;
+    int64_t cost = -1;  // elements copied by permutes
+  };
+  Plan best;
+  for (const std::string& bo : {InOrderOf(la, batch), InOrderOf(lb, batch)}) {
+    for (const std::string& ko : {InOrderOf(la, k), InOrderOf(lb, k)}) {
+      for (const std::string& mo : {InOrderOf(la, m), InOrderOf(out, m)}) {
+        for (const std::string& no : {InOrderOf(lb, n), InOrderOf(out, n)}) {
+          Plan p{bo, mo, no, ko};
+          p.cost = 0;
+          if (la == bo + mo + ko) {
+          } else if (la == bo + ko + mo) {
+            p.ta = true;
+          } else {
+            p.cost += B * M * K;
+          }
+          if (lb == bo + ko + no) {
+          } else if (lb == bo + no + ko) {
+            p.tb = true;
+          } else {
+            p.cost += B * K * N;
+          }
+          if (out == bo + mo + no) {
+          } else if (out == bo + no + mo) {
+            p.swap = true;
+          } else {
+            p.cost += B * M * N;
+          }
+          if (best.cost < 0 || p.cost < best.cost) best = p;
+        }
+      }
+    }
   }
-  std::string natural = batch + m + n;
+  const Plan& p = best;
+  Tensor a3 = permuted(a, la, p.ta ? p.batch + p.k + p.m : p.batch + p.m + p.k);
+  Tensor b3 = permuted(b, lb, p.tb ? p.batch + p.n + p.k : p.batch + p.k + p.n);
+  auto shape3 = [&](int64_t rows, int64_t cols) {
+    return batch.empty() ? Shape{rows, cols} : Shape{B, rows, cols};
+  };
+  a3 = a3.Reshape(p.ta ? shape3(K, M) : shape3(M, K));
+  b3 = b3.Reshape(p.tb ? shape3(N, K) : shape3(K, N));
+  // ab, or b^T a^T = (ab)^T when the output wants [batch, n, m].
+  Tensor r = p.swap ? Matmul(b3, a3, !p.tb, !p.ta) : Matmul(a3, b3, p.ta, p.tb);
+  std::string natural = p.swap ? p.batch + p.n + p.m : p.batch + p.m + p.n;
   Shape shape;
   for (char c : natural) {
     shape.push_back(Has(la, c) ? a.dim(static_cast<int>(la.find(c)))

@@ -87,6 +87,17 @@ std::vector<Case> Cases() {
       {"ij,ij->", {{3, 4}, {3, 4}}},
       {"ijk,k->ij", {{2, 3, 4}, {4}}},
       {"ik,jl->ij", {{3, 2}, {4, 5}}},  // k and l are summed alone first
+      // Layouts the kernel takes as they are (transpose flags, b^T a^T for a [n, m] output,
+      // group orders taken from either operand or the output) and ones it must permute.
+      {"ij,jk->ki", {{3, 4}, {4, 5}}},
+      {"ji,kj->ki", {{4, 3}, {5, 4}}},
+      {"bhts,bthd->bshd", {{2, 3, 4, 5}, {2, 4, 3, 2}}},
+      {"bhts,bschd->bthd", {{2, 3, 4, 5}, {2, 5, 1, 3, 2}}},
+      {"bhts,btchd->bschd", {{2, 3, 4, 5}, {2, 4, 1, 3, 2}}},
+      {"hbij,bhjk->bhik", {{3, 2, 4, 5}, {2, 3, 5, 2}}},
+      {"hbji,bhkj->hbki", {{3, 2, 5, 4}, {2, 3, 2, 5}}},
+      {"abk,kc->bac", {{2, 3, 4}, {4, 5}}},
+      {"xyk,zkw->yxzw", {{2, 3, 4}, {2, 4, 3}}},
       {"ij->ji", {{3, 4}}},
       {"ijk->ki", {{2, 3, 4}}},
       {"ij->", {{3, 4}}},

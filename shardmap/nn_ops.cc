@@ -250,6 +250,27 @@ Value causal_mask(const Value& scores, int64_t offset) {
   return out;
 }
 
+Value causal_softmax(const Value& scores, int64_t offset) {
+  internal::CheckMesh("causal_softmax", scores);
+  SpmdType t = internal::NonlinearTypeOf("causal_softmax", scores);
+  if (scores.rank() >= 2) {
+    internal::CheckDimNotSharded("causal_softmax", scores, -1,
+                                 "the mask and the softmax need every key: gather the keys first");
+    internal::CheckDimNotSharded("causal_softmax", scores, -2,
+                                 "the mask needs global query positions: gather the queries first");
+  }
+  Value out(CausalSoftmax(scores.tensor, offset), t);
+  if (NeedsTape(scores)) {
+    Value y = Detached(out);
+    RecordOp("causal_softmax", {&scores}, out, [y](const Value& g, uint32_t, Value* d) {
+      // Masked entries have y = 0, so the softmax VJP already gives them a zero gradient.
+      d[0] = Value(SoftmaxBackward(y.tensor, g.tensor, -1),
+                   internal::ElementwiseType("causal_softmax_backward", y, g, g.shape(), true));
+    });
+  }
+  return out;
+}
+
 namespace {
 
 std::vector<int> NormDims(const std::vector<int>& dims, int rank) {

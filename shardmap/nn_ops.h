@@ -1,6 +1,7 @@
 // Typed neural-network ops with VJPs (kernels in tensor/ops/nn.h).
 //
 //   Value p  = softmax(scores, -1);                 // nonlinear; the softmax dim must be whole
+//   Value pc = causal_softmax(scores);              // = softmax(causal_mask(scores), -1), fused
 //   Value h  = layer_norm(x, gamma, beta);          // x S0 (sequence-parallel) is fine
 //   Value e  = embedding(table, ids);               // table R: e has ids' type
 //   Value ep = embedding(table_s0, ids);            // table S0 over tp (vocab-parallel):
@@ -34,6 +35,9 @@ Value embedding(const Value& table, const Value& ids);
 Value cross_entropy(const Value& logits, const Value& targets, int64_t ignore_index = -100);
 // Entries with key index j > query index i + offset become -inf (their gradient is 0).
 Value causal_mask(const Value& scores, int64_t offset = 0);
+// softmax(causal_mask(scores, offset), -1) as one op (same types, errors and gradient; one pass
+// over the visible keys instead of a masked copy). A row with no visible key is 0, not NaN.
+Value causal_softmax(const Value& scores, int64_t offset = 0);
 
 // Max over dims (nonlinear). The gradient goes to the maximal elements (split evenly on ties).
 // Reducing a sharded dim is an error naming local_max.

@@ -629,4 +629,54 @@ Tensor CausalMask(const Tensor& scores, int64_t offset, double fill) {
   return out;
 }
 
+Tensor CausalSoftmax(const Tensor& scores, int64_t offset) {
+  internal::RequireFloating("causal_softmax", scores, "scores");
+  if (scores.rank() < 2) {
+    OpFail("causal_softmax: scores ", scores.ShapeString(), " need rank >= 2 [..., s, t]");
+  }
+  offset = std::clamp<int64_t>(offset, -scores.dim(-2) - 1, scores.dim(-1));
+  if (scores.is_cuda()) return Softmax(CausalMask(scores, offset), -1);
+  if (internal::IsHalf(scores.dtype())) {
+    return Cast(CausalSoftmax(Cast(scores, DType::kF32), offset), scores.dtype());
+  }
+  Tensor out = Tensor::Empty(scores.shape(), scores.dtype());
+  const int64_t s = scores.dim(-2), t = scores.dim(-1);
+  const int64_t mats = s * t == 0 ? 0 : scores.numel() / (s * t);
+  internal::DispatchF32F64(scores.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* in = scores.data<T>();
+    T* o = out.data<T>();
+    for (int64_t r = 0; r < mats * s; ++r) {
+      const T* row = in + r * t;
+      T* orow = o + r * t;
+      const int64_t n = std::clamp<int64_t>(r % s + offset + 1, 0, t);  // visible keys
+      if constexpr (std::is_same_v<T, float>) {
+        if (n > 0) {
+          const cpu::VecKernels& k = cpu::Vec();
+          float mx = k.max(row, n);
+          if (std::isinf(mx) && mx < 0) mx = 0;  // an all -inf row: avoid inf - inf
+          const float inv = static_cast<float>(1.0 / k.exp_shift_sum(row, mx, orow, n));
+          for (int64_t j = 0; j < n; ++j) orow[j] *= inv;
+        }
+      } else {  // the generic softmax lane, over the visible keys only
+        if (n > 0) {
+          T mx = row[0];
+          for (int64_t j = 1; j < n; ++j) mx = std::max(mx, row[j]);
+          if (std::isinf(mx) && mx < 0) mx = 0;
+          double sum = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            const T e = std::exp(row[j] - mx);
+            orow[j] = e;
+            sum += e;
+          }
+          const T inv = static_cast<T>(1.0 / sum);
+          for (int64_t j = 0; j < n; ++j) orow[j] *= inv;
+        }
+      }
+      std::fill(orow + n, orow + t, T(0));
+    }
+  });
+  return out;
+}
+
 }  // namespace shardmap

@@ -67,6 +67,11 @@ Tensor CrossEntropyBackward(const Tensor& logits, const Tensor& targets, const T
 // `fill` (default -inf). offset = t - s lines up the last query with the last key.
 Tensor CausalMask(const Tensor& scores, int64_t offset = 0,
                   double fill = -std::numeric_limits<double>::infinity());
+// Softmax(CausalMask(scores, offset), -1) in one pass that reads only the visible keys of each
+// row and writes exact zeros past them (attention's hot path: no masked copy of [b,h,t,t]). A
+// row with no visible key (i + offset < 0) is all zero on CPU, where the composite gives NaN.
+// Its VJP is SoftmaxBackward(y, dy, -1): masked entries have y = 0, so their gradient is 0.
+Tensor CausalSoftmax(const Tensor& scores, int64_t offset = 0);
 
 }  // namespace shardmap
 

@@ -256,5 +256,38 @@ TEST(NnTest, CausalMask) {
   ExpectOpError([] { CausalMask(Tensor::Zeros({4})); }, {"causal_mask", "f32[4]", "rank >= 2"});
 }
 
+TEST(NnTest, CausalSoftmaxMatchesSoftmaxOfCausalMask) {
+  for (DType dt : {DType::kF64, DType::kF32, DType::kBF16}) {
+    for (const Shape& shape : {Shape{2, 3, 5, 7}, Shape{1, 9, 9}, Shape{3, 1, 17}}) {
+      const Tensor s = RandomTensor(shape, dt, 13, -6, 6);
+      for (int64_t offset : {0, 1, 3, 100}) {  // every row has a visible key
+        const Tensor want = Softmax(CausalMask(s, offset), -1);
+        const Tensor got = CausalSoftmax(s, offset);
+        ASSERT_EQ(got.dtype(), dt);
+        const double tol = dt == DType::kF64 ? 1e-15 : dt == DType::kF32 ? 1e-6 : 1e-2;
+        for (int64_t i = 0; i < s.numel(); ++i) {
+          ASSERT_NEAR(got.at(i), want.at(i), tol) << DTypeName(dt) << " offset " << offset << " " << i;
+          if (Unflatten(s.shape(), i).back() > Unflatten(s.shape(), i)[s.rank() - 2] + offset) {
+            ASSERT_EQ(got.at(i), 0.0) << i;  // masked: exactly zero
+          }
+        }
+      }
+    }
+  }
+  // Rows with no visible key (i + offset < 0) are zero; the others are the softmax of their prefix.
+  const Tensor s = RandomTensor({4, 3}, DType::kF32, 14);
+  const Tensor p = CausalSoftmax(s, -2);
+  for (int64_t j = 0; j < 3; ++j) {
+    EXPECT_EQ(p.at(j), 0.0f);
+    EXPECT_EQ(p.at(3 + j), 0.0f);
+    EXPECT_EQ(p.at(6 + j), j == 0 ? 1.0f : 0.0f);
+  }
+  EXPECT_EQ(CausalSoftmax(s, -100).at(11), 0.0f);
+  EXPECT_EQ(CausalSoftmax(Tensor::Zeros({2, 0, 3})).numel(), 0);
+  ExpectOpError([] { CausalSoftmax(Tensor::Zeros({4})); },
+                {"causal_softmax", "f32[4]", "rank >= 2"});
+  ExpectOpError([] { CausalSoftmax(Tensor::Zeros({2, 2}, DType::kI64)); }, {"causal_softmax"});
+}
+
 }  // namespace
 }  // namespace shardmap

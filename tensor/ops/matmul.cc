@@ -37,7 +37,12 @@ void SmallGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* __res
 // SmallGemm for an untransposed B with N (a compile-time constant) columns: a row of C is N
 // register accumulators (one vector register for N = 4 floats), each summed over p in the same
 // order as SmallGemm's, and B's rows are loaded contiguously.
+// (GCC would rather vectorize the runtime-length p loop, with shuffles to transpose; across j,
+// the N accumulators form one vector. Hence no loop vectorization here, only SLP across j.)
 template <typename T, int N>
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-loop-vectorize")))
+#endif
 void SmallGemmRowsN(int64_t m, int64_t k, const T* __restrict a, int64_t ai, int64_t ap,
                     const T* __restrict b, T* __restrict c) {
   for (int64_t i = 0; i < m; ++i) {

@@ -19,15 +19,17 @@ Value Tape::Watch(const Value& v) {
 
 void Tape::Record(const char* op, std::initializer_list<const Value*> inputs, Value& out,
                   VjpFn vjp) {
-  Node n{op, {}, std::move(vjp), out.type, out.shape(), out.dtype()};
+  // Built in place: a Node carries its VJP's closure inline, so moving one is not free.
+  const int32_t slot = static_cast<int32_t>(nodes_.size());
+  Node& n = nodes_.emplace_back(Node{op, {}, nullptr, out.type, out.shape(), out.dtype()});
+  n.vjp = std::move(vjp);
   n.bytes = static_cast<int64_t>(out.tensor.nbytes());
   saved_bytes_ += n.bytes;
   peak_saved_bytes_ = std::max(peak_saved_bytes_, saved_bytes_);
   recorded_bytes_ += n.bytes;
   largest_recorded_bytes_ = std::max(largest_recorded_bytes_, n.bytes);
   for (const Value* v : inputs) n.inputs.push_back(v->node);
-  out.node = static_cast<int32_t>(nodes_.size());
-  nodes_.push_back(std::move(n));
+  out.node = slot;
 }
 
 namespace {

@@ -2,6 +2,7 @@
 #include "autograd/tape.h"
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -199,6 +200,70 @@ TEST(ValueAndGradTest, BackwardCollectivesAreLoggedAsBackward) {
     EXPECT_EQ(r.grads[0].tensor.at(0), ctx.coord(0) == 0 ? 1.0 : 0.0);
   });
   EXPECT_TRUE(s.ok()) << s;
+}
+
+// VjpFn keeps small closures inline and larger ones on the heap; either way it calls, moves and
+// frees them like std::function, and frees what they captured exactly once.
+TEST(VjpFnTest, CallsMovesAndFreesInlineAndHeapClosures) {
+  struct Big {
+    double pad[64] = {};  // 512 bytes: over kInlineBytes, so on the heap
+  };
+  static_assert(sizeof(Big) > VjpFn::kInlineBytes);
+  SingleRankContext one{Mesh()};
+  auto alive = std::make_shared<int>(0);  // counts the calls; use_count() counts the captures
+  const Value g = Value::Replicated(Tensor::Full({2}, 3.0, DType::kF64));
+  for (bool big : {false, true}) {
+    SCOPED_TRACE(big ? "heap" : "inline");
+    VjpFn f;
+    EXPECT_FALSE(f);
+    if (big) {
+      f = [alive, big_pad = Big()](const Value& c, uint32_t need, Value* d) {
+        if (need & 1) d[0] = c;
+        ++*alive;
+        (void)big_pad;
+      };
+    } else {
+      f = [alive](const Value& c, uint32_t need, Value* d) {
+        if (need & 1) d[0] = c;
+        ++*alive;
+      };
+    }
+    ASSERT_TRUE(f);
+    EXPECT_EQ(alive.use_count(), 2);
+    VjpFn moved = std::move(f);
+    EXPECT_FALSE(f);  // NOLINT(bugprone-use-after-move): a moved-from VjpFn is empty
+    EXPECT_EQ(alive.use_count(), 2);
+    Value d[1];
+    moved(g, 1, d);
+    EXPECT_EQ(*alive, big ? 2 : 1);
+    EXPECT_EQ(d[0].tensor.ToVector<double>(), (std::vector<double>{3, 3}));
+    VjpFn other;
+    other = std::move(moved);
+    EXPECT_EQ(alive.use_count(), 2);
+    other = nullptr;
+    EXPECT_FALSE(other);
+    EXPECT_EQ(alive.use_count(), 1);  // the capture is freed once
+  }
+}
+
+// Matmul's VJP (two captured Values) fits inline; a tape of many such ops grows past its initial
+// reserve (moving its nodes, and so the inline closures) and still differentiates correctly.
+TEST(VjpFnTest, TapeGrowthMovesInlineClosures) {
+  SingleRankContext one{Mesh()};
+  Tape tape;
+  const double w0 = 1.001;
+  Value w = tape.Watch(Value::Replicated(Tensor::Full({1, 1}, w0, DType::kF64)));
+  Value y = Value::Replicated(Tensor::Ones({1, 1}, DType::kF64));
+  constexpr int kOps = 300;
+  {
+    ScopedRecorder rec(&tape);
+    for (int i = 0; i < kOps; ++i) y = y.matmul(w);  // y = w^300
+  }
+  EXPECT_EQ(tape.size(), static_cast<size_t>(kOps + 1));
+  std::vector<Value> g =
+      tape.Backward(y, Value(Tensor::Ones({1, 1}, DType::kF64), SpmdType()), {w});
+  EXPECT_NEAR(y.tensor.at(0), std::pow(w0, kOps), 1e-12);
+  EXPECT_NEAR(g[0].tensor.at(0), kOps * std::pow(w0, kOps - 1), 1e-9);  // d(w^n)/dw = n w^(n-1)
 }
 
 }  // namespace

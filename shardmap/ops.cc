@@ -419,8 +419,8 @@ Value matmul(const Value& a, const Value& b, bool ta, bool tb) {
   CheckContractedSizes(a, b, ta, tb);
   Value out(Matmul(a.tensor, b.tensor, ta, tb), type);
   if (NeedsTape(a, b)) {
-    Value ad = Detached(a), bd = Detached(b);
-    RecordOp("matmul", {&a, &b}, out, [ad, bd, ta, tb](const Value& g, uint32_t need, Value* d) {
+    RecordOp("matmul", {&a, &b}, out, [ad = Detached(a), bd = Detached(b), ta, tb](
+                                          const Value& g, uint32_t need, Value* d) {
       if (need & 1) {
         Value da = ta ? matmul(bd, g, tb, true) : matmul(g, bd, false, !tb);
         d[0] = UnpromoteCotangent(std::move(da), ad.type);

@@ -76,8 +76,10 @@ Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype, Device device
   }
   if (has_zero) numel = 0;
   // Byte counts must fit too (2^62 bytes is far beyond any machine; the allocator reports less).
-  const int64_t max_numel = (int64_t{1} << 62) / static_cast<int64_t>(DTypeSize(dtype));
-  if (!has_zero && (overflow || numel > max_numel)) {
+  // (Every dtype is at most 8 bytes, so below 2^59 elements the division is not needed.)
+  const bool huge = overflow || (numel >= (int64_t{1} << 59) &&
+                                 numel > (int64_t{1} << 62) / static_cast<int64_t>(DTypeSize(dtype)));
+  if (!has_zero && huge) {
     OpFail("tensor: shape ", ShapeToString(shape), " of ", DTypeName(dtype),
            " has too many elements to address");
   }
@@ -181,36 +183,13 @@ template Tensor Tensor::FromVector<int32_t>(absl::Span<const int64_t>,
 template Tensor Tensor::FromVector<int64_t>(absl::Span<const int64_t>,
                                             const std::vector<int64_t>&, DType);
 
-int64_t Tensor::dim(int i) const {
-  const int r = rank();
-  if (i < -r || i >= r) {
-    OpFail("tensor: dim ", i, " is out of range for ", ShapeString(), " (rank ", r, ")");
-  }
-  return shape_[i < 0 ? i + r : i];
+void Tensor::DimFail(int i) const {
+  OpFail("tensor: dim ", i, " is out of range for ", ShapeString(), " (rank ", rank(), ")");
 }
 
-template <typename T>
-T* Tensor::data() {
-  if (DTypeOf<T>() != dtype_) {
-    OpFail("tensor: data<", DTypeName(DTypeOf<T>()), ">() on a ", ShapeString(), " tensor");
-  }
-  return static_cast<T*>(raw_data());
+void Tensor::DataFail(DType asked) const {
+  OpFail("tensor: data<", DTypeName(asked), ">() on a ", ShapeString(), " tensor");
 }
-template <typename T>
-const T* Tensor::data() const {
-  if (DTypeOf<T>() != dtype_) {
-    OpFail("tensor: data<", DTypeName(DTypeOf<T>()), ">() on a ", ShapeString(), " tensor");
-  }
-  return static_cast<const T*>(raw_data());
-}
-template float* Tensor::data<float>();
-template double* Tensor::data<double>();
-template int32_t* Tensor::data<int32_t>();
-template int64_t* Tensor::data<int64_t>();
-template const float* Tensor::data<float>() const;
-template const double* Tensor::data<double>() const;
-template const int32_t* Tensor::data<int32_t>() const;
-template const int64_t* Tensor::data<int64_t>() const;
 
 double Tensor::at(int64_t i) const {
   if (i < 0 || i >= numel_) OpFail("tensor: index ", i, " out of range for ", ShapeString());

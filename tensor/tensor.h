@@ -104,7 +104,11 @@ class Tensor {
   const Shape& shape() const { return shape_; }
   int rank() const { return static_cast<int>(shape_.size()); }
   // dim(-1) is the last dim. Throws OpError when out of range.
-  int64_t dim(int i) const;
+  int64_t dim(int i) const {
+    const int r = rank();
+    if (i < -r || i >= r) [[unlikely]] DimFail(i);
+    return shape_[i < 0 ? i + r : i];
+  }
   int64_t numel() const { return numel_; }
   DType dtype() const { return dtype_; }
   Device device() const { return storage_ ? storage_->device() : Device{}; }
@@ -112,8 +116,14 @@ class Tensor {
   size_t nbytes() const { return static_cast<size_t>(numel_) * DTypeSize(dtype_); }
 
   // Typed element access; throws OpError when T does not match dtype().
-  template <typename T> T* data();
-  template <typename T> const T* data() const;
+  template <typename T> T* data() {
+    if (DTypeOf<T>() != dtype_) [[unlikely]] DataFail(DTypeOf<T>());
+    return static_cast<T*>(raw_data());
+  }
+  template <typename T> const T* data() const {
+    if (DTypeOf<T>() != dtype_) [[unlikely]] DataFail(DTypeOf<T>());
+    return static_cast<const T*>(raw_data());
+  }
   void* raw_data() { return static_cast<char*>(storage_->data()) + offset_bytes_; }
   const void* raw_data() const { return static_cast<const char*>(storage_->data()) + offset_bytes_; }
 
@@ -139,6 +149,9 @@ class Tensor {
 
  private:
   Tensor SliceFlat(int64_t i) const;  // element i as a [1] view
+  // The cold halves of the inline accessors (kept out of line so callers stay small).
+  [[noreturn]] void DimFail(int i) const;
+  [[noreturn]] void DataFail(DType asked) const;
 
   std::shared_ptr<Storage> storage_;
   size_t offset_bytes_ = 0;

@@ -34,12 +34,50 @@ void SmallGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* __res
   }
 }
 
+// SmallGemm for an untransposed B with N (a compile-time constant) columns: a row of C is N
+// register accumulators (one vector register for N = 4 floats), each summed over p in the same
+// order as SmallGemm's, and B's rows are loaded contiguously.
+// (GCC would rather vectorize the runtime-length p loop, with shuffles to transpose; across j,
+// the N accumulators form one vector. Hence no loop vectorization here, only SLP across j.)
+template <typename T, int N>
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-loop-vectorize")))
+#endif
+void SmallGemmRowsN(int64_t m, int64_t k, const T* __restrict a, int64_t ai, int64_t ap,
+                    const T* __restrict b, T* __restrict c) {
+  for (int64_t i = 0; i < m; ++i) {
+    T acc[N] = {};
+    for (int64_t p = 0; p < k; ++p) {
+      const T x = a[i * ai + p * ap];
+      for (int j = 0; j < N; ++j) acc[j] += x * b[p * N + j];
+    }
+    for (int j = 0; j < N; ++j) c[i * N + j] = acc[j];
+  }
+}
+
+template <typename T>
+void SmallGemmDispatch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a,
+                       int64_t lda, const T* b, int64_t ldb, T* c) {
+  if (!tb) {
+    const int64_t ai = ta ? 1 : lda, ap = ta ? lda : 1;
+    switch (n) {
+      case 1: return SmallGemmRowsN<T, 1>(m, k, a, ai, ap, b, c);
+      case 2: return SmallGemmRowsN<T, 2>(m, k, a, ai, ap, b, c);
+      case 3: return SmallGemmRowsN<T, 3>(m, k, a, ai, ap, b, c);
+      case 4: return SmallGemmRowsN<T, 4>(m, k, a, ai, ap, b, c);
+      case 8: return SmallGemmRowsN<T, 8>(m, k, a, ai, ap, b, c);
+      default: break;
+    }
+  }
+  SmallGemm(ta, tb, m, n, k, a, lda, b, ldb, c);
+}
+
 template <typename T>
 void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c) {
   const int64_t lda = std::max<int64_t>(1, ta ? m : k);
   const int64_t ldb = std::max<int64_t>(1, tb ? k : n);
   if (m * n * k <= kSmallGemmFlops) {
-    SmallGemm(ta, tb, m, n, k, a, lda, b, ldb, c);
+    SmallGemmDispatch(ta, tb, m, n, k, a, lda, b, ldb, c);
     return;
   }
   const CBLAS_TRANSPOSE ota = ta ? CblasTrans : CblasNoTrans;
@@ -95,8 +133,11 @@ Geometry CheckedGeometry(const Tensor& a, const Tensor& b, bool trans_a, bool tr
            "trans_a with a rank-2 rhs needs a rank-2 lhs (leading dims of lhs are folded)");
     }
     // Fold a's leading dims into rows: [b,s,k] @ [k,n] is one [b*s,k] @ [k,n] GEMM, no copy.
-    g.m = trans_a ? a.dim(-1) : (ka == 0 ? internal::Prod(a.shape(), 0, a.rank() - 1)
-                                         : a.numel() / ka);
+    if (trans_a || a.rank() == 2) {
+      g.m = trans_a ? a.dim(-1) : a.dim(-2);
+    } else {
+      g.m = ka == 0 ? internal::Prod(a.shape(), 0, a.rank() - 1) : a.numel() / ka;
+    }
     g.out_shape.assign(a.shape().begin(), a.shape().end() - 2);
     g.out_shape.push_back(trans_a ? a.dim(-1) : a.dim(-2));
     g.out_shape.push_back(g.n);

@@ -37,9 +37,11 @@ TEST(MatmulTest, TwoDAllTransposesAgainstNaive) {
   struct S {
     int64_t m, k, n;
   };
-  // Tiny (plain loop), mid and odd (BLAS), empty, and k = 0 (all zeros).
-  const std::vector<S> sizes = {{1, 1, 1}, {4, 4, 4},   {3, 5, 7}, {33, 17, 29},
-                                {64, 65, 31}, {0, 3, 4}, {3, 0, 4}, {2, 3, 0}};
+  // Tiny (plain loops: n = 1, 2, 3, 4, 8 have fixed-width kernels, 5 and 6 the generic one), mid
+  // and odd (BLAS), empty, and k = 0 (all zeros).
+  const std::vector<S> sizes = {{1, 1, 1},   {4, 4, 4},    {8, 8, 1}, {3, 5, 2}, {2, 5, 3},
+                                {2, 4, 8},   {2, 3, 5},    {3, 2, 6}, {3, 5, 7}, {33, 17, 29},
+                                {64, 65, 31}, {0, 3, 4},   {3, 0, 4}, {2, 3, 0}};
   uint32_t seed = 1;
   for (DType dt : {DType::kF64, DType::kF32}) {
     for (const S& s : sizes) {

@@ -29,6 +29,8 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
 #include "absl/status/statusor.h"
 #include "bench/tp_layers.h"
 #include "benchmark/benchmark.h"
@@ -41,30 +43,6 @@ struct Flags {
   int steps = 3, warmup = 1;
 };
 Flags flags;
-
-// --tokens= --d= --steps= --warmup=, removed from argv before Google Benchmark parses the rest.
-void ParseFlags(int* argc, char** argv) {
-  int out = 1;
-  for (int i = 1; i < *argc; ++i) {
-    const char* a = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      const size_t n = strlen(name);
-      return strncmp(a, name, n) == 0 ? a + n : nullptr;
-    };
-    if (const char* v = value("--tokens=")) {
-      flags.tokens = atoll(v);
-    } else if (const char* v = value("--d=")) {
-      flags.d = atoll(v);
-    } else if (const char* v = value("--steps=")) {
-      flags.steps = atoi(v);
-    } else if (const char* v = value("--warmup=")) {
-      flags.warmup = atoi(v);
-    } else {
-      argv[out++] = argv[i];
-    }
-  }
-  *argc = out;
-}
 
 using Key = std::tuple<int, int, bool, bool>;  // layer, tp (0 = unsharded), sp, fwd_bwd
 
@@ -150,9 +128,23 @@ std::string LoadAverage() {
 }  // namespace
 }  // namespace shardmap::bench
 
+ABSL_FLAG(int64_t, tokens, 512, "tokens per layer step (global, before the tp split)");
+ABSL_FLAG(int64_t, d, 512, "hidden size (ffn 4d; heads of 64)");
+ABSL_FLAG(int32_t, steps, 3, "measured steps per row");
+ABSL_FLAG(int32_t, warmup, 1, "warm-up steps per row");
+
 int main(int argc, char** argv) {
-  shardmap::bench::ParseFlags(&argc, argv);
-  benchmark::Initialize(&argc, argv);
+  benchmark::Initialize(&argc, argv);  // takes the --benchmark_* flags out of argv
+  absl::ParseCommandLine(argc, argv);
+  auto& f = shardmap::bench::flags;
+  f = {absl::GetFlag(FLAGS_tokens), absl::GetFlag(FLAGS_d), absl::GetFlag(FLAGS_steps),
+       absl::GetFlag(FLAGS_warmup)};
+  if (f.tokens < 1 || f.d < 64 || f.d % 64 != 0 || f.steps < 1 || f.warmup < 0) {
+    std::fprintf(stderr, "tp_bench: --tokens=%lld --d=%lld --steps=%d --warmup=%d: need tokens >= 1, "
+                 "d a positive multiple of 64 (heads of 64), steps >= 1, warmup >= 0\n",
+                 static_cast<long long>(f.tokens), static_cast<long long>(f.d), f.steps, f.warmup);
+    return 2;
+  }
   benchmark::AddCustomContext("hardware_threads", std::to_string(std::thread::hardware_concurrency()));
   benchmark::AddCustomContext("loadavg_at_start", shardmap::bench::LoadAverage());
   benchmark::AddCustomContext("devices", "simulated CPU (in-process ranks, f32)");

@@ -29,6 +29,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
 #include "bench/tp_layers.h"
 #include "bench/tp_model.h"
 #include "collectives/in_process.h"
@@ -383,47 +385,36 @@ void Hardware() {
   if (lines.size() == 4) {
     printf("**Conclusion (model, under the assumptions above).** Largest TP degree that still "
            "pays, for d = 4096, 6144, 8192, 12288, 16384: intra-node (NVLink) %s without SP and "
-           "%s with SP; across nodes (InfiniBand) %s without SP and %s with SP. Intra-node, "
-           "TP up to 8 (one node) pays at every size here, with efficiency at t = 8 rising with "
-           "d (communication is O(tokens d), compute O(tokens d^2)); across nodes the 8x lower "
-           "bandwidth makes TP stop paying after t = 2-4, later for larger d, so TP is kept "
-           "inside a node and the other axes (DP/FSDP, PP) cross nodes.\n\n",
+           "%s with SP; across nodes (InfiniBand) %s without SP and %s with SP. Communication "
+           "grows as O(tokens d) and compute as O(tokens d^2), so the efficiency at a given t "
+           "rises with d; the across-node degrees are lower by the ratio of the bandwidths.\n\n",
            lines[0].c_str(), lines[1].c_str(), lines[2].c_str(), lines[3].c_str());
-  }
-}
-
-void ParseFlags(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const std::string& name) -> const char* {
-      return a.rfind(name, 0) == 0 ? argv[i] + name.size() : nullptr;
-    };
-    if (const char* v = value("--tokens=")) {
-      flags.tokens = atoll(v);
-    } else if (const char* v = value("--d=")) {
-      flags.d = atoll(v);
-    } else if (const char* v = value("--steps=")) {
-      flags.steps = atoi(v);
-    } else if (const char* v = value("--json=")) {
-      flags.json = v;
-    } else if (a == "--hardware_only") {
-      flags.hardware_only = true;
-    } else {
-      fprintf(stderr,
-              "tp_model_report: unknown flag %s (known: --tokens= --d= --steps= --json= "
-              "--hardware_only)\n",
-              argv[i]);
-      exit(2);
-    }
   }
 }
 
 }  // namespace
 }  // namespace shardmap::bench
 
+ABSL_FLAG(int64_t, tokens, 512, "tokens per layer step (as //bench:tp_bench)");
+ABSL_FLAG(int64_t, d, 512, "hidden size (as //bench:tp_bench)");
+ABSL_FLAG(int32_t, steps, 3, "measured steps per validated row");
+ABSL_FLAG(std::string, json, "", "also write the tables as JSON here");
+ABSL_FLAG(bool, hardware_only, false, "skip the validation on this machine (H100 tables only)");
+
 int main(int argc, char** argv) {
   using namespace shardmap::bench;
-  ParseFlags(argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  flags.tokens = absl::GetFlag(FLAGS_tokens);
+  flags.d = absl::GetFlag(FLAGS_d);
+  flags.steps = absl::GetFlag(FLAGS_steps);
+  flags.json = absl::GetFlag(FLAGS_json);
+  flags.hardware_only = absl::GetFlag(FLAGS_hardware_only);
+  if (flags.tokens < 1 || flags.d < 64 || flags.d % 64 != 0 || flags.steps < 1) {
+    fprintf(stderr, "tp_model_report: --tokens=%lld --d=%lld --steps=%d: need tokens >= 1, d a "
+            "positive multiple of 64 (heads of 64), steps >= 1\n",
+            static_cast<long long>(flags.tokens), static_cast<long long>(flags.d), flags.steps);
+    return 2;
+  }
   json << "[";
   if (!flags.hardware_only) Validate();
   Hardware();

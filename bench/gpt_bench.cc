@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "bench/bench_tokens.h"
 #include "models/gpt.h"
 #include "models/gpt_pipeline.h"
 
@@ -37,15 +38,7 @@ GptConfig BenchConfig() {
   return c;
 }
 
-std::vector<int64_t> Tokens() {
-  std::vector<int64_t> t(1 << 16);
-  uint64_t x = 7;
-  for (auto& v : t) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    v = static_cast<int64_t>((x >> 33) % 256);
-  }
-  return t;
-}
+std::vector<int64_t> Tokens() { return bench::RandomTokens(1 << 16, 256); }
 
 struct Measured {
   std::vector<double> seconds;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_tokens.h"
 #include "models/gpt.h"
 #include "models/gpt_pipeline.h"
 
@@ -33,15 +34,7 @@ GptConfig BenchConfig() {
   return c;
 }
 
-std::vector<int64_t> Tokens() {
-  std::vector<int64_t> t(1 << 15);
-  uint64_t x = 7;
-  for (auto& v : t) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    v = static_cast<int64_t>((x >> 33) % 256);
-  }
-  return t;
-}
+std::vector<int64_t> Tokens() { return bench::RandomTokens(1 << 15, 256); }
 
 int Main() {
   std::printf("%-6s %3s %3s %16s %14s %13s %15s %10s\n", "sched", "p", "m", "bubble_measured",

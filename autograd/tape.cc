@@ -141,10 +141,9 @@ std::vector<Value> Tape::Run(const Value& out, const Value& seed, absl::Span<con
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       int32_t in = n.inputs[k];
       if (in < 0 || !cots[k].defined()) continue;
-      if (checked) {
-        AlignShardDims(nodes_[in].type, nodes_[in].shape, cots[k]);
-        CheckCotangent(n, static_cast<int>(k), nodes_[in], cots[k]);
-      }
+      // Same blocks, the primal's dim: the gradient's type must not depend on checked mode.
+      AlignShardDims(nodes_[in].type, nodes_[in].shape, cots[k]);
+      if (checked) CheckCotangent(n, static_cast<int>(k), nodes_[in], cots[k]);
       cots[k].node = -1;
       if (!grads[in].defined()) {
         grads[in] = std::move(cots[k]);

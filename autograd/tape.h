@@ -70,7 +70,7 @@ class Tape : public TapeRecorder {
   size_t size() const { return nodes_.size(); }
   void Clear() {
     nodes_.clear();
-    saved_bytes_ = recorded_bytes_ = largest_recorded_bytes_ = 0;
+    saved_bytes_ = peak_saved_bytes_ = recorded_bytes_ = largest_recorded_bytes_ = 0;
   }
   int64_t saved_bytes() const { return saved_bytes_; }
   int64_t peak_saved_bytes() const { return peak_saved_bytes_; }

@@ -89,8 +89,8 @@ TEST(TapeReleaseTest, PerMicrobatchBackwardsSumToTheWholeBackwardAndFreeTheTape)
   EXPECT_EQ(interleaved.peak_saved_bytes(), per_mb);
   EXPECT_EQ(interleaved.saved_bytes(), 0);
   EXPECT_EQ(interleaved.recorded_bytes(), 3 * per_mb);  // released, still counted as recorded
-  interleaved.Clear();
-  interleaved.ResetPeak();
+  EXPECT_GT(interleaved.peak_saved_bytes(), 0);
+  interleaved.Clear();  // resets the peak too, as the header says
   EXPECT_EQ(interleaved.peak_saved_bytes(), 0);
 }
 

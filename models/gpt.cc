@@ -783,10 +783,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
   if (options.comm != nullptr) {
     std::vector<Tensor>& g = final_locals[reporter];  // already global
     for (size_t k = 0; k < g.size() && g[k].defined(); ++k) {
-      std::vector<NamedTensor>& dst = k < np       ? result.params
-                                      : k < 2 * np ? result.adam_state.exp_avg
-                                                   : result.adam_state.exp_avg_sq;
-      dst.push_back({layout.params()[k % np].name, g[k]});
+      AddFinalTensor(layout, k, g[k], &result);
     }
   }
   for (size_t k = 0; options.comm == nullptr && k < 3 * np; ++k) {
@@ -796,19 +793,28 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     if (!locals[0].defined()) continue;  // no moments without a step
     absl::StatusOr<Tensor> g = Assemble(mesh, p.spec, locals, p.spec.InputType(mesh));
     if (!g.ok()) return g.status();
-    std::vector<NamedTensor>& dst = k < np       ? result.params
-                                    : k < 2 * np ? result.adam_state.exp_avg
-                                                 : result.adam_state.exp_avg_sq;
-    dst.push_back({p.name, *g});
+    AddFinalTensor(layout, k, *g, &result);
   }
   result.steps_done = first_step + options.steps;
   if (!options.save_path.empty() && reporter == 0) {
-    const bool has_moments = result.adam_state.exp_avg.size() == np;
-    absl::Status s = SaveGpt(options.save_path, layout, result.params,
-                             has_moments ? &result.adam_state : nullptr, result.steps_done);
-    if (!s.ok()) return s;
+    if (absl::Status s = SaveTrainResult(options.save_path, layout, result); !s.ok()) return s;
   }
   return result;
+}
+
+void AddFinalTensor(const GptLayout& layout, size_t k, Tensor global, TrainResult* result) {
+  const size_t np = layout.params().size();
+  std::vector<NamedTensor>& dst = k < np       ? result->params
+                                  : k < 2 * np ? result->adam_state.exp_avg
+                                               : result->adam_state.exp_avg_sq;
+  dst.push_back({layout.params()[k % np].name, std::move(global)});
+}
+
+absl::Status SaveTrainResult(const std::string& path, const GptLayout& layout,
+                             const TrainResult& result) {
+  const bool has_moments = result.adam_state.exp_avg.size() == layout.params().size();
+  return SaveGpt(path, layout, result.params, has_moments ? &result.adam_state : nullptr,
+                 result.steps_done);
 }
 
 }  // namespace shardmap

@@ -253,6 +253,13 @@ absl::Status CheckTokens(const GptConfig& c, const std::vector<int64_t>& tokens)
 absl::StatusOr<std::vector<Tensor>> MatchInitialParams(const GptLayout& layout,
                                                        const std::vector<NamedTensor>& init);
 
+// For trainers (TrainGpt, TrainGptPipeline): index k of the 3 * params tensors a rank ends with
+// (parameters, then exp_avg, then exp_avg_sq, each in layout order) -> the result's named tensor.
+void AddFinalTensor(const GptLayout& layout, size_t k, Tensor global, TrainResult* result);
+// --save: the result's parameters (and AdamW moments once a step ran) at result.steps_done.
+absl::Status SaveTrainResult(const std::string& path, const GptLayout& layout,
+                             const TrainResult& result);
+
 // Trains inside one RunSpmd over layout.mesh(): each rank holds its shards of the parameters
 // and AdamW state for the whole run. init: global tensors named as the layout.
 absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<NamedTensor>& init,

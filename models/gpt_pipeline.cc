@@ -96,6 +96,13 @@ absl::StatusOr<TrainResult> TrainGptPipeline(const GptLayout& layout,
                    "resume_path); train from InitGpt parameters or drop pp");
   }
   if (options.trace) return Invalid("pipeline training (pp) does not record traces yet");
+  if (options.types != nullptr) {
+    return Invalid("pipeline training (pp) cannot print block 0's types (--print_types) yet");
+  }
+  if (options.comm != nullptr) {
+    return Invalid("pipeline training (pp) runs on simulated in-process ranks only: "
+                   "--backend=gloo with pp is not supported yet; drop pp or use in-process");
+  }
   absl::StatusOr<Schedule> schedule = ParseSchedule(options.schedule);
   if (!schedule.ok()) return schedule.status();
   if (m < 1) return Invalid(absl::StrCat("--microbatches ", m, " must be >= 1"));
@@ -333,20 +340,14 @@ absl::StatusOr<TrainResult> TrainGptPipeline(const GptLayout& layout,
     if (!locals[0].defined()) continue;  // no moments without a step
     absl::StatusOr<Tensor> g = Assemble(*inner, pi.spec, locals, pi.spec.InputType(*inner));
     if (!g.ok()) return g.status();
-    std::vector<NamedTensor>& dst = k < np       ? result.params
-                                    : k < 2 * np ? result.adam_state.exp_avg
-                                                 : result.adam_state.exp_avg_sq;
-    dst.push_back({pi.name, *g});
+    AddFinalTensor(layout, k, *g, &result);
   }
   double bubble = 0;
   for (double b : bubbles) bubble += b;
   result.pipeline_bubble = bubble / mesh.size();
   result.steps_done = options.steps;
   if (!options.save_path.empty()) {
-    const bool has_moments = result.adam_state.exp_avg.size() == np;
-    absl::Status st = SaveGpt(options.save_path, layout, result.params,
-                              has_moments ? &result.adam_state : nullptr, result.steps_done);
-    if (!st.ok()) return st;
+    if (absl::Status st = SaveTrainResult(options.save_path, layout, result); !st.ok()) return st;
   }
   return result;
 }

@@ -3,6 +3,7 @@
 // pp2 x fsdp2 x tp2+sp (8 simulated devices), and one stage accumulating microbatches, give the single-device losses and parameters to
 // 1e-9 relative (the tied wte gradient summed over the first and last stage). 1F1B holds
 // p/m of GPipe's activations on stage 0. Impossible layouts are errors before training.
+#include "collectives/self_communicator.h"
 #include "models/gpt_pipeline.h"
 
 #include <ostream>
@@ -162,6 +163,24 @@ TEST(GptPipelineValidationTest, ImpossibleLayoutsAreErrorsBeforeTraining) {
   absl::StatusOr<TrainResult> no_pp = TrainGpt(*GptLayout::Create(Mesh(), SmallConfig(), false),
                                                InitGpt(SmallConfig(), 7), Tokens(100, 24), o);
   EXPECT_THAT(no_pp.status().message(), HasSubstr("pipeline (pp > 1) setting"));
+  // What the pipeline trainer cannot do yet is refused, not ignored.
+  const GptLayout pp2 = *GptLayout::Create(*ParseMesh("pp=2"), SmallConfig(), false);
+  TrainOptions with_types = ThreeSteps();
+  with_types.microbatches = 2;
+  TypeTrace types;
+  with_types.types = &types;
+  EXPECT_THAT(TrainGptPipeline(pp2, InitGpt(SmallConfig(), 7), Tokens(500, 24), with_types)
+                  .status()
+                  .message(),
+              HasSubstr("--print_types"));
+  TrainOptions with_comm = ThreeSteps();
+  with_comm.microbatches = 2;
+  collectives::SelfCommunicator self;
+  with_comm.comm = &self;
+  EXPECT_THAT(TrainGptPipeline(pp2, InitGpt(SmallConfig(), 7), Tokens(500, 24), with_comm)
+                  .status()
+                  .message(),
+              HasSubstr("--backend=gloo with pp"));
   // The mesh order puts pp first whatever the user wrote.
   EXPECT_EQ(ParseMesh("tp=2,pp=2")->axis_names()[0], "pp");
 }

@@ -83,7 +83,8 @@ Value gather_rows(const Value& x, const Value& rows) {
     const Shape xs = x.shape();
     const SpmdType xt = x.type;
     RecordOp("gather_rows", {&x}, out, [idx, xs, xt](const Value& g, uint32_t, Value* d) {
-      const int64_t n = xs.empty() || xs.back() == 0 ? 0 : NumElements(xs) / xs.back();
+      int64_t n = xs.empty() ? 0 : 1;  // rows: all but the last dim
+      for (size_t i = 0; i + 1 < xs.size(); ++i) n *= xs[i];
       d[0] = Value(ScatterAddRows(g.tensor, idx, n).Reshape(xs), Dual(xt));
     });
   }

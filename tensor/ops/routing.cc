@@ -21,7 +21,10 @@ void RequireHost(const char* op, const Tensor& t) {
 }
 
 // Rows of x: the leading dims flattened.
-int64_t RowsOf(const Tensor& x) { return x.rank() == 0 ? 0 : x.numel() / std::max<int64_t>(x.dim(-1), 1); }
+// Rows of x: the product of all but its last dim (so [5, 0] has 5 empty rows).
+int64_t RowsOf(const Tensor& x) {
+  return x.rank() == 0 ? 0 : internal::Prod(x.shape(), 0, x.rank() - 1);
+}
 
 void CheckIndexVector(const char* op, const Tensor& idx) {
   internal::RequireInteger(op, idx, "idx");

@@ -96,6 +96,14 @@ TEST_P(RoutingTest, GatherIsTheTransposeOfScatterAdd) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, RoutingTest, ::testing::Values(DType::kF32, DType::kF64),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 
+// Rows of zero width are still rows: [5, 0] has 5 of them.
+TEST(Routing, ZeroWidthRows) {
+  const Tensor x = Tensor::Zeros({5, 0}, DType::kF32);
+  const Tensor idx = Tensor::FromVector<int64_t>({2}, {4, 0});
+  EXPECT_EQ(GatherRows(x, idx).shape(), (Shape{2, 0}));
+  EXPECT_EQ(ScatterAddRows(Tensor::Zeros({2, 0}, DType::kF32), idx, 5).shape(), (Shape{5, 0}));
+}
+
 TEST(RoutingErrors, NameTheProblem) {
   Tensor x = RandomTensor({3, 4}, DType::kF64, 1);
   ExpectOpError([&] { TopK(x, 5); }, {"top_k", "k = 5", "1 <= k <= 4"});

@@ -4,8 +4,16 @@
 
 Prints one line per row: PyTorch's time (thread CPU time per call, median of repeats) and, given
 the JSON output of tensor_bench (--benchmark_format=json --benchmark_out=FILE), ours beside it
-and their ratio (torch / ours: > 1 means we are faster). Use bench/peers/torch_ops.sh, which
-installs Debian's python3-torch if missing and runs both.
+and their ratio (torch / ours: > 1 means we are faster).
+
+Both sides start each call in the same cache state: tensor_bench copies (bytes read + bytes
+written) / 2 of other memory after every call (its copy_ratio baseline), which evicts much of a
+16 MiB input from this machine's 32 MiB L3, so PyTorch's calls here are separated by the same
+untimed copy. Without it PyTorch re-reads an L3-resident input: its row sums measured 0.26-0.28
+ms that way and 0.48-0.67 ms with the copy (ours: 0.50). Each PyTorch call computes what ours returns or must compute: the layer-norm
+backward produces dx, dgamma and dbeta, as LayerNormBackward does.
+
+Use bench/peers/torch_ops.sh, which installs Debian's python3-torch if missing and runs both.
 """
 import argparse
 import json
@@ -18,12 +26,17 @@ torch.set_num_threads(1)
 aten = torch.ops.aten
 
 
-def timed(fn, min_time):
-    """Median thread CPU seconds per call over >= min_time of calls (after a warm-up call)."""
+def timed(fn, min_time, copy_bytes=0):
+    """Median thread CPU seconds per call over >= min_time of calls (after a warm-up call), each
+    call preceded by an untimed copy of copy_bytes (tensor_bench's interleaved memcpy)."""
+    src = torch.ones(copy_bytes, dtype=torch.uint8)
+    dst = torch.zeros(copy_bytes, dtype=torch.uint8)
     fn()
     samples = []
     spent = 0.0
     while spent < min_time or len(samples) < 3:
+        if copy_bytes:
+            dst.copy_(src)
         t0 = time.thread_time()
         fn()
         dt = time.thread_time() - t0
@@ -34,7 +47,8 @@ def timed(fn, min_time):
 
 
 def rows():
-    """(name, fn) pairs, named exactly as tensor_bench's rows."""
+    """(name, fn, copy_bytes) triples, named exactly as tensor_bench's rows, with the bytes of
+    its interleaved copy: numel * 4 * (tensors read + tensors written) / 2, as its OpRow says."""
     out = []
     g = torch.Generator().manual_seed(1)
     for shape in [(4194304,), (512, 2048)]:
@@ -42,18 +56,20 @@ def rows():
         x = torch.randn(shape, generator=g) * 2
         dy = torch.randn(shape, generator=g)
         pos = torch.rand(shape, generator=g) * 10 + 0.01
-        ops = [
-            ("exp", lambda x=x: torch.exp(x)),
-            ("log", lambda p=pos: torch.log(p)),
-            ("tanh", lambda x=x: torch.tanh(x)),
-            ("silu", lambda x=x: F.silu(x)),
-            ("gelu_erf", lambda x=x: F.gelu(x)),
-            ("gelu_tanh", lambda x=x: F.gelu(x, approximate="tanh")),
-            ("gelu_erf_grad", lambda x=x, d=dy: aten.gelu_backward(d, x, approximate="none")),
-            ("gelu_tanh_grad", lambda x=x, d=dy: aten.gelu_backward(d, x, approximate="tanh")),
-            ("silu_grad", lambda x=x, d=dy: aten.silu_backward(d, x)),
+        numel = x.numel()
+        ops = [  # (name, fn, tensors read, tensors written)
+            ("exp", lambda x=x: torch.exp(x), 1, 1),
+            ("log", lambda p=pos: torch.log(p), 1, 1),
+            ("tanh", lambda x=x: torch.tanh(x), 1, 1),
+            ("silu", lambda x=x: F.silu(x), 1, 1),
+            ("gelu_erf", lambda x=x: F.gelu(x), 1, 1),
+            ("gelu_tanh", lambda x=x: F.gelu(x, approximate="tanh"), 1, 1),
+            ("gelu_erf_grad", lambda x=x, d=dy: aten.gelu_backward(d, x, approximate="none"), 2, 1),
+            ("gelu_tanh_grad", lambda x=x, d=dy: aten.gelu_backward(d, x, approximate="tanh"),
+             2, 1),
+            ("silu_grad", lambda x=x, d=dy: aten.silu_backward(d, x), 2, 1),
         ]
-        out += [("%s/f32/%s" % (n, tag), f) for n, f in ops]
+        out += [("%s/f32/%s" % (n, tag), f, numel * 4 * (r + w) // 2) for n, f, r, w in ops]
     # Lambdas bind their tensors through default arguments: a closure would see the last shape.
     for n_rows, cols in [(4096, 1024), (512, 8192)]:
         tag = "rows:%d/cols:%d" % (n_rows, cols)
@@ -75,26 +91,28 @@ def rows():
             d = aten.nll_loss_backward(dloss, lsm, t, None, 0, -100, total)
             return aten._log_softmax_backward_data(d, lsm, -1, torch.float32)
 
-        ops = [
-            ("softmax", lambda x=x: torch.softmax(x, -1)),
-            ("log_softmax", lambda x=x: torch.log_softmax(x, -1)),
+        ops = [  # (name, fn, tensors read, tensors written), as tensor_bench's OpRows
+            ("softmax", lambda x=x: torch.softmax(x, -1), 1, 1),
+            ("log_softmax", lambda x=x: torch.log_softmax(x, -1), 1, 1),
             ("softmax_backward",
-             lambda y=y, d=dy: aten._softmax_backward_data(d, y, -1, torch.float32)),
+             lambda y=y, d=dy: aten._softmax_backward_data(d, y, -1, torch.float32), 2, 1),
             ("log_softmax_backward",
-             lambda y=ly, d=dy: aten._log_softmax_backward_data(d, y, -1, torch.float32)),
-            ("layer_norm", lambda x=x, c=cols, w=gamma, b=beta: F.layer_norm(x, (c,), w, b, 1e-5)),
+             lambda y=ly, d=dy: aten._log_softmax_backward_data(d, y, -1, torch.float32), 2, 1),
+            ("layer_norm", lambda x=x, c=cols, w=gamma, b=beta: F.layer_norm(x, (c,), w, b, 1e-5),
+             1, 1),
             ("layer_norm_backward",
              lambda x=x, d=dy, m=mean, r=rstd, c=cols, w=gamma, b=beta:
-             aten.native_layer_norm_backward(d, x, [c], m, r, w, b, [True, False, False])),
-            ("rms_norm", rms),  # composed: PyTorch 1.13 has no fused RMSNorm
-            ("cross_entropy", lambda x=x, t=t: F.cross_entropy(x, t, reduction="none")),
-            ("cross_entropy_backward", ce_backward),  # PyTorch's two kernels, forward included
-            ("sum", lambda x=x: x.sum(-1)),
-            ("mean", lambda x=x: x.mean(-1)),
-            ("max", lambda x=x: x.amax(-1)),
-            ("transpose", lambda x=x: x.t().contiguous()),
+             aten.native_layer_norm_backward(d, x, [c], m, r, w, b, [True, True, True]), 2, 1),
+            ("rms_norm", rms, 1, 1),  # composed: PyTorch 1.13 has no fused RMSNorm
+            ("cross_entropy", lambda x=x, t=t: F.cross_entropy(x, t, reduction="none"), 1, 0),
+            ("cross_entropy_backward", ce_backward, 1, 1),  # two kernels, forward included
+            ("sum", lambda x=x: x.sum(-1), 1, 0),
+            ("mean", lambda x=x: x.mean(-1), 1, 0),
+            ("max", lambda x=x: x.amax(-1), 1, 0),
+            ("transpose", lambda x=x: x.t().contiguous(), 1, 1),
         ]
-        out += [("%s/f32/%s" % (n, tag), f) for n, f in ops]
+        numel = n_rows * cols
+        out += [("%s/f32/%s" % (n, tag), f, numel * 4 * (r + w) // 2) for n, f, r, w in ops]
 
     # The Megatron MLP block at TP 1, forward + backward (autograd), as BM_MegatronMlp.
     tokens, hidden, ffn = 512, 512, 2048
@@ -106,7 +124,7 @@ def rows():
         y = fc2(F.gelu(fc1(mx), approximate="tanh"))
         y.backward(mdy)
 
-    out.append(("mlp/f32/tokens:512/hidden:512/ffn:2048", mlp))
+    out.append(("mlp/f32/tokens:512/hidden:512/ffn:2048", mlp, 0))  # BM_MegatronMlp: no copy
     return out
 
 
@@ -127,8 +145,8 @@ def main():
                 ours[name] = (t * scale, b.get("copy_ratio"))
     print("torch %s, %d thread(s)" % (torch.__version__, torch.get_num_threads()))
     print("%-48s %10s %10s %8s %10s" % ("op", "torch ms", "ours ms", "torch/us", "ours/copy"))
-    for name, fn in rows():
-        t = timed(fn, args.min_time)
+    for name, fn, copy_bytes in rows():
+        t = timed(fn, args.min_time, copy_bytes)
         o = ours.get(name)
         if o:
             cr = "%10.2f" % o[1] if o[1] is not None else "%10s" % "-"

@@ -1,7 +1,8 @@
 // Vectorized f32 kernels for the CPU tensor ops (exp, log, tanh, sigmoid, silu, GELU and their
-// gradients, fused bias epilogues, softmax row passes), on SLEEF's vector math (Debian
-// libsleef-dev, 1.0-ulp exp/log/tanh/erf, 1.5-ulp erfc) with runtime dispatch: one binary runs on
-// any x86-64 and picks AVX-512F, AVX2+FMA or the SSE2 baseline by the CPU it finds (once).
+// gradients, fused bias epilogues, softmax and norm row passes, 32-bit transposes), on SLEEF's
+// vector math (Debian libsleef-dev, 1.0-ulp exp/log/tanh/erf, 1.5-ulp erfc) with runtime
+// dispatch: one binary runs on any x86-64 and picks AVX-512F, AVX2+FMA or the SSE2 baseline by
+// the CPU it finds (once).
 //
 //   const cpu::VecKernels& k = cpu::Vec();
 //   k.gelu_tanh(x, y, n);                       // y[i] = gelu_tanh(x[i]), n floats
@@ -45,8 +46,9 @@ struct VecKernels {
   // y = exp(x - shift) when y is not null; returns the sum of exp(x - shift), added in f64 per
   // block of lanes (so long rows keep f64-grade sums).
   double (*exp_shift_sum)(const float* x, float shift, float* y, int64_t n);
-  // Row reductions accumulated in f64 (each float widened exactly): sum x, sum x*y (products in
-  // f64), sum (x - c)^2.
+  // Row reductions: sum x and sum x*y (products in f32) add groups of 4 registers in f32, then
+  // in f64, so their error is at most 2 f32 ulp of sum |term| (3 for the products) plus f64
+  // rounding; sum (x - c)^2 is all f64 (each float widened exactly): the variance of a layer norm.
   double (*sum)(const float* x, int64_t n);
   double (*dot)(const float* x, const float* y, int64_t n);
   double (*sum_sq_diff)(const float* x, double c, int64_t n);
@@ -58,6 +60,22 @@ struct VecKernels {
   // Pass 2: dx = rstd * (dxhat - a - xhat * c) (a = mean dxhat, c = mean dxhat * xhat).
   void (*norm_bwd_dx)(const float* x, const float* dy, const float* g, float mean, float rstd,
                       float a, float c, float* dx, int64_t n);
+  // y = x * s and y = x + c (softmax's scale, log_softmax's shift).
+  void (*scale)(const float* x, float s, float* y, int64_t n);
+  void (*shift)(const float* x, float c, float* y, int64_t n);
+  // Layer/RMS norm forward epilogue: y = (x - mean) * rstd * g + b; g, b may be null (1, 0).
+  void (*norm_affine)(const float* x, float mean, float rstd, const float* g, const float* b,
+                      float* y, int64_t n);
+  // Softmax backward of one row given acc = sum(dy * y): dx = y * (dy - acc); log-softmax
+  // backward given acc = sum(dy): dx = dy - exp(y) * acc.
+  void (*softmax_bwd)(const float* y, const float* dy, float acc, float* dx, int64_t n);
+  void (*log_softmax_bwd)(const float* y, const float* dy, float acc, float* dx, int64_t n);
+  // 32-bit elements of any dtype (bits copied): out[r * os + c] = in[c * is + r] for r < rows,
+  // c < cols, in register-sized squares. `stream`: the caller's output is far larger than the
+  // caches, so write it with non-temporal stores (where out is 64-byte aligned and os a multiple
+  // of 16; ordered before return).
+  void (*transpose32)(const void* in, int64_t is, void* out, int64_t os, int64_t rows,
+                      int64_t cols, bool stream);
 };
 
 enum class VecIsa : uint8_t { kSse2, kAvx2, kAvx512 };

@@ -305,11 +305,15 @@ TEST(VecMathTest, RowReductionsInF64) {
         dot += static_cast<LD>(x[i]) * y[i];
         sq += (x[i] - static_cast<LD>(c)) * (x[i] - static_cast<LD>(c));
       }
-      // f64 accumulation of exactly widened floats: a few f64 ulps of the absolute sum.
+      // sum and dot: groups of 4 registers in f32, then f64: 2 f32 ulps of sum |x| (3 of
+      // sum |x y| with the f32 products), plus f64 rounding. sum_sq_diff: all f64.
+      constexpr LD kU = 0x1p-24L;
       LD abs_sum = 0, abs_dot = 0;
       for (int64_t i = 0; i < n; ++i) abs_sum += std::fabs(x[i]), abs_dot += std::fabs(x[i] * y[i]);
-      EXPECT_NEAR(k->sum(x.data(), n), sum, 1e-15 * (1 + abs_sum) * n) << k->isa << " n=" << n;
-      EXPECT_NEAR(k->dot(x.data(), y.data(), n), dot, 1e-15 * (1 + abs_dot) * n) << k->isa;
+      EXPECT_NEAR(k->sum(x.data(), n), sum, 2 * kU * abs_sum + 1e-15 * abs_sum * n)
+          << k->isa << " n=" << n;
+      EXPECT_NEAR(k->dot(x.data(), y.data(), n), dot, 3 * kU * abs_dot + 1e-15 * abs_dot * n)
+          << k->isa;
       EXPECT_NEAR(k->sum_sq_diff(x.data(), c, n), sq, 1e-15 * (1 + sq) * n) << k->isa;
       if (n > 0) {
         EXPECT_EQ(k->max(x.data(), n), *std::max_element(x.begin(), x.end())) << k->isa;
@@ -367,6 +371,84 @@ TEST(VecMathTest, NormBackwardRowPasses) {
             const LD ref = rstd * (dxhat - a - xhat * c);
             const LD scale = rstd * (std::fabs(dxhat) + std::fabs(a) + std::fabs(xhat * c));
             EXPECT_NEAR(dx[i], ref, 4 * kU * scale) << k->isa << " n=" << n << " i=" << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The row epilogues against long double: each is a few f32 operations, so within 4 ulp of the
+// sum of its |terms| (the log-softmax one adds exp's 3 ulp); odd lengths, aliasing in place.
+TEST(VecMathTest, RowEpiloguesMatchTheReference) {
+  uint32_t seed = 1200;
+  constexpr LD kU = 0x1p-24L;
+  for (const VecKernels* k : AllIsas()) {
+    for (int64_t n : kLengths) {
+      const std::vector<float> x = Random(n, -6, 3, seed++), dy = Random(n, -2, 2, seed++),
+                               g = Random(n, 0.5, 1.5, seed++), b = Random(n, -1, 1, seed++);
+      std::vector<float> y(n, std::nanf(""));
+      k->scale(x.data(), 0.3f, y.data(), n);
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], x[i] * 0.3f) << k->isa << " i=" << i;
+      k->shift(x.data(), -1.7f, y.data(), n);
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], x[i] + -1.7f) << k->isa << " i=" << i;
+      for (int mask = 0; mask < 4; ++mask) {  // with / without gamma and beta
+        const float* gp = mask & 1 ? g.data() : nullptr;
+        const float* bp = mask & 2 ? b.data() : nullptr;
+        k->norm_affine(x.data(), 0.25f, 1.7f, gp, bp, y.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          const LD xhat = (static_cast<LD>(x[i]) - 0.25f) * 1.7f;
+          const LD ref = xhat * (gp ? g[i] : 1.0f) + (bp ? b[i] : 0.0f);
+          const LD scale = std::fabs(xhat * (gp ? g[i] : 1.0f)) + (bp ? std::fabs(b[i]) : 0);
+          EXPECT_NEAR(y[i], ref, 4 * kU * scale) << k->isa << " n=" << n << " mask=" << mask;
+        }
+      }
+      k->softmax_bwd(x.data(), dy.data(), 0.6f, y.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const LD ref = static_cast<LD>(x[i]) * (dy[i] - static_cast<LD>(0.6f));
+        EXPECT_NEAR(y[i], ref, 4 * kU * std::fabs(x[i]) * (std::fabs(dy[i]) + 0.6))
+            << k->isa << " n=" << n << " i=" << i;
+      }
+      std::vector<float> in_place = dy;  // dx may alias dy exactly
+      k->log_softmax_bwd(x.data(), in_place.data(), 0.6f, in_place.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const LD e = std::exp(static_cast<LD>(x[i])) * static_cast<LD>(0.6f);
+        EXPECT_NEAR(in_place[i], dy[i] - e, 4 * kU * (std::fabs(dy[i]) + e))
+            << k->isa << " n=" << n << " i=" << i;
+      }
+    }
+  }
+}
+
+// transpose32 moves bits: every element lands exactly where a naive loop puts it, for sizes on and
+// off the register square and the L1 block, with strides wider than the copied extent, NaN
+// payloads unchanged, with and without streaming stores (which need an aligned output whose row
+// stride is a multiple of 16; other outputs must fall back to plain stores).
+TEST(VecMathTest, Transpose32MatchesANaiveLoop) {
+  for (const VecKernels* k : AllIsas()) {
+    for (int64_t rows : {0, 1, 3, 4, 8, 16, 17, 64, 65, 130}) {
+      for (int64_t cols : {0, 1, 5, 16, 31, 64, 100}) {
+        for (int64_t os : {cols + 5, (cols + 15) / 16 * 16}) {
+          for (int64_t misalign : {0, 1}) {
+            const int64_t is = rows + 3;  // input rows hold `rows` elements + padding
+            std::vector<uint32_t> in(cols * is), buf(rows * os + 32);
+            for (size_t i = 0; i < in.size(); ++i) in[i] = 0x7fc00000u + static_cast<uint32_t>(i);
+            uint32_t* out = buf.data();
+            while (reinterpret_cast<uintptr_t>(out) % 64 != 0) ++out;
+            out += misalign;
+            for (bool stream : {false, true}) {
+              std::fill(buf.begin(), buf.end(), 0xdeadbeefu);
+              k->transpose32(in.data(), is, out, os, rows, cols, stream);
+              for (int64_t r = 0; r < rows; ++r) {
+                for (int64_t c = 0; c < os; ++c) {
+                  const uint32_t want = c < cols ? in[c * is + r] : 0xdeadbeefu;  // pad untouched
+                  ASSERT_EQ(out[r * os + c], want)
+                      << k->isa << " rows=" << rows << " cols=" << cols << " os=" << os
+                      << " misalign=" << misalign << " stream=" << stream << " at " << r << ","
+                      << c;
+                }
+              }
+            }
           }
         }
       }

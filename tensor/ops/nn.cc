@@ -71,10 +71,10 @@ Tensor SoftmaxImpl(const char* op, const Tensor& x, int dim, bool log) {
       if (std::isinf(mx) && mx < 0) mx = 0;  // an all -inf row: avoid inf - inf
       if (log) {
         const float lse = mx + static_cast<float>(std::log(k.exp_shift_sum(in, mx, nullptr, l.n)));
-        for (int64_t j = 0; j < l.n; ++j) o[j] = in[j] - lse;
+        k.shift(in, -lse, o, l.n);
       } else {
         const float inv = static_cast<float>(1.0 / k.exp_shift_sum(in, mx, o, l.n));
-        for (int64_t j = 0; j < l.n; ++j) o[j] *= inv;
+        k.scale(o, inv, o, l.n);
       }
     }
     return out;
@@ -126,12 +126,9 @@ Tensor SoftmaxBackwardImpl(const char* op, const Tensor& y, const Tensor& dy, in
       const float* pg = dy.data<float>() + r * l.n;
       float* px = dx.data<float>() + r * l.n;
       if (log) {  // dx = dy - softmax * sum(dy), softmax = exp(y)
-        const float acc = static_cast<float>(k.sum(pg, l.n));
-        k.exp(py, px, l.n);
-        for (int64_t j = 0; j < l.n; ++j) px[j] = pg[j] - px[j] * acc;
+        k.log_softmax_bwd(py, pg, static_cast<float>(k.sum(pg, l.n)), px, l.n);
       } else {  // dx = y * (dy - sum(dy * y))
-        const float acc = static_cast<float>(k.dot(pg, py, l.n));
-        for (int64_t j = 0; j < l.n; ++j) px[j] = py[j] * (pg[j] - acc);
+        k.softmax_bwd(py, pg, static_cast<float>(k.dot(pg, py, l.n)), px, l.n);
       }
     }
     return dx;
@@ -244,7 +241,9 @@ LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& be
       r.mean.data<T>()[i] = m;
       r.rstd.data<T>()[i] = rs;
       T* out = py + i * h;
-      if (pg && pb) {  // the usual affine case as one branch-free (vectorisable) loop
+      if constexpr (std::is_same_v<T, float>) {
+        cpu::Vec().norm_affine(row, m, rs, pg, pb, out, h);
+      } else if (pg && pb) {  // the usual affine case as one branch-free (vectorisable) loop
         for (int64_t j = 0; j < h; ++j) out[j] = (row[j] - m) * rs * pg[j] + pb[j];
       } else {
         for (int64_t j = 0; j < h; ++j) {
@@ -356,7 +355,11 @@ RmsNormResult RmsNorm(const Tensor& x, const Tensor& gamma, double eps) {
       }
       const T rs = static_cast<T>(1.0 / std::sqrt((h == 0 ? 0.0 : ss / h) + eps));
       r.rstd.data<T>()[i] = rs;
-      for (int64_t j = 0; j < h; ++j) py[i * h + j] = pg ? row[j] * rs * pg[j] : row[j] * rs;
+      if constexpr (std::is_same_v<T, float>) {
+        cpu::Vec().norm_affine(row, 0.0f, rs, pg, nullptr, py + i * h, h);
+      } else {
+        for (int64_t j = 0; j < h; ++j) py[i * h + j] = pg ? row[j] * rs * pg[j] : row[j] * rs;
+      }
     }
   });
   r.y = Cast(y, x.dtype());
@@ -585,7 +588,7 @@ Tensor CrossEntropyBackward(const Tensor& logits, const Tensor& targets, const T
         mx = std::max(mx, cpu::Vec().max(row, v));
         const float scale =
             static_cast<float>(static_cast<double>(pd[i]) / cpu::Vec().exp_shift_sum(row, mx, out, v));
-        for (int64_t j = 0; j < v; ++j) out[j] *= scale;
+        cpu::Vec().scale(out, scale, out, v);
       } else {
         for (int64_t j = 1; j < v; ++j) mx = std::max(mx, row[j]);
         double s = 0;
@@ -656,7 +659,7 @@ Tensor CausalSoftmax(const Tensor& scores, int64_t offset) {
           float mx = k.max(row, n);
           if (std::isinf(mx) && mx < 0) mx = 0;  // an all -inf row: avoid inf - inf
           const float inv = static_cast<float>(1.0 / k.exp_shift_sum(row, mx, orow, n));
-          for (int64_t j = 0; j < n; ++j) orow[j] *= inv;
+          k.scale(orow, inv, orow, n);
         }
       } else {  // the generic softmax lane, over the visible keys only
         if (n > 0) {

@@ -11,6 +11,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_join.h"
+#include "tensor/cpu/vec_math.h"
 #include "tensor/cuda/elementwise/shape_ops.h"
 #include "tensor/error.h"
 #include "tensor/ops/internal/op_util.h"
@@ -139,11 +140,15 @@ void PermuteCopy(const E* in, E* out, const Shape& in_shape, absl::Span<const in
     DimVec idx(r, 0);
     int64_t in_off = 0, out_off = 0;
     for (int64_t o = 0; o < numel / (nq * nj); ++o) {
-      for (int64_t i0 = 0; i0 < nq; i0 += kTile) {
-        const int64_t i1 = std::min(nq, i0 + kTile);
-        for (int64_t j0 = 0; j0 < nj; j0 += kTile) {
-          const int64_t j1 = std::min(nj, j0 + kTile);
-          TransposeTile(in + in_off, out + out_off, i0, i1, j0, j1, sj, oq, stream);
+      if constexpr (sizeof(E) == 4) {  // register transposes of the widest ISA this CPU has
+        cpu::Vec().transpose32(in + in_off, sj, out + out_off, oq, nq, nj, stream);
+      } else {
+        for (int64_t i0 = 0; i0 < nq; i0 += kTile) {
+          const int64_t i1 = std::min(nq, i0 + kTile);
+          for (int64_t j0 = 0; j0 < nj; j0 += kTile) {
+            const int64_t j1 = std::min(nj, j0 + kTile);
+            TransposeTile(in + in_off, out + out_off, i0, i1, j0, j1, sj, oq, stream);
+          }
         }
       }
       for (int k = r - 2; k >= 0; --k) {  // odometer over the other dims

@@ -81,6 +81,24 @@ TEST(ShapeOpsTest, TiledTransposeMatchesNaiveBits) {
     check(x4, {3, 2, 1, 0});
     check(x4, {0, 3, 1, 2});
   }
+  // f32 outputs of 4 MiB and more take the streaming-store path (odd edges and an unaligned row
+  // stride included).
+  for (const Shape& s : {Shape{1031, 1040}, Shape{1040, 1031}, Shape{2, 1031, 520}}) {
+    const Tensor x = RandomTensor(s, DType::kF32, 6, -1000, 1000);
+    const std::vector<int> perm =
+        s.size() == 2 ? std::vector<int>{1, 0} : std::vector<int>{0, 2, 1};
+    const Tensor y = Permute(x, perm);
+    const std::vector<float> xv = x.ToVector<float>(), yv = y.ToVector<float>();
+    const int64_t b = s.size() == 3 ? s[0] : 1, m = s[s.size() - 2], n = s.back();
+    for (int64_t k = 0; k < b; ++k) {
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          ASSERT_EQ(yv[k * m * n + j * m + i], xv[k * m * n + i * n + j])
+              << x.ShapeString() << " at " << k << "," << i << "," << j;
+        }
+      }
+    }
+  }
 }
 
 TEST(ShapeOpsTest, Transpose) {

@@ -1,6 +1,8 @@
 // The vec_math kernels for SSE2 (4 floats a register), compiled with no extra flags (the x86-64 baseline).
 // Only vec_math.cc calls in here, after checking that the CPU has the ISA.
+#include <emmintrin.h>
 #include <sleef.h>
+#include <xmmintrin.h>
 
 #include <cstdint>
 
@@ -18,6 +20,27 @@ struct Isa {
   static V Log(V x) { return Sleef_logf4_u10sse2(x); }
   static V Tanh(V x) { return Sleef_tanhf4_u10sse2(x); }
   static V Erfc(V x) { return Sleef_erfcf4_u15sse2(x); }
+  template <bool kStream, class R>
+  static void Put(float* p, R v) {
+    if constexpr (kStream) {
+      _mm_stream_ps(p, v);
+    } else {
+      _mm_storeu_ps(p, v);
+    }
+  }
+  static void StreamFence() { _mm_sfence(); }
+  template <bool kStream>
+  static void Transpose(const void* src, int64_t ss, void* dst, int64_t ds) {
+    const float* s = static_cast<const float*>(src);
+    float* d = static_cast<float*>(dst);
+    __m128 r0 = _mm_loadu_ps(s), r1 = _mm_loadu_ps(s + ss);
+    __m128 r2 = _mm_loadu_ps(s + 2 * ss), r3 = _mm_loadu_ps(s + 3 * ss);
+    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+    Put<kStream>(d, r0);
+    Put<kStream>(d + ds, r1);
+    Put<kStream>(d + 2 * ds, r2);
+    Put<kStream>(d + 3 * ds, r3);
+  }
 };
 
 #include "tensor/cpu/internal/vec_kernels_inl.h"

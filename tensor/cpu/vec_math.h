@@ -52,11 +52,14 @@ struct VecKernels {
   double (*sum)(const float* x, int64_t n);
   double (*dot)(const float* x, const float* y, int64_t n);
   double (*sum_sq_diff)(const float* x, double c, int64_t n);
-  // Layer/RMS norm backward over one row of n, xhat = (x - mean) * rstd (mean 0 for RMS norm),
-  // dxhat = dy * g (g null: 1). Pass 1: dg += dy * xhat, db += dy (db may be null), and
-  // sums = {sum dxhat, sum dxhat * xhat}, in f32 lanes over blocks of 8 registers, then f64.
-  void (*norm_bwd_sums)(const float* x, const float* dy, const float* g, float mean, float rstd,
-                        float* dg, float* db, int64_t n, double* sums);
+  // Layer/RMS norm backward over `rows` consecutive rows of n (row-major x and dy), xhat = (x -
+  // mean[r]) * rstd[r] (mean null: 0, RMS norm), dxhat = dy * g (g null: 1). Pass 1: dg += dy *
+  // xhat, db += dy (db may be null), in row order and four rows per read of dg / db; sums[2r],
+  // sums[2r + 1] = sum dxhat, sum dxhat * xhat of row r, in f32 lanes over blocks of 8
+  // registers, then f64.
+  void (*norm_bwd_sums)(const float* x, const float* dy, const float* g, const float* mean,
+                        const float* rstd, float* dg, float* db, int64_t n, int64_t rows,
+                        double* sums);
   // Pass 2: dx = rstd * (dxhat - a - xhat * c) (a = mean dxhat, c = mean dxhat * xhat).
   void (*norm_bwd_dx)(const float* x, const float* dy, const float* g, float mean, float rstd,
                       float a, float c, float* dx, int64_t n);

@@ -331,46 +331,72 @@ TEST(VecMathTest, RowReductionsInF64) {
 }
 
 // Layer/RMS norm backward row passes against long double, with and without gamma and dbeta, odd
-// lengths. The sums are f32 within blocks of 8 registers: within 16 f32 ulp of the sum of
-// |terms|; dg/db/dx are a few f32 operations each: within 4 ulp of the sum of their |terms|.
+// lengths, row counts on and off the 4-row groups. The sums are f32 within blocks of 8
+// registers: within 16 f32 ulp of the sum of |terms|; dg/db add one f32 term per row: within
+// 4 ulp per row of the sum of their |terms|; dx is a few f32 operations: within 4 ulp of the
+// sum of its |terms|.
 TEST(VecMathTest, NormBackwardRowPasses) {
   uint32_t seed = 900;
   constexpr LD kU = 0x1p-24L;
   for (const VecKernels* k : AllIsas()) {
     for (int64_t n : {0, 1, 7, 17, 1023, 4099}) {
-      for (bool gamma : {true, false}) {
-        for (bool layer : {true, false}) {
-          const std::vector<float> x = Random(n, -3, 3, seed++), dy = Random(n, -2, 2, seed++),
-                                   g = Random(n, 0.5, 1.5, seed++);
-          const std::vector<float> dg0 = Random(n, -1, 1, seed++), db0 = Random(n, -1, 1, seed++);
-          std::vector<float> dg = dg0, db = db0, dx(n, std::nanf(""));
-          const float mean = layer ? 0.25f : 0.0f, rstd = 1.7f;
-          double sums[2];
-          k->norm_bwd_sums(x.data(), dy.data(), gamma ? g.data() : nullptr, mean, rstd, dg.data(),
-                           layer ? db.data() : nullptr, n, sums);
-          LD s1 = 0, s2 = 0, a1 = 0, a2 = 0;
-          for (int64_t i = 0; i < n; ++i) {
-            const LD xhat = (static_cast<LD>(x[i]) - mean) * rstd;
-            const LD dxhat = static_cast<LD>(dy[i]) * (gamma ? g[i] : 1.0f);
-            s1 += dxhat, s2 += dxhat * xhat, a1 += std::fabs(dxhat), a2 += std::fabs(dxhat * xhat);
-            const LD dgr = dg0[i] + static_cast<LD>(dy[i]) * xhat;
-            EXPECT_NEAR(dg[i], dgr, 4 * kU * (std::fabs(dg0[i]) + std::fabs(dy[i] * xhat)))
-                << k->isa << " n=" << n << " i=" << i;
-            EXPECT_EQ(db[i], layer ? db0[i] + dy[i] : db0[i])
-                << k->isa << " n=" << n << " i=" << i;
-          }
-          EXPECT_NEAR(sums[0], s1, 16 * kU * a1 + 1e-30) << k->isa << " n=" << n;
-          EXPECT_NEAR(sums[1], s2, 16 * kU * a2 + 1e-30) << k->isa << " n=" << n;
-          const float a = n ? static_cast<float>(sums[0] / n) : 0;
-          const float c = n ? static_cast<float>(sums[1] / n) : 0;
-          k->norm_bwd_dx(x.data(), dy.data(), gamma ? g.data() : nullptr, mean, rstd, a, c,
-                         dx.data(), n);
-          for (int64_t i = 0; i < n; ++i) {
-            const LD xhat = (static_cast<LD>(x[i]) - mean) * rstd;
-            const LD dxhat = static_cast<LD>(dy[i]) * (gamma ? g[i] : 1.0f);
-            const LD ref = rstd * (dxhat - a - xhat * c);
-            const LD scale = rstd * (std::fabs(dxhat) + std::fabs(a) + std::fabs(xhat * c));
-            EXPECT_NEAR(dx[i], ref, 4 * kU * scale) << k->isa << " n=" << n << " i=" << i;
+      for (int64_t rows : {1, 3, 4, 9}) {
+        for (bool gamma : {true, false}) {
+          for (bool layer : {true, false}) {
+            const std::vector<float> x = Random(rows * n, -3, 3, seed++),
+                                     dy = Random(rows * n, -2, 2, seed++),
+                                     g = Random(n, 0.5, 1.5, seed++);
+            const std::vector<float> dg0 = Random(n, -1, 1, seed++),
+                                     db0 = Random(n, -1, 1, seed++);
+            std::vector<float> mean = Random(rows, -0.5, 0.5, seed++),
+                               rstd = Random(rows, 0.5, 2, seed++);
+            std::vector<float> dg = dg0, db = db0, dx(n, std::nanf(""));
+            std::vector<double> sums(2 * rows);
+            k->norm_bwd_sums(x.data(), dy.data(), gamma ? g.data() : nullptr,
+                             layer ? mean.data() : nullptr, rstd.data(), dg.data(),
+                             layer ? db.data() : nullptr, n, rows, sums.data());
+            if (!layer) std::fill(mean.begin(), mean.end(), 0.0f);
+            std::vector<LD> dgr(dg0.begin(), dg0.end()), dbr(db0.begin(), db0.end());
+            std::vector<LD> dg_abs(n), db_abs(n);
+            for (int64_t j = 0; j < n; ++j) {
+              dg_abs[j] = std::fabs(dg0[j]);
+              db_abs[j] = std::fabs(db0[j]);
+            }
+            for (int64_t r = 0; r < rows; ++r) {
+              LD s1 = 0, s2 = 0, a1 = 0, a2 = 0;
+              for (int64_t j = 0; j < n; ++j) {
+                const LD xhat = (static_cast<LD>(x[r * n + j]) - mean[r]) * rstd[r];
+                const LD d = dy[r * n + j];
+                const LD dxhat = d * (gamma ? g[j] : 1.0f);
+                s1 += dxhat, s2 += dxhat * xhat;
+                a1 += std::fabs(dxhat), a2 += std::fabs(dxhat * xhat);
+                dgr[j] += d * xhat, dg_abs[j] += std::fabs(d * xhat);
+                dbr[j] += d, db_abs[j] += std::fabs(d);
+              }
+              EXPECT_NEAR(sums[2 * r], s1, 16 * kU * a1 + 1e-30) << k->isa << " n=" << n;
+              EXPECT_NEAR(sums[2 * r + 1], s2, 16 * kU * a2 + 1e-30) << k->isa << " n=" << n;
+            }
+            for (int64_t j = 0; j < n; ++j) {
+              EXPECT_NEAR(dg[j], dgr[j], 4 * kU * rows * dg_abs[j]) << k->isa << " j=" << j;
+              if (layer) {
+                EXPECT_NEAR(db[j], dbr[j], 4 * kU * rows * db_abs[j]) << k->isa << " j=" << j;
+              } else {
+                EXPECT_EQ(db[j], db0[j]) << k->isa << " n=" << n << " j=" << j;  // untouched
+              }
+            }
+            for (int64_t r = 0; r < rows; ++r) {  // pass 2 on each row
+              const float a = n ? static_cast<float>(sums[2 * r] / n) : 0;
+              const float c = n ? static_cast<float>(sums[2 * r + 1] / n) : 0;
+              k->norm_bwd_dx(x.data() + r * n, dy.data() + r * n, gamma ? g.data() : nullptr,
+                             mean[r], rstd[r], a, c, dx.data(), n);
+              for (int64_t j = 0; j < n; ++j) {
+                const LD xhat = (static_cast<LD>(x[r * n + j]) - mean[r]) * rstd[r];
+                const LD dxhat = static_cast<LD>(dy[r * n + j]) * (gamma ? g[j] : 1.0f);
+                const LD ref = rstd[r] * (dxhat - a - xhat * c);
+                const LD scale = rstd[r] * (std::fabs(dxhat) + std::fabs(a) + std::fabs(xhat * c));
+                EXPECT_NEAR(dx[j], ref, 4 * kU * scale) << k->isa << " n=" << n << " j=" << j;
+              }
+            }
           }
         }
       }

@@ -188,6 +188,30 @@ void CheckStats(const char* op, const Tensor& stat, const char* name, const Tens
   }
 }
 
+// Layer norm (mean given) or RMS norm (mean null, no db) backward of f32 rows of h on the vector
+// passes: pass 1 over a group of rows (dg / db read and written once per group), then each row's
+// dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) while the group is in cache.
+void NormBackwardF32(const float* x, const float* dy, const float* g, const float* mean,
+                     const float* rstd, float* dx, float* dg, float* db, int64_t h, int64_t rows) {
+  const cpu::VecKernels& k = cpu::Vec();
+  // Long rows: dg and db (8h bytes) outgrow L1, so read and write them once per 4 rows (h 8192:
+  // 4.7 -> 3.7 ms for 512 rows). Short rows: one at a time, so pass 2 finds its row in L1 (h
+  // 1024: 3.2 ms one at a time, 4.2-4.5 ms in fours).
+  const int64_t group = h >= 4096 ? 4 : 1;
+  double sums[2 * 4];
+  for (int64_t r0 = 0; r0 < rows; r0 += group) {
+    const int64_t nr = std::min(group, rows - r0);
+    k.norm_bwd_sums(x + r0 * h, dy + r0 * h, g, mean ? mean + r0 : nullptr, rstd + r0, dg, db, h,
+                    nr, sums);
+    for (int64_t r = 0; r < nr; ++r) {
+      const int64_t i = r0 + r;
+      const float a = mean ? static_cast<float>(sums[2 * r] / h) : 0.0f;
+      k.norm_bwd_dx(x + i * h, dy + i * h, g, mean ? mean[i] : 0.0f, rstd[i], a,
+                    static_cast<float>(sums[2 * r + 1] / h), dx + i * h, h);
+    }
+  }
+}
+
 }  // namespace
 
 Tensor Softmax(const Tensor& x, int dim) { return SoftmaxImpl("softmax", x, dim, false); }
@@ -288,19 +312,15 @@ LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma, const Ten
     T* pdx = dx.data<T>();
     T* pdg = dg.data<T>();
     T* pdb = db.data<T>();
+    if constexpr (std::is_same_v<T, float>) {  // vector passes
+      NormBackwardF32(px, pdy, pg, mc.data<float>(), rc.data<float>(), pdx, pdg, pdb, h, rows);
+      return;
+    }
     for (int64_t i = 0; i < rows; ++i) {
       const T m = mc.data<T>()[i], rs = rc.data<T>()[i];
       const T* row = px + i * h;
       const T* grow = pdy + i * h;
       // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma.
-      if constexpr (std::is_same_v<T, float>) {  // two vector passes
-        const cpu::VecKernels& k = cpu::Vec();
-        double sums[2];
-        k.norm_bwd_sums(row, grow, pg, m, rs, pdg, pdb, h, sums);
-        k.norm_bwd_dx(row, grow, pg, m, rs, static_cast<float>(sums[0] / h),
-                      static_cast<float>(sums[1] / h), pdx + i * h, h);
-        continue;
-      }
       double s1 = 0, s2 = 0;
       for (int64_t j = 0; j < h; ++j) {
         const T xhat = (row[j] - m) * rs;
@@ -393,19 +413,15 @@ RmsNormGrads RmsNormBackward(const Tensor& x, const Tensor& gamma, const Tensor&
     const T* pdy = dyc.data<T>();
     T* pdx = dx.data<T>();
     T* pdg = dg.data<T>();
+    if constexpr (std::is_same_v<T, float>) {  // vector passes (mean 0, no dbeta)
+      NormBackwardF32(px, pdy, pg, nullptr, rc.data<float>(), pdx, pdg, nullptr, h, rows);
+      return;
+    }
     for (int64_t i = 0; i < rows; ++i) {
       const T rs = rc.data<T>()[i];
       const T* row = px + i * h;
       const T* grow = pdy + i * h;
       // dx = rstd * (dxhat - xhat * mean(dxhat * xhat)), xhat = x * rstd, dxhat = dy * gamma.
-      if constexpr (std::is_same_v<T, float>) {  // two vector passes (mean 0, no dbeta)
-        const cpu::VecKernels& k = cpu::Vec();
-        double sums[2];
-        k.norm_bwd_sums(row, grow, pg, 0.0f, rs, pdg, nullptr, h, sums);
-        k.norm_bwd_dx(row, grow, pg, 0.0f, rs, 0.0f, static_cast<float>(sums[1] / h),
-                      pdx + i * h, h);
-        continue;
-      }
       double s = 0;
       for (int64_t j = 0; j < h; ++j) {
         const T xhat = row[j] * rs;

@@ -136,5 +136,35 @@ TEST(VecPathsTest, NormsAndRowReductions) {
   }
 }
 
+// The norm backwards on the vector passes, against the f64 path: 5 rows, odd lengths, one row at
+// a time and (rows of 4096 and more) a 4-row group then a single row; dx, dgamma, dbeta (dgamma
+// and dbeta sum over the rows).
+TEST(VecPathsTest, NormBackwardsOnRowGroups) {
+  uint32_t seed = 70;
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1023}, int64_t{4099}}) {
+    const Tensor x = Rows(n, seed++, -3, 5, /*specials=*/false);
+    const Tensor dy = Rows(n, seed++, -2, 2, /*specials=*/false);
+    const Tensor gamma = Rows(n, seed++, 0.5, 1.5, false).SliceRows(0, 1).Reshape({n});
+    const std::string tag = " n=" + std::to_string(n);
+    auto ln = [](const std::vector<Tensor>& t, int out) {
+      const LayerNormResult f = LayerNorm(t[0], t[1], Tensor(), 1e-5);
+      const LayerNormGrads g = LayerNormBackward(t[0], t[1], f.mean, f.rstd, t[2]);
+      return out == 0 ? g.dx : out == 1 ? g.dgamma : g.dbeta;
+    };
+    for (int out : {0, 1, 2}) {
+      ExpectF32MatchesF64([&](auto& t) { return ln(t, out); }, {x, gamma, dy}, 1e-4, 1e-4,
+                          "layer_norm_backward output " + std::to_string(out) + tag);
+    }
+    auto rms = [](const std::vector<Tensor>& t, bool dgamma) {
+      const RmsNormGrads g = RmsNormBackward(t[0], t[1], RmsNorm(t[0], t[1], 1e-5).rstd, t[2]);
+      return dgamma ? g.dgamma : g.dx;
+    };
+    for (bool dgamma : {false, true}) {
+      ExpectF32MatchesF64([&](auto& t) { return rms(t, dgamma); }, {x, gamma, dy}, 1e-4, 1e-4,
+                          std::string("rms_norm_backward ") + (dgamma ? "dgamma" : "dx") + tag);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardmap

@@ -330,58 +330,92 @@ double ExpShiftSumK(const float* x, float shift, float* y, int64_t n) {
   return total;
 }
 
-// Norm backward, per row (xhat = (x - mean) * rstd, dxhat = dy * g, g null meaning 1). Pass 1
-// adds dy * xhat into dg and dy into db (db may be null) and returns sum(dxhat) and
-// sum(dxhat * xhat): f32 lanes within blocks of kNormBlock registers, then f64. The tail runs on
-// padded lanes with dy = 0 and x = mean, so they add exactly nothing.
+// Norm backward pass 1 over R consecutive rows of n (xhat = (x - mean) * rstd, dxhat = dy * g, g
+// null meaning 1, mean null meaning 0): adds dy * xhat into dg and dy into db (db may be null),
+// row by row in order, so each dg element sees the same f32 additions as one row at a time, but
+// dg and db are read and written once per R rows; returns sums[2r] = sum(dxhat) and sums[2r + 1] =
+// sum(dxhat * xhat) of row r: f32 lanes within blocks of kNormBlock registers, then f64. The tail
+// runs on padded lanes with dy = 0 and x = mean, so they add exactly nothing.
 constexpr int kNormBlock = 8;
-template <class I>
-void NormBwdSumsK(const float* x, const float* dy, const float* g, float mean, float rstd,
-                  float* dg, float* db, int64_t n, double* sums) {
+constexpr int kNormRows = 4;
+template <class I, int R>
+void NormBwdSumsRows(const float* x, const float* dy, const float* g, const float* mean,
+                     const float* rstd, float* dg, float* db, int64_t n, double* sums) {
   constexpr int W = I::kLanes;
   using V = typename I::V;
-  double s1 = 0, s2 = 0;
-  auto step = [&](const float* xp, const float* dyp, const float* gp, float* dgp, float* dbp,
-                  V& a1, V& a2) {
-    const V xhat = (Load<I>(xp) - mean) * rstd;
-    const V d = Load<I>(dyp);
-    const V dxhat = gp ? d * Load<I>(gp) : d;
-    a1 += dxhat;
-    a2 += dxhat * xhat;
-    Store<I>(dgp, Load<I>(dgp) + d * xhat);
-    if (dbp) Store<I>(dbp, Load<I>(dbp) + d);
+  double s1[R] = {}, s2[R] = {};
+  float m[R];
+  for (int r = 0; r < R; ++r) m[r] = mean ? mean[r] : 0.0f;
+  // One register of columns: xs(r) / ds(r) give row r's x / dy at these columns.
+  auto step = [&](auto xs, auto ds, const float* gp, float* dgp, float* dbp, V* a1, V* a2) {
+    const V gv = gp ? Load<I>(gp) : V{} + 1.0f;
+    V dgv = Load<I>(dgp), dbv = dbp ? Load<I>(dbp) : V{};
+    for (int r = 0; r < R; ++r) {
+      const V xhat = (xs(r) - m[r]) * rstd[r];
+      const V d = ds(r);
+      const V dxhat = gp ? d * gv : d;
+      a1[r] += dxhat;
+      a2[r] += dxhat * xhat;
+      dgv += d * xhat;
+      dbv += d;
+    }
+    Store<I>(dgp, dgv);
+    if (dbp) Store<I>(dbp, dbv);
   };
-  auto flush = [&](V a1, V a2) {
-    float l1[W], l2[W];
-    Store<I>(l1, a1);
-    Store<I>(l2, a2);
-    for (int k = 0; k < W; ++k) s1 += l1[k], s2 += l2[k];
+  auto flush = [&](const V* a1, const V* a2) {
+    for (int r = 0; r < R; ++r) {
+      float l1[W], l2[W];
+      Store<I>(l1, a1[r]);
+      Store<I>(l2, a2[r]);
+      for (int k = 0; k < W; ++k) s1[r] += l1[k], s2[r] += l2[k];
+    }
   };
   int64_t i = 0;
   while (i + W <= n) {
-    V a1 = {}, a2 = {};
+    V a1[R] = {}, a2[R] = {};
     for (int b = 0; b < kNormBlock && i + W <= n; ++b, i += W) {
-      step(x + i, dy + i, g ? g + i : nullptr, dg + i, db ? db + i : nullptr, a1, a2);
+      step([&](int r) { return Load<I>(x + r * n + i); },
+           [&](int r) { return Load<I>(dy + r * n + i); }, g ? g + i : nullptr, dg + i,
+           db ? db + i : nullptr, a1, a2);
     }
     flush(a1, a2);
   }
   if (i < n) {
     const int64_t t = n - i;
-    float bx[W], bdy[W] = {}, bg[W] = {}, bdg[W] = {}, bdb[W] = {};
-    for (int k = 0; k < W; ++k) bx[k] = mean;
-    __builtin_memcpy(bx, x + i, t * sizeof(float));
-    __builtin_memcpy(bdy, dy + i, t * sizeof(float));
+    float bx[R][W], bdy[R][W] = {}, bg[W] = {}, bdg[W] = {}, bdb[W] = {};
+    for (int r = 0; r < R; ++r) {
+      for (int k = 0; k < W; ++k) bx[r][k] = m[r];
+      __builtin_memcpy(bx[r], x + r * n + i, t * sizeof(float));
+      __builtin_memcpy(bdy[r], dy + r * n + i, t * sizeof(float));
+    }
     if (g) __builtin_memcpy(bg, g + i, t * sizeof(float));
     __builtin_memcpy(bdg, dg + i, t * sizeof(float));
     if (db) __builtin_memcpy(bdb, db + i, t * sizeof(float));
-    V a1 = {}, a2 = {};
-    step(bx, bdy, g ? bg : nullptr, bdg, db ? bdb : nullptr, a1, a2);
+    V a1[R] = {}, a2[R] = {};
+    step([&](int r) { return Load<I>(bx[r]); }, [&](int r) { return Load<I>(bdy[r]); },
+         g ? bg : nullptr, bdg, db ? bdb : nullptr, a1, a2);
     flush(a1, a2);
     __builtin_memcpy(dg + i, bdg, t * sizeof(float));
     if (db) __builtin_memcpy(db + i, bdb, t * sizeof(float));
   }
-  sums[0] = s1;
-  sums[1] = s2;
+  for (int r = 0; r < R; ++r) {
+    sums[2 * r] = s1[r];
+    sums[2 * r + 1] = s2[r];
+  }
+}
+template <class I>
+void NormBwdSumsK(const float* x, const float* dy, const float* g, const float* mean,
+                  const float* rstd, float* dg, float* db, int64_t n, int64_t rows,
+                  double* sums) {
+  int64_t r = 0;
+  for (; r + kNormRows <= rows; r += kNormRows) {
+    NormBwdSumsRows<I, kNormRows>(x + r * n, dy + r * n, g, mean ? mean + r : nullptr, rstd + r,
+                                  dg, db, n, sums + 2 * r);
+  }
+  for (; r < rows; ++r) {
+    NormBwdSumsRows<I, 1>(x + r * n, dy + r * n, g, mean ? mean + r : nullptr, rstd + r, dg, db,
+                          n, sums + 2 * r);
+  }
 }
 
 // Norm backward pass 2: dx = rstd * (dxhat - a - xhat * c).

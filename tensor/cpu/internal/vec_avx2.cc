@@ -17,7 +17,7 @@ struct Isa {
   static constexpr int kLanes = 8;
   static V Exp(V x) { return Sleef_expf8_u10avx2(x); }
   static V Log(V x) { return Sleef_logf8_u10avx2(x); }
-  static V Tanh(V x) { return Sleef_tanhf8_u10avx2(x); }
+  static V Tanh(V x) { return Sleef_tanhf8_u35avx2(x); }
   static V Erfc(V x) { return Sleef_erfcf8_u15avx2(x); }
   template <bool kStream, class R>
   static void Put(float* p, R v) {

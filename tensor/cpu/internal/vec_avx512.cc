@@ -17,7 +17,7 @@ struct Isa {
   static constexpr int kLanes = 16;
   static V Exp(V x) { return Sleef_expf16_u10avx512f(x); }
   static V Log(V x) { return Sleef_logf16_u10avx512f(x); }
-  static V Tanh(V x) { return Sleef_tanhf16_u10avx512f(x); }
+  static V Tanh(V x) { return Sleef_tanhf16_u35avx512f(x); }
   static V Erfc(V x) { return Sleef_erfcf16_u15avx512f(x); }
   template <bool kStream, class R>
   static void Put(float* p, R v) {

@@ -18,7 +18,7 @@ struct Isa {
   static constexpr int kLanes = 4;
   static V Exp(V x) { return Sleef_expf4_u10sse2(x); }
   static V Log(V x) { return Sleef_logf4_u10sse2(x); }
-  static V Tanh(V x) { return Sleef_tanhf4_u10sse2(x); }
+  static V Tanh(V x) { return Sleef_tanhf4_u35sse2(x); }
   static V Erfc(V x) { return Sleef_erfcf4_u15sse2(x); }
   template <bool kStream, class R>
   static void Put(float* p, R v) {

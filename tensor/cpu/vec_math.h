@@ -17,8 +17,8 @@
 // Accuracy (vec_math_test checks it on every ISA): exp, log, sigmoid, silu within 3 ulp of the
 // exact value, tanh within 4; GELU and the gradients within 4 ulp of the exact value at an input
 // within 2 ulp of x (the f32-rounded inner argument of exp/erfc), gradients also within 4 ulp of
-// their largest term; results below 2^-110 in magnitude may flush to zero (SLEEF's f32 exp does not return
-// subnormals).
+// their largest term; results below 2^-110 in magnitude may flush to zero (SLEEF's f32 exp does
+// not return subnormals).
 #ifndef SHARDMAP_TENSOR_CPU_VEC_MATH_H_
 #define SHARDMAP_TENSOR_CPU_VEC_MATH_H_
 

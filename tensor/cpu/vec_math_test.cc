@@ -6,7 +6,8 @@
 // the exact value, tanh within 4 (SLEEF's 3.5-ulp tanh); GELU and the gradients within 4 ulp of
 // the exact value at an input within 2 ulp of x (their inner exp/erfc argument is rounded to f32,
 // which no f32 kernel avoids), plus, for gradients, 4 ulp of the largest term (the derivative
-// crosses zero). Results below 2^-110 in magnitude may flush to zero. NaN in gives NaN, infinities match exactly.
+// crosses zero). Results below 2^-110 in magnitude may flush to zero. NaN in gives NaN,
+// infinities match exactly.
 #include "tensor/cpu/vec_math.h"
 
 #include <algorithm>

@@ -92,12 +92,25 @@ AlphaBeta FitAlphaBeta(const std::vector<double>& bytes, const std::vector<doubl
 
 Prediction Predict(const LayerCase& c, double rank_flops_per_s, double elem_bytes,
                    const CollectiveCost& cost) {
+  return Predict(c, rank_flops_per_s, 0, elem_bytes, cost);
+}
+
+Prediction Predict(const LayerCase& c, double rank_flops_per_s, double attention_flops_per_s,
+                   double elem_bytes, const CollectiveCost& cost) {
   Prediction p;
-  p.compute_s = LayerFlops(c) / c.tp / rank_flops_per_s;
+  const double attention = attention_flops_per_s > 0 ? AttentionEinsumFlops(c) : 0;
+  p.compute_s = (LayerFlops(c) - attention) / c.tp / rank_flops_per_s;
+  if (attention > 0) p.compute_s += attention / c.tp / attention_flops_per_s;
   for (const CollectiveCall& call : LayerCollectives(c, elem_bytes)) {
     p.comm_s += cost(call.kind, c.tp, call.full_bytes);
   }
   return p;
+}
+
+double AttentionEinsumFlops(const LayerCase& c) {
+  if (c.layer != Layer::kAttention && c.layer != Layer::kBlock) return 0;
+  const double fwd = 2.0 * 2.0 * c.tokens * c.seq() * c.d;
+  return c.fwd_bwd ? 3 * fwd : fwd;
 }
 
 double AttentionScoreElements(const LayerCase& c) {

@@ -79,6 +79,16 @@ struct Prediction {
 };
 Prediction Predict(const LayerCase& c, double rank_flops_per_s, double elem_bytes,
                    const CollectiveCost& cost);
+// The same, with the attention score einsums (AttentionEinsumFlops: q k^T and p v, batched
+// [seq, head_dim] x [head_dim, seq] products far smaller than the projections' GEMMs) at their
+// own rate. A rate <= 0 means rank_flops_per_s.
+Prediction Predict(const LayerCase& c, double rank_flops_per_s, double attention_flops_per_s,
+                   double elem_bytes, const CollectiveCost& cost);
+
+// FLOPs of the attention score einsums of the whole layer (part of LayerFlops; 0 for layers
+// without attention): forward 2 x 2 tokens seq d (q k^T and p v over all heads), backward twice
+// that.
+double AttentionEinsumFlops(const LayerCase& c);
 
 // Elements of the attention scores [batch, heads, seq, seq] of the whole layer (0 for layers
 // without attention): the scale, causal mask and softmax work on each, forward and backward,

@@ -8,7 +8,8 @@
 // Validation, all in this one run on simulated CPU devices (in-process ranks, f32):
 //   1. compute rate: the layer's per-rank GEMM shapes timed on t concurrent threads (t = 1, 2, 4,
 //      8), giving a per-rank FLOP rate for wall time (the threads share the cores) and for CPU
-//      time (each thread's own CPU clock);
+//      time (each thread's own CPU clock); the same for the attention score einsums (small
+//      batched products, well below the GEMM rate);
 //   2. alpha-beta: all_reduce / all_gather / reduce_scatter over t in-process ranks at 3 sizes,
 //      timed like collectives_bench (barrier, then the call; rank 0's wall time), fitted per op
 //      and t by least squares;
@@ -36,6 +37,7 @@
 #include "collectives/in_process.h"
 #include "autograd/value_and_grad.h"
 #include "shardmap/context.h"
+#include "shardmap/einsum.h"
 #include "shardmap/nn_ops.h"
 #include "shardmap/ops.h"
 #include "tensor/ops/matmul.h"
@@ -108,6 +110,41 @@ Rate MeasureGemmRate(int t, int reps) {
   r.wall = flops / wall;
   double c = 0;
   for (double s : cpu) c += s / t;
+  r.cpu = flops / c;
+  return r;
+}
+
+// The attention score einsums' per-rank FLOP rate at TP t: t threads at once, each running the
+// forward einsums of its heads/t heads (q k^T, then p v; [seq, 64] x [64, seq] products per
+// sequence and head) through typed ops, as the layer does.
+Rate MeasureAttentionEinsumRate(int t, int reps) {
+  const int64_t s = std::min<int64_t>(flags.tokens, 128), b = flags.tokens / s;
+  const int64_t h = std::max<int64_t>(1, flags.d / 64 / t), hd = 64;
+  std::vector<double> cpu(t);
+  const double t0 = Now();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < t; ++i) {
+    threads.emplace_back([&, i] {
+      SingleRankContext one{Mesh()};
+      Value q = Value::Replicated(RandomNormal({b, s, 1, h, hd}, 7, 0, 1, DType::kF32));
+      Value k = Value::Replicated(RandomNormal({b, s, 1, h, hd}, 8, 0, 1, DType::kF32));
+      auto run = [&] {
+        Value p = einsum("btchd,bschd->bhts", q, k);
+        return einsum("bhts,bschd->bthd", p, k);
+      };
+      (void)run();  // warm-up
+      const double c0 = ThreadCpu();
+      for (int r = 0; r < reps; ++r) (void)run();
+      cpu[i] = ThreadCpu() - c0;
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  const double wall = Now() - t0;
+  const double flops = 2.0 * 2.0 * b * h * s * s * hd * reps;  // per thread
+  Rate r;
+  r.wall = flops / wall;
+  double c = 0;
+  for (double x : cpu) c += x / t;
   r.cpu = flops / c;
   return r;
 }
@@ -206,6 +243,20 @@ void Validate() {
                              t, rate[t].wall, rate[t].cpu));
   }
 
+  std::map<int, Rate> attention_rate;
+  printf("\nAttention score einsums (q k^T and p v, [%lld, 64] x [64, %lld] per sequence and head, "
+         "heads / t per rank), t threads at once:\n\n| t | per-rank GFLOP/s (wall) | per-rank "
+         "GFLOP/s (own CPU time) |\n|---|---|---|\n",
+         (long long)std::min<int64_t>(flags.tokens, 128),
+         (long long)std::min<int64_t>(flags.tokens, 128));
+  for (int t : tps) {
+    attention_rate[t] = MeasureAttentionEinsumRate(t, std::max(2, 8 / t));
+    printf("| %d | %.2f | %.2f |\n", t, attention_rate[t].wall / 1e9, attention_rate[t].cpu / 1e9);
+    JsonItem(absl::StrFormat(
+        R"({"kind":"attention_einsum_rate","t":%d,"rank_flops_wall":%.6g,"rank_flops_cpu":%.6g})", t,
+        attention_rate[t].wall, attention_rate[t].cpu));
+  }
+
   const double score_s[2] = {MeasureScoreSecondsPerElement(false, 4),
                              MeasureScoreSecondsPerElement(true, 4)};
   printf("\nAttention scores (scale + causal mask + softmax, one thread, CPU time): %.2f ns per "
@@ -243,7 +294,9 @@ void Validate() {
   printf("Prediction (wall) = LayerFlops / t / per-rank wall rate(t) (the GEMM rate on t "
          "threads, re-measured just before each row) + sum of fitted collective "
          "costs; prediction (CPU) = LayerFlops / t / per-rank CPU rate(t), against the ranks' "
-         "mean thread CPU time outside collectives. Both add the attention scores' elementwise "
+         "mean thread CPU time outside collectives. The attention score einsums' share of "
+         "LayerFlops goes at their own measured rate (CPU; on the wall clock scaled like the "
+         "GEMMs). Both add the attention scores' elementwise "
          "work (elements / t at the measured ns per element). Other elementwise ops (GELU, "
          "LayerNorm, residual adds, bias), copies and the tape are not in the model, so it "
          "under-predicts by their share. err = (predicted - measured) / measured.\n\n");
@@ -264,8 +317,11 @@ void Validate() {
           // The machine's load drifts (other jobs): the wall rate is re-measured just before
           // each row, the CPU rate is the table's.
           const double wall_rate = MeasureGemmRate(t, std::max(2, 8 / t)).wall;
-          Prediction wall = Predict(c, wall_rate, 4, cost);
-          Prediction cpu = Predict(c, rate[t].cpu, 4, cost);
+          // The score einsums at their own rate; on the wall clock slowed down by the t
+          // threads sharing the cores as much as the GEMMs are.
+          Prediction wall = Predict(c, wall_rate,
+                                    attention_rate[t].cpu * wall_rate / rate[t].cpu, 4, cost);
+          Prediction cpu = Predict(c, rate[t].cpu, attention_rate[t].cpu, 4, cost);
           // The attention scores' elementwise work, split over t; on the wall clock slowed down
           // as the GEMMs are by the t threads sharing the cores.
           const double scores = AttentionScoreElements(c) / t * score_s[fwd_bwd ? 1 : 0];

@@ -51,8 +51,16 @@ TEST(TpModelTest, AttentionFlopsByHand) {
   EXPECT_DOUBLE_EQ(LayerFlops(c), 3 * 1536);
   // 2 sequences x 2 heads x 4 x 4 scores.
   EXPECT_DOUBLE_EQ(AttentionScoreElements(c), 64);
+  // The score einsums are 512 of the 1536 forward FLOPs; at their own rate (64 FLOP/s against
+  // 256 for the rest, t = 1, no collectives): (3 * 1024) / 256 + (3 * 512) / 64 = 36 s.
+  EXPECT_DOUBLE_EQ(AttentionEinsumFlops(c), 3 * 512);
+  EXPECT_DOUBLE_EQ(Predict(c, 256, 64, 4, RingCost({1, 16})).compute_s, 36);
+  EXPECT_DOUBLE_EQ(Predict(c, 256, 0, 4, RingCost({1, 16})).compute_s, 3 * 1536 / 256.0);
+  c.tp = 2;  // both parts split over t
+  EXPECT_DOUBLE_EQ(Predict(c, 256, 64, 4, RingCost({1, 16})).compute_s, 18);
   c.layer = Layer::kMlp;
   EXPECT_DOUBLE_EQ(AttentionScoreElements(c), 0);
+  EXPECT_DOUBLE_EQ(AttentionEinsumFlops(c), 0);
 }
 
 TEST(TpModelTest, FitRecoversALine) {

@@ -323,7 +323,20 @@ TEST(VecMathTest, RowReductionsInF64) {
           z[at] = std::numeric_limits<float>::quiet_NaN();
           EXPECT_TRUE(std::isnan(k->max(z.data(), n))) << k->isa << " n=" << n << " at " << at;
           EXPECT_TRUE(std::isnan(k->sum(z.data(), n))) << k->isa << " n=" << n << " at " << at;
+          // Infinities and sums that overflow send max down its exact path: same answers.
+          const float inf = std::numeric_limits<float>::infinity();
+          z = x;
+          z[at] = inf;
+          EXPECT_EQ(k->max(z.data(), n), inf) << k->isa << " n=" << n << " at " << at;
+          z[at] = -inf;
+          EXPECT_EQ(k->max(z.data(), n), n == 1 ? -inf : *std::max_element(z.begin(), z.end()))
+              << k->isa << " n=" << n << " at " << at;
+          std::vector<float> big(n, 3e38f);
+          big[at] = 3.4e38f;
+          EXPECT_EQ(k->max(big.data(), n), 3.4e38f) << k->isa << " n=" << n << " at " << at;
         }
+        const std::vector<float> all_neg_inf(n, -std::numeric_limits<float>::infinity());
+        EXPECT_EQ(k->max(all_neg_inf.data(), n), -std::numeric_limits<float>::infinity());
       }
     }
     EXPECT_EQ(k->max(nullptr, 0), -std::numeric_limits<float>::infinity());

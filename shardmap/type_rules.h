@@ -226,10 +226,15 @@ inline bool SameSpan(absl::Span<const int64_t> x, absl::Span<const int64_t> y) {
 
 }  // namespace internal
 
-inline SpmdType ElementwiseRule(const char* op, const SpmdType& a,
-                                absl::Span<const int64_t> a_shape, const SpmdType& b,
-                                absl::Span<const int64_t> b_shape, absl::Span<const int64_t> out,
-                                bool multilinear, bool divide, std::optional<Rejection>& no) {
+namespace internal {
+
+// The fast paths alone (nullopt: the case needs the full rule). Exposed so tests can check
+// where they fire, not only that they agree with the full rules.
+inline std::optional<SpmdType> ElementwiseFast(const SpmdType& a,
+                                               absl::Span<const int64_t> a_shape,
+                                               const SpmdType& b,
+                                               absl::Span<const int64_t> b_shape,
+                                               absl::Span<const int64_t> out, bool multilinear) {
   // Equal types: R, I, V, P (P+P; P*P is rejected) keep their kind; S(d) keeps d when neither
   // operand is broadcast.
   bool fast = a.num_axes() == b.num_axes();
@@ -238,10 +243,38 @@ inline SpmdType ElementwiseRule(const char* op, const SpmdType& a,
     fast = a[i] == b[i] && !(multilinear && a[i].kind == AxisKind::kP);
     sharded |= a[i].dim >= 0;
   }
-  if (fast && (!sharded || (internal::SameSpan(a_shape, out) && internal::SameSpan(b_shape, out)))) {
-    SpmdType t = a;
-    if (t.mesh_id() == 0) t.set_mesh_id(b.mesh_id());
-    return t;
+  if (!fast || (sharded && !(SameSpan(a_shape, out) && SameSpan(b_shape, out)))) {
+    return std::nullopt;
+  }
+  SpmdType t = a;
+  if (t.mesh_id() == 0) t.set_mesh_id(b.mesh_id());
+  return t;
+}
+
+inline std::optional<SpmdType> MatmulFast(const SpmdType& a, const SpmdType& b) {
+  // Only R and V of unknown layout: R@R = R, anything with a V is V.
+  if (a.num_axes() != b.num_axes()) return std::nullopt;
+  SpmdType t(a.num_axes());
+  t.set_mesh_id(a.mesh_id() != 0 ? a.mesh_id() : b.mesh_id());
+  for (int i = 0; i < a.num_axes(); ++i) {
+    const AxisType x = a[i], y = b[i];
+    const bool fast = (x.kind == AxisKind::kR || (x.kind == AxisKind::kV && x.dim < 0)) &&
+                      (y.kind == AxisKind::kR || (y.kind == AxisKind::kV && y.dim < 0));
+    if (!fast) return std::nullopt;
+    if (x.kind != AxisKind::kR || y.kind != AxisKind::kR) t[i] = AxisType::V();
+  }
+  return t;
+}
+
+}  // namespace internal
+
+inline SpmdType ElementwiseRule(const char* op, const SpmdType& a,
+                                absl::Span<const int64_t> a_shape, const SpmdType& b,
+                                absl::Span<const int64_t> b_shape, absl::Span<const int64_t> out,
+                                bool multilinear, bool divide, std::optional<Rejection>& no) {
+  if (std::optional<SpmdType> t = internal::ElementwiseFast(a, a_shape, b, b_shape, out,
+                                                            multilinear)) {
+    return *std::move(t);
   }
   return internal::ElementwiseRuleFull(op, a, a_shape, b, b_shape, out, multilinear, divide, no);
 }
@@ -249,19 +282,7 @@ inline SpmdType ElementwiseRule(const char* op, const SpmdType& a,
 inline SpmdType MatmulRule(const SpmdType& a, int a_rank, const SpmdType& b, int b_rank,
                            bool ta, bool tb, absl::Span<const std::string> axis_names,
                            std::optional<Rejection>& no) {
-  // Only R and V of unknown layout: R@R = R, anything with a V is V.
-  if (a.num_axes() == b.num_axes()) {
-    SpmdType t(a.num_axes());
-    t.set_mesh_id(a.mesh_id() != 0 ? a.mesh_id() : b.mesh_id());
-    bool fast = true;
-    for (int i = 0; fast && i < a.num_axes(); ++i) {
-      const AxisType x = a[i], y = b[i];
-      fast = (x.kind == AxisKind::kR || (x.kind == AxisKind::kV && x.dim < 0)) &&
-             (y.kind == AxisKind::kR || (y.kind == AxisKind::kV && y.dim < 0));
-      if (x.kind != AxisKind::kR || y.kind != AxisKind::kR) t[i] = AxisType::V();
-    }
-    if (fast) return t;
-  }
+  if (std::optional<SpmdType> t = internal::MatmulFast(a, b)) return *std::move(t);
   return internal::MatmulRuleFull(a, a_rank, b, b_rank, ta, tb, axis_names, no);
 }
 

@@ -475,18 +475,26 @@ TEST(LayoutRules, PermuteSliceBroadcast) {
 }
 
 // The inline fast paths agree with the full rules on every pair of two-axis types (R, I, V,
-// S0, S1, P per axis), with and without broadcasting.
-TEST(FastPaths, AgreeWithTheFullRules) {
+// S0, S1, P per axis), with and without broadcasting, and fire exactly where they are meant to:
+// elementwise on equal types (not P under a multilinear op; S only without broadcasting), matmul
+// on R and V operands.
+TEST(FastPaths, AgreeWithTheFullRulesAndFireWhereMeant) {
   const std::vector<AxisType> kinds = {AxisType::R(), AxisType::I(), AxisType::V(),
                                        AxisType::Sharded(0), AxisType::Sharded(1), AxisType::P()};
   std::vector<SpmdType> types;
   for (AxisType x : kinds) {
     for (AxisType y : kinds) types.push_back(T2(x, y));
   }
+  auto has = [](const SpmdType& t, auto pred) {
+    for (int i = 0; i < t.num_axes(); ++i) {
+      if (pred(t[i])) return true;
+    }
+    return false;
+  };
   const std::vector<int64_t> k4x8 = {4, 8}, k1x8 = {1, 8};
   const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes = {
       {k4x8, k4x8}, {k4x8, k1x8}, {k1x8, k4x8}};
-  int fast_hits = 0;
+  int elementwise_fired = 0, matmul_fired = 0;
   for (const SpmdType& a : types) {
     for (const SpmdType& b : types) {
       for (const auto& [as, bs] : shapes) {
@@ -505,7 +513,18 @@ TEST(FastPaths, AgreeWithTheFullRules) {
           } else {
             EXPECT_EQ(no_fast->rule, no_full->rule);
           }
-          fast_hits += a == b && !no_full;
+          const bool broadcast = as != k4x8 || bs != k4x8;
+          const bool meant =
+              a == b && !(multilinear && has(a, [](AxisType x) { return x.kind == AxisKind::kP; })) &&
+              !(broadcast && has(a, [](AxisType x) { return x.dim >= 0; }));
+          const std::optional<SpmdType> fired =
+              internal::ElementwiseFast(a, as, b, bs, k4x8, multilinear);
+          EXPECT_EQ(fired.has_value(), meant)
+              << a.ToString(kNames) << " " << b.ToString(kNames) << " mode " << mode;
+          if (fired) {
+            EXPECT_EQ(fired->ToString(kNames), full.ToString(kNames));
+            ++elementwise_fired;
+          }
         }
       }
       for (bool ta : {false, true}) {
@@ -518,10 +537,23 @@ TEST(FastPaths, AgreeWithTheFullRules) {
           ASSERT_EQ(fast.ToString(kNames), full.ToString(kNames))
               << a.ToString(kNames) << " @ " << b.ToString(kNames);
         }
+        auto r_or_v = [](AxisType x) {
+          return x.kind == AxisKind::kR || (x.kind == AxisKind::kV && x.dim < 0);
+        };
+        const bool meant = !has(a, [&](AxisType x) { return !r_or_v(x); }) &&
+                           !has(b, [&](AxisType x) { return !r_or_v(x); });
+        const std::optional<SpmdType> fired = internal::MatmulFast(a, b);
+        EXPECT_EQ(fired.has_value(), meant) << a.ToString(kNames) << " @ " << b.ToString(kNames);
+        if (fired) {
+          EXPECT_EQ(fired->ToString(kNames), full.ToString(kNames));
+          ++matmul_fired;
+        }
       }
     }
   }
-  EXPECT_GT(fast_hits, 0);
+  // 36 equal pairs x 3 shapes x 3 modes, less P under mul/div and S under broadcasting.
+  EXPECT_GT(elementwise_fired, 100);
+  EXPECT_EQ(matmul_fired, 4 * 4 * 2);  // {R, V}^2 per operand, both transposes
 }
 
 }  // namespace

@@ -460,6 +460,53 @@ TEST(VecMathTest, RowEpiloguesMatchTheReference) {
   }
 }
 
+// The row epilogues on IEEE edge values (0, -0, +-inf, NaN, huge, tiny, subnormal) in every lane
+// and the tail, against the same formula in long double rounded to f32 (so an overflow is inf on
+// both sides): NaN where the reference is NaN, infinities exactly, the rest within 4 ulp of the
+// sum of |terms| (log-softmax: plus exp's 3).
+TEST(VecMathTest, RowEpiloguesOnEdgeValues) {
+  std::vector<float> x = EdgeValues();
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> dy(n), g(n), b(n);
+  for (int64_t i = 0; i < n; ++i) {
+    dy[i] = x[(i + 3) % n];
+    g[i] = 0.5f + 0.1f * static_cast<float>(i % 7);
+    b[i] = x[(i + 11) % n];
+  }
+  auto check = [](float got, LD ref, LD scale, const std::string& what) {
+    const float r = static_cast<float>(ref);
+    if (std::isnan(r)) {
+      EXPECT_TRUE(std::isnan(got)) << what << " got " << got;
+    } else if (std::isinf(r)) {
+      EXPECT_EQ(got, r) << what;
+    } else if (!(std::isinf(got) && std::fabs(ref) > 0x1p127L)) {
+      // (a finite result whose f32 terms overflowed on the way is no error of the kernel's)
+      EXPECT_NEAR(got, r, 4 * Ulp(scale) + 4 * Ulp(ref)) << what;
+    }
+  };
+  for (const VecKernels* k : AllIsas()) {
+    std::vector<float> y(n);
+    k->norm_affine(x.data(), 0.25f, 1.7f, g.data(), b.data(), y.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const LD xhat = (static_cast<LD>(x[i]) - 0.25f) * 1.7f;
+      check(y[i], xhat * g[i] + b[i], std::fabs(xhat * g[i]) + std::fabs(b[i]),
+            std::string(k->isa) + " norm_affine x=" + std::to_string(x[i]));
+    }
+    k->softmax_bwd(x.data(), dy.data(), 0.6f, y.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const LD ref = static_cast<LD>(x[i]) * (dy[i] - static_cast<LD>(0.6f));
+      check(y[i], ref, std::fabs(ref),
+            std::string(k->isa) + " softmax_bwd x=" + std::to_string(x[i]));
+    }
+    k->log_softmax_bwd(x.data(), dy.data(), 0.6f, y.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const LD e = static_cast<LD>(static_cast<float>(std::exp(static_cast<LD>(x[i])))) * 0.6f;
+      check(y[i], dy[i] - e, std::fabs(dy[i]) + std::fabs(e),
+            std::string(k->isa) + " log_softmax_bwd y=" + std::to_string(x[i]));
+    }
+  }
+}
+
 // transpose32 moves bits: every element lands exactly where a naive loop puts it, for sizes on and
 // off the register square and the L1 block, with strides wider than the copied extent, NaN
 // payloads unchanged, with and without streaming stores (which need an aligned output whose row

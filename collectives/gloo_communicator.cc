@@ -508,8 +508,8 @@ class GlooCommunicator final : public Communicator {
   // Data slots of a call whose transfers are posted before its agreement is checked: a hash of
   // everything the agreement compares (sequence number included), so ranks whose calls differ
   // use different slots and no byte moves between them (Gloo would abort the process on a
-  // message longer than the receive posted for it), barring a collision of the 53 bits kept. kHashedBit keeps them apart from the
-  // sequence-numbered slots; the low byte is the phase.
+  // message longer than the receive posted for it), barring a collision of the 53 bits kept.
+  // kHashedBit keeps them apart from the sequence-numbered slots; the low byte is the phase.
   static uint64_t CallSlotBase(const Desc& d) {
     const uint64_t fields[] = {static_cast<uint64_t>(d.op), static_cast<uint64_t>(d.dtype),
                                static_cast<uint64_t>(d.reduce), static_cast<uint64_t>(d.root),

@@ -333,7 +333,9 @@ TEST(GlooAllReduceTest, BitwiseEqualToTheInProcessBackend) {
       const std::string what = Case(n, ReduceOpName(k.op), k.dt, k.count, k.in_place);
       // Not trivially equal: the in-process result is the reference.
       ASSERT_TRUE(k.local[0] == Reference(k.dt, k.in, 0, k.count, k.op)) << what;
-      for (int r = 0; r < n; ++r) ASSERT_TRUE(k.gloo[r] == k.local[r]) << "rank " << r << " " << what;
+      for (int r = 0; r < n; ++r) {
+        ASSERT_TRUE(k.gloo[r] == k.local[r]) << "rank " << r << " " << what;
+      }
     }
   }
 }

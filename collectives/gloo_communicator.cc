@@ -1,14 +1,21 @@
 // Gloo backend. Gloo provides the TCP transport (full mesh of pairs, tagged non-blocking
 // send/recv into unbound buffers); the algorithms are ours, so reductions run in rank order with
 // the shared CPU kernel (internal::ReduceBuffers) and give the in-process backend's bits:
-//   - every collective first exchanges a call descriptor with every peer (the agreement phase,
-//     always on the same slot, so a rank that skipped a call is caught too), then moves data on
-//     slots numbered by the call's sequence number; the descriptor carries the caller's CallTag
-//     (shardmap's op, axes, shape, program order), so calls reordered across groups meet a peer
-//     whose tag differs and fail naming both;
+//   - every collective exchanges a call descriptor with every peer (the agreement phase, always
+//     on the same slot, so a rank that skipped a call is caught too); the descriptor carries the
+//     caller's CallTag (shardmap's op, axes, shape, program order), so calls reordered across
+//     groups meet a peer whose tag differs and fail naming both. Most collectives move data only
+//     after it, on slots numbered by the call's sequence number. The all-reduce posts its data
+//     together with the descriptors, on slots hashed from the whole descriptor (CallSlotBase):
+//     ranks whose calls differ exchange no byte (barring a 53-bit hash collision), and the
+//     check costs no extra round trip;
 //   - all-reduce above kSmallAllReduceBytes: direct reduce-scatter (each rank receives its slice
-//     from every peer and reduces it in rank order) then all-gather of the reduced slices; below,
+//     from every peer and reduces it in rank order, all n sources at once) then all-gather of the
+//     reduced slices; every receive of the call is posted before any send, so sends find their
+//     receive announced and leave at once; peers in staggered order (to me+k, from me-k). Below,
 //     every rank receives every input and reduces everything (one round, same bits everywhere).
+//     Cutting the slices into pipelined chunks (reduce chunk k while chunk k+1 arrives) was
+//     measured slower on a 2-core machine: more messages, more wake-ups of Gloo's event loop.
 // Failures close every connection of the world (GlooWorld::Poison): peers waiting on this rank
 // fail at once naming it, and no late transfer can land in a buffer the caller got back.
 #include "collectives/gloo_communicator.h"
@@ -149,10 +156,13 @@ std::pair<size_t, size_t> SliceOf(int r, int n, size_t count, size_t esz) {
 }
 
 constexpr size_t kSmallAllReduceBytes = 32 << 10;
-// Slots: the agreement phase always uses kAgreeSlot; data phase p of call s uses (s << 8) | p;
-// Send/Recv use kP2PBit | (k << 8) | p for the k-th message between the pair.
+
+// Slots: the agreement phase always uses kAgreeSlot; data phase p of call s uses (s << 8) | p,
+// or (all-reduce) kHashedBit | hash(call) << 8 | p; Send/Recv use kP2PBit | (k << 8) | p for
+// the k-th message between the pair.
 constexpr uint64_t kAgreeSlot = 1;  // GroupLink::kAbortSlot is 2
 constexpr uint64_t kP2PBit = 1ull << 62;
+constexpr uint64_t kHashedBit = 1ull << 61;  // see CallSlotBase
 
 char* Bytes(void* p) { return static_cast<char*>(p); }
 const char* Bytes(const void* p) { return static_cast<const char*>(p); }
@@ -421,40 +431,92 @@ class GlooCommunicator final : public Communicator {
 
   uint64_t DataSlot(int phase) const { return (seq_ << 8) | static_cast<uint64_t>(phase); }
 
-  // Posts every transfer (receives first), then waits for all of them. On failure it poisons
-  // the world before the buffers go away, so no late transfer lands in them.
-  absl::Status Exchange(absl::Span<const Xfer> xs) {
-    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> bufs(xs.size());
-    const auto deadline = std::chrono::steady_clock::now() + ToMillis(world_->timeout);
-    int peer = -1;
-    absl::Status s;
+  using Deadline = std::chrono::steady_clock::time_point;
+  Deadline NewDeadline() const {
+    return std::chrono::steady_clock::now() + ToMillis(world_->timeout);
+  }
+
+  // Transfers posted now and waited for one by one later, so that a phase can start before the
+  // previous one ended. Kept alive until every transfer is waited for or the call failed (a
+  // failure poisons the world first, so nothing lands in a buffer after the call returned).
+  struct Posted {
+    std::vector<Xfer> xs;
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> bufs;
+  };
+
+  absl::Status Fail(absl::Status s) {
+    world_->Poison(s);
+    return s;
+  }
+
+  // Posts x; its index in `posted` is the number of transfers posted before it.
+  absl::Status Post(Posted& posted, const Xfer& x) {
+    posted.xs.push_back(x);
+    posted.bufs.emplace_back();
+    if (x.bytes == 0) return absl::OkStatus();
     try {
-      for (bool sends : {false, true}) {
-        for (size_t i = 0; i < xs.size(); ++i) {
-          if (xs[i].bytes == 0 || xs[i].is_send != sends) continue;
-          peer = xs[i].peer;
-          bufs[i] = ctx_->createUnboundBuffer(const_cast<void*>(xs[i].ptr), xs[i].bytes);
-          if (sends) {
-            bufs[i]->send(peer, xs[i].slot);
-          } else {
-            bufs[i]->recv(peer, xs[i].slot);
-          }
-        }
-      }
-      for (size_t i = 0; i < xs.size() && s.ok(); ++i) {
-        if (!bufs[i]) continue;
-        peer = xs[i].peer;
-        const auto left = std::max(std::chrono::milliseconds(1),
-                                   std::chrono::duration_cast<std::chrono::milliseconds>(
-                                       deadline - std::chrono::steady_clock::now()));
-        const bool done = xs[i].is_send ? bufs[i]->waitSend(left) : bufs[i]->waitRecv(left);
-        if (!done) s = absl::AbortedError(absl::StrCat(what_, ": the wait was aborted"));
+      std::unique_ptr<gloo::transport::UnboundBuffer>& buf = posted.bufs.back();
+      buf = ctx_->createUnboundBuffer(const_cast<void*>(x.ptr), x.bytes);
+      if (x.is_send) {
+        buf->send(x.peer, x.slot);
+      } else {
+        buf->recv(x.peer, x.slot);
       }
     } catch (const std::exception& e) {
-      s = PeerFailure(peer, e.what(), std::chrono::steady_clock::now() >= deadline);
+      return Fail(PeerFailure(x.peer, e.what(), false));
     }
-    if (!s.ok()) world_->Poison(s);
-    return s;
+    return absl::OkStatus();
+  }
+
+  absl::Status Await(Posted& posted, size_t i, Deadline deadline) {
+    std::unique_ptr<gloo::transport::UnboundBuffer>& buf = posted.bufs[i];
+    if (!buf) return absl::OkStatus();
+    const Xfer& x = posted.xs[i];
+    try {
+      const auto left = std::max(std::chrono::milliseconds(1),
+                                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     deadline - std::chrono::steady_clock::now()));
+      if (!(x.is_send ? buf->waitSend(left) : buf->waitRecv(left))) {
+        return Fail(absl::AbortedError(absl::StrCat(what_, ": the wait was aborted")));
+      }
+    } catch (const std::exception& e) {
+      return Fail(PeerFailure(x.peer, e.what(), std::chrono::steady_clock::now() >= deadline));
+    }
+    buf.reset();
+    return absl::OkStatus();
+  }
+
+  absl::Status AwaitAll(Posted& posted, Deadline deadline) {
+    for (size_t i = 0; i < posted.xs.size(); ++i) {
+      SM_COLL_RETURN_IF_ERROR(Await(posted, i, deadline));
+    }
+    return absl::OkStatus();
+  }
+
+  // Posts every transfer (receives first), then waits for all of them.
+  absl::Status Exchange(absl::Span<const Xfer> xs) {
+    const Deadline deadline = NewDeadline();
+    Posted posted;
+    for (bool sends : {false, true}) {
+      for (const Xfer& x : xs) {
+        if (x.is_send == sends) SM_COLL_RETURN_IF_ERROR(Post(posted, x));
+      }
+    }
+    return AwaitAll(posted, deadline);
+  }
+
+  // Data slots of a call whose transfers are posted before its agreement is checked: a hash of
+  // everything the agreement compares (sequence number included), so ranks whose calls differ
+  // use different slots and no byte moves between them (Gloo would abort the process on a
+  // message longer than the receive posted for it), barring a collision of the 53 bits kept.
+  // kHashedBit keeps them apart from the sequence-numbered slots; the low byte is the phase.
+  static uint64_t CallSlotBase(const Desc& d) {
+    const uint64_t fields[] = {static_cast<uint64_t>(d.op), static_cast<uint64_t>(d.dtype),
+                               static_cast<uint64_t>(d.reduce), static_cast<uint64_t>(d.root),
+                               d.seq, d.count, d.layout};
+    uint64_t h = HashBytes(fields, sizeof(fields));
+    h ^= HashBytes(d.tag, sizeof(d.tag)) * 31;
+    return kHashedBit | ((h << 8) & (kHashedBit - 1));
   }
 
   absl::Status PeerFailure(int peer, absl::string_view why, bool timed_out) {
@@ -477,23 +539,61 @@ class GlooCommunicator final : public Communicator {
   // that differs from it). send_counts/recv_counts: AllToAllV's pairwise check.
   absl::Status Agree(Desc mine, absl::Span<const size_t> send_counts = {},
                      absl::Span<const size_t> recv_counts = {}) {
+    const Deadline deadline = NewDeadline();
+    Posted posted;
+    Agreement a;
+    SM_COLL_RETURN_IF_ERROR(StartAgree(mine, posted, a, send_counts, recv_counts));
+    return FinishAgree(posted, a, deadline, send_counts, recv_counts);
+  }
+
+  // What the agreement phase of one call sends and receives; `posted` indices of its receives.
+  struct Agreement {
+    std::vector<Desc> out, in;
+    std::vector<size_t> recvs;
+  };
+
+  // Numbers the call, posts its descriptor to every peer and the receives of theirs. Transfers
+  // posted after this and before FinishAgree overlap the agreement round trip.
+  absl::Status StartAgree(Desc mine, Posted& posted, Agreement& a,
+                          absl::Span<const size_t> send_counts = {},
+                          absl::Span<const size_t> recv_counts = {}) {
     mine.seq = ++seq_;
     std::copy(std::begin(tag_.words), std::end(tag_.words), std::begin(mine.tag));
     const int n = size();
     const int me = rank();
-    std::vector<Desc> out(n, mine);
-    std::vector<Desc> in(n, mine);
-    std::vector<Xfer> xs;
+    a.out.assign(n, mine);
+    a.in.assign(n, mine);
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      a.recvs.push_back(posted.xs.size());
+      SM_COLL_RETURN_IF_ERROR(Post(posted, {p, false, &a.in[p], sizeof(Desc), kAgreeSlot}));
+    }
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
       if (!send_counts.empty()) {
-        out[p].to_you = send_counts[p];
-        out[p].from_you = recv_counts[p];
+        a.out[p].to_you = send_counts[p];
+        a.out[p].from_you = recv_counts[p];
       }
-      xs.push_back({p, true, &out[p], sizeof(Desc), kAgreeSlot});
-      xs.push_back({p, false, &in[p], sizeof(Desc), kAgreeSlot});
+      SM_COLL_RETURN_IF_ERROR(Post(posted, {p, true, &a.out[p], sizeof(Desc), kAgreeSlot}));
     }
-    SM_COLL_RETURN_IF_ERROR(Exchange(xs));
+    return absl::OkStatus();
+  }
+
+  // Waits for every peer's descriptor and checks them. A mismatch poisons the world at once, so
+  // transfers posted since StartAgree can land nowhere after the call returned.
+  absl::Status FinishAgree(Posted& posted, Agreement& a, Deadline deadline,
+                           absl::Span<const size_t> send_counts = {},
+                           absl::Span<const size_t> recv_counts = {}) {
+    for (size_t i : a.recvs) SM_COLL_RETURN_IF_ERROR(Await(posted, i, deadline));
+    absl::Status s = CheckAgreement(a.in, send_counts, recv_counts);
+    if (!s.ok()) return Fail(s);
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckAgreement(const std::vector<Desc>& in, absl::Span<const size_t> send_counts,
+                              absl::Span<const size_t> recv_counts) {
+    const int n = size();
+    const int me = rank();
     for (int p = 0; p < n; ++p) {
       if (in[p].magic != kMagic) {
         return absl::InternalError(absl::StrCat(what_, ": ", RankName(p),
@@ -543,54 +643,77 @@ class GlooCommunicator final : public Communicator {
     SM_COLL_RETURN_IF_ERROR(Begin(d));
     SM_COLL_RETURN_IF_ERROR(CheckBuffer(send, count, "send"));
     SM_COLL_RETURN_IF_ERROR(CheckBuffer(recv, count, "recv"));
-    SM_COLL_RETURN_IF_ERROR(Agree(d));
     const int n = size();
     const int me = rank();
     const size_t esz = DataTypeSize(dtype);
     const size_t bytes = count * esz;
-    if (count == 0) return absl::OkStatus();
-    if (n == 1) {
-      internal::ReduceBuffers(recv, &send, 1, count, dtype, op);  // avg over one rank too
+    const Deadline deadline = NewDeadline();
+    Posted posted;
+    Agreement agreement;
+    SM_COLL_RETURN_IF_ERROR(StartAgree(d, posted, agreement));
+    // The data moves on slots derived from this rank's whole descriptor, so it meets only a
+    // peer that made the same call and can be posted before the descriptors are checked: the
+    // check then costs no extra round trip.
+    const uint64_t base = CallSlotBase(agreement.out[me]);
+    if (count == 0 || n == 1) {
+      SM_COLL_RETURN_IF_ERROR(FinishAgree(posted, agreement, deadline));
+      if (count > 0) internal::ReduceBuffers(recv, &send, 1, count, dtype, op);  // avg too
       return absl::OkStatus();
     }
     std::vector<const void*> srcs(n);
     if (bytes <= kSmallAllReduceBytes) {
       // One round: every rank gets every input and reduces all of it in rank order.
-      scratch_.resize(n * bytes);
-      std::vector<Xfer> xs;
-      for (int p = 0; p < n; ++p) {
-        srcs[p] = p == me ? send : scratch_.data() + p * bytes;
-        if (p == me) continue;
-        xs.push_back({p, true, send, bytes, DataSlot(1)});
-        xs.push_back({p, false, srcs[p], bytes, DataSlot(1)});
+      if (scratch_.size() < n * bytes) scratch_.resize(n * bytes);
+      for (int p = 0; p < n; ++p) srcs[p] = p == me ? send : scratch_.data() + p * bytes;
+      for (int k = 1; k < n; ++k) {
+        const int p = (me - k + n) % n;
+        SM_COLL_RETURN_IF_ERROR(Post(posted, {p, false, srcs[p], bytes, base | 1}));
       }
-      SM_COLL_RETURN_IF_ERROR(Exchange(xs));
+      for (int k = 1; k < n; ++k) {
+        SM_COLL_RETURN_IF_ERROR(Post(posted, {(me + k) % n, true, send, bytes, base | 1}));
+      }
+      SM_COLL_RETURN_IF_ERROR(FinishAgree(posted, agreement, deadline));
+      SM_COLL_RETURN_IF_ERROR(AwaitAll(posted, deadline));
       internal::ReduceBuffers(recv, srcs.data(), n, count, dtype, op);
       return absl::OkStatus();
     }
-    // Reduce-scatter: receive my slice of every peer's input, reduce it in rank order.
+    // Reduce-scatter (receive this rank's slice of every peer's input, reduce it in rank order),
+    // then all-gather of the reduced slices. Every receive is posted first, so that a peer's
+    // send finds it announced and goes out from the sending thread at once; peers are visited
+    // in staggered order (send to me+k, receive from me-k), so ranks do not all start with
+    // rank 0. In place (send == recv) is safe: a peer's reduced slice lands where our input for
+    // it was, and it is sent only after the peer received all of that input.
     const auto [b, e] = SliceOf(me, n, count, esz);
     const size_t mine = (e - b) * esz;
-    scratch_.resize(n * mine);
-    std::vector<Xfer> xs;
-    for (int p = 0; p < n; ++p) {
-      srcs[p] = p == me ? Bytes(send) + b * esz : scratch_.data() + p * mine;
-      if (p == me) continue;
-      const auto [pb, pe] = SliceOf(p, n, count, esz);
-      xs.push_back({p, true, Bytes(send) + pb * esz, (pe - pb) * esz, DataSlot(1)});
-      xs.push_back({p, false, srcs[p], mine, DataSlot(1)});
+    if (scratch_.size() < n * mine) scratch_.resize(n * mine);
+    std::vector<size_t> rs_recvs;
+    for (int k = 1; k < n; ++k) {
+      const int p = (me - k + n) % n;
+      srcs[p] = scratch_.data() + p * mine;
+      rs_recvs.push_back(posted.xs.size());
+      SM_COLL_RETURN_IF_ERROR(Post(posted, {p, false, srcs[p], mine, base | 1}));
     }
-    SM_COLL_RETURN_IF_ERROR(Exchange(xs));
+    srcs[me] = Bytes(send) + b * esz;
+    for (int k = 1; k < n; ++k) {
+      const int p = (me - k + n) % n;
+      const auto [pb, pe] = SliceOf(p, n, count, esz);
+      SM_COLL_RETURN_IF_ERROR(
+          Post(posted, {p, false, Bytes(recv) + pb * esz, (pe - pb) * esz, base | 2}));
+    }
+    for (int k = 1; k < n; ++k) {
+      const int p = (me + k) % n;
+      const auto [pb, pe] = SliceOf(p, n, count, esz);
+      SM_COLL_RETURN_IF_ERROR(
+          Post(posted, {p, true, Bytes(send) + pb * esz, (pe - pb) * esz, base | 1}));
+    }
+    SM_COLL_RETURN_IF_ERROR(FinishAgree(posted, agreement, deadline));
+    for (size_t i : rs_recvs) SM_COLL_RETURN_IF_ERROR(Await(posted, i, deadline));
     if (e > b) internal::ReduceBuffers(Bytes(recv) + b * esz, srcs.data(), n, e - b, dtype, op);
-    // All-gather of the reduced slices (in place, the sends above finished reading `send`).
-    xs.clear();
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      const auto [pb, pe] = SliceOf(p, n, count, esz);
-      xs.push_back({p, true, Bytes(recv) + b * esz, mine, DataSlot(2)});
-      xs.push_back({p, false, Bytes(recv) + pb * esz, (pe - pb) * esz, DataSlot(2)});
+    for (int k = 1; k < n; ++k) {
+      SM_COLL_RETURN_IF_ERROR(
+          Post(posted, {(me + k) % n, true, Bytes(recv) + b * esz, mine, base | 2}));
     }
-    return Exchange(xs);
+    return AwaitAll(posted, deadline);
   }
 
   absl::Status DoAllGatherV(Op kind, const void* send, void* recv,

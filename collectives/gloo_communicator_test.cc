@@ -3,6 +3,7 @@
 // place and out of place; results must be bitwise the reference on every rank.
 #include "collectives/gloo_communicator.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/gloo_threads.h"
+#include "collectives/in_process.h"
 #include "collectives/reference_reduce.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -267,6 +269,95 @@ TEST_P(GlooWorldTest, SplitGroupsReduceWithinThemselves) {
       return s;
     }
     EXPECT_EQ(one, n);
+    return absl::OkStatus();
+  });
+}
+
+// Floats whose sums round differently in a different order (signs and exponents spread over
+// 2^-20..2^20, so f32/f64 sums are inexact); integers as in the reference inputs.
+std::vector<char> OrderSensitive(DataType dt, size_t count, int r) {
+  if (dt != DataType::kF32 && dt != DataType::kF64) return Make(dt, count, r, false);
+  std::vector<char> b(count * DataTypeSize(dt));
+  for (size_t i = 0; i < count; ++i) {
+    const double frac = 1.0 + static_cast<double>((i * 2654435761u + r * 40503u) % 997) / 997.0;
+    const double v = std::ldexp(frac, static_cast<int>((i * 7 + 13 * r) % 41) - 20) *
+                     ((i + r) % 3 == 0 ? -1.0 : 1.0);
+    if (dt == DataType::kF32) {
+      const float f = static_cast<float>(v);
+      std::memcpy(b.data() + 4 * i, &f, 4);
+    } else {
+      std::memcpy(b.data() + 8 * i, &v, 8);
+    }
+  }
+  return b;
+}
+
+// The Gloo all-reduce gives the in-process backend's bits: worlds 3 and 5, counts below n,
+// at and just above the one-round threshold (32 KiB) and large and odd, every dtype (bf16/f16
+// accumulate in f32), sum/avg/max/min, in place and not.
+TEST(GlooAllReduceTest, BitwiseEqualToTheInProcessBackend) {
+  struct Call {
+    size_t count;
+    DataType dt;
+    ReduceOp op;
+    bool in_place;
+    std::vector<std::vector<char>> in, local, gloo;
+  };
+  for (int n : {3, 5}) {
+    std::vector<Call> cases;
+    for (size_t count : {size_t{2}, size_t{8192}, size_t{8193}, size_t{100003}}) {
+      for (DataType dt : kAllTypes) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+          Call k{count, dt, op, (count + static_cast<size_t>(op)) % 2 == 0};
+          for (int r = 0; r < n; ++r) k.in.push_back(OrderSensitive(dt, count, r));
+          k.local.resize(n);
+          k.gloo.resize(n);
+          cases.push_back(std::move(k));
+        }
+      }
+    }
+    auto run = [&](bool gloo, Communicator& c) -> absl::Status {
+      const int r = c.rank();
+      for (Call& k : cases) {
+        std::vector<char>& out = (gloo ? k.gloo : k.local)[r];
+        out = k.in[r];
+        const void* send = k.in_place ? out.data() : k.in[r].data();
+        if (!k.in_place) std::fill(out.begin(), out.end(), 0x55);
+        if (absl::Status s = c.AllReduce(send, out.data(), k.count, k.dt, k.op); !s.ok()) return s;
+      }
+      return absl::OkStatus();
+    };
+    ASSERT_TRUE(RunInProcess(n, [&](Communicator& c) { return run(false, c); }).ok());
+    ExpectOk(n, [&](Communicator& c) { return run(true, c); });
+    for (const Call& k : cases) {
+      const std::string what = Case(n, ReduceOpName(k.op), k.dt, k.count, k.in_place);
+      // Not trivially equal: the in-process result is the reference.
+      ASSERT_TRUE(k.local[0] == Reference(k.dt, k.in, 0, k.count, k.op)) << what;
+      for (int r = 0; r < n; ++r) {
+        ASSERT_TRUE(k.gloo[r] == k.local[r]) << "rank " << r << " " << what;
+      }
+    }
+  }
+}
+
+// Many calls in a row: the slots of consecutive calls (hashes of their descriptors) never mix
+// their data up, small and large alternating.
+TEST(GlooAllReduceTest, ConsecutiveCallsKeepTheirData) {
+  const int n = 3;
+  ExpectOk(n, [&](Communicator& c) -> absl::Status {
+    for (int i = 0; i < 40; ++i) {
+      const size_t count = i % 2 == 0 ? 9 + i : 20000 + i;
+      std::vector<int64_t> x(count), want(count);
+      for (size_t j = 0; j < count; ++j) {
+        x[j] = static_cast<int64_t>(j) * (c.rank() + 1) + i;
+        want[j] = static_cast<int64_t>(j) * 6 + 3 * i;  // ranks 1+2+3, i from each
+      }
+      if (absl::Status s = c.AllReduce(x.data(), x.data(), count, DataType::kI64, ReduceOp::kSum);
+          !s.ok()) {
+        return s;
+      }
+      EXPECT_EQ(x, want) << "call " << i;
+    }
     return absl::OkStatus();
   });
 }

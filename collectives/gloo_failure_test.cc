@@ -84,6 +84,23 @@ TEST(GlooFailureTest, MismatchedCallsFailOnEveryRankWithBothCalls) {
   }
 }
 
+// The all-reduce posts its data before the descriptors are checked, on slots derived from the
+// whole call: ranks that disagree on the count (here small against large, buffers sized exactly)
+// move no data between them, so no receive overflows (Gloo would abort the process); all fail.
+TEST(GlooFailureTest, MismatchedAllReduceCountsMoveNoData) {
+  std::vector<absl::Status> all = RunGlooThreadsEach(3, [](Communicator& c) -> absl::Status {
+    const size_t count = c.rank() == 1 ? 300000 : 50000;
+    std::vector<float> x(count, 1.0f);
+    return c.AllReduce(x.data(), x.data(), count, DataType::kF32, ReduceOp::kSum);
+  }, WithTimeout(absl::Seconds(30)));
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(all[r].code(), absl::StatusCode::kInvalidArgument) << all[r];
+    EXPECT_THAT(Message(all[r]),
+                AllOf(HasSubstr("rank 0 called AllReduce(f32, sum, count=50000) #2"),
+                      HasSubstr("rank 1 called AllReduce(f32, sum, count=300000) #2")));
+  }
+}
+
 // The caller's CallTag travels in the call descriptor: calls that agree on what Gloo sees (op,
 // dtype, count) but not on the caller's view (here the axes) fail on every rank with both tags.
 std::string DescribeTag(const uint64_t* w) { return absl::StrCat("call over axes ", w[0]); }

@@ -4,7 +4,9 @@
 //      same call (a mismatch is an error on every rank, never a deadlock or corruption);
 //   3. data phases read peers' buffers directly, separated by barriers where a phase reads what
 //      the previous one wrote (all_reduce: reduce own slice, barrier, copy others' slices;
-//      below 32 KiB out of place, every rank reduces everything in the same order instead);
+//      below 32 KiB out of place, every rank reduces everything in the same order instead;
+//      above 16 MiB of buffers on the host, each rank reduces its slice in 16 KiB chunks and
+//      streams every chunk into all ranks' outputs, with no middle barrier);
 //   4. a final barrier, so no rank returns (and reuses its buffers) while a peer still reads them.
 // Slots are double-buffered by call parity: a rank can only start call k+2 after every rank has
 // finished call k (it passed call k+1's first barrier), so nobody overwrites a slot being read.
@@ -34,6 +36,7 @@
 #include "collectives/internal/rank_threads.h"
 #include "collectives/internal/reduce.h"
 #include "collectives/internal/status_macros.h"
+#include "collectives/internal/stream_copy.h"
 
 #if SHARDMAP_HAS_CUDA
 #include <cuda_runtime.h>
@@ -76,6 +79,11 @@ std::vector<size_t> Offsets(absl::Span<const size_t> counts) {
 
 // All-reduces up to this size skip the reduce-scatter/all-gather split (see DoAllReduce).
 constexpr size_t kSmallAllReduceBytes = 32 << 10;
+// Host all-reduces whose buffers (all ranks' inputs and outputs) exceed this, i.e. do not stay
+// in a shared last-level cache anyway, stream their results to memory in chunks of
+// kReduceChunkBytes (see DoAllReduce).
+constexpr size_t kStreamAllReduceBytes = 16 << 20;
+constexpr size_t kReduceChunkBytes = 16 << 10;
 
 const char* AsBytes(const void* p) { return static_cast<const char*>(p); }
 char* AsBytes(void* p) { return static_cast<char*>(p); }
@@ -395,8 +403,28 @@ class InProcessCommunicator final : public Communicator {
       SM_COLL_RETURN_IF_ERROR(Reduce(recv, srcs, count, dtype, op));
       return End();
     }
-    // Reduce-scatter phase: this rank reduces its slice, reading every peer's input.
     auto [b, e] = SliceOf(rank_, n, count, esz);
+    if (!mem_.device && n > 1 && 2 * n * count * esz > kStreamAllReduceBytes) {
+      // Large, on the host: this rank reduces its slice in L1-sized chunks and streams each
+      // reduced chunk straight into every rank's recv buffer (non-temporal stores: no
+      // read-before-write, no separate copy phase, no middle barrier). Only this rank reads
+      // slice [b, e) of any input, and it has read a chunk from every input before writing that
+      // chunk anywhere, so in-place calls are safe.
+      std::vector<const void*> srcs(n);
+      chunk_.resize(kReduceChunkBytes);
+      const size_t step = std::max<size_t>(1, kReduceChunkBytes / esz);
+      for (size_t cb = b; cb < e; cb += step) {
+        const size_t ce = std::min(e, cb + step);
+        for (int p = 0; p < n; ++p) srcs[p] = AsBytes(peer(p).send) + cb * esz;
+        internal::ReduceBuffers(chunk_.data(), srcs.data(), n, ce - cb, dtype, op);
+        for (int k = 0; k < n; ++k) {
+          const int p = (rank_ + k) % n;  // staggered so ranks do not all write rank 0 first
+          internal::StreamCopy(AsBytes(peer(p).recv) + cb * esz, chunk_.data(), (ce - cb) * esz);
+        }
+      }
+      return End();
+    }
+    // Reduce-scatter phase: this rank reduces its slice, reading every peer's input.
     if (e > b) {
       std::vector<const void*> srcs(n);
       for (int p = 0; p < n; ++p) srcs[p] = AsBytes(peer(p).send) + b * esz;
@@ -645,6 +673,7 @@ class InProcessCommunicator final : public Communicator {
   CallTag next_tag_;  // TagNextCall's tag, moved into the slot of the next call
   const MemorySpace mem_;
   std::vector<char> staging_;
+  std::vector<char> chunk_;  // one reduced chunk of a large host all-reduce
   void* scratch_ = nullptr;  // device staging
   size_t scratch_bytes_ = 0;
 };

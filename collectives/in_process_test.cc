@@ -66,6 +66,19 @@ TEST(InProcessAllReduceTest, LargeCountsForAFewRankCounts) {
   CheckAllReduce(6, 100003, DataType::kF64, ReduceOp::kMax, false);
 }
 
+// Host all-reduces whose buffers (all ranks, in and out) exceed 16 MiB stream reduced chunks
+// straight into every rank's output: odd counts (a short last chunk and slice), every dtype
+// (bf16/f16 accumulate in f32), several ops, in place, world sizes 2 to 5.
+TEST(InProcessAllReduceTest, StreamedLargeAllReducesMatchTheReference) {
+  CheckAllReduce(3, (1 << 20) + 13, DataType::kF32, ReduceOp::kSum, false);
+  CheckAllReduce(3, (1 << 20) + 13, DataType::kF32, ReduceOp::kAvg, true);
+  CheckAllReduce(5, (1 << 20) + 7, DataType::kBF16, ReduceOp::kSum, true);
+  CheckAllReduce(5, (1 << 20) + 7, DataType::kF16, ReduceOp::kMax, false);
+  CheckAllReduce(2, (1 << 20) + 3, DataType::kF64, ReduceOp::kMin, false);
+  CheckAllReduce(4, (1 << 19) + 5, DataType::kI64, ReduceOp::kSum, true);
+  CheckAllReduce(3, (3 << 19) + 1, DataType::kI32, ReduceOp::kProd, false);
+}
+
 TEST(InProcessAllReduceTest, RepeatedCallsStayBitwiseDeterministic) {
   const int n = 7;
   const size_t count = 4099;

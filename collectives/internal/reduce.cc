@@ -43,45 +43,73 @@ struct Plain {
   static Storage Store(Acc v) { return static_cast<Storage>(v); }
 };
 
+// acc op v, in the accumulator type; max/min compare in the storage's signedness for integers.
+template <typename A, typename Cmp, ReduceOp kOp>
+inline A Combine(A acc, A v) {
+  if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kAvg) {
+    return acc + v;
+  } else if constexpr (kOp == ReduceOp::kProd) {
+    return acc * v;
+  } else if constexpr (kOp == ReduceOp::kMax) {
+    return static_cast<Cmp>(v) > static_cast<Cmp>(acc) ? v : acc;
+  } else {
+    return static_cast<Cmp>(v) < static_cast<Cmp>(acc) ? v : acc;
+  }
+}
+
+// The last step: avg divides by n (integers truncate in the storage type), then store.
+template <typename Traits, ReduceOp kOp>
+inline typename Traits::Storage Finish(typename Traits::Acc acc, int n) {
+  using S = typename Traits::Storage;
+  using A = typename Traits::Acc;
+  if constexpr (kOp == ReduceOp::kAvg) {
+    if constexpr (std::is_integral_v<A>) {
+      return static_cast<S>(static_cast<S>(acc) / n);
+    } else {
+      return Traits::Store(acc / static_cast<A>(n));
+    }
+  } else {
+    return Traits::Store(acc);
+  }
+}
+
+// Per block: the first two sources combine into the accumulator (no separate load pass), the
+// middle ones accumulate, and the last one combines on the way to dst (no separate store pass).
+// The operations and their order are those of acc = s0; acc op= s1; ...; dst = finish(acc).
 template <typename Traits, ReduceOp kOp>
 void ReduceTyped(void* dst_v, const void* const* srcs_v, int n, size_t count) {
   using S = typename Traits::Storage;
   using A = typename Traits::Acc;
-  // max/min compare in the storage's signedness for integers.
   using Cmp = std::conditional_t<std::is_integral_v<A>, S, A>;
   S* dst = static_cast<S*>(dst_v);
+  auto src = [&](int r, size_t base) { return static_cast<const S*>(srcs_v[r]) + base; };
   A acc[kBlock];
   for (size_t base = 0; base < count; base += kBlock) {
     const size_t m = std::min(kBlock, count - base);
-    const S* s0 = static_cast<const S*>(srcs_v[0]) + base;
-    for (size_t i = 0; i < m; ++i) acc[i] = Traits::Load(s0[i]);
-    for (int r = 1; r < n; ++r) {
-      const S* s = static_cast<const S*>(srcs_v[r]) + base;
-      if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kAvg) {
-        for (size_t i = 0; i < m; ++i) acc[i] += Traits::Load(s[i]);
-      } else if constexpr (kOp == ReduceOp::kProd) {
-        for (size_t i = 0; i < m; ++i) acc[i] *= Traits::Load(s[i]);
-      } else if constexpr (kOp == ReduceOp::kMax) {
-        for (size_t i = 0; i < m; ++i) {
-          A v = Traits::Load(s[i]);
-          acc[i] = static_cast<Cmp>(v) > static_cast<Cmp>(acc[i]) ? v : acc[i];
-        }
-      } else {
-        for (size_t i = 0; i < m; ++i) {
-          A v = Traits::Load(s[i]);
-          acc[i] = static_cast<Cmp>(v) < static_cast<Cmp>(acc[i]) ? v : acc[i];
-        }
-      }
+    const S* s0 = src(0, base);
+    S* d = dst + base;
+    if (n == 1) {
+      for (size_t i = 0; i < m; ++i) d[i] = Finish<Traits, kOp>(Traits::Load(s0[i]), n);
+      continue;
     }
-    if constexpr (kOp == ReduceOp::kAvg) {
-      if constexpr (std::is_integral_v<A>) {
-        for (size_t i = 0; i < m; ++i) dst[base + i] = static_cast<S>(static_cast<S>(acc[i]) / n);
-      } else {
-        const A d = static_cast<A>(n);
-        for (size_t i = 0; i < m; ++i) dst[base + i] = Traits::Store(acc[i] / d);
+    const S* s1 = src(1, base);
+    if (n == 2) {
+      for (size_t i = 0; i < m; ++i) {
+        d[i] = Finish<Traits, kOp>(
+            Combine<A, Cmp, kOp>(Traits::Load(s0[i]), Traits::Load(s1[i])), n);
       }
-    } else {
-      for (size_t i = 0; i < m; ++i) dst[base + i] = Traits::Store(acc[i]);
+      continue;
+    }
+    for (size_t i = 0; i < m; ++i) {
+      acc[i] = Combine<A, Cmp, kOp>(Traits::Load(s0[i]), Traits::Load(s1[i]));
+    }
+    for (int r = 2; r < n - 1; ++r) {
+      const S* s = src(r, base);
+      for (size_t i = 0; i < m; ++i) acc[i] = Combine<A, Cmp, kOp>(acc[i], Traits::Load(s[i]));
+    }
+    const S* last = src(n - 1, base);
+    for (size_t i = 0; i < m; ++i) {
+      d[i] = Finish<Traits, kOp>(Combine<A, Cmp, kOp>(acc[i], Traits::Load(last[i])), n);
     }
   }
 }

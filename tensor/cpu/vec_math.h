@@ -79,6 +79,10 @@ struct VecKernels {
   // of 16; ordered before return).
   void (*transpose32)(const void* in, int64_t is, void* out, int64_t os, int64_t rows,
                       int64_t cols, bool stream);
+  // z = x + y, x - y, x * y, x / y: IEEE-exact, so the same bits as any scalar loop.
+  VecGradFn add, sub, mul, div;
+  // acc[j] += x[j] in f64 (each float widened exactly), j < n.
+  void (*accumulate_f64)(const float* x, double* acc, int64_t n);
 };
 
 enum class VecIsa : uint8_t { kSse2, kAvx2, kAvx512 };

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "tensor/cpu/vec_math.h"
@@ -54,8 +55,10 @@ inline void BinaryRun(const T* __restrict a, const T* __restrict b, T* __restric
 
 // General broadcasting: collapse dims that are contiguous-compatible in both operands, then walk
 // the outer dims with an odometer and run the innermost dim as a tight loop.
+// `vec` (may be null): the f32 vector kernel of f, used for rows where both operands advance.
 template <typename T, typename F>
-void BinaryBroadcast(const Tensor& a, const Tensor& b, Tensor& out, F f) {
+void BinaryBroadcast(const Tensor& a, const Tensor& b, Tensor& out, F f,
+                     cpu::VecGradFn cpu::VecKernels::*vec) {
   const int r = out.rank();
   const Shape& os = out.shape();
   DimVec sizes, sa, sb;  // collapsed, outermost first
@@ -95,8 +98,20 @@ void BinaryBroadcast(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   const int64_t rows = out.numel() / inner;
   DimVec idx(d, 0);
   int64_t oa = 0, ob = 0;
+  cpu::VecGradFn row_kernel = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    if (vec != nullptr && sa[d - 1] == 1 && sb[d - 1] == 1) row_kernel = cpu::Vec().*vec;
+  }
   for (int64_t row = 0; row < rows; ++row) {
-    BinaryRun(pa + oa, pb + ob, po + row * inner, inner, sa[d - 1], sb[d - 1], f);
+    if constexpr (std::is_same_v<T, float>) {
+      if (row_kernel != nullptr) {  // e.g. a bias row added to every row of a matrix
+        row_kernel(pa + oa, pb + ob, po + row * inner, inner);
+      } else {
+        BinaryRun(pa + oa, pb + ob, po + row * inner, inner, sa[d - 1], sb[d - 1], f);
+      }
+    } else {
+      BinaryRun(pa + oa, pb + ob, po + row * inner, inner, sa[d - 1], sb[d - 1], f);
+    }
     for (int k = d - 2; k >= 0; --k) {  // odometer step
       oa += sa[k];
       ob += sb[k];
@@ -147,7 +162,7 @@ Tensor Binary(const char* op, cuda::BinaryOp cop, const Tensor& a, const Tensor&
     } else if (a.numel() == 1 && out.numel() == b.numel()) {
       BinaryRun(a.data<T>(), b.data<T>(), out.data<T>(), b.numel(), 0, 1, f);
     } else {
-      BinaryBroadcast<T>(a, b, out, f);
+      BinaryBroadcast<T>(a, b, out, f, vec);
     }
   });
   return out;
@@ -216,24 +231,38 @@ Shape BroadcastShapes(const char* op, absl::Span<const int64_t> a, absl::Span<co
 }
 
 Tensor Add(const Tensor& a, const Tensor& b) {
-  return Binary("add", cuda::BinaryOp::kAdd, a, b, [](auto x, auto y) { return x + y; });
+  return Binary("add", cuda::BinaryOp::kAdd, a, b, [](auto x, auto y) { return x + y; },
+                &cpu::VecKernels::add);
 }
 Tensor Sub(const Tensor& a, const Tensor& b) {
-  return Binary("sub", cuda::BinaryOp::kSub, a, b, [](auto x, auto y) { return x - y; });
+  return Binary("sub", cuda::BinaryOp::kSub, a, b, [](auto x, auto y) { return x - y; },
+                &cpu::VecKernels::sub);
 }
 Tensor Mul(const Tensor& a, const Tensor& b) {
-  return Binary("mul", cuda::BinaryOp::kMul, a, b, [](auto x, auto y) { return x * y; });
+  return Binary("mul", cuda::BinaryOp::kMul, a, b, [](auto x, auto y) { return x * y; },
+                &cpu::VecKernels::mul);
 }
 Tensor Div(const Tensor& a, const Tensor& b) {
-  return Binary("div", cuda::BinaryOp::kDiv, a, b, [](auto x, auto y) { return x / y; });
+  return Binary("div", cuda::BinaryOp::kDiv, a, b, [](auto x, auto y) { return x / y; },
+                &cpu::VecKernels::div);
 }
 
 Tensor AddScalar(const Tensor& a, double s) {
+  if (!a.is_cuda() && a.dtype() == DType::kF32) {  // the vector kernel: the same bits
+    Tensor out = Tensor::Empty(a.shape(), a.dtype());
+    cpu::Vec().shift(a.data<float>(), static_cast<float>(s), out.data<float>(), a.numel());
+    return out;
+  }
   return Unary(
       "add_scalar", cuda::UnaryOp::kAddScalar, a,
       [s](auto x) { return x + static_cast<decltype(x)>(s); }, s);
 }
 Tensor MulScalar(const Tensor& a, double s) {
+  if (!a.is_cuda() && a.dtype() == DType::kF32) {  // the vector kernel: the same bits
+    Tensor out = Tensor::Empty(a.shape(), a.dtype());
+    cpu::Vec().scale(a.data<float>(), static_cast<float>(s), out.data<float>(), a.numel());
+    return out;
+  }
   return Unary(
       "mul_scalar", cuda::UnaryOp::kMulScalar, a,
       [s](auto x) { return x * static_cast<decltype(x)>(s); }, s);

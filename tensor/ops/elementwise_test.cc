@@ -37,6 +37,8 @@ const std::vector<BinCase>& BroadcastCases() {
       {{1, 1}, {1}, {1, 1}},
       {{6, 7}, {7}, {6, 7}},
       {{6, 7}, {6, 1}, {6, 7}},
+      {{9, 37}, {37}, {9, 37}},  // a bias row: vector kernel per row, with a tail
+      {{2, 5, 35}, {5, 35}, {2, 5, 35}},
   };
   return *cases;
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_join.h"
@@ -48,6 +49,15 @@ Plan MakePlan(const char* op, const Tensor& x, const std::vector<int>& dims, boo
   }
   return p;
 }
+
+// The f64 sum of f32 rows: its row-into-columns fold has a vector kernel (same bits).
+struct SumF64Fold {
+  void operator()(double& a, float v) const { a += v; }
+  void operator()(double& a, double v) const { a += v; }
+};
+template <typename T, typename A, typename Fold>
+constexpr bool kVecSumRows =
+    std::is_same_v<T, float> && std::is_same_v<A, double> && std::is_same_v<Fold, SumF64Fold>;
 
 // Folds x into acc (one slot per output, pre-initialised) with fold(acc, v). Collapses runs of
 // dims that are all reduced or all kept, walks the outer dims with an odometer and runs the
@@ -96,6 +106,8 @@ void ReduceInto(const Tensor& x, const BoolVec& reduced, A* acc, Fold fold) {
       A a = acc[o];
       for (int64_t j = 0; j < inner; ++j) fold(a, src[j]);
       acc[o] = a;
+    } else if constexpr (kVecSumRows<T, A, Fold>) {  // rows added into f64 column sums
+      cpu::Vec().accumulate_f64(src, acc + o, inner);
     } else {
       A* dst = acc + o;
       for (int64_t j = 0; j < inner; ++j) fold(dst[j], src[j]);
@@ -160,7 +172,7 @@ Tensor Reduce(const char* op, Kind kind, const Tensor& x, const std::vector<int>
       // Accumulate in f64: cheap next to the memory traffic, and sums of many f32 stay accurate.
       absl::InlinedVector<double, 16> acc(n_out, 0.0);  // small outputs stay off the heap
       if (x.numel() > 0) {
-        ReduceInto<T>(x, plan.reduced, acc.data(), [](double& a, T v) { a += v; });
+        ReduceInto<T>(x, plan.reduced, acc.data(), SumF64Fold{});
       }
       const double scale = mean ? 1.0 / static_cast<double>(plan.count) : 1.0;
       for (int64_t i = 0; i < n_out; ++i) {

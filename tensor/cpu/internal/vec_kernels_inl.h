@@ -488,6 +488,42 @@ void NormBwdDxK(const float* x, const float* dy, const float* g, float mean, flo
   }
 }
 
+// z = x op y elementwise (IEEE-exact ops: the same bits as a scalar loop).
+template <class I>
+void AddK(const float* x, const float* y, float* z, int64_t n) {
+  Map2<I>(x, y, z, n, [](auto a, auto b) { return a + b; });
+}
+template <class I>
+void SubK(const float* x, const float* y, float* z, int64_t n) {
+  Map2<I>(x, y, z, n, [](auto a, auto b) { return a - b; });
+}
+template <class I>
+void MulK(const float* x, const float* y, float* z, int64_t n) {
+  Map2<I>(x, y, z, n, [](auto a, auto b) { return a * b; });
+}
+template <class I>
+void DivK(const float* x, const float* y, float* z, int64_t n) {
+  Map2<I>(x, y, z, n, [](auto a, auto b) { return a / b; });
+}
+
+// acc[j] += x[j] in f64 (each float widened exactly): column sums over rows, e.g. a bias gradient.
+template <class I>
+void AccumulateF64K(const float* x, double* acc, int64_t n) {
+  constexpr int W = I::kLanes, Hw = W / 2;
+  using H = typename I::H;
+  using D = typename I::D;
+  int64_t i = 0;
+  for (; i + Hw <= n; i += Hw) {
+    H h;
+    D a;
+    __builtin_memcpy(&h, x + i, sizeof h);
+    __builtin_memcpy(&a, acc + i, sizeof a);
+    a += __builtin_convertvector(h, D);
+    __builtin_memcpy(acc + i, &a, sizeof a);
+  }
+  for (; i < n; ++i) acc[i] += x[i];
+}
+
 // y = x * s.
 template <class I>
 void ScaleK(const float* x, float s, float* y, int64_t n) {
@@ -618,5 +654,10 @@ constexpr VecKernels MakeKernels(const char* isa) {
                     &NormAffineK<I>,
                     &SoftmaxBwdK<I>,
                     &LogSoftmaxBwdK<I>,
-                    &Transpose32K<I>};
+                    &Transpose32K<I>,
+                    &AddK<I>,
+                    &SubK<I>,
+                    &MulK<I>,
+                    &DivK<I>,
+                    &AccumulateF64K<I>};
 }

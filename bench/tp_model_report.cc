@@ -17,12 +17,14 @@
 #include <time.h>
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -84,27 +86,34 @@ struct Rate {
 };
 
 // t threads at once, each timing the per-rank GEMMs of the MLP at TP t: [T, d] x [d, 4d/t] and
-// [T, 4d/t] x [4d/t, d], `reps` times.
+// [T, 4d/t] x [4d/t, d], `reps` times. Each thread warms up first (OpenBLAS sets up its buffers
+// on a thread's first call, which would count as CPU time of the first timed GEMM), and all
+// start together.
 Rate MeasureGemmRate(int t, int reps) {
   const int64_t T = flags.tokens, d = flags.d, f = 4 * flags.d / t;
   Tensor x = RandomNormal({T, d}, 1, 0, 1, DType::kF32), w1 = RandomNormal({d, f}, 2, 0, 1, DType::kF32);
   Tensor h = RandomNormal({T, f}, 3, 0, 1, DType::kF32), w2 = RandomNormal({f, d}, 4, 0, 1, DType::kF32);
-  (void)Matmul(x, w1);  // warm-up (also pins BLAS to one thread)
+  (void)Matmul(x, w1);  // pins BLAS to one thread
   std::vector<double> cpu(t);
-  const double t0 = Now();
+  double wall = 0;
+  std::barrier sync(t);
   std::vector<std::thread> threads;
   for (int i = 0; i < t; ++i) {
     threads.emplace_back([&, i] {
-      const double c0 = ThreadCpu();
+      (void)Matmul(x, w1);
+      (void)Matmul(h, w2);
+      sync.arrive_and_wait();
+      const double t0 = Now(), c0 = ThreadCpu();
       for (int r = 0; r < reps; ++r) {
         (void)Matmul(x, w1);
         (void)Matmul(h, w2);
       }
       cpu[i] = ThreadCpu() - c0;
+      sync.arrive_and_wait();
+      if (i == 0) wall = Now() - t0;
     });
   }
   for (std::thread& th : threads) th.join();
-  const double wall = Now() - t0;
   const double flops = 2.0 * (2.0 * T * d * f) * reps;  // per thread
   Rate r;
   r.wall = flops / wall;
@@ -121,7 +130,8 @@ Rate MeasureAttentionEinsumRate(int t, int reps) {
   const int64_t s = std::min<int64_t>(flags.tokens, 128), b = flags.tokens / s;
   const int64_t h = std::max<int64_t>(1, flags.d / 64 / t), hd = 64;
   std::vector<double> cpu(t);
-  const double t0 = Now();
+  double wall = 0;
+  std::barrier sync(t);
   std::vector<std::thread> threads;
   for (int i = 0; i < t; ++i) {
     threads.emplace_back([&, i] {
@@ -133,13 +143,15 @@ Rate MeasureAttentionEinsumRate(int t, int reps) {
         return einsum("bhts,bschd->bthd", p, k);
       };
       (void)run();  // warm-up
-      const double c0 = ThreadCpu();
+      sync.arrive_and_wait();
+      const double w0 = Now(), c0 = ThreadCpu();
       for (int r = 0; r < reps; ++r) (void)run();
       cpu[i] = ThreadCpu() - c0;
+      sync.arrive_and_wait();
+      if (i == 0) wall = Now() - w0;
     });
   }
   for (std::thread& th : threads) th.join();
-  const double wall = Now() - t0;
   const double flops = 2.0 * 2.0 * b * h * s * s * hd * reps;  // per thread
   Rate r;
   r.wall = flops / wall;
@@ -147,6 +159,19 @@ Rate MeasureAttentionEinsumRate(int t, int reps) {
   for (double x : cpu) c += x / t;
   r.cpu = flops / c;
   return r;
+}
+
+// The best of `trials` measurements (each rate separately): this machine is a shared VM, where
+// time the hypervisor takes from a vCPU still counts as the thread's CPU time, so a single short
+// sample can read a rate half the true one.
+Rate BestOf(int trials, const std::function<Rate()>& measure) {
+  Rate best;
+  for (int i = 0; i < trials; ++i) {
+    const Rate r = measure();
+    best.wall = std::max(best.wall, r.wall);
+    best.cpu = std::max(best.cpu, r.cpu);
+  }
+  return best;
 }
 
 // CPU seconds per attention-score element of scale + causal mask + softmax (forward, or forward
@@ -234,10 +259,10 @@ void Validate() {
   std::map<int, Rate> rate;
   printf("### Compute rate (GEMM, f32, one BLAS thread per rank)\n\n");
   printf("Per-rank GEMMs of the MLP at TP t ([%lld, %lld] x [%lld, 4d/t] and back), t threads at "
-         "once.\n\n| t | per-rank GFLOP/s (wall) | per-rank GFLOP/s (own CPU time) |\n|---|---|---|\n",
+         "once; best of 3 trials.\n\n| t | per-rank GFLOP/s (wall) | per-rank GFLOP/s (own CPU time) |\n|---|---|---|\n",
          (long long)flags.tokens, (long long)flags.d, (long long)flags.d);
   for (int t : tps) {
-    rate[t] = MeasureGemmRate(t, std::max(2, 8 / t));
+    rate[t] = BestOf(3, [t] { return MeasureGemmRate(t, std::max(2, 8 / t)); });
     printf("| %d | %.2f | %.2f |\n", t, rate[t].wall / 1e9, rate[t].cpu / 1e9);
     JsonItem(absl::StrFormat(R"({"kind":"gemm_rate","t":%d,"rank_flops_wall":%.6g,"rank_flops_cpu":%.6g})",
                              t, rate[t].wall, rate[t].cpu));
@@ -245,12 +270,13 @@ void Validate() {
 
   std::map<int, Rate> attention_rate;
   printf("\nAttention score einsums (q k^T and p v, [%lld, 64] x [64, %lld] per sequence and head, "
-         "heads / t per rank), t threads at once:\n\n| t | per-rank GFLOP/s (wall) | per-rank "
+         "heads / t per rank), t threads at once, best of 3 trials:\n\n| t | per-rank GFLOP/s (wall) | per-rank "
          "GFLOP/s (own CPU time) |\n|---|---|---|\n",
          (long long)std::min<int64_t>(flags.tokens, 128),
          (long long)std::min<int64_t>(flags.tokens, 128));
   for (int t : tps) {
-    attention_rate[t] = MeasureAttentionEinsumRate(t, std::max(2, 8 / t));
+    attention_rate[t] =
+        BestOf(3, [t] { return MeasureAttentionEinsumRate(t, std::max(2, 8 / t)); });
     printf("| %d | %.2f | %.2f |\n", t, attention_rate[t].wall / 1e9, attention_rate[t].cpu / 1e9);
     JsonItem(absl::StrFormat(
         R"({"kind":"attention_einsum_rate","t":%d,"rank_flops_wall":%.6g,"rank_flops_cpu":%.6g})", t,
@@ -291,10 +317,14 @@ void Validate() {
   // 3.
   printf("\n### Predicted vs measured layer steps (tokens %lld, d %lld, %d steps each)\n\n",
          (long long)flags.tokens, (long long)flags.d, flags.steps);
-  printf("Prediction (wall) = LayerFlops / t / per-rank wall rate(t) (the GEMM rate on t "
-         "threads, re-measured just before each row) + sum of fitted collective "
+  printf("Prediction (wall) = LayerFlops / t / per-rank wall rate(t) + sum of fitted collective "
          "costs; prediction (CPU) = LayerFlops / t / per-rank CPU rate(t), against the ranks' "
-         "mean thread CPU time outside collectives. The attention score einsums' share of "
+         "mean thread CPU time outside collectives. Both rates are the GEMM rates on t threads "
+         "as in the table above, measured again just before and just after each row (their mean; "
+         "a row whose two rates differ by more than 10%% is measured again, up to 4 times): the "
+         "host may move this VM's vCPUs between separate cores and the two threads of one core, "
+         "which halves a GEMM's rate per CPU second, so a rate from minutes earlier can describe "
+         "another machine. The attention score einsums' share of "
          "LayerFlops goes at their own measured rate (CPU; on the wall clock scaled like the "
          "GEMMs). Both add the attention scores' elementwise "
          "work (elements / t at the measured ns per element). Other elementwise ops (GELU, "
@@ -303,30 +333,56 @@ void Validate() {
   printf("| row | measured ms | predicted ms | err | comm ms meas | comm ms pred | CPU ms meas | "
          "CPU ms pred | CPU err |\n|---|---|---|---|---|---|---|---|---|\n");
   std::vector<Row> rows;
+  int retries = 0;  // rows measured again because the machine changed under them
   for (Layer layer : {Layer::kMlp, Layer::kAttention, Layer::kBlock}) {
     for (bool fwd_bwd : {false, true}) {
       for (bool sp : {false, true}) {
         for (int t : tps) {
           LayerCase c{layer, t, sp, fwd_bwd, flags.tokens, flags.d};
-          absl::StatusOr<LayerTiming> m = RunLayer(c, 1, flags.steps);
+          // The machine drifts (other jobs, and the host moving this VM's two vCPUs between
+          // separate cores and the two threads of one core, which halves a GEMM's rate per CPU
+          // second): the GEMM rate is measured just before and just after the row, and a row
+          // whose two rates differ by more than 10% is measured again (up to 4 times), so the
+          // prediction and the measurement see the same machine.
+          auto gemm_rate = [t] { return MeasureGemmRate(t, std::max(2, 8 / t)); };
+          auto attention_rate_now = [&] {
+            return AttentionEinsumFlops(c) > 0
+                       ? MeasureAttentionEinsumRate(t, std::max(2, 8 / t)).cpu
+                       : attention_rate[t].cpu;
+          };
+          absl::StatusOr<LayerTiming> m;
+          Rate row_rate;
+          double attention_cpu = 0;
+          int tries = 0;
+          for (bool stable = false; !stable && tries < 4; ++tries) {
+            const Rate before = gemm_rate();
+            const double attention_before = attention_rate_now();
+            m = RunLayer(c, 1, flags.steps);
+            if (!m.ok()) break;
+            const Rate after = gemm_rate();
+            const double attention_after = attention_rate_now();
+            stable = std::fabs(before.cpu - after.cpu) <= 0.1 * std::max(before.cpu, after.cpu) &&
+                     std::fabs(attention_before - attention_after) <=
+                         0.1 * std::max(attention_before, attention_after);
+            row_rate = {(before.wall + after.wall) / 2, (before.cpu + after.cpu) / 2};
+            attention_cpu = (attention_before + attention_after) / 2;
+          }
+          retries += tries - 1;
           if (!m.ok()) {
             printf("| %s | failed: %s |||||||\n", c.Name().c_str(),
                    std::string(m.status().message()).substr(0, 160).c_str());
             continue;
           }
-          // The machine's load drifts (other jobs): the wall rate is re-measured just before
-          // each row, the CPU rate is the table's.
-          const double wall_rate = MeasureGemmRate(t, std::max(2, 8 / t)).wall;
           // The score einsums at their own rate; on the wall clock slowed down by the t
           // threads sharing the cores as much as the GEMMs are.
-          Prediction wall = Predict(c, wall_rate,
-                                    attention_rate[t].cpu * wall_rate / rate[t].cpu, 4, cost);
-          Prediction cpu = Predict(c, rate[t].cpu, attention_rate[t].cpu, 4, cost);
+          const double slowdown = row_rate.cpu / row_rate.wall;
+          Prediction wall = Predict(c, row_rate.wall, attention_cpu / slowdown, 4, cost);
+          Prediction cpu = Predict(c, row_rate.cpu, attention_cpu, 4, cost);
           // The attention scores' elementwise work, split over t; on the wall clock slowed down
-          // as the GEMMs are by the t threads sharing the cores.
+          // as the GEMMs are.
           const double scores = AttentionScoreElements(c) / t * score_s[fwd_bwd ? 1 : 0];
           cpu.compute_s += scores;
-          wall.compute_s += scores * rate[t].cpu / wall_rate;
+          wall.compute_s += scores * slowdown;
           Row r{c,
                 1e3 * m->Mean(),
                 1e3 * wall.total(),
@@ -357,15 +413,16 @@ void Validate() {
     cpu_ok += cpu_err.back() <= 0.2;
   }
   printf("\nSummary over %zu rows: |err| wall median %.0f%%, max %.0f%%, within 20%%: %d; CPU "
-         "median %.0f%%, max %.0f%%, within 20%%: %d. Load average now %s.\n\n",
+         "median %.0f%%, max %.0f%%, within 20%%: %d. Load average now %s. Rows measured again "
+         "because the GEMM rate moved by more than 10%% during them: %d.\n\n",
          rows.size(), 100 * Median(wall_err),
          100 * (wall_err.empty() ? 0 : *std::max_element(wall_err.begin(), wall_err.end())),
          wall_ok, 100 * Median(cpu_err),
          100 * (cpu_err.empty() ? 0 : *std::max_element(cpu_err.begin(), cpu_err.end())), cpu_ok,
-         LoadAverage().c_str());
+         LoadAverage().c_str(), retries);
   JsonItem(absl::StrFormat(
-      R"({"kind":"validation_summary","rows":%zu,"wall_median_abs_err":%.4f,"cpu_median_abs_err":%.4f,"wall_within_20pct":%d,"cpu_within_20pct":%d})",
-      rows.size(), Median(wall_err), Median(cpu_err), wall_ok, cpu_ok));
+      R"({"kind":"validation_summary","rows":%zu,"wall_median_abs_err":%.4f,"cpu_median_abs_err":%.4f,"wall_within_20pct":%d,"cpu_within_20pct":%d,"rows_measured_again":%d})",
+      rows.size(), Median(wall_err), Median(cpu_err), wall_ok, cpu_ok, retries));
 }
 
 // ---- 4. H100 --------------------------------------------------------------------------------

@@ -321,10 +321,10 @@ void Validate() {
          "costs; prediction (CPU) = LayerFlops / t / per-rank CPU rate(t), against the ranks' "
          "mean thread CPU time outside collectives. Both rates are the GEMM rates on t threads "
          "as in the table above, measured again just before and just after each row (their mean; "
-         "a row whose two rates differ by more than 10%% is measured again, up to 4 times): the "
-         "host may move this VM's vCPUs between separate cores and the two threads of one core, "
-         "which halves a GEMM's rate per CPU second, so a rate from minutes earlier can describe "
-         "another machine. The attention score einsums' share of "
+         "a row whose two rates differ by more than 10%% is measured again, up to 4 times): on "
+         "this VM two GEMM threads sometimes each run at half their rate per CPU second for "
+         "seconds at a time (the host placing both vCPUs on one core, or beside another tenant), "
+         "so a rate from minutes earlier can describe another machine. The attention score einsums' share of "
          "LayerFlops goes at their own measured rate (CPU; on the wall clock scaled like the "
          "GEMMs). Both add the attention scores' elementwise "
          "work (elements / t at the measured ns per element). Other elementwise ops (GELU, "
@@ -339,9 +339,8 @@ void Validate() {
       for (bool sp : {false, true}) {
         for (int t : tps) {
           LayerCase c{layer, t, sp, fwd_bwd, flags.tokens, flags.d};
-          // The machine drifts (other jobs, and the host moving this VM's two vCPUs between
-          // separate cores and the two threads of one core, which halves a GEMM's rate per CPU
-          // second): the GEMM rate is measured just before and just after the row, and a row
+          // The machine drifts (other jobs; on this VM two GEMM threads sometimes each run at
+          // half their rate per CPU second for seconds at a time): the GEMM rate is measured just before and just after the row, and a row
           // whose two rates differ by more than 10% is measured again (up to 4 times), so the
           // prediction and the measurement see the same machine.
           auto gemm_rate = [t] { return MeasureGemmRate(t, std::max(2, 8 / t)); };

@@ -1,6 +1,8 @@
 """PyTorch's CPU kernels on the ops and shapes of //bench:tensor_bench's op rows, one thread.
 
     /usr/bin/python3 bench/peers/torch_ops.py [--ours=tensor_bench.json] [--min_time=0.3]
+    /usr/bin/python3 bench/peers/torch_ops.py --torch_out=torch_1.json     # measure only
+    /usr/bin/python3 bench/peers/torch_ops.py --ours=a.json,b.json --torch=torch_1.json,torch_2.json
 
 Prints one line per row: PyTorch's time (thread CPU time per call, median of repeats) and, given
 the JSON output of tensor_bench (--benchmark_format=json --benchmark_out=FILE), ours beside it
@@ -128,25 +130,48 @@ def rows():
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ours", help="tensor_bench --benchmark_format=json output")
-    ap.add_argument("--min_time", type=float, default=0.3)
-    args = ap.parse_args()
+def load_ours(paths):
+    """{row: (seconds, copy_ratio)} from tensor_bench JSON files: per row the fastest run."""
     ours = {}
-    if args.ours:
-        with open(args.ours) as f:
+    for path in paths:
+        with open(path) as f:
             for b in json.load(f)["benchmarks"]:
                 name = b["name"].replace("/manual_time", "").replace("/process_time", "")
                 if name.startswith("mlp/"):  # Google Benchmark appends the Args values
                     name = "/".join(name.split("/")[:5])
                 scale = {"ms": 1e-3, "us": 1e-6, "ns": 1e-9, "s": 1.0}[b.get("time_unit", "ns")]
-                t = b["real_time"] if "manual_time" in b["name"] else b["cpu_time"]
-                ours[name] = (t * scale, b.get("copy_ratio"))
+                t = (b["real_time"] if "manual_time" in b["name"] else b["cpu_time"]) * scale
+                if name not in ours or t < ours[name][0]:
+                    ours[name] = (t, b.get("copy_ratio"))
+    return ours
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ours", help="tensor_bench --benchmark_format=json outputs, comma-separated "
+                    "(per row the fastest)")
+    ap.add_argument("--torch", help="outputs of earlier --torch_out runs, comma-separated: "
+                    "combine them (per row the fastest) instead of measuring")
+    ap.add_argument("--torch_out", help="measure PyTorch's rows only and write them here (JSON)")
+    ap.add_argument("--min_time", type=float, default=0.3)
+    args = ap.parse_args()
+    if args.torch_out:
+        times = {name: timed(fn, args.min_time, copy_bytes) for name, fn, copy_bytes in rows()}
+        with open(args.torch_out, "w") as f:
+            json.dump(times, f)
+        return
+    ours = load_ours(args.ours.split(",")) if args.ours else {}
+    measured = None
+    if args.torch:
+        measured = {}
+        for path in args.torch.split(","):
+            with open(path) as f:
+                for name, t in json.load(f).items():
+                    measured[name] = min(t, measured.get(name, t))
     print("torch %s, %d thread(s)" % (torch.__version__, torch.get_num_threads()))
     print("%-48s %10s %10s %8s %10s" % ("op", "torch ms", "ours ms", "torch/us", "ours/copy"))
     for name, fn, copy_bytes in rows():
-        t = timed(fn, args.min_time, copy_bytes)
+        t = measured[name] if measured is not None else timed(fn, args.min_time, copy_bytes)
         o = ours.get(name)
         if o:
             cr = "%10.2f" % o[1] if o[1] is not None else "%10s" % "-"

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -85,42 +86,50 @@ struct Rate {
   double wall = 0, cpu = 0;  // FLOP/s per rank: over wall time (shared cores) and own CPU time
 };
 
-// t threads at once, each timing the per-rank GEMMs of the MLP at TP t: [T, d] x [d, 4d/t] and
-// [T, 4d/t] x [4d/t, d], `reps` times. Each thread warms up first (OpenBLAS sets up its buffers
-// on a thread's first call, which would count as CPU time of the first timed GEMM), and all
-// start together.
-Rate MeasureGemmRate(int t, int reps) {
-  const int64_t T = flags.tokens, d = flags.d, f = 4 * flags.d / t;
-  Tensor x = RandomNormal({T, d}, 1, 0, 1, DType::kF32), w1 = RandomNormal({d, f}, 2, 0, 1, DType::kF32);
-  Tensor h = RandomNormal({T, f}, 3, 0, 1, DType::kF32), w2 = RandomNormal({f, d}, 4, 0, 1, DType::kF32);
-  (void)Matmul(x, w1);  // pins BLAS to one thread
+// t threads at once, each running the work make_work() builds (on the thread, untimed): once
+// to warm up (OpenBLAS sets up its buffers on a thread's first call, which would otherwise count
+// as CPU time), then, once every thread is ready, `reps` times on the clock. Rates are per
+// thread: wall (the threads share the cores) and own CPU time.
+Rate TimeOnThreads(int t, int reps, double flops_per_call,
+                   const std::function<std::function<void()>()>& make_work) {
   std::vector<double> cpu(t);
   double wall = 0;
   std::barrier sync(t);
   std::vector<std::thread> threads;
   for (int i = 0; i < t; ++i) {
     threads.emplace_back([&, i] {
-      (void)Matmul(x, w1);
-      (void)Matmul(h, w2);
+      const std::function<void()> work = make_work();
+      work();
       sync.arrive_and_wait();
-      const double t0 = Now(), c0 = ThreadCpu();
-      for (int r = 0; r < reps; ++r) {
-        (void)Matmul(x, w1);
-        (void)Matmul(h, w2);
-      }
+      const double w0 = Now(), c0 = ThreadCpu();
+      for (int r = 0; r < reps; ++r) work();
       cpu[i] = ThreadCpu() - c0;
       sync.arrive_and_wait();
-      if (i == 0) wall = Now() - t0;
+      if (i == 0) wall = Now() - w0;
     });
   }
   for (std::thread& th : threads) th.join();
-  const double flops = 2.0 * (2.0 * T * d * f) * reps;  // per thread
   Rate r;
-  r.wall = flops / wall;
+  r.wall = flops_per_call * reps / wall;
   double c = 0;
-  for (double s : cpu) c += s / t;
-  r.cpu = flops / c;
+  for (double x : cpu) c += x / t;
+  r.cpu = flops_per_call * reps / c;
   return r;
+}
+
+// The per-rank GEMMs of the MLP at TP t, [T, d] x [d, 4d/t] and [T, 4d/t] x [4d/t, d], on t
+// threads at once.
+Rate MeasureGemmRate(int t, int reps) {
+  const int64_t T = flags.tokens, d = flags.d, f = 4 * flags.d / t;
+  Tensor x = RandomNormal({T, d}, 1, 0, 1, DType::kF32), w1 = RandomNormal({d, f}, 2, 0, 1, DType::kF32);
+  Tensor h = RandomNormal({T, f}, 3, 0, 1, DType::kF32), w2 = RandomNormal({f, d}, 4, 0, 1, DType::kF32);
+  (void)Matmul(x, w1);  // pins BLAS to one thread
+  return TimeOnThreads(t, reps, 2.0 * (2.0 * T * d * f), [&] {
+    return [&] {
+      (void)Matmul(x, w1);
+      (void)Matmul(h, w2);
+    };
+  });
 }
 
 // The attention score einsums' per-rank FLOP rate at TP t: t threads at once, each running the
@@ -129,36 +138,19 @@ Rate MeasureGemmRate(int t, int reps) {
 Rate MeasureAttentionEinsumRate(int t, int reps) {
   const int64_t s = std::min<int64_t>(flags.tokens, 128), b = flags.tokens / s;
   const int64_t h = std::max<int64_t>(1, flags.d / 64 / t), hd = 64;
-  std::vector<double> cpu(t);
-  double wall = 0;
-  std::barrier sync(t);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < t; ++i) {
-    threads.emplace_back([&, i] {
-      SingleRankContext one{Mesh()};
-      Value q = Value::Replicated(RandomNormal({b, s, 1, h, hd}, 7, 0, 1, DType::kF32));
-      Value k = Value::Replicated(RandomNormal({b, s, 1, h, hd}, 8, 0, 1, DType::kF32));
-      auto run = [&] {
-        Value p = einsum("btchd,bschd->bhts", q, k);
-        return einsum("bhts,bschd->bthd", p, k);
-      };
-      (void)run();  // warm-up
-      sync.arrive_and_wait();
-      const double w0 = Now(), c0 = ThreadCpu();
-      for (int r = 0; r < reps; ++r) (void)run();
-      cpu[i] = ThreadCpu() - c0;
-      sync.arrive_and_wait();
-      if (i == 0) wall = Now() - w0;
-    });
-  }
-  for (std::thread& th : threads) th.join();
-  const double flops = 2.0 * 2.0 * b * h * s * s * hd * reps;  // per thread
-  Rate r;
-  r.wall = flops / wall;
-  double c = 0;
-  for (double x : cpu) c += x / t;
-  r.cpu = flops / c;
-  return r;
+  struct State {  // per thread: its rank context and operands
+    SingleRankContext one{Mesh()};
+    Value q, k;
+  };
+  return TimeOnThreads(t, reps, 2.0 * 2.0 * b * h * s * s * hd, [&]() -> std::function<void()> {
+    auto st = std::make_shared<State>();
+    st->q = Value::Replicated(RandomNormal({b, s, 1, h, hd}, 7, 0, 1, DType::kF32));
+    st->k = Value::Replicated(RandomNormal({b, s, 1, h, hd}, 8, 0, 1, DType::kF32));
+    return [st] {
+      Value p = einsum("btchd,bschd->bhts", st->q, st->k);
+      (void)einsum("bhts,bschd->bthd", p, st->k);
+    };
+  });
 }
 
 // The best of `trials` measurements (each rate separately): this machine is a shared VM, where

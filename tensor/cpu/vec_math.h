@@ -46,9 +46,10 @@ struct VecKernels {
   // y = exp(x - shift) when y is not null; returns the sum of exp(x - shift), added in f64 per
   // block of lanes (so long rows keep f64-grade sums).
   double (*exp_shift_sum)(const float* x, float shift, float* y, int64_t n);
-  // Row reductions: sum x and sum x*y (products in f32) add groups of 4 registers in f32, then
-  // in f64, so their error is at most 2 f32 ulp of sum |term| (3 for the products) plus f64
-  // rounding; sum (x - c)^2 is all f64 (each float widened exactly): the variance of a layer norm.
+  // Row reductions: sum x adds groups of 4 registers in f32, then in f64 (error at most 2 f32
+  // ulp of sum |x|); sum x*y runs chains of 4 f32 multiply-adds, then f64 (5 ulp of sum |x y|);
+  // both plus f64 rounding. sum (x - c)^2 is all f64 (each float widened exactly): the variance
+  // of a layer norm.
   double (*sum)(const float* x, int64_t n);
   double (*dot)(const float* x, const float* y, int64_t n);
   double (*sum_sq_diff)(const float* x, double c, int64_t n);

@@ -334,9 +334,31 @@ template <class I>
 double SumK(const float* x, int64_t n) {
   return SumGroupsF64<I>(x, nullptr, n, [](auto v, auto) { return v; });
 }
+// Dot products: two f32 chains of x * y per block of kDotBlock registers (one multiply-add per
+// register), each block's lanes then added in f64: error at most kDotBlock / 2 + 1 f32 ulp of
+// sum |x y| (plus f64 rounding). A dot is a softmax backward's reduction pass, where the widening
+// tree of SumGroupsF64 measured 10-15% slower (softmax_backward [4096,1024]: 1.9-2.1 -> 1.6-1.9
+// ms).
+constexpr int kDotBlock = 8;
 template <class I>
 double DotK(const float* x, const float* y, int64_t n) {
-  return SumGroupsF64<I>(x, y, n, [](auto a, auto b) { return a * b; });
+  constexpr int W = I::kLanes;
+  using V = typename I::V;
+  double total = 0;
+  int64_t i = 0;
+  while (i + 2 * W <= n) {
+    V a = {}, b = {};
+    for (int k = 0; k < kDotBlock && i + 2 * W <= n; k += 2, i += 2 * W) {
+      a += Load<I>(x + i) * Load<I>(y + i);
+      b += Load<I>(x + i + W) * Load<I>(y + i + W);
+    }
+    float la[W], lb[W];
+    Store<I>(la, a);
+    Store<I>(lb, b);
+    for (int k = 0; k < W; ++k) total += static_cast<double>(la[k]) + lb[k];
+  }
+  for (; i < n; ++i) total += static_cast<double>(x[i]) * y[i];
+  return total;
 }
 template <class I>
 double SumSqDiffK(const float* x, double c, int64_t n) {

@@ -198,12 +198,6 @@ SpmdType EinsumType(const std::string& text, const Value& a, const std::string& 
   return t;
 }
 
-int64_t Product(const Tensor& t, const std::string& letters, const std::string& which) {
-  int64_t n = 1;
-  for (char c : which) n *= t.dim(static_cast<int>(letters.find(c)));
-  return n;
-}
-
 // The letters of `l` that are in `group`, in l's order.
 std::string InOrderOf(const std::string& l, const std::string& group) {
   std::string s;
@@ -213,13 +207,12 @@ std::string InOrderOf(const std::string& l, const std::string& group) {
   return s;
 }
 
-// The kernel: one batched matmul over [batch, m, k] x [batch, k, n]. Each operand laid out as
-// [batch, m, k] or [batch, k, m] (resp. [batch, k, n] or [batch, n, k]) for some order of the
-// letters in each group goes in as it is, with a transpose flag; the output comes as
-// [batch, m, n] or, by computing (ab)^T = b^T a^T, as [batch, n, m]. Of the orders we try, the
-// one that copies the fewest elements wins; what still does not fit is permuted.
-Tensor EinsumKernel(const Tensor& a, const std::string& la, const Tensor& b,
-                    const std::string& lb, const std::string& out) {
+}  // namespace
+
+namespace internal {
+
+EinsumGemmPlan PlanEinsumGemm(const std::string& la, const std::string& lb,
+                              const std::string& out, const std::map<char, int64_t>& size) {
   std::string batch, m, n, k;
   for (char c : la) {
     if (Has(lb, c)) {
@@ -231,6 +224,61 @@ Tensor EinsumKernel(const Tensor& a, const std::string& la, const Tensor& b,
   for (char c : lb) {
     if (!Has(la, c)) n += c;
   }
+  auto product = [&](const std::string& letters) {
+    int64_t p = 1;
+    for (char c : letters) p *= size.at(c);
+    return p;
+  };
+  const int64_t B = product(batch), M = product(m), K = product(k), N = product(n);
+  EinsumGemmPlan best;
+  best.copied = -1;
+  for (const std::string& bo : {InOrderOf(la, batch), InOrderOf(lb, batch)}) {
+    for (const std::string& ko : {InOrderOf(la, k), InOrderOf(lb, k)}) {
+      for (const std::string& mo : {InOrderOf(la, m), InOrderOf(out, m)}) {
+        for (const std::string& no : {InOrderOf(lb, n), InOrderOf(out, n)}) {
+          EinsumGemmPlan p{bo, mo, no, ko};
+          if (la == bo + mo + ko) {
+          } else if (la == bo + ko + mo) {
+            p.ta = true;
+          } else {
+            p.copied += B * M * K;
+          }
+          if (lb == bo + ko + no) {
+          } else if (lb == bo + no + ko) {
+            p.tb = true;
+          } else {
+            p.copied += B * K * N;
+          }
+          if (out == bo + mo + no) {
+          } else if (out == bo + no + mo) {
+            p.swap = true;
+          } else {
+            p.copied += B * M * N;
+          }
+          if (best.copied < 0 || p.copied < best.copied) best = p;
+        }
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace internal
+
+namespace {
+
+// The kernel: one batched matmul over [batch, m, k] x [batch, k, n], laid out by
+// internal::PlanEinsumGemm. Each operand laid out as [batch, m, k] or [batch, k, m] (resp.
+// [batch, k, n] or [batch, n, k]) for some order of the letters in each group goes in as it is,
+// with a transpose flag; the output comes as [batch, m, n] or, by computing (ab)^T = b^T a^T, as
+// [batch, n, m]. Of the orders tried, the one that copies the fewest elements wins; what still
+// does not fit is permuted.
+Tensor EinsumKernel(const Tensor& a, const std::string& la, const Tensor& b,
+                    const std::string& lb, const std::string& out) {
+  std::map<char, int64_t> size;
+  for (size_t i = 0; i < la.size(); ++i) size[la[i]] = a.dim(static_cast<int>(i));
+  for (size_t i = 0; i < lb.size(); ++i) size[lb[i]] = b.dim(static_cast<int>(i));
+  const internal::EinsumGemmPlan p = internal::PlanEinsumGemm(la, lb, out, size);
   auto permuted = [](const Tensor& t, const std::string& from, const std::string& to) {
     std::vector<int> perm;
     bool identity = true;
@@ -240,48 +288,16 @@ Tensor EinsumKernel(const Tensor& a, const std::string& la, const Tensor& b,
     }
     return identity ? t : Permute(t, perm);
   };
-  const int64_t B = Product(a, la, batch), M = Product(a, la, m), K = Product(a, la, k),
-                N = Product(b, lb, n);
-  struct Plan {
-    std::string batch, m, n, k;
-    bool ta = false, tb = false, swap = false;
-    int64_t cost = -1;  // elements copied by permutes
+  auto product = [&](const std::string& letters) {
+    int64_t n = 1;
+    for (char c : letters) n *= size.at(c);
+    return n;
   };
-  Plan best;
-  for (const std::string& bo : {InOrderOf(la, batch), InOrderOf(lb, batch)}) {
-    for (const std::string& ko : {InOrderOf(la, k), InOrderOf(lb, k)}) {
-      for (const std::string& mo : {InOrderOf(la, m), InOrderOf(out, m)}) {
-        for (const std::string& no : {InOrderOf(lb, n), InOrderOf(out, n)}) {
-          Plan p{bo, mo, no, ko};
-          p.cost = 0;
-          if (la == bo + mo + ko) {
-          } else if (la == bo + ko + mo) {
-            p.ta = true;
-          } else {
-            p.cost += B * M * K;
-          }
-          if (lb == bo + ko + no) {
-          } else if (lb == bo + no + ko) {
-            p.tb = true;
-          } else {
-            p.cost += B * K * N;
-          }
-          if (out == bo + mo + no) {
-          } else if (out == bo + no + mo) {
-            p.swap = true;
-          } else {
-            p.cost += B * M * N;
-          }
-          if (best.cost < 0 || p.cost < best.cost) best = p;
-        }
-      }
-    }
-  }
-  const Plan& p = best;
+  const int64_t B = product(p.batch), M = product(p.m), K = product(p.k), N = product(p.n);
   Tensor a3 = permuted(a, la, p.ta ? p.batch + p.k + p.m : p.batch + p.m + p.k);
   Tensor b3 = permuted(b, lb, p.tb ? p.batch + p.n + p.k : p.batch + p.k + p.n);
   auto shape3 = [&](int64_t rows, int64_t cols) {
-    return batch.empty() ? Shape{rows, cols} : Shape{B, rows, cols};
+    return p.batch.empty() ? Shape{rows, cols} : Shape{B, rows, cols};
   };
   a3 = a3.Reshape(p.ta ? shape3(K, M) : shape3(M, K));
   b3 = b3.Reshape(p.tb ? shape3(N, K) : shape3(K, N));
@@ -289,10 +305,7 @@ Tensor EinsumKernel(const Tensor& a, const std::string& la, const Tensor& b,
   Tensor r = p.swap ? Matmul(b3, a3, !p.tb, !p.ta) : Matmul(a3, b3, p.ta, p.tb);
   std::string natural = p.swap ? p.batch + p.n + p.m : p.batch + p.m + p.n;
   Shape shape;
-  for (char c : natural) {
-    shape.push_back(Has(la, c) ? a.dim(static_cast<int>(la.find(c)))
-                               : b.dim(static_cast<int>(lb.find(c))));
-  }
+  for (char c : natural) shape.push_back(size.at(c));
   return permuted(r.Reshape(shape), natural, out);
 }
 

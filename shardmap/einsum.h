@@ -24,6 +24,8 @@
 #ifndef SHARDMAP_SHARDMAP_EINSUM_H_
 #define SHARDMAP_SHARDMAP_EINSUM_H_
 
+#include <cstdint>
+#include <map>
 #include <string>
 
 #include "shardmap/value.h"
@@ -32,6 +34,22 @@ namespace shardmap {
 
 Value einsum(const std::string& spec, const Value& a);
 Value einsum(const std::string& spec, const Value& a, const Value& b);
+
+namespace internal {
+
+// How a two-operand einsum goes onto one batched GEMM [batch, m, k] x [batch, k, n]: the letter
+// groups in the chosen orders, whether each operand goes in transposed (ta, tb), whether the
+// output comes as (ab)^T (swap), and the elements permute copies move (0: none). Exposed so
+// tests can check which contractions need no copy.
+struct EinsumGemmPlan {
+  std::string batch, m, n, k;
+  bool ta = false, tb = false, swap = false;
+  int64_t copied = 0;
+};
+EinsumGemmPlan PlanEinsumGemm(const std::string& la, const std::string& lb,
+                              const std::string& out, const std::map<char, int64_t>& size);
+
+}  // namespace internal
 
 }  // namespace shardmap
 

@@ -161,6 +161,40 @@ TEST_F(EinsumTest, GradientsMatchCentralDifferences) {
   }
 }
 
+// The attention contractions of CausalSelfAttention (q, k, v as [b, t, c = 1, h, d] slices of
+// qkv; scores [b, h, t, s]) and the einsums of their VJPs never copy a [b, h, t, s] tensor: the
+// scores go onto the batched GEMM as they are, with a transpose flag or as the swapped output.
+// What each does copy is its two [b, t, h, d] tensors (h sits between t and d in the qkv layout,
+// so the batch letters b, h are not leading). Sizes are chosen so that the two amounts differ.
+TEST(EinsumPlanTest, AttentionNeverCopiesTheScores) {
+  const std::map<char, int64_t> size = {{'b', 2}, {'t', 96}, {'s', 96}, {'c', 1},
+                                        {'h', 3}, {'d', 64}};
+  const int64_t heads_tensor = 2 * 96 * 3 * 64;  // [b, t, h, d] = 36864; scores: 55296
+  struct Case {
+    const char *la, *lb, *out;
+  };
+  const Case cases[] = {
+      {"btchd", "bschd", "bhts"},   // scores = q k^T
+      {"bhts", "bschd", "bthd"},    // o = p v
+      {"bhts", "bschd", "btchd"},   // d q = g k   (VJP of q k^T)
+      {"bhts", "btchd", "bschd"},   // d k = g^T q
+      {"bthd", "bschd", "bhts"},    // d p = g v^T (VJP of p v)
+      {"bthd", "bhts", "bschd"},    // d v = p^T g
+  };
+  for (const Case& c : cases) {
+    const internal::EinsumGemmPlan p = internal::PlanEinsumGemm(c.la, c.lb, c.out, size);
+    EXPECT_EQ(p.copied, 2 * heads_tensor) << c.la << "," << c.lb << "->" << c.out;
+  }
+  // The same contractions on [b, h, t, d] operands copy nothing at all.
+  EXPECT_EQ(internal::PlanEinsumGemm("bhtd", "bhsd", "bhts", size).copied, 0);
+  EXPECT_EQ(internal::PlanEinsumGemm("bhts", "bhsd", "bhtd", size).copied, 0);
+  // [m, k] x [n, k] -> [n, m] fits with flags and a swap; a batch letter in the middle does not.
+  EXPECT_EQ(internal::PlanEinsumGemm("mk", "nk", "nm", {{'m', 3}, {'k', 4}, {'n', 5}}).copied, 0);
+  EXPECT_EQ(internal::PlanEinsumGemm("mbk", "bkn", "bmn", {{'m', 3}, {'b', 2}, {'k', 4}, {'n', 5}})
+                .copied,
+            3 * 2 * 4);
+}
+
 TEST_F(EinsumTest, BadSpecsAreClearErrors) {
   Value a = Value::Replicated(Rand({3, 4}, 1)), b = Value::Replicated(Rand({5, 6}, 2));
   auto error = [](const std::function<void()>& f) {

@@ -153,8 +153,8 @@ Rate MeasureAttentionEinsumRate(int t, int reps) {
   });
 }
 
-// The best of `trials` measurements (each rate separately): this machine is a shared VM, where
-// time the hypervisor takes from a vCPU still counts as the thread's CPU time, so a single short
+// The best of `trials` measurements (each rate separately): on this shared VM two GEMM threads
+// sometimes each run at half their rate per CPU second for seconds at a time, so a single short
 // sample can read a rate half the true one.
 Rate BestOf(int trials, const std::function<Rate()>& measure) {
   Rate best;
@@ -337,9 +337,10 @@ void Validate() {
           // prediction and the measurement see the same machine.
           auto gemm_rate = [t] { return MeasureGemmRate(t, std::max(2, 8 / t)); };
           auto attention_rate_now = [&] {
+            // 0 (no attention): Predict then puts all FLOPs at the GEMM rate.
             return AttentionEinsumFlops(c) > 0
                        ? MeasureAttentionEinsumRate(t, std::max(2, 8 / t)).cpu
-                       : attention_rate[t].cpu;
+                       : 0.0;
           };
           absl::StatusOr<LayerTiming> m;
           Rate row_rate;

@@ -103,11 +103,9 @@ void BinaryBroadcast(const Tensor& a, const Tensor& b, Tensor& out, F f,
     if (vec != nullptr && sa[d - 1] == 1 && sb[d - 1] == 1) row_kernel = cpu::Vec().*vec;
   }
   for (int64_t row = 0; row < rows; ++row) {
-    if constexpr (std::is_same_v<T, float>) {
-      if (row_kernel != nullptr) {  // e.g. a bias row added to every row of a matrix
+    if (row_kernel != nullptr) {  // e.g. a bias row added to every row of a matrix
+      if constexpr (std::is_same_v<T, float>) {
         row_kernel(pa + oa, pb + ob, po + row * inner, inner);
-      } else {
-        BinaryRun(pa + oa, pb + ob, po + row * inner, inner, sa[d - 1], sb[d - 1], f);
       }
     } else {
       BinaryRun(pa + oa, pb + ob, po + row * inner, inner, sa[d - 1], sb[d - 1], f);

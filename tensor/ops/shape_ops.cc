@@ -22,35 +22,15 @@ namespace {
 using internal::DimVec;
 using internal::Prod;
 
-// Transposes the 4x4 block at s (row stride sj) into d (row stride od): d[a*od + b] = s[a + b*sj].
-inline void Transpose4x4(const uint32_t* s, int64_t sj, uint32_t* d, int64_t od) {
-#if defined(__SSE2__)
-  const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-  const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + sj));
-  const __m128i r2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * sj));
-  const __m128i r3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 3 * sj));
-  const __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpacklo_epi32(r2, r3);
-  const __m128i t2 = _mm_unpackhi_epi32(r0, r1), t3 = _mm_unpackhi_epi32(r2, r3);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm_unpacklo_epi64(t0, t1));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(d + od), _mm_unpackhi_epi64(t0, t1));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * od), _mm_unpacklo_epi64(t2, t3));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 3 * od), _mm_unpackhi_epi64(t2, t3));
-#else
-  for (int a = 0; a < 4; ++a) {
-    for (int b = 0; b < 4; ++b) d[a * od + b] = s[a + b * sj];
-  }
-#endif
-}
-
-// Tile edge in elements: a tile's transposed copy (4-8 KiB) stays in L1; 32x32 f32 measured
-// best (64 and 128 lose to cache-set conflicts of the power-of-two strides).
+// Tile edge in elements for the 2- and 8-byte transposes (32-bit ones go to cpu::Vec()'s
+// register transposes): a tile's transposed copy (8 KiB) stays in L1.
 template <typename E>
 constexpr int64_t TileFor() {
   return sizeof(E) == 2 ? 64 : 32;
 }
 
 // Outputs at least this big bypass the cache with streaming stores (no read-for-ownership of
-// lines the transpose overwrites whole): measured 0.32x -> 0.48x memcpy on f32 [4096,4096].
+// lines the transpose overwrites whole; measured 0.32x -> 0.48x memcpy when f32 still came here).
 constexpr size_t kStreamBytes = size_t{4} << 20;
 
 // dst[0, n) = src[0, n) bytes; with `stream`, 16-byte aligned chunks use non-temporal stores.
@@ -72,38 +52,14 @@ inline void CopyRow(char* dst, const char* src, size_t n, bool stream) {
 // out[i * oq + j] = in[i + j * sj] for i in [i0, i1), j in [j0, j1), through an L1 buffer:
 // input rows are read as contiguous runs and output rows written as contiguous runs, so every
 // cache line is touched once even when the strides are powers of two (which alias in the
-// cache and defeat a direct strided walk). f32-sized elements go through 4x4 SSE2 transposes.
+// cache and defeat a direct strided walk).
 template <typename E>
 inline void TransposeTile(const E* in, E* out, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                           int64_t sj, int64_t oq, bool stream) {
   constexpr int64_t kT = TileFor<E>();
   alignas(64) E buf[kT * kT];  // buf[(i - i0) * kT + (j - j0)]
   const int64_t ni = i1 - i0, nj = j1 - j0;
-  if constexpr (sizeof(E) == 4) {
-    if (ni == kT && nj == kT) {  // a full tile: fixed trip counts, measured ~2x the general loop
-      const E* src = in + i0 + j0 * sj;
-      for (int64_t j = 0; j < kT; j += 4) {
-        for (int64_t i = 0; i < kT; i += 4) Transpose4x4(src + i + j * sj, sj, buf + i * kT + j, kT);
-      }
-      for (int64_t i = 0; i < kT; ++i) {
-        CopyRow(reinterpret_cast<char*>(out + (i0 + i) * oq + j0),
-                reinterpret_cast<const char*>(buf + i * kT), kT * sizeof(E), stream);
-      }
-      return;
-    }
-  }
-  int64_t j = 0;
-  if constexpr (sizeof(E) == 4) {
-    for (; j + 4 <= nj; j += 4) {
-      const E* src = in + i0 + (j0 + j) * sj;
-      int64_t i = 0;
-      for (; i + 4 <= ni; i += 4) Transpose4x4(src + i, sj, buf + i * kT + j, kT);
-      for (; i < ni; ++i) {
-        for (int64_t b = 0; b < 4; ++b) buf[i * kT + j + b] = src[i + b * sj];
-      }
-    }
-  }
-  for (; j < nj; ++j) {  // row by row: contiguous reads, strided writes into the L1 buffer
+  for (int64_t j = 0; j < nj; ++j) {  // row by row: contiguous reads, strided writes into buf
     const E* src = in + i0 + (j0 + j) * sj;
     for (int64_t i = 0; i < ni; ++i) buf[i * kT + j] = src[i];
   }

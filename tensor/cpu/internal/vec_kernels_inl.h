@@ -287,14 +287,13 @@ double SumF64(const float* x, const float* y, int64_t n, F term) {
   return total;
 }
 
-// Sums of f32 terms (f(x) or f(x, y), computed in f32): kGroup registers of terms are added in
-// f32 as a tree, and each group's sum is widened and added in f64. Every term passes through at
-// most log2(kGroup) f32 additions, so the error is at most 2 f32 ulp of sum |term| (plus f64
-// rounding): near the f64 sums above at about half their instructions, where a row in cache
-// makes the converts, not memory, the limit.
+// Row sum: kSumGroup registers are added in f32 as a tree, and each group's sum is widened and
+// added in f64. Every element passes through at most log2(kSumGroup) f32 additions, so the error
+// is at most 2 f32 ulp of sum |x| (plus f64 rounding): near SumF64's accuracy at about half its
+// instructions, where a row in cache makes the converts, not memory, the limit.
 constexpr int kSumGroup = 4;
-template <class I, class F>
-double SumGroupsF64(const float* x, const float* y, int64_t n, F term) {
+template <class I>
+double SumK(const float* x, int64_t n) {
   constexpr int W = I::kLanes, Hw = W / 2;
   using V = typename I::V;
   using H = typename I::H;
@@ -306,7 +305,7 @@ double SumGroupsF64(const float* x, const float* y, int64_t n, F term) {
     lo_acc += __builtin_convertvector(lo, D);
     hi_acc += __builtin_convertvector(hi, D);
   };
-  auto at = [&](int64_t i) { return term(Load<I>(x + i), y ? Load<I>(y + i) : V{}); };
+  auto at = [&](int64_t i) { return Load<I>(x + i); };
   D a0 = {}, a1 = {}, b0 = {}, b1 = {};  // two pairs of chains hide the add latency
   int64_t i = 0;
   for (; i + 2 * kSumGroup * W <= n; i += 2 * kSumGroup * W) {
@@ -321,23 +320,14 @@ double SumGroupsF64(const float* x, const float* y, int64_t n, F term) {
   a0 += a1;
   double total = 0;
   for (int k = 0; k < Hw; ++k) total += a0[k];
-  if (i < n) {  // the tail on zero-padded lanes: term(0, 0) is 0 for the sums here
-    float bx[W] = {}, by[W] = {}, bt[W];
-    __builtin_memcpy(bx, x + i, (n - i) * sizeof(float));
-    if (y) __builtin_memcpy(by, y + i, (n - i) * sizeof(float));
-    Store<I>(bt, term(Load<I>(bx), Load<I>(by)));
-    for (int64_t k = 0; k < n - i; ++k) total += bt[k];
-  }
+  for (; i < n; ++i) total += x[i];
   return total;
 }
-template <class I>
-double SumK(const float* x, int64_t n) {
-  return SumGroupsF64<I>(x, nullptr, n, [](auto v, auto) { return v; });
-}
+
 // Dot products: two f32 chains of x * y per block of kDotBlock registers (one multiply-add per
 // register), each block's lanes then added in f64: error at most kDotBlock / 2 + 1 f32 ulp of
 // sum |x y| (plus f64 rounding). A dot is a softmax backward's reduction pass, where the widening
-// tree of SumGroupsF64 measured 10-15% slower (softmax_backward [4096,1024]: 1.9-2.1 -> 1.6-1.9
+// tree SumK uses measured 10-15% slower (softmax_backward [4096,1024]: 1.9-2.1 -> 1.6-1.9
 // ms).
 constexpr int kDotBlock = 8;
 template <class I>

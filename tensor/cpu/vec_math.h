@@ -1,8 +1,9 @@
 // Vectorized f32 kernels for the CPU tensor ops (exp, log, tanh, sigmoid, silu, GELU and their
 // gradients, fused bias epilogues, softmax and norm row passes, 32-bit transposes), on SLEEF's
-// vector math (Debian libsleef-dev: 1.0-ulp exp/log/erf, 1.5-ulp erfc, 3.5-ulp tanh, which is
-// 3x faster than its 1.0-ulp tanh) with runtime dispatch: one binary runs on any x86-64 and picks
-// AVX-512F, AVX2+FMA or the SSE2 baseline by the CPU it finds (once).
+// vector math (Debian libsleef-dev: 1.0-ulp exp/log, 3.5-ulp tanh, which is 3x faster than its
+// 1.0-ulp tanh) and glibc libmvec's erfc (1.75 ulp, 3-4x faster than SLEEF's), with runtime
+// dispatch: one binary runs on any x86-64 and picks AVX-512F, AVX2+FMA or the SSE2 baseline by
+// the CPU it finds (once).
 //
 //   const cpu::VecKernels& k = cpu::Vec();
 //   k.gelu_tanh(x, y, n);                       // y[i] = gelu_tanh(x[i]), n floats

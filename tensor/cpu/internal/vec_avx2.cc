@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "tensor/cpu/internal/libmvec.h"
 #include "tensor/cpu/vec_math.h"
 
 namespace shardmap::cpu::internal {
@@ -18,7 +19,7 @@ struct Isa {
   static V Exp(V x) { return Sleef_expf8_u10avx2(x); }
   static V Log(V x) { return Sleef_logf8_u10avx2(x); }
   static V Tanh(V x) { return Sleef_tanhf8_u35avx2(x); }
-  static V Erfc(V x) { return Sleef_erfcf8_u15avx2(x); }
+  static V Erfc(V x) { return _ZGVdN8v_erfcf(x); }
   template <bool kStream, class R>
   static void Put(float* p, R v) {
     if constexpr (kStream) {

@@ -7,7 +7,7 @@
 //     typedef float H __attribute__((vector_size(32)));   // half of it
 //     typedef double D __attribute__((vector_size(64)));  // H widened to f64
 //     static constexpr int kLanes = 16;
-//     static V Exp(V), Log(V), Tanh(V), Erfc(V);          // SLEEF's functions for the ISA
+//     static V Exp(V), Log(V), Tanh(V), Erfc(V);  // SLEEF's / libmvec's (erfc) for the ISA
 //     // dst[m * ds + k] = src[k * ss + m] for k, m < kLanes: one register-sized square of
 //     // 32-bit elements transposed in registers (intrinsics: the shuffles are per ISA); with
 //     // kStream, non-temporal stores to 16-byte aligned dst rows, ordered by StreamFence().

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "tensor/cpu/internal/libmvec.h"
 #include "tensor/cpu/vec_math.h"
 
 namespace shardmap::cpu::internal {
@@ -19,7 +20,7 @@ struct Isa {
   static V Exp(V x) { return Sleef_expf4_u10sse2(x); }
   static V Log(V x) { return Sleef_logf4_u10sse2(x); }
   static V Tanh(V x) { return Sleef_tanhf4_u35sse2(x); }
-  static V Erfc(V x) { return Sleef_erfcf4_u15sse2(x); }
+  static V Erfc(V x) { return _ZGVbN4v_erfcf(x); }
   template <bool kStream, class R>
   static void Put(float* p, R v) {
     if constexpr (kStream) {

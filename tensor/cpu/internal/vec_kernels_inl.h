@@ -594,6 +594,10 @@ void LogSoftmaxBwdK(const float* y, const float* dy, float acc, float* dx, int64
 //     [4096,1024]: 0.25 of a memcpy blocked with plain stores, 0.65-0.8 this way.
 //   - Otherwise (cache-resident outputs) blocks of kTransposeBlock squared with plain stores.
 constexpr int64_t kTransposeBlock = 64;
+// On the streaming path the hardware prefetchers still lag 16 streams at once: a software
+// prefetch 32 floats ahead on each row made [4096,1024] and [512,8192] 7-10% faster here
+// (0.64-0.86 of a memcpy; 16 and 48 ahead were no better). A prefetch past a row never faults.
+constexpr int64_t kAhead = 32;
 template <class I>
 void Transpose32K(const void* in_v, int64_t is, void* out_v, int64_t os, int64_t rows,
                   int64_t cols, bool stream) {
@@ -610,6 +614,9 @@ void Transpose32K(const void* in_v, int64_t is, void* out_v, int64_t os, int64_t
     const int64_t full_r = rows / W * W, full_c = cols / kLine * kLine;
     for (int64_t c = 0; c < full_c; c += kLine) {
       for (int64_t r = 0; r < full_r; r += W) {
+        if (r % kLine == 0) {
+          for (int k = 0; k < kLine; ++k) __builtin_prefetch(in + (c + k) * is + r + kAhead);
+        }
         for (int k = 0; k < kLine; k += W) {  // the squares that fill these output lines
           I::template Transpose<true>(in + (c + k) * is + r, is, out + r * os + c + k, os);
         }

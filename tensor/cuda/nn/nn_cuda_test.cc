@@ -376,6 +376,22 @@ TEST(NnCudaTest, CausalMask) {
   }
 }
 
+// Rows with no visible key (offset < 0) are zeros on both devices, not NaN.
+TEST(NnCudaTest, CausalSoftmax) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 950;
+  const std::vector<std::vector<int64_t>> shapes = {{4, 6}, {6, 4}, {2, 3, 5, 5}, {0, 3}, {1, 1}};
+  for (const auto& shape : shapes) {
+    for (DType dt : kFloats) {
+      const Tensor x = RandomTensor(shape, dt, seed++);
+      for (int64_t offset : {-100, -2, -1, 0, 3}) {
+        const std::string n = Name("causal_softmax", x, dt) + " offset " + std::to_string(offset);
+        ExpectMatches(CausalSoftmax(Gpu(x), offset), CausalSoftmax(x, offset), n);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- errors
 
 // The GPU error message equals the CPU one (same checks, same wording).

@@ -47,8 +47,8 @@ struct VecKernels {
   // y = exp(x - shift) when y is not null; returns the sum of exp(x - shift), added in f64 per
   // block of lanes (so long rows keep f64-grade sums).
   double (*exp_shift_sum)(const float* x, float shift, float* y, int64_t n);
-  // Row reductions: sum x adds groups of 4 registers in f32, then in f64 (error at most 2 f32
-  // ulp of sum |x|); sum x*y runs chains of 4 f32 multiply-adds, then f64 (5 ulp of sum |x y|);
+  // Row reductions: sum x runs chains of 8 f32 registers, then f64 (error at most 8 f32 ulp of
+  // sum |x|, as PyTorch's f32 cascade sum); sum x*y runs chains of 4 f32 multiply-adds, then f64 (5 ulp of sum |x y|);
   // both plus f64 rounding. sum (x - c)^2 is all f64 (each float widened exactly): the variance
   // of a layer norm.
   double (*sum)(const float* x, int64_t n);

@@ -18,8 +18,8 @@ struct Isa {
   typedef double D __attribute__((vector_size(16)));
   static constexpr int kLanes = 4;
   static V Exp(V x) { return Sleef_expf4_u10sse2(x); }
-  static V Log(V x) { return Sleef_logf4_u10sse2(x); }
-  static V Tanh(V x) { return Sleef_tanhf4_u35sse2(x); }
+  static V Log(V x) { return Sleef_logf4_u35sse2(x); }
+  static V Tanh(V x) { return _ZGVbN4v_tanhf(x); }
   static V Erfc(V x) { return _ZGVbN4v_erfcf(x); }
   template <bool kStream, class R>
   static void Put(float* p, R v) {

@@ -584,10 +584,43 @@ class GlooCommunicator final : public Communicator {
   absl::Status FinishAgree(Posted& posted, Agreement& a, Deadline deadline,
                            absl::Span<const size_t> send_counts = {},
                            absl::Span<const size_t> recv_counts = {}) {
-    for (size_t i : a.recvs) SM_COLL_RETURN_IF_ERROR(Await(posted, i, deadline));
+    for (size_t i : a.recvs) {
+      if (absl::Status s = Await(posted, i, deadline); !s.ok()) {
+        return MismatchOr(s, posted, a, send_counts, recv_counts);
+      }
+    }
     absl::Status s = CheckAgreement(a.in, send_counts, recv_counts);
     if (!s.ok()) return Fail(s);
     return absl::OkStatus();
+  }
+
+  // `failed` (the world already poisoned by it), or the mismatch that caused it. A rank that
+  // finds the calls mismatched closes its connections at once, so a slower peer can fail on a
+  // transfer it posts after its descriptors (or on a later descriptor) before it has checked
+  // them; the descriptors that did arrive tell every rank the same mismatch, as the agreement
+  // would have.
+  absl::Status MismatchOr(absl::Status failed, Posted& posted, Agreement& a,
+                          absl::Span<const size_t> send_counts = {},
+                          absl::Span<const size_t> recv_counts = {}) {
+    for (size_t i : a.recvs) {
+      std::unique_ptr<gloo::transport::UnboundBuffer>& buf = posted.bufs[i];
+      if (!buf) continue;  // awaited already
+      try {
+        // Returns at once when the descriptor has arrived; throws when its connection is gone.
+        if (!buf->waitRecv(std::chrono::milliseconds(100))) return failed;
+      } catch (const std::exception&) {
+        return failed;
+      }
+      buf.reset();
+    }
+    absl::Status mismatch = CheckAgreement(a.in, send_counts, recv_counts);
+    return mismatch.ok() ? failed : mismatch;
+  }
+
+  // Post, for the transfers an all-reduce posts between StartAgree and FinishAgree.
+  absl::Status PostBeforeAgreed(Posted& posted, Agreement& a, const Xfer& x) {
+    absl::Status s = Post(posted, x);
+    return s.ok() ? s : MismatchOr(s, posted, a);
   }
 
   absl::Status CheckAgreement(const std::vector<Desc>& in, absl::Span<const size_t> send_counts,
@@ -667,10 +700,12 @@ class GlooCommunicator final : public Communicator {
       for (int p = 0; p < n; ++p) srcs[p] = p == me ? send : scratch_.data() + p * bytes;
       for (int k = 1; k < n; ++k) {
         const int p = (me - k + n) % n;
-        SM_COLL_RETURN_IF_ERROR(Post(posted, {p, false, srcs[p], bytes, base | 1}));
+        SM_COLL_RETURN_IF_ERROR(
+            PostBeforeAgreed(posted, agreement, {p, false, srcs[p], bytes, base | 1}));
       }
       for (int k = 1; k < n; ++k) {
-        SM_COLL_RETURN_IF_ERROR(Post(posted, {(me + k) % n, true, send, bytes, base | 1}));
+        SM_COLL_RETURN_IF_ERROR(
+            PostBeforeAgreed(posted, agreement, {(me + k) % n, true, send, bytes, base | 1}));
       }
       SM_COLL_RETURN_IF_ERROR(FinishAgree(posted, agreement, deadline));
       SM_COLL_RETURN_IF_ERROR(AwaitAll(posted, deadline));
@@ -691,20 +726,21 @@ class GlooCommunicator final : public Communicator {
       const int p = (me - k + n) % n;
       srcs[p] = scratch_.data() + p * mine;
       rs_recvs.push_back(posted.xs.size());
-      SM_COLL_RETURN_IF_ERROR(Post(posted, {p, false, srcs[p], mine, base | 1}));
+      SM_COLL_RETURN_IF_ERROR(
+          PostBeforeAgreed(posted, agreement, {p, false, srcs[p], mine, base | 1}));
     }
     srcs[me] = Bytes(send) + b * esz;
     for (int k = 1; k < n; ++k) {
       const int p = (me - k + n) % n;
       const auto [pb, pe] = SliceOf(p, n, count, esz);
-      SM_COLL_RETURN_IF_ERROR(
-          Post(posted, {p, false, Bytes(recv) + pb * esz, (pe - pb) * esz, base | 2}));
+      SM_COLL_RETURN_IF_ERROR(PostBeforeAgreed(
+          posted, agreement, {p, false, Bytes(recv) + pb * esz, (pe - pb) * esz, base | 2}));
     }
     for (int k = 1; k < n; ++k) {
       const int p = (me + k) % n;
       const auto [pb, pe] = SliceOf(p, n, count, esz);
-      SM_COLL_RETURN_IF_ERROR(
-          Post(posted, {p, true, Bytes(send) + pb * esz, (pe - pb) * esz, base | 1}));
+      SM_COLL_RETURN_IF_ERROR(PostBeforeAgreed(
+          posted, agreement, {p, true, Bytes(send) + pb * esz, (pe - pb) * esz, base | 1}));
     }
     SM_COLL_RETURN_IF_ERROR(FinishAgree(posted, agreement, deadline));
     for (size_t i : rs_recvs) SM_COLL_RETURN_IF_ERROR(Await(posted, i, deadline));

@@ -16,10 +16,10 @@
 // removes cancellation: gelu = x / (1 + exp(-2u)) and 0.5 x erfc(-x / sqrt 2). f64 stays on the
 // scalar libm loops in tensor/ops (full f64 accuracy); bf16/f16 compute in f32 and round once.
 //
-// Accuracy (vec_math_test checks it on every ISA): exp, sigmoid, silu within 3 ulp of the
-// exact value, log within 4, tanh within 2; GELU and the gradients within 4 ulp of the exact value at an input
-// within 2 ulp of x (the f32-rounded inner argument of exp/erfc), gradients also within 4 ulp of
-// their largest term; results below 2^-110 in magnitude may flush to zero (SLEEF's f32 exp does
+// Accuracy (vec_math_test checks it on every ISA): exp, sigmoid, silu within 3 ulp of the exact
+// value, log within 4, tanh within 2; GELU and the gradients within 4 ulp of the exact value at an
+// input within 2 ulp of x (the f32-rounded inner argument of exp/erfc), gradients also within 4 ulp
+// of their largest term; results below 2^-110 in magnitude may flush to zero (SLEEF's f32 exp does
 // not return subnormals).
 #ifndef SHARDMAP_TENSOR_CPU_VEC_MATH_H_
 #define SHARDMAP_TENSOR_CPU_VEC_MATH_H_
@@ -49,9 +49,9 @@ struct VecKernels {
   // block of lanes (so long rows keep f64-grade sums).
   double (*exp_shift_sum)(const float* x, float shift, float* y, int64_t n);
   // Row reductions: sum x runs chains of 8 f32 registers, then f64 (error at most 8 f32 ulp of
-  // sum |x|, as PyTorch's f32 cascade sum); sum x*y runs chains of 4 f32 multiply-adds, then f64 (5 ulp of sum |x y|);
-  // both plus f64 rounding. sum (x - c)^2 is all f64 (each float widened exactly): the variance
-  // of a layer norm.
+  // sum |x|, as PyTorch's f32 cascade sum); sum x*y runs chains of 4 f32 multiply-adds, then f64
+  // (5 ulp of sum |x y|); both plus f64 rounding. sum (x - c)^2 is all f64 (each float widened
+  // exactly): the variance of a layer norm.
   double (*sum)(const float* x, int64_t n);
   double (*dot)(const float* x, const float* y, int64_t n);
   double (*sum_sq_diff)(const float* x, double c, int64_t n);

@@ -3,11 +3,11 @@
 // exercise the vector tails.
 //
 // The bound tested (the one vec_math.h promises): exp, sigmoid and silu are within 3 ulp of the
-// exact value, log within 4 (SLEEF's 3.5-ulp log), tanh within 2 (libmvec's); GELU and the gradients within 4 ulp of
-// the exact value at an input within 2 ulp of x (their inner exp/erfc argument is rounded to f32,
-// which no f32 kernel avoids), plus, for gradients, 4 ulp of the largest term (the derivative
-// crosses zero). Results below 2^-110 in magnitude may flush to zero. NaN in gives NaN,
-// infinities match exactly.
+// exact value, log within 4 (SLEEF's 3.5-ulp log), tanh within 2 (libmvec's); GELU and the
+// gradients within 4 ulp of the exact value at an input within 2 ulp of x (their inner exp/erfc
+// argument is rounded to f32, which no f32 kernel avoids), plus, for gradients, 4 ulp of the
+// largest term (the derivative crosses zero). Results below 2^-110 in magnitude may flush to zero.
+// NaN in gives NaN, infinities match exactly.
 #include "tensor/cpu/vec_math.h"
 
 #include <algorithm>

@@ -310,7 +310,7 @@ double SumK(const float* x, int64_t n) {
   D a0 = {}, a1 = {}, b0 = {}, b1 = {};  // two pairs of f64 chains hide the add latency
   int64_t i = 0;
   constexpr int64_t kStep = 4 * W;  // one register of each f32 chain
-  for (; i + kSumChain * kStep <= n;) {
+  while (i + kSumChain * kStep <= n) {
     V s0 = at(i), s1 = at(i + W), s2 = at(i + 2 * W), s3 = at(i + 3 * W);
     i += kStep;
     for (int k = 1; k < kSumChain; ++k, i += kStep) {

@@ -202,6 +202,26 @@ TEST(GptGenerateTest, F32AndCommunicatorPath) {
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// bf16 compute (f32 master weights): the same per-device code casts at use; the logits follow
+// the naive f64 forward to bf16's precision, on one device and on tp2+sp.
+TEST(GptGenerateTest, MixedPrecisionLogits) {
+  GptConfig c = Config(DType::kF32);
+  c.compute = DType::kBF16;
+  const auto params = RandomParams(c, 0.3, 13);
+  const std::vector<int64_t> ctx = {4, 8, 15, 16, 23};
+  const std::vector<double> want = NaiveNextLogits(c, params, ctx);
+  double scale = 0;
+  for (double v : want) scale = std::max(scale, std::abs(v));
+  for (auto [mesh, sp] : {std::pair<std::string, bool>{"dp=1", false}, {"tp=2", true}}) {
+    auto got = GptNextTokenLogits(Layout(mesh, sp, c), params, ctx);
+    ASSERT_TRUE(got.ok()) << got.status();
+    double err = 0;
+    for (size_t v = 0; v < want.size(); ++v) err = std::max(err, std::abs((*got)[v] - want[v]));
+    EXPECT_LT(err, 0.03 * scale) << mesh << ": max error " << err << " of logits up to " << scale;
+    EXPECT_GT(err, 0.0) << "bf16 compute should round somewhere";
+  }
+}
+
 TEST(GptGenerateTest, SamplingIsDeterministicPerSeedAndTopK1IsGreedy) {
   const GptConfig c = Config();
   const auto params = RandomParams(c, 0.3, 3);
@@ -273,6 +293,8 @@ TEST(GptGenerateTest, Errors) {
   EXPECT_TRUE(zero->empty());
   EXPECT_EQ(GptNextTokenLogits(l, params, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GenerateGpt(Layout("pp=2,dp=2", false), params, {1}, {}).status().code(),
+            absl::StatusCode::kUnimplemented);
   GptConfig moe = c;
   moe.moe.experts = 2;
   EXPECT_EQ(GenerateGpt(Layout("dp=1", false, moe), InitGpt(moe, 1), {1}, {}).status().code(),

@@ -382,6 +382,20 @@ TEST(LaunchTest, AWildcardMasterAddrNeedsAFlag) {
   EXPECT_THAT(r.output, HasSubstr("rendezvous ok: 2 ranks agree"));
 }
 
+// A stopped (SIGSTOP) Gloo peer: rank 0 reports the timeout at the timeout and exits soon
+// after; the store it serves does not wait the store's own timeout (60 s here, 300 s by
+// default) for the stopped rank to disconnect.
+TEST(LaunchTest, AStoppedGlooPeerFailsTheOthersAtTheTimeoutAndTheyExit) {
+  Result r = RunLaunch({"--nproc_per_node=2", "--grace_period_s=0.5", "--",
+                        "collectives/gloo_check", "--stop_rank=1", "--timeout_s=2",
+                        "--store_timeout_s=60"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("timed out after 2s waiting for rank 1")) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("[rank 0] exiting after")) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("launch: rank 0 failed first (exit code 1)")) << r.output;
+  EXPECT_LT(r.took, absl::Seconds(15)) << r.output;
+}
+
 TEST(LaunchTest, MisuseIsReported) {
   struct Case {
     std::vector<std::string> args;

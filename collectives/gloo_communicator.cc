@@ -17,7 +17,9 @@
 //     Cutting the slices into pipelined chunks (reduce chunk k while chunk k+1 arrives) was
 //     measured slower on a 2-core machine: more messages, more wake-ups of Gloo's event loop.
 // Failures close every connection of the world (GlooWorld::Poison): peers waiting on this rank
-// fail at once naming it, and no late transfer can land in a buffer the caller got back.
+// fail at once naming it, and no late transfer can land in a buffer the caller got back. Before
+// closing, the failing rank sends its status (code and message) to every peer, and a peer that
+// then loses the connection re-raises that status with the failing rank's code.
 #include "collectives/gloo_communicator.h"
 
 #include <arpa/inet.h>
@@ -180,7 +182,10 @@ class GroupLink {
   static constexpr size_t kNoticeBytes = 1024;
 
   explicit GroupLink(std::shared_ptr<gloo::Context> ctx)
-      : ctx_(std::move(ctx)), inbox_(ctx_->size * kNoticeBytes, 0), inbox_bufs_(ctx_->size) {}
+      : ctx_(std::move(ctx)),
+        inbox_(ctx_->size * kNoticeBytes, 0),
+        inbox_bufs_(ctx_->size),
+        received_(ctx_->size, false) {}
 
   gloo::Context& ctx() { return *ctx_; }
 
@@ -197,11 +202,13 @@ class GroupLink {
     return absl::OkStatus();
   }
 
-  // Best effort: queues `why` to every peer and waits briefly for it to reach the sockets.
-  void SendNotices(const std::string& why) {
+  // Best effort: queues `why` (its code in the first byte, then its message) to every peer and
+  // waits briefly for it to reach the sockets.
+  void SendNotices(const absl::Status& why) {
     if (outbox_buf_ != nullptr) return;  // already sent
     std::memset(outbox_, 0, kNoticeBytes);
-    std::memcpy(outbox_, why.data(), std::min(why.size(), kNoticeBytes - 1));
+    outbox_[0] = static_cast<char>(static_cast<int>(why.code()));
+    std::memcpy(outbox_ + 1, why.message().data(), std::min(why.message().size(), kNoticeBytes - 2));
     int posted = 0;
     try {
       outbox_buf_ = ctx_->createUnboundBuffer(outbox_, kNoticeBytes);
@@ -232,16 +239,27 @@ class GroupLink {
     }
   }
 
-  // The failure `peer` announced before it closed its connections, if it did.
-  std::string NoticeFrom(int peer) {
-    if (peer < 0 || peer >= ctx_->size || !inbox_bufs_[peer]) return "";
-    try {
-      if (!inbox_bufs_[peer]->waitRecv(std::chrono::milliseconds(1))) return "";
-    } catch (const std::exception&) {
-      return "";
+  // The failure `peer` announced before it closed its connections (OK if it did not). Sent on
+  // the connection before it closes, so it arrives before the close is seen.
+  absl::Status NoticeFrom(int peer) {
+    if (peer < 0 || peer >= ctx_->size) return absl::OkStatus();
+    std::lock_guard<std::mutex> lock(notice_mu_);
+    if (!inbox_bufs_[peer]) return absl::OkStatus();
+    if (!received_[peer]) {
+      try {
+        if (!inbox_bufs_[peer]->waitRecv(std::chrono::milliseconds(1))) return absl::OkStatus();
+      } catch (const std::exception&) {
+        return absl::OkStatus();
+      }
+      received_[peer] = true;
     }
     const char* m = inbox_.data() + peer * kNoticeBytes;
-    return std::string(m, strnlen(m, kNoticeBytes));
+    int code = static_cast<unsigned char>(m[0]);
+    if (code == 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+      code = static_cast<int>(absl::StatusCode::kUnknown);
+    }
+    return absl::Status(static_cast<absl::StatusCode>(code),
+                        std::string(m + 1, strnlen(m + 1, kNoticeBytes - 1)));
   }
 
   static constexpr uint64_t kAbortSlot = 2;
@@ -250,6 +268,8 @@ class GroupLink {
   const std::shared_ptr<gloo::Context> ctx_;
   std::vector<char> inbox_;
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> inbox_bufs_;
+  std::mutex notice_mu_;
+  std::vector<bool> received_;  // guarded by notice_mu_: a notice is waited for once
   char outbox_[kNoticeBytes];
   std::unique_ptr<gloo::transport::UnboundBuffer> outbox_buf_;
 };
@@ -285,7 +305,7 @@ struct GlooWorld {
         if (auto l = w.lock()) live.push_back(std::move(l));
       }
     }
-    for (auto& l : live) l->SendNotices(std::string(first.message()));
+    for (auto& l : live) l->SendNotices(first);
     for (auto& l : live) l->Close();
   }
 };
@@ -525,9 +545,12 @@ class GlooCommunicator final : public Communicator {
           what_, ": timed out after ", absl::FormatDuration(world_->timeout), " waiting for ",
           RankName(peer), " (is it hung, or waiting in a different collective?)"));
     }
-    if (std::string notice = link_->NoticeFrom(peer); !notice.empty()) {
-      return absl::AbortedError(absl::StrCat(what_, ": ", RankName(peer),
-                                             " failed and closed its connections: ", notice));
+    // The peer's own failure, with its own code: every rank reports the same kind of error
+    // (a mismatch is INVALID_ARGUMENT everywhere) whichever rank saw it first.
+    if (absl::Status notice = link_->NoticeFrom(peer); !notice.ok()) {
+      return absl::Status(notice.code(), absl::StrCat(what_, ": ", RankName(peer),
+                                                      " failed and closed its connections: ",
+                                                      notice.message()));
     }
     return absl::UnavailableError(absl::StrCat(
         what_, ": lost ", RankName(peer), " (its process exited or crashed, or it failed and "

@@ -221,10 +221,7 @@ class InProcessCommunicator final : public Communicator {
       s.site.depth = absl::GetStackTrace(s.site.frames, kMaxFrames, /*skip_count=*/1);
       world().SetActivity(world_rank(), absl::StrCat(What(), " at ", FormatCallSite(s.site)));
     }
-    if (world().poisoned()) {
-      return absl::AbortedError(absl::StrCat(What(), " refused: the world was poisoned by ",
-                                             world().first_failure().message()));
-    }
+    if (world().poisoned()) return world().Refusal(world_rank(), What());
     if (HasDtype(d.op) && !IsValidDataType(d.dtype)) {
       return Invalid(absl::StrCat("invalid DataType value ", static_cast<int>(d.dtype)));
     }
@@ -608,10 +605,7 @@ class InProcessCommunicator final : public Communicator {
                           name(), "' (", group_->RankName(rank_), ")");
     };
     if (world().debug()) world().SetActivity(world_rank(), what());
-    if (world().poisoned()) {
-      return absl::AbortedError(absl::StrCat(what(), " refused: the world was poisoned by ",
-                                             world().first_failure().message()));
-    }
+    if (world().poisoned()) return world().Refusal(world_rank(), what());
     if (!IsValidDataType(dtype)) {
       return absl::InvalidArgumentError(absl::StrCat(what(), ": invalid DataType value ",
                                                      static_cast<int>(dtype)));

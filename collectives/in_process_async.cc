@@ -126,8 +126,9 @@ class AsyncPpermutes {
       }
       World& world = group_->world();
       if (world.poisoned()) {
-        failure = absl::AbortedError(absl::StrCat(what, " aborted: the world was poisoned by ",
-                                                  world.first_failure().message()));
+        failure = absl::Status(world.first_failure().code(),  // the failing rank's own code
+                               absl::StrCat(what, " aborted: the world was poisoned by ",
+                                            world.first_failure().message()));
         break;
       }
       // The partners whose side of a transfer is not posted yet.
@@ -305,10 +306,7 @@ absl::StatusOr<std::unique_ptr<PendingCollective>> StartAsyncPpermute(
                    g.name(), "' (", g.RankName(rank), ")");
   if (tag.describe != nullptr) what = absl::StrCat(tag.describe(tag.words), " [", what, "]");
   World& world = g.world();
-  if (world.poisoned()) {
-    return absl::AbortedError(absl::StrCat(what, " refused: the world was poisoned by ",
-                                           world.first_failure().message()));
-  }
+  if (world.poisoned()) return world.Refusal(g.world_rank(rank), what);
   auto fail = [&](absl::Status s) {
     world.Poison(g.world_rank(rank), s);
     return s;

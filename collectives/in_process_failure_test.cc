@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "collectives/communicator.h"
 #include "collectives/in_process.h"
@@ -67,9 +68,10 @@ TEST(InProcessFailureTest, RankReturningErrorPoisonsOthersImmediately) {
     EXPECT_THAT(std::string(s.message()), HasSubstr("rank " + std::to_string(n - 1)));
     EXPECT_THAT(std::string(s.message()), HasSubstr("disk on fire"));
     for (int r = 0; r + 1 < n; ++r) {
-      EXPECT_EQ(out.by_rank[r].code(), absl::StatusCode::kAborted) << out.by_rank[r];
+      // The failing rank's own code, so every rank reports the same kind of error.
+      EXPECT_EQ(out.by_rank[r].code(), absl::StatusCode::kUnavailable) << out.by_rank[r];
       EXPECT_THAT(std::string(out.by_rank[r].message()),
-                  HasSubstr("poisoned by rank " + std::to_string(n - 1)));
+                  HasSubstr("poisoned by rank " + std::to_string(n - 1) + ": disk on fire"));
     }
   }
 }
@@ -129,8 +131,9 @@ TEST(InProcessFailureTest, SubgroupsArePoisonedWithTheirWorld) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_THAT(std::string(s.message()), HasSubstr("rank zero gives up"));
   for (int r = 1; r < 6; ++r) {
-    EXPECT_EQ(out.by_rank[r].code(), absl::StatusCode::kAborted) << r << out.by_rank[r];
+    EXPECT_EQ(out.by_rank[r].code(), absl::StatusCode::kInternal) << r << out.by_rank[r];
     EXPECT_THAT(std::string(out.by_rank[r].message()), HasSubstr("split(color="));
+    EXPECT_THAT(std::string(out.by_rank[r].message()), HasSubstr("rank zero gives up"));
   }
 }
 
@@ -162,6 +165,32 @@ TEST(InProcessFailureTest, MismatchedCallsAreReportedNotDeadlocked) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << k.name << ": " << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr("mismatched collectives")) << k.name;
     EXPECT_THAT(std::string(s.message()), HasSubstr(k.expect)) << k.name << ": " << s;
+  }
+}
+
+// A rank that learns of a peer's failure reports the peer's own code and message: a mismatch
+// or a bad argument is INVALID_ARGUMENT on every rank, whichever rank found it.
+TEST(InProcessFailureTest, EveryRankReportsTheFailingRanksOwnCode) {
+  for (int n : {2, 3, 5}) {
+    Outcomes out(n);
+    absl::Status s = RunInProcess(n, [&](Communicator& c) -> absl::Status {
+      std::vector<float> x(16, 1.0f);
+      absl::Status st;
+      if (c.rank() == n - 1) {  // a bad argument, found only here
+        st = c.Broadcast(x.data(), 4, DataType::kF32, n + 7);
+      } else {
+        st = LoopAllReduce(c, 1000);
+      }
+      out.Set(c.rank(), st);
+      return st;
+    }, Slow());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(out.by_rank[r].code(), absl::StatusCode::kInvalidArgument)
+          << "n=" << n << " rank " << r << ": " << out.by_rank[r];
+      EXPECT_THAT(std::string(out.by_rank[r].message()),
+                  HasSubstr(absl::StrCat("root ", n + 7, " is not a rank")));
+    }
   }
 }
 

@@ -17,19 +17,33 @@
 // SIGKILLed launcher leaves no rank behind (a rank's own children are the rank's business).
 // Exit code: 0 when every rank succeeded, 1 when a rank failed ("rank K failed first" on stderr),
 // 128+signal when interrupted, 2 for bad flags.
+//
+// Output never blocks failure handling: a writer thread per stream (stdout, stderr) writes what
+// the main loop queues, so reaping ranks and handling signals go on while nobody reads the
+// launcher's output. While the stdout queue holds kMaxQueuedBytes the launcher stops reading
+// the ranks' pipes (they block in their own writes, as without a launcher); what is still queued
+// when the launcher exits is dropped and counted on stderr. A line longer than kMaxLineBytes is
+// printed in pieces of that size, so a rank that never prints a newline costs bounded memory.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -37,6 +51,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "collectives/internal/free_port.h"
 #include "collectives/tcp_store.h"
 
@@ -45,7 +60,11 @@ ABSL_FLAG(int, nnodes, 1, "machines in the job; each runs one launcher");
 ABSL_FLAG(int, node_rank, 0, "this machine's index in [0, nnodes); node 0 hosts the store");
 ABSL_FLAG(std::string, master_addr, "127.0.0.1",
           "address of node 0, where rank 0 serves the rendezvous store (it binds only this "
-          "address: keep the loopback default on one machine)");
+          "address: keep the loopback default on one machine); a wildcard (0.0.0.0, ::) needs "
+          "--allow_all_interfaces");
+ABSL_FLAG(bool, allow_all_interfaces, false,
+          "accept a wildcard --master_addr (0.0.0.0 or ::), which makes the store listen on "
+          "every interface of node 0: anyone who can reach any of them can try the token");
 ABSL_FLAG(int, master_port, 0,
           "port of the rendezvous store; 0 picks a free one (one machine only)");
 ABSL_FLAG(double, grace_period_s, 3,
@@ -85,6 +104,19 @@ int Usage(const std::string& msg) {
   return 2;
 }
 
+// 0.0.0.0, ::, and their spellings: the addresses that bind every interface.
+bool IsWildcardAddress(const std::string& addr) {
+  std::string a = addr;
+  if (a.size() >= 2 && a.front() == '[' && a.back() == ']') a = a.substr(1, a.size() - 2);
+  in_addr v4{};
+  if (::inet_pton(AF_INET, a.c_str(), &v4) == 1) return v4.s_addr == htonl(INADDR_ANY);
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, a.c_str(), &v6) == 1) {
+    return IN6_IS_ADDR_UNSPECIFIED(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr32[3] == 0);
+  }
+  return a == "0" || a == "0.0" || a == "0.0.0" || a == "*" || a == "any";
+}
+
 // Validates the flags; an error message says what is wrong and how to fix it.
 absl::Status ReadConfig(Config& c) {
   c.nproc = absl::GetFlag(FLAGS_nproc_per_node);
@@ -107,6 +139,12 @@ absl::Status ReadConfig(Config& c) {
                                                    c.nnodes, "), got ", c.node_rank));
   }
   if (c.addr.empty()) return absl::InvalidArgumentError("--master_addr is empty");
+  if (IsWildcardAddress(c.addr) && !absl::GetFlag(FLAGS_allow_all_interfaces)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--master_addr=", c.addr, " would make rank 0's store listen on every interface of "
+        "this machine; give node 0's address on the network the nodes share (or 127.0.0.1 on "
+        "one machine), or pass --allow_all_interfaces if you mean it"));
+  }
   if (c.port < 0 || c.port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--master_port must be in [1, 65535] (or 0: pick one), got ", c.port));
@@ -149,13 +187,78 @@ absl::Status ReadConfig(Config& c) {
   return absl::OkStatus();
 }
 
-void Emit(int rank, const std::string& line) {
-  std::string out = absl::StrCat("[rank ", rank, "] ", line, "\n");
-  std::fwrite(out.data(), 1, out.size(), stdout);
-  std::fflush(stdout);
+constexpr size_t kMaxQueuedBytes = size_t{4} << 20;
+constexpr size_t kMaxLineBytes = size_t{64} << 10;
+
+// One output stream written by its own thread, so that the main loop never blocks in a write
+// (see the file comment). The thread is detached: at exit it may still be blocked in write().
+class Writer {
+ public:
+  explicit Writer(int fd) : fd_(fd) { std::thread([this] { Run(); }).detach(); }
+
+  void Put(std::string s) {
+    std::lock_guard<std::mutex> l(mu_);
+    queued_ += s.size();
+    queue_.push_back(std::move(s));
+    cv_.notify_one();
+  }
+  bool Full() {
+    std::lock_guard<std::mutex> l(mu_);
+    return queued_ >= kMaxQueuedBytes;
+  }
+  // Waits until everything queued was written, at most `timeout`; returns the bytes left.
+  size_t Drain(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait_for(l, timeout, [&] { return queued_ == 0; });
+    return queued_;
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> l(mu_);
+    while (true) {
+      cv_.wait(l, [&] { return !queue_.empty(); });
+      std::string s = std::move(queue_.front());
+      queue_.pop_front();
+      l.unlock();
+      size_t done = 0;
+      while (done < s.size()) {
+        const ssize_t w = ::write(fd_, s.data() + done, s.size() - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;  // a closed stream: drop
+        done += static_cast<size_t>(w);
+      }
+      l.lock();
+      queued_ -= s.size();
+      cv_.notify_all();
+    }
+  }
+
+  const int fd_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> queue_;  // guarded by mu_
+  size_t queued_ = 0;              // bytes in queue_ and in the write under way; guarded by mu_
+};
+
+Writer* g_out = nullptr;  // stdout and stderr once the ranks start (never destroyed)
+Writer* g_err = nullptr;
+
+void Emit(int rank, absl::string_view line) {
+  g_out->Put(absl::StrCat("[rank ", rank, "] ", line, "\n"));
 }
 
-// Reads what is available and prints complete lines; closes the pipe at EOF.
+// The launcher's own messages.
+void Say(const std::string& msg) {
+  if (g_err == nullptr) {
+    std::fprintf(stderr, "%s", msg.c_str());
+  } else {
+    g_err->Put(msg);
+  }
+}
+
+// Reads what is available and queues complete lines (and pieces of kMaxLineBytes of a longer
+// one); closes the pipe at EOF.
 void Drain(Child& c) {
   char buf[65536];
   ssize_t n = ::read(c.out_fd, buf, sizeof(buf));
@@ -168,11 +271,21 @@ void Drain(Child& c) {
     return;
   }
   c.pending.append(buf, static_cast<size_t>(n));
-  size_t pos;
-  while ((pos = c.pending.find('\n')) != std::string::npos) {
-    Emit(c.rank, c.pending.substr(0, pos));
-    c.pending.erase(0, pos + 1);
+  const absl::string_view all(c.pending);
+  size_t start = 0;
+  while (true) {
+    const size_t pos = all.find('\n', start);
+    const size_t end = pos == absl::string_view::npos ? all.size() : pos;
+    if (end - start >= kMaxLineBytes) {  // a piece of a long line
+      Emit(c.rank, all.substr(start, kMaxLineBytes));
+      start += kMaxLineBytes;
+      continue;
+    }
+    if (pos == absl::string_view::npos) break;
+    Emit(c.rank, all.substr(start, pos - start));
+    start = pos + 1;
   }
+  c.pending.erase(0, start);
 }
 
 std::string DescribeStatus(int status) {
@@ -235,6 +348,9 @@ int main(int argc, char** argv) {
   sa.sa_handler = OnSignal;
   for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  std::fflush(nullptr);  // from here on only the writers write to stdout and stderr
+  g_out = new Writer(1);
+  g_err = new Writer(2);
 
   const pid_t self = ::getpid();
   std::vector<Child> children(c.nproc);
@@ -274,23 +390,29 @@ int main(int argc, char** argv) {
     stopping = true;
     signal_groups(signo);
     kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(c.grace_s * 1000));
-    std::fprintf(stderr, "launch: %s; stopping every rank\n", why.c_str());
+    Say(absl::StrCat("launch: ", why, "; stopping every rank\n"));
   };
   Clock::time_point all_exited{};
   bool any_running = true, killed = false;
   while (true) {
     std::vector<pollfd> fds;
     std::vector<Child*> owners;
+    // While stdout's queue is full the ranks' pipes are left alone (backpressure); reaping and
+    // signals below go on.
+    const bool room = !g_out->Full();
     for (Child& ch : children) {
-      if (ch.out_fd >= 0) {
+      if (room && ch.out_fd >= 0) {
         fds.push_back({ch.out_fd, POLLIN, 0});
         owners.push_back(&ch);
       }
     }
-    if (fds.empty() && !any_running) break;
+    if (!any_running && std::none_of(children.begin(), children.end(),
+                                     [](const Child& ch) { return ch.out_fd >= 0; })) {
+      break;
+    }
     // Grandchildren could keep a pipe open after every rank exited: do not wait for them long.
     if (!any_running && Clock::now() - all_exited > std::chrono::seconds(1)) break;
-    ::poll(fds.data(), fds.size(), 50);
+    ::poll(fds.data(), fds.size(), room ? 50 : 10);
     for (size_t k = 0; k < fds.size(); ++k) {
       if (fds[k].revents) Drain(*owners[k]);
     }
@@ -325,15 +447,23 @@ int main(int argc, char** argv) {
   for (Child& ch : children) {
     if (ch.out_fd >= 0) ::close(ch.out_fd);
   }
+  int code = 0;
   if (failed_rank >= 0) {
-    std::fprintf(stderr, "launch: rank %d failed first (%s); the other ranks were stopped\n",
-                 failed_rank, failure.c_str());
-    return 1;
+    Say(absl::StrCat("launch: rank ", failed_rank, " failed first (", failure,
+                     "); the other ranks were stopped\n"));
+    code = 1;
+  } else if (stop_signal != 0) {
+    Say(absl::StrCat("launch: stopped by signal ", stop_signal, " (", strsignal(stop_signal),
+                     ")\n"));
+    code = 128 + stop_signal;
   }
-  if (stop_signal != 0) {
-    std::fprintf(stderr, "launch: stopped by signal %d (%s)\n", stop_signal,
-                 strsignal(stop_signal));
-    return 128 + stop_signal;
+  // Whoever reads our output gets a bounded time to take the rest; a reader that is gone or
+  // stuck must not keep the launcher (and the job's exit code) from its caller.
+  const auto patience = std::chrono::milliseconds(2000);
+  if (const size_t left = g_out->Drain(patience); left > 0) {
+    Say(absl::StrCat("launch: ", left, " bytes of rank output were dropped: stdout was not "
+                     "being read\n"));
   }
-  return 0;
+  g_err->Drain(patience);
+  std::_Exit(code);  // the writer threads may be blocked in write(): do not wait for them
 }

@@ -3,9 +3,11 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -33,10 +35,14 @@ constexpr char kToken[] = "launch-test-token-0123456789";
 // collectives/launch with `args`, its stdout and stderr merged into output.
 class Launcher {
  public:
+  // stdout_unread: the launcher's stdout goes to a pipe nobody reads (only stderr is read).
   explicit Launcher(const std::vector<std::string>& args,
-                    const std::vector<std::string>& extra_env = {}) {
+                    const std::vector<std::string>& extra_env = {}, bool stdout_unread = false) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) return;
+    int unread[2] = {-1, -1};
+    if (stdout_unread && ::pipe2(unread, O_CLOEXEC) != 0) return;
+    unread_ = unread[0];
     std::vector<std::string> argv_s = {"collectives/launch"};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -52,12 +58,13 @@ class Launcher {
     start_ = absl::Now();
     pid_ = ::fork();
     if (pid_ == 0) {
-      ::dup2(fds[1], 1);
+      ::dup2(stdout_unread ? unread[1] : fds[1], 1);
       ::dup2(fds[1], 2);
       ::execve(argv[0], argv.data(), env.data());
       _exit(127);
     }
     ::close(fds[1]);
+    if (unread[1] >= 0) ::close(unread[1]);
     fd_ = fds[0];
   }
   ~Launcher() {
@@ -66,6 +73,7 @@ class Launcher {
       ::waitpid(pid_, nullptr, 0);
     }
     if (fd_ >= 0) ::close(fd_);
+    if (unread_ >= 0) ::close(unread_);
   }
 
   // Reads output until pred(output) holds or the launcher's output ends or the timeout passes.
@@ -75,7 +83,7 @@ class Launcher {
       if (fd_ < 0 || absl::Now() >= deadline) return false;
       pollfd p{fd_, POLLIN, 0};
       if (::poll(&p, 1, 50) <= 0) continue;
-      char buf[4096];
+      char buf[65536];
       const ssize_t n = ::read(fd_, buf, sizeof(buf));
       if (n <= 0) {
         ::close(fd_);
@@ -93,9 +101,11 @@ class Launcher {
     const absl::Time deadline = absl::Now() + timeout;
     while (exit_code_ == kRunning && absl::Now() < deadline) {
       int status;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      rusage usage{};
+      if (::wait4(pid_, &status, WNOHANG, &usage) == pid_) {
         exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         took_ = absl::Now() - start_;
+        max_rss_kib_ = usage.ru_maxrss;
       } else {
         absl::SleepFor(absl::Milliseconds(10));
       }
@@ -106,11 +116,15 @@ class Launcher {
   pid_t pid() const { return pid_; }
   const std::string& output() const { return output_; }
   absl::Duration took() const { return took_; }
+  // The launcher's peak resident memory (its ranks' too, the largest of them), once exited.
+  long max_rss_kib() const { return max_rss_kib_; }
 
  private:
   static constexpr int kRunning = -1000;
   pid_t pid_ = -1;
   int fd_ = -1;
+  int unread_ = -1;  // the read end of the unread stdout pipe, held open so writes block
+  long max_rss_kib_ = 0;
   std::string output_;
   int exit_code_ = kRunning;
   absl::Time start_;
@@ -307,6 +321,83 @@ TEST(LaunchTest, SignalsAreForwardedAndNothingIsLeftBehind) {
   EXPECT_TRUE(AllDeadWithin(pids, absl::Seconds(5)));
 }
 
+// Nobody reads the launcher's stdout (a full pipe): a failing rank still stops the job, and a
+// signal still stops the launcher, while a rank floods its output.
+TEST(LaunchTest, UnreadStdoutDoesNotBlockFailureHandlingOrSignals) {
+  Launcher failing({"--nproc_per_node=3", "--grace_period_s=0.5", "--", "/bin/sh", "-c",
+                    "if [ \"$RANK\" = 1 ]; then sleep 1; exit 3; fi; exec yes flooding"},
+                   {}, /*stdout_unread=*/true);
+  EXPECT_EQ(failing.Wait(absl::Seconds(30)), 1) << failing.output();
+  EXPECT_THAT(failing.output(), HasSubstr("launch: rank 1 failed first (exit code 3)"));
+  EXPECT_THAT(failing.output(), HasSubstr("bytes of rank output were dropped"));
+  EXPECT_LT(failing.took(), absl::Seconds(10)) << failing.output();
+
+  Launcher signalled({"--nproc_per_node=2", "--grace_period_s=0.5", "--", "/bin/sh", "-c",
+                      "exec yes flooding"},
+                     {}, /*stdout_unread=*/true);
+  absl::SleepFor(absl::Seconds(1));  // long enough to fill the pipe
+  ASSERT_EQ(::kill(signalled.pid(), SIGTERM), 0);
+  EXPECT_EQ(signalled.Wait(absl::Seconds(30)), 128 + SIGTERM) << signalled.output();
+  EXPECT_THAT(signalled.output(), HasSubstr("launch: stopped by signal 15"));
+  EXPECT_LT(signalled.took(), absl::Seconds(10)) << signalled.output();
+}
+
+// A rank that prints 80 MB without a newline: the launcher prints it in bounded pieces, each
+// with the rank prefix, loses nothing, and its memory stays bounded.
+TEST(LaunchTest, AnEndlessLineIsPrintedInBoundedPieces) {
+  constexpr long kBytes = 80'000'000;
+  Launcher l({"--nproc_per_node=1", "--", "/bin/sh", "-c",
+              absl::StrCat("head -c ", kBytes, " /dev/zero | tr '\\0' x; echo; echo done")});
+  EXPECT_EQ(l.Wait(absl::Seconds(60)), 0) << l.output().substr(0, 1000);
+  long xs = 0;
+  size_t longest = 0, pieces = 0;
+  for (absl::string_view line : absl::StrSplit(l.output(), '\n')) {
+    if (line.empty()) continue;
+    EXPECT_TRUE(absl::StartsWith(line, "[rank 0] ")) << line.substr(0, 100);
+    line.remove_prefix(std::min(line.size(), sizeof("[rank 0] ") - 1));
+    if (line.find_first_not_of('x') == absl::string_view::npos) {
+      xs += static_cast<long>(line.size());
+      ++pieces;
+    }
+    longest = std::max(longest, line.size());
+  }
+  EXPECT_EQ(xs, kBytes);
+  EXPECT_LE(longest, size_t{64} << 10);
+  EXPECT_GE(pieces, static_cast<size_t>(kBytes / (64 << 10)));
+  EXPECT_THAT(l.output(), HasSubstr("[rank 0] done"));
+  // The line buffer is bounded: unbounded, it held the whole line twice (122 MB peak for a
+  // 40 MB line); bounded, ~10 MB (~41 MB under ThreadSanitizer, whose shadow memory counts).
+  std::printf("launcher peak RSS %ld KiB\n", l.max_rss_kib());
+  EXPECT_LT(l.max_rss_kib(), 64 * 1024) << "launcher peak RSS " << l.max_rss_kib() << " KiB";
+}
+
+TEST(LaunchTest, AWildcardMasterAddrNeedsAFlag) {
+  for (const char* addr : {"0.0.0.0", "::", "[::]", "0"}) {
+    Result r = RunLaunch({absl::StrCat("--master_addr=", addr), "--", "true"});
+    EXPECT_EQ(r.exit_code, 2) << addr << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr("every interface")) << addr;
+    EXPECT_THAT(r.output, HasSubstr("--allow_all_interfaces")) << addr;
+  }
+  Result r = RunLaunch({"--master_addr=0.0.0.0", "--allow_all_interfaces", "--nproc_per_node=2",
+                        "--", "collectives/rendezvous_check"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("rendezvous ok: 2 ranks agree"));
+}
+
+// A stopped (SIGSTOP) Gloo peer: rank 0 reports the timeout at the timeout and exits soon
+// after; the store it serves does not wait the store's own timeout (60 s here, 300 s by
+// default) for the stopped rank to disconnect.
+TEST(LaunchTest, AStoppedGlooPeerFailsTheOthersAtTheTimeoutAndTheyExit) {
+  Result r = RunLaunch({"--nproc_per_node=2", "--grace_period_s=0.5", "--",
+                        "collectives/gloo_check", "--stop_rank=1", "--timeout_s=2",
+                        "--store_timeout_s=60"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("timed out after 2s waiting for rank 1")) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("[rank 0] exiting after")) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("launch: rank 0 failed first (exit code 1)")) << r.output;
+  EXPECT_LT(r.took, absl::Seconds(15)) << r.output;
+}
+
 TEST(LaunchTest, MisuseIsReported) {
   struct Case {
     std::vector<std::string> args;
@@ -353,7 +444,8 @@ TEST(LaunchTest, HelpListsTheFlags) {
     ::pclose(f);
     if (absl::EndsWith(prog, "launch")) {
       for (const char* flag : {"--nproc_per_node", "--nnodes", "--node_rank", "--master_addr",
-                               "--master_port", "--grace_period_s", "--token"}) {
+                               "--master_port", "--grace_period_s", "--token",
+                               "--allow_all_interfaces"}) {
         EXPECT_THAT(out, HasSubstr(flag));
       }
       EXPECT_THAT(out, HasSubstr("SHARDMAP_STORE_TOKEN"));

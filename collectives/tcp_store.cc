@@ -81,9 +81,8 @@ bool SameToken(absl::string_view a, absl::string_view b) {
 }
 
 // Connects to host:port, retrying until the deadline (the master may not be up yet).
-absl::StatusOr<int> ConnectWithRetry(const TcpStoreOptions& o) {
-  const absl::Time deadline = absl::Now() + o.timeout;
-  std::string last_error = "no attempt made";
+absl::StatusOr<int> ConnectWithRetry(const TcpStoreOptions& o, absl::Time deadline,
+                                     std::string last_error = "no attempt made") {
   const std::string port = absl::StrCat(o.port);
   while (true) {
     addrinfo hints{};
@@ -111,7 +110,7 @@ absl::StatusOr<int> ConnectWithRetry(const TcpStoreOptions& o) {
       ::freeaddrinfo(res);
     }
     if (absl::Now() >= deadline) break;
-    absl::SleepFor(absl::Milliseconds(50));
+    absl::SleepFor(std::min(absl::Milliseconds(50), deadline - absl::Now()));
   }
   return absl::UnavailableError(absl::StrCat(
       "rank ", o.rank, " could not reach the master at ", o.host, ":", o.port, " within ",
@@ -194,8 +193,12 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Create(const TcpStoreOptions
     return absl::InvalidArgumentError(
         "TcpStore: timeout, handshake_timeout and idle_timeout must be positive");
   }
-  if (o.max_stored_bytes < 0) {
-    return absl::InvalidArgumentError("TcpStore: max_stored_bytes must be >= 0");
+  if (o.max_stored_bytes < 0 || o.max_stored_keys < 0) {
+    return absl::InvalidArgumentError(
+        "TcpStore: max_stored_bytes and max_stored_keys must be >= 0");
+  }
+  if (o.shutdown_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("TcpStore: shutdown_grace must be >= 0");
   }
   if (o.token.empty()) {
     if (o.world_size > 1) {
@@ -215,12 +218,35 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Create(const TcpStoreOptions
   if (o.rank == 0) {
     SM_COLL_ASSIGN_OR_RETURN(server, Server::Start(o));
   }
-  SM_COLL_ASSIGN_OR_RETURN(int fd, ConnectWithRetry(o));
-  std::unique_ptr<TcpStore> store(new TcpStore(o, fd, std::move(server)));
-  SM_COLL_RETURN_IF_ERROR(store->Request('H', o.token, absl::StrCat(o.rank, " ", o.world_size),
-                                         "handshake", o.timeout)
-                              .status());
-  return store;
+  // A handshake whose connection drops (the master evicted it before its hello arrived, or
+  // restarted) is tried again on a new connection, with backoff, until the deadline; a refusal
+  // from the master (FAILED_PRECONDITION: wrong token, duplicate rank...) is final.
+  const absl::Time deadline = absl::Now() + o.timeout;
+  absl::Duration backoff = absl::Milliseconds(10);
+  std::string last_error = "no attempt made";
+  int attempts = 0;
+  while (true) {
+    SM_COLL_ASSIGN_OR_RETURN(int fd, ConnectWithRetry(o, deadline, last_error));
+    ++attempts;
+    std::unique_ptr<TcpStore> store(new TcpStore(o, fd, nullptr));
+    absl::Status hello =
+        store->Request('H', o.token, absl::StrCat(o.rank, " ", o.world_size), "handshake",
+                       std::max(deadline - absl::Now(), absl::Milliseconds(1)))
+            .status();
+    if (hello.ok()) {
+      store->server_ = std::move(server);
+      return store;
+    }
+    if (!absl::IsUnavailable(hello) || absl::Now() + backoff >= deadline) {
+      if (attempts == 1) return hello;
+      return absl::Status(hello.code(), absl::StrCat(hello.message(), " (after ", attempts,
+                                                     " attempts within ",
+                                                     absl::FormatDuration(o.timeout), ")"));
+    }
+    last_error = std::string(hello.message());
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+  }
 }
 
 TcpStore::TcpStore(TcpStoreOptions options, int fd, std::unique_ptr<Server> server)

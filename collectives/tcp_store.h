@@ -16,16 +16,19 @@
 //   launcher generates) in its first request; anything else is refused and disconnected. The
 //   token is compared in constant time but travels in clear text: it keeps out other jobs, other
 //   users and stray connections, not an attacker who can sniff the network between the hosts.
-// - Frames, values, total stored bytes, per-client output buffers and unauthenticated
-//   connections are all bounded; a client that breaks the protocol, stalls, or does not read its
+// - Frames, values, stored keys and bytes, per-client output buffers and unauthenticated
+//   connections are all bounded (a new stray connection evicts the oldest one still to
+//   authenticate, never a rank's); a client that breaks the protocol, stalls, or does not read its
 //   replies is disconnected without affecting the others. A rank's slot is freed when its
 //   connection drops, so a restarted rank can join again.
 // - After any error on the connection (timeout, I/O or protocol error) the client closes it and
 //   every later call fails: a later request can never read the reply meant for an earlier one.
 //   Errors the store answers (a non-integer value under Add, a full store) keep the connection.
 //
-// Connecting retries until `timeout` (rank 0 may start later than the others). The handshake
-// checks the token, that every rank agrees on world_size and that no rank joins twice. Calls
+// Connecting retries until `timeout`, with backoff (rank 0 may start later than the others, and
+// a connection the master dropped before its hello arrived, e.g. under a flood of stray
+// connections, is made again). The handshake checks the token, that every rank agrees on
+// world_size and that no rank joins twice; a refusal (wrong token, ...) is final. Calls
 // from several threads are serialized (one request at a time on the rank's connection).
 #ifndef SHARDMAP_COLLECTIVES_TCP_STORE_H_
 #define SHARDMAP_COLLECTIVES_TCP_STORE_H_
@@ -64,18 +67,26 @@ struct TcpStoreOptions {
   // store with an empty token makes up a random one (only rank 0 itself connects).
   std::string token;
   // Server limits (rank 0 only).
-  int64_t max_stored_bytes = int64_t{256} << 20;  // keys + values held at once
+  // Keys + values held at once, each key counted with 128 bytes of overhead (the server's
+  // bookkeeping), and the number of keys.
+  int64_t max_stored_bytes = int64_t{256} << 20;
+  int64_t max_stored_keys = int64_t{1} << 20;
   // A connection must present the token within this time after connecting.
   absl::Duration handshake_timeout = absl::Seconds(10);
   // An authenticated rank silent this long with no request pending is disconnected (dead hosts
   // are also found by TCP keep-alive). Infinite by default: ranks may keep the store for a run.
   absl::Duration idle_timeout = absl::InfiniteDuration();
+  // Rank 0's destructor waits for the other ranks to disconnect, but only while they still
+  // talk to the store: after this long without a byte from or to any rank (one hung or
+  // stopped) it stops serving. Bounded by `timeout` too.
+  absl::Duration shutdown_grace = absl::Seconds(3);
 };
 
 class TcpStore {
  public:
   static absl::StatusOr<std::unique_ptr<TcpStore>> Create(const TcpStoreOptions& options);
-  // Rank 0 waits (at most `timeout`) for the other ranks to disconnect before it stops serving.
+  // Rank 0 waits for the other ranks to disconnect before it stops serving, while they still
+  // talk to the store (see shutdown_grace), at most `timeout`.
   ~TcpStore();
 
   absl::Status Set(absl::string_view key, absl::string_view value);

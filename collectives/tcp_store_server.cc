@@ -6,7 +6,10 @@
 //   may come first, with a short token and value);
 // - a reply that makes no progress for options.timeout drops the client (it is not reading);
 // - a connection must send a valid hello (with the token) within handshake_timeout, and at most
-//   wire::kMaxUnauthenticated of them wait at once;
+//   wire::kMaxUnauthenticated of them wait at once: a newcomer evicts the oldest (which keeps
+//   its place if its hello has arrived), so strays can never lock the ranks out;
+// - stored keys are capped in number (max_stored_keys) and in bytes counted with a per-key
+//   overhead (max_stored_bytes), so many tiny keys cannot exceed the byte cap in memory;
 // - when accept() runs out of file descriptors the listening socket rests 100 ms (no busy loop).
 #include "collectives/tcp_store_server.h"
 
@@ -50,6 +53,9 @@ constexpr uint32_t kMaxHelloKey = 256;
 constexpr uint64_t kMaxHelloValue = 64;
 constexpr size_t kMaxUnauthenticatedInput = 1024;
 constexpr absl::Duration kAcceptRest = absl::Milliseconds(100);
+// A stored key's cost beyond its bytes: the std::map node (~48 bytes) and two std::string
+// headers (32 each), rounded up for the allocator.
+constexpr int64_t kStoreBytesPerKey = 128;
 
 struct Conn {
   int fd = -1;
@@ -90,7 +96,6 @@ class TcpStore::Server::Loop {
         break;
       }
       if (fds[0].revents != 0) break;
-      if (accepting && fds[1].revents != 0) Accept();
       for (size_t i = first_conn; i < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
         auto it = conns_.find(fds[i].fd);
@@ -108,6 +113,9 @@ class TcpStore::Server::Loop {
         if (it != conns_.end()) Process(it->second);
       }
       Reap();
+      // Last: accepting may evict and close a connection, and a new one may reuse its fd, so
+      // no event polled for the old one may be handled after it.
+      if (accepting && fds[1].revents != 0) Accept();
     }
     for (auto& [fd, c] : conns_) c.dead = true;
     Reap();
@@ -150,15 +158,39 @@ class TcpStore::Server::Loop {
         }
         return;  // EAGAIN: nothing more to accept
       }
-      if (unauthenticated_ >= wire::kMaxUnauthenticated) {
-        ::close(fd);
-        continue;
-      }
+      // The pool of connections still to authenticate is full: make room by evicting the
+      // oldest (after a last look at what it sent, so a rank whose hello has arrived keeps its
+      // place), never by refusing the newcomer: stray or hostile connections cannot lock the
+      // ranks out, they only shorten each other's time to send a hello. A rank evicted before
+      // its hello arrived reconnects (TcpStore::Create retries with backoff).
+      while (unauthenticated_ >= wire::kMaxUnauthenticated) EvictOldestUnauthenticated();
       internal::TuneStoreSocket(fd);
       Conn& c = conns_[fd];
       c.fd = fd;
       c.opened = c.last_active = c.last_progress = absl::Now();
       ++unauthenticated_;
+    }
+  }
+
+  void EvictOldestUnauthenticated() {
+    while (true) {
+      Conn* oldest = nullptr;
+      for (auto& [fd, c] : conns_) {
+        if (c.rank < 0 && !c.dead && (oldest == nullptr || c.opened < oldest->opened)) {
+          oldest = &c;
+        }
+      }
+      if (oldest == nullptr) {  // every one is dead already: reaping frees the room
+        Reap();
+        return;
+      }
+      Read(*oldest);
+      Process(*oldest);
+      if (oldest->rank >= 0) continue;  // it authenticated: no longer in the pool
+      oldest->dead = true;
+      ++evicted_;
+      Reap();
+      return;
     }
   }
 
@@ -175,6 +207,7 @@ class TcpStore::Server::Loop {
       if (n > 0) {
         c.in.append(buf, static_cast<size_t>(n));
         c.last_active = absl::Now();
+        if (c.rank >= 0) NoteActivity(c.last_active);
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -190,6 +223,7 @@ class TcpStore::Server::Loop {
       if (w > 0) {
         c.out_sent += static_cast<size_t>(w);
         c.last_progress = absl::Now();
+        if (c.rank >= 0) NoteActivity(c.last_progress);
         continue;
       }
       if (w < 0 && errno == EINTR) continue;
@@ -304,14 +338,27 @@ class TcpStore::Server::Loop {
 
   // Stores key=value within max_stored_bytes and answers waiters; false (and an error reply)
   // when the store is full.
+  // What a key costs the server: its bytes plus the map node and string headers.
+  static int64_t Footprint(const std::string& key, size_t value_size) {
+    return static_cast<int64_t>(key.size() + value_size) + kStoreBytesPerKey;
+  }
+
   bool Store(Conn& c, const std::string& key, const std::string& value) {
     auto it = data_.find(key);
-    const int64_t old = it == data_.end() ? 0 : static_cast<int64_t>(key.size() +
-                                                                     it->second.size());
-    const int64_t total = stored_bytes_ - old + static_cast<int64_t>(key.size() + value.size());
+    const bool is_new = it == data_.end();
+    const int64_t old = is_new ? 0 : Footprint(key, it->second.size());
+    const int64_t total = stored_bytes_ - old + Footprint(key, value.size());
+    if (is_new && static_cast<int64_t>(data_.size()) >= o_.max_stored_keys) {
+      Send(c, false, absl::StrCat("store full: storing '", Shown(key), "' would make ",
+                                  data_.size() + 1, " keys, over max_stored_keys=",
+                                  o_.max_stored_keys, " (reuse keys, or raise the limit in "
+                                  "TcpStoreOptions on rank 0)"));
+      return false;
+    }
     if (total > o_.max_stored_bytes) {
       Send(c, false, absl::StrCat("store full: storing '", Shown(key), "' (", value.size(),
-                                  " bytes) would hold ", total, " bytes, over max_stored_bytes=",
+                                  " bytes) would hold ", total, " bytes (keys, values and ",
+                                  kStoreBytesPerKey, " bytes per key), over max_stored_bytes=",
                                   o_.max_stored_bytes));
       return false;
     }
@@ -347,6 +394,10 @@ class TcpStore::Server::Loop {
     if (Store(c, key, total)) Send(c, true, total);
   }
 
+  void NoteActivity(absl::Time t) {
+    s_.last_activity_ns_.store(absl::ToUnixNanos(t), std::memory_order_relaxed);
+  }
+
   void Reap() {
     for (auto it = conns_.begin(); it != conns_.end();) {
       if (!it->second.dead) {
@@ -375,6 +426,7 @@ class TcpStore::Server::Loop {
   int64_t stored_bytes_ = 0;
   std::set<int> ranks_;
   int unauthenticated_ = 0;
+  int64_t evicted_ = 0;  // unauthenticated connections evicted to make room
   absl::Time accept_rest_until_ = absl::InfinitePast();
 };
 
@@ -434,11 +486,22 @@ TcpStore::Server::Server(const TcpStoreOptions& options, int listen_fd, int wake
 }
 
 TcpStore::Server::~Server() {
-  // Give connected ranks a chance to finish their last requests before the store goes away.
+  // Give connected ranks a chance to finish their last requests before the store goes away,
+  // while they still talk to it: once no rank sent or received a byte for shutdown_grace (a
+  // rank that hung, was stopped or is busy elsewhere), stop; at most `timeout` in all.
   {
+    const absl::Time deadline = absl::Now() + std::min(options_.timeout, absl::Hours(24));
+    last_activity_ns_.store(absl::ToUnixNanos(absl::Now()), std::memory_order_relaxed);
     std::unique_lock<std::mutex> l(mu_);
-    cv_.wait_for(l, absl::ToChronoMilliseconds(std::min(options_.timeout, absl::Hours(24))),
-                 [this] { return ranks_connected_ == 0; });
+    while (ranks_connected_ > 0) {
+      const absl::Time now = absl::Now();
+      const absl::Time quiet_until =
+          absl::FromUnixNanos(last_activity_ns_.load(std::memory_order_relaxed)) +
+          options_.shutdown_grace;
+      const absl::Time until = std::min(deadline, quiet_until);
+      if (now >= until) break;
+      cv_.wait_for(l, absl::ToChronoMilliseconds(std::min(until - now, absl::Milliseconds(100))));
+    }
   }
   char c = 'x';
   (void)!::write(wake_w_, &c, 1);

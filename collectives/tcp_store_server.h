@@ -4,6 +4,7 @@
 #ifndef SHARDMAP_COLLECTIVES_TCP_STORE_SERVER_H_
 #define SHARDMAP_COLLECTIVES_TCP_STORE_SERVER_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -26,8 +27,9 @@ class TcpStore::Server {
  public:
   // Binds the address options.host resolves to (never all interfaces) and starts serving.
   static absl::StatusOr<std::unique_ptr<Server>> Start(const TcpStoreOptions& options);
-  // Waits (at most options.timeout) until no authenticated rank is connected, then stops.
-  // Unauthenticated (stray) connections do not delay it.
+  // Waits until no authenticated rank is connected, or none sent or received a byte for
+  // options.shutdown_grace, at most options.timeout; then stops. Unauthenticated (stray)
+  // connections do not delay it, nor does a rank that hung or was stopped.
   ~Server();
 
  private:
@@ -42,6 +44,8 @@ class TcpStore::Server {
   std::mutex mu_;
   std::condition_variable cv_;
   int ranks_connected_ = 0;  // guarded by mu_
+  // When an authenticated rank last sent or received a byte (the serving thread writes it).
+  std::atomic<int64_t> last_activity_ns_{0};
 };
 
 }  // namespace shardmap::collectives

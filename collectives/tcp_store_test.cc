@@ -8,13 +8,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <limits>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "collectives/internal/free_port.h"
 #include "collectives/tcp_store_test_util.h"
@@ -344,14 +347,14 @@ TEST(TcpStoreTest, MalformedOrOversizedRequestsCloseThatConnectionOnly) {
 
 TEST(TcpStoreTest, StoredBytesAreCapped) {
   TcpStoreOptions o = Opts(FreePort(), 0, 1);
-  o.max_stored_bytes = 1000;
+  o.max_stored_bytes = 1000 + 2 * 128;  // two keys' overhead (128 bytes each) on top
   auto store = TcpStore::Create(o);
   ASSERT_TRUE(store.ok()) << store.status();
   ASSERT_TRUE((*store)->Set("a", std::string(600, 'x')).ok());
   absl::Status full = (*store)->Set("b", std::string(600, 'y'));
   ASSERT_FALSE(full.ok());
   EXPECT_THAT(std::string(full.message()), HasSubstr("store full"));
-  EXPECT_THAT(std::string(full.message()), HasSubstr("max_stored_bytes=1000"));
+  EXPECT_THAT(std::string(full.message()), HasSubstr("max_stored_bytes=1256"));
   ASSERT_TRUE((*store)->Set("a", std::string(900, 'z')).ok());  // replacing frees the old value
   EXPECT_EQ(*(*store)->Get("a"), std::string(900, 'z'));
   EXPECT_FALSE((*store)->Set("b", std::string(100, 'y')).ok());
@@ -359,6 +362,44 @@ TEST(TcpStoreTest, StoredBytesAreCapped) {
   // Oversized requests never reach the wire.
   EXPECT_FALSE((*store)->Set(std::string(wire::kMaxKey + 1, 'k'), "v").ok());
   EXPECT_TRUE((*store)->Check({"a", "b"}).value());
+}
+
+// Many tiny keys cost the server far more than their bytes: each is counted with its overhead,
+// and their number is capped, so a token holder cannot grow rank 0 past the byte cap.
+TEST(TcpStoreTest, TinyKeysAreCountedWithTheirOverheadAndCapped) {
+  TcpStoreOptions o = Opts(FreePort(), 0, 1);
+  o.max_stored_bytes = 100000;
+  auto store = TcpStore::Create(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  int stored = 0;
+  absl::Status s;
+  for (; stored < 100000; ++stored) {  // 7-byte keys, 1-byte values: 8 bytes each
+    s = (*store)->Set(absl::StrFormat("k%06d", stored), "v");
+    if (!s.ok()) break;
+  }
+  ASSERT_FALSE(s.ok()) << "100000 keys of 8 bytes fit in max_stored_bytes=100000";
+  EXPECT_EQ(stored, 100000 / (8 + 128));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("store full"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("128 bytes per key"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("max_stored_bytes=100000"));
+  // The connection is kept and the stored keys are intact.
+  EXPECT_EQ(*(*store)->Get("k000000"), "v");
+
+  o = Opts(FreePort(), 0, 1);
+  o.max_stored_keys = 10;
+  store = TcpStore::Create(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE((*store)->Set(absl::StrCat("key", i), "x").ok());
+  s = (*store)->Set("one-more", "x");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("11 keys, over max_stored_keys=10"));
+  EXPECT_TRUE((*store)->Set("key3", "replacing an existing key adds none").ok());
+  absl::StatusOr<int64_t> add = (*store)->Add("counter", 1);  // Add makes a key too
+  ASSERT_FALSE(add.ok());
+  EXPECT_THAT(std::string(add.status().message()), HasSubstr("max_stored_keys=10"));
+  add = (*store)->Add("key7", 1);  // an existing key: refused for its value, not the cap
+  ASSERT_FALSE(add.ok());
+  EXPECT_THAT(std::string(add.status().message()), HasSubstr("not a decimal int64"));
 }
 
 TEST(TcpStoreTest, WaitAndCheck) {
@@ -470,6 +511,88 @@ TEST(TcpStoreTest, StrayAndIdleConnectionsTimeOutAndDoNotDelayShutdown) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
 }
 
+// Idle connections without the token (any local user can make them) never cost a rank its
+// place: a newcomer evicts the oldest unauthenticated connection, and a rank whose connection
+// was evicted before its hello arrived reconnects within its timeout.
+TEST(TcpStoreTest, AFloodOfTokenlessConnectionsDoesNotLockTheRanksOut) {
+  const int port = FreePort();
+  TcpStoreOptions o = Opts(port, 0, 3);
+  o.handshake_timeout = absl::Seconds(60);  // the flood would stay for the whole test
+  auto master = TcpStore::Create(o);
+  ASSERT_TRUE(master.ok()) << master.status();
+  constexpr int kIdle = 3 * wire::kMaxUnauthenticated;
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < kIdle; ++i) {
+    idle.push_back(std::make_unique<RawConnection>(port));
+    ASSERT_TRUE(idle.back()->connected());
+  }
+  auto rank1 = TcpStore::Create(Opts(port, 1, 3));
+  ASSERT_TRUE(rank1.ok()) << rank1.status();
+  ASSERT_TRUE((*rank1)->Set("k", "v").ok());
+
+  // Now a flood that keeps coming while rank 2 joins (bounded: loopback, 100 open at once).
+  std::atomic<bool> stop{false};
+  std::atomic<int> made{0};
+  std::thread flood([&] {
+    std::vector<std::unique_ptr<RawConnection>> ring(100);
+    for (int i = 0; !stop.load() && i < 20000; ++i) {
+      ring[i % ring.size()] = std::make_unique<RawConnection>(port);
+      made.fetch_add(1);
+    }
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  auto rank2 = TcpStore::Create(Opts(port, 2, 3));
+  const int during = made.load();
+  stop.store(true);
+  flood.join();
+  ASSERT_TRUE(rank2.ok()) << rank2.status();
+  EXPECT_GT(during, wire::kMaxUnauthenticated) << "the flood did not fill the pool";
+  EXPECT_EQ(*(*rank2)->Get("k"), "v");
+  EXPECT_EQ(*(*master)->Get("k"), "v");
+}
+
+// Rank 0's store waits for the other ranks only while they still talk to it: one that hung or
+// was stopped (SIGSTOP) does not hold rank 0's exit for `timeout` (300 s in a real job).
+TEST(TcpStoreTest, ShutdownWaitsForTalkingRanksButNotForASilentOne) {
+  const int port = FreePort();
+  TcpStoreOptions o = Opts(port, 0, 2, absl::Seconds(30));
+  o.shutdown_grace = absl::Milliseconds(500);
+  auto master = TcpStore::Create(o);
+  ASSERT_TRUE(master.ok()) << master.status();
+  RawConnection silent(port);  // authenticated, then says nothing more
+  ASSERT_TRUE(silent.Send(Hello(1, 2)));
+  auto r = silent.ReadReply(absl::Seconds(5));
+  ASSERT_TRUE(r.has_value() && r->ok);
+  absl::Time start = absl::Now();
+  master->reset();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3)) << "waited for a rank that stopped talking";
+  EXPECT_TRUE(silent.ClosedWithin(absl::Seconds(5)));
+
+  // A rank still making requests (every 100 ms for 1.5 s, longer than the grace) is waited for.
+  const int port2 = FreePort();
+  o.port = port2;
+  master = TcpStore::Create(o);
+  ASSERT_TRUE(master.ok()) << master.status();
+  auto talker = TcpStore::Create(Opts(port2, 1, 2, absl::Seconds(30)));
+  ASSERT_TRUE(talker.ok()) << talker.status();
+  std::atomic<int> failures{0};
+  std::thread talk([&] {
+    for (int i = 0; i < 15; ++i) {
+      if (!(*talker)->Set(absl::StrCat("step", i), "x").ok()) failures.fetch_add(1);
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    talker->reset();
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  start = absl::Now();
+  master->reset();
+  const absl::Duration waited = absl::Now() - start;
+  talk.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(waited, absl::Milliseconds(1200));
+  EXPECT_LT(waited, absl::Seconds(10));
+}
+
 double CpuSeconds() {
   timespec t;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
@@ -535,6 +658,12 @@ TEST(TcpStoreTest, InvalidOptions) {
   EXPECT_FALSE(TcpStore::Create(o).ok());
   o = Opts(1234, 0, 1);
   o.handshake_timeout = absl::ZeroDuration();
+  EXPECT_FALSE(TcpStore::Create(o).ok());
+  o = Opts(1234, 0, 1);
+  o.max_stored_keys = -1;
+  EXPECT_FALSE(TcpStore::Create(o).ok());
+  o = Opts(1234, 0, 1);
+  o.shutdown_grace = absl::Seconds(-1);
   EXPECT_FALSE(TcpStore::Create(o).ok());
 }
 

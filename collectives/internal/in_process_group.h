@@ -99,8 +99,12 @@ class World {
         timeout_(timeout),
         debug_(debug_check_calls),
         exited_(new std::atomic<bool>[size]),
+        reported_(new std::atomic<bool>[size]),
         activity_(size) {
-    for (int i = 0; i < size; ++i) exited_[i].store(false);
+    for (int i = 0; i < size; ++i) {
+      exited_[i].store(false);
+      reported_[i].store(false);
+    }
   }
 
   int size() const { return size_; }
@@ -120,8 +124,10 @@ class World {
   const absl::Status& first_failure() const { return first_failure_; }
   int failed_rank() const { return failed_rank_; }
 
-  // The first call wins; wakes every waiter of every group.
+  // The first call wins; wakes every waiter of every group. Every call marks world_rank as
+  // having reported a failure (see Refusal).
   void Poison(int world_rank, const absl::Status& why) {
+    reported_[world_rank].store(true, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> l(mu_);
       if (poisoned_.load(std::memory_order_relaxed)) return;
@@ -131,6 +137,16 @@ class World {
       poisoned_.store(true, std::memory_order_release);
     }
     WakeAll();
+  }
+
+  // A call refused on a poisoned world. The first time a rank hears of the failure it gets the
+  // failing rank's own code, as a call in flight would have (so every rank reports a mismatch
+  // as INVALID_ARGUMENT, however the ranks were timed); ABORTED once it has reported a failure.
+  absl::Status Refusal(int world_rank, absl::string_view what) {
+    const bool knew = reported_[world_rank].exchange(true, std::memory_order_relaxed);
+    return absl::Status(knew ? absl::StatusCode::kAborted : first_failure_.code(),
+                        absl::StrCat(what, " refused: the world was poisoned by ",
+                                     first_failure_.message()));
   }
 
   void MarkExited(int world_rank) {
@@ -156,6 +172,7 @@ class World {
   const absl::Duration timeout_;
   const bool debug_;
   std::unique_ptr<std::atomic<bool>[]> exited_;
+  std::unique_ptr<std::atomic<bool>[]> reported_;  // the rank returned a failure already
   std::atomic<bool> poisoned_{false};
   absl::Status first_failure_;
   int failed_rank_ = -1;
@@ -324,9 +341,10 @@ class Group {
                           const std::function<std::string()>& what,
                           const std::function<std::vector<int>()>& waiting_for) {
     while (!pred()) {
-      if (world_->poisoned()) {
-        return absl::AbortedError(absl::StrCat(what(), " aborted: the world was poisoned by ",
-                                               world_->first_failure().message()));
+      if (world_->poisoned()) {  // the failing rank's own code: a mismatch stays one
+        return absl::Status(world_->first_failure().code(),
+                            absl::StrCat(what(), " aborted: the world was poisoned by ",
+                                         world_->first_failure().message()));
       }
       for (int p : waiting_for()) {
         if (world_->exited(world_ranks_[p])) {

@@ -181,8 +181,9 @@ Shape RowShape(const Tensor& x) { return Shape(x.shape().begin(), x.shape().end(
 
 void CheckStats(const char* op, const Tensor& stat, const char* name, const Tensor& x) {
   internal::RequireFloating(op, stat, name);
-  if (stat.numel() != x.numel() / std::max<int64_t>(1, x.dim(-1)) ||
-      stat.shape() != RowShape(x)) {
+  // The shape alone: a numel test (x.numel() / h) breaks for rows of width 0, where x has no
+  // elements but each of its rows still has a mean and an rstd.
+  if (stat.shape() != RowShape(x)) {
     OpFail(op, ": ", name, " is ", stat.ShapeString(), " but x is ", x.ShapeString(),
            "; expected shape ", ShapeToString(RowShape(x)), " from the forward pass");
   }

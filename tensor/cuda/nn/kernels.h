@@ -22,6 +22,7 @@
 #define SHARDMAP_TENSOR_CUDA_NN_KERNELS_H_
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "tensor/dtype.h"
 
@@ -58,6 +59,24 @@ int LaunchNormBackwardParams(const void* x, const void* mean, const void* rstd, 
                              DType dtype, int64_t rows, int64_t h, bool rms, void* workspace,
                              void* dgamma, DType dgamma_dtype, void* dbeta, DType dbeta_dtype,
                              void* stream);
+
+// The register-resident norm kernels (norm_vec.cu, plan in norm_plan.h): f32/bf16/f16 rows
+// whose length is a multiple of 16 bytes, up to 8192 elements, every pointer 16-byte aligned
+// (nullptr counts as aligned). Same arguments and results as LaunchNorm and
+// LaunchNormBackwardDx + LaunchNormBackwardParams (gamma, beta, mean, rstd in f32).
+bool VecNormUsable(DType dtype, int64_t h, std::initializer_list<const void*> pointers);
+int LaunchNormVec(const void* x, const void* gamma, const void* beta, void* y, void* mean,
+                  void* rstd, DType dtype, int64_t rows, int64_t h, double eps, bool rms,
+                  void* stream);
+// Partial rows of the backward's dgamma / dbeta reduction; its workspace holds
+// 2 * VecNormPartialRows(dtype, rows, h) * h floats.
+int64_t VecNormPartialRows(DType dtype, int64_t rows, int64_t h);
+// dx, and dgamma / dbeta (each nullable; rms: no dbeta) folded deterministically from per-group
+// partial rows: x and dy are read once.
+int LaunchNormBackwardVec(const void* x, const void* gamma, const void* mean, const void* rstd,
+                          const void* dy, void* dx, DType dtype, int64_t rows, int64_t h,
+                          bool rms, void* workspace, void* dgamma, DType dgamma_dtype,
+                          void* dbeta, DType dbeta_dtype, void* stream);
 
 // Per-row loss [rows] in A of logits [rows, v] (dtype) and integer targets [rows] (i64 when
 // targets_i64, else i32): logsumexp(row) - row[t]; 0 for ignore_index and bad targets.

@@ -114,6 +114,22 @@ NormBackward NormBackwardImpl(const Tensor& x, const Tensor& gamma, const Tensor
   const int64_t h = x.dim(-1), rows = rstd.numel();
   NormBackward out;
   out.dx = Tensor::Empty(x.shape(), x.dtype(), on.device);
+  const DType pt0 = gamma.defined() ? gamma.dtype() : x.dtype();
+  if (rows > 0 && k::VecNormUsable(x.dtype(), h,
+                                   {x.raw_data(), dy.raw_data(), out.dx.raw_data(), PtrOrNull(g)})) {
+    // x and dy read once: dx and the parameter gradients' partial rows in one pass.
+    if (gamma.defined()) out.dgamma = Tensor::Empty({h}, pt0, on.device);
+    if (!rms) out.dbeta = Tensor::Empty({h}, pt0, on.device);
+    const bool params = out.dgamma.defined() || out.dbeta.defined();
+    Tensor work = Tensor::Empty({params ? 2 * k::VecNormPartialRows(x.dtype(), rows, h) * h : 1},
+                                DType::kF32, on.device);
+    SM_NN_LAUNCH(k::LaunchNormBackwardVec(
+        x.raw_data(), PtrOrNull(g), PtrOrNull(mc), rc.raw_data(), dy.raw_data(),
+        out.dx.raw_data(), x.dtype(), rows, h, rms, work.raw_data(),
+        out.dgamma.defined() ? out.dgamma.raw_data() : nullptr, pt0,
+        out.dbeta.defined() ? out.dbeta.raw_data() : nullptr, pt0, on.stream));
+    return out;
+  }
   SM_NN_LAUNCH(k::LaunchNormBackwardDx(x.raw_data(), PtrOrNull(g), PtrOrNull(mc), rc.raw_data(),
                                        dy.raw_data(), out.dx.raw_data(), x.dtype(), rows, h, rms,
                                        on.stream));
@@ -160,6 +176,13 @@ NormForward LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
   r.y = Tensor::Empty(x.shape(), x.dtype(), on.device);
   r.mean = Tensor::Empty(RowShape(x), ct, on.device);
   r.rstd = Tensor::Empty(RowShape(x), ct, on.device);
+  if (k::VecNormUsable(x.dtype(), x.dim(-1),
+                       {x.raw_data(), r.y.raw_data(), PtrOrNull(g), PtrOrNull(b)})) {
+    SM_NN_LAUNCH(k::LaunchNormVec(x.raw_data(), PtrOrNull(g), PtrOrNull(b), r.y.raw_data(),
+                                  r.mean.raw_data(), r.rstd.raw_data(), x.dtype(),
+                                  r.mean.numel(), x.dim(-1), eps, /*rms=*/false, on.stream));
+    return r;
+  }
   SM_NN_LAUNCH(k::LaunchNorm(x.raw_data(), PtrOrNull(g), PtrOrNull(b), r.y.raw_data(),
                              r.mean.raw_data(), r.rstd.raw_data(), x.dtype(), r.mean.numel(),
                              x.dim(-1), eps, /*rms=*/false, on.stream));
@@ -173,6 +196,12 @@ NormForward RmsNorm(const Tensor& x, const Tensor& gamma, double eps) {
   NormForward r;
   r.y = Tensor::Empty(x.shape(), x.dtype(), on.device);
   r.rstd = Tensor::Empty(RowShape(x), ct, on.device);
+  if (k::VecNormUsable(x.dtype(), x.dim(-1), {x.raw_data(), r.y.raw_data(), PtrOrNull(g)})) {
+    SM_NN_LAUNCH(k::LaunchNormVec(x.raw_data(), PtrOrNull(g), nullptr, r.y.raw_data(), nullptr,
+                                  r.rstd.raw_data(), x.dtype(), r.rstd.numel(), x.dim(-1), eps,
+                                  /*rms=*/true, on.stream));
+    return r;
+  }
   SM_NN_LAUNCH(k::LaunchNorm(x.raw_data(), PtrOrNull(g), nullptr, r.y.raw_data(), nullptr,
                              r.rstd.raw_data(), x.dtype(), r.rstd.numel(), x.dim(-1), eps,
                              /*rms=*/true, on.stream));

@@ -100,6 +100,11 @@ int LaunchEmbeddingBackward(const void* ids, bool ids_i64, int64_t n, const void
                             int64_t h, int64_t num_rows, void* acc, unsigned long long* bad,
                             void* stream);
 
+// y = softmax over the last dim of x viewed as [mats, s, t], entries [.., i, j] with
+// j > i + offset excluded (and written as 0); rows with no visible entry are all 0.
+int LaunchCausalSoftmax(const void* x, void* y, DType dtype, int64_t mats, int64_t s, int64_t t,
+                        int64_t offset, void* stream);
+
 // y = x with entries [.., i, j] where j > i + offset set to fill; x viewed as [mats, s, t].
 int LaunchCausalMask(const void* x, void* y, DType dtype, int64_t mats, int64_t s, int64_t t,
                      int64_t offset, double fill, void* stream);

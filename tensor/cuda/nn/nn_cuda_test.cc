@@ -380,11 +380,14 @@ TEST(NnCudaTest, CausalMask) {
 TEST(NnCudaTest, CausalSoftmax) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 950;
-  const std::vector<std::vector<int64_t>> shapes = {{4, 6}, {6, 4}, {2, 3, 5, 5}, {0, 3}, {1, 1}};
+  // Warp rows, block rows kept in shared memory ({3, 40, 2000}) and re-read ({2, 5, 13000}).
+  const std::vector<std::vector<int64_t>> shapes = {{4, 6},          {6, 4},    {2, 3, 5, 5},
+                                                    {0, 3},          {1, 1},    {3, 40, 2000},
+                                                    {2, 5, 13000}};
   for (const auto& shape : shapes) {
     for (DType dt : kFloats) {
       const Tensor x = RandomTensor(shape, dt, seed++);
-      for (int64_t offset : {-100, -2, -1, 0, 3}) {
+      for (int64_t offset : {-100, -2, -1, 0, 3, 1990}) {
         const std::string n = Name("causal_softmax", x, dt) + " offset " + std::to_string(offset);
         ExpectMatches(CausalSoftmax(Gpu(x), offset), CausalSoftmax(x, offset), n);
       }

@@ -311,6 +311,16 @@ Tensor CausalMask(const Tensor& scores, int64_t offset, double fill) {
   return out;
 }
 
+Tensor CausalSoftmax(const Tensor& scores, int64_t offset) {
+  OnDevice on(scores);
+  Tensor out = Tensor::Empty(scores.shape(), scores.dtype(), on.device);
+  const int64_t s = scores.dim(-2), t = scores.dim(-1);
+  const int64_t mats = s * t == 0 ? 0 : scores.numel() / (s * t);
+  SM_NN_LAUNCH(k::LaunchCausalSoftmax(scores.raw_data(), out.raw_data(), scores.dtype(), mats, s,
+                                      t, offset, on.stream));
+  return out;
+}
+
 #else  // !SHARDMAP_HAS_CUDA
 
 namespace {
@@ -341,6 +351,7 @@ Tensor CrossEntropyBackward(const Tensor&, const Tensor&, const Tensor&, int64_t
   NoCuda("cross_entropy_backward");
 }
 Tensor CausalMask(const Tensor&, int64_t, double) { NoCuda("causal_mask"); }
+Tensor CausalSoftmax(const Tensor&, int64_t) { NoCuda("causal_softmax"); }
 
 #endif  // SHARDMAP_HAS_CUDA
 

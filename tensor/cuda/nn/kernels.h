@@ -68,6 +68,12 @@ bool VecNormUsable(DType dtype, int64_t h, std::initializer_list<const void*> po
 int LaunchNormVec(const void* x, const void* gamma, const void* beta, void* y, void* mean,
                   void* rstd, DType dtype, int64_t rows, int64_t h, double eps, bool rms,
                   void* stream);
+// Softmax (log: log_softmax) over the last dim of rows [rows, n], forward and backward, with the
+// register-resident kernels: usable when VecNormUsable(dtype, n, {every pointer}).
+int LaunchSoftmaxVec(const void* x, void* y, DType dtype, int64_t rows, int64_t n, bool log,
+                     void* stream);
+int LaunchSoftmaxBackwardVec(const void* y, const void* dy, void* dx, DType dtype, int64_t rows,
+                             int64_t n, bool log, void* stream);
 // Partial rows of the backward's dgamma / dbeta reduction; its workspace holds
 // 2 * VecNormPartialRows(dtype, rows, h) * h floats.
 int64_t VecNormPartialRows(DType dtype, int64_t rows, int64_t h);

@@ -152,6 +152,12 @@ Tensor Softmax(const Tensor& x, int dim, bool log) {
   OnDevice on(x);
   Tensor out = Tensor::Empty(x.shape(), x.dtype(), on.device);
   if (x.numel() == 0) return out;
+  if (dim == x.rank() - 1 &&
+      k::VecNormUsable(x.dtype(), x.shape()[dim], {x.raw_data(), out.raw_data()})) {
+    SM_NN_LAUNCH(k::LaunchSoftmaxVec(x.raw_data(), out.raw_data(), x.dtype(),
+                                     x.numel() / x.shape()[dim], x.shape()[dim], log, on.stream));
+    return out;
+  }
   SM_NN_LAUNCH(k::LaunchSoftmax(x.raw_data(), out.raw_data(), x.dtype(), Prod(x.shape(), 0, dim),
                                 x.shape()[dim], Prod(x.shape(), dim + 1, x.rank()), log,
                                 on.stream));
@@ -162,6 +168,13 @@ Tensor SoftmaxBackward(const Tensor& y, const Tensor& dy, int dim, bool log) {
   OnDevice on(y);
   Tensor dx = Tensor::Empty(y.shape(), y.dtype(), on.device);
   if (y.numel() == 0) return dx;
+  if (dim == y.rank() - 1 &&
+      k::VecNormUsable(y.dtype(), y.shape()[dim], {y.raw_data(), dy.raw_data(), dx.raw_data()})) {
+    SM_NN_LAUNCH(k::LaunchSoftmaxBackwardVec(y.raw_data(), dy.raw_data(), dx.raw_data(),
+                                             y.dtype(), y.numel() / y.shape()[dim],
+                                             y.shape()[dim], log, on.stream));
+    return dx;
+  }
   SM_NN_LAUNCH(k::LaunchSoftmaxBackward(y.raw_data(), dy.raw_data(), dx.raw_data(), y.dtype(),
                                         Prod(y.shape(), 0, dim), y.shape()[dim],
                                         Prod(y.shape(), dim + 1, y.rank()), log, on.stream));

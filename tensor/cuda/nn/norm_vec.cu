@@ -2,67 +2,10 @@
 #include "tensor/cuda/nn/kernels.h"
 #include "tensor/cuda/nn/nn_util.cuh"
 #include "tensor/cuda/nn/norm_plan.h"
+#include "tensor/cuda/nn/vec_row.cuh"
 
 namespace shardmap::cuda::nn_kernels {
 namespace {
-
-template <typename T> __host__ __device__ constexpr int VecWidth() { return 16 / static_cast<int>(sizeof(T)); }
-
-template <typename T>
-__device__ __forceinline__ void LoadVec(const T* __restrict__ p, float* out) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int i = 0; i < VecWidth<T>(); ++i) out[i] = ToAcc(e[i]);
-}
-
-template <typename T>
-__device__ __forceinline__ void StoreVec(T* __restrict__ p, const float* v) {
-  uint4 raw;
-  T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-  for (int i = 0; i < VecWidth<T>(); ++i) e[i] = FromAcc<T>(v[i]);
-  *reinterpret_cast<uint4*>(p) = raw;
-}
-
-// n floats (a multiple of 4) from a 16-byte aligned address.
-template <int n>
-__device__ __forceinline__ void LoadFloats(const float* __restrict__ p, float* out) {
-#pragma unroll
-  for (int i = 0; i < n; i += 4) {
-    const float4 v = *reinterpret_cast<const float4*>(p + i);
-    out[i] = v.x;
-    out[i + 1] = v.y;
-    out[i + 2] = v.z;
-    out[i + 3] = v.w;
-  }
-}
-
-template <int n>
-__device__ __forceinline__ void StoreFloats(float* __restrict__ p, const float* v) {
-#pragma unroll
-  for (int i = 0; i < n; i += 4) {
-    *reinterpret_cast<float4*>(p + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
-  }
-}
-
-// Sum over the kTpr threads of a row (a warp, or the whole block when kTpr > 32); every thread
-// of the row gets it, in a fixed order.
-template <int kTpr>
-__device__ __forceinline__ float RowSum(float v) {
-  v = WarpSum(v);
-  if constexpr (kTpr > 32) {
-    __shared__ float scratch[kTpr / 32];
-    __syncthreads();  // the previous RowSum's readers are done with scratch
-    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float t = 0;
-#pragma unroll
-    for (int w = 0; w < kTpr / 32; ++w) t += scratch[w];
-    v = t;
-  }
-  return v;
-}
 
 template <typename T, bool kRms, int kTpr, int kVecs>
 __global__ void __launch_bounds__(kTpr > 128 ? kTpr : 128)
@@ -255,34 +198,6 @@ int Fold(const float* partial, int64_t groups, int64_t h, void* out, DType dtype
   });
   return cudaGetLastError();
 }
-
-// Runs body with constexpr kTpr and kVecs bound to the plan's values (kVecs * V <= 32, <= 16
-// with 512 threads; combinations the plan never makes map to a smaller instantiation, so they
-// are not compiled).
-#define SM_VEC_NORM_DISPATCH(plan, V, ...)                                     \
-  switch ((plan).tpr * 16 + (plan).vecs) {                                     \
-    case 32 * 16 + 1: { constexpr int kTpr = 32, kVecs = 1; __VA_ARGS__; } break;   \
-    case 32 * 16 + 2: { constexpr int kTpr = 32, kVecs = 2; __VA_ARGS__; } break;   \
-    case 32 * 16 + 4: { constexpr int kTpr = 32, kVecs = 4; __VA_ARGS__; } break;   \
-    case 32 * 16 + 8: { constexpr int kTpr = 32, kVecs = (V) == 4 ? 8 : 4; __VA_ARGS__; } break; \
-    case 128 * 16 + 1: { constexpr int kTpr = 128, kVecs = 1; __VA_ARGS__; } break; \
-    case 128 * 16 + 2: { constexpr int kTpr = 128, kVecs = 2; __VA_ARGS__; } break; \
-    case 128 * 16 + 4: { constexpr int kTpr = 128, kVecs = 4; __VA_ARGS__; } break; \
-    case 128 * 16 + 8: { constexpr int kTpr = 128, kVecs = (V) == 4 ? 8 : 4; __VA_ARGS__; } break; \
-    case 512 * 16 + 1: { constexpr int kTpr = 512, kVecs = 1; __VA_ARGS__; } break; \
-    case 512 * 16 + 2: { constexpr int kTpr = 512, kVecs = 2; __VA_ARGS__; } break; \
-    case 512 * 16 + 4: { constexpr int kTpr = 512, kVecs = (V) == 4 ? 4 : 2; __VA_ARGS__; } break; \
-    default: return cudaErrorInvalidValue;                                     \
-  }
-
-// Runs body with T bound to the device type of f32 / bf16 / f16.
-#define SM_VEC_NORM_TYPES(dtype, T, ...)                                                  \
-  switch (dtype) {                                                                        \
-    case ::shardmap::DType::kF32: { using T = float; __VA_ARGS__; } break;                \
-    case ::shardmap::DType::kBF16: { using T = __nv_bfloat16; __VA_ARGS__; } break;       \
-    case ::shardmap::DType::kF16: { using T = __half; __VA_ARGS__; } break;               \
-    default: return cudaErrorInvalidValue;                                                \
-  }
 
 }  // namespace
 

@@ -89,7 +89,7 @@ cudaDataType_t CudaType(DType t) {
 }
 
 Tensor RandomOnGpu(absl::Span<const int64_t> shape, DType dt, uint64_t seed) {
-  return Cast(RandomUniform(shape, seed, -1.0, 1.0), dt).To(Device::Cuda(kDevice));
+  return RandomUniform(shape, seed, -1.0, 1.0, dt, Device::Cuda(kDevice));  // on the GPU
 }
 
 // The baseline: row-major C[m,n] = A[m,k] B[k,n] (batched with strides) through cuBLASLt

@@ -350,27 +350,43 @@ Plan* FindPlan(cublasLtHandle_t handle, const GemmCall& g) {
 }
 
 // Times every candidate of `plan` on g's operands (one warm-up and kTimedRuns timed runs each,
-// CUDA events on `stream`) and makes the fastest the plan's algorithm. The runs write a scratch
-// output (zeroed; also the C read when accumulating) instead of g.c, so the caller's C is
-// untouched; epilogue outputs (aux, bias gradient) are written and then rewritten by the real
-// call. Waits for the stream (once per candidate). Caller holds plan.mu with the descriptor's
-// pointers set for g; the stream is not being captured.
+// CUDA events on `stream`) and makes the fastest the plan's algorithm. Without accumulation the
+// runs write g's own C (and epilogue outputs: aux, bias gradient), which the real call then
+// rewrites, so tuning allocates nothing. With accumulation (C is an input) they write a zeroed
+// scratch C of at most kMaxTuneScratchBytes; a larger one, or one that cannot be allocated,
+// leaves the plan on the heuristic's first answer. Waits for the stream (once per candidate).
+// Caller holds plan.mu with the descriptor's pointers set for g; the stream is not being
+// captured.
 void Tune(Plan& plan, const GemmCall& g, cublasLtHandle_t handle, void* workspace,
           cudaStream_t stream, const void* alpha, const void* beta) {
   // Another thread's stream may be capturing in global mode: event and memory calls here record
   // nothing into it.
   cuda::internal::RelaxedCaptureMode relaxed;
-  const int64_t c_elems = g.batch > 1 ? (g.batch - 1) * g.stride_c + g.m * g.n : g.m * g.n;
-  const size_t c_bytes = static_cast<size_t>(c_elems) * DTypeSize(g.cd_dtype);
-  void* scratch = DeviceAllocate(g.device, c_bytes);  // on this thread's current stream
-  SM_CUDA_CHECK(cudaMemsetAsync(scratch, 0, c_bytes, stream));
+  void* out = g.c;
+  void* scratch = nullptr;
+  if (g.accumulate) {
+    const int64_t c_elems = g.batch > 1 ? (g.batch - 1) * g.stride_c + g.m * g.n : g.m * g.n;
+    const size_t c_bytes = static_cast<size_t>(c_elems) * DTypeSize(g.cd_dtype);
+    if (c_bytes <= kMaxTuneScratchBytes) {
+      try {
+        scratch = DeviceAllocate(g.device, c_bytes);  // on this thread's current stream
+      } catch (const OpError&) {
+        scratch = nullptr;  // out of memory: no tuning, not an error
+      }
+    }
+    if (scratch == nullptr) {
+      plan.tuned = true;  // stays on the heuristic's first answer
+      return;
+    }
+    SM_CUDA_CHECK(cudaMemsetAsync(scratch, 0, c_bytes, stream));
+    out = scratch;
+  }
   cudaEvent_t start = nullptr, stop = nullptr;
   SM_CUDA_CHECK(cudaEventCreate(&start));
   SM_CUDA_CHECK(cudaEventCreate(&stop));
   auto run = [&](const cublasLtMatmulAlgo_t& algo) {
     return cublasLtMatmul(handle, plan.desc, alpha, /*A=*/g.b, plan.la, /*B=*/g.a, plan.lb, beta,
-                          scratch, plan.lc, scratch, plan.lc, &algo, workspace, kWorkspaceBytes,
-                          stream);
+                          out, plan.lc, out, plan.lc, &algo, workspace, kWorkspaceBytes, stream);
   };
   const int count = static_cast<int>(plan.candidates.size());
   const int best = PickFastest(count, [&](int i) -> double {
@@ -389,7 +405,7 @@ void Tune(Plan& plan, const GemmCall& g, cublasLtHandle_t handle, void* workspac
   });
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  DeviceFree(g.device, scratch);  // reused in stream order (after the runs above)
+  if (scratch != nullptr) DeviceFree(g.device, scratch);  // reused in stream order
   // A failed launch must not linger as the stream's sticky "last error".
   (void)cudaGetLastError();
   plan.algo = plan.candidates[best];

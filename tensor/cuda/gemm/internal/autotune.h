@@ -15,6 +15,7 @@
 #define SHARDMAP_TENSOR_CUDA_GEMM_INTERNAL_AUTOTUNE_H_
 
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -25,6 +26,9 @@ namespace shardmap::cuda::gemm_internal {
 inline constexpr int kHeuristicCandidates = 16;
 // Timed runs per candidate (after one untimed warm-up run).
 inline constexpr int kTimedRuns = 3;
+// An accumulating GEMM (C is an input) is timed into a scratch C of at most this size; larger
+// ones keep the heuristic's first answer.
+inline constexpr size_t kMaxTuneScratchBytes = size_t{256} << 20;
 
 // SHARDMAP_GEMM_AUTOTUNE's value: unset, "1", "on", "true" tune; "0", "off", "false" do not.
 // Anything else tunes (the default).

@@ -92,7 +92,9 @@ using PlanKey = std::array<int64_t, 20>;
 PlanKey KeyOf(const GemmCall& g);
 int64_t Alignment(const void* p);
 
-// Enqueues the matmul on the current stream of g.device. m, n, k must be >= 1. Returns false,
+// Enqueues the matmul on the current stream of g.device. m, n, k must be >= 1. c (and aux when
+// written, bias_grad) must not overlap the inputs: a plan's first call may run its candidates
+// into them before the real call (internal/autotune.h). Returns false,
 // having launched nothing, when cuBLASLt has no algorithm for this epilogue (the caller then
 // composes unfused ops); with Epilogue::kNone that is an OpError instead. Every cuBLASLt failure
 // is an OpError with file:line and cuBLASLt's status name and text.

@@ -8,7 +8,8 @@ namespace shardmap::cuda::kernels {
 namespace {
 
 constexpr int kMtThreads = 256;
-constexpr size_t kUploadBytes = 4096;
+// Bytes per upload launch: with the other parameters under the classic 4 KiB parameter limit.
+constexpr size_t kUploadBytes = 3968;
 
 struct UploadBytes {
   unsigned char b[kUploadBytes];

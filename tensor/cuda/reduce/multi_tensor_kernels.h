@@ -85,7 +85,7 @@ inline int64_t MultiTensorBlocks(int64_t chunks) {
 }
 
 // Copies nbytes of host memory to device memory `dst` on `stream` with kernels whose parameters
-// carry the bytes (4 KiB per launch). dst: 16-byte aligned.
+// carry the bytes (3968 per launch). dst: 16-byte aligned.
 int LaunchUploadTable(const void* host, size_t nbytes, void* dst, void* stream);
 
 // out (one element of out_dtype, f32 or f64) = sum over the table's tensors (f32, f64, bf16,

@@ -8,6 +8,8 @@
 
 #include "gtest/gtest.h"
 #include "models/optimizer.h"
+#include "tensor/cuda/device_memory.h"
+#include "tensor/cuda/graph.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
 #include "tensor/ops/multi_tensor.h"
@@ -157,6 +159,40 @@ TEST(MultiTensorCudaTest, FusedAdamWMatchesTheCpu) {
   bad[0].tensor = cg[0].tensor;
   EXPECT_FALSE(restored.Step(rp, bad).ok());
   EXPECT_FALSE(restored.Step(rp, rg, Tensor::Scalar(0.5)).ok());
+}
+
+// A clipped AdamW step captured once as a CUDA graph and replayed: the device's step count
+// advances with each replay (bias correction of t = 2, 3, ...), so three steps (one eager, two
+// replays) equal three eager steps of another optimizer on the same gradients.
+TEST(MultiTensorCudaTest, FusedAdamWWithClippingReplaysAsACudaGraph) {
+  SKIP_WITHOUT_GPU();
+  AdamWOptions o{.lr = 1e-2, .weight_decay = 0.05};
+  const std::vector<std::vector<int64_t>> shapes = {{33, 17}, {16384 + 9}, {64}};
+  std::vector<NamedTensor> a, b, grads;
+  std::vector<Tensor> grad_list;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const std::string name = "p" + std::to_string(i);
+    const Tensor p0 = RandomTensor(shapes[i], DType::kF32, 70 + i, -1, 1).To(kGpu);
+    a.push_back({name, p0.Clone()});
+    b.push_back({name, p0.Clone()});
+    grads.push_back({name, RandomTensor(shapes[i], DType::kF32, 80 + i, -3, 3).To(kGpu)});
+    grad_list.push_back(grads.back().tensor);
+  }
+  AdamW eager(o), graphed(o);
+  auto step = [&](AdamW& opt, std::vector<NamedTensor>& params) {
+    const Tensor coef = ClipCoefficient(SumOfSquares(grad_list), 2.0);
+    if (!opt.Step(params, grads, coef).ok()) OpFail("step failed");
+  };
+  for (int i = 0; i < 3; ++i) step(eager, a);
+  step(graphed, b);  // eager first step: state allocated, outside the graph
+  cuda::CudaGraph graph(0);
+  ASSERT_TRUE(graph.Capture([&] { step(graphed, b); }).ok());
+  ASSERT_TRUE(graph.Replay().ok());
+  ASSERT_TRUE(graph.Replay().ok());
+  cuda::Synchronize(0);
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    EXPECT_EQ(Values(b[i].tensor), Values(a[i].tensor)) << b[i].name << ": replay != eager";
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/gemm/ops.h"
+#include "tensor/cuda/graph.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/ops/linear.h"
 #include "tensor/ops/matmul.h"
@@ -295,6 +296,28 @@ TEST(GemmCudaTest, AutotuneOnFirstUseKeepsResultsAndTunesOnce) {
   EXPECT_EQ(s3.candidates_timed, s2.candidates_timed);
   EXPECT_EQ(Cpu(y1).ToVector<double>(), Cpu(y2).ToVector<double>());
   ExpectMatches(y1, Matmul(a, b), "matmul after tuning");
+}
+
+// A plan first met inside a graph capture is not timed there (no host sync in a capture): the
+// graph uses the heuristic's first answer and the next eager call tunes the plan.
+TEST(GemmCudaTest, AutotuneIsDeferredOutOfAGraphCapture) {
+  SKIP_WITHOUT_GPU();
+  const Tensor a = Gpu(RandomTensor({264, 136}, DType::kBF16, 610, -1, 1));
+  const Tensor b = Gpu(RandomTensor({136, 200}, DType::kBF16, 611, -1, 1));
+  Tensor y;
+  cuda::CudaGraph graph(0);
+  const cuda::GemmStats s0 = cuda::GetGemmStats();
+  ASSERT_TRUE(graph.Capture([&] { y = Matmul(a, b); }).ok());
+  const cuda::GemmStats s1 = cuda::GetGemmStats();
+  EXPECT_EQ(s1.plans_tuned, s0.plans_tuned);
+  EXPECT_EQ(s1.candidates_timed, s0.candidates_timed);
+  ASSERT_TRUE(graph.Replay().ok());
+  ExpectMatches(y, Matmul(Cpu(a), Cpu(b)), "captured matmul");
+  const Tensor eager = Matmul(a, b);  // tunes now (when the heuristic offered a choice)
+  const cuda::GemmStats s2 = cuda::GetGemmStats();
+  EXPECT_LE(s2.plans_tuned - s1.plans_tuned, 1);
+  if (s1.tunes_deferred > s0.tunes_deferred) EXPECT_EQ(s2.plans_tuned - s1.plans_tuned, 1);
+  ExpectMatches(eager, Matmul(Cpu(a), Cpu(b)), "eager matmul after the capture");
 }
 
 TEST(GemmCudaTest, PlanCacheHitsAndNoRawMallocInSteadyState) {

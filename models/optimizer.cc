@@ -1,10 +1,13 @@
 #include "models/optimizer.h"
 
 #include <cmath>
+#include <memory>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "tensor/cuda/reduce/multi_tensor_ops.h"
 #include "tensor/ops/elementwise.h"
+#include "tensor/ops/shape_ops.h"
 
 namespace shardmap {
 namespace {
@@ -80,8 +83,84 @@ Tensor Sgd::momentum_buffer(const std::string& name) const {
   return it == buf_.end() ? Tensor() : it->second;
 }
 
-absl::Status AdamW::Step(std::vector<NamedTensor>& params, const std::vector<NamedTensor>& grads) {
+namespace {
+
+// The fused CUDA path applies: every parameter an f32 tensor on one GPU.
+bool AllF32OnOneGpu(const std::vector<NamedTensor>& params) {
+  if (params.empty()) return false;
+  for (const NamedTensor& p : params) {
+    if (!p.tensor.is_cuda() || p.tensor.dtype() != DType::kF32 ||
+        p.tensor.device() != params[0].tensor.device()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Status CheckGradScale(const Tensor& s, Device device) {
+  if (!s.defined()) return absl::OkStatus();
+  if (s.numel() != 1 || (s.dtype() != DType::kF32 && s.dtype() != DType::kF64)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AdamW: grad_scale is ", s.ShapeString(), "; expected a one-element f32 or f64 tensor"));
+  }
+  if (s.device() != device) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AdamW: grad_scale is on ", s.device().ToString(), " but the parameters on ",
+                     device.ToString(), "; compute it on their device (ClipCoefficient)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status AdamW::FusedCudaStep(std::vector<NamedTensor>& params,
+                                  const std::vector<NamedTensor>& grads,
+                                  const Tensor& grad_scale) {
+  const Device device = params[0].tensor.device();
+  std::vector<Tensor> ps, gs, ms, vs;
+  std::vector<char> decay;
+  for (NamedTensor& p : params) {
+    const Tensor& g = Find(grads, p.name)->tensor;
+    if (g.device() != device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient of '", p.name, "' is on ", g.device().ToString(), " but the parameter on ",
+          device.ToString(), "; move the gradient to the parameter's device"));
+    }
+    State& st = state_[p.name];
+    if (!st.m.defined() || st.m.shape() != p.tensor.shape()) {
+      st.m = Tensor::Zeros(p.tensor.shape(), DType::kF32, device);
+      st.v = Tensor::Zeros(p.tensor.shape(), DType::kF32, device);
+    }
+    // Restored state (SetState) may come from a CPU checkpoint or in f64.
+    if (st.m.device() != device || st.m.dtype() != DType::kF32) st.m = Cast(st.m.To(device), DType::kF32);
+    if (st.v.device() != device || st.v.dtype() != DType::kF32) st.v = Cast(st.v.To(device), DType::kF32);
+    ps.push_back(p.tensor);
+    gs.push_back(g);
+    ms.push_back(st.m);
+    vs.push_back(st.v);
+    decay.push_back(opt_.weight_decay != 0 && opt_.no_decay.count(p.name) == 0);
+  }
+  if (!device_scalars_.defined() || device_scalars_.device() != device) {
+    device_scalars_ = Tensor::Zeros({4}, DType::kI64, device);
+    device_step_stale_ = true;
+  }
+  std::unique_ptr<bool[]> flags(new bool[decay.size()]);
+  for (size_t i = 0; i < decay.size(); ++i) flags[i] = decay[i] != 0;
+  cuda::AdamWStep(ps, gs, ms, vs, absl::Span<const bool>(flags.get(), decay.size()),
+                  {opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay},
+                  device_scalars_, device_step_stale_ ? steps_ : -1, grad_scale);
+  device_step_stale_ = false;
+  ++steps_;
+  return absl::OkStatus();
+}
+
+absl::Status AdamW::Step(std::vector<NamedTensor>& params, const std::vector<NamedTensor>& grads,
+                         const Tensor& grad_scale) {
   if (absl::Status s = CheckParamsAndGrads(params, grads); !s.ok()) return s;
+  if (!params.empty()) {
+    if (absl::Status s = CheckGradScale(grad_scale, params[0].tensor.device()); !s.ok()) return s;
+  }
+  if (AllF32OnOneGpu(params)) return FusedCudaStep(params, grads, grad_scale);
   ++steps_;
   const double t = static_cast<double>(steps_);
   const double b1 = opt_.beta1, b2 = opt_.beta2;
@@ -90,7 +169,9 @@ absl::Status AdamW::Step(std::vector<NamedTensor>& params, const std::vector<Nam
   const double step_size = opt_.lr / bc1;
   const double inv_sqrt_bc2 = 1.0 / std::sqrt(bc2);
   for (NamedTensor& p : params) {
-    const Tensor& g = Find(grads, p.name)->tensor;
+    const Tensor& g = grad_scale.defined()
+                          ? Mul(Find(grads, p.name)->tensor, Cast(grad_scale, p.tensor.dtype()).Reshape({}))
+                          : Find(grads, p.name)->tensor;
     State& st = state_[p.name];
     if (!st.m.defined() || st.m.shape() != p.tensor.shape()) {
       st.m = Tensor::Zeros(p.tensor.shape(), p.tensor.dtype(), p.tensor.device());

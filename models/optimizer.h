@@ -77,10 +77,23 @@ struct AdamWOptions {
 //   p <- p * (1 - lr * wd)          (unless the name is in no_decay)
 //   m <- b1 m + (1 - b1) g;   v <- b2 v + (1 - b2) g^2
 //   p <- p - (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+//
+// On a GPU (every parameter an f32 CUDA tensor on one device) a step is one fused multi-tensor
+// kernel over all parameters (tensor/cuda/reduce/multi_tensor_kernels.h) that updates the
+// parameters and moments in place: p.tensor keeps its storage, whose values change (views of it
+// see them). The step count and bias corrections then live on the device too, so the step can
+// be captured into a CUDA graph: each replay advances the device's count (steps() counts host
+// calls only), with the lr and betas of the captured call. Elsewhere (CPU, f64) the update is
+// written with tensor ops and p.tensor is replaced by a new tensor.
+//
+// grad_scale (optional): a one-element f32/f64 tensor on the parameters' device multiplying
+// every gradient before the update, e.g. ClipCoefficient(SumOfSquares(grads), max_norm) from
+// tensor/ops/multi_tensor.h: global-norm clipping fused into the step, with no host sync.
 class AdamW {
  public:
   explicit AdamW(AdamWOptions options = {}) : opt_(options) {}
-  absl::Status Step(std::vector<NamedTensor>& params, const std::vector<NamedTensor>& grads);
+  absl::Status Step(std::vector<NamedTensor>& params, const std::vector<NamedTensor>& grads,
+                    const Tensor& grad_scale = Tensor());
   int64_t steps() const { return steps_; }
   const AdamWOptions& options() const { return opt_; }
   // The moments of a parameter (undefined before its first step); same dtype as the parameter.
@@ -88,15 +101,22 @@ class AdamW {
   Tensor exp_avg_sq(const std::string& name) const;
   // Restores a checkpointed state (moments of `name`, the step count t).
   void SetState(const std::string& name, Tensor exp_avg, Tensor exp_avg_sq);
-  void set_steps(int64_t steps) { steps_ = steps; }
+  void set_steps(int64_t steps) {
+    steps_ = steps;
+    device_step_stale_ = true;
+  }
 
  private:
   struct State {
     Tensor m, v;
   };
+  absl::Status FusedCudaStep(std::vector<NamedTensor>& params,
+                             const std::vector<NamedTensor>& grads, const Tensor& grad_scale);
   AdamWOptions opt_;
   int64_t steps_ = 0;
   std::map<std::string, State> state_;
+  Tensor device_scalars_;           // the CUDA path's step count and coefficients (i64[4])
+  bool device_step_stale_ = true;   // steps_ was set on the host since the device last counted
 };
 
 }  // namespace shardmap

@@ -190,5 +190,29 @@ TEST(OptimizerTest, NoDecayNamesSkipOnlyTheDecoupledDecay) {
   EXPECT_DOUBLE_EQ(params[1].tensor.at(1), -4);
 }
 
+// grad_scale multiplies every gradient: stepping with scale c equals stepping with c * g (f64
+// exact, f32 within rounding); a bad scale is refused before anything changes.
+TEST(OptimizerTest, AdamWGradScaleEqualsScaledGradients) {
+  for (DType dt : {DType::kF64, DType::kF32}) {
+    AdamW a({.lr = 0.01, .weight_decay = 0.1}), b({.lr = 0.01, .weight_decay = 0.1});
+    std::vector<NamedTensor> pa = {{"w", Make({4}, Values(4, 3, 1.0), dt)}};
+    std::vector<NamedTensor> pb = {{"w", pa[0].tensor.Clone()}};
+    for (int s = 0; s < 3; ++s) {
+      const std::vector<double> g = Values(4, 40 + s, 2.0);
+      std::vector<double> g3(g);
+      for (double& x : g3) x *= 0.3;
+      ASSERT_TRUE(a.Step(pa, {{"w", Make({4}, g, dt)}}, Tensor::Scalar(0.3, dt)).ok());
+      ASSERT_TRUE(b.Step(pb, {{"w", Make({4}, g3, dt)}}).ok());
+      EXPECT_TRUE(testing::TensorsNearScaled(pa[0].tensor, pb[0].tensor,
+                                             dt == DType::kF64 ? 1e-15 : 1e-6))
+          << DTypeName(dt) << " step " << s;
+    }
+    const absl::Status bad = a.Step(pa, {{"w", Make({4}, Values(4, 9, 1.0), dt)}},
+                                    Tensor::Zeros({2}, DType::kF32));
+    EXPECT_NE(std::string(bad.message()).find("grad_scale is f32[2]"), std::string::npos) << bad;
+    EXPECT_EQ(a.steps(), 3);
+  }
+}
+
 }  // namespace
 }  // namespace shardmap

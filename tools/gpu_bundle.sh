@@ -3,7 +3,8 @@
 # and packs them into .gpu/ (git-ignored, about 13 MB) for a machine that has a GPU but no Bazel:
 #   .gpu/bundle.tar.xz   bin/<package>/<binary> (our code linked statically, stripped) and lib/
 #                        (the non-CUDA shared libraries they need: Abseil, OpenBLAS, ...)
-#   .gpu/run.sh          unpacks to /tmp/gpu_bundle, runs every test, then //bench:cuda_bench;
+#   .gpu/run.sh          unpacks to /tmp/gpu_bundle, runs every test, then //bench:cuda_bench and
+#                        its PyTorch peer (bench/peers/cuda_ops_table.sh: cuda_ops_table.md);
 #                        logs to $OUT if set
 #
 #   bash tools/gpu_bundle.sh            # then, on the GPU machine, from the repository root:
@@ -37,6 +38,11 @@ find .gpu/bin -type f | while read -r b; do
 done | sort -u | grep -v -E 'libcuda|libcudart|libcublas|libnccl|linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl|librt|libgcc_s|libstdc\+\+' \
   | xargs -r -I{} cp -L {} .gpu/lib/
 
+# cuda_bench's PyTorch peer and the table joining both (run by run.sh after cuda_bench).
+mkdir -p .gpu/bin/bench/peers
+cp bench/peers/torch_cuda_ops.py bench/peers/cuda_ops_table.py bench/peers/cuda_ops_table.sh \
+  .gpu/bin/bench/peers/
+
 tar -C .gpu -cf - bin lib | xz -T2 -6 > .gpu/bundle.tar.xz
 rm -rf .gpu/bin .gpu/lib
 
@@ -62,7 +68,14 @@ for t in $(find . -type f -name '*_test' | sed 's|^\./||' | sort); do
   [ $r = FAIL ] && grep -E 'Failure|FAILED|error' "$out/$(basename "$t").log" | head -20
 done
 if [ -x bench/cuda_bench ]; then
-  ./bench/cuda_bench --benchmark_min_time=0.2 2>&1 | tee "$out/cuda_bench.txt" | tail -40
+  ./bench/cuda_bench --benchmark_min_time=0.2 --benchmark_out="$out/cuda_bench.json" \
+    --benchmark_out_format=json 2>&1 | tee "$out/cuda_bench.txt" | tail -40
+  # Ours vs PyTorch (the machine's python3) per case: $out/cuda_ops_table.md.
+  if python3 -c "import torch" 2>/dev/null; then
+    bash bench/peers/cuda_ops_table.sh ./bench/cuda_bench "$out" "$out/cuda_bench.json"
+  else
+    echo "cuda_ops_table: python3 has no torch; PyTorch side skipped"
+  fi
 fi
 exit $fail
 RUN

@@ -172,6 +172,51 @@ TEST(NnTest, RmsNormForwardAndBackward) {
       {"rms_norm_backward", "dtype mismatch", "f32[5,6]"});
 }
 
+// Rows of width 0 (x [3,0]) still have a mean and an rstd each (0 and 1/sqrt(eps)); their
+// backward gives empty gradients, and statistics of the wrong shape are still refused. No rows
+// (x [0,8]) give empty statistics.
+TEST(NnTest, NormsOfRowsOfWidthZeroAndOfNoRows) {
+  for (DType dt : {DType::kF64, DType::kF32, DType::kBF16}) {
+    const std::string name = DTypeName(dt);
+    const Tensor x = Tensor::Zeros({3, 0}, dt), gamma = Tensor::Zeros({0}, dt);
+    const double eps = 1e-4;
+    const LayerNormResult ln = LayerNorm(x, gamma, gamma, eps);
+    EXPECT_EQ(ln.y.shape(), (Shape{3, 0})) << name;
+    ASSERT_EQ(ln.mean.shape(), (Shape{3})) << name;
+    ASSERT_EQ(ln.rstd.shape(), (Shape{3})) << name;
+    for (int64_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(ln.mean.at(i), 0.0) << name;
+      EXPECT_NEAR(ln.rstd.at(i), 100.0, 1e-4) << name;
+    }
+    const LayerNormGrads lg = LayerNormBackward(x, gamma, ln.mean, ln.rstd, x);
+    EXPECT_EQ(lg.dx.shape(), (Shape{3, 0})) << name;
+    EXPECT_EQ(lg.dgamma.shape(), (Shape{0})) << name;
+    EXPECT_EQ(lg.dbeta.shape(), (Shape{0})) << name;
+    const RmsNormResult rn = RmsNorm(x, gamma, eps);
+    ASSERT_EQ(rn.rstd.shape(), (Shape{3})) << name;
+    EXPECT_NEAR(rn.rstd.at(0), 100.0, 1e-4) << name;
+    const RmsNormGrads rg = RmsNormBackward(x, gamma, rn.rstd, x);
+    EXPECT_EQ(rg.dx.shape(), (Shape{3, 0})) << name;
+    EXPECT_EQ(rg.dgamma.shape(), (Shape{0})) << name;
+    const RmsNormGrads rg_plain = RmsNormBackward(x, Tensor(), rn.rstd, x);
+    EXPECT_EQ(rg_plain.dx.shape(), (Shape{3, 0})) << name;
+    EXPECT_FALSE(rg_plain.dgamma.defined()) << name;
+    ExpectOpError([&] { LayerNormBackward(x, gamma, ln.mean.SliceRows(0, 2), ln.rstd, x); },
+                  {"layer_norm_backward", "mean", "[2]", "[3,0]", "expected shape [3]"});
+    ExpectOpError([&] { RmsNormBackward(x, gamma, Tensor::Zeros({3, 1}, DType::kF32), x); },
+                  {"rms_norm_backward", "rstd", "[3,1]", "[3,0]"});
+
+    const Tensor none = Tensor::Zeros({0, 8}, dt);
+    const LayerNormResult n = LayerNorm(none, Tensor(), Tensor(), eps);
+    EXPECT_EQ(n.y.shape(), (Shape{0, 8})) << name;
+    EXPECT_EQ(n.mean.shape(), (Shape{0})) << name;
+    const LayerNormGrads ng = LayerNormBackward(none, Tensor::Ones({8}, dt), n.mean, n.rstd, none);
+    EXPECT_EQ(ng.dx.shape(), (Shape{0, 8})) << name;
+    ExpectAllClose(ng.dgamma, std::vector<double>(8, 0.0), 0, 0, name + " dgamma of no rows");
+    ExpectAllClose(ng.dbeta, std::vector<double>(8, 0.0), 0, 0, name + " dbeta of no rows");
+  }
+}
+
 TEST(NnTest, EmbeddingAndScatterAddBackward) {
   const Tensor table = RandomTensor({5, 3}, DType::kF64, 9);
   for (DType it : {DType::kI64, DType::kI32}) {

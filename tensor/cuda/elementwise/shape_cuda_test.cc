@@ -212,6 +212,10 @@ TEST(ShapeCudaTest, CastBetweenEveryPairOfDtypes) {
       EXPECT_TRUE(got.is_cuda());
       ExpectMatchesCpu(Host(got), Cast(x, to), kExact,
                        std::string("cast ") + DTypeName(from) + " -> " + DTypeName(to));
+      // A view one element in: unaligned, so the one-element-per-thread kernel.
+      const int64_t n1 = x.numel() - 1;
+      ExpectMatchesCpu(Host(Cast(dx.SliceRows(1, n1), to)), Cast(x.SliceRows(1, n1), to), kExact,
+                       std::string("cast unaligned ") + DTypeName(from) + " -> " + DTypeName(to));
     }
     EXPECT_TRUE(Cast(dx, from).SharesStorageWith(dx));  // same dtype: x itself
   }

@@ -22,8 +22,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/device_memory.h"
+#include "tensor/cuda/gemm/internal/autotune.h"
 #include "tensor/cuda/gemm/internal/cublaslt_check.h"
 #include "tensor/cuda/internal/capture_mode.h"
+#include "tensor/cuda/internal/cuda_check.h"
 #include "tensor/cuda/runtime.h"
 
 #endif  // SHARDMAP_HAS_CUDA
@@ -81,12 +83,42 @@ std::vector<GemmCall> SplitBatch(const GemmCall& g, int64_t max_batch) {
   return parts;
 }
 
+// The largest power of two (at most 256) dividing the address: what the heuristic must assume.
+int64_t Alignment(const void* p) {
+  if (p == nullptr) return 256;
+  const uintptr_t v = reinterpret_cast<uintptr_t>(p);
+  return static_cast<int64_t>(std::min<uintptr_t>(256, v & (~v + 1)));
+}
+
+PlanKey KeyOf(const GemmCall& g) {
+  return PlanKey{g.device,
+                 static_cast<int64_t>(g.ab_dtype),
+                 static_cast<int64_t>(g.cd_dtype),
+                 g.trans_a,
+                 g.trans_b,
+                 g.m,
+                 g.n,
+                 g.k,
+                 g.batch,
+                 g.batch > 1 ? g.stride_a : 0,
+                 g.batch > 1 ? g.stride_b : 0,
+                 g.batch > 1 ? g.stride_c : 0,
+                 g.accumulate,
+                 static_cast<int64_t>(g.epilogue),
+                 Alignment(g.a),
+                 Alignment(g.b),
+                 Alignment(g.c),
+                 Alignment(g.bias),
+                 Alignment(g.aux),
+                 Alignment(g.bias_grad)};
+}
+
 #if SHARDMAP_HAS_CUDA
 namespace {
 
 struct Counters {
   std::atomic<int64_t> plans_created{0}, plan_hits{0}, heuristic_queries{0}, matmuls{0},
-      unsupported{0}, workspaces{0};
+      unsupported{0}, workspaces{0}, plans_tuned{0}, candidates_timed{0}, tunes_deferred{0};
 };
 Counters& GetCounters() {
   static Counters* c = new Counters;
@@ -114,13 +146,6 @@ uint32_t CublasEpilogue(Epilogue e) {
     case Epilogue::kBGradRhs: return CUBLASLT_EPILOGUE_BGRADA;  // our rhs is cuBLAS's A
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
-}
-
-// The largest power of two (at most 256) dividing the address: what the heuristic must assume.
-int64_t Alignment(const void* p) {
-  if (p == nullptr) return 256;
-  const uintptr_t v = reinterpret_cast<uintptr_t>(p);
-  return static_cast<int64_t>(std::min<uintptr_t>(256, v & (~v + 1)));
 }
 
 // One cuBLASLt handle per device, shared by all threads (the handle holds no stream or
@@ -180,8 +205,10 @@ void* Workspace(int device, cudaStream_t stream) {
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  cublasLtMatmulAlgo_t algo{};  // the one used: the heuristic's first, then the tuned winner
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // usable answers of the heuristic, its order
   std::atomic<bool> supported{false};  // read without mu; cleared when cublasLtMatmul refuses
+  std::atomic<bool> tuned{false};      // candidates timed (or nothing to choose from)
   std::mutex mu;
 
   Plan() = default;
@@ -194,31 +221,6 @@ struct Plan {
     if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
   }
 };
-
-using PlanKey = std::array<int64_t, 20>;
-
-PlanKey KeyOf(const GemmCall& g) {
-  return PlanKey{g.device,
-                 static_cast<int64_t>(g.ab_dtype),
-                 static_cast<int64_t>(g.cd_dtype),
-                 g.trans_a,
-                 g.trans_b,
-                 g.m,
-                 g.n,
-                 g.k,
-                 g.batch,
-                 g.batch > 1 ? g.stride_a : 0,
-                 g.batch > 1 ? g.stride_b : 0,
-                 g.batch > 1 ? g.stride_c : 0,
-                 g.accumulate,
-                 static_cast<int64_t>(g.epilogue),
-                 Alignment(g.a),
-                 Alignment(g.b),
-                 Alignment(g.c),
-                 Alignment(g.bias),
-                 Alignment(g.aux),
-                 Alignment(g.bias_grad)};
-}
 
 void SetDescPointers(cublasLtMatmulDesc_t desc, const GemmCall& g) {
   if (g.bias != nullptr) {
@@ -295,7 +297,7 @@ std::unique_ptr<Plan> MakePlan(cublasLtHandle_t handle, const GemmCall& g) {
   SM_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
 
-  constexpr int kRequested = 8;
+  constexpr int kRequested = kHeuristicCandidates;
   cublasLtMatmulHeuristicResult_t results[kRequested] = {};
   int returned = 0;
   GetCounters().heuristic_queries.fetch_add(1, std::memory_order_relaxed);
@@ -308,14 +310,17 @@ std::unique_ptr<Plan> MakePlan(cublasLtHandle_t handle, const GemmCall& g) {
     SM_CUBLASLT_CHECK(s);
   }
   if (s == CUBLAS_STATUS_SUCCESS) {
-    for (int i = 0; i < returned; ++i) {  // ordered by estimated time: take the first usable
+    for (int i = 0; i < returned; ++i) {  // ordered by estimated time: the first usable leads
       if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= ws) {
-        plan->algo = results[i].algo;
-        plan->supported = true;
-        break;
+        plan->candidates.push_back(results[i].algo);
       }
     }
+    if (!plan->candidates.empty()) {
+      plan->algo = plan->candidates[0];
+      plan->supported = true;
+    }
   }
+  plan->tuned = plan->candidates.size() < 2;  // nothing to choose from
   GetCounters().plans_created.fetch_add(1, std::memory_order_relaxed);
   return plan;
 }
@@ -342,6 +347,76 @@ Plan* FindPlan(cublasLtHandle_t handle, const GemmCall& g) {
   Plan* p = plan.get();
   plans->emplace(key, std::move(plan));
   return p;
+}
+
+// Times every candidate of `plan` on g's operands (one warm-up and kTimedRuns timed runs each,
+// CUDA events on `stream`) and makes the fastest the plan's algorithm. Without accumulation the
+// runs write g's own C (and epilogue outputs: aux, bias gradient), which the real call then
+// rewrites, so tuning allocates nothing. With accumulation (C is an input) they write a zeroed
+// scratch C of at most kMaxTuneScratchBytes; a larger one, or one that cannot be allocated,
+// leaves the plan on the heuristic's first answer. Waits for the stream (once per candidate).
+// Caller holds plan.mu with the descriptor's pointers set for g; the stream is not being
+// captured.
+void Tune(Plan& plan, const GemmCall& g, cublasLtHandle_t handle, void* workspace,
+          cudaStream_t stream, const void* alpha, const void* beta) {
+  // Another thread's stream may be capturing in global mode: event and memory calls here record
+  // nothing into it.
+  cuda::internal::RelaxedCaptureMode relaxed;
+  void* out = g.c;
+  void* scratch = nullptr;
+  if (g.accumulate) {
+    const int64_t c_elems = g.batch > 1 ? (g.batch - 1) * g.stride_c + g.m * g.n : g.m * g.n;
+    const size_t c_bytes = static_cast<size_t>(c_elems) * DTypeSize(g.cd_dtype);
+    if (c_bytes <= kMaxTuneScratchBytes) {
+      try {
+        scratch = DeviceAllocate(g.device, c_bytes);  // on this thread's current stream
+      } catch (const OpError&) {
+        scratch = nullptr;  // out of memory: no tuning, not an error
+      }
+    }
+    if (scratch == nullptr) {
+      plan.tuned = true;  // stays on the heuristic's first answer
+      return;
+    }
+    SM_CUDA_CHECK(cudaMemsetAsync(scratch, 0, c_bytes, stream));
+    out = scratch;
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  SM_CUDA_CHECK(cudaEventCreate(&start));
+  SM_CUDA_CHECK(cudaEventCreate(&stop));
+  auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(handle, plan.desc, alpha, /*A=*/g.b, plan.la, /*B=*/g.a, plan.lb, beta,
+                          out, plan.lc, out, plan.lc, &algo, workspace, kWorkspaceBytes, stream);
+  };
+  const int count = static_cast<int>(plan.candidates.size());
+  const int best = PickFastest(count, [&](int i) -> double {
+    GetCounters().candidates_timed.fetch_add(1, std::memory_order_relaxed);
+    if (run(plan.candidates[i]) != CUBLAS_STATUS_SUCCESS) return INFINITY;  // warm-up
+    if (cudaEventRecord(start, stream) != cudaSuccess) return INFINITY;
+    for (int r = 0; r < kTimedRuns; ++r) {
+      if (run(plan.candidates[i]) != CUBLAS_STATUS_SUCCESS) return INFINITY;
+    }
+    float ms = 0;
+    if (cudaEventRecord(stop, stream) != cudaSuccess || cudaEventSynchronize(stop) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
+      return INFINITY;
+    }
+    return ms;
+  });
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (scratch != nullptr) DeviceFree(g.device, scratch);  // reused in stream order
+  // A failed launch must not linger as the stream's sticky "last error".
+  (void)cudaGetLastError();
+  plan.algo = plan.candidates[best];
+  plan.tuned = true;
+  GetCounters().plans_tuned.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool Capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  SM_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
 }
 
 }  // namespace
@@ -381,6 +456,15 @@ bool RunGemm(const GemmCall& g) {
 
   std::lock_guard<std::mutex> lock(plan->mu);
   SetDescPointers(plan->desc, g);
+  if (!plan->tuned.load()) {
+    const bool capturing = Capturing(stream);
+    const int count = static_cast<int>(plan->candidates.size());
+    if (DecideTuning(AutotuneEnabled(), capturing, /*tuned=*/false, count) == TuneAction::kTune) {
+      Tune(*plan, g, handle, workspace, stream, alpha, beta);
+    } else if (capturing && AutotuneEnabled()) {
+      GetCounters().tunes_deferred.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
   const cublasStatus_t s =
       cublasLtMatmul(handle, plan->desc, alpha, /*A=*/g.b, plan->la, /*B=*/g.a, plan->lb, beta,
                      g.c, plan->lc, g.c, plan->lc, &plan->algo, workspace, kWorkspaceBytes, stream);
@@ -409,6 +493,9 @@ GemmStats Stats() {
   s.matmuls = c.matmuls.load();
   s.unsupported = c.unsupported.load();
   s.workspaces = c.workspaces.load();
+  s.plans_tuned = c.plans_tuned.load();
+  s.candidates_timed = c.candidates_timed.load();
+  s.tunes_deferred = c.tunes_deferred.load();
   return s;
 }
 

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/gemm/ops.h"
+#include "tensor/cuda/graph.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/ops/linear.h"
 #include "tensor/ops/matmul.h"
@@ -273,6 +274,52 @@ TEST(GemmCudaTest, MatmulAccumulateIsBetaOne) {
   }
 }
 
+// A new shape's first call times the heuristic's candidates (into scratch: the accumulated C
+// stays exact) and keeps the winner; later calls time nothing and give the same bits.
+TEST(GemmCudaTest, AutotuneOnFirstUseKeepsResultsAndTunesOnce) {
+  SKIP_WITHOUT_GPU();
+  const Tensor a = RandomTensor({520, 264}, DType::kBF16, 600, -1, 1);
+  const Tensor b = RandomTensor({264, 392}, DType::kBF16, 601, -1, 1);
+  const Tensor acc0 = RandomTensor({520, 392}, DType::kF32, 602);
+  const cuda::GemmStats s0 = cuda::GetGemmStats();
+  Tensor got = Gpu(acc0);
+  MatmulAccumulate(got, Gpu(a), Gpu(b), false, false);
+  const cuda::GemmStats s1 = cuda::GetGemmStats();
+  EXPECT_LE(s1.plans_tuned - s0.plans_tuned, 1);
+  Tensor want = acc0.Clone();
+  MatmulAccumulate(want, a, b, false, false);
+  ExpectMatches(got, want, "accumulate after tuning");
+  const Tensor y1 = Matmul(Gpu(a), Gpu(b));
+  const cuda::GemmStats s2 = cuda::GetGemmStats();
+  const Tensor y2 = Matmul(Gpu(a), Gpu(b));
+  const cuda::GemmStats s3 = cuda::GetGemmStats();
+  EXPECT_EQ(s3.candidates_timed, s2.candidates_timed);
+  EXPECT_EQ(Cpu(y1).ToVector<double>(), Cpu(y2).ToVector<double>());
+  ExpectMatches(y1, Matmul(a, b), "matmul after tuning");
+}
+
+// A plan first met inside a graph capture is not timed there (no host sync in a capture): the
+// graph uses the heuristic's first answer and the next eager call tunes the plan.
+TEST(GemmCudaTest, AutotuneIsDeferredOutOfAGraphCapture) {
+  SKIP_WITHOUT_GPU();
+  const Tensor a = Gpu(RandomTensor({264, 136}, DType::kBF16, 610, -1, 1));
+  const Tensor b = Gpu(RandomTensor({136, 200}, DType::kBF16, 611, -1, 1));
+  Tensor y;
+  cuda::CudaGraph graph(0);
+  const cuda::GemmStats s0 = cuda::GetGemmStats();
+  ASSERT_TRUE(graph.Capture([&] { y = Matmul(a, b); }).ok());
+  const cuda::GemmStats s1 = cuda::GetGemmStats();
+  EXPECT_EQ(s1.plans_tuned, s0.plans_tuned);
+  EXPECT_EQ(s1.candidates_timed, s0.candidates_timed);
+  ASSERT_TRUE(graph.Replay().ok());
+  ExpectMatches(y, Matmul(Cpu(a), Cpu(b)), "captured matmul");
+  const Tensor eager = Matmul(a, b);  // tunes now (when the heuristic offered a choice)
+  const cuda::GemmStats s2 = cuda::GetGemmStats();
+  EXPECT_LE(s2.plans_tuned - s1.plans_tuned, 1);
+  if (s1.tunes_deferred > s0.tunes_deferred) EXPECT_EQ(s2.plans_tuned - s1.plans_tuned, 1);
+  ExpectMatches(eager, Matmul(Cpu(a), Cpu(b)), "eager matmul after the capture");
+}
+
 TEST(GemmCudaTest, PlanCacheHitsAndNoRawMallocInSteadyState) {
   SKIP_WITHOUT_GPU();
   const Tensor a = Gpu(RandomTensor({256, 96}, DType::kBF16, 500));
@@ -294,6 +341,8 @@ TEST(GemmCudaTest, PlanCacheHitsAndNoRawMallocInSteadyState) {
   EXPECT_EQ(s1.plans_created, s0.plans_created);
   EXPECT_EQ(s1.heuristic_queries, s0.heuristic_queries);
   EXPECT_EQ(s1.workspaces, s0.workspaces);
+  EXPECT_EQ(s1.plans_tuned, s0.plans_tuned) << "a plan is tuned once, on its first call";
+  EXPECT_EQ(s1.candidates_timed, s0.candidates_timed);
   EXPECT_GE(s1.plan_hits - s0.plan_hits, 20);
   EXPECT_GE(s1.matmuls - s0.matmuls, 20);
   EXPECT_EQ(cuda::DeviceAllocator(0).stats().raw_allocs, raw0) << "cudaMalloc in steady state";

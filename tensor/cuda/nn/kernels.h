@@ -22,6 +22,7 @@
 #define SHARDMAP_TENSOR_CUDA_NN_KERNELS_H_
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "tensor/dtype.h"
 
@@ -59,6 +60,30 @@ int LaunchNormBackwardParams(const void* x, const void* mean, const void* rstd, 
                              void* dgamma, DType dgamma_dtype, void* dbeta, DType dbeta_dtype,
                              void* stream);
 
+// The register-resident norm kernels (norm_vec.cu, plan in norm_plan.h): f32/bf16/f16 rows
+// whose length is a multiple of 16 bytes, up to 8192 elements, every pointer 16-byte aligned
+// (nullptr counts as aligned). Same arguments and results as LaunchNorm and
+// LaunchNormBackwardDx + LaunchNormBackwardParams (gamma, beta, mean, rstd in f32).
+bool VecNormUsable(DType dtype, int64_t h, std::initializer_list<const void*> pointers);
+int LaunchNormVec(const void* x, const void* gamma, const void* beta, void* y, void* mean,
+                  void* rstd, DType dtype, int64_t rows, int64_t h, double eps, bool rms,
+                  void* stream);
+// Softmax (log: log_softmax) over the last dim of rows [rows, n], forward and backward, with the
+// register-resident kernels: usable when VecNormUsable(dtype, n, {every pointer}).
+int LaunchSoftmaxVec(const void* x, void* y, DType dtype, int64_t rows, int64_t n, bool log,
+                     void* stream);
+int LaunchSoftmaxBackwardVec(const void* y, const void* dy, void* dx, DType dtype, int64_t rows,
+                             int64_t n, bool log, void* stream);
+// Partial rows of the backward's dgamma / dbeta reduction; its workspace holds
+// 2 * VecNormPartialRows(dtype, rows, h) * h floats.
+int64_t VecNormPartialRows(DType dtype, int64_t rows, int64_t h);
+// dx, and dgamma / dbeta (each nullable; rms: no dbeta) folded deterministically from per-group
+// partial rows: x and dy are read once.
+int LaunchNormBackwardVec(const void* x, const void* gamma, const void* mean, const void* rstd,
+                          const void* dy, void* dx, DType dtype, int64_t rows, int64_t h,
+                          bool rms, void* workspace, void* dgamma, DType dgamma_dtype,
+                          void* dbeta, DType dbeta_dtype, void* stream);
+
 // Per-row loss [rows] in A of logits [rows, v] (dtype) and integer targets [rows] (i64 when
 // targets_i64, else i32): logsumexp(row) - row[t]; 0 for ignore_index and bad targets.
 int LaunchCrossEntropy(const void* logits, DType dtype, const void* targets, bool targets_i64,
@@ -80,6 +105,11 @@ int LaunchEmbedding(const void* table, int64_t v, int64_t row_bytes, const void*
 int LaunchEmbeddingBackward(const void* ids, bool ids_i64, int64_t n, const void* dy, DType dtype,
                             int64_t h, int64_t num_rows, void* acc, unsigned long long* bad,
                             void* stream);
+
+// y = softmax over the last dim of x viewed as [mats, s, t], entries [.., i, j] with
+// j > i + offset excluded (and written as 0); rows with no visible entry are all 0.
+int LaunchCausalSoftmax(const void* x, void* y, DType dtype, int64_t mats, int64_t s, int64_t t,
+                        int64_t offset, void* stream);
 
 // y = x with entries [.., i, j] where j > i + offset set to fill; x viewed as [mats, s, t].
 int LaunchCausalMask(const void* x, void* y, DType dtype, int64_t mats, int64_t s, int64_t t,

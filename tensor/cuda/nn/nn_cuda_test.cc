@@ -128,6 +128,17 @@ TEST(NnCudaTest, SoftmaxInfinities) {
     const Tensor xt = Transpose(xd, 0, 1);
     ExpectMatches(Softmax(Gpu(xt), 0), Softmax(xt, 0), Name("softmax inf dim 0", xt, dt));
     ExpectMatches(LogSoftmax(Gpu(xt), 0), LogSoftmax(xt, 0), Name("log_softmax inf dim 0", xt, dt));
+    // Rows of 8 (each row twice): the register-resident kernel for bf16/f16 too.
+    std::vector<double> wide;
+    for (int64_t r = 0; r < 7; ++r) {
+      for (int rep = 0; rep < 2; ++rep) {
+        for (int64_t j = 0; j < 4; ++j) wide.push_back(x.at(r * 4 + j));
+      }
+    }
+    const Tensor xw = Tensor::FromVector<double>({7, 8}, wide, dt);
+    ExpectMatches(Softmax(Gpu(xw), -1), Softmax(xw, -1), Name("softmax inf rows of 8", xw, dt));
+    ExpectMatches(LogSoftmax(Gpu(xw), -1), LogSoftmax(xw, -1),
+                  Name("log_softmax inf rows of 8", xw, dt));
   }
 }
 
@@ -380,11 +391,14 @@ TEST(NnCudaTest, CausalMask) {
 TEST(NnCudaTest, CausalSoftmax) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 950;
-  const std::vector<std::vector<int64_t>> shapes = {{4, 6}, {6, 4}, {2, 3, 5, 5}, {0, 3}, {1, 1}};
+  // Warp rows, block rows kept in shared memory ({3, 40, 2000}) and re-read ({2, 5, 13000}).
+  const std::vector<std::vector<int64_t>> shapes = {{4, 6},          {6, 4},    {2, 3, 5, 5},
+                                                    {0, 3},          {1, 1},    {3, 40, 2000},
+                                                    {2, 5, 13000}};
   for (const auto& shape : shapes) {
     for (DType dt : kFloats) {
       const Tensor x = RandomTensor(shape, dt, seed++);
-      for (int64_t offset : {-100, -2, -1, 0, 3}) {
+      for (int64_t offset : {-100, -2, -1, 0, 3, 1990}) {
         const std::string n = Name("causal_softmax", x, dt) + " offset " + std::to_string(offset);
         ExpectMatches(CausalSoftmax(Gpu(x), offset), CausalSoftmax(x, offset), n);
       }

@@ -114,6 +114,22 @@ NormBackward NormBackwardImpl(const Tensor& x, const Tensor& gamma, const Tensor
   const int64_t h = x.dim(-1), rows = rstd.numel();
   NormBackward out;
   out.dx = Tensor::Empty(x.shape(), x.dtype(), on.device);
+  const DType pt0 = gamma.defined() ? gamma.dtype() : x.dtype();
+  if (rows > 0 && k::VecNormUsable(x.dtype(), h,
+                                   {x.raw_data(), dy.raw_data(), out.dx.raw_data(), PtrOrNull(g)})) {
+    // x and dy read once: dx and the parameter gradients' partial rows in one pass.
+    if (gamma.defined()) out.dgamma = Tensor::Empty({h}, pt0, on.device);
+    if (!rms) out.dbeta = Tensor::Empty({h}, pt0, on.device);
+    const bool params = out.dgamma.defined() || out.dbeta.defined();
+    Tensor work = Tensor::Empty({params ? 2 * k::VecNormPartialRows(x.dtype(), rows, h) * h : 1},
+                                DType::kF32, on.device);
+    SM_NN_LAUNCH(k::LaunchNormBackwardVec(
+        x.raw_data(), PtrOrNull(g), PtrOrNull(mc), rc.raw_data(), dy.raw_data(),
+        out.dx.raw_data(), x.dtype(), rows, h, rms, work.raw_data(),
+        out.dgamma.defined() ? out.dgamma.raw_data() : nullptr, pt0,
+        out.dbeta.defined() ? out.dbeta.raw_data() : nullptr, pt0, on.stream));
+    return out;
+  }
   SM_NN_LAUNCH(k::LaunchNormBackwardDx(x.raw_data(), PtrOrNull(g), PtrOrNull(mc), rc.raw_data(),
                                        dy.raw_data(), out.dx.raw_data(), x.dtype(), rows, h, rms,
                                        on.stream));
@@ -136,6 +152,12 @@ Tensor Softmax(const Tensor& x, int dim, bool log) {
   OnDevice on(x);
   Tensor out = Tensor::Empty(x.shape(), x.dtype(), on.device);
   if (x.numel() == 0) return out;
+  if (dim == x.rank() - 1 &&
+      k::VecNormUsable(x.dtype(), x.shape()[dim], {x.raw_data(), out.raw_data()})) {
+    SM_NN_LAUNCH(k::LaunchSoftmaxVec(x.raw_data(), out.raw_data(), x.dtype(),
+                                     x.numel() / x.shape()[dim], x.shape()[dim], log, on.stream));
+    return out;
+  }
   SM_NN_LAUNCH(k::LaunchSoftmax(x.raw_data(), out.raw_data(), x.dtype(), Prod(x.shape(), 0, dim),
                                 x.shape()[dim], Prod(x.shape(), dim + 1, x.rank()), log,
                                 on.stream));
@@ -146,6 +168,13 @@ Tensor SoftmaxBackward(const Tensor& y, const Tensor& dy, int dim, bool log) {
   OnDevice on(y);
   Tensor dx = Tensor::Empty(y.shape(), y.dtype(), on.device);
   if (y.numel() == 0) return dx;
+  if (dim == y.rank() - 1 &&
+      k::VecNormUsable(y.dtype(), y.shape()[dim], {y.raw_data(), dy.raw_data(), dx.raw_data()})) {
+    SM_NN_LAUNCH(k::LaunchSoftmaxBackwardVec(y.raw_data(), dy.raw_data(), dx.raw_data(),
+                                             y.dtype(), y.numel() / y.shape()[dim],
+                                             y.shape()[dim], log, on.stream));
+    return dx;
+  }
   SM_NN_LAUNCH(k::LaunchSoftmaxBackward(y.raw_data(), dy.raw_data(), dx.raw_data(), y.dtype(),
                                         Prod(y.shape(), 0, dim), y.shape()[dim],
                                         Prod(y.shape(), dim + 1, y.rank()), log, on.stream));
@@ -160,6 +189,13 @@ NormForward LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
   r.y = Tensor::Empty(x.shape(), x.dtype(), on.device);
   r.mean = Tensor::Empty(RowShape(x), ct, on.device);
   r.rstd = Tensor::Empty(RowShape(x), ct, on.device);
+  if (k::VecNormUsable(x.dtype(), x.dim(-1),
+                       {x.raw_data(), r.y.raw_data(), PtrOrNull(g), PtrOrNull(b)})) {
+    SM_NN_LAUNCH(k::LaunchNormVec(x.raw_data(), PtrOrNull(g), PtrOrNull(b), r.y.raw_data(),
+                                  r.mean.raw_data(), r.rstd.raw_data(), x.dtype(),
+                                  r.mean.numel(), x.dim(-1), eps, /*rms=*/false, on.stream));
+    return r;
+  }
   SM_NN_LAUNCH(k::LaunchNorm(x.raw_data(), PtrOrNull(g), PtrOrNull(b), r.y.raw_data(),
                              r.mean.raw_data(), r.rstd.raw_data(), x.dtype(), r.mean.numel(),
                              x.dim(-1), eps, /*rms=*/false, on.stream));
@@ -173,6 +209,12 @@ NormForward RmsNorm(const Tensor& x, const Tensor& gamma, double eps) {
   NormForward r;
   r.y = Tensor::Empty(x.shape(), x.dtype(), on.device);
   r.rstd = Tensor::Empty(RowShape(x), ct, on.device);
+  if (k::VecNormUsable(x.dtype(), x.dim(-1), {x.raw_data(), r.y.raw_data(), PtrOrNull(g)})) {
+    SM_NN_LAUNCH(k::LaunchNormVec(x.raw_data(), PtrOrNull(g), nullptr, r.y.raw_data(), nullptr,
+                                  r.rstd.raw_data(), x.dtype(), r.rstd.numel(), x.dim(-1), eps,
+                                  /*rms=*/true, on.stream));
+    return r;
+  }
   SM_NN_LAUNCH(k::LaunchNorm(x.raw_data(), PtrOrNull(g), nullptr, r.y.raw_data(), nullptr,
                              r.rstd.raw_data(), x.dtype(), r.rstd.numel(), x.dim(-1), eps,
                              /*rms=*/true, on.stream));
@@ -282,6 +324,16 @@ Tensor CausalMask(const Tensor& scores, int64_t offset, double fill) {
   return out;
 }
 
+Tensor CausalSoftmax(const Tensor& scores, int64_t offset) {
+  OnDevice on(scores);
+  Tensor out = Tensor::Empty(scores.shape(), scores.dtype(), on.device);
+  const int64_t s = scores.dim(-2), t = scores.dim(-1);
+  const int64_t mats = s * t == 0 ? 0 : scores.numel() / (s * t);
+  SM_NN_LAUNCH(k::LaunchCausalSoftmax(scores.raw_data(), out.raw_data(), scores.dtype(), mats, s,
+                                      t, offset, on.stream));
+  return out;
+}
+
 #else  // !SHARDMAP_HAS_CUDA
 
 namespace {
@@ -312,6 +364,7 @@ Tensor CrossEntropyBackward(const Tensor&, const Tensor&, const Tensor&, int64_t
   NoCuda("cross_entropy_backward");
 }
 Tensor CausalMask(const Tensor&, int64_t, double) { NoCuda("causal_mask"); }
+Tensor CausalSoftmax(const Tensor&, int64_t) { NoCuda("causal_softmax"); }
 
 #endif  // SHARDMAP_HAS_CUDA
 

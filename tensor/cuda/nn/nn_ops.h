@@ -59,6 +59,9 @@ Tensor CrossEntropyBackward(const Tensor& logits, const Tensor& targets, const T
                             int64_t ignore_index);
 
 Tensor CausalMask(const Tensor& scores, int64_t offset, double fill);
+// One kernel: softmax over the visible keys (j <= i + offset), zeros elsewhere; offset already
+// clamped by the caller.
+Tensor CausalSoftmax(const Tensor& scores, int64_t offset);
 
 }  // namespace shardmap::cuda
 

@@ -120,6 +120,38 @@ __global__ void SoftmaxBackwardLanes(const T* __restrict__ y, const T* __restric
   }
 }
 
+// Causal softmax of rows [mats * s, t]: row r sees its first n = clamp(r % s + offset + 1, 0, t)
+// entries, so only those are read (about half of a square score matrix); the rest is written as
+// zeros, and a row with no visible entry is all zeros (the CPU kernel's result). One kernel for
+// every offset, instead of mask, softmax and mask again.
+template <typename T, bool kWarp, bool kCache>
+__global__ void __launch_bounds__(kWarp ? kThreads : kMaxThreads)
+    CausalSoftmaxRows(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t s_len,
+                      int64_t t, int64_t offset) {
+  using A = Acc<T>;
+  using G = RowGroup<kWarp>;
+  A* cache = kCache ? G::template Cache<A>(t, 1) : nullptr;
+  for (int64_t r = G::First(); r < rows; r += G::Stride()) {
+    const T* xr = x + r * t;
+    T* yr = y + r * t;
+    int64_t n = r % s_len + offset + 1;
+    n = n < 0 ? 0 : (n > t ? t : n);
+    A m = NegInf<A>(), sum = 0;
+    for (int64_t j = G::Lane(); j < n; j += G::Size()) {
+      const A v = ToAcc(xr[j]);
+      if (kCache) cache[j] = v;
+      OnlineAdd(m, sum, v);
+    }
+    GroupMaxSum<kWarp>(m, sum);
+    if (m == NegInf<A>()) m = 0;  // an all -inf row: avoid inf - inf (as the CPU kernel)
+    const A inv = A(1) / sum;
+    for (int64_t j = G::Lane(); j < t; j += G::Size()) {
+      yr[j] = j < n ? FromAcc<T>(Exp((kCache ? cache[j] : ToAcc(xr[j])) - m) * inv)
+                    : FromAcc<T>(A(0));
+    }
+  }
+}
+
 template <typename T, bool kLog>
 void Forward(const void* x, void* y, int64_t outer, int64_t n, int64_t inner, cudaStream_t s) {
   const T* px = static_cast<const T*>(x);
@@ -161,6 +193,21 @@ int LaunchSoftmax(const void* x, void* y, DType dtype, int64_t outer, int64_t n,
     } else {
       Forward<T, false>(x, y, outer, n, inner, s);
     }
+  });
+  return cudaGetLastError();
+}
+
+int LaunchCausalSoftmax(const void* x, void* y, DType dtype, int64_t mats, int64_t s_len,
+                        int64_t t, int64_t offset, void* stream) {
+  const int64_t rows = mats * s_len;
+  if (rows * t == 0) return cudaSuccess;
+  const cudaStream_t s = AsStream(stream);
+  SM_DISPATCH_FLOAT(dtype, T, {
+    const RowLaunch l = RowConfig(rows, t, 1, sizeof(Acc<T>));
+    const T* px = static_cast<const T*>(x);
+    T* py = static_cast<T*>(y);
+    SM_ROW_CACHE_DISPATCH(l, CausalSoftmaxRows<T, kWarp, kCache>
+                          <<<l.blocks, l.threads, l.smem, s>>>(px, py, rows, s_len, t, offset));
   });
   return cudaGetLastError();
 }

@@ -13,13 +13,16 @@
 // the bias vector (length n) indexes cuBLAS's rows, the bias gradient of our rhs b is cuBLAS's
 // BGRADA and the one of our lhs a is BGRADB.
 //
-// Plans: descriptors, layouts and the heuristic's algorithm are cached per (device, m, n, k,
-// batch, strides, transposes, dtypes, epilogue, pointer alignments); the steady state makes no
-// heuristic query and allocates nothing. The 32 MiB workspace is allocated once per
+// Plans: descriptors, layouts and the heuristic's candidates are cached per (device, m, n, k,
+// batch, strides, transposes, dtypes, epilogue, pointer alignments); on a plan's first eager use
+// its candidates are timed once and the fastest kept for the process (internal/autotune.h;
+// SHARDMAP_GEMM_AUTOTUNE=0 keeps the heuristic's first answer). The steady state makes no
+// heuristic query, times nothing and allocates nothing. The 32 MiB workspace is allocated once per
 // (device, stream) through the device's caching allocator.
 #ifndef SHARDMAP_TENSOR_CUDA_GEMM_INTERNAL_GEMM_H_
 #define SHARDMAP_TENSOR_CUDA_GEMM_INTERNAL_GEMM_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -81,7 +84,17 @@ ColumnMajorProblem ToColumnMajor(const GemmCall& g);
 inline constexpr int64_t kMaxBatch = 2147483647;
 std::vector<GemmCall> SplitBatch(const GemmCall& g, int64_t max_batch = kMaxBatch);
 
-// Enqueues the matmul on the current stream of g.device. m, n, k must be >= 1. Returns false,
+// The plan cache's key of a call: device, dtypes, transposes, m, n, k, batch, strides (batched
+// calls only), accumulate, epilogue and the alignment class (largest power of two up to 256
+// dividing the address) of every pointer; so calls that differ only in where their operands sit
+// (same alignment) share a plan and its tuned algorithm.
+using PlanKey = std::array<int64_t, 20>;
+PlanKey KeyOf(const GemmCall& g);
+int64_t Alignment(const void* p);
+
+// Enqueues the matmul on the current stream of g.device. m, n, k must be >= 1. c (and aux when
+// written, bias_grad) must not overlap the inputs: a plan's first call may run its candidates
+// into them before the real call (internal/autotune.h). Returns false,
 // having launched nothing, when cuBLASLt has no algorithm for this epilogue (the caller then
 // composes unfused ops); with Epilogue::kNone that is an OpError instead. Every cuBLASLt failure
 // is an OpError with file:line and cuBLASLt's status name and text.
@@ -94,6 +107,9 @@ struct GemmStats {
   int64_t matmuls = 0;            // cublasLtMatmul calls
   int64_t unsupported = 0;        // epilogue calls refused (no algorithm)
   int64_t workspaces = 0;         // workspaces allocated (one per device and stream)
+  int64_t plans_tuned = 0;        // plans whose candidates were timed (internal/autotune.h)
+  int64_t candidates_timed = 0;   // candidate algorithms timed in all
+  int64_t tunes_deferred = 0;     // calls of untuned plans inside a graph capture (not timed)
 };
 GemmStats Stats();
 

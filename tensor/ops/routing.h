@@ -1,5 +1,6 @@
-// Row routing kernels for mixture-of-experts layers (CPU; CUDA tensors are an OpError that says
-// to route on the host).
+// Row routing kernels for mixture-of-experts layers, on the CPU and on GPU tensors
+// (tensor/cuda/routing: the same results; ScatterAddRows sums with atomics there, so rows hit
+// twice may differ in the last bits between runs). Indices live on the data's device.
 //
 //   TopKResult t = TopK(probs /*[n,e]*/, 2);       // t.values [n,2] (descending), t.indices i64
 //   Tensor dx = TopKBackward(dvalues, t.indices, 8); // [n,8]: dvalues scattered to the picks

@@ -163,4 +163,25 @@ Tensor ScatterAddRows(const Tensor& x, const Tensor& idx, int64_t n) {
   return Cast(out, x.dtype());
 }
 
+Tensor LocalIndices(const Tensor& ids, int64_t start, int64_t size, int64_t stride, bool strict,
+                    const char* op, const std::string& context) {
+  internal::RequireInteger(op, ids, "ids");
+  if (size < 0) OpFail(op, ": size = ", size, "; expected >= 0");
+  if (ids.is_cuda()) return cuda::LocalIndices(ids, start, size, stride, strict, op, context);
+  const int64_t n = ids.numel();
+  std::vector<int64_t> out(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = internal::IndexAt(ids, i), l = id - start;
+    if (l >= 0 && l < size) {
+      out[i] = i * stride + l;
+    } else if (strict) {
+      OpFail(op, ": index ", id, " at position ", i, " is out of range [", start, ", ",
+             start + size, ")", context);
+    } else {
+      out[i] = -1;
+    }
+  }
+  return Tensor::FromVector<int64_t>(ids.shape(), out);
+}
+
 }  // namespace shardmap

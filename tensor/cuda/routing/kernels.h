@@ -38,6 +38,11 @@ int LaunchScatterAddRows(const void* x, DType dtype, int64_t m, int64_t d, const
                          bool idx_i64, int64_t n, void* acc, unsigned long long* bad,
                          void* stream);
 
+// out[i] (i64) = i * stride + (ids[i] - start) where start <= ids[i] < start + size, else -1.
+// Bad position (only when bad is non-null): i of the first id outside the range.
+int LaunchLocalIndices(const void* ids, bool ids_i64, int64_t n, int64_t start, int64_t size,
+                       int64_t stride, int64_t* out, unsigned long long* bad, void* stream);
+
 }  // namespace shardmap::cuda::routing_kernels
 
 #endif  // SHARDMAP_TENSOR_CUDA_ROUTING_KERNELS_H_

@@ -123,7 +123,29 @@ __global__ void ScatterAddRowsKernel(const T* __restrict__ x, int64_t m, int64_t
   }
 }
 
+__global__ void LocalIndicesKernel(const void* __restrict__ ids, bool ids_i64, int64_t n,
+                                   int64_t start, int64_t size, int64_t stride,
+                                   int64_t* __restrict__ out, unsigned long long* bad) {
+  SM_GRID_STRIDE_LOOP(i, n) {
+    const int64_t l = IndexAt(ids, ids_i64, i) - start;
+    if (l >= 0 && l < size) {
+      out[i] = i * stride + l;
+    } else {
+      out[i] = -1;
+      RecordBad(bad, i);
+    }
+  }
+}
+
 }  // namespace
+
+int LaunchLocalIndices(const void* ids, bool ids_i64, int64_t n, int64_t start, int64_t size,
+                       int64_t stride, int64_t* out, unsigned long long* bad, void* stream) {
+  if (n == 0) return cudaSuccess;
+  LocalIndicesKernel<<<Blocks(n), kThreads, 0, AsStream(stream)>>>(ids, ids_i64, n, start, size,
+                                                                   stride, out, bad);
+  return cudaGetLastError();
+}
 
 int LaunchTopK(const void* x, DType dtype, int64_t rows, int64_t n, int64_t k, void* vals,
                int64_t* ids, unsigned long long* bad, void* stream) {

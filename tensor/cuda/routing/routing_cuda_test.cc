@@ -89,5 +89,20 @@ TEST(RoutingCuda, ErrorsMatchCpu) {
                 {"gather_rows", "different devices"});
 }
 
+TEST(RoutingCuda, LocalIndicesMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const Tensor ids = Tensor::FromVector<int64_t>({2, 3}, {4, 7, 5, 9, 3, 6});
+  for (DType it : {DType::kI64, DType::kI32}) {
+    const Tensor in = Cast(ids, it);
+    for (int64_t stride : {int64_t{0}, int64_t{4}}) {
+      const Tensor got = LocalIndices(in.To(kGpu), 4, 4, stride);
+      EXPECT_TRUE(got.is_cuda());
+      EXPECT_TENSOR_EQ(Host(got), LocalIndices(in, 4, 4, stride));
+    }
+  }
+  ExpectOpError([&] { LocalIndices(ids.To(kGpu), 4, 4, 0, true, "pick", " for x"); },
+                {"pick: index 9 at position 3 is out of range [4, 8) for x"});
+}
+
 }  // namespace
 }  // namespace shardmap

@@ -150,6 +150,25 @@ Tensor ScatterAddRows(const Tensor& x, const Tensor& idx, int64_t n) {
   return out;
 }
 
+Tensor LocalIndices(const Tensor& ids, int64_t start, int64_t size, int64_t stride, bool strict,
+                    const char* op, const std::string& context) {
+  OnDevice on(ids);
+  Tensor out = Tensor::Empty(ids.shape(), DType::kI64, on.device);
+  if (ids.numel() == 0) return out;
+  BadPosition bad(on);
+  SM_ROUTING_LAUNCH(rk::LaunchLocalIndices(ids.raw_data(), ids.dtype() == DType::kI64,
+                                           ids.numel(), start, size, stride,
+                                           static_cast<int64_t*>(out.raw_data()),
+                                           strict ? bad.ptr() : nullptr, on.stream));
+  if (strict) {
+    if (const int64_t i = bad.Read(); i >= 0) {
+      OpFail(op, ": index ", IndexAt(ids, i), " at position ", i, " is out of range [", start,
+             ", ", start + size, ")", context);
+    }
+  }
+  return out;
+}
+
 #else  // !SHARDMAP_HAS_CUDA
 
 namespace {
@@ -162,6 +181,10 @@ TopKOutputs TopK(const Tensor&, int64_t) { NoCuda("top_k"); }
 Tensor TopKBackward(const Tensor&, const Tensor&, int64_t) { NoCuda("top_k_backward"); }
 Tensor GatherRows(const Tensor&, const Tensor&) { NoCuda("gather_rows"); }
 Tensor ScatterAddRows(const Tensor&, const Tensor&, int64_t) { NoCuda("scatter_add_rows"); }
+Tensor LocalIndices(const Tensor&, int64_t, int64_t, int64_t, bool, const char* op,
+                    const std::string&) {
+  NoCuda(op);
+}
 
 #endif  // SHARDMAP_HAS_CUDA
 

@@ -17,6 +17,7 @@
 #define SHARDMAP_TENSOR_CUDA_ROUTING_ROUTING_OPS_H_
 
 #include <cstdint>
+#include <string>
 
 #include "tensor/tensor.h"
 
@@ -30,6 +31,10 @@ TopKOutputs TopK(const Tensor& x, int64_t k);
 Tensor TopKBackward(const Tensor& dvalues, const Tensor& indices, int64_t n);
 Tensor GatherRows(const Tensor& x, const Tensor& idx);
 Tensor ScatterAddRows(const Tensor& x, const Tensor& idx, int64_t n);
+// strict: ids outside the range are an OpError "<op>: index <id> at position <i> is out of range
+// [start, start + size)<context>".
+Tensor LocalIndices(const Tensor& ids, int64_t start, int64_t size, int64_t stride, bool strict,
+                    const char* op, const std::string& context);
 
 }  // namespace shardmap::cuda
 

@@ -183,7 +183,10 @@ int LaunchGatherRows(const void* x, int64_t rows, int64_t d, int elem_bytes, con
     if (e != cudaSuccess) return e;
   }
   // With d == 0 the kernel still runs over one word per row so bad indices are seen.
-  if (row_bytes % 4 == 0 && row_bytes > 0) {
+  // Words when rows are whole words and both bases are word-aligned (a view may start anywhere).
+  const bool aligned = reinterpret_cast<uintptr_t>(x) % 4 == 0 &&
+                       reinterpret_cast<uintptr_t>(out) % 4 == 0;
+  if (row_bytes % 4 == 0 && row_bytes > 0 && aligned) {
     const int64_t words = row_bytes / 4;
     GatherRowsKernel<uint32_t><<<Blocks(m * words), kThreads, 0, AsStream(stream)>>>(
         static_cast<const uint32_t*>(x), rows, words, idx, idx_i64, m,

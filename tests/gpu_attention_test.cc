@@ -58,7 +58,9 @@ TEST_P(GpuAttentionTest, FusedGpuLayerMatchesMaterialisedCpuLayer) {
   absl::StatusOr<ShardMapGrads> want = value_and_grad(AttentionLoss(
       *Mesh::Create({{"tp", 1}}), s, false, compute, DevicePlacement::Cpu()))(in);
   ASSERT_TRUE(want.ok()) << want.status();
-  const double tol = compute == DType::kF32 ? 2e-5 : 3e-2;
+  // bf16: the CPU reference rounds scores, probabilities and outputs to bf16, the fused kernel
+  // keeps them in f32, so the two differ by a few bf16 ulps of the largest values.
+  const double tol = compute == DType::kF32 ? 2e-5 : 5e-2;
   for (int tp : {1, 2}) {
     for (bool sp : {false, true}) {
       if (tp == 1 && sp) continue;

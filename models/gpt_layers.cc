@@ -1,14 +1,18 @@
 #include "models/gpt_layers.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "models/ring_attention.h"
+#include "shardmap/attention_ops.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/context.h"
 #include "shardmap/einsum.h"
 #include "shardmap/nn_ops.h"
 #include "shardmap/ops.h"
 #include "shardmap/tape_hook.h"
+#include "tensor/error.h"
 
 namespace shardmap {
 
@@ -64,6 +68,21 @@ Value Mlp::operator()(const Value& x) const {
   return y;
 }
 
+AttentionPath ResolveAttentionPath(AttentionPath path, const Device& device, int64_t head_dim) {
+  if (path != AttentionPath::kAuto) return path;
+  static const AttentionPath env = [] {
+    const char* e = std::getenv("SHARDMAP_ATTENTION");
+    if (e == nullptr || *e == 0) return AttentionPath::kAuto;
+    if (std::strcmp(e, "fused") == 0) return AttentionPath::kFused;
+    if (std::strcmp(e, "materialised") == 0) return AttentionPath::kMaterialised;
+    OpFail("SHARDMAP_ATTENTION=", e, ": expected fused or materialised");
+  }();
+  if (env != AttentionPath::kAuto) return env;
+  // The CUDA kernel takes head_dim up to 128; larger heads keep the materialised path.
+  return device.is_cuda() && head_dim <= 128 ? AttentionPath::kFused
+                                             : AttentionPath::kMaterialised;
+}
+
 Value CausalSelfAttention::operator()(const Value& x) const {
   Value h = EnterTensorParallel(x, tp);
   NoteType(types, "attn: input rows (after all_gather under SP)", h);
@@ -79,8 +98,17 @@ Value CausalSelfAttention::operator()(const Value& x) const {
     NoteType(types, "attn: o = RingCausalAttention(q, k, v) over cp", o);
     return c_proj(o.reshape({rows, e}));
   }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  if (ResolveAttentionPath(path, h.tensor.device(), head_dim) == AttentionPath::kFused) {
+    const Shape bthd = {rows / seq, seq, heads, head_dim};
+    Value o = causal_attention(q.reshape(bthd), k.reshape(bthd), v.reshape(bthd), scale);
+    NoteType(types, "attn: o = causal_attention(q, k, v)  (fused)", o);
+    Value y = c_proj(o.reshape({rows, e}));
+    NoteType(types, "attn: y = c_proj(o)  (row-parallel, reduced)", y);
+    return y;
+  }
   // Scaling q ([n, e]) instead of the scores ([b, h, t, t]) is the same product, t/hd x cheaper.
-  q = q * (1.0 / std::sqrt(static_cast<double>(head_dim)));
+  q = q * scale;
   Value p = causal_softmax(einsum("btchd,bschd->bhts", q, k));
   NoteType(types, "attn: p = softmax(einsum(\"btchd,bschd->bhts\", q, k))", p);
   Value o = einsum("bhts,bschd->bthd", p, v).reshape({rows, e});           // S1 on tp

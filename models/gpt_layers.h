@@ -81,9 +81,24 @@ struct Mlp {
   Value operator()(const Value& x) const;
 };
 
+// How CausalSelfAttention computes softmax(q k^T / sqrt(hd), causal) v.
+enum class AttentionPath {
+  // Fused on GPU tensors (shardmap/attention_ops.h: no [b, h, t, t] scores in memory; head_dim
+  // <= 128), materialised on the CPU, where the einsum path is faster than the fused f64
+  // reference (//bench:attention_bench). SHARDMAP_ATTENTION=materialised|fused in the
+  // environment overrides this choice for every layer left at kAuto (benchmarks, A/B checks).
+  kAuto,
+  kFused,         // causal_attention (the CPU runs its f64 reference kernel)
+  kMaterialised,  // einsum scores, causal_softmax, einsum (any device)
+};
+
+// The path kAuto picks for activations on `device` (after the environment override).
+AttentionPath ResolveAttentionPath(AttentionPath path, const Device& device, int64_t head_dim);
+
 // Causal multi-head self-attention with heads split over tp. c_attn_weight [d, 3, heads*hd]
 // (the Conv1D [d, 3d] weight viewed with q|k|v split out) S2 on tp, c_attn_bias [3, heads*hd]
-// S1 on tp; c_proj row-parallel. Scores and outputs are einsums; scale 1/sqrt(head_dim).
+// S1 on tp; c_proj row-parallel. Scale 1/sqrt(head_dim); `path` says whether the scores are
+// materialised (einsums + causal_softmax) or fused (causal_attention).
 struct CausalSelfAttention {
   Value c_attn_weight, c_attn_bias;
   RowParallelLinear c_proj;
@@ -94,6 +109,7 @@ struct CausalSelfAttention {
   // Context parallelism (models/ring_attention.h): the rows hold this device's load-balanced
   // chunks of each sequence and the keys come round the ring over this axis. "" = off.
   std::string cp_axis;
+  AttentionPath path = AttentionPath::kAuto;  // ignored under cp (ring attention)
   Value operator()(const Value& x) const;
 };
 

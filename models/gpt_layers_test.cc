@@ -3,6 +3,7 @@
 #include "models/gpt_layers.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -86,6 +87,53 @@ TEST(GptLayersTest, HeadParallelCausalAttention) {
           fn, in, {sp ? P("tp") : P(), P(None, None, "tp"), P(None, "tp"), P("tp", None), P()},
           tp, sp);
     }
+  }
+}
+
+// The fused path (causal_attention; on the CPU its f64 reference kernel) sharded over heads
+// (tp, with and without SP) against the unsharded layer, and against the materialised path.
+TEST(GptLayersTest, FusedAttentionPathMatchesShardedAndMaterialised) {
+  std::vector<Tensor> in = {Rand({kRows, kD}, 31), Rand({kD, 3, kD}, 32), Rand({3, kD}, 33),
+                            Rand({kD, kD}, 34), Rand({kD}, 35)};
+  auto layer = [](AttentionPath path) {
+    return [path](const std::vector<Value>& p, const TensorParallel& tp) {
+      CausalSelfAttention attn{p[1], p[2], RowParallelLinear{p[3], p[4], tp}, kD / kHeads, kSeq,
+                               tp, nullptr, "", path};
+      return SumSquares(attn(p[0]), tp);
+    };
+  };
+  for (int tp : {1, 2, 3}) {
+    for (bool sp : {false, true}) {
+      ExpectShardedMatchesUnsharded(
+          layer(AttentionPath::kFused), in,
+          {sp ? P("tp") : P(), P(None, None, "tp"), P(None, "tp"), P("tp", None), P()}, tp, sp);
+    }
+  }
+  SingleRankContext one{Mesh()};
+  std::vector<Value> params;
+  for (const Tensor& t : in) params.push_back(Value::Replicated(t));
+  ValueAndGrad fused = value_and_grad(
+      [&](const std::vector<Value>& p) { return layer(AttentionPath::kFused)(p, {}); }, params);
+  ValueAndGrad mat = value_and_grad(
+      [&](const std::vector<Value>& p) { return layer(AttentionPath::kMaterialised)(p, {}); },
+      params);
+  EXPECT_TENSOR_NEAR(fused.value.tensor, mat.value.tensor, 1e-12 * (1 + std::fabs(mat.value.item())));
+  for (size_t k = 0; k < in.size(); ++k) {
+    EXPECT_TENSOR_NEAR(fused.grads[k].tensor, mat.grads[k].tensor, 1e-10) << "input " << k;
+  }
+}
+
+TEST(GptLayersTest, AttentionPathChoice) {
+  EXPECT_EQ(ResolveAttentionPath(AttentionPath::kFused, Device::Cpu(), 64), AttentionPath::kFused);
+  EXPECT_EQ(ResolveAttentionPath(AttentionPath::kMaterialised, Device::Cuda(0), 64),
+            AttentionPath::kMaterialised);
+  if (std::getenv("SHARDMAP_ATTENTION") == nullptr) {
+    EXPECT_EQ(ResolveAttentionPath(AttentionPath::kAuto, Device::Cpu(), 64),
+              AttentionPath::kMaterialised);
+    EXPECT_EQ(ResolveAttentionPath(AttentionPath::kAuto, Device::Cuda(0), 64),
+              AttentionPath::kFused);
+    EXPECT_EQ(ResolveAttentionPath(AttentionPath::kAuto, Device::Cuda(0), 256),
+              AttentionPath::kMaterialised);  // over the kernel's head_dim limit
   }
 }
 

@@ -101,14 +101,17 @@ MoeOutput MoeMlp::operator()(const Value& x) const {
   }
   Value probs = softmax(x.matmul(router), -1);  // [N, E]
   TopKValues pick = top_k(probs, k);
+  // The plan (capacity slots in token order, drop counts) is host bookkeeping: the picks come to
+  // the host (one sync per layer on a GPU) and the slot tables go back to x's device.
+  const Device device = x.tensor.device();
   const RoutingPlan plan =
       PlanRouting(pick.indices.tensor.ToVector<int64_t>(), n, k, e, group_tokens,
                   MoeCapacity(cfg.capacity_factor, group_tokens, k, e));
   // Integer rows are per-device data: V wherever x varies, x's kind elsewhere.
   const SpmdType row_type = ErasedUnary(x.type);
   const int64_t slots = static_cast<int64_t>(plan.slot_token.size());
-  Value slot_token(Tensor::FromVector<int64_t>({slots}, plan.slot_token), row_type);
-  Value slot_pair(Tensor::FromVector<int64_t>({slots}, plan.slot_pair), row_type);
+  Value slot_token(Tensor::FromVector<int64_t>({slots}, plan.slot_token).To(device), row_type);
+  Value slot_pair(Tensor::FromVector<int64_t>({slots}, plan.slot_pair).To(device), row_type);
   const int64_t gc = plan.groups * plan.capacity;
 
   Value buf = gather_rows(x, slot_token).reshape({e, gc, d});
@@ -144,6 +147,7 @@ MoeOutput MoeMlp::operator()(const Value& x) const {
   }
   Tensor wt = Tensor::FromVector<double>({n, e}, w);
   if (probs.dtype() != DType::kF64) wt = Cast(wt, probs.dtype());
+  wt = wt.To(device);
   MoeOutput o;
   o.aux = sum_partial(probs * Value(wt, ErasedUnary(probs.type)), {});
   o.y = std::move(y);

@@ -13,6 +13,7 @@
 #include "tensor/ops/elementwise.h"
 #include "tensor/ops/nn.h"
 #include "tensor/ops/reduce.h"
+#include "tensor/ops/routing.h"
 #include "tensor/ops/shape_ops.h"
 
 namespace shardmap {
@@ -183,6 +184,23 @@ Value embedding(const Value& table, const Value& ids) {
   if (!ctx.checked()) t = internal::ErasedJoin(table.type, t);
   int64_t rows = table.dim(0);
   int64_t start = vocab ? ctx.mesh().GroupIndex(ctx.rank(), vocab) * rows : 0;
+  if (vocab && table.tensor.is_cuda()) {
+    // GPU: the shard's local rows on the device (-1 for other shards' ids, which GatherRows
+    // leaves zero and ScatterAddRows skips): no host round trip, capturable in a CUDA graph.
+    const Tensor local = LocalIndices(ids.tensor, start, rows).Reshape({ids.numel()});
+    Shape es = ids.shape();
+    es.push_back(table.dim(1));
+    Value out(GatherRows(table.tensor, local).Reshape(es), t);
+    if (NeedsTape(table)) {
+      RecordOp("embedding", {&table}, out,
+               [local, rows, h = table.dim(1), tt = table.type](const Value& g, uint32_t,
+                                                                 Value* d) {
+                 d[0] = Value(ScatterAddRows(g.tensor.Reshape({local.numel(), h}), local, rows),
+                              Dual(tt));
+               });
+    }
+    return out;
+  }
   std::vector<bool> mask;
   Tensor local = vocab ? LocalIds(ids.tensor, start, rows, &mask) : ids.tensor;
   Tensor e = Embedding(table.tensor, local);
@@ -424,8 +442,18 @@ Value take_along_last(const Value& x, const Value& idx) {
   if (!ctx.checked()) t = internal::ErasedJoin(x.type, t);
   const int64_t v = x.dim(-1);
   const int64_t start = vocab ? ctx.mesh().GroupIndex(ctx.rank(), vocab) * v : 0;
-  std::vector<int64_t> ids = idx.tensor.ToVector<int64_t>();
-  std::vector<int64_t> local(ids.size(), -1);
+  // GPU: the picked elements' flat positions in x computed on the device (-1: another shard's
+  // index), then a row gather: no host round trip of x or of the indices.
+  Tensor flat;
+  std::vector<int64_t> ids, local;
+  if (x.tensor.is_cuda()) {
+    flat = LocalIndices(idx.tensor, start, v, /*stride=*/v, /*strict=*/!vocab, "take_along_last",
+                        absl::StrCat(" for ", x.ToString()))
+               .Reshape({idx.numel()});
+  } else {
+    ids = idx.tensor.ToVector<int64_t>();
+    local.assign(ids.size(), -1);
+  }
   for (size_t r = 0; r < ids.size(); ++r) {
     int64_t l = ids[r] - start;
     if (l >= 0 && l < v) {
@@ -436,7 +464,9 @@ Value take_along_last(const Value& x, const Value& idx) {
     }
   }
   Tensor ot;
-  if (!x.tensor.is_cuda() && IsFloating(x.dtype())) {
+  if (flat.defined()) {
+    ot = GatherRows(x.tensor.Reshape({x.numel(), 1}), flat).Reshape(idx.shape());
+  } else if (!x.tensor.is_cuda() && IsFloating(x.dtype())) {
     // Host gather of the picked elements' bits: a floating value round-tripped through f64 is
     // itself, so this equals the f64 path below without converting all of x.
     std::vector<int64_t> off(ids.size(), -1);
@@ -461,9 +491,13 @@ Value take_along_last(const Value& x, const Value& idx) {
     SpmdType xt = x.type;
     DType dt = x.dtype();
     RecordOp("take_along_last", {&x}, y,
-             [xs, xt, dt, local, v](const Value& g, uint32_t, Value* d) {
+             [xs, xt, dt, local, v, flat](const Value& g, uint32_t, Value* d) {
                Tensor t;
-               if (!g.tensor.is_cuda() && g.dtype() == dt && IsFloating(dt)) {
+               if (flat.defined()) {  // GPU: scatter g to the picked positions of zeros
+                 t = ScatterAddRows(g.tensor.Reshape({flat.numel(), 1}), flat, NumElements(xs))
+                         .Reshape(xs);
+                 if (t.dtype() != dt) t = Cast(t, dt);
+               } else if (!g.tensor.is_cuda() && g.dtype() == dt && IsFloating(dt)) {
                  // Host scatter of g's bits into zeros (what the f64 path below computes).
                  t = Tensor::Zeros(xs, dt);
                  const size_t es = DTypeSize(dt);

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <vector>
 
+#include "tensor/cuda/routing/routing_ops.h"
 #include "tensor/error.h"
 #include "tensor/ops/internal/op_util.h"
 #include "tensor/ops/shape_ops.h"
@@ -13,12 +14,6 @@
 namespace shardmap {
 namespace {
 
-void RequireHost(const char* op, const Tensor& t) {
-  if (t.is_cuda()) {
-    OpFail(op, ": ", t.ShapeString(), " lives on ", t.device().ToString(),
-           "; the routing kernels run on the host: move it with Tensor::To(Device::Cpu()) first");
-  }
-}
 
 // Rows of x: the leading dims flattened.
 // Rows of x: the product of all but its last dim (so [5, 0] has 5 empty rows).
@@ -28,7 +23,6 @@ int64_t RowsOf(const Tensor& x) {
 
 void CheckIndexVector(const char* op, const Tensor& idx) {
   internal::RequireInteger(op, idx, "idx");
-  RequireHost(op, idx);
   if (idx.rank() != 1) OpFail(op, ": idx ", idx.ShapeString(), " must have rank 1 [m]");
 }
 
@@ -46,12 +40,15 @@ int64_t RowAt(const char* op, const Tensor& idx, int64_t i, int64_t n) {
 TopKResult TopK(const Tensor& x, int64_t k) {
   const char* op = "top_k";
   internal::RequireFloating(op, x, "x");
-  RequireHost(op, x);
   if (x.rank() < 1) OpFail(op, ": x ", x.ShapeString(), " must have rank >= 1");
   const int64_t n = x.dim(-1);
   if (k < 1 || k > n) {
     OpFail(op, ": k = ", k, " is out of range for x ", x.ShapeString(), "; expected 1 <= k <= ", n,
            " (the last dim)");
+  }
+  if (x.is_cuda()) {
+    cuda::TopKOutputs r = cuda::TopK(x, k);
+    return {std::move(r.values), std::move(r.indices)};
   }
   const int64_t rows = x.numel() / n;
   Shape out_shape = x.shape();
@@ -89,12 +86,12 @@ Tensor TopKBackward(const Tensor& dvalues, const Tensor& indices, int64_t n) {
   const char* op = "top_k_backward";
   internal::RequireFloating(op, dvalues, "dvalues");
   internal::RequireInteger(op, indices, "indices");
-  RequireHost(op, dvalues);
-  RequireHost(op, indices);
   internal::RequireSameShape(op, dvalues, indices);
+  internal::RequireSameDevice(op, dvalues, indices);
   if (dvalues.rank() < 1 || dvalues.dim(-1) > n) {
     OpFail(op, ": dvalues ", dvalues.ShapeString(), " must have rank >= 1 and k <= n = ", n);
   }
+  if (dvalues.is_cuda()) return cuda::TopKBackward(dvalues, indices, n);
   const int64_t k = dvalues.dim(-1), rows = k == 0 ? 0 : dvalues.numel() / k;
   Shape out_shape = dvalues.shape();
   out_shape.back() = n;
@@ -121,9 +118,10 @@ Tensor TopKBackward(const Tensor& dvalues, const Tensor& indices, int64_t n) {
 Tensor GatherRows(const Tensor& x, const Tensor& idx) {
   const char* op = "gather_rows";
   internal::RequireDefined(op, x, "x");
-  RequireHost(op, x);
   CheckIndexVector(op, idx);
+  internal::RequireSameDevice(op, x, idx);
   if (x.rank() < 2) OpFail(op, ": x ", x.ShapeString(), " must have rank >= 2 [rows..., d]");
+  if (x.is_cuda()) return cuda::GatherRows(x, idx);
   const int64_t d = x.dim(-1), rows = RowsOf(x), m = idx.numel();
   Tensor out = Tensor::Zeros({m, d}, x.dtype());
   const size_t row_bytes = static_cast<size_t>(d) * DTypeSize(x.dtype());
@@ -139,8 +137,8 @@ Tensor GatherRows(const Tensor& x, const Tensor& idx) {
 Tensor ScatterAddRows(const Tensor& x, const Tensor& idx, int64_t n) {
   const char* op = "scatter_add_rows";
   internal::RequireFloating(op, x, "x");
-  RequireHost(op, x);
   CheckIndexVector(op, idx);
+  internal::RequireSameDevice(op, x, idx);
   if (x.rank() < 2) OpFail(op, ": x ", x.ShapeString(), " must have rank >= 2 [rows..., d]");
   if (n < 0) OpFail(op, ": n = ", n, "; expected >= 0");
   const int64_t d = x.dim(-1), m = idx.numel();
@@ -148,6 +146,7 @@ Tensor ScatterAddRows(const Tensor& x, const Tensor& idx, int64_t n) {
     OpFail(op, ": x ", x.ShapeString(), " has ", RowsOf(x), " rows but idx ", idx.ShapeString(),
            " has ", m, " entries; expected one index per row");
   }
+  if (x.is_cuda()) return cuda::ScatterAddRows(x, idx, n);
   const DType ct = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
   const Tensor xc = Cast(x, ct);
   Tensor out = Tensor::Zeros({n, d}, ct);
@@ -162,6 +161,27 @@ Tensor ScatterAddRows(const Tensor& x, const Tensor& idx, int64_t n) {
     }
   });
   return Cast(out, x.dtype());
+}
+
+Tensor LocalIndices(const Tensor& ids, int64_t start, int64_t size, int64_t stride, bool strict,
+                    const char* op, const std::string& context) {
+  internal::RequireInteger(op, ids, "ids");
+  if (size < 0) OpFail(op, ": size = ", size, "; expected >= 0");
+  if (ids.is_cuda()) return cuda::LocalIndices(ids, start, size, stride, strict, op, context);
+  const int64_t n = ids.numel();
+  std::vector<int64_t> out(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = internal::IndexAt(ids, i), l = id - start;
+    if (l >= 0 && l < size) {
+      out[i] = i * stride + l;
+    } else if (strict) {
+      OpFail(op, ": index ", id, " at position ", i, " is out of range [", start, ", ",
+             start + size, ")", context);
+    } else {
+      out[i] = -1;
+    }
+  }
+  return Tensor::FromVector<int64_t>(ids.shape(), out);
 }
 
 }  // namespace shardmap

@@ -1,5 +1,6 @@
-// Row routing kernels for mixture-of-experts layers (CPU; CUDA tensors are an OpError that says
-// to route on the host).
+// Row routing kernels for mixture-of-experts layers, on the CPU and on GPU tensors
+// (tensor/cuda/routing: the same results; ScatterAddRows sums with atomics there, so rows hit
+// twice may differ in the last bits between runs). Indices live on the data's device.
 //
 //   TopKResult t = TopK(probs /*[n,e]*/, 2);       // t.values [n,2] (descending), t.indices i64
 //   Tensor dx = TopKBackward(dvalues, t.indices, 8); // [n,8]: dvalues scattered to the picks
@@ -13,6 +14,7 @@
 #define SHARDMAP_TENSOR_OPS_ROUTING_H_
 
 #include <cstdint>
+#include <string>
 
 #include "tensor/tensor.h"
 
@@ -33,6 +35,15 @@ Tensor GatherRows(const Tensor& x, const Tensor& idx);
 // out [n, x.dim(-1)] zeros, then out[idx[i], :] += x_rows[i, :] (idx[i] == -1 skipped).
 // x has idx.numel() rows.
 Tensor ScatterAddRows(const Tensor& x, const Tensor& idx, int64_t n);
+
+// Indices of a shard: out[i] (i64, ids' shape and device) = i * stride + (ids[i] - start) where
+// start <= ids[i] < start + size, else -1 (stride 0: the local row of a vocab shard; stride =
+// size: the flat position in a [n, size] shard, for take-along-last gathers). strict: an id
+// outside the range is an OpError "<op>: index <id> at position <i> is out of range
+// [start, start + size)<context>" instead of -1. ids i32/i64 of any shape.
+Tensor LocalIndices(const Tensor& ids, int64_t start, int64_t size, int64_t stride = 0,
+                    bool strict = false, const char* op = "local_indices",
+                    const std::string& context = "");
 
 }  // namespace shardmap
 

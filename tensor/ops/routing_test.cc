@@ -125,5 +125,19 @@ TEST(RoutingErrors, NameTheProblem) {
                 {"gather_rows", "rank >= 2"});
 }
 
+TEST(LocalIndices, ShardRowsAndFlatPositions) {
+  const Tensor ids = Tensor::FromVector<int64_t>({2, 3}, {4, 7, 5, 9, 3, 6});
+  // A vocab shard [4, 8): local rows, -1 elsewhere.
+  EXPECT_EQ(LocalIndices(ids, 4, 4).ToVector<int64_t>(),
+            (std::vector<int64_t>{0, 3, 1, -1, -1, 2}));
+  EXPECT_EQ(LocalIndices(ids, 4, 4).shape(), ids.shape());
+  // Flat positions in a [6, 4] shard (stride 4), from i32 ids.
+  EXPECT_EQ(LocalIndices(Cast(ids, DType::kI32), 4, 4, 4).ToVector<int64_t>(),
+            (std::vector<int64_t>{0, 7, 9, -1, -1, 22}));
+  ExpectOpError([&] { LocalIndices(ids, 4, 4, 0, /*strict=*/true, "pick", " for x"); },
+                {"pick: index 9 at position 3 is out of range [4, 8) for x"});
+  ExpectOpError([&] { LocalIndices(Tensor::Zeros({2}), 0, 4); }, {"local_indices", "integer"});
+}
+
 }  // namespace
 }  // namespace shardmap

@@ -1,0 +1,105 @@
+#include "tensor/cuda/attention/attention_ops.h"
+
+#include <climits>
+
+#include "tensor/cuda/attention/tiling.h"
+#include "tensor/error.h"
+
+#if SHARDMAP_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include "tensor/cuda/attention/kernels.h"
+#include "tensor/cuda/internal/cuda_check.h"
+#include "tensor/cuda/runtime.h"
+#endif
+
+namespace shardmap::cuda {
+
+namespace ak = attention_kernels;
+
+void CheckCudaAttentionSizes(int64_t batch, int64_t heads, int64_t tq, int64_t tk,
+                             int64_t head_dim) {
+  if (ak::PaddedHeadDim(head_dim) == 0) {
+    OpFail("causal_attention: head_dim ", head_dim, " is not supported by the CUDA kernel (1 to ",
+           ak::kMaxHeadDim, "); split the heads further or use the materialised path "
+           "(einsum + causal_softmax)");
+  }
+  const int64_t bh = batch * heads;
+  const ak::AttentionTiling f = ak::ForwardTiling(bh, tq, head_dim, 4);
+  const ak::AttentionTiling g = ak::KeyGradTiling(bh, tk, head_dim, 4);
+  if (f.blocks > INT_MAX || g.blocks > INT_MAX) {
+    OpFail("causal_attention: batch*heads ", bh, " with ", tq, " queries and ", tk,
+           " keys needs more than 2^31-1 CUDA blocks; split the batch");
+  }
+}
+
+#if SHARDMAP_HAS_CUDA
+
+namespace {
+
+#define SM_ATTN_LAUNCH(expr) SM_CUDA_CHECK(static_cast<cudaError_t>(expr))
+
+DType AccType(DType t) { return t == DType::kF64 ? DType::kF64 : DType::kF32; }
+
+ak::AttentionDims DimsOf(const Tensor& q, const Tensor& k, double scale, int64_t q_offset) {
+  ak::AttentionDims d;
+  d.batch = q.dim(0);
+  d.tq = q.dim(1);
+  d.heads = q.dim(2);
+  d.head_dim = q.dim(3);
+  d.tk = k.dim(1);
+  d.q_offset = q_offset;
+  d.scale = scale;
+  return d;
+}
+
+}  // namespace
+
+AttentionOutputs CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                                 int64_t q_offset) {
+  CheckCudaAttentionSizes(q.dim(0), q.dim(2), q.dim(1), k.dim(1), q.dim(3));
+  const Device device = q.device();
+  DeviceGuard guard(device.index);
+  void* stream = CurrentStream(device.index);
+  AttentionOutputs r;
+  r.out = Tensor::Empty(q.shape(), q.dtype(), device);
+  r.lse = Tensor::Empty({q.dim(0), q.dim(2), q.dim(1)}, AccType(q.dtype()), device);
+  SM_ATTN_LAUNCH(ak::LaunchForward(q.raw_data(), k.raw_data(), v.raw_data(), r.out.raw_data(),
+                                   r.lse.raw_data(), q.dtype(), DimsOf(q, k, scale, q_offset),
+                                   stream));
+  return r;
+}
+
+AttentionGrads CausalAttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& out, const Tensor& lse, const Tensor& dout,
+                                       double scale, int64_t q_offset) {
+  CheckCudaAttentionSizes(q.dim(0), q.dim(2), q.dim(1), k.dim(1), q.dim(3));
+  const Device device = q.device();
+  DeviceGuard guard(device.index);
+  void* stream = CurrentStream(device.index);
+  AttentionGrads g;
+  g.dq = Tensor::Empty(q.shape(), q.dtype(), device);
+  g.dk = Tensor::Empty(k.shape(), k.dtype(), device);
+  g.dv = Tensor::Empty(v.shape(), v.dtype(), device);
+  Tensor delta = Tensor::Empty({q.dim(0), q.dim(2), q.dim(1)}, AccType(q.dtype()), device);
+  SM_ATTN_LAUNCH(ak::LaunchBackward(q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
+                                    lse.raw_data(), dout.raw_data(), g.dq.raw_data(),
+                                    g.dk.raw_data(), g.dv.raw_data(), delta.raw_data(), q.dtype(),
+                                    DimsOf(q, k, scale, q_offset), stream));
+  return g;
+}
+
+#else  // !SHARDMAP_HAS_CUDA
+
+AttentionOutputs CausalAttention(const Tensor&, const Tensor&, const Tensor&, double, int64_t) {
+  OpFail("causal_attention: a CUDA tensor, but this build of shardmap was built without CUDA");
+}
+AttentionGrads CausalAttentionBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                       const Tensor&, const Tensor&, double, int64_t) {
+  OpFail("causal_attention_backward: a CUDA tensor, but this build of shardmap was built "
+         "without CUDA");
+}
+
+#endif  // SHARDMAP_HAS_CUDA
+
+}  // namespace shardmap::cuda

@@ -20,18 +20,23 @@ DevicePlacement TestPlacement() {
 
 namespace {
 
-// Skips every test of a gpu-variant binary when there is no GPU to run its ranks on.
-class SkipWithoutGpu : public ::testing::Environment {
+// Skips each test of a gpu-variant binary when there is no GPU to run its ranks on. A listener,
+// not a global Environment: a GTEST_SKIP in Environment::SetUp leaves the tests unrun but
+// reported as passed ("[  PASSED  ]", result="completed" in the XML). Skipping in OnTestStart
+// marks the current test skipped before its fixture runs, so each case reports SKIPPED with
+// the reason.
+class SkipWithoutGpu : public ::testing::EmptyTestEventListener {
  public:
-  void SetUp() override {
+  void OnTestStart(const ::testing::TestInfo&) override {
     if (GpuTestRequested() && !cuda::Available()) {
-      GTEST_SKIP() << "SHARDMAP_TEST_PLACEMENT=gpu but no GPU: " << cuda::UnavailableReason();
+      GTEST_SKIP() << "no GPU: " << cuda::UnavailableReason()
+                   << " (the gpu variant, SHARDMAP_TEST_PLACEMENT=gpu, runs its ranks on a GPU)";
     }
   }
 };
 
 const bool kInstalled = [] {
-  ::testing::AddGlobalTestEnvironment(new SkipWithoutGpu);
+  ::testing::UnitTest::GetInstance()->listeners().Append(new SkipWithoutGpu);
   return true;
 }();
 

@@ -7,8 +7,8 @@
 //   o.placement = TestPlacement();   // what the helpers of shardmap/testing use
 //
 // Under SHARDMAP_TEST_PLACEMENT=gpu without a usable GPU, every test of the binary is reported
-// skipped with the reason (a global gtest environment this library installs), instead of
-// failing or silently running on the CPU.
+// skipped, each with the reason ("no GPU: ..."; a gtest event listener this library installs),
+// instead of failing, passing without running, or silently running on the CPU.
 #ifndef SHARDMAP_SHARDMAP_TESTING_PLACEMENT_H_
 #define SHARDMAP_SHARDMAP_TESTING_PLACEMENT_H_
 

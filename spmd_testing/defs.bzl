@@ -1,6 +1,6 @@
 """shardmap_cc_test: a cc_test with shardmap's testing library, for users' per-device code.
 
-    load("@shardmap//shardmap/testing:defs.bzl", "shardmap_cc_test")
+    load("@shardmap//spmd_testing:defs.bzl", "shardmap_cc_test")
 
     shardmap_cc_test(
         name = "my_layer_test",
@@ -9,16 +9,16 @@
         gpu = True,          # also my_layer_test_gpu, tagged "gpu"
     )
 
-It adds //shardmap/testing, the shardmap libraries a test of per-device code uses (shard_map,
+It adds //spmd_testing, the shardmap libraries a test of per-device code uses (shard_map,
 ops, collectives, value_and_grad) and GoogleTest's main; sets OPENBLAS_NUM_THREADS=1 (the ranks
 are the parallelism); size "small" and a 300 s timeout unless given. With gpu = True a second
 target <name>_gpu runs the same test with SHARDMAP_TEST_PLACEMENT=gpu: the helpers of
-shardmap/testing run their ranks on the GPU (virtual ranks sharing GPU 0), and without a GPU
+spmd_testing run their ranks on the GPU (virtual ranks sharing GPU 0), and without a GPU
 every test reports skipped with the reason. Filter GPU targets with --test_tag_filters=-gpu.
 """
 
 _DEPS = [
-    Label("//shardmap/testing"),
+    Label("//spmd_testing"),
     Label("//autograd:value_and_grad"),
     Label("//shardmap:collective_ops"),
     Label("//shardmap:mesh"),

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "shardmap/testing/placement.h"
+#include "spmd_testing/placement.h"
 #include "tensor/cuda/runtime.h"
 
 namespace {
@@ -18,7 +18,7 @@ std::atomic<int> bodies_run{0};
 
 TEST(GpuSkip, First) {
   ++bodies_run;
-  EXPECT_TRUE(shardmap::testing::GpuTestRequested());
+  EXPECT_TRUE(shardmap::spmd_testing::GpuTestRequested());
 }
 
 TEST(GpuSkip, Second) { ++bodies_run; }
@@ -35,7 +35,8 @@ int CheckResults() {
     std::fprintf(stderr, "gpu_skip_test: %s\n", what.c_str());
     ++problems;
   };
-  if (!shardmap::testing::GpuTestRequested()) problem("SHARDMAP_TEST_PLACEMENT=gpu is not set");
+  if (!shardmap::spmd_testing::GpuTestRequested())
+    problem("SHARDMAP_TEST_PLACEMENT=gpu is not set");
   if (unit.total_test_count() != 3) problem("expected 3 test cases");
   for (int s = 0; s < unit.total_test_suite_count(); ++s) {
     const ::testing::TestSuite& suite = *unit.GetTestSuite(s);

@@ -1,4 +1,4 @@
-#include "shardmap/testing/placement.h"
+#include "spmd_testing/placement.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 #include "tensor/cuda/runtime.h"
 
-namespace shardmap::testing {
+namespace shardmap::spmd_testing {
 
 bool GpuTestRequested() {
   const char* v = std::getenv("SHARDMAP_TEST_PLACEMENT");
@@ -41,4 +41,4 @@ const bool kInstalled = [] {
 }();
 
 }  // namespace
-}  // namespace shardmap::testing
+}  // namespace shardmap::spmd_testing

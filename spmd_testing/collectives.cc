@@ -120,8 +120,10 @@ ExpectedCollective Broadcast(AxisNames axes, int count) { return Make("broadcast
 
 void ExpectCollectives(const Mesh& mesh, const std::vector<CollectiveRecord>& log,
                        const std::vector<ExpectedCollective>& forward,
-                       const std::vector<ExpectedCollective>& backward) {
-  EXPECT_TRUE(CollectivesAre(mesh, log, forward, backward));
+                       const std::vector<ExpectedCollective>& backward,
+                       std::source_location where) {
+  ::testing::AssertionResult r = CollectivesAre(mesh, log, forward, backward);
+  if (!r) ADD_FAILURE_AT(where.file_name(), where.line()) << r.message();
 }
 
 std::string DescribeCollectives(const Mesh& mesh, const std::vector<CollectiveRecord>& log,

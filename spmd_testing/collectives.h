@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -88,10 +89,12 @@ ExpectedCollective Broadcast(AxisNames axes, int count = 1);
                                           const std::vector<ExpectedCollective>& forward,
                                           const std::vector<ExpectedCollective>& backward = {});
 
-// EXPECT_TRUE(CollectivesAre(...)).
+// EXPECT_TRUE(CollectivesAre(...)), reported at the caller's file and line (leave `where` to
+// its default).
 void ExpectCollectives(const Mesh& mesh, const std::vector<CollectiveRecord>& log,
                        const std::vector<ExpectedCollective>& forward,
-                       const std::vector<ExpectedCollective>& backward = {});
+                       const std::vector<ExpectedCollective>& backward = {},
+                       std::source_location where = std::source_location::current());
 
 // "all_reduce(tp) x2 [96 B each], all_gather(dp) x1 [48 B each]" ("none" when empty).
 std::string DescribeCollectives(const Mesh& mesh, const std::vector<CollectiveRecord>& log,

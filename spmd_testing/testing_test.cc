@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "autograd/value_and_grad.h"
 #include "gmock/gmock.h"
+#include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/ops.h"
@@ -199,6 +200,29 @@ TEST(CollectivesAre, SeveralAxesAndOtherOps) {
   EXPECT_EQ(spmd_testing::DescribeCollectives(mesh, log, false),
             "all_gather(dp) x1 [8 B each], all_reduce((dp,tp)) x1 [16 B each]");
   EXPECT_EQ(spmd_testing::DescribeCollectives(mesh, {}, true), "none");
+}
+
+TEST(ExpectCollectives, ReportsAFailureAtTheCallersLine) {
+  const Mesh mesh = *Mesh::Create({{"tp", 2}});
+  const std::vector<CollectiveRecord> log = {{"all_reduce", 0b1, 8, false}};
+  ::testing::TestPartResultArray results;
+  int line = 0;
+  {
+    ::testing::ScopedFakeTestPartResultReporter reporter(
+        ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &results);
+    spmd_testing::ExpectCollectives(mesh, log, {spmd_testing::AllReduce("tp")});  // passes
+    line = __LINE__ + 1;
+    spmd_testing::ExpectCollectives(mesh, log, {spmd_testing::AllGather("tp")});
+  }
+  ASSERT_EQ(results.size(), 1);
+  const ::testing::TestPartResult& r = results.GetTestPartResult(0);
+  EXPECT_TRUE(r.nonfatally_failed());
+  // This file and line, not the library's.
+  ASSERT_NE(r.file_name(), nullptr);
+  EXPECT_EQ(std::string(r.file_name()), __FILE__);
+  EXPECT_EQ(r.line_number(), line);
+  EXPECT_THAT(r.message(), HasSubstr("missing 1 of 1 all_gather(tp)"));
+  EXPECT_THAT(r.message(), HasSubstr("unexpected all_reduce(tp) x1 [8 B each]"));
 }
 
 // ---- GradientsMatchFiniteDifferences --------------------------------------------------------

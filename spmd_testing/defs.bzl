@@ -18,7 +18,8 @@ too big" warning. Give size = "medium" (or timeout = "moderate") to a test that 
 
 With gpu = True a second target <name>_gpu runs the same test with SHARDMAP_TEST_PLACEMENT=gpu:
 the helpers of spmd_testing run their ranks on the GPU (virtual ranks sharing GPU 0), and
-without a GPU each test case reports SKIPPED with the reason ("no GPU: ..."). Filter GPU targets with --test_tag_filters=-gpu.
+without a GPU each test case reports SKIPPED with the reason ("no GPU: ...").
+Filter GPU targets out with --test_tag_filters=-gpu.
 """
 
 _DEPS = [

@@ -68,6 +68,8 @@ std::string Name(const ShardMap& f, size_t k) {
                                          << " failed: " << g.status();
   }
   std::vector<std::string> problems;
+  // Where each gradient element lives: an R input's gradient is summed over those axes.
+  const std::vector<PartitionSpec> grad_specs = f.GradientSpecs();
   std::vector<Tensor> probe(inputs.begin(), inputs.end());
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (!IsFloating(inputs[k].dtype())) continue;
@@ -93,7 +95,7 @@ std::string Name(const ShardMap& f, size_t k) {
       if (!(std::fabs(got - fd) <= tol)) {
         problems.push_back(absl::StrCat(
             "mesh ", mesh, ": d loss / d ", Name(f, k), " ", base.ShapeString(), " at ",
-            LocateElement(f.mesh(), f.in_specs()[k], base.shape(), i), ": value_and_grad ", got,
+            LocateElement(f.mesh(), grad_specs[k], base.shape(), i), ": value_and_grad ", got,
             ", finite difference ", fd, " |diff| ", std::fabs(got - fd), " > tol ", tol));
       }
     }

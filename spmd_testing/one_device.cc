@@ -174,8 +174,9 @@ std::string LocateElement(const Mesh& mesh, const PartitionSpec& spec, const Sha
       compare(sharded.out_specs()[k], Named("output", k, sharded.options().output_names),
               got->outputs[k], want->outputs[k]);
     }
+    const std::vector<PartitionSpec> grad_specs = sharded.GradientSpecs();
     for (size_t k = 0; k < want->grads.size() && k < got->grads.size(); ++k) {
-      compare(sharded.in_specs()[k],
+      compare(grad_specs[k],
               absl::StrCat("gradient of ", Named("input", k, sharded.options().input_names)),
               got->grads[k], want->grads[k]);
     }

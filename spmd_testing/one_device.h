@@ -28,11 +28,12 @@
 // Tensors are compared with TensorsNear (tensor/testing/compare.h: NaN matches only NaN, an
 // infinity only the same infinity). A failure names the mesh, the output (or gradient) and its
 // name, TensorsNear's account (count, worst element, got/want) and the rank holding that element
-// with its index there, e.g.
+// with its index there (for a gradient, also the axes its ranks' parts are summed over:
+// ShardMap::GradientSpecs), e.g.
 //  mesh {dp:2,tp:3}: gradient of input 1 (w1): f64[7,12] vs f64[7,12]: 3 of 84 elements differ
 //  by more than atol 1e-12 + rtol 1e-12 * |want| (0 of them NaN/inf where the other is not);
 //  worst at [4,5]: got 0.5, want 0.25, diff 0.25; that element is [4,5] (rank 5 (dp=1,tp=2),
-//  local [4,1]) (f64 tolerance)
+//  local [4,1]; summed over dp) (f64 tolerance)
 //
 // Ranks run where TestPlacement() says (CPU, or the GPU in shardmap_cc_test's gpu variant),
 // unless options.placement is set.

@@ -10,7 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "autograd/value_and_grad.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest-spi.h"
@@ -92,6 +94,14 @@ TEST(ShardedMatchesOneDevice, NamesMeshOutputRankAndWorstElementOfAWrongLayer) {
   EXPECT_THAT(msg, HasSubstr("worst at [2,11]: got "));
   EXPECT_THAT(msg, HasSubstr("that element is [2,11] (rank 3 (tp=3), local [2,2])"));
   EXPECT_THAT(msg, HasSubstr("(f64 tolerance)"));
+  // x is R on tp, so its gradient is a pending sum there (ShardMap::GradientSpecs): each rank
+  // holds a part of the element, and the message says so.
+  std::string x_line;
+  for (absl::string_view line : absl::StrSplit(msg, '\n')) {
+    if (absl::StartsWith(line, "mesh {tp:4}: gradient of input 0 (x)")) x_line = std::string(line);
+  }
+  EXPECT_THAT(x_line, HasSubstr("(rank 0 (tp=0), local ["));
+  EXPECT_THAT(x_line, HasSubstr("; summed over tp)"));
 }
 
 TEST(ShardedMatchesOneDevice, ReportsAFailingRunWithItsStatus) {

@@ -23,8 +23,8 @@ namespace {
 // Skips each test of a gpu-variant binary when there is no GPU to run its ranks on. A listener,
 // not a global Environment: a GTEST_SKIP in Environment::SetUp leaves the tests unrun but
 // reported as passed ("[  PASSED  ]", result="completed" in the XML). Skipping in OnTestStart
-// marks the current test skipped before its fixture runs, so each case reports SKIPPED with
-// the reason.
+// marks the current test skipped before its SetUp and body run (gtest checks IsSkipped() after
+// constructing the fixture), so each case reports SKIPPED with the reason.
 class SkipWithoutGpu : public ::testing::EmptyTestEventListener {
  public:
   void OnTestStart(const ::testing::TestInfo&) override {

@@ -120,22 +120,9 @@ absl::StatusOr<ShardMapGrads> ShardMapValueAndGrad::operator()(
     return absl::InvalidArgumentError("value_and_grad(shard_map): the function needs an output "
                                       "(output 0 is the loss)");
   }
-  // The gradients' specs are the inputs' dual types written as specs: S stays S (blocks), an R
-  // input's gradient is P there (summed at the boundary, on the host: no collective is issued
-  // or logged), I stays I.
-  std::vector<PartitionSpec> grad_specs;
-  const Mesh& mesh = f_.mesh();
-  for (size_t k = 0; k < f_.in_specs().size(); ++k) {
-    std::vector<std::string> pending;
-    if (f_.spec_status_.ok()) {
-      for (int i = 0; i < mesh.num_axes(); ++i) {
-        if (f_.input_types_[k][i].kind == AxisKind::kR) pending.push_back(mesh.axis_names()[i]);
-      }
-    }
-    grad_specs.push_back(f_.in_specs()[k].Unreduced(pending));
-  }
   absl::StatusOr<ShardMap::GlobalResult> r = f_.RunGlobal(
-      inputs, [this](const std::vector<Value>& in) { return Differentiate(in); }, grad_specs);
+      inputs, [this](const std::vector<Value>& in) { return Differentiate(in); },
+      f_.GradientSpecs());
   if (!r.ok()) return r.status();
   return ShardMapGrads{std::move(r->outputs), std::move(r->extras)};
 }

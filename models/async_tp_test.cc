@@ -15,7 +15,7 @@
 #include "shardmap/context.h"
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"
-#include "shardmap/testing/collectives.h"
+#include "spmd_testing/collectives.h"
 #include "tests/test_util.h"
 
 namespace shardmap {
@@ -66,11 +66,11 @@ void ExpectRingMatchesPlain(const Case& c, const Mesh& mesh, TypeCheck check) {
   }
   const int n = mesh.axis_size(mesh.AxisIndex("tp"));
   if (n == 1) {
-    testing::ExpectCollectives(mesh, log, {}, {});
+    spmd_testing::ExpectCollectives(mesh, log, {}, {});
   } else {
     const int rings = c.ppermutes_per_step * (n - 1);
-    testing::ExpectCollectives(mesh, log, {testing::Ppermute("tp", rings).Bytes(c.bytes)},
-                               {testing::Ppermute("tp", rings).Bytes(c.bytes)});
+    spmd_testing::ExpectCollectives(mesh, log, {spmd_testing::Ppermute("tp", rings).Bytes(c.bytes)},
+                                    {spmd_testing::Ppermute("tp", rings).Bytes(c.bytes)});
   }
 }
 

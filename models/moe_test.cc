@@ -10,7 +10,7 @@
 #include "shardmap/collective_ops.h"
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"
-#include "shardmap/testing/testing.h"
+#include "spmd_testing/testing.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/nn.h"
 #include "tensor/ops/routing.h"
@@ -41,9 +41,9 @@ PartitionSpec Spec(std::vector<std::vector<std::string>> dims) { return Partitio
 // The MoE layer under a shard_map: tokens split over every axis but tp, experts over
 // `expert_axes` (those the mesh has), the experts' hidden dim over tp when the mesh has it.
 // Outputs: loss = sum(y^2) + aux, y, aux. `dropped` sums the ranks' drops (tp index 0 only).
-testing::ShardMapFactory Factory(MoeConfig cfg, std::vector<std::string> expert_axes,
-                                 std::atomic<int64_t>* dropped = nullptr,
-                                 TypeCheck check = TypeCheck::kOn) {
+spmd_testing::ShardMapFactory Factory(MoeConfig cfg, std::vector<std::string> expert_axes,
+                                      std::atomic<int64_t>* dropped = nullptr,
+                                      TypeCheck check = TypeCheck::kOn) {
   return [=](const Mesh& mesh) {
     std::vector<std::string> tokens, experts;
     for (const std::string& a : mesh.axis_names()) {
@@ -213,12 +213,12 @@ TEST(Moe, ExpertParallelMatchesOneDevice) {
   ASSERT_TRUE(Factory(cfg, {}, &one)(*Mesh::Create({{"dp", 1}}))(in).ok());
   ASSERT_GT(one.load(), 0);
   for (auto [axes, meshes] :
-       std::vector<std::pair<std::vector<std::string>, std::vector<testing::MeshAxes>>>{
+       std::vector<std::pair<std::vector<std::string>, std::vector<spmd_testing::MeshAxes>>>{
            {{"ep"}, {{{"ep", 2}}, {{"ep", 3}}, {{"dp", 2}, {"ep", 3}}, {{"ep", 3}, {"tp", 2}}}},
            {{"dp"}, {{{"dp", 2}}, {{"dp", 3}}}},             // folded over the data ranks
            {{"dp", "ep"}, {{{"dp", 2}, {"ep", 3}}}}}) {      // over both: 6-way
     std::atomic<int64_t> dropped{0};
-    EXPECT_TRUE(testing::ShardedMatchesOneDevice(Factory(cfg, axes, &dropped), meshes, in));
+    EXPECT_TRUE(spmd_testing::ShardedMatchesOneDevice(Factory(cfg, axes, &dropped), meshes, in));
     // Each mesh runs sharded once and on one device once (value_and_grad).
     EXPECT_EQ(dropped.load(), static_cast<int64_t>(meshes.size()) * 2 * one.load());
   }
@@ -244,9 +244,9 @@ TEST(Moe, ErasedModeGivesTheSameNumbers) {
 
 TEST(Moe, GradientsMatchFiniteDifferences) {
   MoeConfig cfg = Config(4, 2, 1.0);
-  testing::FiniteDifferenceOptions o;
+  spmd_testing::FiniteDifferenceOptions o;
   o.max_probes = 6;
-  EXPECT_TRUE(testing::GradientsMatchFiniteDifferences(
+  EXPECT_TRUE(spmd_testing::GradientsMatchFiniteDifferences(
       Factory(cfg, {"ep"})(*Mesh::Create({{"ep", 2}})), Inputs(4), o));
 }
 
@@ -262,17 +262,18 @@ TEST(Moe, ExpertsNotSplitAsTheAxesSayAreRejected) {
     return shard_map(fn, *Mesh::Create({{"ep", 2}}), {P("ep", None), P(), P(), P(), P(), P()},
                      {P()})(Inputs(4));
   };
-  EXPECT_TRUE(testing::RejectedWith([&] { return run(cfg); },
-                                    {"holds 4 experts on this device", "need 2"}));
+  EXPECT_TRUE(spmd_testing::RejectedWith([&] { return run(cfg); },
+                                         {"holds 4 experts on this device", "need 2"}));
   cfg.expert_axes = {"xx"};
-  EXPECT_TRUE(testing::RejectedWith([&] { return run(cfg); },
-                                    {"expert axis 'xx' is not an axis of mesh"}));
+  EXPECT_TRUE(spmd_testing::RejectedWith([&] { return run(cfg); },
+                                         {"expert axis 'xx' is not an axis of mesh"}));
 }
 
 TEST(Moe, BadConfigsAreRejected) {
   auto msg = [](MoeConfig c, int64_t ways) { return ValidateMoeConfig(c, ways).ToString(); };
   EXPECT_TRUE(ValidateMoeConfig(Config(6, 2, 1.0), 3).ok());
-  EXPECT_THAT(msg(Config(6, 2, 1.0), 4), ::testing::HasSubstr("6 experts are not divisible by the 4"));
+  EXPECT_THAT(msg(Config(6, 2, 1.0), 4),
+              ::testing::HasSubstr("6 experts are not divisible by the 4"));
   EXPECT_THAT(msg(Config(4, 5, 1.0), 1), ::testing::HasSubstr("topk = 5 with 4 experts"));
   EXPECT_THAT(msg(Config(4, 0, 1.0), 1), ::testing::HasSubstr("topk = 0"));
   EXPECT_THAT(msg(Config(4, 1, 0.0), 1), ::testing::HasSubstr("capacity factor 0"));
@@ -281,7 +282,7 @@ TEST(Moe, BadConfigsAreRejected) {
   c.aux_loss_coef = -1;
   EXPECT_THAT(msg(c, 1), ::testing::HasSubstr("aux loss coefficient -1"));
   // Rows that are not whole routing groups.
-  EXPECT_TRUE(testing::RejectedWith([] { PlanRouting({0, 1, 0}, 3, 1, 2, 2, 1); },
+  EXPECT_TRUE(spmd_testing::RejectedWith([] { PlanRouting({0, 1, 0}, 3, 1, 2, 2, 1); },
                                     {"3 tokens", "routing groups of 2"}));
 }
 

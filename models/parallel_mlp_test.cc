@@ -1,7 +1,7 @@
 // The demo's training loop (models/parallel_mlp.h) on several dp x tp meshes, including
 // non-power-of-two ones, equals the unsharded loop (plain tensor ops, hand-written backward):
 // per-step losses and final weights; and issues one all_reduce over tp each way per step
-// (checked with the public testing library, shardmap/testing).
+// (checked with the public testing library, spmd_testing).
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -11,7 +11,7 @@
 #include "models/parallel_mlp.h"
 #include "models/params_near.h"
 #include "shardmap/mesh.h"
-#include "shardmap/testing/collectives.h"
+#include "spmd_testing/collectives.h"
 
 namespace shardmap {
 namespace {
@@ -35,8 +35,9 @@ TEST(ParallelMlpTest, ShardedTrainingMatchesUnsharded) {
       EXPECT_TRUE(testing::ParamsNear(s->grads, r.grads, 1e-5)) << "step " << step;
       // This rank's [4, d_model] f32 rows each way (the dp gradient sums are on the host).
       const int64_t rows_bytes = 4 * cfg.d_model * 4;
-      testing::ExpectCollectives(mesh, s->log, {testing::AllReduce("tp").Bytes(rows_bytes)},
-                                 {testing::AllReduce("tp").Bytes(rows_bytes)});
+      spmd_testing::ExpectCollectives(mesh, s->log,
+                                      {spmd_testing::AllReduce("tp").Bytes(rows_bytes)},
+                                      {spmd_testing::AllReduce("tp").Bytes(rows_bytes)});
       EXPECT_EQ(SummarizeCollectives(mesh, s->log),
                 "fwd: all_reduce(tp) x1 | bwd: all_reduce(tp) x1");
       if (step == 0) first = s->loss;

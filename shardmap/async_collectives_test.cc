@@ -14,7 +14,7 @@
 #include "shardmap/context.h"
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"
-#include "shardmap/testing/collectives.h"
+#include "spmd_testing/collectives.h"
 #include "tensor/error.h"
 #include "tests/test_util.h"
 
@@ -66,8 +66,8 @@ TEST(AsyncCollectivesTest, SameValuesTypesAndGradientsAsPpermute) {
       EXPECT_TENSOR_NEAR(got->outputs[0], want->outputs[0], 1e-12);
       EXPECT_TENSOR_NEAR(got->grads[0], want->grads[0], 1e-12);
       EXPECT_TENSOR_NEAR(got->grads[1], want->grads[1], 1e-12);
-      testing::ExpectCollectives(mesh, log, {testing::Ppermute("tp").Bytes(3 * 5 * 8)},
-                                 {testing::Ppermute("tp").Bytes(3 * 5 * 8)});
+      spmd_testing::ExpectCollectives(mesh, log, {spmd_testing::Ppermute("tp").Bytes(3 * 5 * 8)},
+                                      {spmd_testing::Ppermute("tp").Bytes(3 * 5 * 8)});
     }
   }
 }

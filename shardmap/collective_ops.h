@@ -1,4 +1,4 @@
-// Typed collectives and casts (DESIGN.md section 4), each with its transpose for autograd.
+// Typed collectives and casts (docs/design.md section 4), each with its transpose for autograd.
 //
 //   Value y  = all_reduce(yp, "tp");                 // P -> R          bwd: all_reduce
 //   Value l  = all_reduce(lp, "tp", To::kI);         // P -> I          bwd: convert I->R (free)
@@ -17,7 +17,7 @@
 // input has the type the table requires on those axes (errors name the op, the operand, the axis
 // and the fix) and leaves the other axes' types alone.
 //
-// Settled here (DESIGN.md is silent):
+// Settled here (docs/design.md is silent):
 //   * all_reduce with kMean/kMax/kMin takes V (per-device values) to R/I; kSum takes P.
 //     kMean's transpose gives each device g/n (an all_reduce of the cotangent for To::kR);
 //     kMax/kMin send the cotangent to the device that holds the extreme value (lowest index on

@@ -10,7 +10,7 @@
 #include "shardmap/collective_ops.h"
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"
-#include "shardmap/testing/testing.h"
+#include "spmd_testing/testing.h"
 #include "tensor/random.h"
 
 namespace shardmap {
@@ -46,8 +46,8 @@ TEST(CausalSoftmax, ShardedMatchesOneDeviceAndFiniteDifferences) {
   std::vector<Tensor> in = {RandomNormal({3, 2, 4, 5}, 3, 0.0, 1.0, DType::kF64),
                             RandomNormal({3, 2, 4, 5}, 4, 0.0, 1.0, DType::kF64)};
   auto make = [](const Mesh& m) { return MakeAttn(m, true, 1); };
-  EXPECT_TRUE(testing::ShardedMatchesOneDevice(make, {{{"dp", 3}}}, in));
-  EXPECT_TRUE(testing::GradientsMatchFiniteDifferences(make(*Mesh::Create({{"dp", 3}})), in));
+  EXPECT_TRUE(spmd_testing::ShardedMatchesOneDevice(make, {{{"dp", 3}}}, in));
+  EXPECT_TRUE(spmd_testing::GradientsMatchFiniteDifferences(make(*Mesh::Create({{"dp", 3}})), in));
 }
 
 TEST(CausalSoftmax, RowsWithNoVisibleKeyAreZero) {
@@ -72,11 +72,11 @@ TEST(CausalSoftmax, RejectsShardedKeysQueriesAndPendingSums) {
   ShardFn plain = [](const std::vector<Value>& in) -> std::vector<Value> {
     return {all_reduce(sum_partial(causal_softmax(in[0]), {}), "dp")};
   };
-  EXPECT_TRUE(testing::RejectedWith([&] { return run(plain, P(None, None, "dp")); },
-                                    {"causal_softmax", "gather the keys"}));
-  EXPECT_TRUE(testing::RejectedWith([&] { return run(plain, P(None, "dp", None)); },
-                                    {"causal_softmax", "gather the queries"}));
-  EXPECT_TRUE(testing::RejectedWith(
+  EXPECT_TRUE(spmd_testing::RejectedWith([&] { return run(plain, P(None, None, "dp")); },
+                                         {"causal_softmax", "gather the keys"}));
+  EXPECT_TRUE(spmd_testing::RejectedWith([&] { return run(plain, P(None, "dp", None)); },
+                                         {"causal_softmax", "gather the queries"}));
+  EXPECT_TRUE(spmd_testing::RejectedWith(
       [&] {
         return run(
             [](const std::vector<Value>& in) -> std::vector<Value> {

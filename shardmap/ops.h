@@ -1,5 +1,5 @@
 // Typed tensor ops on Values: each computes the local kernel (tensor/ops), derives the output's
-// SPMD type from its operands' (DESIGN.md section 3), and records itself with a VJP written in
+// SPMD type from its operands' (docs/design.md section 3), and records itself with a VJP written in
 // typed ops on the tape (shardmap/tape_hook.h).
 //
 //   Value h = gelu(x.matmul(w1));        // nonlinear: P is an error, other types pass through
@@ -25,10 +25,10 @@
 // linear. Errors throw OpError naming the op, each operand as "f32[4,8]{dp:S0,tp:P}", the rule
 // and the fix.
 //
-// Settled here (DESIGN.md is silent): S on a broadcast size-1 dim becomes V; a matmul contracting
-// a dim sharded on only one operand, or two V operands of unknown dims, gives V (never P: a P must
-// be a known partial sum); two S operands of elementwise ops agree only when they shard the same
-// output dim, otherwise V.
+// Settled here (docs/design.md is silent): S on a broadcast size-1 dim becomes V; a matmul
+// contracting a dim sharded on only one operand, or two V operands of unknown dims, gives V (never
+// P: a P must be a known partial sum); two S operands of elementwise ops agree only when they shard
+// the same output dim, otherwise V.
 #ifndef SHARDMAP_SHARDMAP_OPS_H_
 #define SHARDMAP_SHARDMAP_OPS_H_
 

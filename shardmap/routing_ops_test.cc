@@ -8,7 +8,7 @@
 #include "shardmap/nn_ops.h"
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"
-#include "shardmap/testing/testing.h"
+#include "spmd_testing/testing.h"
 #include "tensor/random.h"
 
 namespace shardmap {
@@ -41,14 +41,14 @@ std::vector<Tensor> Inputs() {
 }
 
 TEST(RoutingOps, ShardedMatchesOneDevice) {
-  EXPECT_TRUE(testing::ShardedMatchesOneDevice(MakeRouted, {{{"dp", 3}}}, Inputs()));
+  EXPECT_TRUE(spmd_testing::ShardedMatchesOneDevice(MakeRouted, {{{"dp", 3}}}, Inputs()));
 }
 
 TEST(RoutingOps, GradientsMatchFiniteDifferences) {
-  EXPECT_TRUE(testing::GradientsMatchFiniteDifferences(MakeRouted(*Mesh::Create({{"dp", 3}})),
-                                                       Inputs()));
-  EXPECT_TRUE(testing::GradientsMatchFiniteDifferences(MakeRouted(*Mesh::Create({{"dp", 1}})),
-                                                       Inputs()));
+  EXPECT_TRUE(spmd_testing::GradientsMatchFiniteDifferences(MakeRouted(*Mesh::Create({{"dp", 3}})),
+                                                            Inputs()));
+  EXPECT_TRUE(spmd_testing::GradientsMatchFiniteDifferences(MakeRouted(*Mesh::Create({{"dp", 1}})),
+                                                            Inputs()));
 }
 
 TEST(RoutingOps, TypesFollowTheRules) {
@@ -77,7 +77,7 @@ TEST(RoutingOps, WrongProgramsAreRejected) {
     return shard_map(fn, mesh, specs, {P()})({RandomNormal({4, 4}, 1), RandomNormal({4, 4}, 2)});
   };
   // A pending sum gathered with rows that differ per device.
-  EXPECT_TRUE(testing::RejectedWith(
+  EXPECT_TRUE(spmd_testing::RejectedWith(
       [&] {
         return run(
             [](const std::vector<Value>& in) -> std::vector<Value> {
@@ -89,7 +89,7 @@ TEST(RoutingOps, WrongProgramsAreRejected) {
       },
       {"gather_rows", "partial sum (P)", "row indices vary", "all_reduce x first"}));
   // top_k over a sharded last dim.
-  EXPECT_TRUE(testing::RejectedWith(
+  EXPECT_TRUE(spmd_testing::RejectedWith(
       [&] {
         return run(
             [](const std::vector<Value>& in) -> std::vector<Value> {
@@ -99,7 +99,7 @@ TEST(RoutingOps, WrongProgramsAreRejected) {
       },
       {"top_k", "all_gather"}));
   // top_k of a pending sum.
-  EXPECT_TRUE(testing::RejectedWith(
+  EXPECT_TRUE(spmd_testing::RejectedWith(
       [&] {
         return run(
             [](const std::vector<Value>& in) -> std::vector<Value> {

@@ -70,6 +70,20 @@ ShardMap::ShardMap(ShardFn fn, Mesh mesh, std::vector<PartitionSpec> in_specs,
   }
 }
 
+std::vector<PartitionSpec> ShardMap::GradientSpecs() const {
+  if (!spec_status_.ok()) return in_specs_;
+  std::vector<PartitionSpec> specs;
+  specs.reserve(in_specs_.size());
+  for (size_t k = 0; k < in_specs_.size(); ++k) {
+    std::vector<std::string> pending;
+    for (int i = 0; i < mesh_.num_axes(); ++i) {
+      if (input_types_[k][i].kind == AxisKind::kR) pending.push_back(mesh_.axis_names()[i]);
+    }
+    specs.push_back(in_specs_[k].Unreduced(pending));
+  }
+  return specs;
+}
+
 absl::StatusOr<ShardMap> ShardMap::Create(ShardFn fn, Mesh mesh,
                                           std::vector<PartitionSpec> in_specs,
                                           std::vector<PartitionSpec> out_specs,

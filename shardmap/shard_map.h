@@ -125,9 +125,17 @@ class ShardMap {
   std::string InputName(size_t k) const;
   std::string OutputName(size_t k) const;
 
- private:
-  friend class ShardMapValueAndGrad;  // autograd/value_and_grad.h runs on RunGlobal/RunLocal
+  // The specs value_and_grad assembles the inputs' gradients with: each input's dual type
+  // written as a spec. S stays S (the same blocks); an axis where the input is R gives a
+  // gradient that is P there, unreduced (each rank holds a partial sum; the global view sums
+  // them); I stays I. E.g. in_specs {P(), P(None, "tp")} on a {dp, tp} mesh give
+  // {P().Unreduced({"dp", "tp"}), P(None, "tp").Unreduced({"dp"})}. When the specs are invalid
+  // (Create's error), the in_specs unchanged: the call reports that error.
+  std::vector<PartitionSpec> GradientSpecs() const;
 
+  // For transforms of a shard_map (value_and_grad in autograd/): run a different per-rank body
+  // on the same validated, split, typed inputs, and have its extra results assembled.
+  //
   // What one rank computes from its typed inputs: fn's outputs (checked against out_specs) and
   // extra results (value_and_grad: the gradients, one per input; undefined ones allowed).
   struct RankResult {
@@ -142,19 +150,21 @@ class ShardMap {
   };
   // The one runner of the global view: validate, split per rank, type, body, check outputs,
   // assemble outputs per out_specs and extras per extra_specs (types from rank 0's extras; an
-  // undefined extra stays undefined). `what` prefixes errors ("shard_map").
+  // undefined extra stays undefined).
   absl::StatusOr<GlobalResult> RunGlobal(const std::vector<Tensor>& inputs, const RankBody& body,
                                          const std::vector<PartitionSpec>& extra_specs) const;
-  // The one runner of the local view (throws OpError).
+  // The one runner of the local view (throws OpError); `what` prefixes errors.
   RankResult RunLocal(const std::vector<Tensor>& local_inputs, const RankBody& body,
                       const char* what) const;
+  // Checks fn's outputs against the out_specs (count and types; runtime replication if asked);
+  // throws OpError. For a body that checks them before its own work (a backward pass).
+  void CheckOutputs(const std::vector<Value>& outputs) const;
 
+ private:
   // Validates the global inputs against the in_specs.
   absl::Status ValidateGlobal(const std::vector<Tensor>& inputs) const;
   // Types this rank's inputs (shards); throws OpError on a shape that does not fit the spec.
   std::vector<Value> TypeLocalInputs(const std::vector<Tensor>& local_inputs) const;
-  // Checks fn's outputs against the out_specs (count and types; runtime replication if asked).
-  void CheckOutputs(const std::vector<Value>& outputs) const;
   // Local view, checked mode: every rank's shards have the same dtype and shape.
   void CheckSameLocalShapes(RankContext& ctx, const std::vector<Tensor>& local_inputs) const;
   // Local view: throws OpError when a shard is not on the rank's device.

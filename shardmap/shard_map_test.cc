@@ -1,4 +1,4 @@
-// shard_map boundaries: input validation, output type checks (DESIGN.md section 3), the local
+// shard_map boundaries: input validation, output type checks (docs/design.md section 3), the local
 // view, the runtime replication check and error propagation.
 #include "shardmap/shard_map.h"
 
@@ -187,6 +187,29 @@ TEST(ShardMapTest, RuntimeReplicationCheckCatchesALyingCast) {
   // An honest program passes the check.
   r = shard_map(Identity(), mesh, {P()}, {P()}, opts)({Rand({3, 2}, 6)});
   EXPECT_TRUE(r.ok()) << r.status();
+}
+
+TEST(ShardMapTest, GradientSpecsAreTheInputsDualTypes) {
+  ShardFn id = [](const std::vector<Value>& in) { return in; };
+  const Mesh mesh = *Mesh::Create({{"dp", 2}, {"tp", 3}});
+  auto strings = [](const std::vector<PartitionSpec>& specs) {
+    std::vector<std::string> s;
+    for (const PartitionSpec& p : specs) s.push_back(p.ToString());
+    return s;
+  };
+  // R axes become unreduced (the gradient is a pending sum there), S stays, I stays.
+  ShardMapOptions o;
+  o.invariant_inputs = {2};
+  ShardMap f = shard_map(id, mesh, {P(), P(None, "tp"), P("dp"), P({"dp", "tp"})},
+                         {P(), P(), P(), P()}, o);
+  EXPECT_THAT(strings(f.GradientSpecs()),
+              ::testing::ElementsAre(P().Unreduced({"dp", "tp"}).ToString(),
+                                     P(None, "tp").Unreduced({"dp"}).ToString(),
+                                     P("dp").ToString(), P({"dp", "tp"}).ToString()));
+  EXPECT_EQ(f.GradientSpecs()[1].ToString(), "P(None,tp, unreduced=dp)");
+  // Invalid specs: the in_specs unchanged (the call reports the error).
+  ShardMap bad = shard_map(id, mesh, {P("xx")}, {P()});
+  EXPECT_EQ(strings(bad.GradientSpecs()), std::vector<std::string>{"P(xx)"});
 }
 
 TEST(ShardMapTest, VisualizeSharding) {

@@ -2,7 +2,7 @@
 // Megatron tensor-parallel MLP, sequence-parallel MLP, data-parallel linear, 2-D (dp x tp) MLP.
 // Outputs and gradients of the global inputs are compared with a single-device run of the plain
 // program, and the collectives issued forward and backward are checked (with bytes) through the
-// public testing library (shardmap/testing), which also runs the 2-D MLP against its one-device
+// public testing library (spmd_testing), which also runs the 2-D MLP against its one-device
 // run on several meshes and against f64 finite differences. Each layout also runs with types
 // erased and must give bitwise the same numbers.
 #include <string>
@@ -16,7 +16,7 @@
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"
 #include "shardmap/sharding.h"
-#include "shardmap/testing/testing.h"
+#include "spmd_testing/testing.h"
 #include "tests/test_util.h"
 
 namespace shardmap {
@@ -92,8 +92,8 @@ TEST_P(MegatronTest, MatchesUnshardedWithOneAllReducePerLayerEachWay) {
   ASSERT_TRUE(got.ok()) << got.status();
   ExpectMatches(*got, RunReference(MlpRef, in));
   // Each layer: its [b, d] f64 output forward, the gradient of its [b, d] input backward.
-  testing::ExpectCollectives(mesh, log, {testing::AllReduce("tp", 2).Bytes(b * d * 8)},
-                             {testing::AllReduce("tp", 2).Bytes(b * d * 8)});
+  spmd_testing::ExpectCollectives(mesh, log, {spmd_testing::AllReduce("tp", 2).Bytes(b * d * 8)},
+                                  {spmd_testing::AllReduce("tp", 2).Bytes(b * d * 8)});
 
   // Forward-only call agrees with the differentiable one.
   absl::StatusOr<std::vector<Tensor>> fwd = f(in);
@@ -139,8 +139,9 @@ TEST_P(SequenceParallelTest, AllGatherAndReduceScatterEachWay) {
                                                                opts))(in);
   ASSERT_TRUE(got.ok()) << got.status();
   ExpectMatches(*got, RunReference(SpRef, in));
-  testing::ExpectCollectives(mesh, log, {testing::AllGather("tp"), testing::ReduceScatter("tp")},
-                             {testing::AllGather("tp"), testing::ReduceScatter("tp")});
+  spmd_testing::ExpectCollectives(
+      mesh, log, {spmd_testing::AllGather("tp"), spmd_testing::ReduceScatter("tp")},
+      {spmd_testing::AllGather("tp"), spmd_testing::ReduceScatter("tp")});
 
   ShardMapOptions erased = opts;
   erased.check = TypeCheck::kErased;
@@ -177,7 +178,7 @@ TEST(DataParallelTest, GradientOfReplicatedWeightIsSummedOnce) {
                               return sum(y * y, {});
                             },
                             in));
-    testing::ExpectCollectives(mesh, log, /*forward=*/{}, /*backward=*/{});
+    spmd_testing::ExpectCollectives(mesh, log, /*forward=*/{}, /*backward=*/{});
   }
 }
 
@@ -238,8 +239,8 @@ TEST(TwoDimMlpTest, MatchesUnshardedOnDpByTp) {
                             },
                             in));
     // This rank's [b/dp, d] rows each way; the dp gradient sums happen at the boundary.
-    testing::ExpectCollectives(mesh, log, {testing::AllReduce("tp").Bytes(3 * d * 8)},
-                               {testing::AllReduce("tp").Bytes(3 * d * 8)});
+    spmd_testing::ExpectCollectives(mesh, log, {spmd_testing::AllReduce("tp").Bytes(3 * d * 8)},
+                                    {spmd_testing::AllReduce("tp").Bytes(3 * d * 8)});
 
     ShardMapOptions erased = opts;
     erased.check = TypeCheck::kErased;
@@ -268,11 +269,11 @@ ShardMap TwoDimMlp(const Mesh& mesh) {
 TEST(TwoDimMlpTest, MatchesOneDeviceAndFiniteDifferencesThroughTheTestingLibrary) {
   std::vector<Tensor> in = {Rand({6, 5}, 46), Rand({5, 6}, 47), Rand({6}, 48), Rand({6, 5}, 49),
                             Rand({5}, 50)};
-  EXPECT_TRUE(testing::ShardedMatchesOneDevice(
+  EXPECT_TRUE(spmd_testing::ShardedMatchesOneDevice(
       TwoDimMlp, {{{"dp", 1}, {"tp", 1}}, {{"dp", 2}, {"tp", 3}}, {{"dp", 3}, {"tp", 2}},
                   {{"dp", 1}, {"tp", 6}}, {{"dp", 6}, {"tp", 1}}},
       in));
-  EXPECT_TRUE(testing::GradientsMatchFiniteDifferences(
+  EXPECT_TRUE(spmd_testing::GradientsMatchFiniteDifferences(
       TwoDimMlp(*Mesh::Create({{"dp", 3}, {"tp", 2}})), in));
 }
 
@@ -322,8 +323,8 @@ TEST(TensorParallelAttentionTest, MatchesUnshardedAndTracksHeadSharding) {
                               return sum(y * y, {});
                             },
                             in));
-    testing::ExpectCollectives(mesh, log, {testing::AllReduce("tp").Bytes(b * s * d * 8)},
-                               {testing::AllReduce("tp").Bytes(b * s * d * 8)});
+    spmd_testing::ExpectCollectives(mesh, log, {spmd_testing::AllReduce("tp").Bytes(b * s * d * 8)},
+                                    {spmd_testing::AllReduce("tp").Bytes(b * s * d * 8)});
   }
 }
 

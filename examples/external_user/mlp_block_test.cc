@@ -9,14 +9,14 @@
 #include "mlp_block.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/ops.h"
-#include "shardmap/testing/testing.h"
+#include "spmd_testing/testing.h"
 
 namespace external_user {
 namespace {
 
 using shardmap::Mesh;
 using shardmap::Tensor;
-namespace smt = shardmap::testing;
+namespace smt = shardmap::spmd_testing;
 
 // batch 6, d 5, h 12: divisible by every dp and tp below.
 std::vector<Tensor> Inputs() {

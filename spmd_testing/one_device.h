@@ -2,7 +2,10 @@
 // compare its outputs (and the gradients of value_and_grad) with the same per-device function
 // on one device: a mesh with the same axis names, every size 1, so collectives are identities.
 //
-//   #include "shardmap/testing/testing.h"
+//   #include "spmd_testing/testing.h"
+//   #include "shardmap/collective_ops.h"
+//   #include "shardmap/ops.h"
+//   #include "tensor/random.h"
 //   using namespace shardmap;
 //
 //   // The layer under test, built for any mesh with a "tp" axis (and maybe others).
@@ -15,24 +18,27 @@
 //   }
 //
 //   TEST(Mlp, ShardedMatchesOneDevice) {
-//     std::vector<Tensor> in = {RandomNormal({5, 7}, 1, 0, 1, DType::kF64), ...};
-//     EXPECT_TRUE(testing::ShardedMatchesOneDevice(MakeMlp, {{{"tp", 1}}, {{"tp", 2}},
-//                                                            {{"dp", 2}, {"tp", 3}}}, in));
+//     std::vector<Tensor> in = {RandomNormal({5, 7}, 1, 0, 1, DType::kF64),    // x
+//                               RandomNormal({7, 12}, 2, 0, 1, DType::kF64),   // w1
+//                               RandomNormal({12, 7}, 3, 0, 1, DType::kF64)};  // w2
+//     EXPECT_TRUE(spmd_testing::ShardedMatchesOneDevice(
+//         MakeMlp, {{{"tp", 1}}, {{"tp", 2}}, {{"dp", 2}, {"tp", 3}}}, in));
 //   }
 //
 // Tensors are compared with TensorsNear (tensor/testing/compare.h: NaN matches only NaN, an
 // infinity only the same infinity). A failure names the mesh, the output (or gradient) and its
 // name, TensorsNear's account (count, worst element, got/want) and the rank holding that element
-// with its index there, e.g.
-//   mesh {dp:2,tp:3}: gradient of input 1 (w1): f64[7,12] vs f64[7,12]: 3 of 84 elements differ
-//   by more than atol 1e-12 + rtol 1e-12 * |want| (0 of them NaN/inf where the other is not);
-//   worst at [4,5]: got 0.5, want 0.25, diff 0.25; that element is [4,5] (rank 5 (dp=1,tp=2),
-//   local [4,1]) (f64 tolerance)
+// with its index there (for a gradient, also the axes its ranks' parts are summed over:
+// ShardMap::GradientSpecs), e.g.
+//  mesh {dp:2,tp:3}: gradient of input 1 (w1): f64[7,12] vs f64[7,12]: 3 of 84 elements differ
+//  by more than atol 1e-12 + rtol 1e-12 * |want| (0 of them NaN/inf where the other is not);
+//  worst at [4,5]: got 0.5, want 0.25, diff 0.25; that element is [4,5] (rank 5 (dp=1,tp=2),
+//  local [4,1]; summed over dp) (f64 tolerance)
 //
 // Ranks run where TestPlacement() says (CPU, or the GPU in shardmap_cc_test's gpu variant),
 // unless options.placement is set.
-#ifndef SHARDMAP_SHARDMAP_TESTING_ONE_DEVICE_H_
-#define SHARDMAP_SHARDMAP_TESTING_ONE_DEVICE_H_
+#ifndef SHARDMAP_SPMD_TESTING_ONE_DEVICE_H_
+#define SHARDMAP_SPMD_TESTING_ONE_DEVICE_H_
 
 #include <functional>
 #include <optional>
@@ -47,7 +53,7 @@
 #include "shardmap/shard_map.h"
 #include "tensor/tensor.h"
 
-namespace shardmap::testing {
+namespace shardmap::spmd_testing {
 
 // The axes of one mesh, e.g. {{"dp", 2}, {"tp", 3}}.
 using MeshAxes = std::vector<std::pair<std::string, int>>;
@@ -96,6 +102,6 @@ std::string LocateElement(const Mesh& mesh, const PartitionSpec& spec, const Sha
 // "{dp:2,tp:3}"
 std::string MeshAxesToString(const MeshAxes& axes);
 
-}  // namespace shardmap::testing
+}  // namespace shardmap::spmd_testing
 
-#endif  // SHARDMAP_SHARDMAP_TESTING_ONE_DEVICE_H_
+#endif  // SHARDMAP_SPMD_TESTING_ONE_DEVICE_H_

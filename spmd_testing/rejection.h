@@ -2,19 +2,33 @@
 // every given fragment, within a bounded wait, so that a program that hangs (a collective
 // called on only some ranks, a deadlock) fails the test instead of blocking it.
 //
-//   ShardMap f = shard_map(forgot_all_reduce, mesh, in_specs, {P()});
-//   EXPECT_TRUE(testing::RejectedWith([&] { return f(inputs).status(); },
-//                                     {"pending sum", "all_reduce"}));
-//   // Any callable returning absl::Status or absl::StatusOr<T>, or throwing OpError:
-//   EXPECT_TRUE(testing::RejectedWith([&] { return value_and_grad(f)(inputs); }, {"tp"},
-//                                     absl::Seconds(10)));
+//   #include "spmd_testing/testing.h"
+//   #include "autograd/value_and_grad.h"
+//   #include "shardmap/ops.h"
+//   #include "tensor/random.h"
+//   using namespace shardmap;
+//
+//   TEST(Mlp, ForgettingTheAllReduceIsRejected) {
+//     ShardFn forgot_all_reduce = [](const std::vector<Value>& in) -> std::vector<Value> {
+//       return {gelu(in[0].matmul(in[1])).matmul(in[2])};   // a pending sum over tp
+//     };
+//     ShardMap f = shard_map(forgot_all_reduce, *Mesh::Create({{"tp", 2}}),
+//                            {P(), P(None, "tp"), P("tp", None)}, {P()});
+//     std::vector<Tensor> inputs = {RandomNormal({3, 4}, 1), RandomNormal({4, 6}, 2),
+//                                   RandomNormal({6, 4}, 3)};
+//     EXPECT_TRUE(spmd_testing::RejectedWith([&] { return f(inputs).status(); },
+//                                            {"pending sum", "all_reduce"}));
+//     // Any callable returning absl::Status or absl::StatusOr<T>, or throwing OpError:
+//     EXPECT_TRUE(spmd_testing::RejectedWith([&] { return value_and_grad(f)(inputs); }, {"tp"},
+//                                            absl::Seconds(10)));
+//   }
 //
 // Failures say what happened instead: "accepted (OK)", "rejected, but the message lacks
 // 'all_reduce': <message>", or "still running after 10s (a hang?)". A program that times out is
 // left running on a detached thread (threads cannot be killed): the test fails at once, and
 // the process ends with the test binary.
-#ifndef SHARDMAP_SHARDMAP_TESTING_REJECTION_H_
-#define SHARDMAP_SHARDMAP_TESTING_REJECTION_H_
+#ifndef SHARDMAP_SPMD_TESTING_REJECTION_H_
+#define SHARDMAP_SPMD_TESTING_REJECTION_H_
 
 #include <functional>
 #include <string>
@@ -26,7 +40,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 
-namespace shardmap::testing {
+namespace shardmap::spmd_testing {
 
 inline constexpr absl::Duration kDefaultRejectionTimeout = absl::Seconds(60);
 
@@ -54,6 +68,6 @@ template <typename F>
       fragments, timeout);
 }
 
-}  // namespace shardmap::testing
+}  // namespace shardmap::spmd_testing
 
-#endif  // SHARDMAP_SHARDMAP_TESTING_REJECTION_H_
+#endif  // SHARDMAP_SPMD_TESTING_REJECTION_H_

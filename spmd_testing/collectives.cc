@@ -1,4 +1,4 @@
-#include "shardmap/testing/collectives.h"
+#include "spmd_testing/collectives.h"
 
 #include <map>
 #include <string>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace shardmap::testing {
+namespace shardmap::spmd_testing {
 namespace {
 
 ExpectedCollective Make(const char* op, AxisNames axes, int count) {
@@ -33,7 +33,8 @@ std::string Describe(const Calls& calls) {
     for (int64_t b : bytes) ++sizes[b];
     std::vector<std::string> b;
     for (const auto& [size, n] : sizes) {
-      b.push_back(sizes.size() == 1 ? absl::StrCat(size, " B each") : absl::StrCat(n, "x ", size, " B"));
+      b.push_back(sizes.size() == 1 ? absl::StrCat(size, " B each")
+                                    : absl::StrCat(n, "x ", size, " B"));
     }
     parts.push_back(absl::StrCat(key.first, "(", key.second, ") x", bytes.size(), " [",
                                  absl::StrJoin(b, ", "), "]"));
@@ -119,8 +120,10 @@ ExpectedCollective Broadcast(AxisNames axes, int count) { return Make("broadcast
 
 void ExpectCollectives(const Mesh& mesh, const std::vector<CollectiveRecord>& log,
                        const std::vector<ExpectedCollective>& forward,
-                       const std::vector<ExpectedCollective>& backward) {
-  EXPECT_TRUE(CollectivesAre(mesh, log, forward, backward));
+                       const std::vector<ExpectedCollective>& backward,
+                       std::source_location where) {
+  ::testing::AssertionResult r = CollectivesAre(mesh, log, forward, backward);
+  if (!r) ADD_FAILURE_AT(where.file_name(), where.line()) << r.message();
 }
 
 std::string DescribeCollectives(const Mesh& mesh, const std::vector<CollectiveRecord>& log,
@@ -128,4 +131,4 @@ std::string DescribeCollectives(const Mesh& mesh, const std::vector<CollectiveRe
   return Describe(Group(mesh, log, backward));
 }
 
-}  // namespace shardmap::testing
+}  // namespace shardmap::spmd_testing

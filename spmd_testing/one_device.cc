@@ -1,4 +1,4 @@
-#include "shardmap/testing/one_device.h"
+#include "spmd_testing/one_device.h"
 
 #include <cstdint>
 #include <string>
@@ -8,10 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "autograd/value_and_grad.h"
-#include "shardmap/testing/placement.h"
+#include "spmd_testing/placement.h"
 #include "tensor/testing/compare.h"
 
-namespace shardmap::testing {
+namespace shardmap::spmd_testing {
 namespace {
 
 std::vector<int64_t> Unflatten(int64_t flat, const Shape& shape) {
@@ -107,7 +107,7 @@ std::string MeshAxesToString(const MeshAxes& axes) {
 
 std::string CompareAssembled(const Mesh& mesh, const PartitionSpec& spec, const std::string& what,
                              const Tensor& got, const Tensor& want, const Tolerance& tol) {
-  ::testing::AssertionResult near = TensorsNear(got, want, tol.atol, tol.rtol);
+  ::testing::AssertionResult near = ::shardmap::testing::TensorsNear(got, want, tol.atol, tol.rtol);
   if (near) return "";
   std::string out = absl::StrCat(what, ": ", near.message());
   if (got.dtype() != want.dtype() || got.shape() != want.shape()) return out;
@@ -119,8 +119,8 @@ std::string CompareAssembled(const Mesh& mesh, const PartitionSpec& spec, const 
   for (int64_t i = 0; i < g.numel(); ++i) {
     const Tensor gi = Tensor::FromVector<double>({1}, {g.at(i)});
     const Tensor wi = Tensor::FromVector<double>({1}, {w.at(i)});
-    if (TensorsNear(gi, wi, tol.atol, tol.rtol)) continue;
-    const double d = MaxAbsDiff(gi, wi);
+    if (::shardmap::testing::TensorsNear(gi, wi, tol.atol, tol.rtol)) continue;
+    const double d = ::shardmap::testing::MaxAbsDiff(gi, wi);
     if (d > worst_diff) worst_diff = d, worst = i;
   }
   if (worst >= 0) {
@@ -159,7 +159,8 @@ std::string LocateElement(const Mesh& mesh, const PartitionSpec& spec, const Sha
     }
     absl::StatusOr<Run> got = RunOnce(sharded, inputs, options.gradients);
     if (!got.ok()) {
-      problems.push_back(absl::StrCat(label, ": the sharded run failed: ", got.status().ToString()));
+      problems.push_back(
+          absl::StrCat(label, ": the sharded run failed: ", got.status().ToString()));
       continue;
     }
     auto compare = [&](const PartitionSpec& spec, const std::string& what, const Tensor& g,
@@ -173,8 +174,9 @@ std::string LocateElement(const Mesh& mesh, const PartitionSpec& spec, const Sha
       compare(sharded.out_specs()[k], Named("output", k, sharded.options().output_names),
               got->outputs[k], want->outputs[k]);
     }
+    const std::vector<PartitionSpec> grad_specs = sharded.GradientSpecs();
     for (size_t k = 0; k < want->grads.size() && k < got->grads.size(); ++k) {
-      compare(sharded.in_specs()[k],
+      compare(grad_specs[k],
               absl::StrCat("gradient of ", Named("input", k, sharded.options().input_names)),
               got->grads[k], want->grads[k]);
     }
@@ -183,4 +185,4 @@ std::string LocateElement(const Mesh& mesh, const PartitionSpec& spec, const Sha
   return ::testing::AssertionFailure() << absl::StrJoin(problems, "\n");
 }
 
-}  // namespace shardmap::testing
+}  // namespace shardmap::spmd_testing

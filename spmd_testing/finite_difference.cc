@@ -1,4 +1,4 @@
-#include "shardmap/testing/finite_difference.h"
+#include "spmd_testing/finite_difference.h"
 
 #include <cmath>
 #include <cstdint>
@@ -9,9 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "autograd/value_and_grad.h"
-#include "shardmap/testing/placement.h"
+#include "spmd_testing/placement.h"
 
-namespace shardmap::testing {
+namespace shardmap::spmd_testing {
 namespace {
 
 // Evenly spread flat indices of an n-element tensor, first and last included.
@@ -68,6 +68,8 @@ std::string Name(const ShardMap& f, size_t k) {
                                          << " failed: " << g.status();
   }
   std::vector<std::string> problems;
+  // Where each gradient element lives: an R input's gradient is summed over those axes.
+  const std::vector<PartitionSpec> grad_specs = f.GradientSpecs();
   std::vector<Tensor> probe(inputs.begin(), inputs.end());
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (!IsFloating(inputs[k].dtype())) continue;
@@ -93,8 +95,8 @@ std::string Name(const ShardMap& f, size_t k) {
       if (!(std::fabs(got - fd) <= tol)) {
         problems.push_back(absl::StrCat(
             "mesh ", mesh, ": d loss / d ", Name(f, k), " ", base.ShapeString(), " at ",
-            LocateElement(f.mesh(), f.in_specs()[k], base.shape(), i), ": value_and_grad ", got, ", finite difference ", fd,
-            " |diff| ", std::fabs(got - fd), " > tol ", tol));
+            LocateElement(f.mesh(), grad_specs[k], base.shape(), i), ": value_and_grad ", got,
+            ", finite difference ", fd, " |diff| ", std::fabs(got - fd), " > tol ", tol));
       }
     }
   }
@@ -102,4 +104,4 @@ std::string Name(const ShardMap& f, size_t k) {
   return ::testing::AssertionFailure() << absl::StrJoin(problems, "\n");
 }
 
-}  // namespace shardmap::testing
+}  // namespace shardmap::spmd_testing

@@ -1,6 +1,6 @@
 """shardmap_cc_test: a cc_test with shardmap's testing library, for users' per-device code.
 
-    load("@shardmap//shardmap/testing:defs.bzl", "shardmap_cc_test")
+    load("@shardmap//spmd_testing:defs.bzl", "shardmap_cc_test")
 
     shardmap_cc_test(
         name = "my_layer_test",
@@ -9,16 +9,21 @@
         gpu = True,          # also my_layer_test_gpu, tagged "gpu"
     )
 
-It adds //shardmap/testing, the shardmap libraries a test of per-device code uses (shard_map,
-ops, collectives, value_and_grad) and GoogleTest's main; sets OPENBLAS_NUM_THREADS=1 (the ranks
-are the parallelism); size "small" and a 300 s timeout unless given. With gpu = True a second
-target <name>_gpu runs the same test with SHARDMAP_TEST_PLACEMENT=gpu: the helpers of
-shardmap/testing run their ranks on the GPU (virtual ranks sharing GPU 0), and without a GPU
-every test reports skipped with the reason. Filter GPU targets with --test_tag_filters=-gpu.
+It adds //spmd_testing, the shardmap libraries a test of per-device code uses (shard_map,
+ops, collectives, value_and_grad, tensor:random) and GoogleTest's main; sets
+OPENBLAS_NUM_THREADS=1 (the ranks are the parallelism); size "small" unless given, and the
+timeout that size implies (60 s) unless `timeout` is given: a test of per-device code on a few
+simulated devices runs in seconds, and a longer timeout only earns Bazel's "specified size is
+too big" warning. Give size = "medium" (or timeout = "moderate") to a test that needs minutes.
+
+With gpu = True a second target <name>_gpu runs the same test with SHARDMAP_TEST_PLACEMENT=gpu:
+the helpers of spmd_testing run their ranks on the GPU (virtual ranks sharing GPU 0), and
+without a GPU each test case reports SKIPPED with the reason ("no GPU: ...").
+Filter GPU targets out with --test_tag_filters=-gpu.
 """
 
 _DEPS = [
-    Label("//shardmap/testing"),
+    Label("//spmd_testing"),
     Label("//autograd:value_and_grad"),
     Label("//shardmap:collective_ops"),
     Label("//shardmap:mesh"),
@@ -26,6 +31,7 @@ _DEPS = [
     Label("//shardmap:partition_spec"),
     Label("//shardmap:shard_map"),
     Label("//tensor"),
+    Label("//tensor:random"),
     Label("//third_party:gtest_main"),
 ]
 
@@ -43,7 +49,7 @@ def shardmap_cc_test(
         srcs,
         deps = [],
         size = "small",
-        timeout = "moderate",
+        timeout = None,
         gpu = False,
         env = {},
         tags = [],
@@ -53,12 +59,13 @@ def shardmap_cc_test(
     deps = deps + [d for d in _DEPS if _norm(d) not in given]
     base_env = {"OPENBLAS_NUM_THREADS": "1"}
     base_env.update(env)
+    if timeout != None:
+        kwargs["timeout"] = timeout
     native.cc_test(
         name = name,
         srcs = srcs,
         deps = deps,
         size = size,
-        timeout = timeout,
         env = base_env,
         tags = tags,
         **kwargs
@@ -71,7 +78,6 @@ def shardmap_cc_test(
             srcs = srcs,
             deps = deps,
             size = size,
-            timeout = timeout,
             env = gpu_env,
             tags = tags + ["gpu"],
             **kwargs

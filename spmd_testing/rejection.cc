@@ -1,4 +1,4 @@
-#include "shardmap/testing/rejection.h"
+#include "spmd_testing/rejection.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "tensor/error.h"
 
-namespace shardmap::testing {
+namespace shardmap::spmd_testing {
 namespace {
 
 // Shared by the caller and the program's thread, which may outlive the caller on a timeout.
@@ -78,4 +78,4 @@ absl::Status RunCatching(const std::function<absl::Status()>& program) {
   return ::testing::AssertionSuccess() << "rejected: " << message;
 }
 
-}  // namespace shardmap::testing
+}  // namespace shardmap::spmd_testing

@@ -1,6 +1,6 @@
 // The testing library's own tests: every helper accepts a right program and rejects a wrong one
 // with the message its header promises. Also built as testing_test_gpu (GPU ranks, or skipped).
-#include "shardmap/testing/testing.h"
+#include "spmd_testing/testing.h"
 
 #include <atomic>
 #include <chrono>
@@ -10,9 +10,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "autograd/value_and_grad.h"
 #include "gmock/gmock.h"
+#include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/ops.h"
@@ -60,23 +63,23 @@ std::vector<Tensor> MlpInputs(DType dtype = DType::kF64) {
   return {Data({5, 7}, 1, dtype), Data({7, 12}, 2, dtype), Data({12, 7}, 3, dtype)};
 }
 
-const std::vector<testing::MeshAxes> kMeshes = {
+const std::vector<spmd_testing::MeshAxes> kMeshes = {
     {{"tp", 1}}, {{"tp", 2}}, {{"tp", 3}}, {{"dp", 2}, {"tp", 3}}, {{"tp", 6}}};
 
 // ---- ShardedMatchesOneDevice ----------------------------------------------------------------
 
 TEST(ShardedMatchesOneDevice, AcceptsARightLayerOnEveryMesh) {
-  EXPECT_TRUE(testing::ShardedMatchesOneDevice([](const Mesh& m) { return Mlp(m); }, kMeshes,
-                                               MlpInputs()));
+  EXPECT_TRUE(spmd_testing::ShardedMatchesOneDevice([](const Mesh& m) { return Mlp(m); }, kMeshes,
+                                                    MlpInputs()));
 }
 
 TEST(ShardedMatchesOneDevice, AcceptsF32WithItsDefaultTolerance) {
-  EXPECT_TRUE(testing::ShardedMatchesOneDevice([](const Mesh& m) { return Mlp(m); }, kMeshes,
-                                               MlpInputs(DType::kF32)));
+  EXPECT_TRUE(spmd_testing::ShardedMatchesOneDevice([](const Mesh& m) { return Mlp(m); }, kMeshes,
+                                                    MlpInputs(DType::kF32)));
 }
 
 TEST(ShardedMatchesOneDevice, NamesMeshOutputRankAndWorstElementOfAWrongLayer) {
-  ::testing::AssertionResult r = testing::ShardedMatchesOneDevice(
+  ::testing::AssertionResult r = spmd_testing::ShardedMatchesOneDevice(
       [](const Mesh& m) { return Mlp(m, /*scale_by_local_width=*/true); },
       {{{"tp", 1}}, {{"tp", 4}}}, MlpInputs());
   ASSERT_FALSE(r);
@@ -91,10 +94,18 @@ TEST(ShardedMatchesOneDevice, NamesMeshOutputRankAndWorstElementOfAWrongLayer) {
   EXPECT_THAT(msg, HasSubstr("worst at [2,11]: got "));
   EXPECT_THAT(msg, HasSubstr("that element is [2,11] (rank 3 (tp=3), local [2,2])"));
   EXPECT_THAT(msg, HasSubstr("(f64 tolerance)"));
+  // x is R on tp, so its gradient is a pending sum there (ShardMap::GradientSpecs): each rank
+  // holds a part of the element, and the message says so.
+  std::string x_line;
+  for (absl::string_view line : absl::StrSplit(msg, '\n')) {
+    if (absl::StartsWith(line, "mesh {tp:4}: gradient of input 0 (x)")) x_line = std::string(line);
+  }
+  EXPECT_THAT(x_line, HasSubstr("(rank 0 (tp=0), local ["));
+  EXPECT_THAT(x_line, HasSubstr("; summed over tp)"));
 }
 
 TEST(ShardedMatchesOneDevice, ReportsAFailingRunWithItsStatus) {
-  ::testing::AssertionResult r = testing::ShardedMatchesOneDevice(
+  ::testing::AssertionResult r = spmd_testing::ShardedMatchesOneDevice(
       [](const Mesh& m) { return Mlp(m); }, {{{"tp", 5}}}, MlpInputs());  // 12 % 5 != 0
   ASSERT_FALSE(r);
   EXPECT_THAT(r.message(), HasSubstr("mesh {tp:5}: the sharded run failed"));
@@ -107,13 +118,13 @@ TEST(CompareAssembled, NamesTheRankAndLocalIndexOfTheWorstElement) {
   Tensor got = want.Clone();
   got.data<double>()[7] += 0.5;  // [1,3]: tp block 1, local column 1; R on dp: ranks 1 and 3
   got.data<double>()[0] += 0.25;
-  const std::string msg = testing::CompareAssembled(mesh, P(None, "tp"), "output 0", got, want,
-                                                    testing::DefaultTolerance(DType::kF64));
+  const std::string msg = spmd_testing::CompareAssembled(mesh, P(None, "tp"), "output 0", got, want,
+                                                    spmd_testing::DefaultTolerance(DType::kF64));
   EXPECT_THAT(msg, HasSubstr("output 0: f64[2,4] vs f64[2,4]: 2 of 8 elements differ"));
   EXPECT_THAT(msg, HasSubstr("worst at [1,3]: got "));
   EXPECT_THAT(msg, HasSubstr("that element is [1,3] (rank 1 (dp=0,tp=1), local [1,1])"));
-  EXPECT_EQ(testing::CompareAssembled(mesh, P(None, "tp"), "x", want, want.Clone(),
-                                      testing::DefaultTolerance(DType::kF64)),
+  EXPECT_EQ(spmd_testing::CompareAssembled(mesh, P(None, "tp"), "x", want, want.Clone(),
+                                      spmd_testing::DefaultTolerance(DType::kF64)),
             "");
 }
 
@@ -121,10 +132,10 @@ TEST(CompareAssembled, TreatsNanAndInfinityExactly) {
   const Mesh mesh = *Mesh::Create({{"tp", 1}});
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
-  const testing::Tolerance loose{1e9, 1e9};  // no finite difference would fail
+  const spmd_testing::Tolerance loose{1e9, 1e9};  // no finite difference would fail
   auto cmp = [&](std::vector<double> g, std::vector<double> w) {
-    return testing::CompareAssembled(mesh, P(), "t", Tensor::FromVector<double>({2}, g),
-                                     Tensor::FromVector<double>({2}, w), loose);
+    return spmd_testing::CompareAssembled(mesh, P(), "t", Tensor::FromVector<double>({2}, g),
+                                          Tensor::FromVector<double>({2}, w), loose);
   };
   EXPECT_EQ(cmp({nan, inf}, {nan, inf}), "");
   EXPECT_EQ(cmp({-inf, 1}, {-inf, 2}), "");
@@ -133,20 +144,21 @@ TEST(CompareAssembled, TreatsNanAndInfinityExactly) {
   EXPECT_THAT(cmp({1, 1}, {1, nan}), HasSubstr("that element is [1]"));
   EXPECT_THAT(cmp({1, inf}, {1, -inf}), HasSubstr("that element is [1]"));
   EXPECT_THAT(cmp({1, 1e300}, {1, inf}), HasSubstr("that element is [1]"));
-  EXPECT_THAT(testing::CompareAssembled(mesh, P(), "t", Data({2, 3}, 1), Data({3, 2}, 1), loose),
-              HasSubstr("t: got f64[2,3], want f64[3,2]"));
+  EXPECT_THAT(
+      spmd_testing::CompareAssembled(mesh, P(), "t", Data({2, 3}, 1), Data({3, 2}, 1), loose),
+      HasSubstr("t: got f64[2,3], want f64[3,2]"));
   // Re-exported from tensor/testing/compare.h for users of this library.
   EXPECT_TENSOR_NEAR(Data({2}, 1), Data({2}, 1), 0);
 }
 
 TEST(DefaultTolerance, LoosensWithThePrecision) {
-  EXPECT_LT(testing::DefaultTolerance(DType::kF64).rtol,
-            testing::DefaultTolerance(DType::kF32).rtol);
-  EXPECT_LT(testing::DefaultTolerance(DType::kF32).rtol,
-            testing::DefaultTolerance(DType::kF16).rtol);
-  EXPECT_LT(testing::DefaultTolerance(DType::kF16).rtol,
-            testing::DefaultTolerance(DType::kBF16).rtol);
-  EXPECT_EQ(testing::DefaultTolerance(DType::kI32).atol, 0);
+  EXPECT_LT(spmd_testing::DefaultTolerance(DType::kF64).rtol,
+            spmd_testing::DefaultTolerance(DType::kF32).rtol);
+  EXPECT_LT(spmd_testing::DefaultTolerance(DType::kF32).rtol,
+            spmd_testing::DefaultTolerance(DType::kF16).rtol);
+  EXPECT_LT(spmd_testing::DefaultTolerance(DType::kF16).rtol,
+            spmd_testing::DefaultTolerance(DType::kBF16).rtol);
+  EXPECT_EQ(spmd_testing::DefaultTolerance(DType::kI32).atol, 0);
 }
 
 // ---- CollectivesAre -------------------------------------------------------------------------
@@ -156,30 +168,32 @@ TEST(CollectivesAre, CountsForwardAndBackwardWithBytes) {
   std::vector<CollectiveRecord> log;
   ASSERT_TRUE(value_and_grad(Mlp(mesh, false, &log))(MlpInputs()).ok());
   const int64_t y_bytes = 5 * 7 * 8;  // the f64 [5,7] activation
-  EXPECT_TRUE(testing::CollectivesAre(mesh, log, {testing::AllReduce("tp").Bytes(y_bytes)},
-                                      {testing::AllReduce("tp").Bytes(y_bytes)}));
-  testing::ExpectCollectives(mesh, log, {testing::AllReduce("tp")}, {testing::AllReduce("tp")});
+  EXPECT_TRUE(spmd_testing::CollectivesAre(mesh, log,
+                                           {spmd_testing::AllReduce("tp").Bytes(y_bytes)},
+                                           {spmd_testing::AllReduce("tp").Bytes(y_bytes)}));
+  spmd_testing::ExpectCollectives(mesh, log, {spmd_testing::AllReduce("tp")},
+                                  {spmd_testing::AllReduce("tp")});
 
-  ::testing::AssertionResult twice =
-      testing::CollectivesAre(mesh, log, {testing::AllReduce("tp", 2)}, {testing::AllReduce("tp")});
+  ::testing::AssertionResult twice = spmd_testing::CollectivesAre(
+      mesh, log, {spmd_testing::AllReduce("tp", 2)}, {spmd_testing::AllReduce("tp")});
   ASSERT_FALSE(twice);
   EXPECT_THAT(twice.message(), HasSubstr("forward: want all_reduce(tp) x2; got all_reduce(tp) "
                                          "x1 [280 B each] (missing 1 of 2 all_reduce(tp))"));
 
-  ::testing::AssertionResult bytes = testing::CollectivesAre(
-      mesh, log, {testing::AllReduce("tp")}, {testing::AllReduce("tp").Bytes(8)});
+  ::testing::AssertionResult bytes = spmd_testing::CollectivesAre(
+      mesh, log, {spmd_testing::AllReduce("tp")}, {spmd_testing::AllReduce("tp").Bytes(8)});
   ASSERT_FALSE(bytes);
   EXPECT_THAT(bytes.message(), HasSubstr("backward: want all_reduce(tp) x1 [8 B each]"));
   EXPECT_THAT(bytes.message(), HasSubstr("missing 1 of 1 all_reduce(tp) of 8 B"));
   EXPECT_THAT(bytes.message(), HasSubstr("unexpected all_reduce(tp) x1 [280 B each]"));
 
-  ::testing::AssertionResult none = testing::CollectivesAre(mesh, log, {}, {});
+  ::testing::AssertionResult none = spmd_testing::CollectivesAre(mesh, log, {}, {});
   ASSERT_FALSE(none);
   EXPECT_THAT(none.message(), HasSubstr("forward: want none; got all_reduce(tp) x1"));
   EXPECT_THAT(none.message(), HasSubstr("backward: want none"));
 
-  ::testing::AssertionResult wrong_axis =
-      testing::CollectivesAre(mesh, log, {testing::AllReduce("dp")}, {testing::AllReduce("sp")});
+  ::testing::AssertionResult wrong_axis = spmd_testing::CollectivesAre(
+      mesh, log, {spmd_testing::AllReduce("dp")}, {spmd_testing::AllReduce("sp")});
   ASSERT_FALSE(wrong_axis);
   EXPECT_THAT(wrong_axis.message(), HasSubstr("missing 1 of 1 all_reduce(dp)"));
   EXPECT_THAT(wrong_axis.message(), HasSubstr("expected all_reduce over sp: "));
@@ -190,21 +204,45 @@ TEST(CollectivesAre, SeveralAxesAndOtherOps) {
   std::vector<CollectiveRecord> log = {{"all_reduce", 0b11, 16, false},
                                        {"all_gather", 0b01, 8, false},
                                        {"reduce_scatter", 0b01, 32, true}};
-  EXPECT_TRUE(testing::CollectivesAre(mesh, log,
-                                      {testing::AllGather("dp"), testing::AllReduce({"dp", "tp"})},
-                                      {testing::ReduceScatter("dp").Bytes(32)}));
-  EXPECT_EQ(testing::DescribeCollectives(mesh, log, false),
+  EXPECT_TRUE(spmd_testing::CollectivesAre(
+      mesh, log, {spmd_testing::AllGather("dp"), spmd_testing::AllReduce({"dp", "tp"})},
+      {spmd_testing::ReduceScatter("dp").Bytes(32)}));
+  EXPECT_EQ(spmd_testing::DescribeCollectives(mesh, log, false),
             "all_gather(dp) x1 [8 B each], all_reduce((dp,tp)) x1 [16 B each]");
-  EXPECT_EQ(testing::DescribeCollectives(mesh, {}, true), "none");
+  EXPECT_EQ(spmd_testing::DescribeCollectives(mesh, {}, true), "none");
+}
+
+TEST(ExpectCollectives, ReportsAFailureAtTheCallersLine) {
+  const Mesh mesh = *Mesh::Create({{"tp", 2}});
+  const std::vector<CollectiveRecord> log = {{"all_reduce", 0b1, 8, false}};
+  ::testing::TestPartResultArray results;
+  int line = 0;
+  {
+    ::testing::ScopedFakeTestPartResultReporter reporter(
+        ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &results);
+    spmd_testing::ExpectCollectives(mesh, log, {spmd_testing::AllReduce("tp")});  // passes
+    line = __LINE__ + 1;
+    spmd_testing::ExpectCollectives(mesh, log, {spmd_testing::AllGather("tp")});
+  }
+  ASSERT_EQ(results.size(), 1);
+  const ::testing::TestPartResult& r = results.GetTestPartResult(0);
+  EXPECT_TRUE(r.nonfatally_failed());
+  // This file and line, not the library's.
+  ASSERT_NE(r.file_name(), nullptr);
+  EXPECT_EQ(std::string(r.file_name()), __FILE__);
+  EXPECT_EQ(r.line_number(), line);
+  EXPECT_THAT(r.message(), HasSubstr("missing 1 of 1 all_gather(tp)"));
+  EXPECT_THAT(r.message(), HasSubstr("unexpected all_reduce(tp) x1 [8 B each]"));
 }
 
 // ---- GradientsMatchFiniteDifferences --------------------------------------------------------
 
 TEST(GradientsMatchFiniteDifferences, AcceptsTheShardedBackwardOfTheMlp) {
-  for (const testing::MeshAxes& axes : {testing::MeshAxes{{"tp", 3}},
-                                        testing::MeshAxes{{"dp", 2}, {"tp", 2}}}) {
-    SCOPED_TRACE(testing::MeshAxesToString(axes));
-    EXPECT_TRUE(testing::GradientsMatchFiniteDifferences(Mlp(*Mesh::Create(axes)), MlpInputs()));
+  for (const spmd_testing::MeshAxes& axes : {spmd_testing::MeshAxes{{"tp", 3}},
+                                             spmd_testing::MeshAxes{{"dp", 2}, {"tp", 2}}}) {
+    SCOPED_TRACE(spmd_testing::MeshAxesToString(axes));
+    EXPECT_TRUE(
+        spmd_testing::GradientsMatchFiniteDifferences(Mlp(*Mesh::Create(axes)), MlpInputs()));
   }
 }
 
@@ -215,10 +253,10 @@ TEST(GradientsMatchFiniteDifferences, RejectsACoarseStepOnACubic) {
   };
   ShardMap f = shard_map(cube, *Mesh::Create({{"tp", 2}}), {P("tp")}, {P()});
   const std::vector<Tensor> x = {Data({6}, 5)};
-  EXPECT_TRUE(testing::GradientsMatchFiniteDifferences(f, x));
-  testing::FiniteDifferenceOptions coarse;
+  EXPECT_TRUE(spmd_testing::GradientsMatchFiniteDifferences(f, x));
+  spmd_testing::FiniteDifferenceOptions coarse;
   coarse.eps = 0.5;
-  ::testing::AssertionResult r = testing::GradientsMatchFiniteDifferences(f, x, coarse);
+  ::testing::AssertionResult r = spmd_testing::GradientsMatchFiniteDifferences(f, x, coarse);
   ASSERT_FALSE(r);
   EXPECT_THAT(r.message(), HasSubstr("mesh {tp:2}: d loss / d input 0 f64[6] at [4] (rank 1 "
                                      "(tp=1), local [1]): value_and_grad "));
@@ -226,7 +264,7 @@ TEST(GradientsMatchFiniteDifferences, RejectsACoarseStepOnACubic) {
 }
 
 TEST(GradientsMatchFiniteDifferences, AsksForF64Inputs) {
-  ::testing::AssertionResult r = testing::GradientsMatchFiniteDifferences(
+  ::testing::AssertionResult r = spmd_testing::GradientsMatchFiniteDifferences(
       Mlp(*Mesh::Create({{"tp", 2}})), MlpInputs(DType::kF32));
   ASSERT_FALSE(r);
   EXPECT_THAT(r.message(), HasSubstr("input 0 (x) is f32: finite differences need f64 inputs"));
@@ -240,19 +278,20 @@ TEST(RejectedWith, AcceptsAnErrorWithEveryFragment) {
   };
   ShardMap f = shard_map(forgot, *Mesh::Create({{"tp", 2}}), {P(), P(None, "tp"), P("tp", None)},
                          {P()});
-  EXPECT_TRUE(testing::RejectedWith([&] { return f(MlpInputs()); }, {"tp", "all_reduce"}));
-  EXPECT_TRUE(testing::RejectedWith([&] { return f(MlpInputs()).status(); }, {"tp"}));
-  EXPECT_TRUE(testing::RejectedWith([&] { return value_and_grad(f)(MlpInputs()); }, {"tp"}));
-  EXPECT_TRUE(testing::RejectedWith(
+  EXPECT_TRUE(spmd_testing::RejectedWith([&] { return f(MlpInputs()); }, {"tp", "all_reduce"}));
+  EXPECT_TRUE(spmd_testing::RejectedWith([&] { return f(MlpInputs()).status(); }, {"tp"}));
+  EXPECT_TRUE(spmd_testing::RejectedWith([&] { return value_and_grad(f)(MlpInputs()); }, {"tp"}));
+  EXPECT_TRUE(spmd_testing::RejectedWith(
       [] { throw OpError(absl::InvalidArgumentError("thrown: bad shape")); }, {"bad shape"}));
 }
 
 TEST(RejectedWith, SaysWhatHappenedOtherwise) {
-  ::testing::AssertionResult ok = testing::RejectedWith([] { return absl::OkStatus(); }, {"x"});
+  ::testing::AssertionResult ok =
+      spmd_testing::RejectedWith([] { return absl::OkStatus(); }, {"x"});
   ASSERT_FALSE(ok);
   EXPECT_THAT(ok.message(), HasSubstr("accepted (OK); expected a rejection containing 'x'"));
 
-  ::testing::AssertionResult lacks = testing::RejectedWith(
+  ::testing::AssertionResult lacks = spmd_testing::RejectedWith(
       [] { return absl::InvalidArgumentError("shape mismatch"); }, {"shape", "w1"});
   ASSERT_FALSE(lacks);
   EXPECT_THAT(lacks.message(), HasSubstr("rejected, but the message lacks 'w1': "));
@@ -262,7 +301,7 @@ TEST(RejectedWith, SaysWhatHappenedOtherwise) {
 TEST(RejectedWith, FailsAHangWithinTheTimeout) {
   auto release = std::make_shared<std::atomic<bool>>(false);
   const auto t0 = std::chrono::steady_clock::now();
-  ::testing::AssertionResult r = testing::RejectedWith(
+  ::testing::AssertionResult r = spmd_testing::RejectedWith(
       [release] {
         while (!release->load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
         return absl::InternalError("released");

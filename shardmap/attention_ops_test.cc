@@ -13,7 +13,7 @@
 #include "shardmap/nn_ops.h"
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"
-#include "shardmap/testing/testing.h"
+#include "spmd_testing/testing.h"
 #include "tensor/random.h"
 
 namespace shardmap {
@@ -69,10 +69,10 @@ TEST(CausalAttention, MatchesMaterialisedPathInValueAndGradient) {
 TEST(CausalAttention, ShardedOverBatchAndHeadsMatchesOneDeviceAndFiniteDifferences) {
   const std::vector<Tensor> in = Inputs(3, 5, 5, 4, 3, DType::kF64, 20);
   auto make = [](const Mesh& m) { return MakeAttn(m, true, 0.6); };
-  EXPECT_TRUE(testing::ShardedMatchesOneDevice(
+  EXPECT_TRUE(spmd_testing::ShardedMatchesOneDevice(
       make, {{{"dp", 3}, {"tp", 1}}, {{"dp", 1}, {"tp", 2}}, {{"dp", 3}, {"tp", 4}}}, in));
   EXPECT_TRUE(
-      testing::GradientsMatchFiniteDifferences(make(*Mesh::Create({{"dp", 3}, {"tp", 2}})), in));
+      spmd_testing::GradientsMatchFiniteDifferences(make(*Mesh::Create({{"dp", 3}, {"tp", 2}})), in));
 }
 
 TEST(CausalAttention, OffsetKeysMatchMaterialisedPath) {
@@ -96,16 +96,16 @@ TEST(CausalAttention, RejectsShardedSequenceUnlikeShardingsAndPendingSums) {
   ShardFn plain = [](const std::vector<Value>& in) -> std::vector<Value> {
     return {all_reduce(sum_partial(causal_attention(in[0], in[1], in[1], 1.0), {}), "dp")};
   };
-  EXPECT_TRUE(testing::RejectedWith(
+  EXPECT_TRUE(spmd_testing::RejectedWith(
       [&] { return run(plain, P(None, "dp", None, None), P(None, "dp", None, None)); },
       {"causal_attention", "whole sequences", "RingCausalAttention"}));
-  EXPECT_TRUE(testing::RejectedWith(
+  EXPECT_TRUE(spmd_testing::RejectedWith(
       [&] { return run(plain, P(None, None, None, "dp"), P(None, None, None, "dp")); },
       {"causal_attention", "head_dim"}));
-  EXPECT_TRUE(testing::RejectedWith(
+  EXPECT_TRUE(spmd_testing::RejectedWith(
       [&] { return run(plain, P(None, None, "dp", None), P()); },
       {"causal_attention", "q is S2 but k is R", "shard q, k and v alike"}));
-  EXPECT_TRUE(testing::RejectedWith(
+  EXPECT_TRUE(spmd_testing::RejectedWith(
       [&] {
         return run(
             [](const std::vector<Value>& in) -> std::vector<Value> {
@@ -115,7 +115,7 @@ TEST(CausalAttention, RejectsShardedSequenceUnlikeShardingsAndPendingSums) {
             P("dp", None, None, None), P("dp", None, None, None));
       },
       {"causal_attention", "P"}));
-  EXPECT_TRUE(testing::RejectedWith(
+  EXPECT_TRUE(spmd_testing::RejectedWith(
       [&] {
         return run(
             [](const std::vector<Value>& in) -> std::vector<Value> {

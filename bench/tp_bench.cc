@@ -317,7 +317,10 @@ void RegisterGpuProfile() {
       for (int tp : flags.tps) {
         for (bool fwd_bwd : {false, true}) {
           LayerCase c{layer, tp, false, fwd_bwd, flags.tokens, flags.d};
-          for (const GemmShape& g : RankGemms(c)) shapes.insert(g);
+          for (const GemmShape& g : RankGemms(c)) {
+            // Fewer heads than ranks gives empty batches: that layer cannot run at this t.
+            if (g.batch >= 1 && g.m >= 1 && g.k >= 1 && g.n >= 1) shapes.insert(g);
+          }
         }
       }
     }

@@ -4,7 +4,9 @@ calls it; DIR holds what .gpu/run.sh (tools/gpu_bundle.sh) wrote under $OUT:
 
   machine.txt         key=value lines: date, commit, host, gpu, gpus, driver, cuda, cpu, cores,
                       tokens, d, steps (bench_report.sh --gpu collects them on the GPU machine)
-  tp_bench_cuda.json  tp_bench --device=cuda --benchmark_format=json --benchmark_out
+  tp_bench_cuda*.json tp_bench --device=cuda --benchmark_format=json --benchmark_out (one file
+                      per run, e.g. one per dtype; a file cut short by a time limit is read up
+                      to its last complete row)
   tp_model_gpu.md     tp_model_gpu_report's markdown (GEMM efficiency, validation, multi-node)
 
     /usr/bin/python3 tools/bench_report_gpu.py --dir=DIR --out_md=DIR/REPORT_GPU.md
@@ -12,6 +14,7 @@ calls it; DIR holds what .gpu/run.sh (tools/gpu_bundle.sh) wrote under $OUT:
 Exits 2 with the reason when an input is missing or malformed.
 """
 import argparse
+import glob
 import json
 import os
 import re
@@ -65,18 +68,33 @@ def main():
     args = ap.parse_args()
     d = args.dir
     machine = read_machine(os.path.join(d, "machine.txt"))
-    bench_path = os.path.join(d, "tp_bench_cuda.json")
+    bench_paths = sorted(glob.glob(os.path.join(d, "tp_bench_cuda*.json")))
+    if not bench_paths:
+        fail("no tp_bench_cuda*.json in %s (tp_bench --device=cuda --benchmark_out writes it)" % d)
     model_path = os.path.join(d, "tp_model_gpu.md")
-    try:
-        bench = json.load(open(bench_path))
-    except (OSError, ValueError) as e:
-        fail("%s: %s" % (bench_path, e))
-    if "benchmarks" not in bench:
-        fail("%s: no \"benchmarks\" list (not Google Benchmark JSON?)" % bench_path)
+    benchmarks, cut_short = [], []
+    for path in bench_paths:
+        text = open(path).read()
+        try:
+            bench = json.loads(text)
+        except ValueError as e:
+            # A run stopped by a time limit leaves the rows written so far: close the list.
+            cut = text.rstrip().rstrip(",")
+            try:
+                bench = json.loads(cut + "\n]\n}") if '"benchmarks"' in text else None
+            except ValueError:
+                bench = None
+            if bench is None:
+                fail("%s: %s" % (path, e))
+            cut_short.append(os.path.basename(path))
+        if not isinstance(bench, dict) or "benchmarks" not in bench:
+            fail("%s: no \"benchmarks\" list (not Google Benchmark JSON?)" % path)
+        benchmarks += bench["benchmarks"]
+    bench_path = bench_paths[0]
     model_md = open(model_path).read() if os.path.exists(model_path) else None
 
     layers, unsharded, gemms, colls, errors = [], {}, [], [], []
-    for b in bench["benchmarks"]:
+    for b in benchmarks:
         name = b["name"].split("/iterations:")[0]
         if b.get("error_occurred"):
             errors.append((name, b.get("error_message", "error")))
@@ -103,6 +121,9 @@ def main():
     for k in HEADER_KEYS:
         md.append("| %s | %s |" % (k, machine.get(k, "?")))
     md.append("")
+    if cut_short:
+        md.append("**Cut short:** %s stopped at its time limit; the rows it finished are below, "
+                  "the others did not run.\n" % ", ".join(cut_short))
     md.append("## How to read it\n")
     md.append("* **Virtual ranks.** With one GPU, the t TP ranks are virtual ranks sharing it "
               "(`DevicePlacement::SharedGpu()`, a CUDA stream each, in-process collectives as "

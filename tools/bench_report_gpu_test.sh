@@ -48,6 +48,17 @@ out=$(bash tools/bench_report.sh --gpu "$tmp/nowhere" 2>&1); rc=$?
 bad="$tmp/bad"; mkdir -p "$bad"; cp "$dir/machine.txt" "$bad/"; echo '{"benchmarks": ' > "$bad/tp_bench_cuda.json"
 out=$(bash tools/bench_report.sh --gpu "$bad" 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "tp_bench_cuda.json" <<<"$out" || { echo "FAIL: bad json -> $rc: $out"; fail=1; }
+# A JSON file cut off after a complete row (a run stopped by its time limit) is read up to it.
+cut="$tmp/cut"; mkdir -p "$cut"; cp "$dir/machine.txt" "$dir/tp_model_gpu.md" "$cut/"
+/usr/bin/python3 - "$dir/tp_bench_cuda.json" "$cut/tp_bench_cuda_bf16.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["benchmarks"][:3]
+text = '{"context": {}, "benchmarks": [\n' + ",\n".join(json.dumps(r) for r in rows) + ",\n"
+open(sys.argv[2], "w").write(text)
+PY
+bash tools/bench_report.sh --gpu "$cut" > /dev/null 2>&1 || { echo "FAIL: cut-short json"; fail=1; }
+check "$cut/REPORT_GPU.md" "**Cut short:** tp_bench_cuda_bf16.json stopped at its time limit"
+check "$cut/REPORT_GPU.md" "| 2 | no | 0.144 | 0.187 | 2.23 |"
 printf 'gemm bf16 1 2 3\n' > "$tmp/bad_profile.txt"
 out=$(bench/tp_model_gpu_report --profile="$tmp/bad_profile.txt" 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "line 1" <<<"$out" || { echo "FAIL: bad profile -> $rc: $out"; fail=1; }

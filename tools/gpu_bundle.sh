@@ -19,6 +19,7 @@ tests="$tests
 //collectives:nccl_communicator_test
 //collectives:nccl_multiprocess_test"
 extra="//collectives:launch //collectives:nccl_check //tests:gpu_nccl_mlp_check //bench:cuda_bench"
+extra="$extra //bench:tp_bench //bench:tp_model_gpu_report"  # TP layers on the GPU (tools/tp_gpu_run.sh)
 
 # shellcheck disable=SC2086
 bazel build -c opt --dynamic_mode=off $tests $extra
@@ -38,12 +39,14 @@ done | sort -u | grep -v -E 'libcuda|libcudart|libcublas|libnccl|linux-vdso|ld-l
   | xargs -r -I{} cp -L {} .gpu/lib/
 
 tar -C .gpu -cf - bin lib | xz -T2 -6 > .gpu/bundle.tar.xz
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- 2>/dev/null || echo -dirty)" > .gpu/commit.txt
 rm -rf .gpu/bin .gpu/lib
 
 cat > .gpu/run.sh <<'RUN'
 #!/usr/bin/env bash
 # Runs the bundled GPU tests and benchmarks (see tools/gpu_bundle.sh). Exit status: 0 iff every
 # test passed.
+gpu_dir="$(cd "$(dirname "$0")" && pwd)"
 rm -rf /tmp/gpu_bundle && mkdir -p /tmp/gpu_bundle
 tar -C /tmp/gpu_bundle -xJf "$(dirname "$0")/bundle.tar.xz"
 cd /tmp/gpu_bundle/bin
@@ -64,6 +67,8 @@ done
 if [ -x bench/cuda_bench ]; then
   ./bench/cuda_bench --benchmark_min_time=0.2 2>&1 | tee "$out/cuda_bench.txt" | tail -40
 fi
+# TP layers on the GPU, the GPU TP model and the report's GPU section (~2-3 min; $out/REPORT_GPU.md).
+[ -x bench/tp_bench ] && bash "$gpu_dir/../tools/tp_gpu_run.sh" "$PWD" "$out" "$(cat "$gpu_dir/commit.txt" 2>/dev/null)"
 exit $fail
 RUN
 chmod +x .gpu/run.sh

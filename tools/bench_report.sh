@@ -15,11 +15,14 @@
 #
 #   bash tools/bench_report.sh --gpu DIR [OUT.md]
 set -euo pipefail
+caller="$PWD"
 cd "$(dirname "$0")/.."
 
 if [ "${1:-}" = "--gpu" ]; then
   dir="${2:?usage: bash tools/bench_report.sh --gpu DIR [OUT.md]}"
   out="${3:-$dir/REPORT_GPU.md}"
+  case "$dir" in /*) ;; *) dir="$caller/$dir" ;; esac  # relative to where it was called
+  case "$out" in /*) ;; *) out="$caller/$out" ;; esac
   [ -d "$dir" ] || { echo "bench_report: --gpu $dir: no such directory" >&2; exit 2; }
   if [ ! -f "$dir/machine.txt" ]; then
     smi() { nvidia-smi --query-gpu="$1" --format=csv,noheader 2>/dev/null | head -1 || true; }

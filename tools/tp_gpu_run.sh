@@ -14,6 +14,7 @@ set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${1:?usage: tp_gpu_run.sh BIN_DIR OUT [COMMIT]}"
 out="${2:?usage: tp_gpu_run.sh BIN_DIR OUT [COMMIT]}"
+mkdir -p "$out" && out="$(cd "$out" && pwd)"
 export COMMIT="${3:-${COMMIT:-unknown}}"
 export TOKENS="${TOKENS:-4096}" D="${D:-2048}" STEPS="${STEPS:-5}"
 limit="${LIMIT_S:-75}"

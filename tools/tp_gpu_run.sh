@@ -31,8 +31,12 @@ run() {  # run NAME ARGS...: one tp_bench run under the time limit
     --profile_out="$out/tp_gpu_profile_$name.txt" > "$out/tp_bench_cuda_$name.txt" 2>&1
   local rc=$?
   [ $rc -eq 124 ] && echo "tp_gpu_run: tp_bench $name stopped at ${limit}s (rows so far kept)" >&2
-  [ $rc -ne 0 ] && [ $rc -ne 124 ] && { echo "tp_gpu_run: tp_bench $name failed ($rc):" >&2; tail -5 "$out/tp_bench_cuda_$name.txt" >&2; }
-  tail -3 "$out/tp_bench_cuda_$name.txt"
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ]; then
+    echo "tp_gpu_run: tp_bench $name failed ($rc):" >&2
+    tail -5 "$out/tp_bench_cuda_$name.txt" >&2
+  else
+    tail -3 "$out/tp_bench_cuda_$name.txt"
+  fi
 }
 run bf16 --dtype=bf16
 run f32 --dtype=f32

@@ -204,7 +204,6 @@ absl::StatusOr<double> TimeGpuCollective(Backend backend, CollectiveKind kind, D
   const collectives::DataType dt =
       dtype == DType::kF32 ? collectives::DataType::kF32 : collectives::DataType::kBF16;
   const size_t elems = static_cast<size_t>(full_bytes) / DTypeSize(dtype) / t * t;
-  std::vector<double> longest(reps + 1, 0.0);
   std::vector<std::vector<double>> span(t, std::vector<double>(reps + 1, 0.0));
   absl::Status s = collectives::RunInProcess(
       t,

@@ -46,7 +46,8 @@ struct CollectiveCall {
 // entering a TP region is nothing (no SP; the input gradient stays a partial sum) or all_gather
 // forward + reduce_scatter backward (SP); leaving it is all_reduce forward + all_reduce backward
 // (no SP) or reduce_scatter forward + all_gather backward (SP). Per MLP that is Megatron's two
-// all_reduces (no SP) or two all_gathers and two reduce_scatters (SP) per fwd+bwd.
+// all_reduces (no SP) or two all_gathers and two reduce_scatters (SP) per fwd+bwd. kAsyncMlp's
+// rings (ppermutes) are counted as the SP MLP's all_gathers and reduce_scatters (same bytes).
 std::vector<CollectiveCall> LayerCollectives(const LayerCase& c, double elem_bytes);
 
 // Bytes a rank passes to the collective (bench/timed_communicator.h's convention): the whole

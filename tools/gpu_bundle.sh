@@ -19,7 +19,9 @@ tests="$tests
 //collectives:in_process_gpu_test
 //collectives:nccl_communicator_test
 //collectives:nccl_multiprocess_test"
+tests="$tests //bench:tp_layers_test"  # TP layers on virtual ranks of GPU 0 (tp-gpu)
 extra="//collectives:launch //collectives:nccl_check //tests:gpu_nccl_mlp_check //bench:cuda_bench"
+extra="$extra //bench:tp_bench //bench:tp_model_gpu_report"  # TP layers on the GPU (tools/tp_gpu_run.sh)
 
 # shellcheck disable=SC2086
 bazel build -c opt --dynamic_mode=off $tests $extra
@@ -44,12 +46,14 @@ cp bench/peers/torch_cuda_ops.py bench/peers/cuda_ops_table.py bench/peers/cuda_
   .gpu/bin/bench/peers/
 
 tar -C .gpu -cf - bin lib | xz -T2 -6 > .gpu/bundle.tar.xz
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- 2>/dev/null || echo -dirty)" > .gpu/commit.txt
 rm -rf .gpu/bin .gpu/lib
 
 cat > .gpu/run.sh <<'RUN'
 #!/usr/bin/env bash
 # Runs the bundled GPU tests and benchmarks (see tools/gpu_bundle.sh). Exit status: 0 iff every
 # test passed.
+gpu_dir="$(cd "$(dirname "$0")" && pwd)"
 rm -rf /tmp/gpu_bundle && mkdir -p /tmp/gpu_bundle
 tar -C /tmp/gpu_bundle -xJf "$(dirname "$0")/bundle.tar.xz"
 cd /tmp/gpu_bundle/bin
@@ -77,6 +81,8 @@ if [ -x bench/cuda_bench ]; then
     echo "cuda_ops_table: python3 has no torch; PyTorch side skipped"
   fi
 fi
+# TP layers on the GPU, the GPU TP model and the report's GPU section (~2-3 min; $out/REPORT_GPU.md).
+[ -x bench/tp_bench ] && bash "$gpu_dir/../tools/tp_gpu_run.sh" "$PWD" "$out" "$(cat "$gpu_dir/commit.txt" 2>/dev/null)"
 exit $fail
 RUN
 chmod +x .gpu/run.sh

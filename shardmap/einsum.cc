@@ -342,6 +342,7 @@ Value Einsum2(const std::string& text, const Value& a, const std::string& la, co
 }  // namespace
 
 Value einsum(const std::string& text, const Value& a) {
+  internal::CheckMesh("einsum", a, "a");
   Spec spec = Parse(text, 1);
   CheckRank(text, spec.in[0], a, 0);
   std::string la = spec.in[0];
@@ -350,6 +351,8 @@ Value einsum(const std::string& text, const Value& a) {
 }
 
 Value einsum(const std::string& text, const Value& a, const Value& b) {
+  internal::CheckMesh("einsum", a, "a");
+  internal::CheckMesh("einsum", b, "b");
   Spec spec = Parse(text, 2);
   CheckRank(text, spec.in[0], a, 0);
   CheckRank(text, spec.in[1], b, 1);

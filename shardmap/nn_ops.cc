@@ -74,9 +74,9 @@ Value log_softmax(const Value& x, int dim) {
 }
 
 Value layer_norm(const Value& x, const Value& gamma, const Value& beta, double eps) {
-  internal::CheckMesh("layer_norm", x);
-  internal::CheckMesh("layer_norm", gamma);
-  internal::CheckMesh("layer_norm", beta);
+  internal::CheckMesh("layer_norm", x, "x");
+  internal::CheckOptionalMesh("layer_norm", gamma, "gamma");
+  internal::CheckOptionalMesh("layer_norm", beta, "beta");
   SpmdType t = internal::NonlinearTypeOf("layer_norm", x);
   internal::CheckDimNotSharded("layer_norm", x, -1,
                                "all_gather the hidden dim first (norms run on whole rows)");
@@ -110,8 +110,8 @@ Value layer_norm(const Value& x, const Value& gamma, const Value& beta, double e
 }
 
 Value rms_norm(const Value& x, const Value& gamma, double eps) {
-  internal::CheckMesh("rms_norm", x);
-  internal::CheckMesh("rms_norm", gamma);
+  internal::CheckMesh("rms_norm", x, "x");
+  internal::CheckOptionalMesh("rms_norm", gamma, "gamma");
   SpmdType t = internal::NonlinearTypeOf("rms_norm", x);
   internal::CheckDimNotSharded("rms_norm", x, -1,
                                "all_gather the hidden dim first (norms run on whole rows)");

@@ -17,10 +17,16 @@ namespace shardmap {
 
 namespace internal {
 
+void UndefinedOperandFail(const char* op, const char* operand) {
+  OpFail(op, ": ", operand != nullptr ? absl::StrCat("operand '", operand, "'") : "an operand",
+         " is an undefined Value (default-constructed, or moved from), but the op needs it; "
+         "pass a computed Value (only optional operands, such as layer_norm's gamma and beta, "
+         "may be left undefined)");
+}
+
 void ForeignMeshFail(const char* op, const Value& v) {
   const Mesh& mesh = RankContext::Get(op).mesh();
-  OpFail(op, ": an operand of type ", v.tensor.defined() ? v.tensor.ShapeString() : "undefined",
-         v.type.ToString({}), " belongs to another mesh (",
+  OpFail(op, ": an operand of type ", v.tensor.ShapeString(), v.type.ToString({}), " belongs to another mesh (",
          v.type.mesh_id() != 0 ? "its mesh id differs" : "its number of axes differs",
          ") than the running program's ", mesh.ShortString(),
          ", so its per-axis types would be read against the wrong axes. A Value lives inside the "
@@ -82,11 +88,16 @@ namespace {
 
 bool Checked() { return RankContext::Get("typed op").checked(); }
 
-// Elementwise binary rule. multilinear=false: linear (add/sub). divide: b is nonlinear.
+// Both operands defined and of the running mesh: before any kernel touches them.
+void CheckBinaryOperands(const char* op, const Value& a, const Value& b) {
+  internal::CheckMesh(op, a, "a");
+  internal::CheckMesh(op, b, "b");
+}
+
+// Elementwise binary rule (operands already checked by CheckBinaryOperands).
+// multilinear=false: linear (add/sub). divide: b is nonlinear.
 SpmdType BinaryType(const char* op, const Value& a, const Value& b, const Shape& out,
                     bool multilinear, bool divide) {
-  internal::CheckMesh(op, a);
-  internal::CheckMesh(op, b);
   if (!Checked()) return internal::ErasedJoin(a.type, b.type);
   std::optional<Rejection> no;
   SpmdType t = ElementwiseRule(op, a.type, a.shape(), b.type, b.shape(), out, multilinear,
@@ -153,6 +164,7 @@ namespace internal {
 
 SpmdType ElementwiseType(const char* op, const Value& a, const Value& b, const Shape& out,
                          bool multilinear) {
+  CheckBinaryOperands(op, a, b);
   return BinaryType(op, a, b, out, multilinear, false);
 }
 SpmdType NonlinearTypeOf(const char* op, const Value& x) { return NonlinearType(op, x); }
@@ -172,6 +184,7 @@ void CheckDimNotSharded(const char* op, const Value& x, int dim, const char* fix
 // Elementwise.
 
 Value add(const Value& a, const Value& b) {
+  CheckBinaryOperands("add", a, b);
   Tensor t = Add(a.tensor, b.tensor);
   SpmdType ty = BinaryType("add", a, b, t.shape(), false, false);
   Value out(std::move(t), ty);
@@ -187,6 +200,7 @@ Value add(const Value& a, const Value& b) {
 }
 
 Value sub(const Value& a, const Value& b) {
+  CheckBinaryOperands("sub", a, b);
   Tensor t = Sub(a.tensor, b.tensor);
   SpmdType ty = BinaryType("sub", a, b, t.shape(), false, false);
   Value out(std::move(t), ty);
@@ -201,6 +215,7 @@ Value sub(const Value& a, const Value& b) {
 }
 
 Value mul(const Value& a, const Value& b) {
+  CheckBinaryOperands("mul", a, b);
   Tensor t = Mul(a.tensor, b.tensor);
   SpmdType ty = BinaryType("mul", a, b, t.shape(), true, false);
   Value out(std::move(t), ty);
@@ -215,6 +230,7 @@ Value mul(const Value& a, const Value& b) {
 }
 
 Value div(const Value& a, const Value& b) {
+  CheckBinaryOperands("div", a, b);
   Tensor t = Div(a.tensor, b.tensor);
   SpmdType ty = BinaryType("div", a, b, t.shape(), true, true);
   Value out(std::move(t), ty);
@@ -272,22 +288,26 @@ namespace {
 // Backward kernels: multilinear in dy with the primal-derived operand acting as an R factor of
 // the same type as the primal.
 SpmdType GradKernelType(const char* op, const Value& x, const Value& dy) {
-  return BinaryType(op, x, dy, dy.shape(), true, false);
+  return internal::ElementwiseType(op, x, dy, dy.shape(), true);
 }
 
 }  // namespace
 
 Value relu_grad(const Value& x, const Value& dy) {
-  return Value(ReluGrad(x.tensor, dy.tensor), GradKernelType("relu_grad", x, dy));
+  const SpmdType t = GradKernelType("relu_grad", x, dy);
+  return Value(ReluGrad(x.tensor, dy.tensor), t);
 }
 Value gelu_grad(const Value& x, const Value& dy, GeluApprox approx) {
-  return Value(GeluGrad(x.tensor, dy.tensor, approx), GradKernelType("gelu_grad", x, dy));
+  const SpmdType t = GradKernelType("gelu_grad", x, dy);
+  return Value(GeluGrad(x.tensor, dy.tensor, approx), t);
 }
 Value silu_grad(const Value& x, const Value& dy) {
-  return Value(SiluGrad(x.tensor, dy.tensor), GradKernelType("silu_grad", x, dy));
+  const SpmdType t = GradKernelType("silu_grad", x, dy);
+  return Value(SiluGrad(x.tensor, dy.tensor), t);
 }
 Value tanh_grad(const Value& y, const Value& dy) {
-  return Value(TanhGrad(y.tensor, dy.tensor), GradKernelType("tanh_grad", y, dy));
+  const SpmdType t = GradKernelType("tanh_grad", y, dy);
+  return Value(TanhGrad(y.tensor, dy.tensor), t);
 }
 
 
@@ -297,9 +317,11 @@ namespace {
 // d = vjp(saved, g), where saved is x or, for ops whose derivative is cheaper from it, y.
 enum class Saves { kInput, kOutput };
 
-template <typename Vjp>
-Value UnaryNonlinear(const char* op, const Value& x, Tensor y, Saves saves, Vjp vjp) {
-  Value out(std::move(y), NonlinearType(op, x));
+// The kernel runs after the type check (never on an undefined or foreign operand).
+template <typename Kernel, typename Vjp>
+Value UnaryNonlinear(const char* op, const Value& x, Kernel kernel, Saves saves, Vjp vjp) {
+  const SpmdType t = NonlinearType(op, x);
+  Value out(kernel(x.tensor), t);
   if (NeedsTape(x)) {
     Value saved = Detached(saves == Saves::kOutput ? out : x);
     RecordOp(op, {&x}, out,
@@ -311,39 +333,40 @@ Value UnaryNonlinear(const char* op, const Value& x, Tensor y, Saves saves, Vjp 
 }  // namespace
 
 Value exp(const Value& x) {
-  return UnaryNonlinear("exp", x, Exp(x.tensor), Saves::kOutput,
+  return UnaryNonlinear("exp", x, [](const Tensor& t) { return Exp(t); }, Saves::kOutput,
                         [](const Value& y, const Value& g) { return g * y; });
 }
 
 Value log(const Value& x) {
-  return UnaryNonlinear("log", x, Log(x.tensor), Saves::kInput,
+  return UnaryNonlinear("log", x, [](const Tensor& t) { return Log(t); }, Saves::kInput,
                         [](const Value& xd, const Value& g) { return g / xd; });
 }
 
 Value tanh(const Value& x) {
-  return UnaryNonlinear("tanh", x, Tanh(x.tensor), Saves::kOutput,
+  return UnaryNonlinear("tanh", x, [](const Tensor& t) { return Tanh(t); }, Saves::kOutput,
                         [](const Value& y, const Value& g) { return tanh_grad(y, g); });
 }
 
 Value relu(const Value& x) {
-  return UnaryNonlinear("relu", x, Relu(x.tensor), Saves::kInput,
+  return UnaryNonlinear("relu", x, [](const Tensor& t) { return Relu(t); }, Saves::kInput,
                         [](const Value& xd, const Value& g) { return relu_grad(xd, g); });
 }
 
 Value sqrt(const Value& x) {
-  return UnaryNonlinear("sqrt", x, Sqrt(x.tensor), Saves::kOutput,
+  return UnaryNonlinear("sqrt", x, [](const Tensor& t) { return Sqrt(t); }, Saves::kOutput,
                         [](const Value& y, const Value& g) { return mul_scalar(g / y, 0.5); });
 }
 
 Value gelu(const Value& x, GeluApprox approx) {
-  return UnaryNonlinear("gelu", x, Gelu(x.tensor, approx), Saves::kInput,
+  return UnaryNonlinear("gelu", x, [approx](const Tensor& t) { return Gelu(t, approx); },
+                        Saves::kInput,
                         [approx](const Value& xd, const Value& g) {
                           return gelu_grad(xd, g, approx);
                         });
 }
 
 Value silu(const Value& x) {
-  return UnaryNonlinear("silu", x, Silu(x.tensor), Saves::kInput,
+  return UnaryNonlinear("silu", x, [](const Tensor& t) { return Silu(t); }, Saves::kInput,
                         [](const Value& xd, const Value& g) { return silu_grad(xd, g); });
 }
 
@@ -488,7 +511,8 @@ Shape KeepdimShape(const Shape& in, const std::vector<int>& nd) {
 
 Value sum(const Value& x, const std::vector<int>& dims, bool keepdim) {
   std::vector<int> nd = NormalizeDims(dims, x.rank());
-  Value out(Sum(x.tensor, nd, keepdim), ReduceType("sum", x, nd, keepdim, false, true));
+  const SpmdType t = ReduceType("sum", x, nd, keepdim, false, true);
+  Value out(Sum(x.tensor, nd, keepdim), t);
   if (NeedsTape(x)) {
     Shape ks = KeepdimShape(x.shape(), nd);
     Shape xs = x.shape();
@@ -501,7 +525,8 @@ Value sum(const Value& x, const std::vector<int>& dims, bool keepdim) {
 
 Value sum_partial(const Value& x, const std::vector<int>& dims, bool keepdim) {
   std::vector<int> nd = NormalizeDims(dims, x.rank());
-  Value out(Sum(x.tensor, nd, keepdim), ReduceType("sum_partial", x, nd, keepdim, true, true));
+  const SpmdType t = ReduceType("sum_partial", x, nd, keepdim, true, true);
+  Value out(Sum(x.tensor, nd, keepdim), t);
   if (NeedsTape(x)) {
     Shape ks = KeepdimShape(x.shape(), nd);
     Shape xs = x.shape();
@@ -518,7 +543,8 @@ Value mean(const Value& x, const std::vector<int>& dims, bool keepdim) {
   std::vector<int> nd = NormalizeDims(dims, x.rank());
   int64_t count = 1;
   for (int d : nd) count *= x.dim(d);
-  Value out(Mean(x.tensor, nd, keepdim), ReduceType("mean", x, nd, keepdim, false, true));
+  const SpmdType t = ReduceType("mean", x, nd, keepdim, false, true);
+  Value out(Mean(x.tensor, nd, keepdim), t);
   if (NeedsTape(x)) {
     Shape ks = KeepdimShape(x.shape(), nd);
     Shape xs = x.shape();
@@ -643,7 +669,8 @@ Value concat(const std::vector<Value>& parts, int dim) {
   Tensor t = Concat(ts, dim);
   SpmdType ty = parts[0].type;
   for (size_t k = 1; k < parts.size(); ++k) {
-    ty = BinaryType("concat", Value(parts[0].tensor, ty), parts[k], t.shape(), false, false);
+    ty = internal::ElementwiseType("concat", Value(parts[0].tensor, ty), parts[k], t.shape(),
+                                   false);
   }
   Value out(std::move(t), SliceRule(ty, dim));
   bool any = false;

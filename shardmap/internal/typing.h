@@ -29,15 +29,27 @@ std::string AxisName(int axis);
 // shard_map or RunSpmd and used in another), so its axis types would be read against the wrong
 // axes.
 [[noreturn]] void ForeignMeshFail(const char* op, const Value& v);
-// Checks that v belongs to the running program's mesh (by Mesh::id(); a type built without a
-// mesh, id 0, by its number of axes). Two integer compares.
-inline void CheckMesh(const char* op, const Value& v) {
+// Throws: a required operand is an undefined (default-constructed) Value.
+[[noreturn]] void UndefinedOperandFail(const char* op, const char* operand);
+
+// Checks that a required operand is defined and belongs to the running program's mesh (by
+// Mesh::id(); a type built without a mesh, id 0, by its number of axes). An undefined Value has
+// no type and no mesh: it is reported as undefined, never as foreign. A pointer test and two
+// integer compares. operand: its name in the message ("x", "gamma"), or nullptr.
+inline void CheckMesh(const char* op, const Value& v, const char* operand = nullptr) {
+  if (!v.defined()) UndefinedOperandFail(op, operand);
   const RankContext* ctx = RankContext::Current();
   if (ctx == nullptr) return;  // the op fails on the missing context itself
   const uint32_t id = v.type.mesh_id();
   if ((id != 0 && id != ctx->mesh().id()) || v.type.num_axes() != ctx->mesh().num_axes()) {
     ForeignMeshFail(op, v);
   }
+}
+
+// An optional operand (norm weights, a bias): undefined means "left out" and passes; a defined
+// one is checked as CheckMesh does. Ops with optional operands must use this, not CheckMesh.
+inline void CheckOptionalMesh(const char* op, const Value& v, const char* operand = nullptr) {
+  if (v.defined()) CheckMesh(op, v, operand);
 }
 
 inline bool NeedsTape(const Value& a) { return a.node >= 0 && CurrentRecorder() != nullptr; }

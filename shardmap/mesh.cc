@@ -143,11 +143,16 @@ int Mesh::GroupMember(int rank, AxisMask mask, int index) const {
   return RankAt(c);
 }
 
-std::string Mesh::MaskToString(AxisMask mask) const {
-  std::vector<std::string> parts;
+std::vector<std::string> Mesh::AxisNamesOf(AxisMask mask) const {
+  std::vector<std::string> names;
   for (int i = 0; i < num_axes(); ++i) {
-    if (mask & (1u << i)) parts.push_back(names_[i]);
+    if (mask & (1u << i)) names.push_back(names_[i]);
   }
+  return names;
+}
+
+std::string Mesh::MaskToString(AxisMask mask) const {
+  const std::vector<std::string> parts = AxisNamesOf(mask);
   if (parts.size() == 1) return parts[0];
   return absl::StrCat("(", absl::StrJoin(parts, ","), ")");
 }

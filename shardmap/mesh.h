@@ -62,6 +62,8 @@ class Mesh {
   int GroupMember(int rank, AxisMask mask, int index) const;
   // "tp" or "(dp,tp)".
   std::string MaskToString(AxisMask mask) const;
+  // The names of the axes of mask, in mesh order (what collectives take): {"dp", "tp"}.
+  std::vector<std::string> AxisNamesOf(AxisMask mask) const;
 
   absl::StatusOr<Mesh> Submesh(const std::vector<std::string>& axes) const;
   // Replaces `axes` (which must be adjacent, in mesh order) by one axis `new_name` of their

@@ -21,6 +21,22 @@ TEST(SpmdTypeTest, PrintsAndDuals) {
   EXPECT_EQ(AxisType::V().ToString(), "V");
 }
 
+TEST(SpmdTypeTest, AxesOfKindIsAMaskInMeshOrder) {
+  SpmdType t(4);
+  t[0] = AxisType::Sharded(0);
+  t[1] = AxisType::P();
+  t[3] = AxisType::P();
+  EXPECT_EQ(t.AxesOfKind(AxisKind::kP), 0b1010u);
+  EXPECT_EQ(t.AxesOfKind(AxisKind::kV), 0b0001u);  // S(d) is a V
+  EXPECT_EQ(t.AxesOfKind(AxisKind::kR), 0b0100u);
+  EXPECT_EQ(t.AxesOfKind(AxisKind::kI), 0u);
+  EXPECT_EQ(Dual(t).AxesOfKind(AxisKind::kP), 0b0100u);
+  EXPECT_EQ(SpmdType().AxesOfKind(AxisKind::kR), 0u);
+  Mesh m = *Mesh::Create({{"dp", 2}, {"tp", 3}, {"cp", 1}, {"ep", 5}});
+  EXPECT_EQ(m.AxisNamesOf(t.AxesOfKind(AxisKind::kP)), (std::vector<std::string>{"tp", "ep"}));
+  EXPECT_TRUE(m.AxisNamesOf(0).empty());
+}
+
 TEST(MeshTest, CoordsAndGroups) {
   Mesh m = *Mesh::Create({{"dp", 2}, {"tp", 3}});
   EXPECT_EQ(m.size(), 6);

@@ -72,6 +72,8 @@ struct CollectiveRule {
   const char* wrong_dim_rule;
   const char* wrong_dim_fix;
   CollectiveResultKind result;
+  const char* api;    // the function's name, as logs and agreement tags print it: "all_reduce"
+  bool communicates;  // moves data between devices (the casts convert/reinterpret/vary do not)
 };
 
 const CollectiveRule& CollectiveRuleFor(Collective c);

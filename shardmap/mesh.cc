@@ -1,5 +1,7 @@
 #include "shardmap/mesh.h"
 
+#include <ostream>
+
 #include <cstdint>
 #include <limits>
 
@@ -233,6 +235,10 @@ std::string Mesh::ToString() const {
     }
   }
   return s;
+}
+
+std::ostream& operator<<(std::ostream& os, const Mesh& mesh) {
+  return os << mesh.ShortString();
 }
 
 }  // namespace shardmap

@@ -83,19 +83,13 @@ PendingPpermute ppermute_start(const Value& x, const Axes& axes, Pairs pairs) {
     st->token = Value(Tensor::Empty({0}, x.dtype(), x.tensor.device()), st->type);
     const SpmdType xt = x.type;
     internal::RecordOp(kStart, {&x}, st->token,
-                       [backward, xt, mask](const Value&, uint32_t, Value* d) {
+                       [backward, xt](const Value&, uint32_t, Value* d) {
       if (!backward->transfer.pending()) {
         OpFail("backward of ppermute_start: the backward of its ppermute_wait did not run first "
                "(the tape runs VJPs in reverse order; this is a bug in the tape)");
       }
-      Value r = backward->transfer.Wait();
-      for (int i = 0; i < xt.num_axes(); ++i) {
-        if (!(mask & (1u << i))) continue;
-        // The cotangent of an R primal promoted to V is a pending sum; a V primal keeps its S(d).
-        if (xt[i].kind == AxisKind::kR) r.type[i] = AxisType::P();
-        if (xt[i].kind == AxisKind::kV) r.type[i] = xt[i];
-      }
-      d[0] = r;
+      // The table's transpose: ppermute with the inverse pairs (started by Wait()'s VJP).
+      d[0] = internal::AsCotangent(backward->transfer.Wait(), xt);
     });
     st->backward = std::move(backward);
     st->axes = axes;

@@ -174,27 +174,24 @@ Value all_reduce(const Value& x, const Axes& axes, To to, ReduceKind op) {
     int n = c.group_size();
     RecordOp("all_reduce", {&x}, y,
              [axes, to, op, xt, xd, yd, mask, n](const Value& g, uint32_t, Value* d) {
-               Value r;
-               if (op == ReduceKind::kSum) {
-                 r = to == To::kR ? all_reduce(g, axes, To::kR) : convert(g, axes, Convert::kIToR);
-                 d[0] = r;
-                 return;
+               // The table's transposes: to R, all_reduce(sum); to I, convert(I->R) for a sum
+               // and nothing for mean/max/min (g is already the total).
+               Value total = to == To::kR         ? all_reduce(g, axes, To::kR)
+                             : op == ReduceKind::kSum ? convert(g, axes, Convert::kIToR)
+                                                      : g;
+               if (op != ReduceKind::kSum) {  // spread (mean) or routed to the extreme (local)
+                 Tensor gt = total.tensor;
+                 if (op == ReduceKind::kMean) {
+                   gt = MulScalar(gt, 1.0 / n);
+                 } else {
+                   RankContext& c = RankContext::Get("all_reduce backward");
+                   gt = Mul(gt, WinnerMask(c.CommFor("all_reduce(max/min) backward", mask,
+                                                     xd.tensor),
+                                           xd.tensor, yd.tensor, mask));
+                 }
+                 total = Value(std::move(gt), total.type);
                }
-               // mean/max/min: the total cotangent (R), then spread or routed.
-               Value total = to == To::kR ? all_reduce(g, axes, To::kR) : g;
-               Tensor gt = total.tensor;
-               if (op == ReduceKind::kMean) {
-                 gt = MulScalar(gt, 1.0 / n);
-               } else {
-                 RankContext& c = RankContext::Get("all_reduce backward");
-                 gt = Mul(gt, WinnerMask(c.CommFor("all_reduce(max/min) backward", mask, xd.tensor),
-                                          xd.tensor, yd.tensor, mask));
-               }
-               SpmdType dt = total.type;
-               for (int i = 0; i < dt.num_axes(); ++i) {
-                 if (mask & (1u << i)) dt[i] = xt[i];
-               }
-               d[0] = Value(std::move(gt), dt);
+               d[0] = internal::AsCotangent(std::move(total), xt);
              });
   }
   return y;
@@ -229,8 +226,10 @@ Value GatherImpl(const Value& x, int dim, const Axes& axes, To to,
     int idx = me;
     RecordOp("all_gather", {&x}, y,
              [axes, dim, to, xt, len, sz, idx](const Value& g, uint32_t, Value* d) {
+               // The table's transposes: to R, reduce_scatter; to I, this device's chunk.
                if (to == To::kR) {
-                 d[0] = ScatterImpl(g, dim, axes, sz.empty() ? nullptr : &sz);
+                 d[0] = internal::AsCotangent(ScatterImpl(g, dim, axes, sz.empty() ? nullptr : &sz),
+                                              xt);
                } else {
                  int64_t start = 0;
                  if (sz.empty()) {
@@ -238,12 +237,7 @@ Value GatherImpl(const Value& x, int dim, const Axes& axes, To to,
                  } else {
                    for (int k = 0; k < idx; ++k) start += sz[k];
                  }
-                 Tensor part = Slice(g.tensor, dim, start, len);
-                 SpmdType dt = g.type;
-                 for (int i = 0; i < dt.num_axes(); ++i) {
-                   if (xt[i].kind == AxisKind::kV) dt[i] = xt[i];
-                 }
-                 d[0] = Value(std::move(part), dt);
+                 d[0] = internal::AsCotangent(Value(Slice(g.tensor, dim, start, len), g.type), xt);
                }
              });
   }
@@ -271,8 +265,10 @@ Value ScatterImpl(const Value& x, int dim, const Axes& axes, const std::vector<i
   Value y(std::move(out), c.type());
   if (NeedsTape(x)) {
     std::vector<int64_t> sz = sizes ? *sizes : std::vector<int64_t>();
-    RecordOp("reduce_scatter", {&x}, y, [axes, dim, sz](const Value& g, uint32_t, Value* d) {
-      d[0] = GatherImpl(g, dim, axes, To::kR, sz.empty() ? nullptr : &sz);
+    RecordOp("reduce_scatter", {&x}, y, [axes, dim, sz, xt = x.type](const Value& g, uint32_t,
+                                                                      Value* d) {
+      d[0] = internal::AsCotangent(GatherImpl(g, dim, axes, To::kR, sz.empty() ? nullptr : &sz),
+                                   xt);
     });
   }
   return y;
@@ -321,9 +317,9 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
   for (int j = 0; j < n; ++j) got.push_back(recv.SliceRows(j, 1).Reshape(cs));
   Value y(Concat(got, concat_dim), c.type());
   if (NeedsTape(x)) {
-    RecordOp("all_to_all", {&x}, y, [split_dim, concat_dim, axes](const Value& g, uint32_t,
-                                                                  Value* d) {
-      d[0] = all_to_all(g, concat_dim, split_dim, axes);
+    RecordOp("all_to_all", {&x}, y, [split_dim, concat_dim, axes, xt = x.type](
+                                         const Value& g, uint32_t, Value* d) {
+      d[0] = internal::AsCotangent(all_to_all(g, concat_dim, split_dim, axes), xt);
     });
   }
   return y;
@@ -379,9 +375,10 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
   Value y(Concat(got, concat_dim), c.type());
   if (NeedsTape(x)) {
     RecordOp("all_to_all", {&x}, y,
-             [split_dim, concat_dim, axes, split_sizes, concat_sizes](const Value& g, uint32_t,
-                                                                      Value* d) {
-               d[0] = all_to_all(g, concat_dim, split_dim, axes, concat_sizes, split_sizes);
+             [split_dim, concat_dim, axes, split_sizes, concat_sizes, xt = x.type](
+                 const Value& g, uint32_t, Value* d) {
+               d[0] = internal::AsCotangent(
+                   all_to_all(g, concat_dim, split_dim, axes, concat_sizes, split_sizes), xt);
              });
   }
   return y;
@@ -389,7 +386,6 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
 
 Value ppermute(const Value& x, const Axes& axes, std::vector<std::pair<int, int>> pairs) {
   const CollectiveCall c(Collective::kPpermute, x, axes);
-  const AxisMask mask = c.mask();
   const int n = c.group_size();
   std::vector<bool> src(n), dst(n);
   for (auto [s, d] : pairs) {
@@ -408,14 +404,8 @@ Value ppermute(const Value& x, const Axes& axes, std::vector<std::pair<int, int>
     std::vector<std::pair<int, int>> inv;
     for (auto [s, d] : pairs) inv.push_back({d, s});
     SpmdType xt = x.type;
-    RecordOp("ppermute", {&x}, y, [axes, inv, xt, mask](const Value& g, uint32_t, Value* d) {
-      Value r = ppermute(g, axes, inv);
-      for (int i = 0; i < xt.num_axes(); ++i) {
-        // Cotangent of an R primal promoted to V: a pending sum.
-        if ((mask & (1u << i)) && xt[i].kind == AxisKind::kR) r.type[i] = AxisType::P();
-        if ((mask & (1u << i)) && xt[i].kind == AxisKind::kV) r.type[i] = xt[i];
-      }
-      d[0] = r;
+    RecordOp("ppermute", {&x}, y, [axes, inv, xt](const Value& g, uint32_t, Value* d) {
+      d[0] = internal::AsCotangent(ppermute(g, axes, inv), xt);
     });
   }
   return y;
@@ -445,13 +435,14 @@ Value broadcast(const Value& x, const Axes& axes, int root) {
   if (NeedsTape(x)) {
     SpmdType xt = x.type;
     RecordOp("broadcast", {&x}, y, [axes, mask, root, xt](const Value& g, uint32_t, Value* d) {
+      // The table's transpose: all_reduce(sum), then kept on the root only: on the axes where
+      // x was R that is convert(R->P)'s result (at the root), where it was V a V.
       Value total = all_reduce(g, axes, To::kR);
       RankContext& c = RankContext::Get("broadcast backward");
-      SpmdType dt = total.type;
-      for (int i = 0; i < dt.num_axes(); ++i) {
-        if (mask & (1u << i)) dt[i] = Dual(xt[i]);
-      }
-      d[0] = Value(KeepOnRoot(c, total.tensor, mask, root), dt);
+      const SpmdType t =
+          CollectiveResult(CollectiveRuleFor(Collective::kConvertRToP), total.type,
+                           mask & xt.AxesOfKind(AxisKind::kR), -1, false);
+      d[0] = internal::AsCotangent(Value(KeepOnRoot(c, total.tensor, mask, root), t), xt);
     });
   }
   return y;
@@ -465,8 +456,10 @@ Value convert(const Value& x, const Axes& axes, Convert c) {
       c == Convert::kIToR ? x.tensor : KeepOnRoot(call.ctx(), x.tensor, call.mask(), 0);
   Value y(std::move(out), call.type());
   if (NeedsTape(x)) {
-    RecordOp(name, {&x}, y, [axes, c](const Value& g, uint32_t, Value* d) {
-      d[0] = c == Convert::kIToR ? all_reduce(g, axes, To::kI) : convert(g, axes, Convert::kRToP);
+    RecordOp(name, {&x}, y, [axes, c, xt = x.type](const Value& g, uint32_t, Value* d) {
+      d[0] = internal::AsCotangent(
+          c == Convert::kIToR ? all_reduce(g, axes, To::kI) : convert(g, axes, Convert::kRToP),
+          xt);
     });
   }
   return y;
@@ -474,25 +467,11 @@ Value convert(const Value& x, const Axes& axes, Convert c) {
 
 Value reinterpret(const Value& x, const Axes& axes) {
   const CollectiveCall c(Collective::kReinterpret, x, axes);
-  const AxisMask mask = c.mask();
   Value y(x.tensor, c.type());
   if (NeedsTape(x)) {
-    SpmdType xt = x.type;
-    RecordOp("reinterpret", {&x}, y, [mask, xt](const Value& g, uint32_t, Value* d) {
-      SpmdType dt = g.type;
-      if (RankContext::Get("reinterpret backward").checked()) {
-        for (int i = 0; i < dt.num_axes(); ++i) {
-          if ((mask & (1u << i)) && dt[i].kind != AxisKind::kR) {
-            Value gd = g;
-            TypeFail("reinterpret(V->P) backward", i, "the cotangent of a P value must be R",
-                     "this is an internal inconsistency; report it", {{"g", &gd}});
-          }
-        }
-      }
-      for (int i = 0; i < dt.num_axes(); ++i) {
-        if (mask & (1u << i)) dt[i] = xt[i];
-      }
-      d[0] = Value(g.tensor, dt);
+    // The table's transpose: none (local); the R cotangent of the P result is a V one.
+    RecordOp("reinterpret", {&x}, y, [xt = x.type](const Value& g, uint32_t, Value* d) {
+      d[0] = internal::AsCotangent(g, xt);
     });
   }
   return y;
@@ -500,16 +479,11 @@ Value reinterpret(const Value& x, const Axes& axes) {
 
 Value vary(const Value& x, const Axes& axes) {
   const CollectiveCall c(Collective::kVary, x, axes);
-  const AxisMask mask = c.mask();
   Value y(x.tensor, c.type());
   if (NeedsTape(x)) {
-    SpmdType xt = x.type;
-    RecordOp("vary", {&x}, y, [mask, xt](const Value& g, uint32_t, Value* d) {
-      SpmdType dt = g.type;
-      for (int i = 0; i < dt.num_axes(); ++i) {
-        if (mask & (1u << i)) dt[i] = xt[i].kind == AxisKind::kR ? AxisType::P() : xt[i];
-      }
-      d[0] = Value(g.tensor, dt);
+    // The table's transpose: none (local); the V cotangent of an R primal is P.
+    RecordOp("vary", {&x}, y, [xt = x.type](const Value& g, uint32_t, Value* d) {
+      d[0] = internal::AsCotangent(g, xt);
     });
   }
   return y;

@@ -332,8 +332,8 @@ Value Einsum2(const std::string& text, const Value& a, const std::string& la, co
     std::string db_spec = absl::StrCat(out, ",", la, "->", lb);
     RecordOp("einsum", {&a, &b}, result,
              [ad, bd, da_spec, db_spec](const Value& g, uint32_t need, Value* d) {
-               if (need & 1) d[0] = internal::UnpromoteCotangent(einsum(da_spec, g, bd), ad.type);
-               if (need & 2) d[1] = internal::UnpromoteCotangent(einsum(db_spec, g, ad), bd.type);
+               if (need & 1) d[0] = internal::AsCotangent(einsum(da_spec, g, bd), ad.type);
+               if (need & 2) d[1] = internal::AsCotangent(einsum(db_spec, g, ad), bd.type);
              });
   }
   return result;

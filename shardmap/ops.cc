@@ -118,29 +118,6 @@ SpmdType NonlinearType(const char* op, const Value& x) {
 // The primal value without its tape slot, for capture in VJPs (no cycles, no re-recording).
 Value Detached(const Value& v) { return Value(v.tensor, v.type); }
 
-// Transpose of an implicit R -> V promotion: on axes where the primal was R and the cotangent
-// came out V, the cotangent is a pending sum (P), no communication.
-Value UnpromoteCotangent(Value g, const SpmdType& primal) {
-  for (int i = 0; i < primal.num_axes(); ++i) {
-    if (primal[i].kind == AxisKind::kR && g.type[i].kind == AxisKind::kV) {
-      g.type[i] = AxisType::P();
-    }
-  }
-  return g;
-}
-
-// A cotangent that came out R or I for a V primal is still a valid varying cotangent (the same
-// value on every device is one particular varying value).
-Value VaryCotangent(Value g, const SpmdType& primal) {
-  for (int i = 0; i < primal.num_axes(); ++i) {
-    if (primal[i].kind == AxisKind::kV &&
-        (g.type[i].kind == AxisKind::kR || g.type[i].kind == AxisKind::kI)) {
-      g.type[i] = primal[i];
-    }
-  }
-  return g;
-}
-
 // What a linear op's VJP needs of a primal: its shape and type.
 struct PrimalMeta {
   explicit PrimalMeta(const Value& v) : shape(v.shape()), type(v.type) {}
@@ -150,12 +127,12 @@ struct PrimalMeta {
 
 Value LinearGradTo(const Value& g, const PrimalMeta& m) {
   Value r = g.shape() == m.shape ? g : sum_to_shape(g, m.shape);
-  return UnpromoteCotangent(std::move(r), m.type);
+  return internal::AsCotangent(std::move(r), m.type);
 }
 
 Value BinaryGradTo(const Value& g, const Value& primal) {
   Value r = g.shape() == primal.shape() ? g : sum_to_shape(g, primal.shape());
-  return UnpromoteCotangent(std::move(r), primal.type);
+  return internal::AsCotangent(std::move(r), primal.type);
 }
 
 }  // namespace
@@ -168,9 +145,6 @@ SpmdType ElementwiseType(const char* op, const Value& a, const Value& b, const S
   return BinaryType(op, a, b, out, multilinear, false);
 }
 SpmdType NonlinearTypeOf(const char* op, const Value& x) { return NonlinearType(op, x); }
-Value UnpromoteCotangent(Value g, const SpmdType& primal) {
-  return shardmap::UnpromoteCotangent(std::move(g), primal);
-}
 void CheckDimNotSharded(const char* op, const Value& x, int dim, const char* fix) {
   if (!Checked()) return;
   std::optional<Rejection> no =
@@ -446,7 +420,7 @@ Value matmul(const Value& a, const Value& b, bool ta, bool tb) {
                                           const Value& g, uint32_t need, Value* d) {
       if (need & 1) {
         Value da = ta ? matmul(bd, g, tb, true) : matmul(g, bd, false, !tb);
-        d[0] = UnpromoteCotangent(std::move(da), ad.type);
+        d[0] = internal::AsCotangent(std::move(da), ad.type);
       }
       if (need & 2) {
         Value db;
@@ -457,7 +431,7 @@ Value matmul(const Value& a, const Value& b, bool ta, bool tb) {
         } else {
           db = tb ? matmul(g, ad, true, ta) : matmul(ad, g, !ta, false);
         }
-        d[1] = UnpromoteCotangent(std::move(db), bd.type);
+        d[1] = internal::AsCotangent(std::move(db), bd.type);
       }
     });
   }
@@ -533,7 +507,7 @@ Value sum_partial(const Value& x, const std::vector<int>& dims, bool keepdim) {
     SpmdType xt = x.type;
     RecordOp("sum_partial", {&x}, out, [ks, xs, xt](const Value& g, uint32_t, Value* d) {
       // The cotangent of a P axis is R: every shard gets the same gradient (a valid V).
-      d[0] = VaryCotangent(broadcast_to(reshape(g, ks), xs), xt);
+      d[0] = internal::AsCotangent(broadcast_to(reshape(g, ks), xs), xt);
     });
   }
   return out;
@@ -581,7 +555,7 @@ Value broadcast_to(const Value& x, absl::Span<const int64_t> shape) {
     Shape xs = x.shape();
     SpmdType xt = x.type;
     RecordOp("broadcast_to", {&x}, out, [xs, xt](const Value& g, uint32_t, Value* d) {
-      d[0] = UnpromoteCotangent(sum_to_shape(g, xs), xt);
+      d[0] = internal::AsCotangent(sum_to_shape(g, xs), xt);
     });
   }
   return out;
@@ -598,14 +572,8 @@ Value reshape(const Value& x, absl::Span<const int64_t> shape) {
   Value out(std::move(t), ty);
   if (NeedsTape(x)) {
     Shape xs = x.shape();
-    RecordOp("reshape", {&x}, out, [xs, xt = x.type, ty](const Value& g, uint32_t, Value* d) {
-      Value dx = reshape(g, xs);
-      // Of the S dims valid for the same block layout (size-1 dims at its boundary), the
-      // cotangent takes the primal's: where g kept the output's S(e), x's S(d) is valid too.
-      for (int i = 0; i < xt.num_axes(); ++i) {
-        if (xt[i].is_sharded() && ty[i].is_sharded() && g.type[i] == ty[i]) dx.type[i] = xt[i];
-      }
-      d[0] = std::move(dx);
+    RecordOp("reshape", {&x}, out, [xs, xt = x.type](const Value& g, uint32_t, Value* d) {
+      d[0] = internal::AsCotangent(reshape(g, xs), xt);
     });
   }
   return out;
@@ -649,11 +617,7 @@ Value slice(const Value& x, int dim, int64_t start, int64_t length) {
     RecordOp("slice", {&x}, out, [xs, xt, dim, start](const Value& g, uint32_t, Value* d) {
       Tensor z = Tensor::Zeros(xs, g.dtype(), g.tensor.device());
       SliceAssign(z, dim, start, g.tensor);
-      SpmdType gt = g.type;
-      for (int i = 0; i < gt.num_axes(); ++i) {
-        if (xt[i].is_sharded() && gt[i].kind == AxisKind::kV) gt[i] = xt[i];
-      }
-      d[0] = Value(std::move(z), gt);
+      d[0] = internal::AsCotangent(Value(std::move(z), g.type), xt);
     });
   }
   return out;
@@ -693,15 +657,7 @@ Value concat(const std::vector<Value>& parts, int dim) {
       for (size_t k = 0; k < ps.size(); ++k) {
         int64_t len = ps[k].dim(dim);
         if (need & (1u << k)) {
-          Value s = slice(g, dim, off, len);
-          for (int i = 0; i < s.type.num_axes(); ++i) {
-            if (ps[k].type[i].kind == AxisKind::kR && s.type[i].kind == AxisKind::kV) {
-              s.type[i] = AxisType::P();
-            } else if (ps[k].type[i].is_sharded() && s.type[i].kind == AxisKind::kV) {
-              s.type[i] = ps[k].type[i];
-            }
-          }
-          d[k] = s;
+          d[k] = internal::AsCotangent(slice(g, dim, off, len), ps[k].type);
         }
         off += len;
       }

@@ -23,6 +23,7 @@ constexpr const char* kResolvePartialFirst = "resolve the partial sum first (all
 constexpr const char* kIToRFirst = "convert(x, axis, Convert::kIToR) first";
 
 using K = CollectiveResultKind;
+using C = Collective;
 
 // Indexed by Collective; fix[] by AxisKind order R, I, V, P.
 constexpr CollectiveRule kRules[] = {
@@ -37,12 +38,14 @@ constexpr CollectiveRule kRules[] = {
       "ReduceKind::kMean. If x should already have been a partial sum, an earlier op mixed "
       "operands sharded over different axes: check the in_specs",
       nullptr},
-     nullptr, nullptr, K::kRorI, "all_reduce", true},
+     nullptr, nullptr, K::kRorI, "all_reduce", true,
+     {C::kAllReduceSum, false, false}, {C::kConvertIToR, false, false}},
     {"all_reduce(mean/max/min)",
      "takes per-device values (V)",
      {kAlreadySameDropAllReduce, kAlreadySameDropAllReduce, nullptr,
       "use ReduceKind::kSum to resolve a partial sum"},
-     nullptr, nullptr, K::kRorI, "all_reduce", true},
+     nullptr, nullptr, K::kRorI, "all_reduce", true,
+     {C::kAllReduceSum, false, false}, {C::kCount, false, false}},
     {"all_gather",
      "takes shards (S$0 or V)",
      {"x is already whole on every device: drop the all_gather",
@@ -50,51 +53,61 @@ constexpr CollectiveRule kRules[] = {
       "a partial sum is resolved with all_reduce, or with reduce_scatter(x, $0, axis) to get "
       "shards"},
      "gathers dim $0 but x is sharded along dim $1", "gather dim $1, or all_to_all to move the "
-     "sharding", K::kGathered, "all_gather", true},
+     "sharding", K::kGathered, "all_gather", true,
+     {C::kReduceScatter, false, false}, {C::kCount, false, false}},
     {"reduce_scatter",
      "takes a partial sum (P)",
      {"to shard a replicated value, slice it locally with axis_index (its gradient is then P)",
       "to shard a replicated value, slice it locally with axis_index (its gradient is then P)",
       "reinterpret(x, axis) (V->P) first if the per-device values are addends of one sum",
       nullptr},
-     nullptr, nullptr, K::kScattered, "reduce_scatter", true},
+     nullptr, nullptr, K::kScattered, "reduce_scatter", true,
+     {C::kAllGather, false, false}, {C::kCount, false, false}},
     {"all_to_all",
      kAllToAllTakes,
      {"pass concat_dim=$0 matching the dim x is sharded along",
       "pass concat_dim=$0 matching the dim x is sharded along", nullptr,
       "resolve the partial sum first (all_reduce or reduce_scatter)"},
-     kAllToAllWrongDim, "pass concat_dim=$1 matching the dim x is sharded along", K::kSharded, "all_to_all", true},
+     kAllToAllWrongDim, "pass concat_dim=$1 matching the dim x is sharded along", K::kSharded, "all_to_all", true,
+     {C::kAllToAll, false, false}, {C::kCount, false, false}},
     {"all_to_all",
      kAllToAllTakes,
      {kAllToAllSizesFix, kAllToAllSizesFix, nullptr, kAllToAllSizesFix},
-     kAllToAllWrongDim, kAllToAllSizesFix, K::kSharded, "all_to_all", true},
+     kAllToAllWrongDim, kAllToAllSizesFix, K::kSharded, "all_to_all", true,
+     {C::kAllToAllSizes, false, false}, {C::kCount, false, false}},
     {"ppermute",
      "takes R or V values",
      {nullptr, kIToRFirst, nullptr, kResolvePartialFirst},
-     nullptr, nullptr, K::kV, "ppermute", true},
+     nullptr, nullptr, K::kV, "ppermute", true,
+     {C::kPpermute, false, false}, {C::kCount, false, false}},
     {"broadcast",
      "takes R or V values",
      {nullptr, "x is already the same everywhere: drop the broadcast", nullptr,
       "resolve the partial sum with all_reduce instead"},
-     nullptr, nullptr, K::kR, "broadcast", true},
+     nullptr, nullptr, K::kR, "broadcast", true,
+     {C::kAllReduceSum, false, true}, {C::kCount, false, false}},
     {"convert(I->R)",
      "takes I",
      {kConvertDirections, nullptr, kConvertDirections, kConvertDirections},
-     nullptr, nullptr, K::kR, "convert", false},
+     nullptr, nullptr, K::kR, "convert", false,
+     {C::kAllReduceSum, true, false}, {C::kCount, false, false}},
     {"convert(R->P)",
      "takes R",
      {nullptr, kConvertDirections, kConvertDirections, kConvertDirections},
-     nullptr, nullptr, K::kP, "convert", false},
+     nullptr, nullptr, K::kP, "convert", false,
+     {C::kConvertRToP, false, false}, {C::kCount, false, false}},
     {"reinterpret(V->P)",
      "takes V",
      {"use convert(x, axis, Convert::kRToP) for a replicated value (it keeps one copy, not n)",
       "only per-device values can be reinterpreted as addends of a sum", nullptr,
       "only per-device values can be reinterpreted as addends of a sum"},
-     nullptr, nullptr, K::kP, "reinterpret", false},
+     nullptr, nullptr, K::kP, "reinterpret", false,
+     {C::kCount, false, false}, {C::kCount, false, false}},
     {"vary(R->V)",
      "takes R",
      {nullptr, kIToRFirst, nullptr, kResolvePartialFirst},
-     nullptr, nullptr, K::kKeepV, "vary", false},
+     nullptr, nullptr, K::kKeepV, "vary", false,
+     {C::kCount, false, false}, {C::kCount, false, false}},
 };
 static_assert(sizeof(kRules) / sizeof(kRules[0]) == static_cast<size_t>(Collective::kCount),
               "one rule per Collective");
@@ -167,6 +180,35 @@ SpmdType CollectiveResult(const CollectiveRule& r, const SpmdType& x, AxisMask m
     }
   }
   return t;
+}
+
+SpmdType CotangentType(const SpmdType& derived, const SpmdType& primal) {
+  SpmdType t = derived;
+  for (int i = 0; i < t.num_axes() && i < primal.num_axes(); ++i) {
+    const AxisKind p = primal[i].kind, d = t[i].kind;
+    if (p == AxisKind::kR && d == AxisKind::kV) {
+      t[i] = AxisType::P();
+    } else if (p == AxisKind::kV && d != AxisKind::kP && !t[i].is_sharded()) {
+      t[i] = primal[i];
+    }
+  }
+  return t;
+}
+
+SpmdType CollectiveCotangentType(Collective c, const SpmdType& x, AxisMask mask, int check_dim,
+                                 int result_dim, bool invariant) {
+  const CollectiveRule& r = CollectiveRuleFor(c);
+  const CollectiveTranspose& tr = invariant ? r.transpose_invariant : r.transpose;
+  SpmdType g = Dual(CollectiveResult(r, x, mask, result_dim, invariant));
+  if (tr.op != Collective::kCount) {
+    g = CollectiveResult(CollectiveRuleFor(tr.op), g, mask, check_dim, tr.invariant);
+  }
+  if (tr.keeps_root) {
+    for (int i = 0; i < g.num_axes(); ++i) {
+      if (InMask(mask, i) && x[i].kind == AxisKind::kR) g[i] = AxisType::P();
+    }
+  }
+  return CotangentType(g, x);
 }
 
 // ---------------------------------------------------------------------------------------------

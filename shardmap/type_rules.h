@@ -61,6 +61,14 @@ enum class CollectiveResultKind : uint8_t {
   kKeepV,      // vary: R becomes V, V (and S(d)) stays
 };
 
+// A collective's transpose (its VJP), as JAX's transposes are themselves typed primitives: the
+// collective the VJP applies to the cotangent, whose own rule then gives the cotangent's type.
+struct CollectiveTranspose {
+  Collective op;    // Collective::kCount: a local op (no collective; the cotangent keeps its type)
+  bool invariant;   // op is asked for an I result (To::kI)
+  bool keeps_root;  // then the cotangent stays on the root only (broadcast): P on R primals
+};
+
 // Texts may use $0 (the op's dim) and $1 (the dim x is sharded along on the axis, else $0).
 struct CollectiveRule {
   const char* name;   // as messages print it: "all_reduce(sum)"
@@ -74,6 +82,11 @@ struct CollectiveRule {
   CollectiveResultKind result;
   const char* api;    // the function's name, as logs and agreement tags print it: "all_reduce"
   bool communicates;  // moves data between devices (the casts convert/reinterpret/vary do not)
+  // The transpose of the op with an R result (or the op's only form), and of its I form
+  // (To::kI). The transpose's dims are the op's swapped (the forward's result dim is checked,
+  // its checked dim is the result: all_to_all(split, concat) transposes to (concat, split)).
+  CollectiveTranspose transpose;
+  CollectiveTranspose transpose_invariant;
 };
 
 const CollectiveRule& CollectiveRuleFor(Collective c);
@@ -94,6 +107,26 @@ SpmdType CollectiveResult(const CollectiveRule& r, const SpmdType& x, AxisMask m
                           bool invariant);
 
 const char* KindName(AxisKind k);  // "R", "I", "V", "P"
+
+// ---------------------------------------------------------------------------------------------
+// Cotangent types. A cotangent's type is its primal's dual (R<->P, I<->I, V<->V); the VJPs derive
+// it from the typed ops they run and state it here, in one place, where the derived type is a
+// valid but less precise (or promoted) form of the dual:
+//   primal R, derived V: P (the transpose of the implicit R -> V promotion: no communication);
+//   primal V or S(d), derived R, I or V of unknown layout: the primal's V or S(d) (a value that
+//   is the same on every device is one varying value; the shards of a V primal's cotangent are
+//   its shards).
+// Other axes keep the derived type: a derived S(e) for a primal S(d) (the tape accepts it only
+// for the same blocks), P for a non-R primal and I for a non-I one are VJP bugs the tape's
+// check reports.
+SpmdType CotangentType(const SpmdType& derived, const SpmdType& primal);
+
+// The type the table gives x's cotangent through collective c over mask (the forward's dims as
+// in CheckCollective / CollectiveResult; invariant: To::kI): the dual of c's result, through
+// c's transpose's rule (and keeps_root), stated by CotangentType. For every x the rule accepts
+// this equals Dual(x) (type_rules_test checks each row).
+SpmdType CollectiveCotangentType(Collective c, const SpmdType& x, AxisMask mask, int check_dim,
+                                 int result_dim, bool invariant);
 
 // Kind-only join for erased mode (max of kinds; no S dims, no checks). For programs that pass
 // the checks it agrees with the checked type on whether each axis is R, I or P/V.

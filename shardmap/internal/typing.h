@@ -69,8 +69,13 @@ using ::shardmap::ErasedUnary;
 SpmdType ElementwiseType(const char* op, const Value& a, const Value& b, const Shape& out,
                          bool multilinear);
 SpmdType NonlinearTypeOf(const char* op, const Value& x);
-// Transpose of an implicit R -> V promotion: V cotangents of R primals become P.
-Value UnpromoteCotangent(Value g, const SpmdType& primal);
+// g as the cotangent of a primal of type `primal`: its type as CotangentType (type_rules.h)
+// states it from the type the VJP's typed ops derived. Every VJP ends with it, so a cotangent's
+// type comes from one place.
+inline Value AsCotangent(Value g, const SpmdType& primal) {
+  g.type = CotangentType(g.type, primal);
+  return g;
+}
 // Throws when `dim` of x is sharded (S(dim)) on some axis; `fix` says what to do instead.
 void CheckDimNotSharded(const char* op, const Value& x, int dim, const char* fix);
 

@@ -409,6 +409,36 @@ TEST(MatmulRule, ContractedDimShardedOverTheSameAxesInBoth) {
   EXPECT_FALSE(no);
 }
 
+// matmul is the contraction "...mk,kn->...mn": its rule is ContractionRule on those letters.
+TEST(ContractionRule, MatmulIsTheEinsumMkKnMn) {
+  auto letters = [](int ar, int br, bool ta, bool tb) {
+    const internal::MatmulLetters l = internal::MatmulAsContraction(ar, br, ta, tb);
+    return l.a + "," + l.b + "->" + l.out;
+  };
+  EXPECT_EQ(letters(2, 2, false, false), "mk,kn->mn");
+  EXPECT_EQ(letters(2, 2, true, true), "km,nk->mn");
+  EXPECT_EQ(letters(3, 2, false, false), "amk,kn->amn");
+  EXPECT_EQ(letters(4, 4, false, true), "abmk,abnk->abmn");
+  std::optional<Rejection> no;
+  // Batched operands sharding the batch dim alike keep it; a's batch against b's free dim is V.
+  const SpmdType s0 = T2(AxisType::Sharded(0), AxisType::R());
+  EXPECT_EQ(MatmulRule(s0, 3, s0, 3, false, false, kNames, no).ToString(kNames), "{dp:S0,tp:R}");
+  EXPECT_EQ(MatmulRule(s0, 3, T2(AxisType::Sharded(1), AxisType::R()), 2, false, false, kNames, no)
+                .ToString(kNames),
+            "{dp:V,tp:R}");
+  EXPECT_FALSE(no);
+  // Attention scores as an einsum: batch over dp, heads over tp stay sharded (heads -> dim 1).
+  const SpmdType q = T2(AxisType::Sharded(0), AxisType::Sharded(2));
+  EXPECT_EQ(ContractionRule(q, "bthd", q, "bshd", "bhts", kNames, no).ToString(kNames),
+            "{dp:S0,tp:S1}");
+  // Two contracted letters sharded on one axis, one in each operand: V (never P).
+  EXPECT_EQ(ContractionRule(T2(AxisType::Sharded(0), AxisType::R()), "ij",
+                            T2(AxisType::Sharded(1), AxisType::R()), "ij", "", kNames, no)
+                .ToString(kNames),
+            "{dp:V,tp:R}");
+  EXPECT_FALSE(no);
+}
+
 TEST(NonlinearRule, RejectsPartialSumsOnly) {
   std::optional<Rejection> no;
   EXPECT_EQ(NonlinearRule("gelu", T2(AxisType::Sharded(0), AxisType::I()), kNames, no)

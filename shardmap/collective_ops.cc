@@ -360,8 +360,8 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
   for (size_t c : recv_counts) total_recv += static_cast<int64_t>(c);
   c.CheckMemory(send);
   Tensor recv = Tensor::Empty({total_recv}, x.dtype(), send.device());
-  c.Check(
-      c.comm().AllToAllV(send.raw_data(), send_counts, recv.raw_data(), recv_counts, DT(x.dtype())));
+  c.Check(c.comm().AllToAllV(send.raw_data(), send_counts, recv.raw_data(), recv_counts,
+                             DT(x.dtype())));
   c.Log(x.tensor);
   std::vector<Tensor> got;
   int64_t off = 0;

@@ -26,7 +26,8 @@ void UndefinedOperandFail(const char* op, const char* operand) {
 
 void ForeignMeshFail(const char* op, const Value& v) {
   const Mesh& mesh = RankContext::Get(op).mesh();
-  OpFail(op, ": an operand of type ", v.tensor.ShapeString(), v.type.ToString({}), " belongs to another mesh (",
+  OpFail(op, ": an operand of type ", v.tensor.ShapeString(), v.type.ToString({}),
+         " belongs to another mesh (",
          v.type.mesh_id() != 0 ? "its mesh id differs" : "its number of axes differs",
          ") than the running program's ", mesh.ShortString(),
          ", so its per-axis types would be read against the wrong axes. A Value lives inside the "

@@ -6,9 +6,9 @@
 #include "collectives/communicator.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/context.h"
+#include "shardmap/internal/collective_call.h"
 #include "shardmap/internal/typing.h"
 #include "shardmap/type_rules.h"
-#include "tensor/cuda/graph.h"
 #include "tensor/error.h"
 
 namespace shardmap {
@@ -55,17 +55,9 @@ PendingPpermute& PendingPpermute::operator=(PendingPpermute&&) noexcept = defaul
 PendingPpermute::~PendingPpermute() = default;
 
 PendingPpermute ppermute_start(const Value& x, const Axes& axes, Pairs pairs) {
-  internal::CheckMesh(kStart, x);
-  const AxisMask mask = ResolveAxes(kStart, axes);
-  RankContext& ctx = RankContext::Get(kStart);
-  const CollectiveRule& rule = CollectiveRuleFor(Collective::kPpermute);
-  if (ctx.checked()) {
-    if (std::optional<Rejection> no = CheckCollective(rule, x.type, mask, -1)) {
-      internal::TypeFail(kStart, no->axis, no->rule, no->fix, {{"x", &x}});
-    }
-  }
-  collectives::Communicator& comm = ctx.CommFor(kStart, mask, x.tensor);
-  const int n = comm.size();
+  const internal::CollectiveCall c(Collective::kPpermute, x, axes, {}, kStart);
+  const AxisMask mask = c.mask();
+  const int n = c.group_size();
   std::vector<bool> src(n), dst(n);
   for (auto [s, d] : pairs) {
     if (s < 0 || s >= n || d < 0 || d >= n || src[s] || dst[d]) {
@@ -74,47 +66,30 @@ PendingPpermute ppermute_start(const Value& x, const Axes& axes, Pairs pairs) {
     }
     src[s] = dst[d] = true;
   }
-  const collectives::MemorySpace m = comm.memory_space();
-  const Device want = m.device ? Device::Cuda(m.device_index) : Device::Cpu();
-  if (x.tensor.device() != want) {
-    OpFail(kStart, ": the operand ", x.tensor.ShapeString(), " lives on ",
-           x.tensor.device().ToString(), " but the communicator of axes ",
-           ctx.mesh().MaskToString(mask), " works on ", want.ToString(),
-           " memory; create per-device tensors on ctx.device()");
-  }
-  if (x.tensor.is_cuda() && !comm.SupportsGraphCapture() && cuda::IsCapturing(want.index)) {
-    OpFail(kStart, ": cannot be captured in a CUDA graph: the communicator ", comm.name(),
-           " synchronises with the host (in-process ranks); capture over NCCL or run eagerly");
-  }
+  c.CheckMemory(x.tensor);
   auto st = std::make_unique<PendingPpermute::State>();
   st->x = x;
   st->out = Tensor::Empty(x.shape(), x.dtype(), x.tensor.device());
-  st->type = CollectiveResult(rule, x.type, mask, -1, false);
+  st->type = c.type();
   st->mask = mask;
   absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> call =
-      comm.PpermuteStart(x.tensor.raw_data(), st->out.raw_data(), x.numel(),
-                         static_cast<collectives::DataType>(x.dtype()), pairs);
-  ThrowIfError(call.status(), kStart, mask);
+      c.comm().PpermuteStart(x.tensor.raw_data(), st->out.raw_data(), x.numel(),
+                             static_cast<collectives::DataType>(x.dtype()), pairs);
+  c.Check(call.status());
   st->call = std::move(*call);
-  ctx.LogCollective("ppermute", mask, static_cast<int64_t>(x.tensor.nbytes()));
+  c.Log(x.tensor);
   if (internal::NeedsTape(x)) {
     auto backward = std::make_shared<Backward>();
     st->token = Value(Tensor::Empty({0}, x.dtype(), x.tensor.device()), st->type);
     const SpmdType xt = x.type;
     internal::RecordOp(kStart, {&x}, st->token,
-                       [backward, xt, mask](const Value&, uint32_t, Value* d) {
+                       [backward, xt](const Value&, uint32_t, Value* d) {
       if (!backward->transfer.pending()) {
         OpFail("backward of ppermute_start: the backward of its ppermute_wait did not run first "
                "(the tape runs VJPs in reverse order; this is a bug in the tape)");
       }
-      Value r = backward->transfer.Wait();
-      for (int i = 0; i < xt.num_axes(); ++i) {
-        if (!(mask & (1u << i))) continue;
-        // The cotangent of an R primal promoted to V is a pending sum; a V primal keeps its S(d).
-        if (xt[i].kind == AxisKind::kR) r.type[i] = AxisType::P();
-        if (xt[i].kind == AxisKind::kV) r.type[i] = xt[i];
-      }
-      d[0] = r;
+      // The table's transpose: ppermute with the inverse pairs (started by Wait()'s VJP).
+      d[0] = internal::AsCotangent(backward->transfer.Wait(), xt);
     });
     st->backward = std::move(backward);
     st->axes = axes;

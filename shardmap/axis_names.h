@@ -29,6 +29,8 @@ struct AxisNames {
   }
   AxisNames(std::vector<std::string> list) : names(std::move(list)) {}
 
+  bool empty() const { return names.empty(); }
+
   std::vector<std::string> names;
 };
 

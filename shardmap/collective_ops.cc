@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "shardmap/context.h"
+#include "shardmap/internal/collective_call.h"
 #include "shardmap/internal/typing.h"
 #include "shardmap/ops.h"
 #include "shardmap/type_rules.h"
@@ -41,96 +42,24 @@ AxisMask ResolveAxes(const char* op, const Axes& axes) {
 
 namespace {
 
+using internal::CollectiveCall;
+
 collectives::DataType DT(DType t) { return static_cast<collectives::DataType>(t); }
-
-void Check(const absl::Status& s, const char* op, AxisMask mask) {
-  if (!s.ok()) {
-    RankContext* ctx = RankContext::Current();
-    std::string axes = ctx ? ctx->mesh().MaskToString(mask) : "?";
-    throw OpError(absl::Status(s.code(), absl::StrCat("while running ", op, " over axes ", axes,
-                                                      ": ", s.message())));
-  }
-}
-
-// The memory a communicator works on, as a Device.
-Device CommDevice(const Communicator& comm) {
-  const collectives::MemorySpace m = comm.memory_space();
-  return m.device ? Device::Cuda(m.device_index) : Device::Cpu();
-}
-
-// A collective moves t's memory with comm: both must be on one device (e.g. no CPU tensor into
-// the collective of a GPU rank). Throws OpError naming the op, the tensor and the fix.
-void CheckMemory(const char* op, const Communicator& comm, const Tensor& t, AxisMask mask) {
-  const Device want = CommDevice(comm);
-  if (t.device() == want) {
-    if (t.is_cuda() && !comm.SupportsGraphCapture() && cuda::IsCapturing(t.device().index)) {
-      OpFail(op, ": cannot be captured in a CUDA graph: the communicator ", comm.name(),
-             " synchronises with the host in every call (in-process collectives of virtual "
-             "ranks); capture steps of one-GPU-per-process programs over NCCL "
-             "(RunOnCommunicator), or run this step eagerly");
-    }
-    return;
-  }
-  RankContext* ctx = RankContext::Current();
-  std::string axes = ctx ? ctx->mesh().MaskToString(mask) : "?";
-  std::string where =
-      ctx ? absl::StrCat(" (", RankDescription(ctx->mesh(), ctx->rank()), " runs on ",
-                         ctx->device().ToString(), ")")
-          : std::string();
-  OpFail(op, ": the operand ", t.ShapeString(), " lives on ", t.device().ToString(),
-         " but the communicator of axes ", axes, " works on ", want.ToString(), " memory",
-         where, "; create per-device tensors on ctx.device() (Tensor::Empty(shape, dtype, "
-         "ctx.device())) or move them there with Tensor::To");
-}
-
-// A group of one device holding a GPU tensor: the collective is a copy on the device (no call
-// into the communicator, so a single-rank context works on a GPU and the copy can be captured
-// in a CUDA graph).
-bool TrivialOnDevice(const Communicator& comm, const Tensor& t) {
-  return comm.size() == 1 && t.is_cuda();
-}
-
-// The one place the collectives and casts apply their type rule (type_rules.h): in checked
-// mode a rejected axis throws the rule's message; the result type is computed in both modes.
-// check_dim: the dim the rule checks S against; result_dim: the dim the result is S along.
-SpmdType ApplyRule(RankContext& ctx, Collective c, const Value& x, AxisMask mask,
-                   int check_dim = -1, int result_dim = -1, bool invariant = false) {
-  const CollectiveRule& r = CollectiveRuleFor(c);
-  if (ctx.checked()) {
-    if (std::optional<Rejection> no = CheckCollective(r, x.type, mask, check_dim)) {
-      TypeFail(r.name, no->axis, no->rule, no->fix, {{"x", &x}});
-    }
-  }
-  return CollectiveResult(r, x.type, mask, result_dim, invariant);
-}
 
 Value Detached(const Value& v) { return Value(v.tensor, v.type); }
 
-template <typename F>
-void ForAxes(AxisMask mask, int n, F&& f) {
-  for (int i = 0; i < n; ++i) {
-    if (mask & (1u << i)) f(i);
-  }
-}
-
-int NormDim(const char* op, const Value& x, int dim) {
-  int d = dim < 0 ? dim + x.rank() : dim;
-  if (d < 0 || d >= x.rank()) OpFail(op, ": dim ", dim, " out of range for ", x.ToString());
-  return d;
-}
-
 // Gathers along dim 0 of a contiguous tensor (even or uneven).
-Tensor GatherRows(Communicator& comm, const Tensor& x, const std::vector<int64_t>* sizes,
-                  const char* op, AxisMask mask) {
-  if (TrivialOnDevice(comm, x)) return x.Clone();
-  CheckMemory(op, comm, x, mask);
+Tensor GatherRows(const CollectiveCall& c, const Tensor& x, const std::vector<int64_t>* sizes) {
+  if (c.TrivialOnDevice(x)) return x.Clone();
+  c.CheckMemory(x);
+  Communicator& comm = c.comm();
   int n = comm.size();
   int64_t row = x.rank() > 0 && x.dim(0) > 0 ? x.numel() / x.dim(0) : 0;
   Shape s = x.shape();
   if (sizes == nullptr) {
     s[0] *= n;
     Tensor out = Tensor::Empty(s, x.dtype(), x.device());
-    Check(comm.AllGather(x.raw_data(), out.raw_data(), x.numel(), DT(x.dtype())), op, mask);
+    c.Check(comm.AllGather(x.raw_data(), out.raw_data(), x.numel(), DT(x.dtype())));
     return out;
   }
   int64_t total = 0;
@@ -141,31 +70,30 @@ Tensor GatherRows(Communicator& comm, const Tensor& x, const std::vector<int64_t
   }
   s[0] = total;
   Tensor out = Tensor::Empty(s, x.dtype(), x.device());
-  Check(comm.AllGatherV(x.raw_data(), out.raw_data(), counts, DT(x.dtype())), op, mask);
+  c.Check(comm.AllGatherV(x.raw_data(), out.raw_data(), counts, DT(x.dtype())));
   return out;
 }
 
-Tensor ScatterRows(Communicator& comm, const Tensor& x, const std::vector<int64_t>* sizes,
-                   const char* op, AxisMask mask) {
-  if (TrivialOnDevice(comm, x)) return x.Clone();
-  CheckMemory(op, comm, x, mask);
+Tensor ScatterRows(const CollectiveCall& c, const Tensor& x, const std::vector<int64_t>* sizes) {
+  if (c.TrivialOnDevice(x)) return x.Clone();
+  c.CheckMemory(x);
+  Communicator& comm = c.comm();
   int n = comm.size();
   int64_t row = x.dim(0) > 0 ? x.numel() / x.dim(0) : 0;
   Shape s = x.shape();
   if (sizes == nullptr) {
     s[0] /= n;
     Tensor out = Tensor::Empty(s, x.dtype(), x.device());
-    Check(comm.ReduceScatter(x.raw_data(), out.raw_data(), out.numel(), DT(x.dtype()),
-                             ReduceOp::kSum),
-          op, mask);
+    c.Check(comm.ReduceScatter(x.raw_data(), out.raw_data(), out.numel(), DT(x.dtype()),
+                               ReduceOp::kSum));
     return out;
   }
   std::vector<size_t> counts;
   for (int64_t k : *sizes) counts.push_back(static_cast<size_t>(k * row));
   s[0] = (*sizes)[comm.rank()];
   Tensor out = Tensor::Empty(s, x.dtype(), x.device());
-  Check(comm.ReduceScatterV(x.raw_data(), out.raw_data(), counts, DT(x.dtype()), ReduceOp::kSum),
-        op, mask);
+  c.Check(comm.ReduceScatterV(x.raw_data(), out.raw_data(), counts, DT(x.dtype()),
+                              ReduceOp::kSum));
   return out;
 }
 
@@ -200,10 +128,16 @@ Tensor WinnerMask(Communicator& comm, const Tensor& x_any, const Tensor& y_any, 
   int64_t n = x.numel();
   std::vector<double> cand(n);
   for (int64_t i = 0; i < n; ++i) cand[i] = x.at(i) == y.at(i) ? comm.rank() : comm.size();
-  Check(AllReduceHost(comm, cand.data(), cand.data(), n, collectives::DataType::kF64,
-                      ReduceOp::kMin),
-        "all_reduce(max/min) backward", mask);
-  RankContext::Get("all_reduce").LogCollective("all_reduce", mask, n * 8);
+  const absl::Status s =
+      AllReduceHost(comm, cand.data(), cand.data(), n, collectives::DataType::kF64, ReduceOp::kMin);
+  RankContext& ctx = RankContext::Get("all_reduce(max/min) backward");
+  if (!s.ok()) {
+    throw OpError(absl::Status(s.code(), absl::StrCat("while running all_reduce(max/min) "
+                                                      "backward over axes ",
+                                                      ctx.mesh().MaskToString(mask), ": ",
+                                                      s.message())));
+  }
+  ctx.LogCollective("all_reduce", mask, n * 8, DType::kF64);
   std::vector<double> m(n);
   for (int64_t i = 0; i < n; ++i) m[i] = cand[i] == comm.rank() ? 1.0 : 0.0;
   Tensor t = Tensor::FromVector<double>(x.shape(), m);
@@ -215,55 +149,49 @@ Tensor WinnerMask(Communicator& comm, const Tensor& x_any, const Tensor& y_any, 
 // ---------------------------------------------------------------------------------------------
 
 Value all_reduce(const Value& x, const Axes& axes, To to, ReduceKind op) {
-  internal::CheckMesh("all_reduce", x);
-  AxisMask mask = ResolveAxes("all_reduce", axes);
-  RankContext& ctx = RankContext::Get("all_reduce");
-  const SpmdType t = ApplyRule(
-      ctx, op == ReduceKind::kSum ? Collective::kAllReduceSum : Collective::kAllReduceMeanMaxMin,
-      x, mask, -1, -1, to == To::kI);
-  Communicator& comm = ctx.CommFor("all_reduce", mask, x.tensor);
+  const CollectiveCall c(
+      op == ReduceKind::kSum ? Collective::kAllReduceSum : Collective::kAllReduceMeanMaxMin, x,
+      axes, {.invariant = to == To::kI});
+  const AxisMask mask = c.mask();
   Tensor out;
-  if (TrivialOnDevice(comm, x.tensor)) {
+  if (c.TrivialOnDevice(x.tensor)) {
     out = x.tensor.Clone();
   } else {
-    CheckMemory("all_reduce", comm, x.tensor, mask);
+    c.CheckMemory(x.tensor);
     out = Tensor::Empty(x.shape(), x.dtype(), x.tensor.device());
     ReduceOp rop = op == ReduceKind::kSum    ? ReduceOp::kSum
                    : op == ReduceKind::kMean ? ReduceOp::kAvg
                    : op == ReduceKind::kMax  ? ReduceOp::kMax
                                              : ReduceOp::kMin;
-    Check(comm.AllReduce(x.tensor.raw_data(), out.raw_data(), x.numel(), DT(x.dtype()), rop),
-          "all_reduce", mask);
+    c.Check(
+        c.comm().AllReduce(x.tensor.raw_data(), out.raw_data(), x.numel(), DT(x.dtype()), rop));
   }
-  ctx.LogCollective("all_reduce", mask, static_cast<int64_t>(x.tensor.nbytes()));
-  Value y(std::move(out), t);
+  c.Log(x.tensor);
+  Value y(std::move(out), c.type());
   if (NeedsTape(x)) {
     SpmdType xt = x.type;
     Value xd = Detached(x), yd = Detached(y);
-    int n = comm.size();
+    int n = c.group_size();
     RecordOp("all_reduce", {&x}, y,
              [axes, to, op, xt, xd, yd, mask, n](const Value& g, uint32_t, Value* d) {
-               Value r;
-               if (op == ReduceKind::kSum) {
-                 r = to == To::kR ? all_reduce(g, axes, To::kR) : convert(g, axes, Convert::kIToR);
-                 d[0] = r;
-                 return;
+               // The table's transposes: to R, all_reduce(sum); to I, convert(I->R) for a sum
+               // and nothing for mean/max/min (g is already the total).
+               Value total = to == To::kR         ? all_reduce(g, axes, To::kR)
+                             : op == ReduceKind::kSum ? convert(g, axes, Convert::kIToR)
+                                                      : g;
+               if (op != ReduceKind::kSum) {  // spread (mean) or routed to the extreme (local)
+                 Tensor gt = total.tensor;
+                 if (op == ReduceKind::kMean) {
+                   gt = MulScalar(gt, 1.0 / n);
+                 } else {
+                   RankContext& c = RankContext::Get("all_reduce backward");
+                   gt = Mul(gt, WinnerMask(c.CommFor("all_reduce(max/min) backward", mask,
+                                                     xd.tensor),
+                                           xd.tensor, yd.tensor, mask));
+                 }
+                 total = Value(std::move(gt), total.type);
                }
-               // mean/max/min: the total cotangent (R), then spread or routed.
-               Value total = to == To::kR ? all_reduce(g, axes, To::kR) : g;
-               Tensor gt = total.tensor;
-               if (op == ReduceKind::kMean) {
-                 gt = MulScalar(gt, 1.0 / n);
-               } else {
-                 RankContext& c = RankContext::Get("all_reduce backward");
-                 gt = Mul(gt, WinnerMask(c.CommFor("all_reduce(max/min) backward", mask, xd.tensor),
-                                          xd.tensor, yd.tensor, mask));
-               }
-               SpmdType dt = total.type;
-               for (int i = 0; i < dt.num_axes(); ++i) {
-                 if (mask & (1u << i)) dt[i] = xt[i];
-               }
-               d[0] = Value(std::move(gt), dt);
+               d[0] = internal::AsCotangent(std::move(total), xt);
              });
   }
   return y;
@@ -273,35 +201,35 @@ namespace {
 
 Value GatherImpl(const Value& x, int dim, const Axes& axes, To to,
                  const std::vector<int64_t>* sizes) {
-  internal::CheckMesh("all_gather", x);
-  AxisMask mask = ResolveAxes("all_gather", axes);
-  RankContext& ctx = RankContext::Get("all_gather");
-  dim = NormDim("all_gather", x, dim);
-  const SpmdType t = ApplyRule(ctx, Collective::kAllGather, x, mask, dim, dim, to == To::kI);
-  Communicator& comm = ctx.CommFor("all_gather", mask, x.tensor, sizes != nullptr ? dim : -1);
-  if (sizes != nullptr) CheckSplitSizes("all_gather", *sizes, comm.size(), -1, x);
-  if (sizes != nullptr && (*sizes)[comm.rank()] != x.dim(dim)) {
-    OpFail("all_gather: split_sizes[", comm.rank(), "] is ", (*sizes)[comm.rank()],
-           " but this device's dim ", dim, " has ", x.dim(dim), " (", x.ToString(), ")");
+  const CollectiveCall c(Collective::kAllGather, x, axes,
+                         {.check = dim, .result = dim, .invariant = to == To::kI,
+                          .ragged = sizes != nullptr});
+  dim = c.check_dim();
+  const int me = c.group_index();
+  if (sizes != nullptr) CheckSplitSizes("all_gather", *sizes, c.group_size(), -1, x);
+  if (sizes != nullptr && (*sizes)[me] != x.dim(dim)) {
+    OpFail("all_gather: split_sizes[", me, "] is ", (*sizes)[me], " but this device's dim ", dim,
+           " has ", x.dim(dim), " (", x.ToString(), ")");
   }
   Tensor out;
   if (dim == 0) {
-    out = GatherRows(comm, x.tensor, sizes, "all_gather", mask);
+    out = GatherRows(c, x.tensor, sizes);
   } else {
-    out = Transpose(GatherRows(comm, Transpose(x.tensor, 0, dim), sizes, "all_gather", mask), 0,
-                    dim);
+    out = Transpose(GatherRows(c, Transpose(x.tensor, 0, dim), sizes), 0, dim);
   }
-  ctx.LogCollective("all_gather", mask, static_cast<int64_t>(x.tensor.nbytes()));
-  Value y(std::move(out), t);
+  c.Log(x.tensor);
+  Value y(std::move(out), c.type());
   if (NeedsTape(x)) {
     SpmdType xt = x.type;
     int64_t len = x.dim(dim);
     std::vector<int64_t> sz = sizes ? *sizes : std::vector<int64_t>();
-    int idx = comm.rank();
+    int idx = me;
     RecordOp("all_gather", {&x}, y,
              [axes, dim, to, xt, len, sz, idx](const Value& g, uint32_t, Value* d) {
+               // The table's transposes: to R, reduce_scatter; to I, this device's chunk.
                if (to == To::kR) {
-                 d[0] = ScatterImpl(g, dim, axes, sz.empty() ? nullptr : &sz);
+                 d[0] = internal::AsCotangent(ScatterImpl(g, dim, axes, sz.empty() ? nullptr : &sz),
+                                              xt);
                } else {
                  int64_t start = 0;
                  if (sz.empty()) {
@@ -309,12 +237,7 @@ Value GatherImpl(const Value& x, int dim, const Axes& axes, To to,
                  } else {
                    for (int k = 0; k < idx; ++k) start += sz[k];
                  }
-                 Tensor part = Slice(g.tensor, dim, start, len);
-                 SpmdType dt = g.type;
-                 for (int i = 0; i < dt.num_axes(); ++i) {
-                   if (xt[i].kind == AxisKind::kV) dt[i] = xt[i];
-                 }
-                 d[0] = Value(std::move(part), dt);
+                 d[0] = internal::AsCotangent(Value(Slice(g.tensor, dim, start, len), g.type), xt);
                }
              });
   }
@@ -322,32 +245,30 @@ Value GatherImpl(const Value& x, int dim, const Axes& axes, To to,
 }
 
 Value ScatterImpl(const Value& x, int dim, const Axes& axes, const std::vector<int64_t>* sizes) {
-  internal::CheckMesh("reduce_scatter", x);
-  AxisMask mask = ResolveAxes("reduce_scatter", axes);
-  RankContext& ctx = RankContext::Get("reduce_scatter");
-  dim = NormDim("reduce_scatter", x, dim);
-  const SpmdType t = ApplyRule(ctx, Collective::kReduceScatter, x, mask, dim, dim);
-  Communicator& comm = ctx.CommFor("reduce_scatter", mask, x.tensor);
+  const CollectiveCall c(Collective::kReduceScatter, x, axes, {.check = dim, .result = dim});
+  dim = c.check_dim();
+  const int n = c.group_size();
   if (sizes != nullptr) {
-    CheckSplitSizes("reduce_scatter", *sizes, comm.size(), x.dim(dim), x);
-  } else if (x.dim(dim) % comm.size() != 0) {
+    CheckSplitSizes("reduce_scatter", *sizes, n, x.dim(dim), x);
+  } else if (x.dim(dim) % n != 0) {
     OpFail("reduce_scatter: dim ", dim, " of ", x.ToString(), " (size ", x.dim(dim),
-           ") is not divisible by the ", comm.size(), " devices of axes ",
-           ctx.mesh().MaskToString(mask), "; pass split_sizes for uneven chunks");
+           ") is not divisible by the ", n, " devices of axes ",
+           c.ctx().mesh().MaskToString(c.mask()), "; pass split_sizes for uneven chunks");
   }
   Tensor out;
   if (dim == 0) {
-    out = ScatterRows(comm, x.tensor, sizes, "reduce_scatter", mask);
+    out = ScatterRows(c, x.tensor, sizes);
   } else {
-    out = Transpose(ScatterRows(comm, Transpose(x.tensor, 0, dim), sizes, "reduce_scatter", mask),
-                    0, dim);
+    out = Transpose(ScatterRows(c, Transpose(x.tensor, 0, dim), sizes), 0, dim);
   }
-  ctx.LogCollective("reduce_scatter", mask, static_cast<int64_t>(x.tensor.nbytes()));
-  Value y(std::move(out), t);
+  c.Log(x.tensor);
+  Value y(std::move(out), c.type());
   if (NeedsTape(x)) {
     std::vector<int64_t> sz = sizes ? *sizes : std::vector<int64_t>();
-    RecordOp("reduce_scatter", {&x}, y, [axes, dim, sz](const Value& g, uint32_t, Value* d) {
-      d[0] = GatherImpl(g, dim, axes, To::kR, sz.empty() ? nullptr : &sz);
+    RecordOp("reduce_scatter", {&x}, y, [axes, dim, sz, xt = x.type](const Value& g, uint32_t,
+                                                                      Value* d) {
+      d[0] = internal::AsCotangent(GatherImpl(g, dim, axes, To::kR, sz.empty() ? nullptr : &sz),
+                                   xt);
     });
   }
   return y;
@@ -371,19 +292,15 @@ Value reduce_scatter(const Value& x, int dim, const Axes& axes,
 }
 
 Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes) {
-  internal::CheckMesh("all_to_all", x);
-  AxisMask mask = ResolveAxes("all_to_all", axes);
-  RankContext& ctx = RankContext::Get("all_to_all");
-  split_dim = NormDim("all_to_all", x, split_dim);
-  concat_dim = NormDim("all_to_all", x, concat_dim);
-  const SpmdType t =
-      ApplyRule(ctx, Collective::kAllToAll, x, mask, concat_dim, split_dim);
-  Communicator& comm = ctx.CommFor("all_to_all", mask, x.tensor);
-  int n = comm.size();
+  const CollectiveCall c(Collective::kAllToAll, x, axes,
+                         {.check = concat_dim, .result = split_dim});
+  split_dim = c.result_dim();
+  concat_dim = c.check_dim();
+  const int n = c.group_size();
   if (x.dim(split_dim) % n != 0) {
     OpFail("all_to_all: split dim ", split_dim, " of ", x.ToString(), " (size ",
            x.dim(split_dim), ") is not divisible by the ", n, " devices of axes ",
-           ctx.mesh().MaskToString(mask));
+           c.ctx().mesh().MaskToString(c.mask()));
   }
   std::vector<Tensor> chunks = Chunk(x.tensor, split_dim, n);
   Shape cs = chunks[0].shape();
@@ -392,18 +309,17 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
   std::vector<Tensor> packed;
   for (Tensor& c : chunks) packed.push_back(c.Reshape(packed_shape));
   Tensor send = Concat(packed, 0);
-  CheckMemory("all_to_all", comm, send, mask);
+  c.CheckMemory(send);
   Tensor recv = Tensor::Empty(send.shape(), x.dtype(), send.device());
-  Check(comm.AllToAll(send.raw_data(), recv.raw_data(), chunks[0].numel(), DT(x.dtype())),
-        "all_to_all", mask);
-  ctx.LogCollective("all_to_all", mask, static_cast<int64_t>(x.tensor.nbytes()));
+  c.Check(c.comm().AllToAll(send.raw_data(), recv.raw_data(), chunks[0].numel(), DT(x.dtype())));
+  c.Log(x.tensor);
   std::vector<Tensor> got;
   for (int j = 0; j < n; ++j) got.push_back(recv.SliceRows(j, 1).Reshape(cs));
-  Value y(Concat(got, concat_dim), t);
+  Value y(Concat(got, concat_dim), c.type());
   if (NeedsTape(x)) {
-    RecordOp("all_to_all", {&x}, y, [split_dim, concat_dim, axes](const Value& g, uint32_t,
-                                                                  Value* d) {
-      d[0] = all_to_all(g, concat_dim, split_dim, axes);
+    RecordOp("all_to_all", {&x}, y, [split_dim, concat_dim, axes, xt = x.type](
+                                         const Value& g, uint32_t, Value* d) {
+      d[0] = internal::AsCotangent(all_to_all(g, concat_dim, split_dim, axes), xt);
     });
   }
   return y;
@@ -412,19 +328,15 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
 Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes,
                  const std::vector<int64_t>& split_sizes,
                  const std::vector<int64_t>& concat_sizes) {
-  internal::CheckMesh("all_to_all", x);
-  AxisMask mask = ResolveAxes("all_to_all", axes);
-  RankContext& ctx = RankContext::Get("all_to_all");
-  split_dim = NormDim("all_to_all", x, split_dim);
-  concat_dim = NormDim("all_to_all", x, concat_dim);
+  const CollectiveCall c(Collective::kAllToAllSizes, x, axes,
+                         {.check = concat_dim, .result = split_dim, .ragged = true});
+  split_dim = c.result_dim();
+  concat_dim = c.check_dim();
   if (split_dim == concat_dim) {
     OpFail("all_to_all with split_sizes: split_dim and concat_dim must differ (", x.ToString(),
            ")");
   }
-  const SpmdType t =
-      ApplyRule(ctx, Collective::kAllToAllSizes, x, mask, concat_dim, split_dim);
-  Communicator& comm = ctx.CommFor("all_to_all", mask, x.tensor, concat_dim);
-  const int n = comm.size(), me = comm.rank();
+  const int n = c.group_size(), me = c.group_index();
   CheckSplitSizes("all_to_all", split_sizes, n, x.dim(split_dim), x);
   CheckSplitSizes("all_to_all", concat_sizes, n, -1, x);
   if (concat_sizes[me] != x.dim(concat_dim)) {
@@ -446,11 +358,11 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
   Tensor send = Concat(flat, 0);
   int64_t total_recv = 0;
   for (size_t c : recv_counts) total_recv += static_cast<int64_t>(c);
-  CheckMemory("all_to_all", comm, send, mask);
+  c.CheckMemory(send);
   Tensor recv = Tensor::Empty({total_recv}, x.dtype(), send.device());
-  Check(comm.AllToAllV(send.raw_data(), send_counts, recv.raw_data(), recv_counts, DT(x.dtype())),
-        "all_to_all", mask);
-  ctx.LogCollective("all_to_all", mask, static_cast<int64_t>(x.tensor.nbytes()));
+  c.Check(c.comm().AllToAllV(send.raw_data(), send_counts, recv.raw_data(), recv_counts,
+                             DT(x.dtype())));
+  c.Log(x.tensor);
   std::vector<Tensor> got;
   int64_t off = 0;
   for (int j = 0; j < n; ++j) {
@@ -460,24 +372,21 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
     got.push_back(recv.SliceRows(off, static_cast<int64_t>(recv_counts[j])).Reshape(ps));
     off += static_cast<int64_t>(recv_counts[j]);
   }
-  Value y(Concat(got, concat_dim), t);
+  Value y(Concat(got, concat_dim), c.type());
   if (NeedsTape(x)) {
     RecordOp("all_to_all", {&x}, y,
-             [split_dim, concat_dim, axes, split_sizes, concat_sizes](const Value& g, uint32_t,
-                                                                      Value* d) {
-               d[0] = all_to_all(g, concat_dim, split_dim, axes, concat_sizes, split_sizes);
+             [split_dim, concat_dim, axes, split_sizes, concat_sizes, xt = x.type](
+                 const Value& g, uint32_t, Value* d) {
+               d[0] = internal::AsCotangent(
+                   all_to_all(g, concat_dim, split_dim, axes, concat_sizes, split_sizes), xt);
              });
   }
   return y;
 }
 
 Value ppermute(const Value& x, const Axes& axes, std::vector<std::pair<int, int>> pairs) {
-  internal::CheckMesh("ppermute", x);
-  AxisMask mask = ResolveAxes("ppermute", axes);
-  RankContext& ctx = RankContext::Get("ppermute");
-  const SpmdType t = ApplyRule(ctx, Collective::kPpermute, x, mask);
-  Communicator& comm = ctx.CommFor("ppermute", mask, x.tensor);
-  int n = comm.size();
+  const CollectiveCall c(Collective::kPpermute, x, axes);
+  const int n = c.group_size();
   std::vector<bool> src(n), dst(n);
   for (auto [s, d] : pairs) {
     if (s < 0 || s >= n || d < 0 || d >= n || src[s] || dst[d]) {
@@ -486,24 +395,17 @@ Value ppermute(const Value& x, const Axes& axes, std::vector<std::pair<int, int>
     }
     src[s] = dst[d] = true;
   }
-  CheckMemory("ppermute", comm, x.tensor, mask);
+  c.CheckMemory(x.tensor);
   Tensor out = Tensor::Empty(x.shape(), x.dtype(), x.tensor.device());
-  Check(comm.Ppermute(x.tensor.raw_data(), out.raw_data(), x.numel(), DT(x.dtype()), pairs),
-        "ppermute", mask);
-  ctx.LogCollective("ppermute", mask, static_cast<int64_t>(x.tensor.nbytes()));
-  Value y(std::move(out), t);
+  c.Check(c.comm().Ppermute(x.tensor.raw_data(), out.raw_data(), x.numel(), DT(x.dtype()), pairs));
+  c.Log(x.tensor);
+  Value y(std::move(out), c.type());
   if (NeedsTape(x)) {
     std::vector<std::pair<int, int>> inv;
     for (auto [s, d] : pairs) inv.push_back({d, s});
     SpmdType xt = x.type;
-    RecordOp("ppermute", {&x}, y, [axes, inv, xt, mask](const Value& g, uint32_t, Value* d) {
-      Value r = ppermute(g, axes, inv);
-      for (int i = 0; i < xt.num_axes(); ++i) {
-        // Cotangent of an R primal promoted to V: a pending sum.
-        if ((mask & (1u << i)) && xt[i].kind == AxisKind::kR) r.type[i] = AxisType::P();
-        if ((mask & (1u << i)) && xt[i].kind == AxisKind::kV) r.type[i] = xt[i];
-      }
-      d[0] = r;
+    RecordOp("ppermute", {&x}, y, [axes, inv, xt](const Value& g, uint32_t, Value* d) {
+      d[0] = internal::AsCotangent(ppermute(g, axes, inv), xt);
     });
   }
   return y;
@@ -520,96 +422,81 @@ Tensor KeepOnRoot(RankContext& ctx, const Tensor& x, AxisMask mask, int root) {
 }  // namespace
 
 Value broadcast(const Value& x, const Axes& axes, int root) {
-  internal::CheckMesh("broadcast", x);
-  AxisMask mask = ResolveAxes("broadcast", axes);
-  RankContext& ctx = RankContext::Get("broadcast");
-  const SpmdType t = ApplyRule(ctx, Collective::kBroadcast, x, mask);
-  Communicator& comm = ctx.CommFor("broadcast", mask, x.tensor);
-  if (root < 0 || root >= comm.size()) {
-    OpFail("broadcast: root ", root, " out of range for ", comm.size(), " devices");
+  const CollectiveCall c(Collective::kBroadcast, x, axes);
+  const AxisMask mask = c.mask();
+  if (root < 0 || root >= c.group_size()) {
+    OpFail("broadcast: root ", root, " out of range for ", c.group_size(), " devices");
   }
-  CheckMemory("broadcast", comm, x.tensor, mask);
+  c.CheckMemory(x.tensor);
   Tensor out = x.tensor.Clone();
-  Check(comm.Broadcast(out.raw_data(), out.numel(), DT(x.dtype()), root), "broadcast", mask);
-  ctx.LogCollective("broadcast", mask, static_cast<int64_t>(x.tensor.nbytes()));
-  Value y(std::move(out), t);
+  c.Check(c.comm().Broadcast(out.raw_data(), out.numel(), DT(x.dtype()), root));
+  c.Log(x.tensor);
+  Value y(std::move(out), c.type());
   if (NeedsTape(x)) {
     SpmdType xt = x.type;
     RecordOp("broadcast", {&x}, y, [axes, mask, root, xt](const Value& g, uint32_t, Value* d) {
+      // The table's transpose: all_reduce(sum), then kept on the root only: on the axes where
+      // x was R that is convert(R->P)'s result (at the root), where it was V a V.
       Value total = all_reduce(g, axes, To::kR);
       RankContext& c = RankContext::Get("broadcast backward");
-      SpmdType dt = total.type;
-      for (int i = 0; i < dt.num_axes(); ++i) {
-        if (mask & (1u << i)) dt[i] = Dual(xt[i]);
-      }
-      d[0] = Value(KeepOnRoot(c, total.tensor, mask, root), dt);
+      const SpmdType t =
+          CollectiveResult(CollectiveRuleFor(Collective::kConvertRToP), total.type,
+                           mask & xt.AxesOfKind(AxisKind::kR), -1, false);
+      d[0] = internal::AsCotangent(Value(KeepOnRoot(c, total.tensor, mask, root), t), xt);
     });
   }
   return y;
 }
 
 Value convert(const Value& x, const Axes& axes, Convert c) {
-  internal::CheckMesh("convert", x);
-  AxisMask mask = ResolveAxes("convert", axes);
-  RankContext& ctx = RankContext::Get("convert");
-  const char* name = c == Convert::kIToR ? "convert(I->R)" : "convert(R->P)";
-  const SpmdType t = ApplyRule(
-      ctx, c == Convert::kIToR ? Collective::kConvertIToR : Collective::kConvertRToP, x, mask);
-  Tensor out = c == Convert::kIToR ? x.tensor : KeepOnRoot(ctx, x.tensor, mask, 0);
-  Value y(std::move(out), t);
+  const CollectiveCall call(
+      c == Convert::kIToR ? Collective::kConvertIToR : Collective::kConvertRToP, x, axes);
+  const char* name = call.rule().name;
+  Tensor out =
+      c == Convert::kIToR ? x.tensor : KeepOnRoot(call.ctx(), x.tensor, call.mask(), 0);
+  Value y(std::move(out), call.type());
   if (NeedsTape(x)) {
-    RecordOp(name, {&x}, y, [axes, c](const Value& g, uint32_t, Value* d) {
-      d[0] = c == Convert::kIToR ? all_reduce(g, axes, To::kI) : convert(g, axes, Convert::kRToP);
+    RecordOp(name, {&x}, y, [axes, c, xt = x.type](const Value& g, uint32_t, Value* d) {
+      d[0] = internal::AsCotangent(
+          c == Convert::kIToR ? all_reduce(g, axes, To::kI) : convert(g, axes, Convert::kRToP),
+          xt);
     });
   }
   return y;
 }
 
 Value reinterpret(const Value& x, const Axes& axes) {
-  internal::CheckMesh("reinterpret", x);
-  AxisMask mask = ResolveAxes("reinterpret", axes);
-  RankContext& ctx = RankContext::Get("reinterpret");
-  const SpmdType t = ApplyRule(ctx, Collective::kReinterpret, x, mask);
-  Value y(x.tensor, t);
+  const CollectiveCall c(Collective::kReinterpret, x, axes);
+  Value y(x.tensor, c.type());
   if (NeedsTape(x)) {
-    SpmdType xt = x.type;
-    RecordOp("reinterpret", {&x}, y, [mask, xt](const Value& g, uint32_t, Value* d) {
-      SpmdType dt = g.type;
-      if (RankContext::Get("reinterpret backward").checked()) {
-        for (int i = 0; i < dt.num_axes(); ++i) {
-          if ((mask & (1u << i)) && dt[i].kind != AxisKind::kR) {
-            Value gd = g;
-            TypeFail("reinterpret(V->P) backward", i, "the cotangent of a P value must be R",
-                     "this is an internal inconsistency; report it", {{"g", &gd}});
-          }
-        }
-      }
-      for (int i = 0; i < dt.num_axes(); ++i) {
-        if (mask & (1u << i)) dt[i] = xt[i];
-      }
-      d[0] = Value(g.tensor, dt);
+    // The table's transpose: none (local); the R cotangent of the P result is a V one.
+    RecordOp("reinterpret", {&x}, y, [xt = x.type](const Value& g, uint32_t, Value* d) {
+      d[0] = internal::AsCotangent(g, xt);
     });
   }
   return y;
 }
 
 Value vary(const Value& x, const Axes& axes) {
-  internal::CheckMesh("vary", x);
-  AxisMask mask = ResolveAxes("vary", axes);
-  RankContext& ctx = RankContext::Get("vary");
-  const SpmdType t = ApplyRule(ctx, Collective::kVary, x, mask);
-  Value y(x.tensor, t);
+  const CollectiveCall c(Collective::kVary, x, axes);
+  Value y(x.tensor, c.type());
   if (NeedsTape(x)) {
-    SpmdType xt = x.type;
-    RecordOp("vary", {&x}, y, [mask, xt](const Value& g, uint32_t, Value* d) {
-      SpmdType dt = g.type;
-      for (int i = 0; i < dt.num_axes(); ++i) {
-        if (mask & (1u << i)) dt[i] = xt[i].kind == AxisKind::kR ? AxisType::P() : xt[i];
-      }
-      d[0] = Value(g.tensor, dt);
+    // The table's transpose: none (local); the V cotangent of an R primal is P.
+    RecordOp("vary", {&x}, y, [xt = x.type](const Value& g, uint32_t, Value* d) {
+      d[0] = internal::AsCotangent(g, xt);
     });
   }
   return y;
+}
+
+Axes AxesWhere(const Value& x, AxisKind k) {
+  internal::CheckMesh("AxesWhere", x, "x");
+  return Axes(RankContext::Get("AxesWhere").mesh().AxisNamesOf(x.type.AxesOfKind(k)));
+}
+
+Value all_reduce_partial(const Value& x) {
+  const Axes partial = AxesWhere(x, AxisKind::kP);
+  return partial.empty() ? x : all_reduce(x, partial, To::kR);
 }
 
 int axis_index(const Axes& axes) {
@@ -623,7 +510,9 @@ Value axis_index_value(const Axes& axes, DType dtype) {
   RankContext& ctx = RankContext::Get("axis_index");
   SpmdType t(ctx.mesh().num_axes());
   t.set_mesh_id(ctx.mesh().id());
-  ForAxes(mask, ctx.mesh().num_axes(), [&](int i) { t[i] = AxisType::V(); });
+  for (int i = 0; i < t.num_axes(); ++i) {
+    if (mask & (1u << i)) t[i] = AxisType::V();
+  }
   return Value(Tensor::Full({}, ctx.mesh().GroupIndex(ctx.rank(), mask), dtype, ctx.device()),
                t);
 }

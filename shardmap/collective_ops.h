@@ -89,6 +89,14 @@ Value axis_index_value(const Axes& axes, DType dtype = DType::kF32);
 // The mask of `axes` in the current context's mesh; OpError on unknown/repeated axes.
 AxisMask ResolveAxes(const char* op, const Axes& axes);
 
+// The axes (names, in mesh order) where x's type is of kind k on the running mesh; empty when
+// none. E.g. the axes a gradient is still a pending sum over:
+//   Axes p = AxesWhere(g, AxisKind::kP);
+Axes AxesWhere(const Value& x, AxisKind k);
+// all_reduce(x, AxesWhere(x, AxisKind::kP)) as one collective over those axes, or x itself when
+// it is a pending sum over none: resolves a gradient's (or a loss's) partial sums.
+Value all_reduce_partial(const Value& x);
+
 }  // namespace shardmap
 
 #endif  // SHARDMAP_SHARDMAP_COLLECTIVE_OPS_H_

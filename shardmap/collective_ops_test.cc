@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "shardmap/context.h"
@@ -12,6 +13,7 @@
 #include "shardmap/sharding.h"
 #include "tensor/error.h"
 #include "tensor/ops/elementwise.h"
+#include "tensor/ops/matmul.h"
 #include "tensor/ops/reduce.h"
 #include "tensor/ops/shape_ops.h"
 #include "tests/test_util.h"
@@ -164,6 +166,38 @@ TEST(CollectiveOpsTest, TypeErrorsNameTheFix) {
   // Types only change on the named axes.
   EXPECT_EQ(all_reduce(xp, "tp").type.ToString({"dp", "tp"}), "{dp:P,tp:R}");
   EXPECT_EQ(axis_index("tp"), 0);
+}
+
+// AxesWhere names the axes of a kind in mesh order; all_reduce_partial resolves every pending
+// sum in one collective over exactly those axes, and is the identity (no collective) when none.
+TEST(CollectiveOpsTest, AllReducePartialResolvesExactlyThePendingAxes) {
+  for (auto [dp, tp] : {std::pair{2, 3}, std::pair{3, 1}}) {
+    SCOPED_TRACE(absl::StrCat("dp=", dp, " tp=", tp));
+    Mesh mesh = *Mesh::Create({{"dp", dp}, {"tp", tp}, {"cp", 2}});
+    Tensor x = Rand({dp * 2, tp * 5}, 7), w = Rand({tp * 5, 3}, 8);
+    std::vector<CollectiveRecord> log;
+    ShardMapOptions o;
+    o.collective_log = &log;
+    // x S0 on dp and S1 on tp, w S0 on tp: x @ w is S0 on dp and P on tp; summing its rows
+    // leaves P on dp and tp (R on cp).
+    ShardFn fn = [](const std::vector<Value>& in) -> std::vector<Value> {
+      Value partial = sum_partial(in[0].matmul(in[1]), {0});
+      EXPECT_EQ(AxesWhere(partial, AxisKind::kP).names, (std::vector<std::string>{"dp", "tp"}));
+      EXPECT_EQ(AxesWhere(partial, AxisKind::kR).names, (std::vector<std::string>{"cp"}));
+      EXPECT_TRUE(AxesWhere(partial, AxisKind::kI).empty());
+      Value whole = all_reduce_partial(partial);
+      Value again = all_reduce_partial(whole);  // nothing pending: x itself, no collective
+      EXPECT_EQ(again.tensor.raw_data(), whole.tensor.raw_data());
+      return {again};
+    };
+    absl::StatusOr<std::vector<Tensor>> r =
+        shard_map(fn, mesh, {P("dp", "tp"), P("tp", None)}, {P()}, o)({x, w});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TENSOR_NEAR((*r)[0], Sum(Matmul(x, w), {0}), 1e-12);
+    ASSERT_EQ(log.size(), 1u);
+    EXPECT_STREQ(log[0].op, "all_reduce");
+    EXPECT_EQ(mesh.MaskToString(log[0].axes), "(dp,tp)");
+  }
 }
 
 TEST(CollectiveOpsTest, AFailingRankDoesNotHangTheOthers) {

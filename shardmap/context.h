@@ -1,8 +1,9 @@
-// The SPMD context and runner, in four headers (included here, so this one header serves):
+// The SPMD context and runner, in five headers (included here, so this one header serves):
 //   rank_context.h      RankContext, ScopedRankContext, SingleRankContext, RankDescription
 //   device_placement.h  DevicePlacement, ResolvePlacement, RankMemorySpaces
 //   spmd_runner.h       SpmdOptions, RunSpmd, RunOnCommunicator
 //   host_collectives.h  AllGatherHost, AllReduceHost
+//   collective_recorder.h  CollectiveRecorder: the collectives issued in a scope (any call)
 //
 // The per-rank context of SPMD code: the mesh, this rank's coordinates, the communicators per
 // axis set (split lazily on first use and cached), the type-checking mode, and a log of the
@@ -46,6 +47,7 @@
 #ifndef SHARDMAP_SHARDMAP_CONTEXT_H_
 #define SHARDMAP_SHARDMAP_CONTEXT_H_
 
+#include "shardmap/collective_recorder.h"
 #include "shardmap/device_placement.h"
 #include "shardmap/host_collectives.h"
 #include "shardmap/rank_context.h"

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "shardmap/context.h"
 #include "shardmap/internal/typing.h"
 #include "shardmap/ops.h"
+#include "shardmap/type_rules.h"
 #include "tensor/error.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/shape_ops.h"
@@ -110,90 +112,17 @@ Value PermuteTo(const Value& x, const std::string& from, const std::string& to) 
   return identity ? x : permute(x, perm);
 }
 
-const char* KindWord(AxisKind k) {
-  switch (k) {
-    case AxisKind::kR: return "whole (R)";
-    case AxisKind::kI: return "invariant (I)";
-    case AxisKind::kV: return "varying (V)";
-    case AxisKind::kP: return "partial (P)";
-  }
-  return "?";
-}
-
-// The checked type rule of a two-operand einsum whose letters all appear in two of {a, b, out}.
+// The type of a two-operand einsum whose letters all appear in two of {a, b, out}: the one
+// contraction rule (type_rules_contraction.h), which matmul shares.
 SpmdType EinsumType(const std::string& text, const Value& a, const std::string& la,
                     const Value& b, const std::string& lb, const std::string& out) {
   RankContext& ctx = RankContext::Get("einsum");
   if (!ctx.checked()) return internal::ErasedJoin(a.type, b.type);
-  const std::string op = absl::StrCat("einsum(\"", text, "\")");
-  SpmdType t(a.type.num_axes());
-  for (int i = 0; i < t.num_axes(); ++i) {
-    AxisType x = a.type[i], y = b.type[i];
-    AxisKind kx = x.kind, ky = y.kind;
-    if (kx == AxisKind::kI || ky == AxisKind::kI) {
-      if (kx != ky) {
-        TypeFail(op.c_str(), i,
-                 absl::StrCat("an invariant (I) value mixes with nothing else, but here it meets a ",
-                              KindWord(kx == AxisKind::kI ? ky : kx), " value"),
-                 "convert the I operand with convert(x, axis, I->R) first", {{"a", &a}, {"b", &b}});
-      }
-      t[i] = AxisType::I();
-      continue;
-    }
-    if (kx == AxisKind::kP || ky == AxisKind::kP) {
-      if (kx == AxisKind::kP && ky == AxisKind::kP) {
-        TypeFail(op.c_str(), i,
-                 "multiplies two partial sums (P*P): (sum_i a_i)(sum_j b_j) is not sum_i a_i b_i",
-                 "all_reduce one operand first", {{"a", &a}, {"b", &b}});
-      }
-      if (kx == AxisKind::kV || ky == AxisKind::kV) {
-        TypeFail(op.c_str(), i, "multiplies a partial sum (P) by a varying (V) value",
-                 "all_reduce the P operand first", {{"a", &a}, {"b", &b}});
-      }
-      t[i] = AxisType::P();
-      continue;
-    }
-    if (kx == AxisKind::kR && ky == AxisKind::kR) {
-      t[i] = AxisType::R();
-      continue;
-    }
-    // At least one V. The sharded letter of each operand (0: none, '?': V of unknown layout).
-    auto letter_of = [](AxisType at, const std::string& l) -> char {
-      if (at.kind != AxisKind::kV) return 0;
-      return at.dim >= 0 ? l[at.dim] : '?';
-    };
-    char sa = letter_of(x, la), sb = letter_of(y, lb);
-    if (sa == '?' || sb == '?') {
-      t[i] = AxisType::V();
-      continue;
-    }
-    // A sharded letter must be sharded (on this axis) wherever else it appears.
-    auto check = [&](char s, const std::string& other_letters, char other_s, const char* name,
-                     const char* other_name, AxisType at, AxisType other_at) {
-      if (s == 0 || !Has(other_letters, s) || other_s == s) return;
-      TypeFail(op.c_str(), i,
-               absl::StrCat("index letter '", std::string(1, s), "' is sharded (", at.ToString(),
-                            ") in operand ", name, " but ",
-                            other_s == 0 ? KindWord(other_at.kind)
-                                         : absl::StrCat("letter '", std::string(1, other_s),
-                                                        "' is sharded instead")
-                                               .c_str(),
-                            " in operand ", other_name,
-                            ": the shards of one letter must match"),
-               absl::StrCat("shard letter '", std::string(1, s),
-                            "' the same way in both operands (all_gather it in operand ", name,
-                            ", or shard it in operand ", other_name, ")"),
-               {{"a", &a}, {"b", &b}});
-    };
-    check(sa, lb, sb, "a", "b", x, y);
-    check(sb, la, sa, "b", "a", y, x);
-    if (sa != 0 && sb != 0 && sa != sb) {
-      t[i] = AxisType::V();  // different letters, neither shared: diagonal blocks
-      continue;
-    }
-    char s = sa != 0 ? sa : sb;
-    size_t pos = out.find(s);
-    t[i] = pos != std::string::npos ? AxisType::Sharded(static_cast<int>(pos)) : AxisType::P();
+  std::optional<Rejection> no;
+  SpmdType t = ContractionRule(a.type, la, b.type, lb, out, ctx.mesh().axis_names(), no);
+  if (no) {
+    const std::string op = absl::StrCat("einsum(\"", text, "\")");
+    TypeFail(op.c_str(), no->axis, no->rule, no->fix, {{"a", &a}, {"b", &b}});
   }
   return t;
 }
@@ -332,8 +261,8 @@ Value Einsum2(const std::string& text, const Value& a, const std::string& la, co
     std::string db_spec = absl::StrCat(out, ",", la, "->", lb);
     RecordOp("einsum", {&a, &b}, result,
              [ad, bd, da_spec, db_spec](const Value& g, uint32_t need, Value* d) {
-               if (need & 1) d[0] = internal::UnpromoteCotangent(einsum(da_spec, g, bd), ad.type);
-               if (need & 2) d[1] = internal::UnpromoteCotangent(einsum(db_spec, g, ad), bd.type);
+               if (need & 1) d[0] = internal::AsCotangent(einsum(da_spec, g, bd), ad.type);
+               if (need & 2) d[1] = internal::AsCotangent(einsum(db_spec, g, ad), bd.type);
              });
   }
   return result;
@@ -342,6 +271,7 @@ Value Einsum2(const std::string& text, const Value& a, const std::string& la, co
 }  // namespace
 
 Value einsum(const std::string& text, const Value& a) {
+  internal::CheckMesh("einsum", a, "a");
   Spec spec = Parse(text, 1);
   CheckRank(text, spec.in[0], a, 0);
   std::string la = spec.in[0];
@@ -350,6 +280,8 @@ Value einsum(const std::string& text, const Value& a) {
 }
 
 Value einsum(const std::string& text, const Value& a, const Value& b) {
+  internal::CheckMesh("einsum", a, "a");
+  internal::CheckMesh("einsum", b, "b");
   Spec spec = Parse(text, 2);
   CheckRank(text, spec.in[0], a, 0);
   CheckRank(text, spec.in[1], b, 1);

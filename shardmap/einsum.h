@@ -10,15 +10,17 @@
 // inside one operand or the output (no diagonals). A letter of one operand that appears neither
 // in the other operand nor in the output is summed first (sum_partial: P where it is sharded).
 //
-// Type rule, per mesh axis (checked when the context's TypeCheck is kOn):
-//   * I only with I; P only with R (P*R = P); P*P and P*V are errors (as for matmul).
-//   * A letter that an operand holds sharded on the axis must be sharded on the axis in every
-//     other operand that has the letter; otherwise (whole there, or another letter sharded) it is
-//     a type error naming the letter, the axis and both operands.
+// Type rule: the one contraction rule matmul shares (type_rules_contraction.h; matmul is
+// "...mk,kn->...mn"), per mesh axis (checked when the context's TypeCheck is kOn):
+//   * I only with I; P only with R (P*R = P); P*P and P*V are errors.
 //   * The sharded letter stays S on the axis in the output when the output keeps it; a letter
 //     contracted (in both operands, not in the output) that both shard gives P.
-//   * Operands that shard different letters neither shares give V (diagonal blocks, not a
-//     shard of the global result); a V of unknown layout gives V.
+//   * A contracted letter sharded in one operand only, operands that shard different letters and
+//     a V of unknown layout give V (each device's product of its blocks). On a real mesh a letter
+//     sharded in one operand and whole in the other has different local sizes: the error names
+//     the letter, both operands and the fix (shard it the same way in both).
+//   * A contracted letter sharded over one axis in a and another in b is an error (the devices
+//     would pair slices that do not match).
 // Its VJP is einsums: d a = einsum("<out>,<b>-><a>", g, b), d b = einsum("<out>,<a>-><b>", g, a).
 // Shape errors (letter sizes that differ, wrong letter counts) name the spec and the letter.
 #ifndef SHARDMAP_SHARDMAP_EINSUM_H_

@@ -255,18 +255,34 @@ TEST_F(EinsumTypeTest, KeptLettersStayShardedContractedOnesGivePartial) {
   EXPECT_EQ(Type(einsum("ij,k->ik", Make({2, 3}, R, S(1)), Make({4}, R, R))), "{dp:R,tp:P}");
 }
 
-TEST_F(EinsumTypeTest, MismatchedShardingsOfOneLetterNameTheLetterAndBothOperands) {
+// One contraction rule with matmul: a letter sharded in one operand and whole (or another
+// letter sharded) in the other gives V (each device's product of its blocks, as matmul). On a
+// real mesh the local sizes then differ, and the error names the letter and both operands.
+TEST_F(EinsumTypeTest, MismatchedShardingsOfOneLetterAreVaryingAsForMatmul) {
   Value a = Make({3, 4}, R, S(1)), w = Make({4, 5}, R, R);
-  EXPECT_THAT(ErrorOf([&] { einsum("ti,io->to", a, w); }),
-              AllOf(HasSubstr("einsum(\"ti,io->to\")"), HasSubstr("letter 'i'"),
-                    HasSubstr("sharded (S1) in operand a"), HasSubstr("whole (R) in operand b"),
-                    HasSubstr("axis 'tp'"), HasSubstr("a=f32[3,4]{dp:R,tp:S1}"),
-                    HasSubstr("b=f32[4,5]{dp:R,tp:R}")));
-  // Two different letters sharded where both appear in both operands.
+  EXPECT_EQ(Type(einsum("ti,io->to", a, w)), "{dp:R,tp:V}");
+  EXPECT_EQ(Type(matmul(a, w)), "{dp:R,tp:V}");
   Value x = Make({3, 4}, S(0), R), y = Make({3, 4}, S(1), R);
-  EXPECT_THAT(ErrorOf([&] { einsum("ij,ij->i", x, y); }),
-              AllOf(HasSubstr("letter 'i'"), HasSubstr("letter 'j' is sharded instead"),
-                    HasSubstr("axis 'dp'")));
+  EXPECT_EQ(Type(einsum("ij,ij->i", x, y)), "{dp:V,tp:R}");
+  // The contracted letter sharded over tp in a and over dp in b: rejected as for matmul.
+  Value b = Make({4, 5}, S(0), R);
+  const std::string e = ErrorOf([&] { einsum("ti,io->to", a, b); });
+  EXPECT_THAT(e, AllOf(HasSubstr("einsum(\"ti,io->to\")"), HasSubstr("sharded over 'dp'"),
+                       HasSubstr("sharded over 'tp'"), HasSubstr("pair slices")));
+  const std::string m = ErrorOf([&] { matmul(a, b); });
+  EXPECT_EQ(m.substr(m.find(':')), e.substr(e.find(':')));  // the same rule and text
+}
+
+TEST(EinsumShardedTest, ALetterShardedInOneOperandOnlyNamesTheLetterAndBothOperands) {
+  ShardMap f([](const std::vector<Value>& in) -> std::vector<Value> {
+    return {einsum("ti,io->to", in[0], in[1])};
+  }, *Mesh::Create({{"tp", 2}}), {P(None, "tp"), P()}, {P(None, "tp")});
+  absl::StatusOr<std::vector<Tensor>> r =
+      f({Tensor::Ones({3, 4}, DType::kF64), Tensor::Ones({4, 5}, DType::kF64)});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(),
+              AllOf(HasSubstr("letter 'i' has size 2 in operand a"), HasSubstr("but 4"),
+                    HasSubstr("shard the letter the same way in both")));
 }
 
 TEST_F(EinsumTypeTest, PartialAndInvariantMisuseAreErrors) {

@@ -1,5 +1,7 @@
 #include "shardmap/mesh.h"
 
+#include <ostream>
+
 #include <cstdint>
 #include <limits>
 
@@ -143,11 +145,16 @@ int Mesh::GroupMember(int rank, AxisMask mask, int index) const {
   return RankAt(c);
 }
 
-std::string Mesh::MaskToString(AxisMask mask) const {
-  std::vector<std::string> parts;
+std::vector<std::string> Mesh::AxisNamesOf(AxisMask mask) const {
+  std::vector<std::string> names;
   for (int i = 0; i < num_axes(); ++i) {
-    if (mask & (1u << i)) parts.push_back(names_[i]);
+    if (mask & (1u << i)) names.push_back(names_[i]);
   }
+  return names;
+}
+
+std::string Mesh::MaskToString(AxisMask mask) const {
+  const std::vector<std::string> parts = AxisNamesOf(mask);
   if (parts.size() == 1) return parts[0];
   return absl::StrCat("(", absl::StrJoin(parts, ","), ")");
 }
@@ -228,6 +235,10 @@ std::string Mesh::ToString() const {
     }
   }
   return s;
+}
+
+std::ostream& operator<<(std::ostream& os, const Mesh& mesh) {
+  return os << mesh.ShortString();
 }
 
 }  // namespace shardmap

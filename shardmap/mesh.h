@@ -10,6 +10,8 @@
 //   Mesh tp = *m->Submesh({"tp"});   // the axes tp only (a view used inside a dp slice)
 //   Mesh f = *m->Flatten({"dp", "tp"}, "world");  // one axis of 8
 //   std::cout << m->ToString();    // a grid showing which rank sits where
+//   std::cout << *m;               // "Mesh{dp:2,tp:4}" (ShortString); also in gtest messages
+//   absl::StrFormat("on %s", *m);  // "on Mesh{dp:2,tp:4}"
 //
 // Names must be unique and non-empty, sizes >= 1, at most kMaxMeshAxes axes. Errors are
 // InvalidArgument with the offending name/size. Several meshes may describe the same ranks (e.g.
@@ -21,11 +23,14 @@
 #define SHARDMAP_SHARDMAP_MESH_H_
 
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "shardmap/spmd_type.h"
 
@@ -62,6 +67,8 @@ class Mesh {
   int GroupMember(int rank, AxisMask mask, int index) const;
   // "tp" or "(dp,tp)".
   std::string MaskToString(AxisMask mask) const;
+  // The names of the axes of mask, in mesh order (what collectives take): {"dp", "tp"}.
+  std::vector<std::string> AxisNamesOf(AxisMask mask) const;
 
   absl::StatusOr<Mesh> Submesh(const std::vector<std::string>& axes) const;
   // Replaces `axes` (which must be adjacent, in mesh order) by one axis `new_name` of their
@@ -78,6 +85,19 @@ class Mesh {
   // The short form followed by a grid of ranks (two last axes as rows x columns).
   std::string ToString() const;
 
+  // absl::StrFormat("%s", mesh): the ShortString.
+  friend absl::FormatConvertResult<absl::FormatConversionCharSet::kString> AbslFormatConvert(
+      const Mesh& m, const absl::FormatConversionSpec&, absl::FormatSink* sink) {
+    sink->Append(m.ShortString());
+    return {true};
+  }
+  // absl::StrCat(mesh) and LOG(INFO) << mesh with Abseil 20230125 and later (this repository
+  // builds with 20220623, which does not call it yet; any sink with Append(string_view) works).
+  template <typename Sink>
+  friend void AbslStringify(Sink& sink, const Mesh& m) {
+    sink.Append(absl::string_view(m.ShortString()));
+  }
+
  private:
   std::vector<std::string> names_;
   std::vector<int> sizes_;
@@ -88,6 +108,9 @@ class Mesh {
 
   uint32_t ComputeId() const;
 };
+
+// Prints the ShortString: "Mesh{dp:2,tp:4}".
+std::ostream& operator<<(std::ostream& os, const Mesh& mesh);
 
 }  // namespace shardmap
 

@@ -1,3 +1,8 @@
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "shardmap/mesh.h"
@@ -21,6 +26,22 @@ TEST(SpmdTypeTest, PrintsAndDuals) {
   EXPECT_EQ(AxisType::V().ToString(), "V");
 }
 
+TEST(SpmdTypeTest, AxesOfKindIsAMaskInMeshOrder) {
+  SpmdType t(4);
+  t[0] = AxisType::Sharded(0);
+  t[1] = AxisType::P();
+  t[3] = AxisType::P();
+  EXPECT_EQ(t.AxesOfKind(AxisKind::kP), 0b1010u);
+  EXPECT_EQ(t.AxesOfKind(AxisKind::kV), 0b0001u);  // S(d) is a V
+  EXPECT_EQ(t.AxesOfKind(AxisKind::kR), 0b0100u);
+  EXPECT_EQ(t.AxesOfKind(AxisKind::kI), 0u);
+  EXPECT_EQ(Dual(t).AxesOfKind(AxisKind::kP), 0b0100u);
+  EXPECT_EQ(SpmdType().AxesOfKind(AxisKind::kR), 0u);
+  Mesh m = *Mesh::Create({{"dp", 2}, {"tp", 3}, {"cp", 1}, {"ep", 5}});
+  EXPECT_EQ(m.AxisNamesOf(t.AxesOfKind(AxisKind::kP)), (std::vector<std::string>{"tp", "ep"}));
+  EXPECT_TRUE(m.AxisNamesOf(0).empty());
+}
+
 TEST(MeshTest, CoordsAndGroups) {
   Mesh m = *Mesh::Create({{"dp", 2}, {"tp", 3}});
   EXPECT_EQ(m.size(), 6);
@@ -37,6 +58,22 @@ TEST(MeshTest, CoordsAndGroups) {
   EXPECT_EQ(m.GroupMember(0, tp | dp, 5), 5);
   EXPECT_EQ(m.MaskToString(tp | dp), "(dp,tp)");
   for (int r = 0; r < 6; ++r) EXPECT_EQ(m.RankAt(m.Coords(r)), r);
+}
+
+// Mesh prints as its ShortString through operator<<, absl::StrFormat and AbslStringify.
+TEST(MeshTest, PrintsItsShortString) {
+  Mesh m = *Mesh::Create({{"dp", 2}, {"tp", 3}});
+  std::ostringstream os;
+  os << m << " / " << Mesh();
+  EXPECT_EQ(os.str(), "Mesh{dp:2,tp:3} / " + Mesh().ShortString());
+  EXPECT_EQ(absl::StrFormat("on %s", m), "on Mesh{dp:2,tp:3}");
+  EXPECT_EQ(::testing::PrintToString(m), "Mesh{dp:2,tp:3}");  // gtest's messages
+  struct Sink {
+    void Append(absl::string_view s) { text.append(s.data(), s.size()); }
+    std::string text;
+  } sink;
+  AbslStringify(sink, *m.Flatten({"dp", "tp"}, "world"));
+  EXPECT_EQ(sink.text, "Mesh{world:6}");
 }
 
 TEST(MeshTest, Errors) {

@@ -75,9 +75,9 @@ Value log_softmax(const Value& x, int dim) {
 }
 
 Value layer_norm(const Value& x, const Value& gamma, const Value& beta, double eps) {
-  internal::CheckMesh("layer_norm", x);
-  internal::CheckMesh("layer_norm", gamma);
-  internal::CheckMesh("layer_norm", beta);
+  internal::CheckMesh("layer_norm", x, "x");
+  internal::CheckOptionalMesh("layer_norm", gamma, "gamma");
+  internal::CheckOptionalMesh("layer_norm", beta, "beta");
   SpmdType t = internal::NonlinearTypeOf("layer_norm", x);
   internal::CheckDimNotSharded("layer_norm", x, -1,
                                "all_gather the hidden dim first (norms run on whole rows)");
@@ -111,8 +111,8 @@ Value layer_norm(const Value& x, const Value& gamma, const Value& beta, double e
 }
 
 Value rms_norm(const Value& x, const Value& gamma, double eps) {
-  internal::CheckMesh("rms_norm", x);
-  internal::CheckMesh("rms_norm", gamma);
+  internal::CheckMesh("rms_norm", x, "x");
+  internal::CheckOptionalMesh("rms_norm", gamma, "gamma");
   SpmdType t = internal::NonlinearTypeOf("rms_norm", x);
   internal::CheckDimNotSharded("rms_norm", x, -1,
                                "all_gather the hidden dim first (norms run on whole rows)");
@@ -402,10 +402,7 @@ Value MaxImpl(const char* op, const Value& x, const std::vector<int>& dims, bool
       Tensor gk = g.tensor.Reshape(ks);
       Value gv(Mul(w, gk), internal::ElementwiseType(
                                "max_backward", xd, Value(gk, g.type), xd.shape(), true));
-      for (int i = 0; i < gv.type.num_axes(); ++i) {
-        if (xd.type[i].kind == AxisKind::kV) gv.type[i] = xd.type[i];
-      }
-      d[0] = internal::UnpromoteCotangent(std::move(gv), xd.type);
+      d[0] = internal::AsCotangent(std::move(gv), xd.type);
     });
   }
   return out;
@@ -516,16 +513,8 @@ Value take_along_last(const Value& x, const Value& idx) {
                  if (dt != DType::kF64) t = Cast(t, dt);
                  t = t.To(g.tensor.device());
                }
-               // The scatter of g: dual of x per axis (vocab axes: g is R, dx S(last)).
-               SpmdType ty = g.type;
-               for (int i = 0; i < ty.num_axes(); ++i) {
-                 if (xt[i].is_sharded() && xt[i].dim == static_cast<int>(xs.size()) - 1) {
-                   ty[i] = xt[i];
-                 } else if (xt[i].kind == AxisKind::kV && ty[i].kind == AxisKind::kV) {
-                   ty[i] = xt[i];
-                 }
-               }
-               d[0] = internal::UnpromoteCotangent(Value(std::move(t), ty), xt);
+               // The scatter of g (vocab axes: g is R, dx the primal's S(last)).
+               d[0] = internal::AsCotangent(Value(std::move(t), g.type), xt);
              });
   }
   return y;

@@ -28,8 +28,11 @@ namespace shardmap {
 
 Value softmax(const Value& x, int dim);
 Value log_softmax(const Value& x, int dim);
-// gamma/beta may be undefined Values (no affine part).
+// gamma/beta may be undefined Values (no affine part): layer_norm(x, Value(), Value()) is the
+// plain normalisation on any mesh, checked or erased, with gradients. A defined weight is
+// checked like any operand (its mesh, its type); x is required.
 Value layer_norm(const Value& x, const Value& gamma, const Value& beta, double eps = 1e-5);
+// gamma may be undefined (no scale), as for layer_norm.
 Value rms_norm(const Value& x, const Value& gamma, double eps = 1e-6);
 Value embedding(const Value& table, const Value& ids);
 Value cross_entropy(const Value& logits, const Value& targets, int64_t ignore_index = -100);

@@ -17,10 +17,17 @@ namespace shardmap {
 
 namespace internal {
 
+void UndefinedOperandFail(const char* op, const char* operand) {
+  OpFail(op, ": ", operand != nullptr ? absl::StrCat("operand '", operand, "'") : "an operand",
+         " is an undefined Value (default-constructed, or moved from), but the op needs it; "
+         "pass a computed Value (only optional operands, such as layer_norm's gamma and beta, "
+         "may be left undefined)");
+}
+
 void ForeignMeshFail(const char* op, const Value& v) {
   const Mesh& mesh = RankContext::Get(op).mesh();
-  OpFail(op, ": an operand of type ", v.tensor.defined() ? v.tensor.ShapeString() : "undefined",
-         v.type.ToString({}), " belongs to another mesh (",
+  OpFail(op, ": an operand of type ", v.tensor.ShapeString(), v.type.ToString({}),
+         " belongs to another mesh (",
          v.type.mesh_id() != 0 ? "its mesh id differs" : "its number of axes differs",
          ") than the running program's ", mesh.ShortString(),
          ", so its per-axis types would be read against the wrong axes. A Value lives inside the "
@@ -82,11 +89,16 @@ namespace {
 
 bool Checked() { return RankContext::Get("typed op").checked(); }
 
-// Elementwise binary rule. multilinear=false: linear (add/sub). divide: b is nonlinear.
+// Both operands defined and of the running mesh: before any kernel touches them.
+void CheckBinaryOperands(const char* op, const Value& a, const Value& b) {
+  internal::CheckMesh(op, a, "a");
+  internal::CheckMesh(op, b, "b");
+}
+
+// Elementwise binary rule (operands already checked by CheckBinaryOperands).
+// multilinear=false: linear (add/sub). divide: b is nonlinear.
 SpmdType BinaryType(const char* op, const Value& a, const Value& b, const Shape& out,
                     bool multilinear, bool divide) {
-  internal::CheckMesh(op, a);
-  internal::CheckMesh(op, b);
   if (!Checked()) return internal::ErasedJoin(a.type, b.type);
   std::optional<Rejection> no;
   SpmdType t = ElementwiseRule(op, a.type, a.shape(), b.type, b.shape(), out, multilinear,
@@ -107,29 +119,6 @@ SpmdType NonlinearType(const char* op, const Value& x) {
 // The primal value without its tape slot, for capture in VJPs (no cycles, no re-recording).
 Value Detached(const Value& v) { return Value(v.tensor, v.type); }
 
-// Transpose of an implicit R -> V promotion: on axes where the primal was R and the cotangent
-// came out V, the cotangent is a pending sum (P), no communication.
-Value UnpromoteCotangent(Value g, const SpmdType& primal) {
-  for (int i = 0; i < primal.num_axes(); ++i) {
-    if (primal[i].kind == AxisKind::kR && g.type[i].kind == AxisKind::kV) {
-      g.type[i] = AxisType::P();
-    }
-  }
-  return g;
-}
-
-// A cotangent that came out R or I for a V primal is still a valid varying cotangent (the same
-// value on every device is one particular varying value).
-Value VaryCotangent(Value g, const SpmdType& primal) {
-  for (int i = 0; i < primal.num_axes(); ++i) {
-    if (primal[i].kind == AxisKind::kV &&
-        (g.type[i].kind == AxisKind::kR || g.type[i].kind == AxisKind::kI)) {
-      g.type[i] = primal[i];
-    }
-  }
-  return g;
-}
-
 // What a linear op's VJP needs of a primal: its shape and type.
 struct PrimalMeta {
   explicit PrimalMeta(const Value& v) : shape(v.shape()), type(v.type) {}
@@ -139,12 +128,12 @@ struct PrimalMeta {
 
 Value LinearGradTo(const Value& g, const PrimalMeta& m) {
   Value r = g.shape() == m.shape ? g : sum_to_shape(g, m.shape);
-  return UnpromoteCotangent(std::move(r), m.type);
+  return internal::AsCotangent(std::move(r), m.type);
 }
 
 Value BinaryGradTo(const Value& g, const Value& primal) {
   Value r = g.shape() == primal.shape() ? g : sum_to_shape(g, primal.shape());
-  return UnpromoteCotangent(std::move(r), primal.type);
+  return internal::AsCotangent(std::move(r), primal.type);
 }
 
 }  // namespace
@@ -153,12 +142,10 @@ namespace internal {
 
 SpmdType ElementwiseType(const char* op, const Value& a, const Value& b, const Shape& out,
                          bool multilinear) {
+  CheckBinaryOperands(op, a, b);
   return BinaryType(op, a, b, out, multilinear, false);
 }
 SpmdType NonlinearTypeOf(const char* op, const Value& x) { return NonlinearType(op, x); }
-Value UnpromoteCotangent(Value g, const SpmdType& primal) {
-  return shardmap::UnpromoteCotangent(std::move(g), primal);
-}
 void CheckDimNotSharded(const char* op, const Value& x, int dim, const char* fix) {
   if (!Checked()) return;
   std::optional<Rejection> no =
@@ -172,6 +159,7 @@ void CheckDimNotSharded(const char* op, const Value& x, int dim, const char* fix
 // Elementwise.
 
 Value add(const Value& a, const Value& b) {
+  CheckBinaryOperands("add", a, b);
   Tensor t = Add(a.tensor, b.tensor);
   SpmdType ty = BinaryType("add", a, b, t.shape(), false, false);
   Value out(std::move(t), ty);
@@ -187,6 +175,7 @@ Value add(const Value& a, const Value& b) {
 }
 
 Value sub(const Value& a, const Value& b) {
+  CheckBinaryOperands("sub", a, b);
   Tensor t = Sub(a.tensor, b.tensor);
   SpmdType ty = BinaryType("sub", a, b, t.shape(), false, false);
   Value out(std::move(t), ty);
@@ -201,6 +190,7 @@ Value sub(const Value& a, const Value& b) {
 }
 
 Value mul(const Value& a, const Value& b) {
+  CheckBinaryOperands("mul", a, b);
   Tensor t = Mul(a.tensor, b.tensor);
   SpmdType ty = BinaryType("mul", a, b, t.shape(), true, false);
   Value out(std::move(t), ty);
@@ -215,6 +205,7 @@ Value mul(const Value& a, const Value& b) {
 }
 
 Value div(const Value& a, const Value& b) {
+  CheckBinaryOperands("div", a, b);
   Tensor t = Div(a.tensor, b.tensor);
   SpmdType ty = BinaryType("div", a, b, t.shape(), true, true);
   Value out(std::move(t), ty);
@@ -272,22 +263,26 @@ namespace {
 // Backward kernels: multilinear in dy with the primal-derived operand acting as an R factor of
 // the same type as the primal.
 SpmdType GradKernelType(const char* op, const Value& x, const Value& dy) {
-  return BinaryType(op, x, dy, dy.shape(), true, false);
+  return internal::ElementwiseType(op, x, dy, dy.shape(), true);
 }
 
 }  // namespace
 
 Value relu_grad(const Value& x, const Value& dy) {
-  return Value(ReluGrad(x.tensor, dy.tensor), GradKernelType("relu_grad", x, dy));
+  const SpmdType t = GradKernelType("relu_grad", x, dy);
+  return Value(ReluGrad(x.tensor, dy.tensor), t);
 }
 Value gelu_grad(const Value& x, const Value& dy, GeluApprox approx) {
-  return Value(GeluGrad(x.tensor, dy.tensor, approx), GradKernelType("gelu_grad", x, dy));
+  const SpmdType t = GradKernelType("gelu_grad", x, dy);
+  return Value(GeluGrad(x.tensor, dy.tensor, approx), t);
 }
 Value silu_grad(const Value& x, const Value& dy) {
-  return Value(SiluGrad(x.tensor, dy.tensor), GradKernelType("silu_grad", x, dy));
+  const SpmdType t = GradKernelType("silu_grad", x, dy);
+  return Value(SiluGrad(x.tensor, dy.tensor), t);
 }
 Value tanh_grad(const Value& y, const Value& dy) {
-  return Value(TanhGrad(y.tensor, dy.tensor), GradKernelType("tanh_grad", y, dy));
+  const SpmdType t = GradKernelType("tanh_grad", y, dy);
+  return Value(TanhGrad(y.tensor, dy.tensor), t);
 }
 
 
@@ -297,9 +292,11 @@ namespace {
 // d = vjp(saved, g), where saved is x or, for ops whose derivative is cheaper from it, y.
 enum class Saves { kInput, kOutput };
 
-template <typename Vjp>
-Value UnaryNonlinear(const char* op, const Value& x, Tensor y, Saves saves, Vjp vjp) {
-  Value out(std::move(y), NonlinearType(op, x));
+// The kernel runs after the type check (never on an undefined or foreign operand).
+template <typename Kernel, typename Vjp>
+Value UnaryNonlinear(const char* op, const Value& x, Kernel kernel, Saves saves, Vjp vjp) {
+  const SpmdType t = NonlinearType(op, x);
+  Value out(kernel(x.tensor), t);
   if (NeedsTape(x)) {
     Value saved = Detached(saves == Saves::kOutput ? out : x);
     RecordOp(op, {&x}, out,
@@ -311,39 +308,40 @@ Value UnaryNonlinear(const char* op, const Value& x, Tensor y, Saves saves, Vjp 
 }  // namespace
 
 Value exp(const Value& x) {
-  return UnaryNonlinear("exp", x, Exp(x.tensor), Saves::kOutput,
+  return UnaryNonlinear("exp", x, [](const Tensor& t) { return Exp(t); }, Saves::kOutput,
                         [](const Value& y, const Value& g) { return g * y; });
 }
 
 Value log(const Value& x) {
-  return UnaryNonlinear("log", x, Log(x.tensor), Saves::kInput,
+  return UnaryNonlinear("log", x, [](const Tensor& t) { return Log(t); }, Saves::kInput,
                         [](const Value& xd, const Value& g) { return g / xd; });
 }
 
 Value tanh(const Value& x) {
-  return UnaryNonlinear("tanh", x, Tanh(x.tensor), Saves::kOutput,
+  return UnaryNonlinear("tanh", x, [](const Tensor& t) { return Tanh(t); }, Saves::kOutput,
                         [](const Value& y, const Value& g) { return tanh_grad(y, g); });
 }
 
 Value relu(const Value& x) {
-  return UnaryNonlinear("relu", x, Relu(x.tensor), Saves::kInput,
+  return UnaryNonlinear("relu", x, [](const Tensor& t) { return Relu(t); }, Saves::kInput,
                         [](const Value& xd, const Value& g) { return relu_grad(xd, g); });
 }
 
 Value sqrt(const Value& x) {
-  return UnaryNonlinear("sqrt", x, Sqrt(x.tensor), Saves::kOutput,
+  return UnaryNonlinear("sqrt", x, [](const Tensor& t) { return Sqrt(t); }, Saves::kOutput,
                         [](const Value& y, const Value& g) { return mul_scalar(g / y, 0.5); });
 }
 
 Value gelu(const Value& x, GeluApprox approx) {
-  return UnaryNonlinear("gelu", x, Gelu(x.tensor, approx), Saves::kInput,
+  return UnaryNonlinear("gelu", x, [approx](const Tensor& t) { return Gelu(t, approx); },
+                        Saves::kInput,
                         [approx](const Value& xd, const Value& g) {
                           return gelu_grad(xd, g, approx);
                         });
 }
 
 Value silu(const Value& x) {
-  return UnaryNonlinear("silu", x, Silu(x.tensor), Saves::kInput,
+  return UnaryNonlinear("silu", x, [](const Tensor& t) { return Silu(t); }, Saves::kInput,
                         [](const Value& xd, const Value& g) { return silu_grad(xd, g); });
 }
 
@@ -423,7 +421,7 @@ Value matmul(const Value& a, const Value& b, bool ta, bool tb) {
                                           const Value& g, uint32_t need, Value* d) {
       if (need & 1) {
         Value da = ta ? matmul(bd, g, tb, true) : matmul(g, bd, false, !tb);
-        d[0] = UnpromoteCotangent(std::move(da), ad.type);
+        d[0] = internal::AsCotangent(std::move(da), ad.type);
       }
       if (need & 2) {
         Value db;
@@ -434,7 +432,7 @@ Value matmul(const Value& a, const Value& b, bool ta, bool tb) {
         } else {
           db = tb ? matmul(g, ad, true, ta) : matmul(ad, g, !ta, false);
         }
-        d[1] = UnpromoteCotangent(std::move(db), bd.type);
+        d[1] = internal::AsCotangent(std::move(db), bd.type);
       }
     });
   }
@@ -488,7 +486,8 @@ Shape KeepdimShape(const Shape& in, const std::vector<int>& nd) {
 
 Value sum(const Value& x, const std::vector<int>& dims, bool keepdim) {
   std::vector<int> nd = NormalizeDims(dims, x.rank());
-  Value out(Sum(x.tensor, nd, keepdim), ReduceType("sum", x, nd, keepdim, false, true));
+  const SpmdType t = ReduceType("sum", x, nd, keepdim, false, true);
+  Value out(Sum(x.tensor, nd, keepdim), t);
   if (NeedsTape(x)) {
     Shape ks = KeepdimShape(x.shape(), nd);
     Shape xs = x.shape();
@@ -501,14 +500,15 @@ Value sum(const Value& x, const std::vector<int>& dims, bool keepdim) {
 
 Value sum_partial(const Value& x, const std::vector<int>& dims, bool keepdim) {
   std::vector<int> nd = NormalizeDims(dims, x.rank());
-  Value out(Sum(x.tensor, nd, keepdim), ReduceType("sum_partial", x, nd, keepdim, true, true));
+  const SpmdType t = ReduceType("sum_partial", x, nd, keepdim, true, true);
+  Value out(Sum(x.tensor, nd, keepdim), t);
   if (NeedsTape(x)) {
     Shape ks = KeepdimShape(x.shape(), nd);
     Shape xs = x.shape();
     SpmdType xt = x.type;
     RecordOp("sum_partial", {&x}, out, [ks, xs, xt](const Value& g, uint32_t, Value* d) {
       // The cotangent of a P axis is R: every shard gets the same gradient (a valid V).
-      d[0] = VaryCotangent(broadcast_to(reshape(g, ks), xs), xt);
+      d[0] = internal::AsCotangent(broadcast_to(reshape(g, ks), xs), xt);
     });
   }
   return out;
@@ -518,7 +518,8 @@ Value mean(const Value& x, const std::vector<int>& dims, bool keepdim) {
   std::vector<int> nd = NormalizeDims(dims, x.rank());
   int64_t count = 1;
   for (int d : nd) count *= x.dim(d);
-  Value out(Mean(x.tensor, nd, keepdim), ReduceType("mean", x, nd, keepdim, false, true));
+  const SpmdType t = ReduceType("mean", x, nd, keepdim, false, true);
+  Value out(Mean(x.tensor, nd, keepdim), t);
   if (NeedsTape(x)) {
     Shape ks = KeepdimShape(x.shape(), nd);
     Shape xs = x.shape();
@@ -555,7 +556,7 @@ Value broadcast_to(const Value& x, absl::Span<const int64_t> shape) {
     Shape xs = x.shape();
     SpmdType xt = x.type;
     RecordOp("broadcast_to", {&x}, out, [xs, xt](const Value& g, uint32_t, Value* d) {
-      d[0] = UnpromoteCotangent(sum_to_shape(g, xs), xt);
+      d[0] = internal::AsCotangent(sum_to_shape(g, xs), xt);
     });
   }
   return out;
@@ -572,14 +573,8 @@ Value reshape(const Value& x, absl::Span<const int64_t> shape) {
   Value out(std::move(t), ty);
   if (NeedsTape(x)) {
     Shape xs = x.shape();
-    RecordOp("reshape", {&x}, out, [xs, xt = x.type, ty](const Value& g, uint32_t, Value* d) {
-      Value dx = reshape(g, xs);
-      // Of the S dims valid for the same block layout (size-1 dims at its boundary), the
-      // cotangent takes the primal's: where g kept the output's S(e), x's S(d) is valid too.
-      for (int i = 0; i < xt.num_axes(); ++i) {
-        if (xt[i].is_sharded() && ty[i].is_sharded() && g.type[i] == ty[i]) dx.type[i] = xt[i];
-      }
-      d[0] = std::move(dx);
+    RecordOp("reshape", {&x}, out, [xs, xt = x.type](const Value& g, uint32_t, Value* d) {
+      d[0] = internal::AsCotangent(reshape(g, xs), xt);
     });
   }
   return out;
@@ -623,11 +618,7 @@ Value slice(const Value& x, int dim, int64_t start, int64_t length) {
     RecordOp("slice", {&x}, out, [xs, xt, dim, start](const Value& g, uint32_t, Value* d) {
       Tensor z = Tensor::Zeros(xs, g.dtype(), g.tensor.device());
       SliceAssign(z, dim, start, g.tensor);
-      SpmdType gt = g.type;
-      for (int i = 0; i < gt.num_axes(); ++i) {
-        if (xt[i].is_sharded() && gt[i].kind == AxisKind::kV) gt[i] = xt[i];
-      }
-      d[0] = Value(std::move(z), gt);
+      d[0] = internal::AsCotangent(Value(std::move(z), g.type), xt);
     });
   }
   return out;
@@ -643,7 +634,8 @@ Value concat(const std::vector<Value>& parts, int dim) {
   Tensor t = Concat(ts, dim);
   SpmdType ty = parts[0].type;
   for (size_t k = 1; k < parts.size(); ++k) {
-    ty = BinaryType("concat", Value(parts[0].tensor, ty), parts[k], t.shape(), false, false);
+    ty = internal::ElementwiseType("concat", Value(parts[0].tensor, ty), parts[k], t.shape(),
+                                   false);
   }
   Value out(std::move(t), SliceRule(ty, dim));
   bool any = false;
@@ -666,15 +658,7 @@ Value concat(const std::vector<Value>& parts, int dim) {
       for (size_t k = 0; k < ps.size(); ++k) {
         int64_t len = ps[k].dim(dim);
         if (need & (1u << k)) {
-          Value s = slice(g, dim, off, len);
-          for (int i = 0; i < s.type.num_axes(); ++i) {
-            if (ps[k].type[i].kind == AxisKind::kR && s.type[i].kind == AxisKind::kV) {
-              s.type[i] = AxisType::P();
-            } else if (ps[k].type[i].is_sharded() && s.type[i].kind == AxisKind::kV) {
-              s.type[i] = ps[k].type[i];
-            }
-          }
-          d[k] = s;
+          d[k] = internal::AsCotangent(slice(g, dim, off, len), ps[k].type);
         }
         off += len;
       }

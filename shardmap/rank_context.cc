@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/self_communicator.h"
+#include "shardmap/collective_recorder.h"
 #include "tensor/error.h"
 
 namespace shardmap {
@@ -130,6 +131,11 @@ collectives::Communicator& RankContext::Comm(AxisMask mask) {
     c = *std::move(split);
   }
   return *c;
+}
+
+void RankContext::LogCollective(const char* op, AxisMask axes, int64_t bytes, DType dtype) {
+  log_.push_back({op, axes, bytes, in_backward_, dtype});
+  if (internal::AnyRecorderActive()) internal::RecordCollective(rank_, mesh_, log_.back());
 }
 
 int RankContext::CountCollectives(const char* op, AxisMask axes, bool backward) const {

@@ -30,6 +30,7 @@ struct CollectiveRecord {
   AxisMask axes;
   int64_t bytes;      // bytes this rank contributed
   bool backward;      // issued while running the backward pass
+  DType dtype = DType::kF32;  // of the data this rank contributed
 };
 
 class RankContext {
@@ -80,9 +81,9 @@ class RankContext {
   bool in_backward() const { return in_backward_; }
   void set_in_backward(bool b) { in_backward_ = b; }
 
-  void LogCollective(const char* op, AxisMask axes, int64_t bytes) {
-    log_.push_back({op, axes, bytes, in_backward_});
-  }
+  // Appends to this rank's log and to the CollectiveRecorders active on this thread
+  // (collective_recorder.h).
+  void LogCollective(const char* op, AxisMask axes, int64_t bytes, DType dtype);
   const std::vector<CollectiveRecord>& collective_log() const { return log_; }
   void ClearCollectiveLog() { log_.clear(); }
   // Number of logged collectives named `op` over `axes` in the given direction.

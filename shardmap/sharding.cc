@@ -110,11 +110,7 @@ absl::StatusOr<Tensor> Assemble(const Mesh& mesh, const PartitionSpec& spec,
   // 16-bit partial sums (gradients of replicated bf16/f16 inputs): summed in f32, then rounded.
   const DType dtype = locals.empty() ? DType::kF32 : locals[0].dtype();
   if (dtype == DType::kBF16 || dtype == DType::kF16) {
-    bool any_sum = false;
-    AxisMask sharded = spec.ShardedMask(mesh);
-    for (int i = 0; i < mesh.num_axes(); ++i) {
-      if (!(sharded & (1u << i)) && type[i].kind == AxisKind::kP) any_sum = true;
-    }
+    const bool any_sum = (type.AxesOfKind(AxisKind::kP) & ~spec.ShardedMask(mesh)) != 0;
     if (any_sum) {
       std::vector<Tensor> wide;
       absl::Status cast = CatchOpError([&] {
@@ -140,15 +136,13 @@ absl::StatusOr<Tensor> Assemble(const Mesh& mesh, const PartitionSpec& spec,
   Tensor whole;
   absl::Status status = CatchOpError([&] {
     whole = Tensor::Zeros(gshape, locals[0].dtype());
-    bool any_sum = false;
-    for (int i = 0; i < mesh.num_axes(); ++i) {
-      if (!(sharded & (1u << i)) && type[i].kind == AxisKind::kP) any_sum = true;
-    }
+    // Unsharded axes: a P axis sums every rank's block, any other takes index 0's.
+    const AxisMask partial = type.AxesOfKind(AxisKind::kP) & ~sharded;
+    const bool any_sum = partial != 0;
     for (int r = 0; r < mesh.size(); ++r) {
       bool take = true;
       for (int i = 0; i < mesh.num_axes(); ++i) {
-        if (sharded & (1u << i)) continue;
-        if (type[i].kind != AxisKind::kP && mesh.Coord(r, i) != 0) take = false;
+        if (!((sharded | partial) & (1u << i)) && mesh.Coord(r, i) != 0) take = false;
       }
       if (!take) continue;
       if (locals[r].shape() != locals[0].shape() || locals[r].dtype() != locals[0].dtype()) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "shardmap/collective_recorder.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
 
@@ -94,9 +95,12 @@ absl::Status RunSpmd(const Mesh& mesh, const std::function<void(RankContext&)>& 
     if (absl::Status s = WaitForCallerStreams(*spaces); !s.ok()) return s;
     comm_options.memory_space = [spaces = *spaces](int r) { return spaces[r]; };
   }
+  // The rank threads record into the CollectiveRecorders of this thread.
+  const std::vector<CollectiveRecorder*> recorders = internal::ActiveRecorders();
   return collectives::RunInProcess(
       mesh.size(),
       [&](collectives::Communicator& comm) -> absl::Status {
+        internal::ScopedInheritedRecorders inherit(recorders);
         return RunRank(comm, mesh, body, options.check);
       },
       comm_options);

@@ -9,6 +9,8 @@
 //   t[0] = AxisType::Sharded(0);         // dp: S(0)
 //   t.ToString({"dp", "tp"});            // "{dp:S0,tp:R}"
 //   Dual(t).ToString({"dp", "tp"});      // "{dp:S0,tp:P}"
+//   Dual(t).AxesOfKind(AxisKind::kP);    // 0b10: tp (bit i is mesh axis i, as Mesh's AxisMask)
+//   mesh.AxisNamesOf(t.AxesOfKind(AxisKind::kP))   // {"tp"}: names for a collective
 //
 // SpmdType is a fixed array (no allocation): values carrying it are cheap to copy.
 #ifndef SHARDMAP_SHARDMAP_SPMD_TYPE_H_
@@ -59,6 +61,14 @@ class SpmdType {
   void set_mesh_id(uint32_t id) { mesh_id_ = id; }
   AxisType& operator[](int axis) { return axes_[axis]; }
   const AxisType& operator[](int axis) const { return axes_[axis]; }
+  // The axes whose kind is k, as a bit mask (bit i: mesh axis i; a Mesh's AxisMask): e.g. the
+  // axes a gradient is still a pending sum over, AxesOfKind(AxisKind::kP). The one place that
+  // loop is written (collective_ops.h's AxesWhere gives the names).
+  uint32_t AxesOfKind(AxisKind k) const {
+    uint32_t mask = 0;
+    for (int i = 0; i < n_; ++i) mask |= axes_[i].kind == k ? 1u << i : 0u;
+    return mask;
+  }
   bool operator==(const SpmdType& o) const;
   bool operator!=(const SpmdType& o) const { return !(*this == o); }
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace shardmap {
@@ -139,6 +140,104 @@ TEST(CollectiveRules, GatherOfAMajorAxisUnshardsMinorAxesOfThatDim) {
   EXPECT_EQ(CollectiveResult(CollectiveRuleFor(Collective::kReduceScatter), p, 1u, 0, false)
                 .ToString(kNames),
             "{dp:S0,tp:V}");
+}
+
+// Each collective's transpose (the table's transpose column) is a typed collective that accepts
+// the dual of the op's result, and gives the dual of the op's input: for every input type the
+// op accepts, on one or both axes, with the other axis of any kind.
+TEST(CollectiveTransposes, TransposeOfEveryRowGivesTheDualOfTheInput) {
+  const std::vector<AxisType> kinds = {AxisType::R(), AxisType::I(),         AxisType::V(),
+                                       AxisType::P(), AxisType::Sharded(0), AxisType::Sharded(1)};
+  int checked = 0;
+  for (int ci = 0; ci < static_cast<int>(Collective::kCount); ++ci) {
+    const Collective c = static_cast<Collective>(ci);
+    const CollectiveRule& r = CollectiveRuleFor(c);
+    // The forward's dims: all_to_all checks concat_dim 0 and shards split_dim 1.
+    const bool to_all = c == Collective::kAllToAll || c == Collective::kAllToAllSizes;
+    const int check_dim = 0, result_dim = to_all ? 1 : 0;
+    const bool has_i = r.result == CollectiveResultKind::kRorI ||
+                       r.result == CollectiveResultKind::kGathered;
+    for (bool invariant : {false, true}) {
+      if (invariant && !has_i) continue;
+      const CollectiveTranspose& tr = invariant ? r.transpose_invariant : r.transpose;
+      for (AxisMask mask : {1u, 3u}) {
+        for (AxisType a : kinds) {
+          for (AxisType b : kinds) {
+            SpmdType x(2);
+            x[0] = a;
+            x[1] = b;
+            if (CheckCollective(r, x, mask, check_dim)) continue;  // rejected: no transpose
+            SCOPED_TRACE(absl::StrCat(r.name, invariant ? " to I" : "", " of ",
+                                      x.ToString(kNames), " over mask ", mask));
+            const SpmdType y = CollectiveResult(r, x, mask, result_dim, invariant);
+            if (tr.op != Collective::kCount) {
+              // The transpose is itself a typed collective that accepts y's dual.
+              const std::optional<Rejection> no =
+                  CheckCollective(CollectiveRuleFor(tr.op), Dual(y), mask, result_dim);
+              EXPECT_FALSE(no) << no->rule;
+            }
+            // The dual of x, or more precise: S(d) where x is a V of unknown layout (the
+            // gradient of a V that a gather assembled is its shard of the gathered gradient).
+            const SpmdType got =
+                CollectiveCotangentType(c, x, mask, check_dim, result_dim, invariant);
+            const SpmdType want = Dual(x);
+            for (int i = 0; i < 2; ++i) {
+              const bool refines = want[i].kind == AxisKind::kV && want[i].dim < 0 &&
+                                   got[i].is_sharded();
+              EXPECT_TRUE(got[i] == want[i] || refines)
+                  << "axis " << i << ": " << got.ToString(kNames) << " is not "
+                  << want.ToString(kNames);
+            }
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
+TEST(CollectiveTransposes, TableColumn) {
+  auto op = [](Collective c, bool inv = false) {
+    const CollectiveRule& r = CollectiveRuleFor(c);
+    const CollectiveTranspose& t = inv ? r.transpose_invariant : r.transpose;
+    return t.op == Collective::kCount ? std::string("local")
+                                      : std::string(CollectiveRuleFor(t.op).name);
+  };
+  EXPECT_EQ(op(Collective::kAllReduceSum), "all_reduce(sum)");
+  EXPECT_EQ(op(Collective::kAllReduceSum, true), "convert(I->R)");
+  EXPECT_EQ(op(Collective::kAllReduceMeanMaxMin), "all_reduce(sum)");
+  EXPECT_EQ(op(Collective::kAllReduceMeanMaxMin, true), "local");
+  EXPECT_EQ(op(Collective::kAllGather), "reduce_scatter");
+  EXPECT_EQ(op(Collective::kAllGather, true), "local");
+  EXPECT_EQ(op(Collective::kReduceScatter), "all_gather");
+  EXPECT_EQ(op(Collective::kAllToAll), "all_to_all");
+  EXPECT_EQ(op(Collective::kPpermute), "ppermute");
+  EXPECT_EQ(op(Collective::kBroadcast), "all_reduce(sum)");
+  EXPECT_TRUE(CollectiveRuleFor(Collective::kBroadcast).transpose.keeps_root);
+  EXPECT_EQ(op(Collective::kConvertIToR), "all_reduce(sum)");
+  EXPECT_TRUE(CollectiveRuleFor(Collective::kConvertIToR).transpose.invariant);
+  EXPECT_EQ(op(Collective::kConvertRToP), "convert(R->P)");
+  EXPECT_EQ(op(Collective::kReinterpret), "local");
+  EXPECT_EQ(op(Collective::kVary), "local");
+}
+
+// CotangentType states the dual where the derived type is a valid, less precise form of it,
+// and leaves everything else for the tape's check.
+TEST(CollectiveTransposes, CotangentTypeRelaxesOnlyValidForms) {
+  auto cot = [](AxisType derived, AxisType primal) {
+    SpmdType d(1, derived), p(1, primal);
+    return CotangentType(d, p)[0].ToString();
+  };
+  EXPECT_EQ(cot(AxisType::V(), AxisType::R()), "P");           // unpromotion
+  EXPECT_EQ(cot(AxisType::R(), AxisType::Sharded(1)), "S1");   // same everywhere is one V
+  EXPECT_EQ(cot(AxisType::I(), AxisType::V()), "V");
+  EXPECT_EQ(cot(AxisType::V(), AxisType::Sharded(0)), "S0");
+  EXPECT_EQ(cot(AxisType::Sharded(2), AxisType::Sharded(0)), "S2");  // the tape decides
+  EXPECT_EQ(cot(AxisType::P(), AxisType::V()), "P");                 // a bug: left as is
+  EXPECT_EQ(cot(AxisType::R(), AxisType::R()), "R");                 // a bug: left as is
+  EXPECT_EQ(cot(AxisType::R(), AxisType::P()), "R");
+  EXPECT_EQ(cot(AxisType::I(), AxisType::I()), "I");
 }
 
 TEST(ErasedRules, JoinTakesTheLargerKindAndDropsDims) {
@@ -307,6 +406,36 @@ TEST(MatmulRule, ContractedDimShardedOverTheSameAxesInBoth) {
                        T2(AxisType::R(), AxisType::R()), 2, true, false, kNames, no)
                 .ToString(kNames),
             "{dp:R,tp:V}");
+  EXPECT_FALSE(no);
+}
+
+// matmul is the contraction "...mk,kn->...mn": its rule is ContractionRule on those letters.
+TEST(ContractionRule, MatmulIsTheEinsumMkKnMn) {
+  auto letters = [](int ar, int br, bool ta, bool tb) {
+    const internal::MatmulLetters l = internal::MatmulAsContraction(ar, br, ta, tb);
+    return l.a + "," + l.b + "->" + l.out;
+  };
+  EXPECT_EQ(letters(2, 2, false, false), "mk,kn->mn");
+  EXPECT_EQ(letters(2, 2, true, true), "km,nk->mn");
+  EXPECT_EQ(letters(3, 2, false, false), "amk,kn->amn");
+  EXPECT_EQ(letters(4, 4, false, true), "abmk,abnk->abmn");
+  std::optional<Rejection> no;
+  // Batched operands sharding the batch dim alike keep it; a's batch against b's free dim is V.
+  const SpmdType s0 = T2(AxisType::Sharded(0), AxisType::R());
+  EXPECT_EQ(MatmulRule(s0, 3, s0, 3, false, false, kNames, no).ToString(kNames), "{dp:S0,tp:R}");
+  EXPECT_EQ(MatmulRule(s0, 3, T2(AxisType::Sharded(1), AxisType::R()), 2, false, false, kNames, no)
+                .ToString(kNames),
+            "{dp:V,tp:R}");
+  EXPECT_FALSE(no);
+  // Attention scores as an einsum: batch over dp, heads over tp stay sharded (heads -> dim 1).
+  const SpmdType q = T2(AxisType::Sharded(0), AxisType::Sharded(2));
+  EXPECT_EQ(ContractionRule(q, "bthd", q, "bshd", "bhts", kNames, no).ToString(kNames),
+            "{dp:S0,tp:S1}");
+  // Two contracted letters sharded on one axis, one in each operand: V (never P).
+  EXPECT_EQ(ContractionRule(T2(AxisType::Sharded(0), AxisType::R()), "ij",
+                            T2(AxisType::Sharded(1), AxisType::R()), "ij", "", kNames, no)
+                .ToString(kNames),
+            "{dp:V,tp:R}");
   EXPECT_FALSE(no);
 }
 

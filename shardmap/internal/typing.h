@@ -29,15 +29,27 @@ std::string AxisName(int axis);
 // shard_map or RunSpmd and used in another), so its axis types would be read against the wrong
 // axes.
 [[noreturn]] void ForeignMeshFail(const char* op, const Value& v);
-// Checks that v belongs to the running program's mesh (by Mesh::id(); a type built without a
-// mesh, id 0, by its number of axes). Two integer compares.
-inline void CheckMesh(const char* op, const Value& v) {
+// Throws: a required operand is an undefined (default-constructed) Value.
+[[noreturn]] void UndefinedOperandFail(const char* op, const char* operand);
+
+// Checks that a required operand is defined and belongs to the running program's mesh (by
+// Mesh::id(); a type built without a mesh, id 0, by its number of axes). An undefined Value has
+// no type and no mesh: it is reported as undefined, never as foreign. A pointer test and two
+// integer compares. operand: its name in the message ("x", "gamma"), or nullptr.
+inline void CheckMesh(const char* op, const Value& v, const char* operand = nullptr) {
+  if (!v.defined()) UndefinedOperandFail(op, operand);
   const RankContext* ctx = RankContext::Current();
   if (ctx == nullptr) return;  // the op fails on the missing context itself
   const uint32_t id = v.type.mesh_id();
   if ((id != 0 && id != ctx->mesh().id()) || v.type.num_axes() != ctx->mesh().num_axes()) {
     ForeignMeshFail(op, v);
   }
+}
+
+// An optional operand (norm weights, a bias): undefined means "left out" and passes; a defined
+// one is checked as CheckMesh does. Ops with optional operands must use this, not CheckMesh.
+inline void CheckOptionalMesh(const char* op, const Value& v, const char* operand = nullptr) {
+  if (v.defined()) CheckMesh(op, v, operand);
 }
 
 inline bool NeedsTape(const Value& a) { return a.node >= 0 && CurrentRecorder() != nullptr; }
@@ -57,8 +69,13 @@ using ::shardmap::ErasedUnary;
 SpmdType ElementwiseType(const char* op, const Value& a, const Value& b, const Shape& out,
                          bool multilinear);
 SpmdType NonlinearTypeOf(const char* op, const Value& x);
-// Transpose of an implicit R -> V promotion: V cotangents of R primals become P.
-Value UnpromoteCotangent(Value g, const SpmdType& primal);
+// g as the cotangent of a primal of type `primal`: its type as CotangentType (type_rules.h)
+// states it from the type the VJP's typed ops derived. Every VJP ends with it, so a cotangent's
+// type comes from one place.
+inline Value AsCotangent(Value g, const SpmdType& primal) {
+  g.type = CotangentType(g.type, primal);
+  return g;
+}
 // Throws when `dim` of x is sharded (S(dim)) on some axis; `fix` says what to do instead.
 void CheckDimNotSharded(const char* op, const Value& x, int dim, const char* fix);
 

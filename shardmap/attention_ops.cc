@@ -71,9 +71,9 @@ Value causal_attention(const Value& q, const Value& k, const Value& v, double sc
                          // Linear in g: the gradients take g's type joined with the output's.
                          const SpmdType gt = internal::ElementwiseType(
                              "causal_attention_backward", Value(ot, oty), g, g.shape(), true);
-                         if (need & 1) d[0] = internal::UnpromoteCotangent(Value(gr.dq, gt), qty);
-                         if (need & 2) d[1] = internal::UnpromoteCotangent(Value(gr.dk, gt), kty);
-                         if (need & 4) d[2] = internal::UnpromoteCotangent(Value(gr.dv, gt), vty);
+                         if (need & 1) d[0] = internal::AsCotangent(Value(gr.dq, gt), qty);
+                         if (need & 2) d[1] = internal::AsCotangent(Value(gr.dk, gt), kty);
+                         if (need & 4) d[2] = internal::AsCotangent(Value(gr.dv, gt), vty);
                        });
   }
   return out;

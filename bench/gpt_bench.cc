@@ -1,6 +1,6 @@
 // Tokens/s of a GPT-2 training step (4 layers, d_model 256, 8 heads, seq 256, vocab 256, batch 8,
 // f32, AdamW + clipping) on 1 device and on dp2, tp2, fsdp2, cp2 (ring attention), pp2 (1F1B, 4
-// microbatches, models/gpt_pipeline.h) over 2 simulated CPU devices; and the same model with MoE
+// microbatches, the trainer's pipeline strategy) over 2 simulated CPU devices; and the same model with MoE
 // MLPs (4 experts, top-2, capacity factor 1.25) on 1 device and with the experts over ep2 (moe
 // rows: speedup_vs_1dev is over the 1-device MoE step, dropped_pct the share of assignments over
 // capacity).
@@ -20,7 +20,6 @@
 #include "benchmark/benchmark.h"
 #include "bench/bench_tokens.h"
 #include "models/gpt.h"
-#include "models/gpt_pipeline.h"
 
 namespace shardmap {
 namespace {
@@ -72,8 +71,7 @@ Measured Run(const std::string& mesh, bool moe) {
     if (s.moe_assignments > 0) m.dropped_pct += 100.0 * s.moe_dropped / s.moe_assignments / kMeasured;
     for (const CollectiveRecord& r : *s.log) m.comm_bytes += r.bytes;
   };
-  TrainResult r = pp ? *TrainGptPipeline(layout, InitGpt(cfg, 1), Tokens(), o)
-                     : *TrainGpt(layout, InitGpt(cfg, 1), Tokens(), o);
+  TrainResult r = *TrainGpt(layout, InitGpt(cfg, 1), Tokens(), o);
   for (const TraceEvent& e : r.trace) {
     if (e.rank == 0 && e.category == "collective") m.fwd_collective_s += e.duration_us * 1e-6;
   }

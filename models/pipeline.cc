@@ -289,6 +289,7 @@ PipelineResult RunPipeline(const Timetable& tt, const std::string& axis,
   const bool last = s == p - 1;
   PipeLink link(axis, s, p, stage);
   Tape tape;
+  if (stage.backward_observer != nullptr) tape.set_backward_observer(stage.backward_observer);
   std::vector<Value> watched;
   for (const Value& v : params) watched.push_back(tape.Watch(v));
   std::vector<Value> outs(tt.microbatches());  // pp_send tokens, or losses on the last stage
@@ -323,7 +324,11 @@ PipelineResult RunPipeline(const Timetable& tt, const std::string& axis,
         for (size_t i = 0; i < g.size(); ++i) r.grads[i] = r.grads[i] + g[i];
       }
     }
-    if (a.kind != PipeAction::kIdle) r.busy_us += NowUs() - t0;
+    if (a.kind != PipeAction::kIdle) {
+      const double t1 = NowUs();
+      r.busy_us += t1 - t0;
+      r.spans.push_back({a, t0, t1 - t0});
+    }
     link.Exchange(tt, t);
   }
   r.total_us = NowUs() - start;

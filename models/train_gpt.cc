@@ -1,7 +1,7 @@
 // train_gpt: trains GPT-2 (models/gpt.h) on simulated CPU devices with any mix of data, fully
 // sharded, hybrid sharded, tensor, sequence and context parallelism (ring attention over cp),
 // and mixture-of-experts MLPs with expert parallelism (--experts, --mesh=ep=2,...), inside one
-// SPMD program; with a pp axis, pipeline parallelism (models/gpt_pipeline.h):
+// SPMD program; with a pp axis, pipeline parallelism (the trainer's pipeline strategy, models/trainer.h):
 // --mesh=pp=2,dp=2 --microbatches=4 --schedule=1f1b (or gpipe).
 //
 //   bazel run -c opt //models:train_gpt -- --mesh=dp=2,tp=2 --sp
@@ -31,7 +31,6 @@
 #include "absl/strings/str_split.h"
 #include "collectives/gloo_communicator.h"
 #include "models/gpt.h"
-#include "models/gpt_pipeline.h"
 #include "models/gpt_trace.h"
 #include "models/pipeline.h"
 #include "nlohmann/json.hpp"
@@ -284,8 +283,7 @@ int Main() {
                                  o.microbatches > 0 ? o.batch / o.microbatches : 0,
                                  ScheduleName(*schedule));
   }
-  absl::StatusOr<TrainResult> r =
-      pipelined ? TrainGptPipeline(*layout, init, *tokens, o) : TrainGpt(*layout, init, *tokens, o);
+  absl::StatusOr<TrainResult> r = TrainGpt(*layout, init, *tokens, o);
   if (!r.ok()) return Fail(r.status());
   if (!print) return 0;
   std::string comm;

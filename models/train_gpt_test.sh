@@ -28,9 +28,10 @@ assert any(e['name']=='backward' for e in t)
 assert any('bytes' in e.get('args',{}) for e in t)
 " || fail "trace"
 
-# Four uninterrupted steps vs three + resume on another mesh: the same step-3 loss.
+# Four uninterrupted steps vs three + resume to the total of four on another mesh: the same
+# step-3 loss (--steps is the total count).
 full=$("$bin" "${common[@]}" --steps=4 | grep '^step 3 loss' | awk '{print $4}')
-resumed=$("$bin" "${common[@]}" --mesh=tp=2 --resume="$tmp/ck.safetensors" --steps=1 \
+resumed=$("$bin" "${common[@]}" --mesh=tp=2 --resume="$tmp/ck.safetensors" --steps=4 \
           | grep '^step 3 loss' | awk '{print $4}')
 python3 -c "import sys; a,b=float('$full'),float('$resumed'); sys.exit(abs(a-b) > 1e-9*abs(a))" \
   || fail "resume: $full vs $resumed"
@@ -57,7 +58,7 @@ ep=$(grep '^step 1 loss' <<<"$ep_out" | awk '{print $4}')
 python3 -c "import sys; a,b=float('$one'),float('$ep'); sys.exit(abs(a-b) > 1e-9*abs(a))" \
   || fail "ep2 MoE: $ep vs $one"
 full=$(grep '^step 2 loss' <<<"$moe_full" | awk '{print $4}')
-resumed=$("$bin" "${common[@]}" "${moe[@]}" --resume="$tmp/moe.safetensors" --steps=1 \
+resumed=$("$bin" "${common[@]}" "${moe[@]}" --resume="$tmp/moe.safetensors" --steps=3 \
           | grep '^step 2 loss' | awk '{print $4}')
 python3 -c "import sys; a,b=float('$full'),float('$resumed'); sys.exit(abs(a-b) > 1e-9*abs(a))" \
   || fail "MoE resume ep2 -> 1 device: $full vs $resumed"

@@ -73,6 +73,19 @@ absl::Status CheckGptCheckpoint(const SafetensorsFile& file, const GptLayout& la
   return absl::OkStatus();
 }
 
+absl::StatusOr<SafetensorsFile> OpenGptCheckpoint(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("checkpoint '", path, "': ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint '", path, "' is ", S_ISDIR(st.st_mode) ? "a directory" : "not a regular file",
+        "; name a .safetensors file (written by train_gpt --save, or GPT-2's model.safetensors)"));
+  }
+  return SafetensorsFile::Open(path);
+}
+
 absl::StatusOr<int64_t> CheckpointStep(const SafetensorsFile& file) {
   auto it = file.metadata().find("step");
   if (it == file.metadata().end()) {

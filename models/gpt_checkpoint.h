@@ -41,6 +41,10 @@ absl::Status SaveGpt(const std::string& path, const GptLayout& layout,
 absl::Status CheckGptCheckpoint(const SafetensorsFile& file, const GptLayout& layout,
                                 bool need_optimizer);
 
+// SafetensorsFile::Open after checking that `path` names a regular file (a directory or a
+// device is InvalidArgument naming the path; a missing file NotFound).
+absl::StatusOr<SafetensorsFile> OpenGptCheckpoint(const std::string& path);
+
 // The step a --resume file continues from: metadata "step", a whole number in [0, 2^53].
 // InvalidArgument naming the file and the value otherwise.
 absl::StatusOr<int64_t> CheckpointStep(const SafetensorsFile& file);

@@ -12,15 +12,24 @@
 // (B = --batch, T = --seq): independent of the mesh, so any layout (or a PyTorch script) sees the
 // same batches. Each step prints "step N loss X" (10 significant digits), ms/step, tokens/s and
 // the bytes rank 0 communicated per collective kind; a summary follows the last step.
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
+#include <algorithm>
+#include <functional>
 #include <map>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
@@ -52,7 +61,8 @@ ABSL_FLAG(int64_t, heads, 4, "attention heads");
 ABSL_FLAG(int64_t, vocab, 256, "vocabulary size (256 for --text)");
 ABSL_FLAG(int64_t, seq, 64, "tokens per sequence");
 ABSL_FLAG(int64_t, batch, 8, "global batch (sequences per step)");
-ABSL_FLAG(int64_t, steps, 20, "training steps");
+ABSL_FLAG(int64_t, steps, 20,
+          "the run's total optimizer steps (nanoGPT's max_iters): --resume continues up to it");
 ABSL_FLAG(double, lr, 1e-3, "AdamW learning rate");
 ABSL_FLAG(double, beta1, 0.9, "AdamW beta1");
 ABSL_FLAG(double, beta2, 0.95, "AdamW beta2");
@@ -67,7 +77,9 @@ ABSL_FLAG(std::string, data, "", "uint16 token ids (nanoGPT's train.bin layout)"
 ABSL_FLAG(std::string, text, "", "a text file; its bytes are the tokens (vocab 256)");
 ABSL_FLAG(std::string, init, "", "GPT-2 safetensors file to start from");
 ABSL_FLAG(std::string, save, "", "write parameters and AdamW state here (safetensors) at the end");
-ABSL_FLAG(std::string, resume, "", "continue from a file written with --save");
+ABSL_FLAG(std::string, resume, "",
+          "continue from a file written with --save (parameters, AdamW state, step) up to "
+          "--steps; not with --init");
 ABSL_FLAG(std::string, trace, "", "write a Chrome trace-event JSON (open it in Perfetto)");
 ABSL_FLAG(int64_t, experts, 0, "mixture of experts: experts per MoE MLP (0: dense MLP)");
 ABSL_FLAG(int64_t, topk, 1, "MoE: experts each token is routed to");
@@ -87,9 +99,24 @@ absl::StatusOr<std::vector<int64_t>> LoadTokens(const std::string& data, const s
     return absl::InvalidArgumentError("give exactly one of --data FILE or --text FILE");
   }
   const std::string& path = data.empty() ? text : data;
+  const char* flag = data.empty() ? "--text" : "--data";
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("cannot read ", flag, " '", path, "': ",
+                                            std::strerror(errno)));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " '", path, "' is a directory; name a file"));
+  }
   std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (!f) return absl::NotFoundError(absl::StrCat("cannot read ", flag, " '", path, "'"));
+  std::string bytes;
+  char buf[1 << 16];
+  while (f.read(buf, sizeof(buf)) || f.gcount() > 0) bytes.append(buf, f.gcount());
+  if (f.bad()) {
+    return absl::DataLossError(absl::StrCat("reading ", flag, " '", path, "' failed"));
+  }
   std::vector<int64_t> tokens;
   if (!text.empty()) {
     for (unsigned char c : bytes) tokens.push_back(c);
@@ -104,6 +131,56 @@ absl::StatusOr<std::vector<int64_t>> LoadTokens(const std::string& data, const s
     }
   }
   return tokens;
+}
+
+// Every process of a multi-process run must be started with the same settings. Each rank
+// hashes each of its train_gpt flags (output paths aside; the data by its tokens) and all_gathers
+// the hashes; a flag whose hash differs from rank 0's is named, with this rank's value, on every
+// rank before the first step (instead of a hang or a "lost rank" later).
+absl::Status AgreeOnSettings(collectives::Communicator& world,
+                             const std::vector<int64_t>& tokens) {
+  std::vector<std::pair<std::string, std::string>> settings;  // name, value
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (!absl::StrContains(flag->Filename(), "train_gpt")) continue;
+    const std::string n(name);
+    if (n == "save" || n == "trace" || n == "data" || n == "text") continue;  // paths
+    settings.emplace_back(n, flag->CurrentValue());
+  }
+  std::sort(settings.begin(), settings.end());
+  uint64_t data_hash = 1469598103934665603ull;  // FNV-1a over the token ids
+  for (int64_t t : tokens) data_hash = (data_hash ^ static_cast<uint64_t>(t)) * 1099511628211ull;
+  settings.emplace_back("data", absl::StrCat("tokens with hash ", data_hash, " (",
+                                             tokens.size(), " tokens)"));
+  const size_t n = settings.size();
+  std::vector<int64_t> mine(n), all(n * world.size());
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char ch : settings[i].first + "=" + settings[i].second) {
+      h = (h ^ ch) * 1099511628211ull;
+    }
+    mine[i] = static_cast<int64_t>(h);
+  }
+  if (absl::Status s = world.AllGather(mine.data(), all.data(), n, collectives::DataType::kI64);
+      !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("agreeing on the run's settings: ", s.message()));
+  }
+  std::vector<std::string> differ;
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<int> ranks;
+    for (int r = 1; r < world.size(); ++r) {
+      if (all[r * n + i] != all[i]) ranks.push_back(r);
+    }
+    if (!ranks.empty()) {
+      differ.push_back(absl::StrCat("--", settings[i].first, " (rank ", absl::StrJoin(ranks, ", "),
+                                    " differ", ranks.size() == 1 ? "s" : "",
+                                    " from rank 0; this rank, ", world.rank(), ", has ",
+                                    settings[i].second, ")"));
+    }
+  }
+  if (differ.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the processes were started with different settings: ", absl::StrJoin(differ, "; "),
+      "; start every rank with the same flags"));
 }
 
 std::string Bytes(int64_t b) {
@@ -189,6 +266,9 @@ int Main() {
   absl::StatusOr<std::vector<int64_t>> tokens =
       LoadTokens(absl::GetFlag(FLAGS_data), absl::GetFlag(FLAGS_text));
   if (!tokens.ok()) return Fail(tokens.status());
+  if (world != nullptr) {
+    if (absl::Status s = AgreeOnSettings(*world, *tokens); !s.ok()) return Fail(s);
+  }
 
   TrainOptions o;
   o.steps = absl::GetFlag(FLAGS_steps);

@@ -48,5 +48,16 @@ expect_error "the world has 2 processes but the mesh Mesh{tp:4}" \
   "$launch" --nproc_per_node=2 -- "$bin" "${common[@]}" --backend=gloo --mesh=tp=4
 expect_error "--backend=gloo: .*collectives/launch --nproc_per_node=2" \
   env -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT "$bin" "${common[@]}" --backend=gloo --mesh=tp=2
+# Ranks started with different settings name the flag (issue 29: was "lost rank 0").
+expect_error "started with different settings: --steps (rank 1 differs from rank 0" \
+  "$launch" --nproc_per_node=2 -- bash -c 'exec "$0" "$@" --steps=$((3 + RANK))' "$bin" \
+  "${common[@]}" --backend=gloo --mesh=tp=2
+# Different data (same path, other bytes) is named too.
+printf 'another text entirely, with other bytes. %.0s' $(seq 1 40) > "$tmp/other.txt"
+expect_error "different settings: --data" \
+  "$launch" --nproc_per_node=2 -- bash -c \
+  'a=$1 b=$2; shift 2; exec "$0" "$@" --text=$([ "$RANK" = 0 ] && echo "$a" || echo "$b")' "$bin" \
+  "$tmp/text.txt" "$tmp/other.txt" --layers=1 --d_model=16 --heads=4 --seq=8 --batch=6 \
+  --backend=gloo --mesh=tp=2
 expect_error "--backend nccl: use inprocess or gloo" "$bin" "${common[@]}" --backend=nccl
 echo PASS

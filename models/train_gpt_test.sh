@@ -99,9 +99,12 @@ b16=$(grep '^step 2 loss' <<<"$bf" | awk '{print $4}')
 python3 -c "import sys; a,b=float('$f32'),float('$b16'); sys.exit(abs(a-b) > abs(a)/512 or a == b)" \
   || fail "bf16 fsdp2 x tp2+sp: $b16 vs f32 $f32"
 
-expect_error() {  # expect_error "message" flags...
+expect_error() {  # expect_error "message" flags...: exit 2 (an error, not a crash), no step run
   local msg="$1"; shift
-  if err=$("$bin" "$@" 2>&1); then fail "accepted: $*"; fi
+  local rc=0
+  err=$("$bin" "$@" 2>&1) || rc=$?
+  [ "$rc" = 0 ] && fail "accepted: $*"
+  [ "$rc" = 2 ] || fail "exit $rc (a crash?) for: $*: $err"
   grep -q -- "$msg" <<<"$err" || fail "expected '$msg', got: $err"
   grep -q "^step" <<<"$err" && fail "trained before rejecting: $*"
   return 0
@@ -127,4 +130,36 @@ expect_error "3 experts are not divisible by the 2" "${common[@]}" --experts=3 -
 expect_error "topk = 5 with 4 experts" "${common[@]}" --experts=4 --topk=5
 expect_error "expert axis 'tp' is not a batch axis" "${common[@]}" --experts=4 --mesh=dp=2,tp=2 --expert_axes=tp
 expect_error "capacity factor 0" "${common[@]}" --experts=4 --capacity=0
+# Issue 29: crashes and silent garbage are clear errors before the first step.
+expect_error "steps (--steps) 0 must be >= 1" "${common[@]}" --steps=0
+expect_error "steps (--steps) -1 must be >= 1" "${common[@]}" --steps=-1
+expect_error "learning rate (--lr) nan" "${common[@]}" --lr=nan
+expect_error "learning rate (--lr) inf" "${common[@]}" --lr=inf
+expect_error "learning rate (--lr) -1 must be finite and >= 0" "${common[@]}" --lr=-1
+expect_error "betas (--beta1, --beta2) = (nan" "${common[@]}" --beta1=nan
+expect_error "weight decay (--weight_decay) nan" "${common[@]}" --weight_decay=nan
+expect_error "--text '/tmp' is a directory" --text=/tmp
+expect_error "--data '/tmp' is a directory" --data=/tmp
+expect_error "checkpoint '/tmp' is a directory" "${common[@]}" --init=/tmp
+expect_error "both --init .* and --resume .* are given" "${common[@]}" \
+  --init="$tmp/ck.safetensors" --resume="$tmp/ck.safetensors"
+expect_error "directory '$tmp/no/such' does not exist" "${common[@]}" --save="$tmp/no/such/x.st"
+expect_error "is at step 3 but the run's total is 2 steps" "${common[@]}" \
+  --resume="$tmp/ck.safetensors" --steps=2
+# NaN weights in an --init file: the run stops at step 0 naming it (not "loss nan", exit 0).
+python3 - "$tmp/ck.safetensors" "$tmp/nan.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+s, e = h['wte.weight']['data_offsets']
+body = bytearray(b[8 + n:])
+body[s:e] = struct.pack('<d', float('nan')) * ((e - s) // 8)
+open(sys.argv[2], 'wb').write(b[:8 + n] + bytes(body))
+PY
+expect_error "step 0: the loss is nan" "${common[@]}" --init="$tmp/nan.safetensors"
+# A learning rate that diverges stops the run at the first non-finite step.
+diverged=$("$bin" "${common[@]}" --lr=1e30 --clip=0 --steps=30 2>&1) && fail "diverged run exit 0"
+grep -q "the loss is .* (not finite)\|gradient norm .* (not finite)" <<<"$diverged" \
+  || fail "no non-finite stop: $diverged"
 echo PASS

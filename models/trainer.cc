@@ -183,29 +183,29 @@ absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
   const Mesh& mesh = layout.mesh();
   const AdamWOptions& a = o.adamw;
   if (o.steps < 1) {
-    return Invalid(absl::StrCat("steps ", o.steps,
+    return Invalid(absl::StrCat("steps (--steps) ", o.steps,
                                 " must be >= 1 (the total number of optimizer steps)"));
   }
   if (!Finite(a.lr) || a.lr < 0) {
-    return Invalid(absl::StrCat("learning rate ", a.lr, " must be finite and >= 0 (e.g. 1e-3)"));
+    return Invalid(absl::StrCat("learning rate (--lr) ", a.lr, " must be finite and >= 0 (e.g. 1e-3)"));
   }
   if (!Finite(a.beta1) || a.beta1 < 0 || a.beta1 >= 1 || !Finite(a.beta2) || a.beta2 < 0 ||
       a.beta2 >= 1) {
-    return Invalid(absl::StrCat("AdamW betas (", a.beta1, ", ", a.beta2,
+    return Invalid(absl::StrCat("AdamW betas (--beta1, --beta2) = (", a.beta1, ", ", a.beta2,
                                 ") must lie in [0, 1) (e.g. 0.9 and 0.95)"));
   }
   if (!Finite(a.eps) || a.eps <= 0) {
-    return Invalid(absl::StrCat("AdamW eps ", a.eps, " must be finite and > 0 (e.g. 1e-8)"));
+    return Invalid(absl::StrCat("AdamW eps (--eps) ", a.eps, " must be finite and > 0 (e.g. 1e-8)"));
   }
   if (!Finite(a.weight_decay) || a.weight_decay < 0) {
-    return Invalid(absl::StrCat("weight decay ", a.weight_decay,
+    return Invalid(absl::StrCat("weight decay (--weight_decay) ", a.weight_decay,
                                 " must be finite and >= 0 (e.g. 0.1)"));
   }
   if (std::isnan(o.clip) || std::isinf(o.clip)) {
-    return Invalid(absl::StrCat("clip ", o.clip, " must be finite (<= 0 turns clipping off)"));
+    return Invalid(absl::StrCat("clip (--clip) ", o.clip, " must be finite (<= 0 turns clipping off)"));
   }
   if (!o.init_path.empty() && !o.resume_path.empty()) {
-    return Invalid(absl::StrCat("both init ('", o.init_path, "') and resume ('", o.resume_path,
+    return Invalid(absl::StrCat("both --init ('", o.init_path, "') and --resume ('", o.resume_path,
                                 "') are given: --resume continues a run (parameters, moments, "
                                 "step), --init starts one from weights; give one"));
   }
@@ -289,7 +289,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
   const std::string& file_path = resume ? options.resume_path : options.init_path;
   std::unique_ptr<SafetensorsFile> file;
   if (!file_path.empty()) {
-    absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(file_path);
+    absl::StatusOr<SafetensorsFile> f = OpenGptCheckpoint(file_path);
     if (!f.ok()) return f.status();
     if (absl::Status s = CheckGptCheckpoint(*f, layout, resume); !s.ok()) return s;
     if (resume) {

@@ -242,7 +242,7 @@ Value GptEmbed(const GptLayout& layout, const ParamFn& use, const Value& ids) {
     pos[r] = cp > 1 ? LoadBalancedPosition((first + r) % local_seq, c.seq, cp, cp_index)
                     : (first + r) % c.seq;
   }
-  Value positions(Tensor::FromVector<int64_t>({count}, pos), pos_type);
+  Value positions(Tensor::FromVector<int64_t>({count}, pos).To(ids.tensor.device()), pos_type);
   return x + embedding(use("wpe.weight"), positions);
 }
 

@@ -1,8 +1,10 @@
-// train_gpt: trains GPT-2 (models/gpt.h) on simulated CPU devices with any mix of data, fully
-// sharded, hybrid sharded, tensor, sequence and context parallelism (ring attention over cp),
-// and mixture-of-experts MLPs with expert parallelism (--experts, --mesh=ep=2,...), inside one
-// SPMD program; with a pp axis, pipeline parallelism (the trainer's pipeline strategy, models/trainer.h):
-// --mesh=pp=2,dp=2 --microbatches=4 --schedule=1f1b (or gpipe).
+// train_gpt: trains GPT-2 (models/gpt.h) on simulated CPU devices or GPUs (--device=cuda: one
+// rank per GPU, or virtual ranks sharing one; --backend=nccl: a process per GPU) with any mix
+// of data, fully sharded, hybrid sharded, tensor, sequence and context parallelism (ring
+// attention over cp), and mixture-of-experts MLPs with expert parallelism (--experts,
+// --mesh=ep=2,...), inside one SPMD program; with a pp axis, pipeline parallelism (the
+// trainer's pipeline strategy, models/trainer.h): --mesh=pp=2,dp=2 --microbatches=4
+// --schedule=1f1b (or gpipe).
 //
 //   bazel run -c opt //models:train_gpt -- --mesh=dp=2,tp=2 --sp
 //       --text=/usr/share/common-licenses/GPL-3 --layers=2 --d_model=64 --heads=4 --seq=64
@@ -39,11 +41,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "collectives/gloo_communicator.h"
+#include "collectives/nccl_communicator.h"
 #include "models/gpt.h"
 #include "models/gpt_trace.h"
 #include "models/pipeline.h"
 #include "nlohmann/json.hpp"
 #include "shardmap/context.h"
+#include "shardmap/device_placement.h"
+#include "tensor/cuda/runtime.h"
 
 ABSL_FLAG(std::string, mesh, "", "mesh axes, e.g. dp=2,tp=2 or pp=2,dp=2 or ep=2 (axes pp, dp, dp_replicate, dp_shard, ep, cp, tp)");
 ABSL_FLAG(int64_t, microbatches, 1, "pipeline microbatches per step (batch must divide by microbatches x dp)");
@@ -52,9 +57,21 @@ ABSL_FLAG(std::string, stage_layers, "", "layers per pipeline stage, e.g. 2,1,1 
 ABSL_FLAG(bool, sp, false, "sequence parallelism (needs a tp axis)");
 ABSL_FLAG(std::string, devices, "", "cpu:N simulated ranks (default: the mesh size)");
 ABSL_FLAG(std::string, backend, "inprocess",
-          "inprocess (every rank a thread of this process) or gloo (one process per rank over "
-          "Gloo/TCP, started by collectives/launch --nproc_per_node=<mesh size> or torchrun; "
-          "rank 0 prints)");
+          "inprocess (every rank a thread of this process), gloo (one process per rank over "
+          "Gloo/TCP) or nccl (one process per GPU, with --device=cuda); gloo and nccl are "
+          "started by collectives/launch --nproc_per_node=<mesh size>, torchrun or srun; rank 0 "
+          "prints");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu or cuda. cuda in-process: one rank per GPU when this process sees at least as "
+          "many GPUs as the mesh has ranks, else every rank a virtual rank on GPU 0 (a stream "
+          "each); --gpu_ranks overrides. cuda with --backend=nccl: each process on GPU "
+          "LOCAL_RANK");
+ABSL_FLAG(std::string, gpu_ranks, "auto",
+          "--device=cuda in-process: auto, shared (every rank on GPU 0) or per_gpu (rank r on "
+          "GPU r)");
+ABSL_FLAG(bool, cuda_graph, true,
+          "GPU: capture the static step once and replay it as a CUDA graph where safe (the "
+          "summary says whether it was, and why not)");
 ABSL_FLAG(int64_t, layers, 2, "transformer blocks");
 ABSL_FLAG(int64_t, d_model, 64, "model width");
 ABSL_FLAG(int64_t, heads, 4, "attention heads");
@@ -255,9 +272,56 @@ int Main() {
           mesh->ShortString(), " has ", mesh->size(), " ranks; launch ", mesh->size(),
           " processes")));
     }
+  } else if (backend == "nccl") {
+    if (absl::GetFlag(FLAGS_device) != "cuda") {
+      return Fail(absl::InvalidArgumentError(
+          "--backend=nccl runs each process on a GPU: add --device=cuda"));
+    }
+    absl::StatusOr<std::unique_ptr<collectives::Communicator>> c =
+        collectives::CreateNcclCommunicatorFromEnv({});
+    if (!c.ok()) {
+      return Fail(absl::Status(c.status().code(),
+                               absl::StrCat("--backend=nccl: ", c.status().message(),
+                                            " (start it with collectives/launch "
+                                            "--nproc_per_node=", mesh->size(), " -- train_gpt ...)")));
+    }
+    world = *std::move(c);
+    if (world->size() != mesh->size()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--backend=nccl: the world has ", world->size(), " processes but the mesh ",
+          mesh->ShortString(), " has ", mesh->size(), " ranks; launch ", mesh->size(),
+          " processes")));
+    }
   } else if (backend != "inprocess") {
     return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--backend ", backend, ": use inprocess or gloo")));
+        absl::StrCat("--backend ", backend, ": use inprocess, gloo or nccl")));
+  }
+  // --device: where the in-process ranks run.
+  DevicePlacement placement;
+  const std::string device = absl::GetFlag(FLAGS_device);
+  const std::string gpu_ranks = absl::GetFlag(FLAGS_gpu_ranks);
+  if (device != "cpu" && device != "cuda") {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--device ", device, ": use cpu or cuda")));
+  }
+  if (gpu_ranks != "auto" && gpu_ranks != "shared" && gpu_ranks != "per_gpu") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--gpu_ranks ", gpu_ranks, ": use auto, shared or per_gpu")));
+  }
+  if (device == "cuda" && backend == "gloo") {
+    return Fail(absl::InvalidArgumentError(
+        "--backend=gloo runs on CPU memory: use --backend=nccl with --device=cuda"));
+  }
+  if (device == "cuda" && world == nullptr) {
+    if (!cuda::Available()) {
+      return Fail(absl::FailedPreconditionError(absl::StrCat(
+          "--device=cuda: no usable GPU (", cuda::UnavailableReason(),
+          "); use --device=cpu")));
+    }
+    const bool per_gpu = gpu_ranks == "per_gpu" ||
+                         (gpu_ranks == "auto" && cuda::DeviceCount() >= mesh->size());
+    placement = per_gpu ? DevicePlacement::GpuPerRank() : DevicePlacement::SharedGpu(0);
+  } else if (device == "cpu" && gpu_ranks != "auto") {
+    return Fail(absl::InvalidArgumentError("--gpu_ranks needs --device=cuda"));
   }
   // Rank 0 prints (every process of a gloo run sees the same losses).
   const bool print = world == nullptr || world->rank() == 0;
@@ -284,6 +348,8 @@ int Main() {
   o.save_path = absl::GetFlag(FLAGS_save);
   o.trace = !absl::GetFlag(FLAGS_trace).empty();
   o.comm = world.get();
+  o.placement = placement;
+  o.cuda_graph = absl::GetFlag(FLAGS_cuda_graph);
   TypeTrace types;
   if (absl::GetFlag(FLAGS_print_types)) o.types = &types;
   o.microbatches = absl::GetFlag(FLAGS_microbatches);
@@ -310,7 +376,11 @@ int Main() {
       cfg.compute.has_value() ? absl::StrCat(dtype, " compute, f32 master weights") : dtype,
       mesh->ShortString(), layout->tp().sp ? " + sequence parallel" : "",
       layout->cp_axis().empty() ? "" : " (cp: ring attention, load-balanced chunks)", mesh->size(),
-      world != nullptr ? "processes (gloo)" : "simulated CPU devices",
+      world != nullptr ? absl::StrCat("processes (", backend, ")")
+      : placement.kind == DevicePlacement::Kind::kSharedGpu
+          ? "virtual ranks sharing cuda:0 (a stream each)"
+      : placement.kind == DevicePlacement::Kind::kGpuPerRank ? "GPUs (one rank each)"
+                                                             : "simulated CPU devices",
       o.batch,
       cfg.seq, tokens->size());
   if (cfg.moe.on()) {
@@ -349,9 +419,12 @@ int Main() {
                             s.moe_dropped, s.moe_assignments,
                             100.0 * s.moe_dropped / s.moe_assignments, s.moe_dropped_tokens);
     }
-    std::cout << absl::StrFormat("step %d loss %.10g | %.1f ms/step | %.0f tokens/s | %s%s\n",
+    const std::string mem =
+        s.peak_device_bytes >= 0 ? absl::StrCat(" | peak GPU memory ", Bytes(s.peak_device_bytes))
+                                 : "";
+    std::cout << absl::StrFormat("step %d loss %.10g | %.1f ms/step | %.0f tokens/s | %s%s%s\n",
                                  s.step, s.loss, s.seconds * 1e3, tokens_per_step / s.seconds,
-                                 comm.empty() ? "no communication" : comm, moe);
+                                 comm.empty() ? "no communication" : comm, moe, mem);
     std::cout.flush();
   };
   const std::vector<NamedTensor> init = o.init_path.empty() && o.resume_path.empty()
@@ -376,6 +449,15 @@ int Main() {
       tokens_per_step * r->losses.size() / total_s, Bytes(r->param_bytes_per_rank),
       Bytes(r->optimizer_bytes_per_rank), Bytes(r->activation_bytes_per_rank),
       Bytes(r->largest_activation_bytes), comm.empty() ? "nothing" : comm);
+  if (r->peak_device_bytes_per_rank >= 0) {
+    std::cout << absl::StrFormat("GPU: peak memory %s on %s%s; CUDA graph: %s\n",
+                                 Bytes(r->peak_device_bytes_per_rank), r->device,
+                                 r->ranks_per_device > 1
+                                     ? absl::StrCat(" (shared by ", r->ranks_per_device,
+                                                    " virtual ranks)")
+                                     : std::string(" (per rank)"),
+                                 r->cuda_graph_used ? "used" : r->cuda_graph_note);
+  }
   if (pipelined) {
     const int p = layout->pp_ways();
     std::cout << absl::StrFormat(
@@ -400,7 +482,7 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "trains GPT-2 with data / fully sharded / hybrid / tensor / sequence / context / expert "
-      "parallelism on simulated CPU devices. Example: train_gpt --mesh=dp=2,tp=2 --sp --text=FILE");
+      "parallelism on simulated CPU devices or GPUs (--device=cuda). Example: train_gpt --mesh=dp=2,tp=2 --sp --text=FILE");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     std::cerr << "train_gpt: unexpected argument '" << rest[1] << "' (flags are --name=value)\n";

@@ -59,5 +59,9 @@ expect_error "different settings: --data" \
   'a=$1 b=$2; shift 2; exec "$0" "$@" --text=$([ "$RANK" = 0 ] && echo "$a" || echo "$b")' "$bin" \
   "$tmp/text.txt" "$tmp/other.txt" --layers=1 --d_model=16 --heads=4 --seq=8 --batch=6 \
   --backend=gloo --mesh=tp=2
-expect_error "--backend nccl: use inprocess or gloo" "$bin" "${common[@]}" --backend=nccl
+expect_error "--backend mpi: use inprocess, gloo or nccl" "$bin" "${common[@]}" --backend=mpi
+expect_error "--backend=nccl runs each process on a GPU: add --device=cuda" \
+  "$bin" "${common[@]}" --backend=nccl
+expect_error "--backend=gloo runs on CPU memory" \
+  "$launch" --nproc_per_node=2 -- "$bin" "${common[@]}" --backend=gloo --mesh=tp=2 --device=cuda
 echo PASS

@@ -146,6 +146,15 @@ expect_error "both --init .* and --resume .* are given" "${common[@]}" \
 expect_error "directory '$tmp/no/such' does not exist" "${common[@]}" --save="$tmp/no/such/x.st"
 expect_error "is at step 3 but the run's total is 2 steps" "${common[@]}" \
   --resume="$tmp/ck.safetensors" --steps=2
+# --device: a GPU placement without a GPU is a clear error (on a GPU machine the run must train).
+if gpu_out=$("$bin" "${common[@]}" --steps=1 --device=cuda --mesh=dp=2 2>&1); then
+  grep -q "virtual ranks sharing cuda:0" <<<"$gpu_out" || fail "--device=cuda header: $gpu_out"
+  grep -q "peak GPU memory" <<<"$gpu_out" || fail "--device=cuda: no peak memory: $gpu_out"
+else
+  expect_error "--device=cuda: no usable GPU (.*); use --device=cpu" "${common[@]}" --device=cuda
+fi
+expect_error "--device tpu: use cpu or cuda" "${common[@]}" --device=tpu
+expect_error "--gpu_ranks needs --device=cuda" "${common[@]}" --gpu_ranks=shared
 # NaN weights in an --init file: the run stops at step 0 naming it (not "loss nan", exit 0).
 python3 - "$tmp/ck.safetensors" "$tmp/nan.safetensors" <<'PY'
 import json, struct, sys

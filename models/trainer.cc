@@ -16,7 +16,10 @@
 #include "shardmap/collective_ops.h"
 #include "shardmap/ops.h"
 #include "shardmap/sharding.h"
+#include "shardmap/spmd_runner.h"
 #include "shardmap/tape_hook.h"
+#include "tensor/cuda/device_memory.h"
+#include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
 #include "tensor/ops/elementwise.h"
 
@@ -212,6 +215,22 @@ absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
   if (o.microbatches < 1) {
     return Invalid(absl::StrCat("--microbatches ", o.microbatches, " must be >= 1"));
   }
+  if (!o.placement.is_cpu()) {
+    if (o.comm != nullptr) {
+      return Invalid(absl::StrCat("placement ", o.placement.ToString(),
+                                  " with a process communicator: the ranks run where the "
+                                  "communicator's memory is (--backend=nccl: its GPU); leave "
+                                  "the placement at cpu"));
+    }
+    absl::StatusOr<std::vector<Device>> devices = ResolvePlacement(o.placement, mesh.size());
+    if (!devices.ok()) return devices.status();
+  }
+  const bool on_gpu = !o.placement.is_cpu() ||
+                      (o.comm != nullptr && o.comm->memory_space().device);
+  if (on_gpu && layout.config().moe.on()) {
+    return Invalid("MoE on GPU ranks is not supported yet: its routing kernels (gather_rows, "
+                   "top_k, scatter_add_rows) are host-only; train MoE on --device=cpu");
+  }
   const bool pipelined = layout.pp_ways() > 1 || o.microbatches > 1;
   if (!pipelined) return absl::OkStatus();
   // What the pipeline strategy cannot do, refused here and nowhere else.
@@ -340,6 +359,9 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     const bool last = stage == p - 1;
     if (plan.pipelined) CreateAllCommunicators(ctx);  // stages issue different collectives
     const std::vector<int>& held = plan.stage_plan.owned[stage];
+    // The rank's device: parameters, moments, batches and activations live there; checkpoint
+    // blocks are read to the host and moved, results are moved back.
+    const Device dev = ctx.device();
     auto read = [&](const std::string& tensor, const ParamInfo& pi) {
       absl::StatusOr<Tensor> t = ReadGptShard(*file, tensor, pi, mesh, rank, c.dtype);
       if (!t.ok()) throw OpError(t.status());
@@ -350,15 +372,15 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     for (int k : held) {
       const ParamInfo& pi = layout.params()[k];
       Tensor local = file != nullptr ? read(pi.name, pi) : ShardOf(globals[k], mesh, pi.spec, rank);
-      params.emplace_back(local, param_type(pi));
+      params.emplace_back(local.To(dev), param_type(pi));
       if (!pi.decay) adam.no_decay.insert(pi.name);
     }
     AdamW opt(adam);
     if (resume) {
       for (int k : held) {
         const ParamInfo& pi = layout.params()[k];
-        opt.SetState(pi.name, read("optimizer.exp_avg." + pi.name, pi),
-                     read("optimizer.exp_avg_sq." + pi.name, pi));
+        opt.SetState(pi.name, read("optimizer.exp_avg." + pi.name, pi).To(dev),
+                     read("optimizer.exp_avg_sq." + pi.name, pi).To(dev));
       }
       opt.set_steps(first_step);
     }
@@ -370,10 +392,10 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
       std::vector<Value> probe(np);
       for (const char* name : {"wte.weight", "wpe.weight"}) {
         const ParamInfo& pi = layout.params()[layout.Find(name)];
-        probe[layout.Find(name)] = Value(Tensor::Zeros(LocalShape(pi, mesh), c.dtype),
+        probe[layout.Find(name)] = Value(Tensor::Zeros(LocalShape(pi, mesh), c.dtype, dev),
                                          param_type(pi));
       }
-      Value ids(Tensor::Zeros({plan.local_rows}, DType::kI64), row_type);
+      Value ids(Tensor::Zeros({plan.local_rows}, DType::kI64, dev), row_type);
       boundary_type = GptEmbed(layout, GptParamUse(layout, probe), ids).type;
     }
     Tape tape;
@@ -396,16 +418,17 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
       if (plan.pipelined) {
         std::vector<Value> ids, targets;
         for (int64_t k = 0; k < m; ++k) {
-          ids.emplace_back(ShardOf(MicrobatchRows(ids_g, k, m), mesh, rows_spec, rank), row_type);
-          targets.emplace_back(ShardOf(MicrobatchRows(targets_g, k, m), mesh, rows_spec, rank),
-                               row_type);
+          ids.emplace_back(ShardOf(MicrobatchRows(ids_g, k, m), mesh, rows_spec, rank).To(dev),
+                           row_type);
+          targets.emplace_back(
+              ShardOf(MicrobatchRows(targets_g, k, m), mesh, rows_spec, rank).To(dev), row_type);
         }
         bp = PipelineBackprop(layout, plan, stage, params, ids, targets, global_tokens,
                               boundary_type, types,
                               options.trace ? &backward_tracer : nullptr);
       } else {
-        Value ids(ShardOf(rows_of(ids_g), mesh, rows_spec, rank), row_type);
-        Value targets(ShardOf(rows_of(targets_g), mesh, rows_spec, rank), row_type);
+        Value ids(ShardOf(rows_of(ids_g), mesh, rows_spec, rank).To(dev), row_type);
+        Value targets(ShardOf(rows_of(targets_g), mesh, rows_spec, rank).To(dev), row_type);
         bp = OneProgramBackprop(layout, params, ids, targets, global_tokens, types, tape, rec);
       }
       const size_t backprop_logged = ctx.collective_log().size();
@@ -427,7 +450,8 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
         auto at = std::find(held.begin(), held.end(), wte);
         const bool holds = at != held.end();
         Value mine = holds ? grads[at - held.begin()]
-                           : Value(Tensor::Zeros(LocalShape(pi, mesh), c.dtype), param_type(pi));
+                           : Value(Tensor::Zeros(LocalShape(pi, mesh), c.dtype, dev),
+                                   param_type(pi));
         Value other = ppermute(mine, layout.pp_axis(), {{0, p - 1}, {p - 1, 0}});
         if (holds) grads[at - held.begin()] = mine + other;
         if (holds && last) counted[at - held.begin()] = false;  // the norm counts wte once
@@ -446,7 +470,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
         if (p > 1) {
           SpmdType t(mesh.num_axes());
           t[pp_index] = AxisType::V();
-          Value share(Tensor::Scalar(last ? loss : 0.0, DType::kF64), t);
+          Value share(Tensor::Scalar(last ? loss : 0.0, DType::kF64).To(dev), t);
           loss = all_reduce(reinterpret(share, layout.pp_axis()), layout.pp_axis()).item();
         }
       }
@@ -462,7 +486,8 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
           for (const std::string& a : layout.batch_axes()) vt[mesh.AxisIndex(a)] = AxisType::V();
           Value counts(Tensor::FromVector<double>({3}, {static_cast<double>(bp.moe.dropped),
                                                         static_cast<double>(bp.moe.assignments),
-                                                        static_cast<double>(bp.moe.dropped_tokens)}),
+                                                        static_cast<double>(bp.moe.dropped_tokens)})
+                           .To(dev),
                        vt);
           std::vector<double> sum = all_reduce(reinterpret(counts, batch), batch)
                                         .tensor.ToVector<double>();
@@ -491,6 +516,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
       const double t3 = TraceNowUs();
       if (absl::Status s = opt.Step(local, named_grads); !s.ok()) throw OpError(s);
       for (size_t i = 0; i < held.size(); ++i) params[i].tensor = local[i].tensor;
+      if (dev.is_cuda()) cuda::Synchronize(dev.index);  // the step's time includes its kernels
       const double t4 = TraceNowUs();
       if (plan.pipelined) {
         std::lock_guard<std::mutex> lock(mu);
@@ -534,8 +560,12 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
         result.grad_norms.push_back(norm);
         if (c.moe.on()) result.moe_dropped.push_back(moe_dropped);
         if (options.on_step) {
+          const int64_t peak = dev.is_cuda()
+                                   ? cuda::DeviceAllocator(dev.index).stats().peak_allocated_bytes
+                                   : -1;
+          result.peak_device_bytes_per_rank = peak;
           options.on_step(StepInfo{step, loss, norm, (t4 - t0) * 1e-6, &ctx.collective_log(),
-                                   moe_dropped, moe_assignments, moe_dropped_tokens});
+                                   moe_dropped, moe_assignments, moe_dropped_tokens, peak});
         }
         if (step + 1 == options.steps) {
           result.log = ctx.collective_log();
@@ -573,11 +603,44 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
         mine[k] = v.tensor;
       }
     }
+    for (Tensor& t : mine) {
+      if (t.defined()) t = t.To(Device::Cpu());  // results are host tensors
+    }
+    if (rank == reporter) {
+      result.device = dev.ToString();
+      if (dev.is_cuda()) {
+        result.peak_device_bytes_per_rank =
+            cuda::DeviceAllocator(dev.index).stats().peak_allocated_bytes;
+      }
+    }
     std::lock_guard<std::mutex> lock(mu);
     final_locals[rank] = std::move(mine);
   };
+  // GPU ranks: each GPU's peak memory is measured from here; CUDA graph capture is refused with
+  // its reason (the step reads the loss and norm on the host mid-step).
+  std::vector<Device> devices(mesh.size(), Device::Cpu());
+  if (!options.placement.is_cpu()) devices = *ResolvePlacement(options.placement, mesh.size());
+  if (options.comm != nullptr && options.comm->memory_space().device) {
+    devices.assign(mesh.size(), Device::Cuda(options.comm->memory_space().device_index));
+  }
+  const bool on_gpu = devices[0].is_cuda();
+  for (const Device& d : devices) {
+    if (d.is_cuda()) cuda::DeviceAllocator(d.index).ResetPeakStats();
+  }
+  result.ranks_per_device = static_cast<int>(
+      std::count(devices.begin(), devices.end(), devices[options.comm ? 0 : reporter]));
+  if (options.comm != nullptr) result.ranks_per_device = 1;
+  result.cuda_graph_note =
+      !on_gpu ? "CPU ranks (CUDA graphs are a GPU feature)"
+      : !options.cuda_graph
+          ? "off (cuda_graph = false)"
+          : "not captured: the step reads the loss and the global gradient norm on the host "
+            "between the backward and the optimizer (the clipping coefficient and the non-finite "
+            "stop), a synchronisation a CUDA graph cannot contain; it runs eagerly";
+  SpmdOptions spmd;
+  spmd.placement = options.placement;
   absl::Status status = options.comm != nullptr ? RunOnCommunicator(*options.comm, mesh, body)
-                                                : RunSpmd(mesh, body);
+                                                : RunSpmd(mesh, body, spmd);
   if (!status.ok()) return status;
   if (options.comm != nullptr) {
     std::vector<Tensor>& g = final_locals[reporter];  // already global

@@ -35,6 +35,7 @@
 #include "models/gpt_trace.h"
 #include "models/optimizer.h"
 #include "shardmap/context.h"
+#include "shardmap/device_placement.h"
 #include "shardmap/value.h"
 
 namespace shardmap {
@@ -48,6 +49,9 @@ struct StepInfo {
   // tokens that lost all their assignments (summed over layers), and all assignments; -1
   // without MoE.
   int64_t moe_dropped = -1, moe_assignments = -1, moe_dropped_tokens = -1;
+  // GPU ranks: the peak bytes allocated so far in this run on rank 0's GPU (the caching
+  // allocator's; every virtual rank sharing that GPU counted); -1 on CPU ranks.
+  int64_t peak_device_bytes = -1;
 };
 
 
@@ -79,6 +83,15 @@ struct TrainOptions {
   // all_gathered after the last step into TrainResult on every rank, and rank 0 alone writes
   // save_path. nullptr: in-process.
   collectives::Communicator* comm = nullptr;
+  // Where the in-process ranks run (shardmap/device_placement.h): Cpu() (the default),
+  // SharedGpu() (every rank a virtual rank on one GPU, a stream each), GpuPerRank() (rank r on
+  // GPU r). Parameters, moments, batches and activations live on the rank's device; results and
+  // checkpoints are host tensors. With comm the ranks run where the communicator's memory is
+  // (NCCL: this process's GPU) and placement must stay Cpu(). FailedPrecondition without a GPU.
+  DevicePlacement placement;
+  // GPU ranks: capture the static step once and replay it as a CUDA graph where that is safe
+  // (TrainResult::cuda_graph_used / cuda_graph_note say whether and why not).
+  bool cuda_graph = true;
 };
 
 
@@ -103,6 +116,13 @@ struct TrainResult {
   std::vector<TraceEvent> trace;       // with options.trace: every rank's events
   int64_t steps_done = 0;              // the step count after the run (options.steps)
   std::vector<int64_t> moe_dropped;    // MoE: dropped assignments per step (StepInfo's)
+  // GPU ranks: the run's peak bytes allocated on the reporting rank's GPU (shared by the virtual
+  // ranks on it); -1 on CPU ranks. `device`: where the reporting rank ran ("cpu", "cuda:0").
+  int64_t peak_device_bytes_per_rank = -1;
+  std::string device = "cpu";
+  int ranks_per_device = 1;  // virtual ranks sharing the reporting rank's device
+  bool cuda_graph_used = false;
+  std::string cuda_graph_note;  // why the step was not captured (empty when it was)
 };
 
 
@@ -137,7 +157,9 @@ double GlobalGradNormSquared(const std::vector<Value>& grads, const std::vector<
 // the pipeline strategy cannot do is refused: steps >= 1; finite, possible AdamW settings
 // (lr >= 0, betas in [0, 1), eps > 0, weight decay >= 0) and clip; not both init and resume;
 // microbatches >= 1; with a pipeline (pp > 1 or microbatches > 1) no cp, no MoE and, with pp > 1,
-// no process communicator. InvalidArgument naming the setting and the fix.
+// no process communicator; a placement with comm; MoE on GPU ranks (the routing kernels are
+// host-only). InvalidArgument naming the setting and the fix. FailedPrecondition when the
+// placement asks for GPUs that are not there (ResolvePlacement's message).
 absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& options);
 
 

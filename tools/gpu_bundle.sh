@@ -19,6 +19,7 @@ tests="$tests
 //collectives:nccl_communicator_test
 //collectives:nccl_multiprocess_test"
 extra="//collectives:launch //collectives:nccl_check //tests:gpu_nccl_mlp_check //bench:cuda_bench"
+extra="$extra //models:train_gpt //bench:gpt_bench"  # the GPT trainer and its benchmark (--device=cuda)
 
 # shellcheck disable=SC2086
 bazel build -c opt --dynamic_mode=off $tests $extra

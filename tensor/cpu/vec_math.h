@@ -1,8 +1,9 @@
 // Vectorized f32 kernels for the CPU tensor ops (exp, log, tanh, sigmoid, silu, GELU and their
 // gradients, fused bias epilogues, softmax and norm row passes, 32-bit transposes), on SLEEF's
 // vector math (Debian libsleef-dev: 1.0-ulp exp, 3.5-ulp log, which is 2.2x faster than its
-// 1.0-ulp log) and glibc libmvec's erfc (1.75 ulp, 3-4x faster than SLEEF's) and tanh (1.4 ulp
-// measured, 1.15-1.6x faster than SLEEF's 3.5-ulp one on every ISA), with runtime
+// 1.0-ulp log), glibc libmvec's tanh (1.4 ulp measured, 1.15-1.6x faster than SLEEF's 3.5-ulp
+// one on every ISA) and our own erfc for GELU (exp(-a^2) times a fitted polynomial, sharing its
+// exp with the gradient's Gaussian term; internal/vec_kernels_inl.h), with runtime
 // dispatch: one binary runs on any x86-64 and picks AVX-512F, AVX2+FMA or the SSE2 baseline by
 // the CPU it finds (once).
 //

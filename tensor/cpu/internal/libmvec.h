@@ -1,11 +1,8 @@
-// glibc's vector erfc and tanh (libmvec, glibc >= 2.35), declared by their x86-64
-// vector-function ABI names, which <math.h> only exposes to OpenMP SIMD loops:
+// glibc's vector tanh (libmvec, glibc >= 2.35), declared by its x86-64 vector-function ABI
+// names, which <math.h> only exposes to OpenMP SIMD loops:
 //
-//   __m256 y = _ZGVdN8v_erfcf(x);  // 8 lanes, AVX2; 'b' = SSE (4 lanes)
+//   __m256 y = _ZGVdN8v_tanhf(x);  // 8 lanes, AVX2; 'b' = SSE (4 lanes), 'e' = AVX-512 (16)
 //
-// Measured on the tests' whole f32 range, subnormal results included: within 1.75 ulp, IEEE
-// special values exact. SLEEF 3.5.1's 1.5-ulp erfcf took 3-4x as long on the same inputs. The
-// AVX-512 kernels call the AVX2 one on two halves: faster here than libmvec's 16-lane erfcf.
 // tanhf measured within 1.4 ulp and 1.15x (AVX-512), 1.15x (AVX2), 1.6x (SSE2) faster than
 // SLEEF's 3.5-ulp one on 4M floats; its 16-lane version is the faster one on AVX-512.
 // Include only from a file compiled for the ISA of the function it calls.
@@ -15,10 +12,8 @@
 #include <immintrin.h>
 
 extern "C" {
-__m128 _ZGVbN4v_erfcf(__m128 x);
 __m128 _ZGVbN4v_tanhf(__m128 x);
 #ifdef __AVX2__
-__m256 _ZGVdN8v_erfcf(__m256 x);
 __m256 _ZGVdN8v_tanhf(__m256 x);
 #endif
 #ifdef __AVX512F__

@@ -19,7 +19,6 @@ struct Isa {
   static V Exp(V x) { return Sleef_expf8_u10avx2(x); }
   static V Log(V x) { return Sleef_logf8_u35avx2(x); }
   static V Tanh(V x) { return _ZGVdN8v_tanhf(x); }
-  static V Erfc(V x) { return _ZGVdN8v_erfcf(x); }
   template <bool kStream, class R>
   static void Put(float* p, R v) {
     if constexpr (kStream) {

@@ -7,7 +7,7 @@
 //     typedef float H __attribute__((vector_size(32)));   // half of it
 //     typedef double D __attribute__((vector_size(64)));  // H widened to f64
 //     static constexpr int kLanes = 16;
-//     static V Exp(V), Log(V), Tanh(V), Erfc(V);  // SLEEF's / libmvec's (erfc) for the ISA
+//     static V Exp(V), Log(V), Tanh(V);  // SLEEF's (exp, log) / libmvec's (tanh) for the ISA
 //     // dst[m * ds + k] = src[k * ss + m] for k, m < kLanes: one register-sized square of
 //     // 32-bit elements transposed in registers (intrinsics: the shuffles are per ISA); with
 //     // kStream, non-temporal stores to 16-byte aligned dst rows, ordered by StreamFence().
@@ -73,8 +73,45 @@ struct Math {
   // 0.5 x (1 + tanh(u)) = x sigmoid(2u): no cancellation for negative x.
   static V GeluTanhU(V x) { return kSqrt2OverPi * (x + kGeluC * x * x * x); }
   static V GeluTanh(V x) { return x / (1.0f + I::Exp(-2.0f * GeluTanhU(x))); }
-  // 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x erfc(-x / sqrt 2).
-  static V GeluErf(V x) { return 0.5f * x * I::Erfc(-x * kInvSqrt2); }
+  // GELU with erf on our own erfc. For a = |z|, erfc(a) = exp(-a^2) erfcx(a), and erfcx(a) =
+  // exp(a^2) erfc(a), smooth and falling from 1 to about 1 / (a sqrt(pi)), is a degree-10
+  // polynomial in t = (a - 1.5) / (a + 1.5) in [-1, 1): our Chebyshev interpolation of erfcx on a
+  // in [0, 10.5] (long double, coefficients rounded to f32; how it was fitted: docs/design.md
+  // section 8). erfc(z) for z < 0 is 2 - erfc(a), in [1, 2]: no cancellation on either side.
+  // Results below 2^-126 would lose bits in a subnormal exp(-a^2), so for a > 9 the exp is taken
+  // 2^32 times too large (its argument shifted by 32 ln 2, a rounding the input's 2-ulp movement
+  // covers there) and the product scaled back in its last multiplication. Where exp(-a^2) is 0
+  // the tail is 0 without the polynomial (a = inf makes t NaN); NaN stays NaN.
+  struct ErfcParts {
+    V tail;     // erfc(a) / unscale
+    V gauss;    // exp(-a^2) / unscale
+    V unscale;  // 1, or 2^-32 where a > 9
+  };
+  static ErfcParts Erfc(V z) {
+    const V a = z < 0.0f ? -z : z;
+    const V zero = {}, one = zero + 1.0f;
+    const V big = a > 9.0f ? one : zero;
+    const V gauss = I::Exp(big * 22.18070977791825f - a * a);
+    const V t = (a - 1.5f) / (a + 1.5f);
+    V p = t * -4.896814789e-05f + -2.401138918e-04f;
+    p = p * t + -2.757941256e-04f;
+    p = p * t + 8.258146117e-04f;
+    p = p * t + 2.865723567e-03f;
+    p = p * t + -4.402830382e-04f;
+    p = p * t + -1.862490550e-02f;
+    p = p * t + -9.284947999e-03f;
+    p = p * t + 1.944902390e-01f;
+    p = p * t + -4.908687472e-01f;
+    p = p * t + 3.215854168e-01f;
+    return {gauss == 0.0f ? zero : gauss * p, gauss, a > 9.0f ? one * 0x1p-32f : one};
+  }
+  // 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x erfc(-x / sqrt 2): for x > 0, 0.5 x (2 - erfc(a));
+  // else 0.5 x erfc(a), scaled back last (one rounding into the subnormals).
+  static V GeluErf(V x) {
+    const ErfcParts e = Erfc(-x * kInvSqrt2);
+    const V hx = 0.5f * x;
+    return x > 0.0f ? hx * (2.0f - e.tail * e.unscale) : (hx * e.tail) * e.unscale;
+  }
 
   // gelu_tanh' = s + 2 x s (1 - s) u' with s = sigmoid(2u) = 1 / (1 + e), e = exp(-2u); written
   // s (1 + 2 x (e s) u'), as 1 - s = e s has no cancellation when s is near 1. Where s is 0 (e
@@ -89,9 +126,13 @@ struct Math {
     const V term = oms == 0.0f ? zero : 2.0f * x * oms * du;
     return s == 0.0f ? zero : s * (1.0f + term);
   }
-  // gelu_erf' = Phi(x) + x phi(x).
+  // gelu_erf' = Phi(x) + x phi(x), Phi(x) = erfc(-x / sqrt 2) / 2, phi = exp(-x^2 / 2) / sqrt(2 pi)
+  // (the exp the erfc took).
   static V GeluErfDer(V x) {
-    return 0.5f * I::Erfc(-x * kInvSqrt2) + x * kInvSqrt2Pi * I::Exp(-0.5f * x * x);
+    const ErfcParts e = Erfc(-x * kInvSqrt2);
+    const V xphi = x * kInvSqrt2Pi * e.gauss;
+    return x > 0.0f ? 0.5f * (2.0f - e.tail * e.unscale) + xphi * e.unscale
+                    : (0.5f * e.tail + xphi) * e.unscale;
   }
   // silu' = s (1 + x (1 - s)) with s = 1 / (1 + e), e = exp(-x), 1 - s = e s (no cancellation);
   // s = 0 (e overflowed) gives the limit x * 0.

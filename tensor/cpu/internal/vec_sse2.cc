@@ -20,7 +20,6 @@ struct Isa {
   static V Exp(V x) { return Sleef_expf4_u10sse2(x); }
   static V Log(V x) { return Sleef_logf4_u35sse2(x); }
   static V Tanh(V x) { return _ZGVbN4v_tanhf(x); }
-  static V Erfc(V x) { return _ZGVbN4v_erfcf(x); }
   template <bool kStream, class R>
   static void Put(float* p, R v) {
     if constexpr (kStream) {

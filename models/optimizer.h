@@ -89,6 +89,8 @@ class AdamW {
   // Restores a checkpointed state (moments of `name`, the step count t).
   void SetState(const std::string& name, Tensor exp_avg, Tensor exp_avg_sq);
   void set_steps(int64_t steps) { steps_ = steps; }
+  // The learning rate of the next steps (a schedule sets it before each step).
+  void set_lr(double lr) { opt_.lr = lr; }
 
  private:
   struct State {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "autograd/tape.h"
 #include "autograd/value_and_grad.h"
+#include "nlohmann/json.hpp"
 #include "models/pipeline.h"
 #include "models/ring_attention.h"
 #include "shardmap/collective_ops.h"
@@ -119,24 +120,56 @@ struct RunPlan {
 };
 
 // The strategy "one program": GptLoss on a tape, one backward pass.
+// With several microsteps (gradient accumulation) each runs its forward and backward in turn;
+// every loss share is over the whole batch's tokens, so the losses and gradients add up.
 Backprop OneProgramBackprop(const GptLayout& layout, const std::vector<Value>& params,
-                            const Value& ids, const Value& targets, int64_t global_tokens,
-                            TypeTrace* types, Tape& tape, TracingRecorder& rec) {
+                            const std::vector<Value>& ids, const std::vector<Value>& targets,
+                            int64_t global_tokens, TypeTrace* types, Tape& tape,
+                            TracingRecorder& rec) {
   Backprop out;
-  std::vector<Value> watched;
-  for (const Value& p : params) watched.push_back(tape.Watch(p));
-  {
-    ScopedRecorder scope(&rec);
-    out.loss = GptLoss(layout, watched, ids, targets, global_tokens, types, &out.moe);
+  for (size_t j = 0; j < ids.size(); ++j) {
+    std::vector<Value> watched;
+    for (const Value& p : params) watched.push_back(tape.Watch(p));
+    Value loss;
+    {
+      ScopedRecorder scope(&rec);
+      loss = GptLoss(layout, watched, ids[j], targets[j], global_tokens,
+                     j == 0 ? types : nullptr, &out.moe);
+    }
+    if (j == 0) out.forward_end_us = TraceNowUs();
+    std::vector<Value> grads = tape.Backward(loss, LossSeed(loss), watched);
+    out.peak_saved_bytes = std::max(out.peak_saved_bytes, tape.peak_saved_bytes());
+    tape.Clear();  // drop the saved activations now
+    loss.node = -1;
+    NoGradScope no_tape;
+    if (j == 0) {
+      out.grads = std::move(grads);
+      out.loss = loss;
+    } else {
+      for (size_t i = 0; i < grads.size(); ++i) out.grads[i] = out.grads[i] + grads[i];
+      out.loss = out.loss + loss;
+    }
   }
-  out.forward_end_us = TraceNowUs();
-  out.grads = tape.Backward(out.loss, LossSeed(out.loss), watched);
-  out.peak_saved_bytes = tape.peak_saved_bytes();
-  out.activation_bytes = rec.activation_bytes();
+  out.activation_bytes = rec.activation_bytes() / static_cast<int64_t>(ids.size());
   out.largest_activation_bytes = rec.largest_activation();
-  tape.Clear();  // drop the saved activations now
-  out.loss.node = -1;
   return out;
+}
+
+// The forward-only loss of `ids` on every rank (its pending sums added up): evaluation.
+double ForwardLoss(const GptLayout& layout, const std::vector<Value>& params,
+                   const std::vector<Value>& ids, const std::vector<Value>& targets,
+                   int64_t global_tokens) {
+  NoGradScope no_tape;
+  const Mesh& mesh = layout.mesh();
+  Value total;
+  for (size_t j = 0; j < ids.size(); ++j) {
+    MoeStats ignored;
+    Value l = GptLoss(layout, params, ids[j], targets[j], global_tokens, nullptr, &ignored);
+    total = total.defined() ? total + l : l;
+  }
+  std::vector<std::string> partial = AxesOfKind(mesh, total.type, AxisKind::kP);
+  if (!partial.empty()) total = all_reduce(total, Axes(partial));
+  return total.item();
 }
 
 // The strategy "pipeline": this stage's part of the lockstep timetable over the microbatches.
@@ -180,6 +213,11 @@ Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stag
 
 bool Finite(double x) { return std::isfinite(x); }
 
+// A failed trace write stops the run (the trace file is what the user asked for).
+void TraceError(const absl::Status& s) {
+  if (!s.ok()) throw OpError(s);
+}
+
 }  // namespace
 
 absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
@@ -215,6 +253,24 @@ absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
   if (o.microbatches < 1) {
     return Invalid(absl::StrCat("--microbatches ", o.microbatches, " must be >= 1"));
   }
+  if (o.grad_accum < 1) {
+    return Invalid(absl::StrCat("--grad_accum ", o.grad_accum, " must be >= 1"));
+  }
+  if (o.eval_every < 0 || o.eval_steps < 1) {
+    return Invalid(absl::StrCat("--eval_every ", o.eval_every, " must be >= 0 and --eval_steps ",
+                                o.eval_steps, " >= 1"));
+  }
+  if (o.eval_every > 0) {
+    if (absl::Status s = CheckTokens(layout.config(), o.val_tokens); !s.ok()) {
+      return Invalid(absl::StrCat("evaluation data (--eval_every ", o.eval_every,
+                                  "): ", s.message(),
+                                  "; give --val_fraction or --val_data with enough tokens"));
+    }
+  }
+  if (o.save_every < 0 || (o.save_every > 0 && !o.on_save)) {
+    return Invalid(absl::StrCat("--save_every ", o.save_every,
+                                " must be >= 0 and needs a place to save (on_save)"));
+  }
   if (!o.placement.is_cpu()) {
     if (o.comm != nullptr) {
       return Invalid(absl::StrCat("placement ", o.placement.ToString(),
@@ -247,6 +303,10 @@ absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
                                 ": the pipeline strategy does not support MoE models yet (their "
                                 "load-balancing loss spans stages); drop --experts or pp"));
   }
+  if (o.eval_every > 0) {
+    return Invalid("evaluation (--eval_every) under the pipeline strategy (pp or --microbatches) "
+                   "is not supported yet; evaluate on a mesh without pp");
+  }
   if (o.comm != nullptr && layout.pp_ways() > 1) {
     return Invalid("pipeline training (pp) runs on in-process ranks only: --backend=gloo with pp "
                    "is not supported yet; drop pp or use --backend=inprocess");
@@ -264,16 +324,21 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
   RunPlan plan;
   plan.pipelined = layout.pp_ways() > 1 || options.microbatches > 1;
   plan.stages = plan.pipelined ? layout.pp_ways() : 1;
-  plan.microbatches = options.microbatches;
+  // Under a pipeline grad_accum multiplies the microbatches; else it is the one program's
+  // microsteps.
+  plan.microbatches = options.microbatches * (plan.pipelined ? options.grad_accum : 1);
   const int64_t m = plan.microbatches;
-  if (options.batch < 1 || options.batch % (m * ways) != 0) {
+  const int64_t accum = plan.pipelined ? 1 : options.grad_accum;
+  if (options.batch < 1 || options.batch % (m * accum * ways) != 0) {
     return Invalid(absl::StrCat(
         "batch ", options.batch, " is not divisible by ",
-        m > 1 ? absl::StrCat("microbatches ", m, " x the ") : std::string("the "), ways,
-        " data-parallel ways of mesh ", mesh.ShortString(), "; pick batch a multiple of ",
-        m * ways));
+        m > 1 ? absl::StrCat("microbatches ", m, " x the ")
+        : accum > 1 ? absl::StrCat("grad_accum ", accum, " x the ")
+                    : std::string("the "),
+        ways, " data-parallel ways of mesh ", mesh.ShortString(), "; pick batch a multiple of ",
+        m * accum * ways));
   }
-  plan.local_rows = options.batch / m / ways * c.seq / layout.cp_ways();
+  plan.local_rows = options.batch / m / accum / ways * c.seq / layout.cp_ways();
   plan.boundary_rows = plan.local_rows;
   if (layout.tp().sp) {
     const int tp = layout.dims().tp_ways();
@@ -401,19 +466,72 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     Tape tape;
     std::vector<TraceEvent> events;
     BackwardTracer backward_tracer(&events);  // a span per VJP and per backward collective
-    if (options.trace) tape.set_backward_observer(&backward_tracer);
+    if (options.trace_writer != nullptr) {
+      TraceError(options.trace_writer->ThreadName(rank, RankDescription(mesh, rank)));
+    }
     // Under cp the rows are reordered so that each cp block holds its load-balanced chunks.
     auto rows_of = [&](const Tensor& t) {
       return layout.cp_axis().empty() ? t.Reshape({NumElements(t.shape())})
                                       : LoadBalancedRows(t, ways, layout.cp_ways());
+    };
+    // Every parameter and AdamW moment as a global host tensor on every rank (index k as
+    // AddFinalTensor's; moments undefined before the first step): all_gathers over each sharded
+    // dim, then under a pipeline the owner stage's copy summed over pp (the others add zeros).
+    auto GatherGlobals = [&](const std::vector<Value>& params, const AdamW& opt, int stage,
+                             const std::vector<int>& held) {
+      NoGradScope no_tape;
+      std::vector<Tensor> out(3 * np);
+      const bool moments = opt.steps() > 0 || resume;
+      for (size_t k = 0; k < 3 * np; ++k) {
+        if (k >= np && !moments) break;
+        const int i = static_cast<int>(k % np);
+        const ParamInfo& pi = layout.params()[i];
+        auto at = std::find(held.begin(), held.end(), i);
+        const bool mine = at != held.end() && plan.stage_plan.owner[i] == stage;
+        Tensor local;
+        if (mine) {
+          const std::string& name = pi.name;
+          local = k < np ? params[at - held.begin()].tensor
+                  : k < 2 * np ? opt.exp_avg(name)
+                               : opt.exp_avg_sq(name);
+        } else {
+          local = Tensor::Zeros(LocalShape(pi, mesh), c.dtype, dev);
+        }
+        Value v(local, param_type(pi));
+        for (int d = 0; d < pi.spec.size(); ++d) {
+          if (!pi.spec.dim_axes(d).empty()) v = all_gather(v, d, Axes(pi.spec.dim_axes(d)));
+        }
+        if (p > 1) v = all_reduce(reinterpret(v, layout.pp_axis()), layout.pp_axis());
+        out[k] = v.tensor.To(Device::Cpu());
+      }
+      return out;
+    };
+    // A [batch, seq] batch as this rank's rows of each microstep (grad_accum consecutive groups
+    // of sequences), on its device.
+    auto MicrostepRows = [&](const Tensor& ids_g, const Tensor& targets_g,
+                             std::vector<Value>* ids, std::vector<Value>* targets) {
+      for (int64_t j = 0; j < accum; ++j) {
+        const Tensor i = accum > 1 ? MicrobatchRows(ids_g, j, accum).Reshape(
+                                         {options.batch / accum, c.seq})
+                                   : ids_g;
+        const Tensor t = accum > 1 ? MicrobatchRows(targets_g, j, accum).Reshape(
+                                         {options.batch / accum, c.seq})
+                                   : targets_g;
+        ids->emplace_back(ShardOf(rows_of(i), mesh, rows_spec, rank).To(dev), row_type);
+        targets->emplace_back(ShardOf(rows_of(t), mesh, rows_spec, rank).To(dev), row_type);
+      }
     };
     for (int64_t step = first_step; step < options.steps; ++step) {
       ctx.ClearCollectiveLog();
       Tensor ids_g, targets_g;
       BatchAt(tokens, step, options.batch, c.seq, &ids_g, &targets_g);
       TypeTrace* types = step == first_step ? options.types : nullptr;
+      const bool tracing =
+          options.trace || (options.trace_writer != nullptr &&
+                            (!options.trace_step || options.trace_step(step)));
+      tape.set_backward_observer(tracing ? &backward_tracer : nullptr);
       const double t0 = TraceNowUs();
-      TracingRecorder rec(&tape, options.trace ? &events : nullptr, rank, t0);
+      TracingRecorder rec(&tape, tracing ? &events : nullptr, rank, t0);
       Backprop bp;
       if (plan.pipelined) {
         std::vector<Value> ids, targets;
@@ -424,11 +542,10 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
               ShardOf(MicrobatchRows(targets_g, k, m), mesh, rows_spec, rank).To(dev), row_type);
         }
         bp = PipelineBackprop(layout, plan, stage, params, ids, targets, global_tokens,
-                              boundary_type, types,
-                              options.trace ? &backward_tracer : nullptr);
+                              boundary_type, types, tracing ? &backward_tracer : nullptr);
       } else {
-        Value ids(ShardOf(rows_of(ids_g), mesh, rows_spec, rank).To(dev), row_type);
-        Value targets(ShardOf(rows_of(targets_g), mesh, rows_spec, rank).To(dev), row_type);
+        std::vector<Value> ids, targets;
+        MicrostepRows(ids_g, targets_g, &ids, &targets);
         bp = OneProgramBackprop(layout, params, ids, targets, global_tokens, types, tape, rec);
       }
       const size_t backprop_logged = ctx.collective_log().size();
@@ -513,6 +630,12 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
         named_grads.push_back(
             {name, coef < 1.0 ? MulScalar(grads[i].tensor, coef) : grads[i].tensor});
       }
+      const double lr = options.lr_at ? options.lr_at(step) : options.adamw.lr;
+      if (!Finite(lr) || lr < 0) {
+        throw OpError(Invalid(absl::StrCat("step ", step, ": the learning-rate schedule gives ",
+                                           lr, "; it must be finite and >= 0")));
+      }
+      opt.set_lr(lr);
       const double t3 = TraceNowUs();
       if (absl::Status s = opt.Step(local, named_grads); !s.ok()) throw OpError(s);
       for (size_t i = 0; i < held.size(); ++i) params[i].tensor = local[i].tensor;
@@ -522,7 +645,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
         std::lock_guard<std::mutex> lock(mu);
         bubbles[rank] = 1.0 - bp.busy_us / std::max(bp.total_us, 1e-9);
       }
-      if (options.trace) {
+      if (tracing) {
         std::vector<std::pair<std::string, double>> phases;  // name, start; each ends at the next
         if (plan.pipelined) {
           // One span per forward / backward of a microbatch ("F3", "B3"; the bubble is the gaps).
@@ -532,6 +655,8 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
                               "pipeline", rank, sp.start_us, sp.duration_us, -1});
           }
           phases = {{"pipeline (forwards + backwards)", t0}};
+        } else if (accum > 1) {
+          phases = {{absl::StrCat("forward + backward (", accum, " microsteps)"), t0}};
         } else {
           phases = {{"forward", t0}, {"backward", bp.forward_end_us}};
         }
@@ -549,6 +674,49 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
           events.push_back({absl::StrCat(r.op, "(", mesh.MaskToString(r.axes), ")"),
                             "collective", rank, t2, 0, r.bytes});
         }
+        if (options.trace_writer != nullptr) {  // streamed: written now, not kept
+          for (const TraceEvent& e : events) {
+            nlohmann::json args = e.bytes >= 0 ? nlohmann::json{{"bytes", e.bytes}} : nullptr;
+            TraceError(e.duration_us > 0 || e.category != "collective"
+                           ? options.trace_writer->Span(e.name, e.category, rank, e.start_us,
+                                                        e.duration_us, args)
+                           : options.trace_writer->Instant(e.name, e.category, rank, e.start_us,
+                                                           args));
+          }
+          if (!options.trace) events.clear();
+          TraceError(options.trace_writer->Flush());
+        }
+      }
+      // Evaluation: the mean loss of eval_steps validation batches, forward only.
+      double val_loss = std::numeric_limits<double>::quiet_NaN();
+      if (options.eval_every > 0 &&
+          ((step + 1) % options.eval_every == 0 || step + 1 == options.steps)) {
+        double sum = 0;
+        for (int64_t e = 0; e < options.eval_steps; ++e) {
+          Tensor vi, vt;
+          BatchAt(options.val_tokens, e, options.batch, c.seq, &vi, &vt);
+          std::vector<Value> ids, targets;
+          MicrostepRows(vi, vt, &ids, &targets);
+          sum += ForwardLoss(layout, params, ids, targets, global_tokens);
+        }
+        val_loss = sum / static_cast<double>(options.eval_steps);
+      }
+      // Periodic checkpoint: every rank helps gather the global tensors; the reporter saves.
+      if (options.save_every > 0 && (step + 1) % options.save_every == 0) {
+        std::vector<Tensor> globals = GatherGlobals(params, opt, stage, held);
+        if (rank == reporter) {
+          TrainResult snapshot;
+          for (size_t k = 0; k < globals.size(); ++k) {
+            if (globals[k].defined()) AddFinalTensor(layout, k, globals[k], &snapshot);
+          }
+          snapshot.steps_done = step + 1;
+          snapshot.losses = result.losses;
+          snapshot.losses.push_back(loss);
+          if (absl::Status s = options.on_save(snapshot); !s.ok()) {
+            throw OpError(absl::Status(s.code(), absl::StrCat("saving the checkpoint of step ",
+                                                              step + 1, ": ", s.message())));
+          }
+        }
       }
       if (rank == reporter) {
         if (step == first_step) {
@@ -565,7 +733,8 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
                                    : -1;
           result.peak_device_bytes_per_rank = peak;
           options.on_step(StepInfo{step, loss, norm, (t4 - t0) * 1e-6, &ctx.collective_log(),
-                                   moe_dropped, moe_assignments, moe_dropped_tokens, peak});
+                                   moe_dropped, moe_assignments, moe_dropped_tokens, peak,
+                                   options.steps, lr, global_tokens * (step + 1), val_loss});
         }
         if (step + 1 == options.steps) {
           result.log = ctx.collective_log();

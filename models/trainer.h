@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -33,12 +34,15 @@
 #include "models/gpt_checkpoint.h"
 #include "models/gpt_model.h"
 #include "models/gpt_trace.h"
+#include "models/trace_writer.h"
 #include "models/optimizer.h"
 #include "shardmap/context.h"
 #include "shardmap/device_placement.h"
 #include "shardmap/value.h"
 
 namespace shardmap {
+
+struct TrainResult;
 
 struct StepInfo {
   int64_t step = 0;
@@ -52,6 +56,10 @@ struct StepInfo {
   // GPU ranks: the peak bytes allocated so far in this run on rank 0's GPU (the caching
   // allocator's; every virtual rank sharing that GPU counted); -1 on CPU ranks.
   int64_t peak_device_bytes = -1;
+  int64_t total_steps = 0;  // options.steps
+  double lr = 0;            // the learning rate this step used
+  int64_t tokens_seen = 0;  // tokens trained on after this step, from step 0 (batch * seq * (step+1))
+  double val_loss = std::numeric_limits<double>::quiet_NaN();  // NaN: not evaluated this step
 };
 
 
@@ -92,6 +100,29 @@ struct TrainOptions {
   // GPU ranks: capture the static step once and replay it as a CUDA graph where that is safe
   // (TrainResult::cuda_graph_used / cuda_graph_note say whether and why not).
   bool cuda_graph = true;
+  // Learning-rate schedule (models/lr_schedule.h's At): the lr of each step, checked finite and
+  // >= 0 when used. Null: adamw.lr at every step.
+  std::function<double(int64_t step)> lr_at;
+  // Gradient accumulation: each optimizer step's `batch` sequences run as grad_accum
+  // consecutive microsteps of batch/grad_accum sequences whose gradients add up (the same numbers
+  // as the whole batch at once, up to summation order). Under a pipeline it multiplies the
+  // microbatches.
+  int64_t grad_accum = 1;
+  // Evaluation: every eval_every steps (and after the last step) the mean loss over eval_steps
+  // batches of val_tokens (batch e of the evaluation is BatchAt(val_tokens, e, batch, seq)),
+  // forward only, in StepInfo::val_loss. 0: never.
+  std::vector<int64_t> val_tokens;
+  int64_t eval_every = 0, eval_steps = 1;
+  // Periodic checkpoints: after every save_every-th step, on_save runs on the reporting rank
+  // with a snapshot (global params and AdamW moments on the host, steps_done = the step count so
+  // far). An error stops the run. 0: never.
+  int64_t save_every = 0;
+  std::function<absl::Status(const TrainResult& snapshot)> on_save;
+  // Streamed trace: with trace_writer, each step that trace_step accepts (null: every step) is
+  // recorded on every rank and written to it at the step's end (nothing is kept in memory);
+  // `trace` keeps every step's events in TrainResult::trace instead.
+  TraceWriter* trace_writer = nullptr;
+  std::function<bool(int64_t step)> trace_step;
 };
 
 

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -42,7 +43,12 @@
 #include "absl/strings/str_split.h"
 #include "collectives/gloo_communicator.h"
 #include "collectives/nccl_communicator.h"
+#include "models/checkpoint_rotation.h"
 #include "models/gpt.h"
+#include "models/gpt_generate.h"
+#include "models/lr_schedule.h"
+#include "models/text_data.h"
+#include "models/trace_writer.h"
 #include "models/gpt_trace.h"
 #include "models/pipeline.h"
 #include "nlohmann/json.hpp"
@@ -93,10 +99,13 @@ ABSL_FLAG(std::string, dtype, "f32",
 ABSL_FLAG(std::string, data, "", "uint16 token ids (nanoGPT's train.bin layout)");
 ABSL_FLAG(std::string, text, "", "a text file; its bytes are the tokens (vocab 256)");
 ABSL_FLAG(std::string, init, "", "GPT-2 safetensors file to start from");
-ABSL_FLAG(std::string, save, "", "write parameters and AdamW state here (safetensors) at the end");
+ABSL_FLAG(std::string, save, "",
+          "write parameters, AdamW state, step and model shape here (safetensors) at the end; "
+          "the prefix of --save_every's checkpoints");
 ABSL_FLAG(std::string, resume, "",
-          "continue from a file written with --save (parameters, AdamW state, step) up to "
-          "--steps; not with --init");
+          "continue from a file written with --save or --save_every (parameters, AdamW state, "
+          "step, model shape: no shape flags needed) up to --steps; 'auto': the newest periodic "
+          "checkpoint of --save; not with --init");
 ABSL_FLAG(std::string, trace, "", "write a Chrome trace-event JSON (open it in Perfetto)");
 ABSL_FLAG(int64_t, experts, 0, "mixture of experts: experts per MoE MLP (0: dense MLP)");
 ABSL_FLAG(int64_t, topk, 1, "MoE: experts each token is routed to");
@@ -107,48 +116,36 @@ ABSL_FLAG(std::string, expert_axes, "",
           "MoE: comma-separated batch axes the experts are split over (default: ep when the mesh "
           "has it), e.g. dp or dp_shard,ep");
 ABSL_FLAG(bool, print_types, false, "print the per-device SPMD types inside block 0");
+ABSL_FLAG(int64_t, log_every, 1,
+          "print the step line every N steps (and the first, last and evaluated ones)");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "constant, cosine or linear (nanoGPT's get_lr: linear warmup over --warmup_steps from "
+          "--lr*(t+1)/(W+1), then decay to --min_lr at --decay_steps)");
+ABSL_FLAG(double, min_lr, 0.0, "the schedule's floor (cosine, linear)");
+ABSL_FLAG(int64_t, warmup_steps, 0, "linear warmup steps of the schedule");
+ABSL_FLAG(int64_t, decay_steps, -1,
+          "the step where the decay reaches --min_lr (nanoGPT's lr_decay_iters; -1: --steps)");
+ABSL_FLAG(int64_t, grad_accum, 1,
+          "gradient accumulation: each step's --batch runs as N microsteps of batch/N sequences "
+          "(the same numbers as the whole batch)");
+ABSL_FLAG(double, val_fraction, 0.0,
+          "hold out the last fraction of the data for evaluation (nanoGPT's split)");
+ABSL_FLAG(std::string, val_data, "", "a separate validation file (same format as --data/--text)");
+ABSL_FLAG(int64_t, eval_every, 0, "evaluate the validation loss every N steps and at the end (0: never)");
+ABSL_FLAG(int64_t, eval_steps, 1, "validation batches per evaluation");
+ABSL_FLAG(int64_t, save_every, 0,
+          "also save a checkpoint every N steps as <--save prefix>.step<N>.safetensors (atomic)");
+ABSL_FLAG(int64_t, keep_last, 3, "with --save_every: keep the newest N periodic checkpoints (0: all)");
+ABSL_FLAG(std::string, trace_steps, "all",
+          "with --trace: the steps to record, e.g. 2,5-7 (the file is written as the run goes)");
+ABSL_FLAG(int64_t, sample, 0, "after training, generate N tokens from --prompt and print them");
+ABSL_FLAG(std::string, prompt, "\n", "--sample: the prompt (bytes for --text data; for --data, "
+          "comma-separated token ids)");
+ABSL_FLAG(double, temperature, 0.0, "--sample: 0 greedy, else softmax(logits / temperature)");
+ABSL_FLAG(int64_t, top_k, 0, "--sample: only the k most likely tokens (0: all)");
 
 namespace shardmap {
 namespace {
-
-absl::StatusOr<std::vector<int64_t>> LoadTokens(const std::string& data, const std::string& text) {
-  if (data.empty() == text.empty()) {
-    return absl::InvalidArgumentError("give exactly one of --data FILE or --text FILE");
-  }
-  const std::string& path = data.empty() ? text : data;
-  const char* flag = data.empty() ? "--text" : "--data";
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
-    return absl::NotFoundError(absl::StrCat("cannot read ", flag, " '", path, "': ",
-                                            std::strerror(errno)));
-  }
-  if (S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " '", path, "' is a directory; name a file"));
-  }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot read ", flag, " '", path, "'"));
-  std::string bytes;
-  char buf[1 << 16];
-  while (f.read(buf, sizeof(buf)) || f.gcount() > 0) bytes.append(buf, f.gcount());
-  if (f.bad()) {
-    return absl::DataLossError(absl::StrCat("reading ", flag, " '", path, "' failed"));
-  }
-  std::vector<int64_t> tokens;
-  if (!text.empty()) {
-    for (unsigned char c : bytes) tokens.push_back(c);
-  } else {
-    if (bytes.size() % 2 != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--data '", path, "' has ", bytes.size(), " bytes: not a whole number of uint16 ids"));
-    }
-    for (size_t i = 0; i < bytes.size(); i += 2) {
-      tokens.push_back(static_cast<unsigned char>(bytes[i]) |
-                       (static_cast<int64_t>(static_cast<unsigned char>(bytes[i + 1])) << 8));
-    }
-  }
-  return tokens;
-}
 
 // Every process of a multi-process run must be started with the same settings. Each rank
 // hashes each of its train_gpt flags (output paths aside; the data by its tokens) and all_gathers
@@ -206,6 +203,13 @@ std::string Bytes(int64_t b) {
   return absl::StrCat(b, " B");
 }
 
+std::string Duration(double s) {
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", static_cast<int>(s / 3600),
+                                        static_cast<int>(s / 60) % 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", static_cast<int>(s / 60), static_cast<int>(s) % 60);
+  return absl::StrFormat("%.1fs", s);
+}
+
 int Fail(const absl::Status& s) {
   std::cerr << "train_gpt: " << s.message() << "\n";
   return 2;
@@ -237,6 +241,55 @@ int Main() {
   for (absl::string_view a :
        absl::StrSplit(absl::GetFlag(FLAGS_expert_axes), ',', absl::SkipWhitespace())) {
     cfg.moe.expert_axes.emplace_back(a);
+  }
+  // --resume: the model's shape comes from the checkpoint (its gpt.* metadata); shape flags set
+  // to other than their defaults must agree. --resume=auto: the newest periodic checkpoint of --save.
+  std::string resume = absl::GetFlag(FLAGS_resume);
+  if (resume == "auto") {
+    CheckpointRotation rot{absl::GetFlag(FLAGS_save), absl::GetFlag(FLAGS_keep_last)};
+    if (absl::GetFlag(FLAGS_save).empty()) {
+      return Fail(absl::InvalidArgumentError("--resume=auto needs --save (the checkpoint prefix)"));
+    }
+    absl::StatusOr<std::string> latest = rot.Latest();
+    if (!latest.ok()) return Fail(latest.status());
+    resume = *latest;
+  }
+  if (!resume.empty()) {
+    if (absl::StatusOr<SafetensorsFile> f = OpenGptCheckpoint(resume); f.ok()) {
+      bool has_config = false;
+      for (const auto& [k, v] : f->metadata()) has_config |= absl::StartsWith(k, "gpt.");
+      if (has_config) {
+        absl::StatusOr<GptConfig> saved = GptConfigFromMetadata(f->metadata());
+        if (!saved.ok()) {
+          return Fail(absl::Status(saved.status().code(), absl::StrCat("--resume '", resume,
+                                                                       "': ", saved.status().message())));
+        }
+        const std::vector<std::pair<const char*, std::pair<int64_t, int64_t>>> shape = {
+            {"layers", {cfg.layers, saved->layers}}, {"d_model", {cfg.d_model, saved->d_model}},
+            {"heads", {cfg.heads, saved->heads}},    {"vocab", {cfg.vocab, saved->vocab}},
+            {"seq", {cfg.seq, saved->seq}},          {"experts", {cfg.moe.experts, saved->moe.experts}}};
+        for (const auto& [flag, values] : shape) {
+          const absl::CommandLineFlag* f = absl::FindCommandLineFlag(flag);
+          if (f != nullptr && f->CurrentValue() != f->DefaultValue() &&
+              values.first != values.second) {
+            return Fail(absl::InvalidArgumentError(absl::StrCat(
+                "--", flag, "=", values.first, " but the checkpoint '", resume, "' has ", flag,
+                " ", values.second, "; --resume takes the model's shape from the file: drop --",
+                flag)));
+          }
+        }
+        const absl::CommandLineFlag* dtype_flag = absl::FindCommandLineFlag("dtype");
+        if (dtype_flag->CurrentValue() != dtype_flag->DefaultValue() &&
+            (saved->dtype != cfg.dtype || saved->compute != cfg.compute)) {
+          return Fail(absl::InvalidArgumentError(absl::StrCat(
+              "--dtype=", dtype, " but the checkpoint '", resume, "' was trained in ",
+              DTypeName(saved->compute_dtype()), "; drop --dtype")));
+        }
+        // The expert axes are a layout choice of this run's mesh, not the model's shape.
+        saved->moe.expert_axes = cfg.moe.expert_axes;
+        cfg = *saved;
+      }
+    }
   }
   absl::StatusOr<Mesh> mesh = ParseMesh(absl::GetFlag(FLAGS_mesh));
   if (!mesh.ok()) return Fail(mesh.status());
@@ -327,9 +380,16 @@ int Main() {
   const bool print = world == nullptr || world->rank() == 0;
   absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, cfg, absl::GetFlag(FLAGS_sp));
   if (!layout.ok()) return Fail(layout.status());
-  absl::StatusOr<std::vector<int64_t>> tokens =
-      LoadTokens(absl::GetFlag(FLAGS_data), absl::GetFlag(FLAGS_text));
-  if (!tokens.ok()) return Fail(tokens.status());
+  TokenDataOptions data_options;
+  data_options.text = absl::GetFlag(FLAGS_text);
+  data_options.data = absl::GetFlag(FLAGS_data);
+  data_options.val_data = absl::GetFlag(FLAGS_val_data);
+  data_options.val_fraction = absl::GetFlag(FLAGS_val_fraction);
+  data_options.vocab = cfg.vocab;
+  data_options.seq = cfg.seq;
+  absl::StatusOr<TokenData> data = LoadTokenData(data_options);
+  if (!data.ok()) return Fail(data.status());
+  const std::vector<int64_t>* tokens = &data->train;
   if (world != nullptr) {
     if (absl::Status s = AgreeOnSettings(*world, *tokens); !s.ok()) return Fail(s);
   }
@@ -344,9 +404,101 @@ int Main() {
   o.adamw.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   o.clip = absl::GetFlag(FLAGS_clip);
   o.init_path = absl::GetFlag(FLAGS_init);
-  o.resume_path = absl::GetFlag(FLAGS_resume);
-  o.save_path = absl::GetFlag(FLAGS_save);
-  o.trace = !absl::GetFlag(FLAGS_trace).empty();
+  o.resume_path = resume;
+  // --save is written here after training (with the model's shape in its metadata);
+  // TrainGpt's own save_path stays empty.
+  const std::string save_path = absl::GetFlag(FLAGS_save);
+  if (!save_path.empty()) {
+    if (absl::Status s = CheckSavePath(save_path); !s.ok()) return Fail(s);
+  }
+  o.grad_accum = absl::GetFlag(FLAGS_grad_accum);
+  // The learning-rate schedule (models/lr_schedule.h), checked before the first step.
+  LrSchedule schedule_lr;
+  schedule_lr.kind = absl::GetFlag(FLAGS_lr_schedule);
+  schedule_lr.max_lr = absl::GetFlag(FLAGS_lr);
+  schedule_lr.min_lr = absl::GetFlag(FLAGS_min_lr);
+  schedule_lr.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  schedule_lr.decay_steps = absl::GetFlag(FLAGS_decay_steps) >= 0
+                                ? absl::GetFlag(FLAGS_decay_steps)
+                                : absl::GetFlag(FLAGS_steps);
+  if (schedule_lr.kind != "constant" || schedule_lr.warmup_steps != 0) {
+    if (absl::Status s = schedule_lr.Validate(); !s.ok()) return Fail(s);
+    o.lr_at = [schedule_lr](int64_t step) { return schedule_lr.At(step); };
+  }
+  // Evaluation on the held-out split.
+  o.val_tokens = data->val;
+  o.eval_every = absl::GetFlag(FLAGS_eval_every);
+  o.eval_steps = absl::GetFlag(FLAGS_eval_steps);
+  if (o.eval_every > 0 && data->val.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "--eval_every needs validation data: add --val_fraction=0.1 or --val_data=FILE"));
+  }
+  // Periodic checkpoints: atomic <prefix>.step<N>.safetensors, the last --keep_last kept.
+  CheckpointRotation rotation{save_path, absl::GetFlag(FLAGS_keep_last)};
+  o.save_every = absl::GetFlag(FLAGS_save_every);
+  if (o.save_every > 0) {
+    if (save_path.empty()) {
+      return Fail(absl::InvalidArgumentError(
+          "--save_every needs --save (the prefix of the periodic checkpoints)"));
+    }
+    if (absl::Status s = rotation.Validate(); !s.ok()) return Fail(s);
+    if (absl::Status s = rotation.CheckWritable(); !s.ok()) return Fail(s);
+  }
+  // The trace: opened now (a bad path fails before training), written as the run goes.
+  std::unique_ptr<TraceWriter> trace_writer;
+  StepFilter trace_steps;
+  const std::string trace_path = absl::GetFlag(FLAGS_trace);
+  if (!trace_path.empty() && print) {
+    absl::StatusOr<StepFilter> f = StepFilter::Parse(absl::GetFlag(FLAGS_trace_steps));
+    if (!f.ok()) return Fail(f.status());
+    trace_steps = *f;
+    absl::StatusOr<std::unique_ptr<TraceWriter>> w = TraceWriter::Open(trace_path, TraceNowUs());
+    if (!w.ok()) return Fail(w.status());
+    trace_writer = *std::move(w);
+    o.trace_writer = trace_writer.get();
+    o.trace_step = [&trace_steps](int64_t step) { return trace_steps.Contains(step); };
+  }
+  // --sample: the prompt, checked now.
+  std::vector<int64_t> prompt;
+  const int64_t sample = absl::GetFlag(FLAGS_sample);
+  if (sample > 0) {
+    const std::string text = absl::GetFlag(FLAGS_prompt);
+    if (!absl::GetFlag(FLAGS_data).empty()) {
+      for (absl::string_view id : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+        int64_t v = 0;
+        if (!absl::SimpleAtoi(id, &v)) {
+          return Fail(absl::InvalidArgumentError(absl::StrCat(
+              "--prompt '", text, "': with --data give comma-separated token ids")));
+        }
+        prompt.push_back(v);
+      }
+    } else {
+      for (unsigned char ch : text) prompt.push_back(ch);
+    }
+  } else if (sample < 0) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--sample ", sample, " must be >= 0")));
+  }
+  if (sample > 0) {  // the sampling settings, checked before training
+    const double temperature = absl::GetFlag(FLAGS_temperature);
+    const int64_t top_k = absl::GetFlag(FLAGS_top_k);
+    if (!std::isfinite(temperature) || temperature < 0) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--temperature ", temperature, " must be finite and >= 0 (0: greedy)")));
+    }
+    if (top_k < 0 || top_k > cfg.vocab) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--top_k ", top_k, " must be in [0, vocab = ", cfg.vocab, "] (0: every id)")));
+    }
+    if (prompt.empty()) {
+      return Fail(absl::InvalidArgumentError("--prompt is empty; give at least one token"));
+    }
+    for (int64_t id : prompt) {
+      if (id < 0 || id >= cfg.vocab) {
+        return Fail(absl::InvalidArgumentError(absl::StrCat(
+            "--prompt holds id ", id, ", outside the vocabulary [0, ", cfg.vocab, ")")));
+      }
+    }
+  }
   o.comm = world.get();
   o.placement = placement;
   o.cuda_graph = absl::GetFlag(FLAGS_cuda_graph);
@@ -373,7 +525,10 @@ int Main() {
       "GPT-2: %d layers, d_model %d, %d heads, vocab %d, seq %d, %.2fM parameters, %s\n"
       "mesh %s%s%s on %d %s; global batch %d x %d tokens; %d tokens of data\n",
       cfg.layers, cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, params / 1e6,
-      cfg.compute.has_value() ? absl::StrCat(dtype, " compute, f32 master weights") : dtype,
+      cfg.compute.has_value()
+          ? absl::StrCat(DTypeName(*cfg.compute), " compute, ", DTypeName(cfg.dtype),
+                         " master weights")
+          : std::string(DTypeName(cfg.dtype)),
       mesh->ShortString(), layout->tp().sp ? " + sequence parallel" : "",
       layout->cp_axis().empty() ? "" : " (cp: ring attention, load-balanced chunks)", mesh->size(),
       world != nullptr ? absl::StrCat("processes (", backend, ")")
@@ -395,6 +550,8 @@ int Main() {
   }
   const int64_t tokens_per_step = o.batch * cfg.seq;
   double total_s = 0;
+  int64_t steps_run = 0;
+  double last_val = std::nan("");
   std::map<std::string, int64_t> total_bytes;
   o.on_step = [&](const StepInfo& s) {
     if (!print) return;
@@ -422,9 +579,22 @@ int Main() {
     const std::string mem =
         s.peak_device_bytes >= 0 ? absl::StrCat(" | peak GPU memory ", Bytes(s.peak_device_bytes))
                                  : "";
-    std::cout << absl::StrFormat("step %d loss %.10g | %.1f ms/step | %.0f tokens/s | %s%s%s\n",
-                                 s.step, s.loss, s.seconds * 1e3, tokens_per_step / s.seconds,
-                                 comm.empty() ? "no communication" : comm, moe, mem);
+    ++steps_run;
+    const bool evaluated = !std::isnan(s.val_loss);
+    if (evaluated) last_val = s.val_loss;
+    const int64_t log_every = std::max<int64_t>(1, absl::GetFlag(FLAGS_log_every));
+    if (!(s.step % log_every == 0 || s.step + 1 == s.total_steps || steps_run == 1 || evaluated)) {
+      return;
+    }
+    // ETA from the mean step time so far.
+    const double eta_s = total_s / steps_run * static_cast<double>(s.total_steps - s.step - 1);
+    std::cout << absl::StrFormat(
+        "step %d loss %.10g | %d/%d, ETA %s, %d tokens seen, lr %.4g, grad norm %.4g%s | "
+        "%.1f ms/step | %.0f tokens/s | %s%s%s\n",
+        s.step, s.loss, s.step + 1, s.total_steps, Duration(eta_s), s.tokens_seen, s.lr,
+        s.grad_norm, evaluated ? absl::StrFormat(" | val loss %.10g", s.val_loss) : "",
+        s.seconds * 1e3, tokens_per_step / s.seconds, comm.empty() ? "no communication" : comm,
+        moe, mem);
     std::cout.flush();
   };
   const std::vector<NamedTensor> init = o.init_path.empty() && o.resume_path.empty()
@@ -436,8 +606,54 @@ int Main() {
                                  o.microbatches > 0 ? o.batch / o.microbatches : 0,
                                  ScheduleName(*schedule));
   }
+  if (o.save_every > 0) {
+    o.on_save = [&](const TrainResult& snapshot) -> absl::Status {
+      if (world != nullptr && world->rank() != 0) return absl::OkStatus();  // rank 0 writes
+      absl::StatusOr<std::string> path = rotation.Save(
+          snapshot.steps_done, [&](const std::string& tmp) {
+            return SaveGptWithConfig(tmp, *layout, snapshot.params, &snapshot.adam_state,
+                                     snapshot.steps_done);
+          });
+      if (!path.ok()) return path.status();
+      if (print) std::cout << "checkpoint: " << *path << "\n";
+      return absl::OkStatus();
+    };
+  }
   absl::StatusOr<TrainResult> r = TrainGpt(*layout, init, *tokens, o);
+  if (trace_writer != nullptr) {
+    if (absl::Status s = trace_writer->Close(); !s.ok() && r.ok()) return Fail(s);
+  }
   if (!r.ok()) return Fail(r.status());
+  if (!save_path.empty() && (world == nullptr || world->rank() == 0)) {
+    const bool moments = r->adam_state.exp_avg.size() == layout->params().size();
+    if (absl::Status s = SaveGptWithConfig(save_path, *layout, r->params,
+                                           moments ? &r->adam_state : nullptr, r->steps_done);
+        !s.ok()) {
+      return Fail(s);
+    }
+  }
+  // --sample: generation with the trained parameters (on the mesh without pp: generation does
+  // not pipeline; every process of a multi-process run takes part).
+  std::vector<int64_t> sampled;
+  if (sample > 0) {
+    absl::StatusOr<GptLayout> sample_layout = *layout;
+    if (layout->pp_ways() > 1 || cfg.moe.on()) {
+      sample_layout = GptLayout::Create(Mesh(), layout->config(), false);
+    }
+    if (!sample_layout.ok()) return Fail(sample_layout.status());
+    SampleOptions so;
+    so.tokens = sample;
+    so.temperature = absl::GetFlag(FLAGS_temperature);
+    so.top_k = absl::GetFlag(FLAGS_top_k);
+    so.seed = absl::GetFlag(FLAGS_seed);
+    so.comm = sample_layout->mesh().size() == mesh->size() ? world.get() : nullptr;
+    absl::StatusOr<std::vector<int64_t>> out =
+        (world != nullptr && so.comm == nullptr && world->rank() != 0)
+            ? absl::StatusOr<std::vector<int64_t>>(std::vector<int64_t>{})
+            : GenerateGpt(*sample_layout, r->params, prompt, so);
+    if (!out.ok()) return Fail(out.status());
+    sampled = *std::move(out);
+  }
   if (!print) return 0;
   std::string comm;
   for (const auto& [op, b] : total_bytes) absl::StrAppend(&comm, comm.empty() ? "" : ", ", op, " ", Bytes(b));
@@ -466,13 +682,27 @@ int Main() {
         Bytes(r->peak_activation_bytes_per_rank), r->pipeline_bubble,
         static_cast<double>(p - 1) / static_cast<double>(o.microbatches + p - 1));
   }
-  if (o.trace) {
-    if (absl::Status s = WriteTrace(absl::GetFlag(FLAGS_trace), *mesh, r->trace); !s.ok()) {
-      return Fail(s);
-    }
-    std::cout << "trace: " << absl::GetFlag(FLAGS_trace) << " (open in https://ui.perfetto.dev)\n";
+  if (!std::isnan(last_val)) std::cout << absl::StrFormat("val loss %.10g\n", last_val);
+  if (trace_writer != nullptr) {
+    std::cout << "trace: " << trace_path << " (steps " << absl::GetFlag(FLAGS_trace_steps)
+              << "; open in https://ui.perfetto.dev)\n";
   }
-  if (!o.save_path.empty()) std::cout << "saved: " << o.save_path << "\n";
+  if (!save_path.empty()) std::cout << "saved: " << save_path << "\n";
+  if (sample > 0) {
+    std::string text;
+    if (!absl::GetFlag(FLAGS_data).empty()) {
+      text = absl::StrJoin(sampled, ",");
+    } else {
+      for (int64_t id : sampled) text.push_back(static_cast<char>(id));
+    }
+    std::cout << absl::StrFormat("sample (%d tokens, %s): %s\n", sample,
+                                 absl::GetFlag(FLAGS_temperature) > 0
+                                     ? absl::StrFormat("temperature %g, top-k %d",
+                                                       absl::GetFlag(FLAGS_temperature),
+                                                       absl::GetFlag(FLAGS_top_k))
+                                     : std::string("greedy"),
+                                 text);
+  }
   return 0;
 }
 

@@ -37,6 +37,26 @@ resumed=$("$bin" "${common[@]}" --resume="$tmp/gloo_3.safetensors" --steps=4 \
           | grep '^step 3 loss' | awk '{print $4}')
 [ -n "$full" ] && [ "$full" = "$resumed" ] || fail "resume of the gloo save: $resumed vs $full"
 
+# The trainer's run features under --backend=gloo on a multi-axis mesh (dp_shard=2 x tp=2 over 4
+# processes): the same losses, validation loss, periodic checkpoints and sample as in-process.
+feat=(--grad_accum=2 --val_fraction=0.1 --eval_every=2 --lr_schedule=cosine --warmup_steps=1
+      --sample=6 --prompt="the " --mesh=dp_shard=2,tp=2 --sp --batch=4 --steps=4)
+mkdir -p "$tmp/grot" "$tmp/irot"
+gfeat=$("$launch" --nproc_per_node=4 -- "$bin" "${common[@]}" "${feat[@]}" --backend=gloo \
+        --save="$tmp/grot/run.safetensors" --save_every=2 --keep_last=1)
+ifeat=$("$bin" "${common[@]}" "${feat[@]}" --save="$tmp/irot/run.safetensors" --save_every=2 \
+        --keep_last=1)
+[ "$(losses <<<"$gfeat")" = "$(losses <<<"$ifeat")" ] && [ -n "$(losses <<<"$ifeat")" ] \
+  || fail "features under gloo: $(losses <<<"$gfeat") vs $(losses <<<"$ifeat")"
+[ "$(grep -o 'val loss [^ ]*' <<<"$gfeat")" = "$(grep -o 'val loss [^ ]*' <<<"$ifeat")" ] \
+  || fail "val loss under gloo"
+[ "$(grep -o 'sample.*' <<<"$gfeat")" = "$(grep -o 'sample.*' <<<"$ifeat")" ] \
+  || fail "sample under gloo: $(grep -o 'sample.*' <<<"$gfeat")"
+[ "$(ls "$tmp/grot" | sort | tr '\n' ' ')" = "run.safetensors run.step4.safetensors " ] \
+  || fail "gloo rotation: $(ls "$tmp/grot")"
+cmp "$tmp/grot/run.step4.safetensors" "$tmp/irot/run.step4.safetensors" \
+  || fail "the gloo checkpoint differs from the in-process one"
+
 expect_error() {  # expect_error "message" command...
   local msg="$1"; shift
   if err=$("$@" 2>&1); then fail "accepted: $*"; fi

@@ -687,6 +687,8 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
           TraceError(options.trace_writer->Flush());
         }
       }
+      // The step's own collectives (evaluation and snapshot gathers below are not the step's).
+      const size_t step_logged = ctx.collective_log().size();
       // Evaluation: the mean loss of eval_steps validation batches, forward only.
       double val_loss = std::numeric_limits<double>::quiet_NaN();
       if (options.eval_every > 0 &&
@@ -732,12 +734,15 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
                                    ? cuda::DeviceAllocator(dev.index).stats().peak_allocated_bytes
                                    : -1;
           result.peak_device_bytes_per_rank = peak;
-          options.on_step(StepInfo{step, loss, norm, (t4 - t0) * 1e-6, &ctx.collective_log(),
+          const std::vector<CollectiveRecord> step_log(
+              ctx.collective_log().begin(), ctx.collective_log().begin() + step_logged);
+          options.on_step(StepInfo{step, loss, norm, (t4 - t0) * 1e-6, &step_log,
                                    moe_dropped, moe_assignments, moe_dropped_tokens, peak,
                                    options.steps, lr, global_tokens * (step + 1), val_loss});
         }
         if (step + 1 == options.steps) {
-          result.log = ctx.collective_log();
+          result.log.assign(ctx.collective_log().begin(),
+                            ctx.collective_log().begin() + step_logged);
           for (size_t i = 0; i < held.size(); ++i) {
             const std::string& name = layout.params()[held[i]].name;
             result.param_bytes_per_rank += params[i].tensor.nbytes();

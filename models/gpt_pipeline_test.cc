@@ -3,7 +3,6 @@
 // pp2 x fsdp2 x tp2+sp (8 simulated devices), and one stage accumulating microbatches, give the single-device losses and parameters to
 // 1e-9 relative (the tied wte gradient summed over the first and last stage). 1F1B holds
 // p/m of GPipe's activations on stage 0. Impossible layouts are errors before training.
-#include "collectives/self_communicator.h"
 #include "models/gpt_pipeline.h"
 
 #include <algorithm>
@@ -156,21 +155,17 @@ TEST(GptPipelineValidationTest, ImpossibleLayoutsAreErrorsBeforeTraining) {
   EXPECT_THAT(error("pp=2", 0, "1f1b"), HasSubstr("must be >= 1"));
   EXPECT_THAT(error("pp=1,cp=3", 2, "1f1b"), HasSubstr("does not support cp"));
   EXPECT_THAT(error("pp=2,cp=3", 2, "1f1b"), HasSubstr("not supported"));
-  // MoE and a process communicator are refused with pp, in CheckTrainOptions.
+  // MoE is refused with pp, in CheckTrainOptions.
   GptConfig moe = SmallConfig();
   moe.moe.experts = 2;
   EXPECT_THAT(std::string(TrainPipe("pp=2", false, moe, 2, "1f1b").status().message()),
               HasSubstr("does not support MoE"));
   const GptLayout pp2 = *GptLayout::Create(*ParseMesh("pp=2"), SmallConfig(), false);
-  TrainOptions with_comm = ThreeSteps();
-  with_comm.microbatches = 2;
-  collectives::SelfCommunicator self;
-  with_comm.comm = &self;
-  EXPECT_THAT(TrainGptPipeline(pp2, InitGpt(SmallConfig(), 7), Tokens(500, 24), with_comm)
-                  .status()
-                  .message(),
-              HasSubstr("--backend=gloo with pp"));
-  EXPECT_THAT(CheckTrainOptions(pp2, with_comm).message(), HasSubstr("--backend=gloo with pp"));
+  TrainOptions with_moe_eval = ThreeSteps();
+  with_moe_eval.eval_every = 1;
+  with_moe_eval.val_tokens = Tokens(500, 24);
+  EXPECT_THAT(CheckTrainOptions(pp2, with_moe_eval).message(),
+              HasSubstr("evaluation (--eval_every) under the pipeline strategy"));
   // stage_layers without a pipeline.
   TrainOptions staged = ThreeSteps();
   staged.stage_layers = {1, 1};

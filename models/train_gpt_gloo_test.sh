@@ -57,6 +57,17 @@ ifeat=$("$bin" "${common[@]}" "${feat[@]}" --save="$tmp/irot/run.safetensors" --
 cmp "$tmp/grot/run.step4.safetensors" "$tmp/irot/run.step4.safetensors" \
   || fail "the gloo checkpoint differs from the in-process one"
 
+# Pipeline parallelism over processes: pp2 x dp2 (1F1B, 2 microbatches) over 4 gloo processes
+# gives the in-process losses and saves the same checkpoint (the stages' parameters gathered).
+mkdir -p "$tmp/gpp" "$tmp/ipp"
+pp_flags=(--mesh=pp=2,dp=2 --microbatches=2 --layers=2 --batch=4 --steps=3)
+gpp=$("$launch" --nproc_per_node=4 -- "$bin" "${common[@]}" "${pp_flags[@]}" --backend=gloo \
+      --save="$tmp/gpp/pp.safetensors")
+ipp=$("$bin" "${common[@]}" "${pp_flags[@]}" --save="$tmp/ipp/pp.safetensors")
+[ "$(losses <<<"$gpp")" = "$(losses <<<"$ipp")" ] && [ -n "$(losses <<<"$ipp")" ] \
+  || fail "pp over gloo: $(losses <<<"$gpp") vs $(losses <<<"$ipp")"
+cmp "$tmp/gpp/pp.safetensors" "$tmp/ipp/pp.safetensors" || fail "pp gloo checkpoint differs"
+
 expect_error() {  # expect_error "message" command...
   local msg="$1"; shift
   if err=$("$@" 2>&1); then fail "accepted: $*"; fi

@@ -307,10 +307,6 @@ absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
     return Invalid("evaluation (--eval_every) under the pipeline strategy (pp or --microbatches) "
                    "is not supported yet; evaluate on a mesh without pp");
   }
-  if (o.comm != nullptr && layout.pp_ways() > 1) {
-    return Invalid("pipeline training (pp) runs on in-process ranks only: --backend=gloo with pp "
-                   "is not supported yet; drop pp or use --backend=inprocess");
-  }
   return absl::OkStatus();
 }
 
@@ -765,17 +761,9 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
       result.trace.insert(result.trace.end(), events.begin(), events.end());
     }
     if (options.comm != nullptr) {
-      // One process per rank (one stage): the global tensors come from all_gathers over each
-      // sharded dim.
-      for (size_t k = 0; k < mine.size(); ++k) {
-        if (!mine[k].defined()) continue;
-        const ParamInfo& pi = layout.params()[k % np];
-        Value v(mine[k], param_type(pi));
-        for (int d = 0; d < pi.spec.size(); ++d) {
-          if (!pi.spec.dim_axes(d).empty()) v = all_gather(v, d, Axes(pi.spec.dim_axes(d)));
-        }
-        mine[k] = v.tensor;
-      }
+      // One process per rank: the global tensors come from collectives (all_gathers over each
+      // sharded dim; under pp the owner stage's copy summed over pp), on every rank.
+      mine = GatherGlobals(params, opt, stage, held);
     }
     for (Tensor& t : mine) {
       if (t.defined()) t = t.To(Device::Cpu());  // results are host tensors

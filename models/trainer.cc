@@ -303,10 +303,6 @@ absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
                                 ": the pipeline strategy does not support MoE models yet (their "
                                 "load-balancing loss spans stages); drop --experts or pp"));
   }
-  if (o.eval_every > 0) {
-    return Invalid("evaluation (--eval_every) under the pipeline strategy (pp or --microbatches) "
-                   "is not supported yet; evaluate on a mesh without pp");
-  }
   return absl::OkStatus();
 }
 
@@ -502,6 +498,54 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
       }
       return out;
     };
+    // Under a pipeline, the forward-only loss of a [batch, seq] batch: per microbatch, stage t
+    // runs its blocks on what stage t-1 sent and one ppermute over pp hands the residual on
+    // (every rank calls each transfer; only stage t's output travels); the last stage's loss is
+    // summed over its pending axes, then handed to every stage.
+    auto PipelineForwardLoss = [&](const Tensor& ids_g, const Tensor& targets_g) {
+      NoGradScope no_tape;
+      std::vector<Value> all(np);
+      for (size_t i = 0; i < held.size(); ++i) all[held[i]] = params[i];
+      const ParamFn use = GptParamUse(layout, all);
+      Value loss;
+      for (int64_t k = 0; k < m; ++k) {
+        Value ids(ShardOf(MicrobatchRows(ids_g, k, m), mesh, rows_spec, rank).To(dev), row_type);
+        Value targets(ShardOf(MicrobatchRows(targets_g, k, m), mesh, rows_spec, rank).To(dev),
+                      row_type);
+        Value x = stage == 0 ? GptEmbed(layout, use, ids)
+                             : Value(Tensor::Zeros({plan.boundary_rows, c.d_model},
+                                                   c.compute_dtype(), dev),
+                                     boundary_type);
+        x.type = boundary_type;
+        for (int t = 0; t < p; ++t) {
+          if (stage == t) {
+            const int64_t l0 = plan.stage_plan.first_layer[t];
+            for (int64_t l = l0; l < l0 + plan.stage_plan.layers[t]; ++l) {
+              x = GptBlock(layout, use, l, x);
+            }
+            x.type = boundary_type;
+            if (t == p - 1) {
+              Value l = GptHead(layout, use, x, targets, global_tokens);
+              loss = loss.defined() ? loss + l : l;
+            }
+          }
+          if (t + 1 < p) x = ppermute(x, layout.pp_axis(), {{t, t + 1}});
+        }
+      }
+      double value = 0;
+      if (loss.defined()) {
+        std::vector<std::string> partial = AxesOfKind(mesh, loss.type, AxisKind::kP, pp_index);
+        if (!partial.empty()) loss = all_reduce(loss, Axes(partial));
+        value = loss.item();
+      }
+      if (p > 1) {
+        SpmdType t(mesh.num_axes());
+        t[pp_index] = AxisType::V();
+        Value share(Tensor::Scalar(stage == p - 1 ? value : 0.0, DType::kF64).To(dev), t);
+        value = all_reduce(reinterpret(share, layout.pp_axis()), layout.pp_axis()).item();
+      }
+      return value;
+    };
     // A [batch, seq] batch as this rank's rows of each microstep (grad_accum consecutive groups
     // of sequences), on its device.
     auto MicrostepRows = [&](const Tensor& ids_g, const Tensor& targets_g,
@@ -694,8 +738,12 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
           Tensor vi, vt;
           BatchAt(options.val_tokens, e, options.batch, c.seq, &vi, &vt);
           std::vector<Value> ids, targets;
-          MicrostepRows(vi, vt, &ids, &targets);
-          sum += ForwardLoss(layout, params, ids, targets, global_tokens);
+          if (plan.pipelined) {
+            sum += PipelineForwardLoss(vi, vt);
+          } else {
+            MicrostepRows(vi, vt, &ids, &targets);
+            sum += ForwardLoss(layout, params, ids, targets, global_tokens);
+          }
         }
         val_loss = sum / static_cast<double>(options.eval_steps);
       }

@@ -18,8 +18,8 @@
 //                 counts it once). Parameters are V on pp. Each step's batch is cut into
 //                 `microbatches` consecutive groups of batch/microbatches sequences.
 // What the pipeline cannot do is refused before the first step, in one place
-// (CheckTrainOptions): MoE, cp and evaluation; traces, --init, --resume, --save, periodic
-// snapshots, --print_types and a process communicator (--backend=gloo) work under pp.
+// (CheckTrainOptions): MoE and cp; traces, --init, --resume, --save, periodic snapshots,
+// evaluation, --print_types and a process communicator (--backend=gloo) work under pp.
 #ifndef SHARDMAP_MODELS_TRAINER_H_
 #define SHARDMAP_MODELS_TRAINER_H_
 
@@ -187,7 +187,7 @@ double GlobalGradNormSquared(const std::vector<Value>& grads, const std::vector<
 // The checks TrainGpt makes of its options before anything else, and the one place where what
 // the pipeline strategy cannot do is refused: steps >= 1; finite, possible AdamW settings
 // (lr >= 0, betas in [0, 1), eps > 0, weight decay >= 0) and clip; not both init and resume;
-// microbatches >= 1; with a pipeline (pp > 1 or microbatches > 1) no cp, no MoE, no evaluation;
+// microbatches >= 1; with a pipeline (pp > 1 or microbatches > 1) no cp and no MoE;
 // a placement with comm; MoE on GPU ranks (the routing kernels are
 // host-only). InvalidArgument naming the setting and the fix. FailedPrecondition when the
 // placement asks for GPUs that are not there (ResolvePlacement's message).

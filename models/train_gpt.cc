@@ -174,9 +174,21 @@ absl::Status AgreeOnSettings(collectives::Communicator& world,
     }
     mine[i] = static_cast<int64_t>(h);
   }
-  if (absl::Status s = world.AllGather(mine.data(), all.data(), n, collectives::DataType::kI64);
-      !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("agreeing on the run's settings: ", s.message()));
+  absl::Status gathered;
+  if (world.memory_space().device) {
+    // NCCL works on device memory: the hashes go through buffers on this rank's GPU.
+    const Device gpu = Device::Cuda(world.memory_space().device_index);
+    Tensor send = Tensor::FromVector<int64_t>({static_cast<int64_t>(n)}, mine).To(gpu);
+    Tensor recv = Tensor::Empty({static_cast<int64_t>(n) * world.size()}, DType::kI64, gpu);
+    cuda::Synchronize(gpu.index);  // the copy is done before the communicator's stream reads it
+    gathered = world.AllGather(send.raw_data(), recv.raw_data(), n, collectives::DataType::kI64);
+    if (gathered.ok()) all = recv.To(Device::Cpu()).ToVector<int64_t>();
+  } else {
+    gathered = world.AllGather(mine.data(), all.data(), n, collectives::DataType::kI64);
+  }
+  if (!gathered.ok()) {
+    return absl::Status(gathered.code(),
+                        absl::StrCat("agreeing on the run's settings: ", gathered.message()));
   }
   std::vector<std::string> differ;
   for (size_t i = 0; i < n; ++i) {

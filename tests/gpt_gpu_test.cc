@@ -9,9 +9,13 @@
 //     (against the CPU f32 run: step 0 2^-12, later steps 2^-9 relative).
 //   - A checkpoint saved by a GPU run resumes on the CPU with the uninterrupted losses, and the
 //     reverse; peak GPU memory is reported; MoE (ep2) is refused on GPU ranks with the reason.
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -232,6 +236,50 @@ TEST(GptGpuTest, MoeIsRefusedOnGpuRanksWithTheReason) {
   c.moe.experts = 2;
   absl::StatusOr<TrainResult> r = TrainOn("ep=2", false, c, DevicePlacement::SharedGpu());
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("routing kernels"));
+}
+
+// train_gpt --backend=nccl --device=cuda as one process (collectives/launch) prints exactly
+// the in-process --device=cuda losses (one rank on GPU 0: the same kernels in the same order).
+std::string RunCommand(const std::string& cmd) {
+  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (f == nullptr) return "popen failed";
+  std::string out;
+  char buf[4096];
+  size_t k;
+  while ((k = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, k);
+  const int status = ::pclose(f);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << out;
+  return out;
+}
+
+std::vector<std::string> LossLines(const std::string& out) {
+  std::vector<std::string> lines;
+  size_t at = 0;
+  while ((at = out.find("step ", at)) != std::string::npos) {
+    const size_t end = out.find(" |", at);
+    if (end == std::string::npos) break;
+    const std::string line = out.substr(at, end - at);
+    if (line.find(" loss ") != std::string::npos) lines.push_back(line);
+    at = end;
+  }
+  return lines;
+}
+
+TEST(GptGpuTest, NcclOneProcessGivesTheInProcessLossesExactly) {
+  SKIP_WITHOUT_GPU();
+  const std::string text = TempPath("nccl_text.txt");
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 60; ++i) f << "the quick brown fox jumps over the lazy dog. ";
+  }
+  const std::string flags = "--text=" + text +
+                            " --layers=2 --d_model=32 --heads=4 --seq=16 --batch=4 --steps=3"
+                            " --device=cuda";
+  const std::string inproc = RunCommand("models/train_gpt " + flags);
+  const std::string nccl = RunCommand("collectives/launch --nproc_per_node=1 -- models/train_gpt " +
+                                      flags + " --backend=nccl");
+  EXPECT_EQ(LossLines(inproc).size(), 3u) << inproc;
+  EXPECT_EQ(LossLines(nccl), LossLines(inproc)) << nccl;
 }
 
 }  // namespace

@@ -18,7 +18,6 @@
 
 #include "bench/bench_tokens.h"
 #include "models/gpt.h"
-#include "models/gpt_pipeline.h"
 
 namespace shardmap {
 namespace {
@@ -55,7 +54,7 @@ int Main() {
           if (s.step == 1) seconds = s.seconds;
         };
         absl::StatusOr<TrainResult> r =
-            TrainGptPipeline(layout, InitGpt(BenchConfig(), 1), Tokens(), o);
+            TrainGpt(layout, InitGpt(BenchConfig(), 1), Tokens(), o);
         if (!r.ok()) {
           std::fprintf(stderr, "%s\n", std::string(r.status().message()).c_str());
           return 1;

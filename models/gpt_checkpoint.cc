@@ -1,6 +1,13 @@
 #include "models/gpt_checkpoint.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace shardmap {
@@ -62,6 +69,56 @@ absl::Status CheckGptCheckpoint(const SafetensorsFile& file, const GptLayout& la
   if (need_optimizer && file.metadata().count("step") == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint '", file.path(), "' has no 'step' in its metadata"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SafetensorsFile> OpenGptCheckpoint(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("checkpoint '", path, "': ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint '", path, "' is ", S_ISDIR(st.st_mode) ? "a directory" : "not a regular file",
+        "; name a .safetensors file (written by train_gpt --save, or GPT-2's model.safetensors)"));
+  }
+  return SafetensorsFile::Open(path);
+}
+
+absl::StatusOr<int64_t> CheckpointStep(const SafetensorsFile& file) {
+  auto it = file.metadata().find("step");
+  if (it == file.metadata().end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint '", file.path(), "' has no 'step' in its metadata"));
+  }
+  int64_t step = 0;
+  constexpr int64_t kMaxStep = int64_t{1} << 53;
+  if (!absl::SimpleAtoi(it->second, &step) || step < 0 || step > kMaxStep) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint '", file.path(), "': step '", it->second,
+        "' is not a whole number in [0, 2^53]; the file is damaged or was not written by "
+        "train_gpt --save"));
+  }
+  return step;
+}
+
+absl::Status CheckSavePath(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot save to '", path, "': it is a directory; name a file in it"));
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot save to '", path, "': directory '", dir, "' does not exist; create it first"));
+  }
+  if (access(dir.c_str(), W_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot save to '", path, "': directory '",
+                                                      dir, "' is not writable (",
+                                                      std::strerror(errno), ")"));
   }
   return absl::OkStatus();
 }

@@ -19,9 +19,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "models/checkpoint.h"
-#include "models/gpt.h"
+#include "models/gpt_model.h"
 
 namespace shardmap {
+
+// AdamW moments as global tensors, in layout order.
+struct AdamState {
+  std::vector<NamedTensor> exp_avg, exp_avg_sq;
+};
 
 // GPT-2's shape of a parameter (c_attn flattened back to [d, 3d] / [3d]).
 Shape Gpt2Shape(const ParamInfo& p);
@@ -35,6 +40,18 @@ absl::Status SaveGpt(const std::string& path, const GptLayout& layout,
 // shape; errors name the file and the tensor.
 absl::Status CheckGptCheckpoint(const SafetensorsFile& file, const GptLayout& layout,
                                 bool need_optimizer);
+
+// SafetensorsFile::Open after checking that `path` names a regular file (a directory or a
+// device is InvalidArgument naming the path; a missing file NotFound).
+absl::StatusOr<SafetensorsFile> OpenGptCheckpoint(const std::string& path);
+
+// The step a --resume file continues from: metadata "step", a whole number in [0, 2^53].
+// InvalidArgument naming the file and the value otherwise.
+absl::StatusOr<int64_t> CheckpointStep(const SafetensorsFile& file);
+
+// Before training: `path` can be written at the end (its directory exists and is writable, and
+// it is not a directory). FailedPrecondition naming the path and the problem.
+absl::Status CheckSavePath(const std::string& path);
 
 // This rank's block of `tensor` (a parameter or one of its moments) under p's spec.
 absl::StatusOr<Tensor> ReadGptShard(const SafetensorsFile& file, const std::string& tensor,

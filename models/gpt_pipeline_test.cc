@@ -3,10 +3,13 @@
 // pp2 x fsdp2 x tp2+sp (8 simulated devices), and one stage accumulating microbatches, give the single-device losses and parameters to
 // 1e-9 relative (the tied wte gradient summed over the first and last stage). 1F1B holds
 // p/m of GPipe's activations on stage 0. Impossible layouts are errors before training.
-#include "collectives/self_communicator.h"
 #include "models/gpt_pipeline.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <map>
 #include <ostream>
+#include <set>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -151,38 +154,113 @@ TEST(GptPipelineValidationTest, ImpossibleLayoutsAreErrorsBeforeTraining) {
   EXPECT_THAT(error("pp=2", 2, "zero_bubble"), HasSubstr("unknown pipeline schedule"));
   EXPECT_THAT(error("pp=2", 0, "1f1b"), HasSubstr("must be >= 1"));
   EXPECT_THAT(error("pp=1,cp=3", 2, "1f1b"), HasSubstr("does not support cp"));
-  EXPECT_THAT(error("pp=2,cp=2", 2, "1f1b"), HasSubstr("not supported"));
-  // TrainGpt points pp meshes at the pipeline trainer, and microbatches at pp.
-  absl::StatusOr<GptLayout> pp = GptLayout::Create(*ParseMesh("pp=2"), SmallConfig(), false);
-  ASSERT_TRUE(pp.ok());
-  absl::StatusOr<TrainResult> r =
-      TrainGpt(*pp, InitGpt(SmallConfig(), 7), Tokens(100, 24), ThreeSteps());
-  EXPECT_THAT(r.status().message(), HasSubstr("TrainGptPipeline"));
-  TrainOptions o = ThreeSteps();
-  o.microbatches = 2;
-  absl::StatusOr<TrainResult> no_pp = TrainGpt(*GptLayout::Create(Mesh(), SmallConfig(), false),
-                                               InitGpt(SmallConfig(), 7), Tokens(100, 24), o);
-  EXPECT_THAT(no_pp.status().message(), HasSubstr("pipeline (pp > 1) setting"));
-  // What the pipeline trainer cannot do yet is refused, not ignored.
-  const GptLayout pp2 = *GptLayout::Create(*ParseMesh("pp=2"), SmallConfig(), false);
-  TrainOptions with_types = ThreeSteps();
-  with_types.microbatches = 2;
-  TypeTrace types;
-  with_types.types = &types;
-  EXPECT_THAT(TrainGptPipeline(pp2, InitGpt(SmallConfig(), 7), Tokens(500, 24), with_types)
-                  .status()
+  EXPECT_THAT(error("pp=2,cp=3", 2, "1f1b"), HasSubstr("not supported"));
+  // MoE is refused with pp, in CheckTrainOptions.
+  GptConfig moe = SmallConfig();
+  moe.moe.experts = 2;
+  EXPECT_THAT(std::string(TrainPipe("pp=2", false, moe, 2, "1f1b").status().message()),
+              HasSubstr("does not support MoE"));
+  TrainOptions moe_options = ThreeSteps();
+  moe_options.microbatches = 2;
+  EXPECT_THAT(CheckTrainOptions(*GptLayout::Create(*ParseMesh("pp=2"), moe, false), moe_options)
                   .message(),
-              HasSubstr("--print_types"));
-  TrainOptions with_comm = ThreeSteps();
-  with_comm.microbatches = 2;
-  collectives::SelfCommunicator self;
-  with_comm.comm = &self;
-  EXPECT_THAT(TrainGptPipeline(pp2, InitGpt(SmallConfig(), 7), Tokens(500, 24), with_comm)
-                  .status()
-                  .message(),
-              HasSubstr("--backend=gloo with pp"));
+              HasSubstr("does not support MoE"));
+  // stage_layers without a pipeline.
+  TrainOptions staged = ThreeSteps();
+  staged.stage_layers = {1, 1};
+  EXPECT_THAT(std::string(TrainGpt(*GptLayout::Create(Mesh(), SmallConfig(), false),
+                                   InitGpt(SmallConfig(), 7), Tokens(500, 24), staged)
+                              .status()
+                              .message()),
+              HasSubstr("stage_layers is a pipeline"));
   // The mesh order puts pp first whatever the user wrote.
   EXPECT_EQ(ParseMesh("tp=2,pp=2")->axis_names()[0], "pp");
+}
+
+// The one trainer: every feature of TrainGpt works under the pipeline strategy.
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+TEST(GptPipelineFeaturesTest, TrainGptOnAPpMeshRunsThePipelineStrategy) {
+  const GptLayout pp2 = *GptLayout::Create(*ParseMesh("pp=2"), SmallConfig(), false);
+  absl::StatusOr<TrainResult> r =
+      TrainGpt(pp2, InitGpt(SmallConfig(), 7), Tokens(500, 24), ThreeSteps());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectSameTraining(*r, gpt_testing::Reference());
+}
+
+TEST(GptPipelineFeaturesTest, SaveAndResumeAcrossPipelinedAndUnpipelinedMeshes) {
+  const TrainResult& ref = gpt_testing::Reference();
+  // Two steps on pp2 x dp2 (1F1B, 2 microbatches), saved; resumed to the total of three on
+  // one device, and the reverse: the uninterrupted run's last loss and parameters.
+  struct Case {
+    std::string save_mesh, resume_mesh;
+    int64_t save_m, resume_m;
+  };
+  for (const Case& k : {Case{"pp=2,dp=2", "", 2, 1}, Case{"", "pp=2,tp=2", 1, 3}}) {
+    SCOPED_TRACE(k.save_mesh + " -> " + k.resume_mesh);
+    const std::string path = TempPath("pipe_resume.safetensors");
+    TrainOptions first = ThreeSteps();
+    first.steps = 2;
+    first.microbatches = k.save_m;
+    first.save_path = path;
+    const GptLayout a = *GptLayout::Create(*ParseMesh(k.save_mesh), SmallConfig(), false);
+    absl::StatusOr<TrainResult> ra = TrainGpt(a, InitGpt(SmallConfig(), 7), Tokens(500, 24), first);
+    ASSERT_TRUE(ra.ok()) << ra.status();
+    TrainOptions rest = ThreeSteps();
+    rest.microbatches = k.resume_m;
+    rest.resume_path = path;
+    const GptLayout b = *GptLayout::Create(*ParseMesh(k.resume_mesh), SmallConfig(), false);
+    absl::StatusOr<TrainResult> rb = TrainGpt(b, {}, Tokens(500, 24), rest);
+    ASSERT_TRUE(rb.ok()) << rb.status();
+    ASSERT_EQ(rb->losses.size(), 1u);
+    EXPECT_NEAR(rb->losses[0], ref.losses[2], 1e-9 * ref.losses[2]);
+    EXPECT_EQ(rb->steps_done, 3);
+    for (size_t i = 0; i < ref.params.size(); ++i) {
+      EXPECT_LE(gpt_testing::RelDiff(rb->params[i].tensor, ref.params[i].tensor), 1e-9)
+          << ref.params[i].name;
+    }
+  }
+  // --init on pp2: the saved model's loss on batch 0, as on one device.
+  TrainOptions init = ThreeSteps();
+  init.steps = 1;
+  init.init_path = TempPath("pipe_resume.safetensors");
+  init.microbatches = 2;
+  absl::StatusOr<TrainResult> one =
+      TrainGpt(*GptLayout::Create(Mesh(), SmallConfig(), false), {}, Tokens(500, 24), init);
+  absl::StatusOr<TrainResult> piped = TrainGpt(
+      *GptLayout::Create(*ParseMesh("pp=2"), SmallConfig(), false), {}, Tokens(500, 24), init);
+  ASSERT_TRUE(one.ok() && piped.ok());
+  EXPECT_NEAR(piped->losses[0], one->losses[0], 1e-9 * one->losses[0]);
+}
+
+TEST(GptPipelineFeaturesTest, TraceAndTypesUnderPp) {
+  const GptLayout pp2 = *GptLayout::Create(*ParseMesh("pp=2,tp=2"), SmallConfig(), true);
+  TrainOptions o = ThreeSteps();
+  o.steps = 1;
+  o.microbatches = 2;
+  o.trace = true;
+  TypeTrace types;
+  o.types = &types;
+  absl::StatusOr<TrainResult> r = TrainGpt(pp2, InitGpt(SmallConfig(), 7), Tokens(500, 24), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(types.empty());  // rank 0 holds block 0
+  // Every rank: F0 F1 B0 B1 spans, backward-op spans, the phases after the pipeline.
+  std::map<int, std::set<std::string>> names;
+  for (const TraceEvent& e : r->trace) names[e.rank].insert(e.category + ":" + e.name);
+  ASSERT_EQ(names.size(), 4u);
+  for (auto& [rank, n] : names) {
+    SCOPED_TRACE(rank);
+    for (const char* want : {"pipeline:F0", "pipeline:F1", "pipeline:B0", "pipeline:B1",
+                             "phase:grad reduce + clip", "phase:optimizer"}) {
+      EXPECT_TRUE(n.count(want)) << want;
+    }
+    EXPECT_TRUE(std::any_of(n.begin(), n.end(), [](const std::string& x) {
+      return x.rfind("backward op:", 0) == 0;
+    }));
+  }
 }
 
 }  // namespace

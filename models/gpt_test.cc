@@ -225,7 +225,7 @@ TEST(GptCheckpointTest, SaveOnOneMeshResumeOnAnotherContinuesWithTheSameLosses) 
   for (auto [mesh, sp] : std::vector<std::pair<std::string, bool>>{{"tp=3", true}, {"dp=2", false}}) {
     SCOPED_TRACE(mesh);
     TrainOptions rest = ThreeSteps();
-    rest.steps = 1;
+    rest.steps = 3;  // the total: one more step after the saved two
     rest.resume_path = path;
     absl::StatusOr<TrainResult> b = TrainOn(mesh, sp, rest, {});
     ASSERT_TRUE(b.ok()) << b.status();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "shardmap/context.h"
@@ -35,6 +36,34 @@ void BackwardTracer::AfterVjp(const char* op) {
                         log[k].bytes});
   }
   logged_ = log.size();
+}
+
+TracingRecorder::TracingRecorder(Tape* tape, std::vector<TraceEvent>* events, int rank,
+                                 double start_us)
+    : tape_(tape), events_(events), rank_(rank), last_(start_us) {
+  ctx_ = &RankContext::Get("TracingRecorder");
+  logged_ = ctx_->collective_log().size();
+}
+
+void TracingRecorder::Record(const char* op, std::initializer_list<const Value*> inputs,
+                             Value& out, VjpFn vjp) {
+  tape_->Record(op, inputs, out, std::move(vjp));
+  const int64_t bytes = static_cast<int64_t>(out.tensor.nbytes());
+  activation_bytes_ += bytes;
+  largest_activation_ = std::max(largest_activation_, bytes);
+  if (events_ != nullptr) {
+    const double now = TraceNowUs();
+    const auto& log = ctx_->collective_log();
+    if (log.size() > logged_) {
+      const CollectiveRecord& r = log.back();
+      events_->push_back({absl::StrCat(r.op, "(", ctx_->mesh().MaskToString(r.axes), ")"),
+                          "collective", rank_, last_, now - last_, r.bytes});
+    } else {
+      events_->push_back({op, "op", rank_, last_, now - last_, -1});
+    }
+    last_ = now;
+  }
+  logged_ = ctx_->collective_log().size();
 }
 
 nlohmann::json TraceJson(const Mesh& mesh, const std::vector<TraceEvent>& events) {

@@ -1,5 +1,6 @@
-// Tracing a GPT training run: per-op spans inside the backward pass (a tape observer), and the
-// Chrome trace-event JSON of every rank's events (opens in Perfetto / chrome://tracing).
+// Tracing a GPT training run: per-op spans of the forward (a tape recorder) and inside the
+// backward pass (a tape observer), and the Chrome trace-event JSON of every rank's events
+// (opens in Perfetto / chrome://tracing).
 //
 //   std::vector<TraceEvent> events;
 //   BackwardTracer tracer(&events);            // on a rank's thread, inside RunSpmd
@@ -13,16 +14,29 @@
 #define SHARDMAP_MODELS_GPT_TRACE_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "autograd/tape.h"
-#include "models/gpt.h"
+#include "shardmap/context.h"
+#include "shardmap/tape_hook.h"
 #include "nlohmann/json.hpp"
 #include "shardmap/mesh.h"
 
 namespace shardmap {
+
+// One span of a rank's timeline: a phase ("forward", "backward", "grad reduce", "optimizer",
+// a pipeline tick "F3" / "B3"), a forward op (its time since the previous recorded op), a
+// backward op (its VJP; category "backward op"), or a collective (bytes >= 0; category
+// "collective" or "collective (backward)").
+struct TraceEvent {
+  std::string name, category;
+  int rank = 0;
+  double start_us = 0, duration_us = 0;
+  int64_t bytes = -1;
+};
 
 // Microseconds on the steady clock (the time base of TraceEvent).
 double TraceNowUs();
@@ -40,6 +54,30 @@ class BackwardTracer : public BackwardObserver {
   std::vector<TraceEvent>* events_;
   double start_us_ = 0;
   size_t logged_ = 0;
+};
+
+// Forwards every recorded op to the tape and, when tracing (events != nullptr), notes it as a
+// span since the previous recorded op (ops that record nothing are folded into the next one);
+// an op that issued a collective is named with its axes and bytes. Counts the bytes of the
+// recorded ops' outputs (what the tape keeps for the backward, at most). Needs a RankContext.
+class TracingRecorder : public TapeRecorder {
+ public:
+  TracingRecorder(Tape* tape, std::vector<TraceEvent>* events, int rank, double start_us);
+  void Record(const char* op, std::initializer_list<const Value*> inputs, Value& out,
+              VjpFn vjp) override;
+  // Log entries seen so far (those after it were issued outside the forward).
+  size_t logged() const { return logged_; }
+  int64_t activation_bytes() const { return activation_bytes_; }
+  int64_t largest_activation() const { return largest_activation_; }
+
+ private:
+  Tape* tape_;
+  std::vector<TraceEvent>* events_;
+  int rank_;
+  double last_;
+  RankContext* ctx_;
+  size_t logged_ = 0;
+  int64_t activation_bytes_ = 0, largest_activation_ = 0;
 };
 
 // Chrome trace-event JSON: one track (tid) per rank named by its mesh coordinates; spans

@@ -105,6 +105,8 @@ class AdamW {
     steps_ = steps;
     device_step_stale_ = true;
   }
+  // The learning rate of the next steps (a schedule sets it before each step).
+  void set_lr(double lr) { opt_.lr = lr; }
 
  private:
   struct State {

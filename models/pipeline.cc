@@ -78,7 +78,7 @@ class PipeLink {
     }
     Value x(it->second, spec_.boundary_type);
     fwd_in_.erase(it);
-    Value token = tape.Watch(Value(Tensor::Empty({0}, x.dtype()), x.type));
+    Value token = tape.Watch(Value(Tensor::Empty({0}, x.dtype(), x.tensor.device()), x.type));
     tape.Record("pp_recv", {&token}, x, [this](const Value& g, uint32_t, Value*) {
       bwd_out_ = g.tensor;  // to the previous stage at the end of this tick
     });
@@ -105,7 +105,7 @@ class PipeLink {
     Value y = y_in;
     y.type = spec_.boundary_type;
     fwd_out_ = y.tensor;
-    Value token(Tensor::Empty({0}, y.dtype()), y.type);
+    Value token(Tensor::Empty({0}, y.dtype(), y.tensor.device()), y.type);
     if (y.node >= 0) {
       const SpmdType dual = Dual(y_in.type);
       tape.Record("pp_send", {&y_in}, token, [this, mb, dual](const Value&, uint32_t, Value* d) {
@@ -150,7 +150,11 @@ class PipeLink {
   }
 
  private:
-  Tensor Zeros() const { return Tensor::Zeros(spec_.boundary_shape, spec_.boundary_dtype); }
+  // On the rank's device (its GPU for GPU ranks): the boundary buffers the ppermutes fill.
+  Tensor Zeros() const {
+    return Tensor::Zeros(spec_.boundary_shape, spec_.boundary_dtype,
+                         RankContext::Get("RunPipeline").device());
+  }
 
   std::string axis_;
   int stage_, stages_;
@@ -289,6 +293,7 @@ PipelineResult RunPipeline(const Timetable& tt, const std::string& axis,
   const bool last = s == p - 1;
   PipeLink link(axis, s, p, stage);
   Tape tape;
+  if (stage.backward_observer != nullptr) tape.set_backward_observer(stage.backward_observer);
   std::vector<Value> watched;
   for (const Value& v : params) watched.push_back(tape.Watch(v));
   std::vector<Value> outs(tt.microbatches());  // pp_send tokens, or losses on the last stage
@@ -313,7 +318,9 @@ PipelineResult RunPipeline(const Timetable& tt, const std::string& axis,
       }
     } else if (a.kind == PipeAction::kBackward) {
       Value& out = outs[a.microbatch];
-      Value seed = last ? LossSeed(out) : Value(Tensor::Empty({0}, out.dtype()), Dual(out.type));
+      Value seed = last ? LossSeed(out)
+                        : Value(Tensor::Empty({0}, out.dtype(), out.tensor.device()),
+                                Dual(out.type));
       std::vector<Value> g = tape.BackwardAndRelease(out, seed, watched);
       out = Value();
       NoGradScope no_tape;
@@ -323,7 +330,11 @@ PipelineResult RunPipeline(const Timetable& tt, const std::string& axis,
         for (size_t i = 0; i < g.size(); ++i) r.grads[i] = r.grads[i] + g[i];
       }
     }
-    if (a.kind != PipeAction::kIdle) r.busy_us += NowUs() - t0;
+    if (a.kind != PipeAction::kIdle) {
+      const double t1 = NowUs();
+      r.busy_us += t1 - t0;
+      r.spans.push_back({a, t0, t1 - t0});
+    }
     link.Exchange(tt, t);
   }
   r.total_us = NowUs() - start;

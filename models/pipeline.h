@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "autograd/tape.h"
 #include "shardmap/context.h"
 #include "shardmap/spmd_type.h"
 #include "shardmap/value.h"
@@ -102,6 +103,14 @@ struct PipelineStage {
   Shape boundary_shape;
   DType boundary_dtype = DType::kF32;
   SpmdType boundary_type;  // V on the pipeline axis
+  // Optional: told of every VJP of the stage's backward passes (a tracer), as Tape's.
+  BackwardObserver* backward_observer = nullptr;
+};
+
+// One action of a rank's timetable as it ran: a forward or backward of one microbatch.
+struct PipelineSpan {
+  PipeAction action;
+  double start_us = 0, duration_us = 0;  // steady clock (TraceNowUs's base)
 };
 
 struct PipelineResult {
@@ -112,6 +121,7 @@ struct PipelineResult {
   int64_t peak_saved_bytes = 0;  // the tape's peak (activations held for backward)
   int64_t recorded_bytes = 0;    // all activations the step recorded, and the largest one
   int64_t largest_recorded_bytes = 0;
+  std::vector<PipelineSpan> spans;  // this rank's forwards and backwards, in order
 };
 
 // Creates every sub-axis communicator of the mesh now, in one order on every rank. Stages issue

@@ -151,6 +151,11 @@ CachingAllocator::Stats CachingAllocator::stats() const {
   return stats_;
 }
 
+void CachingAllocator::ResetPeakStats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_allocated_bytes = stats_.allocated_bytes;
+}
+
 CachingAllocator::PoolId CachingAllocator::CreatePool() {
   std::lock_guard<std::mutex> lock(mu_);
   return next_pool_++;

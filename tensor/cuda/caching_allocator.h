@@ -75,6 +75,8 @@ class CachingAllocator {
   // Hands the default pool's cached blocks back to the raw allocator.
   void EmptyCache();
   Stats stats() const;
+  // Starts a new peak window: peak_allocated_bytes = allocated_bytes now (e.g. per training run).
+  void ResetPeakStats();
 
   PoolId CreatePool();
   // Allocations on `stream` come from `pool` until EndPool. One pool per stream at a time.

@@ -77,6 +77,21 @@ TEST(CachingAllocatorTest, SteadyStateTrainingStepMakesNoRawAllocations) {
   EXPECT_GE(s.peak_allocated_bytes, static_cast<int64_t>(11 << 20));
 }
 
+TEST(CachingAllocatorTest, ResetPeakStatsStartsANewPeakWindow) {
+  FakeDevice dev;
+  CachingAllocator alloc(dev.Ops(), "fake:0");
+  void* big = alloc.Allocate(4 << 20, Stream(1));
+  void* small = alloc.Allocate(4096, Stream(1));
+  alloc.Free(big);
+  EXPECT_EQ(alloc.stats().peak_allocated_bytes, (4 << 20) + 4096);
+  alloc.ResetPeakStats();  // the peak is what is allocated now
+  EXPECT_EQ(alloc.stats().peak_allocated_bytes, 4096);
+  void* mid = alloc.Allocate(1 << 20, Stream(1));
+  EXPECT_EQ(alloc.stats().peak_allocated_bytes, (1 << 20) + 4096);
+  alloc.Free(mid);
+  alloc.Free(small);
+}
+
 TEST(CachingAllocatorTest, BlocksAreReusedOnlyOnTheirOwnStream) {
   FakeDevice dev;
   CachingAllocator alloc(dev.Ops(), "fake:0");

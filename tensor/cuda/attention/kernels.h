@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "tensor/cuda/attention/tc_tiling.h"
 #include "tensor/dtype.h"
 
 namespace shardmap::cuda::attention_kernels {
@@ -29,6 +30,8 @@ struct AttentionDims {
   int64_t batch = 0, heads = 0, tq = 0, tk = 0, head_dim = 0;
   int64_t q_offset = 0;
   double scale = 1.0;
+  // bf16/f16 with head_dim 64 or 128 run on tensor cores (attention_tc.cu) unless kSimt.
+  AttentionKernel kernel = AttentionKernel::kAuto;
 };
 
 // o [b, tq, h, d] (dtype) and lse [b, h, tq] (A) of softmax(q k^T * scale, causal) v.

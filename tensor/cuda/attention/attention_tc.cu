@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdint>
 
@@ -454,18 +455,33 @@ __global__ void __launch_bounds__(kTcThreads)
   WriteWarpRows<kD>(stage, scale, dq, b, h, q_first + warp * kF, tq, heads, lane);
 }
 
-// Launches kernel<<<blocks, kTcThreads, smem>>>, raising the kernel's dynamic shared memory
-// limit first (every tensor-core layout exceeds the default 48 KiB). The attribute call is a
-// host-side function setting, legal during graph capture.
-template <typename Kernel, typename... Args>
-cudaError_t TcLaunch(Kernel kernel, int64_t blocks, size_t smem, void* stream, Args... args) {
+// Raises kKernel's dynamic shared memory limit to `smem` (every tensor-core layout exceeds the
+// default 48 KiB) once per device: the value is fixed per kernel, and the call can stall the
+// runtime (it waits for copies in flight), so the hot path and graph replays skip it after the
+// first launch on each device.
+template <auto kKernel>
+cudaError_t RaiseSmemLimitOnce(size_t smem) {
+  static std::atomic<uint64_t> done_devices{0};  // bit i: set on device i (devices >= 64: always)
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (done_devices.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+  e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem));
+  if (e == cudaSuccess && bit != 0) done_devices.fetch_or(bit, std::memory_order_acq_rel);
+  return e;
+}
+
+// Launches kKernel<<<blocks, kTcThreads, smem>>> on `stream`.
+template <auto kKernel, typename... Args>
+cudaError_t TcLaunch(int64_t blocks, size_t smem, void* stream, Args... args) {
   if (blocks > INT_MAX || smem > kTcMaxSmem) return cudaErrorInvalidValue;
   if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem));
+    const cudaError_t e = RaiseSmemLimitOnce<kKernel>(smem);
     if (e != cudaSuccess) return e;
   }
-  kernel<<<static_cast<unsigned>(blocks), kTcThreads, smem, AsStream(stream)>>>(args...);
+  kKernel<<<static_cast<unsigned>(blocks), kTcThreads, smem, AsStream(stream)>>>(args...);
   return cudaGetLastError();
 }
 
@@ -473,8 +489,9 @@ template <typename T, int kD>
 cudaError_t TcForward(const T* q, const T* k, const T* v, T* o, float* lse,
                       const AttentionDims& dims, void* stream) {
   const int64_t row_blocks = TcRowBlocks(dims.tq);
-  return TcLaunch(TcForwardKernel<T, kD>, row_blocks * dims.batch * dims.heads,
-                  TcForwardLayout(kD).total, stream, q, k, v, o, lse, dims, row_blocks);
+  return TcLaunch<TcForwardKernel<T, kD>>(row_blocks * dims.batch * dims.heads,
+                                          TcForwardLayout(kD).total, stream, q, k, v, o, lse,
+                                          dims, row_blocks);
 }
 
 template <typename T, int kD>
@@ -483,12 +500,12 @@ cudaError_t TcGrads(const T* q, const T* k, const T* v, const T* dout, const flo
                     void* stream) {
   const int64_t bh = dims.batch * dims.heads;
   const size_t smem = TcBackwardLayout(kD).total;
-  cudaError_t e = TcLaunch(TcKeyGradKernel<T, kD>, TcRowBlocks(dims.tk) * bh, smem, stream, q, k,
-                           v, dout, lse, delta, dk, dv, dims);
+  cudaError_t e = TcLaunch<TcKeyGradKernel<T, kD>>(TcRowBlocks(dims.tk) * bh, smem, stream, q,
+                                                    k, v, dout, lse, delta, dk, dv, dims);
   if (e != cudaSuccess) return e;
   const int64_t row_blocks = TcRowBlocks(dims.tq);
-  return TcLaunch(TcQueryGradKernel<T, kD>, row_blocks * bh, smem, stream, q, k, v, dout, lse,
-                  delta, dq, dims, row_blocks);
+  return TcLaunch<TcQueryGradKernel<T, kD>>(row_blocks * bh, smem, stream, q, k, v, dout, lse,
+                                            delta, dq, dims, row_blocks);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "tensor/cuda/attention/attention_ops.h"
+#include "tensor/cuda/graph.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/ops/attention.h"
 #include "tensor/ops/shape_ops.h"
@@ -192,6 +193,36 @@ TEST(AttentionCuda, AutoAndEnvironmentPickTheKernel) {
     unsetenv("SHARDMAP_ATTENTION_KERNEL");
   } else {
     setenv("SHARDMAP_ATTENTION_KERNEL", saved.c_str(), 1);
+  }
+}
+
+// The tensor-core forward and backward capture into a CUDA graph (no host sync, the shared-memory
+// attribute set outside the stream) and replay to the eager results, bit for bit.
+TEST(AttentionCuda, TensorCoreKernelsReplayInACudaGraph) {
+  SKIP_WITHOUT_GPU();
+  using cuda::AttentionKernel;
+  const Device gpu = Device::Cuda(0);
+  for (int64_t d : {64, 128}) {
+    const Tensor q = RandomTensor({2, 130, 3, d}, DType::kF16, 31).To(gpu);
+    const Tensor k = RandomTensor({2, 130, 3, d}, DType::kF16, 32).To(gpu);
+    const Tensor v = RandomTensor({2, 130, 3, d}, DType::kF16, 33).To(gpu);
+    const Tensor dout = RandomTensor({2, 130, 3, d}, DType::kF16, 34).To(gpu);
+    auto step = [&](cuda::AttentionOutputs& f, cuda::AttentionGrads& g) {
+      f = cuda::CausalAttention(q, k, v, 0.1, 0, AttentionKernel::kTensorCore);
+      g = cuda::CausalAttentionBackward(q, k, v, f.out, f.lse, dout, 0.1, 0,
+                                        AttentionKernel::kTensorCore);
+    };
+    cuda::AttentionOutputs fe, fg;
+    cuda::AttentionGrads ge, gg;
+    step(fe, ge);
+    cuda::CudaGraph graph(0);
+    ASSERT_TRUE(graph.Capture([&] { step(fg, gg); }).ok());
+    ASSERT_TRUE(graph.Replay().ok());
+    EXPECT_TENSOR_EQ(fg.out.To(Device::Cpu()), fe.out.To(Device::Cpu()));
+    EXPECT_TENSOR_EQ(fg.lse.To(Device::Cpu()), fe.lse.To(Device::Cpu()));
+    EXPECT_TENSOR_EQ(gg.dq.To(Device::Cpu()), ge.dq.To(Device::Cpu()));
+    EXPECT_TENSOR_EQ(gg.dk.To(Device::Cpu()), ge.dk.To(Device::Cpu()));
+    EXPECT_TENSOR_EQ(gg.dv.To(Device::Cpu()), ge.dv.To(Device::Cpu()));
   }
 }
 

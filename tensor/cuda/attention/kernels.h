@@ -15,7 +15,9 @@
 // The scores [b, h, tq, tk] never exist in memory: each block streams K/V (or Q/dO) tiles through
 // shared memory with an online softmax (FlashAttention-2's forward; its backward recomputes the
 // probabilities from lse, one kernel for dK/dV per key block and one for dQ per query block, so
-// nothing is accumulated with atomics and the results are deterministic).
+// nothing is accumulated with atomics and the results are deterministic). bf16/f16 with
+// head_dim 64 or 128 take the tensor-core kernels (tc_kernels.h, attention_tc.cu) unless
+// dims.kernel is kSimt; everything else takes the SIMT kernels of attention.cu.
 #ifndef SHARDMAP_TENSOR_CUDA_ATTENTION_KERNELS_H_
 #define SHARDMAP_TENSOR_CUDA_ATTENTION_KERNELS_H_
 

@@ -22,6 +22,7 @@ tests="$tests
 tests="$tests //bench:tp_layers_test"  # TP layers on virtual ranks of GPU 0 (tp-gpu)
 extra="//collectives:launch //collectives:nccl_check //tests:gpu_nccl_mlp_check //bench:cuda_bench"
 extra="$extra //bench:tp_bench //bench:tp_model_gpu_report"  # TP layers on the GPU (tools/tp_gpu_run.sh)
+extra="$extra //bench:attention_bench"  # fused attention: tensor cores vs SIMT vs materialised
 
 # shellcheck disable=SC2086
 bazel build -c opt --dynamic_mode=off $tests $extra
@@ -80,6 +81,11 @@ if [ -x bench/cuda_bench ]; then
   else
     echo "cuda_ops_table: python3 has no torch; PyTorch side skipped"
   fi
+fi
+# Fused attention at GPT-2 124M's shape: tensor-core vs SIMT kernels, fused vs materialised layer.
+if [ -x bench/attention_bench ]; then
+  ./bench/attention_bench --benchmark_filter=Cuda --benchmark_min_time=0.2 2>&1 \
+    | tee "$out/attention_bench.txt" | tail -14
 fi
 # TP layers on the GPU, the GPU TP model and the report's GPU section (~2-3 min; $out/REPORT_GPU.md).
 [ -x bench/tp_bench ] && bash "$gpu_dir/../tools/tp_gpu_run.sh" "$PWD" "$out" "$(cat "$gpu_dir/commit.txt" 2>/dev/null)"

@@ -6,8 +6,11 @@
 
 #include <climits>
 #include <cstdint>
+#include <initializer_list>
 
 #include "tensor/cuda/attention/kernels.h"
+#include "tensor/cuda/attention/tc_kernels.h"
+#include "tensor/cuda/attention/tc_tiling.h"
 #include "tensor/cuda/attention/tiling.h"
 #include "tensor/cuda/kernels/kernel_util.cuh"
 
@@ -337,10 +340,19 @@ cudaError_t Forward(const T* q, const T* k, const T* v, T* o, Acc<T>* lse,
   }
 }
 
+// The tensor-core kernels stage rows with 16-byte loads.
+bool Aligned16(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
+}
+
+// dK/dV and dQ after delta: the tensor-core kernels when `tc` (bf16/f16 only), SIMT otherwise.
 template <typename T>
 cudaError_t Backward(const T* q, const T* k, const T* v, const T* o, const Acc<T>* lse,
                      const T* dout, T* dq, T* dk, T* dv, Acc<T>* delta, const AttentionDims& dims,
-                     void* stream) {
+                     DType dtype, bool tc, void* stream) {
   const int64_t bh = dims.batch * dims.heads;
   const AttentionTiling tq = ForwardTiling(bh, dims.tq, dims.head_dim, sizeof(Acc<T>));
   const AttentionTiling tk = KeyGradTiling(bh, dims.tk, dims.head_dim, sizeof(Acc<T>));
@@ -360,6 +372,10 @@ cudaError_t Backward(const T* q, const T* k, const T* v, const T* o, const Acc<T
       o, dout, delta, dims);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
+  if (tc && dims.tk > 0) {
+    return static_cast<cudaError_t>(
+        LaunchTcGrads(q, k, v, dout, lse, delta, dq, dk, dv, dtype, dims, stream));
+  }
   if (dims.tk > 0) {
     switch (tk.d_pad) {
       case 32:
@@ -394,6 +410,9 @@ cudaError_t Backward(const T* q, const T* k, const T* v, const T* o, const Acc<T
 int LaunchForward(const void* q, const void* k, const void* v, void* o, void* lse, DType dtype,
                   const AttentionDims& dims, void* stream) {
   if (dims.batch * dims.heads == 0 || dims.tq == 0) return cudaSuccess;
+  if (UseTensorCores(dtype, dims.head_dim, dims.kernel, Aligned16({q, k, v}))) {
+    return LaunchTcForward(q, k, v, o, lse, dtype, dims, stream);
+  }
   SM_DISPATCH_FLOAT(dtype, T, {
     return Forward<T>(static_cast<const T*>(q), static_cast<const T*>(k),
                       static_cast<const T*>(v), static_cast<T*>(o), static_cast<Acc<T>*>(lse),
@@ -406,12 +425,13 @@ int LaunchBackward(const void* q, const void* k, const void* v, const void* o, c
                    const void* dout, void* dq, void* dk, void* dv, void* delta, DType dtype,
                    const AttentionDims& dims, void* stream) {
   if (dims.batch * dims.heads == 0) return cudaSuccess;
+  const bool tc = UseTensorCores(dtype, dims.head_dim, dims.kernel, Aligned16({q, k, v, dout}));
   SM_DISPATCH_FLOAT(dtype, T, {
     return Backward<T>(static_cast<const T*>(q), static_cast<const T*>(k),
                        static_cast<const T*>(v), static_cast<const T*>(o),
                        static_cast<const Acc<T>*>(lse), static_cast<const T*>(dout),
                        static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv),
-                       static_cast<Acc<T>*>(delta), dims, stream);
+                       static_cast<Acc<T>*>(delta), dims, dtype, tc, stream);
   });
   return cudaSuccess;
 }

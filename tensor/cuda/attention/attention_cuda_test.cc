@@ -1,10 +1,17 @@
 // The CUDA fused attention against the CPU reference (tensor/ops/attention.h, f64 sums) in every
 // float dtype: forward (out, lse) and gradients, odd lengths, one head, head_dim 64 and 128 and
-// odd ones, offsets that leave queries without keys. Skips without a GPU.
+// odd ones, offsets that leave queries without keys. bf16/f16 at head_dim 64/128 run the
+// tensor-core kernels, also forced against the SIMT kernels. Skips without a GPU.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include <cstdlib>
+#include <string>
+
 #include "gtest/gtest.h"
+#include "tensor/cuda/attention/attention_ops.h"
+#include "tensor/cuda/graph.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/ops/attention.h"
 #include "tensor/ops/shape_ops.h"
@@ -16,7 +23,21 @@ namespace shardmap {
 namespace {
 
 using testing::RandomTensor;
-using testing::TensorsNearScaled;
+using testing::TensorsNear;
+
+// Within rel * max|want|, with max|want| floored at 1e-3: a one-token problem has dq = dk = 0
+// exactly (dP - delta vanishes), which the kernels reach only up to f32 rounding (dP and delta
+// are summed in different orders).
+::testing::AssertionResult TensorsNearScaled(const Tensor& got, const Tensor& want, double rel) {
+  const Tensor w = want.To(Device::Cpu());
+  double scale = 1e-3;
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    const double a = std::fabs(w.at(i));
+    if (std::isfinite(a) && a > scale) scale = a;
+  }
+  return TensorsNear(got, want, rel * scale) << " (atol is " << rel << " * max(1e-3, max|want|) "
+                                              << scale << ")";
+}
 
 struct Case {
   int64_t b, tq, tk, h, d, offset;
@@ -28,6 +49,19 @@ double Tolerance(DType t, bool grad) {
     case DType::kF32: return grad ? 2e-5 : 1e-5;
     default: return grad ? 3e-2 : 1e-2;  // bf16/f16 results: a rounding of the f32 result
   }
+}
+
+// P and dS round to the element type before their GEMMs (on top of the output rounding).
+double TcTolerance(DType t, bool grad) {
+  if (t == DType::kF16) return grad ? 1e-2 : 4e-3;
+  return grad ? 4e-2 : 1.5e-2;
+}
+
+// The kernel kAuto picks: tensor cores for bf16/f16 at head_dim 64 and 128.
+double AutoTolerance(DType t, int64_t head_dim, bool grad) {
+  const double simt = Tolerance(t, grad);
+  if (!cuda::attention_kernels::TensorCoreEligible(t, head_dim)) return simt;
+  return std::max(simt, TcTolerance(t, grad));
 }
 
 class AttentionCudaTest : public ::testing::TestWithParam<std::tuple<Case, DType>> {};
@@ -47,16 +81,17 @@ TEST_P(AttentionCudaTest, MatchesCpuReference) {
       CausalAttention(q.To(gpu), k.To(gpu), v.To(gpu), scale, c.offset);
   ASSERT_TRUE(got.out.is_cuda());
   const Tensor out = got.out.To(Device::Cpu()), lse = got.lse.To(Device::Cpu());
-  EXPECT_TRUE(TensorsNearScaled(out, want.out, Tolerance(dtype, false)));
+  EXPECT_TRUE(TensorsNearScaled(out, want.out, AutoTolerance(dtype, c.d, false)));
   EXPECT_TRUE(TensorsNearScaled(lse, want.lse, dtype == DType::kF64 ? 1e-12 : 1e-5));
 
   const CausalAttentionGrads gw =
       CausalAttentionBackward(q, k, v, want.out, want.lse, dout, scale, c.offset);
   const CausalAttentionGrads gg = CausalAttentionBackward(
       q.To(gpu), k.To(gpu), v.To(gpu), got.out, got.lse, dout.To(gpu), scale, c.offset);
-  EXPECT_TRUE(TensorsNearScaled(gg.dq.To(Device::Cpu()), gw.dq, Tolerance(dtype, true)));
-  EXPECT_TRUE(TensorsNearScaled(gg.dk.To(Device::Cpu()), gw.dk, Tolerance(dtype, true)));
-  EXPECT_TRUE(TensorsNearScaled(gg.dv.To(Device::Cpu()), gw.dv, Tolerance(dtype, true)));
+  const double gtol = AutoTolerance(dtype, c.d, true);
+  EXPECT_TRUE(TensorsNearScaled(gg.dq.To(Device::Cpu()), gw.dq, gtol));
+  EXPECT_TRUE(TensorsNearScaled(gg.dk.To(Device::Cpu()), gw.dk, gtol));
+  EXPECT_TRUE(TensorsNearScaled(gg.dv.To(Device::Cpu()), gw.dv, gtol));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -71,6 +106,126 @@ INSTANTIATE_TEST_SUITE_P(
                           Case{1, 257, 257, 2, 96, 0}),  // several key/query tiles
         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16, DType::kF64)));
 
+// The tensor-core kernels (bf16/f16, head_dim 64 and 128) against the CPU reference and against
+// the SIMT kernels, forced through cuda::AttentionKernel: forward out and lse, all gradients.
+struct TcCase {
+  int64_t b, tq, tk, h, offset;
+};
+
+class AttentionTcTest
+    : public ::testing::TestWithParam<std::tuple<TcCase, DType, int64_t /*head_dim*/>> {};
+
+TEST_P(AttentionTcTest, MatchesCpuReferenceAndSimt) {
+  SKIP_WITHOUT_GPU();
+  const auto [c, dtype, d] = GetParam();
+  const Device gpu = Device::Cuda(0);
+  const Tensor q = Cast(RandomTensor({c.b, c.tq, c.h, d}, DType::kF32, 11), dtype);
+  const Tensor k = Cast(RandomTensor({c.b, c.tk, c.h, d}, DType::kF32, 12), dtype);
+  const Tensor v = Cast(RandomTensor({c.b, c.tk, c.h, d}, DType::kF32, 13), dtype);
+  const Tensor dout = Cast(RandomTensor({c.b, c.tq, c.h, d}, DType::kF32, 14), dtype);
+  const Tensor qg = q.To(gpu), kg = k.To(gpu), vg = v.To(gpu), dg = dout.To(gpu);
+  const double scale = 1 / std::sqrt(static_cast<double>(d));
+  using cuda::AttentionKernel;
+
+  const CausalAttentionResult want = CausalAttention(q, k, v, scale, c.offset);
+  const cuda::AttentionOutputs tc =
+      cuda::CausalAttention(qg, kg, vg, scale, c.offset, AttentionKernel::kTensorCore);
+  const cuda::AttentionOutputs simt =
+      cuda::CausalAttention(qg, kg, vg, scale, c.offset, AttentionKernel::kSimt);
+  const Tensor out = tc.out.To(Device::Cpu()), lse = tc.lse.To(Device::Cpu());
+  EXPECT_TRUE(TensorsNearScaled(out, want.out, TcTolerance(dtype, false)));
+  EXPECT_TRUE(TensorsNearScaled(lse, want.lse, 1e-5));
+  EXPECT_TRUE(TensorsNearScaled(out, simt.out.To(Device::Cpu()),
+                                TcTolerance(dtype, false) + Tolerance(dtype, false)));
+  EXPECT_TRUE(TensorsNearScaled(lse, simt.lse.To(Device::Cpu()), 1e-5));
+
+  const CausalAttentionGrads gw =
+      CausalAttentionBackward(q, k, v, want.out, want.lse, dout, scale, c.offset);
+  // Both GPU backwards from the same (tensor-core) forward, so they differ only in the kernels.
+  const cuda::AttentionGrads gt = cuda::CausalAttentionBackward(
+      qg, kg, vg, tc.out, tc.lse, dg, scale, c.offset, AttentionKernel::kTensorCore);
+  const cuda::AttentionGrads gs = cuda::CausalAttentionBackward(
+      qg, kg, vg, tc.out, tc.lse, dg, scale, c.offset, AttentionKernel::kSimt);
+  const double tol = TcTolerance(dtype, true);
+  const double tol_simt = tol + Tolerance(dtype, true);
+  EXPECT_TRUE(TensorsNearScaled(gt.dq.To(Device::Cpu()), gw.dq, tol));
+  EXPECT_TRUE(TensorsNearScaled(gt.dk.To(Device::Cpu()), gw.dk, tol));
+  EXPECT_TRUE(TensorsNearScaled(gt.dv.To(Device::Cpu()), gw.dv, tol));
+  EXPECT_TRUE(TensorsNearScaled(gt.dq.To(Device::Cpu()), gs.dq.To(Device::Cpu()), tol_simt));
+  EXPECT_TRUE(TensorsNearScaled(gt.dk.To(Device::Cpu()), gs.dk.To(Device::Cpu()), tol_simt));
+  EXPECT_TRUE(TensorsNearScaled(gt.dv.To(Device::Cpu()), gs.dv.To(Device::Cpu()), tol_simt));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionTcTest,
+    ::testing::Combine(
+        ::testing::Values(TcCase{1, 1, 1, 1, 0},      // one token, one head
+                          TcCase{2, 17, 17, 3, 0},    // shorter than a fragment
+                          TcCase{1, 63, 63, 2, 0},    // one padded row
+                          TcCase{2, 65, 65, 1, 0},    // one row into a second block
+                          TcCase{1, 129, 129, 2, 0},  // three query blocks, padded keys
+                          TcCase{1, 300, 300, 2, 0},  // several key and query tiles
+                          TcCase{1, 50, 130, 2, 80},  // tq < tk: last query sees every key
+                          TcCase{2, 100, 40, 1, -60},  // the first 60 queries see no key
+                          TcCase{1, 70, 70, 2, -5},   // masked rows inside the first block
+                          TcCase{1, 65, 200, 3, 135}),  // offset across tile boundaries
+        ::testing::Values(DType::kBF16, DType::kF16), ::testing::Values(int64_t{64}, 128)));
+
+// kAuto takes the tensor cores for bf16/f16 at head_dim 64 (bit-identical to forcing them) and
+// SHARDMAP_ATTENTION_KERNEL=simt turns them off (bit-identical to forcing SIMT).
+TEST(AttentionCuda, AutoAndEnvironmentPickTheKernel) {
+  SKIP_WITHOUT_GPU();
+  using cuda::AttentionKernel;
+  const Device gpu = Device::Cuda(0);
+  const Tensor q = RandomTensor({2, 90, 2, 64}, DType::kBF16, 21).To(gpu);
+  const Tensor k = RandomTensor({2, 90, 2, 64}, DType::kBF16, 22).To(gpu);
+  const char* old = std::getenv("SHARDMAP_ATTENTION_KERNEL");
+  const std::string saved = old == nullptr ? "" : old;
+  unsetenv("SHARDMAP_ATTENTION_KERNEL");
+  const Tensor tc = cuda::CausalAttention(q, k, k, 0.125, 0, AttentionKernel::kTensorCore).out;
+  const Tensor simt = cuda::CausalAttention(q, k, k, 0.125, 0, AttentionKernel::kSimt).out;
+  EXPECT_TENSOR_EQ(cuda::CausalAttention(q, k, k, 0.125, 0).out.To(Device::Cpu()),
+                   tc.To(Device::Cpu()));
+  setenv("SHARDMAP_ATTENTION_KERNEL", "simt", 1);
+  EXPECT_TENSOR_EQ(cuda::CausalAttention(q, k, k, 0.125, 0).out.To(Device::Cpu()),
+                   simt.To(Device::Cpu()));
+  if (old == nullptr) {
+    unsetenv("SHARDMAP_ATTENTION_KERNEL");
+  } else {
+    setenv("SHARDMAP_ATTENTION_KERNEL", saved.c_str(), 1);
+  }
+}
+
+// The tensor-core forward and backward capture into a CUDA graph (no host sync, the shared-memory
+// attribute set outside the stream) and replay to the eager results, bit for bit.
+TEST(AttentionCuda, TensorCoreKernelsReplayInACudaGraph) {
+  SKIP_WITHOUT_GPU();
+  using cuda::AttentionKernel;
+  const Device gpu = Device::Cuda(0);
+  for (int64_t d : {64, 128}) {
+    const Tensor q = RandomTensor({2, 130, 3, d}, DType::kF16, 31).To(gpu);
+    const Tensor k = RandomTensor({2, 130, 3, d}, DType::kF16, 32).To(gpu);
+    const Tensor v = RandomTensor({2, 130, 3, d}, DType::kF16, 33).To(gpu);
+    const Tensor dout = RandomTensor({2, 130, 3, d}, DType::kF16, 34).To(gpu);
+    auto step = [&](cuda::AttentionOutputs& f, cuda::AttentionGrads& g) {
+      f = cuda::CausalAttention(q, k, v, 0.1, 0, AttentionKernel::kTensorCore);
+      g = cuda::CausalAttentionBackward(q, k, v, f.out, f.lse, dout, 0.1, 0,
+                                        AttentionKernel::kTensorCore);
+    };
+    cuda::AttentionOutputs fe, fg;
+    cuda::AttentionGrads ge, gg;
+    step(fe, ge);
+    cuda::CudaGraph graph(0);
+    ASSERT_TRUE(graph.Capture([&] { step(fg, gg); }).ok());
+    ASSERT_TRUE(graph.Replay().ok());
+    EXPECT_TENSOR_EQ(fg.out.To(Device::Cpu()), fe.out.To(Device::Cpu()));
+    EXPECT_TENSOR_EQ(fg.lse.To(Device::Cpu()), fe.lse.To(Device::Cpu()));
+    EXPECT_TENSOR_EQ(gg.dq.To(Device::Cpu()), ge.dq.To(Device::Cpu()));
+    EXPECT_TENSOR_EQ(gg.dk.To(Device::Cpu()), ge.dk.To(Device::Cpu()));
+    EXPECT_TENSOR_EQ(gg.dv.To(Device::Cpu()), ge.dv.To(Device::Cpu()));
+  }
+}
+
 TEST(AttentionCuda, FullyMaskedRowsAreZeroWithMinusInfLse) {
   SKIP_WITHOUT_GPU();
   const Device gpu = Device::Cuda(0);
@@ -83,16 +238,21 @@ TEST(AttentionCuda, FullyMaskedRowsAreZeroWithMinusInfLse) {
   }
 }
 
+// Both kernels (bf16 at head_dim 64 runs on tensor cores; head_dim 48 on SIMT) are bitwise
+// deterministic: no atomics.
 TEST(AttentionCuda, DeterministicBackward) {
   SKIP_WITHOUT_GPU();
   const Device gpu = Device::Cuda(0);
-  const Tensor q = RandomTensor({2, 100, 2, 64}, DType::kBF16, 6).To(gpu);
-  const Tensor dout = RandomTensor({2, 100, 2, 64}, DType::kBF16, 7).To(gpu);
-  const CausalAttentionResult r = CausalAttention(q, q, q, 0.125);
-  const CausalAttentionGrads a = CausalAttentionBackward(q, q, q, r.out, r.lse, dout, 0.125);
-  const CausalAttentionGrads b = CausalAttentionBackward(q, q, q, r.out, r.lse, dout, 0.125);
-  EXPECT_TENSOR_EQ(a.dk.To(Device::Cpu()), b.dk.To(Device::Cpu()));
-  EXPECT_TENSOR_EQ(a.dq.To(Device::Cpu()), b.dq.To(Device::Cpu()));
+  for (int64_t d : {64, 48}) {
+    const Tensor q = RandomTensor({2, 100, 2, d}, DType::kBF16, 6).To(gpu);
+    const Tensor dout = RandomTensor({2, 100, 2, d}, DType::kBF16, 7).To(gpu);
+    const CausalAttentionResult r = CausalAttention(q, q, q, 0.125);
+    const CausalAttentionGrads a = CausalAttentionBackward(q, q, q, r.out, r.lse, dout, 0.125);
+    const CausalAttentionGrads b = CausalAttentionBackward(q, q, q, r.out, r.lse, dout, 0.125);
+    EXPECT_TENSOR_EQ(a.dk.To(Device::Cpu()), b.dk.To(Device::Cpu()));
+    EXPECT_TENSOR_EQ(a.dv.To(Device::Cpu()), b.dv.To(Device::Cpu()));
+    EXPECT_TENSOR_EQ(a.dq.To(Device::Cpu()), b.dq.To(Device::Cpu()));
+  }
 }
 
 TEST(AttentionCuda, HeadDimOver128IsAClearError) {

@@ -8,12 +8,18 @@
 // that the grid fits. Work runs on cuda::CurrentStream of the inputs' device; no host sync, so
 // both are legal inside CUDA-graph capture. Deterministic (no atomics).
 //
+// Kernels: bf16/f16 with head_dim 64 or 128 run on tensor cores (WMMA, attention_tc.cu), all
+// else on the SIMT kernels (attention.cu). `kernel` overrides the choice (tests, benchmarks);
+// with kAuto the environment variable SHARDMAP_ATTENTION_KERNEL=simt forces SIMT everywhere
+// (tc or auto: tensor cores where eligible).
+//
 // Builds without the CUDA toolkit: every function throws OpError ("built without CUDA").
 #ifndef SHARDMAP_TENSOR_CUDA_ATTENTION_ATTENTION_OPS_H_
 #define SHARDMAP_TENSOR_CUDA_ATTENTION_ATTENTION_OPS_H_
 
 #include <cstdint>
 
+#include "tensor/cuda/attention/tc_tiling.h"
 #include "tensor/tensor.h"
 
 namespace shardmap::cuda {
@@ -31,11 +37,25 @@ struct AttentionGrads {
 void CheckCudaAttentionSizes(int64_t batch, int64_t heads, int64_t tq, int64_t tk,
                              int64_t head_dim);
 
+using AttentionKernel = attention_kernels::AttentionKernel;
+
+// SHARDMAP_ATTENTION_KERNEL: unset, "", "auto" or "tc" -> kAuto; "simt" -> kSimt; anything else
+// throws OpError naming the variable and the accepted values. Read on every call (cheap), so
+// a benchmark may switch it between runs.
+AttentionKernel AttentionKernelFromEnv();
+
+// The kernel a call with `requested` runs for this dtype and head_dim: kAuto resolves through
+// the environment, then to kTensorCore where eligible and kSimt elsewhere. kTensorCore on an
+// ineligible dtype/head_dim throws OpError (what runs on tensor cores, and how to fall back).
+AttentionKernel ResolveAttentionKernel(AttentionKernel requested, DType dtype, int64_t head_dim);
+
 AttentionOutputs CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-                                 int64_t q_offset);
+                                 int64_t q_offset,
+                                 AttentionKernel kernel = AttentionKernel::kAuto);
 AttentionGrads CausalAttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v,
                                        const Tensor& out, const Tensor& lse, const Tensor& dout,
-                                       double scale, int64_t q_offset);
+                                       double scale, int64_t q_offset,
+                                       AttentionKernel kernel = AttentionKernel::kAuto);
 
 }  // namespace shardmap::cuda
 

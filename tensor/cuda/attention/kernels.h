@@ -15,12 +15,15 @@
 // The scores [b, h, tq, tk] never exist in memory: each block streams K/V (or Q/dO) tiles through
 // shared memory with an online softmax (FlashAttention-2's forward; its backward recomputes the
 // probabilities from lse, one kernel for dK/dV per key block and one for dQ per query block, so
-// nothing is accumulated with atomics and the results are deterministic).
+// nothing is accumulated with atomics and the results are deterministic). bf16/f16 with
+// head_dim 64 or 128 take the tensor-core kernels (tc_kernels.h, attention_tc.cu) unless
+// dims.kernel is kSimt; everything else takes the SIMT kernels of attention.cu.
 #ifndef SHARDMAP_TENSOR_CUDA_ATTENTION_KERNELS_H_
 #define SHARDMAP_TENSOR_CUDA_ATTENTION_KERNELS_H_
 
 #include <cstdint>
 
+#include "tensor/cuda/attention/tc_tiling.h"
 #include "tensor/dtype.h"
 
 namespace shardmap::cuda::attention_kernels {
@@ -29,6 +32,8 @@ struct AttentionDims {
   int64_t batch = 0, heads = 0, tq = 0, tk = 0, head_dim = 0;
   int64_t q_offset = 0;
   double scale = 1.0;
+  // bf16/f16 with head_dim 64 or 128 run on tensor cores (attention_tc.cu) unless kSimt.
+  AttentionKernel kernel = AttentionKernel::kAuto;
 };
 
 // o [b, tq, h, d] (dtype) and lse [b, h, tq] (A) of softmax(q k^T * scale, causal) v.

@@ -52,10 +52,7 @@ void ReducePartialGrads(std::vector<Value>& grads) {
   RankContext& ctx = RankContext::Get("value_and_grad");
   for (Value& g : grads) {
     if (!g.defined()) continue;
-    std::vector<std::string> axes;
-    for (int i = 0; i < ctx.mesh().num_axes(); ++i) {
-      if (g.type[i].kind == AxisKind::kP) axes.push_back(ctx.mesh().axis_names()[i]);
-    }
+    std::vector<std::string> axes = ctx.mesh().AxisNamesOf(g.type.AxesOfKind(AxisKind::kP));
     if (!axes.empty()) g = all_reduce(g, Axes(axes), To::kR);
   }
 }

@@ -4,7 +4,7 @@
 //     microbatches, the trainer's pipeline strategy) over 2 ranks; and the same model with MoE
 //     MLPs (4 experts, top-2, capacity factor 1.25) on 1 device and with the experts over ep2
 //     (moe rows: speedup_vs_1dev is over the 1-device MoE step, dropped_pct the share of
-//     assignments over capacity; CPU only: the routing kernels are host-only).
+//     assignments over capacity).
 //   --model=gpt2: GPT-2 124M (12 layers, d 768, 12 heads, vocab 50304, seq 1024, batch 16) on
 //     1 rank and tp2, the shape of bench/peers' PyTorch reference.
 //   --device=cpu (default) or cuda: every mesh's ranks as virtual ranks sharing GPU 0 (a stream
@@ -171,10 +171,8 @@ void Register() {
     cases = {{"mesh:1/d:256", "", false},        {"mesh:dp2/d:256", "dp=2", false},
              {"mesh:tp2/d:256", "tp=2", false},  {"mesh:fsdp2/d:256", "dp_shard=2", false},
              {"mesh:cp2/d:256", "cp=2", false},  {"mesh:pp2/d:256", "pp=2", false}};
-    if (!g_cuda) {
-      cases.push_back({"moe4/mesh:1/d:256", "", true});
-      cases.push_back({"moe4/mesh:ep2/d:256", "ep=2", true});
-    }
+    cases.push_back({"moe4/mesh:1/d:256", "", true});
+    cases.push_back({"moe4/mesh:ep2/d:256", "ep=2", true});
   }
   const std::string prefix = std::string("gpt_step/") + (g_cuda ? "cuda/" : "") +
                              (g_bf16 ? "bf16/" : "");

@@ -48,10 +48,7 @@ Value ReduceScatterActivation(const Value& x, int dim, const Axes& axes,
 Value ReduceGradient(const Value& g, const SpmdType& param_type, const PrecisionPolicy& p) {
   if (!g.defined()) return g;
   RankContext& ctx = RankContext::Get("ReduceGradient");
-  std::vector<std::string> axes;
-  for (int i = 0; i < ctx.mesh().num_axes(); ++i) {
-    if (param_type[i].kind == AxisKind::kR) axes.push_back(ctx.mesh().axis_names()[i]);
-  }
+  std::vector<std::string> axes = ctx.mesh().AxisNamesOf(param_type.AxesOfKind(AxisKind::kR));
   Value out = axes.empty() ? CastTo(g, p.param)
                            : CastTo(all_reduce(CastTo(g, p.reduce), Axes(std::move(axes))),
                                     p.param);

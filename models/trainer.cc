@@ -86,14 +86,12 @@ Shape LocalShape(const ParamInfo& p, const Mesh& mesh) {
   return s;
 }
 
-// The axes of `type` whose kind is `kind`, skipping `skip` (an axis index, or -1).
+// The names of the axes of `type` whose kind is `kind` (SpmdType::AxesOfKind), less `skip` (an
+// axis index, or -1: the pipeline axis, whose sums the pipeline makes itself).
 std::vector<std::string> AxesOfKind(const Mesh& mesh, const SpmdType& type, AxisKind kind,
                                     int skip = -1) {
-  std::vector<std::string> axes;
-  for (int i = 0; i < mesh.num_axes(); ++i) {
-    if (i != skip && type[i].kind == kind) axes.push_back(mesh.axis_names()[i]);
-  }
-  return axes;
+  const uint32_t skipped = skip >= 0 ? 1u << skip : 0u;
+  return mesh.AxisNamesOf(type.AxesOfKind(kind) & ~skipped);
 }
 
 // What one step's forward and backward hand to the rest of the step.
@@ -280,12 +278,6 @@ absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
     }
     absl::StatusOr<std::vector<Device>> devices = ResolvePlacement(o.placement, mesh.size());
     if (!devices.ok()) return devices.status();
-  }
-  const bool on_gpu = !o.placement.is_cpu() ||
-                      (o.comm != nullptr && o.comm->memory_space().device);
-  if (on_gpu && layout.config().moe.on()) {
-    return Invalid("MoE on GPU ranks is not supported yet: its routing kernels (gather_rows, "
-                   "top_k, scatter_add_rows) are host-only; train MoE on --device=cpu");
   }
   const bool pipelined = layout.pp_ways() > 1 || o.microbatches > 1;
   if (!pipelined) return absl::OkStatus();

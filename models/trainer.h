@@ -188,8 +188,7 @@ double GlobalGradNormSquared(const std::vector<Value>& grads, const std::vector<
 // the pipeline strategy cannot do is refused: steps >= 1; finite, possible AdamW settings
 // (lr >= 0, betas in [0, 1), eps > 0, weight decay >= 0) and clip; not both init and resume;
 // microbatches >= 1; with a pipeline (pp > 1 or microbatches > 1) no cp and no MoE;
-// a placement with comm; MoE on GPU ranks (the routing kernels are
-// host-only). InvalidArgument naming the setting and the fix. FailedPrecondition when the
+// a placement with comm. InvalidArgument naming the setting and the fix. FailedPrecondition when the
 // placement asks for GPUs that are not there (ResolvePlacement's message).
 absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& options);
 

@@ -316,7 +316,9 @@ TEST(GemmCudaTest, AutotuneIsDeferredOutOfAGraphCapture) {
   const Tensor eager = Matmul(a, b);  // tunes now (when the heuristic offered a choice)
   const cuda::GemmStats s2 = cuda::GetGemmStats();
   EXPECT_LE(s2.plans_tuned - s1.plans_tuned, 1);
-  if (s1.tunes_deferred > s0.tunes_deferred) EXPECT_EQ(s2.plans_tuned - s1.plans_tuned, 1);
+  if (s1.tunes_deferred > s0.tunes_deferred) {
+    EXPECT_EQ(s2.plans_tuned - s1.plans_tuned, 1);
+  }
   ExpectMatches(eager, Matmul(Cpu(a), Cpu(b)), "eager matmul after the capture");
 }
 

@@ -9,7 +9,7 @@
 #                ranks) next to bench/peers/gpt_torch_cuda.py (eager, torch.compile):
 #                gpt_gpu_table.md
 #   3. ops       cuda_bench and its PyTorch peer: cuda_ops_table.md
-#   4. attention attention_bench's CUDA rows (fused vs materialised)
+#   4. attention attention_bench's CUDA rows (tensor cores vs SIMT kernels, fused vs materialised)
 #   5. tp        tools/tp_gpu_run.sh: tp_bench on the GPU, the GPU TP model, REPORT_GPU.md
 #
 #   bash tools/gpu_run.sh BIN_DIR OUT [COMMIT]     # BIN_DIR: the unpacked bundle's bin/

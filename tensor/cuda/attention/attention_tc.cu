@@ -73,6 +73,38 @@ __device__ __forceinline__ void WriteWarpRows(const float* stage, float mul, T* 
   }
 }
 
+// Both backward kernels' first products, for the warp's 16 rows r of the staged tiles:
+// x = a1[r] b1^T and y = a2[r] b2^T over the streamed tile's kTcCols rows of b1 / b2, stored as
+// f32 [16][kTcScoreLd] at x_out / y_out (dK/dV: S^T = K Q^T, dP^T = V dO^T; dQ: S = Q K^T,
+// dP = dO V^T).
+template <int kD, typename T>
+__device__ __forceinline__ void WarpProductPair(const T* a1, const T* b1, const T* a2,
+                                                const T* b2, float* x_out, float* y_out,
+                                                int warp) {
+  constexpr int kLd = TcHalfLd(kD), kDFrags = kD / kF;
+#pragma unroll
+  for (int n = 0; n < kColFrags; ++n) {
+    FragAcc xf, yf;
+    wmma::fill_fragment(xf, 0.f);
+    wmma::fill_fragment(yf, 0.f);
+#pragma unroll
+    for (int kk = 0; kk < kDFrags; ++kk) {
+      FragA<T> a;
+      FragBCol<T> bm;
+      wmma::load_matrix_sync(a, a1 + warp * kF * kLd + kk * kF, kLd);
+      wmma::load_matrix_sync(bm, b1 + n * kF * kLd + kk * kF, kLd);
+      wmma::mma_sync(xf, a, bm, xf);
+      wmma::load_matrix_sync(a, a2 + warp * kF * kLd + kk * kF, kLd);
+      wmma::load_matrix_sync(bm, b2 + n * kF * kLd + kk * kF, kLd);
+      wmma::mma_sync(yf, a, bm, yf);
+    }
+    wmma::store_matrix_sync(x_out + warp * kF * kTcScoreLd + n * kF, xf, kTcScoreLd,
+                            wmma::mem_row_major);
+    wmma::store_matrix_sync(y_out + warp * kF * kTcScoreLd + n * kF, yf, kTcScoreLd,
+                            wmma::mem_row_major);
+  }
+}
+
 // Forward: one block per (query block of kTcRows, batch*head), the last query blocks (which see
 // the most keys) first.
 template <typename T, int kD>
@@ -272,27 +304,7 @@ __global__ void __launch_bounds__(kTcThreads)
     }
     __syncthreads();
     // S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys.
-#pragma unroll
-    for (int n = 0; n < kColFrags; ++n) {
-      FragAcc sf, dpf;
-      wmma::fill_fragment(sf, 0.f);
-      wmma::fill_fragment(dpf, 0.f);
-#pragma unroll
-      for (int kk = 0; kk < kDFrags; ++kk) {
-        FragA<T> a;
-        FragBCol<T> bm;
-        wmma::load_matrix_sync(a, ks + warp * kF * kLd + kk * kF, kLd);
-        wmma::load_matrix_sync(bm, qs + n * kF * kLd + kk * kF, kLd);
-        wmma::mma_sync(sf, a, bm, sf);
-        wmma::load_matrix_sync(a, vs + warp * kF * kLd + kk * kF, kLd);
-        wmma::load_matrix_sync(bm, dos + n * kF * kLd + kk * kF, kLd);
-        wmma::mma_sync(dpf, a, bm, dpf);
-      }
-      wmma::store_matrix_sync(sts + warp * kF * kTcScoreLd + n * kF, sf, kTcScoreLd,
-                              wmma::mem_row_major);
-      wmma::store_matrix_sync(dpts + warp * kF * kTcScoreLd + n * kF, dpf, kTcScoreLd,
-                              wmma::mem_row_major);
-    }
+    WarpProductPair<kD>(ks, qs, vs, dos, sts, dpts, warp);
     __syncwarp();
     // P^T = exp(S^T * scale - lse) and dS^T = P^T (dP^T - delta), zero where masked or padded.
 #pragma unroll
@@ -397,27 +409,7 @@ __global__ void __launch_bounds__(kTcThreads)
     StageTile<kD>(v, vs, b, h, j0, tk, heads);
     __syncthreads();
     // S = Q K^T and dP = dO V^T for the warp's 16 queries.
-#pragma unroll
-    for (int n = 0; n < kColFrags; ++n) {
-      FragAcc sf, dpf;
-      wmma::fill_fragment(sf, 0.f);
-      wmma::fill_fragment(dpf, 0.f);
-#pragma unroll
-      for (int kk = 0; kk < kDFrags; ++kk) {
-        FragA<T> a;
-        FragBCol<T> bm;
-        wmma::load_matrix_sync(a, qs + warp * kF * kLd + kk * kF, kLd);
-        wmma::load_matrix_sync(bm, ks + n * kF * kLd + kk * kF, kLd);
-        wmma::mma_sync(sf, a, bm, sf);
-        wmma::load_matrix_sync(a, dos + warp * kF * kLd + kk * kF, kLd);
-        wmma::load_matrix_sync(bm, vs + n * kF * kLd + kk * kF, kLd);
-        wmma::mma_sync(dpf, a, bm, dpf);
-      }
-      wmma::store_matrix_sync(ss + warp * kF * kTcScoreLd + n * kF, sf, kTcScoreLd,
-                              wmma::mem_row_major);
-      wmma::store_matrix_sync(dps + warp * kF * kTcScoreLd + n * kF, dpf, kTcScoreLd,
-                              wmma::mem_row_major);
-    }
+    WarpProductPair<kD>(qs, ks, dos, vs, ss, dps, warp);
     __syncwarp();
     const float li = lse_s[wrow], di = delta_s[wrow];
 #pragma unroll

@@ -12,6 +12,7 @@
 
 #include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/internal/cuda_check.h"
+#include "tensor/cuda/internal/op_context.h"
 #include "tensor/cuda/nn/kernels.h"
 #include "tensor/cuda/runtime.h"
 #endif
@@ -21,6 +22,10 @@ namespace shardmap::cuda {
 #if SHARDMAP_HAS_CUDA
 
 namespace {
+
+using internal::BadPosition;
+using internal::DeviceIndexAt;
+using internal::OnDevice;
 
 namespace k = nn_kernels;
 
@@ -46,14 +51,6 @@ std::string IndexString(absl::Span<const int64_t> shape, int64_t i) {
   return absl::StrCat("[", absl::StrJoin(idx, ","), "]");
 }
 
-// The inputs' device made current, and its current stream.
-struct OnDevice {
-  explicit OnDevice(const Tensor& t)
-      : device(t.device()), guard(device.index), stream(CurrentStream(device.index)) {}
-  Device device;
-  DeviceGuard guard;
-  void* stream;
-};
 
 // t in dtype `to` on its device (t itself when it already is); undefined stays undefined.
 Tensor CastTo(const Tensor& t, DType to, void* stream) {
@@ -65,45 +62,7 @@ Tensor CastTo(const Tensor& t, DType to, void* stream) {
 
 const void* PtrOrNull(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 
-// A device word holding the first bad index position seen by a kernel (~0: none).
-class BadPosition {
- public:
-  explicit BadPosition(const OnDevice& on)
-      : on_(on), word_(Tensor::Empty({1}, DType::kI64, on.device)) {
-    SM_CUDA_CHECK(cudaMemsetAsync(word_.raw_data(), 0xFF, sizeof(int64_t),
-                                  static_cast<cudaStream_t>(on.stream)));
-  }
-  unsigned long long* ptr() { return static_cast<unsigned long long*>(word_.raw_data()); }
 
-  // The first bad position, or -1 when there is none or the stream is being captured into a
-  // graph (a host sync is illegal then; see nn_ops.h).
-  int64_t Read() const {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    SM_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(on_.stream), &status));
-    if (status != cudaStreamCaptureStatusNone) return -1;
-    int64_t pos = -1;
-    CopyDeviceToHost(&pos, word_.raw_data(), on_.device.index, sizeof(pos));
-    return pos;  // ~0 reads as -1
-  }
-
- private:
-  const OnDevice& on_;
-  Tensor word_;
-};
-
-// Element i of a device i32/i64 tensor (a small host copy).
-int64_t IndexAt(const Tensor& ids, int64_t i) {
-  if (ids.dtype() == DType::kI32) {
-    int32_t v = 0;
-    CopyDeviceToHost(&v, static_cast<const int32_t*>(ids.raw_data()) + i, ids.device().index,
-                     sizeof(v));
-    return v;
-  }
-  int64_t v = 0;
-  CopyDeviceToHost(&v, static_cast<const int64_t*>(ids.raw_data()) + i, ids.device().index,
-                   sizeof(v));
-  return v;
-}
 
 NormBackward NormBackwardImpl(const Tensor& x, const Tensor& gamma, const Tensor& mean,
                               const Tensor& rstd, const Tensor& dy, bool rms) {
@@ -244,7 +203,7 @@ Tensor Embedding(const Tensor& table, const Tensor& ids) {
                                   ids.raw_data(), ids.dtype() == DType::kI64, ids.numel(),
                                   out.raw_data(), bad.ptr(), on.stream));
   if (const int64_t i = bad.Read(); i >= 0) {
-    OpFail("embedding: id ", IndexAt(ids, i), " at ", IndexString(ids.shape(), i), " of ids ",
+    OpFail("embedding: id ", DeviceIndexAt(ids, i), " at ", IndexString(ids.shape(), i), " of ids ",
            ids.ShapeString(), " is out of range for table ", table.ShapeString(),
            "; expected 0 <= id < ", v);
   }
@@ -262,7 +221,7 @@ Tensor EmbeddingBackward(const Tensor& ids, const Tensor& dy, int64_t num_rows) 
                                           acc.raw_data(), bad.ptr(), on.stream));
   if (ids.numel() > 0) {
     if (const int64_t i = bad.Read(); i >= 0) {
-      OpFail("embedding_backward: id ", IndexAt(ids, i), " at ", IndexString(ids.shape(), i),
+      OpFail("embedding_backward: id ", DeviceIndexAt(ids, i), " at ", IndexString(ids.shape(), i),
              " of ids ", ids.ShapeString(), " is out of range; expected 0 <= id < ", num_rows);
     }
   }
@@ -273,7 +232,7 @@ namespace {
 
 [[noreturn]] void BadTarget(const char* op, const Tensor& targets, int64_t i, int64_t v,
                             int64_t ignore_index) {
-  OpFail(op, ": target ", IndexAt(targets, i), " at ", IndexString(targets.shape(), i),
+  OpFail(op, ": target ", DeviceIndexAt(targets, i), " at ", IndexString(targets.shape(), i),
          " of targets ", targets.ShapeString(), " is out of range; expected 0 <= target < ", v,
          " or ignore_index (", ignore_index, ")");
 }

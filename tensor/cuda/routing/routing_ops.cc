@@ -7,6 +7,7 @@
 
 #include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/internal/cuda_check.h"
+#include "tensor/cuda/internal/op_context.h"
 #include "tensor/cuda/nn/kernels.h"
 #include "tensor/cuda/routing/kernels.h"
 #include "tensor/cuda/runtime.h"
@@ -18,54 +19,16 @@ namespace shardmap::cuda {
 
 namespace {
 
+using internal::BadPosition;
+using internal::DeviceIndexAt;
+using internal::OnDevice;
+
 namespace rk = routing_kernels;
 
 #define SM_ROUTING_LAUNCH(expr) SM_CUDA_CHECK(static_cast<cudaError_t>(expr))
 
-struct OnDevice {
-  explicit OnDevice(const Tensor& t)
-      : device(t.device()), guard(device.index), stream(CurrentStream(device.index)) {}
-  Device device;
-  DeviceGuard guard;
-  void* stream;
-};
 
-// A device word holding the first bad position a kernel saw (~0: none).
-class BadPosition {
- public:
-  explicit BadPosition(const OnDevice& on)
-      : on_(on), word_(Tensor::Empty({1}, DType::kI64, on.device)) {
-    SM_CUDA_CHECK(cudaMemsetAsync(word_.raw_data(), 0xFF, sizeof(int64_t),
-                                  static_cast<cudaStream_t>(on.stream)));
-  }
-  unsigned long long* ptr() { return static_cast<unsigned long long*>(word_.raw_data()); }
-  // The first bad position, or -1 when there is none or the stream is being captured.
-  int64_t Read() const {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    SM_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(on_.stream), &status));
-    if (status != cudaStreamCaptureStatusNone) return -1;
-    int64_t pos = -1;
-    CopyDeviceToHost(&pos, word_.raw_data(), on_.device.index, sizeof(pos));
-    return pos;
-  }
 
- private:
-  const OnDevice& on_;
-  Tensor word_;
-};
-
-int64_t IndexAt(const Tensor& ids, int64_t i) {
-  if (ids.dtype() == DType::kI32) {
-    int32_t v = 0;
-    CopyDeviceToHost(&v, static_cast<const int32_t*>(ids.raw_data()) + i, ids.device().index,
-                     sizeof(v));
-    return v;
-  }
-  int64_t v = 0;
-  CopyDeviceToHost(&v, static_cast<const int64_t*>(ids.raw_data()) + i, ids.device().index,
-                   sizeof(v));
-  return v;
-}
 
 DType AccType(DType t) { return t == DType::kF64 ? DType::kF64 : DType::kF32; }
 
@@ -102,7 +65,7 @@ Tensor TopKBackward(const Tensor& dvalues, const Tensor& indices, int64_t n) {
                                            out.raw_data(), bad.ptr(), on.stream));
   if (rows > 0 && k > 0) {
     if (const int64_t p = bad.Read(); p >= 0) {
-      OpFail("top_k_backward: index ", IndexAt(indices, p), " at row ", p / k,
+      OpFail("top_k_backward: index ", DeviceIndexAt(indices, p), " at row ", p / k,
              " is out of range; expected 0 <= index < ", n);
     }
   }
@@ -122,7 +85,7 @@ Tensor GatherRows(const Tensor& x, const Tensor& idx) {
                                          idx.dtype() == DType::kI64, m, out.raw_data(), bad.ptr(),
                                          on.stream));
   if (const int64_t i = bad.Read(); i >= 0) {
-    OpFail("gather_rows: idx[", i, "] = ", IndexAt(idx, i),
+    OpFail("gather_rows: idx[", i, "] = ", DeviceIndexAt(idx, i),
            " is out of range; expected -1 (no row) or 0 <= idx < ", rows);
   }
   return out;
@@ -139,7 +102,7 @@ Tensor ScatterAddRows(const Tensor& x, const Tensor& idx, int64_t n) {
                                              bad.ptr(), on.stream));
   if (m > 0) {
     if (const int64_t i = bad.Read(); i >= 0) {
-      OpFail("scatter_add_rows: idx[", i, "] = ", IndexAt(idx, i),
+      OpFail("scatter_add_rows: idx[", i, "] = ", DeviceIndexAt(idx, i),
              " is out of range; expected -1 (no row) or 0 <= idx < ", n);
     }
   }
@@ -162,7 +125,7 @@ Tensor LocalIndices(const Tensor& ids, int64_t start, int64_t size, int64_t stri
                                            strict ? bad.ptr() : nullptr, on.stream));
   if (strict) {
     if (const int64_t i = bad.Read(); i >= 0) {
-      OpFail(op, ": index ", IndexAt(ids, i), " at position ", i, " is out of range [", start,
+      OpFail(op, ": index ", DeviceIndexAt(ids, i), " at position ", i, " is out of range [", start,
              ", ", start + size, ")", context);
     }
   }

@@ -1,6 +1,8 @@
 #include "bench/gpt_mfu.h"
 
+#if SHARDMAP_HAS_CUDA
 #include <cuda_runtime.h>
+#endif
 
 namespace shardmap::bench {
 
@@ -28,12 +30,17 @@ double DenseBf16PeakFlops(const std::string& name) {
 }
 
 std::string CudaDeviceName(int device) {
+#if !SHARDMAP_HAS_CUDA
+  (void)device;
+  return "";  // built without the CUDA toolkit: no card to name
+#else
   cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky-free error state
     return "";
   }
   return prop.name;
+#endif
 }
 
 }  // namespace shardmap::bench

@@ -707,7 +707,7 @@ absl::Status RunInProcess(int world_size, const std::function<absl::Status(Commu
   absl::Status started = internal::RankThreads::Shared().Run(world_size, [&](int r) {
       absl::Status s;
       MemorySpace mem = spaces[r];
-      bool owns_stream = false;
+      [[maybe_unused]] bool owns_stream = false;  // only read with CUDA
 #if SHARDMAP_HAS_CUDA
       if (mem.device) {
         s = internal::CudaStatus(cudaSetDevice(mem.device_index), "cudaSetDevice", __FILE__,

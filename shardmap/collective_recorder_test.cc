@@ -80,7 +80,9 @@ TEST(CollectiveRecorder, RecordsEveryRankOfValueAndGradWithoutRebuildingTheShard
       EXPECT_EQ(rec.records(rank).size(), 4u);
       for (const CollectiveRecord& c : rec.records(rank)) {
         EXPECT_EQ(c.dtype, dtype);
-        if (c.axes == tp) EXPECT_EQ(c.bytes, y_bytes);
+        if (c.axes == tp) {
+          EXPECT_EQ(c.bytes, y_bytes);
+        }
       }
     }
     EXPECT_TRUE(rec.records(6).empty());

@@ -66,7 +66,9 @@ TEST(CpuAllocatorTest, BlocksOfAHugePageOrMoreAreHugePageAlignedAndAdvised) {
     if (HugePagesExpected()) {
       EXPECT_EQ(p % kHugePage, 0u) << n;
       // "hg": madvise(MADV_HUGEPAGE) took; the kernel backs the block with huge pages when it can.
-      if (KernelHasTransparentHugePages()) EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
+      if (KernelHasTransparentHugePages()) {
+        EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
+      }
     } else {
       EXPECT_NE(p % kHugePage, 0u) << n << ": malloc's blocks sit after its chunk header";
       EXPECT_EQ(flags.find(" hg"), std::string::npos) << flags;

@@ -44,7 +44,7 @@ find .gpu/bin -type f | while read -r b; do
 done | sort -u | grep -v -E 'libcuda|libcudart|libcublas|libnccl|linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl|librt|libgcc_s|libstdc\+\+' \
   | xargs -r -I{} cp -L {} .gpu/lib/
 
-tar -C .gpu -cf - bin lib | xz -T2 -6 > .gpu/bundle.tar.xz
+tar -C .gpu -cf - bin lib | xz -T2 -9 > .gpu/bundle.tar.xz  # -9: a 64 MiB window finds the kernels every binary links
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- 2>/dev/null || echo -dirty)" > .gpu/commit.txt
 rm -rf .gpu/bin .gpu/lib
 

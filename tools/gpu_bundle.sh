@@ -44,6 +44,12 @@ find .gpu/bin -type f | while read -r b; do
 done | sort -u | grep -v -E 'libcuda|libcudart|libcublas|libnccl|linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl|librt|libgcc_s|libstdc\+\+' \
   | xargs -r -I{} cp -L {} .gpu/lib/
 
+# Tests that Bazel runs with SHARDMAP_TEST_PLACEMENT=gpu (shardmap_cc_test's GPU variants): the
+# runner sets it for them (bin/gpu_placement_tests.txt, one package/name a line).
+bazel query --noshow_progress \
+  'attr(env, "SHARDMAP_TEST_PLACEMENT", kind("cc_test", tests(//...)))' 2>/dev/null \
+  | sed 's|^//||; s|:|/|' > .gpu/bin/gpu_placement_tests.txt || true
+
 tar -C .gpu -cf - bin lib | xz -T2 -9 > .gpu/bundle.tar.xz  # -9: a 64 MiB window finds the kernels every binary links
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- 2>/dev/null || echo -dirty)" > .gpu/commit.txt
 rm -rf .gpu/bin .gpu/lib

@@ -49,10 +49,13 @@ python3 -c "import torch" 2>/dev/null && has_torch=1
 fail=0 passed=0 failed=0 skipped_cases=0
 if section tests 60; then
   echo -e "\n## Tests\n" >> "$summary"
-  for t in $(find . -type f -name '*_test' | sed 's|^\./||' | sort); do
+  for t in $(find . -type f \( -name '*_test' -o -name '*_test_gpu' \) | sed 's|^\./||' | sort); do
     [ "$(left)" -lt 30 ] && { echo "- $t: not run (budget)" >> "$summary"; continue; }
     log="$out/$(basename "$t").log"
-    if timeout 120 "./$t" > "$log" 2>&1; then r=PASS; passed=$((passed + 1))
+    gpu_env=()  # shardmap_cc_test's GPU variants run with SHARDMAP_TEST_PLACEMENT=gpu, as in Bazel
+    grep -qx "$t" gpu_placement_tests.txt 2>/dev/null && gpu_env=(SHARDMAP_TEST_PLACEMENT=gpu)
+    if env "${gpu_env[@]}" timeout 120 "./$t" > "$log" 2>&1; then
+      r=PASS; passed=$((passed + 1))
     else r=FAIL; fail=1; failed=$((failed + 1)); fi
     s=$(grep -c '^\[  SKIPPED \] .*(' "$log")
     skipped_cases=$((skipped_cases + s))

@@ -64,7 +64,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for r in torch_rows + ours:
         ours_row = r["name"].startswith("ours")
-        def ratio(ref, key, inverse=False):
+        def ratio(ref, key):
             if not ours_row or ref is None or r[key] is None or not ref[key]:
                 return "-"
             return f"{(r[key] / ref[key]):.2f}"

@@ -91,8 +91,8 @@ class Gpt(nn.Module):
             elif "ln_" in name:
                 nn.init.ones_(p)
             else:
-                std = 0.02 / math.sqrt(2 * a.layers) if name.endswith(("c_proj.weight", "mlp_proj.weight")) else 0.02
-                nn.init.normal_(p, 0.0, std)
+                proj = name.endswith(("c_proj.weight", "mlp_proj.weight"))
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * a.layers) if proj else 0.02)
 
     def forward(self, idx, targets):
         pos = torch.arange(idx.shape[1], device=idx.device)

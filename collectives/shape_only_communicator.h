@@ -83,7 +83,7 @@ class ShapeOnlyCommunicator : public Communicator {
   int64_t calls() const { return calls_; }
 
  private:
-  absl::Status Check(const char* op, DataType dtype) ;
+  absl::Status Check(const char* op, DataType dtype);
   absl::Status CheckReduce(const char* op, DataType dtype, ReduceOp reduce);
   absl::Status CheckCounts(const char* op, const char* which, absl::Span<const size_t> counts);
   absl::Status Invalid(const char* op, const std::string& why) const;

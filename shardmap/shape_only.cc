@@ -61,8 +61,14 @@ absl::Status RunShapeOnly(const Mesh& mesh, int rank,
   if (!body) return absl::InvalidArgumentError("shape-only run: body is empty");
   collectives::ShapeOnlyCommunicator world(mesh.size(), rank, MeshSplitResolver(mesh, rank),
                                            absl::StrCat("shape-only ", mesh.ShortString()));
-  RankContext ctx(mesh, rank, &world, options.check,
-                  options.device.value_or(DefaultShapeOnlyDevice()));
+  const Device device = options.device.value_or(DefaultShapeOnlyDevice());
+  if (device.is_cuda()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shape-only run: device ", device.ToString(), " (the shape-only communicator moves no "
+        "GPU memory); use the meta device, or the CPU for tests"));
+  }
+  world.set_fill_outputs(!device.is_meta());  // CPU tensors: numbers, not what malloc left
+  RankContext ctx(mesh, rank, &world, options.check, device);
   ScopedRankContext scope(&ctx);
   absl::Status s = CatchOpError([&] { body(ctx); });
   if (!s.ok()) {

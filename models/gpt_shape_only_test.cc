@@ -14,6 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "collectives/shape_only_communicator.h"
 #include "models/gpt_test_util.h"
 #include "models/parallel_dims.h"
 #include "shardmap/collective_recorder.h"
@@ -289,6 +290,21 @@ TEST(ShapeOnlyGpt, Errors) {
   TrainOptions lr = o;
   lr.adamw.lr = -1;
   EXPECT_THAT(message(ProfileGptStep(layout, lr).status()), HasSubstr("learning rate"));
+  EXPECT_THAT(message(ProfileGptRank(layout, o, 0, "", Device::Cuda(0)).status()),
+              HasSubstr("meta device"));
+  // The trainer's hooks are checked with its other options.
+  TrainOptions hooks = o;
+  hooks.only_rank = 2;
+  EXPECT_THAT(message(CheckTrainOptions(layout, hooks)), HasSubstr("only_rank 2 needs an spmd_runner"));
+  hooks.spmd_runner = [](const Mesh&, const std::function<void(RankContext&)>&) {
+    return absl::OkStatus();
+  };
+  hooks.only_rank = 6;
+  EXPECT_THAT(message(CheckTrainOptions(layout, hooks)), HasSubstr("(0 to 5)"));
+  hooks.only_rank = -1;
+  collectives::ShapeOnlyCommunicator comm(6, 0);
+  hooks.comm = &comm;
+  EXPECT_THAT(message(CheckTrainOptions(layout, hooks)), HasSubstr("give one"));
   // A configuration the trainer refuses: a pipeline with cp.
   GptLayout pp_cp = *GptLayout::Create(*ParseMesh("pp=2,cp=2"), Config(), false);
   o.batch = 2;

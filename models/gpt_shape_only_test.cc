@@ -204,6 +204,13 @@ TEST(ShapeOnlyGpt, RolesOfAPipeline) {
   EXPECT_THAT((*roles)[2].role, HasSubstr("(last)"));
   EXPECT_EQ((*roles)[1].ranks_like_this, (std::vector<int>{2, 3}));
   EXPECT_EQ((*roles)[2].rank, 4);
+  // One rank alone: its role and the ranks of that role.
+  absl::StatusOr<StepProfile> one = ProfileGptRank(*layout, o, 3);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_THAT(one->role, HasSubstr("pp stage 1: layers 1"));
+  EXPECT_EQ(one->ranks_like_this, (std::vector<int>{2, 3}));
+  EXPECT_EQ(one->collectives.size(), (*roles)[1].collectives.size());
+  EXPECT_EQ(one->peak_bytes, (*roles)[1].peak_bytes);
   // 1F1B over 3 stages and 2 microbatches: stage 0 runs F0 F1 first; the bubble is (p-1)/(m+p-1)
   // of the ticks on every stage.
   for (const StepProfile& p : *roles) {

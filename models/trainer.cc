@@ -678,6 +678,9 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
           // Capture (after the eager warm-up step): inputs at fixed addresses holding this
           // step's batch, then the step recorded once and replayed for it.
           capture_tried = true;
+          // The graph's activations come from a private pool: hand the eager step's cached
+          // blocks back first so the GPU does not hold both (cudaFree waits for the device).
+          cuda::DeviceAllocator(dev.index).EmptyCache();
           std::vector<Tensor> host_ids, host_targets;
           HostMicrostepRows(ids_g, targets_g, &host_ids, &host_targets);
           for (size_t j = 0; j < host_ids.size(); ++j) {

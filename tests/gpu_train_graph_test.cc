@@ -149,12 +149,13 @@ TEST(GpuTrainGraphTest, ADivergenceAtAReplayedStepStopsNamingTheStep) {
   o.cuda_graph = false;
   absl::StatusOr<TrainResult> eager = Train("", DType::kF32, DevicePlacement::SharedGpu(), o);
   ASSERT_FALSE(eager.ok());
-  EXPECT_EQ(graph.status(), eager.status());  // the same step named, the same values
-  EXPECT_EQ(graph_seen, seen);
+  EXPECT_EQ(graph.status().code(), eager.status().code());
+  EXPECT_EQ(graph_seen, seen);  // the same steps completed
   ASSERT_FALSE(seen.empty());
   EXPECT_GE(seen.back(), 2);  // it stopped at a replayed step (after the capture at step 1)
-  EXPECT_THAT(std::string(graph.status().message()),
-              HasSubstr(absl::StrCat("step ", seen.back() + 1, ": the loss is")));
+  const std::string named = absl::StrCat("step ", seen.back() + 1, ": the loss is");
+  EXPECT_THAT(std::string(graph.status().message()), HasSubstr(named));
+  EXPECT_THAT(std::string(eager.status().message()), HasSubstr(named));
 }
 
 TEST(GpuTrainGraphTest, ACapturedDeviceStepSkipsANonFiniteStepAndReadsTheLrOnTheDevice) {

@@ -17,6 +17,9 @@
 //                 lm_head, whose gradient is exchanged over pp and summed on both (the norm
 //                 counts it once). Parameters are V on pp. Each step's batch is cut into
 //                 `microbatches` consecutive groups of batch/microbatches sequences.
+// GPU ranks outside a pipeline end each step on the device (models/cuda_graph_step.h: loss, norm,
+// clipping and the non-finite skip without a host read mid-step), and a run of one GPU rank
+// captures its second step as a CUDA graph and replays it (TrainOptions::cuda_graph).
 // What the pipeline cannot do is refused before the first step, in one place
 // (CheckTrainOptions): MoE and cp; traces, --init, --resume, --save, periodic snapshots,
 // evaluation, --print_types and a process communicator (--backend=gloo) work under pp.

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "models/ring_attention.h"
@@ -216,6 +218,25 @@ std::vector<NamedTensor> InitGpt(const GptConfig& cfg, uint64_t seed) {
   return out;
 }
 
+namespace {
+
+// The positions of a rank's rows on its device. On a GPU the same positions every step are
+// copied once per thread and kept (a few per thread): no host->device copy per step, and a step
+// captured as a CUDA graph (models/cuda_graph_step.h) reads them at a fixed address.
+Tensor PositionsOn(const std::vector<int64_t>& pos, Device device) {
+  const int64_t n = static_cast<int64_t>(pos.size());
+  if (!device.is_cuda()) return Tensor::FromVector<int64_t>({n}, pos);
+  thread_local std::map<std::pair<int, std::vector<int64_t>>, Tensor> kept;
+  std::pair<int, std::vector<int64_t>> key(device.index, pos);
+  auto it = kept.find(key);
+  if (it != kept.end()) return it->second;
+  Tensor t = Tensor::FromVector<int64_t>({n}, pos).To(device);
+  if (kept.size() < 8) kept.emplace(std::move(key), t);
+  return t;
+}
+
+}  // namespace
+
 Value GptEmbed(const GptLayout& layout, const ParamFn& use, const Value& ids) {
   const GptConfig& c = layout.config();
   const TensorParallel tp = layout.tp();
@@ -242,7 +263,7 @@ Value GptEmbed(const GptLayout& layout, const ParamFn& use, const Value& ids) {
     pos[r] = cp > 1 ? LoadBalancedPosition((first + r) % local_seq, c.seq, cp, cp_index)
                     : (first + r) % c.seq;
   }
-  Value positions(Tensor::FromVector<int64_t>({count}, pos).To(ids.tensor.device()), pos_type);
+  Value positions(PositionsOn(pos, ids.tensor.device()), pos_type);
   return x + embedding(use("wpe.weight"), positions);
 }
 

@@ -111,11 +111,28 @@ absl::Status CheckGradScale(const Tensor& s, Device device) {
   return absl::OkStatus();
 }
 
+absl::Status CheckControlScalar(const Tensor& s, const char* what, bool f64_only, Device device) {
+  if (!s.defined()) return absl::OkStatus();
+  if (s.numel() != 1 || (s.dtype() != DType::kF64 && (f64_only || s.dtype() != DType::kF32))) {
+    return absl::InvalidArgumentError(absl::StrCat("AdamW: ", what, " is ", s.ShapeString(),
+                                                   "; expected a one-element ",
+                                                   f64_only ? "f64" : "f32 or f64", " tensor"));
+  }
+  if (s.device() != device) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AdamW: ", what, " is on ", s.device().ToString(), " but the parameters on ",
+                     device.ToString(), "; keep it on their device"));
+  }
+  return absl::OkStatus();
+}
+
+double HostValue(const Tensor& s) { return s.item(); }
+
 }  // namespace
 
 absl::Status AdamW::FusedCudaStep(std::vector<NamedTensor>& params,
                                   const std::vector<NamedTensor>& grads,
-                                  const Tensor& grad_scale) {
+                                  const Tensor& grad_scale, const AdamWStepControl& control) {
   const Device device = params[0].tensor.device();
   std::vector<Tensor> ps, gs, ms, vs;
   std::vector<char> decay;
@@ -148,25 +165,39 @@ absl::Status AdamW::FusedCudaStep(std::vector<NamedTensor>& params,
   for (size_t i = 0; i < decay.size(); ++i) flags[i] = decay[i] != 0;
   cuda::AdamWStep(ps, gs, ms, vs, absl::Span<const bool>(flags.get(), decay.size()),
                   {opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay},
-                  device_scalars_, device_step_stale_ ? steps_ : -1, grad_scale);
+                  device_scalars_, device_step_stale_ ? steps_ : -1, grad_scale, control.lr,
+                  control.skip_if_nonfinite);
   device_step_stale_ = false;
   ++steps_;
   return absl::OkStatus();
 }
 
 absl::Status AdamW::Step(std::vector<NamedTensor>& params, const std::vector<NamedTensor>& grads,
-                         const Tensor& grad_scale) {
+                         const Tensor& grad_scale, const AdamWStepControl& control) {
   if (absl::Status s = CheckParamsAndGrads(params, grads); !s.ok()) return s;
   if (!params.empty()) {
-    if (absl::Status s = CheckGradScale(grad_scale, params[0].tensor.device()); !s.ok()) return s;
+    const Device device = params[0].tensor.device();
+    if (absl::Status s = CheckGradScale(grad_scale, device); !s.ok()) return s;
+    if (absl::Status s = CheckControlScalar(control.lr, "lr", true, device); !s.ok()) return s;
+    if (absl::Status s = CheckControlScalar(control.skip_if_nonfinite, "skip_if_nonfinite", false,
+                                            device);
+        !s.ok()) {
+      return s;
+    }
   }
-  if (AllF32OnOneGpu(params)) return FusedCudaStep(params, grads, grad_scale);
+  if (AllF32OnOneGpu(params)) return FusedCudaStep(params, grads, grad_scale, control);
+  // The host path reads the control values (the same decisions as the fused kernel's).
+  if (control.skip_if_nonfinite.defined() &&
+      !std::isfinite(HostValue(control.skip_if_nonfinite))) {
+    return absl::OkStatus();  // nothing changes, the count included
+  }
+  const double lr = control.lr.defined() ? HostValue(control.lr) : opt_.lr;
   ++steps_;
   const double t = static_cast<double>(steps_);
   const double b1 = opt_.beta1, b2 = opt_.beta2;
   const double bc1 = 1.0 - std::pow(b1, t);
   const double bc2 = 1.0 - std::pow(b2, t);
-  const double step_size = opt_.lr / bc1;
+  const double step_size = lr / bc1;
   const double inv_sqrt_bc2 = 1.0 / std::sqrt(bc2);
   for (NamedTensor& p : params) {
     const Tensor& g = grad_scale.defined()
@@ -181,7 +212,7 @@ absl::Status AdamW::Step(std::vector<NamedTensor>& params, const std::vector<Nam
     st.v = Add(MulScalar(st.v, b2), MulScalar(Mul(g, g), 1.0 - b2));
     Tensor denom = AddScalar(MulScalar(Sqrt(st.v), inv_sqrt_bc2), opt_.eps);
     const bool decay = opt_.weight_decay != 0 && opt_.no_decay.count(p.name) == 0;
-    Tensor w = decay ? MulScalar(p.tensor, 1.0 - opt_.lr * opt_.weight_decay) : p.tensor;
+    Tensor w = decay ? MulScalar(p.tensor, 1.0 - lr * opt_.weight_decay) : p.tensor;
     p.tensor = Sub(w, MulScalar(Div(st.m, denom), step_size));
   }
   return absl::OkStatus();

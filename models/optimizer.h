@@ -89,11 +89,29 @@ struct AdamWOptions {
 // grad_scale (optional): a one-element f32/f64 tensor on the parameters' device multiplying
 // every gradient before the update, e.g. ClipCoefficient(SumOfSquares(grads), max_norm) from
 // tensor/ops/multi_tensor.h: global-norm clipping fused into the step, with no host sync.
+//
+// control (optional), for a step whose numbers stay on the device (a CUDA-graph step,
+// models/cuda_graph_step.h): lr, a one-element f64 tensor on the parameters' device, is this
+// step's learning rate, read when the step runs instead of options().lr (a schedule writes it
+// before each replay); skip_if_nonfinite, a one-element f32/f64 tensor on that device: when its
+// value is NaN or inf (e.g. loss + squared gradient norm) the step changes nothing: parameters,
+// moments and the step count stay as they were. On the GPU both are read by the device (no host
+// sync; steps() still counts the call, so a caller that goes on after a skipped step calls
+// set_steps); elsewhere they are read on the host.
+struct AdamWStepControl {
+  Tensor lr;
+  Tensor skip_if_nonfinite;
+};
+
 class AdamW {
  public:
   explicit AdamW(AdamWOptions options = {}) : opt_(options) {}
   absl::Status Step(std::vector<NamedTensor>& params, const std::vector<NamedTensor>& grads,
-                    const Tensor& grad_scale = Tensor());
+                    const Tensor& grad_scale = Tensor()) {
+    return Step(params, grads, grad_scale, AdamWStepControl{});
+  }
+  absl::Status Step(std::vector<NamedTensor>& params, const std::vector<NamedTensor>& grads,
+                    const Tensor& grad_scale, const AdamWStepControl& control);
   int64_t steps() const { return steps_; }
   const AdamWOptions& options() const { return opt_; }
   // The moments of a parameter (undefined before its first step); same dtype as the parameter.
@@ -113,7 +131,8 @@ class AdamW {
     Tensor m, v;
   };
   absl::Status FusedCudaStep(std::vector<NamedTensor>& params,
-                             const std::vector<NamedTensor>& grads, const Tensor& grad_scale);
+                             const std::vector<NamedTensor>& grads, const Tensor& grad_scale,
+                             const AdamWStepControl& control);
   AdamWOptions opt_;
   int64_t steps_ = 0;
   std::map<std::string, State> state_;

@@ -76,8 +76,9 @@ ABSL_FLAG(std::string, gpu_ranks, "auto",
           "--device=cuda in-process: auto, shared (every rank on GPU 0) or per_gpu (rank r on "
           "GPU r)");
 ABSL_FLAG(bool, cuda_graph, true,
-          "GPU: capture the static step once and replay it as a CUDA graph where safe (the "
-          "summary says whether it was, and why not)");
+          "GPU: capture the static step once (after one eager warm-up step) and replay it as a "
+          "CUDA graph: one in-process GPU rank, no pipeline/MoE/--trace, f32 master weights "
+          "(the summary says \"captured (N replays)\" or why not); false: every step eagerly");
 ABSL_FLAG(int64_t, layers, 2, "transformer blocks");
 ABSL_FLAG(int64_t, d_model, 64, "model width");
 ABSL_FLAG(int64_t, heads, 4, "attention heads");
@@ -684,7 +685,10 @@ int Main() {
                                      ? absl::StrCat(" (shared by ", r->ranks_per_device,
                                                     " virtual ranks)")
                                      : std::string(" (per rank)"),
-                                 r->cuda_graph_used ? "used" : r->cuda_graph_note);
+                                 r->cuda_graph_used
+                                     ? absl::StrCat("captured (", r->cuda_graph_replays,
+                                                    " replays)")
+                                     : r->cuda_graph_note);
   }
   if (pipelined) {
     const int p = layout->pp_ways();

@@ -12,6 +12,7 @@
 #include "autograd/tape.h"
 #include "autograd/value_and_grad.h"
 #include "nlohmann/json.hpp"
+#include "models/cuda_graph_step.h"
 #include "models/pipeline.h"
 #include "models/ring_attention.h"
 #include "shardmap/collective_ops.h"
@@ -20,6 +21,7 @@
 #include "shardmap/spmd_runner.h"
 #include "shardmap/tape_hook.h"
 #include "tensor/cuda/device_memory.h"
+#include "tensor/cuda/graph.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
 #include "tensor/ops/elementwise.h"
@@ -210,6 +212,15 @@ Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stag
 }
 
 bool Finite(double x) { return std::isfinite(x); }
+
+// The run's stop at a non-finite loss or gradient norm (every rank sees the same values).
+[[noreturn]] void NonFiniteStop(int64_t step, double loss, double norm) {
+  throw OpError(absl::FailedPreconditionError(absl::StrFormat(
+      "step %d: the loss is %g and the gradient norm %g (not finite); stopping before "
+      "the optimizer step. The parameters (an --init file with NaN/inf?) or the inputs "
+      "hold non-finite values, or training diverged (lower the learning rate)",
+      step, loss, norm)));
+}
 
 // A failed trace write stops the run (the trace file is what the user asked for).
 void TraceError(const absl::Status& s) {
@@ -416,6 +427,8 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
   auto phase = [&](const char* name) {
     if (options.on_phase) options.on_phase(name);
   };
+  CudaGraphDecision graph_plan;  // filled below, once the devices are known
+  int64_t graph_replays = 0;     // written by the one rank of a captured run
   auto body = [&](RankContext& ctx) {
     const int rank = ctx.rank();
     const int stage = pp_index >= 0 ? ctx.coord(pp_index) : 0;
@@ -554,8 +567,8 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     };
     // A [batch, seq] batch as this rank's rows of each microstep (grad_accum consecutive groups
     // of sequences), on its device.
-    auto MicrostepRows = [&](const Tensor& ids_g, const Tensor& targets_g,
-                             std::vector<Value>* ids, std::vector<Value>* targets) {
+    auto HostMicrostepRows = [&](const Tensor& ids_g, const Tensor& targets_g,
+                                 std::vector<Tensor>* ids, std::vector<Tensor>* targets) {
       for (int64_t j = 0; j < accum; ++j) {
         const Tensor i = accum > 1 ? MicrobatchRows(ids_g, j, accum).Reshape(
                                          {options.batch / accum, c.seq})
@@ -563,10 +576,41 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
         const Tensor t = accum > 1 ? MicrobatchRows(targets_g, j, accum).Reshape(
                                          {options.batch / accum, c.seq})
                                    : targets_g;
-        ids->emplace_back(ShardOf(rows_of(i), mesh, rows_spec, rank).To(dev), row_type);
-        targets->emplace_back(ShardOf(rows_of(t), mesh, rows_spec, rank).To(dev), row_type);
+        ids->push_back(ShardOf(rows_of(i), mesh, rows_spec, rank));
+        targets->push_back(ShardOf(rows_of(t), mesh, rows_spec, rank));
       }
     };
+    auto MicrostepRows = [&](const Tensor& ids_g, const Tensor& targets_g,
+                             std::vector<Value>* ids, std::vector<Value>* targets) {
+      std::vector<Tensor> host_ids, host_targets;
+      HostMicrostepRows(ids_g, targets_g, &host_ids, &host_targets);
+      for (size_t j = 0; j < host_ids.size(); ++j) {
+        ids->emplace_back(host_ids[j].To(dev), row_type);
+        targets->emplace_back(host_targets[j].To(dev), row_type);
+      }
+    };
+    // One all_reduce per gradient over the axes where it is a pending sum (P): dp for
+    // replicated parameters, dp_replicate under HSDP, tp for tp-replicated ones; never pp
+    // (the stages hold different parameters).
+    auto ReduceGradients = [&](std::vector<Value>& grads) {
+      for (Value& g : grads) {
+        std::vector<std::string> axes = AxesOfKind(mesh, g.type, AxisKind::kP);
+        if (!axes.empty()) g = all_reduce(g, Axes(axes));
+      }
+    };
+    // GPU ranks outside a pipeline end each step on the device (models/cuda_graph_step.h): the
+    // loss and the norm are read once, after the step; the lr is a device scalar written before
+    // it. With graph_plan.capture the step after the first is captured and then replayed.
+    const bool device_step = dev.is_cuda() && !plan.pipelined;
+    Tensor lr_device = device_step ? Tensor::Zeros({}, DType::kF64, dev) : Tensor();
+    std::vector<std::string> held_names;
+    for (int k : held) held_names.push_back(layout.params()[k].name);
+    std::unique_ptr<cuda::CudaGraph> graph;        // the captured step
+    bool capture_tried = false;
+    std::vector<Value> graph_ids, graph_targets;   // its inputs, at fixed addresses
+    Tensor graph_report;                           // its output: f64[2] {loss, norm^2}
+    std::vector<Value> graph_grads;                // its gradients (for the byte counts)
+    std::vector<CollectiveRecord> graph_log;       // the collectives it records
     for (int64_t step = first_step; step < options.steps; ++step) {
       ctx.ClearCollectiveLog();
       Tensor ids_g, targets_g;
@@ -577,71 +621,22 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
                             (!options.trace_step || options.trace_step(step)));
       tape.set_backward_observer(tracing ? &backward_tracer : nullptr);
       phase("step");
+      const double lr = options.lr_at ? options.lr_at(step) : options.adamw.lr;
+      if (!Finite(lr) || lr < 0) {
+        throw OpError(Invalid(absl::StrCat("step ", step, ": the learning-rate schedule gives ",
+                                           lr, "; it must be finite and >= 0")));
+      }
       const double t0 = TraceNowUs();
       TracingRecorder rec(&tape, tracing ? &events : nullptr, rank, t0);
       Backprop bp;
-      if (plan.pipelined) {
-        std::vector<Value> ids, targets;
-        for (int64_t k = 0; k < m; ++k) {
-          ids.emplace_back(ShardOf(MicrobatchRows(ids_g, k, m), mesh, rows_spec, rank).To(dev),
-                           row_type);
-          targets.emplace_back(
-              ShardOf(MicrobatchRows(targets_g, k, m), mesh, rows_spec, rank).To(dev), row_type);
-        }
-        bp = PipelineBackprop(layout, plan, stage, params, ids, targets, global_tokens,
-                              boundary_type, types, tracing ? &backward_tracer : nullptr);
-      } else {
-        std::vector<Value> ids, targets;
-        MicrostepRows(ids_g, targets_g, &ids, &targets);
-        bp = OneProgramBackprop(layout, params, ids, targets, global_tokens, types, tape, rec);
-      }
-      const size_t backprop_logged = ctx.collective_log().size();
-      phase("optimizer");
-      const double t2 = TraceNowUs();
-      std::vector<Value>& grads = bp.grads;
-      // One all_reduce per gradient over the axes where it is a pending sum (P): dp for
-      // replicated parameters, dp_replicate under HSDP, tp for tp-replicated ones; never pp
-      // (the stages hold different parameters).
-      for (Value& g : grads) {
-        std::vector<std::string> axes = AxesOfKind(mesh, g.type, AxisKind::kP);
-        if (!axes.empty()) g = all_reduce(g, Axes(axes));
-      }
-      // The tied wte under a pipeline: embedding (stage 0) + lm_head (last stage) gradients,
-      // summed on both so that the two copies take identical AdamW steps.
+      double t2 = 0, t3 = 0;
+      size_t backprop_logged = 0;
+      double loss = 0, norm = 0;
       std::vector<bool> counted(held.size(), true);
-      if (p > 1) {
-        NoGradScope no_tape;
-        const ParamInfo& pi = layout.params()[wte];
-        auto at = std::find(held.begin(), held.end(), wte);
-        const bool holds = at != held.end();
-        Value mine = holds ? grads[at - held.begin()]
-                           : Value(Tensor::Zeros(LocalShape(pi, mesh), c.dtype, dev),
-                                   param_type(pi));
-        Value other = ppermute(mine, layout.pp_axis(), {{0, p - 1}, {p - 1, 0}});
-        if (holds) grads[at - held.begin()] = mine + other;
-        if (holds && last) counted[at - held.begin()] = false;  // the norm counts wte once
-      }
-      // The loss for printing: its pending sums added up (pp aside), then, under a pipeline,
-      // the last stage's handed to every stage.
-      double loss = 0;
-      {
-        NoGradScope no_tape;
-        if (bp.loss.defined()) {
-          Value l = bp.loss;
-          std::vector<std::string> partial = AxesOfKind(mesh, l.type, AxisKind::kP, pp_index);
-          if (!partial.empty()) l = all_reduce(l, Axes(partial));
-          loss = l.item();
-        }
-        if (p > 1) {
-          SpmdType t(mesh.num_axes());
-          t[pp_index] = AxisType::V();
-          Value share(Tensor::Scalar(last ? loss : 0.0, DType::kF64).To(dev), t);
-          loss = all_reduce(reinterpret(share, layout.pp_axis()), layout.pp_axis()).item();
-        }
-      }
       // MoE drops: each rank's counts summed over the batch axes (tp ranks route the same tokens).
       int64_t moe_dropped = -1, moe_assignments = -1, moe_dropped_tokens = -1;
-      if (c.moe.on()) {
+      auto reduce_moe_counts = [&] {
+        if (!c.moe.on()) return;
         moe_dropped = bp.moe.dropped;
         moe_assignments = bp.moe.assignments;
         moe_dropped_tokens = bp.moe.dropped_tokens;
@@ -660,36 +655,163 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
           moe_assignments = static_cast<int64_t>(sum[1]);
           moe_dropped_tokens = static_cast<int64_t>(sum[2]);
         }
+      };
+      if (device_step) {
+        // Forward, backward, gradient reduction and DeviceOptimizerStep, nothing read back:
+        // eagerly, captured (once), or replayed.
+        Tensor report;
+        auto device_step_fn = [&](const std::vector<Value>& ids, const std::vector<Value>& targets) {
+          bp = OneProgramBackprop(layout, params, ids, targets, global_tokens, types, tape, rec);
+          backprop_logged = ctx.collective_log().size();
+          phase("optimizer");
+          t2 = TraceNowUs();
+          ReduceGradients(bp.grads);
+          t3 = TraceNowUs();
+          report = DeviceOptimizerStep(bp.loss, bp.grads, counted, options.clip, lr_device,
+                                       held_names, params, opt);
+        };
+        auto eager_step = [&] {
+          std::vector<Value> ids, targets;
+          MicrostepRows(ids_g, targets_g, &ids, &targets);
+          device_step_fn(ids, targets);
+        };
+        // The lr for this step, ordered before the step's kernels on this rank's stream.
+        cuda::CopyInto(Tensor::Scalar(lr, DType::kF64), lr_device);
+        if (graph != nullptr) {  // replay: this step's batch into the captured inputs
+          std::vector<Tensor> host_ids, host_targets;
+          HostMicrostepRows(ids_g, targets_g, &host_ids, &host_targets);
+          for (size_t j = 0; j < host_ids.size(); ++j) {
+            cuda::CopyInto(host_ids[j], graph_ids[j].tensor);
+            cuda::CopyInto(host_targets[j], graph_targets[j].tensor);
+          }
+          t2 = t3 = TraceNowUs();
+          if (absl::Status s = graph->Replay(); !s.ok()) throw OpError(s);
+          report = graph_report;
+          bp.grads = graph_grads;
+          ++graph_replays;
+          opt.set_steps(step + 1);  // the host's count (the graph advances the device's)
+        } else if (graph_plan.capture && !capture_tried && step > first_step) {
+          // Capture (after the eager warm-up step): inputs at fixed addresses holding this
+          // step's batch, then the step recorded once and replayed for it.
+          capture_tried = true;
+          // The graph's activations come from a private pool: hand the eager step's cached
+          // blocks back first so the GPU does not hold both (cudaFree waits for the device).
+          cuda::DeviceAllocator(dev.index).EmptyCache();
+          std::vector<Tensor> host_ids, host_targets;
+          HostMicrostepRows(ids_g, targets_g, &host_ids, &host_targets);
+          for (size_t j = 0; j < host_ids.size(); ++j) {
+            graph_ids.emplace_back(host_ids[j].To(dev), row_type);
+            graph_targets.emplace_back(host_targets[j].To(dev), row_type);
+          }
+          graph = std::make_unique<cuda::CudaGraph>(dev.index);
+          absl::Status s = graph->Capture([&] { device_step_fn(graph_ids, graph_targets); });
+          if (s.ok()) s = graph->Replay();
+          if (s.ok()) {
+            graph_report = report;
+            graph_grads = bp.grads;
+            graph_log = ctx.collective_log();
+            ++graph_replays;
+            opt.set_steps(step + 1);
+          } else {
+            // Nothing captured ran: undo the host-side effects of the recording and run the
+            // step eagerly, as every later one.
+            graph.reset();
+            graph_ids.clear();
+            graph_targets.clear();
+            tape.Clear();
+            opt.set_steps(step);
+            ctx.ClearCollectiveLog();
+            {
+              std::lock_guard<std::mutex> lock(mu);
+              result.cuda_graph_note = absl::StrCat("not captured: ", s.message(),
+                                                    "; the steps run eagerly");
+            }
+            eager_step();
+          }
+        } else {
+          eager_step();
+        }
+        const std::vector<double> r = report.ToVector<double>();  // waits for the step
+        loss = r[0];
+        norm = std::sqrt(r[1]);
+        // A non-finite loss or norm skipped the update on the device; every rank stops here.
+        if (!Finite(loss) || !Finite(norm)) NonFiniteStop(step, loss, norm);
+        reduce_moe_counts();
+      } else {
+        if (plan.pipelined) {
+          std::vector<Value> ids, targets;
+          for (int64_t k = 0; k < m; ++k) {
+            ids.emplace_back(ShardOf(MicrobatchRows(ids_g, k, m), mesh, rows_spec, rank).To(dev),
+                             row_type);
+            targets.emplace_back(
+                ShardOf(MicrobatchRows(targets_g, k, m), mesh, rows_spec, rank).To(dev),
+                row_type);
+          }
+          bp = PipelineBackprop(layout, plan, stage, params, ids, targets, global_tokens,
+                                boundary_type, types, tracing ? &backward_tracer : nullptr);
+        } else {
+          std::vector<Value> ids, targets;
+          MicrostepRows(ids_g, targets_g, &ids, &targets);
+          bp = OneProgramBackprop(layout, params, ids, targets, global_tokens, types, tape, rec);
+        }
+        backprop_logged = ctx.collective_log().size();
+        phase("optimizer");
+        t2 = TraceNowUs();
+        ReduceGradients(bp.grads);
+        std::vector<Value>& grads = bp.grads;
+        // The tied wte under a pipeline: embedding (stage 0) + lm_head (last stage) gradients,
+        // summed on both so that the two copies take identical AdamW steps.
+        if (p > 1) {
+          NoGradScope no_tape;
+          const ParamInfo& pi = layout.params()[wte];
+          auto at = std::find(held.begin(), held.end(), wte);
+          const bool holds = at != held.end();
+          Value mine = holds ? grads[at - held.begin()]
+                             : Value(Tensor::Zeros(LocalShape(pi, mesh), c.dtype, dev),
+                                     param_type(pi));
+          Value other = ppermute(mine, layout.pp_axis(), {{0, p - 1}, {p - 1, 0}});
+          if (holds) grads[at - held.begin()] = mine + other;
+          if (holds && last) counted[at - held.begin()] = false;  // the norm counts wte once
+        }
+        // The loss for printing: its pending sums added up (pp aside), then, under a pipeline,
+        // the last stage's handed to every stage.
+        {
+          NoGradScope no_tape;
+          if (bp.loss.defined()) {
+            Value l = bp.loss;
+            std::vector<std::string> partial = AxesOfKind(mesh, l.type, AxisKind::kP, pp_index);
+            if (!partial.empty()) l = all_reduce(l, Axes(partial));
+            loss = l.item();
+          }
+          if (p > 1) {
+            SpmdType t(mesh.num_axes());
+            t[pp_index] = AxisType::V();
+            Value share(Tensor::Scalar(last ? loss : 0.0, DType::kF64).To(dev), t);
+            loss = all_reduce(reinterpret(share, layout.pp_axis()), layout.pp_axis()).item();
+          }
+        }
+        reduce_moe_counts();
+        norm = std::sqrt(GlobalGradNormSquared(grads, counted));
+        // Every rank sees the same loss and norm, so every rank stops here together.
+        if (!Finite(loss) || !Finite(norm)) NonFiniteStop(step, loss, norm);
+        const double coef = options.clip > 0 ? ClipCoefficient(norm, options.clip) : 1.0;
+        std::vector<NamedTensor> local, named_grads;
+        for (size_t i = 0; i < held.size(); ++i) {
+          const std::string& name = layout.params()[held[i]].name;
+          local.push_back({name, params[i].tensor});
+          named_grads.push_back(
+              {name, coef < 1.0 ? MulScalar(grads[i].tensor, coef) : grads[i].tensor});
+        }
+        opt.set_lr(lr);
+        t3 = TraceNowUs();
+        if (absl::Status s = opt.Step(local, named_grads); !s.ok()) throw OpError(s);
+        for (size_t i = 0; i < held.size(); ++i) params[i].tensor = local[i].tensor;
       }
-      const double norm = std::sqrt(GlobalGradNormSquared(grads, counted));
-      // Every rank sees the same loss and norm, so every rank stops here together.
-      if (!Finite(loss) || !Finite(norm)) {
-        throw OpError(absl::FailedPreconditionError(absl::StrFormat(
-            "step %d: the loss is %g and the gradient norm %g (not finite); stopping before "
-            "the optimizer step. The parameters (an --init file with NaN/inf?) or the inputs "
-            "hold non-finite values, or training diverged (lower the learning rate)",
-            step, loss, norm)));
-      }
-      const double coef = options.clip > 0 ? ClipCoefficient(norm, options.clip) : 1.0;
-      std::vector<NamedTensor> local, named_grads;
-      for (size_t i = 0; i < held.size(); ++i) {
-        const std::string& name = layout.params()[held[i]].name;
-        local.push_back({name, params[i].tensor});
-        named_grads.push_back(
-            {name, coef < 1.0 ? MulScalar(grads[i].tensor, coef) : grads[i].tensor});
-      }
-      const double lr = options.lr_at ? options.lr_at(step) : options.adamw.lr;
-      if (!Finite(lr) || lr < 0) {
-        throw OpError(Invalid(absl::StrCat("step ", step, ": the learning-rate schedule gives ",
-                                           lr, "; it must be finite and >= 0")));
-      }
-      opt.set_lr(lr);
-      const double t3 = TraceNowUs();
-      if (absl::Status s = opt.Step(local, named_grads); !s.ok()) throw OpError(s);
-      for (size_t i = 0; i < held.size(); ++i) params[i].tensor = local[i].tensor;
+      std::vector<Value>& grads = bp.grads;
       if (dev.is_cuda()) cuda::Synchronize(dev.index);  // the step's time includes its kernels
       const double t4 = TraceNowUs();
       phase("end");
+
       if (plan.pipelined) {
         std::lock_guard<std::mutex> lock(mu);
         bubbles[rank] = 1.0 - bp.busy_us / std::max(bp.total_us, 1e-9);
@@ -736,8 +858,16 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
           TraceError(options.trace_writer->Flush());
         }
       }
-      // The step's own collectives (evaluation and snapshot gathers below are not the step's).
+      // The step's own collectives (evaluation and snapshot gathers below are not the step's; a
+      // replayed step's are the captured step's).
       const size_t step_logged = ctx.collective_log().size();
+      const bool replayed = graph != nullptr;
+      auto step_log = [&] {
+        return replayed ? graph_log
+                        : std::vector<CollectiveRecord>(
+                              ctx.collective_log().begin(),
+                              ctx.collective_log().begin() + step_logged);
+      };
       // Evaluation: the mean loss of eval_steps validation batches, forward only.
       double val_loss = std::numeric_limits<double>::quiet_NaN();
       if (options.eval_every > 0 &&
@@ -787,15 +917,13 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
                                    ? cuda::DeviceAllocator(dev.index).stats().peak_allocated_bytes
                                    : -1;
           result.peak_device_bytes_per_rank = peak;
-          const std::vector<CollectiveRecord> step_log(
-              ctx.collective_log().begin(), ctx.collective_log().begin() + step_logged);
-          options.on_step(StepInfo{step, loss, norm, (t4 - t0) * 1e-6, &step_log,
+          const std::vector<CollectiveRecord> log = step_log();
+          options.on_step(StepInfo{step, loss, norm, (t4 - t0) * 1e-6, &log,
                                    moe_dropped, moe_assignments, moe_dropped_tokens, peak,
                                    options.steps, lr, global_tokens * (step + 1), val_loss});
         }
         if (step + 1 == options.steps) {
-          result.log.assign(ctx.collective_log().begin(),
-                            ctx.collective_log().begin() + step_logged);
+          result.log = step_log();
           for (size_t i = 0; i < held.size(); ++i) {
             const std::string& name = layout.params()[held[i]].name;
             result.param_bytes_per_rank += params[i].tensor.nbytes();
@@ -836,8 +964,8 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     std::lock_guard<std::mutex> lock(mu);
     final_locals[rank] = std::move(mine);
   };
-  // GPU ranks: each GPU's peak memory is measured from here; CUDA graph capture is refused with
-  // its reason (the step reads the loss and norm on the host mid-step).
+  // GPU ranks: each GPU's peak memory is measured from here; whether the step is captured as a
+  // CUDA graph is decided from the options and the devices (cuda_graph_step.h).
   std::vector<Device> devices(mesh.size(), Device::Cpu());
   if (!options.placement.is_cpu()) devices = *ResolvePlacement(options.placement, mesh.size());
   if (options.comm != nullptr && options.comm->memory_space().device) {
@@ -850,13 +978,9 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
   result.ranks_per_device = static_cast<int>(
       std::count(devices.begin(), devices.end(), devices[options.comm ? 0 : reporter]));
   if (options.comm != nullptr) result.ranks_per_device = 1;
-  result.cuda_graph_note =
-      !on_gpu ? "CPU ranks (CUDA graphs are a GPU feature)"
-      : !options.cuda_graph
-          ? "off (cuda_graph = false)"
-          : "not captured: the step reads the loss and the global gradient norm on the host "
-            "between the backward and the optimizer (the clipping coefficient and the non-finite "
-            "stop), a synchronisation a CUDA graph cannot contain; it runs eagerly";
+  (void)on_gpu;
+  graph_plan = DecideCudaGraph(layout, options, devices, first_step);
+  result.cuda_graph_note = graph_plan.note;
   SpmdOptions spmd;
   spmd.placement = options.placement;
   absl::Status status = options.spmd_runner     ? options.spmd_runner(mesh, body)
@@ -866,6 +990,12 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
   if (options.only_rank >= 0) {  // one rank ran: its report, no global tensors
     result.steps_done = options.steps;
     return result;
+  }
+  result.cuda_graph_replays = graph_replays;
+  result.cuda_graph_used = graph_replays > 0;
+  if (result.cuda_graph_used) {
+    result.cuda_graph_note = absl::StrCat("captured at step ", first_step + 1, " after ",
+                                          "one eager warm-up step (", graph_replays, " replays)");
   }
   if (options.comm != nullptr) {
     std::vector<Tensor>& g = final_locals[reporter];  // already global

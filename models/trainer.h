@@ -17,6 +17,9 @@
 //                 lm_head, whose gradient is exchanged over pp and summed on both (the norm
 //                 counts it once). Parameters are V on pp. Each step's batch is cut into
 //                 `microbatches` consecutive groups of batch/microbatches sequences.
+// GPU ranks outside a pipeline end each step on the device (models/cuda_graph_step.h: loss, norm,
+// clipping and the non-finite skip without a host read mid-step), and a run of one GPU rank
+// captures its second step as a CUDA graph and replays it (TrainOptions::cuda_graph).
 // What the pipeline cannot do is refused before the first step, in one place
 // (CheckTrainOptions): MoE and cp; traces, --init, --resume, --save, periodic snapshots,
 // evaluation, --print_types and a process communicator (--backend=gloo) work under pp.
@@ -97,8 +100,11 @@ struct TrainOptions {
   // checkpoints are host tensors. With comm the ranks run where the communicator's memory is
   // (NCCL: this process's GPU) and placement must stay Cpu(). FailedPrecondition without a GPU.
   DevicePlacement placement;
-  // GPU ranks: capture the static step once and replay it as a CUDA graph where that is safe
-  // (TrainResult::cuda_graph_used / cuda_graph_note say whether and why not).
+  // GPU ranks: capture the static step once (after one eager warm-up step) and replay it as a
+  // CUDA graph where that is safe: one in-process GPU rank, no pipeline, no MoE, no trace, f32
+  // master weights (models/cuda_graph_step.h's DecideCudaGraph). TrainResult::cuda_graph_used /
+  // cuda_graph_note say whether and why not. The replayed steps give the eager GPU step's numbers
+  // (the same kernels); false: every step runs eagerly.
   bool cuda_graph = true;
   // Learning-rate schedule (models/lr_schedule.h's At): the lr of each step, checked finite and
   // >= 0 when used. Null: adamw.lr at every step.
@@ -163,7 +169,10 @@ struct TrainResult {
   std::string device = "cpu";
   int ranks_per_device = 1;  // virtual ranks sharing the reporting rank's device
   bool cuda_graph_used = false;
-  std::string cuda_graph_note;  // why the step was not captured (empty when it was)
+  int64_t cuda_graph_replays = 0;  // steps run as replays of the captured step
+  // Why the step was not captured ("CPU ranks ...", "off ...", "not captured: ..."), or where it
+  // was ("captured at step s after one eager warm-up step (N replays)").
+  std::string cuda_graph_note;
 };
 
 
@@ -179,7 +188,8 @@ absl::Status SaveTrainResult(const std::string& path, const GptLayout& layout,
 // layout (may be empty with init_path / resume_path). Errors before the first step for
 // impossible settings (CheckTrainOptions, batch / microbatches / sp divisibility, tokens, the
 // checkpoint file, the save path); FailedPrecondition naming the step when the loss or the
-// gradient norm is not finite (the optimizer step is not taken).
+// gradient norm is not finite (the optimizer step is not taken: on GPU ranks AdamW skips it on
+// the device, and the host stops the run once it reads the step's loss and norm).
 absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<NamedTensor>& init,
                                      const std::vector<int64_t>& tokens,
                                      const TrainOptions& options);

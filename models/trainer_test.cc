@@ -91,6 +91,17 @@ TEST(TrainerOptionsTest, ImpossibleHyperParametersAreRefusedBeforeTheFirstStep) 
   EXPECT_EQ(TrainError(zero, InitGpt(SmallConfig(), 7)), "ok");
 }
 
+// CPU ranks never capture a CUDA graph, and the result says why (GPU runs:
+// //tests:gpu_train_graph_test; the decision itself: cuda_graph_step_test).
+TEST(TrainerOptionsTest, CpuRanksReportWhyTheStepIsNotACudaGraph) {
+  absl::StatusOr<TrainResult> r =
+      TrainGpt(OneDevice(), InitGpt(SmallConfig(), 7), Tokens(500, 24), ThreeSteps());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->cuda_graph_used);
+  EXPECT_EQ(r->cuda_graph_replays, 0);
+  EXPECT_THAT(r->cuda_graph_note, HasSubstr("CPU ranks"));
+}
+
 TEST(TrainerOptionsTest, NonFiniteLossOrNormStopsTheRunNamingTheStep) {
   // NaN weights in an --init file: step 0's loss is NaN.
   std::vector<NamedTensor> init = InitGpt(SmallConfig(), 7);

@@ -47,6 +47,19 @@ TEST(MultiTensorTest, SumOfSquaresMatchesANaiveLoop) {
   EXPECT_TRUE(std::isnan(SumOfSquares({nan, inf}).item()));
 }
 
+TEST(MultiTensorTest, SumOfSquaresInAChosenDtype) {
+  const std::vector<Tensor> ts = {RandomTensor({7, 13}, DType::kF32, 1, -3, 3),
+                                  RandomTensor({33}, DType::kBF16, 3)};
+  // f32 inputs, f64 result: the f64 accumulation is kept (no f32 rounding of the sum).
+  const Tensor s64 = SumOfSquares(ts, DType::kF64);
+  EXPECT_EQ(s64.rank(), 0);
+  EXPECT_EQ(s64.dtype(), DType::kF64);
+  EXPECT_NEAR(s64.item(), NaiveSumSq(ts), 1e-12 * NaiveSumSq(ts));
+  const Tensor s32 = SumOfSquares({RandomTensor({4}, DType::kF64, 2)}, DType::kF32);
+  EXPECT_EQ(s32.dtype(), DType::kF32);
+  ExpectOpError([&] { SumOfSquares(ts, DType::kBF16); }, {"expected f32 or f64"});
+}
+
 TEST(MultiTensorTest, ClipCoefficientIsPyTorchs) {
   for (double ss : {0.0, 0.25, 1.0, 4.0, 1e6}) {
     for (DType dt : {DType::kF32, DType::kF64}) {

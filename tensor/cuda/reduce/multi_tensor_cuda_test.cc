@@ -195,5 +195,66 @@ TEST(MultiTensorCudaTest, FusedAdamWWithClippingReplaysAsACudaGraph) {
   }
 }
 
+// AdamW's device control on the GPU (the lr read from a device scalar, a non-finite skip flag
+// deciding on the device) against the CPU's host reading of the same control: a step at one lr,
+// a skipped step (NaN, then inf: parameters, moments and the device's count unchanged), a step
+// at another lr (bias correction t = 2). Then the same three steps captured once as a CUDA graph
+// and replayed with the lr and the flag written into their device scalars before each replay.
+TEST(MultiTensorCudaTest, FusedAdamWControlMatchesTheCpuEagerlyAndInAGraph) {
+  SKIP_WITHOUT_GPU();
+  AdamWOptions o{.lr = 99.0, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1};
+  o.no_decay = {"p1"};
+  const std::vector<std::vector<int64_t>> shapes = {{33, 17}, {16384 + 9}, {5}};
+  std::vector<NamedTensor> cp, gp, hp, cg, gg;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const std::string name = "p" + std::to_string(i);
+    cp.push_back({name, RandomTensor(shapes[i], DType::kF32, 40 + i, -1, 1)});
+    gp.push_back({name, cp.back().tensor.To(kGpu)});
+    hp.push_back({name, cp.back().tensor.To(kGpu)});
+    cg.push_back({name, RandomTensor(shapes[i], DType::kF32, 50 + i, -2, 2)});
+    gg.push_back({name, cg.back().tensor.To(kGpu)});
+  }
+  const double nan = std::nan("");
+  const std::vector<std::pair<double, double>> steps = {  // lr, flag
+      {5e-3, 1.0}, {5e-3, nan}, {5e-3, INFINITY}, {1e-3, 2.0}};
+  AdamW copt(o), gopt(o), hopt(o);
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const std::string what = "step " + std::to_string(k);
+    const AdamWStepControl cc{Tensor::Scalar(steps[k].first, DType::kF64),
+                              Tensor::Scalar(steps[k].second, DType::kF32)};
+    const AdamWStepControl gc{cc.lr.To(kGpu), cc.skip_if_nonfinite.To(kGpu)};
+    const std::vector<Tensor> before = {gp[0].tensor.To(Device::Cpu())};
+    ASSERT_TRUE(copt.Step(cp, cg, Tensor(), cc).ok()) << what;
+    ASSERT_TRUE(gopt.Step(gp, gg, Tensor(), gc).ok()) << what;
+    if (!std::isfinite(steps[k].second)) {
+      EXPECT_EQ(Values(gp[0].tensor), before[0].ToVector<double>()) << what << ": skipped";
+    }
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      ExpectNear(gp[i].tensor, cp[i].tensor, 2e-6, 5e-7, cp[i].name + " " + what);
+      ExpectNear(gopt.exp_avg(cp[i].name), copt.exp_avg(cp[i].name), 2e-6, 1e-7,
+                 cp[i].name + " m " + what);
+    }
+  }
+  EXPECT_EQ(copt.steps(), 2);  // the host path counts taken steps; the GPU's count is on it
+  // Captured: one eager warm-up step, then the step recorded once and replayed with the
+  // remaining controls written into the captured scalars.
+  Tensor lr = Tensor::Scalar(steps[0].first, DType::kF64).To(kGpu);
+  Tensor flag = Tensor::Scalar(steps[0].second, DType::kF32).To(kGpu);
+  ASSERT_TRUE(hopt.Step(hp, gg, Tensor(), {lr, flag}).ok());
+  cuda::CudaGraph graph(0);
+  ASSERT_TRUE(graph.Capture([&] {
+    if (!hopt.Step(hp, gg, Tensor(), {lr, flag}).ok()) OpFail("step failed");
+  }).ok());
+  for (size_t k = 1; k < steps.size(); ++k) {
+    cuda::CopyInto(Tensor::Scalar(steps[k].first, DType::kF64), lr);
+    cuda::CopyInto(Tensor::Scalar(steps[k].second, DType::kF32), flag);
+    ASSERT_TRUE(graph.Replay().ok());
+  }
+  cuda::Synchronize(0);
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    EXPECT_EQ(Values(hp[i].tensor), Values(gp[i].tensor)) << hp[i].name << ": replay != eager";
+  }
+}
+
 }  // namespace
 }  // namespace shardmap

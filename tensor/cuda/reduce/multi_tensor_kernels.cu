@@ -152,7 +152,14 @@ __global__ void __launch_bounds__(kMtThreads)
 
 __global__ void AdamWPrepareKernel(AdamWScalars* sc, int64_t set_step, double lr, double beta1,
                                    double beta2, double weight_decay, const void* grad_scale,
-                                   bool grad_scale_f64) {
+                                   bool grad_scale_f64, const double* lr_device,
+                                   const void* skip_check, bool skip_check_f64) {
+  if (skip_check != nullptr && !isfinite(ReadScalar(skip_check, skip_check_f64))) {
+    sc->skip = 1;  // the update kernel returns at once; the count stays
+    return;
+  }
+  sc->skip = 0;
+  if (lr_device != nullptr) lr = *lr_device;
   const int64_t t = (set_step >= 0 ? set_step : sc->step) + 1;
   sc->step = t;
   const double bc1 = 1.0 - pow(beta1, static_cast<double>(t));
@@ -179,6 +186,7 @@ __device__ __forceinline__ void AdamWElement(float& p, float g, float& m, float&
 __global__ void __launch_bounds__(kMtThreads)
     AdamWKernel(const MultiTensorEntry* __restrict__ table, int count, int64_t chunks,
                 const AdamWScalars* __restrict__ sc, float beta1, float beta2, float eps) {
+  if (sc->skip) return;  // the same value for every block: a non-finite step leaves all as is
   AdamWConsts k;
   k.b1 = beta1;
   k.one_minus_b1 = 1.0f - beta1;
@@ -283,9 +291,11 @@ int LaunchScaleInPlace(const MultiTensorEntry* table, int count, int64_t chunks,
 
 int LaunchAdamWPrepare(AdamWScalars* scalars, int64_t set_step, double lr, double beta1,
                        double beta2, double weight_decay, const void* grad_scale,
-                       bool grad_scale_f64, void* stream) {
+                       bool grad_scale_f64, void* stream, const double* lr_device,
+                       const void* skip_check, bool skip_check_f64) {
   AdamWPrepareKernel<<<1, 1, 0, AsStream(stream)>>>(scalars, set_step, lr, beta1, beta2,
-                                                    weight_decay, grad_scale, grad_scale_f64);
+                                                    weight_decay, grad_scale, grad_scale_f64,
+                                                    lr_device, skip_check, skip_check_f64);
   return cudaGetLastError();
 }
 

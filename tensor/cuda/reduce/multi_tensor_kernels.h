@@ -107,18 +107,25 @@ struct AdamWScalars {
   float inv_sqrt_bc2 = 0;    // 1 / sqrt(1 - b2^t)
   float decay_factor = 1;    // 1 - lr * weight_decay
   float grad_scale = 1;      // *grad_scale of the prepare call (1 without)
-  float pad[2] = {0, 0};
+  int32_t skip = 0;          // 1: this step is skipped (a non-finite check value); see below
+  float pad = 0;
 };
 static_assert(sizeof(AdamWScalars) == 32, "the device reads the host's layout");
 
 // One thread: scalars->step = (set_step >= 0 ? set_step : scalars->step) + 1, then the step's
 // coefficients. grad_scale: null, or a device scalar (f32, f64 when grad_scale_f64) that
-// multiplies every gradient (global-norm clipping without a host sync).
+// multiplies every gradient (global-norm clipping without a host sync). lr_device: null (use
+// lr), or an f64 device scalar read when the kernel runs (a captured step's schedule writes it
+// before each replay). skip_check: null, or a device scalar (f32, f64 when skip_check_f64):
+// when it is not finite (e.g. loss + sum of squared gradients), scalars->skip = 1, the step
+// count is left as it was (set_step is not applied either) and LaunchAdamW changes nothing.
 int LaunchAdamWPrepare(AdamWScalars* scalars, int64_t set_step, double lr, double beta1,
                        double beta2, double weight_decay, const void* grad_scale,
-                       bool grad_scale_f64, void* stream);
+                       bool grad_scale_f64, void* stream, const double* lr_device = nullptr,
+                       const void* skip_check = nullptr, bool skip_check_f64 = false);
 
-// The AdamW update of every f32 entry (a: param, b: grad, c: exp_avg, d: exp_avg_sq; in place):
+// The AdamW update of every f32 entry (a: param, b: grad, c: exp_avg, d: exp_avg_sq; in place;
+// nothing when scalars->skip):
 //   g *= grad_scale; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2
 //   p = p * (decay ? decay_factor : 1) - step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps)
 int LaunchAdamW(const MultiTensorEntry* table, int count, int64_t chunks,

@@ -102,7 +102,8 @@ Tensor ClipCoefficient(const Tensor& sum_sq, double max_norm) {
 void AdamWStep(absl::Span<const Tensor> params, absl::Span<const Tensor> grads,
                absl::Span<const Tensor> exp_avg, absl::Span<const Tensor> exp_avg_sq,
                absl::Span<const bool> decay, const AdamWHyper& h, const Tensor& scalars,
-               int64_t set_step, const Tensor& grad_scale) {
+               int64_t set_step, const Tensor& grad_scale, const Tensor& lr,
+               const Tensor& skip_if_nonfinite) {
   const Device device = scalars.device();
   DeviceGuard guard(device.index);
   void* stream = CurrentStream(device.index);
@@ -121,7 +122,10 @@ void AdamWStep(absl::Span<const Tensor> params, absl::Span<const Tensor> grads,
   SM_MT_LAUNCH(kernels::LaunchAdamWPrepare(
       sc, set_step, h.lr, h.beta1, h.beta2, h.weight_decay,
       grad_scale.defined() ? grad_scale.raw_data() : nullptr,
-      grad_scale.defined() && IsF64(grad_scale), stream));
+      grad_scale.defined() && IsF64(grad_scale), stream,
+      lr.defined() ? static_cast<const double*>(lr.raw_data()) : nullptr,
+      skip_if_nonfinite.defined() ? skip_if_nonfinite.raw_data() : nullptr,
+      skip_if_nonfinite.defined() && IsF64(skip_if_nonfinite)));
   if (entries.empty()) return;
   DeviceTable table = Upload(entries, device, stream);
   SM_MT_LAUNCH(kernels::LaunchAdamW(table.ptr, table.count, table.chunks, sc, h.beta1, h.beta2,
@@ -141,7 +145,7 @@ void ScaleInPlace(absl::Span<const Tensor>, const Tensor&) { NoCuda("scale_in_pl
 Tensor ClipCoefficient(const Tensor&, double) { NoCuda("clip_coefficient"); }
 void AdamWStep(absl::Span<const Tensor>, absl::Span<const Tensor>, absl::Span<const Tensor>,
                absl::Span<const Tensor>, absl::Span<const bool>, const AdamWHyper&,
-               const Tensor&, int64_t, const Tensor&) {
+               const Tensor&, int64_t, const Tensor&, const Tensor&, const Tensor&) {
   NoCuda("fused_adamw");
 }
 

@@ -33,11 +33,15 @@ struct AdamWHyper {
 // One AdamW step over all tensors (see kernels::LaunchAdamW), in place. scalars: i64[4] on the
 // device holding kernels::AdamWScalars (the device's step count); set_step >= 0 restarts the
 // count at set_step before this step's increment. grad_scale: undefined or a one-element
-// f32/f64 tensor on the device multiplying every gradient.
+// f32/f64 tensor on the device multiplying every gradient. lr: undefined (hyper.lr) or a
+// one-element f64 tensor on the device read when the step runs. skip_if_nonfinite: undefined or
+// a one-element f32/f64 tensor on the device; when its value is not finite the step changes
+// nothing (parameters, moments and the device's step count; see kernels::LaunchAdamWPrepare).
 void AdamWStep(absl::Span<const Tensor> params, absl::Span<const Tensor> grads,
                absl::Span<const Tensor> exp_avg, absl::Span<const Tensor> exp_avg_sq,
                absl::Span<const bool> decay, const AdamWHyper& hyper, const Tensor& scalars,
-               int64_t set_step, const Tensor& grad_scale);
+               int64_t set_step, const Tensor& grad_scale, const Tensor& lr = Tensor(),
+               const Tensor& skip_if_nonfinite = Tensor());
 
 }  // namespace shardmap::cuda
 

@@ -225,7 +225,7 @@ namespace {
 // captured as a CUDA graph (models/cuda_graph_step.h) reads them at a fixed address.
 Tensor PositionsOn(const std::vector<int64_t>& pos, Device device) {
   const int64_t n = static_cast<int64_t>(pos.size());
-  if (!device.is_cuda()) return Tensor::FromVector<int64_t>({n}, pos);
+  if (!device.is_cuda()) return Tensor::FromVector<int64_t>({n}, pos).To(device);  // CPU, meta
   thread_local std::map<std::pair<int, std::vector<int64_t>>, Tensor> kept;
   std::pair<int, std::vector<int64_t>> key(device.index, pos);
   auto it = kept.find(key);

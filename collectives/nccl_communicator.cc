@@ -11,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +36,26 @@ absl::StatusOr<std::string> NextNcclUniqueIdKey(TcpStore& store) {
   return absl::StrCat("nccl/unique_id/", *n);
 }
 
+ResolvedNcclFailure ResolveNcclFailure(const absl::Status& own, FailureOrigin origin,
+                                       int world_rank, const std::optional<PeerFailure>& first,
+                                       const std::optional<absl::Status>& mismatch) {
+  if (origin == FailureOrigin::kLocal) return {own, /*publish=*/true};
+  const bool peer_first = first.has_value() && !first->status.ok() && first->rank != world_rank;
+  if (peer_first) return {StatusAfterFailure(own, origin, world_rank, first), false};
+  // This rank found the mismatch: it is its failure to tell, with both calls.
+  if (mismatch.has_value() && !mismatch->ok()) {
+    return {absl::Status(mismatch->code(),
+                         absl::StrCat(mismatch->message(), " (found at: ", own.message(), ")")),
+            /*publish=*/!first.has_value()};
+  }
+  // Nothing from a peer: this rank's own error, published unless it published first already.
+  return {own, /*publish=*/!first.has_value()};
+}
+
+std::string NcclCallRecord(absl::string_view what, int64_t call_number) {
+  return absl::StrCat(what, " #", call_number);
+}
+
 }  // namespace internal
 
 #if !SHARDMAP_HAS_CUDA
@@ -54,8 +75,18 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore&,
   return NotCompiledIn();
 }
 
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(std::shared_ptr<TcpStore>,
+                                                                     const NcclOptions&) {
+  return NotCompiledIn();
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicatorFromEnv(const NcclOptions&) {
   return NotCompiledIn();
+}
+
+absl::Status AbortNcclWorld(Communicator& comm, const absl::Status&) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "AbortNcclWorld: ", comm.name(), " is not an NCCL communicator (NCCL is not built in)"));
 }
 
 #else  // SHARDMAP_HAS_CUDA
@@ -92,7 +123,15 @@ struct NcclWorld {
   std::mutex mu;
   bool poisoned = false;
   absl::Status why;
+  // Where this world's ranks publish their failures; null when the store was not kept.
+  std::shared_ptr<PeerFailureBoard> board;
+  int world_rank = 0;
+  absl::Duration peer_failure_wait;
 };
+
+// A wait looks at the world's failures (its other groups in this process, the board for other
+// processes) once it has lasted this long, so that calls that finish quickly never do.
+constexpr absl::Duration kWatchAfter = absl::Milliseconds(100);
 
 ncclConfig_t NonBlockingConfig() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -112,14 +151,15 @@ class NcclCommunicator final : public Communicator {
   // communicator and every communicator split from it (they share its stream) are gone.
   NcclCommunicator(ncclComm_t comm, int device, cudaStream_t stream,
                    std::shared_ptr<CUstream_st> stream_owner, absl::Duration timeout,
-                   std::shared_ptr<NcclWorld> world, std::string name)
+                   std::shared_ptr<NcclWorld> world, std::string name, std::string group_key)
       : comm_(comm),
         device_(device),
         stream_(stream),
         stream_owner_(std::move(stream_owner)),
         timeout_(timeout),
         world_(std::move(world)),
-        name_(std::move(name)) {
+        name_(std::move(name)),
+        group_key_(std::move(group_key)) {
     ncclCommUserRank(comm_, &rank_);
     ncclCommCount(comm_, &size_);
   }
@@ -395,6 +435,9 @@ class NcclCommunicator final : public Communicator {
 
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
     const std::string what = absl::StrCat("Split(color=", color, ", key=", key, ")");
+    // Every rank of this group splits in the same order: the count names the child group's keys
+    // on the board, with the color telling the children of one split apart.
+    const int64_t split_number = ++splits_;
     ncclComm_t child = nullptr;
     absl::Status s = Run(what, [&]() -> absl::Status {
       ncclConfig_t config = NonBlockingConfig();
@@ -407,7 +450,28 @@ class NcclCommunicator final : public Communicator {
     if (child == nullptr) return std::unique_ptr<Communicator>();
     return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(
         child, device_, stream_, stream_owner_, timeout_, world_,
-        absl::StrCat(name_, "/split(color=", color, ")")));
+        absl::StrCat(name_, "/split(color=", color, ")"),
+        absl::StrCat(group_key_, "/s", split_number, "c", color)));
+  }
+
+  // AbortNcclWorld: publishes `why`, poisons the world, aborts this communicator.
+  absl::Status AbortWorld(const absl::Status& why) {
+    absl::Status published = absl::OkStatus();
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> l(world_->mu);
+      if (!world_->poisoned) {
+        first = true;
+        world_->poisoned = true;
+        world_->why = absl::Status(why.code(), absl::StrCat("rank ", world_->world_rank,
+                                                            " aborted its world: ", why.message()));
+      }
+    }
+    if (first && world_->board != nullptr) published = world_->board->Publish(why);
+    cudaSetDevice(device_);
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    return published;
   }
 
  private:
@@ -469,7 +533,8 @@ class NcclCommunicator final : public Communicator {
 
   // Polls the communicator (and `other`, e.g. a communicator being created) until it is no
   // longer in progress; fails on an asynchronous error or at the deadline.
-  absl::Status WaitComm(absl::Time deadline, ncclComm_t other = nullptr) {
+  absl::Status WaitComm(absl::Time deadline, ncclComm_t other, bool* timed_out) {
+    const absl::Time started = absl::Now();
     for (ncclComm_t c : {comm_, other}) {
       if (c == nullptr) continue;
       while (true) {
@@ -480,18 +545,41 @@ class NcclCommunicator final : public Communicator {
           return internal::NcclStatus(st, c, "asynchronous NCCL error", __FILE__, __LINE__);
         }
         if (absl::Now() >= deadline) {
+          *timed_out = true;
           return absl::DeadlineExceededError(absl::StrCat(
               "timed out after ", absl::FormatDuration(timeout_),
               " waiting for NCCL (a peer may have failed or not issued the same call)"));
         }
+        SM_COLL_RETURN_IF_ERROR(WorldFailedElsewhere(started));
         std::this_thread::yield();
       }
     }
     return absl::OkStatus();
   }
 
+  // Non-OK once the world failed elsewhere while this rank waits (after kWatchAfter): another
+  // group of this process failed, or a peer published its failure (a stuck NCCL call would
+  // otherwise wait for the timeout: an aborting peer does not always fail NCCL on the others).
+  absl::Status WorldFailedElsewhere(absl::Time started) {
+    if (absl::Now() - started < kWatchAfter) return absl::OkStatus();
+    {
+      std::lock_guard<std::mutex> l(world_->mu);
+      if (world_->poisoned) {
+        return absl::AbortedError(absl::StrCat(
+            "another group of this rank's world failed meanwhile: ", world_->why.message()));
+      }
+    }
+    if (world_->board != nullptr) {
+      if (std::optional<PeerFailure> f = world_->board->Poll(); f.has_value()) {
+        return absl::AbortedError(absl::StrCat("rank ", f->rank, " published a failure"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // Waits for the stream to finish the enqueued work, watching for NCCL errors meanwhile.
-  absl::Status WaitStream(absl::Time deadline) {
+  absl::Status WaitStream(absl::Time deadline, bool* timed_out) {
+    const absl::Time started = absl::Now();
     while (true) {
       const cudaError_t e = cudaStreamQuery(stream_);
       if (e == cudaSuccess) return absl::OkStatus();
@@ -504,17 +592,20 @@ class NcclCommunicator final : public Communicator {
         return internal::NcclStatus(st, comm_, "asynchronous NCCL error", __FILE__, __LINE__);
       }
       if (absl::Now() >= deadline) {
+        *timed_out = true;
         return absl::DeadlineExceededError(absl::StrCat(
             "timed out after ", absl::FormatDuration(timeout_),
             " waiting for the collective to finish (a peer may have failed, left, or issued a "
             "different call)"));
       }
+      SM_COLL_RETURN_IF_ERROR(WorldFailedElsewhere(started));
       std::this_thread::yield();
     }
   }
 
-  // Runs one call: refuses if the world was poisoned; enqueues; waits; on failure aborts the
-  // communicator, poisons the world and returns a Status naming the op, group and reason.
+  // Runs one call: refuses if the world was poisoned; enqueues; waits; on failure publishes it
+  // (when it is this rank's to tell), aborts the communicator, poisons the world and returns a
+  // Status naming the op, group and reason: a peer's published failure with the peer's code.
   template <typename Enqueue>
   absl::Status Run(const std::string& what, Enqueue enqueue, ncclComm_t* also_wait_for = nullptr) {
     const std::string where = absl::StrCat("NCCL ", what, " on group '", name_, "' (rank ",
@@ -527,11 +618,17 @@ class NcclCommunicator final : public Communicator {
                                                world_->why.message()));
       }
     }
+    const int64_t call_number = ++calls_;
     const absl::Time deadline = absl::Now() + timeout_;
+    FailureOrigin origin = FailureOrigin::kLocal;
+    bool timed_out = false;
     absl::Status s = internal::CudaStatus(cudaSetDevice(device_), "cudaSetDevice", __FILE__,
                                           __LINE__);
     if (s.ok()) s = enqueue();
-    if (s.ok()) s = WaitComm(deadline, also_wait_for ? *also_wait_for : nullptr);
+    if (s.ok()) {
+      origin = FailureOrigin::kPeer;  // from here on a failure is a wait's
+      s = WaitComm(deadline, also_wait_for ? *also_wait_for : nullptr, &timed_out);
+    }
     // A stream being captured into a CUDA graph only records the collective: nothing to wait
     // for now (and querying it would invalidate the capture).
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -539,10 +636,29 @@ class NcclCommunicator final : public Communicator {
       cudaGetLastError();
       capture = cudaStreamCaptureStatusNone;
     }
-    if (s.ok() && capture == cudaStreamCaptureStatusNone) s = WaitStream(deadline);
+    if (s.ok() && capture == cudaStreamCaptureStatusNone) s = WaitStream(deadline, &timed_out);
     if (s.ok()) return s;
-    absl::Status failed(s.code(), absl::StrCat(where, " failed: ", s.message(),
-                                               "; the communicator was aborted"));
+    internal::ResolvedNcclFailure resolved{s, /*publish=*/true};
+    PeerFailureBoard* board = world_->board.get();
+    if (board != nullptr) {
+      std::optional<PeerFailure> first;
+      std::optional<absl::Status> mismatch;
+      if (origin == FailureOrigin::kPeer && timed_out) {
+        PeerFailureBoard::TimeoutDiagnosis d = board->DiagnoseTimeout(
+            group_key_, name_, rank_, size_, internal::NcclCallRecord(what, call_number),
+            world_->peer_failure_wait);
+        first = std::move(d.first);
+        mismatch = std::move(d.mismatch);
+      } else if (origin == FailureOrigin::kPeer) {
+        first = board->First(world_->peer_failure_wait);
+      }
+      resolved = internal::ResolveNcclFailure(s, origin, world_->world_rank, first, mismatch);
+    }
+    absl::Status failed(resolved.status.code(),
+                        absl::StrCat(where, " failed: ", resolved.status.message(),
+                                     "; the communicator was aborted"));
+    // Published before the abort, so a peer that fails because of the abort finds it.
+    if (board != nullptr && resolved.publish) (void)board->Publish(failed);
     if (also_wait_for != nullptr && *also_wait_for != nullptr) {
       ncclCommAbort(*also_wait_for);
       *also_wait_for = nullptr;
@@ -564,6 +680,9 @@ class NcclCommunicator final : public Communicator {
   const absl::Duration timeout_;
   std::shared_ptr<NcclWorld> world_;
   const std::string name_;
+  const std::string group_key_;  // this group's keys on the world's board
+  int64_t calls_ = 0;            // calls made (numbers the call records)
+  int64_t splits_ = 0;           // Split calls made (names the children's group keys)
   int rank_ = 0;
   int size_ = 1;
   void* scratch_ = nullptr;
@@ -593,10 +712,15 @@ absl::StatusOr<int> PickDevice(const NcclOptions& options, int rank) {
   return local % n;
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore& store,
-                                                                     const NcclOptions& options) {
+// `keep`: the store again, to keep for the board (null: the store is only used here).
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNccl(TcpStore& store,
+                                                         std::shared_ptr<TcpStore> keep,
+                                                         const NcclOptions& options) {
+  if (options.peer_failure_wait < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NcclOptions::peer_failure_wait must not be negative, got ",
+        absl::FormatDuration(options.peer_failure_wait)));
+  }
   SM_COLL_ASSIGN_OR_RETURN(const int device, PickDevice(options, store.rank()));
   SM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   // Several communicators may be made through one store: number them per store.
@@ -647,22 +771,55 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore& s
   }
   std::shared_ptr<CUstream_st> stream_owner;
   if (owns_stream) stream_owner.reset(stream, [](cudaStream_t st) { cudaStreamDestroy(st); });
+  auto world = std::make_shared<NcclWorld>();
+  world->world_rank = store.rank();
+  world->peer_failure_wait = options.peer_failure_wait;
+  if (keep != nullptr) {
+    // The unique id's key is unique per world on this store: the board lives beside it.
+    world->board = std::make_shared<PeerFailureBoard>(std::move(keep), absl::StrCat(key, "/board"),
+                                                      options.peer_failure_wait);
+  }
   return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(
-      comm, device, stream, std::move(stream_owner), options.timeout,
-      std::make_shared<NcclWorld>(), name));
+      comm, device, stream, std::move(stream_owner), options.timeout, std::move(world), name,
+      /*group_key=*/"world"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore& store,
+                                                                     const NcclOptions& options) {
+  return CreateNccl(store, nullptr, options);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
+    std::shared_ptr<TcpStore> store, const NcclOptions& options) {
+  if (store == nullptr) return absl::InvalidArgumentError("CreateNcclCommunicator: null store");
+  TcpStore& s = *store;
+  return CreateNccl(s, std::move(store), options);
+}
+
+absl::Status AbortNcclWorld(Communicator& comm, const absl::Status& why) {
+  if (why.ok()) return absl::InvalidArgumentError("AbortNcclWorld: the status is OK");
+  auto* nccl = dynamic_cast<NcclCommunicator*>(&comm);
+  if (nccl == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AbortNcclWorld: ", comm.name(), " is not an NCCL communicator"));
+  }
+  return nccl->AbortWorld(why);
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicatorFromEnv(
     const NcclOptions& options) {
   absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
   if (!env.ok()) return env.status();
-  absl::StatusOr<std::unique_ptr<TcpStore>> store =
+  absl::StatusOr<std::unique_ptr<TcpStore>> made =
       TcpStore::Create(env->store_options(options.timeout));
-  if (!store.ok()) return store.status();
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateNcclCommunicator(**store, options);
+  if (!made.ok()) return made.status();
+  std::shared_ptr<TcpStore> store = *std::move(made);
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateNcclCommunicator(store, options);
   if (!comm.ok()) return comm.status();
-  // Rank 0 serves the store: keep it until every rank has read the id.
-  if (absl::Status s = (*store)->Barrier("nccl/created"); !s.ok()) return s;
+  // Every rank has read the id before any returns (the communicators keep the store from here).
+  if (absl::Status s = store->Barrier("nccl/created"); !s.ok()) return s;
   return comm;
 }
 

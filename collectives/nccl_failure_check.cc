@@ -83,7 +83,7 @@ int Run(const std::string& mode, int fail_rank, absl::Duration timeout) {
   }
   // A rank whose call returned (NCCL does not compare calls: a mismatch may complete with
   // garbage) carries on, as a program would, and gets stuck in its next call instead.
-  if (s.ok() && !failing) s = c.Barrier();
+  if (s.ok()) s = c.Barrier();
   std::printf("nccl_failure_check rank %d of %d: %s\n", c.rank(), c.size(),
               s.ok() ? "OK" : s.ToString().c_str());
   std::fflush(stdout);

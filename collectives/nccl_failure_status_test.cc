@@ -4,8 +4,10 @@
 #include <optional>
 #include <string>
 
+#include "collectives/internal/free_port.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/peer_failure_board.h"
+#include "collectives/self_communicator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -76,6 +78,30 @@ TEST(ResolveNcclFailureTest, ItsOwnEarlierPublicationIsNotRepeated) {
   ResolvedNcclFailure r = ResolveNcclFailure(kTimeout, FailureOrigin::kPeer, 3, self, std::nullopt);
   EXPECT_EQ(r.status, kTimeout);
   EXPECT_FALSE(r.publish);
+}
+
+TEST(AbortNcclWorldTest, RefusesANonNcclCommunicator) {
+  SelfCommunicator self;
+  absl::Status s = AbortNcclWorld(self, absl::InternalError("x"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("not an NCCL communicator"));
+}
+
+TEST(CreateNcclCommunicatorTest, RefusesANegativePeerFailureWaitOrANullStore) {
+  if (!NcclCompiledIn()) GTEST_SKIP() << "built without CUDA: the factory is Unimplemented";
+  absl::StatusOr<int> port = PickFreePort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  TcpStoreOptions o;
+  o.port = *port;
+  absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  NcclOptions options;
+  options.peer_failure_wait = absl::Seconds(-1);
+  auto comm = CreateNcclCommunicator(std::shared_ptr<TcpStore>(*std::move(store)), options);
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument) << comm.status();
+  EXPECT_THAT(std::string(comm.status().message()), HasSubstr("peer_failure_wait"));
+  EXPECT_EQ(CreateNcclCommunicator(std::shared_ptr<TcpStore>(), {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(NcclCallRecordTest, NamesTheCallAndItsNumber) {

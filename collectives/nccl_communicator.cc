@@ -56,6 +56,30 @@ std::string NcclCallRecord(absl::string_view what, int64_t call_number) {
   return absl::StrCat(what, " #", call_number);
 }
 
+absl::Status ReportNcclCallFailure(PeerFailureBoard* board, const NcclCallFailure& call) {
+  ResolvedNcclFailure resolved{call.own, /*publish=*/true};
+  if (board != nullptr) {
+    std::optional<PeerFailure> first;
+    std::optional<absl::Status> mismatch;
+    if (call.origin == FailureOrigin::kPeer && call.timed_out) {
+      PeerFailureBoard::TimeoutDiagnosis d =
+          board->DiagnoseTimeout(call.group_key, call.group_name, call.group_rank,
+                                 call.group_size, call.call_record, call.peer_failure_wait);
+      first = std::move(d.first);
+      mismatch = std::move(d.mismatch);
+    } else if (call.origin == FailureOrigin::kPeer) {
+      first = board->First(call.peer_failure_wait);
+    }
+    resolved = ResolveNcclFailure(call.own, call.origin, call.world_rank, first, mismatch);
+  }
+  absl::Status failed(resolved.status.code(),
+                      absl::StrCat(call.where, " failed: ", resolved.status.message(),
+                                   "; the communicator was aborted"));
+  // Published before the caller aborts, so a peer that fails because of the abort finds it.
+  if (board != nullptr && resolved.publish) (void)board->Publish(failed);
+  return failed;
+}
+
 }  // namespace internal
 
 #if !SHARDMAP_HAS_CUDA
@@ -638,27 +662,11 @@ class NcclCommunicator final : public Communicator {
     }
     if (s.ok() && capture == cudaStreamCaptureStatusNone) s = WaitStream(deadline, &timed_out);
     if (s.ok()) return s;
-    internal::ResolvedNcclFailure resolved{s, /*publish=*/true};
-    PeerFailureBoard* board = world_->board.get();
-    if (board != nullptr) {
-      std::optional<PeerFailure> first;
-      std::optional<absl::Status> mismatch;
-      if (origin == FailureOrigin::kPeer && timed_out) {
-        PeerFailureBoard::TimeoutDiagnosis d = board->DiagnoseTimeout(
-            group_key_, name_, rank_, size_, internal::NcclCallRecord(what, call_number),
-            world_->peer_failure_wait);
-        first = std::move(d.first);
-        mismatch = std::move(d.mismatch);
-      } else if (origin == FailureOrigin::kPeer) {
-        first = board->First(world_->peer_failure_wait);
-      }
-      resolved = internal::ResolveNcclFailure(s, origin, world_->world_rank, first, mismatch);
-    }
-    absl::Status failed(resolved.status.code(),
-                        absl::StrCat(where, " failed: ", resolved.status.message(),
-                                     "; the communicator was aborted"));
-    // Published before the abort, so a peer that fails because of the abort finds it.
-    if (board != nullptr && resolved.publish) (void)board->Publish(failed);
+    const absl::Status failed = internal::ReportNcclCallFailure(
+        world_->board.get(),
+        internal::NcclCallFailure{where, s, origin, timed_out, group_key_, name_, rank_, size_,
+                                  internal::NcclCallRecord(what, call_number),
+                                  world_->world_rank, world_->peer_failure_wait});
     if (also_wait_for != nullptr && *also_wait_for != nullptr) {
       ncclCommAbort(*also_wait_for);
       *also_wait_for = nullptr;

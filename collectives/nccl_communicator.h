@@ -93,6 +93,26 @@ ResolvedNcclFailure ResolveNcclFailure(const absl::Status& own, FailureOrigin or
                                        int world_rank, const std::optional<PeerFailure>& first,
                                        const std::optional<absl::Status>& mismatch);
 
+// The failure path of one NCCL call, without NCCL: what the call was and how it failed.
+struct NcclCallFailure {
+  std::string where;      // "NCCL AllReduce(f32, count=4, sum) on group 'g' (rank 0 of 3)"
+  absl::Status own;       // the call's own error
+  FailureOrigin origin = FailureOrigin::kLocal;
+  bool timed_out = false;  // the wait reached the communicator's timeout
+  std::string group_key;   // the group's keys on the board ("world", "world/s1c0", ...)
+  std::string group_name;  // for messages
+  int group_rank = 0;
+  int group_size = 1;
+  std::string call_record;  // NcclCallRecord of the call
+  int world_rank = 0;
+  absl::Duration peer_failure_wait = absl::Seconds(2);
+};
+// Consults `board` (null: no store kept) as the failure requires (the first published failure
+// after a peer-caused one; the group's pending calls after a timeout), publishes what is this
+// rank's to tell, and returns the call's status: "<where> failed: <reason>; the communicator was
+// aborted". The caller aborts the communicator after it returned (so after the publication).
+absl::Status ReportNcclCallFailure(PeerFailureBoard* board, const NcclCallFailure& call);
+
 // The call a rank records at a timeout (compared across the group): "<what> #<n>", n counting
 // this communicator's calls from 1.
 std::string NcclCallRecord(absl::string_view what, int64_t call_number);

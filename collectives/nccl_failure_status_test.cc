@@ -1,8 +1,14 @@
 // The NCCL backend's failure-to-status mapping (internal::ResolveNcclFailure, NcclCallRecord),
 // host-side: runs with or without CUDA and a GPU. The multi-process behaviour is in
 // nccl_multiprocess_test (needs two GPUs).
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 #include "collectives/internal/free_port.h"
 #include "collectives/nccl_communicator.h"
@@ -102,6 +108,162 @@ TEST(CreateNcclCommunicatorTest, RefusesANegativePeerFailureWaitOrANullStore) {
   EXPECT_THAT(std::string(comm.status().message()), HasSubstr("peer_failure_wait"));
   EXPECT_EQ(CreateNcclCommunicator(std::shared_ptr<TcpStore>(), {}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// One TcpStore client per rank of a world of `n` (rank 0 serves), as the ranks' processes have.
+std::vector<std::shared_ptr<TcpStore>> Stores(int n) {
+  absl::StatusOr<int> port = PickFreePort();
+  EXPECT_TRUE(port.ok()) << port.status();
+  std::vector<std::shared_ptr<TcpStore>> stores(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      TcpStoreOptions o;
+      o.port = *port;
+      o.rank = r;
+      o.world_size = n;
+      o.token = "nccl-failure-status-test-token";
+      o.timeout = absl::Seconds(20);
+      o.shutdown_grace = absl::Milliseconds(200);
+      absl::StatusOr<std::unique_ptr<TcpStore>> s = TcpStore::Create(o);
+      EXPECT_TRUE(s.ok()) << s.status();
+      if (s.ok()) stores[r] = std::move(*s);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return stores;
+}
+
+NcclCallFailure Call(int rank, int n, absl::string_view what, int64_t number, absl::Status own,
+                     FailureOrigin origin, bool timed_out) {
+  NcclCallFailure c;
+  c.where = absl::StrCat("NCCL ", what, " on group 'nccl world(", n, ")' (rank ", rank, " of ", n,
+                         ")");
+  c.own = std::move(own);
+  c.origin = origin;
+  c.timed_out = timed_out;
+  c.group_key = "world";
+  c.group_name = absl::StrCat("nccl world(", n, ")");
+  c.group_rank = rank;
+  c.group_size = n;
+  c.call_record = NcclCallRecord(what, number);
+  c.world_rank = rank;
+  c.peer_failure_wait = absl::Seconds(3);
+  return c;
+}
+
+// The failure paths of whole jobs, one thread per rank with its own store client and board (as
+// the NCCL communicator does, minus NCCL): what every rank reports.
+TEST(ReportNcclCallFailureTest, ABadArgumentOnOneRankReachesEveryPeerWithItsCode) {
+  for (const int n : {2, 3, 5}) {
+    const int bad = n / 2;
+    std::vector<std::shared_ptr<TcpStore>> stores = Stores(n);
+    std::vector<absl::Status> got(n);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < n; ++r) {
+      ranks.emplace_back([&, r] {
+        PeerFailureBoard board(stores[r], "nccl/unique_id/1/board");
+        if (r == bad) {
+          got[r] = ReportNcclCallFailure(
+              &board, Call(r, n, "Broadcast(f32, count=4)", 2,
+                           absl::InvalidArgumentError(absl::StrCat("root ", n, " is not a rank")),
+                           FailureOrigin::kLocal, false));
+        } else {
+          absl::SleepFor(absl::Milliseconds(10 * r));  // their NCCL calls fail at other moments
+          got[r] = ReportNcclCallFailure(
+              &board, Call(r, n, "Broadcast(f32, count=4)", 2,
+                           absl::InternalError("asynchronous NCCL error: remote process exited"),
+                           FailureOrigin::kPeer, false));
+        }
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(got[r].code(), absl::StatusCode::kInvalidArgument) << got[r];
+      EXPECT_THAT(std::string(got[r].message()),
+                  HasSubstr(absl::StrCat("(rank ", bad, " of ", n, ") failed: root ", n,
+                                         " is not a rank")));
+      if (r != bad) {
+        EXPECT_THAT(std::string(got[r].message()),
+                    StartsWith(absl::StrCat("NCCL Broadcast(f32, count=4) on group 'nccl world(",
+                                            n, ")' (rank ", r, " of ", n, ") failed: rank ", bad,
+                                            " failed: ")));
+        EXPECT_THAT(std::string(got[r].message()), HasSubstr("remote process exited"));
+      }
+    }
+  }
+}
+
+TEST(ReportNcclCallFailureTest, MismatchedCallsAtATimeoutAreInvalidArgumentOnEveryRank) {
+  for (const int n : {2, 3, 5}) {
+    std::vector<std::shared_ptr<TcpStore>> stores = Stores(n);
+    std::vector<absl::Status> got(n);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < n; ++r) {
+      ranks.emplace_back([&, r] {
+        PeerFailureBoard board(stores[r], "nccl/unique_id/1/board");
+        absl::SleepFor(absl::Milliseconds(23 * r));  // each rank's timeout ends at its moment
+        const std::string what = r == n - 1 ? "AllReduce(f32, count=5, sum)"
+                                            : "AllReduce(f32, count=4, sum)";
+        got[r] = ReportNcclCallFailure(
+            &board, Call(r, n, what, 2, absl::DeadlineExceededError("timed out after 5s"),
+                         FailureOrigin::kPeer, true));
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(got[r].code(), absl::StatusCode::kInvalidArgument) << "n=" << n << ": " << got[r];
+      EXPECT_THAT(std::string(got[r].message()),
+                  HasSubstr(absl::StrCat("mismatched collectives on group 'nccl world(", n,
+                                         ")'")));
+      EXPECT_THAT(std::string(got[r].message()),
+                  HasSubstr(absl::StrCat("called AllReduce(f32, count=4, sum) #2 but rank ", n - 1,
+                                         " called AllReduce(f32, count=5, sum) #2")));
+    }
+  }
+}
+
+TEST(ReportNcclCallFailureTest, ATimeoutInTheSameCallEverywhereStaysATimeout) {
+  constexpr int kRanks = 3;
+  std::vector<std::shared_ptr<TcpStore>> stores = Stores(kRanks);
+  std::vector<absl::Status> got(kRanks);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.emplace_back([&, r] {
+      PeerFailureBoard board(stores[r], "nccl/unique_id/1/board");
+      got[r] = ReportNcclCallFailure(
+          &board, Call(r, kRanks, "Barrier()", 7, absl::DeadlineExceededError("timed out after 5s"),
+                       FailureOrigin::kPeer, true));
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(got[r].code(), absl::StatusCode::kDeadlineExceeded) << got[r];
+    EXPECT_THAT(std::string(got[r].message()), HasSubstr("timed out after 5s"));
+    EXPECT_THAT(std::string(got[r].message()), ::testing::Not(HasSubstr("mismatched")));
+  }
+}
+
+TEST(ReportNcclCallFailureTest, WithoutABoardOrWithADeadStoreTheOwnErrorComesBackInTime) {
+  const NcclCallFailure call =
+      Call(1, 2, "AllGather(bf16, count=3)", 4, absl::InternalError("NCCL remote error"),
+           FailureOrigin::kPeer, false);
+  absl::Status s = ReportNcclCallFailure(nullptr, call);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(s.message(),
+            "NCCL AllGather(bf16, count=3) on group 'nccl world(2)' (rank 1 of 2) failed: NCCL "
+            "remote error; the communicator was aborted");
+  std::vector<std::shared_ptr<TcpStore>> stores = Stores(2);
+  PeerFailureBoard board(stores[1], "nccl/unique_id/1/board");
+  stores[0].reset();  // the master's process is gone
+  for (const bool timed_out : {false, true}) {
+    NcclCallFailure c = call;
+    c.timed_out = timed_out;
+    const absl::Time start = absl::Now();
+    absl::Status t = ReportNcclCallFailure(&board, c);
+    EXPECT_LT(absl::Now() - start, absl::Seconds(8));
+    EXPECT_EQ(t, s);
+  }
 }
 
 TEST(NcclCallRecordTest, NamesTheCallAndItsNumber) {

@@ -39,16 +39,17 @@ absl::StatusOr<std::string> NextNcclUniqueIdKey(TcpStore& store) {
 ResolvedNcclFailure ResolveNcclFailure(const absl::Status& own, FailureOrigin origin,
                                        int world_rank, const std::optional<PeerFailure>& first,
                                        const std::optional<absl::Status>& mismatch) {
-  if (origin == FailureOrigin::kLocal) return {own, /*publish=*/true};
+  // A peer failed first: its status, also for a call that failed here (a call made after a
+  // peer's failure may fail at once, with whatever NCCL says about the torn-down peer).
   const bool peer_first = first.has_value() && !first->status.ok() && first->rank != world_rank;
-  if (peer_first) return {StatusAfterFailure(own, origin, world_rank, first), false};
+  if (peer_first) return {StatusAfterFailure(own, FailureOrigin::kPeer, world_rank, first), false};
   // This rank found the mismatch: it is its failure to tell, with both calls.
-  if (mismatch.has_value() && !mismatch->ok()) {
+  if (origin == FailureOrigin::kPeer && mismatch.has_value() && !mismatch->ok()) {
     return {absl::Status(mismatch->code(),
                          absl::StrCat(mismatch->message(), " (found at: ", own.message(), ")")),
             /*publish=*/!first.has_value()};
   }
-  // Nothing from a peer: this rank's own error, published unless it published first already.
+  // This rank's own error, published unless it published first already (another group).
   return {own, /*publish=*/!first.has_value()};
 }
 
@@ -69,6 +70,8 @@ absl::Status ReportNcclCallFailure(PeerFailureBoard* board, const NcclCallFailur
       mismatch = std::move(d.mismatch);
     } else if (call.origin == FailureOrigin::kPeer) {
       first = board->First(call.peer_failure_wait);
+    } else {
+      first = board->First(absl::ZeroDuration());  // only what is there already
     }
     resolved = ResolveNcclFailure(call.own, call.origin, call.world_rank, first, mismatch);
   }

@@ -83,8 +83,9 @@ absl::StatusOr<std::string> NextNcclUniqueIdKey(TcpStore& store);
 // call's own error; `origin`: kLocal for this rank's doing (arguments, CUDA, enqueueing), kPeer
 // for a wait that failed (a remote or asynchronous error, an abort, the timeout); `first`: the
 // world's first published failure, if any; `mismatch`: the calls of the group disagreed at a
-// timeout. A mismatch this rank found, or a failure of its own, is published; a peer's published
-// failure is reported with the peer's code and message.
+// timeout. A peer's failure published first is reported with the peer's code and message
+// (whatever the origin: the world failed before this call did); otherwise a mismatch this rank
+// found, or its own error, is reported and published.
 struct ResolvedNcclFailure {
   absl::Status status;
   bool publish = false;

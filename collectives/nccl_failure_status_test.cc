@@ -28,13 +28,25 @@ const absl::Status kRemote = absl::InternalError("asynchronous NCCL error: remot
 
 TEST(ResolveNcclFailureTest, ALocalFailureIsReportedAsIsAndPublished) {
   const absl::Status bad_root = absl::InvalidArgumentError("root 7 is not a rank of this group");
-  const PeerFailure peer{2, absl::UnavailableError("lost")};
-  for (const std::optional<PeerFailure>& first : {std::optional<PeerFailure>(), std::optional(peer)}) {
-    ResolvedNcclFailure r = ResolveNcclFailure(bad_root, FailureOrigin::kLocal, 0, first,
-                                               std::nullopt);
-    EXPECT_EQ(r.status, bad_root);
-    EXPECT_TRUE(r.publish);
-  }
+  ResolvedNcclFailure r = ResolveNcclFailure(bad_root, FailureOrigin::kLocal, 0, std::nullopt,
+                                             std::nullopt);
+  EXPECT_EQ(r.status, bad_root);
+  EXPECT_TRUE(r.publish);
+  // Never a mismatch for a local failure (nothing was waited for).
+  r = ResolveNcclFailure(bad_root, FailureOrigin::kLocal, 0, std::nullopt,
+                         absl::InvalidArgumentError("mismatched"));
+  EXPECT_EQ(r.status, bad_root);
+}
+
+// A call made after a peer's failure may fail at once (NCCL reports the torn-down peer): the
+// world failed first, so the peer's status it is.
+TEST(ResolveNcclFailureTest, ALocalFailureAfterAPeersPublishedOneReportsThePeers) {
+  const PeerFailure peer{2, absl::UnavailableError("lost its GPU")};
+  ResolvedNcclFailure r = ResolveNcclFailure(absl::InternalError("ncclSystemError"),
+                                             FailureOrigin::kLocal, 0, peer, std::nullopt);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(r.status.message()), StartsWith("rank 2 failed: lost its GPU"));
+  EXPECT_FALSE(r.publish);
 }
 
 TEST(ResolveNcclFailureTest, APeersPublishedFailureGivesItsCodeAndMessage) {

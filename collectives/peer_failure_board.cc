@@ -68,11 +68,14 @@ std::optional<PeerFailure> DecodeOrNothing(const absl::StatusOr<std::string>& re
 
 }  // namespace
 
+// Helper threads hand records over as strings and callers decode them: an absl::Status shared
+// between threads is freed by whichever drops it last, through Abseil's reference count, which
+// ThreadSanitizer cannot see into (Debian's Abseil is not instrumented).
 struct PeerFailureBoard::PollState {
   absl::Time started;
   std::mutex mu;
   bool done = false;
-  std::optional<PeerFailure> found;
+  std::optional<std::string> record;  // the first failure's record, once seen
 };
 
 PeerFailureBoard::PeerFailureBoard(std::shared_ptr<TcpStore> store, std::string prefix,
@@ -138,9 +141,12 @@ std::optional<PeerFailure> PeerFailureBoard::Poll() {
     if (poll_ != nullptr) {
       std::lock_guard<std::mutex> pl(poll_->mu);
       if (!poll_->done) return std::nullopt;  // a check is in flight
-      if (poll_->found.has_value()) {
-        seen_ = poll_->found;
-        return seen_;
+      if (poll_->record.has_value()) {
+        std::optional<PeerFailure> f = DecodeOrNothing(*poll_->record);
+        if (f.has_value()) {
+          seen_ = std::move(f);
+          return seen_;
+        }
       }
       if (absl::Now() - poll_->started < kPollInterval) return std::nullopt;
     }
@@ -149,11 +155,14 @@ std::optional<PeerFailure> PeerFailureBoard::Poll() {
     state = poll_;
   }
   std::thread([state, store = store_, key = FailureKey(1)]() {
-    std::optional<PeerFailure> found;
+    std::optional<std::string> record;
     absl::StatusOr<bool> has = store->Check({key});
-    if (has.ok() && *has) found = DecodeOrNothing(store->Get(key));
+    if (has.ok() && *has) {
+      absl::StatusOr<std::string> got = store->Get(key);
+      if (got.ok()) record = *std::move(got);
+    }
     std::lock_guard<std::mutex> l(state->mu);
-    state->found = std::move(found);
+    state->record = std::move(record);
     state->done = true;
   }).detach();
   return std::nullopt;
@@ -169,7 +178,7 @@ PeerFailureBoard::TimeoutDiagnosis PeerFailureBoard::DiagnoseTimeout(
   struct Partial {
     std::mutex mu;
     std::vector<std::optional<std::string>> calls;
-    std::optional<PeerFailure> first;
+    std::optional<std::string> first;  // the first failure's record (see PollState)
   };
   auto partial = std::make_shared<Partial>();
   partial->calls.resize(group_size);
@@ -182,9 +191,10 @@ PeerFailureBoard::TimeoutDiagnosis PeerFailureBoard::DiagnoseTimeout(
       absl::StatusOr<bool> failed = store->Check({failure_key});
       if (!failed.ok()) return false;
       if (*failed) {
-        std::optional<PeerFailure> f = DecodeOrNothing(store->Get(failure_key));
+        absl::StatusOr<std::string> record = store->Get(failure_key);
+        if (!record.ok()) return false;
         std::lock_guard<std::mutex> l(partial->mu);
-        partial->first = std::move(f);
+        partial->first = *std::move(record);
         return true;
       }
       size_t missing = 0;
@@ -210,7 +220,7 @@ PeerFailureBoard::TimeoutDiagnosis PeerFailureBoard::DiagnoseTimeout(
   RunBounded(wait + absl::Milliseconds(100), std::move(work));
   TimeoutDiagnosis d;
   std::lock_guard<std::mutex> l(partial->mu);
-  d.first = partial->first;
+  if (partial->first.has_value()) d.first = DecodeOrNothing(*partial->first);
   if (!d.first.has_value()) d.mismatch = MismatchFromCalls(group_name, partial->calls);
   if (d.first.has_value()) {
     std::lock_guard<std::mutex> sl(mu_);

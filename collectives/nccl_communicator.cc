@@ -62,7 +62,7 @@ absl::Status ReportNcclCallFailure(PeerFailureBoard* board, const NcclCallFailur
   if (board != nullptr) {
     std::optional<PeerFailure> first;
     std::optional<absl::Status> mismatch;
-    if (call.origin == FailureOrigin::kPeer && call.timed_out) {
+    if (call.origin == FailureOrigin::kPeer && call.timed_out && !call.call_record.empty()) {
       PeerFailureBoard::TimeoutDiagnosis d =
           board->DiagnoseTimeout(call.group_key, call.group_name, call.group_rank,
                                  call.group_size, call.call_record, call.peer_failure_wait);
@@ -159,6 +159,12 @@ struct NcclWorld {
 // A wait looks at the world's failures (its other groups in this process, the board for other
 // processes) once it has lasted this long, so that calls that finish quickly never do.
 constexpr absl::Duration kWatchAfter = absl::Milliseconds(100);
+
+// What a call records for the mismatch check at a timeout. Only calls that every rank of the
+// group makes are numbered and compared: a Split's color and key differ across ranks by design
+// (it records "Split()"), and point-to-point calls are made by some ranks only (not recorded, so
+// they do not shift the numbers of the collectives either).
+enum class CallRecord { kAsDescribed, kSplit, kPointToPoint };
 
 ncclConfig_t NonBlockingConfig() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -391,7 +397,7 @@ class NcclCommunicator final : public Communicator {
                  SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
                  SM_NCCL_RETURN_IF_ERROR(ncclSend(buffer, count, t, peer, comm_, stream_), comm_);
                  return absl::OkStatus();
-               });
+               }, nullptr, CallRecord::kPointToPoint);
   }
 
   absl::Status Recv(void* buffer, size_t count, DataType dtype, int peer) override {
@@ -401,7 +407,7 @@ class NcclCommunicator final : public Communicator {
                  SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
                  SM_NCCL_RETURN_IF_ERROR(ncclRecv(buffer, count, t, peer, comm_, stream_), comm_);
                  return absl::OkStatus();
-               });
+               }, nullptr, CallRecord::kPointToPoint);
   }
 
   absl::Status Ppermute(const void* send, void* recv, size_t count, DataType dtype,
@@ -472,7 +478,7 @@ class NcclCommunicator final : public Communicator {
           ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config),
           comm_);
       return absl::OkStatus();
-    }, /*also_wait_for=*/&child);
+    }, /*also_wait_for=*/&child, CallRecord::kSplit);
     if (!s.ok()) return s;
     if (child == nullptr) return std::unique_ptr<Communicator>();
     return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(
@@ -634,7 +640,8 @@ class NcclCommunicator final : public Communicator {
   // (when it is this rank's to tell), aborts the communicator, poisons the world and returns a
   // Status naming the op, group and reason: a peer's published failure with the peer's code.
   template <typename Enqueue>
-  absl::Status Run(const std::string& what, Enqueue enqueue, ncclComm_t* also_wait_for = nullptr) {
+  absl::Status Run(const std::string& what, Enqueue enqueue, ncclComm_t* also_wait_for = nullptr,
+                   CallRecord record = CallRecord::kAsDescribed) {
     const std::string where = absl::StrCat("NCCL ", what, " on group '", name_, "' (rank ",
                                            rank_, " of ", size_, ")");
     {
@@ -645,7 +652,11 @@ class NcclCommunicator final : public Communicator {
                                                world_->why.message()));
       }
     }
-    const int64_t call_number = ++calls_;
+    std::string call_record;  // empty: not compared
+    if (record != CallRecord::kPointToPoint) {
+      call_record = internal::NcclCallRecord(record == CallRecord::kSplit ? "Split()" : what,
+                                             ++calls_);
+    }
     const absl::Time deadline = absl::Now() + timeout_;
     FailureOrigin origin = FailureOrigin::kLocal;
     bool timed_out = false;
@@ -668,8 +679,7 @@ class NcclCommunicator final : public Communicator {
     const absl::Status failed = internal::ReportNcclCallFailure(
         world_->board.get(),
         internal::NcclCallFailure{where, s, origin, timed_out, group_key_, name_, rank_, size_,
-                                  internal::NcclCallRecord(what, call_number),
-                                  world_->world_rank, world_->peer_failure_wait});
+                                  call_record, world_->world_rank, world_->peer_failure_wait});
     if (also_wait_for != nullptr && *also_wait_for != nullptr) {
       ncclCommAbort(*also_wait_for);
       *also_wait_for = nullptr;
@@ -692,7 +702,7 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<NcclWorld> world_;
   const std::string name_;
   const std::string group_key_;  // this group's keys on the world's board
-  int64_t calls_ = 0;            // calls made (numbers the call records)
+  int64_t calls_ = 0;            // collective calls made (numbers the call records)
   int64_t splits_ = 0;           // Split calls made (names the children's group keys)
   int rank_ = 0;
   int size_ = 1;

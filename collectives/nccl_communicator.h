@@ -9,10 +9,12 @@
 // call fails first publishes its status there before it aborts; its peers, whose NCCL calls
 // then fail or stay stuck, see the publication (their waits look at the board every 100 ms) and
 // return that rank's own code and message ("rank 2 failed: root 7 is not a rank ..."). At a
-// timeout the ranks of the group publish the call they are stuck in, so calls that differ fail
-// on every rank with InvalidArgument naming both ("rank 0 called AllReduce(f32, count=4, sum) #2
-// but rank 2 called AllReduce(f32, count=5, sum) #2"). NCCL itself does not compare calls, so a
-// mismatch that NCCL happens to complete is not caught. Every store access is bounded.
+// timeout the ranks of the group publish the collective they are stuck in (numbered per
+// communicator; Send/Recv are not compared, Split is compared without its color and key), so
+// collectives that differ fail on every rank with InvalidArgument naming both ("rank 0 called
+// AllReduce(f32, count=4, sum) #2 but rank 2 called AllReduce(f32, count=5, sum) #2"). NCCL
+// itself does not compare calls, so a mismatch that NCCL happens to complete is caught only when
+// a later call gets stuck. Every store access is bounded (NcclOptions::peer_failure_wait).
 //
 //   // Started by `collectives/launch --nproc_per_node=8 -- prog` or torchrun / srun:
 //   absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateNcclCommunicatorFromEnv({});
@@ -65,7 +67,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore& s
 // Fails this rank's NCCL world on purpose, for a program that failed outside a collective (a
 // step threw, a check failed) and cannot carry on: publishes `why` (not OK) for the peers,
 // whose pending and later calls then fail with this rank's code and message, and aborts every
-// communicator of the world in this process (later calls are refused with Aborted).
+// communicator of the world in this process (later calls are refused with Aborted). Call it from
+// the thread that makes `comm`'s calls (not during one); `comm` may be the world or a split.
 // InvalidArgument when `comm` is not an NCCL communicator or `why` is OK.
 absl::Status AbortNcclWorld(Communicator& comm, const absl::Status& why);
 
@@ -104,7 +107,9 @@ struct NcclCallFailure {
   std::string group_name;  // for messages
   int group_rank = 0;
   int group_size = 1;
-  std::string call_record;  // NcclCallRecord of the call
+  // NcclCallRecord of the call, compared across the group at a timeout; empty for calls that
+  // not every rank of the group makes (point-to-point), which are not compared.
+  std::string call_record;
   int world_rank = 0;
   absl::Duration peer_failure_wait = absl::Seconds(2);
 };

@@ -256,6 +256,31 @@ TEST(ReportNcclCallFailureTest, ATimeoutInTheSameCallEverywhereStaysATimeout) {
   }
 }
 
+// A Send on one rank and the matching Recv on its peer are not a mismatch: point-to-point calls
+// carry no record and are never compared.
+TEST(ReportNcclCallFailureTest, PointToPointTimeoutsAreNeverAMismatch) {
+  std::vector<std::shared_ptr<TcpStore>> stores = Stores(2);
+  std::vector<absl::Status> got(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      PeerFailureBoard board(stores[r], "nccl/unique_id/1/board");
+      NcclCallFailure c = Call(r, 2, r == 0 ? "Send(f32, count=4) to rank 1"
+                                            : "Recv(f32, count=4) from rank 0",
+                               1, absl::DeadlineExceededError("timed out after 5s"),
+                               FailureOrigin::kPeer, true);
+      c.call_record.clear();
+      c.peer_failure_wait = absl::Milliseconds(300);
+      got[r] = ReportNcclCallFailure(&board, c);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(got[r].code(), absl::StatusCode::kDeadlineExceeded) << got[r];
+    EXPECT_THAT(std::string(got[r].message()), ::testing::Not(HasSubstr("mismatched")));
+  }
+}
+
 TEST(ReportNcclCallFailureTest, WithoutABoardOrWithADeadStoreTheOwnErrorComesBackInTime) {
   const NcclCallFailure call =
       Call(1, 2, "AllGather(bf16, count=3)", 4, absl::InternalError("NCCL remote error"),

@@ -62,13 +62,15 @@ absl::Status ReportNcclCallFailure(PeerFailureBoard* board, const NcclCallFailur
   if (board != nullptr) {
     std::optional<PeerFailure> first;
     std::optional<absl::Status> mismatch;
-    if (call.origin == FailureOrigin::kPeer && call.timed_out && !call.call_record.empty()) {
-      PeerFailureBoard::TimeoutDiagnosis d =
-          board->DiagnoseTimeout(call.group_key, call.group_name, call.group_rank,
+    if (call.origin == FailureOrigin::kPeer && !call.call_record.empty()) {
+      // Whether NCCL failed or the wait timed out, different calls are the likely cause when no
+      // rank published a failure of its own: compare the group's pending calls.
+      PeerFailureBoard::StuckCallDiagnosis d =
+          board->DiagnoseStuckCall(call.group_key, call.group_name, call.group_rank,
                                  call.group_size, call.call_record, call.peer_failure_wait);
       first = std::move(d.first);
       mismatch = std::move(d.mismatch);
-    } else if (call.origin == FailureOrigin::kPeer) {
+    } else if (call.origin == FailureOrigin::kPeer) {  // point-to-point: nothing to compare
       first = board->First(call.peer_failure_wait);
     } else {
       first = board->First(absl::ZeroDuration());  // only what is there already
@@ -566,7 +568,7 @@ class NcclCommunicator final : public Communicator {
 
   // Polls the communicator (and `other`, e.g. a communicator being created) until it is no
   // longer in progress; fails on an asynchronous error or at the deadline.
-  absl::Status WaitComm(absl::Time deadline, ncclComm_t other, bool* timed_out) {
+  absl::Status WaitComm(absl::Time deadline, ncclComm_t other) {
     const absl::Time started = absl::Now();
     for (ncclComm_t c : {comm_, other}) {
       if (c == nullptr) continue;
@@ -578,7 +580,6 @@ class NcclCommunicator final : public Communicator {
           return internal::NcclStatus(st, c, "asynchronous NCCL error", __FILE__, __LINE__);
         }
         if (absl::Now() >= deadline) {
-          *timed_out = true;
           return absl::DeadlineExceededError(absl::StrCat(
               "timed out after ", absl::FormatDuration(timeout_),
               " waiting for NCCL (a peer may have failed or not issued the same call)"));
@@ -611,7 +612,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   // Waits for the stream to finish the enqueued work, watching for NCCL errors meanwhile.
-  absl::Status WaitStream(absl::Time deadline, bool* timed_out) {
+  absl::Status WaitStream(absl::Time deadline) {
     const absl::Time started = absl::Now();
     while (true) {
       const cudaError_t e = cudaStreamQuery(stream_);
@@ -625,7 +626,6 @@ class NcclCommunicator final : public Communicator {
         return internal::NcclStatus(st, comm_, "asynchronous NCCL error", __FILE__, __LINE__);
       }
       if (absl::Now() >= deadline) {
-        *timed_out = true;
         return absl::DeadlineExceededError(absl::StrCat(
             "timed out after ", absl::FormatDuration(timeout_),
             " waiting for the collective to finish (a peer may have failed, left, or issued a "
@@ -659,13 +659,12 @@ class NcclCommunicator final : public Communicator {
     }
     const absl::Time deadline = absl::Now() + timeout_;
     FailureOrigin origin = FailureOrigin::kLocal;
-    bool timed_out = false;
     absl::Status s = internal::CudaStatus(cudaSetDevice(device_), "cudaSetDevice", __FILE__,
                                           __LINE__);
     if (s.ok()) s = enqueue();
     if (s.ok()) {
       origin = FailureOrigin::kPeer;  // from here on a failure is a wait's
-      s = WaitComm(deadline, also_wait_for ? *also_wait_for : nullptr, &timed_out);
+      s = WaitComm(deadline, also_wait_for ? *also_wait_for : nullptr);
     }
     // A stream being captured into a CUDA graph only records the collective: nothing to wait
     // for now (and querying it would invalidate the capture).
@@ -674,11 +673,11 @@ class NcclCommunicator final : public Communicator {
       cudaGetLastError();
       capture = cudaStreamCaptureStatusNone;
     }
-    if (s.ok() && capture == cudaStreamCaptureStatusNone) s = WaitStream(deadline, &timed_out);
+    if (s.ok() && capture == cudaStreamCaptureStatusNone) s = WaitStream(deadline);
     if (s.ok()) return s;
     const absl::Status failed = internal::ReportNcclCallFailure(
         world_->board.get(),
-        internal::NcclCallFailure{where, s, origin, timed_out, group_key_, name_, rank_, size_,
+        internal::NcclCallFailure{where, s, origin, group_key_, name_, rank_, size_,
                                   call_record, world_->world_rank, world_->peer_failure_wait});
     if (also_wait_for != nullptr && *also_wait_for != nullptr) {
       ncclCommAbort(*also_wait_for);

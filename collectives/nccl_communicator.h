@@ -8,8 +8,9 @@
 // FromEnv) keeps it, with a PeerFailureBoard per world (peer_failure_board.h). The rank whose
 // call fails first publishes its status there before it aborts; its peers, whose NCCL calls
 // then fail or stay stuck, see the publication (their waits look at the board every 100 ms) and
-// return that rank's own code and message ("rank 2 failed: root 7 is not a rank ..."). At a
-// timeout the ranks of the group publish the collective they are stuck in (numbered per
+// return that rank's own code and message ("rank 2 failed: root 7 is not a rank ..."). When no
+// rank published (a timeout, an NCCL error), the ranks of the group publish the collective they
+// are stuck in (numbered per
 // communicator; Send/Recv are not compared, Split is compared without its color and key), so
 // collectives that differ fail on every rank with InvalidArgument naming both ("rank 0 called
 // AllReduce(f32, count=4, sum) #2 but rank 2 called AllReduce(f32, count=5, sum) #2"). NCCL
@@ -85,8 +86,8 @@ absl::StatusOr<std::string> NextNcclUniqueIdKey(TcpStore& store);
 // What a failed NCCL call reports, and whether this rank publishes it for its peers. `own`: the
 // call's own error; `origin`: kLocal for this rank's doing (arguments, CUDA, enqueueing), kPeer
 // for a wait that failed (a remote or asynchronous error, an abort, the timeout); `first`: the
-// world's first published failure, if any; `mismatch`: the calls of the group disagreed at a
-// timeout. A peer's failure published first is reported with the peer's code and message
+// world's first published failure, if any; `mismatch`: the calls of the group disagreed after
+// the wait failed. A peer's failure published first is reported with the peer's code and message
 // (whatever the origin: the world failed before this call did); otherwise a mismatch this rank
 // found, or its own error, is reported and published.
 struct ResolvedNcclFailure {
@@ -102,7 +103,6 @@ struct NcclCallFailure {
   std::string where;      // "NCCL AllReduce(f32, count=4, sum) on group 'g' (rank 0 of 3)"
   absl::Status own;       // the call's own error
   FailureOrigin origin = FailureOrigin::kLocal;
-  bool timed_out = false;  // the wait reached the communicator's timeout
   std::string group_key;   // the group's keys on the board ("world", "world/s1c0", ...)
   std::string group_name;  // for messages
   int group_rank = 0;
@@ -113,10 +113,11 @@ struct NcclCallFailure {
   int world_rank = 0;
   absl::Duration peer_failure_wait = absl::Seconds(2);
 };
-// Consults `board` (null: no store kept) as the failure requires (the first published failure
-// after a peer-caused one; the group's pending calls after a timeout), publishes what is this
-// rank's to tell, and returns the call's status: "<where> failed: <reason>; the communicator was
-// aborted". The caller aborts the communicator after it returned (so after the publication).
+// Consults `board` (null: no store kept) as the failure requires (after a failed wait: the
+// first published failure, or else the group's pending calls; after a local failure: a failure
+// published already), publishes what is this rank's to tell, and returns the call's status:
+// "<where> failed: <reason>; the communicator was aborted". The caller aborts the communicator
+// after it returned (so after the publication).
 absl::Status ReportNcclCallFailure(PeerFailureBoard* board, const NcclCallFailure& call);
 
 // The call a rank records at a timeout (compared across the group): "<what> #<n>", n counting

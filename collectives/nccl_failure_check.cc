@@ -40,15 +40,15 @@ int Run(const std::string& mode, int fail_rank, absl::Duration timeout) {
 #else
   NcclOptions options;
   options.timeout = timeout;
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateNcclCommunicatorFromEnv(options);
+  absl::StatusOr<std::unique_ptr<Communicator> > comm = CreateNcclCommunicatorFromEnv(options);
   if (!comm.ok()) {
     std::fprintf(stderr, "nccl_failure_check: %s\n", comm.status().ToString().c_str());
     return 1;
   }
   Communicator& c = **comm;
   if (fail_rank < 0 || fail_rank >= c.size()) {
-    std::fprintf(stderr, "nccl_failure_check: --fail_rank=%d outside the world of %d\n",
-                 fail_rank, c.size());
+    std::fprintf(stderr, "nccl_failure_check: --fail_rank=%d outside the world of %d\n", fail_rank,
+                 c.size());
     return 2;
   }
   float* d = nullptr;
@@ -116,6 +116,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nccl_failure_check: --timeout_s=%g: must be in (0, 3600]\n", timeout_s);
     return 2;
   }
-  return shardmap::collectives::Run(mode, absl::GetFlag(FLAGS_fail_rank),
-                                    absl::Seconds(timeout_s));
+  return shardmap::collectives::Run(mode, absl::GetFlag(FLAGS_fail_rank), absl::Seconds(timeout_s));
 }

@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-
 #include "collectives/internal/free_port.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/peer_failure_board.h"
@@ -28,8 +27,8 @@ const absl::Status kRemote = absl::InternalError("asynchronous NCCL error: remot
 
 TEST(ResolveNcclFailureTest, ALocalFailureIsReportedAsIsAndPublished) {
   const absl::Status bad_root = absl::InvalidArgumentError("root 7 is not a rank of this group");
-  ResolvedNcclFailure r = ResolveNcclFailure(bad_root, FailureOrigin::kLocal, 0, std::nullopt,
-                                             std::nullopt);
+  ResolvedNcclFailure r =
+      ResolveNcclFailure(bad_root, FailureOrigin::kLocal, 0, std::nullopt, std::nullopt);
   EXPECT_EQ(r.status, bad_root);
   EXPECT_TRUE(r.publish);
   // Never a mismatch for a local failure (nothing was waited for).
@@ -147,13 +146,12 @@ std::vector<std::shared_ptr<TcpStore>> Stores(int n) {
 }
 
 NcclCallFailure Call(int rank, int n, absl::string_view what, int64_t number, absl::Status own,
-                     FailureOrigin origin, bool timed_out) {
+                     FailureOrigin origin) {
   NcclCallFailure c;
-  c.where = absl::StrCat("NCCL ", what, " on group 'nccl world(", n, ")' (rank ", rank, " of ", n,
-                         ")");
+  c.where =
+      absl::StrCat("NCCL ", what, " on group 'nccl world(", n, ")' (rank ", rank, " of ", n, ")");
   c.own = std::move(own);
   c.origin = origin;
-  c.timed_out = timed_out;
   c.group_key = "world";
   c.group_name = absl::StrCat("nccl world(", n, ")");
   c.group_rank = rank;
@@ -179,13 +177,13 @@ TEST(ReportNcclCallFailureTest, ABadArgumentOnOneRankReachesEveryPeerWithItsCode
           got[r] = ReportNcclCallFailure(
               &board, Call(r, n, "Broadcast(f32, count=4)", 2,
                            absl::InvalidArgumentError(absl::StrCat("root ", n, " is not a rank")),
-                           FailureOrigin::kLocal, false));
+                           FailureOrigin::kLocal));
         } else {
           absl::SleepFor(absl::Milliseconds(10 * r));  // their NCCL calls fail at other moments
           got[r] = ReportNcclCallFailure(
               &board, Call(r, n, "Broadcast(f32, count=4)", 2,
                            absl::InternalError("asynchronous NCCL error: remote process exited"),
-                           FailureOrigin::kPeer, false));
+                           FailureOrigin::kPeer));
         }
       });
     }
@@ -197,8 +195,8 @@ TEST(ReportNcclCallFailureTest, ABadArgumentOnOneRankReachesEveryPeerWithItsCode
                                          " is not a rank")));
       if (r != bad) {
         EXPECT_THAT(std::string(got[r].message()),
-                    StartsWith(absl::StrCat("NCCL Broadcast(f32, count=4) on group 'nccl world(",
-                                            n, ")' (rank ", r, " of ", n, ") failed: rank ", bad,
+                    StartsWith(absl::StrCat("NCCL Broadcast(f32, count=4) on group 'nccl world(", n,
+                                            ")' (rank ", r, " of ", n, ") failed: rank ", bad,
                                             " failed: ")));
         EXPECT_THAT(std::string(got[r].message()), HasSubstr("remote process exited"));
       }
@@ -215,19 +213,18 @@ TEST(ReportNcclCallFailureTest, MismatchedCallsAtATimeoutAreInvalidArgumentOnEve
       ranks.emplace_back([&, r] {
         PeerFailureBoard board(stores[r], "nccl/unique_id/1/board");
         absl::SleepFor(absl::Milliseconds(23 * r));  // each rank's timeout ends at its moment
-        const std::string what = r == n - 1 ? "AllReduce(f32, count=5, sum)"
-                                            : "AllReduce(f32, count=4, sum)";
+        const std::string what =
+            r == n - 1 ? "AllReduce(f32, count=5, sum)" : "AllReduce(f32, count=4, sum)";
         got[r] = ReportNcclCallFailure(
             &board, Call(r, n, what, 2, absl::DeadlineExceededError("timed out after 5s"),
-                         FailureOrigin::kPeer, true));
+                         FailureOrigin::kPeer));
       });
     }
     for (std::thread& t : ranks) t.join();
     for (int r = 0; r < n; ++r) {
       EXPECT_EQ(got[r].code(), absl::StatusCode::kInvalidArgument) << "n=" << n << ": " << got[r];
       EXPECT_THAT(std::string(got[r].message()),
-                  HasSubstr(absl::StrCat("mismatched collectives on group 'nccl world(", n,
-                                         ")'")));
+                  HasSubstr(absl::StrCat("mismatched collectives on group 'nccl world(", n, ")'")));
       EXPECT_THAT(std::string(got[r].message()),
                   HasSubstr(absl::StrCat("called AllReduce(f32, count=4, sum) #2 but rank ", n - 1,
                                          " called AllReduce(f32, count=5, sum) #2")));
@@ -245,7 +242,7 @@ TEST(ReportNcclCallFailureTest, ATimeoutInTheSameCallEverywhereStaysATimeout) {
       PeerFailureBoard board(stores[r], "nccl/unique_id/1/board");
       got[r] = ReportNcclCallFailure(
           &board, Call(r, kRanks, "Barrier()", 7, absl::DeadlineExceededError("timed out after 5s"),
-                       FailureOrigin::kPeer, true));
+                       FailureOrigin::kPeer));
     });
   }
   for (std::thread& t : ranks) t.join();
@@ -265,10 +262,9 @@ TEST(ReportNcclCallFailureTest, PointToPointTimeoutsAreNeverAMismatch) {
   for (int r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
       PeerFailureBoard board(stores[r], "nccl/unique_id/1/board");
-      NcclCallFailure c = Call(r, 2, r == 0 ? "Send(f32, count=4) to rank 1"
-                                            : "Recv(f32, count=4) from rank 0",
-                               1, absl::DeadlineExceededError("timed out after 5s"),
-                               FailureOrigin::kPeer, true);
+      NcclCallFailure c =
+          Call(r, 2, r == 0 ? "Send(f32, count=4) to rank 1" : "Recv(f32, count=4) from rank 0", 1,
+               absl::DeadlineExceededError("timed out after 5s"), FailureOrigin::kPeer);
       c.call_record.clear();
       c.peer_failure_wait = absl::Milliseconds(300);
       got[r] = ReportNcclCallFailure(&board, c);
@@ -282,9 +278,8 @@ TEST(ReportNcclCallFailureTest, PointToPointTimeoutsAreNeverAMismatch) {
 }
 
 TEST(ReportNcclCallFailureTest, WithoutABoardOrWithADeadStoreTheOwnErrorComesBackInTime) {
-  const NcclCallFailure call =
-      Call(1, 2, "AllGather(bf16, count=3)", 4, absl::InternalError("NCCL remote error"),
-           FailureOrigin::kPeer, false);
+  const NcclCallFailure call = Call(1, 2, "AllGather(bf16, count=3)", 4,
+                                    absl::InternalError("NCCL remote error"), FailureOrigin::kPeer);
   absl::Status s = ReportNcclCallFailure(nullptr, call);
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
   EXPECT_EQ(s.message(),
@@ -292,10 +287,10 @@ TEST(ReportNcclCallFailureTest, WithoutABoardOrWithADeadStoreTheOwnErrorComesBac
             "remote error; the communicator was aborted");
   std::vector<std::shared_ptr<TcpStore>> stores = Stores(2);
   PeerFailureBoard board(stores[1], "nccl/unique_id/1/board");
-  stores[0].reset();  // the master's process is gone
-  for (const bool timed_out : {false, true}) {
+  stores[0].reset();                           // the master's process is gone
+  for (const bool compared : {false, true}) {  // point-to-point, collective
     NcclCallFailure c = call;
-    c.timed_out = timed_out;
+    if (!compared) c.call_record.clear();
     const absl::Time start = absl::Now();
     absl::Status t = ReportNcclCallFailure(&board, c);
     EXPECT_LT(absl::Now() - start, absl::Seconds(8));

@@ -103,9 +103,9 @@ absl::Status PeerFailureBoard::Publish(const absl::Status& why) {
   };
   std::optional<absl::Status> s = RunBounded(op_limit_, std::move(work));
   if (!s.has_value()) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "publishing this rank's failure: the store did not answer within ",
-        absl::FormatDuration(op_limit_)));
+    return absl::DeadlineExceededError(
+        absl::StrCat("publishing this rank's failure: the store did not answer within ",
+                     absl::FormatDuration(op_limit_)));
   }
   return *s;
 }
@@ -117,7 +117,7 @@ std::optional<PeerFailure> PeerFailureBoard::First(absl::Duration wait) {
   }
   const absl::Time deadline = absl::Now() + wait;
   std::function<absl::StatusOr<std::string>()> work = [store = store_, key = FailureKey(1),
-                                                        deadline]() {
+                                                       deadline]() {
     return GetWhenSet(*store, key, deadline);
   };
   // A little past the deadline: a reply already on its way is still taken.
@@ -168,7 +168,7 @@ std::optional<PeerFailure> PeerFailureBoard::Poll() {
   return std::nullopt;
 }
 
-PeerFailureBoard::TimeoutDiagnosis PeerFailureBoard::DiagnoseTimeout(
+PeerFailureBoard::StuckCallDiagnosis PeerFailureBoard::DiagnoseStuckCall(
     absl::string_view group_key, absl::string_view group_name, int group_rank, int group_size,
     absl::string_view call, absl::Duration wait) {
   const absl::Time deadline = absl::Now() + wait;
@@ -218,7 +218,7 @@ PeerFailureBoard::TimeoutDiagnosis PeerFailureBoard::DiagnoseTimeout(
     }
   };
   RunBounded(wait + absl::Milliseconds(100), std::move(work));
-  TimeoutDiagnosis d;
+  StuckCallDiagnosis d;
   std::lock_guard<std::mutex> l(partial->mu);
   if (partial->first.has_value()) d.first = DecodeOrNothing(*partial->first);
   if (!d.first.has_value()) d.mismatch = MismatchFromCalls(group_name, partial->calls);
@@ -240,19 +240,37 @@ absl::Status StatusAfterFailure(const absl::Status& own, FailureOrigin origin, i
                                    " (here: ", own.message(), ")"));
 }
 
+namespace {
+
+// The call's place in its group's sequence: what follows the last '#' ("" when none).
+absl::string_view CallNumber(absl::string_view call) {
+  const size_t hash = call.rfind('#');
+  return hash == absl::string_view::npos ? absl::string_view() : call.substr(hash + 1);
+}
+
+}  // namespace
+
 std::optional<absl::Status> MismatchFromCalls(absl::string_view group,
                                               absl::Span<const std::optional<std::string>> calls) {
-  int a = -1;
-  for (int r = 0; r < static_cast<int>(calls.size()); ++r) {
-    if (!calls[r].has_value()) continue;
-    if (a < 0) {
-      a = r;
-    } else if (*calls[r] != *calls[a]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("mismatched collectives on group '", group, "': rank ", a, " called ",
-                       *calls[a], " but rank ", r, " called ", *calls[r],
-                       " (every rank of a group must issue the same collectives in the same "
-                       "order)"));
+  auto mismatch = [&](int a, int b) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mismatched collectives on group '", group, "': rank ", a, " called ",
+                     *calls[a], " but rank ", b, " called ", *calls[b],
+                     " (every rank of a group must issue the same collectives in the same "
+                     "order)"));
+  };
+  const int n = static_cast<int>(calls.size());
+  bool all = true;
+  for (int r = 0; r < n; ++r) all = all && calls[r].has_value();
+  for (int a = 0; a < n; ++a) {
+    if (!calls[a].has_value()) continue;
+    for (int b = a + 1; b < n; ++b) {
+      if (!calls[b].has_value() || *calls[a] == *calls[b]) continue;
+      // Different calls at the same place of the sequence: a mismatch. At different places only
+      // when every rank is stuck: with a rank missing, one may simply have got further (its part
+      // of a broadcast was done) while the others wait for the missing rank.
+      const absl::string_view na = CallNumber(*calls[a]);
+      if (all || (!na.empty() && na == CallNumber(*calls[b]))) return mismatch(a, b);
     }
   }
   return std::nullopt;
@@ -265,8 +283,8 @@ std::string EncodePeerFailure(int rank, const absl::Status& status) {
 
 absl::StatusOr<PeerFailure> DecodePeerFailure(absl::string_view record) {
   auto malformed = [&](absl::string_view why) {
-    return absl::DataLossError(absl::StrCat("malformed peer failure record (", why, "): '",
-                                            record.substr(0, 64), "'"));
+    return absl::DataLossError(
+        absl::StrCat("malformed peer failure record (", why, "): '", record.substr(0, 64), "'"));
   };
   const size_t nl = record.find('\n');
   if (nl == absl::string_view::npos) return malformed("no header line");

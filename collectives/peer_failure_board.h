@@ -2,8 +2,8 @@
 // the job's TcpStore. A rank whose call fails publishes its own status (code and message) before
 // it tears its transport down; a peer whose call then fails because of it (a remote error, an
 // abort, a timeout) reads the first failure of the world and reports that rank's code and message
-// instead of a transport error. Calls still pending at a timeout are published too, so the ranks
-// of a group can tell a mismatch (different calls) from a lost peer.
+// instead of a transport error. Calls whose wait failed with nothing published are published
+// too, so the ranks of a group can tell a mismatch (different calls) from a lost peer.
 //
 //   PeerFailureBoard board(store, "nccl/unique_id/1/board");       // one per world, every rank
 //   board.Publish(absl::InvalidArgumentError("root 7 is not a rank of this group of 4"));
@@ -48,7 +48,7 @@ enum class FailureOrigin { kLocal, kPeer };
 
 class PeerFailureBoard {
  public:
-  // `op_limit` bounds Publish and the publication in DiagnoseTimeout (reads take their own wait).
+  // `op_limit` bounds Publish and the publication in DiagnoseStuckCall (reads take their own wait).
   PeerFailureBoard(std::shared_ptr<TcpStore> store, std::string prefix,
                    absl::Duration op_limit = absl::Seconds(2));
 
@@ -69,18 +69,19 @@ class PeerFailureBoard {
   // loops that poll.
   std::optional<PeerFailure> Poll();
 
-  // After a call of group `group_key` timed out here (group rank `group_rank` of `group_size`):
-  // publishes the call this rank is stuck in (e.g. "AllReduce(f32, count=4, sum) #2"), then waits
-  // at most `wait` until a failure of the world is published, or the group's published calls
-  // disagree (a mismatch, named by MismatchFromCalls), or every rank of the group published the
-  // same call (then both stay empty: the ranks agree and wait for something else).
-  struct TimeoutDiagnosis {
+  // After the wait of a call of group `group_key` failed here (a timeout, a transport error;
+  // group rank `group_rank` of `group_size`): publishes the call this rank is stuck in (e.g.
+  // "AllReduce(f32, count=4, sum) #2"), then waits at most `wait` until a failure of the world is
+  // published, or the group's published calls disagree (a mismatch, named by MismatchFromCalls),
+  // or every rank of the group published the same call (then both stay empty: the ranks agree
+  // and wait for something else).
+  struct StuckCallDiagnosis {
     std::optional<PeerFailure> first;
     std::optional<absl::Status> mismatch;
   };
-  TimeoutDiagnosis DiagnoseTimeout(absl::string_view group_key, absl::string_view group_name,
-                                   int group_rank, int group_size, absl::string_view call,
-                                   absl::Duration wait);
+  StuckCallDiagnosis DiagnoseStuckCall(absl::string_view group_key, absl::string_view group_name,
+                                       int group_rank, int group_size, absl::string_view call,
+                                       absl::Duration wait);
 
  private:
   struct PollState;
@@ -92,8 +93,8 @@ class PeerFailureBoard {
   const std::string prefix_;
   const absl::Duration op_limit_;
   std::mutex mu_;
-  std::shared_ptr<PollState> poll_;    // the check in flight or finished; guarded by mu_
-  std::optional<PeerFailure> seen_;    // the first failure once seen; guarded by mu_
+  std::shared_ptr<PollState> poll_;  // the check in flight or finished; guarded by mu_
+  std::optional<PeerFailure> seen_;  // the first failure once seen; guarded by mu_
 };
 
 // What a rank whose call failed with `own` returns, given the first failure published in its
@@ -104,10 +105,12 @@ class PeerFailureBoard {
 absl::Status StatusAfterFailure(const absl::Status& own, FailureOrigin origin, int own_rank,
                                 const std::optional<PeerFailure>& first);
 
-// The calls of a group's ranks at a timeout (index = group rank; nullopt: not published). When two
-// published calls differ, InvalidArgument naming both, the same text on every rank that saw the
-// same records: "mismatched collectives on group 'G': rank 0 called X but rank 2 called Y".
-// nullopt when every published call agrees (a peer is missing or slow, not mismatched).
+// The calls of a group's ranks whose waits failed (index = group rank; nullopt: not published),
+// each ending in "#<its number in the group's sequence>". InvalidArgument naming two that differ,
+// "mismatched collectives on group 'G': rank 0 called X but rank 2 called Y" (the first such
+// pair, so the same text on every rank that saw the same records), when they differ at the same
+// number, or when every rank published (all are stuck, in different calls). nullopt otherwise: a
+// rank is missing and the others may wait for it (one may have got one call further).
 std::optional<absl::Status> MismatchFromCalls(absl::string_view group,
                                               absl::Span<const std::optional<std::string>> calls);
 

@@ -96,6 +96,26 @@ TEST(MismatchFromCallsTest, NamesTheFirstTwoRanksThatDisagree) {
                         "count=5, sum) #2"));
 }
 
+// A rank one call further (its part of a broadcast was done) while the others wait for a missing
+// rank is no mismatch; once every rank is stuck, different calls are one.
+TEST(MismatchFromCallsTest, DifferentPlacesCountOnlyWhenEveryRankIsStuck) {
+  std::vector<std::optional<std::string>> calls = {"Broadcast(f32, count=4) #5",
+                                                   "AllReduce(f32, count=4, sum) #6", std::nullopt};
+  EXPECT_FALSE(MismatchFromCalls("g", calls).has_value());
+  calls[2] = "Broadcast(f32, count=4) #5";
+  std::optional<absl::Status> m = MismatchFromCalls("g", calls);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_THAT(std::string(m->message()),
+              HasSubstr("rank 0 called Broadcast(f32, count=4) #5 but rank 1 called AllReduce(f32, "
+                        "count=4, sum) #6"));
+  // The same place with a rank missing is still a mismatch, named by the pair that differs.
+  calls = {std::nullopt, "Barrier() #3", "AllGather(f32, count=4) #3"};
+  m = MismatchFromCalls("g", calls);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_THAT(std::string(m->message()),
+              HasSubstr("rank 1 called Barrier() #3 but rank 2 called AllGather(f32, count=4) #3"));
+}
+
 TEST(MismatchFromCallsTest, NothingWhenThePublishedCallsAgree) {
   EXPECT_FALSE(MismatchFromCalls("g", {}).has_value());
   EXPECT_FALSE(MismatchFromCalls("g", {std::nullopt, std::nullopt}).has_value());
@@ -195,8 +215,8 @@ TEST(PeerFailureBoardTest, ADeadStoreNeverBlocksFailureHandling) {
   EXPECT_FALSE(b1.Publish(absl::InternalError("x")).ok());
   EXPECT_FALSE(b1.First(absl::Seconds(1)).has_value());
   EXPECT_FALSE(b1.Poll().has_value());
-  PeerFailureBoard::TimeoutDiagnosis d =
-      b1.DiagnoseTimeout("w", "world", 1, 2, "Barrier() #1", absl::Seconds(1));
+  PeerFailureBoard::StuckCallDiagnosis d =
+      b1.DiagnoseStuckCall("w", "world", 1, 2, "Barrier() #1", absl::Seconds(1));
   EXPECT_FALSE(d.first.has_value());
   EXPECT_FALSE(d.mismatch.has_value());
   EXPECT_LT(absl::Now() - start, absl::Seconds(6));
@@ -222,23 +242,24 @@ TEST(PeerFailureBoardTest, AStoreThatDoesNotAnswerIsAbandonedAtTheLimit) {
 TEST(PeerFailureBoardTest, ATimeoutOnMismatchedCallsIsDiagnosedOnEveryRank) {
   for (const int n : {2, 3, 5}) {
     std::vector<std::shared_ptr<TcpStore>> stores = Stores(n);
-    std::vector<PeerFailureBoard::TimeoutDiagnosis> got(n);
+    std::vector<PeerFailureBoard::StuckCallDiagnosis> got(n);
     std::vector<std::thread> ranks;
     for (int r = 0; r < n; ++r) {
       ranks.emplace_back([&, r] {
         PeerFailureBoard b(stores[r], "w");
         absl::SleepFor(absl::Milliseconds(37 * r));  // ranks time out at different moments
-        const std::string call = r == n - 1 ? "AllReduce(f32, count=5, sum) #2"
-                                            : "AllReduce(f32, count=4, sum) #2";
-        got[r] = b.DiagnoseTimeout("w", "world", r, n, call, absl::Seconds(5));
+        const std::string call =
+            r == n - 1 ? "AllReduce(f32, count=5, sum) #2" : "AllReduce(f32, count=4, sum) #2";
+        got[r] = b.DiagnoseStuckCall("w", "world", r, n, call, absl::Seconds(5));
       });
     }
     for (std::thread& t : ranks) t.join();
     for (int r = 0; r < n; ++r) {
       ASSERT_TRUE(got[r].mismatch.has_value()) << "n=" << n << " rank " << r;
       EXPECT_EQ(got[r].mismatch->code(), absl::StatusCode::kInvalidArgument);
-      EXPECT_THAT(std::string(got[r].mismatch->message()),
-                  HasSubstr(absl::StrCat("rank ", n - 1, " called AllReduce(f32, count=5, sum) #2")));
+      EXPECT_THAT(
+          std::string(got[r].mismatch->message()),
+          HasSubstr(absl::StrCat("rank ", n - 1, " called AllReduce(f32, count=5, sum) #2")));
       EXPECT_THAT(std::string(got[r].mismatch->message()),
                   HasSubstr("called AllReduce(f32, count=4, sum) #2 but rank"));
     }
@@ -248,14 +269,14 @@ TEST(PeerFailureBoardTest, ATimeoutOnMismatchedCallsIsDiagnosedOnEveryRank) {
 TEST(PeerFailureBoardTest, ATimeoutWithAgreeingCallsIsNoMismatchAndGroupsAreSeparate) {
   std::vector<std::shared_ptr<TcpStore>> stores = Stores(4);
   // Group "tp0" (world ranks 0, 1) agrees; group "tp1" (world ranks 2, 3) disagrees.
-  std::vector<PeerFailureBoard::TimeoutDiagnosis> got(4);
+  std::vector<PeerFailureBoard::StuckCallDiagnosis> got(4);
   std::vector<std::thread> ranks;
   for (int r = 0; r < 4; ++r) {
     ranks.emplace_back([&, r] {
       PeerFailureBoard b(stores[r], "w");
       const std::string group = r < 2 ? "w/s1c0" : "w/s1c1";
       const std::string call = r == 3 ? "Barrier() #7" : "Barrier() #6";
-      got[r] = b.DiagnoseTimeout(group, group, r % 2, 2, call, absl::Seconds(3));
+      got[r] = b.DiagnoseStuckCall(group, group, r % 2, 2, call, absl::Seconds(3));
     });
   }
   for (std::thread& t : ranks) t.join();
@@ -267,13 +288,13 @@ TEST(PeerFailureBoardTest, ATimeoutWithAgreeingCallsIsNoMismatchAndGroupsAreSepa
               HasSubstr("rank 0 called Barrier() #6 but rank 1 called Barrier() #7"));
 }
 
-TEST(PeerFailureBoardTest, APublishedFailureEndsATimeoutDiagnosisEarly) {
+TEST(PeerFailureBoardTest, APublishedFailureEndsAStuckCallDiagnosisEarly) {
   std::vector<std::shared_ptr<TcpStore>> stores = Stores(3);
   PeerFailureBoard b0(stores[0], "w"), b2(stores[2], "w");
   ASSERT_TRUE(b2.Publish(absl::InvalidArgumentError("bad peer")).ok());
   const absl::Time start = absl::Now();
-  PeerFailureBoard::TimeoutDiagnosis d =
-      b0.DiagnoseTimeout("w", "world", 0, 3, "Barrier() #1", absl::Seconds(10));
+  PeerFailureBoard::StuckCallDiagnosis d =
+      b0.DiagnoseStuckCall("w", "world", 0, 3, "Barrier() #1", absl::Seconds(10));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   ASSERT_TRUE(d.first.has_value());
   EXPECT_EQ(d.first->rank, 2);
@@ -297,7 +318,8 @@ TEST(PeerFailureBoardTest, ConcurrentPublishersAgreeOnOneFirstFailure) {
         while (go.load() < kRanks) std::this_thread::yield();
         if (r % 2 == 0) {
           EXPECT_TRUE(b.Publish(absl::Status(static_cast<absl::StatusCode>(1 + r),
-                                             absl::StrCat("rank ", r, " broke"))).ok());
+                                             absl::StrCat("rank ", r, " broke")))
+                          .ok());
         }
         seen[r] = b.First(absl::Seconds(5));
       });

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +36,55 @@ absl::StatusOr<std::string> NextNcclUniqueIdKey(TcpStore& store) {
   return absl::StrCat("nccl/unique_id/", *n);
 }
 
+ResolvedNcclFailure ResolveNcclFailure(const absl::Status& own, FailureOrigin origin,
+                                       int world_rank, const std::optional<PeerFailure>& first,
+                                       const std::optional<absl::Status>& mismatch) {
+  // A peer failed first: its status, also for a call that failed here (a call made after a
+  // peer's failure may fail at once, with whatever NCCL says about the torn-down peer).
+  const bool peer_first = first.has_value() && !first->status.ok() && first->rank != world_rank;
+  if (peer_first) return {StatusAfterFailure(own, FailureOrigin::kPeer, world_rank, first), false};
+  // This rank found the mismatch: it is its failure to tell, with both calls.
+  if (origin == FailureOrigin::kPeer && mismatch.has_value() && !mismatch->ok()) {
+    return {absl::Status(mismatch->code(),
+                         absl::StrCat(mismatch->message(), " (found at: ", own.message(), ")")),
+            /*publish=*/!first.has_value()};
+  }
+  // This rank's own error, published unless it published first already (another group).
+  return {own, /*publish=*/!first.has_value()};
+}
+
+std::string NcclCallRecord(absl::string_view what, int64_t call_number) {
+  return absl::StrCat(what, " #", call_number);
+}
+
+absl::Status ReportNcclCallFailure(PeerFailureBoard* board, const NcclCallFailure& call) {
+  ResolvedNcclFailure resolved{call.own, /*publish=*/true};
+  if (board != nullptr) {
+    std::optional<PeerFailure> first;
+    std::optional<absl::Status> mismatch;
+    if (call.origin == FailureOrigin::kPeer && !call.call_record.empty()) {
+      // Whether NCCL failed or the wait timed out, different calls are the likely cause when no
+      // rank published a failure of its own: compare the group's pending calls.
+      PeerFailureBoard::StuckCallDiagnosis d =
+          board->DiagnoseStuckCall(call.group_key, call.group_name, call.group_rank,
+                                 call.group_size, call.call_record, call.peer_failure_wait);
+      first = std::move(d.first);
+      mismatch = std::move(d.mismatch);
+    } else if (call.origin == FailureOrigin::kPeer) {  // point-to-point: nothing to compare
+      first = board->First(call.peer_failure_wait);
+    } else {
+      first = board->First(absl::ZeroDuration());  // only what is there already
+    }
+    resolved = ResolveNcclFailure(call.own, call.origin, call.world_rank, first, mismatch);
+  }
+  absl::Status failed(resolved.status.code(),
+                      absl::StrCat(call.where, " failed: ", resolved.status.message(),
+                                   "; the communicator was aborted"));
+  // Published before the caller aborts, so a peer that fails because of the abort finds it.
+  if (board != nullptr && resolved.publish) (void)board->Publish(failed);
+  return failed;
+}
+
 }  // namespace internal
 
 #if !SHARDMAP_HAS_CUDA
@@ -54,8 +104,18 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore&,
   return NotCompiledIn();
 }
 
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(std::shared_ptr<TcpStore>,
+                                                                     const NcclOptions&) {
+  return NotCompiledIn();
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicatorFromEnv(const NcclOptions&) {
   return NotCompiledIn();
+}
+
+absl::Status AbortNcclWorld(Communicator& comm, const absl::Status&) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "AbortNcclWorld: ", comm.name(), " is not an NCCL communicator (NCCL is not built in)"));
 }
 
 #else  // SHARDMAP_HAS_CUDA
@@ -92,7 +152,21 @@ struct NcclWorld {
   std::mutex mu;
   bool poisoned = false;
   absl::Status why;
+  // Where this world's ranks publish their failures; null when the store was not kept.
+  std::shared_ptr<PeerFailureBoard> board;
+  int world_rank = 0;
+  absl::Duration peer_failure_wait;
 };
+
+// A wait looks at the world's failures (its other groups in this process, the board for other
+// processes) once it has lasted this long, so that calls that finish quickly never do.
+constexpr absl::Duration kWatchAfter = absl::Milliseconds(100);
+
+// What a call records for the mismatch check at a timeout. Only calls that every rank of the
+// group makes are numbered and compared: a Split's color and key differ across ranks by design
+// (it records "Split()"), and point-to-point calls are made by some ranks only (not recorded, so
+// they do not shift the numbers of the collectives either).
+enum class CallRecord { kAsDescribed, kSplit, kPointToPoint };
 
 ncclConfig_t NonBlockingConfig() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -112,14 +186,15 @@ class NcclCommunicator final : public Communicator {
   // communicator and every communicator split from it (they share its stream) are gone.
   NcclCommunicator(ncclComm_t comm, int device, cudaStream_t stream,
                    std::shared_ptr<CUstream_st> stream_owner, absl::Duration timeout,
-                   std::shared_ptr<NcclWorld> world, std::string name)
+                   std::shared_ptr<NcclWorld> world, std::string name, std::string group_key)
       : comm_(comm),
         device_(device),
         stream_(stream),
         stream_owner_(std::move(stream_owner)),
         timeout_(timeout),
         world_(std::move(world)),
-        name_(std::move(name)) {
+        name_(std::move(name)),
+        group_key_(std::move(group_key)) {
     ncclCommUserRank(comm_, &rank_);
     ncclCommCount(comm_, &size_);
   }
@@ -324,7 +399,7 @@ class NcclCommunicator final : public Communicator {
                  SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
                  SM_NCCL_RETURN_IF_ERROR(ncclSend(buffer, count, t, peer, comm_, stream_), comm_);
                  return absl::OkStatus();
-               });
+               }, nullptr, CallRecord::kPointToPoint);
   }
 
   absl::Status Recv(void* buffer, size_t count, DataType dtype, int peer) override {
@@ -334,7 +409,7 @@ class NcclCommunicator final : public Communicator {
                  SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
                  SM_NCCL_RETURN_IF_ERROR(ncclRecv(buffer, count, t, peer, comm_, stream_), comm_);
                  return absl::OkStatus();
-               });
+               }, nullptr, CallRecord::kPointToPoint);
   }
 
   absl::Status Ppermute(const void* send, void* recv, size_t count, DataType dtype,
@@ -395,6 +470,9 @@ class NcclCommunicator final : public Communicator {
 
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
     const std::string what = absl::StrCat("Split(color=", color, ", key=", key, ")");
+    // Every rank of this group splits in the same order: the count names the child group's keys
+    // on the board, with the color telling the children of one split apart.
+    const int64_t split_number = ++splits_;
     ncclComm_t child = nullptr;
     absl::Status s = Run(what, [&]() -> absl::Status {
       ncclConfig_t config = NonBlockingConfig();
@@ -402,12 +480,33 @@ class NcclCommunicator final : public Communicator {
           ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config),
           comm_);
       return absl::OkStatus();
-    }, /*also_wait_for=*/&child);
+    }, /*also_wait_for=*/&child, CallRecord::kSplit);
     if (!s.ok()) return s;
     if (child == nullptr) return std::unique_ptr<Communicator>();
     return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(
         child, device_, stream_, stream_owner_, timeout_, world_,
-        absl::StrCat(name_, "/split(color=", color, ")")));
+        absl::StrCat(name_, "/split(color=", color, ")"),
+        absl::StrCat(group_key_, "/s", split_number, "c", color)));
+  }
+
+  // AbortNcclWorld: publishes `why`, poisons the world, aborts this communicator.
+  absl::Status AbortWorld(const absl::Status& why) {
+    absl::Status published = absl::OkStatus();
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> l(world_->mu);
+      if (!world_->poisoned) {
+        first = true;
+        world_->poisoned = true;
+        world_->why = absl::Status(why.code(), absl::StrCat("rank ", world_->world_rank,
+                                                            " aborted its world: ", why.message()));
+      }
+    }
+    if (first && world_->board != nullptr) published = world_->board->Publish(why);
+    cudaSetDevice(device_);
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    return published;
   }
 
  private:
@@ -469,7 +568,8 @@ class NcclCommunicator final : public Communicator {
 
   // Polls the communicator (and `other`, e.g. a communicator being created) until it is no
   // longer in progress; fails on an asynchronous error or at the deadline.
-  absl::Status WaitComm(absl::Time deadline, ncclComm_t other = nullptr) {
+  absl::Status WaitComm(absl::Time deadline, ncclComm_t other) {
+    const absl::Time started = absl::Now();
     for (ncclComm_t c : {comm_, other}) {
       if (c == nullptr) continue;
       while (true) {
@@ -484,7 +584,28 @@ class NcclCommunicator final : public Communicator {
               "timed out after ", absl::FormatDuration(timeout_),
               " waiting for NCCL (a peer may have failed or not issued the same call)"));
         }
+        SM_COLL_RETURN_IF_ERROR(WorldFailedElsewhere(started));
         std::this_thread::yield();
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Non-OK once the world failed elsewhere while this rank waits (after kWatchAfter): another
+  // group of this process failed, or a peer published its failure (a stuck NCCL call would
+  // otherwise wait for the timeout: an aborting peer does not always fail NCCL on the others).
+  absl::Status WorldFailedElsewhere(absl::Time started) {
+    if (absl::Now() - started < kWatchAfter) return absl::OkStatus();
+    {
+      std::lock_guard<std::mutex> l(world_->mu);
+      if (world_->poisoned) {
+        return absl::AbortedError(absl::StrCat(
+            "another group of this rank's world failed meanwhile: ", world_->why.message()));
+      }
+    }
+    if (world_->board != nullptr) {
+      if (std::optional<PeerFailure> f = world_->board->Poll(); f.has_value()) {
+        return absl::AbortedError(absl::StrCat("rank ", f->rank, " published a failure"));
       }
     }
     return absl::OkStatus();
@@ -492,6 +613,7 @@ class NcclCommunicator final : public Communicator {
 
   // Waits for the stream to finish the enqueued work, watching for NCCL errors meanwhile.
   absl::Status WaitStream(absl::Time deadline) {
+    const absl::Time started = absl::Now();
     while (true) {
       const cudaError_t e = cudaStreamQuery(stream_);
       if (e == cudaSuccess) return absl::OkStatus();
@@ -509,14 +631,17 @@ class NcclCommunicator final : public Communicator {
             " waiting for the collective to finish (a peer may have failed, left, or issued a "
             "different call)"));
       }
+      SM_COLL_RETURN_IF_ERROR(WorldFailedElsewhere(started));
       std::this_thread::yield();
     }
   }
 
-  // Runs one call: refuses if the world was poisoned; enqueues; waits; on failure aborts the
-  // communicator, poisons the world and returns a Status naming the op, group and reason.
+  // Runs one call: refuses if the world was poisoned; enqueues; waits; on failure publishes it
+  // (when it is this rank's to tell), aborts the communicator, poisons the world and returns a
+  // Status naming the op, group and reason: a peer's published failure with the peer's code.
   template <typename Enqueue>
-  absl::Status Run(const std::string& what, Enqueue enqueue, ncclComm_t* also_wait_for = nullptr) {
+  absl::Status Run(const std::string& what, Enqueue enqueue, ncclComm_t* also_wait_for = nullptr,
+                   CallRecord record = CallRecord::kAsDescribed) {
     const std::string where = absl::StrCat("NCCL ", what, " on group '", name_, "' (rank ",
                                            rank_, " of ", size_, ")");
     {
@@ -527,11 +652,20 @@ class NcclCommunicator final : public Communicator {
                                                world_->why.message()));
       }
     }
+    std::string call_record;  // empty: not compared
+    if (record != CallRecord::kPointToPoint) {
+      call_record = internal::NcclCallRecord(record == CallRecord::kSplit ? "Split()" : what,
+                                             ++calls_);
+    }
     const absl::Time deadline = absl::Now() + timeout_;
+    FailureOrigin origin = FailureOrigin::kLocal;
     absl::Status s = internal::CudaStatus(cudaSetDevice(device_), "cudaSetDevice", __FILE__,
                                           __LINE__);
     if (s.ok()) s = enqueue();
-    if (s.ok()) s = WaitComm(deadline, also_wait_for ? *also_wait_for : nullptr);
+    if (s.ok()) {
+      origin = FailureOrigin::kPeer;  // from here on a failure is a wait's
+      s = WaitComm(deadline, also_wait_for ? *also_wait_for : nullptr);
+    }
     // A stream being captured into a CUDA graph only records the collective: nothing to wait
     // for now (and querying it would invalidate the capture).
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -541,8 +675,10 @@ class NcclCommunicator final : public Communicator {
     }
     if (s.ok() && capture == cudaStreamCaptureStatusNone) s = WaitStream(deadline);
     if (s.ok()) return s;
-    absl::Status failed(s.code(), absl::StrCat(where, " failed: ", s.message(),
-                                               "; the communicator was aborted"));
+    const absl::Status failed = internal::ReportNcclCallFailure(
+        world_->board.get(),
+        internal::NcclCallFailure{where, s, origin, group_key_, name_, rank_, size_,
+                                  call_record, world_->world_rank, world_->peer_failure_wait});
     if (also_wait_for != nullptr && *also_wait_for != nullptr) {
       ncclCommAbort(*also_wait_for);
       *also_wait_for = nullptr;
@@ -564,6 +700,9 @@ class NcclCommunicator final : public Communicator {
   const absl::Duration timeout_;
   std::shared_ptr<NcclWorld> world_;
   const std::string name_;
+  const std::string group_key_;  // this group's keys on the world's board
+  int64_t calls_ = 0;            // collective calls made (numbers the call records)
+  int64_t splits_ = 0;           // Split calls made (names the children's group keys)
   int rank_ = 0;
   int size_ = 1;
   void* scratch_ = nullptr;
@@ -593,10 +732,15 @@ absl::StatusOr<int> PickDevice(const NcclOptions& options, int rank) {
   return local % n;
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore& store,
-                                                                     const NcclOptions& options) {
+// `keep`: the store again, to keep for the board (null: the store is only used here).
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNccl(TcpStore& store,
+                                                         std::shared_ptr<TcpStore> keep,
+                                                         const NcclOptions& options) {
+  if (options.peer_failure_wait < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NcclOptions::peer_failure_wait must not be negative, got ",
+        absl::FormatDuration(options.peer_failure_wait)));
+  }
   SM_COLL_ASSIGN_OR_RETURN(const int device, PickDevice(options, store.rank()));
   SM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   // Several communicators may be made through one store: number them per store.
@@ -647,22 +791,55 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore& s
   }
   std::shared_ptr<CUstream_st> stream_owner;
   if (owns_stream) stream_owner.reset(stream, [](cudaStream_t st) { cudaStreamDestroy(st); });
+  auto world = std::make_shared<NcclWorld>();
+  world->world_rank = store.rank();
+  world->peer_failure_wait = options.peer_failure_wait;
+  if (keep != nullptr) {
+    // The unique id's key is unique per world on this store: the board lives beside it.
+    world->board = std::make_shared<PeerFailureBoard>(std::move(keep), absl::StrCat(key, "/board"),
+                                                      options.peer_failure_wait);
+  }
   return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(
-      comm, device, stream, std::move(stream_owner), options.timeout,
-      std::make_shared<NcclWorld>(), name));
+      comm, device, stream, std::move(stream_owner), options.timeout, std::move(world), name,
+      /*group_key=*/"world"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore& store,
+                                                                     const NcclOptions& options) {
+  return CreateNccl(store, nullptr, options);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
+    std::shared_ptr<TcpStore> store, const NcclOptions& options) {
+  if (store == nullptr) return absl::InvalidArgumentError("CreateNcclCommunicator: null store");
+  TcpStore& s = *store;
+  return CreateNccl(s, std::move(store), options);
+}
+
+absl::Status AbortNcclWorld(Communicator& comm, const absl::Status& why) {
+  if (why.ok()) return absl::InvalidArgumentError("AbortNcclWorld: the status is OK");
+  auto* nccl = dynamic_cast<NcclCommunicator*>(&comm);
+  if (nccl == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AbortNcclWorld: ", comm.name(), " is not an NCCL communicator"));
+  }
+  return nccl->AbortWorld(why);
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicatorFromEnv(
     const NcclOptions& options) {
   absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
   if (!env.ok()) return env.status();
-  absl::StatusOr<std::unique_ptr<TcpStore>> store =
+  absl::StatusOr<std::unique_ptr<TcpStore>> made =
       TcpStore::Create(env->store_options(options.timeout));
-  if (!store.ok()) return store.status();
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateNcclCommunicator(**store, options);
+  if (!made.ok()) return made.status();
+  std::shared_ptr<TcpStore> store = *std::move(made);
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateNcclCommunicator(store, options);
   if (!comm.ok()) return comm.status();
-  // Rank 0 serves the store: keep it until every rank has read the id.
-  if (absl::Status s = (*store)->Barrier("nccl/created"); !s.ok()) return s;
+  // Every rank has read the id before any returns (the communicators keep the store from here).
+  if (absl::Status s = store->Barrier("nccl/created"); !s.ok()) return s;
   return comm;
 }
 

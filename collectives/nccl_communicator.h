@@ -4,6 +4,19 @@
 // ncclCommGetAsyncError while it waits, and on an error or after `timeout` aborts the
 // communicator (ncclCommAbort) and returns a Status naming the op, the group and the reason.
 //
+// Failures across processes: a communicator made with a shared store (the shared_ptr factory,
+// FromEnv) keeps it, with a PeerFailureBoard per world (peer_failure_board.h). The rank whose
+// call fails first publishes its status there before it aborts; its peers, whose NCCL calls
+// then fail or stay stuck, see the publication (their waits look at the board every 100 ms) and
+// return that rank's own code and message ("rank 2 failed: root 7 is not a rank ..."). When no
+// rank published (a timeout, an NCCL error), the ranks of the group publish the collective they
+// are stuck in (numbered per
+// communicator; Send/Recv are not compared, Split is compared without its color and key), so
+// collectives that differ fail on every rank with InvalidArgument naming both ("rank 0 called
+// AllReduce(f32, count=4, sum) #2 but rank 2 called AllReduce(f32, count=5, sum) #2"). NCCL
+// itself does not compare calls, so a mismatch that NCCL happens to complete is caught only when
+// a later call gets stuck. Every store access is bounded (NcclOptions::peer_failure_wait).
+//
 //   // Started by `collectives/launch --nproc_per_node=8 -- prog` or torchrun / srun:
 //   absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateNcclCommunicatorFromEnv({});
 //   // buffers are device pointers on comm->memory_space().device_index, ordered on its stream;
@@ -20,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "collectives/communicator.h"
+#include "collectives/peer_failure_board.h"
 #include "collectives/tcp_store.h"
 
 namespace shardmap::collectives {
@@ -31,15 +45,33 @@ struct NcclOptions {
   int device = -1;
   // cudaStream_t the collectives run on; nullptr: the communicator creates its own.
   void* stream = nullptr;
+  // How long a rank whose call failed because of a peer (a remote error, an abort, the timeout)
+  // waits for the peer's published status before it reports its own error; also the limit on
+  // publishing its own. Only for communicators that keep their store.
+  absl::Duration peer_failure_wait = absl::Seconds(2);
 };
 
 // True when built with CUDA and NCCL.
 bool NcclCompiledIn();
 
-// Collective over all ranks of `store`: every rank calls it. The store is only used during the
-// call (keys "nccl/..."), so it may be destroyed afterwards once every rank returned.
+// Collective over all ranks of `store`: every rank calls it. The communicator and those split
+// from it keep the store (keys "nccl/..."), so that a failing rank's peers report its status.
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
+    std::shared_ptr<TcpStore> store, const NcclOptions& options);
+
+// The same without keeping the store: it is only used during the call, so it may be destroyed
+// afterwards once every rank returned; peers then learn of a failure only from NCCL itself (a
+// remote error or the timeout), with NCCL's error instead of the failing rank's status.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore& store,
                                                                      const NcclOptions& options);
+
+// Fails this rank's NCCL world on purpose, for a program that failed outside a collective (a
+// step threw, a check failed) and cannot carry on: publishes `why` (not OK) for the peers,
+// whose pending and later calls then fail with this rank's code and message, and aborts every
+// communicator of the world in this process (later calls are refused with Aborted). Call it from
+// the thread that makes `comm`'s calls (not during one); `comm` may be the world or a split.
+// InvalidArgument when `comm` is not an NCCL communicator or `why` is OK.
+absl::Status AbortNcclWorld(Communicator& comm, const absl::Status& why);
 
 // Reads DistributedEnv, rendezvous through a TcpStore at MASTER_ADDR:MASTER_PORT.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicatorFromEnv(
@@ -50,6 +82,47 @@ namespace internal {
 // counter in `store` (per store, per rank), so communicators made through several stores in
 // uneven numbers still agree on their keys. Exposed for nccl_unique_id_key_test.
 absl::StatusOr<std::string> NextNcclUniqueIdKey(TcpStore& store);
+
+// What a failed NCCL call reports, and whether this rank publishes it for its peers. `own`: the
+// call's own error; `origin`: kLocal for this rank's doing (arguments, CUDA, enqueueing), kPeer
+// for a wait that failed (a remote or asynchronous error, an abort, the timeout); `first`: the
+// world's first published failure, if any; `mismatch`: the calls of the group disagreed after
+// the wait failed. A peer's failure published first is reported with the peer's code and message
+// (whatever the origin: the world failed before this call did); otherwise a mismatch this rank
+// found, or its own error, is reported and published.
+struct ResolvedNcclFailure {
+  absl::Status status;
+  bool publish = false;
+};
+ResolvedNcclFailure ResolveNcclFailure(const absl::Status& own, FailureOrigin origin,
+                                       int world_rank, const std::optional<PeerFailure>& first,
+                                       const std::optional<absl::Status>& mismatch);
+
+// The failure path of one NCCL call, without NCCL: what the call was and how it failed.
+struct NcclCallFailure {
+  std::string where;      // "NCCL AllReduce(f32, count=4, sum) on group 'g' (rank 0 of 3)"
+  absl::Status own;       // the call's own error
+  FailureOrigin origin = FailureOrigin::kLocal;
+  std::string group_key;   // the group's keys on the board ("world", "world/s1c0", ...)
+  std::string group_name;  // for messages
+  int group_rank = 0;
+  int group_size = 1;
+  // NcclCallRecord of the call, compared across the group at a timeout; empty for calls that
+  // not every rank of the group makes (point-to-point), which are not compared.
+  std::string call_record;
+  int world_rank = 0;
+  absl::Duration peer_failure_wait = absl::Seconds(2);
+};
+// Consults `board` (null: no store kept) as the failure requires (after a failed wait: the
+// first published failure, or else the group's pending calls; after a local failure: a failure
+// published already), publishes what is this rank's to tell, and returns the call's status:
+// "<where> failed: <reason>; the communicator was aborted". The caller aborts the communicator
+// after it returned (so after the publication).
+absl::Status ReportNcclCallFailure(PeerFailureBoard* board, const NcclCallFailure& call);
+
+// The call a rank records at a timeout (compared across the group): "<what> #<n>", n counting
+// this communicator's calls from 1.
+std::string NcclCallRecord(absl::string_view what, int64_t call_number);
 }  // namespace internal
 
 }  // namespace shardmap::collectives

@@ -4,9 +4,12 @@
 #include "collectives/nccl_communicator.h"
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "collectives/internal/free_port.h"
+#include "collectives/peer_failure_board.h"
 #include "collectives/tcp_store.h"
 #include "collectives/internal/gpu_count.h"
 #include "gmock/gmock.h"
@@ -166,6 +169,59 @@ TEST(NcclCommunicatorTest, SplitOutlivesItsParent) {
   sub->reset();
   cudaFree(d);
   cudaFree(out);
+}
+
+// A communicator made with a shared store publishes a failure of its own on the world's board
+// (where its peers in other processes read it) before it aborts, and refuses later calls.
+TEST(NcclCommunicatorTest, ABadArgumentIsPublishedForThePeersBeforeTheAbort) {
+  if (internal::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible: NCCL ops cannot run on this machine";
+  auto made = SoloStore();
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::shared_ptr<TcpStore> store = *std::move(made);
+  auto comm = CreateNcclCommunicator(store, {});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  auto sub = (*comm)->Split(0, 0);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  float* d = ToDevice(std::vector<float>(4, 1.0f));
+  absl::Status s = (*sub)->Broadcast(d, 4, DataType::kF32, /*root=*/5);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  // The world's board: beside the first unique id made through this store.
+  PeerFailureBoard board(store, "nccl/unique_id/1/board");
+  std::optional<PeerFailure> f = board.First(absl::Seconds(2));
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->rank, 0);
+  EXPECT_EQ(f->status, s);
+  EXPECT_THAT(std::string(f->status.message()), HasSubstr("NCCL Broadcast(f32, count=4)"));
+  EXPECT_THAT(std::string(f->status.message()), HasSubstr("split(color=0)"));
+  // The whole world is aborted, the parent too.
+  EXPECT_EQ((*comm)->Barrier().code(), absl::StatusCode::kAborted);
+  sub->reset();
+  comm->reset();
+  cudaFree(d);
+}
+
+TEST(NcclCommunicatorTest, AbortNcclWorldPublishesAndRefusesLaterCalls) {
+  if (internal::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible: NCCL ops cannot run on this machine";
+  auto made = SoloStore();
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::shared_ptr<TcpStore> store = *std::move(made);
+  auto comm = CreateNcclCommunicator(store, {});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  ASSERT_TRUE((*comm)->Barrier().ok());
+  auto sub = (*comm)->Split(0, 0);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  const absl::Status why = absl::FailedPreconditionError("step 3 threw: loss is NaN");
+  EXPECT_TRUE(AbortNcclWorld(**comm, why).ok());
+  PeerFailureBoard board(store, "nccl/unique_id/1/board");
+  std::optional<PeerFailure> f = board.First(absl::Seconds(2));
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->status, why);
+  for (Communicator* c : {comm->get(), sub->get()}) {
+    absl::Status s = c->Barrier();
+    EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("step 3 threw: loss is NaN"));
+  }
+  EXPECT_EQ(AbortNcclWorld(**comm, absl::OkStatus()).code(), absl::StatusCode::kInvalidArgument);
 }
 
 #endif  // SHARDMAP_HAS_CUDA

@@ -142,6 +142,10 @@ namespace {
 
 // Rows of ids outside [start, start + rows) are masked; returns ids - start clamped to 0.
 Tensor LocalIds(const Tensor& ids, int64_t start, int64_t rows, std::vector<bool>* mask) {
+  if (ids.is_meta()) {  // shape-only: no ids to read; one i64 tensor, as on the CPU
+    mask->assign(ids.numel(), false);
+    return Tensor::Empty(ids.shape(), DType::kI64, ids.device());
+  }
   std::vector<int64_t> v = ids.ToVector<int64_t>();
   mask->assign(v.size(), false);
   for (size_t i = 0; i < v.size(); ++i) {
@@ -156,7 +160,7 @@ Tensor LocalIds(const Tensor& ids, int64_t start, int64_t rows, std::vector<bool
 }
 
 void ZeroRows(Tensor& t, const std::vector<bool>& mask) {
-  if (t.numel() == 0) return;
+  if (t.numel() == 0 || t.is_meta()) return;  // meta: no data to zero
   if (t.is_cuda()) {  // through the host (GPU ranks; correct, not fast)
     Tensor h = t.To(Device::Cpu());
     ZeroRows(h, mask);
@@ -310,7 +314,8 @@ std::vector<int> NormDims(const std::vector<int>& dims, int rank) {
 template <typename T>
 Tensor MaxBackwardWeightsRows(const Tensor& x, const Tensor& y, int64_t outer, int64_t count,
                               int64_t inner) {
-  Tensor w = Tensor::Empty(x.shape(), x.dtype());
+  Tensor w = Tensor::Empty(x.shape(), x.dtype(), x.device());
+  if (x.is_meta()) return w;  // shape-only: the CPU path's allocation, nothing computed
   const T* px = x.data<T>();
   const T* py = y.data<T>();
   T* pw = w.data<T>();
@@ -470,8 +475,8 @@ Value take_along_last(const Value& x, const Value& idx) {
     for (size_t r = 0; r < ids.size(); ++r) {
       if (local[r] >= 0) off[r] = static_cast<int64_t>(r) * v + local[r];
     }
-    ot = Tensor::Zeros(idx.shape(), x.dtype());
-    GatherBits(x.tensor.raw_data(), ot.raw_data(), off, DTypeSize(x.dtype()));
+    ot = Tensor::Zeros(idx.shape(), x.dtype(), x.tensor.device());
+    if (!ot.is_meta()) GatherBits(x.tensor.raw_data(), ot.raw_data(), off, DTypeSize(x.dtype()));
   } else {
     std::vector<double> xv = x.tensor.ToVector<double>();
     std::vector<double> out(ids.size());
@@ -496,11 +501,11 @@ Value take_along_last(const Value& x, const Value& idx) {
                  if (t.dtype() != dt) t = Cast(t, dt);
                } else if (!g.tensor.is_cuda() && g.dtype() == dt && IsFloating(dt)) {
                  // Host scatter of g's bits into zeros (what the f64 path below computes).
-                 t = Tensor::Zeros(xs, dt);
+                 t = Tensor::Zeros(xs, dt, g.tensor.device());
                  const size_t es = DTypeSize(dt);
                  const char* src = static_cast<const char*>(g.tensor.raw_data());
                  char* dst = static_cast<char*>(t.raw_data());
-                 for (size_t r = 0; r < local.size(); ++r) {
+                 for (size_t r = 0; r < local.size() && !t.is_meta(); ++r) {  // meta: no data
                    if (local[r] >= 0) std::memcpy(dst + (r * v + local[r]) * es, src + r * es, es);
                  }
                } else {

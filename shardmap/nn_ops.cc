@@ -314,8 +314,7 @@ std::vector<int> NormDims(const std::vector<int>& dims, int rank) {
 template <typename T>
 Tensor MaxBackwardWeightsRows(const Tensor& x, const Tensor& y, int64_t outer, int64_t count,
                               int64_t inner) {
-  Tensor w = Tensor::Empty(x.shape(), x.dtype(), x.device());
-  if (x.is_meta()) return w;  // shape-only: the CPU path's allocation, nothing computed
+  Tensor w = Tensor::Empty(x.shape(), x.dtype());
   const T* px = x.data<T>();
   const T* py = y.data<T>();
   T* pw = w.data<T>();
@@ -342,6 +341,8 @@ Tensor MaxBackwardWeightsRows(const Tensor& x, const Tensor& y, int64_t outer, i
 }
 
 Tensor MaxBackwardWeightsFast(const Tensor& x, const Tensor& yk, const std::vector<int>& nd) {
+  // Meta (shape-only): the weights' tensor as the host path allocates it, nothing computed.
+  if (x.is_meta()) return Tensor::Empty(x.shape(), x.dtype(), x.device());
   if (x.is_cuda() || yk.is_cuda() || nd.empty() || x.numel() == 0) return Tensor();
   if (x.dtype() != DType::kF32 && x.dtype() != DType::kF64) return Tensor();
   if (yk.dtype() != x.dtype()) return Tensor();
@@ -466,7 +467,9 @@ Value take_along_last(const Value& x, const Value& idx) {
     }
   }
   Tensor ot;
-  if (flat.defined()) {
+  if (x.tensor.is_meta()) {  // shape-only: the host path's output, nothing gathered
+    ot = Tensor::Zeros(idx.shape(), x.dtype(), x.tensor.device());
+  } else if (flat.defined()) {
     ot = GatherRows(x.tensor.Reshape({x.numel(), 1}), flat).Reshape(idx.shape());
   } else if (!x.tensor.is_cuda() && IsFloating(x.dtype())) {
     // Host gather of the picked elements' bits: a floating value round-tripped through f64 is
@@ -475,8 +478,8 @@ Value take_along_last(const Value& x, const Value& idx) {
     for (size_t r = 0; r < ids.size(); ++r) {
       if (local[r] >= 0) off[r] = static_cast<int64_t>(r) * v + local[r];
     }
-    ot = Tensor::Zeros(idx.shape(), x.dtype(), x.tensor.device());
-    if (!ot.is_meta()) GatherBits(x.tensor.raw_data(), ot.raw_data(), off, DTypeSize(x.dtype()));
+    ot = Tensor::Zeros(idx.shape(), x.dtype());
+    GatherBits(x.tensor.raw_data(), ot.raw_data(), off, DTypeSize(x.dtype()));
   } else {
     std::vector<double> xv = x.tensor.ToVector<double>();
     std::vector<double> out(ids.size());
@@ -495,17 +498,19 @@ Value take_along_last(const Value& x, const Value& idx) {
     RecordOp("take_along_last", {&x}, y,
              [xs, xt, dt, local, v, flat](const Value& g, uint32_t, Value* d) {
                Tensor t;
-               if (flat.defined()) {  // GPU: scatter g to the picked positions of zeros
+               if (g.tensor.is_meta()) {  // shape-only: the host path's zeros, nothing scattered
+                 t = Tensor::Zeros(xs, dt, g.tensor.device());
+               } else if (flat.defined()) {  // GPU: scatter g to the picked positions of zeros
                  t = ScatterAddRows(g.tensor.Reshape({flat.numel(), 1}), flat, NumElements(xs))
                          .Reshape(xs);
                  if (t.dtype() != dt) t = Cast(t, dt);
                } else if (!g.tensor.is_cuda() && g.dtype() == dt && IsFloating(dt)) {
                  // Host scatter of g's bits into zeros (what the f64 path below computes).
-                 t = Tensor::Zeros(xs, dt, g.tensor.device());
+                 t = Tensor::Zeros(xs, dt);
                  const size_t es = DTypeSize(dt);
                  const char* src = static_cast<const char*>(g.tensor.raw_data());
                  char* dst = static_cast<char*>(t.raw_data());
-                 for (size_t r = 0; r < local.size() && !t.is_meta(); ++r) {  // meta: no data
+                 for (size_t r = 0; r < local.size(); ++r) {
                    if (local[r] >= 0) std::memcpy(dst + (r * v + local[r]) * es, src + r * es, es);
                  }
                } else {

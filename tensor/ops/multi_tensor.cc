@@ -76,11 +76,18 @@ double ListElements(absl::Span<const Tensor> tensors) {
 }  // namespace
 
 Tensor SumOfSquares(absl::Span<const Tensor> tensors) {
-  const char* op = "sum_of_squares";
-  CheckList(op, tensors);
   DType out = DType::kF32;
   for (const Tensor& t : tensors) {
     if (t.dtype() == DType::kF64) out = DType::kF64;
+  }
+  return SumOfSquares(tensors, out);
+}
+
+Tensor SumOfSquares(absl::Span<const Tensor> tensors, DType out) {
+  const char* op = "sum_of_squares";
+  CheckList(op, tensors);
+  if (out != DType::kF32 && out != DType::kF64) {
+    OpFail(op, ": the result dtype is ", DTypeName(out), "; expected f32 or f64");
   }
   internal::OpScope scope;
   if (scope.counting()) {  // a multiply and an add per element

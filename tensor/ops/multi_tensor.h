@@ -27,6 +27,9 @@ namespace shardmap {
 // the result is deterministic). An empty list (or only empty tensors) gives 0 (on the CPU for an
 // empty list).
 Tensor SumOfSquares(absl::Span<const Tensor> tensors);
+// The same sum as a rank-0 tensor of out_dtype (f32 or f64; e.g. f64 for a norm that later adds
+// other f64 values on the device). InvalidArgument-style OpError for another dtype.
+Tensor SumOfSquares(absl::Span<const Tensor> tensors, DType out_dtype);
 
 // min(1, max_norm / (sqrt(sum_sq) + 1e-6)), PyTorch's clip_grad_norm_ coefficient, on
 // sum_sq's device and in its dtype (sum_sq: a one-element f32/f64 tensor; max_norm > 0). A NaN

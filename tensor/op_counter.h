@@ -75,7 +75,7 @@ class OpCounter {
 
   const std::vector<OpCount>& ops() const { return ops_; }
   double flops() const;       // all ops
-  double gemm_flops() const;  // ops with a gemm
+  double gemm_flops() const;  // 2*b*m*n*k of the GEMM records (their fused epilogues excluded)
   double bytes() const;
   void Clear() { ops_.clear(); }
   // Per-op-name totals (count, flops, bytes), largest flops first, for humans.

@@ -73,15 +73,6 @@ double ListElements(absl::Span<const Tensor> tensors) {
   return n;
 }
 
-// A multiply and an add per element; every tensor read, the scalar written.
-void RecordSumOfSquares(const internal::OpScope& scope, absl::Span<const Tensor> tensors,
-                        DType out) {
-  if (scope.counting()) {
-    scope.Record("sum_of_squares", out, 2 * ListElements(tensors),
-                 ListBytes(tensors) + DTypeSize(out));
-  }
-}
-
 }  // namespace
 
 Tensor SumOfSquares(absl::Span<const Tensor> tensors) {
@@ -98,14 +89,14 @@ Tensor SumOfSquares(absl::Span<const Tensor> tensors, DType out) {
   if (out != DType::kF32 && out != DType::kF64) {
     OpFail(op, ": the result dtype is ", DTypeName(out), "; expected f32 or f64");
   }
+  internal::OpScope scope;
+  if (scope.counting()) {  // a multiply and an add per element
+    scope.Record(op, out, 2 * ListElements(tensors), ListBytes(tensors) + DTypeSize(out));
+  }
+  if (!tensors.empty() && tensors[0].is_meta()) return Tensor::Empty({}, out, tensors[0].device());
   if (!tensors.empty() && tensors[0].is_cuda()) {
-    internal::OpScope scope;
-    RecordSumOfSquares(scope, tensors, out);
     return cuda::SumOfSquares(tensors, out, tensors[0].device());
   }
-  internal::OpScope scope;
-  RecordSumOfSquares(scope, tensors, out);
-  if (!tensors.empty() && tensors[0].is_meta()) return Tensor::Empty({}, out, tensors[0].device());
   double s = 0;
   for (const Tensor& t : tensors) s += HostSumSq(t);
   return Tensor::Scalar(s, out);

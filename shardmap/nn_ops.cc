@@ -142,6 +142,10 @@ namespace {
 
 // Rows of ids outside [start, start + rows) are masked; returns ids - start clamped to 0.
 Tensor LocalIds(const Tensor& ids, int64_t start, int64_t rows, std::vector<bool>* mask) {
+  if (ids.is_meta()) {  // shape-only: no ids to read; one i64 tensor, as on the CPU
+    mask->assign(ids.numel(), false);
+    return Tensor::Empty(ids.shape(), DType::kI64, ids.device());
+  }
   std::vector<int64_t> v = ids.ToVector<int64_t>();
   mask->assign(v.size(), false);
   for (size_t i = 0; i < v.size(); ++i) {

@@ -95,10 +95,11 @@ absl::StatusOr<Tensor> Assemble(const Mesh& mesh, const PartitionSpec& spec,
   if (static_cast<int>(device_locals.size()) != mesh.size()) {
     return absl::InternalError("Assemble: one local tensor per rank expected");
   }
-  // Device locals come to the host first (their streams finished: RunSpmd waits for them).
+  // Device locals come to the host first (their streams finished: RunSpmd waits for them; meta
+  // locals come as zeros).
   std::vector<Tensor> host_locals;
   bool any_device = false;
-  for (const Tensor& t : device_locals) any_device = any_device || t.is_cuda();
+  for (const Tensor& t : device_locals) any_device = any_device || t.is_cuda() || t.is_meta();
   if (any_device) {
     absl::Status moved = CatchOpError([&] {
       for (const Tensor& t : device_locals) host_locals.push_back(t.To(Device::Cpu()));

@@ -37,7 +37,7 @@ double OpCounter::flops() const {
 
 double OpCounter::gemm_flops() const {
   double f = 0;
-  for (const OpCount& o : ops_) f += o.gemm ? o.flops : 0;
+  for (const OpCount& o : ops_) f += o.gemm ? o.gemm->flops() : 0;
   return f;
 }
 

@@ -15,20 +15,28 @@
 //
 // Formulas (n = elements of the output unless stated; bytes = every input read once plus every
 // output written once, at the tensors' dtypes; the ideal traffic of one fused kernel):
-//   GEMM (matmul, batched matmul, linear, matmul_accumulate, linear weight grad):
-//     flops = 2*batch*m*n*k (+ epilogue flops per output element below); gemm is set.
+//   GEMM (matmul, batched matmul, linear, linear_gelu_backward, linear_weight_grad,
+//     matmul_accumulate): flops = 2*batch*m*n*k plus the fused epilogue per output element
+//     (bias 1, GELU 8 tanh / 5 erf, GELU grad 14 / 10, bias grad 1 per dy element,
+//     accumulate 1); gemm is set. A rank-2 rhs folds the lhs's leading dims into m (batch 1).
 //   causal_attention: per visible (query, key) pair of each batch and head -- about half of
 //     tq*tk under the causal mask, counted exactly -- 4*d (QK^T and PV) + 5 (softmax);
 //     backward 10*d (2.5x: scores recomputed, dP, dV, dQ, dK) + 5. Not a gemm record.
 //     Unfused attention is the matmul, causal_softmax and softmax_backward records it is made of.
 //   elementwise: 1 flop per output element (add, sub, mul, div, neg, relu, relu_grad, the scalar
-//     ops, add_in_place); exp, log, tanh, sqrt: 1 (a transcendental counts as 1: FLOPs here are
-//     a work measure comparable across ops, not instruction counts); gelu 8 (tanh) or 5 (erf);
-//     silu 4; gelu_grad 14 (tanh) or 10 (erf); silu_grad 7; tanh_grad 3.
-//   reductions: 1 flop per input element. softmax/log_softmax: 5 per element; backward 4.
+//     ops, add_in_place: acc read and written); exp, log, tanh, sqrt: 1 (a transcendental counts
+//     as 1: FLOPs here are a work measure comparable across ops, not instruction counts); gelu 8
+//     (tanh) or 5 (erf); silu 4; gelu_grad 14 (tanh) or 10 (erf); silu_grad 7; tanh_grad 3.
+//   reductions (sum, mean, max, min, argmax, bias_grad): 1 per input element.
+//   softmax, log_softmax, causal_softmax (every score): 5 per element; their backward 4.
 //   layer_norm: 8 per element; backward 12. rms_norm: 5; backward 9. cross_entropy: 5 per
-//   logit; backward 4. embedding / gather / scatter / copies / casts / concat: 0 flops.
-//   adamw: 15 per parameter element; sum_of_squares: 2 per element; scale: 1 per element.
+//   logit; backward 4. embedding_backward, scatter_add_rows, top_k_backward: 1 per input
+//   element; top_k: 1 per element; local_indices: 1 per id.
+//   sum_of_squares: 2 per element; scale_in_place: 1 per element; clip_coefficient: 4.
+//   0 flops (bytes only): embedding, gather_rows, causal_mask, permute/transpose, slice,
+//   slice_assign, concat, cast, random fills. Identity casts and reshapes run no kernel and
+//   record nothing. The optimizer's update is the elementwise ops it is made of (the fused CUDA
+//   AdamW step in models/ is not a tensor op and is not recorded).
 #ifndef SHARDMAP_TENSOR_OP_COUNTER_H_
 #define SHARDMAP_TENSOR_OP_COUNTER_H_
 
@@ -67,7 +75,7 @@ class OpCounter {
 
   const std::vector<OpCount>& ops() const { return ops_; }
   double flops() const;       // all ops
-  double gemm_flops() const;  // ops with a gemm
+  double gemm_flops() const;  // 2*b*m*n*k of the GEMM records (their fused epilogues excluded)
   double bytes() const;
   void Clear() { ops_.clear(); }
   // Per-op-name totals (count, flops, bytes), largest flops first, for humans.

@@ -191,6 +191,58 @@ TEST(OpCounter, ElementwiseNormsAndReductions) {
   EXPECT_EQ(Only([](Device d) { Concat({Z({2, 3}, d), Z({2, 1}, d)}, 1); }).bytes, 2 * 8 * 4.0);
 }
 
+TEST(OpCounter, BackwardRoutingAndMultiTensorOps) {
+  // x [6,16] f32, rows 6: dx written, x and dy read, gamma read, dgamma and dbeta written.
+  const OpCount lnb = Only([](Device d) {
+    LayerNormBackward(Z({6, 16}, d), Z({16}, d), Z({6}, d), Z({6}, d), Z({6, 16}, d));
+  });
+  EXPECT_EQ(lnb.flops, 12.0 * 96);
+  EXPECT_EQ(lnb.bytes, (3 * 96 + 16 + 6 + 6 + 2 * 16) * 4.0);
+  const OpCount rnb = Only([](Device d) {
+    RmsNormBackward(Z({6, 16}, d), Tensor(), Z({6}, d), Z({6, 16}, d));
+  });
+  EXPECT_EQ(rnb.flops, 9.0 * 96);
+  EXPECT_EQ(rnb.bytes, (3 * 96 + 6) * 4.0);
+  const OpCount sb = Only([](Device d) { SoftmaxBackward(Z({4, 5}, d), Z({4, 5}, d), 1); });
+  EXPECT_EQ(sb.flops, 4.0 * 20);
+  EXPECT_EQ(sb.bytes, 3 * 20 * 4.0);
+  EXPECT_EQ(Only([](Device d) { CausalSoftmax(Z({2, 4, 4}, d)); }).flops, 5.0 * 32);
+  const OpCount ceb = Only([](Device d) {
+    CrossEntropyBackward(Z({3, 7}, d), Z({3}, d, DType::kI32), Z({3}, d));
+  });
+  EXPECT_EQ(ceb.flops, 4.0 * 21);
+  EXPECT_EQ(ceb.bytes, 2 * 21 * 4.0 + 3 * 4 + 3 * 4);
+  const OpCount eb = Only([](Device d) {
+    EmbeddingBackward(Z({2, 3}, d, DType::kI64), Z({2, 3, 4}, d, DType::kBF16), 10);
+  });
+  EXPECT_EQ(eb.flops, 24);
+  EXPECT_EQ(eb.bytes, 6 * 8 + 24 * 2 + 40 * 2.0);
+  const OpCount tk = Only([](Device d) { TopK(Z({3, 8}, d), 2); });
+  EXPECT_EQ(tk.flops, 24);
+  EXPECT_EQ(tk.bytes, 24 * 4 + 6 * 4 + 6 * 8.0);
+  const OpCount gr = Only([](Device d) { GatherRows(Z({5, 4}, d), Z({3}, d, DType::kI64)); });
+  EXPECT_EQ(gr.flops, 0);
+  EXPECT_EQ(gr.bytes, 3 * 8 + 2 * 12 * 4.0);
+  const OpCount sa = Only([](Device d) { ScatterAddRows(Z({3, 4}, d), Z({3}, d, DType::kI64), 5); });
+  EXPECT_EQ(sa.flops, 12);
+  EXPECT_EQ(sa.bytes, 12 * 4 + 3 * 8 + 20 * 4.0);
+  const OpCount am = Only([](Device d) { ArgMax(Z({3, 8}, d), 1); });
+  EXPECT_EQ(am.flops, 24);
+  EXPECT_EQ(am.bytes, 24 * 4 + 3 * 8.0);
+  const OpCount aip = Only([](Device d) {
+    Tensor acc = Z({7}, d);
+    AddInPlace(acc, Z({7}, d));
+  });
+  EXPECT_EQ(aip.flops, 7);
+  EXPECT_EQ(aip.bytes, 3 * 7 * 4.0);
+  const OpCount sc = Only([](Device d) { ScaleInPlace({Z({3}, d), Z({2, 2}, d)}, Z({}, d)); });
+  EXPECT_EQ(sc.flops, 7);
+  EXPECT_EQ(sc.bytes, 2 * 7 * 4.0);
+  const OpCount cc = Only([](Device d) { ClipCoefficient(Z({}, d, DType::kF64), 1.0); });
+  EXPECT_EQ(cc.flops, 4);
+  EXPECT_EQ(cc.bytes, 16);
+}
+
 TEST(OpCounter, OnlyTheOutermostOpIsRecorded) {
   // bf16 add on the CPU casts to f32 and back; linear composes matmul, add and gelu there: each
   // is still one record.

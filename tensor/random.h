@@ -12,6 +12,8 @@
 //
 // On a GPU, uniform values and ints are bitwise equal to the CPU's; normals use the device's
 // log and cos and may differ from the CPU's in the last bit or two of the f64 value.
+// On Device::Meta() the same checks run and a data-less tensor of the shape comes back (nothing
+// is drawn: initialisation is free in shape-only runs).
 #ifndef SHARDMAP_TENSOR_RANDOM_H_
 #define SHARDMAP_TENSOR_RANDOM_H_
 

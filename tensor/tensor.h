@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -152,8 +153,12 @@ class Tensor {
     if (DTypeOf<T>() != dtype_) [[unlikely]] DataFail(DTypeOf<T>());
     return static_cast<const T*>(raw_data());
   }
-  void* raw_data() { return static_cast<char*>(storage_->data()) + offset_bytes_; }
-  const void* raw_data() const { return static_cast<const char*>(storage_->data()) + offset_bytes_; }
+  // Null on meta (also for views: no offset is added to a null buffer).
+  void* raw_data() { return const_cast<void*>(std::as_const(*this).raw_data()); }
+  const void* raw_data() const {
+    const char* base = static_cast<const char*>(storage_->data());
+    return base == nullptr ? nullptr : base + offset_bytes_;
+  }
 
   // Element i (row-major) converted to double, any dtype. For tests and printing. 0 on meta.
   double at(int64_t flat_index) const;

@@ -185,6 +185,7 @@ TEST(TensorTest, MetaTensorsHaveShapeAndNoData) {
   // Views and copies stay on meta.
   EXPECT_TRUE(big.Reshape({-1}).SharesStorageWith(big));
   EXPECT_EQ(big.SliceRows(5, 2).ShapeString(), "f32[2,262144]");
+  EXPECT_EQ(big.SliceRows(5, 2).raw_data(), nullptr);
   EXPECT_TRUE(big.SliceRows(5, 2).Clone().is_meta());
   EXPECT_FALSE(big.SliceRows(5, 2).Clone().SharesStorageWith(big));
   // The same argument checks as on the CPU.

@@ -360,6 +360,23 @@ TEST(MetaOps, TrainingStepHasTheCpuMemoryAndOpsExactly) {
   }
 }
 
+// Sizes no host could hold: a 70B-class layer on meta allocates nothing and is counted in full.
+TEST(MetaOps, HugeShapesCostNothing) {
+  MemoryTracker mem;
+  OpCounter counter;
+  const Tensor x = Tensor::Empty({16, 8192, 8192}, DType::kBF16, kMeta);  // 2 GiB
+  const Tensor w = Tensor::Empty({8192, 28672}, DType::kBF16, kMeta);
+  LinearResult h = Linear(x, w, Tensor(), LinearEpilogue::kGelu);
+  LayerNormResult ln = LayerNorm(h.y, Tensor(), Tensor(), 1e-5);
+  EXPECT_EQ(ln.y.ShapeString(), "bf16[16,8192,28672]");
+  EXPECT_EQ(counter.gemm_flops(), 2.0 * 16 * 8192 * 28672 * 8192);  // the epilogue not included
+  const int64_t act = int64_t{16} * 8192 * 28672 * 2;
+  EXPECT_EQ(counter.flops(), counter.gemm_flops() + 8.0 * (act / 2) * 2);  // gelu, ln
+  const int64_t inputs = x.nbytes() + w.nbytes();
+  EXPECT_EQ(mem.live_bytes(), inputs + 2 * act + act + 2 * 16 * 8192 * 4);  // y, pre; ln.y, stats
+  EXPECT_EQ(mem.peak_bytes(), mem.live_bytes());
+}
+
 TEST(MetaOps, RandomOnMetaAllocatesOnly) {
   MemoryTracker mem;
   Tensor n = RandomNormal({3, 4}, 7, 0, 1, DType::kBF16, kMeta);

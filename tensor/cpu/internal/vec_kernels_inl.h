@@ -8,6 +8,9 @@
 //     typedef double D __attribute__((vector_size(64)));  // H widened to f64
 //     static constexpr int kLanes = 16;
 //     static V Exp(V), Log(V), Tanh(V);  // SLEEF's (exp, log) / libmvec's (tanh) for the ISA
+//     static V Div(V n, V d);  // n / d within about 1 ulp for d in [1, 16] (GELU's erfc)
+//     static V Min(V a, V b);  // a < b ? a : b (b where either is NaN): one min instruction
+//     static V Fma(V a, V b, V c);  // a * b + c, rounded once where the ISA has FMA
 //     // dst[m * ds + k] = src[k * ss + m] for k, m < kLanes: one register-sized square of
 //     // 32-bit elements transposed in registers (intrinsics: the shuffles are per ISA); with
 //     // kStream, non-temporal stores to 16-byte aligned dst rows, ordered by StreamFence().
@@ -73,44 +76,61 @@ struct Math {
   // 0.5 x (1 + tanh(u)) = x sigmoid(2u): no cancellation for negative x.
   static V GeluTanhU(V x) { return kSqrt2OverPi * (x + kGeluC * x * x * x); }
   static V GeluTanh(V x) { return x / (1.0f + I::Exp(-2.0f * GeluTanhU(x))); }
-  // GELU with erf on our own erfc. For a = |z|, erfc(a) = exp(-a^2) erfcx(a), and erfcx(a) =
-  // exp(a^2) erfc(a), smooth and falling from 1 to about 1 / (a sqrt(pi)), is a degree-10
-  // polynomial in t = (a - 1.5) / (a + 1.5) in [-1, 1): our Chebyshev interpolation of erfcx on a
-  // in [0, 10.5] (long double, coefficients rounded to f32; how it was fitted: docs/design.md
-  // section 8). erfc(z) for z < 0 is 2 - erfc(a), in [1, 2]: no cancellation on either side.
-  // Results below 2^-126 would lose bits in a subnormal exp(-a^2), so for a > 9 the exp is taken
-  // 2^32 times too large (its argument shifted by 32 ln 2, a rounding the input's 2-ulp movement
-  // covers there) and the product scaled back in its last multiplication. Where exp(-a^2) is 0
-  // the tail is 0 without the polynomial (a = inf makes t NaN); NaN stays NaN.
-  struct ErfcParts {
-    V tail;     // erfc(a) / unscale
-    V gauss;    // exp(-a^2) / unscale
-    V unscale;  // 1, or 2^-32 where a > 9
+  // GELU with erf on our own erfc, one formula for every lane (no per-range branches): for
+  // a = |x| / sqrt 2, erfc(a) = exp(-a^2) erfcx(a), and erfcx(a) = exp(a^2) erfc(a), smooth and
+  // falling from 1 to about 1 / (a sqrt(pi)), is a degree-10 polynomial in t = (a - 1.5) / (a +
+  // 1.5) in [-1, 0.73] (our Chebyshev interpolation, printed by `bazel run
+  // //tensor/cpu:fit_erfcx`; kept halved here, so q below is erfc(a) / 2 without the power of 2).
+  // exp(-a^2) = 2^k exp(r) with k = round(-a^2 / ln 2) and r = -a^2 - k ln 2 formed in one
+  // fused multiply-add, so a^2 enters unrounded, and exp(r) a degree-6 polynomial on |r| <=
+  // ln 2 / 2 (fitted by the same tool, 0.8 ulp); t is the ISA's reciprocal estimate refined
+  // (I::Div). 2^k is built from the exponent bits and multiplied in last, so results down in
+  // the subnormals are rounded once. a is clamped to 9.375, where k reaches -127 and 2^k reads
+  // 0: the tail below 2^-110 flushes to 0 (|x| >= 13.24), every intermediate stays finite, and
+  // infinities and NaN come out of the final products with x as the textbook formula gives.
+  typedef int32_t U __attribute__((vector_size(sizeof(V))));
+  static constexpr float kErfcXMax = 13.25f;  // a = 9.369
+  struct HalfErfc {
+    V q;  // erfc(a) / 2 / s
+    V m;  // exp(-a^2) / s
+    V s;  // 2^k (0 where a is clamped)
   };
-  static ErfcParts Erfc(V z) {
-    const V a = z < 0.0f ? -z : z;
-    const V zero = {}, one = zero + 1.0f;
-    const V big = a > 9.0f ? one : zero;
-    const V gauss = I::Exp(big * 22.18070977791825f - a * a);
-    const V t = (a - 1.5f) / (a + 1.5f);
-    V p = t * -4.896814789e-05f + -2.401138918e-04f;
-    p = p * t + -2.757941256e-04f;
-    p = p * t + 8.258146117e-04f;
-    p = p * t + 2.865723567e-03f;
-    p = p * t + -4.402830382e-04f;
-    p = p * t + -1.862490550e-02f;
-    p = p * t + -9.284947999e-03f;
-    p = p * t + 1.944902390e-01f;
-    p = p * t + -4.908687472e-01f;
-    p = p * t + 3.215854168e-01f;
-    return {gauss == 0.0f ? zero : gauss * p, gauss, a > 9.0f ? one * 0x1p-32f : one};
+  static HalfErfc Erfc2(V x) {
+    const V ax = I::Min((V)((U)x & 0x7fffffff), V{} + kErfcXMax);  // NaN -> the clamp too
+    const V a = ax * kInvSqrt2;
+    // k: the nearest integer to -a^2 log2(e), in the low bits of kk (1.5 * 2^23 + 127 + k).
+    const V kk = (ax * ax) * -0.72134752044448170f + 12583039.0f;
+    const V k = kk - 12583039.0f;
+    // a^2 = ax * (ax / 2) exactly inside the fused multiply-add, and k ln2_hi is exact.
+    V r = I::Fma(-ax, ax * 0.5f, -(k * 0.693145751953125f));
+    r = r - k * 1.428606820309417232e-6f;     // ln 2 - ln2_hi
+    V m = r * 1.392691862e-03f + 8.363766596e-03f;
+    m = m * r + 4.166654870e-02f;
+    m = m * r + 1.666657329e-01f;
+    m = m * r + 0.5f;
+    m = m * r + 1.0f;
+    m = m * r + 1.0f;
+    const V s = (V)((U)kk << 23);
+    const V t = I::Div(a - 1.5f, a + 1.5f);
+    V p = t * -2.448407394e-05f + -1.200569459e-04f;
+    p = p * t + -1.378970628e-04f;
+    p = p * t + 4.129073059e-04f;
+    p = p * t + 1.432861784e-03f;
+    p = p * t + -2.201415191e-04f;
+    p = p * t + -9.312452748e-03f;
+    p = p * t + -4.642474000e-03f;
+    p = p * t + 9.724511950e-02f;
+    p = p * t + -2.454343736e-01f;
+    p = p * t + 1.607927084e-01f;
+    return {m * p, m, s};
   }
-  // 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x erfc(-x / sqrt 2): for x > 0, 0.5 x (2 - erfc(a));
-  // else 0.5 x erfc(a), scaled back last (one rounding into the subnormals).
+  // 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x erfc(-x / sqrt 2): for x > 0 (and NaN), x (1 - erfc(a) /
+  // 2), else x erfc(a) / 2 with the power of 2 last (one rounding into the subnormals).
   static V GeluErf(V x) {
-    const ErfcParts e = Erfc(-x * kInvSqrt2);
-    const V hx = 0.5f * x;
-    return x > 0.0f ? hx * (2.0f - e.tail * e.unscale) : (hx * e.tail) * e.unscale;
+    const HalfErfc e = Erfc2(x);
+    const V neg = (x * e.q) * e.s;
+    const V pos = x * (1.0f - e.q * e.s);
+    return x <= 0.0f ? neg : pos;
   }
 
   // gelu_tanh' = s + 2 x s (1 - s) u' with s = sigmoid(2u) = 1 / (1 + e), e = exp(-2u); written
@@ -127,12 +147,13 @@ struct Math {
     return s == 0.0f ? zero : s * (1.0f + term);
   }
   // gelu_erf' = Phi(x) + x phi(x), Phi(x) = erfc(-x / sqrt 2) / 2, phi = exp(-x^2 / 2) / sqrt(2 pi)
-  // (the exp the erfc took).
+  // (the exp the erfc took), the power of 2 multiplied in last on the negative side.
   static V GeluErfDer(V x) {
-    const ErfcParts e = Erfc(-x * kInvSqrt2);
-    const V xphi = x * kInvSqrt2Pi * e.gauss;
-    return x > 0.0f ? 0.5f * (2.0f - e.tail * e.unscale) + xphi * e.unscale
-                    : (0.5f * e.tail + xphi) * e.unscale;
+    const HalfErfc e = Erfc2(x);
+    const V xphi = x * kInvSqrt2Pi * e.m;  // x phi(x) / s
+    const V neg = (e.q + xphi) * e.s;
+    const V pos = (1.0f - e.q * e.s) + xphi * e.s;
+    return x <= 0.0f ? neg : pos;
   }
   // silu' = s (1 + x (1 - s)) with s = 1 / (1 + e), e = exp(-x), 1 - s = e s (no cancellation);
   // s = 0 (e overflowed) gives the limit x * 0.

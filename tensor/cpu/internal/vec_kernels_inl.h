@@ -93,25 +93,26 @@ struct Math {
   struct HalfErfc {
     V q;  // erfc(a) / 2 / s
     V m;  // exp(-a^2) / s
-    V s;  // 2^k (0 where a is clamped)
+    V s;   // 2^k (0 where a is clamped)
+    V ax;  // |x|, clamped
   };
   static HalfErfc Erfc2(V x) {
     const V ax = I::Min((V)((U)x & 0x7fffffff), V{} + kErfcXMax);  // NaN -> the clamp too
-    const V a = ax * kInvSqrt2;
     // k: the nearest integer to -a^2 log2(e), in the low bits of kk (1.5 * 2^23 + 127 + k).
     const V kk = (ax * ax) * -0.72134752044448170f + 12583039.0f;
     const V k = kk - 12583039.0f;
-    // a^2 = ax * (ax / 2) exactly inside the fused multiply-add, and k ln2_hi is exact.
-    V r = I::Fma(-ax, ax * 0.5f, -(k * 0.693145751953125f));
-    r = r - k * 1.428606820309417232e-6f;     // ln 2 - ln2_hi
-    V m = r * 1.392691862e-03f + 8.363766596e-03f;
-    m = m * r + 4.166654870e-02f;
-    m = m * r + 1.666657329e-01f;
-    m = m * r + 0.5f;
-    m = m * r + 1.0f;
-    m = m * r + 1.0f;
+    // u = 2 r = -x^2 - 2 k ln 2: x^2 unrounded inside the fused multiply-add, and k 2 ln2_hi
+    // exact; exp(r) = exp(u / 2), the polynomial's coefficients scaled by powers of 2.
+    V u = I::Fma(-ax, ax, -(k * 1.38629150390625f));
+    u = u - k * 2.857213640618834464e-6f;  // 2 (ln 2 - ln2_hi)
+    V m = u * (1.392691862e-03f / 64) + (8.363766596e-03f / 32);
+    m = m * u + (4.166654870e-02f / 16);
+    m = m * u + (1.666657329e-01f / 8);
+    m = m * u + 0.125f;
+    m = m * u + 0.5f;
+    m = m * u + 1.0f;
     const V s = (V)((U)kk << 23);
-    const V t = I::Div(a - 1.5f, a + 1.5f);
+    const V t = I::Div(ax * kInvSqrt2 - 1.5f, ax * kInvSqrt2 + 1.5f);
     V p = t * -2.448407394e-05f + -1.200569459e-04f;
     p = p * t + -1.378970628e-04f;
     p = p * t + 4.129073059e-04f;
@@ -122,15 +123,14 @@ struct Math {
     p = p * t + 9.724511950e-02f;
     p = p * t + -2.454343736e-01f;
     p = p * t + 1.607927084e-01f;
-    return {m * p, m, s};
+    return {m * p, m, s, ax};
   }
-  // 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x erfc(-x / sqrt 2): for x > 0 (and NaN), x (1 - erfc(a) /
-  // 2), else x erfc(a) / 2 with the power of 2 last (one rounding into the subnormals).
+  // 0.5 x (1 + erf(x / sqrt 2)) = x Phi(x) = max(x, 0) - |x| Phi(-|x|), Phi(-|x|) = erfc(a) / 2:
+  // one fused multiply-add, so one rounding, into the subnormals too. max(x, 0) is taken as x -
+  // min(x, 0), NaN at -inf as the textbook -inf * 0 (and NaN for NaN).
   static V GeluErf(V x) {
     const HalfErfc e = Erfc2(x);
-    const V neg = (x * e.q) * e.s;
-    const V pos = x * (1.0f - e.q * e.s);
-    return x <= 0.0f ? neg : pos;
+    return (x - I::Min(x, V{})) - (e.ax * e.q) * e.s;
   }
 
   // gelu_tanh' = s + 2 x s (1 - s) u' with s = sigmoid(2u) = 1 / (1 + e), e = exp(-2u); written

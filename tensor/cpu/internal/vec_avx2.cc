@@ -19,15 +19,6 @@ struct Isa {
   static V Exp(V x) { return Sleef_expf8_u10avx2(x); }
   static V Log(V x) { return Sleef_logf8_u35avx2(x); }
   static V Tanh(V x) { return _ZGVdN8v_tanhf(x); }
-  // n / d for d in [1, 16] (the GELU's t), within about 1 ulp: rcp's estimate (relative error
-  // below 1.5 * 2^-12) and two correction steps on the quotient (error below 2^-33 before the
-  // roundings), in place of a division.
-  static V Div(V n, V d) {
-    const V r = _mm256_rcp_ps(d);
-    V q = n * r;
-    q = q + (n - q * d) * r;
-    return q + (n - q * d) * r;
-  }
   static V Min(V a, V b) { return _mm256_min_ps(a, b); }
   static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   template <bool kStream, class R>

@@ -26,13 +26,6 @@ struct Isa {
   static V Exp(V x) { return Sleef_expf16_u10avx512f(x); }
   static V Log(V x) { return Sleef_logf16_u35avx512f(x); }
   static V Tanh(V x) { return _ZGVeN16v_tanhf(x); }
-  // n / d for d in [1, 16] (the GELU's t), within about 1 ulp: rcp14's estimate (relative error
-  // below 2^-14) and one correction step on the quotient, 5 instructions in place of a division.
-  static V Div(V n, V d) {
-    const V r = _mm512_rcp14_ps(d);
-    const V q = n * r;
-    return q + (n - q * d) * r;
-  }
   static V Min(V a, V b) { return _mm512_min_ps(a, b); }
   static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   template <bool kStream, class R>

@@ -20,8 +20,6 @@ struct Isa {
   static V Exp(V x) { return Sleef_expf4_u10sse2(x); }
   static V Log(V x) { return Sleef_logf4_u35sse2(x); }
   static V Tanh(V x) { return _ZGVbN4v_tanhf(x); }
-  // n / d (no fused multiply-add to refine a reciprocal estimate with on the baseline).
-  static V Div(V n, V d) { return n / d; }
   static V Min(V a, V b) { return _mm_min_ps(a, b); }
   static V Fma(V a, V b, V c) { return a * b + c; }  // two roundings: no FMA on the baseline
   template <bool kStream, class R>

@@ -230,8 +230,8 @@ TEST(VecMathTest, GradientsMatchTheReference) {
 }
 
 // GELU with erf runs on our own erfc (a polynomial for erfcx, vec_kernels_inl.h): the random
-// draws above are too sparse to show where it is weakest, so sweep [-14, 14] (past x = -13.4,
-// erfc flushes to 0) in steps of 2^-14 (458752 inputs, every ISA), with tiny |x| and both
+// draws above are too sparse to show where it is weakest, so sweep [-14, 14] (past x = -13.24,
+// the kernel flushes to 0) in steps of 2^-14 (458752 inputs, every ISA), with tiny |x| and both
 // signs, for the value and the gradient at the bound they promise (4 ulp).
 TEST(VecMathTest, GeluErfWithinTheBoundOnADenseSweep) {
   std::vector<float> x;

@@ -8,7 +8,7 @@
 Prints one line per row: PyTorch's time (thread CPU time per call, median of repeats) and, given
 the JSON output of tensor_bench (--benchmark_format=json --benchmark_out=FILE), ours beside it
 and their ratio (torch / ours: > 1 means we are faster). Given as many --ours files as --torch
-files (alternating rounds), it also prints the lowest and highest ratio of a round's pair.
+files (alternating rounds), it also prints the lowest, median and highest ratio of a round's pair.
 
 Both sides start each call in the same cache state: tensor_bench copies (bytes read + bytes
 written) / 2 of other memory after every call (its copy_ratio baseline), which evicts much of a
@@ -190,14 +190,14 @@ def main():
         spread = round_ratios(args.ours.split(","), args.torch.split(","))
     print("torch %s, %d thread(s)" % (torch.__version__, torch.get_num_threads()))
     print("%-48s %10s %10s %8s %10s %s" % ("op", "torch ms", "ours ms", "torch/us", "ours/copy",
-                                          "rounds' torch/us" if spread else ""))
+                                          "rounds' torch/us min / median / max" if spread else ""))
     for name, fn, copy_bytes in selected:
         t = measured[name] if measured is not None else timed(fn, args.min_time, copy_bytes)
         o = ours.get(name)
         if o:
             cr = "%10.2f" % o[1] if o[1] is not None else "%10s" % "-"
             r = spread.get(name)
-            sp = " %.2f-%.2f" % (min(r), max(r)) if r else ""
+            sp = " %.2f / %.2f / %.2f" % (min(r), sorted(r)[len(r) // 2], max(r)) if r else ""
             print("%-48s %10.3f %10.3f %8.2f %s%s" % (name, t * 1e3, o[0] * 1e3, t / o[0], cr, sp))
         else:
             print("%-48s %10.3f %10s %8s %10s" % (name, t * 1e3, "-", "-", "-"))

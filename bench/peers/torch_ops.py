@@ -3,10 +3,12 @@
     /usr/bin/python3 bench/peers/torch_ops.py [--ours=tensor_bench.json] [--min_time=0.3]
     /usr/bin/python3 bench/peers/torch_ops.py --torch_out=torch_1.json     # measure only
     /usr/bin/python3 bench/peers/torch_ops.py --ours=a.json,b.json --torch=torch_1.json,torch_2.json
+    /usr/bin/python3 bench/peers/torch_ops.py --filter='^gelu_erf' ...      # some rows only
 
 Prints one line per row: PyTorch's time (thread CPU time per call, median of repeats) and, given
 the JSON output of tensor_bench (--benchmark_format=json --benchmark_out=FILE), ours beside it
-and their ratio (torch / ours: > 1 means we are faster).
+and their ratio (torch / ours: > 1 means we are faster). Given as many --ours files as --torch
+files (alternating rounds), it also prints the lowest, median and highest ratio of a round's pair.
 
 Both sides start each call in the same cache state: tensor_bench copies (bytes read + bytes
 written) / 2 of other memory after every call (its copy_ratio baseline), which evicts much of a
@@ -19,6 +21,7 @@ Use bench/peers/torch_ops.sh, which installs Debian's python3-torch if missing a
 """
 import argparse
 import json
+import re
 import time
 
 import torch
@@ -146,6 +149,18 @@ def load_ours(paths):
     return ours
 
 
+def round_ratios(ours_paths, torch_paths):
+    """{row: [torch_i / ours_i]} over the rounds' pairs (file i of each side)."""
+    out = {}
+    for op, tp in zip(ours_paths, torch_paths):
+        ours = load_ours([op])
+        with open(tp) as f:
+            for name, t in json.load(f).items():
+                if name in ours:
+                    out.setdefault(name, []).append(t / ours[name][0])
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ours", help="tensor_bench --benchmark_format=json outputs, comma-separated "
@@ -154,9 +169,11 @@ def main():
                     "combine them (per row the fastest) instead of measuring")
     ap.add_argument("--torch_out", help="measure PyTorch's rows only and write them here (JSON)")
     ap.add_argument("--min_time", type=float, default=0.3)
+    ap.add_argument("--filter", default="", help="only the rows whose name matches (re.search)")
     args = ap.parse_args()
+    selected = [r for r in rows() if re.search(args.filter, r[0])]
     if args.torch_out:
-        times = {name: timed(fn, args.min_time, copy_bytes) for name, fn, copy_bytes in rows()}
+        times = {name: timed(fn, args.min_time, copy_bytes) for name, fn, copy_bytes in selected}
         with open(args.torch_out, "w") as f:
             json.dump(times, f)
         return
@@ -168,14 +185,20 @@ def main():
             with open(path) as f:
                 for name, t in json.load(f).items():
                     measured[name] = min(t, measured.get(name, t))
+    spread = {}
+    if args.ours and args.torch and len(args.ours.split(",")) == len(args.torch.split(",")) > 1:
+        spread = round_ratios(args.ours.split(","), args.torch.split(","))
     print("torch %s, %d thread(s)" % (torch.__version__, torch.get_num_threads()))
-    print("%-48s %10s %10s %8s %10s" % ("op", "torch ms", "ours ms", "torch/us", "ours/copy"))
-    for name, fn, copy_bytes in rows():
+    print("%-48s %10s %10s %8s %10s %s" % ("op", "torch ms", "ours ms", "torch/us", "ours/copy",
+                                          "rounds' torch/us min / median / max" if spread else ""))
+    for name, fn, copy_bytes in selected:
         t = measured[name] if measured is not None else timed(fn, args.min_time, copy_bytes)
         o = ours.get(name)
         if o:
             cr = "%10.2f" % o[1] if o[1] is not None else "%10s" % "-"
-            print("%-48s %10.3f %10.3f %8.2f %s" % (name, t * 1e3, o[0] * 1e3, t / o[0], cr))
+            r = spread.get(name)
+            sp = " %.2f / %.2f / %.2f" % (min(r), sorted(r)[len(r) // 2], max(r)) if r else ""
+            print("%-48s %10.3f %10.3f %8.2f %s%s" % (name, t * 1e3, o[0] * 1e3, t / o[0], cr, sp))
         else:
             print("%-48s %10.3f %10s %8s %10s" % (name, t * 1e3, "-", "-", "-"))
 

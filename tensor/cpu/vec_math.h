@@ -2,8 +2,8 @@
 // gradients, fused bias epilogues, softmax and norm row passes, 32-bit transposes), on SLEEF's
 // vector math (Debian libsleef-dev: 1.0-ulp exp, 3.5-ulp log, which is 2.2x faster than its
 // 1.0-ulp log), glibc libmvec's tanh (1.4 ulp measured, 1.15-1.6x faster than SLEEF's 3.5-ulp
-// one on every ISA) and our own erfc for GELU (exp(-a^2) times a fitted polynomial, sharing its
-// exp with the gradient's Gaussian term; internal/vec_kernels_inl.h), with runtime
+// one on every ISA) and our own erfc for GELU (an inline exp(-x^2 / 2) times a fitted erfcx
+// polynomial, sharing the exp with the gradient's Gaussian term; internal/vec_kernels_inl.h), with runtime
 // dispatch: one binary runs on any x86-64 and picks AVX-512F, AVX2+FMA or the SSE2 baseline by
 // the CPU it finds (once).
 //
@@ -21,7 +21,9 @@
 // value, log within 4, tanh within 2; GELU and the gradients within 4 ulp of the exact value at an
 // input within 2 ulp of x (the f32-rounded inner argument of exp/erfc), gradients also within 4 ulp
 // of their largest term; results below 2^-110 in magnitude may flush to zero (SLEEF's f32 exp does
-// not return subnormals).
+// not return subnormals; GELU-erf flushes for |x| > 13.24, where it is below 2^-127). With AVX2 or
+// AVX-512 (fused multiply-add) GELU-erf also holds at x itself: within 5 ulp for x >= -4 and 16
+// ulp below (its negative tail), its gradient within 5 ulp of its largest term.
 #ifndef SHARDMAP_TENSOR_CPU_VEC_MATH_H_
 #define SHARDMAP_TENSOR_CPU_VEC_MATH_H_
 

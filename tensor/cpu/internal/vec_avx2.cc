@@ -19,6 +19,8 @@ struct Isa {
   static V Exp(V x) { return Sleef_expf8_u10avx2(x); }
   static V Log(V x) { return Sleef_logf8_u35avx2(x); }
   static V Tanh(V x) { return _ZGVdN8v_tanhf(x); }
+  static V Min(V a, V b) { return _mm256_min_ps(a, b); }
+  static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   template <bool kStream, class R>
   static void Put(float* p, R v) {
     if constexpr (kStream) {

@@ -26,6 +26,8 @@ struct Isa {
   static V Exp(V x) { return Sleef_expf16_u10avx512f(x); }
   static V Log(V x) { return Sleef_logf16_u35avx512f(x); }
   static V Tanh(V x) { return _ZGVeN16v_tanhf(x); }
+  static V Min(V a, V b) { return _mm512_min_ps(a, b); }
+  static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   template <bool kStream, class R>
   static void Put(float* p, R v) {
     if constexpr (kStream) {

@@ -20,6 +20,8 @@ struct Isa {
   static V Exp(V x) { return Sleef_expf4_u10sse2(x); }
   static V Log(V x) { return Sleef_logf4_u35sse2(x); }
   static V Tanh(V x) { return _ZGVbN4v_tanhf(x); }
+  static V Min(V a, V b) { return _mm_min_ps(a, b); }
+  static V Fma(V a, V b, V c) { return a * b + c; }  // two roundings: no FMA on the baseline
   template <bool kStream, class R>
   static void Put(float* p, R v) {
     if constexpr (kStream) {

@@ -58,7 +58,8 @@ void BM_MetaMatmulLayerNormCounted(benchmark::State& state) {
 }
 BENCHMARK(BM_MetaMatmulLayerNormCounted);
 
-// One GPT-2 XL-sized transformer block, forward and backward (about 25 ops), counted: items are ops.
+// One GPT-2 XL-sized transformer block, forward and backward (about 25 ops), counted: items are
+// ops.
 void BM_MetaTransformerBlockCounted(benchmark::State& state) {
   const int64_t b = 8, s = 1024, d = 1600, h = 25;
   auto M = [](absl::Span<const int64_t> shape, DType t = DType::kBF16) {
@@ -93,8 +94,8 @@ void BM_MetaTransformerBlockCounted(benchmark::State& state) {
     LinearWeightGrads gwo = LinearWeightGrad(att_rows, gln2.dx, false);
     Tensor datt = Matmul(gln2.dx, wo, false, true).Reshape({b, s, h, dh});
     CausalAttentionGrads ga = CausalAttentionBackward(q, k, v, att.out, att.lse, datt, 0.125);
-    Tensor dqkv = Concat({ga.dq.Reshape({b, s, d}), ga.dk.Reshape({b, s, d}),
-                          ga.dv.Reshape({b, s, d})}, -1);
+    Tensor dqkv =
+        Concat({ga.dq.Reshape({b, s, d}), ga.dk.Reshape({b, s, d}), ga.dv.Reshape({b, s, d})}, -1);
     LinearWeightGrads gqkv = LinearWeightGrad(ln1.y, dqkv);
     Tensor dln1 = Matmul(dqkv, wqkv, false, true);
     LayerNormGrads gln1 = LayerNormBackward(x, g, ln1.mean, ln1.rstd, dln1);

@@ -1,10 +1,9 @@
 #include "tensor/memory_tracker.h"
 
 #include <atomic>
-#include <cstdlib>
-
 #include <cstdio>
 #include <cstdlib>
+
 #include "tensor/internal/accounting.h"
 #include "tensor/internal/memory_tracker_state.h"
 #include "tensor/tensor.h"

@@ -73,9 +73,9 @@ TEST(MemoryTracker, PeakIsTakenBetweenOps) {
     MemoryTracker mem;
     Tensor x = Tensor::Ones({256}, DType::kF32, d);  // 1 KiB
     {
-      Tensor y = Exp(x);         // 2 KiB live
-      Tensor z = Add(y, x);      // 3 KiB live
-    }                            // y, z freed
+      Tensor y = Exp(x);     // 2 KiB live
+      Tensor z = Add(y, x);  // 3 KiB live
+    }                        // y, z freed
     EXPECT_EQ(mem.live_bytes(), 1024);
     EXPECT_EQ(mem.peak_bytes(), 3072);
     EXPECT_EQ(mem.allocated_bytes(), 3072);

@@ -1,10 +1,10 @@
 #include "tensor/op_counter.h"
 
 #include <algorithm>
-#include <map>
-
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+
 #include "absl/strings/str_format.h"
 #include "tensor/internal/accounting.h"
 
@@ -62,8 +62,8 @@ std::string OpCounter::Summary() const {
   std::vector<std::pair<std::string, Total>> rows(by_name.begin(), by_name.end());
   std::stable_sort(rows.begin(), rows.end(),
                    [](const auto& a, const auto& b) { return a.second.flops > b.second.flops; });
-  std::string out = absl::StrFormat("%-28s %8s %14s %14s %8s\n", "op", "count", "GFLOP", "MB",
-                                    "flop/B");
+  std::string out =
+      absl::StrFormat("%-28s %8s %14s %14s %8s\n", "op", "count", "GFLOP", "MB", "flop/B");
   for (const auto& [name, t] : rows) {
     absl::StrAppendFormat(&out, "%-28s %8d %14.4f %14.4f %8.2f\n", name, t.count, t.flops / 1e9,
                           t.bytes / 1e6, t.bytes > 0 ? t.flops / t.bytes : 0.0);

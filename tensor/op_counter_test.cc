@@ -100,7 +100,9 @@ TEST(OpCounter, LinearCountsItsGemmAndEpilogueAsOneOp) {
   EXPECT_EQ(none.bytes, (20 + 24 + 30) * 4.0);
 
   // Backward: dh = dy [6,8] @ w[5,8]^T, gelu grad 14 + bias 1 per element of pre [6,5].
-  const OpCount gb = Only([](Device d) { LinearGeluBackward(Z({6, 8}, d), Z({5, 8}, d), Z({6, 5}, d)); });
+  const OpCount gb = Only([](Device d) {
+    LinearGeluBackward(Z({6, 8}, d), Z({5, 8}, d), Z({6, 5}, d));
+  });
   EXPECT_EQ(gb.flops, 2.0 * 6 * 5 * 8 + 30 * 15);
   EXPECT_EQ(gb.bytes, (48 + 40 + 2 * 30 + 5) * 4.0);
   EXPECT_TRUE(gb.gemm->trans_b);
@@ -177,14 +179,18 @@ TEST(OpCounter, ElementwiseNormsAndReductions) {
   EXPECT_EQ(ln.bytes, (2 * 96 + 16 + 16 + 2 * 6) * 4.0);
   EXPECT_EQ(Only([](Device d) { RmsNorm(Z({6, 16}, d), Z({16}, d), 1e-5); }).flops, 5.0 * 96);
   EXPECT_EQ(Only([](Device d) { Softmax(Z({6, 16}, d), -1); }).flops, 5.0 * 96);
-  EXPECT_EQ(Only([](Device d) { CrossEntropy(Z({6, 16}, d), Z({6}, d, DType::kI64)); }).bytes,
+  EXPECT_EQ(Only([](Device d) {
+              CrossEntropy(Z({6, 16}, d), Z({6}, d, DType::kI64));
+            }).bytes,
             (96 + 6) * 4.0 + 6 * 8);
   EXPECT_EQ(Only([](Device d) { Sum(Z({6, 16}, d), {1}); }).flops, 96);
   EXPECT_EQ(Only([](Device d) { Sum(Z({6, 16}, d), {1}); }).bytes, (96 + 6) * 4.0);
   EXPECT_EQ(Only([](Device d) { Transpose(Z({6, 16}, d), 0, 1); }).flops, 0);
   EXPECT_EQ(Only([](Device d) { Transpose(Z({6, 16}, d), 0, 1); }).bytes, 2 * 96 * 4.0);
   EXPECT_EQ(Only([](Device d) { Cast(Z({6, 16}, d), DType::kBF16); }).bytes, 96 * 6.0);
-  EXPECT_EQ(Only([](Device d) { Embedding(Z({9, 4}, d), Z({3}, d, DType::kI32)); }).bytes,
+  EXPECT_EQ(Only([](Device d) {
+              Embedding(Z({9, 4}, d), Z({3}, d, DType::kI32));
+            }).bytes,
             3 * 4 + 2 * 12 * 4.0);
   // The whole list: 2 flops per element.
   EXPECT_EQ(Only([](Device d) { SumOfSquares({Z({3, 4}, d), Z({5}, d)}); }).flops, 34);
@@ -223,7 +229,9 @@ TEST(OpCounter, BackwardRoutingAndMultiTensorOps) {
   const OpCount gr = Only([](Device d) { GatherRows(Z({5, 4}, d), Z({3}, d, DType::kI64)); });
   EXPECT_EQ(gr.flops, 0);
   EXPECT_EQ(gr.bytes, 3 * 8 + 2 * 12 * 4.0);
-  const OpCount sa = Only([](Device d) { ScatterAddRows(Z({3, 4}, d), Z({3}, d, DType::kI64), 5); });
+  const OpCount sa = Only([](Device d) {
+    ScatterAddRows(Z({3, 4}, d), Z({3}, d, DType::kI64), 5);
+  });
   EXPECT_EQ(sa.flops, 12);
   EXPECT_EQ(sa.bytes, 12 * 4 + 3 * 8 + 20 * 4.0);
   const OpCount am = Only([](Device d) { ArgMax(Z({3, 8}, d), 1); });

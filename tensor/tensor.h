@@ -21,7 +21,8 @@
 //
 //   Tensor m = Tensor::Empty({4096, 4096}, DType::kBF16, Device::Meta());  // allocates nothing
 //   Matmul(m, m).ShapeString();   // "bf16[4096,4096]", computed in ~1 us
-//   m.item() ...                  // throws (numel != 1) exactly as on CPU; Sum(m, {0,1}).item() == 0
+//   m.item();                     // throws (numel != 1), as on the CPU
+//   Sum(m, {0, 1}).item();        // 0: host reads of meta tensors are zeros
 //
 // Device tensors: storage comes from the device's caching allocator (tensor/cuda/device_memory.h)
 // on the calling thread's current stream; data<T>() is then a device pointer, and at(), item(),

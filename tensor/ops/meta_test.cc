@@ -40,8 +40,8 @@ Tensor Ids(absl::Span<const int64_t> shape, std::vector<int64_t> v, Device dev,
 
 struct Case {
   std::string name;
-  std::function<Tensors(Device)> inputs;    // made outside the tracker
-  std::function<Tensors(Tensors&)> run;      // the op(s); returns every output
+  std::function<Tensors(Device)> inputs;  // made outside the tracker
+  std::function<Tensors(Tensors&)> run;   // the op(s); returns every output
 };
 
 struct Observed {
@@ -73,49 +73,84 @@ std::vector<Case> AllCases() {
   for (DType dt : {DType::kF32, DType::kF64, DType::kBF16}) {
     const std::string t = std::string("_") + DTypeName(dt);
     // elementwise
-    add("add" + t, [=](Device d) { return Tensors{R({3, 5}, dt, 1, d), R({3, 5}, dt, 2, d)}; },
+    add(
+        "add" + t,
+        [=](Device d) {
+          return Tensors{R({3, 5}, dt, 1, d), R({3, 5}, dt, 2, d)};
+        },
         [](Tensors& x) { return Tensors{Add(x[0], x[1])}; });
-    add("add_broadcast" + t,
-        [=](Device d) { return Tensors{R({4, 1, 5}, dt, 1, d), R({3, 5}, dt, 2, d)}; },
-        [](Tensors& x) { return Tensors{Add(x[0], x[1]), Mul(x[1], x[0])}; });
-    add("binary" + t, [=](Device d) { return Tensors{R({7}, dt, 1, d), R({1}, dt, 2, d, 1, 2)}; },
-        [](Tensors& x) { return Tensors{Sub(x[0], x[1]), Div(x[0], x[1])}; });
-    add("unary" + t, [=](Device d) { return Tensors{R({2, 9}, dt, 3, d, 0.5, 2)}; },
+    add(
+        "add_broadcast" + t,
+        [=](Device d) {
+          return Tensors{R({4, 1, 5}, dt, 1, d), R({3, 5}, dt, 2, d)};
+        },
         [](Tensors& x) {
-          return Tensors{AddScalar(x[0], 1), MulScalar(x[0], 2), Neg(x[0]), Exp(x[0]),
-                         Log(x[0]),          Tanh(x[0]),         Relu(x[0]), Sqrt(x[0]),
-                         Gelu(x[0]),         Gelu(x[0], GeluApprox::kNone), Silu(x[0])};
+          return Tensors{Add(x[0], x[1]), Mul(x[1], x[0])};
         });
-    add("grads" + t, [=](Device d) { return Tensors{R({4, 6}, dt, 1, d), R({4, 6}, dt, 2, d)}; },
+    add(
+        "binary" + t,
+        [=](Device d) {
+          return Tensors{R({7}, dt, 1, d), R({1}, dt, 2, d, 1, 2)};
+        },
+        [](Tensors& x) {
+          return Tensors{Sub(x[0], x[1]), Div(x[0], x[1])};
+        });
+    add(
+        "unary" + t,
+        [=](Device d) {
+          return Tensors{R({2, 9}, dt, 3, d, 0.5, 2)};
+        },
+        [](Tensors& x) {
+          return Tensors{AddScalar(x[0], 1), MulScalar(x[0], 2),
+                         Neg(x[0]),          Exp(x[0]),
+                         Log(x[0]),          Tanh(x[0]),
+                         Relu(x[0]),         Sqrt(x[0]),
+                         Gelu(x[0]),         Gelu(x[0], GeluApprox::kNone),
+                         Silu(x[0])};
+        });
+    add(
+        "grads" + t,
+        [=](Device d) {
+          return Tensors{R({4, 6}, dt, 1, d), R({4, 6}, dt, 2, d)};
+        },
         [](Tensors& x) {
           return Tensors{ReluGrad(x[0], x[1]), GeluGrad(x[0], x[1]),
                          GeluGrad(x[0], x[1], GeluApprox::kNone), SiluGrad(x[0], x[1]),
                          TanhGrad(x[0], x[1])};
         });
-    add("add_in_place" + t,
-        [=](Device d) { return Tensors{R({5, 3}, dt, 1, d), R({5, 3}, dt, 2, d)}; },
+    add(
+        "add_in_place" + t,
+        [=](Device d) {
+          return Tensors{R({5, 3}, dt, 1, d), R({5, 3}, dt, 2, d)};
+        },
         [](Tensors& x) {
           AddInPlace(x[0], x[1]);
           return Tensors{x[0]};
         });
     // reductions
-    add("reduce" + t, [=](Device d) { return Tensors{R({3, 4, 5}, dt, 1, d)}; },
+    add(
+        "reduce" + t,
+        [=](Device d) {
+          return Tensors{R({3, 4, 5}, dt, 1, d)};
+        },
         [](Tensors& x) {
-          return Tensors{Sum(x[0], {1}), Mean(x[0], {0, 2}, true), Max(x[0], {-1}),
-                         Min(x[0], {}), ArgMax(x[0], 1), ArgMax(x[0], -1, true),
+          return Tensors{Sum(x[0], {1}),          Mean(x[0], {0, 2}, true), Max(x[0], {-1}),
+                         Min(x[0], {}),           ArgMax(x[0], 1),          ArgMax(x[0], -1, true),
                          SumToShape(x[0], {4, 1})};
         });
     // matmul and linear
-    add("matmul" + t,
+    add(
+        "matmul" + t,
         [=](Device d) {
           return Tensors{R({5, 3}, dt, 1, d), R({3, 4}, dt, 2, d), R({2, 5, 3}, dt, 3, d),
                          R({2, 4, 3}, dt, 4, d)};
         },
         [](Tensors& x) {
-          return Tensors{Matmul(x[0], x[1]), Matmul(x[0], x[0], true, false),
-                         Matmul(x[2], x[1]), Matmul(x[2], x[3], false, true)};
+          return Tensors{Matmul(x[0], x[1]), Matmul(x[0], x[0], true, false), Matmul(x[2], x[1]),
+                         Matmul(x[2], x[3], false, true)};
         });
-    add("linear" + t,
+    add(
+        "linear" + t,
         [=](Device d) {
           return Tensors{R({2, 3, 4}, dt, 1, d), R({4, 6}, dt, 2, d), R({6}, dt, 3, d)};
         },
@@ -132,7 +167,8 @@ std::vector<Case> AllCases() {
           }
           return out;
         });
-    add("linear_backward" + t,
+    add(
+        "linear_backward" + t,
         [=](Device d) {
           return Tensors{R({2, 3, 6}, dt, 1, d), R({4, 6}, dt, 2, d), R({2, 3, 4}, dt, 3, d)};
         },
@@ -141,10 +177,11 @@ std::vector<Case> AllCases() {
           LinearGeluGrads g2 = LinearGeluBackward(x[0], x[1], x[2], false, GeluApprox::kNone);
           LinearWeightGrads w = LinearWeightGrad(x[2], x[0]);
           LinearWeightGrads w2 = LinearWeightGrad(x[2], x[0], false);
-          return Tensors{g.dpre, g.dbias, g2.dpre, g2.dbias, w.dw, w.db, w2.dw, w2.db,
-                         BiasGrad(x[0]), BiasGrad(x[1].Reshape({24}))};
+          return Tensors{g.dpre, g.dbias, g2.dpre, g2.dbias,       w.dw,
+                         w.db,   w2.dw,   w2.db,   BiasGrad(x[0]), BiasGrad(x[1].Reshape({24}))};
         });
-    add("matmul_accumulate" + t,
+    add(
+        "matmul_accumulate" + t,
         [=](Device d) {
           const DType acc = dt == DType::kF64 ? DType::kF64 : DType::kF32;
           return Tensors{R({3, 4}, acc, 1, d), R({5, 3}, dt, 2, d), R({5, 4}, dt, 3, d)};
@@ -154,12 +191,17 @@ std::vector<Case> AllCases() {
           return Tensors{x[0]};
         });
     // nn
-    add("softmax" + t, [=](Device d) { return Tensors{R({3, 4, 5}, dt, 1, d), R({3, 4, 5}, dt, 2, d)}; },
+    add(
+        "softmax" + t,
+        [=](Device d) {
+          return Tensors{R({3, 4, 5}, dt, 1, d), R({3, 4, 5}, dt, 2, d)};
+        },
         [](Tensors& x) {
           return Tensors{Softmax(x[0], 1), LogSoftmax(x[0], -1), SoftmaxBackward(x[0], x[1], 0),
                          LogSoftmaxBackward(x[0], x[1], 2)};
         });
-    add("norms" + t,
+    add(
+        "norms" + t,
         [=](Device d) {
           return Tensors{R({2, 3, 8}, dt, 1, d), R({8}, dt, 2, d), R({8}, dt, 3, d),
                          R({2, 3, 8}, dt, 4, d)};
@@ -172,11 +214,12 @@ std::vector<Case> AllCases() {
           RmsNormResult rn = RmsNorm(x[0], x[1], 1e-5);
           RmsNormGrads rg = RmsNormBackward(x[0], x[1], rn.rstd, x[3]);
           RmsNormGrads rg0 = RmsNormBackward(x[0], Tensor(), rn.rstd, x[3]);
-          return Tensors{ln.y,  ln.mean,   ln.rstd,  ln0.y,  lg.dx,  lg.dgamma, lg.dbeta,
-                         lg0.dx, lg0.dgamma, lg0.dbeta, rn.y, rn.rstd, rg.dx,  rg.dgamma,
-                         rg0.dx, rg0.dgamma};
+          return Tensors{ln.y,     ln.mean,   ln.rstd,    ln0.y,     lg.dx, lg.dgamma,
+                         lg.dbeta, lg0.dx,    lg0.dgamma, lg0.dbeta, rn.y,  rn.rstd,
+                         rg.dx,    rg.dgamma, rg0.dx,     rg0.dgamma};
         });
-    add("embedding" + t,
+    add(
+        "embedding" + t,
         [=](Device d) {
           return Tensors{R({10, 4}, dt, 1, d), Ids({2, 3}, {0, 9, 3, 3, 1, 0}, d, DType::kI32),
                          R({2, 3, 4}, dt, 2, d)};
@@ -184,7 +227,8 @@ std::vector<Case> AllCases() {
         [](Tensors& x) {
           return Tensors{Embedding(x[0], x[1]), EmbeddingBackward(x[1], x[2], 10)};
         });
-    add("cross_entropy" + t,
+    add(
+        "cross_entropy" + t,
         [=](Device d) {
           return Tensors{R({4, 7}, dt, 1, d), Ids({4}, {0, 6, -100, 2}, d), R({4}, dt, 2, d)};
         },
@@ -193,12 +237,17 @@ std::vector<Case> AllCases() {
           Tensor dloss = Cast(x[2], loss.dtype());
           return Tensors{loss, CrossEntropyBackward(x[0], x[1], dloss)};
         });
-    add("causal" + t, [=](Device d) { return Tensors{R({2, 3, 4, 6}, dt, 1, d)}; },
+    add(
+        "causal" + t,
+        [=](Device d) {
+          return Tensors{R({2, 3, 4, 6}, dt, 1, d)};
+        },
         [](Tensors& x) {
           return Tensors{CausalMask(x[0]), CausalMask(x[0], 2, -1e4), CausalSoftmax(x[0]),
                          CausalSoftmax(x[0], -1)};
         });
-    add("attention" + t,
+    add(
+        "attention" + t,
         [=](Device d) {
           return Tensors{R({2, 3, 2, 4}, dt, 1, d), R({2, 5, 2, 4}, dt, 2, d),
                          R({2, 5, 2, 4}, dt, 3, d), R({2, 3, 2, 4}, dt, 4, d)};
@@ -210,7 +259,8 @@ std::vector<Case> AllCases() {
           return Tensors{r.out, r.lse, g.dq, g.dk, g.dv};
         });
     // routing
-    add("routing" + t,
+    add(
+        "routing" + t,
         [=](Device d) {
           return Tensors{R({3, 6}, dt, 1, d), R({3, 2}, dt, 2, d), Ids({4}, {2, -1, 0, 2}, d),
                          R({2, 2, 3}, dt, 3, d)};
@@ -226,7 +276,8 @@ std::vector<Case> AllCases() {
                          LocalIndices(x[2], 0, 3, 3)};
         });
     // multi-tensor
-    add("multi_tensor" + t,
+    add(
+        "multi_tensor" + t,
         [=](Device d) {
           return Tensors{R({3, 4}, dt, 1, d), R({5}, dt, 2, d),
                          R({}, dt == DType::kF64 ? dt : DType::kF32, 3, d, 0.1, 0.9)};
@@ -238,11 +289,14 @@ std::vector<Case> AllCases() {
           return Tensors{ss, coef, x[0], x[1]};
         });
     // layout
-    add("shape_ops" + t,
-        [=](Device d) { return Tensors{R({2, 3, 4}, dt, 1, d), R({2, 2, 4}, dt, 2, d)}; },
+    add(
+        "shape_ops" + t,
+        [=](Device d) {
+          return Tensors{R({2, 3, 4}, dt, 1, d), R({2, 2, 4}, dt, 2, d)};
+        },
         [](Tensors& x) {
-          Tensors out{Transpose(x[0], 0, 2), Permute(x[0], {1, 2, 0}), Permute(x[0], {0, 1, 2}),
-                      Slice(x[0], 0, 1, 1), Slice(x[0], 1, 1, 2), Concat({x[0], x[1]}, 1),
+          Tensors out{Transpose(x[0], 0, 2),   Permute(x[0], {1, 2, 0}), Permute(x[0], {0, 1, 2}),
+                      Slice(x[0], 0, 1, 1),    Slice(x[0], 1, 1, 2),     Concat({x[0], x[1]}, 1),
                       Cast(x[0], DType::kF64), Cast(x[0], DType::kBF16), Cast(x[0], x[0].dtype())};
           for (Tensor& p : Split(x[0], 2, {1, 3})) out.push_back(p);
           for (Tensor& p : Chunk(x[0], 1, 3)) out.push_back(p);
@@ -399,63 +453,216 @@ TEST(MetaOps, RandomOnMetaAllocatesOnly) {
 TEST(MetaOps, BadInputGivesTheCpuError) {
   using Bad = std::function<void(Device)>;
   const std::vector<std::pair<std::string, Bad>> bad = {
-      {"add_broadcast", [](Device d) { Add(R({2, 3}, DType::kF32, 1, d), R({4}, DType::kF32, 1, d)); }},
+      {"add_broadcast",
+       [](Device d) {
+         Add(R({2, 3}, DType::kF32, 1, d), R({4}, DType::kF32, 1, d));
+       }},
       {"add_dtype", [](Device d) { Add(R({2}, DType::kF32, 1, d), R({2}, DType::kF64, 1, d)); }},
       {"add_int", [](Device d) { Add(Ids({1}, {1}, d), Ids({1}, {1}, d)); }},
       {"exp_int", [](Device d) { Exp(Ids({1}, {1}, d)); }},
       {"add_scalar_int", [](Device d) { AddScalar(Ids({1}, {1}, d), 1); }},
-      {"relu_grad_shape", [](Device d) { ReluGrad(R({2}, DType::kF32, 1, d), R({3}, DType::kF32, 1, d)); }},
-      {"add_in_place_shape", [](Device d) { Tensor a = R({2}, DType::kF32, 1, d); AddInPlace(a, R({3}, DType::kF32, 1, d)); }},
-      {"sum_dim_twice", [](Device d) { Sum(R({2, 3}, DType::kF32, 1, d), {1, -1}); }},
-      {"max_empty", [](Device d) { Max(R({2, 0}, DType::kF32, 1, d), {1}); }},
-      {"argmax_empty", [](Device d) { ArgMax(R({2, 0}, DType::kF32, 1, d), 1); }},
-      {"argmax_dim", [](Device d) { ArgMax(R({2, 3}, DType::kF32, 1, d), 2); }},
-      {"sum_to_shape", [](Device d) { SumToShape(R({2, 3}, DType::kF32, 1, d), {4}); }},
-      {"matmul_inner", [](Device d) { Matmul(R({2, 3}, DType::kF32, 1, d), R({4, 5}, DType::kF32, 1, d)); }},
-      {"matmul_rank", [](Device d) { Matmul(R({3}, DType::kF32, 1, d), R({3, 5}, DType::kF32, 1, d)); }},
-      {"matmul_batch", [](Device d) { Matmul(R({2, 2, 3}, DType::kF32, 1, d), R({3, 3, 5}, DType::kF32, 1, d)); }},
-      {"linear_bias", [](Device d) { Linear(R({2, 3}, DType::kF32, 1, d), R({3, 4}, DType::kF32, 1, d), R({5}, DType::kF32, 1, d), LinearEpilogue::kBias); }},
-      {"linear_no_bias", [](Device d) { Linear(R({2, 3}, DType::kF32, 1, d), R({3, 4}, DType::kF32, 1, d), Tensor(), LinearEpilogue::kBiasGelu); }},
-      {"linear_gelu_backward", [](Device d) { LinearGeluBackward(R({2, 4}, DType::kF32, 1, d), R({3, 4}, DType::kF32, 1, d), R({2, 5}, DType::kF32, 1, d)); }},
-      {"linear_weight_grad", [](Device d) { LinearWeightGrad(R({2, 3}, DType::kF32, 1, d), R({3, 4}, DType::kF32, 1, d)); }},
-      {"matmul_accumulate", [](Device d) { Tensor acc = R({2, 4}, DType::kF64, 1, d); MatmulAccumulate(acc, R({2, 3}, DType::kF32, 1, d), R({3, 4}, DType::kF32, 1, d)); }},
+      {"relu_grad_shape",
+       [](Device d) { ReluGrad(R({2}, DType::kF32, 1, d), R({3}, DType::kF32, 1, d)); }},
+      {"add_in_place_shape",
+       [](Device d) {
+         Tensor a = R({2}, DType::kF32, 1, d);
+         AddInPlace(a, R({3}, DType::kF32, 1, d));
+       }},
+      {"sum_dim_twice",
+       [](Device d) {
+         Sum(R({2, 3}, DType::kF32, 1, d), {1, -1});
+       }},
+      {"max_empty",
+       [](Device d) {
+         Max(R({2, 0}, DType::kF32, 1, d), {1});
+       }},
+      {"argmax_empty",
+       [](Device d) {
+         ArgMax(R({2, 0}, DType::kF32, 1, d), 1);
+       }},
+      {"argmax_dim",
+       [](Device d) {
+         ArgMax(R({2, 3}, DType::kF32, 1, d), 2);
+       }},
+      {"sum_to_shape",
+       [](Device d) {
+         SumToShape(R({2, 3}, DType::kF32, 1, d), {4});
+       }},
+      {"matmul_inner",
+       [](Device d) {
+         Matmul(R({2, 3}, DType::kF32, 1, d), R({4, 5}, DType::kF32, 1, d));
+       }},
+      {"matmul_rank",
+       [](Device d) {
+         Matmul(R({3}, DType::kF32, 1, d), R({3, 5}, DType::kF32, 1, d));
+       }},
+      {"matmul_batch",
+       [](Device d) {
+         Matmul(R({2, 2, 3}, DType::kF32, 1, d), R({3, 3, 5}, DType::kF32, 1, d));
+       }},
+      {"linear_bias",
+       [](Device d) {
+         Linear(R({2, 3}, DType::kF32, 1, d), R({3, 4}, DType::kF32, 1, d),
+                R({5}, DType::kF32, 1, d), LinearEpilogue::kBias);
+       }},
+      {"linear_no_bias",
+       [](Device d) {
+         Linear(R({2, 3}, DType::kF32, 1, d), R({3, 4}, DType::kF32, 1, d), Tensor(),
+                LinearEpilogue::kBiasGelu);
+       }},
+      {"linear_gelu_backward",
+       [](Device d) {
+         LinearGeluBackward(R({2, 4}, DType::kF32, 1, d), R({3, 4}, DType::kF32, 1, d),
+                            R({2, 5}, DType::kF32, 1, d));
+       }},
+      {"linear_weight_grad",
+       [](Device d) {
+         LinearWeightGrad(R({2, 3}, DType::kF32, 1, d), R({3, 4}, DType::kF32, 1, d));
+       }},
+      {"matmul_accumulate",
+       [](Device d) {
+         Tensor acc = R({2, 4}, DType::kF64, 1, d);
+         MatmulAccumulate(acc, R({2, 3}, DType::kF32, 1, d), R({3, 4}, DType::kF32, 1, d));
+       }},
       {"bias_grad", [](Device d) { BiasGrad(R({}, DType::kF32, 1, d)); }},
-      {"softmax_dim", [](Device d) { Softmax(R({2, 3}, DType::kF32, 1, d), 2); }},
-      {"softmax_backward", [](Device d) { SoftmaxBackward(R({2, 3}, DType::kF32, 1, d), R({3, 2}, DType::kF32, 1, d), 0); }},
-      {"layer_norm_gamma", [](Device d) { LayerNorm(R({2, 3}, DType::kF32, 1, d), R({4}, DType::kF32, 1, d), Tensor(), 1e-5); }},
-      {"layer_norm_stats", [](Device d) { LayerNormBackward(R({2, 3}, DType::kF32, 1, d), Tensor(), R({3}, DType::kF32, 1, d), R({2}, DType::kF32, 1, d), R({2, 3}, DType::kF32, 1, d)); }},
+      {"softmax_dim",
+       [](Device d) {
+         Softmax(R({2, 3}, DType::kF32, 1, d), 2);
+       }},
+      {"softmax_backward",
+       [](Device d) {
+         SoftmaxBackward(R({2, 3}, DType::kF32, 1, d), R({3, 2}, DType::kF32, 1, d), 0);
+       }},
+      {"layer_norm_gamma",
+       [](Device d) {
+         LayerNorm(R({2, 3}, DType::kF32, 1, d), R({4}, DType::kF32, 1, d), Tensor(), 1e-5);
+       }},
+      {"layer_norm_stats",
+       [](Device d) {
+         LayerNormBackward(R({2, 3}, DType::kF32, 1, d), Tensor(), R({3}, DType::kF32, 1, d),
+                           R({2}, DType::kF32, 1, d), R({2, 3}, DType::kF32, 1, d));
+       }},
       {"rms_norm_rank", [](Device d) { RmsNorm(R({}, DType::kF32, 1, d), Tensor(), 1e-5); }},
       {"embedding_rank", [](Device d) { Embedding(R({3}, DType::kF32, 1, d), Ids({1}, {0}, d)); }},
-      {"embedding_ids", [](Device d) { Embedding(R({3, 2}, DType::kF32, 1, d), R({1}, DType::kF32, 1, d)); }},
-      {"embedding_backward", [](Device d) { EmbeddingBackward(Ids({2}, {0, 1}, d), R({2, 3}, DType::kF32, 1, d), -1); }},
-      {"cross_entropy", [](Device d) { CrossEntropy(R({2, 3}, DType::kF32, 1, d), Ids({3}, {0, 1, 2}, d)); }},
-      {"cross_entropy_backward", [](Device d) { CrossEntropyBackward(R({2, 3}, DType::kF32, 1, d), Ids({2}, {0, 1}, d), R({3}, DType::kF32, 1, d)); }},
+      {"embedding_ids",
+       [](Device d) {
+         Embedding(R({3, 2}, DType::kF32, 1, d), R({1}, DType::kF32, 1, d));
+       }},
+      {"embedding_backward",
+       [](Device d) {
+         EmbeddingBackward(Ids({2}, {0, 1}, d), R({2, 3}, DType::kF32, 1, d), -1);
+       }},
+      {"cross_entropy",
+       [](Device d) {
+         CrossEntropy(R({2, 3}, DType::kF32, 1, d), Ids({3}, {0, 1, 2}, d));
+       }},
+      {"cross_entropy_backward",
+       [](Device d) {
+         CrossEntropyBackward(R({2, 3}, DType::kF32, 1, d), Ids({2}, {0, 1}, d),
+                              R({3}, DType::kF32, 1, d));
+       }},
       {"causal_mask", [](Device d) { CausalMask(R({3}, DType::kF32, 1, d)); }},
-      {"causal_softmax", [](Device d) { CausalSoftmax(Ids({2, 2}, {0, 0, 0, 0}, d)); }},
-      {"attention_rank", [](Device d) { Tensor q = R({2, 3, 4}, DType::kF32, 1, d); CausalAttention(q, q, q, 1); }},
-      {"attention_scale", [](Device d) { Tensor q = R({1, 2, 1, 4}, DType::kF32, 1, d); CausalAttention(q, q, q, INFINITY); }},
-      {"attention_heads", [](Device d) { CausalAttention(R({1, 2, 1, 4}, DType::kF32, 1, d), R({1, 2, 2, 4}, DType::kF32, 1, d), R({1, 2, 2, 4}, DType::kF32, 1, d), 1); }},
-      {"attention_lse", [](Device d) { Tensor q = R({1, 2, 1, 4}, DType::kF32, 1, d); CausalAttentionBackward(q, q, q, q, R({1, 1, 2}, DType::kF64, 1, d), q, 1); }},
-      {"top_k", [](Device d) { TopK(R({2, 3}, DType::kF32, 1, d), 4); }},
-      {"top_k_backward", [](Device d) { TopKBackward(R({2, 3}, DType::kF32, 1, d), Ids({2, 3}, {0, 0, 0, 0, 0, 0}, d), 2); }},
-      {"gather_rows", [](Device d) { GatherRows(R({2, 3}, DType::kF32, 1, d), Ids({1, 1}, {0}, d)); }},
-      {"scatter_add_rows", [](Device d) { ScatterAddRows(R({2, 3}, DType::kF32, 1, d), Ids({3}, {0, 0, 0}, d), 2); }},
-      {"local_indices", [](Device d) { LocalIndices(Ids({2}, {0, 1}, d), 0, -1); }},
-      {"sum_of_squares", [](Device d) { SumOfSquares({R({2}, DType::kF32, 1, d), Ids({1}, {0}, d)}); }},
+      {"causal_softmax",
+       [](Device d) {
+         CausalSoftmax(Ids({2, 2}, {0, 0, 0, 0}, d));
+       }},
+      {"attention_rank",
+       [](Device d) {
+         Tensor q = R({2, 3, 4}, DType::kF32, 1, d);
+         CausalAttention(q, q, q, 1);
+       }},
+      {"attention_scale",
+       [](Device d) {
+         Tensor q = R({1, 2, 1, 4}, DType::kF32, 1, d);
+         CausalAttention(q, q, q, INFINITY);
+       }},
+      {"attention_heads",
+       [](Device d) {
+         CausalAttention(R({1, 2, 1, 4}, DType::kF32, 1, d), R({1, 2, 2, 4}, DType::kF32, 1, d),
+                         R({1, 2, 2, 4}, DType::kF32, 1, d), 1);
+       }},
+      {"attention_lse",
+       [](Device d) {
+         Tensor q = R({1, 2, 1, 4}, DType::kF32, 1, d);
+         CausalAttentionBackward(q, q, q, q, R({1, 1, 2}, DType::kF64, 1, d), q, 1);
+       }},
+      {"top_k",
+       [](Device d) {
+         TopK(R({2, 3}, DType::kF32, 1, d), 4);
+       }},
+      {"top_k_backward",
+       [](Device d) {
+         TopKBackward(R({2, 3}, DType::kF32, 1, d), Ids({2, 3}, {0, 0, 0, 0, 0, 0}, d), 2);
+       }},
+      {"gather_rows",
+       [](Device d) {
+         GatherRows(R({2, 3}, DType::kF32, 1, d), Ids({1, 1}, {0}, d));
+       }},
+      {"scatter_add_rows",
+       [](Device d) {
+         ScatterAddRows(R({2, 3}, DType::kF32, 1, d), Ids({3}, {0, 0, 0}, d), 2);
+       }},
+      {"local_indices",
+       [](Device d) {
+         LocalIndices(Ids({2}, {0, 1}, d), 0, -1);
+       }},
+      {"sum_of_squares",
+       [](Device d) {
+         SumOfSquares({R({2}, DType::kF32, 1, d), Ids({1}, {0}, d)});
+       }},
       {"clip_coefficient", [](Device d) { ClipCoefficient(R({}, DType::kF32, 1, d), 0); }},
-      {"scale_in_place", [](Device d) { ScaleInPlace({R({2}, DType::kF32, 1, d)}, R({2}, DType::kF32, 1, d)); }},
-      {"transpose", [](Device d) { Transpose(R({2, 3}, DType::kF32, 1, d), 0, 2); }},
-      {"permute", [](Device d) { Permute(R({2, 3}, DType::kF32, 1, d), {0, 0}); }},
-      {"slice", [](Device d) { Slice(R({2, 3}, DType::kF32, 1, d), 1, 2, 2); }},
-      {"concat", [](Device d) { Concat({R({2, 3}, DType::kF32, 1, d), R({2, 4}, DType::kF32, 1, d)}, 0); }},
-      {"split", [](Device d) { Split(R({2, 3}, DType::kF32, 1, d), 1, {1, 1}); }},
-      {"chunk", [](Device d) { Chunk(R({2, 3}, DType::kF32, 1, d), 1, 2); }},
-      {"cast", [](Device d) { (void)d; Cast(Tensor(), DType::kF32); }},
-      {"slice_assign", [](Device d) { Tensor w = R({2, 3}, DType::kF32, 1, d); SliceAssign(w, 1, 2, R({2, 2}, DType::kF32, 1, d)); }},
-      {"reshape", [](Device d) { R({2, 3}, DType::kF32, 1, d).Reshape({4, -1}); }},
-      {"item", [](Device d) { R({2, 3}, DType::kF32, 1, d).item(); }},
-      {"at", [](Device d) { R({2, 3}, DType::kF32, 1, d).at(6); }},
-      {"slice_rows", [](Device d) { R({2, 3}, DType::kF32, 1, d).SliceRows(1, 2); }},
+      {"scale_in_place",
+       [](Device d) { ScaleInPlace({R({2}, DType::kF32, 1, d)}, R({2}, DType::kF32, 1, d)); }},
+      {"transpose",
+       [](Device d) {
+         Transpose(R({2, 3}, DType::kF32, 1, d), 0, 2);
+       }},
+      {"permute",
+       [](Device d) {
+         Permute(R({2, 3}, DType::kF32, 1, d), {0, 0});
+       }},
+      {"slice",
+       [](Device d) {
+         Slice(R({2, 3}, DType::kF32, 1, d), 1, 2, 2);
+       }},
+      {"concat",
+       [](Device d) {
+         Concat({R({2, 3}, DType::kF32, 1, d), R({2, 4}, DType::kF32, 1, d)}, 0);
+       }},
+      {"split",
+       [](Device d) {
+         Split(R({2, 3}, DType::kF32, 1, d), 1, {1, 1});
+       }},
+      {"chunk",
+       [](Device d) {
+         Chunk(R({2, 3}, DType::kF32, 1, d), 1, 2);
+       }},
+      {"cast",
+       [](Device d) {
+         (void)d;
+         Cast(Tensor(), DType::kF32);
+       }},
+      {"slice_assign",
+       [](Device d) {
+         Tensor w = R({2, 3}, DType::kF32, 1, d);
+         SliceAssign(w, 1, 2, R({2, 2}, DType::kF32, 1, d));
+       }},
+      {"reshape",
+       [](Device d) {
+         R({2, 3}, DType::kF32, 1, d).Reshape({4, -1});
+       }},
+      {"item",
+       [](Device d) {
+         R({2, 3}, DType::kF32, 1, d).item();
+       }},
+      {"at",
+       [](Device d) {
+         R({2, 3}, DType::kF32, 1, d).at(6);
+       }},
+      {"slice_rows",
+       [](Device d) {
+         R({2, 3}, DType::kF32, 1, d).SliceRows(1, 2);
+       }},
       {"data_dtype", [](Device d) { R({2}, DType::kF32, 1, d).data<double>(); }},
   };
   for (const auto& [name, fn] : bad) {
@@ -474,15 +681,35 @@ TEST(MetaOps, MixedMetaAndCpuOperandsAreAnError) {
       {"add", [&] { Add(c, m); }},
       {"mul", [&] { Mul(m, c); }},
       {"matmul", [&] { Matmul(c, m, false, true); }},
-      {"linear", [&] { Linear(m, R({3, 4}, DType::kF32, 1, kCpu), Tensor(), LinearEpilogue::kNone); }},
+      {"linear",
+       [&] {
+         Linear(m, R({3, 4}, DType::kF32, 1, kCpu), Tensor(), LinearEpilogue::kNone);
+       }},
       {"layer_norm", [&] { LayerNorm(m, cg, Tensor(), 1e-5); }},
-      {"add_in_place", [&] { Tensor a = c; AddInPlace(a, m); }},
+      {"add_in_place",
+       [&] {
+         Tensor a = c;
+         AddInPlace(a, m);
+       }},
       {"causal_attention", [&] { CausalAttention(m4, m4.To(kCpu), m4, 1); }},
       {"embedding", [&] { Embedding(m, Ids({1}, {0}, kCpu)); }},
-      {"cross_entropy", [&] { CrossEntropy(m, Ids({2}, {0, 1}, kCpu)); }},
-      {"concat", [&] { Concat({c, m}, 0); }},
-      {"slice_assign", [&] { Tensor w = c; SliceAssign(w, 0, 0, m.SliceRows(0, 1)); }},
-      {"sum_of_squares", [&] { SumOfSquares({m, c}); }},
+      {"cross_entropy",
+       [&] {
+         CrossEntropy(m, Ids({2}, {0, 1}, kCpu));
+       }},
+      {"concat",
+       [&] {
+         Concat({c, m}, 0);
+       }},
+      {"slice_assign",
+       [&] {
+         Tensor w = c;
+         SliceAssign(w, 0, 0, m.SliceRows(0, 1));
+       }},
+      {"sum_of_squares",
+       [&] {
+         SumOfSquares({m, c});
+       }},
       {"scale_in_place", [&] { ScaleInPlace({m}, Tensor::Scalar(1)); }},
       {"gather_rows", [&] { GatherRows(m, Ids({1}, {0}, kCpu)); }},
   };

@@ -581,7 +581,8 @@ Tensor EmbeddingBackward(const Tensor& ids, const Tensor& dy, int64_t num_rows) 
   internal::RequireSameDevice(op, ids, dy);
   if (scope.counting()) {  // one add per dy element into the zeroed table gradient
     scope.Record(op, dy.dtype(), static_cast<double>(dy.numel()),
-                 TensorBytes(ids) + TensorBytes(dy) + ShapeBytes({num_rows, dy.dim(-1)}, dy.dtype()));
+                 TensorBytes(ids) + TensorBytes(dy) +
+                     ShapeBytes({num_rows, dy.dim(-1)}, dy.dtype()));
   }
   if (dy.is_meta()) return Tensor::Empty({num_rows, dy.dim(-1)}, dy.dtype(), dy.device());
   if (dy.is_cuda()) return cuda::EmbeddingBackward(ids, dy, num_rows);

@@ -123,6 +123,16 @@ struct TrainOptions {
   // `trace` keeps every step's events in TrainResult::trace instead.
   TraceWriter* trace_writer = nullptr;
   std::function<bool(int64_t step)> trace_step;
+  // Shape-only execution (models/gpt_shape_only.h) and per-rank instrumentation in tests: runs
+  // the ranks' program in place of RunSpmd (the body once per rank it runs, with that rank's
+  // RankContext installed). Null: RunSpmd (or options.comm).
+  std::function<absl::Status(const Mesh&, const std::function<void(RankContext&)>&)> spmd_runner;
+  // With spmd_runner: the one rank it runs (it reports), -1: every rank. With one rank the
+  // global parameters and moments are not assembled (TrainResult::params stays empty).
+  int only_rank = -1;
+  // Called on every rank as its step moves to "step" (before the forward), "optimizer" (after
+  // the backward: gradient reductions, norm, clipping, AdamW) and "end" (after AdamW).
+  std::function<void(const char* phase)> on_phase;
 };
 
 

@@ -142,6 +142,7 @@ class Printer {
 std::string ToString(const Tensor& tensor, const PrintOptions& options) {
   if (!tensor.defined()) return "<undefined tensor>";
   std::string out = tensor.ShapeString();
+  if (tensor.is_meta()) return out + " on meta (no data)";  // values would all read 0
   if (tensor.is_cuda()) out += " on " + tensor.device().ToString();
   out += "\n";
   const Tensor t = tensor.To(Device::Cpu());  // one copy, not one per element

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "tensor/cuda/device_memory.h"
 #include "tensor/error.h"
+#include "tensor/internal/accounting.h"
 #include "tensor/internal/cpu_allocator.h"
 
 namespace shardmap {
@@ -32,23 +33,37 @@ std::shared_ptr<Storage> Storage::AllocateCpu(size_t nbytes) {
   if (nbytes <= kInlineBytes) {
     const uintptr_t at = reinterpret_cast<uintptr_t>(s->inline_);
     s->data_ = s->inline_ + ((64 - at % 64) % 64);
-    return s;
+  } else {
+    s->data_ = internal::AllocateAligned(nbytes);
   }
-  s->data_ = internal::AllocateAligned(nbytes);
+  if (internal::tls_accounting.tracker != nullptr) [[unlikely]] s->Track();
+  return s;
+}
+
+std::shared_ptr<Storage> Storage::AllocateMeta(size_t nbytes) {
+  std::shared_ptr<Storage> s = std::make_shared<Storage>(Key());
+  s->nbytes_ = nbytes;
+  s->device_ = Device::Meta();
+  if (internal::tls_accounting.tracker != nullptr) s->Track();
   return s;
 }
 
 std::shared_ptr<Storage> Storage::AllocateOn(Device device, size_t nbytes) {
+  if (device.is_meta()) return AllocateMeta(nbytes);
   if (!device.is_cuda()) return AllocateCpu(nbytes);
   std::shared_ptr<Storage> s = std::make_shared<Storage>(Key());
   s->data_ = cuda::DeviceAllocate(device.index, nbytes);
   s->nbytes_ = nbytes;
   s->device_ = device;
+  if (internal::tls_accounting.tracker != nullptr) [[unlikely]] s->Track();
   return s;
 }
 
 Storage::~Storage() {
-  if (device_.is_cuda()) {
+  if (tracker_ != nullptr) [[unlikely]] Untrack();
+  if (device_.is_meta()) {
+    // no buffer
+  } else if (device_.is_cuda()) {
     cuda::DeviceFree(device_.index, data_);
   } else if (nbytes_ > kInlineBytes) {
     internal::FreeAligned(data_, nbytes_);
@@ -56,7 +71,12 @@ Storage::~Storage() {
 }
 
 std::string Device::ToString() const {
-  return is_cuda() ? absl::StrCat("cuda:", index) : std::string("cpu");
+  switch (kind) {
+    case DeviceKind::kCUDA: return absl::StrCat("cuda:", index);
+    case DeviceKind::kMeta: return "meta";
+    case DeviceKind::kCPU: break;
+  }
+  return "cpu";
 }
 
 Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype, Device device) {
@@ -87,13 +107,14 @@ Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype, Device device
   t.shape_.assign(shape.begin(), shape.end());
   t.numel_ = numel;
   t.dtype_ = dtype;
-  t.storage_ = device.is_cuda() ? Storage::AllocateOn(device, t.nbytes())
-                                : Storage::AllocateCpu(t.nbytes());
+  t.storage_ = device.kind == DeviceKind::kCPU ? Storage::AllocateCpu(t.nbytes())
+                                               : Storage::AllocateOn(device, t.nbytes());
   return t;
 }
 
 Tensor Tensor::Zeros(absl::Span<const int64_t> shape, DType dtype, Device device) {
   Tensor t = Empty(shape, dtype, device);
+  if (device.is_meta()) return t;
   if (device.is_cuda()) {
     cuda::MemsetZero(t.raw_data(), device.index, t.nbytes());
   } else if (t.nbytes() > 0) {
@@ -143,6 +164,7 @@ Tensor Tensor::Ones(absl::Span<const int64_t> shape, DType dtype, Device device)
 
 Tensor Tensor::Full(absl::Span<const int64_t> shape, double value, DType dtype, Device device) {
   Tensor t = Empty(shape, dtype, device);
+  if (device.is_meta()) return t;
   if (device.is_cuda()) {
     cuda::Fill(t.raw_data(), device.index, dtype, t.numel(), value);
   } else {
@@ -193,6 +215,7 @@ void Tensor::DataFail(DType asked) const {
 
 double Tensor::at(int64_t i) const {
   if (i < 0 || i >= numel_) OpFail("tensor: index ", i, " out of range for ", ShapeString());
+  if (is_meta()) return 0;  // shape-only execution reads zeros (tensor.h)
   if (is_cuda()) return SliceFlat(i).To(Device::Cpu()).at(0);
   switch (dtype_) {
     case DType::kF32: return data<float>()[i];
@@ -214,6 +237,7 @@ template <typename T>
 std::vector<T> Tensor::ToVector() const {
   if (is_cuda()) return To(Device::Cpu()).ToVector<T>();
   std::vector<T> out(numel_);
+  if (is_meta()) return out;  // zeros
   for (int64_t i = 0; i < numel_; ++i) out[i] = static_cast<T>(at(i));
   return out;
 }
@@ -280,6 +304,7 @@ Tensor Tensor::SliceRows(int64_t start, int64_t length) const {
 Tensor Tensor::Clone() const {
   const Device dev = device();
   Tensor t = Empty(shape_, dtype_, dev);
+  if (dev.is_meta()) return t;
   if (dev.is_cuda()) {
     cuda::CopyDeviceToDevice(t.raw_data(), dev.index, raw_data(), dev.index, nbytes());
   } else if (nbytes() > 0) {
@@ -292,6 +317,8 @@ Tensor Tensor::To(Device target) const {
   if (!defined()) OpFail("tensor: To(", target.ToString(), ") of an undefined tensor");
   const Device from = device();
   if (from == target) return *this;
+  if (target.is_meta()) return Empty(shape_, dtype_, target);
+  if (from.is_meta()) return Zeros(shape_, dtype_, target);  // shape-only values read as 0
   Tensor t = Empty(shape_, dtype_, target);
   if (!from.is_cuda()) {
     cuda::CopyHostToDevice(t.raw_data(), target.index, raw_data(), nbytes());

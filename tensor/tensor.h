@@ -12,6 +12,17 @@
 // Copies of a Tensor share storage (like a shared_ptr). Every tensor is contiguous: ops that
 // change layout (transpose, permute, slice of an inner dim) produce new storage.
 //
+// Meta tensors (Device::Meta()) have a shape, a dtype and accounted storage but no data: every op
+// checks its arguments as usual and returns outputs of the right shape, dtype and device without
+// computing anything (shape-only execution; see tensor/op_counter.h and tensor/memory_tracker.h).
+// Host reads of a meta tensor -- at(), item(), ToVector(), To(Device::Cpu()) -- give ZEROS, so
+// the same program (one that reads its loss or gradient norm on the host) runs unchanged in
+// shape-only mode; the values it reads there are 0, never data.
+//
+//   Tensor m = Tensor::Empty({4096, 4096}, DType::kBF16, Device::Meta());  // allocates nothing
+//   Matmul(m, m).ShapeString();   // "bf16[4096,4096]", computed in ~1 us
+//   m.item() ...                  // throws (numel != 1) exactly as on CPU; Sum(m, {0,1}).item() == 0
+//
 // Device tensors: storage comes from the device's caching allocator (tensor/cuda/device_memory.h)
 // on the calling thread's current stream; data<T>() is then a device pointer, and at(), item(),
 // ToVector() copy to the host first (they wait for the stream).
@@ -34,22 +45,29 @@ using Shape = absl::InlinedVector<int64_t, 6>;
 std::string ShapeToString(absl::Span<const int64_t> shape);  // "[2,3]"
 int64_t NumElements(absl::Span<const int64_t> shape);
 
-enum class DeviceKind : uint8_t { kCPU, kCUDA };
+enum class DeviceKind : uint8_t { kCPU, kCUDA, kMeta };
 
 struct Device {
   DeviceKind kind = DeviceKind::kCPU;
   int index = 0;
   static Device Cpu() { return Device{}; }
   static Device Cuda(int index) { return Device{DeviceKind::kCUDA, index}; }
+  // The data-less device of shape-only execution (index 0).
+  static Device Meta() { return Device{DeviceKind::kMeta, 0}; }
   bool is_cuda() const { return kind == DeviceKind::kCUDA; }
-  std::string ToString() const;  // "cpu", "cuda:1"
+  bool is_meta() const { return kind == DeviceKind::kMeta; }
+  std::string ToString() const;  // "cpu", "cuda:1", "meta"
   bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
   bool operator!=(const Device& o) const { return !(*this == o); }
 };
 
-// Owns one allocation. CPU storage is 64-byte aligned. Buffers of up to kInlineBytes live inside
-// the Storage object itself, so a small tensor costs one heap allocation (Storage and its
-// shared_ptr control block together), not three.
+namespace internal {
+struct TrackerState;  // tensor/memory_tracker.cc
+}  // namespace internal
+
+// Owns one allocation. Meta storage has nbytes() but data() == nullptr. CPU storage is 64-byte
+// aligned. Buffers of up to kInlineBytes live inside the Storage object itself, so a small tensor
+// costs one heap allocation (Storage and its shared_ptr control block together), not three.
 class Storage {
   class Key {  // lets std::make_shared call the constructor, but only from Storage
     friend class Storage;
@@ -60,8 +78,10 @@ class Storage {
   static constexpr size_t kInlineBytes = 64;
 
   static std::shared_ptr<Storage> AllocateCpu(size_t nbytes);
-  // From the device's caching allocator, for use on this thread's current stream. Throws OpError
-  // without CUDA or the device.
+  // No buffer: data() is null, nbytes() is kept for accounting.
+  static std::shared_ptr<Storage> AllocateMeta(size_t nbytes);
+  // On any device: CPU, meta, or the device's caching allocator (for use on this thread's
+  // current stream; throws OpError without CUDA or the device).
   static std::shared_ptr<Storage> AllocateOn(Device device, size_t nbytes);
   explicit Storage(Key) {}
   ~Storage();
@@ -73,9 +93,16 @@ class Storage {
   Device device() const { return device_; }
 
  private:
+  // Every MemoryTracker live on the allocating thread (innermost; it links to the outer ones),
+  // or null; and the op scope it was allocated in (0: outside any op). See memory_tracker.h.
+  void Track();
+  void Untrack();
+
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
+  std::shared_ptr<internal::TrackerState> tracker_;
+  uint64_t op_scope_ = 0;
   // Over-sized by 63 so a 64-byte-aligned window fits without an over-aligned (slower) new.
   unsigned char inline_[kInlineBytes + 63];
 };
@@ -113,6 +140,7 @@ class Tensor {
   DType dtype() const { return dtype_; }
   Device device() const { return storage_ ? storage_->device() : Device{}; }
   bool is_cuda() const { return device().is_cuda(); }
+  bool is_meta() const { return device().is_meta(); }
   size_t nbytes() const { return static_cast<size_t>(numel_) * DTypeSize(dtype_); }
 
   // Typed element access; throws OpError when T does not match dtype().
@@ -127,11 +155,11 @@ class Tensor {
   void* raw_data() { return static_cast<char*>(storage_->data()) + offset_bytes_; }
   const void* raw_data() const { return static_cast<const char*>(storage_->data()) + offset_bytes_; }
 
-  // Element i (row-major) converted to double, any dtype. For tests and printing.
+  // Element i (row-major) converted to double, any dtype. For tests and printing. 0 on meta.
   double at(int64_t flat_index) const;
-  // The only element of a tensor with numel()==1, as double.
+  // The only element of a tensor with numel()==1, as double (0 on meta).
   double item() const;
-  // All elements converted to T (double or float or int64_t).
+  // All elements converted to T (double or float or int64_t); zeros on meta.
   template <typename T> std::vector<T> ToVector() const;
 
   // A view with a new shape of the same numel; one dim may be -1 (inferred).
@@ -140,7 +168,8 @@ class Tensor {
   Tensor SliceRows(int64_t start, int64_t length) const;
   // A deep copy on the same device.
   Tensor Clone() const;
-  // This tensor on `device`: itself (shared storage) when already there, else a copy.
+  // This tensor on `device`: itself (shared storage) when already there, else a copy. To meta:
+  // a data-less tensor of the same shape; from meta: zeros.
   Tensor To(Device device) const;
   bool SharesStorageWith(const Tensor& other) const { return storage_ == other.storage_; }
 

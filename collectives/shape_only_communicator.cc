@@ -1,0 +1,194 @@
+#include "collectives/shape_only_communicator.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace shardmap::collectives {
+
+absl::StatusOr<std::unique_ptr<ShapeOnlyCommunicator>> ShapeOnlyCommunicator::Create(
+    int size, int rank, SplitResolver resolver, std::string name) {
+  if (size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape-only communicator: world size ", size, " must be >= 1"));
+  }
+  if (rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("shape-only communicator: rank ", rank,
+                                                   " is outside [0, ", size, ")"));
+  }
+  return std::make_unique<ShapeOnlyCommunicator>(size, rank, std::move(resolver),
+                                                 std::move(name));
+}
+
+ShapeOnlyCommunicator::ShapeOnlyCommunicator(int size, int rank, SplitResolver resolver,
+                                             std::string name)
+    : size_(size), rank_(rank), resolver_(std::move(resolver)), name_(std::move(name)) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    std::cerr << "ShapeOnlyCommunicator: rank " << rank << " of world size " << size
+              << " (use Create to get an error instead)\n";
+    std::abort();
+  }
+  if (name_.empty()) name_ = absl::StrCat("shape-only world(", size, ")");
+  absl::StrAppend(&name_, " rank ", rank);
+}
+
+absl::Status ShapeOnlyCommunicator::Invalid(const char* op, const std::string& why) const {
+  return absl::InvalidArgumentError(absl::StrCat(op, " on '", name_, "': ", why));
+}
+
+absl::Status ShapeOnlyCommunicator::Check(const char* op, DataType dtype) {
+  ++calls_;
+  if (!IsValidDataType(dtype)) {
+    return Invalid(op, absl::StrCat("invalid DataType value ", static_cast<int>(dtype)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShapeOnlyCommunicator::CheckReduce(const char* op, DataType dtype,
+                                                ReduceOp reduce) {
+  if (absl::Status s = Check(op, dtype); !s.ok()) return s;
+  if (!IsValidReduceOp(reduce)) {
+    return Invalid(op, absl::StrCat("invalid ReduceOp value ", static_cast<int>(reduce)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShapeOnlyCommunicator::CheckCounts(const char* op, const char* which,
+                                                absl::Span<const size_t> counts) {
+  if (counts.size() != static_cast<size_t>(size_)) {
+    return Invalid(op, absl::StrCat(which, " has ", counts.size(), " entries but the group has ",
+                                    size_, " ranks"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShapeOnlyCommunicator::AllReduce(const void*, void*, size_t, DataType dtype,
+                                              ReduceOp op) {
+  return CheckReduce("AllReduce", dtype, op);
+}
+
+absl::Status ShapeOnlyCommunicator::AllGather(const void*, void*, size_t, DataType dtype) {
+  return Check("AllGather", dtype);
+}
+
+absl::Status ShapeOnlyCommunicator::ReduceScatter(const void*, void*, size_t, DataType dtype,
+                                                  ReduceOp op) {
+  return CheckReduce("ReduceScatter", dtype, op);
+}
+
+absl::Status ShapeOnlyCommunicator::AllToAll(const void*, void*, size_t, DataType dtype) {
+  return Check("AllToAll", dtype);
+}
+
+absl::Status ShapeOnlyCommunicator::AllGatherV(const void*, void*,
+                                               absl::Span<const size_t> counts, DataType dtype) {
+  if (absl::Status s = Check("AllGatherV", dtype); !s.ok()) return s;
+  return CheckCounts("AllGatherV", "counts", counts);
+}
+
+absl::Status ShapeOnlyCommunicator::ReduceScatterV(const void*, void*,
+                                                   absl::Span<const size_t> counts,
+                                                   DataType dtype, ReduceOp op) {
+  if (absl::Status s = CheckReduce("ReduceScatterV", dtype, op); !s.ok()) return s;
+  return CheckCounts("ReduceScatterV", "counts", counts);
+}
+
+absl::Status ShapeOnlyCommunicator::AllToAllV(const void*, absl::Span<const size_t> send_counts,
+                                              void*, absl::Span<const size_t> recv_counts,
+                                              DataType dtype) {
+  if (absl::Status s = Check("AllToAllV", dtype); !s.ok()) return s;
+  if (absl::Status s = CheckCounts("AllToAllV", "send_counts", send_counts); !s.ok()) return s;
+  if (absl::Status s = CheckCounts("AllToAllV", "recv_counts", recv_counts); !s.ok()) return s;
+  // What this rank keeps for itself is what it receives from itself (the one pair of counts a
+  // single rank can check).
+  if (send_counts[rank_] != recv_counts[rank_]) {
+    return Invalid("AllToAllV", absl::StrCat("this rank sends itself ", send_counts[rank_],
+                                             " elements but expects ", recv_counts[rank_],
+                                             " from itself"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShapeOnlyCommunicator::Broadcast(void*, size_t, DataType dtype, int root) {
+  if (absl::Status s = Check("Broadcast", dtype); !s.ok()) return s;
+  if (root < 0 || root >= size_) {
+    return Invalid("Broadcast",
+                   absl::StrCat("root ", root, " is not a rank of this group of ", size_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShapeOnlyCommunicator::Send(const void*, size_t, DataType dtype, int peer) {
+  if (absl::Status s = Check("Send", dtype); !s.ok()) return s;
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    return Invalid("Send", absl::StrCat("peer ", peer, " must be another rank of this group of ",
+                                        size_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShapeOnlyCommunicator::Recv(void*, size_t, DataType dtype, int peer) {
+  if (absl::Status s = Check("Recv", dtype); !s.ok()) return s;
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    return Invalid("Recv", absl::StrCat("peer ", peer, " must be another rank of this group of ",
+                                        size_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShapeOnlyCommunicator::Ppermute(const void*, void*, size_t, DataType dtype,
+                                             absl::Span<const std::pair<int, int>> pairs) {
+  if (absl::Status s = Check("Ppermute", dtype); !s.ok()) return s;
+  // The pairs name ranks of this group: at most size() of each role, so the marks are O(pairs).
+  std::vector<std::pair<int, int>> seen;  // (rank, role): sorted check below
+  seen.reserve(2 * pairs.size());
+  for (const auto& [s, t] : pairs) {
+    if (s < 0 || s >= size_ || t < 0 || t >= size_) {
+      return Invalid("Ppermute", absl::StrCat("pair (", s, ", ", t,
+                                              ") names a rank outside [0, ", size_, ")"));
+    }
+    seen.push_back({s, 0});
+    seen.push_back({t, 1});
+  }
+  std::sort(seen.begin(), seen.end());
+  for (size_t i = 1; i < seen.size(); ++i) {
+    if (seen[i] == seen[i - 1]) {
+      return Invalid("Ppermute",
+                     absl::StrCat("rank ", seen[i].first, " appears twice as a ",
+                                  seen[i].second == 0 ? "source" : "destination",
+                                  "; each rank may appear at most once as each"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShapeOnlyCommunicator::Barrier() {
+  ++calls_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> ShapeOnlyCommunicator::Split(int color, int key) {
+  ++calls_;
+  if (color < 0) return std::unique_ptr<Communicator>();
+  if (!resolver_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Split(color=", color, ", key=", key, ") on '", name_,
+        "': a shape-only communicator cannot see the other ranks' colors; give it a "
+        "SplitResolver (shardmap's RunShapeOnly reads the groups off the mesh)"));
+  }
+  absl::StatusOr<SplitGroup> g = resolver_(color, key);
+  if (!g.ok()) return g.status();
+  if (g->size < 1 || g->rank < 0 || g->rank >= g->size) {
+    return absl::InternalError(absl::StrCat("Split(color=", color, ", key=", key, ") on '",
+                                            name_, "': the resolver gave rank ", g->rank,
+                                            " of a group of ", g->size));
+  }
+  return std::unique_ptr<Communicator>(new ShapeOnlyCommunicator(
+      g->size, g->rank, nullptr, absl::StrCat(name_, " split(color=", color, ")")));
+}
+
+}  // namespace shardmap::collectives

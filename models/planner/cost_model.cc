@@ -128,12 +128,10 @@ absl::StatusOr<double> ComputeSeconds(const RoleWork& role, const HardwareProfil
     if (!t.ok()) return t.status();
     s += *t;
   }
-  if (role.other_bytes > 0) {
-    if (profile.memory_bandwidth <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("profile ", profile.name, " has no memory_bandwidth"));
-    }
-    s += role.other_bytes / profile.memory_bandwidth;
+  for (const OtherWork& o : role.others) {
+    absl::StatusOr<double> t = profile.OtherSeconds(o);
+    if (!t.ok()) return t.status();
+    s += *t;
   }
   return s + role.op_count * profile.op_overhead_s;
 }

@@ -2,7 +2,8 @@
 // collectives) extended to every mesh axis.
 //
 //   compute  = sum over the role's GEMMs of flops / rate(shape, dtype)      (profile.gemm)
-//            + other_bytes / memory_bandwidth + op_count * op_overhead_s
+//            + sum over other ops of max(bytes / memory_bandwidth, flops / vector_flops)
+//              (fused attention: flops / the attention rate) + op_count * op_overhead_s
 //   comm(c)  = fitted cost of (op, group) when the profile has one, else ring alpha-beta over
 //              the link the group spans: intra-node when every member shares a node (ranks
 //              numbered in mesh order, axes outermost first, gpus_per_node consecutive ranks a

@@ -61,6 +61,25 @@ absl::StatusOr<double> HardwareProfile::GemmSeconds(const GemmWork& g) const {
   return g.flops() / rate;
 }
 
+absl::StatusOr<double> HardwareProfile::OtherSeconds(const OtherWork& o) const {
+  if (o.attention && o.flops > 0) {
+    auto a = attention.find(o.dtype);
+    double rate = a != attention.end() ? a->second : 0;
+    if (rate <= 0) {
+      const auto g = gemm.find(o.dtype);
+      if (g == gemm.end() || g->second.empty()) {
+        return absl::NotFoundError(absl::StrCat("profile ", name, " has no attention or GEMM rate for ",
+                                                DTypeName(o.dtype)));
+      }
+      rate = g->second.back().second;
+    }
+    return o.flops / rate;
+  }
+  double s = memory_bandwidth > 0 ? o.bytes / memory_bandwidth : 0;
+  if (vector_flops > 0) s = std::max(s, o.flops / vector_flops);
+  return s;
+}
+
 std::string HardwareProfile::ToText() const {
   std::ostringstream o;
   o << "name " << name << "\n";
@@ -82,13 +101,14 @@ std::string HardwareProfile::ToText() const {
   return o.str();
 }
 
-absl::StatusOr<HardwareProfile> ParseHardwareProfile(std::string_view text) {
+absl::StatusOr<HardwareProfile> ParseHardwareProfile(std::string_view text_std) {
+  const absl::string_view text(text_std.data(), text_std.size());
   HardwareProfile p;
   bool has_memory = false, has_bw = false, has_intra = false;
   int line_no = 0;
-  for (std::string_view raw : absl::StrSplit(text, '\n')) {
+  for (absl::string_view raw : absl::StrSplit(text, '\n')) {
     ++line_no;
-    std::string_view line = raw.substr(0, raw.find('#'));
+    absl::string_view line = raw.substr(0, raw.find('#'));
     std::vector<std::string> f = absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
     if (f.empty()) continue;
     auto bad = [&](const std::string& want) {
@@ -113,6 +133,7 @@ absl::StatusOr<HardwareProfile> ParseHardwareProfile(std::string_view text) {
       p.gpus_per_node = static_cast<int>(a);
     } else if (key == "memory_bytes" || key == "memory_reserved_bytes" ||
                key == "memory_bandwidth" || key == "op_overhead_s" || key == "overlap" ||
+               key == "vector_flops" ||
                key == "cores") {
       if (f.size() != 2 || !num(1, &a)) return bad(absl::StrCat("'", key, " <number >= 0>'"));
       if (key == "memory_bytes") p.memory_bytes = a, has_memory = a > 0;
@@ -120,6 +141,7 @@ absl::StatusOr<HardwareProfile> ParseHardwareProfile(std::string_view text) {
       if (key == "memory_bandwidth") p.memory_bandwidth = a, has_bw = a > 0;
       if (key == "op_overhead_s") p.op_overhead_s = a;
       if (key == "cores") p.cores = a;
+      if (key == "vector_flops") p.vector_flops = a;
       if (key == "overlap") {
         if (a > 1) return bad("'overlap <fraction in [0, 1]>'");
         p.overlap = a;
@@ -128,6 +150,10 @@ absl::StatusOr<HardwareProfile> ParseHardwareProfile(std::string_view text) {
       absl::StatusOr<DType> d = f.size() == 3 ? DTypeOf(f[1]) : absl::InvalidArgumentError("");
       if (!d.ok() || !num(2, &a) || a <= 0) return bad("'peak_flops <dtype> <flop/s > 0>'");
       p.peak_flops[*d] = a;
+    } else if (key == "attention") {
+      absl::StatusOr<DType> d = f.size() == 3 ? DTypeOf(f[1]) : absl::InvalidArgumentError("");
+      if (!d.ok() || !num(2, &a) || a <= 0) return bad("'attention <dtype> <flop/s > 0>'");
+      p.attention[*d] = a;
     } else if (key == "gemm") {
       absl::StatusOr<DType> d = f.size() == 4 ? DTypeOf(f[1]) : absl::InvalidArgumentError("");
       if (!d.ok() || !num(2, &a) || a < 1 || !num(3, &b) || b <= 0) {
@@ -153,7 +179,8 @@ absl::StatusOr<HardwareProfile> ParseHardwareProfile(std::string_view text) {
       p.fitted[{f[1], static_cast<int>(a)}] = {alpha, spb};
     } else {
       return bad("a key among name, source, gpus_per_node, memory_bytes, "
-                 "memory_reserved_bytes, memory_bandwidth, op_overhead_s, peak_flops, gemm, "
+                 "memory_reserved_bytes, memory_bandwidth, vector_flops, op_overhead_s, peak_flops, "
+                 "attention, gemm, "
                  "link, collective, overlap, cores");
     }
   }

@@ -12,6 +12,8 @@
 //   gpus_per_node <n>                 memory_bytes <bytes per GPU>
 //   memory_reserved_bytes <bytes>     (CUDA context, allocator slack: not for tensors)
 //   memory_bandwidth <bytes/s>        achieved by the non-GEMM (elementwise, norm) ops
+//   vector_flops <flop/s>             non-GEMM arithmetic rate (0: those ops are bandwidth-bound)
+//   attention <dtype> <flop/s>        fused attention's rate (default: the largest GEMM rate)
 //   op_overhead_s <seconds>           fixed cost per op (kernel launch / dispatch)
 //   peak_flops <dtype> <flop/s>       the MFU denominator
 //   gemm <dtype> <min_dim> <flop/s>   achieved rate of a GEMM whose smallest of m, n, k is
@@ -56,6 +58,8 @@ struct HardwareProfile {
   double memory_bytes = 0, memory_reserved_bytes = 0;
   double memory_bandwidth = 0;
   double op_overhead_s = 0;
+  double vector_flops = 0;
+  std::map<DType, double> attention;
   std::map<DType, double> peak_flops;
   std::map<DType, std::vector<std::pair<double, double>>> gemm;  // (min_dim, flop/s), sorted
   Link intra, inter;
@@ -66,6 +70,8 @@ struct HardwareProfile {
   // Seconds of one GEMM work item at the profile's rate for its shape (its count included).
   // NotFound naming the dtype when the profile has no gemm points for it.
   absl::StatusOr<double> GemmSeconds(const GemmWork& g) const;
+  // Seconds of non-GEMM ops (see the format above).
+  absl::StatusOr<double> OtherSeconds(const OtherWork& o) const;
   double UsableMemory() const { return memory_bytes - memory_reserved_bytes; }
   // The profile's lines (ParseHardwareProfile reads them back).
   std::string ToText() const;

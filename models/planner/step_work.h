@@ -32,6 +32,15 @@ struct GemmWork {
 // One collective as the rank issues it. bytes: what this rank contributes (the framework's
 // CollectiveRecord convention: the whole buffer for all_reduce / reduce_scatter / all_to_all /
 // ppermute, its own block for all_gather).
+// The ops of one name that are not GEMMs: bandwidth-bound (elementwise, norms, softmax), except
+// fused attention, whose FLOPs run at the profile's attention rate.
+struct OtherWork {
+  std::string op;
+  DType dtype = DType::kF32;
+  double flops = 0, bytes = 0;
+  bool attention = false;
+};
+
 struct CollectiveWork {
   std::string op;                 // all_reduce, all_gather, reduce_scatter, all_to_all, ppermute
   std::vector<std::string> axes;  // mesh axes the group spans
@@ -49,9 +58,8 @@ struct RoleWork {
   int ranks = 1;                   // ranks that run this role
   int pp_stage = -1;               // pipeline stage (-1: no pipeline)
   std::vector<GemmWork> gemms;
-  double other_flops = 0;          // FLOPs of the ops that are not GEMMs
-  double other_bytes = 0;          // bytes those ops read and write
-  int64_t op_count = 0;            // ops dispatched (each pays the profile's op_overhead_s)
+  std::vector<OtherWork> others;   // the ops that are not GEMMs, by name
+  int64_t op_count = 0;            // ops dispatched, GEMMs included (each pays op_overhead_s)
   double forward_fraction = 1.0 / 3;  // share of the compute in forward passes
   std::vector<CollectiveWork> collectives;
   double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;

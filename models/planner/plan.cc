@@ -57,12 +57,6 @@ MeshShape MakeMesh(int pp, int dp_rep, int dp_shard, int dp, int ep, int cp, int
   return m;
 }
 
-int BatchWays(const MeshShape& m) {
-  int w = 1;
-  for (const char* a : axis::kBatch) w *= m.size(a);
-  return w;
-}
-
 // The framework's checks for one candidate, without running anything: the layout's
 // (GptLayout::Create), the trainer's (CheckTrainOptions) and the batch's divisibility
 // (TrainGpt's rule). OK or the framework's message.
@@ -110,8 +104,8 @@ std::string Candidate::Name() const {
 
 double ModelParameters(const GptConfig& c) {
   const double d = c.d_model, L = c.layers;
-  double per_block_dense = 4 * d * d + 4 * d + 2 * 4 * d * d + 4 * d + d + 4 * d;  // attn + mlp + biases
-  per_block_dense += 4 * d;                                                          // 2 LayerNorms
+  // c_attn + attention c_proj (4d^2 + 4d), c_fc + mlp c_proj (8d^2 + 5d), two LayerNorms (4d).
+  const double per_block_dense = 12 * d * d + 13 * d;
   double n = c.vocab * d + c.seq * d + 2 * d;
   if (c.moe.on()) {
     const double mlp = 8 * d * d + 5 * d;

@@ -75,6 +75,14 @@ double Stretch(const MeshShape& mesh, const HardwareProfile& p) {
   return p.cores > 0 ? std::max(1.0, mesh.world() / p.cores) : 1.0;
 }
 
+// A fitted collective was measured with only its group's threads running: stretch it by the
+// rest of the world's share of the cores only.
+double CollectiveStretch(const CollectiveWork& c, const MeshShape& mesh, const HardwareProfile& p) {
+  const double s = Stretch(mesh, p);
+  if (p.cores <= 0 || p.fitted.count({c.op, c.group_size}) == 0) return s;
+  return s / std::max(1.0, c.group_size / p.cores);
+}
+
 }  // namespace
 
 bool SpansNodes(const MeshShape& mesh, const std::vector<std::string>& axes, int gpus_per_node) {
@@ -96,12 +104,17 @@ absl::StatusOr<double> RingSeconds(const std::string& op, int n, double rank_byt
   if (op == "reduce_scatter") return ring(bench::CollectiveKind::kReduceScatter, n, rank_bytes);
   if (op == "all_gather") return ring(bench::CollectiveKind::kAllGather, n, rank_bytes * n);
   if (op == "all_to_all") return link.alpha_s + (n - 1.0) / n * rank_bytes / link.busbw;
-  if (op == "ppermute" || op == "send" || op == "pp_send") {
+  if (op == "ppermute" || op == "ppermute_start" || op == "broadcast") {
     return link.alpha_s + rank_bytes / link.busbw;
+  }
+  // Type conversions the log may list: local, nothing moves.
+  if (op.rfind("convert", 0) == 0 || op.rfind("reinterpret", 0) == 0 || op.rfind("vary", 0) == 0 ||
+      op == "ppermute_wait") {
+    return 0.0;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown collective '", op,
-      "' (all_reduce, all_gather, reduce_scatter, all_to_all, ppermute)"));
+      "' (all_reduce, all_gather, reduce_scatter, all_to_all, ppermute, broadcast)"));
 }
 
 absl::StatusOr<double> CollectiveSeconds(const CollectiveWork& c, const MeshShape& mesh,
@@ -187,7 +200,7 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
     for (const CollectiveWork& w : roles[i].collectives) {
       absl::StatusOr<double> s = CollectiveSeconds(w, mesh, profile);
       if (!s.ok()) return s.status();
-      const double secs = *s * stretch;
+      const double secs = *s * CollectiveStretch(w, mesh, profile);
       if (Overlappable(w)) {
         times[i].overlapped += secs;
       } else if (w.phase == "pp") {
@@ -254,7 +267,7 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
     if (w.group_size <= 1) continue;
     out.bytes_by_kind[KindKey(w)] += w.bytes;
     absl::StatusOr<double> s = CollectiveSeconds(w, mesh, profile);
-    if (s.ok()) out.seconds_by_kind[KindKey(w)] += *s * stretch;
+    if (s.ok()) out.seconds_by_kind[KindKey(w)] += *s * CollectiveStretch(w, mesh, profile);
   }
   return out;
 }

@@ -8,8 +8,8 @@
 //              the link the group spans: intra-node when every member shares a node (ranks
 //              numbered in mesh order, axes outermost first, gpus_per_node consecutive ranks a
 //              node), else inter-node. all_reduce alpha + 2(n-1)/n S/B; all_gather,
-//              reduce_scatter, all_to_all alpha + (n-1)/n S/B (S the full buffer); ppermute
-//              alpha + bytes/B.
+//              reduce_scatter, all_to_all alpha + (n-1)/n S/B (S the full buffer); ppermute,
+//              broadcast alpha + bytes/B; type conversions (convert, reinterpret, vary) 0.
 //   overlap  ASSUMPTION: the FSDP all_gathers / reduce_scatters and the data-parallel gradient
 //            all_reduces (phases "fsdp", "grad") run beside compute, hiding up to
 //            profile.overlap x compute of them; every other collective (tp, cp, ep, pp, norm,
@@ -20,7 +20,9 @@
 //            the boundary ppermute; bubble = idle stage-ticks / all stage-ticks, weighted by
 //            time.
 //   shared cores (profile.cores > 0, simulated CPU ranks): world ranks run on `cores` cores, so
-//            every rank's compute and collective time is stretched by max(1, world / cores).
+//            every rank's compute and collective time is stretched by max(1, world / cores)
+//            (a fitted collective, measured with its group's threads alone, by that over
+//            max(1, group / cores)).
 //
 //   absl::StatusOr<StepPrediction> p = PredictStep(roles, mesh, pipeline, profile);
 //   p->step_s; p->bubble; p->comm_by_kind["all_gather dp_shard"];

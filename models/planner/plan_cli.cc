@@ -1,0 +1,91 @@
+#include "models/planner/plan_cli.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/tp_model_gpu.h"
+#include "models/planner/measure_cpu.h"
+#include "models/planner/shape_only_source.h"
+
+namespace shardmap::planner {
+
+namespace {
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(what, " '", path, "': cannot open the file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+absl::StatusOr<HardwareProfile> ResolveProfile(const PlanCliOptions& cli) {
+  absl::StatusOr<HardwareProfile> p = cli.profile == "measure"
+                                          ? MeasureCpuProfile(CpuMeasureOptions{})
+                                          : LoadHardwareProfile(cli.profile);
+  if (!p.ok()) return p.status();
+  if (!cli.tp_bench_profile.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(cli.tp_bench_profile, "--tp_bench_profile");
+    if (!text.ok()) return text.status();
+    absl::StatusOr<bench::GpuProfile> m = bench::ParseGpuProfile(*text);
+    if (!m.ok()) return m.status();
+    p = FromTpBenchProfile(*m, *std::move(p));
+    if (!p.ok()) return p.status();
+  }
+  if (!cli.collectives_bench.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(cli.collectives_bench, "--collectives_bench");
+    if (!text.ok()) return text.status();
+    p = WithCollectivesBench(*text, *std::move(p));
+  }
+  return p;
+}
+
+absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOptions& cli,
+                                     const std::string& own) {
+  absl::StatusOr<HardwareProfile> hw = ResolveProfile(cli);
+  if (!hw.ok()) return hw.status();
+  const Profiler profiler = ShapeOnlyProfiler();
+  absl::StatusOr<Plan> plan = PlanGpt(request, *hw, profiler);
+  if (!plan.ok()) return plan.status();
+  std::string text = FormatPlan(*plan, cli.top, cli.list_refusals);
+  if (own.empty()) return text;
+  for (size_t i = 0; i < plan->rows.size(); ++i) {
+    const PlanRow& r = plan->rows[i];
+    if (r.candidate.Name() == own) {
+      absl::StrAppend(&text, absl::StrFormat(
+                                 "\nthis run's mesh %s ranks %zu of %zu: predicted %.4g s/step "
+                                 "(%.3gx the best, %s)\n",
+                                 own, i + 1, plan->rows.size(), r.prediction.step_s,
+                                 r.prediction.step_s / plan->rows[0].prediction.step_s,
+                                 plan->rows[0].candidate.Name()));
+      return text;
+    }
+  }
+  for (const Refusal& r : plan->refused) {
+    if (r.candidate == own) {
+      absl::StrAppend(&text, "\nthis run's mesh ", own, " was refused: ", r.reason, "\n");
+      return text;
+    }
+  }
+  PlanRequest one = request;
+  one.only_meshes = {own};
+  absl::StatusOr<Plan> mine = PlanGpt(one, *hw, profiler);
+  if (!mine.ok()) {
+    absl::StrAppend(&text, "\nthis run's mesh ", own, ": ", mine.status().message(), "\n");
+  } else {
+    const PlanRow& r = mine->rows[0];
+    size_t rank = 0;
+    while (rank < plan->rows.size() && plan->rows[rank].prediction.step_s < r.prediction.step_s) {
+      ++rank;
+    }
+    absl::StrAppend(&text, absl::StrFormat(
+                               "\nthis run's mesh %s (not enumerated): predicted %.4g s/step, "
+                               "would rank %zu of %zu\n",
+                               own, r.prediction.step_s, rank + 1, plan->rows.size() + 1));
+  }
+  return text;
+}
+
+}  // namespace shardmap::planner

@@ -1,0 +1,36 @@
+// What plan_gpt and `train_gpt --plan` share: resolving the hardware profile from the command
+// line's choices, and the plan's text with a given run's own mesh placed in the ranking.
+//
+//   PlanCliOptions cli{.profile = "h100_node", .top = 15};
+//   absl::StatusOr<std::string> text = PlanText(request, cli, /*own=*/"dp_shard=8,tp=8 +sp");
+#ifndef SHARDMAP_MODELS_PLANNER_PLAN_CLI_H_
+#define SHARDMAP_MODELS_PLANNER_PLAN_CLI_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "models/planner/hardware_profile.h"
+#include "models/planner/plan.h"
+
+namespace shardmap::planner {
+
+struct PlanCliOptions {
+  // A shipped profile's name, a profile file, or "measure" (this CPU, now: simulated ranks).
+  std::string profile = "h100_node";
+  std::string tp_bench_profile;    // tp_bench --profile_out file: GEMM rates and the intra link
+  std::string collectives_bench;   // collectives_bench --benchmark_format=json output
+  int top = 20;
+  bool list_refusals = true;
+};
+
+absl::StatusOr<HardwareProfile> ResolveProfile(const PlanCliOptions& cli);
+
+// The plan (FormatPlan) and, when `own` names a candidate (Candidate::Name's form, e.g.
+// "pp=2,dp=2 1f1b/m4"), where it ranks or why it was refused (profiled on its own when the
+// enumeration did not list it).
+absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOptions& cli,
+                                     const std::string& own = "");
+
+}  // namespace shardmap::planner
+
+#endif  // SHARDMAP_MODELS_PLANNER_PLAN_CLI_H_

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <utility>
 #include <vector>
@@ -40,6 +41,24 @@ absl::Status ShapeOnlyCommunicator::Invalid(const char* op, const std::string& w
   return absl::InvalidArgumentError(absl::StrCat(op, " on '", name_, "': ", why));
 }
 
+void ShapeOnlyCommunicator::Zero(void* p, size_t count, DataType dtype) const {
+  if (fill_outputs_ && p != nullptr && count > 0) std::memset(p, 0, count * DataTypeSize(dtype));
+}
+
+void ShapeOnlyCommunicator::Copy(const void* src, void* p, size_t count, DataType dtype) const {
+  if (!fill_outputs_ || p == nullptr || count == 0) return;
+  if (src == nullptr) return Zero(p, count, dtype);
+  if (src != p) std::memmove(p, src, count * DataTypeSize(dtype));
+}
+
+namespace {
+size_t Sum(absl::Span<const size_t> counts) {
+  size_t n = 0;
+  for (size_t c : counts) n += c;
+  return n;
+}
+}  // namespace
+
 absl::Status ShapeOnlyCommunicator::Check(const char* op, DataType dtype) {
   ++calls_;
   if (!IsValidDataType(dtype)) {
@@ -66,39 +85,59 @@ absl::Status ShapeOnlyCommunicator::CheckCounts(const char* op, const char* whic
   return absl::OkStatus();
 }
 
-absl::Status ShapeOnlyCommunicator::AllReduce(const void*, void*, size_t, DataType dtype,
-                                              ReduceOp op) {
-  return CheckReduce("AllReduce", dtype, op);
+absl::Status ShapeOnlyCommunicator::AllReduce(const void* send, void* recv, size_t count,
+                                              DataType dtype, ReduceOp op) {
+  if (absl::Status s = CheckReduce("AllReduce", dtype, op); !s.ok()) return s;
+  Copy(send, recv, count, dtype);
+  return absl::OkStatus();
 }
 
-absl::Status ShapeOnlyCommunicator::AllGather(const void*, void*, size_t, DataType dtype) {
-  return Check("AllGather", dtype);
+absl::Status ShapeOnlyCommunicator::AllGather(const void*, void* recv, size_t send_count,
+                                              DataType dtype) {
+  if (absl::Status s = Check("AllGather", dtype); !s.ok()) return s;
+  Zero(recv, send_count * size_, dtype);
+  return absl::OkStatus();
 }
 
-absl::Status ShapeOnlyCommunicator::ReduceScatter(const void*, void*, size_t, DataType dtype,
+absl::Status ShapeOnlyCommunicator::ReduceScatter(const void* send, void* recv,
+                                                  size_t recv_count, DataType dtype,
                                                   ReduceOp op) {
-  return CheckReduce("ReduceScatter", dtype, op);
+  if (absl::Status s = CheckReduce("ReduceScatter", dtype, op); !s.ok()) return s;
+  Copy(send == nullptr ? nullptr
+                       : static_cast<const char*>(send) + rank_ * recv_count * DataTypeSize(dtype),
+       recv, recv_count, dtype);
+  return absl::OkStatus();
 }
 
-absl::Status ShapeOnlyCommunicator::AllToAll(const void*, void*, size_t, DataType dtype) {
-  return Check("AllToAll", dtype);
+absl::Status ShapeOnlyCommunicator::AllToAll(const void*, void* recv, size_t count,
+                                             DataType dtype) {
+  if (absl::Status s = Check("AllToAll", dtype); !s.ok()) return s;
+  Zero(recv, count * size_, dtype);
+  return absl::OkStatus();
 }
 
-absl::Status ShapeOnlyCommunicator::AllGatherV(const void*, void*,
+absl::Status ShapeOnlyCommunicator::AllGatherV(const void*, void* recv,
                                                absl::Span<const size_t> counts, DataType dtype) {
   if (absl::Status s = Check("AllGatherV", dtype); !s.ok()) return s;
-  return CheckCounts("AllGatherV", "counts", counts);
+  if (absl::Status s = CheckCounts("AllGatherV", "counts", counts); !s.ok()) return s;
+  Zero(recv, Sum(counts), dtype);
+  return absl::OkStatus();
 }
 
-absl::Status ShapeOnlyCommunicator::ReduceScatterV(const void*, void*,
+absl::Status ShapeOnlyCommunicator::ReduceScatterV(const void* send, void* recv,
                                                    absl::Span<const size_t> counts,
                                                    DataType dtype, ReduceOp op) {
   if (absl::Status s = CheckReduce("ReduceScatterV", dtype, op); !s.ok()) return s;
-  return CheckCounts("ReduceScatterV", "counts", counts);
+  if (absl::Status s = CheckCounts("ReduceScatterV", "counts", counts); !s.ok()) return s;
+  size_t before = 0;
+  for (int r = 0; r < rank_; ++r) before += counts[r];
+  Copy(send == nullptr ? nullptr : static_cast<const char*>(send) + before * DataTypeSize(dtype),
+       recv, counts[rank_], dtype);
+  return absl::OkStatus();
 }
 
 absl::Status ShapeOnlyCommunicator::AllToAllV(const void*, absl::Span<const size_t> send_counts,
-                                              void*, absl::Span<const size_t> recv_counts,
+                                              void* recv, absl::Span<const size_t> recv_counts,
                                               DataType dtype) {
   if (absl::Status s = Check("AllToAllV", dtype); !s.ok()) return s;
   if (absl::Status s = CheckCounts("AllToAllV", "send_counts", send_counts); !s.ok()) return s;
@@ -110,15 +149,18 @@ absl::Status ShapeOnlyCommunicator::AllToAllV(const void*, absl::Span<const size
                                              " elements but expects ", recv_counts[rank_],
                                              " from itself"));
   }
+  Zero(recv, Sum(recv_counts), dtype);
   return absl::OkStatus();
 }
 
-absl::Status ShapeOnlyCommunicator::Broadcast(void*, size_t, DataType dtype, int root) {
+absl::Status ShapeOnlyCommunicator::Broadcast(void* buffer, size_t count, DataType dtype,
+                                              int root) {
   if (absl::Status s = Check("Broadcast", dtype); !s.ok()) return s;
   if (root < 0 || root >= size_) {
     return Invalid("Broadcast",
                    absl::StrCat("root ", root, " is not a rank of this group of ", size_));
   }
+  if (rank_ != root) Zero(buffer, count, dtype);
   return absl::OkStatus();
 }
 
@@ -131,16 +173,17 @@ absl::Status ShapeOnlyCommunicator::Send(const void*, size_t, DataType dtype, in
   return absl::OkStatus();
 }
 
-absl::Status ShapeOnlyCommunicator::Recv(void*, size_t, DataType dtype, int peer) {
+absl::Status ShapeOnlyCommunicator::Recv(void* buffer, size_t count, DataType dtype, int peer) {
   if (absl::Status s = Check("Recv", dtype); !s.ok()) return s;
   if (peer < 0 || peer >= size_ || peer == rank_) {
     return Invalid("Recv", absl::StrCat("peer ", peer, " must be another rank of this group of ",
                                         size_));
   }
+  Zero(buffer, count, dtype);
   return absl::OkStatus();
 }
 
-absl::Status ShapeOnlyCommunicator::Ppermute(const void*, void*, size_t, DataType dtype,
+absl::Status ShapeOnlyCommunicator::Ppermute(const void*, void* recv, size_t count, DataType dtype,
                                              absl::Span<const std::pair<int, int>> pairs) {
   if (absl::Status s = Check("Ppermute", dtype); !s.ok()) return s;
   // The pairs name ranks of this group: at most size() of each role, so the marks are O(pairs).
@@ -163,6 +206,7 @@ absl::Status ShapeOnlyCommunicator::Ppermute(const void*, void*, size_t, DataTyp
                                   "; each rank may appear at most once as each"));
     }
   }
+  Zero(recv, count, dtype);
   return absl::OkStatus();
 }
 
@@ -187,8 +231,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> ShapeOnlyCommunicator::Split(int c
                                             name_, "': the resolver gave rank ", g->rank,
                                             " of a group of ", g->size));
   }
-  return std::unique_ptr<Communicator>(new ShapeOnlyCommunicator(
-      g->size, g->rank, nullptr, absl::StrCat(name_, " split(color=", color, ")")));
+  auto sub = std::make_unique<ShapeOnlyCommunicator>(
+      g->size, g->rank, nullptr, absl::StrCat(name_, " split(color=", color, ")"));
+  sub->set_fill_outputs(fill_outputs_);
+  return std::unique_ptr<Communicator>(std::move(sub));
 }
 
 }  // namespace shardmap::collectives

@@ -18,7 +18,11 @@
 //   });
 //   std::unique_ptr<Communicator> tp = *world.Split(/*color=*/1, /*key=*/1);  // size 4, rank 1
 //
-// calls() counts the calls made (Split included), for tests and benchmarks.
+// calls() counts the calls made (Split included), for tests and benchmarks. With
+// set_fill_outputs(true) (host memory only) outputs are filled instead of left as allocated, so
+// that a shape-only program on CPU tensors computes on finite numbers, not on garbage: the
+// reductions (AllReduce, ReduceScatter, ReduceScatterV) give this rank's own contribution (as if
+// it were the only one: a sum of exponentials stays positive), every other output is zeros.
 #ifndef SHARDMAP_COLLECTIVES_SHAPE_ONLY_COMMUNICATOR_H_
 #define SHARDMAP_COLLECTIVES_SHAPE_ONLY_COMMUNICATOR_H_
 
@@ -81,18 +85,26 @@ class ShapeOnlyCommunicator : public Communicator {
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override;
 
   int64_t calls() const { return calls_; }
+  // Fill non-null output buffers (host memory) on every call (above); sub-groups inherit it.
+  void set_fill_outputs(bool on) { fill_outputs_ = on; }
+  bool fill_outputs() const { return fill_outputs_; }
 
  private:
   absl::Status Check(const char* op, DataType dtype);
   absl::Status CheckReduce(const char* op, DataType dtype, ReduceOp reduce);
   absl::Status CheckCounts(const char* op, const char* which, absl::Span<const size_t> counts);
   absl::Status Invalid(const char* op, const std::string& why) const;
+  // With fill_outputs_: zeros count elements of dtype at p / copies them from src (when not
+  // null).
+  void Zero(void* p, size_t count, DataType dtype) const;
+  void Copy(const void* src, void* p, size_t count, DataType dtype) const;
 
   int size_;
   int rank_;
   SplitResolver resolver_;
   std::string name_;
   int64_t calls_ = 0;
+  bool fill_outputs_ = false;
 };
 
 }  // namespace shardmap::collectives

@@ -49,6 +49,62 @@ TEST(ShapeOnlyCommunicatorTest, CallsTouchNoBuffer) {
   EXPECT_EQ(comm.calls(), 12);
 }
 
+TEST(ShapeOnlyCommunicatorTest, FillOutputsFillsEveryOutputAndNothingElse) {
+  ShapeOnlyCommunicator comm(3, 1);
+  comm.set_fill_outputs(true);
+  std::vector<double> send(9, 5.0), recv(9, -1.0), send0;
+  auto reset = [&] { recv.assign(9, -1.0); };
+  auto zeros = [&](size_t n) {  // the first n of recv are 0, the rest untouched; send intact
+    for (size_t i = 0; i < recv.size(); ++i) EXPECT_EQ(recv[i], i < n ? 0.0 : -1.0) << i;
+    EXPECT_EQ(send, send0);
+  };
+  auto own = [&](std::vector<double> want) {  // reductions: this rank's own contribution
+    want.resize(9, -1.0);
+    EXPECT_EQ(recv, want);
+  };
+  for (size_t i = 0; i < send.size(); ++i) send[i] = 5.0 + i;
+  send0 = send;
+  ASSERT_TRUE(comm.AllReduce(send.data(), recv.data(), 2, DataType::kF64, ReduceOp::kSum).ok());
+  own({5, 6});
+  reset();
+  ASSERT_TRUE(comm.AllGather(send.data(), recv.data(), 2, DataType::kF64).ok());
+  zeros(6);
+  reset();
+  ASSERT_TRUE(comm.ReduceScatter(send.data(), recv.data(), 2, DataType::kF64, ReduceOp::kSum).ok());
+  own({7, 8});  // chunk 1 of 3
+  reset();
+  ASSERT_TRUE(comm.AllToAll(send.data(), recv.data(), 3, DataType::kF64).ok());
+  zeros(9);
+  reset();
+  const std::vector<size_t> counts = {1, 4, 2};
+  ASSERT_TRUE(comm.AllGatherV(send.data(), recv.data(), counts, DataType::kF64).ok());
+  zeros(7);
+  reset();
+  ASSERT_TRUE(comm.ReduceScatterV(send.data(), recv.data(), counts, DataType::kF64,
+                                  ReduceOp::kSum).ok());
+  own({6, 7, 8, 9});  // rank 1's 4 after rank 0's 1
+  reset();
+  ASSERT_TRUE(comm.Broadcast(recv.data(), 3, DataType::kF64, 0).ok());
+  zeros(3);
+  reset();
+  ASSERT_TRUE(comm.Broadcast(recv.data(), 3, DataType::kF64, 1).ok());  // the root keeps its own
+  zeros(0);
+  ASSERT_TRUE(comm.Recv(recv.data(), 5, DataType::kF64, 0).ok());
+  zeros(5);
+  reset();
+  ASSERT_TRUE(comm.Ppermute(send.data(), recv.data(), 4, DataType::kF64, {{0, 1}}).ok());
+  zeros(4);
+  // Sub-groups inherit it.
+  ShapeOnlyCommunicator world(6, 4, [](int, int key) -> absl::StatusOr<SplitGroup> {
+    return SplitGroup{2, key};
+  });
+  world.set_fill_outputs(true);
+  std::unique_ptr<Communicator> sub = *world.Split(0, 1);
+  reset();
+  ASSERT_TRUE(sub->AllGather(send.data(), recv.data(), 3, DataType::kF64).ok());
+  zeros(6);
+}
+
 TEST(ShapeOnlyCommunicatorTest, NullBuffersAreFine) {
   // Meta tensors have no data: a real backend would refuse null buffers, this one never reads.
   ShapeOnlyCommunicator comm(3, 0);

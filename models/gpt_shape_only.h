@@ -47,8 +47,12 @@ absl::StatusOr<std::vector<StepProfile>> ProfileGptStep(const GptLayout& layout,
                                                         const TrainOptions& options);
 
 // The step of one given rank (InvalidArgument outside [0, mesh size)). `role` labels it.
+// device: where the rank's tensors live: the meta device (nothing computed), or the CPU (the
+// ops run for real on zero parameters, the collectives stay shape-only: for tests of small
+// models, and of the meta device against the CPU).
 absl::StatusOr<StepProfile> ProfileGptRank(const GptLayout& layout, const TrainOptions& options,
-                                           int rank, const std::string& role = "");
+                                           int rank, const std::string& role = "",
+                                           Device device = Device::Meta());
 
 }  // namespace shardmap
 

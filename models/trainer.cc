@@ -269,6 +269,15 @@ absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
     return Invalid(absl::StrCat("--save_every ", o.save_every,
                                 " must be >= 0 and needs a place to save (on_save)"));
   }
+  if (o.only_rank != -1 && (!o.spmd_runner || o.only_rank < 0 || o.only_rank >= mesh.size())) {
+    return Invalid(absl::StrCat("only_rank ", o.only_rank, " needs an spmd_runner and a rank of "
+                                "mesh ", mesh.ShortString(), " (0 to ", mesh.size() - 1,
+                                "), or -1 for every rank"));
+  }
+  if (o.spmd_runner && o.comm != nullptr) {
+    return Invalid("an spmd_runner and a process communicator (comm) are two ways of running "
+                   "the ranks; give one");
+  }
   if (!o.placement.is_cpu()) {
     if (o.comm != nullptr) {
       return Invalid(absl::StrCat("placement ", o.placement.ToString(),
@@ -401,7 +410,12 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
   TrainResult result;
   std::mutex mu;  // std::mutex: ThreadSanitizer sees it (Debian's absl is not instrumented)
   // The rank that reports (losses, bytes, log, on_step): rank 0, or this process's rank.
-  const int reporter = options.comm != nullptr ? options.comm->rank() : 0;
+  const int reporter = options.only_rank >= 0     ? options.only_rank
+                       : options.comm != nullptr ? options.comm->rank()
+                                                 : 0;
+  auto phase = [&](const char* name) {
+    if (options.on_phase) options.on_phase(name);
+  };
   auto body = [&](RankContext& ctx) {
     const int rank = ctx.rank();
     const int stage = pp_index >= 0 ? ctx.coord(pp_index) : 0;
@@ -562,6 +576,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
           options.trace || (options.trace_writer != nullptr &&
                             (!options.trace_step || options.trace_step(step)));
       tape.set_backward_observer(tracing ? &backward_tracer : nullptr);
+      phase("step");
       const double t0 = TraceNowUs();
       TracingRecorder rec(&tape, tracing ? &events : nullptr, rank, t0);
       Backprop bp;
@@ -581,6 +596,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
         bp = OneProgramBackprop(layout, params, ids, targets, global_tokens, types, tape, rec);
       }
       const size_t backprop_logged = ctx.collective_log().size();
+      phase("optimizer");
       const double t2 = TraceNowUs();
       std::vector<Value>& grads = bp.grads;
       // One all_reduce per gradient over the axes where it is a pending sum (P): dp for
@@ -673,6 +689,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
       for (size_t i = 0; i < held.size(); ++i) params[i].tensor = local[i].tensor;
       if (dev.is_cuda()) cuda::Synchronize(dev.index);  // the step's time includes its kernels
       const double t4 = TraceNowUs();
+      phase("end");
       if (plan.pipelined) {
         std::lock_guard<std::mutex> lock(mu);
         bubbles[rank] = 1.0 - bp.busy_us / std::max(bp.total_us, 1e-9);
@@ -805,6 +822,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
       // sharded dim; under pp the owner stage's copy summed over pp), on every rank.
       mine = GatherGlobals(params, opt, stage, held);
     }
+    if (options.only_rank >= 0) mine.clear();  // one rank: nothing is assembled
     for (Tensor& t : mine) {
       if (t.defined()) t = t.To(Device::Cpu());  // results are host tensors
     }
@@ -841,9 +859,14 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
             "stop), a synchronisation a CUDA graph cannot contain; it runs eagerly";
   SpmdOptions spmd;
   spmd.placement = options.placement;
-  absl::Status status = options.comm != nullptr ? RunOnCommunicator(*options.comm, mesh, body)
-                                                : RunSpmd(mesh, body, spmd);
+  absl::Status status = options.spmd_runner     ? options.spmd_runner(mesh, body)
+                        : options.comm != nullptr ? RunOnCommunicator(*options.comm, mesh, body)
+                                                  : RunSpmd(mesh, body, spmd);
   if (!status.ok()) return status;
+  if (options.only_rank >= 0) {  // one rank ran: its report, no global tensors
+    result.steps_done = options.steps;
+    return result;
+  }
   if (options.comm != nullptr) {
     std::vector<Tensor>& g = final_locals[reporter];  // already global
     for (size_t k = 0; k < g.size(); ++k) {

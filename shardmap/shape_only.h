@@ -36,7 +36,7 @@ namespace shardmap {
 struct ShapeOnlyOptions {
   TypeCheck check = TypeCheck::kOn;
   // The rank's device. Unset: the meta device (no data). A CPU device runs the ops for real with
-  // the collectives still shape-only (their outputs keep what was allocated): for tests.
+  // the collectives still shape-only (ShapeOnlyCommunicator::set_fill_outputs): for tests. Not a GPU.
   std::optional<Device> device;
 };
 

@@ -17,13 +17,14 @@
 // output written once, at the tensors' dtypes; the ideal traffic of one fused kernel):
 //   GEMM (matmul, batched matmul, linear, matmul_accumulate, linear weight grad):
 //     flops = 2*batch*m*n*k (+ epilogue flops per output element below); gemm is set.
-//   attention (fused causal): the two GEMMs QK^T and PV, 4*b*h*t*s*d, halved when causal
-//     (only the lower triangle is computed), + 5 flops per score for the softmax;
-//     backward: 2.5x the forward GEMM flops (dV, dP, dQ, dK) + 5 per score.
-//   elementwise: 1 flop per output element (add, sub, mul, div, neg, relu, scalar ops,
-//     relu_grad); exp/log/tanh/sqrt/gelu/silu and their grads: the per-element counts in
-//     kUnaryFlops (op_counter.cc), 1 transcendental = 1 flop (FLOPs here are a GEMM-equivalent
-//     work measure, not instruction counts).
+//   causal_attention: per visible (query, key) pair of each batch and head -- about half of
+//     tq*tk under the causal mask, counted exactly -- 4*d (QK^T and PV) + 5 (softmax);
+//     backward 10*d (2.5x: scores recomputed, dP, dV, dQ, dK) + 5. Not a gemm record.
+//     Unfused attention is the matmul, causal_softmax and softmax_backward records it is made of.
+//   elementwise: 1 flop per output element (add, sub, mul, div, neg, relu, relu_grad, the scalar
+//     ops, add_in_place); exp, log, tanh, sqrt: 1 (a transcendental counts as 1: FLOPs here are
+//     a work measure comparable across ops, not instruction counts); gelu 8 (tanh) or 5 (erf);
+//     silu 4; gelu_grad 14 (tanh) or 10 (erf); silu_grad 7; tanh_grad 3.
 //   reductions: 1 flop per input element. softmax/log_softmax: 5 per element; backward 4.
 //   layer_norm: 8 per element; backward 12. rms_norm: 5; backward 9. cross_entropy: 5 per
 //   logit; backward 4. embedding / gather / scatter / copies / casts / concat: 0 flops.

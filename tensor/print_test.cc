@@ -92,5 +92,13 @@ TEST(PrintTest, LongDimsAreSummarised) {
   EXPECT_LT(big.size(), 2000u);
 }
 
+TEST(PrintTest, MetaTensorsSayMetaAndPrintNoValues) {
+  const Tensor m = Tensor::Full({2, 3}, 1.5, DType::kBF16, Device::Meta());
+  EXPECT_EQ(ToString(m), "bf16[2,3] on meta (no data)");
+  std::ostringstream os;
+  os << m;
+  EXPECT_EQ(os.str(), "bf16[2,3] on meta (no data)");
+}
+
 }  // namespace
 }  // namespace shardmap

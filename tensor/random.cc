@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/reduce/reduce_ops.h"
+#include "tensor/internal/accounting.h"
 #include "tensor/error.h"
 #include "tensor/internal/philox.h"
 #include "tensor/ops/shape_ops.h"
@@ -88,10 +89,15 @@ Tensor FillBlock(const char* op, absl::Span<const int64_t> global,
                  absl::Span<const int64_t> offsets, absl::Span<const int64_t> local, DType dtype,
                  Device device, cuda::kernels::RandomKind kind, uint64_t seed, double a, double b,
                  Fn value) {
+  internal::OpScope scope;  // the f64 block of a bf16 fill is scratch (memory_tracker.h)
   if (!IsFloating(dtype)) {
     OpFail(op, ": dtype ", DTypeName(dtype), " is not floating; expected f32, f64, bf16 or f16");
   }
   CheckBlock(op, global, offsets, local);
+  if (scope.counting()) {
+    scope.Record(op, dtype, 0, static_cast<double>(NumElements(local) * DTypeSize(dtype)));
+  }
+  if (device.is_meta()) return Tensor::Empty(local, dtype, device);  // no values to draw
   if (device.is_cuda()) {
     return cuda::RandomBlock(kind, global, offsets, local, seed, a, b, 0, dtype, device);
   }
@@ -142,8 +148,14 @@ Tensor RandomUniform(absl::Span<const int64_t> shape, uint64_t seed, double low,
 Tensor RandomIntsSlice(absl::Span<const int64_t> global_shape, absl::Span<const int64_t> offsets,
                        absl::Span<const int64_t> local_shape, int64_t n, uint64_t seed,
                        Device device) {
+  internal::OpScope scope;
   if (n <= 0) OpFail("random_ints: n is ", n, "; expected n >= 1 (values in [0, n))");
   CheckBlock("random_ints", global_shape, offsets, local_shape);
+  if (scope.counting()) {
+    scope.Record("random_ints", DType::kI64, 0,
+                 static_cast<double>(NumElements(local_shape) * DTypeSize(DType::kI64)));
+  }
+  if (device.is_meta()) return Tensor::Empty(local_shape, DType::kI64, device);
   if (device.is_cuda()) {
     return cuda::RandomBlock(cuda::kernels::RandomKind::kInts, global_shape, offsets, local_shape,
                              seed, 0.0, 0.0, n, DType::kI64, device);

@@ -161,5 +161,64 @@ TEST(TensorTest, LargeBlocksAreCachedAndReused) {
   EXPECT_EQ(again.at((3 << 20) - 1), 0.0);  // a reused block is still initialised by Zeros
 }
 
+TEST(TensorTest, MetaTensorsHaveShapeAndNoData) {
+  const Device meta = Device::Meta();
+  EXPECT_TRUE(meta.is_meta());
+  EXPECT_FALSE(meta.is_cuda());
+  EXPECT_EQ(meta.ToString(), "meta");
+  EXPECT_NE(meta, Device::Cpu());
+  const size_t cached = internal::CachedBytes();
+  // 64 GiB: allocates nothing.
+  Tensor big = Tensor::Empty({1 << 16, 1 << 18}, DType::kF32, meta);
+  EXPECT_TRUE(big.is_meta());
+  EXPECT_EQ(big.ShapeString(), "f32[65536,262144]");
+  EXPECT_EQ(big.nbytes(), size_t{1} << 36);
+  EXPECT_EQ(big.raw_data(), nullptr);
+  for (const Tensor& t : {Tensor::Zeros({3, 4}, DType::kBF16, meta),
+                          Tensor::Ones({3, 4}, DType::kBF16, meta),
+                          Tensor::Full({3, 4}, 7, DType::kBF16, meta)}) {
+    EXPECT_TRUE(t.is_meta());
+    EXPECT_EQ(t.ShapeString(), "bf16[3,4]");
+    EXPECT_EQ(t.raw_data(), nullptr);
+  }
+  EXPECT_EQ(internal::CachedBytes(), cached);
+  // Views and copies stay on meta.
+  EXPECT_TRUE(big.Reshape({-1}).SharesStorageWith(big));
+  EXPECT_EQ(big.SliceRows(5, 2).ShapeString(), "f32[2,262144]");
+  EXPECT_TRUE(big.SliceRows(5, 2).Clone().is_meta());
+  EXPECT_FALSE(big.SliceRows(5, 2).Clone().SharesStorageWith(big));
+  // The same argument checks as on the CPU.
+  EXPECT_THROW(Tensor::Empty({-1}, DType::kF32, meta), OpError);
+  EXPECT_THROW(big.Reshape({3, -1}), OpError);
+  EXPECT_THROW(big.SliceRows(1 << 16, 1), OpError);
+}
+
+// Host reads of meta tensors give zeros, so host-side code (a loss printed, a grad norm
+// compared) runs unchanged in shape-only mode.
+TEST(TensorTest, HostReadsOfMetaTensorsAreZeros) {
+  const Device meta = Device::Meta();
+  const Tensor m = Tensor::Full({2, 3}, 5.0, DType::kF32, meta);
+  EXPECT_EQ(m.at(4), 0.0);
+  EXPECT_EQ(m.ToVector<float>(), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(m.ToVector<int64_t>(), std::vector<int64_t>(6, 0));
+  EXPECT_EQ(Tensor::Full({}, 3.0, DType::kF64, meta).item(), 0.0);
+  EXPECT_THROW(m.item(), OpError);  // numel != 1: the CPU's error
+  EXPECT_THROW(m.at(6), OpError);
+  const Tensor host = m.To(Device::Cpu());
+  EXPECT_EQ(host.device(), Device::Cpu());
+  EXPECT_EQ(host.ShapeString(), "f32[2,3]");
+  EXPECT_EQ(host.ToVector<double>(), std::vector<double>(6, 0.0));
+}
+
+TEST(TensorTest, ToMetaKeepsShapeAndDropsData) {
+  const Tensor c = Tensor::FromVector<float>({2, 2}, {1, 2, 3, 4});
+  const Tensor m = c.To(Device::Meta());
+  EXPECT_TRUE(m.is_meta());
+  EXPECT_EQ(m.ShapeString(), "f32[2,2]");
+  EXPECT_TRUE(m.To(Device::Meta()).SharesStorageWith(m));
+  EXPECT_EQ(c.at(3), 4.0);  // the source is untouched
+  EXPECT_THROW(Tensor().To(Device::Meta()), OpError);
+}
+
 }  // namespace
 }  // namespace shardmap

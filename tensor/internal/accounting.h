@@ -53,6 +53,14 @@ class OpScope {
   bool outermost_ = false;
 };
 
+// Records a GEMM: 2*batch*m*n*k flops plus `extra_flops` (a fused epilogue), and `bytes`.
+inline void RecordGemm(const OpScope& scope, const char* op, DType dtype, int64_t batch,
+                       int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, double bytes,
+                       double extra_flops = 0) {
+  GemmShape g{batch, m, n, k, dtype, trans_a, trans_b};
+  scope.Record(op, dtype, g.flops() + extra_flops, bytes, g);
+}
+
 }  // namespace shardmap::internal
 
 #endif  // SHARDMAP_TENSOR_INTERNAL_ACCOUNTING_H_

@@ -7,6 +7,7 @@
 
 #include "tensor/cuda/attention/attention_ops.h"
 #include "tensor/error.h"
+#include "tensor/internal/accounting.h"
 #include "tensor/ops/internal/op_util.h"
 #include "tensor/ops/shape_ops.h"
 
@@ -86,6 +87,23 @@ double RowProbabilities(const double* qi, const Bthd& k, int64_t b, int64_t h, i
   return m + std::log(sum);
 }
 
+// Query-key pairs a causal mask leaves visible, per (batch, head): sum over queries i of
+// clamp(i + off + 1, 0, tk), in closed form (a loop would cost O(tq) per counted op).
+double VisiblePairs(int64_t tq, int64_t tk, int64_t off) {
+  const int64_t c = off + 1;
+  const int64_t a = std::clamp<int64_t>(-c, 0, tq);       // queries before a see nothing
+  const int64_t b = std::clamp<int64_t>(tk - c, a, tq);   // queries from b on see every key
+  const double ramp = static_cast<double>(b - a) * static_cast<double>(c) +
+                      static_cast<double>(a + b - 1) * static_cast<double>(b - a) / 2;
+  return ramp + static_cast<double>(tq - b) * static_cast<double>(tk);
+}
+
+double Bytes(const Tensor& t) { return static_cast<double>(t.nbytes()); }
+
+// FLOPs per visible score: QK^T and PV are 2*d each forward; backward recomputes the scores and
+// forms dP, dV, dQ, dK: 10*d (2.5x). Softmax (or its gradient): 5 per score.
+constexpr double kSoftmaxFlopsPerScore = 5;
+
 Tensor ToF64(const Tensor& t) { return t.dtype() == DType::kF64 ? t : Cast(t, DType::kF64); }
 
 }  // namespace
@@ -96,6 +114,17 @@ CausalAttentionResult CausalAttention(const Tensor& q, const Tensor& k, const Te
   CheckQkv(kOp, q, k, v, scale);
   const int64_t batch = q.dim(0), tq = q.dim(1), heads = q.dim(2), d = q.dim(3), tk = k.dim(1);
   const int64_t off = ClampOffset(q_offset, tq, tk);
+  internal::OpScope scope;
+  if (scope.counting()) {
+    const double scores = VisiblePairs(tq, tk, off) * static_cast<double>(batch * heads);
+    scope.Record(kOp, q.dtype(), scores * (4.0 * static_cast<double>(d) + kSoftmaxFlopsPerScore),
+                 2 * Bytes(q) + Bytes(k) + Bytes(v) +
+                     static_cast<double>(batch * heads * tq * DTypeSize(AccType(q.dtype()))));
+  }
+  if (q.is_meta()) {
+    return {Tensor::Empty(q.shape(), q.dtype(), q.device()),
+            Tensor::Empty({batch, heads, tq}, AccType(q.dtype()), q.device())};
+  }
   if (q.is_cuda()) {
     cuda::AttentionOutputs r = cuda::CausalAttention(q, k, v, scale, off);
     return {std::move(r.out), std::move(r.lse)};
@@ -152,6 +181,18 @@ CausalAttentionGrads CausalAttentionBackward(const Tensor& q, const Tensor& k, c
   }
   for (const Tensor* t : {&out, &lse, &dout}) internal::RequireSameDevice(kOp, q, *t);
   const int64_t off = ClampOffset(q_offset, tq, tk);
+  internal::OpScope scope;
+  if (scope.counting()) {
+    const double scores = VisiblePairs(tq, tk, off) * static_cast<double>(batch * heads);
+    scope.Record(kOp, q.dtype(),
+                 scores * (10.0 * static_cast<double>(d) + kSoftmaxFlopsPerScore),
+                 2 * (Bytes(q) + Bytes(k) + Bytes(v)) + Bytes(out) + Bytes(lse) + Bytes(dout));
+  }
+  if (q.is_meta()) {
+    return {Tensor::Empty(q.shape(), q.dtype(), q.device()),
+            Tensor::Empty(k.shape(), k.dtype(), k.device()),
+            Tensor::Empty(v.shape(), v.dtype(), v.device())};
+  }
   if (q.is_cuda()) {
     cuda::AttentionGrads g = cuda::CausalAttentionBackward(q, k, v, out, lse, dout, scale, off);
     return {std::move(g.dq), std::move(g.dk), std::move(g.dv)};

@@ -8,6 +8,7 @@
 #include "tensor/cpu/vec_math.h"
 #include "tensor/cuda/elementwise/elementwise_ops.h"
 #include "tensor/error.h"
+#include "tensor/internal/accounting.h"
 #include "tensor/ops/internal/op_util.h"
 #include "tensor/ops/shape_ops.h"
 
@@ -124,17 +125,26 @@ void BinaryBroadcast(const Tensor& a, const Tensor& b, Tensor& out, F f,
 // F is a generic lambda (T, T) -> T, instantiated for float and double.
 // Device tensors go to the CUDA kernel `cop` after the same checks; f32 operands of equal shapes
 // go to the vector kernel `vec` when there is one (see tensor/cpu/vec_math.h).
+// Meta tensors get an output of the broadcast shape after the same checks. `flops` per output
+// element (op_counter.h).
 template <typename F>
 Tensor Binary(const char* op, cuda::BinaryOp cop, const Tensor& a, const Tensor& b, F f,
-              cpu::VecGradFn cpu::VecKernels::*vec = nullptr) {
+              cpu::VecGradFn cpu::VecKernels::*vec = nullptr, double flops = 1) {
+  internal::OpScope scope;
   internal::RequireFloating(op, a, "lhs");
   internal::RequireFloating(op, b, "rhs");
   internal::RequireSameDType(op, a, b);
   internal::RequireSameDevice(op, a, b);
-  if (a.is_cuda()) {
+  if (scope.counting() || a.device().kind != DeviceKind::kCPU) {
     const Shape out_shape =
         a.shape() == b.shape() ? a.shape() : BroadcastOrFail(op, a.shape(), b.shape(), &a, &b);
-    return cuda::Binary(op, cop, a, b, out_shape);
+    if (scope.counting()) {
+      const double n = static_cast<double>(NumElements(out_shape));
+      scope.Record(op, a.dtype(), flops * n,
+                   static_cast<double>(a.nbytes() + b.nbytes()) + n * DTypeSize(a.dtype()));
+    }
+    if (a.is_meta()) return Tensor::Empty(out_shape, a.dtype(), a.device());
+    if (a.is_cuda()) return cuda::Binary(op, cop, a, b, out_shape);
   }
   if (internal::IsHalf(a.dtype())) {  // compute in f32, round once
     return Cast(Binary(op, cop, Cast(a, DType::kF32), Cast(b, DType::kF32), f, vec), a.dtype());
@@ -168,10 +178,21 @@ Tensor Binary(const char* op, cuda::BinaryOp cop, const Tensor& a, const Tensor&
 
 // Device tensors go to the CUDA kernel `cop` (with `scalar` for AddScalar / MulScalar); f32 ones
 // to the vector kernel `vec` when there is one.
+// Records a one-input elementwise op: `flops` per element, the input read and the output written.
+void CountUnary(const internal::OpScope& scope, const char* op, const Tensor& a, double flops) {
+  if (scope.counting()) {
+    scope.Record(op, a.dtype(), flops * static_cast<double>(a.numel()),
+                 2.0 * static_cast<double>(a.nbytes()));
+  }
+}
+
 template <typename F>
 Tensor Unary(const char* op, cuda::UnaryOp cop, const Tensor& a, F f, double scalar = 0,
-             cpu::VecUnaryFn cpu::VecKernels::*vec = nullptr) {
+             cpu::VecUnaryFn cpu::VecKernels::*vec = nullptr, double flops = 1) {
+  internal::OpScope scope;
   internal::RequireFloating(op, a);
+  CountUnary(scope, op, a, flops);
+  if (a.is_meta()) return Tensor::Empty(a.shape(), a.dtype(), a.device());
   if (a.is_cuda()) return cuda::Unary(op, cop, a, scalar);
   if (internal::IsHalf(a.dtype())) {
     return Cast(Unary(op, cop, Cast(a, DType::kF32), f, scalar, vec), a.dtype());
@@ -190,6 +211,16 @@ Tensor Unary(const char* op, cuda::UnaryOp cop, const Tensor& a, F f, double sca
   });
   return out;
 }
+
+// FLOPs per element (op_counter.h); a transcendental function counts as 1.
+constexpr double kTranscendentalFlops = 1;
+constexpr double kGeluTanhFlops = 8;
+constexpr double kGeluErfFlops = 5;
+constexpr double kSiluFlops = 4;
+constexpr double kGeluTanhGradFlops = 14;
+constexpr double kGeluErfGradFlops = 10;
+constexpr double kSiluGradFlops = 7;
+constexpr double kTanhGradFlops = 3;
 
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
 constexpr double kInvSqrt2 = 0.70710678118654752440;
@@ -246,7 +277,10 @@ Tensor Div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor AddScalar(const Tensor& a, double s) {
-  if (!a.is_cuda() && a.dtype() == DType::kF32) {  // the vector kernel: the same bits
+  internal::OpScope scope;
+  internal::RequireFloating("add_scalar", a);
+  CountUnary(scope, "add_scalar", a, 1);
+  if (a.device().kind == DeviceKind::kCPU && a.dtype() == DType::kF32) {  // the vector kernel
     Tensor out = Tensor::Empty(a.shape(), a.dtype());
     cpu::Vec().shift(a.data<float>(), static_cast<float>(s), out.data<float>(), a.numel());
     return out;
@@ -256,7 +290,10 @@ Tensor AddScalar(const Tensor& a, double s) {
       [s](auto x) { return x + static_cast<decltype(x)>(s); }, s);
 }
 Tensor MulScalar(const Tensor& a, double s) {
-  if (!a.is_cuda() && a.dtype() == DType::kF32) {  // the vector kernel: the same bits
+  internal::OpScope scope;
+  internal::RequireFloating("mul_scalar", a);
+  CountUnary(scope, "mul_scalar", a, 1);
+  if (a.device().kind == DeviceKind::kCPU && a.dtype() == DType::kF32) {  // the vector kernel
     Tensor out = Tensor::Empty(a.shape(), a.dtype());
     cpu::Vec().scale(a.data<float>(), static_cast<float>(s), out.data<float>(), a.numel());
     return out;
@@ -270,16 +307,18 @@ Tensor Neg(const Tensor& a) {
 }
 Tensor Exp(const Tensor& a) {
   return Unary(
-      "exp", cuda::UnaryOp::kExp, a, [](auto x) { return std::exp(x); }, 0, &cpu::VecKernels::exp);
+      "exp", cuda::UnaryOp::kExp, a, [](auto x) { return std::exp(x); }, 0, &cpu::VecKernels::exp,
+      kTranscendentalFlops);
 }
 Tensor Log(const Tensor& a) {
   return Unary(
-      "log", cuda::UnaryOp::kLog, a, [](auto x) { return std::log(x); }, 0, &cpu::VecKernels::log);
+      "log", cuda::UnaryOp::kLog, a, [](auto x) { return std::log(x); }, 0, &cpu::VecKernels::log,
+      kTranscendentalFlops);
 }
 Tensor Tanh(const Tensor& a) {
   return Unary(
       "tanh", cuda::UnaryOp::kTanh, a, [](auto x) { return std::tanh(x); }, 0,
-      &cpu::VecKernels::tanh);
+      &cpu::VecKernels::tanh, kTranscendentalFlops);
 }
 Tensor Relu(const Tensor& a) {
   // NaN propagates (x != x) so bad values stay visible instead of becoming 0.
@@ -287,22 +326,24 @@ Tensor Relu(const Tensor& a) {
                [](auto x) { return x > 0 || x != x ? x : decltype(x)(0); });
 }
 Tensor Sqrt(const Tensor& a) {
-  return Unary("sqrt", cuda::UnaryOp::kSqrt, a, [](auto x) { return std::sqrt(x); });
+  return Unary(
+      "sqrt", cuda::UnaryOp::kSqrt, a, [](auto x) { return std::sqrt(x); }, 0, nullptr,
+      kTranscendentalFlops);
 }
 Tensor Gelu(const Tensor& a, GeluApprox approx) {
   if (approx == GeluApprox::kTanh) {
     return Unary(
         "gelu", cuda::UnaryOp::kGeluTanh, a, [](auto x) { return GeluTanhFwd(x); }, 0,
-        &cpu::VecKernels::gelu_tanh);
+        &cpu::VecKernels::gelu_tanh, kGeluTanhFlops);
   }
   return Unary(
       "gelu", cuda::UnaryOp::kGeluErf, a, [](auto x) { return GeluErfFwd(x); }, 0,
-      &cpu::VecKernels::gelu_erf);
+      &cpu::VecKernels::gelu_erf, kGeluErfFlops);
 }
 Tensor Silu(const Tensor& a) {
   return Unary(
       "silu", cuda::UnaryOp::kSilu, a, [](auto x) { return x * Sigmoid(x); }, 0,
-      &cpu::VecKernels::silu);
+      &cpu::VecKernels::silu, kSiluFlops);
 }
 
 Tensor ReluGrad(const Tensor& x, const Tensor& dy) {
@@ -315,11 +356,13 @@ Tensor GeluGrad(const Tensor& x, const Tensor& dy, GeluApprox approx) {
   if (approx == GeluApprox::kTanh) {
     return Binary(
         "gelu_grad", cuda::BinaryOp::kGeluTanhGrad, x, dy,
-        [](auto v, auto g) { return g * GeluTanhDer(v); }, &cpu::VecKernels::gelu_tanh_grad);
+        [](auto v, auto g) { return g * GeluTanhDer(v); }, &cpu::VecKernels::gelu_tanh_grad,
+        kGeluTanhGradFlops);
   }
   return Binary(
       "gelu_grad", cuda::BinaryOp::kGeluErfGrad, x, dy,
-      [](auto v, auto g) { return g * GeluErfDer(v); }, &cpu::VecKernels::gelu_erf_grad);
+      [](auto v, auto g) { return g * GeluErfDer(v); }, &cpu::VecKernels::gelu_erf_grad,
+      kGeluErfGradFlops);
 }
 Tensor SiluGrad(const Tensor& x, const Tensor& dy) {
   internal::RequireSameShape("silu_grad", x, dy);
@@ -330,20 +373,27 @@ Tensor SiluGrad(const Tensor& x, const Tensor& dy) {
         const T s = Sigmoid(v);
         return g * s * (T(1) + v * (T(1) - s));
       },
-      &cpu::VecKernels::silu_grad);
+      &cpu::VecKernels::silu_grad, kSiluGradFlops);
 }
 Tensor TanhGrad(const Tensor& y, const Tensor& dy) {
   internal::RequireSameShape("tanh_grad", y, dy);
   return Binary("tanh_grad", cuda::BinaryOp::kTanhGrad, y, dy,
-                [](auto v, auto g) { return g * (decltype(v)(1) - v * v); });
+                [](auto v, auto g) { return g * (decltype(v)(1) - v * v); }, nullptr,
+                kTanhGradFlops);
 }
 
 void AddInPlace(Tensor& acc, const Tensor& x_in) {
+  internal::OpScope scope;
   internal::RequireFloating("add_in_place", acc, "accumulator");
   internal::RequireFloating("add_in_place", x_in, "addend");
   internal::RequireSameDType("add_in_place", acc, x_in);
   internal::RequireSameShape("add_in_place", acc, x_in);
   internal::RequireSameDevice("add_in_place", acc, x_in);
+  if (scope.counting()) {  // reads acc and x, writes acc
+    scope.Record("add_in_place", acc.dtype(), static_cast<double>(acc.numel()),
+                 3.0 * static_cast<double>(acc.nbytes()));
+  }
+  if (acc.is_meta()) return;
   if (acc.is_cuda()) {
     cuda::AddInPlace(acc, x_in);
     return;

@@ -6,6 +6,7 @@
 #include "tensor/cpu/vec_math.h"
 #include "tensor/cuda/gemm/ops.h"
 #include "tensor/error.h"
+#include "tensor/internal/accounting.h"
 #include "tensor/ops/internal/op_util.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/reduce.h"
@@ -41,6 +42,15 @@ bool HasGelu(LinearEpilogue e) {
   return e == LinearEpilogue::kGelu || e == LinearEpilogue::kBiasGelu;
 }
 
+double Bytes(const Tensor& t) { return t.defined() ? static_cast<double>(t.nbytes()) : 0.0; }
+double Bytes(absl::Span<const int64_t> shape, DType dtype) {
+  return static_cast<double>(NumElements(shape)) * static_cast<double>(DTypeSize(dtype));
+}
+
+// GELU's FLOPs per element, forward and gradient (op_counter.h, as Gelu and GeluGrad count).
+double GeluFlops(GeluApprox a) { return a == GeluApprox::kTanh ? 8 : 5; }
+double GeluGradFlops(GeluApprox a) { return a == GeluApprox::kTanh ? 14 : 10; }
+
 }  // namespace
 
 LinearResult Linear(const Tensor& x, const Tensor& w, const Tensor& bias, LinearEpilogue epilogue,
@@ -62,6 +72,22 @@ LinearResult Linear(const Tensor& x, const Tensor& w, const Tensor& bias, Linear
            " given to an epilogue without bias (use kBias or kBiasGelu)");
   }
   const bool gelu = HasGelu(epilogue);
+  internal::OpScope scope;  // after MatmulShape, whose checks are not an op
+  if (scope.counting() || x.is_meta()) {
+    const Shape y_shape = MatmulShape(x, w);
+    const int64_t k = w.dim(0), n = w.dim(1), rows = n == 0 ? 0 : NumElements(y_shape) / n;
+    const double outs = static_cast<double>(NumElements(y_shape));
+    if (scope.counting()) {
+      internal::RecordGemm(
+          scope, "linear", x.dtype(), 1, rows, n, k, false, false,
+          Bytes(x) + Bytes(w) + Bytes(bias) + Bytes(y_shape, x.dtype()) * (gelu ? 2 : 1),
+          outs * ((HasBias(epilogue) ? 1 : 0) + (gelu ? GeluFlops(approx) : 0)));
+    }
+    if (x.is_meta()) {  // pre is returned only with GELU, as on the CPU and GPU
+      return {Tensor::Empty(y_shape, x.dtype(), x.device()),
+              gelu ? Tensor::Empty(y_shape, x.dtype(), x.device()) : Tensor()};
+    }
+  }
   if (epilogue == LinearEpilogue::kNone) return {Matmul(x, w), Tensor()};
   if (x.is_cuda() && (!gelu || approx == GeluApprox::kTanh)) {
     LinearResult r;
@@ -109,6 +135,22 @@ LinearGeluGrads LinearGeluBackward(const Tensor& dy, const Tensor& w, const Tens
   }
   internal::RequireSameDevice(kOp, dy, w);
   internal::RequireSameDevice(kOp, dy, pre);
+  internal::OpScope scope;
+  const int64_t n = w.dim(0);
+  if (scope.counting()) {  // dh = dy @ w^T, then GELU's gradient (and the bias sum) per element
+    const double outs = static_cast<double>(pre.numel());
+    const int64_t rows = n == 0 ? 0 : pre.numel() / n;
+    internal::RecordGemm(scope, kOp, dy.dtype(), 1, rows, n, w.dim(1), false, true,
+                         Bytes(dy) + Bytes(w) + 2 * Bytes(pre) +
+                             (bias_grad ? Bytes({n}, dy.dtype()) : 0.0),
+                         outs * (GeluGradFlops(approx) + (bias_grad ? 1 : 0)));
+  }
+  if (dy.is_meta()) {
+    LinearGeluGrads g;
+    g.dpre = Tensor::Empty(pre.shape(), dy.dtype(), dy.device());
+    if (bias_grad) g.dbias = Tensor::Empty({n}, dy.dtype(), dy.device());
+    return g;
+  }
   if (dy.is_cuda() && approx == GeluApprox::kTanh) {
     LinearGeluGrads g;
     if (cuda::LinearGeluBackward(dy, w, pre, bias_grad, &g.dpre, &g.dbias)) return g;
@@ -120,7 +162,7 @@ LinearGeluGrads LinearGeluBackward(const Tensor& dy, const Tensor& w, const Tens
     // Fused on the CPU: dpre overwrites the fresh dh, and each row of it is added into an f64
     // bias gradient while still in cache.
     const Tensor pc = Cast(pre, ct);
-    const int64_t n = w.dim(0), rows = n == 0 ? 0 : dh.numel() / n;
+    const int64_t rows = n == 0 ? 0 : dh.numel() / n;
     std::vector<double> db(n, 0.0);
     const cpu::VecKernels& k = cpu::Vec();
     (approx == GeluApprox::kTanh ? k.gelu_tanh_grad_bias : k.gelu_erf_grad_bias)(
@@ -147,7 +189,20 @@ LinearWeightGrads LinearWeightGrad(const Tensor& x, const Tensor& dy, bool bias_
            " must have equal leading dims");
   }
   internal::RequireSameDevice(kOp, x, dy);
+  internal::OpScope scope;
+  const int64_t k = x.dim(-1), n = dy.dim(-1), rows = internal::Prod(x.shape(), 0, x.rank() - 1);
+  if (scope.counting()) {  // dw = x^T @ dy over the folded rows; db: 1 flop per dy element
+    internal::RecordGemm(scope, kOp, x.dtype(), 1, k, n, rows, true, false,
+                         Bytes(x) + Bytes(dy) + Bytes({k, n}, x.dtype()) +
+                             (bias_grad ? Bytes({n}, x.dtype()) : 0.0),
+                         bias_grad ? static_cast<double>(dy.numel()) : 0.0);
+  }
   LinearWeightGrads g;
+  if (x.is_meta()) {
+    g.dw = Tensor::Empty({k, n}, x.dtype(), x.device());
+    if (bias_grad) g.db = Tensor::Empty({n}, x.dtype(), x.device());
+    return g;
+  }
   if (x.is_cuda() && cuda::LinearWeightGrad(x, dy, bias_grad, &g.dw, &g.db)) return g;
   g.dw = Matmul(Rows(x), Rows(dy), true, false);
   if (bias_grad) g.db = BiasGrad(dy);
@@ -158,7 +213,13 @@ Tensor BiasGrad(const Tensor& dy) {
   constexpr const char* kOp = "bias_grad";
   internal::RequireFloating(kOp, dy, "dy");
   RequireRankAtLeast(kOp, dy, 1, "dy");
+  internal::OpScope scope;
+  if (scope.counting()) {  // 1 flop per element summed
+    scope.Record(kOp, dy.dtype(), dy.rank() == 1 ? 0.0 : static_cast<double>(dy.numel()),
+                 Bytes(dy) + Bytes({dy.dim(-1)}, dy.dtype()));
+  }
   if (dy.rank() == 1) return dy.Clone();  // no leading dims to sum
+  if (dy.is_meta()) return Tensor::Empty({dy.dim(-1)}, dy.dtype(), dy.device());
   if (dy.is_cuda()) return cuda::BiasGrad(dy);
   const DType ct = ComputeDType(dy.dtype());
   return Cast(Sum(Cast(Rows(dy), ct), {0}), dy.dtype());
@@ -179,6 +240,17 @@ void MatmulAccumulate(Tensor& acc, const Tensor& a, const Tensor& b, bool trans_
   }
   internal::RequireSameDevice(kOp, a, b);
   internal::RequireSameDevice(kOp, acc, a);
+  internal::OpScope scope;
+  if (scope.counting()) {  // acc is read and written; + 1 flop per element for the add
+    const int r = static_cast<int>(shape.size());
+    const int64_t k = trans_a ? a.dim(-2) : a.dim(-1), n = shape[r - 1];
+    // A rank-2 rhs folds lhs's leading dims into rows (as Matmul does); else they are a batch.
+    const int64_t batch = b.rank() == 2 ? 1 : internal::Prod(shape, 0, r - 2);
+    const int64_t m = b.rank() == 2 ? internal::Prod(shape, 0, r - 1) : shape[r - 2];
+    internal::RecordGemm(scope, kOp, a.dtype(), batch, m, n, k, trans_a, trans_b,
+                         Bytes(a) + Bytes(b) + 2 * Bytes(acc), static_cast<double>(acc.numel()));
+  }
+  if (a.is_meta()) return;
   if (a.is_cuda()) {
     cuda::MatmulAccumulate(acc, a, b, trans_a, trans_b);
     return;

@@ -6,6 +6,7 @@
 
 #include "tensor/cuda/gemm/ops.h"
 #include "tensor/error.h"
+#include "tensor/internal/accounting.h"
 #include "tensor/ops/linear.h"
 #include "tensor/ops/internal/op_util.h"
 #include "tensor/ops/shape_ops.h"
@@ -166,8 +167,17 @@ Shape MatmulShape(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) 
 }
 
 Tensor Matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  internal::OpScope scope;
   const Geometry geo = CheckedGeometry(a, b, trans_a, trans_b);
   internal::RequireSameDevice("matmul", a, b);
+  if (scope.counting()) {
+    internal::RecordGemm(scope, "matmul", a.dtype(), geo.batch, geo.m, geo.n, geo.k, trans_a,
+                         trans_b,
+                         static_cast<double>(a.nbytes() + b.nbytes()) +
+                             static_cast<double>(NumElements(geo.out_shape) *
+                                                 DTypeSize(a.dtype())));
+  }
+  if (a.is_meta()) return Tensor::Empty(geo.out_shape, a.dtype(), a.device());
   if (a.is_cuda()) return cuda::Matmul(a, b, trans_a, trans_b);  // cuBLASLt
   if (internal::IsHalf(a.dtype())) {  // f32 compute, one rounding
     return Cast(Matmul(Cast(a, DType::kF32), Cast(b, DType::kF32), trans_a, trans_b),

@@ -5,6 +5,7 @@
 
 #include "tensor/cuda/reduce/multi_tensor_ops.h"
 #include "tensor/error.h"
+#include "tensor/internal/accounting.h"
 #include "tensor/ops/internal/op_util.h"
 
 namespace shardmap {
@@ -61,6 +62,17 @@ double HostScalar(const Tensor& s) {
   return s.dtype() == DType::kF64 ? *s.data<double>() : *s.data<float>();
 }
 
+double ListBytes(absl::Span<const Tensor> tensors) {
+  double b = 0;
+  for (const Tensor& t : tensors) b += static_cast<double>(t.nbytes());
+  return b;
+}
+double ListElements(absl::Span<const Tensor> tensors) {
+  double n = 0;
+  for (const Tensor& t : tensors) n += static_cast<double>(t.numel());
+  return n;
+}
+
 }  // namespace
 
 Tensor SumOfSquares(absl::Span<const Tensor> tensors) {
@@ -70,6 +82,11 @@ Tensor SumOfSquares(absl::Span<const Tensor> tensors) {
   for (const Tensor& t : tensors) {
     if (t.dtype() == DType::kF64) out = DType::kF64;
   }
+  internal::OpScope scope;
+  if (scope.counting()) {  // a multiply and an add per element
+    scope.Record(op, out, 2 * ListElements(tensors), ListBytes(tensors) + DTypeSize(out));
+  }
+  if (!tensors.empty() && tensors[0].is_meta()) return Tensor::Empty({}, out, tensors[0].device());
   if (!tensors.empty() && tensors[0].is_cuda()) {
     return cuda::SumOfSquares(tensors, out, tensors[0].device());
   }
@@ -84,6 +101,9 @@ Tensor ClipCoefficient(const Tensor& sum_sq, double max_norm) {
   if (!(max_norm > 0) || !std::isfinite(max_norm)) {
     OpFail(op, ": max_norm is ", max_norm, "; expected a finite max_norm > 0");
   }
+  internal::OpScope scope;
+  if (scope.counting()) scope.Record(op, sum_sq.dtype(), 4, 2.0 * DTypeSize(sum_sq.dtype()));
+  if (sum_sq.is_meta()) return Tensor::Empty({}, sum_sq.dtype(), sum_sq.device());
   if (sum_sq.is_cuda()) return cuda::ClipCoefficient(sum_sq, max_norm);
   const double norm = std::sqrt(HostScalar(sum_sq));
   double coef = max_norm / (norm + 1e-6);
@@ -102,6 +122,11 @@ void ScaleInPlace(absl::Span<const Tensor> tensors, const Tensor& scale) {
            " but the tensors are on ", tensors[0].device().ToString(),
            "; keep the scale on the tensors' device (e.g. from ClipCoefficient of their sum)");
   }
+  internal::OpScope scope;
+  if (scope.counting()) {  // each element read, multiplied and written
+    scope.Record(op, tensors[0].dtype(), ListElements(tensors), 2 * ListBytes(tensors));
+  }
+  if (scale.is_meta()) return;
   if (scale.is_cuda()) {
     cuda::ScaleInPlace(tensors, scale);
     return;

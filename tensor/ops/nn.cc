@@ -11,6 +11,7 @@
 #include "tensor/cpu/vec_math.h"
 #include "tensor/cuda/nn/nn_ops.h"
 #include "tensor/error.h"
+#include "tensor/internal/accounting.h"
 #include "tensor/ops/internal/op_util.h"
 #include "tensor/ops/shape_ops.h"
 
@@ -18,6 +19,14 @@ namespace shardmap {
 namespace {
 
 using internal::Prod;
+using internal::ShapeBytes;
+using internal::TensorBytes;
+
+// FLOPs per element (op_counter.h).
+constexpr double kSoftmaxFlops = 5, kSoftmaxBackwardFlops = 4;
+constexpr double kLayerNormFlops = 8, kLayerNormBackwardFlops = 12;
+constexpr double kRmsNormFlops = 5, kRmsNormBackwardFlops = 9;
+constexpr double kCrossEntropyFlops = 5, kCrossEntropyBackwardFlops = 4;
 
 // f64 stays f64; everything else computes in f32.
 DType ComputeType(DType t) { return t == DType::kF64 ? DType::kF64 : DType::kF32; }
@@ -52,8 +61,14 @@ void ForEachLane(const Lanes& l, const T* in, T* out, Fn fn) {
 }
 
 Tensor SoftmaxImpl(const char* op, const Tensor& x, int dim, bool log) {
+  internal::OpScope scope;
   internal::RequireFloating(op, x);
   const int d = internal::NormalizeDim(op, dim, x);
+  if (scope.counting()) {
+    scope.Record(op, x.dtype(), kSoftmaxFlops * static_cast<double>(x.numel()),
+                 2 * TensorBytes(x));
+  }
+  if (x.is_meta()) return Tensor::Empty(x.shape(), x.dtype(), x.device());
   if (x.is_cuda()) return cuda::Softmax(x, d, log);
   if (internal::IsHalf(x.dtype())) {
     return Cast(SoftmaxImpl(op, Cast(x, DType::kF32), d, log), x.dtype());
@@ -105,12 +120,18 @@ Tensor SoftmaxImpl(const char* op, const Tensor& x, int dim, bool log) {
 }
 
 Tensor SoftmaxBackwardImpl(const char* op, const Tensor& y, const Tensor& dy, int dim, bool log) {
+  internal::OpScope scope;
   internal::RequireFloating(op, y, "y");
   internal::RequireFloating(op, dy, "dy");
   internal::RequireSameDType(op, y, dy);
   internal::RequireSameShape(op, y, dy);
   const int d = internal::NormalizeDim(op, dim, y);
   internal::RequireSameDevice(op, y, dy);
+  if (scope.counting()) {
+    scope.Record(op, y.dtype(), kSoftmaxBackwardFlops * static_cast<double>(y.numel()),
+                 3 * TensorBytes(y));
+  }
+  if (y.is_meta()) return Tensor::Empty(y.shape(), y.dtype(), y.device());
   if (y.is_cuda()) return cuda::SoftmaxBackward(y, dy, d, log);
   if (internal::IsHalf(y.dtype())) {
     return Cast(SoftmaxBackwardImpl(op, Cast(y, DType::kF32), Cast(dy, DType::kF32), d, log),
@@ -225,11 +246,25 @@ Tensor LogSoftmaxBackward(const Tensor& y, const Tensor& dy, int dim) {
 }
 
 LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+  internal::OpScope scope;
   CheckNormInput("layer_norm", x);
   CheckParam("layer_norm", gamma, "gamma", x);
   CheckParam("layer_norm", beta, "beta", x);
   internal::RequireSameDevice("layer_norm", x, gamma);
   internal::RequireSameDevice("layer_norm", x, beta);
+  if (scope.counting() || x.is_meta()) {  // y in x's dtype; mean and rstd in the compute dtype
+    const Shape rows = RowShape(x);
+    const DType ct = ComputeType(x.dtype());
+    if (scope.counting()) {
+      scope.Record("layer_norm", x.dtype(), kLayerNormFlops * static_cast<double>(x.numel()),
+                   2 * TensorBytes(x) + TensorBytes(gamma) + TensorBytes(beta) +
+                       2 * ShapeBytes(rows, ct));
+    }
+    if (x.is_meta()) {
+      return {Tensor::Empty(x.shape(), x.dtype(), x.device()),
+              Tensor::Empty(rows, ct, x.device()), Tensor::Empty(rows, ct, x.device())};
+    }
+  }
   if (x.is_cuda()) {
     cuda::NormForward f = cuda::LayerNorm(x, gamma, beta, eps);
     return {f.y, f.mean, f.rstd};
@@ -287,6 +322,7 @@ LayerNormResult LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& be
 LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                  const Tensor& rstd, const Tensor& dy) {
   const char* op = "layer_norm_backward";
+  internal::OpScope scope;
   CheckNormInput(op, x);
   CheckParam(op, gamma, "gamma", x);
   internal::RequireFloating(op, dy, "dy");
@@ -295,6 +331,22 @@ LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma, const Ten
   CheckStats(op, mean, "mean", x);
   CheckStats(op, rstd, "rstd", x);
   for (const Tensor* t : {&gamma, &mean, &rstd, &dy}) internal::RequireSameDevice(op, x, *t);
+  if (scope.counting() || x.is_meta()) {  // dgamma only with gamma; dbeta always
+    const DType pt = gamma.defined() ? gamma.dtype() : x.dtype();
+    const int64_t h = x.dim(-1);
+    if (scope.counting()) {
+      scope.Record(op, x.dtype(), kLayerNormBackwardFlops * static_cast<double>(x.numel()),
+                   3 * TensorBytes(x) + TensorBytes(gamma) + TensorBytes(mean) +
+                       TensorBytes(rstd) + (gamma.defined() ? 2 : 1) * ShapeBytes({h}, pt));
+    }
+    if (x.is_meta()) {
+      LayerNormGrads g;
+      g.dx = Tensor::Empty(x.shape(), x.dtype(), x.device());
+      if (gamma.defined()) g.dgamma = Tensor::Empty({h}, pt, x.device());
+      g.dbeta = Tensor::Empty({h}, pt, x.device());
+      return g;
+    }
+  }
   if (x.is_cuda()) {
     cuda::NormBackward b = cuda::LayerNormBackward(x, gamma, mean, rstd, dy);
     return {b.dx, b.dgamma, b.dbeta};
@@ -348,9 +400,22 @@ LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma, const Ten
 }
 
 RmsNormResult RmsNorm(const Tensor& x, const Tensor& gamma, double eps) {
+  internal::OpScope scope;
   CheckNormInput("rms_norm", x);
   CheckParam("rms_norm", gamma, "gamma", x);
   internal::RequireSameDevice("rms_norm", x, gamma);
+  if (scope.counting() || x.is_meta()) {  // y in x's dtype; rstd in the compute dtype
+    const Shape rows = RowShape(x);
+    const DType ct = ComputeType(x.dtype());
+    if (scope.counting()) {
+      scope.Record("rms_norm", x.dtype(), kRmsNormFlops * static_cast<double>(x.numel()),
+                   2 * TensorBytes(x) + TensorBytes(gamma) + ShapeBytes(rows, ct));
+    }
+    if (x.is_meta()) {
+      return {Tensor::Empty(x.shape(), x.dtype(), x.device()),
+              Tensor::Empty(rows, ct, x.device())};
+    }
+  }
   if (x.is_cuda()) {
     cuda::NormForward f = cuda::RmsNorm(x, gamma, eps);
     return {f.y, f.rstd};
@@ -390,6 +455,7 @@ RmsNormResult RmsNorm(const Tensor& x, const Tensor& gamma, double eps) {
 RmsNormGrads RmsNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& rstd,
                              const Tensor& dy) {
   const char* op = "rms_norm_backward";
+  internal::OpScope scope;
   CheckNormInput(op, x);
   CheckParam(op, gamma, "gamma", x);
   internal::RequireFloating(op, dy, "dy");
@@ -397,6 +463,20 @@ RmsNormGrads RmsNormBackward(const Tensor& x, const Tensor& gamma, const Tensor&
   internal::RequireSameShape(op, x, dy);
   CheckStats(op, rstd, "rstd", x);
   for (const Tensor* t : {&gamma, &rstd, &dy}) internal::RequireSameDevice(op, x, *t);
+  if (scope.counting() || x.is_meta()) {
+    const int64_t h = x.dim(-1);
+    if (scope.counting()) {
+      scope.Record(op, x.dtype(), kRmsNormBackwardFlops * static_cast<double>(x.numel()),
+                   3 * TensorBytes(x) + TensorBytes(gamma) + TensorBytes(rstd) +
+                       (gamma.defined() ? ShapeBytes({h}, gamma.dtype()) : 0.0));
+    }
+    if (x.is_meta()) {
+      RmsNormGrads g;
+      g.dx = Tensor::Empty(x.shape(), x.dtype(), x.device());
+      if (gamma.defined()) g.dgamma = Tensor::Empty({h}, gamma.dtype(), x.device());
+      return g;
+    }
+  }
   if (x.is_cuda()) {
     cuda::NormBackward b = cuda::RmsNormBackward(x, gamma, rstd, dy);
     return {b.dx, b.dgamma};
@@ -445,12 +525,23 @@ RmsNormGrads RmsNormBackward(const Tensor& x, const Tensor& gamma, const Tensor&
 }
 
 Tensor Embedding(const Tensor& table, const Tensor& ids) {
+  internal::OpScope scope;
   internal::RequireDefined("embedding", table, "table");
   internal::RequireInteger("embedding", ids, "ids");
   if (table.rank() != 2) {
     OpFail("embedding: table ", table.ShapeString(), " must have rank 2 [rows, features]");
   }
   internal::RequireSameDevice("embedding", table, ids);
+  if (scope.counting() || table.is_meta()) {  // ids read, one row gathered per id
+    Shape out_shape = ids.shape();
+    out_shape.push_back(table.dim(1));
+    if (scope.counting()) {
+      scope.Record("embedding", table.dtype(), 0,
+                   TensorBytes(ids) + 2 * ShapeBytes(out_shape, table.dtype()));
+    }
+    // (ids are not read on meta: an out-of-range id is caught only on a real device)
+    if (table.is_meta()) return Tensor::Empty(out_shape, table.dtype(), table.device());
+  }
   if (table.is_cuda()) return cuda::Embedding(table, ids);
   const int64_t v = table.dim(0), h = table.dim(1);
   Shape out_shape = ids.shape();
@@ -473,6 +564,7 @@ Tensor Embedding(const Tensor& table, const Tensor& ids) {
 
 Tensor EmbeddingBackward(const Tensor& ids, const Tensor& dy, int64_t num_rows) {
   const char* op = "embedding_backward";
+  internal::OpScope scope;
   internal::RequireInteger(op, ids, "ids");
   internal::RequireFloating(op, dy, "dy");
   if (num_rows < 0) OpFail(op, ": num_rows is ", num_rows, "; expected >= 0");
@@ -487,6 +579,11 @@ Tensor EmbeddingBackward(const Tensor& ids, const Tensor& dy, int64_t num_rows) 
            " (ids.shape + [features]) for ids ", ids.ShapeString());
   }
   internal::RequireSameDevice(op, ids, dy);
+  if (scope.counting()) {  // one add per dy element into the zeroed table gradient
+    scope.Record(op, dy.dtype(), static_cast<double>(dy.numel()),
+                 TensorBytes(ids) + TensorBytes(dy) + ShapeBytes({num_rows, dy.dim(-1)}, dy.dtype()));
+  }
+  if (dy.is_meta()) return Tensor::Empty({num_rows, dy.dim(-1)}, dy.dtype(), dy.device());
   if (dy.is_cuda()) return cuda::EmbeddingBackward(ids, dy, num_rows);
   const DType ct = ComputeType(dy.dtype());
   const Tensor dyc = Cast(dy, ct);
@@ -538,8 +635,17 @@ int64_t CheckedTarget(const char* op, const Tensor& targets, int64_t i, int64_t 
 
 Tensor CrossEntropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   const char* op = "cross_entropy";
+  internal::OpScope scope;
   CheckCrossEntropy(op, logits, targets);
   internal::RequireSameDevice(op, logits, targets);
+  const DType loss_dtype = ComputeType(logits.dtype());  // f32 for the half types
+  if (scope.counting()) {
+    scope.Record(op, logits.dtype(), kCrossEntropyFlops * static_cast<double>(logits.numel()),
+                 TensorBytes(logits) + TensorBytes(targets) +
+                     ShapeBytes(targets.shape(), loss_dtype));
+  }
+  // (targets are not read on meta: an out-of-range target is caught only on a real device)
+  if (logits.is_meta()) return Tensor::Empty(targets.shape(), loss_dtype, logits.device());
   if (logits.is_cuda()) return cuda::CrossEntropy(logits, targets, ignore_index);
   const DType ct = ComputeType(logits.dtype());
   const Tensor lc = Cast(logits, ct);
@@ -574,6 +680,7 @@ Tensor CrossEntropy(const Tensor& logits, const Tensor& targets, int64_t ignore_
 Tensor CrossEntropyBackward(const Tensor& logits, const Tensor& targets, const Tensor& dloss,
                             int64_t ignore_index) {
   const char* op = "cross_entropy_backward";
+  internal::OpScope scope;
   CheckCrossEntropy(op, logits, targets);
   internal::RequireFloating(op, dloss, "dloss");
   if (dloss.shape() != targets.shape()) {
@@ -582,6 +689,12 @@ Tensor CrossEntropyBackward(const Tensor& logits, const Tensor& targets, const T
   }
   internal::RequireSameDevice(op, logits, targets);
   internal::RequireSameDevice(op, logits, dloss);
+  if (scope.counting()) {
+    scope.Record(op, logits.dtype(),
+                 kCrossEntropyBackwardFlops * static_cast<double>(logits.numel()),
+                 2 * TensorBytes(logits) + TensorBytes(targets) + TensorBytes(dloss));
+  }
+  if (logits.is_meta()) return Tensor::Empty(logits.shape(), logits.dtype(), logits.device());
   if (logits.is_cuda()) return cuda::CrossEntropyBackward(logits, targets, dloss, ignore_index);
   const DType ct = ComputeType(logits.dtype());
   const Tensor lc = Cast(logits, ct), dl = Cast(dloss, ct);
@@ -622,12 +735,15 @@ Tensor CrossEntropyBackward(const Tensor& logits, const Tensor& targets, const T
 }
 
 Tensor CausalMask(const Tensor& scores, int64_t offset, double fill) {
+  internal::OpScope scope;
   internal::RequireFloating("causal_mask", scores, "scores");
   if (scores.rank() < 2) {
     OpFail("causal_mask: scores ", scores.ShapeString(), " need rank >= 2 [..., s, t]");
   }
   // Offsets past either end mask everything or nothing; clamping keeps i + offset + 1 in range.
   offset = std::clamp<int64_t>(offset, -scores.dim(-2) - 1, scores.dim(-1));
+  if (scope.counting()) scope.Record("causal_mask", scores.dtype(), 0, 2 * TensorBytes(scores));
+  if (scores.is_meta()) return Tensor::Empty(scores.shape(), scores.dtype(), scores.device());
   if (scores.is_cuda()) return cuda::CausalMask(scores, offset, fill);
   if (internal::IsHalf(scores.dtype())) {
     return Cast(CausalMask(Cast(scores, DType::kF32), offset, fill), scores.dtype());
@@ -650,11 +766,17 @@ Tensor CausalMask(const Tensor& scores, int64_t offset, double fill) {
 }
 
 Tensor CausalSoftmax(const Tensor& scores, int64_t offset) {
+  internal::OpScope scope;
   internal::RequireFloating("causal_softmax", scores, "scores");
   if (scores.rank() < 2) {
     OpFail("causal_softmax: scores ", scores.ShapeString(), " need rank >= 2 [..., s, t]");
   }
   offset = std::clamp<int64_t>(offset, -scores.dim(-2) - 1, scores.dim(-1));
+  if (scope.counting()) {  // counted over every score, masked or not (the kernel writes all)
+    scope.Record("causal_softmax", scores.dtype(),
+                 kSoftmaxFlops * static_cast<double>(scores.numel()), 2 * TensorBytes(scores));
+  }
+  if (scores.is_meta()) return Tensor::Empty(scores.shape(), scores.dtype(), scores.device());
   if (scores.is_cuda()) return cuda::CausalSoftmax(scores, offset);  // one fused kernel
   if (internal::IsHalf(scores.dtype())) {
     return Cast(CausalSoftmax(Cast(scores, DType::kF32), offset), scores.dtype());

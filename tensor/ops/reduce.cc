@@ -9,6 +9,7 @@
 #include "tensor/cpu/vec_math.h"
 #include "tensor/cuda/reduce/reduce_ops.h"
 #include "tensor/error.h"
+#include "tensor/internal/accounting.h"
 #include "tensor/ops/elementwise.h"
 #include "tensor/ops/internal/op_util.h"
 #include "tensor/ops/shape_ops.h"
@@ -130,9 +131,16 @@ void RequireIdentity(const char* op, Kind kind, const Tensor& x, const Plan& pla
 
 Tensor Reduce(const char* op, Kind kind, const Tensor& x, const std::vector<int>& dims,
               bool keepdim, bool mean) {
+  internal::OpScope scope;
   internal::RequireFloating(op, x);
   const Plan plan = MakePlan(op, x, dims, keepdim);
   RequireIdentity(op, kind, x, plan);  // before the half-type cast: errors name x's own dtype
+  if (scope.counting()) {  // 1 flop per input element
+    scope.Record(op, x.dtype(), static_cast<double>(x.numel()),
+                 static_cast<double>(x.nbytes()) +
+                     static_cast<double>(NumElements(plan.out_shape) * DTypeSize(x.dtype())));
+  }
+  if (x.is_meta()) return Tensor::Empty(plan.out_shape, x.dtype(), x.device());
   if (x.is_cuda()) {
     const cuda::ReduceOp cop = kind == Kind::kMax   ? cuda::ReduceOp::kMax
                                : kind == Kind::kMin ? cuda::ReduceOp::kMin
@@ -205,6 +213,7 @@ Tensor Min(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
 }
 
 Tensor ArgMax(const Tensor& x, int dim, bool keepdim) {
+  internal::OpScope scope;
   internal::RequireFloating("argmax", x);
   const int d = internal::NormalizeDim("argmax", dim, x);
   Shape out_shape;
@@ -215,11 +224,17 @@ Tensor ArgMax(const Tensor& x, int dim, bool keepdim) {
       out_shape.push_back(1);
     }
   }
-  if (x.is_cuda()) {
+  if (x.device().kind != DeviceKind::kCPU || scope.counting()) {
     if (NumElements(out_shape) > 0 && x.shape()[d] == 0) {
       OpFail("argmax: dim ", dim, " of ", x.ShapeString(), " is empty");
     }
-    return cuda::ArgMax(x, d, out_shape);
+    if (scope.counting()) {  // 1 comparison per input element
+      scope.Record("argmax", x.dtype(), static_cast<double>(x.numel()),
+                   static_cast<double>(x.nbytes()) +
+                       static_cast<double>(NumElements(out_shape) * DTypeSize(DType::kI64)));
+    }
+    if (x.is_meta()) return Tensor::Empty(out_shape, DType::kI64, x.device());
+    if (x.is_cuda()) return cuda::ArgMax(x, d, out_shape);
   }
   const Tensor xf = internal::IsHalf(x.dtype()) ? Cast(x, DType::kF32) : x;
   Tensor out = Tensor::Empty(out_shape, DType::kI64);

@@ -8,11 +8,15 @@
 
 #include "tensor/cuda/routing/routing_ops.h"
 #include "tensor/error.h"
+#include "tensor/internal/accounting.h"
 #include "tensor/ops/internal/op_util.h"
 #include "tensor/ops/shape_ops.h"
 
 namespace shardmap {
 namespace {
+
+using internal::ShapeBytes;
+using internal::TensorBytes;
 
 
 // Rows of x: the leading dims flattened.
@@ -39,12 +43,27 @@ int64_t RowAt(const char* op, const Tensor& idx, int64_t i, int64_t n) {
 
 TopKResult TopK(const Tensor& x, int64_t k) {
   const char* op = "top_k";
+  internal::OpScope scope;
   internal::RequireFloating(op, x, "x");
   if (x.rank() < 1) OpFail(op, ": x ", x.ShapeString(), " must have rank >= 1");
   const int64_t n = x.dim(-1);
   if (k < 1 || k > n) {
     OpFail(op, ": k = ", k, " is out of range for x ", x.ShapeString(), "; expected 1 <= k <= ", n,
            " (the last dim)");
+  }
+  if (scope.counting() || x.is_meta()) {  // ~1 comparison per element (a partial sort)
+    Shape out_shape = x.shape();
+    out_shape.back() = k;
+    if (scope.counting()) {
+      scope.Record(op, x.dtype(), static_cast<double>(x.numel()),
+                   TensorBytes(x) + ShapeBytes(out_shape, x.dtype()) +
+                       ShapeBytes(out_shape, DType::kI64));
+    }
+    // (values are not read on meta: which k are chosen, and a NaN, are known only on a device)
+    if (x.is_meta()) {
+      return {Tensor::Empty(out_shape, x.dtype(), x.device()),
+              Tensor::Empty(out_shape, DType::kI64, x.device())};
+    }
   }
   if (x.is_cuda()) {
     cuda::TopKOutputs r = cuda::TopK(x, k);
@@ -84,12 +103,23 @@ TopKResult TopK(const Tensor& x, int64_t k) {
 
 Tensor TopKBackward(const Tensor& dvalues, const Tensor& indices, int64_t n) {
   const char* op = "top_k_backward";
+  internal::OpScope scope;
   internal::RequireFloating(op, dvalues, "dvalues");
   internal::RequireInteger(op, indices, "indices");
   internal::RequireSameShape(op, dvalues, indices);
   internal::RequireSameDevice(op, dvalues, indices);
   if (dvalues.rank() < 1 || dvalues.dim(-1) > n) {
     OpFail(op, ": dvalues ", dvalues.ShapeString(), " must have rank >= 1 and k <= n = ", n);
+  }
+  if (scope.counting() || dvalues.is_meta()) {
+    Shape out_shape = dvalues.shape();
+    out_shape.back() = n;
+    if (scope.counting()) {
+      scope.Record(op, dvalues.dtype(), static_cast<double>(dvalues.numel()),
+                   TensorBytes(dvalues) + TensorBytes(indices) +
+                       ShapeBytes(out_shape, dvalues.dtype()));
+    }
+    if (dvalues.is_meta()) return Tensor::Empty(out_shape, dvalues.dtype(), dvalues.device());
   }
   if (dvalues.is_cuda()) return cuda::TopKBackward(dvalues, indices, n);
   const int64_t k = dvalues.dim(-1), rows = k == 0 ? 0 : dvalues.numel() / k;
@@ -117,10 +147,16 @@ Tensor TopKBackward(const Tensor& dvalues, const Tensor& indices, int64_t n) {
 
 Tensor GatherRows(const Tensor& x, const Tensor& idx) {
   const char* op = "gather_rows";
+  internal::OpScope scope;
   internal::RequireDefined(op, x, "x");
   CheckIndexVector(op, idx);
   internal::RequireSameDevice(op, x, idx);
   if (x.rank() < 2) OpFail(op, ": x ", x.ShapeString(), " must have rank >= 2 [rows..., d]");
+  if (scope.counting()) {
+    scope.Record(op, x.dtype(), 0,
+                 TensorBytes(idx) + 2 * ShapeBytes({idx.numel(), x.dim(-1)}, x.dtype()));
+  }
+  if (x.is_meta()) return Tensor::Empty({idx.numel(), x.dim(-1)}, x.dtype(), x.device());
   if (x.is_cuda()) return cuda::GatherRows(x, idx);
   const int64_t d = x.dim(-1), rows = RowsOf(x), m = idx.numel();
   Tensor out = Tensor::Zeros({m, d}, x.dtype());
@@ -136,6 +172,7 @@ Tensor GatherRows(const Tensor& x, const Tensor& idx) {
 
 Tensor ScatterAddRows(const Tensor& x, const Tensor& idx, int64_t n) {
   const char* op = "scatter_add_rows";
+  internal::OpScope scope;
   internal::RequireFloating(op, x, "x");
   CheckIndexVector(op, idx);
   internal::RequireSameDevice(op, x, idx);
@@ -146,6 +183,11 @@ Tensor ScatterAddRows(const Tensor& x, const Tensor& idx, int64_t n) {
     OpFail(op, ": x ", x.ShapeString(), " has ", RowsOf(x), " rows but idx ", idx.ShapeString(),
            " has ", m, " entries; expected one index per row");
   }
+  if (scope.counting()) {  // one add per element of x into the zeroed output
+    scope.Record(op, x.dtype(), static_cast<double>(x.numel()),
+                 TensorBytes(x) + TensorBytes(idx) + ShapeBytes({n, d}, x.dtype()));
+  }
+  if (x.is_meta()) return Tensor::Empty({n, d}, x.dtype(), x.device());
   if (x.is_cuda()) return cuda::ScatterAddRows(x, idx, n);
   const DType ct = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
   const Tensor xc = Cast(x, ct);
@@ -165,8 +207,15 @@ Tensor ScatterAddRows(const Tensor& x, const Tensor& idx, int64_t n) {
 
 Tensor LocalIndices(const Tensor& ids, int64_t start, int64_t size, int64_t stride, bool strict,
                     const char* op, const std::string& context) {
+  internal::OpScope scope;
   internal::RequireInteger(op, ids, "ids");
   if (size < 0) OpFail(op, ": size = ", size, "; expected >= 0");
+  if (scope.counting()) {
+    scope.Record("local_indices", ids.dtype(), static_cast<double>(ids.numel()),
+                 TensorBytes(ids) + ShapeBytes(ids.shape(), DType::kI64));
+  }
+  // (ids are not read on meta: strict's out-of-range error is raised only on a device)
+  if (ids.is_meta()) return Tensor::Empty(ids.shape(), DType::kI64, ids.device());
   if (ids.is_cuda()) return cuda::LocalIndices(ids, start, size, stride, strict, op, context);
   const int64_t n = ids.numel();
   std::vector<int64_t> out(n);

@@ -14,6 +14,7 @@
 #include "tensor/cpu/vec_math.h"
 #include "tensor/cuda/elementwise/shape_ops.h"
 #include "tensor/error.h"
+#include "tensor/internal/accounting.h"
 #include "tensor/ops/internal/op_util.h"
 
 namespace shardmap {
@@ -197,7 +198,13 @@ void StoreFromDouble(void* p, DType t, int64_t i, double v) {
 
 namespace {
 
+// Layout ops move bytes only: 0 flops, the output's bytes read and written.
+void RecordCopy(const internal::OpScope& scope, const char* op, DType dtype, double out_bytes) {
+  if (scope.counting()) scope.Record(op, dtype, 0, 2 * out_bytes);
+}
+
 Tensor PermuteImpl(const Tensor& x, absl::Span<const int> perm) {
+  internal::OpScope scope;
   internal::RequireDefined("permute", x, "input");
   const int r = x.rank();
   if (static_cast<int>(perm.size()) != r) {
@@ -217,10 +224,12 @@ Tensor PermuteImpl(const Tensor& x, absl::Span<const int> perm) {
     p[i] = d;
     identity = identity && d == i;
   }
+  RecordCopy(scope, "permute", x.dtype(), internal::TensorBytes(x));
   if (identity) return x.Clone();
   if (x.is_cuda()) return cuda::Permute(x, p);
   Shape out_shape(r);
   for (int i = 0; i < r; ++i) out_shape[i] = x.shape()[p[i]];
+  if (x.is_meta()) return Tensor::Empty(out_shape, x.dtype(), x.device());
   Tensor out = Tensor::Empty(out_shape, x.dtype());
   if (out.numel() == 0) return out;
   DispatchBySize(x.dtype(), [&](auto zero) {
@@ -246,6 +255,7 @@ Tensor Transpose(const Tensor& x, int dim0, int dim1) {
 }
 
 Tensor Slice(const Tensor& x, int dim, int64_t start, int64_t length) {
+  internal::OpScope scope;
   internal::RequireDefined("slice", x, "input");
   const int d = internal::NormalizeDim("slice", dim, x);
   const int64_t size = x.shape()[d];
@@ -254,10 +264,12 @@ Tensor Slice(const Tensor& x, int dim, int64_t start, int64_t length) {
            x.ShapeString(), " (dim size ", size, "); expected 0 <= start <= start+length <= ",
            size);
   }
-  if (d == 0) return x.SliceRows(start, length).Clone();
-  if (x.is_cuda()) return cuda::Slice(x, d, start, length);
   Shape out_shape = x.shape();
   out_shape[d] = length;
+  RecordCopy(scope, "slice", x.dtype(), internal::ShapeBytes(out_shape, x.dtype()));
+  if (d == 0) return x.SliceRows(start, length).Clone();
+  if (x.is_meta()) return Tensor::Empty(out_shape, x.dtype(), x.device());
+  if (x.is_cuda()) return cuda::Slice(x, d, start, length);
   Tensor out = Tensor::Empty(out_shape, x.dtype());
   const int64_t outer = Prod(x.shape(), 0, d);
   const size_t inner = static_cast<size_t>(Prod(x.shape(), d + 1, x.rank())) * DTypeSize(x.dtype());
@@ -272,6 +284,7 @@ Tensor Slice(const Tensor& x, int dim, int64_t start, int64_t length) {
 }
 
 void SliceAssign(Tensor& whole, int dim, int64_t start, const Tensor& part) {
+  internal::OpScope scope;
   internal::RequireDefined("slice_assign", whole, "destination");
   internal::RequireDefined("slice_assign", part, "source");
   internal::RequireSameDType("slice_assign", whole, part);
@@ -290,6 +303,8 @@ void SliceAssign(Tensor& whole, int dim, int64_t start, const Tensor& part) {
            " is out of range for ", whole.ShapeString());
   }
   internal::RequireSameDevice("slice_assign", whole, part);
+  RecordCopy(scope, "slice_assign", part.dtype(), internal::TensorBytes(part));
+  if (whole.is_meta()) return;
   if (whole.is_cuda()) {
     cuda::SliceAssign(whole, d, start, part);
     return;
@@ -307,6 +322,7 @@ void SliceAssign(Tensor& whole, int dim, int64_t start, const Tensor& part) {
 }
 
 Tensor Concat(const std::vector<Tensor>& parts, int dim) {
+  internal::OpScope scope;
   if (parts.empty()) OpFail("concat: got no tensors; expected at least one");
   const Tensor& first = parts[0];
   internal::RequireDefined("concat", first, "part 0");
@@ -328,7 +344,8 @@ Tensor Concat(const std::vector<Tensor>& parts, int dim) {
     total += t.shape()[d];
   }
   out_shape[d] = total;
-  Tensor out = Tensor::Empty(out_shape, first.dtype(), first.device());
+  RecordCopy(scope, "concat", first.dtype(), internal::ShapeBytes(out_shape, first.dtype()));
+  Tensor out = Tensor::Empty(out_shape, first.dtype(), first.device());  // meta: no copies below
   int64_t at = 0;
   for (const Tensor& t : parts) {
     SliceAssign(out, d, at, t);
@@ -371,8 +388,14 @@ std::vector<Tensor> Chunk(const Tensor& x, int dim, int n) {
 }
 
 Tensor Cast(const Tensor& x, DType dtype) {
+  internal::OpScope scope;
   internal::RequireDefined("cast", x, "input");
   if (x.dtype() == dtype) return x;
+  if (scope.counting()) {  // each element read in one dtype, written in the other
+    scope.Record("cast", dtype, 0,
+                 internal::TensorBytes(x) + internal::ShapeBytes(x.shape(), dtype));
+  }
+  if (x.is_meta()) return Tensor::Empty(x.shape(), dtype, x.device());
   if (x.is_cuda()) return cuda::Cast(x, dtype);
   Tensor out = Tensor::Empty(x.shape(), dtype);
   const int64_t n = x.numel();

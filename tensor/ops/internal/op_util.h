@@ -70,6 +70,14 @@ inline int NormalizeDim(const char* op, int dim, const Tensor& t) {
   return dim < 0 ? dim + r : dim;
 }
 
+// Bytes of a tensor (0 when undefined) and of a shape, for OpCount::bytes.
+inline double TensorBytes(const Tensor& t) {
+  return t.defined() ? static_cast<double>(t.nbytes()) : 0.0;
+}
+inline double ShapeBytes(absl::Span<const int64_t> shape, DType dtype) {
+  return static_cast<double>(NumElements(shape)) * static_cast<double>(DTypeSize(dtype));
+}
+
 // Element i as int64 for an i32/i64 tensor.
 inline int64_t IndexAt(const Tensor& ids, int64_t i) {
   return ids.dtype() == DType::kI32 ? ids.data<int32_t>()[i] : ids.data<int64_t>()[i];

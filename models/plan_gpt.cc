@@ -55,6 +55,9 @@ ABSL_FLAG(std::string, microbatch_factors, "1,2,4,8", "microbatches = pp x each 
 ABSL_FLAG(std::string, mesh, "",
           "only these meshes, ';'-separated, each 'axes [+sp] [schedule/mMICROBATCHES]', e.g. "
           "\"dp_shard=8,tp=8 +sp;pp=4,dp_shard=16 1f1b/m16\"");
+ABSL_FLAG(std::string, shape_only_device, "meta",
+          "where the shape-only steps run: meta (nothing computed) or cpu (real ops on zeros: "
+          "small models only)");
 ABSL_FLAG(int, top, 20, "ranked rows to print (0: all)");
 ABSL_FLAG(bool, refused, true, "list the refused meshes with their reasons");
 ABSL_FLAG(std::string, print_profile, "",
@@ -174,6 +177,11 @@ int Main() {
   cli.tp_bench_profile = absl::GetFlag(FLAGS_tp_bench_profile);
   cli.collectives_bench = absl::GetFlag(FLAGS_collectives_bench);
   cli.top = absl::GetFlag(FLAGS_top);
+  const std::string so = absl::GetFlag(FLAGS_shape_only_device);
+  if (so != "meta" && so != "cpu") {
+    return Fail(absl::InvalidArgumentError("--shape_only_device " + so + ": use meta or cpu"));
+  }
+  cli.shape_only_on_cpu = so == "cpu";
   cli.list_refusals = absl::GetFlag(FLAGS_refused);
   if (const std::string out = absl::GetFlag(FLAGS_print_profile); !out.empty()) {
     absl::StatusOr<planner::HardwareProfile> hw = planner::ResolveProfile(cli);

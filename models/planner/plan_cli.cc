@@ -46,7 +46,8 @@ absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOp
                                      const std::string& own) {
   absl::StatusOr<HardwareProfile> hw = ResolveProfile(cli);
   if (!hw.ok()) return hw.status();
-  const Profiler profiler = ShapeOnlyProfiler();
+  const Profiler profiler =
+      ShapeOnlyProfiler(cli.shape_only_on_cpu ? Device::Cpu() : Device::Meta());
   absl::StatusOr<Plan> plan = PlanGpt(request, *hw, profiler);
   if (!plan.ok()) return plan.status();
   std::string text = FormatPlan(*plan, cli.top, cli.list_refusals);

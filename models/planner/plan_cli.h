@@ -19,6 +19,7 @@ struct PlanCliOptions {
   std::string profile = "h100_node";
   std::string tp_bench_profile;    // tp_bench --profile_out file: GEMM rates and the intra link
   std::string collectives_bench;   // collectives_bench --benchmark_format=json output
+  bool shape_only_on_cpu = false; // run the shape-only steps on CPU tensors (small models)
   int top = 20;
   bool list_refusals = true;
 };

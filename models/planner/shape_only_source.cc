@@ -58,8 +58,9 @@ RoleWork ToRoleWork(const StepProfile& p, int stage) {
   return w;
 }
 
-Profiler ShapeOnlyProfiler() {
-  return [](const Candidate& c, const PlanRequest& req) -> absl::StatusOr<std::vector<RoleWork>> {
+Profiler ShapeOnlyProfiler(Device device) {
+  return [device](const Candidate& c,
+                  const PlanRequest& req) -> absl::StatusOr<std::vector<RoleWork>> {
     absl::StatusOr<Mesh> mesh = c.mesh.axes.empty() ? Mesh() : ParseMesh(c.mesh.ToString());
     if (!mesh.ok()) return mesh.status();
     absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, req.config, c.sp);
@@ -68,11 +69,17 @@ Profiler ShapeOnlyProfiler() {
     o.batch = req.global_batch;
     o.microbatches = c.pipeline.microbatches;
     o.schedule = c.pipeline.schedule;
-    absl::StatusOr<std::vector<StepProfile>> profiles = ProfileGptStep(*layout, o);
-    if (!profiles.ok()) return profiles.status();
+    absl::StatusOr<std::vector<GptRankRole>> ranks = GptRankRoles(*layout, o);
+    if (!ranks.ok()) return ranks.status();
+    std::vector<StepProfile> profiles;
+    for (const GptRankRole& r : *ranks) {
+      absl::StatusOr<StepProfile> p = ProfileGptRank(*layout, o, r.rank, r.role, device);
+      if (!p.ok()) return p.status();
+      profiles.push_back(*std::move(p));
+    }
     const int pp_axis = mesh->AxisIndex(axis::kPp);
     std::vector<RoleWork> roles;
-    for (const StepProfile& p : *profiles) {
+    for (const StepProfile& p : profiles) {
       int stage = -1;
       if (pp_axis >= 0) {
         stage = mesh->Coord(p.rank, pp_axis);

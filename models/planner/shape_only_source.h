@@ -14,6 +14,7 @@
 
 #include "models/planner/plan.h"
 #include "models/step_profile.h"
+#include "tensor/tensor.h"
 
 namespace shardmap::planner {
 
@@ -23,7 +24,9 @@ RoleWork ToRoleWork(const StepProfile& p, int stage);
 // The phase ToRoleWork gives a collective (see above).
 std::string CollectivePhase(const CollectiveTraffic& c);
 
-Profiler ShapeOnlyProfiler();
+// device: Device::Meta() (nothing computed: any size, seconds) or Device::Cpu() (the ops run
+// for real on zeros, collectives shape-only: small models only, e.g. to cross-check meta).
+Profiler ShapeOnlyProfiler(Device device = Device::Meta());
 
 }  // namespace shardmap::planner
 

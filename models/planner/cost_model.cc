@@ -196,7 +196,9 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
   for (size_t i = 0; i < roles.size(); ++i) {
     absl::StatusOr<double> c = ComputeSeconds(roles[i], profile);
     if (!c.ok()) return c.status();
-    times[i].compute = *c * stretch;
+    // A pipeline's stages idle in its bubble and leave their cores to the others: its compute
+    // is not stretched here but bounded below by the whole world's work over the cores (below).
+    times[i].compute = *c * (piped ? 1.0 : stretch);
     for (const CollectiveWork& w : roles[i].collectives) {
       absl::StatusOr<double> s = CollectiveSeconds(w, mesh, profile);
       if (!s.ok()) return s.status();
@@ -252,6 +254,20 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
     absl::StatusOr<double> pipe = PipelineSeconds(pipeline, fwd, bwd, boundary, &out.bubble);
     if (!pipe.ok()) return pipe.status();
     out.step_s = *pipe + after;
+    if (profile.cores > 0) {
+      // Shared cores: no faster than every rank's work (each stage's ranks, world / p of them)
+      // over the cores, plus the slowest stage's communication.
+      double work = 0, comm = 0;
+      for (size_t i = 0; i < roles.size(); ++i) {
+        work += times[i].compute * (mesh.world() / p);
+        comm = std::max(comm, times[i].blocking + times[i].boundary + exposed(times[i]));
+      }
+      const double bound = work / profile.cores + comm;
+      if (bound > out.step_s) {
+        out.step_s = bound;
+        out.bubble = 0;  // the idle stages' cores were busy with the others' work
+      }
+    }
     for (size_t i = 1; i < roles.size(); ++i) {
       if (times[i].compute > times[critical].compute) critical = i;
     }

@@ -22,7 +22,9 @@
 //   shared cores (profile.cores > 0, simulated CPU ranks): world ranks run on `cores` cores, so
 //            every rank's compute and collective time is stretched by max(1, world / cores)
 //            (a fitted collective, measured with its group's threads alone, by that over
-//            max(1, group / cores)).
+//            max(1, group / cores)). A pipeline's compute is not stretched (a stage in its bubble
+//            leaves its core to the others): its step is the timetable's time, but no less than
+//            all ranks' compute / cores + the slowest stage's communication.
 //
 //   absl::StatusOr<StepPrediction> p = PredictStep(roles, mesh, pipeline, profile);
 //   p->step_s; p->bubble; p->comm_by_kind["all_gather dp_shard"];

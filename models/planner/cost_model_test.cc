@@ -127,6 +127,13 @@ TEST(PredictStepTest, PipelineUsesTheSlowestStagePerTick) {
   // m = 1: F0 on stage 0 (1), F0 on stage 1 (2), B0 on 1 (4), B0 on 0 (2): 9 ms.
   EXPECT_NEAR(s->step_s, 9e-3, 1e-12);
   EXPECT_NEAR(s->bubble, 1 - 9.0 / 18, 1e-12);
+  // On one shared core the two stages' 9 ms of work run one after the other, bubble or not:
+  // max(timetable 9 ms, (3 + 6) / 1) = 9 ms; with 4 microbatches the timetable is
+  // F ticks 0.25 0.5 0.5 0.5 0.5, B ticks 1 1 1 1 0.5: 6.75 ms, but the work is still 9 ms.
+  p.cores = 1;
+  EXPECT_NEAR(PredictStep({a, b}, m, {2, 4, "gpipe"}, p)->step_s, 9e-3, 1e-12);
+  p.cores = 0;
+  EXPECT_NEAR(PredictStep({a, b}, m, {2, 4, "gpipe"}, p)->step_s, 6.75e-3, 1e-12);
   EXPECT_FALSE(PredictStep({a}, m, spec, p).ok());  // stage 1 missing
   b.pp_stage = 5;
   EXPECT_FALSE(PredictStep({a, b}, m, spec, p).ok());

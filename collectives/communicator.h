@@ -66,6 +66,8 @@ struct MemorySpace {
   bool device = false;
   int device_index = 0;
   void* stream = nullptr;
+  // Buffers of meta tensors (no data; shape-only execution: shape_only_communicator.h).
+  bool meta = false;
 };
 
 // A non-blocking call in flight (Communicator::PpermuteStart). Call Wait() exactly once: it

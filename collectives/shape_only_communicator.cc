@@ -234,6 +234,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> ShapeOnlyCommunicator::Split(int c
   auto sub = std::make_unique<ShapeOnlyCommunicator>(
       g->size, g->rank, nullptr, absl::StrCat(name_, " split(color=", color, ")"));
   sub->set_fill_outputs(fill_outputs_);
+  sub->set_memory_space(memory_);
   return std::unique_ptr<Communicator>(std::move(sub));
 }
 

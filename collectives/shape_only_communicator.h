@@ -85,6 +85,10 @@ class ShapeOnlyCommunicator : public Communicator {
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override;
 
   int64_t calls() const { return calls_; }
+  // The memory its buffers are in: {.meta = true} for meta tensors (RunShapeOnly on the meta
+  // device), the CPU by default. Sub-groups inherit it.
+  MemorySpace memory_space() const override { return memory_; }
+  void set_memory_space(const MemorySpace& m) { memory_ = m; }
   // Fill non-null output buffers (host memory) on every call (above); sub-groups inherit it.
   void set_fill_outputs(bool on) { fill_outputs_ = on; }
   bool fill_outputs() const { return fill_outputs_; }
@@ -105,6 +109,7 @@ class ShapeOnlyCommunicator : public Communicator {
   std::string name_;
   int64_t calls_ = 0;
   bool fill_outputs_ = false;
+  MemorySpace memory_;
 };
 
 }  // namespace shardmap::collectives

@@ -99,7 +99,9 @@ TEST(ShapeOnlyCommunicatorTest, FillOutputsFillsEveryOutputAndNothingElse) {
     return SplitGroup{2, key};
   });
   world.set_fill_outputs(true);
+  world.set_memory_space(MemorySpace{.meta = true});
   std::unique_ptr<Communicator> sub = *world.Split(0, 1);
+  EXPECT_TRUE(sub->memory_space().meta);
   reset();
   ASSERT_TRUE(sub->AllGather(send.data(), recv.data(), 3, DataType::kF64).ok());
   zeros(6);
@@ -175,6 +177,7 @@ TEST(ShapeOnlyCommunicatorTest, SplitUsesTheResolver) {
   EXPECT_EQ((*row)->size(), 4);
   EXPECT_EQ((*row)->rank(), 2);
   EXPECT_THAT((*row)->name(), HasSubstr("split(color=1)"));
+  EXPECT_FALSE((*row)->memory_space().meta);
   EXPECT_EQ(asked, (std::vector<std::pair<int, int>>{{1, 2}}));
   // The sub-group validates against its own size.
   EXPECT_FALSE((*row)->Broadcast(nullptr, 1, DataType::kF32, 4).ok());

@@ -5,6 +5,7 @@
 // peak that rank's thread measured, and its FLOPs; the roles; the error paths.
 #include "models/gpt_shape_only.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -112,7 +113,7 @@ TEST_P(ShapeOnlyGptTest, EveryRankMatchesTheRealStep) {
   o.clip = 0;
   const std::map<int, RankTruth> truth = RealStep(*layout, o);
   ASSERT_EQ(truth.size(), static_cast<size_t>(mesh->size()));
-  for (const Device device : {Device::Cpu()}) {
+  for (const Device device : {Device::Cpu(), Device::Meta()}) {
     SCOPED_TRACE(device.ToString());
     for (int rank = 0; rank < mesh->size(); ++rank) {
       SCOPED_TRACE(RankDescription(*mesh, rank));
@@ -213,9 +214,26 @@ TEST(ShapeOnlyGpt, ABillionParametersOnThousandsOfRanks) {
   ASSERT_TRUE(roles.ok()) << roles.status();
   ASSERT_EQ(roles->size(), 4u);
   EXPECT_EQ((*roles)[3].ranks_like_this.size(), 1024u);
-  // Parameters per rank of a middle stage: its 2 layers' 12 d^2 weights / (dp_shard * tp), f32.
-  const double block = 12.0 * 2560 * 2560 / (128 * 8) * 4;
-  EXPECT_NEAR((*roles)[1].parameter_bytes, 2 * block, 0.01 * 2 * block);
+  // Parameters per rank of stage 1 (layers 2 and 3): each block's f32 shard, its global size
+  // over the blocks its spec cuts it into; about 12 d^2 / (dp_shard * tp) per layer.
+  int64_t want = 0;
+  for (const ParamInfo& pi : layout->params()) {
+    if (pi.name.rfind("h.2.", 0) != 0 && pi.name.rfind("h.3.", 0) != 0) continue;
+    int64_t n = 1;
+    for (int d = 0; d < static_cast<int>(pi.global_shape.size()); ++d) {
+      n *= pi.global_shape[d] / std::max(1, pi.spec.NumBlocks(layout->mesh(), d));
+    }
+    want += 4 * n;
+  }
+  EXPECT_EQ((*roles)[1].parameter_bytes, want);
+  EXPECT_NEAR(want, 2 * 12.0 * 2560 * 2560 / (128 * 8) * 4, 0.05 * want);
+  EXPECT_EQ((*roles)[1].optimizer_bytes, 2 * want);
+  // The step's work: per token and layer about 6 * 12 d^2 FLOPs (forward + backward) over
+  // tp; 512 sequences of 2048 tokens over dp_shard 128: 4 sequences x 2 layers on this rank.
+  const double gemm = 6.0 * 12 * 2560.0 * 2560 / 8 * (4 * 2048) * 2;
+  EXPECT_GT((*roles)[1].gemm_flops, gemm);
+  EXPECT_LT((*roles)[1].gemm_flops, 1.5 * gemm);  // + attention scores
+  EXPECT_GT((*roles)[1].peak_bytes, 3 * want);
 }
 
 TEST(ShapeOnlyGpt, Errors) {

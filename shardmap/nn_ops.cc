@@ -156,7 +156,7 @@ Tensor LocalIds(const Tensor& ids, int64_t start, int64_t rows, std::vector<bool
 }
 
 void ZeroRows(Tensor& t, const std::vector<bool>& mask) {
-  if (t.numel() == 0) return;
+  if (t.numel() == 0 || t.is_meta()) return;  // meta: no data to zero
   if (t.is_cuda()) {  // through the host (GPU ranks; correct, not fast)
     Tensor h = t.To(Device::Cpu());
     ZeroRows(h, mask);
@@ -337,6 +337,8 @@ Tensor MaxBackwardWeightsRows(const Tensor& x, const Tensor& y, int64_t outer, i
 }
 
 Tensor MaxBackwardWeightsFast(const Tensor& x, const Tensor& yk, const std::vector<int>& nd) {
+  // Meta (shape-only): the weights' tensor as the host path allocates it, nothing computed.
+  if (x.is_meta()) return Tensor::Empty(x.shape(), x.dtype(), x.device());
   if (x.is_cuda() || yk.is_cuda() || nd.empty() || x.numel() == 0) return Tensor();
   if (x.dtype() != DType::kF32 && x.dtype() != DType::kF64) return Tensor();
   if (yk.dtype() != x.dtype()) return Tensor();
@@ -461,7 +463,9 @@ Value take_along_last(const Value& x, const Value& idx) {
     }
   }
   Tensor ot;
-  if (flat.defined()) {
+  if (x.tensor.is_meta()) {  // shape-only: the host path's output, nothing gathered
+    ot = Tensor::Zeros(idx.shape(), x.dtype(), x.tensor.device());
+  } else if (flat.defined()) {
     ot = GatherRows(x.tensor.Reshape({x.numel(), 1}), flat).Reshape(idx.shape());
   } else if (!x.tensor.is_cuda() && IsFloating(x.dtype())) {
     // Host gather of the picked elements' bits: a floating value round-tripped through f64 is
@@ -490,7 +494,9 @@ Value take_along_last(const Value& x, const Value& idx) {
     RecordOp("take_along_last", {&x}, y,
              [xs, xt, dt, local, v, flat](const Value& g, uint32_t, Value* d) {
                Tensor t;
-               if (flat.defined()) {  // GPU: scatter g to the picked positions of zeros
+               if (g.tensor.is_meta()) {  // shape-only: the host path's zeros, nothing scattered
+                 t = Tensor::Zeros(xs, dt, g.tensor.device());
+               } else if (flat.defined()) {  // GPU: scatter g to the picked positions of zeros
                  t = ScatterAddRows(g.tensor.Reshape({flat.numel(), 1}), flat, NumElements(xs))
                          .Reshape(xs);
                  if (t.dtype() != dt) t = Cast(t, dt);

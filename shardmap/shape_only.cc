@@ -67,6 +67,7 @@ absl::Status RunShapeOnly(const Mesh& mesh, int rank,
         "shape-only run: device ", device.ToString(), " (the shape-only communicator moves no "
         "GPU memory); use the meta device, or the CPU for tests"));
   }
+  world.set_memory_space(collectives::MemorySpace{.meta = device.is_meta()});
   world.set_fill_outputs(!device.is_meta());  // CPU tensors: numbers, not what malloc left
   RankContext ctx(mesh, rank, &world, options.check, device);
   ScopedRankContext scope(&ctx);

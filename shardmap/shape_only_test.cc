@@ -127,14 +127,16 @@ TEST(ShapeOnly, ThousandsOfRanks) {
   // 4096 ranks; the last one. Nothing per rank of the world is built.
   const Mesh mesh = *Mesh::Create({{"dp", 512}, {"tp", 8}});
   CollectiveRecorder rec;
-  ASSERT_TRUE(RunShapeOnly(mesh, 4095, [](RankContext& ctx) {
-                Value x(Tensor::Empty({1 << 12, 1 << 12}, DType::kBF16, ctx.device()),
-                        SpmdType(2, AxisType::V()));
+  absl::Status s = RunShapeOnly(mesh, 4095, [](RankContext& ctx) {
+                SpmdType type(2, AxisType::V());
+                type[1] = AxisType::P();  // a pending sum over tp
+                Value x(Tensor::Empty({1 << 12, 1 << 12}, DType::kBF16, ctx.device()), type);
                 Value y = all_reduce(x, "tp");
                 Value z = all_gather(y, 0, "dp");
                 EXPECT_EQ(z.tensor.dim(0), 512 << 12);
                 EXPECT_TRUE(z.tensor.is_meta());
-              }).ok());
+              });
+  ASSERT_TRUE(s.ok()) << s;
   const std::vector<CollectiveRecord> r = rec.records(4095);
   ASSERT_EQ(r.size(), 2u);
   EXPECT_STREQ(r[0].op, "all_reduce");

@@ -40,7 +40,9 @@ CollectiveCall::CollectiveCall(Collective c, const Value& x, const Axes& axes, D
 
 void CollectiveCall::CheckMemory(const Tensor& t) const {
   const collectives::MemorySpace m = comm_->memory_space();
-  const Device want = m.device ? Device::Cuda(m.device_index) : Device::Cpu();
+  const Device want = m.meta     ? Device::Meta()
+                      : m.device ? Device::Cuda(m.device_index)
+                                 : Device::Cpu();
   if (t.device() == want) {
     if (t.is_cuda() && !comm_->SupportsGraphCapture() && cuda::IsCapturing(t.device().index)) {
       OpFail(op_, ": cannot be captured in a CUDA graph: the communicator ", comm_->name(),

@@ -134,19 +134,27 @@ absl::StatusOr<double> CollectiveSeconds(const CollectiveWork& c, const MeshShap
   return RingSeconds(c.op, c.group_size, c.bytes, link);
 }
 
-absl::StatusOr<double> ComputeSeconds(const RoleWork& role, const HardwareProfile& profile) {
-  double s = 0;
+absl::StatusOr<ComputeParts> ComputeBreakdown(const RoleWork& role,
+                                              const HardwareProfile& profile) {
+  ComputeParts parts;
   for (const GemmWork& g : role.gemms) {
     absl::StatusOr<double> t = profile.GemmSeconds(g);
     if (!t.ok()) return t.status();
-    s += *t;
+    parts.gemm_s += *t;
   }
   for (const OtherWork& o : role.others) {
     absl::StatusOr<double> t = profile.OtherSeconds(o);
     if (!t.ok()) return t.status();
-    s += *t;
+    parts.other_s += *t;
   }
-  return s + role.op_count * profile.op_overhead_s;
+  parts.overhead_s = role.op_count * profile.op_overhead_s;
+  return parts;
+}
+
+absl::StatusOr<double> ComputeSeconds(const RoleWork& role, const HardwareProfile& profile) {
+  absl::StatusOr<ComputeParts> parts = ComputeBreakdown(role, profile);
+  if (!parts.ok()) return parts.status();
+  return parts->total();
 }
 
 absl::StatusOr<double> PipelineSeconds(const PipelineSpec& spec,
@@ -274,6 +282,11 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
   }
   const RoleTimes& ct = times[critical];
   out.compute_s = ct.compute;
+  if (absl::StatusOr<ComputeParts> parts = ComputeBreakdown(roles[critical], profile); parts.ok()) {
+    out.gemm_s = parts->gemm_s;
+    out.other_s = parts->other_s;
+    out.overhead_s = parts->overhead_s;
+  }
   out.blocking_comm_s = ct.blocking + ct.boundary;
   out.overlapped_comm_s = ct.overlapped;
   out.exposed_comm_s = exposed(ct);

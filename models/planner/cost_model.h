@@ -71,6 +71,8 @@ struct PipelineSpec {
 struct StepPrediction {
   double step_s = 0;
   double compute_s = 0;         // the slowest role's compute (a pipeline: its stage's)
+  // Its parts, unstretched: GEMMs, the other ops, the per-op overhead.
+  double gemm_s = 0, other_s = 0, overhead_s = 0;
   double blocking_comm_s = 0;   // tp / cp / ep / pp / norm / loss collectives on that role
   double overlapped_comm_s = 0; // fsdp + grad collectives before overlap
   double exposed_comm_s = 0;    // the part of those not hidden
@@ -81,7 +83,12 @@ struct StepPrediction {
   std::map<std::string, double> bytes_by_kind, seconds_by_kind;
 };
 
-// Time of one role's compute (no sharing stretch).
+// Time of one role's compute (no sharing stretch), and its parts.
+struct ComputeParts {
+  double gemm_s = 0, other_s = 0, overhead_s = 0;
+  double total() const { return gemm_s + other_s + overhead_s; }
+};
+absl::StatusOr<ComputeParts> ComputeBreakdown(const RoleWork& role, const HardwareProfile& profile);
 absl::StatusOr<double> ComputeSeconds(const RoleWork& role, const HardwareProfile& profile);
 
 // The whole step: one role per distinct program (one without a pipeline, one per stage with one;

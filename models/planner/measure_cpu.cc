@@ -152,9 +152,7 @@ absl::StatusOr<HardwareProfile> MeasureCpuProfile(const CpuMeasureOptions& o) {
     // GELU (tanh): 8 flops per element as the OpCounter counts it.
     p.vector_flops = 8.0 * n / BestSeconds(3, 3, [&] { (void)gelu(x); });
   }
-  const double one = ConcurrentGemmRate(1);
-  const double many = ConcurrentGemmRate(o.threads_for_cores);
-  p.cores = std::clamp(many / one, 1.0, static_cast<double>(o.threads_for_cores));
+  p.cores = SampleLoad(o.threads_for_cores).cores;
   p.intra = {1e-5, p.memory_bandwidth / 2};  // unused where a fit exists
   for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ppermute"}) {
     for (int g = 2; g <= o.max_group; g *= 2) {
@@ -171,6 +169,32 @@ absl::StatusOr<HardwareProfile> MeasureCpuProfile(const CpuMeasureOptions& o) {
   }
   p.sources.push_back(absl::StrFormat("effective cores %.2f (GEMM throughput of %d threads / 1)",
                                       p.cores, o.threads_for_cores));
+  return p;
+}
+
+LoadSample SampleLoad(int threads) {
+  LoadSample s;
+  s.gemm_rate = ConcurrentGemmRate(1);
+  s.cores = std::clamp(ConcurrentGemmRate(threads) / s.gemm_rate, 1.0, static_cast<double>(threads));
+  return s;
+}
+
+HardwareProfile AtLoad(const HardwareProfile& profile, const LoadSample& then,
+                       const LoadSample& now) {
+  HardwareProfile p = profile;
+  const double f = now.gemm_rate / then.gemm_rate;
+  for (auto& [d, pts] : p.gemm) {
+    for (auto& pt : pts) pt.second *= f;
+  }
+  for (auto& [d, r] : p.peak_flops) r *= f;
+  p.memory_bandwidth *= f;
+  p.vector_flops *= f;
+  p.op_overhead_s /= f;
+  for (auto& [k, c] : p.fitted) {
+    c.alpha_s /= f;
+    c.seconds_per_byte /= f;
+  }
+  p.cores = now.cores;
   return p;
 }
 

@@ -23,6 +23,19 @@ struct CpuMeasureOptions {
 
 absl::StatusOr<HardwareProfile> MeasureCpuProfile(const CpuMeasureOptions& options);
 
+// The machine's speed now (for machines shared with other jobs, whose load changes by the
+// minute): one thread's GEMM rate at d = 128 and the effective cores, as MeasureCpuProfile
+// measures them.
+struct LoadSample {
+  double gemm_rate = 0, cores = 0;
+};
+LoadSample SampleLoad(int threads = 4);
+// `profile` (measured when the machine ran at `then`) as it would measure at `now`: its compute
+// rates scaled by now.gemm_rate / then.gemm_rate, its per-op overhead and collective costs by
+// the inverse, its cores now.cores.
+HardwareProfile AtLoad(const HardwareProfile& profile, const LoadSample& then,
+                       const LoadSample& now);
+
 }  // namespace shardmap::planner
 
 #endif  // SHARDMAP_MODELS_PLANNER_MEASURE_CPU_H_

@@ -89,4 +89,31 @@ absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOp
   return text;
 }
 
+absl::StatusOr<std::string> PlanForTrainRun(const GptLayout& layout, int64_t batch,
+                                            int64_t microbatches, const std::string& schedule,
+                                            PlanCliOptions cli, int gpus_per_node) {
+  PlanRequest req;
+  req.config = layout.config();
+  req.global_batch = batch;
+  req.gpus = layout.mesh().size();
+  req.gpus_per_node = gpus_per_node > 0 ? gpus_per_node : req.gpus;
+  if (cli.profile.empty()) cli.profile = "measure";
+  // Models a CPU trains are small: their shape-only steps may run the real ops on zeros (exact
+  // as well, and independent of which ops the meta device covers).
+  if (ModelParameters(req.config) < 50e6) cli.shape_only_on_cpu = true;
+  Candidate own;
+  for (int i = 0; i < layout.mesh().num_axes(); ++i) {
+    own.mesh.axes.push_back(layout.mesh().axis_names()[i]);
+    own.mesh.sizes.push_back(layout.mesh().axis_size(i));
+  }
+  own.sp = layout.tp().sp;
+  own.pipeline = {layout.pp_ways(), static_cast<int>(microbatches), schedule};
+  absl::StatusOr<std::string> text = PlanText(req, cli, own.Name());
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("--plan: ", text.status().message()));
+  }
+  return text;
+}
+
 }  // namespace shardmap::planner

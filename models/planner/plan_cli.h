@@ -32,6 +32,13 @@ absl::StatusOr<HardwareProfile> ResolveProfile(const PlanCliOptions& cli);
 absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOptions& cli,
                                      const std::string& own = "");
 
+// `train_gpt --plan`: the plan for a training run's own model, batch and world size (every mesh
+// of layout.mesh().size() ranks, gpus_per_node 0: all of them on one node), with the run's mesh
+// placed in it. cli.profile "" means "measure" (simulated CPU ranks).
+absl::StatusOr<std::string> PlanForTrainRun(const GptLayout& layout, int64_t batch,
+                                            int64_t microbatches, const std::string& schedule,
+                                            PlanCliOptions cli, int gpus_per_node = 0);
+
 }  // namespace shardmap::planner
 
 #endif  // SHARDMAP_MODELS_PLANNER_PLAN_CLI_H_

@@ -8,7 +8,10 @@
 //   bazel run -c opt //models/planner:plan_validate -- --out=/tmp/report.md
 //
 // Ranks share the cores: the CPU profile's `cores` is the effective core count measured in the
-// same run, and the cost model stretches each rank's time by max(1, world / cores).
+// same run, and the cost model stretches each rank's time by max(1, world / cores). The machine
+// is shared with other jobs whose load changes by the minute, so beside each row the speed (one
+// thread's GEMM rate) and the effective cores are sampled again (SampleLoad) and the row is also
+// predicted with the profile at that load (AtLoad); both predictions are reported.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -99,6 +102,7 @@ int Main() {
   };
   const double load0 = LoadAverage();
   absl::StatusOr<HardwareProfile> hw = MeasureCpuProfile(CpuMeasureOptions{});
+  const LoadSample at_profile = SampleLoad();
   if (!hw.ok()) {
     std::cerr << "plan_validate: " << hw.status().message() << "\n";
     return 1;
@@ -115,9 +119,10 @@ int Main() {
   const Device so_device =
       absl::GetFlag(FLAGS_shape_only_device) == "meta" ? Device::Meta() : Device::Cpu();
   emit("## Predicted and measured step times\n\n"
-       "| mesh | ranks | predicted ms | measured ms | error | compute ms | comm ms | bubble |\n"
-       "|---|---|---|---|---|---|---|---|\n");
-  std::vector<double> predicted, measured;
+       "| mesh | ranks | predicted ms | measured ms | error | cores now | speed now | "
+       "compute ms (gemm + other + per-op) | comm ms | bubble | static profile ms |\n"
+       "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::vector<double> predicted, measured, static_pred;
   std::vector<std::string> names;
   for (absl::string_view m : absl::StrSplit(absl::GetFlag(FLAGS_meshes), ';', absl::SkipEmpty())) {
     const std::string text(m);
@@ -133,13 +138,12 @@ int Main() {
     req.gpus = parsed->mesh.world();
     req.gpus_per_node = req.gpus;
     req.only_meshes = {text};
-    absl::StatusOr<Plan> plan = PlanGpt(req, *hw, ShapeOnlyProfiler(so_device));
-    if (!plan.ok()) {
-      std::cerr << "plan_validate: " << text << ": " << plan.status().message() << "\n";
+    absl::StatusOr<Plan> static_plan = PlanGpt(req, *hw, ShapeOnlyProfiler(so_device));
+    if (!static_plan.ok()) {
+      std::cerr << "plan_validate: " << text << ": " << static_plan.status().message() << "\n";
       return 1;
     }
-    const PlanRow& row = plan->rows[0];
-    const Candidate& c = row.candidate;
+    const Candidate& c = static_plan->rows[0].candidate;
     // Measure: the trainer on simulated CPU ranks.
     absl::StatusOr<Mesh> mesh = c.mesh.axes.empty() ? Mesh() : ParseMesh(mesh_text);
     absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, cfg, c.sp);
@@ -154,7 +158,17 @@ int Main() {
     o.schedule = c.pipeline.schedule;
     std::vector<double> secs;
     o.on_step = [&](const StepInfo& s) { secs.push_back(s.seconds); };
+    const LoadSample before = SampleLoad();
     absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(cfg, 1), tokens, o);
+    const LoadSample after = SampleLoad();
+    // The profile at this row's load: the mean of the samples beside the measurement.
+    const LoadSample now{(before.gemm_rate + after.gemm_rate) / 2, (before.cores + after.cores) / 2};
+    absl::StatusOr<Plan> plan = PlanGpt(req, AtLoad(*hw, at_profile, now), ShapeOnlyProfiler(so_device));
+    if (!plan.ok()) {
+      std::cerr << "plan_validate: " << text << ": " << plan.status().message() << "\n";
+      return 1;
+    }
+    const PlanRow& row = plan->rows[0];
     if (!r.ok()) {
       std::cerr << "plan_validate: " << text << ": " << r.status().message() << "\n";
       return 1;
@@ -166,20 +180,32 @@ int Main() {
     predicted.push_back(p.step_s);
     measured.push_back(meas);
     names.push_back(c.Name());
-    emit(absl::StrFormat("| %s | %d | %.1f | %.1f | %+.0f%% | %.1f | %.1f | %.0f%% |\n", c.Name(),
-                         c.mesh.world(), 1e3 * p.step_s, 1e3 * meas,
-                         100 * (p.step_s - meas) / meas, 1e3 * p.compute_s,
-                         1e3 * (p.blocking_comm_s + p.exposed_comm_s), 100 * p.bubble));
+    static_pred.push_back(static_plan->rows[0].prediction.step_s);
+    emit(absl::StrFormat("| %s | %d | %.1f | %.1f | %+.0f%% | %.2f | %.2f | %.1f (%.0f + %.0f + %.0f) | "
+                         "%.1f | %.0f%% | %.1f |\n",
+                         c.Name(), c.mesh.world(), 1e3 * p.step_s, 1e3 * meas,
+                         100 * (p.step_s - meas) / meas, now.cores,
+                         now.gemm_rate / at_profile.gemm_rate, 1e3 * p.compute_s, 1e3 * p.gemm_s,
+                         1e3 * p.other_s, 1e3 * p.overhead_s,
+                         1e3 * (p.blocking_comm_s + p.exposed_comm_s), 100 * p.bubble,
+                         1e3 * static_pred.back()));
   }
   int within = 0;
   for (size_t i = 0; i < predicted.size(); ++i) {
     within += std::abs(predicted[i] - measured[i]) <= 0.2 * measured[i];
   }
+  int within_static = 0;
+  for (size_t i = 0; i < predicted.size(); ++i) {
+    within_static += std::abs(static_pred[i] - measured[i]) <= 0.2 * measured[i];
+  }
   const double rho = Spearman(predicted, measured);
   emit(absl::StrFormat(
-      "\n%d of %zu meshes within 20%%; Spearman rank correlation of predicted and measured "
-      "step times %.3f (load average %.2f at the end).\n",
-      within, predicted.size(), rho, LoadAverage()));
+      "\nWith the profile at each row's load (its speed and effective cores sampled before and "
+      "after the row's steps): %d of %zu meshes within 20%%, Spearman rank correlation of "
+      "predicted and measured step times %.3f.\nWith the profile as measured at the start: %d "
+      "of %zu within 20%%, Spearman %.3f. Load average %.2f at the end.\n",
+      within, predicted.size(), rho, within_static, predicted.size(),
+      Spearman(static_pred, measured), LoadAverage()));
   if (const std::string out = absl::GetFlag(FLAGS_out); !out.empty()) {
     std::ofstream f(out);
     f << report;

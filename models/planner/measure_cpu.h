@@ -19,6 +19,7 @@ struct CpuMeasureOptions {
   int max_group = 4;          // collectives fitted for groups 2 .. max_group (powers of two)
   int threads_for_cores = 4;  // threads that measure the effective core count
   double memory_bytes = 8e9;  // what the profile says each simulated rank may use
+  bool collectives = true;    // false: compute rates and cores only (a few seconds)
 };
 
 absl::StatusOr<HardwareProfile> MeasureCpuProfile(const CpuMeasureOptions& options);

@@ -9,9 +9,10 @@
 //
 // Ranks share the cores: the CPU profile's `cores` is the effective core count measured in the
 // same run, and the cost model stretches each rank's time by max(1, world / cores). The machine
-// is shared with other jobs whose load changes by the minute, so beside each row the speed (one
-// thread's GEMM rate) and the effective cores are sampled again (SampleLoad) and the row is also
-// predicted with the profile at that load (AtLoad); both predictions are reported.
+// is shared with other jobs whose load changes by the minute, so the profile's compute part
+// (GEMM rates, bandwidth, per-op cost, effective cores) is measured again right before and right
+// after each row's steps and the row predicted with both (the mean reported); the prediction
+// with the profile measured once at the start is reported beside it.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -102,7 +103,6 @@ int Main() {
   };
   const double load0 = LoadAverage();
   absl::StatusOr<HardwareProfile> hw = MeasureCpuProfile(CpuMeasureOptions{});
-  const LoadSample at_profile = SampleLoad();
   if (!hw.ok()) {
     std::cerr << "plan_validate: " << hw.status().message() << "\n";
     return 1;
@@ -119,7 +119,7 @@ int Main() {
   const Device so_device =
       absl::GetFlag(FLAGS_shape_only_device) == "meta" ? Device::Meta() : Device::Cpu();
   emit("## Predicted and measured step times\n\n"
-       "| mesh | ranks | predicted ms | measured ms | error | cores now | speed now | "
+       "| mesh | ranks | predicted ms | measured ms | error | cores | GEMM speed vs start | "
        "compute ms (gemm + other + per-op) | comm ms | bubble | static profile ms |\n"
        "|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<double> predicted, measured, static_pred;
@@ -158,17 +158,38 @@ int Main() {
     o.schedule = c.pipeline.schedule;
     std::vector<double> secs;
     o.on_step = [&](const StepInfo& s) { secs.push_back(s.seconds); };
-    const LoadSample before = SampleLoad();
+    // The compute rates and cores measured again right before and right after the row's steps
+    // (the collective fits kept from the start); the row's prediction is the mean of the two.
+    CpuMeasureOptions quick;
+    quick.collectives = false;
+    absl::StatusOr<HardwareProfile> before = MeasureCpuProfile(quick);
     absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(cfg, 1), tokens, o);
-    const LoadSample after = SampleLoad();
-    // The profile at this row's load: the mean of the samples beside the measurement.
-    const LoadSample now{(before.gemm_rate + after.gemm_rate) / 2, (before.cores + after.cores) / 2};
-    absl::StatusOr<Plan> plan = PlanGpt(req, AtLoad(*hw, at_profile, now), ShapeOnlyProfiler(so_device));
-    if (!plan.ok()) {
-      std::cerr << "plan_validate: " << text << ": " << plan.status().message() << "\n";
+    absl::StatusOr<HardwareProfile> after = MeasureCpuProfile(quick);
+    if (!before.ok() || !after.ok()) {
+      std::cerr << "plan_validate: " << (before.ok() ? after : before).status().message() << "\n";
       return 1;
     }
-    const PlanRow& row = plan->rows[0];
+    StepPrediction p;
+    double cores = 0, speed = 0;
+    for (HardwareProfile* now : {&*before, &*after}) {
+      now->fitted = hw->fitted;
+      absl::StatusOr<Plan> plan = PlanGpt(req, *now, ShapeOnlyProfiler(so_device));
+      if (!plan.ok()) {
+        std::cerr << "plan_validate: " << text << ": " << plan.status().message() << "\n";
+        return 1;
+      }
+      const StepPrediction& q = plan->rows[0].prediction;
+      p.step_s += q.step_s / 2;
+      p.compute_s += q.compute_s / 2;
+      p.gemm_s += q.gemm_s / 2;
+      p.other_s += q.other_s / 2;
+      p.overhead_s += q.overhead_s / 2;
+      p.blocking_comm_s += q.blocking_comm_s / 2;
+      p.exposed_comm_s += q.exposed_comm_s / 2;
+      p.bubble += q.bubble / 2;
+      cores += now->cores / 2;
+      speed += now->gemm.at(DType::kF32)[4].second / hw->gemm.at(DType::kF32)[4].second / 2;
+    }
     if (!r.ok()) {
       std::cerr << "plan_validate: " << text << ": " << r.status().message() << "\n";
       return 1;
@@ -176,7 +197,6 @@ int Main() {
     // The fastest step after the first: on a machine shared with other jobs the least disturbed
     // one, as the profile's rates are each the best of several timings.
     const double meas = *std::min_element(secs.begin() + 1, secs.end());
-    const StepPrediction& p = row.prediction;
     predicted.push_back(p.step_s);
     measured.push_back(meas);
     names.push_back(c.Name());
@@ -184,8 +204,8 @@ int Main() {
     emit(absl::StrFormat("| %s | %d | %.1f | %.1f | %+.0f%% | %.2f | %.2f | %.1f (%.0f + %.0f + %.0f) | "
                          "%.1f | %.0f%% | %.1f |\n",
                          c.Name(), c.mesh.world(), 1e3 * p.step_s, 1e3 * meas,
-                         100 * (p.step_s - meas) / meas, now.cores,
-                         now.gemm_rate / at_profile.gemm_rate, 1e3 * p.compute_s, 1e3 * p.gemm_s,
+                         100 * (p.step_s - meas) / meas, cores, speed, 1e3 * p.compute_s,
+                         1e3 * p.gemm_s,
                          1e3 * p.other_s, 1e3 * p.overhead_s,
                          1e3 * (p.blocking_comm_s + p.exposed_comm_s), 100 * p.bubble,
                          1e3 * static_pred.back()));
@@ -200,8 +220,9 @@ int Main() {
   }
   const double rho = Spearman(predicted, measured);
   emit(absl::StrFormat(
-      "\nWith the profile at each row's load (its speed and effective cores sampled before and "
-      "after the row's steps): %d of %zu meshes within 20%%, Spearman rank correlation of "
+      "\nWith the profile re-measured beside each row (compute rates and effective cores, before "
+      "and after the row's steps, predictions averaged): %d of %zu meshes within 20%%, Spearman "
+      "rank correlation of "
       "predicted and measured step times %.3f.\nWith the profile as measured at the start: %d "
       "of %zu within 20%%, Spearman %.3f. Load average %.2f at the end.\n",
       within, predicted.size(), rho, within_static, predicted.size(),

@@ -53,7 +53,8 @@ ABSL_FLAG(bool, tp_across_nodes, false, "allow tp groups larger than a node");
 ABSL_FLAG(std::string, schedules, "1f1b,gpipe", "pipeline schedules to try");
 ABSL_FLAG(std::string, microbatch_factors, "1,2,4,8", "microbatches = pp x each of these");
 ABSL_FLAG(std::string, mesh, "",
-          "only these meshes, ';'-separated, each 'axes [+sp] [schedule/mMICROBATCHES]', e.g. "
+          "only these meshes, ';'-separated, each 'axes [+sp] [schedule/mMICROBATCHES] "
+          "[gaMICROSTEPS]', e.g. "
           "\"dp_shard=8,tp=8 +sp;pp=4,dp_shard=16 1f1b/m16\"");
 ABSL_FLAG(std::string, shape_only_device, "meta",
           "where the shape-only steps run: meta (nothing computed) or cpu (real ops on zeros: "
@@ -192,6 +193,12 @@ int Main() {
     fclose(f);
     cli.profile = out;  // measured once, reused
   }
+  req.progress = [](int done, int total) {
+    if (done % 25 == 0 || done == total) {
+      std::cerr << "\rplan_gpt: profiled " << done << " of " << total << " meshes" << std::flush;
+      if (done == total) std::cerr << "\n";
+    }
+  };
   absl::StatusOr<std::string> text = planner::PlanText(req, cli);
   if (!text.ok()) return Fail(text.status());
   std::cout << *text;

@@ -69,11 +69,13 @@ absl::Status FrameworkChecks(const Candidate& c, const PlanRequest& req) {
   o.batch = req.global_batch;
   o.microbatches = c.pipeline.microbatches;
   o.schedule = c.pipeline.schedule;
+  o.grad_accum = c.grad_accum;
   if (absl::Status s = CheckTrainOptions(*layout, o); !s.ok()) return s;
-  const int64_t m = c.pipeline.microbatches, ways = layout->batch_ways();
+  const int64_t m = c.pipeline.microbatches * c.grad_accum, ways = layout->batch_ways();
   if (req.global_batch % (m * ways) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "batch ", req.global_batch, " is not divisible by ", m > 1 ? absl::StrCat(m, " microbatches x ") : "",
+        "batch ", req.global_batch, " is not divisible by ",
+        m > 1 ? absl::StrCat(m, c.grad_accum > 1 ? " microsteps x " : " microbatches x ") : "",
         ways, " data-parallel ways"));
   }
   const int64_t rows = req.global_batch / m / ways * req.config.seq / layout->cp_ways();
@@ -99,6 +101,7 @@ std::string Candidate::Name() const {
   if (pipeline.stages > 1 || pipeline.microbatches > 1) {
     absl::StrAppend(&s, " ", pipeline.schedule, "/m", pipeline.microbatches);
   }
+  if (grad_accum > 1) absl::StrAppend(&s, " ga", grad_accum);
   return s;
 }
 
@@ -164,20 +167,24 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
       if (f.empty()) return absl::InvalidArgumentError("an empty mesh");
       bool sp = false;
       std::string schedule = "1f1b";
-      int m = 1;
+      int m = 1, ga = 1;
       for (size_t i = 1; i < f.size(); ++i) {
         if (f[i] == "+sp") {
           sp = true;
+        } else if (f[i].rfind("ga", 0) == 0 && absl::SimpleAtoi(f[i].substr(2), &ga) && ga >= 1) {
+          continue;
         } else if (std::vector<std::string> sm = absl::StrSplit(f[i], "/m");
                    sm.size() == 2 && absl::SimpleAtoi(sm[1], &m) && m >= 1) {
           schedule = sm[0];
         } else {
           return absl::InvalidArgumentError(absl::StrCat(
-              "mesh '", text, "': '", f[i], "' is neither +sp nor <schedule>/m<microbatches>"));
+              "mesh '", text, "': '", f[i],
+              "' is neither +sp, <schedule>/m<microbatches> nor ga<microsteps>"));
         }
       }
       absl::StatusOr<Candidate> c = ParseCandidate(f[0], sp, schedule, m);
       if (!c.ok()) return c.status();
+      c->grad_accum = ga;
       if (c->mesh.world() != req.gpus) {
         return absl::InvalidArgumentError(
             absl::StrCat("mesh ", f[0], " has ", c->mesh.world(), " ranks; --gpus is ", req.gpus,
@@ -283,18 +290,48 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& req, const HardwareProfile& hw,
   const auto peak = hw.peak_flops.find(compute);
   double smallest_need = -1;
   std::string smallest_mesh;
-  for (const Candidate& c : *cands) {
-    const auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<std::vector<RoleWork>> roles = profiler(c, req);
-    plan.profile_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ++plan.profiled;
+  int done = 0;
+  for (Candidate c : *cands) {
+    absl::StatusOr<std::vector<RoleWork>> roles;
+    absl::StatusOr<StepPrediction> p;
+    for (int attempt = 0;; ++attempt) {
+      const auto t0 = std::chrono::steady_clock::now();
+      roles = profiler(c, req);
+      plan.profile_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      ++plan.profiled;
+      if (!roles.ok()) break;
+      p = PredictStep(*roles, c.mesh, c.pipeline, node);
+      if (!p.ok()) return p.status();  // a profile that cannot price this work: the user's to fix
+      if (p->peak_bytes <= hw.UsableMemory() || c.pipeline.stages > 1 ||
+          c.pipeline.microbatches > 1 || attempt == 2) {
+        break;
+      }
+      // Without a pipeline: accumulate gradients over the fewest microsteps whose activations
+      // (the largest role's, scaled by the microstep's share of the local batch) fit.
+      double persistent = 0, act = 0;
+      for (const RoleWork& w : *roles) {
+        if (w.peak_bytes > persistent + act) {
+          act = w.activation_peak_bytes;
+          persistent = w.peak_bytes - act;
+        }
+      }
+      int ways = 1;
+      for (const char* a : axis::kBatch) ways *= c.mesh.size(a);
+      const int64_t local = req.global_batch / ways;
+      int next = c.grad_accum;
+      while (act > 0 && persistent + act * c.grad_accum / next > hw.UsableMemory() &&
+             local % (2 * next) == 0) {
+        next *= 2;
+      }
+      if (next == c.grad_accum || persistent >= hw.UsableMemory()) break;
+      c.grad_accum = next;
+    }
+    if (req.progress) req.progress(++done, static_cast<int>(cands->size()));
     if (!roles.ok()) {
       plan.refused.push_back({c.Name(), absl::StrCat("shape-only run: ", roles.status().message())});
       continue;
     }
-    absl::StatusOr<StepPrediction> p = PredictStep(*roles, c.mesh, c.pipeline, node);
-    if (!p.ok()) return p.status();  // a profile that cannot price this work: the user's to fix
     PlanRow row{c, *p};
     row.tokens_per_s = plan.tokens_per_step / p->step_s;
     row.mfu = peak == hw.peak_flops.end()

@@ -48,6 +48,8 @@ struct PlanRequest {
   // Only these meshes (e.g. "dp_shard=4,tp=2"; empty: enumerate). With sp/pipeline from
   // `only_sp` / `only_pipeline` when set.
   std::vector<std::string> only_meshes;
+  // Told after each shape-only profile (done, total); for progress lines.
+  std::function<void(int done, int total)> progress;
 };
 
 // One mesh and how it runs.
@@ -55,7 +57,10 @@ struct Candidate {
   MeshShape mesh;
   bool sp = false;
   PipelineSpec pipeline;
-  std::string Name() const;  // "pp=2,dp_shard=4,tp=8 +sp 1f1b/m8"
+  // Gradient accumulation without a pipeline (TrainOptions::grad_accum): the local batch in
+  // this many microsteps. PlanGpt raises it (powers of two) until the activations fit.
+  int grad_accum = 1;
+  std::string Name() const;  // "pp=2,dp_shard=4,tp=8 +sp 1f1b/m8", "dp_shard=64 ga4"
 };
 
 struct PlanRow {
@@ -107,7 +112,9 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& req, const HardwareProfile& hw,
 // The ranked table (top rows; <= 0: all), the collectives of the best rows, and the refusals.
 std::string FormatPlan(const Plan& plan, int top, bool list_refusals = true);
 
-// "mesh=..." parse for only_meshes: a Candidate with sp / schedule / microbatches.
+// "mesh=..." parse for only_meshes: a Candidate with sp / schedule / microbatches. Without a
+// pipeline, a candidate that does not fit is profiled again with gradient accumulation (the
+// fewest microsteps, a power of two, that the activations' estimate says fit; then checked).
 absl::StatusOr<Candidate> ParseCandidate(const std::string& mesh, bool sp,
                                          const std::string& schedule, int microbatches);
 

@@ -69,6 +69,7 @@ Profiler ShapeOnlyProfiler(Device device) {
     o.batch = req.global_batch;
     o.microbatches = c.pipeline.microbatches;
     o.schedule = c.pipeline.schedule;
+    o.grad_accum = c.grad_accum;
     absl::StatusOr<std::vector<GptRankRole>> ranks = GptRankRoles(*layout, o);
     if (!ranks.ok()) return ranks.status();
     std::vector<StepProfile> profiles;

@@ -54,7 +54,7 @@ ABSL_FLAG(std::string, schedules, "1f1b,gpipe", "pipeline schedules to try");
 ABSL_FLAG(std::string, microbatch_factors, "1,2,4,8", "microbatches = pp x each of these");
 ABSL_FLAG(std::string, mesh, "",
           "only these meshes, ';'-separated, each 'axes [+sp] [schedule/mMICROBATCHES] "
-          "[gaMICROSTEPS]', e.g. "
+          "[gaMICROSTEPS]' (parts separated by spaces or ':'), e.g. "
           "\"dp_shard=8,tp=8 +sp;pp=4,dp_shard=16 1f1b/m16\"");
 ABSL_FLAG(std::string, shape_only_device, "meta",
           "where the shape-only steps run: meta (nothing computed) or cpu (real ops on zeros: "

@@ -163,7 +163,7 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
   std::vector<Candidate> raw;
   if (!req.only_meshes.empty()) {
     for (const std::string& text : req.only_meshes) {
-      std::vector<std::string> f = absl::StrSplit(text, ' ', absl::SkipEmpty());
+      std::vector<std::string> f = absl::StrSplit(text, absl::ByAnyChar(" :"), absl::SkipEmpty());
       if (f.empty()) return absl::InvalidArgumentError("an empty mesh");
       bool sp = false;
       std::string schedule = "1f1b";

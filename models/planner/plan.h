@@ -45,8 +45,8 @@ struct PlanRequest {
   std::vector<std::string> schedules = {"1f1b", "gpipe"};
   std::vector<int> microbatch_factors = {1, 2, 4, 8};  // microbatches = pp x factor
   bool sp_variants = true;   // with tp: both with and without SP
-  // Only these meshes (e.g. "dp_shard=4,tp=2"; empty: enumerate). With sp/pipeline from
-  // `only_sp` / `only_pipeline` when set.
+  // Only these meshes (empty: enumerate), each "AXES [+sp] [SCHEDULE/mMICROBATCHES] [gaN]",
+  // the parts separated by spaces or ':', e.g. "pp=2,dp_shard=4 1f1b/m8", "dp=2,tp=2:+sp".
   std::vector<std::string> only_meshes;
   // Told after each shape-only profile (done, total); for progress lines.
   std::function<void(int done, int total)> progress;

@@ -16,11 +16,14 @@ run() {  # run NAME ARGS...
   "$bin" "$@" "${common[@]}" >> "$out/$name.txt" 2>&1 || true
   grep -v 'profiled .* meshes' "$out/$name.txt" > "$out/$name.tmp" && mv "$out/$name.tmp" "$out/$name.txt"
 }
-for g in 8 64 512; do
-  run "gpt2xl_$g" --model=gpt2-xl --gpus=$g --batch=512
-  run "7b_$g" --model=7b --gpus=$g --batch=1024
-  run "70b_$g" --model=70b --gpus=$g --batch=1024
+# The global batch grows with the cluster: 7B and 70B at seq 4096 take 32, 128 and 512
+# sequences (0.13M, 0.5M, 2M tokens) on 8, 64, 512 GPUs; GPT-2 XL at seq 1024 64, 256, 1024.
+for gb in "8 64" "64 256" "512 1024"; do
+  set -- $gb
+  run "gpt2xl_$1" --model=gpt2-xl --gpus=$1 --batch=$2
+  run "7b_$1" --model=7b --gpus=$1 --batch=$(($2 / 2))
+  run "70b_$1" --model=70b --gpus=$1 --batch=$(($2 / 2))
 done
-run gpt2xl32h_8 --model=gpt2-xl --heads=32 --gpus=8 --batch=512
-run 7b_seq32k_64 --model=7b --gpus=64 --batch=128 --seq=32768
+run gpt2xl32h_8 --model=gpt2-xl --heads=32 --gpus=8 --batch=64
+run 7b_seq32k_64 --model=7b --gpus=64 --batch=32 --seq=32768
 run 70b_seq32k_512 --model=70b --gpus=512 --batch=128 --seq=32768

@@ -173,9 +173,16 @@ absl::StatusOr<HardwareProfile> MeasureCpuProfile(const CpuMeasureOptions& o) {
 }
 
 LoadSample SampleLoad(int threads) {
+  // Best of 3 each (a single sample on a shared machine can be off by 2x either way), and no more
+  // cores than the hardware has.
   LoadSample s;
-  s.gemm_rate = ConcurrentGemmRate(1);
-  s.cores = std::clamp(ConcurrentGemmRate(threads) / s.gemm_rate, 1.0, static_cast<double>(threads));
+  double many = 0;
+  for (int i = 0; i < 3; ++i) {
+    s.gemm_rate = std::max(s.gemm_rate, ConcurrentGemmRate(1));
+    many = std::max(many, ConcurrentGemmRate(threads));
+  }
+  const double hw = std::max(1u, std::thread::hardware_concurrency());
+  s.cores = std::clamp(many / s.gemm_rate, 1.0, std::min<double>(threads, hw));
   return s;
 }
 

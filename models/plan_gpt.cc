@@ -50,6 +50,8 @@ ABSL_FLAG(std::string, tp_bench_profile, "",
 ABSL_FLAG(std::string, collectives_bench, "",
           "collectives_bench --benchmark_format=json output: fitted in-process collective costs");
 ABSL_FLAG(bool, tp_across_nodes, false, "allow tp groups larger than a node");
+ABSL_FLAG(int, max_pp, 0, "largest pipeline size to enumerate (0: any)");
+ABSL_FLAG(int, max_cp, 0, "largest context-parallel size to enumerate (0: any)");
 ABSL_FLAG(std::string, schedules, "1f1b,gpipe", "pipeline schedules to try");
 ABSL_FLAG(std::string, microbatch_factors, "1,2,4,8", "microbatches = pp x each of these");
 ABSL_FLAG(std::string, mesh, "",
@@ -155,6 +157,11 @@ int Main() {
     return Fail(absl::InvalidArgumentError("--gpus_per_node must be >= 0 (0: the profile's)"));
   }
   req.tp_across_nodes = absl::GetFlag(FLAGS_tp_across_nodes);
+  req.max_pp = absl::GetFlag(FLAGS_max_pp);
+  req.max_cp = absl::GetFlag(FLAGS_max_cp);
+  if (req.max_pp < 0 || req.max_cp < 0) {
+    return Fail(absl::InvalidArgumentError("--max_pp and --max_cp must be >= 0 (0: any)"));
+  }
   req.schedules.clear();
   for (absl::string_view s :
        absl::StrSplit(absl::GetFlag(FLAGS_schedules), ',', absl::SkipWhitespace())) {

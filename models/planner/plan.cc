@@ -195,10 +195,12 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
   } else {
     const bool moe = req.config.moe.on();
     for (int pp : Divisors(req.gpus)) {
+      if (req.max_pp > 0 && pp > req.max_pp) continue;
       const int r1 = req.gpus / pp;
       for (int tp : Divisors(r1)) {
         const int r2 = r1 / tp;
         for (int cp : Divisors(r2)) {
+          if (req.max_cp > 0 && cp > req.max_cp) continue;
           const int r3 = r2 / cp;
           for (int ep : Divisors(r3)) {
             if (ep > 1 && !moe) continue;  // ep is a MoE axis

@@ -96,6 +96,21 @@ TEST(EnumerateTest, TpStaysInsideANodeUnlessAsked) {
   EXPECT_TRUE(std::any_of(c->begin(), c->end(), [](const Candidate& x) { return x.Name() == "tp=8"; }));
 }
 
+TEST(EnumerateTest, MaxPpAndCpLimitTheEnumeration) {
+  PlanRequest r = Small(4);
+  r.max_pp = 1;
+  r.max_cp = 2;
+  std::vector<Refusal> refused;
+  absl::StatusOr<std::vector<Candidate>> c = EnumerateCandidates(r, Node(), &refused);
+  ASSERT_TRUE(c.ok());
+  // 18 + 2 refused without limits; less every pp (5 + 1) and cp=4 (1).
+  EXPECT_EQ(c->size() + refused.size(), 13u);
+  for (const Candidate& x : *c) {
+    EXPECT_EQ(x.mesh.size("pp"), 1);
+    EXPECT_LE(x.mesh.size("cp"), 2);
+  }
+}
+
 TEST(EnumerateTest, BadRequestsGetClearErrors) {
   std::vector<Refusal> refused;
   PlanRequest r = Small(0);

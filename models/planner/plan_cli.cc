@@ -1,5 +1,6 @@
 #include "models/planner/plan_cli.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -46,6 +47,13 @@ absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOp
                                      const std::string& own) {
   absl::StatusOr<HardwareProfile> hw = ResolveProfile(cli);
   if (!hw.ok()) return hw.status();
+  // A GPU profile (ranks with a device each): profile the attention a CUDA run would take. The
+  // shape-only steps run on the meta device, where ResolveAttentionPath picks the materialised
+  // scores; on CUDA it takes the fused kernel for head_dim <= 128 (models/gpt_layers.h).
+  if (hw->cores == 0 && std::getenv("SHARDMAP_ATTENTION") == nullptr &&
+      request.config.head_dim() <= 128) {
+    setenv("SHARDMAP_ATTENTION", "fused", 0);
+  }
   const Profiler profiler =
       ShapeOnlyProfiler(cli.shape_only_on_cpu ? Device::Cpu() : Device::Meta());
   absl::StatusOr<Plan> plan = PlanGpt(request, *hw, profiler);

@@ -27,8 +27,10 @@ struct PlanCliOptions {
 absl::StatusOr<HardwareProfile> ResolveProfile(const PlanCliOptions& cli);
 
 // The plan (FormatPlan) and, when `own` names a candidate (Candidate::Name's form, e.g.
-// "pp=2,dp=2 1f1b/m4"), where it ranks or why it was refused (profiled on its own when the
-// enumeration did not list it).
+// "pp=2,dp=2 1f1b/m4"), where it ranks or why it was refused. With a GPU profile (cores 0) and
+// head_dim <= 128 the shape-only steps take the fused attention a CUDA run takes
+// (SHARDMAP_ATTENTION=fused unless already set: the meta device would resolve to the
+// materialised scores). A mesh the enumeration did not list is profiled on its own.
 absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOptions& cli,
                                      const std::string& own = "");
 

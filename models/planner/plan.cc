@@ -417,8 +417,21 @@ std::string FormatPlan(const Plan& plan, int top, bool list_refusals) {
     o << "\n";
   }
   if (list_refusals && !plan.refused.empty()) {
+    // One line per reason (a mesh's schedule / microbatch variants usually share one).
+    std::vector<std::pair<std::string, std::vector<std::string>>> by_reason;
+    for (const Refusal& r : plan.refused) {
+      auto it = std::find_if(by_reason.begin(), by_reason.end(),
+                             [&](const auto& g) { return g.first == r.reason; });
+      if (it == by_reason.end()) {
+        by_reason.push_back({r.reason, {r.candidate}});
+      } else {
+        it->second.push_back(r.candidate);
+      }
+    }
     o << "\nrefused (" << plan.refused.size() << "):\n";
-    for (const Refusal& r : plan.refused) o << "  " << r.candidate << ": " << r.reason << "\n";
+    for (const auto& [reason, names] : by_reason) {
+      o << "  " << absl::StrJoin(names, "; ") << ": " << reason << "\n";
+    }
   }
   return o.str();
 }

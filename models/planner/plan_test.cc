@@ -172,6 +172,7 @@ TEST(PlanTest, RanksByPredictedStepTime) {
   EXPECT_TRUE(absl::StrContains(text, "18 ranked, 2 refused")) << text;
   EXPECT_TRUE(absl::StrContains(text, "... 13 more ranked meshes")) << text;
   EXPECT_TRUE(absl::StrContains(text, "refused (2):")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "  pp=4 1f1b/m4: pipeline: 2 layers")) << text;
 }
 
 TEST(PlanTest, MemoryThatDoesNotFitIsRefused) {

@@ -21,6 +21,8 @@ def rows(path):
             header.append(line.strip())
         elif line.startswith("plan_gpt:"):
             error = line.strip()
+        elif error and line.startswith("  "):
+            error += "<br>" + line.strip()
     return out, header, error
 
 

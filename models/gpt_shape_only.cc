@@ -200,9 +200,15 @@ absl::StatusOr<StepProfile> ProfileGptRank(const GptLayout& layout, const TrainO
   absl::StatusOr<TrainResult> r = TrainGpt(layout, init, tokens, o);
   if (!r.ok()) return r.status();
   if (!cap.ended) return absl::InternalError("shape-only profile: the step never ended");
-  p.role = role.empty() ? RankDescription(mesh, rank) : role;
+  // The rank's role: the ranks running its program.
+  absl::StatusOr<std::vector<GptRankRole>> roles = GptRankRoles(layout, options);
+  if (!roles.ok()) return roles.status();
+  for (GptRankRole& r : *roles) {
+    if (std::find(r.ranks.begin(), r.ranks.end(), rank) == r.ranks.end()) continue;
+    p.role = role.empty() ? r.role : role;
+    p.ranks_like_this = std::move(r.ranks);
+  }
   p.rank = rank;
-  p.ranks_like_this = {rank};
   for (size_t k = 0; k < r->log.size(); ++k) {
     const CollectiveRecord& rec = r->log[k];
     CollectiveTraffic t;
@@ -238,7 +244,6 @@ absl::StatusOr<std::vector<StepProfile>> ProfileGptStep(const GptLayout& layout,
   for (GptRankRole& role : *roles) {
     absl::StatusOr<StepProfile> p = ProfileGptRank(layout, options, role.rank, role.role);
     if (!p.ok()) return p.status();
-    p->ranks_like_this = std::move(role.ranks);
     out.push_back(*std::move(p));
   }
   return out;

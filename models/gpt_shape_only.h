@@ -46,7 +46,8 @@ absl::StatusOr<std::vector<GptRankRole>> GptRankRoles(const GptLayout& layout,
 absl::StatusOr<std::vector<StepProfile>> ProfileGptStep(const GptLayout& layout,
                                                         const TrainOptions& options);
 
-// The step of one given rank (InvalidArgument outside [0, mesh size)). `role` labels it.
+// The step of one given rank (InvalidArgument outside [0, mesh size)), with ranks_like_this
+// the ranks of its role (GptRankRoles). `role` labels it (empty: the role's name).
 // device: where the rank's tensors live: the meta device (nothing computed), or the CPU (the
 // ops run for real on zero parameters, the collectives stay shape-only: for tests of small
 // models, and of the meta device against the CPU).

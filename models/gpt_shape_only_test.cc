@@ -14,6 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "collectives/shape_only_communicator.h"
 #include "models/gpt_test_util.h"
 #include "models/parallel_dims.h"
 #include "shardmap/collective_recorder.h"
@@ -26,8 +27,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-GptConfig Config(bool moe = false) {
+GptConfig Config(bool moe = false, bool bf16 = false) {
   GptConfig c{.layers = 4, .d_model = 12, .heads = 6, .vocab = 24, .seq = 12};
+  if (bf16) c.compute = DType::kBF16;  // f32 master weights, bf16 compute
   if (moe) {
     c.moe = MoeConfig{.experts = 6, .topk = 2, .capacity_factor = 1.0, .aux_loss_coef = 0.05};
   }
@@ -91,6 +93,7 @@ struct Case {
   int64_t batch = 6, microbatches = 1, grad_accum = 1;
   std::string schedule = "1f1b";
   bool moe = false;
+  bool bf16 = false;
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
@@ -101,7 +104,7 @@ TEST_P(ShapeOnlyGptTest, EveryRankMatchesTheRealStep) {
   const Case& k = GetParam();
   absl::StatusOr<Mesh> mesh = ParseMesh(k.mesh);
   ASSERT_TRUE(mesh.ok()) << mesh.status();
-  absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, Config(k.moe), k.sp);
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, Config(k.moe, k.bf16), k.sp);
   ASSERT_TRUE(layout.ok()) << layout.status();
   TrainOptions o;
   o.batch = k.batch;
@@ -160,8 +163,33 @@ INSTANTIATE_TEST_SUITE_P(
         Case{.name = "pp2_fsdp2_tp2_sp", .mesh = "pp=2,dp_shard=2,tp=2", .sp = true, .batch = 4,
              .microbatches = 2},
         Case{.name = "dp2_cp2_tp3_sp", .mesh = "dp=2,cp=2,tp=3", .sp = true, .batch = 2},
-        Case{.name = "dp2_accum2", .mesh = "dp=2", .batch = 8, .grad_accum = 2}),
+        Case{.name = "dp2_accum2", .mesh = "dp=2", .batch = 8, .grad_accum = 2},
+        Case{.name = "fsdp2_tp2_sp_bf16", .mesh = "dp_shard=2,tp=2", .sp = true, .batch = 2,
+             .bf16 = true},
+        Case{.name = "pp2_tp2_gpipe_bf16", .mesh = "pp=2,tp=2", .batch = 4, .microbatches = 2,
+             .schedule = "gpipe", .bf16 = true}),
     CaseName);
+
+TEST(ShapeOnlyGpt, ClippingIsTheOneDataDependentBranchAndIsBounded) {
+  // With the norm over the limit, the real step scales every gradient (one multiply per element,
+  // a new tensor each); a meta run reads a norm of 0 and does not. Same collectives; the FLOPs
+  // differ by exactly the gradient elements, the peak by at most the gradients' bytes.
+  GptLayout layout = *GptLayout::Create(*ParseMesh("dp=2,tp=2"), Config(), false);
+  TrainOptions o;
+  o.batch = 2;
+  o.clip = 1e-6;  // always active
+  const std::map<int, RankTruth> truth = RealStep(layout, o);
+  for (int rank = 0; rank < 4; ++rank) {
+    absl::StatusOr<StepProfile> p = ProfileGptRank(layout, o, rank);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const RankTruth& t = truth.at(rank);
+    ASSERT_EQ(p->collectives.size(), t.log.size());
+    for (size_t i = 0; i < t.log.size(); ++i) EXPECT_EQ(p->collectives[i].bytes, t.log[i].bytes);
+    EXPECT_DOUBLE_EQ(t.flops - p->flops, static_cast<double>(p->gradient_bytes / 4));
+    EXPECT_GE(t.peak, p->peak_bytes);
+    EXPECT_LE(t.peak, p->peak_bytes + p->gradient_bytes);
+  }
+}
 
 TEST(ShapeOnlyGpt, RolesOfAPipeline) {
   absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh("pp=3,dp=2"), Config(), false);
@@ -176,6 +204,13 @@ TEST(ShapeOnlyGpt, RolesOfAPipeline) {
   EXPECT_THAT((*roles)[2].role, HasSubstr("(last)"));
   EXPECT_EQ((*roles)[1].ranks_like_this, (std::vector<int>{2, 3}));
   EXPECT_EQ((*roles)[2].rank, 4);
+  // One rank alone: its role and the ranks of that role.
+  absl::StatusOr<StepProfile> one = ProfileGptRank(*layout, o, 3);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_THAT(one->role, HasSubstr("pp stage 1: layers 1"));
+  EXPECT_EQ(one->ranks_like_this, (std::vector<int>{2, 3}));
+  EXPECT_EQ(one->collectives.size(), (*roles)[1].collectives.size());
+  EXPECT_EQ(one->peak_bytes, (*roles)[1].peak_bytes);
   // 1F1B over 3 stages and 2 microbatches: stage 0 runs F0 F1 first; the bubble is (p-1)/(m+p-1)
   // of the ticks on every stage.
   for (const StepProfile& p : *roles) {
@@ -262,6 +297,21 @@ TEST(ShapeOnlyGpt, Errors) {
   TrainOptions lr = o;
   lr.adamw.lr = -1;
   EXPECT_THAT(message(ProfileGptStep(layout, lr).status()), HasSubstr("learning rate"));
+  EXPECT_THAT(message(ProfileGptRank(layout, o, 0, "", Device::Cuda(0)).status()),
+              HasSubstr("meta device"));
+  // The trainer's hooks are checked with its other options.
+  TrainOptions hooks = o;
+  hooks.only_rank = 2;
+  EXPECT_THAT(message(CheckTrainOptions(layout, hooks)), HasSubstr("only_rank 2 needs an spmd_runner"));
+  hooks.spmd_runner = [](const Mesh&, const std::function<void(RankContext&)>&) {
+    return absl::OkStatus();
+  };
+  hooks.only_rank = 6;
+  EXPECT_THAT(message(CheckTrainOptions(layout, hooks)), HasSubstr("(0 to 5)"));
+  hooks.only_rank = -1;
+  collectives::ShapeOnlyCommunicator comm(6, 0);
+  hooks.comm = &comm;
+  EXPECT_THAT(message(CheckTrainOptions(layout, hooks)), HasSubstr("give one"));
   // A configuration the trainer refuses: a pipeline with cp.
   GptLayout pp_cp = *GptLayout::Create(*ParseMesh("pp=2,cp=2"), Config(), false);
   o.batch = 2;

@@ -173,6 +173,11 @@ TEST(ShapeOnly, Errors) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("rank 6 is outside the 6 ranks"));
   EXPECT_FALSE(RunShapeOnly(mesh, -1, [](RankContext&) {}).ok());
+  ShapeOnlyOptions gpu;
+  gpu.device = Device::Cuda(0);
+  s = RunShapeOnly(mesh, 0, [](RankContext&) {}, gpu);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("use the meta device"));
+  EXPECT_FALSE(RunShapeOnly(mesh, 0, nullptr).ok());
   // The typed layer's checks run: an unknown axis, a shape error, both annotated with the rank.
   s = RunShapeOnly(mesh, 5, [](RankContext& ctx) {
     Value x(Tensor::Empty({4, 6}, DType::kF32, ctx.device()), SpmdType(2, AxisType::V()));

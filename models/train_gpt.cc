@@ -46,6 +46,7 @@
 #include "models/checkpoint_rotation.h"
 #include "models/gpt.h"
 #include "models/gpt_generate.h"
+#include "models/planner/plan_cli.h"
 #include "models/lr_schedule.h"
 #include "models/text_data.h"
 #include "models/trace_writer.h"
@@ -116,6 +117,12 @@ ABSL_FLAG(double, aux_loss_coef, 0.01, "MoE: weight of the Switch load-balancing
 ABSL_FLAG(std::string, expert_axes, "",
           "MoE: comma-separated batch axes the experts are split over (default: ep when the mesh "
           "has it), e.g. dp or dp_shard,ep");
+ABSL_FLAG(bool, plan, false,
+          "print the parallelism plan for this run's model, batch and rank count (every mesh "
+          "ranked, this run's placed; models/planner) before training");
+ABSL_FLAG(std::string, plan_profile, "",
+          "--plan's hardware profile: h100_node, h200_node, a file, or measure (default: measure "
+          "on CPU ranks, h100_node with --device=cuda)");
 ABSL_FLAG(bool, print_types, false, "print the per-device SPMD types inside block 0");
 ABSL_FLAG(int64_t, log_every, 1,
           "print the step line every N steps (and the first, last and evaluated ones)");
@@ -393,6 +400,16 @@ int Main() {
   const bool print = world == nullptr || world->rank() == 0;
   absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, cfg, absl::GetFlag(FLAGS_sp));
   if (!layout.ok()) return Fail(layout.status());
+  if (absl::GetFlag(FLAGS_plan) && print) {
+    planner::PlanCliOptions plan_cli;
+    plan_cli.profile = absl::GetFlag(FLAGS_plan_profile);
+    if (plan_cli.profile.empty() && device != "cpu") plan_cli.profile = "h100_node";
+    absl::StatusOr<std::string> plan = planner::PlanForTrainRun(
+        *layout, absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_microbatches),
+        absl::GetFlag(FLAGS_schedule), plan_cli);
+    if (!plan.ok()) return Fail(plan.status());
+    std::cout << *plan << std::endl;
+  }
   TokenDataOptions data_options;
   data_options.text = absl::GetFlag(FLAGS_text);
   data_options.data = absl::GetFlag(FLAGS_data);

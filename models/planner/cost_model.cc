@@ -1,0 +1,304 @@
+#include "models/planner/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bench/tp_model.h"
+#include "models/pipeline.h"
+
+namespace shardmap::planner {
+
+int MeshShape::world() const {
+  int w = 1;
+  for (int s : sizes) w *= s;
+  return w;
+}
+
+int MeshShape::size(const std::string& axis) const {
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (axes[i] == axis) return sizes[i];
+  }
+  return 1;
+}
+
+std::string MeshShape::ToString() const {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < axes.size(); ++i) parts.push_back(absl::StrCat(axes[i], "=", sizes[i]));
+  return parts.empty() ? "single" : absl::StrJoin(parts, ",");
+}
+
+namespace {
+
+// Ranks of the group through `rank` along `axes` (row-major, axes outermost first).
+std::vector<int> GroupOf(const MeshShape& mesh, const std::vector<std::string>& axes, int rank) {
+  const int n = static_cast<int>(mesh.axes.size());
+  std::vector<int> stride(n, 1), coord(n);
+  for (int i = n - 2; i >= 0; --i) stride[i] = stride[i + 1] * mesh.sizes[i + 1];
+  int base = 0;
+  std::vector<int> free_axes;
+  for (int i = 0; i < n; ++i) {
+    coord[i] = (rank / stride[i]) % mesh.sizes[i];
+    if (std::find(axes.begin(), axes.end(), mesh.axes[i]) != axes.end()) {
+      free_axes.push_back(i);
+    } else {
+      base += coord[i] * stride[i];
+    }
+  }
+  std::vector<int> ranks{base};
+  for (int i : free_axes) {
+    std::vector<int> next;
+    for (int r : ranks) {
+      for (int c = 0; c < mesh.sizes[i]; ++c) next.push_back(r + c * stride[i]);
+    }
+    ranks = std::move(next);
+  }
+  return ranks;
+}
+
+bool SameNode(const std::vector<int>& ranks, int gpus_per_node) {
+  for (int r : ranks) {
+    if (r / gpus_per_node != ranks[0] / gpus_per_node) return false;
+  }
+  return true;
+}
+
+bool Overlappable(const CollectiveWork& c) { return c.phase == "fsdp" || c.phase == "grad"; }
+
+std::string KindKey(const CollectiveWork& c) {
+  return absl::StrCat(c.op, " ", c.axes.empty() ? "-" : absl::StrJoin(c.axes, "+"));
+}
+
+double Stretch(const MeshShape& mesh, const HardwareProfile& p) {
+  return p.cores > 0 ? std::max(1.0, mesh.world() / p.cores) : 1.0;
+}
+
+// A fitted collective was measured with only its group's threads running: stretch it by the
+// rest of the world's share of the cores only.
+double CollectiveStretch(const CollectiveWork& c, const MeshShape& mesh, const HardwareProfile& p) {
+  const double s = Stretch(mesh, p);
+  if (p.cores <= 0 || p.fitted.count({c.op, c.group_size}) == 0) return s;
+  return s / std::max(1.0, c.group_size / p.cores);
+}
+
+}  // namespace
+
+bool SpansNodes(const MeshShape& mesh, const std::vector<std::string>& axes, int gpus_per_node) {
+  if (gpus_per_node <= 0) return false;
+  return !SameNode(GroupOf(mesh, axes, 0), gpus_per_node) ||
+         !SameNode(GroupOf(mesh, axes, mesh.world() - 1), gpus_per_node);
+}
+
+absl::StatusOr<double> RingSeconds(const std::string& op, int n, double rank_bytes,
+                                   const Link& link) {
+  if (n <= 1) return 0.0;
+  if (link.busbw <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a link with bus bandwidth ", link.busbw, " B/s; give the profile's link"));
+  }
+  // bench/tp_model.h's ring cost for the kinds it knows (full bytes), the rest here.
+  const bench::CollectiveCost ring = bench::RingCost({link.alpha_s, link.busbw});
+  if (op == "all_reduce") return ring(bench::CollectiveKind::kAllReduce, n, rank_bytes);
+  if (op == "reduce_scatter") return ring(bench::CollectiveKind::kReduceScatter, n, rank_bytes);
+  if (op == "all_gather") return ring(bench::CollectiveKind::kAllGather, n, rank_bytes * n);
+  if (op == "all_to_all") return link.alpha_s + (n - 1.0) / n * rank_bytes / link.busbw;
+  if (op == "ppermute" || op == "ppermute_start" || op == "broadcast") {
+    return link.alpha_s + rank_bytes / link.busbw;
+  }
+  // Type conversions the log may list: local, nothing moves.
+  if (op.rfind("convert", 0) == 0 || op.rfind("reinterpret", 0) == 0 || op.rfind("vary", 0) == 0 ||
+      op == "ppermute_wait") {
+    return 0.0;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown collective '", op,
+      "' (all_reduce, all_gather, reduce_scatter, all_to_all, ppermute, broadcast)"));
+}
+
+absl::StatusOr<double> CollectiveSeconds(const CollectiveWork& c, const MeshShape& mesh,
+                                         const HardwareProfile& profile) {
+  if (c.group_size <= 1) return 0.0;
+  const auto fit = profile.fitted.find({c.op, c.group_size});
+  if (fit != profile.fitted.end()) {
+    return fit->second.alpha_s + c.bytes * fit->second.seconds_per_byte;
+  }
+  const bool inter = SpansNodes(mesh, c.axes, profile.gpus_per_node);
+  const Link& link = inter ? profile.inter : profile.intra;
+  if (inter && link.busbw <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "profile ", profile.name, " has no inter-node link but ", KindKey(c), " on mesh ",
+        mesh.ToString(), " crosses nodes of ", profile.gpus_per_node, " GPUs"));
+  }
+  return RingSeconds(c.op, c.group_size, c.bytes, link);
+}
+
+absl::StatusOr<ComputeParts> ComputeBreakdown(const RoleWork& role,
+                                              const HardwareProfile& profile) {
+  ComputeParts parts;
+  for (const GemmWork& g : role.gemms) {
+    absl::StatusOr<double> t = profile.GemmSeconds(g);
+    if (!t.ok()) return t.status();
+    parts.gemm_s += *t;
+  }
+  for (const OtherWork& o : role.others) {
+    absl::StatusOr<double> t = profile.OtherSeconds(o);
+    if (!t.ok()) return t.status();
+    parts.other_s += *t;
+  }
+  parts.overhead_s = role.op_count * profile.op_overhead_s;
+  return parts;
+}
+
+absl::StatusOr<double> ComputeSeconds(const RoleWork& role, const HardwareProfile& profile) {
+  absl::StatusOr<ComputeParts> parts = ComputeBreakdown(role, profile);
+  if (!parts.ok()) return parts.status();
+  return parts->total();
+}
+
+absl::StatusOr<double> PipelineSeconds(const PipelineSpec& spec,
+                                       const std::vector<double>& forward_s,
+                                       const std::vector<double>& backward_s, double boundary_s,
+                                       double* bubble) {
+  absl::StatusOr<Schedule> schedule = ParseSchedule(spec.schedule);
+  if (!schedule.ok()) return schedule.status();
+  absl::StatusOr<Timetable> tt = MakeTimetable(*schedule, spec.stages, spec.microbatches);
+  if (!tt.ok()) return tt.status();
+  if (static_cast<int>(forward_s.size()) != spec.stages ||
+      static_cast<int>(backward_s.size()) != spec.stages) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline times for ", forward_s.size(),
+                                                   " stages; the pipeline has ", spec.stages));
+  }
+  double total = 0, busy = 0;
+  for (int t = 0; t < tt->num_ticks(); ++t) {
+    double tick = 0;
+    bool moved = false;
+    for (int s = 0; s < spec.stages; ++s) {
+      const PipeAction& a = tt->at(t, s);
+      const double d = a.kind == PipeAction::kForward    ? forward_s[s]
+                       : a.kind == PipeAction::kBackward ? backward_s[s]
+                                                         : 0.0;
+      busy += d;
+      tick = std::max(tick, d);
+      moved = moved || a.kind != PipeAction::kIdle;
+    }
+    total += tick + (moved && spec.stages > 1 ? boundary_s : 0.0);
+  }
+  if (bubble != nullptr) *bubble = total > 0 ? 1.0 - busy / (spec.stages * total) : 0.0;
+  return total;
+}
+
+absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
+                                           const MeshShape& mesh, const PipelineSpec& pipeline,
+                                           const HardwareProfile& profile) {
+  if (roles.empty()) return absl::InvalidArgumentError("no rank roles to predict");
+  const bool piped = pipeline.stages > 1 || pipeline.microbatches > 1;
+  const double stretch = Stretch(mesh, profile);
+  struct RoleTimes {
+    double compute = 0, blocking = 0, blocking_fwd = 0, overlapped = 0, boundary = 0;
+  };
+  std::vector<RoleTimes> times(roles.size());
+  StepPrediction out;
+  size_t largest = 0;
+  for (size_t i = 0; i < roles.size(); ++i) {
+    absl::StatusOr<double> c = ComputeSeconds(roles[i], profile);
+    if (!c.ok()) return c.status();
+    // A pipeline's stages idle in its bubble and leave their cores to the others: its compute
+    // is not stretched here but bounded below by the whole world's work over the cores (below).
+    times[i].compute = *c * (piped ? 1.0 : stretch);
+    for (const CollectiveWork& w : roles[i].collectives) {
+      absl::StatusOr<double> s = CollectiveSeconds(w, mesh, profile);
+      if (!s.ok()) return s.status();
+      const double secs = *s * CollectiveStretch(w, mesh, profile);
+      if (Overlappable(w)) {
+        times[i].overlapped += secs;
+      } else if (w.phase == "pp") {
+        times[i].boundary += secs;
+      } else {
+        times[i].blocking += secs;
+        if (!w.backward) times[i].blocking_fwd += secs;
+      }
+    }
+    if (roles[i].peak_bytes > roles[largest].peak_bytes) largest = i;
+  }
+  auto exposed = [&](const RoleTimes& t) {
+    const double hidden = profile.overlap * std::min(t.overlapped, t.compute);
+    return t.overlapped - hidden;
+  };
+  size_t critical = 0;
+  if (!piped) {
+    for (size_t i = 0; i < roles.size(); ++i) {
+      const double s = times[i].compute + times[i].blocking + exposed(times[i]);
+      if (s > out.step_s) {
+        out.step_s = s;
+        critical = i;
+      }
+    }
+  } else {
+    const int p = pipeline.stages, m = pipeline.microbatches;
+    std::vector<double> fwd(p, -1), bwd(p, -1);
+    double boundary = 0, after = 0;
+    for (size_t i = 0; i < roles.size(); ++i) {
+      const int s = p == 1 ? 0 : roles[i].pp_stage;
+      if (s < 0 || s >= p) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "role '", roles[i].role, "' has pipeline stage ", roles[i].pp_stage, " of ", p));
+      }
+      const RoleTimes& t = times[i];
+      const double ff = roles[i].forward_fraction;
+      fwd[s] = std::max(fwd[s], (t.compute * ff + t.blocking_fwd) / m);
+      bwd[s] = std::max(bwd[s], (t.compute * (1 - ff) + t.blocking - t.blocking_fwd) / m);
+      // Boundary transfers: a tick moves one forward and one backward activation at most.
+      const int transfers = std::max<int>(1, 2 * m);
+      boundary = std::max(boundary, t.boundary / transfers);
+      after = std::max(after, exposed(t));
+    }
+    for (int s = 0; s < p; ++s) {
+      if (fwd[s] < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("no role for pipeline stage ", s, " of ", p));
+      }
+    }
+    absl::StatusOr<double> pipe = PipelineSeconds(pipeline, fwd, bwd, boundary, &out.bubble);
+    if (!pipe.ok()) return pipe.status();
+    out.step_s = *pipe + after;
+    if (profile.cores > 0) {
+      // Shared cores: no faster than every rank's work (each stage's ranks, world / p of them)
+      // over the cores, plus the slowest stage's communication.
+      double work = 0, comm = 0;
+      for (size_t i = 0; i < roles.size(); ++i) {
+        work += times[i].compute * (mesh.world() / p);
+        comm = std::max(comm, times[i].blocking + times[i].boundary + exposed(times[i]));
+      }
+      const double bound = work / profile.cores + comm;
+      if (bound > out.step_s) {
+        out.step_s = bound;
+        out.bubble = 0;  // the idle stages' cores were busy with the others' work
+      }
+    }
+    for (size_t i = 1; i < roles.size(); ++i) {
+      if (times[i].compute > times[critical].compute) critical = i;
+    }
+  }
+  const RoleTimes& ct = times[critical];
+  out.compute_s = ct.compute;
+  if (absl::StatusOr<ComputeParts> parts = ComputeBreakdown(roles[critical], profile); parts.ok()) {
+    out.gemm_s = parts->gemm_s;
+    out.other_s = parts->other_s;
+    out.overhead_s = parts->overhead_s;
+  }
+  out.blocking_comm_s = ct.blocking + ct.boundary;
+  out.overlapped_comm_s = ct.overlapped;
+  out.exposed_comm_s = exposed(ct);
+  out.critical_role = roles[critical].role;
+  out.peak_bytes = roles[largest].peak_bytes;
+  for (const CollectiveWork& w : roles[largest].collectives) {
+    if (w.group_size <= 1) continue;
+    out.bytes_by_kind[KindKey(w)] += w.bytes;
+    absl::StatusOr<double> s = CollectiveSeconds(w, mesh, profile);
+    if (s.ok()) out.seconds_by_kind[KindKey(w)] += *s * CollectiveStretch(w, mesh, profile);
+  }
+  return out;
+}
+
+}  // namespace shardmap::planner

@@ -1,0 +1,110 @@
+// The planner's step-time model: bench/tp_model.h's TP model (compute + ring alpha-beta
+// collectives) extended to every mesh axis.
+//
+//   compute  = sum over the role's GEMMs of flops / rate(shape, dtype)      (profile.gemm)
+//            + sum over other ops of max(bytes / memory_bandwidth, flops / vector_flops)
+//              (fused attention: flops / the attention rate) + op_count * op_overhead_s
+//   comm(c)  = fitted cost of (op, group) when the profile has one, else ring alpha-beta over
+//              the link the group spans: intra-node when every member shares a node (ranks
+//              numbered in mesh order, axes outermost first, gpus_per_node consecutive ranks a
+//              node), else inter-node. all_reduce alpha + 2(n-1)/n S/B; all_gather,
+//              reduce_scatter, all_to_all alpha + (n-1)/n S/B (S the full buffer); ppermute,
+//              broadcast alpha + bytes/B; type conversions (convert, reinterpret, vary) 0.
+//   overlap  ASSUMPTION: the FSDP all_gathers / reduce_scatters and the data-parallel gradient
+//            all_reduces (phases "fsdp", "grad") run beside compute, hiding up to
+//            profile.overlap x compute of them; every other collective (tp, cp, ep, pp, norm,
+//            loss) blocks.
+//   pipeline the lockstep timetable of models/pipeline.h (MakeTimetable): each tick lasts as
+//            long as its slowest stage's forward or backward of one microbatch (compute and
+//            blocking comm of that stage / microbatches, split forward_fraction : rest), plus
+//            the boundary ppermute; bubble = idle stage-ticks / all stage-ticks, weighted by
+//            time.
+//   shared cores (profile.cores > 0, simulated CPU ranks): world ranks run on `cores` cores, so
+//            every rank's compute and collective time is stretched by max(1, world / cores)
+//            (a fitted collective, measured with its group's threads alone, by that over
+//            max(1, group / cores)). A pipeline's compute is not stretched (a stage in its bubble
+//            leaves its core to the others): its step is the timetable's time, but no less than
+//            all ranks' compute / cores + the slowest stage's communication.
+//
+//   absl::StatusOr<StepPrediction> p = PredictStep(roles, mesh, pipeline, profile);
+//   p->step_s; p->bubble; p->comm_by_kind["all_gather dp_shard"];
+#ifndef SHARDMAP_MODELS_PLANNER_COST_MODEL_H_
+#define SHARDMAP_MODELS_PLANNER_COST_MODEL_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/planner/hardware_profile.h"
+#include "models/planner/step_work.h"
+
+namespace shardmap::planner {
+
+// Axis names and sizes, outermost first (the framework's mesh order).
+struct MeshShape {
+  std::vector<std::string> axes;
+  std::vector<int> sizes;
+  int world() const;
+  int size(const std::string& axis) const;  // 1 when absent
+  std::string ToString() const;             // "dp_shard=4,tp=2" ("single" for no axes)
+};
+
+// Whether the group of ranks that differ only along `axes` crosses a node boundary (checked for
+// the groups of the first and the last rank).
+bool SpansNodes(const MeshShape& mesh, const std::vector<std::string>& axes, int gpus_per_node);
+
+// Seconds of one collective (bytes per rank, as CollectiveWork) over a group of n ranks on `link`.
+// InvalidArgument for an unknown op.
+absl::StatusOr<double> RingSeconds(const std::string& op, int n, double rank_bytes,
+                                   const Link& link);
+// The collective's seconds on this mesh and profile (fitted entry, else the ring on its link).
+absl::StatusOr<double> CollectiveSeconds(const CollectiveWork& c, const MeshShape& mesh,
+                                         const HardwareProfile& profile);
+
+struct PipelineSpec {
+  int stages = 1;
+  int microbatches = 1;
+  std::string schedule = "1f1b";  // "gpipe" or "1f1b"
+};
+
+struct StepPrediction {
+  double step_s = 0;
+  double compute_s = 0;         // the slowest role's compute (a pipeline: its stage's)
+  // Its parts, unstretched: GEMMs, the other ops, the per-op overhead.
+  double gemm_s = 0, other_s = 0, overhead_s = 0;
+  double blocking_comm_s = 0;   // tp / cp / ep / pp / norm / loss collectives on that role
+  double overlapped_comm_s = 0; // fsdp + grad collectives before overlap
+  double exposed_comm_s = 0;    // the part of those not hidden
+  double bubble = 0;            // pipeline idle fraction (0 without one)
+  double peak_bytes = 0;        // the largest role's
+  std::string critical_role;
+  // Bytes a rank moves per step by "<op> <axes>" (the largest role's), and their seconds.
+  std::map<std::string, double> bytes_by_kind, seconds_by_kind;
+};
+
+// Time of one role's compute (no sharing stretch), and its parts.
+struct ComputeParts {
+  double gemm_s = 0, other_s = 0, overhead_s = 0;
+  double total() const { return gemm_s + other_s + overhead_s; }
+};
+absl::StatusOr<ComputeParts> ComputeBreakdown(const RoleWork& role, const HardwareProfile& profile);
+absl::StatusOr<double> ComputeSeconds(const RoleWork& role, const HardwareProfile& profile);
+
+// The whole step: one role per distinct program (one without a pipeline, one per stage with one;
+// roles[i].pp_stage says which). InvalidArgument when the roles do not match the pipeline.
+absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
+                                           const MeshShape& mesh, const PipelineSpec& pipeline,
+                                           const HardwareProfile& profile);
+
+// Lockstep pipeline time from the timetable: forward_s[s] / backward_s[s] one microbatch's work
+// on stage s, boundary_s the transfer after each tick. Returns the time; *bubble the
+// time-weighted idle fraction of stage-ticks.
+absl::StatusOr<double> PipelineSeconds(const PipelineSpec& spec,
+                                       const std::vector<double>& forward_s,
+                                       const std::vector<double>& backward_s, double boundary_s,
+                                       double* bubble);
+
+}  // namespace shardmap::planner
+
+#endif  // SHARDMAP_MODELS_PLANNER_COST_MODEL_H_

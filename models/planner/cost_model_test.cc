@@ -1,0 +1,143 @@
+#include "models/planner/cost_model.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+
+namespace shardmap::planner {
+namespace {
+
+HardwareProfile Node() {
+  HardwareProfile p;
+  p.name = "test";
+  p.gpus_per_node = 4;
+  p.memory_bytes = 100;
+  p.memory_bandwidth = 1e9;
+  p.gemm[DType::kF32] = {{1, 1e9}};
+  p.intra = {1e-5, 1e9};
+  p.inter = {1e-4, 1e8};
+  return p;
+}
+
+TEST(RingSecondsTest, MatchesHandCalculations) {
+  const Link link{2e-6, 100e9};
+  // all_reduce of 1 GB over 8: alpha + 2 * 7/8 * 1e9 / 1e11 = 2e-6 + 0.0175
+  EXPECT_NEAR(*RingSeconds("all_reduce", 8, 1e9, link), 2e-6 + 0.0175, 1e-12);
+  // reduce_scatter of a 1 GB input over 4: alpha + 3/4 * 1e9 / 1e11
+  EXPECT_NEAR(*RingSeconds("reduce_scatter", 4, 1e9, link), 2e-6 + 0.0075, 1e-12);
+  // all_gather: each rank contributes 0.25 GB of a 1 GB output over 4: the same as reduce_scatter
+  EXPECT_NEAR(*RingSeconds("all_gather", 4, 0.25e9, link), 2e-6 + 0.0075, 1e-12);
+  EXPECT_NEAR(*RingSeconds("all_to_all", 4, 1e9, link), 2e-6 + 0.0075, 1e-12);
+  EXPECT_NEAR(*RingSeconds("ppermute", 2, 1e9, link), 2e-6 + 0.01, 1e-12);
+  EXPECT_EQ(*RingSeconds("all_reduce", 1, 1e9, link), 0.0);  // no group, no cost
+  EXPECT_FALSE(RingSeconds("broadcastish", 4, 1, link).ok());
+  EXPECT_FALSE(RingSeconds("all_reduce", 4, 1, Link{0, 0}).ok());
+}
+
+TEST(SpansNodesTest, FollowsMeshOrder) {
+  // pp=2, dp=4, tp=2 on nodes of 4 GPUs: tp (stride 1) inside, dp (stride 2, span 8) across,
+  // pp (stride 8) across.
+  MeshShape m{{"pp", "dp", "tp"}, {2, 4, 2}};
+  EXPECT_FALSE(SpansNodes(m, {"tp"}, 4));
+  EXPECT_TRUE(SpansNodes(m, {"dp"}, 4));
+  EXPECT_TRUE(SpansNodes(m, {"pp"}, 4));
+  EXPECT_FALSE(SpansNodes(m, {"dp"}, 8));
+  EXPECT_TRUE(SpansNodes(m, {"pp"}, 8));
+  EXPECT_TRUE(SpansNodes(m, {"dp", "tp"}, 4));
+}
+
+TEST(CollectiveSecondsTest, PicksTheLinkAndFittedEntries) {
+  HardwareProfile p = Node();
+  MeshShape m{{"dp", "tp"}, {2, 4}};
+  CollectiveWork tp{"all_reduce", {"tp"}, 4, 1e6};
+  CollectiveWork dp{"all_reduce", {"dp"}, 2, 1e6};
+  EXPECT_NEAR(*CollectiveSeconds(tp, m, p), 1e-5 + 2 * 0.75 * 1e6 / 1e9, 1e-12);
+  EXPECT_NEAR(*CollectiveSeconds(dp, m, p), 1e-4 + 2 * 0.5 * 1e6 / 1e8, 1e-12);
+  p.fitted[{"all_reduce", 4}] = {1e-3, 1e-9};
+  EXPECT_NEAR(*CollectiveSeconds(tp, m, p), 1e-3 + 1e-3, 1e-12);
+  p.inter = {};
+  p.fitted.clear();
+  EXPECT_FALSE(CollectiveSeconds(dp, m, p).ok());  // crosses nodes, no inter link
+}
+
+TEST(PipelineSecondsTest, GpipeBubbleIsTheTextbookOne) {
+  // p = 4, m = 8, f = 1, b = 2: (m+p-1)(f+b) = 33, bubble (p-1)/(m+p-1) = 3/11.
+  double bubble = 0;
+  PipelineSpec spec{4, 8, "gpipe"};
+  EXPECT_NEAR(*PipelineSeconds(spec, {1, 1, 1, 1}, {2, 2, 2, 2}, 0, &bubble), 33, 1e-9);
+  EXPECT_NEAR(bubble, 3.0 / 11, 1e-12);
+  // A boundary transfer after every one of the 2(m+p-1) ticks.
+  EXPECT_NEAR(*PipelineSeconds(spec, {1, 1, 1, 1}, {2, 2, 2, 2}, 0.5, &bubble), 33 + 11, 1e-9);
+}
+
+TEST(PipelineSecondsTest, OneFOneBInLockstep) {
+  // Equal forward and backward: 2(m+p-1) ticks of 1, the same bubble as GPipe.
+  double bubble = 0;
+  PipelineSpec spec{4, 8, "1f1b"};
+  EXPECT_NEAR(*PipelineSeconds(spec, {1, 1, 1, 1}, {1, 1, 1, 1}, 0, &bubble), 22, 1e-9);
+  EXPECT_NEAR(bubble, 3.0 / 11, 1e-12);
+  // b = 2f: ticks that mix a forward and a backward last a backward, so lockstep 1F1B takes at
+  // least GPipe's time.
+  EXPECT_GE(*PipelineSeconds(spec, {1, 1, 1, 1}, {2, 2, 2, 2}, 0, &bubble), 33 - 1e-9);
+  // One stage: accumulation, no bubble.
+  EXPECT_NEAR(*PipelineSeconds({1, 4, "1f1b"}, {1}, {2}, 0, &bubble), 12, 1e-9);
+  EXPECT_NEAR(bubble, 0, 1e-12);
+  EXPECT_FALSE(PipelineSeconds({4, 8, "zigzag"}, {1, 1, 1, 1}, {1, 1, 1, 1}, 0, &bubble).ok());
+  EXPECT_FALSE(PipelineSeconds({4, 8, "1f1b"}, {1, 1}, {1, 1}, 0, &bubble).ok());
+}
+
+TEST(PredictStepTest, ComputePlusBlockingPlusExposedOverlap) {
+  HardwareProfile p = Node();
+  p.gpus_per_node = 8;
+  p.overlap = 0.5;
+  RoleWork w;
+  w.gemms.push_back({.m = 100, .n = 100, .k = 50});  // 1e6 flops at 1e9 = 1 ms
+  w.others.push_back({"gelu", DType::kF32, 0, 1e6});  // 1e6 bytes at 1e9 = 1 ms
+  w.op_count = 10;
+  p.op_overhead_s = 1e-4;                              // 1 ms
+  w.collectives.push_back({"all_reduce", {"tp"}, 4, 1e6, false, "tp"});         // 1.51 ms
+  w.collectives.push_back({"reduce_scatter", {"dp_shard"}, 2, 8e6, true, "fsdp"});  // 4.01 ms
+  MeshShape m{{"dp_shard", "tp"}, {2, 4}};
+  absl::StatusOr<StepPrediction> s = PredictStep({w}, m, {}, p);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_NEAR(s->compute_s, 3e-3, 1e-12);
+  EXPECT_NEAR(s->blocking_comm_s, 1.51e-3, 1e-12);
+  EXPECT_NEAR(s->overlapped_comm_s, 4.01e-3, 1e-12);
+  // overlap 0.5 hides half of min(comm, compute) = 1.5 ms.
+  EXPECT_NEAR(s->exposed_comm_s, 4.01e-3 - 1.5e-3, 1e-12);
+  EXPECT_NEAR(s->step_s, 3e-3 + 1.51e-3 + 2.51e-3, 1e-12);
+  EXPECT_DOUBLE_EQ(s->bytes_by_kind.at("reduce_scatter dp_shard"), 8e6);
+  // Shared cores: 8 ranks on 2 cores run 4x slower.
+  p.cores = 2;
+  absl::StatusOr<StepPrediction> shared = PredictStep({w}, m, {}, p);
+  EXPECT_NEAR(shared->step_s, 4 * s->step_s, 1e-12);
+}
+
+TEST(PredictStepTest, PipelineUsesTheSlowestStagePerTick) {
+  HardwareProfile p = Node();
+  RoleWork a, b;
+  a.pp_stage = 0;
+  b.pp_stage = 1;
+  a.gemms.push_back({.m = 100, .n = 100, .k = 150});  // 3 ms: 1 fwd + 2 bwd
+  b.gemms.push_back({.m = 100, .n = 100, .k = 300});  // 6 ms: 2 fwd + 4 bwd
+  MeshShape m{{"pp"}, {2}};
+  PipelineSpec spec{2, 1, "gpipe"};
+  absl::StatusOr<StepPrediction> s = PredictStep({a, b}, m, spec, p);
+  ASSERT_TRUE(s.ok()) << s.status();
+  // m = 1: F0 on stage 0 (1), F0 on stage 1 (2), B0 on 1 (4), B0 on 0 (2): 9 ms.
+  EXPECT_NEAR(s->step_s, 9e-3, 1e-12);
+  EXPECT_NEAR(s->bubble, 1 - 9.0 / 18, 1e-12);
+  // On one shared core the two stages' 9 ms of work run one after the other, bubble or not:
+  // max(timetable 9 ms, (3 + 6) / 1) = 9 ms; with 4 microbatches the timetable is
+  // F ticks 0.25 0.5 0.5 0.5 0.5, B ticks 1 1 1 1 0.5: 6.75 ms, but the work is still 9 ms.
+  p.cores = 1;
+  EXPECT_NEAR(PredictStep({a, b}, m, {2, 4, "gpipe"}, p)->step_s, 9e-3, 1e-12);
+  p.cores = 0;
+  EXPECT_NEAR(PredictStep({a, b}, m, {2, 4, "gpipe"}, p)->step_s, 6.75e-3, 1e-12);
+  EXPECT_FALSE(PredictStep({a}, m, spec, p).ok());  // stage 1 missing
+  b.pp_stage = 5;
+  EXPECT_FALSE(PredictStep({a, b}, m, spec, p).ok());
+}
+
+}  // namespace
+}  // namespace shardmap::planner

@@ -1,0 +1,102 @@
+// A hardware profile for the planner: GEMM rates by shape and dtype, memory per GPU, the memory
+// bandwidth of the non-GEMM ops, a per-op launch overhead, and the links inside and between
+// nodes. Shipped profiles live in models/profiles/ (h100_node, h200_node, with their sources);
+// a profile can also be measured: from a `tp_bench --device=cuda --profile_out=FILE` run
+// (FromTpBenchProfile), or on this CPU (planner/measure_cpu.h).
+//
+//   absl::StatusOr<HardwareProfile> p = LoadHardwareProfile("h100_node");   // or a file path
+//   double s = p->GemmSeconds({.m = 8192, .n = 8192, .k = 8192, .dtype = DType::kBF16});
+//
+// Text format: one record per line, fields separated by spaces, '#' starts a comment.
+//   name <word>                       source <free text> (any number of lines)
+//   gpus_per_node <n>                 memory_bytes <bytes per GPU>
+//   memory_reserved_bytes <bytes>     (CUDA context, allocator slack: not for tensors)
+//   memory_bandwidth <bytes/s>        achieved by the non-GEMM (elementwise, norm) ops
+//   vector_flops <flop/s>             non-GEMM arithmetic rate (0: those ops are bandwidth-bound)
+//   attention <dtype> <flop/s>        fused attention's rate (default: the largest GEMM rate)
+//   op_overhead_s <seconds>           fixed cost per op (kernel launch / dispatch)
+//   peak_flops <dtype> <flop/s>       the MFU denominator
+//   gemm <dtype> <min_dim> <flop/s>   achieved rate of a GEMM whose smallest of m, n, k is
+//                                     min_dim; log-linear between points, clamped outside
+//   link <intra|inter> <alpha_s> <busbw bytes/s>    ring alpha-beta (nccl-tests busbw)
+//   collective <op> <group_size> <alpha_s> <seconds_per_byte>   a fitted cost (per rank bytes)
+//                                     that replaces the ring formula for that op and size
+//   overlap <fraction 0..1>           of the FSDP / gradient collectives hidden under compute
+//   cores <n>                         ranks share n cores (simulated CPU ranks); 0: a device each
+#ifndef SHARDMAP_MODELS_PLANNER_HARDWARE_PROFILE_H_
+#define SHARDMAP_MODELS_PLANNER_HARDWARE_PROFILE_H_
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/planner/step_work.h"
+#include "tensor/dtype.h"
+
+namespace shardmap::bench {
+struct GpuProfile;
+}
+
+namespace shardmap::planner {
+
+struct Link {
+  double alpha_s = 0;  // per collective step latency
+  double busbw = 0;    // bytes/s
+};
+
+struct FittedCollective {
+  double alpha_s = 0, seconds_per_byte = 0;
+};
+
+struct HardwareProfile {
+  std::string name;
+  std::vector<std::string> sources;
+  int gpus_per_node = 1;
+  double memory_bytes = 0, memory_reserved_bytes = 0;
+  double memory_bandwidth = 0;
+  double op_overhead_s = 0;
+  double vector_flops = 0;
+  std::map<DType, double> attention;
+  std::map<DType, double> peak_flops;
+  std::map<DType, std::vector<std::pair<double, double>>> gemm;  // (min_dim, flop/s), sorted
+  Link intra, inter;
+  std::map<std::pair<std::string, int>, FittedCollective> fitted;  // (op, group_size)
+  double overlap = 0;
+  double cores = 0;
+
+  // Seconds of one GEMM work item at the profile's rate for its shape (its count included).
+  // NotFound naming the dtype when the profile has no gemm points for it.
+  absl::StatusOr<double> GemmSeconds(const GemmWork& g) const;
+  // Seconds of non-GEMM ops (see the format above).
+  absl::StatusOr<double> OtherSeconds(const OtherWork& o) const;
+  double UsableMemory() const { return memory_bytes - memory_reserved_bytes; }
+  // The profile's lines (ParseHardwareProfile reads them back).
+  std::string ToText() const;
+};
+
+// InvalidArgument naming the line number, the line and what was expected; a profile missing
+// memory_bytes, memory_bandwidth, a gemm point or the intra link is refused, naming the key.
+absl::StatusOr<HardwareProfile> ParseHardwareProfile(std::string_view text);
+
+// A shipped profile by name ("h100_node", "h200_node", "cpu_reference") or a profile file's path.
+// NotFound listing the shipped names for anything else.
+absl::StatusOr<HardwareProfile> LoadHardwareProfile(const std::string& name_or_path);
+std::vector<std::string> ShippedProfileNames();
+
+// A profile from a tp_bench GPU profile file (bench/tp_model_gpu.h's format): GEMM rates from its
+// gemm lines (by smallest dimension), the intra link from its `link` all_reduce lines when it has
+// them; everything else (memory, inter-node link, peaks) from `base`.
+absl::StatusOr<HardwareProfile> FromTpBenchProfile(const bench::GpuProfile& measured,
+                                                   HardwareProfile base);
+
+// Google Benchmark JSON from collectives_bench (in-process rows): fits seconds = alpha +
+// bytes * seconds_per_byte per (op, ranks) and stores them as `collective` entries of `base`.
+// InvalidArgument when the JSON is not a benchmark report or has no usable rows.
+absl::StatusOr<HardwareProfile> WithCollectivesBench(std::string_view json, HardwareProfile base);
+
+}  // namespace shardmap::planner
+
+#endif  // SHARDMAP_MODELS_PLANNER_HARDWARE_PROFILE_H_

@@ -1,0 +1,137 @@
+#include "models/planner/hardware_profile.h"
+
+#include "absl/strings/match.h"
+#include "bench/tp_model_gpu.h"
+#include "gtest/gtest.h"
+
+namespace shardmap::planner {
+namespace {
+
+constexpr char kMinimal[] = R"(# a comment
+name tiny
+source somewhere
+memory_bytes 1e9
+memory_bandwidth 1e10   # trailing comment
+gemm f32 16 1e9
+gemm f32 256 4e9
+link intra 1e-6 1e9
+)";
+
+TEST(HardwareProfileTest, ShippedProfilesParseWithSources) {
+  for (const char* name : {"h100_node", "h200_node"}) {
+    absl::StatusOr<HardwareProfile> p = LoadHardwareProfile(name);
+    ASSERT_TRUE(p.ok()) << name << ": " << p.status();
+    EXPECT_EQ(p->name, name);
+    EXPECT_GE(p->sources.size(), 3u);
+    EXPECT_EQ(p->gpus_per_node, 8);
+    EXPECT_GT(p->inter.busbw, 0);
+    EXPECT_LT(p->inter.busbw, p->intra.busbw);
+    EXPECT_GT(p->peak_flops.at(DType::kBF16), 9e14);
+  }
+  EXPECT_GT(LoadHardwareProfile("h200_node")->memory_bytes,
+            LoadHardwareProfile("h100_node")->memory_bytes);
+}
+
+TEST(HardwareProfileTest, UnknownProfileNamesTheShippedOnes) {
+  absl::StatusOr<HardwareProfile> p = LoadHardwareProfile("tpu_v9");
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "h100_node")) << p.status();
+}
+
+TEST(HardwareProfileTest, GemmRateInterpolatesLogLinearlyAndClamps) {
+  absl::StatusOr<HardwareProfile> p = ParseHardwareProfile(kMinimal);
+  ASSERT_TRUE(p.ok()) << p.status();
+  // min dim 64 is halfway between 16 and 256 in log2: rate 2.5e9.
+  GemmWork g{.m = 64, .n = 1000, .k = 1000};
+  EXPECT_NEAR(*p->GemmSeconds(g), g.flops() / 2.5e9, 1e-12);
+  GemmWork small{.m = 2, .n = 2, .k = 2, .count = 3};
+  EXPECT_NEAR(*p->GemmSeconds(small), 48 / 1e9, 1e-18);
+  GemmWork big{.batch = 2, .m = 1000, .n = 1000, .k = 1000};
+  EXPECT_NEAR(*p->GemmSeconds(big), 4e9 / 4e9, 1e-12);
+  GemmWork bf{.m = 8, .n = 8, .k = 8, .dtype = DType::kBF16};
+  EXPECT_TRUE(absl::StrContains(p->GemmSeconds(bf).status().message(), "no GEMM rate for bf16"));
+}
+
+TEST(HardwareProfileTest, OtherOpsAreBandwidthOrFlopBound) {
+  HardwareProfile p = *ParseHardwareProfile(kMinimal);
+  EXPECT_NEAR(*p.OtherSeconds({"gelu", DType::kF32, 1e9, 1e10}), 1.0, 1e-12);
+  p.vector_flops = 1e8;
+  EXPECT_NEAR(*p.OtherSeconds({"gelu", DType::kF32, 1e9, 1e10}), 10.0, 1e-12);
+  OtherWork attn{"attention", DType::kF32, 4e9, 0, true};
+  EXPECT_NEAR(*p.OtherSeconds(attn), 1.0, 1e-12);  // the largest GEMM rate
+  p.attention[DType::kF32] = 2e9;
+  EXPECT_NEAR(*p.OtherSeconds(attn), 2.0, 1e-12);
+}
+
+TEST(HardwareProfileTest, RoundTripsThroughText) {
+  HardwareProfile p = *LoadHardwareProfile("h100_node");
+  p.fitted[{"all_reduce", 4}] = {1e-5, 2e-10};
+  absl::StatusOr<HardwareProfile> q = ParseHardwareProfile(p.ToText());
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->ToText(), p.ToText());
+}
+
+TEST(HardwareProfileTest, ErrorsNameTheLineOrTheMissingKey) {
+  auto err = [](const std::string& text) {
+    return std::string(ParseHardwareProfile(text).status().message());
+  };
+  EXPECT_TRUE(absl::StrContains(err(std::string(kMinimal) + "gemm f32 x 1\n"),
+                                "line 9 'gemm f32 x 1': expected 'gemm <dtype>"));
+  EXPECT_TRUE(absl::StrContains(err(std::string(kMinimal) + "warp_speed 9\n"), "line 9"));
+  EXPECT_TRUE(absl::StrContains(err(std::string(kMinimal) + "gemm q8 16 1e9\n"), "line 9"));
+  EXPECT_TRUE(absl::StrContains(err(std::string(kMinimal) + "overlap 1.5\n"), "fraction"));
+  EXPECT_TRUE(absl::StrContains(err(std::string(kMinimal) + "link intra 1e-6 -1\n"), "line 9"));
+  EXPECT_TRUE(absl::StrContains(err(std::string(kMinimal) + "memory_bytes nan\n"), "line 9"));
+  EXPECT_TRUE(absl::StrContains(err("memory_bytes 1\n"), "no 'name' line"));
+  EXPECT_TRUE(absl::StrContains(err("name a\nmemory_bandwidth 1\n"), "no 'memory_bytes'"));
+  EXPECT_TRUE(absl::StrContains(err("name a\nmemory_bytes 1\ngemm f32 1 1\nlink intra 0 1\n"),
+                                "no 'memory_bandwidth'"));
+  EXPECT_TRUE(absl::StrContains(err("name a\nmemory_bytes 1\nmemory_bandwidth 1\nlink intra 0 1\n"),
+                                "no 'gemm'"));
+  EXPECT_TRUE(absl::StrContains(err("name a\nmemory_bytes 1\nmemory_bandwidth 1\ngemm f32 1 1\n"),
+                                "no 'link intra'"));
+  EXPECT_TRUE(absl::StrContains(
+      err(std::string(kMinimal) + "memory_reserved_bytes 2e9\n"), "memory_reserved_bytes >="));
+}
+
+TEST(HardwareProfileTest, FromTpBenchProfileTakesMeasuredGemmsAndLinks) {
+  absl::StatusOr<bench::GpuProfile> m = bench::ParseGpuProfile(
+      "device Test GPU\n"
+      "gemm bf16 1 4096 4096 4096 2e-4\n"    // 1.37e12 flops / 2e-4 s = 6.87e14
+      "gemm bf16 1 4096 1024 4096 1e-4\n"    // min dim 1024: 3.4e14
+      "link all_reduce 8 1000000 2e-5\n"
+      "link all_reduce 8 100000000 5e-4\n");
+  ASSERT_TRUE(m.ok()) << m.status();
+  absl::StatusOr<HardwareProfile> p = FromTpBenchProfile(*m, *LoadHardwareProfile("h100_node"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->name, "h100_node_measured");
+  ASSERT_EQ(p->gemm.at(DType::kBF16).size(), 2u);
+  EXPECT_NEAR(p->gemm.at(DType::kBF16)[1].second, 2.0 * 4096 * 4096 * 4096 / 2e-4, 1e3);
+  EXPECT_NEAR(p->gemm.at(DType::kBF16)[0].first, 1024, 0);
+  EXPECT_NE(p->intra.busbw, 360e9);  // fitted from the link lines
+  EXPECT_TRUE(absl::StrContains(p->sources.back(), "Test GPU"));
+  EXPECT_FALSE(FromTpBenchProfile(bench::GpuProfile{}, *p).ok());
+}
+
+TEST(HardwareProfileTest, CollectivesBenchJsonBecomesFittedCosts) {
+  const std::string json = R"({"context": {}, "benchmarks": [
+    {"name": "all_reduce/backend:in_process/world:4/bytes:1000", "real_time": 110, "time_unit": "us"},
+    {"name": "all_reduce/backend:in_process/world:4/bytes:101000", "real_time": 210, "time_unit": "us"},
+    {"name": "all_gather/backend:in_process/world:2/bytes:2000", "real_time": 10, "time_unit": "us"},
+    {"name": "all_gather/backend:in_process/world:2/bytes:4000", "real_time": 20, "time_unit": "us"},
+    {"name": "all_reduce/backend:gloo/world:4/bytes:1000", "real_time": 9999, "time_unit": "us"},
+    {"name": "BM_Memcpy/4096", "real_time": 1, "time_unit": "us"}]})";
+  absl::StatusOr<HardwareProfile> p = WithCollectivesBench(json, *ParseHardwareProfile(kMinimal));
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->fitted.size(), 2u);
+  const FittedCollective ar = p->fitted.at({"all_reduce", 4});
+  EXPECT_NEAR(ar.alpha_s, 109e-6, 1e-9);  // 110 us less 1000 bytes at 1 ns
+  EXPECT_NEAR(ar.seconds_per_byte, 1e-9, 1e-15);
+  // all_gather: bytes per rank = bytes / world: 1000 and 2000 bytes -> 10 us and 20 us.
+  EXPECT_NEAR(p->fitted.at({"all_gather", 2}).seconds_per_byte, 1e-8, 1e-14);
+  EXPECT_FALSE(WithCollectivesBench("not json", *p).ok());
+  EXPECT_FALSE(WithCollectivesBench(R"({"benchmarks": []})", *p).ok());
+}
+
+}  // namespace
+}  // namespace shardmap::planner

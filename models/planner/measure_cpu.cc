@@ -1,0 +1,208 @@
+#include "models/planner/measure_cpu.h"
+
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "autograd/value_and_grad.h"
+#include "bench/tp_model.h"
+#include "collectives/in_process.h"
+#include "shardmap/context.h"
+#include "shardmap/ops.h"
+#include "tensor/op_counter.h"
+#include "tensor/ops/elementwise.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/random.h"
+
+namespace shardmap::planner {
+
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The best (smallest) per-call seconds of `fn` over `trials` timings of `reps` calls: the
+// machine is shared, and the fastest sample is the least disturbed one.
+template <typename F>
+double BestSeconds(int trials, int reps, F&& fn) {
+  fn();  // warm-up
+  double best = 1e30;
+  for (int t = 0; t < trials; ++t) {
+    const double t0 = Now();
+    for (int r = 0; r < reps; ++r) fn();
+    best = std::min(best, (Now() - t0) / reps);
+  }
+  return best;
+}
+
+double GemmRate(int64_t dim) {
+  const int64_t m = std::max<int64_t>(dim, 1024);
+  Tensor a = RandomNormal({m, dim}, 1, 0, 1, DType::kF32);
+  Tensor b = RandomNormal({dim, dim}, 2, 0, 1, DType::kF32);
+  const double flops = 2.0 * m * dim * dim;
+  const int reps = static_cast<int>(std::clamp(2e8 / flops, 1.0, 200.0));
+  return flops / BestSeconds(3, reps, [&] { (void)Matmul(a, b); });
+}
+
+// GEMM throughput (flop/s summed over threads) with n threads at once.
+double ConcurrentGemmRate(int n) {
+  const int64_t d = 128, m = 1024;
+  const double flops = 2.0 * m * d * d;
+  const int reps = 40;
+  std::barrier sync(n);
+  std::vector<double> wall(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      Tensor a = RandomNormal({m, d}, 1 + i, 0, 1, DType::kF32);
+      Tensor b = RandomNormal({d, d}, 7 + i, 0, 1, DType::kF32);
+      (void)Matmul(a, b);
+      sync.arrive_and_wait();
+      const double t0 = Now();
+      for (int r = 0; r < reps; ++r) (void)Matmul(a, b);
+      wall[i] = Now() - t0;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return n * flops * reps / *std::max_element(wall.begin(), wall.end());
+}
+
+// Seconds per op of a chain of tiny typed ops, forward and tape backward, per op counted.
+double OpOverhead() {
+  SingleRankContext one{Mesh()};
+  Value x = Value::Replicated(RandomNormal({4}, 3, 0, 1, DType::kF32));
+  auto f = [](const std::vector<Value>& p) {
+    Value y = p[0];
+    for (int i = 0; i < 20; ++i) y = y * p[0] + 1.0;
+    return sum(y, {});
+  };
+  int64_t ops = 0;
+  {
+    OpCounter counter;
+    (void)value_and_grad(f, {x});
+    ops = static_cast<int64_t>(counter.ops().size());
+  }
+  const double s = BestSeconds(5, 20, [&] { (void)value_and_grad(f, {x}); });
+  return s / std::max<int64_t>(1, ops);
+}
+
+// Mean seconds of one collective (rank bytes per rank) over g in-process ranks.
+absl::StatusOr<double> CollectiveSeconds(const std::string& op, int g, size_t rank_bytes) {
+  const size_t count = std::max<size_t>(g, rank_bytes / 4 / g * g);
+  double best = 1e30;
+  const int reps = 6;
+  absl::Status s = collectives::RunInProcess(g, [&](collectives::Communicator& c) {
+    std::vector<float> in(count * g, 1.0f), out(count * g, 0.0f);
+    std::vector<std::pair<int, int>> ring;
+    for (int r = 0; r < g; ++r) ring.emplace_back(r, (r + 1) % g);
+    for (int r = 0; r < reps + 1; ++r) {
+      if (absl::Status st = c.Barrier(); !st.ok()) return st;
+      const double t0 = Now();
+      absl::Status st;
+      using collectives::DataType;
+      if (op == "all_reduce") {
+        st = c.AllReduce(in.data(), out.data(), count, DataType::kF32, collectives::ReduceOp::kSum);
+      } else if (op == "all_gather") {
+        st = c.AllGather(in.data(), out.data(), count, DataType::kF32);
+      } else if (op == "reduce_scatter") {
+        st = c.ReduceScatter(in.data(), out.data(), count / g, DataType::kF32,
+                             collectives::ReduceOp::kSum);
+      } else if (op == "all_to_all") {
+        st = c.AllToAll(in.data(), out.data(), count / g, DataType::kF32);
+      } else {
+        st = c.Ppermute(in.data(), out.data(), count, DataType::kF32, ring);
+      }
+      if (!st.ok()) return st;
+      if (absl::Status b = c.Barrier(); !b.ok()) return b;
+      if (c.rank() == 0 && r > 0) best = std::min(best, Now() - t0);
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return best;  // the least disturbed call: the machine may be shared
+}
+
+}  // namespace
+
+absl::StatusOr<HardwareProfile> MeasureCpuProfile(const CpuMeasureOptions& o) {
+  HardwareProfile p;
+  p.name = "cpu_measured";
+  p.sources.push_back(absl::StrCat("measured on this machine by MeasureCpuProfile (",
+                                   std::thread::hardware_concurrency(), " hardware threads)"));
+  p.gpus_per_node = 1 << 20;  // every simulated rank shares one memory: one node
+  p.memory_bytes = o.memory_bytes;
+  p.overlap = 0;  // in-process collectives run inline on the rank's thread
+  p.op_overhead_s = OpOverhead();
+  for (int64_t d : {8, 16, 32, 64, 128, 256, 512}) {
+    p.gemm[DType::kF32].emplace_back(static_cast<double>(d), GemmRate(d));
+  }
+  p.peak_flops[DType::kF32] = p.gemm[DType::kF32].back().second;
+  {
+    const int64_t n = int64_t{1} << 22;
+    Tensor a = RandomNormal({n}, 4, 0, 1, DType::kF32), b = RandomNormal({n}, 5, 0, 1, DType::kF32);
+    p.memory_bandwidth = 3.0 * 4 * n / BestSeconds(3, 5, [&] { (void)Add(a, b); });
+    SingleRankContext one{Mesh()};
+    Value x = Value::Replicated(a);
+    // GELU (tanh): 8 flops per element as the OpCounter counts it.
+    p.vector_flops = 8.0 * n / BestSeconds(3, 3, [&] { (void)gelu(x); });
+  }
+  p.cores = SampleLoad(o.threads_for_cores).cores;
+  p.intra = {1e-5, p.memory_bandwidth / 2};  // unused where a fit exists
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ppermute"}) {
+    for (int g = 2; o.collectives && g <= o.max_group; g *= 2) {
+      std::vector<double> xs, ys;
+      for (size_t bytes : {size_t{16} << 10, size_t{256} << 10, size_t{2} << 20}) {
+        absl::StatusOr<double> s = CollectiveSeconds(op, g, bytes);
+        if (!s.ok()) return s.status();
+        xs.push_back(static_cast<double>(bytes));
+        ys.push_back(*s);
+      }
+      const bench::AlphaBeta ab = bench::FitAlphaBeta(xs, ys);
+      p.fitted[{op, g}] = {std::max(0.0, ab.alpha_s), std::max(0.0, ab.seconds_per_byte)};
+    }
+  }
+  p.sources.push_back(absl::StrFormat("effective cores %.2f (GEMM throughput of %d threads / 1)",
+                                      p.cores, o.threads_for_cores));
+  return p;
+}
+
+LoadSample SampleLoad(int threads) {
+  // Best of 3 each (a single sample on a shared machine can be off by 2x either way), and no more
+  // cores than the hardware has.
+  LoadSample s;
+  double many = 0;
+  for (int i = 0; i < 3; ++i) {
+    s.gemm_rate = std::max(s.gemm_rate, ConcurrentGemmRate(1));
+    many = std::max(many, ConcurrentGemmRate(threads));
+  }
+  const double hw = std::max(1u, std::thread::hardware_concurrency());
+  s.cores = std::clamp(many / s.gemm_rate, 1.0, std::min<double>(threads, hw));
+  return s;
+}
+
+HardwareProfile AtLoad(const HardwareProfile& profile, const LoadSample& then,
+                       const LoadSample& now) {
+  HardwareProfile p = profile;
+  const double f = now.gemm_rate / then.gemm_rate;
+  for (auto& [d, pts] : p.gemm) {
+    for (auto& pt : pts) pt.second *= f;
+  }
+  for (auto& [d, r] : p.peak_flops) r *= f;
+  p.memory_bandwidth *= f;
+  p.vector_flops *= f;
+  p.op_overhead_s /= f;
+  for (auto& [k, c] : p.fitted) {
+    c.alpha_s /= f;
+    c.seconds_per_byte /= f;
+  }
+  p.cores = now.cores;
+  return p;
+}
+
+}  // namespace shardmap::planner

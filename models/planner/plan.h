@@ -1,0 +1,124 @@
+// The parallelism planner: which mix of FSDP, TP(+SP), PP, CP and EP to run for a GPT on N GPUs.
+// It enumerates the meshes that divide the problem, profiles each (one shape-only step per rank
+// role, models/gpt_shape_only.h), predicts its step time with planner/cost_model.h on a hardware
+// profile, and ranks them; every mesh it does not rank is listed with the reason.
+//
+//   PlanRequest req;
+//   req.config = GptConfig{.layers = 32, .d_model = 4096, .heads = 32, .vocab = 50304,
+//                          .seq = 4096, .dtype = DType::kF32, .compute = DType::kBF16};
+//   req.global_batch = 512;
+//   req.gpus = 64;
+//   absl::StatusOr<HardwareProfile> hw = LoadHardwareProfile("h100_node");
+//   absl::StatusOr<Plan> plan = PlanGpt(req, *hw, ShapeOnlyProfiler());
+//   std::cout << FormatPlan(*plan, /*top=*/15);
+//
+// Enumeration: every factorisation gpus = pp x (data) x ep x cp x tp with
+//   data    dp (DDP), dp_shard (FSDP) or dp_replicate x dp_shard (HSDP, each > 1);
+//   tp      with and without SP, inside a node unless tp_across_nodes;
+//   pp      each schedule, microbatches = pp x {1, 2, 4, 8} (what the batch divides);
+//   cp, ep  (ep only with MoE);
+// then the framework's own checks (GptLayout::Create, CheckTrainOptions: e.g. no cp or MoE
+// under a pipeline) and the batch's divisibility refuse what cannot run, and a lower bound on
+// memory (parameters, gradients and AdamW state perfectly sharded) refuses what never fits,
+// before anything is profiled.
+#ifndef SHARDMAP_MODELS_PLANNER_PLAN_H_
+#define SHARDMAP_MODELS_PLANNER_PLAN_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/gpt_model.h"
+#include "models/planner/cost_model.h"
+#include "models/planner/hardware_profile.h"
+#include "models/planner/step_work.h"
+
+namespace shardmap::planner {
+
+struct PlanRequest {
+  GptConfig config;
+  int64_t global_batch = 8;  // sequences per optimizer step
+  int gpus = 1;
+  int gpus_per_node = 0;     // 0: the profile's
+  bool tp_across_nodes = false;
+  std::vector<std::string> schedules = {"1f1b", "gpipe"};
+  std::vector<int> microbatch_factors = {1, 2, 4, 8};  // microbatches = pp x factor
+  bool sp_variants = true;
+  int max_pp = 0, max_cp = 0;  // largest pp / cp to enumerate (0: any)   // with tp: both with and without SP
+  // Only these meshes (empty: enumerate), each "AXES [+sp] [SCHEDULE/mMICROBATCHES] [gaN]",
+  // the parts separated by spaces or ':', e.g. "pp=2,dp_shard=4 1f1b/m8", "dp=2,tp=2:+sp".
+  std::vector<std::string> only_meshes;
+  // Told after each shape-only profile (done, total); for progress lines.
+  std::function<void(int done, int total)> progress;
+};
+
+// One mesh and how it runs.
+struct Candidate {
+  MeshShape mesh;
+  bool sp = false;
+  PipelineSpec pipeline;
+  // Gradient accumulation without a pipeline (TrainOptions::grad_accum): the local batch in
+  // this many microsteps. PlanGpt raises it (powers of two) until the activations fit.
+  int grad_accum = 1;
+  std::string Name() const;  // "pp=2,dp_shard=4,tp=8 +sp 1f1b/m8", "dp_shard=64 ga4"
+};
+
+struct PlanRow {
+  Candidate candidate;
+  StepPrediction prediction;
+  double tokens_per_s = 0;
+  double mfu = 0;            // model FLOPs / (step x gpus x peak of the compute dtype)
+  bool fits = false;
+};
+
+struct Refusal {
+  std::string candidate;
+  std::string reason;
+};
+
+struct Plan {
+  std::vector<PlanRow> rows;        // fitting meshes, fastest first
+  std::vector<Refusal> refused;     // everything else, with the reason
+  int candidates = 0, profiled = 0;
+  double profile_seconds = 0;       // wall time spent in the shape-only runs
+  double model_flops_per_step = 0;
+  double parameters = 0;
+  std::string profile_name;
+  double usable_memory = 0;
+  int gpus = 0, gpus_per_node = 0;
+  int64_t tokens_per_step = 0;
+};
+
+using Profiler =
+    std::function<absl::StatusOr<std::vector<RoleWork>>(const Candidate&, const PlanRequest&)>;
+
+// The candidates the request enumerates; what fails the cheap checks goes to *refused.
+// InvalidArgument for a request that cannot be planned at all (gpus < 1, gpus not whole nodes,
+// batch < 1, a malformed only_meshes entry).
+absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& req,
+                                                           const HardwareProfile& hw,
+                                                           std::vector<Refusal>* refused);
+
+// Parameters of the model (global), and the FLOPs of one step: 6 N tokens (N without wpe, MoE
+// experts counted topk/experts) + 12 layers d seq tokens (attention scores, fwd + bwd).
+double ModelParameters(const GptConfig& cfg);
+double ModelFlopsPerStep(const GptConfig& cfg, int64_t batch);
+
+// Plans: profiles each candidate, predicts it, ranks. FailedPrecondition when nothing runs
+// (every mesh refused) or nothing fits (naming the smallest memory need and what to change).
+absl::StatusOr<Plan> PlanGpt(const PlanRequest& req, const HardwareProfile& hw,
+                             const Profiler& profiler);
+
+// The ranked table (top rows; <= 0: all), the collectives of the best rows, and the refusals.
+std::string FormatPlan(const Plan& plan, int top, bool list_refusals = true);
+
+// "mesh=..." parse for only_meshes: a Candidate with sp / schedule / microbatches. Without a
+// pipeline, a candidate that does not fit is profiled again with gradient accumulation (the
+// fewest microsteps, a power of two, that the activations' estimate says fit; then checked).
+absl::StatusOr<Candidate> ParseCandidate(const std::string& mesh, bool sp,
+                                         const std::string& schedule, int microbatches);
+
+}  // namespace shardmap::planner
+
+#endif  // SHARDMAP_MODELS_PLANNER_PLAN_H_

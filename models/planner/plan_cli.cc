@@ -1,0 +1,127 @@
+#include "models/planner/plan_cli.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/tp_model_gpu.h"
+#include "models/planner/measure_cpu.h"
+#include "models/planner/shape_only_source.h"
+
+namespace shardmap::planner {
+
+namespace {
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(what, " '", path, "': cannot open the file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+absl::StatusOr<HardwareProfile> ResolveProfile(const PlanCliOptions& cli) {
+  absl::StatusOr<HardwareProfile> p = cli.profile == "measure"
+                                          ? MeasureCpuProfile(CpuMeasureOptions{})
+                                          : LoadHardwareProfile(cli.profile);
+  if (!p.ok()) return p.status();
+  if (!cli.tp_bench_profile.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(cli.tp_bench_profile, "--tp_bench_profile");
+    if (!text.ok()) return text.status();
+    absl::StatusOr<bench::GpuProfile> m = bench::ParseGpuProfile(*text);
+    if (!m.ok()) return m.status();
+    p = FromTpBenchProfile(*m, *std::move(p));
+    if (!p.ok()) return p.status();
+  }
+  if (!cli.collectives_bench.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(cli.collectives_bench, "--collectives_bench");
+    if (!text.ok()) return text.status();
+    p = WithCollectivesBench(*text, *std::move(p));
+  }
+  return p;
+}
+
+absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOptions& cli,
+                                     const std::string& own) {
+  absl::StatusOr<HardwareProfile> hw = ResolveProfile(cli);
+  if (!hw.ok()) return hw.status();
+  // A GPU profile (ranks with a device each): profile the attention a CUDA run would take. The
+  // shape-only steps run on the meta device, where ResolveAttentionPath picks the materialised
+  // scores; on CUDA it takes the fused kernel for head_dim <= 128 (models/gpt_layers.h).
+  if (hw->cores == 0 && std::getenv("SHARDMAP_ATTENTION") == nullptr &&
+      request.config.head_dim() <= 128) {
+    setenv("SHARDMAP_ATTENTION", "fused", 0);
+  }
+  const Profiler profiler =
+      ShapeOnlyProfiler(cli.shape_only_on_cpu ? Device::Cpu() : Device::Meta());
+  absl::StatusOr<Plan> plan = PlanGpt(request, *hw, profiler);
+  if (!plan.ok()) return plan.status();
+  std::string text = FormatPlan(*plan, cli.top, cli.list_refusals);
+  if (own.empty()) return text;
+  for (size_t i = 0; i < plan->rows.size(); ++i) {
+    const PlanRow& r = plan->rows[i];
+    if (r.candidate.Name() == own) {
+      absl::StrAppend(&text, absl::StrFormat(
+                                 "\nthis run's mesh %s ranks %zu of %zu: predicted %.4g s/step "
+                                 "(%.3gx the best, %s)\n",
+                                 own, i + 1, plan->rows.size(), r.prediction.step_s,
+                                 r.prediction.step_s / plan->rows[0].prediction.step_s,
+                                 plan->rows[0].candidate.Name()));
+      return text;
+    }
+  }
+  for (const Refusal& r : plan->refused) {
+    if (r.candidate == own) {
+      absl::StrAppend(&text, "\nthis run's mesh ", own, " was refused: ", r.reason, "\n");
+      return text;
+    }
+  }
+  PlanRequest one = request;
+  one.only_meshes = {own};
+  absl::StatusOr<Plan> mine = PlanGpt(one, *hw, profiler);
+  if (!mine.ok()) {
+    absl::StrAppend(&text, "\nthis run's mesh ", own, ": ", mine.status().message(), "\n");
+  } else {
+    const PlanRow& r = mine->rows[0];
+    size_t rank = 0;
+    while (rank < plan->rows.size() && plan->rows[rank].prediction.step_s < r.prediction.step_s) {
+      ++rank;
+    }
+    absl::StrAppend(&text, absl::StrFormat(
+                               "\nthis run's mesh %s (not enumerated): predicted %.4g s/step, "
+                               "would rank %zu of %zu\n",
+                               own, r.prediction.step_s, rank + 1, plan->rows.size() + 1));
+  }
+  return text;
+}
+
+absl::StatusOr<std::string> PlanForTrainRun(const GptLayout& layout, int64_t batch,
+                                            int64_t microbatches, const std::string& schedule,
+                                            PlanCliOptions cli, int gpus_per_node) {
+  PlanRequest req;
+  req.config = layout.config();
+  req.global_batch = batch;
+  req.gpus = layout.mesh().size();
+  req.gpus_per_node = gpus_per_node > 0 ? gpus_per_node : req.gpus;
+  if (cli.profile.empty()) cli.profile = "measure";
+  // Models a CPU trains are small: their shape-only steps may run the real ops on zeros (exact
+  // as well, and independent of which ops the meta device covers).
+  if (ModelParameters(req.config) < 50e6) cli.shape_only_on_cpu = true;
+  Candidate own;
+  for (int i = 0; i < layout.mesh().num_axes(); ++i) {
+    own.mesh.axes.push_back(layout.mesh().axis_names()[i]);
+    own.mesh.sizes.push_back(layout.mesh().axis_size(i));
+  }
+  own.sp = layout.tp().sp;
+  own.pipeline = {layout.pp_ways(), static_cast<int>(microbatches), schedule};
+  absl::StatusOr<std::string> text = PlanText(req, cli, own.Name());
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("--plan: ", text.status().message()));
+  }
+  return text;
+}
+
+}  // namespace shardmap::planner

@@ -1,0 +1,46 @@
+// What plan_gpt and `train_gpt --plan` share: resolving the hardware profile from the command
+// line's choices, and the plan's text with a given run's own mesh placed in the ranking.
+//
+//   PlanCliOptions cli{.profile = "h100_node", .top = 15};
+//   absl::StatusOr<std::string> text = PlanText(request, cli, /*own=*/"dp_shard=8,tp=8 +sp");
+#ifndef SHARDMAP_MODELS_PLANNER_PLAN_CLI_H_
+#define SHARDMAP_MODELS_PLANNER_PLAN_CLI_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "models/planner/hardware_profile.h"
+#include "models/planner/plan.h"
+
+namespace shardmap::planner {
+
+struct PlanCliOptions {
+  // A shipped profile's name, a profile file, or "measure" (this CPU, now: simulated ranks).
+  std::string profile = "h100_node";
+  std::string tp_bench_profile;    // tp_bench --profile_out file: GEMM rates and the intra link
+  std::string collectives_bench;   // collectives_bench --benchmark_format=json output
+  bool shape_only_on_cpu = false; // run the shape-only steps on CPU tensors (small models)
+  int top = 20;
+  bool list_refusals = true;
+};
+
+absl::StatusOr<HardwareProfile> ResolveProfile(const PlanCliOptions& cli);
+
+// The plan (FormatPlan) and, when `own` names a candidate (Candidate::Name's form, e.g.
+// "pp=2,dp=2 1f1b/m4"), where it ranks or why it was refused. With a GPU profile (cores 0) and
+// head_dim <= 128 the shape-only steps take the fused attention a CUDA run takes
+// (SHARDMAP_ATTENTION=fused unless already set: the meta device would resolve to the
+// materialised scores). A mesh the enumeration did not list is profiled on its own.
+absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOptions& cli,
+                                     const std::string& own = "");
+
+// `train_gpt --plan`: the plan for a training run's own model, batch and world size (every mesh
+// of layout.mesh().size() ranks, gpus_per_node 0: all of them on one node), with the run's mesh
+// placed in it. cli.profile "" means "measure" (simulated CPU ranks).
+absl::StatusOr<std::string> PlanForTrainRun(const GptLayout& layout, int64_t batch,
+                                            int64_t microbatches, const std::string& schedule,
+                                            PlanCliOptions cli, int gpus_per_node = 0);
+
+}  // namespace shardmap::planner
+
+#endif  // SHARDMAP_MODELS_PLANNER_PLAN_CLI_H_

@@ -1,0 +1,234 @@
+#include "models/planner/plan.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace shardmap::planner {
+namespace {
+
+HardwareProfile Node(int gpus_per_node = 4) {
+  HardwareProfile p;
+  p.name = "test_node";
+  p.gpus_per_node = gpus_per_node;
+  p.memory_bytes = 1e12;
+  p.memory_bandwidth = 1e9;
+  p.gemm[DType::kF32] = {{1, 1e9}};
+  p.peak_flops[DType::kF32] = 2e9;
+  p.intra = {1e-6, 1e9};
+  p.inter = {1e-5, 1e8};
+  return p;
+}
+
+PlanRequest Small(int gpus) {
+  PlanRequest r;
+  r.config = GptConfig{.layers = 2, .d_model = 16, .heads = 4, .vocab = 32, .seq = 8};
+  r.global_batch = 8;
+  r.gpus = gpus;
+  r.schedules = {"1f1b"};
+  r.microbatch_factors = {1};
+  return r;
+}
+
+// A stand-in for the shape-only run: 1 GFLOP of GEMMs split over the mesh, a tp all_reduce of
+// 1 MB per rank, memory = 1 GB / (tp x dp_shard x pp).
+Profiler FakeProfiler(double memory = 1e9) {
+  return [memory](const Candidate& c, const PlanRequest&) -> absl::StatusOr<std::vector<RoleWork>> {
+    std::vector<RoleWork> roles;
+    const int pp = c.pipeline.stages;
+    for (int s = 0; s < std::max(1, pp); ++s) {
+      RoleWork w;
+      w.pp_stage = pp > 1 || c.pipeline.microbatches > 1 ? s : -1;
+      const int64_t k = 1000000 / c.mesh.world();
+      w.gemms.push_back({.m = 1, .n = 500, .k = k});
+      const int tp = c.mesh.size("tp");
+      if (tp > 1) w.collectives.push_back({"all_reduce", {"tp"}, tp, 1e6, false, "tp"});
+      w.peak_bytes = memory / (tp * c.mesh.size("dp_shard") * pp);
+      roles.push_back(w);
+    }
+    return roles;
+  };
+}
+
+bool Refused(const Plan& p, const std::string& name, const std::string& why) {
+  for (const Refusal& r : p.refused) {
+    if (r.candidate == name && absl::StrContains(r.reason, why)) return true;
+  }
+  return false;
+}
+
+TEST(EnumerateTest, CountsAndRefusalsOnFourGpus) {
+  std::vector<Refusal> refused;
+  absl::StatusOr<std::vector<Candidate>> c = EnumerateCandidates(Small(4), Node(), &refused);
+  ASSERT_TRUE(c.ok()) << c.status();
+  // pp=1: tp=1 {dp=4, dp_shard=4, dp_replicate=2 x dp_shard=2, cp=2 x {dp, dp_shard}, cp=4} = 6,
+  //       tp=2 x {no sp, sp} x {dp=2, dp_shard=2, cp=2} = 6, tp=4 x {no sp, sp} = 2;
+  // pp=2: {dp=2, dp_shard=2, cp=2} + tp=2 x 2 = 5; pp=4: 1. 20 in all; pp=2,cp=2 (no cp under a
+  // pipeline) and pp=4 (4 stages for 2 layers) refused.
+  EXPECT_EQ(c->size() + refused.size(), 20u);
+  EXPECT_EQ(c->size(), 18u);
+  ASSERT_EQ(refused.size(), 2u);
+  Plan p;
+  p.refused = refused;
+  EXPECT_TRUE(Refused(p, "pp=2,cp=2 1f1b/m2", "cp"));
+  EXPECT_TRUE(Refused(p, "pp=4 1f1b/m4", "layers"));
+  for (const Candidate& x : *c) EXPECT_EQ(x.mesh.world(), 4) << x.Name();
+  // Every (mesh, sp) pair once.
+  std::vector<std::string> names;
+  for (const Candidate& x : *c) names.push_back(x.Name());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(std::unique(names.begin(), names.end()), names.end());
+}
+
+TEST(EnumerateTest, TpStaysInsideANodeUnlessAsked) {
+  PlanRequest r = Small(8);
+  r.config.heads = 8;
+  std::vector<Refusal> refused;
+  ASSERT_TRUE(EnumerateCandidates(r, Node(4), &refused).ok());
+  Plan p;
+  p.refused = refused;
+  EXPECT_TRUE(Refused(p, "tp=8", "spans more than a node of 4"));
+  r.tp_across_nodes = true;
+  refused.clear();
+  absl::StatusOr<std::vector<Candidate>> c = EnumerateCandidates(r, Node(4), &refused);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(std::any_of(c->begin(), c->end(), [](const Candidate& x) { return x.Name() == "tp=8"; }));
+}
+
+TEST(EnumerateTest, MaxPpAndCpLimitTheEnumeration) {
+  PlanRequest r = Small(4);
+  r.max_pp = 1;
+  r.max_cp = 2;
+  std::vector<Refusal> refused;
+  absl::StatusOr<std::vector<Candidate>> c = EnumerateCandidates(r, Node(), &refused);
+  ASSERT_TRUE(c.ok());
+  // 18 + 2 refused without limits; less every pp (5 + 1) and cp=4 (1).
+  EXPECT_EQ(c->size() + refused.size(), 13u);
+  for (const Candidate& x : *c) {
+    EXPECT_EQ(x.mesh.size("pp"), 1);
+    EXPECT_LE(x.mesh.size("cp"), 2);
+  }
+}
+
+TEST(EnumerateTest, BadRequestsGetClearErrors) {
+  std::vector<Refusal> refused;
+  PlanRequest r = Small(0);
+  EXPECT_TRUE(absl::StrContains(EnumerateCandidates(r, Node(), &refused).status().message(),
+                                "--gpus 0 must be >= 1"));
+  r = Small(6);  // 1.5 nodes of 4
+  EXPECT_TRUE(absl::StrContains(EnumerateCandidates(r, Node(), &refused).status().message(),
+                                "not a whole number of nodes"));
+  r = Small(4);
+  r.global_batch = 0;
+  EXPECT_FALSE(EnumerateCandidates(r, Node(), &refused).ok());
+  r = Small(4);
+  r.only_meshes = {"dp=2,tp=4"};  // 8 ranks for 4 GPUs: the mesh does not divide
+  EXPECT_TRUE(absl::StrContains(EnumerateCandidates(r, Node(), &refused).status().message(),
+                                "must multiply to the GPU count"));
+  r.only_meshes = {"dp=2,tp=2 +xp"};
+  EXPECT_TRUE(absl::StrContains(EnumerateCandidates(r, Node(), &refused).status().message(),
+                                "neither +sp"));
+  r.only_meshes = {"qq=4"};
+  EXPECT_TRUE(absl::StrContains(EnumerateCandidates(r, Node(), &refused).status().message(),
+                                "unknown axis"));
+}
+
+TEST(EnumerateTest, OnlyMeshesTakesSpAndPipeline) {
+  PlanRequest r = Small(4);
+  r.only_meshes = {"pp=2,dp=2 gpipe/m4", "dp=2,tp=2 +sp"};
+  std::vector<Refusal> refused;
+  absl::StatusOr<std::vector<Candidate>> c = EnumerateCandidates(r, Node(), &refused);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->size(), 2u);
+  EXPECT_EQ((*c)[0].pipeline.schedule, "gpipe");
+  EXPECT_EQ((*c)[0].pipeline.microbatches, 4);
+  EXPECT_TRUE((*c)[1].sp);
+  // A mesh the model does not divide is refused with the layout's reason.
+  r.only_meshes = {"tp=4"};
+  r.config.heads = 2;
+  refused.clear();
+  c = EnumerateCandidates(r, Node(), &refused);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->empty());
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(refused[0].reason, "heads")) << refused[0].reason;
+}
+
+TEST(PlanTest, RanksByPredictedStepTime) {
+  absl::StatusOr<Plan> p = PlanGpt(Small(4), Node(), FakeProfiler());
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->rows.size(), 18u);
+  for (size_t i = 1; i < p->rows.size(); ++i) {
+    EXPECT_LE(p->rows[i - 1].prediction.step_s, p->rows[i].prediction.step_s);
+  }
+  // Without tp the fake work has no communication: those meshes come first.
+  EXPECT_EQ(p->rows[0].candidate.mesh.size("tp"), 1) << p->rows[0].candidate.Name();
+  EXPECT_GT(p->rows.back().candidate.mesh.size("tp"), 1);
+  const PlanRow& best = p->rows[0];
+  EXPECT_NEAR(best.tokens_per_s, 64 / best.prediction.step_s, 1e-6);
+  EXPECT_NEAR(best.mfu, p->model_flops_per_step / (best.prediction.step_s * 4 * 2e9), 1e-12);
+  const std::string text = FormatPlan(*p, 5);
+  EXPECT_TRUE(absl::StrContains(text, "18 ranked, 2 refused")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "... 13 more ranked meshes")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "refused (2):")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "  pp=4 1f1b/m4: pipeline: 2 layers")) << text;
+}
+
+TEST(PlanTest, MemoryThatDoesNotFitIsRefused) {
+  HardwareProfile hw = Node();
+  hw.memory_bytes = 3e9;
+  hw.memory_reserved_bytes = 0.5e9;  // 2.5 GB usable: only meshes sharding 4 ways fit 4 GB
+  absl::StatusOr<Plan> p = PlanGpt(Small(4), hw, FakeProfiler(4e9));
+  ASSERT_TRUE(p.ok()) << p.status();
+  for (const PlanRow& r : p->rows) {
+    EXPECT_LE(r.prediction.peak_bytes, 2.5e9) << r.candidate.Name();
+    EXPECT_TRUE(r.fits);
+  }
+  EXPECT_TRUE(Refused(*p, "dp=4", "out of memory: peak 3.7 GiB per GPU > 2.3 GiB usable"));
+  // Nothing fits: a clear error naming the smallest need.
+  hw.memory_bytes = 0.6e9;
+  absl::StatusOr<Plan> none = PlanGpt(Small(4), hw, FakeProfiler(4e9));
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(none.status().message(), "no mesh of 4 GPUs fits"))
+      << none.status();
+}
+
+TEST(PlanTest, MemoryLowerBoundRefusesBeforeProfiling) {
+  PlanRequest r = Small(4);
+  r.config.d_model = 4096;
+  r.config.heads = 32;
+  r.config.vocab = 4096;
+  HardwareProfile hw = Node();
+  hw.memory_bytes = 3e9;  // 2 layers of d 4096: 420M parameters, 6.7 GB of f32 state
+  int calls = 0;
+  Profiler counting = [&](const Candidate& c, const PlanRequest& q) {
+    ++calls;
+    return FakeProfiler(1e6)(c, q);
+  };
+  absl::StatusOr<Plan> p = PlanGpt(r, hw, counting);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(Refused(*p, "dp=4", "memory never fits"));
+  EXPECT_EQ(calls, p->profiled);
+  EXPECT_LT(calls, p->candidates - 2);
+}
+
+TEST(PlanTest, ProfilerErrorsBecomeRefusals) {
+  Profiler failing = [](const Candidate& c, const PlanRequest& q) -> absl::StatusOr<std::vector<RoleWork>> {
+    if (c.mesh.size("cp") > 1) return absl::UnimplementedError("no cp here");
+    return FakeProfiler()(c, q);
+  };
+  absl::StatusOr<Plan> p = PlanGpt(Small(4), Node(), failing);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(Refused(*p, "cp=4", "shape-only run: no cp here"));
+}
+
+TEST(ModelTest, ParametersAndFlopsOfGpt2Small) {
+  GptConfig c{.layers = 12, .d_model = 768, .heads = 12, .vocab = 50257, .seq = 1024};
+  EXPECT_EQ(ModelParameters(c), 124439808.0);  // Hugging Face's count for gpt2
+  const double n = 124439808.0 - 1024 * 768;
+  EXPECT_DOUBLE_EQ(ModelFlopsPerStep(c, 2), 6 * n * 2048 + 12.0 * 12 * 768 * 1024 * 2048);
+}
+
+}  // namespace
+}  // namespace shardmap::planner

@@ -1,0 +1,114 @@
+#include "models/planner/shape_only_source.h"
+
+#include <algorithm>
+
+#include "gtest/gtest.h"
+
+namespace shardmap::planner {
+namespace {
+
+TEST(ToRoleWorkTest, ConvertsAStepProfile) {
+  StepProfile p;
+  p.role = "pp stage 0 (first)";
+  p.ranks_like_this = {0, 1};
+  p.gemms.push_back({.batch = 2, .m = 8, .n = 16, .k = 4, .dtype = DType::kBF16, .count = 3});
+  p.ops.push_back({"matmul", DType::kBF16, 3, 2.0 * 2 * 8 * 16 * 4 * 3, 1000});
+  p.ops.push_back({"layer_norm", DType::kF32, 2, 800, 4000});
+  p.ops.push_back({"causal_attention", DType::kBF16, 1, 5000, 100});
+  p.collectives.push_back({"all_gather", {"dp_shard"}, 4, 1024, DType::kF32, false, "forward"});
+  p.collectives.push_back({"reduce_scatter", {"dp_shard"}, 4, 4096, DType::kF32, true, "backward"});
+  p.collectives.push_back({"all_reduce", {"tp"}, 2, 512, DType::kBF16, false, "forward"});
+  p.collectives.push_back({"ppermute", {"pp"}, 2, 256, DType::kBF16, false, "forward"});
+  p.collectives.push_back({"all_reduce", {"dp"}, 2, 8192, DType::kF32, false, "optimizer"});
+  p.collectives.push_back({"all_reduce", {"pp", "dp"}, 4, 8, DType::kF64, false, "optimizer"});
+  p.collectives.push_back({"all_reduce", {"dp"}, 2, 8, DType::kF64, false, "optimizer"});
+  p.collectives.push_back({"all_to_all", {"ep"}, 2, 64, DType::kF32, false, "forward"});
+  p.collectives.push_back({"ppermute", {"cp"}, 2, 64, DType::kF32, true, "backward"});
+  p.peak_bytes = 1 << 20;
+  p.activation_peak_bytes = 1 << 19;
+  p.parameter_bytes = 100;
+  RoleWork w = ToRoleWork(p, 0);
+  EXPECT_EQ(w.role, "pp stage 0 (first)");
+  EXPECT_EQ(w.ranks, 2);
+  EXPECT_EQ(w.pp_stage, 0);
+  ASSERT_EQ(w.gemms.size(), 1u);
+  EXPECT_EQ(w.gemms[0].count, 3);
+  EXPECT_DOUBLE_EQ(w.gemm_flops(), 2.0 * 2 * 8 * 16 * 4 * 3);
+  EXPECT_EQ(w.op_count, 6);  // every op, GEMMs included
+  ASSERT_EQ(w.others.size(), 2u);  // matmul is priced by its shape
+  EXPECT_FALSE(w.others[0].attention);
+  EXPECT_TRUE(w.others[1].attention);
+  std::vector<std::string> phases;
+  for (const CollectiveWork& c : w.collectives) phases.push_back(c.phase);
+  EXPECT_EQ(phases, (std::vector<std::string>{"fsdp", "fsdp", "tp", "pp", "grad", "tied", "norm",
+                                              "ep", "cp"}));
+  EXPECT_DOUBLE_EQ(w.peak_bytes, 1 << 20);
+  EXPECT_DOUBLE_EQ(w.activation_peak_bytes, 1 << 19);
+}
+
+PlanRequest Tiny(int gpus) {
+  PlanRequest r;
+  r.config = GptConfig{.layers = 2, .d_model = 16, .heads = 4, .vocab = 32, .seq = 8};
+  r.global_batch = 8;
+  r.gpus = gpus;
+  return r;
+}
+
+TEST(ShapeOnlyProfilerTest, FsdpTpSpMeshOnMeta) {
+  absl::StatusOr<Candidate> c = ParseCandidate("dp_shard=2,tp=2", /*sp=*/true, "1f1b", 1);
+  ASSERT_TRUE(c.ok());
+  absl::StatusOr<std::vector<RoleWork>> roles = ShapeOnlyProfiler()(*c, Tiny(4));
+  ASSERT_TRUE(roles.ok()) << roles.status();
+  ASSERT_EQ(roles->size(), 1u);
+  const RoleWork& w = (*roles)[0];
+  EXPECT_EQ(w.pp_stage, -1);
+  EXPECT_GT(w.gemm_flops(), 0);
+  EXPECT_GT(w.peak_bytes, w.param_bytes);
+  auto has = [&](const std::string& op, const std::string& phase) {
+    return std::any_of(w.collectives.begin(), w.collectives.end(), [&](const CollectiveWork& x) {
+      return x.op == op && x.phase == phase;
+    });
+  };
+  EXPECT_TRUE(has("all_gather", "fsdp"));
+  EXPECT_TRUE(has("reduce_scatter", "fsdp"));
+  EXPECT_TRUE(has("all_gather", "tp"));      // SP entering a TP region
+  EXPECT_TRUE(has("reduce_scatter", "tp"));  // and leaving it
+}
+
+TEST(ShapeOnlyProfilerTest, PipelineRolesCoverEveryStageOnCpuAndMetaAlike) {
+  absl::StatusOr<Candidate> c = ParseCandidate("pp=2,dp=2", false, "gpipe", 4);
+  ASSERT_TRUE(c.ok());
+  absl::StatusOr<std::vector<RoleWork>> meta = ShapeOnlyProfiler(Device::Meta())(*c, Tiny(4));
+  absl::StatusOr<std::vector<RoleWork>> cpu = ShapeOnlyProfiler(Device::Cpu())(*c, Tiny(4));
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ASSERT_EQ(meta->size(), 2u);
+  std::vector<int> stages;
+  for (const RoleWork& w : *meta) stages.push_back(w.pp_stage);
+  std::sort(stages.begin(), stages.end());
+  EXPECT_EQ(stages, (std::vector<int>{0, 1}));
+  for (size_t i = 0; i < meta->size(); ++i) {
+    EXPECT_DOUBLE_EQ((*meta)[i].gemm_flops(), (*cpu)[i].gemm_flops());
+    EXPECT_DOUBLE_EQ((*meta)[i].peak_bytes, (*cpu)[i].peak_bytes);
+    EXPECT_EQ((*meta)[i].collectives.size(), (*cpu)[i].collectives.size());
+    EXPECT_TRUE(std::any_of((*meta)[i].collectives.begin(), (*meta)[i].collectives.end(),
+                            [](const CollectiveWork& x) { return x.phase == "pp"; }));
+  }
+  // And the cost model takes them: a pipeline with a bubble.
+  HardwareProfile hw = *LoadHardwareProfile("h100_node");
+  absl::StatusOr<StepPrediction> p = PredictStep(*meta, c->mesh, c->pipeline, hw);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_GT(p->bubble, 0);
+}
+
+TEST(ShapeOnlyProfilerTest, FrameworkErrorsComeBack) {
+  Candidate c = *ParseCandidate("tp=4", false, "1f1b", 1);
+  PlanRequest r = Tiny(4);
+  r.config.heads = 2;
+  absl::StatusOr<std::vector<RoleWork>> roles = ShapeOnlyProfiler()(c, r);
+  EXPECT_FALSE(roles.ok());
+  EXPECT_NE(roles.status().message().find("heads"), std::string::npos) << roles.status();
+}
+
+}  // namespace
+}  // namespace shardmap::planner

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -182,8 +183,26 @@ int Main() {
     emit(absl::StrFormat(
         "The step's own GEMM shapes: %d distinct (batch, m, n, k, layouts), each timed once "
         "(best of 3) at a d = 128 GEMM rate of %.3g flop/s; each row's profile carries them "
-        "scaled by its own d = 128 rate / that.\n\n",
+        "scaled by its own d = 128 rate / that. Their measured rates against the min_dim "
+        "curve's rate for the same shape, by layout:\n\n"
+        "| layout | shapes | measured / curve: median | min | max |\n|---|---|---|---|---|\n",
         timed, exact_ref));
+    std::map<std::string, std::vector<double>> ratios;
+    HardwareProfile curve = *hw;
+    curve.gemm_exact.clear();
+    for (const auto& [k, r] : hw->gemm_exact) {
+      GemmWork g{.batch = k.batch, .m = k.m, .n = k.n, .k = k.k, .dtype = k.dtype,
+                 .trans_a = k.trans_a, .trans_b = k.trans_b};
+      const std::string layout = absl::StrCat(k.batch > 1 ? "batched " : "", k.trans_a ? "T" : "N",
+                                              k.trans_b ? "T" : "N");
+      ratios[layout].push_back(r / (g.flops() / *curve.GemmSeconds(g)));
+    }
+    for (auto& [layout, v] : ratios) {
+      std::sort(v.begin(), v.end());
+      emit(absl::StrFormat("| %s | %d | %.2f | %.2f | %.2f |\n", layout, v.size(), v[v.size() / 2],
+                           v.front(), v.back()));
+    }
+    emit("\n");
   }
   const int passes = absl::GetFlag(FLAGS_passes);
   for (int pass = 0; pass < passes; ++pass) {

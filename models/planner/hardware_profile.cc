@@ -38,6 +38,9 @@ double MinDim(const GemmWork& g) {
 
 absl::StatusOr<double> HardwareProfile::GemmSeconds(const GemmWork& g) const {
   if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0 || g.count <= 0) return 0.0;
+  if (const auto e = gemm_exact.find(GemmKey::Of(g)); e != gemm_exact.end()) {
+    return g.flops() / e->second;
+  }
   const auto it = gemm.find(g.dtype);
   if (it == gemm.end() || it->second.empty()) {
     return absl::NotFoundError(absl::StrCat("profile ", name, " has no GEMM rate for ",
@@ -90,6 +93,10 @@ std::string HardwareProfile::ToText() const {
   for (const auto& [d, f] : peak_flops) o << "peak_flops " << DTypeName(d) << " " << f << "\n";
   for (const auto& [d, pts] : gemm) {
     for (const auto& [x, r] : pts) o << "gemm " << DTypeName(d) << " " << x << " " << r << "\n";
+  }
+  for (const auto& [g, r] : gemm_exact) {
+    o << "gemm_shape " << DTypeName(g.dtype) << " " << g.batch << " " << g.m << " " << g.n << " "
+      << g.k << " " << int{g.trans_a} << " " << int{g.trans_b} << " " << r << "\n";
   }
   o << "link intra " << intra.alpha_s << " " << intra.busbw << "\n";
   if (inter.busbw > 0) o << "link inter " << inter.alpha_s << " " << inter.busbw << "\n";
@@ -162,6 +169,22 @@ absl::StatusOr<HardwareProfile> ParseHardwareProfile(std::string_view text_std) 
       auto& pts = p.gemm[*d];
       pts.emplace_back(a, b);
       std::sort(pts.begin(), pts.end());
+    } else if (key == "gemm_shape") {
+      absl::StatusOr<DType> d = f.size() == 9 ? DTypeOf(f[1]) : absl::InvalidArgumentError("");
+      double dims[6];
+      bool ok = d.ok();
+      for (int i = 0; ok && i < 6; ++i) {
+        ok = num(2 + i, &dims[i]) && dims[i] == std::floor(dims[i]) &&
+             (i < 4 ? dims[i] >= 1 : dims[i] <= 1);
+      }
+      if (!ok || !num(8, &a) || a <= 0) {
+        return bad("'gemm_shape <dtype> <batch> <m> <n> <k> (integers >= 1) <trans_a 0|1> "
+                   "<trans_b 0|1> <flop/s > 0>'");
+      }
+      GemmKey k{static_cast<int64_t>(dims[0]), static_cast<int64_t>(dims[1]),
+                static_cast<int64_t>(dims[2]), static_cast<int64_t>(dims[3]), *d,
+                dims[4] == 1, dims[5] == 1};
+      p.gemm_exact[k] = a;
     } else if (key == "link") {
       if (f.size() != 4 || (f[1] != "intra" && f[1] != "inter") || !num(2, &a) || !num(3, &b) ||
           b <= 0) {
@@ -180,7 +203,7 @@ absl::StatusOr<HardwareProfile> ParseHardwareProfile(std::string_view text_std) 
     } else {
       return bad("a key among name, source, gpus_per_node, memory_bytes, "
                  "memory_reserved_bytes, memory_bandwidth, vector_flops, op_overhead_s, peak_flops, "
-                 "attention, gemm, "
+                 "attention, gemm, gemm_shape, "
                  "link, collective, overlap, cores");
     }
   }

@@ -18,6 +18,9 @@
 //   peak_flops <dtype> <flop/s>       the MFU denominator
 //   gemm <dtype> <min_dim> <flop/s>   achieved rate of a GEMM whose smallest of m, n, k is
 //                                     min_dim; log-linear between points, clamped outside
+//   gemm_shape <dtype> <batch> <m> <n> <k> <trans_a 0|1> <trans_b 0|1> <flop/s>
+//                                     the measured rate of exactly that GEMM (count 1); it
+//                                     replaces the min_dim curve for that shape
 //   link <intra|inter> <alpha_s> <busbw bytes/s>    ring alpha-beta (nccl-tests busbw)
 //   collective <op> <group_size> <alpha_s> <seconds_per_byte>   a fitted cost (per rank bytes)
 //                                     that replaces the ring formula for that op and size
@@ -29,6 +32,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -47,6 +51,19 @@ struct Link {
   double busbw = 0;    // bytes/s
 };
 
+// One GEMM's shape exactly as it runs (GemmWork less its count): the key of a shape-exact rate.
+struct GemmKey {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  DType dtype = DType::kF32;
+  bool trans_a = false, trans_b = false;
+  static GemmKey Of(const GemmWork& g) {
+    return {g.batch, g.m, g.n, g.k, g.dtype, g.trans_a, g.trans_b};
+  }
+  auto Tie() const { return std::tie(batch, m, n, k, dtype, trans_a, trans_b); }
+  bool operator<(const GemmKey& o) const { return Tie() < o.Tie(); }
+  bool operator==(const GemmKey& o) const { return Tie() == o.Tie(); }
+};
+
 struct FittedCollective {
   double alpha_s = 0, seconds_per_byte = 0;
 };
@@ -62,13 +79,15 @@ struct HardwareProfile {
   std::map<DType, double> attention;
   std::map<DType, double> peak_flops;
   std::map<DType, std::vector<std::pair<double, double>>> gemm;  // (min_dim, flop/s), sorted
+  std::map<GemmKey, double> gemm_exact;  // flop/s of exactly that shape (measured: measure_cpu.h)
   Link intra, inter;
   std::map<std::pair<std::string, int>, FittedCollective> fitted;  // (op, group_size)
   double overlap = 0;
   double cores = 0;
 
-  // Seconds of one GEMM work item at the profile's rate for its shape (its count included).
-  // NotFound naming the dtype when the profile has no gemm points for it.
+  // Seconds of one GEMM work item at the profile's rate for its shape (its count included): the
+  // shape-exact rate when gemm_exact has the shape, else the min_dim curve. NotFound naming the
+  // dtype when the profile has neither.
   absl::StatusOr<double> GemmSeconds(const GemmWork& g) const;
   // Seconds of non-GEMM ops (see the format above).
   absl::StatusOr<double> OtherSeconds(const OtherWork& o) const;

@@ -1,6 +1,7 @@
 #include "models/planner/hardware_profile.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "bench/tp_model_gpu.h"
 #include "gtest/gtest.h"
 
@@ -50,6 +51,46 @@ TEST(HardwareProfileTest, GemmRateInterpolatesLogLinearlyAndClamps) {
   EXPECT_NEAR(*p->GemmSeconds(big), 4e9 / 4e9, 1e-12);
   GemmWork bf{.m = 8, .n = 8, .k = 8, .dtype = DType::kBF16};
   EXPECT_TRUE(absl::StrContains(p->GemmSeconds(bf).status().message(), "no GEMM rate for bf16"));
+}
+
+TEST(HardwareProfileTest, ShapeExactRateReplacesTheCurveForThatShapeOnly) {
+  HardwareProfile p = *ParseHardwareProfile(kMinimal);
+  // Curve rate for min dim 64: 2.5e9 (above). The exact entry is for the transposed-b product.
+  GemmWork nt{.batch = 2, .m = 64, .n = 1000, .k = 1000, .count = 3, .trans_b = true};
+  p.gemm_exact[GemmKey::Of(nt)] = 1e9;
+  EXPECT_NEAR(*p.GemmSeconds(nt), nt.flops() / 1e9, 1e-12);  // count 3 included
+  // Same dims, other layout, batch or dtype: the curve.
+  GemmWork nn = nt;
+  nn.trans_b = false;
+  EXPECT_NEAR(*p.GemmSeconds(nn), nn.flops() / 2.5e9, 1e-12);
+  GemmWork ta = nt;
+  ta.trans_a = true;
+  EXPECT_NEAR(*p.GemmSeconds(ta), ta.flops() / 2.5e9, 1e-12);
+  GemmWork b1 = nt;
+  b1.batch = 1;
+  EXPECT_NEAR(*p.GemmSeconds(b1), b1.flops() / 2.5e9, 1e-12);
+  GemmWork bf = nt;
+  bf.dtype = DType::kBF16;
+  EXPECT_FALSE(p.GemmSeconds(bf).ok());  // no bf16 curve, and the exact entry is f32
+  p.gemm_exact[GemmKey::Of(bf)] = 5e9;
+  EXPECT_NEAR(*p.GemmSeconds(bf), bf.flops() / 5e9, 1e-12);
+}
+
+TEST(HardwareProfileTest, ShapeExactRatesRoundTripAndBadLinesAreNamed) {
+  HardwareProfile p = *ParseHardwareProfile(kMinimal);
+  p.gemm_exact[{.batch = 16, .m = 64, .n = 64, .k = 32, .trans_b = true}] = 3.5e9;
+  p.gemm_exact[{.batch = 1, .m = 1024, .n = 384, .k = 128, .trans_a = true}] = 7.25e9;
+  absl::StatusOr<HardwareProfile> back = ParseHardwareProfile(p.ToText());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->gemm_exact, p.gemm_exact);
+  for (const char* bad : {"gemm_shape f32 1 2 3 4 0 0", "gemm_shape f32 0 2 3 4 0 0 1e9",
+                          "gemm_shape f32 1 2 3 4 2 0 1e9", "gemm_shape f32 1 2.5 3 4 0 0 1e9",
+                          "gemm_shape f32 1 2 3 4 0 0 0", "gemm_shape q8 1 2 3 4 0 0 1e9"}) {
+    absl::StatusOr<HardwareProfile> q = ParseHardwareProfile(absl::StrCat(kMinimal, bad, "\n"));
+    EXPECT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_TRUE(absl::StrContains(q.status().message(), "line 9")) << q.status();
+    EXPECT_TRUE(absl::StrContains(q.status().message(), "gemm_shape <dtype>")) << q.status();
+  }
 }
 
 TEST(HardwareProfileTest, OtherOpsAreBandwidthOrFlopBound) {

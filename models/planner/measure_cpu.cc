@@ -130,6 +130,43 @@ absl::StatusOr<double> CollectiveSeconds(const std::string& op, int g, size_t ra
 
 }  // namespace
 
+double TimeGemmShape(const GemmKey& g, int trials) {
+  // The operands as the op holds them: a^T stored [k, m], b^T stored [n, k]; batched with
+  // leading dims (rank 3), else rank 2 (a rank-2 rhs folds the lhs's leading dims into m).
+  auto dims = [&](int64_t rows, int64_t cols) {
+    return g.batch > 1 ? Shape{g.batch, rows, cols} : Shape{rows, cols};
+  };
+  Tensor a = RandomNormal(g.trans_a ? dims(g.k, g.m) : dims(g.m, g.k), 11, 0, 1, g.dtype);
+  Tensor b = RandomNormal(g.trans_b ? dims(g.n, g.k) : dims(g.k, g.n), 12, 0, 1, g.dtype);
+  const double flops = 2.0 * g.batch * g.m * g.n * g.k;
+  // About 2 ms a timing (at least one call): enough calls that the clock's resolution and one
+  // preemption do not dominate, few enough that a hundred shapes take seconds.
+  const int reps = static_cast<int>(std::clamp(5e7 / flops, 1.0, 2000.0));
+  return BestSeconds(trials, reps, [&] { (void)Matmul(a, b, g.trans_a, g.trans_b); });
+}
+
+absl::StatusOr<int> MeasureGemmShapes(const std::vector<RoleWork>& roles,
+                                      HardwareProfile* profile) {
+  if (profile == nullptr) return absl::InvalidArgumentError("MeasureGemmShapes: null profile");
+  int timed = 0;
+  for (const RoleWork& r : roles) {
+    for (const GemmWork& w : r.gemms) {
+      if (w.batch <= 0 || w.m <= 0 || w.n <= 0 || w.k <= 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "MeasureGemmShapes: role '%s' has a GEMM of batch %d, m %d, n %d, k %d; every "
+            "dimension must be >= 1",
+            r.role, w.batch, w.m, w.n, w.k));
+      }
+      const GemmKey key = GemmKey::Of(w);
+      if (profile->gemm_exact.count(key)) continue;
+      const double s = TimeGemmShape(key);
+      profile->gemm_exact[key] = 2.0 * key.batch * key.m * key.n * key.k / std::max(s, 1e-9);
+      ++timed;
+    }
+  }
+  return timed;
+}
+
 absl::StatusOr<HardwareProfile> MeasureCpuProfile(const CpuMeasureOptions& o) {
   HardwareProfile p;
   p.name = "cpu_measured";
@@ -193,6 +230,7 @@ HardwareProfile AtLoad(const HardwareProfile& profile, const LoadSample& then,
   for (auto& [d, pts] : p.gemm) {
     for (auto& pt : pts) pt.second *= f;
   }
+  for (auto& [k, r] : p.gemm_exact) r *= f;
   for (auto& [d, r] : p.peak_flops) r *= f;
   p.memory_bandwidth *= f;
   p.vector_flops *= f;

@@ -10,6 +10,8 @@
 #ifndef SHARDMAP_MODELS_PLANNER_MEASURE_CPU_H_
 #define SHARDMAP_MODELS_PLANNER_MEASURE_CPU_H_
 
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "models/planner/hardware_profile.h"
 
@@ -24,6 +26,18 @@ struct CpuMeasureOptions {
 
 absl::StatusOr<HardwareProfile> MeasureCpuProfile(const CpuMeasureOptions& options);
 
+// The rate of every distinct GEMM shape of `roles` (GemmKey: batch, m, n, k, dtype, operand
+// layouts) that profile->gemm_exact lacks, each timed once (Matmul on this thread, one BLAS
+// thread, best of 3) and stored there; GemmSeconds then prices those GEMMs at their own rate
+// rather than the min_dim curve (the step's transposed backward products and small batched
+// attention GEMMs run well off that curve on a CPU). Shapes already in the map are not timed
+// again: the profile is the cache. Returns how many shapes it timed.
+//
+//   absl::StatusOr<int> n = MeasureGemmShapes(roles, &*cpu);
+absl::StatusOr<int> MeasureGemmShapes(const std::vector<RoleWork>& roles, HardwareProfile* profile);
+// The seconds of one call of exactly that GEMM on this CPU (best of `trials`).
+double TimeGemmShape(const GemmKey& g, int trials = 3);
+
 // The machine's speed now (for machines shared with other jobs, whose load changes by the
 // minute): one thread's GEMM rate at d = 128 and the effective cores, as MeasureCpuProfile
 // measures them.
@@ -32,7 +46,7 @@ struct LoadSample {
 };
 LoadSample SampleLoad(int threads = 4);
 // `profile` (measured when the machine ran at `then`) as it would measure at `now`: its compute
-// rates scaled by now.gemm_rate / then.gemm_rate, its per-op overhead and collective costs by
+// rates (shape-exact ones too) scaled by now.gemm_rate / then.gemm_rate, its per-op overhead and collective costs by
 // the inverse, its cores now.cores.
 HardwareProfile AtLoad(const HardwareProfile& profile, const LoadSample& then,
                        const LoadSample& now);

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -154,6 +155,55 @@ int Main() {
     req.only_meshes = {row.text};
     return req;
   };
+  // The step's own GEMM shapes (every row's, forward and backward, transposed operands and
+  // batched attention products included), each timed once on this CPU: each GEMM is priced at
+  // its own measured rate. `exact_ref` is the d = 128 GEMM rate while they were timed, to put
+  // them at each row's load below.
+  double exact_ref = 0;
+  {
+    const LoadSample s0 = SampleLoad();
+    int timed = 0;
+    for (Row& row : rows) {
+      absl::StatusOr<Plan> plan = PlanGpt(request(row), *hw, ShapeOnlyProfiler(so_device));
+      if (!plan.ok()) {
+        std::cerr << "plan_validate: " << row.text << ": " << plan.status().message() << "\n";
+        return 1;
+      }
+      absl::StatusOr<std::vector<RoleWork>> roles =
+          ShapeOnlyProfiler(so_device)(plan->rows[0].candidate, request(row));
+      absl::StatusOr<int> n = roles.ok() ? MeasureGemmShapes(*roles, &*hw) : roles.status();
+      if (!n.ok()) {
+        std::cerr << "plan_validate: " << row.text << ": " << n.status().message() << "\n";
+        return 1;
+      }
+      timed += *n;
+    }
+    const LoadSample s1 = SampleLoad();
+    exact_ref = std::max(s0.gemm_rate, s1.gemm_rate);
+    emit(absl::StrFormat(
+        "The step's own GEMM shapes: %d distinct (batch, m, n, k, layouts), each timed once "
+        "(best of 3) at a d = 128 GEMM rate of %.3g flop/s; each row's profile carries them "
+        "scaled by its own d = 128 rate / that. Their measured rates against the min_dim "
+        "curve's rate for the same shape, by layout:\n\n"
+        "| layout | shapes | measured / curve: median | min | max |\n|---|---|---|---|---|\n",
+        timed, exact_ref));
+    std::map<std::string, std::vector<double>> ratios;
+    HardwareProfile curve = *hw;
+    curve.gemm_exact.clear();
+    for (const auto& [k, r] : hw->gemm_exact) {
+      GemmWork g{.batch = k.batch, .m = k.m, .n = k.n, .k = k.k, .dtype = k.dtype,
+                 .trans_a = k.trans_a, .trans_b = k.trans_b};
+      const std::string layout = absl::StrCat(k.batch > 1 ? "batched " : "", k.trans_a ? "T" : "N",
+                                              k.trans_b ? "T" : "N");
+      ratios[layout].push_back(r / (g.flops() / *curve.GemmSeconds(g)));
+    }
+    for (auto& [layout, v] : ratios) {
+      std::sort(v.begin(), v.end());
+      emit(absl::StrFormat("| %s | %d | %.2f | %.2f | %.2f |\n", layout, v.size(), v[v.size() / 2],
+                           v.front(), v.back()));
+    }
+    emit("\n");
+  }
   const int passes = absl::GetFlag(FLAGS_passes);
   for (int pass = 0; pass < passes; ++pass) {
     for (Row& row : rows) {
@@ -192,6 +242,8 @@ int Main() {
       row.measured = std::min(row.measured, *std::min_element(secs.begin() + 1, secs.end()));
       for (HardwareProfile* q : {&*before, &*after}) {
         q->fitted = hw->fitted;
+        const double f = q->gemm.at(DType::kF32)[4].second / exact_ref;
+        for (const auto& [k, r] : hw->gemm_exact) q->gemm_exact[k] = r * f;
         row.profiles.push_back(*q);
       }
       std::cerr << "plan_validate: pass " << pass + 1 << " " << row.text << " "

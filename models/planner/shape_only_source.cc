@@ -33,7 +33,7 @@ RoleWork ToRoleWork(const StepProfile& p, int stage) {
   w.pp_stage = stage;
   for (const GemmCount& g : p.gemms) {
     w.gemms.push_back({.batch = g.batch, .m = g.m, .n = g.n, .k = g.k, .dtype = g.dtype,
-                       .count = g.count});
+                       .count = g.count, .trans_a = g.trans_a, .trans_b = g.trans_b});
   }
   for (const OpTotal& o : p.ops) {
     w.op_count += o.count;

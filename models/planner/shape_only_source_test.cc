@@ -11,7 +11,8 @@ TEST(ToRoleWorkTest, ConvertsAStepProfile) {
   StepProfile p;
   p.role = "pp stage 0 (first)";
   p.ranks_like_this = {0, 1};
-  p.gemms.push_back({.batch = 2, .m = 8, .n = 16, .k = 4, .dtype = DType::kBF16, .count = 3});
+  p.gemms.push_back({.batch = 2, .m = 8, .n = 16, .k = 4, .dtype = DType::kBF16, .trans_b = true,
+                     .count = 3});
   p.ops.push_back({"matmul", DType::kBF16, 3, 2.0 * 2 * 8 * 16 * 4 * 3, 1000});
   p.ops.push_back({"layer_norm", DType::kF32, 2, 800, 4000});
   p.ops.push_back({"causal_attention", DType::kBF16, 1, 5000, 100});
@@ -33,6 +34,8 @@ TEST(ToRoleWorkTest, ConvertsAStepProfile) {
   EXPECT_EQ(w.pp_stage, 0);
   ASSERT_EQ(w.gemms.size(), 1u);
   EXPECT_EQ(w.gemms[0].count, 3);
+  EXPECT_FALSE(w.gemms[0].trans_a);
+  EXPECT_TRUE(w.gemms[0].trans_b);  // the layout travels: shape-exact rates key on it
   EXPECT_DOUBLE_EQ(w.gemm_flops(), 2.0 * 2 * 8 * 16 * 4 * 3);
   EXPECT_EQ(w.op_count, 6);  // every op, GEMMs included
   ASSERT_EQ(w.others.size(), 2u);  // matmul is priced by its shape

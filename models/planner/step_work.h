@@ -26,6 +26,7 @@ struct GemmWork {
   DType dtype = DType::kF32;
   int64_t count = 1;
   bool backward = false;
+  bool trans_a = false, trans_b = false;  // the operands' layouts as the op ran them
   double flops() const { return 2.0 * batch * m * n * k * count; }
 };
 

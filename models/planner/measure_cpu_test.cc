@@ -1,0 +1,67 @@
+#include "models/planner/measure_cpu.h"
+
+#include <cmath>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace shardmap::planner {
+namespace {
+
+HardwareProfile CurveOnly() {
+  HardwareProfile p;
+  p.name = "test";
+  p.gemm[DType::kF32] = {{8, 1e9}, {512, 1e10}};
+  return p;
+}
+
+TEST(MeasureGemmShapesTest, TimesEachDistinctShapeOnceAndPricesItsGemmsAtThatRate) {
+  RoleWork a, b;
+  a.gemms.push_back({.m = 64, .n = 96, .k = 32, .count = 4});
+  a.gemms.push_back({.m = 64, .n = 96, .k = 32, .count = 2, .backward = true, .trans_a = true});
+  a.gemms.push_back({.batch = 6, .m = 16, .n = 16, .k = 8, .trans_b = true});
+  b.gemms.push_back({.m = 64, .n = 96, .k = 32, .count = 7});  // a's first shape again
+  b.gemms.push_back({.m = 96, .n = 64, .k = 32});              // other dims
+  HardwareProfile p = CurveOnly();
+  absl::StatusOr<int> n = MeasureGemmShapes({a, b}, &p);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 4);
+  ASSERT_EQ(p.gemm_exact.size(), 4u);
+  for (const auto& [k, r] : p.gemm_exact) {
+    EXPECT_TRUE(std::isfinite(r) && r > 1e5) << r;  // any CPU does more than 0.1 Mflop/s
+  }
+  // Priced at the shape's own rate, count included.
+  const GemmWork& w = b.gemms[0];
+  EXPECT_DOUBLE_EQ(*p.GemmSeconds(w), w.flops() / p.gemm_exact.at(GemmKey::Of(w)));
+  // The profile is the cache: nothing is timed again, and the rates stay.
+  const auto before = p.gemm_exact;
+  absl::StatusOr<int> again = MeasureGemmShapes({b, a}, &p);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 0);
+  EXPECT_EQ(p.gemm_exact, before);
+}
+
+TEST(MeasureGemmShapesTest, TimeGemmShapeRunsEveryLayout) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const double s = TimeGemmShape({.batch = ta ? 1 : 3, .m = 5, .n = 7, .k = 3,
+                                      .trans_a = ta, .trans_b = tb}, 1);
+      EXPECT_TRUE(std::isfinite(s) && s > 0 && s < 1) << ta << tb << " " << s;
+    }
+  }
+}
+
+TEST(MeasureGemmShapesTest, BadInputIsRefusedWithTheRoleAndShape) {
+  RoleWork r;
+  r.role = "stage 1 of 2";
+  r.gemms.push_back({.m = 0, .n = 4, .k = 4});
+  HardwareProfile p = CurveOnly();
+  absl::StatusOr<int> n = MeasureGemmShapes({r}, &p);
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(n.status().message(), "stage 1 of 2")) << n.status();
+  EXPECT_TRUE(absl::StrContains(n.status().message(), "m 0")) << n.status();
+  EXPECT_EQ(MeasureGemmShapes({}, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shardmap::planner

@@ -13,6 +13,7 @@
 #include "collectives/nccl_communicator.h"
 #include "collectives/peer_failure_board.h"
 #include "collectives/self_communicator.h"
+#include "collectives/store_world_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -120,29 +121,9 @@ TEST(CreateNcclCommunicatorTest, RefusesANegativePeerFailureWaitOrANullStore) {
   EXPECT_EQ(CreateNcclCommunicator(std::shared_ptr<TcpStore>(), {}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
-
 // One TcpStore client per rank of a world of `n` (rank 0 serves), as the ranks' processes have.
 std::vector<std::shared_ptr<TcpStore>> Stores(int n) {
-  absl::StatusOr<int> port = PickFreePort();
-  EXPECT_TRUE(port.ok()) << port.status();
-  std::vector<std::shared_ptr<TcpStore>> stores(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      TcpStoreOptions o;
-      o.port = *port;
-      o.rank = r;
-      o.world_size = n;
-      o.token = "nccl-failure-status-test-token";
-      o.timeout = absl::Seconds(20);
-      o.shutdown_grace = absl::Milliseconds(200);
-      absl::StatusOr<std::unique_ptr<TcpStore>> s = TcpStore::Create(o);
-      EXPECT_TRUE(s.ok()) << s.status();
-      if (s.ok()) stores[r] = std::move(*s);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  return stores;
+  return testing::ConnectStoreWorld(n, "nccl-failure-status-test-token");
 }
 
 NcclCallFailure Call(int rank, int n, absl::string_view what, int64_t number, absl::Status own,

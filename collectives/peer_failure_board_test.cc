@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "collectives/internal/free_port.h"
+#include "collectives/store_world_test_util.h"
 #include "collectives/tcp_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -21,29 +22,9 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr char kToken[] = "peer-failure-board-test-token";
-
 // One TcpStore client per rank of a world of `n` (rank 0 serves).
 std::vector<std::shared_ptr<TcpStore>> Stores(int n, absl::Duration timeout = absl::Seconds(20)) {
-  absl::StatusOr<int> port = internal::PickFreePort();
-  EXPECT_TRUE(port.ok()) << port.status();
-  std::vector<std::shared_ptr<TcpStore>> stores(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      TcpStoreOptions o;
-      o.port = *port;
-      o.rank = r;
-      o.world_size = n;
-      o.token = kToken;
-      o.timeout = timeout;
-      o.shutdown_grace = absl::Milliseconds(200);
-      absl::StatusOr<std::unique_ptr<TcpStore>> s = TcpStore::Create(o);
-      EXPECT_TRUE(s.ok()) << s.status();
-      if (s.ok()) stores[r] = std::move(*s);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  return stores;
+  return testing::ConnectStoreWorld(n, kToken, timeout);
 }
 
 TEST(PeerFailureRecordTest, RoundTripsCodeRankAndAMultiLineMessage) {

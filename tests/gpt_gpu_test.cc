@@ -26,29 +26,15 @@
 #include "models/gpt.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/ops/shape_ops.h"
+#include "tests/gpu_gpt_fixture.h"
 
 namespace shardmap {
 namespace {
 
 using ::testing::HasSubstr;
 
-GptConfig Config(DType dtype, std::optional<DType> compute = std::nullopt) {
-  GptConfig c;
-  c.layers = 2;
-  c.d_model = 24;
-  c.heads = 6;
-  c.vocab = 48;
-  c.seq = 8;
-  c.dtype = dtype;
-  c.compute = compute;
-  return c;
-}
-
-std::vector<int64_t> Tokens(int64_t n, int64_t vocab) {
-  std::vector<int64_t> t(n);
-  for (int64_t i = 0; i < n; ++i) t[i] = ((i % 9) * 5 + (i / 45) % 3 + i * i % 7) % vocab;
-  return t;
-}
+using gpu_gpt_fixture::Config;
+using gpu_gpt_fixture::Tokens;
 
 TrainOptions ThreeSteps() {
   TrainOptions o;

@@ -26,6 +26,7 @@
 #include "tensor/cuda/runtime.h"
 #include "tensor/ops/elementwise.h"
 #include "tensor/ops/shape_ops.h"
+#include "tests/gpu_gpt_fixture.h"
 
 namespace shardmap {
 namespace {
@@ -35,22 +36,8 @@ using ::testing::HasSubstr;
 #define SKIP_WITHOUT_GPU() \
   if (!cuda::Available()) GTEST_SKIP() << "no usable GPU: " << cuda::UnavailableReason()
 
-GptConfig Config(DType dtype) {
-  GptConfig c;
-  c.layers = 2;
-  c.d_model = 24;
-  c.heads = 6;
-  c.vocab = 48;
-  c.seq = 8;
-  c.dtype = dtype;
-  return c;
-}
-
-std::vector<int64_t> Tokens(int64_t n, int64_t vocab) {
-  std::vector<int64_t> t(n);
-  for (int64_t i = 0; i < n; ++i) t[i] = ((i % 9) * 5 + (i / 45) % 3 + i * i % 7) % vocab;
-  return t;
-}
+using gpu_gpt_fixture::Config;
+using gpu_gpt_fixture::Tokens;
 
 // Five AdamW steps, clipping active, the lr dropping at step 3 (a replayed step).
 TrainOptions FiveSteps() {

@@ -57,20 +57,34 @@ MeshShape MakeMesh(int pp, int dp_rep, int dp_shard, int dp, int ep, int cp, int
   return m;
 }
 
-// The framework's checks for one candidate, without running anything: the layout's
-// (GptLayout::Create), the trainer's (CheckTrainOptions) and the batch's divisibility
-// (TrainGpt's rule). OK or the framework's message.
-absl::Status FrameworkChecks(const Candidate& c, const PlanRequest& req) {
+}  // namespace
+
+absl::StatusOr<GptLayout> CandidateLayout(const Candidate& c, const PlanRequest& req) {
   absl::StatusOr<Mesh> mesh = c.mesh.axes.empty() ? Mesh() : ParseMesh(c.mesh.ToString());
   if (!mesh.ok()) return mesh.status();
-  absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, req.config, c.sp);
-  if (!layout.ok()) return layout.status();
+  return GptLayout::Create(*mesh, req.config, c.sp);
+}
+
+TrainOptions CandidateTrainOptions(const Candidate& c, const PlanRequest& req) {
   TrainOptions o;
   o.batch = req.global_batch;
   o.microbatches = c.pipeline.microbatches;
   o.schedule = c.pipeline.schedule;
   o.grad_accum = c.grad_accum;
-  if (absl::Status s = CheckTrainOptions(*layout, o); !s.ok()) return s;
+  return o;
+}
+
+namespace {
+
+// The framework's checks for one candidate, without running anything: the layout's
+// (GptLayout::Create), the trainer's (CheckTrainOptions) and the batch's divisibility
+// (TrainGpt's rule). OK or the framework's message.
+absl::Status FrameworkChecks(const Candidate& c, const PlanRequest& req) {
+  absl::StatusOr<GptLayout> layout = CandidateLayout(c, req);
+  if (!layout.ok()) return layout.status();
+  if (absl::Status s = CheckTrainOptions(*layout, CandidateTrainOptions(c, req)); !s.ok()) {
+    return s;
+  }
   const int64_t m = c.pipeline.microbatches * c.grad_accum, ways = layout->batch_ways();
   if (req.global_batch % (m * ways) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -33,6 +33,7 @@
 #include "models/planner/cost_model.h"
 #include "models/planner/hardware_profile.h"
 #include "models/planner/step_work.h"
+#include "models/trainer.h"
 
 namespace shardmap::planner {
 
@@ -92,6 +93,11 @@ struct Plan {
 
 using Profiler =
     std::function<absl::StatusOr<std::vector<RoleWork>>(const Candidate&, const PlanRequest&)>;
+
+// The layout a candidate trains (its mesh, sp) and the trainer options of its step (batch,
+// pipeline schedule and microbatches, grad_accum): what the checks and the profiler both use.
+absl::StatusOr<GptLayout> CandidateLayout(const Candidate& c, const PlanRequest& req);
+TrainOptions CandidateTrainOptions(const Candidate& c, const PlanRequest& req);
 
 // The candidates the request enumerates; what fails the cheap checks goes to *refused.
 // InvalidArgument for a request that cannot be planned at all (gpus < 1, gpus not whole nodes,

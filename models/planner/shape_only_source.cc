@@ -61,15 +61,10 @@ RoleWork ToRoleWork(const StepProfile& p, int stage) {
 Profiler ShapeOnlyProfiler(Device device) {
   return [device](const Candidate& c,
                   const PlanRequest& req) -> absl::StatusOr<std::vector<RoleWork>> {
-    absl::StatusOr<Mesh> mesh = c.mesh.axes.empty() ? Mesh() : ParseMesh(c.mesh.ToString());
-    if (!mesh.ok()) return mesh.status();
-    absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, req.config, c.sp);
+    absl::StatusOr<GptLayout> layout = CandidateLayout(c, req);
     if (!layout.ok()) return layout.status();
-    TrainOptions o;
-    o.batch = req.global_batch;
-    o.microbatches = c.pipeline.microbatches;
-    o.schedule = c.pipeline.schedule;
-    o.grad_accum = c.grad_accum;
+    const Mesh* mesh = &layout->mesh();
+    const TrainOptions o = CandidateTrainOptions(c, req);
     absl::StatusOr<std::vector<GptRankRole>> ranks = GptRankRoles(*layout, o);
     if (!ranks.ok()) return ranks.status();
     std::vector<StepProfile> profiles;

@@ -243,4 +243,32 @@ HardwareProfile AtLoad(const HardwareProfile& profile, const LoadSample& then,
   return p;
 }
 
+absl::StatusOr<double> FrameworkOpSeconds(double step_s, double modelled_work_s,
+                                          int64_t op_count) {
+  if (op_count <= 0 || !(step_s > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FrameworkOpSeconds: a step of ", step_s, " s with ", op_count,
+        " ops; give a measured step time > 0 and its profile's op count > 0"));
+  }
+  return std::max(0.0, step_s - modelled_work_s) / static_cast<double>(op_count);
+}
+
+absl::StatusOr<HardwareProfile> WithStepOtherOpRate(const HardwareProfile& profile, double step_s,
+                                                    double gemm_s, double other_s,
+                                                    double overhead_s, double* slowdown) {
+  const double left = step_s - gemm_s - overhead_s;
+  if (!(other_s > 0) || !(left > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WithStepOtherOpRate: a step of ", step_s, " s with modelled GEMMs ", gemm_s,
+        " s, per-op ", overhead_s, " s and other ops ", other_s,
+        " s leaves no time for its other ops; measure a step with non-GEMM work"));
+  }
+  const double f = left / other_s;
+  HardwareProfile p = profile;
+  p.memory_bandwidth /= f;
+  p.vector_flops /= f;
+  if (slowdown != nullptr) *slowdown = f;
+  return p;
+}
+
 }  // namespace shardmap::planner

@@ -38,6 +38,28 @@ absl::StatusOr<int> MeasureGemmShapes(const std::vector<RoleWork>& roles, Hardwa
 // The seconds of one call of exactly that GEMM on this CPU (best of `trials`).
 double TimeGemmShape(const GemmKey& g, int trials = 3);
 
+// The framework's cost per recorded op, from a measured step whose ops do (almost) no work: a
+// tiny-shape GPT step goes through the same type checks, tape and value wrappers per op as the
+// real one, so (step seconds - its modelled GEMM and other-op seconds) / its op count is what
+// each recorded op costs beyond its arithmetic (a bare tensor op's op_overhead_s misses most of
+// it). InvalidArgument for a non-positive op count or step time; never below 0.
+//
+//   absl::StatusOr<double> per_op = FrameworkOpSeconds(tiny_step_s, tiny_parts, tiny_ops);
+//   profile.op_overhead_s = *per_op;
+absl::StatusOr<double> FrameworkOpSeconds(double step_s, double modelled_work_s, int64_t op_count);
+
+// The non-GEMM ops' effective speed with a step's own op mix (layer norms, softmax, GELU, AdamW,
+// cross entropy at their shapes), from one measured step: its time less the modelled GEMMs and
+// per-op cost is what its other ops took; returns `profile` with memory_bandwidth and
+// vector_flops divided by (that / their modelled seconds), so ComputeBreakdown's other_s for
+// that step equals what was measured. InvalidArgument when the parts leave no time for the
+// other ops or there are none.
+//
+//   absl::StatusOr<HardwareProfile> fit = WithStepOtherOpRate(*hw, step_s, parts);
+absl::StatusOr<HardwareProfile> WithStepOtherOpRate(const HardwareProfile& profile, double step_s,
+                                                    double gemm_s, double other_s,
+                                                    double overhead_s, double* slowdown = nullptr);
+
 // The machine's speed now (for machines shared with other jobs, whose load changes by the
 // minute): one thread's GEMM rate at d = 128 and the effective cores, as MeasureCpuProfile
 // measures them.

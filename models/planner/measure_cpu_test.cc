@@ -63,5 +63,37 @@ TEST(MeasureGemmShapesTest, BadInputIsRefusedWithTheRoleAndShape) {
   EXPECT_EQ(MeasureGemmShapes({}, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(FrameworkOpSecondsTest, ChargesTheStepLessItsArithmeticPerOp) {
+  // 1 ms step, 0.2 ms of modelled arithmetic, 400 ops: 2 us per op.
+  EXPECT_DOUBLE_EQ(*FrameworkOpSeconds(1e-3, 2e-4, 400), 2e-6);
+  // Arithmetic modelled above the step: no negative cost.
+  EXPECT_DOUBLE_EQ(*FrameworkOpSeconds(1e-3, 2e-3, 400), 0.0);
+  // Nothing to divide by, or no measured step: a clear error.
+  EXPECT_FALSE(FrameworkOpSeconds(1e-3, 0, 0).ok());
+  EXPECT_FALSE(FrameworkOpSeconds(0, 0, 10).ok());
+  EXPECT_TRUE(absl::StrContains(FrameworkOpSeconds(-1, 0, 10).status().message(), "step time"));
+}
+
+TEST(WithStepOtherOpRateTest, PricesTheStepsOtherOpsAtWhatTheyTook) {
+  HardwareProfile p = CurveOnly();
+  p.memory_bandwidth = 1e10;
+  p.vector_flops = 1e9;
+  const OtherWork bw{.flops = 1e6, .bytes = 4e7};   // 4 ms at 1e10 B/s, bandwidth-bound
+  const OtherWork alu{.flops = 4e6, .bytes = 1e3};  // 4 ms at 1e9 flop/s
+  // Step 20 ms: GEMMs 10 ms, per-op 2 ms, the other ops modelled 4 ms took 8 ms: twice as slow.
+  double f = 0;
+  absl::StatusOr<HardwareProfile> q = WithStepOtherOpRate(p, 20e-3, 10e-3, 4e-3, 2e-3, &f);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_DOUBLE_EQ(f, 2.0);
+  EXPECT_NEAR(*q->OtherSeconds(bw), 8e-3, 1e-12);
+  EXPECT_NEAR(*q->OtherSeconds(alu), 8e-3, 1e-12);
+  EXPECT_EQ(q->gemm, p.gemm);  // GEMM rates untouched
+  // No time left for the other ops, or none modelled: a clear error.
+  absl::StatusOr<HardwareProfile> bad = WithStepOtherOpRate(p, 10e-3, 10e-3, 4e-3, 2e-3);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "no time for its other ops"));
+  EXPECT_FALSE(WithStepOtherOpRate(p, 10e-3, 1e-3, 0, 0).ok());
+}
+
 }  // namespace
 }  // namespace shardmap::planner

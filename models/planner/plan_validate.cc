@@ -33,6 +33,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "models/gpt.h"
+#include "models/planner/cost_model.h"
 #include "models/planner/measure_cpu.h"
 #include "models/planner/plan.h"
 #include "models/planner/shape_only_source.h"
@@ -49,6 +50,12 @@ ABSL_FLAG(std::string, meshes,
           "dp_replicate=2,dp_shard=2;dp=2,tp=2;dp_shard=2,tp=2 +sp;tp=4;cp=2,dp=2;"
           "pp=2,dp=2 1f1b/m2;pp=4 gpipe/m4;pp=2,tp=2 +sp 1f1b/m4",
           "';'-separated meshes, plan_gpt --mesh's form");
+ABSL_FLAG(bool, framework_op_cost, true,
+          "charge each recorded op the framework's measured per-op cost (a tiny GPT step's time "
+          "over its op count) instead of a bare tensor op's");
+ABSL_FLAG(bool, step_other_rate, true,
+          "price non-GEMM ops at the speed one rank's step of the same model (a quarter of the "
+          "batch) shows for them, instead of a copy bandwidth");
 ABSL_FLAG(std::string, out, "", "also write the report here");
 ABSL_FLAG(int, passes, 2, "times each mesh is measured (the fastest kept)");
 ABSL_FLAG(std::string, shape_only_device, "cpu", "meta or cpu (plan_gpt's flag)");
@@ -118,6 +125,58 @@ int Main() {
       "## The CPU profile measured in this run\n\n```\n%s```\n\n",
       cfg.layers, cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, batch, steps, steps,
       std::thread::hardware_concurrency(), load0, hw->ToText()));
+  // The framework's cost per recorded op: a tiny-shape GPT step (the same layers, so the same
+  // kinds of ops through shardmap's type checks, the tape and value wrappers) on one rank, its
+  // time less its modelled arithmetic, over its op count.
+  double framework_op_s = 0;
+  {
+    GptConfig tiny = cfg;
+    tiny.d_model = cfg.heads * 2;
+    tiny.vocab = 16;
+    tiny.seq = 4;
+    const int64_t tiny_batch = 1, tiny_steps = 12;
+    PlanRequest req;
+    req.config = tiny;
+    req.global_batch = tiny_batch;
+    req.gpus = 1;
+    req.gpus_per_node = 1;
+    req.only_meshes = {"single"};
+    absl::StatusOr<Plan> plan = PlanGpt(req, *hw, ShapeOnlyProfiler(Device::Cpu()));
+    absl::StatusOr<std::vector<RoleWork>> roles =
+        plan.ok() ? ShapeOnlyProfiler(Device::Cpu())(plan->rows[0].candidate, req) : plan.status();
+    std::vector<int64_t> tiny_tokens((tiny_batch * tiny_steps + 1) * tiny.seq + 1);
+    for (size_t i = 0; i < tiny_tokens.size(); ++i) tiny_tokens[i] = (i * 7 + 3) % tiny.vocab;
+    TrainOptions o;
+    o.steps = tiny_steps;
+    o.batch = tiny_batch;
+    double best = 1e30;
+    o.on_step = [&](const StepInfo& st) { best = std::min(best, st.seconds); };
+    absl::StatusOr<GptLayout> layout = GptLayout::Create(Mesh(), tiny, false);
+    absl::StatusOr<TrainResult> r =
+        layout.ok() ? TrainGpt(*layout, InitGpt(tiny, 1), tiny_tokens, o) : layout.status();
+    absl::StatusOr<double> per_op = !roles.ok() ? roles.status()
+                                     : !r.ok()   ? r.status()
+                                                 : FrameworkOpSeconds(
+                                                       best,
+                                                       plan->rows[0].prediction.gemm_s +
+                                                           plan->rows[0].prediction.other_s,
+                                                       (*roles)[0].op_count);
+    if (!per_op.ok()) {
+      std::cerr << "plan_validate: framework per-op cost: " << per_op.status().message() << "\n";
+      return 1;
+    }
+    framework_op_s = *per_op;
+    emit(absl::StrFormat(
+        "Framework cost per recorded op: a tiny GPT step (%d layers, d_model %d, seq %d, batch "
+        "%d, one rank) of %lld ops took %.3f ms (best of %d), its modelled arithmetic %.3f ms: "
+        "%.3g s per op (the bare tensor op of the profile: %.3g s), charged per op below.\n\n",
+        tiny.layers, tiny.d_model, tiny.seq, tiny_batch, (long long)(*roles)[0].op_count,
+        1e3 * best, tiny_steps,
+        1e3 * (plan->rows[0].prediction.gemm_s + plan->rows[0].prediction.other_s), framework_op_s,
+        hw->op_overhead_s));
+  }
+  const double bare_op_s = hw->op_overhead_s;
+  if (absl::GetFlag(FLAGS_framework_op_cost)) hw->op_overhead_s = framework_op_s;
   std::vector<int64_t> tokens((batch * steps + 1) * cfg.seq + 1);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (i * 7919 + 13) % cfg.vocab;
   const Device so_device =
@@ -204,6 +263,51 @@ int Main() {
     }
     emit("\n");
   }
+  // The non-GEMM ops' speed with the step's own op mix: one rank's step of the same model at a
+  // quarter of the batch (so no row's step), less its modelled GEMMs and per-op cost, over its
+  // modelled other ops; every profile below prices other ops at that speed.
+  double other_slowdown = 1;
+  if (absl::GetFlag(FLAGS_step_other_rate)) {
+    PlanRequest req;
+    req.config = cfg;
+    req.global_batch = std::max<int64_t>(1, batch / 4);
+    req.gpus = 1;
+    req.gpus_per_node = 1;
+    req.only_meshes = {"single"};
+    absl::StatusOr<Plan> plan = PlanGpt(req, *hw, ShapeOnlyProfiler(so_device));
+    absl::StatusOr<std::vector<RoleWork>> roles =
+        plan.ok() ? ShapeOnlyProfiler(so_device)(plan->rows[0].candidate, req) : plan.status();
+    if (roles.ok()) {
+      if (absl::StatusOr<int> n = MeasureGemmShapes(*roles, &*hw); !n.ok()) roles = n.status();
+    }
+    absl::StatusOr<ComputeParts> parts =
+        roles.ok() ? ComputeBreakdown((*roles)[0], *hw) : roles.status();
+    TrainOptions o;
+    o.steps = 6;
+    o.batch = req.global_batch;
+    double best = 1e30;
+    o.on_step = [&](const StepInfo& st) { best = std::min(best, st.seconds); };
+    absl::StatusOr<GptLayout> layout = GptLayout::Create(Mesh(), cfg, false);
+    absl::StatusOr<TrainResult> r =
+        layout.ok() ? TrainGpt(*layout, InitGpt(cfg, 1), tokens, o) : layout.status();
+    absl::StatusOr<HardwareProfile> fit =
+        !parts.ok() ? parts.status()
+        : !r.ok()   ? r.status()
+                    : WithStepOtherOpRate(*hw, best, parts->gemm_s, parts->other_s,
+                                          parts->overhead_s, &other_slowdown);
+    if (!fit.ok()) {
+      std::cerr << "plan_validate: the step's other-op rate: " << fit.status().message() << "\n";
+      return 1;
+    }
+    *hw = *fit;
+    emit(absl::StrFormat(
+        "Non-GEMM ops with the step's own mix: one rank's step at batch %d took %.1f ms (best of "
+        "5 after a warm-up); modelled GEMMs %.1f ms, per-op %.1f ms, other ops %.1f ms at the "
+        "copy bandwidth: they took %.2fx that, so every profile below prices other ops at "
+        "memory_bandwidth and vector_flops / %.2f.\n\n",
+        req.global_batch, 1e3 * best, 1e3 * parts->gemm_s, 1e3 * parts->overhead_s,
+        1e3 * parts->other_s, other_slowdown, other_slowdown));
+  }
   const int passes = absl::GetFlag(FLAGS_passes);
   for (int pass = 0; pass < passes; ++pass) {
     for (Row& row : rows) {
@@ -244,6 +348,12 @@ int Main() {
         q->fitted = hw->fitted;
         const double f = q->gemm.at(DType::kF32)[4].second / exact_ref;
         for (const auto& [k, r] : hw->gemm_exact) q->gemm_exact[k] = r * f;
+        q->memory_bandwidth /= other_slowdown;
+        q->vector_flops /= other_slowdown;
+        // The framework's per-op cost at this sample's load: the bare op's re-measured change.
+        if (absl::GetFlag(FLAGS_framework_op_cost) && bare_op_s > 0) {
+          q->op_overhead_s = framework_op_s * q->op_overhead_s / bare_op_s;
+        }
         row.profiles.push_back(*q);
       }
       std::cerr << "plan_validate: pass " << pass + 1 << " " << row.text << " "
@@ -254,7 +364,7 @@ int Main() {
        "| mesh | ranks | predicted ms | measured ms | error | cores | GEMM speed vs start | "
        "compute ms (gemm + other + per-op) | comm ms | bubble | start profile ms |\n"
        "|---|---|---|---|---|---|---|---|---|---|---|\n");
-  std::vector<double> predicted, measured, static_pred;
+  std::vector<double> predicted, measured, static_pred, bare_pred;
   auto speed = [](const HardwareProfile& q) { return q.gemm.at(DType::kF32)[4].second; };
   for (const Row& row : rows) {
     // The least disturbed machine the row saw: the fastest profile's rates, the most cores any
@@ -273,6 +383,16 @@ int Main() {
     predicted.push_back(p.step_s);
     measured.push_back(row.measured);
     static_pred.push_back(row.static_s);
+    // The same profile without this run's framework per-op cost and step-mix other-op rate (a
+    // bare tensor op's cost, the copy bandwidth): what those two change, in the same run.
+    HardwareProfile bare = best;
+    if (absl::GetFlag(FLAGS_framework_op_cost) && framework_op_s > 0) {
+      bare.op_overhead_s *= bare_op_s / framework_op_s;
+    }
+    bare.memory_bandwidth *= other_slowdown;
+    bare.vector_flops *= other_slowdown;
+    absl::StatusOr<Plan> bare_plan = PlanGpt(request(row), bare, ShapeOnlyProfiler(so_device));
+    bare_pred.push_back(bare_plan.ok() ? bare_plan->rows[0].prediction.step_s : 0);
     emit(absl::StrFormat(
         "| %s | %d | %.1f | %.1f | %+.0f%% | %.2f | %.2f | %.1f (%.0f + %.0f + %.0f) | %.1f | "
         "%.0f%% | %.1f |\n",
@@ -295,6 +415,11 @@ int Main() {
       "Load average %.2f at the end.\n",
       passes, within(predicted), predicted.size(), Spearman(predicted, measured),
       within(static_pred), predicted.size(), Spearman(static_pred, measured), LoadAverage()));
+  emit(absl::StrFormat(
+      "Without the framework per-op cost and the step-mix other-op rate (the least disturbed "
+      "profiles with a bare tensor op's cost and the copy bandwidth): %d of %zu within 20%%, "
+      "Spearman %.3f.\n",
+      within(bare_pred), bare_pred.size(), Spearman(bare_pred, measured)));
   if (const std::string out = absl::GetFlag(FLAGS_out); !out.empty()) {
     std::ofstream f(out);
     f << report;

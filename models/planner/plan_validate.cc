@@ -15,6 +15,11 @@
 // fastest step with the prediction from its least disturbed profile (the fastest rates, the
 // most effective cores among its samples); the
 // prediction with the profile measured once at the start is reported beside it.
+//
+// Before the rows it measures the framework's cost per recorded op (a tiny GPT step over its op
+// count; --framework_op_cost) and the non-GEMM ops' speed with the step's own op mix (one rank's
+// step at a quarter of the batch; --step_other_rate), charges both, and reports the fit without
+// them from the same run.
 #include <algorithm>
 #include <chrono>
 #include <cmath>

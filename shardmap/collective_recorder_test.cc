@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "shardmap/collective_ops.h"
+#include "shardmap/collective_record_test_util.h"
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"
 #include "tensor/random.h"
@@ -35,19 +36,6 @@ ShardMap MakeMlp(const Mesh& mesh, ShardMapOptions o = {}) {
 std::vector<Tensor> MlpInputs(DType dtype) {
   return {RandomNormal({4, 5}, 1, 0, 1, dtype), RandomNormal({5, 6}, 2, 0, 1, dtype),
           RandomNormal({6, 5}, 3, 0, 1, dtype)};
-}
-
-void ExpectSameRecords(const std::vector<CollectiveRecord>& got,
-                       const std::vector<CollectiveRecord>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t k = 0; k < got.size(); ++k) {
-    SCOPED_TRACE(k);
-    EXPECT_STREQ(got[k].op, want[k].op);
-    EXPECT_EQ(got[k].axes, want[k].axes);
-    EXPECT_EQ(got[k].bytes, want[k].bytes);
-    EXPECT_EQ(got[k].backward, want[k].backward);
-    EXPECT_EQ(got[k].dtype, want[k].dtype);
-  }
 }
 
 TEST(CollectiveRecorder, RecordsEveryRankOfValueAndGradWithoutRebuildingTheShardMap) {

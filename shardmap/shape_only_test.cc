@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "shardmap/collective_ops.h"
+#include "shardmap/collective_record_test_util.h"
 #include "shardmap/collective_recorder.h"
 #include "shardmap/ops.h"
 #include "shardmap/partition_spec.h"
@@ -55,19 +56,6 @@ void MlpStep(RankContext& ctx) {
   }
   const double l = all_reduce(loss, "dp").item();
   (void)l;  // read on the host as a trainer reads its loss (0 on meta)
-}
-
-void ExpectSameRecords(const std::vector<CollectiveRecord>& got,
-                       const std::vector<CollectiveRecord>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t k = 0; k < got.size(); ++k) {
-    SCOPED_TRACE(k);
-    EXPECT_STREQ(got[k].op, want[k].op);
-    EXPECT_EQ(got[k].axes, want[k].axes);
-    EXPECT_EQ(got[k].bytes, want[k].bytes);
-    EXPECT_EQ(got[k].backward, want[k].backward);
-    EXPECT_EQ(got[k].dtype, want[k].dtype);
-  }
 }
 
 class ShapeOnlyLogTest : public ::testing::TestWithParam<bool /*meta*/> {};

@@ -1,6 +1,7 @@
 #include "tensor/memory_tracker.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
@@ -13,6 +14,12 @@ namespace internal {
 
 namespace {
 std::atomic<uint64_t> next_op_scope{1};
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 }  // namespace
 
 void OpScope::Enter() {
@@ -21,11 +28,20 @@ void OpScope::Enter() {
   if (t.op_depth++ == 0) {
     outermost_ = true;
     if (t.tracker != nullptr) t.op_scope = next_op_scope.fetch_add(1, std::memory_order_relaxed);
+    if (t.counter != nullptr && t.counter->timed_) {
+      timed_ = t.counter;
+      record_index_ = timed_->ops_.size();
+      start_ns_ = NowNs();
+    }
   }
 }
 
 void OpScope::Exit() {
   AccountingTls& t = tls_accounting;
+  // The op recorded itself (ops that run no kernel record nothing) into a counter still live.
+  if (timed_ != nullptr && timed_ == t.counter && timed_->ops_.size() > record_index_) {
+    timed_->ops_[record_index_].seconds = 1e-9 * static_cast<double>(NowNs() - start_ns_);
+  }
   if (--t.op_depth == 0) {
     t.op_scope = 0;
     for (TrackerState* s = t.tracker; s != nullptr; s = s->outer.get()) s->UpdatePeak();
@@ -34,7 +50,7 @@ void OpScope::Exit() {
 
 void OpScope::Record(const char* op, DType dtype, double flops, double bytes,
                      std::optional<GemmShape> gemm) const {
-  RecordOpCount(OpCount{op, dtype, flops, bytes, gemm});
+  RecordOpCount(OpCount{op, dtype, flops, bytes, gemm, 0.0});
 }
 
 }  // namespace internal

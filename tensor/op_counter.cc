@@ -10,7 +10,8 @@
 
 namespace shardmap {
 
-OpCounter::OpCounter() : outer_(internal::tls_accounting.counter) {
+OpCounter::OpCounter(Timing timing)
+    : outer_(internal::tls_accounting.counter), timed_(timing == kTimed) {
   internal::tls_accounting.counter = this;
 }
 

@@ -7,6 +7,8 @@
 //   counter.ops()[0].gemm->k;               // 64
 //   std::cout << counter.Summary();         // per-op totals
 //
+//   OpCounter timed(OpCounter::kTimed);     // also each op's wall time (OpCount::seconds)
+//
 // Only the outermost op is recorded: an op built from other ops (a bf16 op computed in f32, a
 // linear calling matmul) is one record with its own formula, identical on every device.
 // Each rank of a local SPMD program is a thread, so a counter on a rank's thread sees that
@@ -49,6 +51,10 @@
 
 namespace shardmap {
 
+namespace internal {
+class OpScope;
+}  // namespace internal
+
 struct GemmShape {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   DType dtype = DType::kF32;
@@ -62,18 +68,26 @@ struct OpCount {
   double flops = 0;      // multiply-add = 2 flops; the formulas are above
   double bytes = 0;      // bytes read + written by the op's kernels (ideal, each operand once)
   std::optional<GemmShape> gemm;  // set for GEMMs (matmul, batched matmul, linear, ...)
+  // Wall time of the op on this thread, from its entry to its return (checks, allocation and
+  // kernels; not the autograd tape around it): set by a kTimed counter only, 0 otherwise.
+  double seconds = 0;
 };
 
 // RAII, nestable; records the ops issued on THIS thread while it lives. Counters must be
 // destroyed in reverse order of construction on their thread (as scopes are).
 class OpCounter {
  public:
-  OpCounter();
+  // kTimed also times each op it records (two clock reads per op; where several counters are
+  // live, only the innermost one's records get times). A planner measures a CPU's per-op-kind
+  // speed with it (models/planner/measure_cpu.h).
+  enum Timing { kUntimed, kTimed };
+  explicit OpCounter(Timing timing = kUntimed);
   ~OpCounter();
   OpCounter(const OpCounter&) = delete;
   OpCounter& operator=(const OpCounter&) = delete;
 
   const std::vector<OpCount>& ops() const { return ops_; }
+  bool timed() const { return timed_; }
   double flops() const;       // all ops
   double gemm_flops() const;  // 2*b*m*n*k of the GEMM records (their fused epilogues excluded)
   double bytes() const;
@@ -83,8 +97,10 @@ class OpCounter {
 
  private:
   friend void RecordOpCount(OpCount count);
+  friend class internal::OpScope;
   std::vector<OpCount> ops_;
   OpCounter* outer_;
+  bool timed_ = false;
 };
 
 // Appends `count` to every OpCounter live on this thread (for ops defined outside tensor/ops,

@@ -3,6 +3,7 @@
 #include "tensor/op_counter.h"
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -317,6 +318,52 @@ TEST(OpCounter, NothingIsRecordedWithoutACounter) {
   Matmul(M({2, 3}), M({3, 4}));  // no counter: must not crash or leak into a later one
   OpCounter c;
   EXPECT_TRUE(c.ops().empty());
+}
+
+TEST(OpCounter, TimedCounterTimesEachOpWithinTheWallClock) {
+  const Tensor small = Z({16}, Device::Cpu());
+  const Tensor big = Z({1 << 22}, Device::Cpu());  // 16 MiB: milliseconds of exp, not nanoseconds
+  const auto t0 = std::chrono::steady_clock::now();
+  OpCounter c(OpCounter::kTimed);
+  EXPECT_TRUE(c.timed());
+  Exp(small);
+  Exp(big);
+  Linear(Z({64, 64}, Device::Cpu()), Z({64, 64}, Device::Cpu()), Z({64}, Device::Cpu()),
+         LinearEpilogue::kBiasGelu, GeluApprox::kNone);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(c.ops().size(), 3u);
+  double total = 0;
+  for (const OpCount& o : c.ops()) {
+    EXPECT_GT(o.seconds, 0) << o.op;
+    total += o.seconds;
+  }
+  EXPECT_LE(total, wall);
+  // 2^18 times the elements: far more time whatever the machine's load.
+  EXPECT_GT(c.ops()[1].seconds, 10 * c.ops()[0].seconds);
+}
+
+TEST(OpCounter, OnlyATimedInnermostCounterGetsTimes) {
+  OpCounter timed(OpCounter::kTimed);
+  {
+    OpCounter untimed;  // innermost and untimed: nobody's records are timed
+    Exp(Z({1024}, Device::Cpu()));
+    ASSERT_EQ(untimed.ops().size(), 1u);
+    EXPECT_EQ(untimed.ops()[0].seconds, 0);
+  }
+  ASSERT_EQ(timed.ops().size(), 1u);
+  EXPECT_EQ(timed.ops()[0].seconds, 0);
+  Exp(Z({1024}, Device::Cpu()));
+  // A failing op records nothing, so it times nothing (and leaves earlier records alone).
+  EXPECT_THROW(Matmul(Z({2, 3}, Device::Cpu()), Z({4, 5}, Device::Cpu())), OpError);
+  ASSERT_EQ(timed.ops().size(), 2u);
+  EXPECT_GT(timed.ops()[1].seconds, 0);
+  EXPECT_EQ(timed.ops()[0].seconds, 0);
+  // Meta ops run no kernel but are timed alike (their checks and bookkeeping).
+  Exp(M({1024}));
+  ASSERT_EQ(timed.ops().size(), 3u);
+  EXPECT_GE(timed.ops()[2].seconds, 0);
+  OpCounter plain;
+  EXPECT_FALSE(plain.timed());
 }
 
 }  // namespace

@@ -160,7 +160,7 @@ absl::StatusOr<double> ComputeSeconds(const RoleWork& role, const HardwareProfil
 absl::StatusOr<double> PipelineSeconds(const PipelineSpec& spec,
                                        const std::vector<double>& forward_s,
                                        const std::vector<double>& backward_s, double boundary_s,
-                                       double* bubble) {
+                                       double* bubble, double stage_share) {
   absl::StatusOr<Schedule> schedule = ParseSchedule(spec.schedule);
   if (!schedule.ok()) return schedule.status();
   absl::StatusOr<Timetable> tt = MakeTimetable(*schedule, spec.stages, spec.microbatches);
@@ -172,7 +172,7 @@ absl::StatusOr<double> PipelineSeconds(const PipelineSpec& spec,
   }
   double total = 0, busy = 0;
   for (int t = 0; t < tt->num_ticks(); ++t) {
-    double tick = 0;
+    double tick = 0, work = 0;
     bool moved = false;
     for (int s = 0; s < spec.stages; ++s) {
       const PipeAction& a = tt->at(t, s);
@@ -180,9 +180,11 @@ absl::StatusOr<double> PipelineSeconds(const PipelineSpec& spec,
                        : a.kind == PipeAction::kBackward ? backward_s[s]
                                                          : 0.0;
       busy += d;
+      work += d;
       tick = std::max(tick, d);
       moved = moved || a.kind != PipeAction::kIdle;
     }
+    if (stage_share > 0) tick = std::max(tick, work * stage_share);
     total += tick + (moved && spec.stages > 1 ? boundary_s : 0.0);
   }
   if (bubble != nullptr) *bubble = total > 0 ? 1.0 - busy / (spec.stages * total) : 0.0;
@@ -259,7 +261,11 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
         return absl::InvalidArgumentError(absl::StrCat("no role for pipeline stage ", s, " of ", p));
       }
     }
-    absl::StatusOr<double> pipe = PipelineSeconds(pipeline, fwd, bwd, boundary, &out.bubble);
+    // Shared cores: each tick's busy stages share them (the pipeline's compute was not
+    // stretched above).
+    const double share = profile.cores > 0 ? (mesh.world() / p) / profile.cores : 0.0;
+    absl::StatusOr<double> pipe =
+        PipelineSeconds(pipeline, fwd, bwd, boundary, &out.bubble, share);
     if (!pipe.ok()) return pipe.status();
     out.step_s = *pipe + after;
     if (profile.cores > 0) {

@@ -100,10 +100,14 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
 // Lockstep pipeline time from the timetable: forward_s[s] / backward_s[s] one microbatch's work
 // on stage s, boundary_s the transfer after each tick. Returns the time; *bubble the
 // time-weighted idle fraction of stage-ticks.
+// stage_share > 0: the stages' ranks share cores (simulated CPU ranks), stage_share = ranks per
+// stage / cores. A tick then lasts at least the work of its busy stages spread over the cores
+// (sum of their actions x stage_share): the idle stages' cores serve the busy ones, but a tick
+// with more busy ranks than cores runs them in turn.
 absl::StatusOr<double> PipelineSeconds(const PipelineSpec& spec,
                                        const std::vector<double>& forward_s,
                                        const std::vector<double>& backward_s, double boundary_s,
-                                       double* bubble);
+                                       double* bubble, double stage_share = 0);
 
 }  // namespace shardmap::planner
 

@@ -86,6 +86,22 @@ TEST(PipelineSecondsTest, OneFOneBInLockstep) {
   EXPECT_FALSE(PipelineSeconds({4, 8, "1f1b"}, {1, 1}, {1, 1}, 0, &bubble).ok());
 }
 
+TEST(PipelineSecondsTest, StagesSharingCoresRunABusyTickInTurn) {
+  // GPipe p = 4, m = 4, f = 1, b = 2, one rank per stage on 2 cores (share 1/2). Forward ticks
+  // have 1, 2, 3, 4, 3, 2, 1 busy stages: 1 + 1 + 1.5 + 2 + 1.5 + 1 + 1 = 9 (x f), backward the
+  // same (x b): 27, against 21 with a core each and 16 x 3 / 2 = 24 for perfect packing.
+  double bubble = 0;
+  PipelineSpec spec{4, 4, "gpipe"};
+  EXPECT_NEAR(*PipelineSeconds(spec, {1, 1, 1, 1}, {2, 2, 2, 2}, 0, &bubble), 21, 1e-9);
+  EXPECT_NEAR(*PipelineSeconds(spec, {1, 1, 1, 1}, {2, 2, 2, 2}, 0, &bubble, 0.5), 27, 1e-9);
+  // Busy 48 stage-units over 4 stages x 27: the idle share.
+  EXPECT_NEAR(bubble, 1 - 48.0 / (4 * 27), 1e-12);
+  // As many cores as ranks (share 1/4 x 4 stages <= 1 per tick): the lockstep time.
+  EXPECT_NEAR(*PipelineSeconds(spec, {1, 1, 1, 1}, {2, 2, 2, 2}, 0, &bubble, 0.25), 21, 1e-9);
+  // Two ranks per stage on 2 cores (share 1): every tick's whole work in turn, 48.
+  EXPECT_NEAR(*PipelineSeconds(spec, {1, 1, 1, 1}, {2, 2, 2, 2}, 0, &bubble, 1.0), 48, 1e-9);
+}
+
 TEST(PredictStepTest, ComputePlusBlockingPlusExposedOverlap) {
   HardwareProfile p = Node();
   p.gpus_per_node = 8;

@@ -65,6 +65,7 @@ absl::StatusOr<double> HardwareProfile::GemmSeconds(const GemmWork& g) const {
 }
 
 absl::StatusOr<double> HardwareProfile::OtherSeconds(const OtherWork& o) const {
+  if (const auto r = op_rate.find({o.op, o.dtype}); r != op_rate.end()) return o.bytes / r->second;
   if (o.attention && o.flops > 0) {
     auto a = attention.find(o.dtype);
     double rate = a != attention.end() ? a->second : 0;
@@ -97,6 +98,9 @@ std::string HardwareProfile::ToText() const {
   for (const auto& [g, r] : gemm_exact) {
     o << "gemm_shape " << DTypeName(g.dtype) << " " << g.batch << " " << g.m << " " << g.n << " "
       << g.k << " " << int{g.trans_a} << " " << int{g.trans_b} << " " << r << "\n";
+  }
+  for (const auto& [k, r] : op_rate) {
+    o << "op_rate " << k.first << " " << DTypeName(k.second) << " " << r << "\n";
   }
   o << "link intra " << intra.alpha_s << " " << intra.busbw << "\n";
   if (inter.busbw > 0) o << "link inter " << inter.alpha_s << " " << inter.busbw << "\n";
@@ -185,6 +189,10 @@ absl::StatusOr<HardwareProfile> ParseHardwareProfile(std::string_view text_std) 
                 static_cast<int64_t>(dims[2]), static_cast<int64_t>(dims[3]), *d,
                 dims[4] == 1, dims[5] == 1};
       p.gemm_exact[k] = a;
+    } else if (key == "op_rate") {
+      absl::StatusOr<DType> d = f.size() == 4 ? DTypeOf(f[2]) : absl::InvalidArgumentError("");
+      if (!d.ok() || !num(3, &a) || a <= 0) return bad("'op_rate <op> <dtype> <bytes/s > 0>'");
+      p.op_rate[{f[1], *d}] = a;
     } else if (key == "link") {
       if (f.size() != 4 || (f[1] != "intra" && f[1] != "inter") || !num(2, &a) || !num(3, &b) ||
           b <= 0) {
@@ -203,7 +211,7 @@ absl::StatusOr<HardwareProfile> ParseHardwareProfile(std::string_view text_std) 
     } else {
       return bad("a key among name, source, gpus_per_node, memory_bytes, "
                  "memory_reserved_bytes, memory_bandwidth, vector_flops, op_overhead_s, peak_flops, "
-                 "attention, gemm, gemm_shape, "
+                 "attention, gemm, gemm_shape, op_rate, "
                  "link, collective, overlap, cores");
     }
   }

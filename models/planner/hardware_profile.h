@@ -21,6 +21,9 @@
 //   gemm_shape <dtype> <batch> <m> <n> <k> <trans_a 0|1> <trans_b 0|1> <flop/s>
 //                                     the measured rate of exactly that GEMM (count 1); it
 //                                     replaces the min_dim curve for that shape
+//   op_rate <op> <dtype> <bytes/s>    the measured speed of the non-GEMM ops of that name and
+//                                     dtype (measure_cpu.h's WithOpRates); it replaces
+//                                     memory_bandwidth and vector_flops for them
 //   link <intra|inter> <alpha_s> <busbw bytes/s>    ring alpha-beta (nccl-tests busbw)
 //   collective <op> <group_size> <alpha_s> <seconds_per_byte>   a fitted cost (per rank bytes)
 //                                     that replaces the ring formula for that op and size
@@ -80,6 +83,8 @@ struct HardwareProfile {
   std::map<DType, double> peak_flops;
   std::map<DType, std::vector<std::pair<double, double>>> gemm;  // (min_dim, flop/s), sorted
   std::map<GemmKey, double> gemm_exact;  // flop/s of exactly that shape (measured: measure_cpu.h)
+  // bytes/s of the non-GEMM ops of that (name, dtype), measured (measure_cpu.h's WithOpRates)
+  std::map<std::pair<std::string, DType>, double> op_rate;
   Link intra, inter;
   std::map<std::pair<std::string, int>, FittedCollective> fitted;  // (op, group_size)
   double overlap = 0;
@@ -89,7 +94,9 @@ struct HardwareProfile {
   // shape-exact rate when gemm_exact has the shape, else the min_dim curve. NotFound naming the
   // dtype when the profile has neither.
   absl::StatusOr<double> GemmSeconds(const GemmWork& g) const;
-  // Seconds of non-GEMM ops (see the format above).
+  // Seconds of non-GEMM ops (see the format above): at their op_rate when the profile has one
+  // for their name and dtype, else fused attention at its rate and the rest at
+  // memory_bandwidth (and vector_flops).
   absl::StatusOr<double> OtherSeconds(const OtherWork& o) const;
   double UsableMemory() const { return memory_bytes - memory_reserved_bytes; }
   // The profile's lines (ParseHardwareProfile reads them back).

@@ -104,6 +104,27 @@ TEST(HardwareProfileTest, OtherOpsAreBandwidthOrFlopBound) {
   EXPECT_NEAR(*p.OtherSeconds(attn), 2.0, 1e-12);
 }
 
+TEST(HardwareProfileTest, MeasuredOpRateReplacesBandwidthForThatOpAndDtypeOnly) {
+  HardwareProfile p = *ParseHardwareProfile(kMinimal);
+  p.vector_flops = 1e8;
+  p.op_rate[{"layer_norm", DType::kF32}] = 2.5e9;
+  // Its own rate, bytes only (the measured rate already includes its arithmetic).
+  EXPECT_NEAR(*p.OtherSeconds({"layer_norm", DType::kF32, 1e9, 1e10}), 4.0, 1e-12);
+  // Another dtype or name: the bandwidth and flop bound as before.
+  EXPECT_NEAR(*p.OtherSeconds({"layer_norm", DType::kF64, 1e9, 1e10}), 10.0, 1e-12);
+  EXPECT_NEAR(*p.OtherSeconds({"gelu", DType::kF32, 1e6, 1e10}), 1.0, 1e-12);
+  absl::StatusOr<HardwareProfile> back = ParseHardwareProfile(p.ToText());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->op_rate, p.op_rate);
+  for (const char* bad : {"op_rate layer_norm f32", "op_rate layer_norm f32 0",
+                          "op_rate layer_norm q8 1e9", "op_rate layer_norm f32 -1e9"}) {
+    absl::StatusOr<HardwareProfile> q = ParseHardwareProfile(absl::StrCat(kMinimal, bad, "\n"));
+    EXPECT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_TRUE(absl::StrContains(q.status().message(), "line 9")) << q.status();
+    EXPECT_TRUE(absl::StrContains(q.status().message(), "op_rate <op> <dtype>")) << q.status();
+  }
+}
+
 TEST(HardwareProfileTest, RoundTripsThroughText) {
   HardwareProfile p = *LoadHardwareProfile("h100_node");
   p.fitted[{"all_reduce", 4}] = {1e-5, 2e-10};

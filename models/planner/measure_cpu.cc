@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <barrier>
 #include <chrono>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -231,6 +232,7 @@ HardwareProfile AtLoad(const HardwareProfile& profile, const LoadSample& then,
     for (auto& pt : pts) pt.second *= f;
   }
   for (auto& [k, r] : p.gemm_exact) r *= f;
+  for (auto& [k, r] : p.op_rate) r *= f;
   for (auto& [d, r] : p.peak_flops) r *= f;
   p.memory_bandwidth *= f;
   p.vector_flops *= f;
@@ -269,6 +271,38 @@ absl::StatusOr<HardwareProfile> WithStepOtherOpRate(const HardwareProfile& profi
   p.vector_flops /= f;
   if (slowdown != nullptr) *slowdown = f;
   return p;
+}
+
+absl::StatusOr<std::vector<OpRateRow>> WithOpRates(const std::vector<OpCount>& timed_ops,
+                                                   double fixed_op_s, HardwareProfile* profile) {
+  std::map<std::pair<std::string, DType>, OpRateRow> kinds;
+  double timed = 0;
+  for (const OpCount& o : timed_ops) {
+    timed += o.seconds;
+    if (o.gemm.has_value() || IsGemmOpName(o.op)) continue;
+    OpRateRow& r = kinds[{o.op, o.dtype}];
+    r.op = o.op;
+    r.dtype = o.dtype;
+    ++r.count;
+    r.bytes += o.bytes;
+    r.seconds += o.seconds;
+  }
+  if (!timed_ops.empty() && !(timed > 0)) {
+    return absl::InvalidArgumentError(
+        "WithOpRates: the op records carry no times; count them with OpCounter(OpCounter::kTimed)");
+  }
+  std::vector<OpRateRow> rows;
+  for (auto& [key, r] : kinds) {
+    const double beyond = r.seconds - r.count * fixed_op_s;
+    if (r.bytes > 0 && beyond > 0.25 * r.seconds) {
+      r.rate = r.bytes / beyond;
+      profile->op_rate[key] = r.rate;
+    }
+    rows.push_back(r);
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const OpRateRow& a, const OpRateRow& b) { return a.seconds > b.seconds; });
+  return rows;
 }
 
 }  // namespace shardmap::planner

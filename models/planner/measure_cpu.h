@@ -10,10 +10,12 @@
 #ifndef SHARDMAP_MODELS_PLANNER_MEASURE_CPU_H_
 #define SHARDMAP_MODELS_PLANNER_MEASURE_CPU_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "models/planner/hardware_profile.h"
+#include "tensor/op_counter.h"
 
 namespace shardmap::planner {
 
@@ -59,6 +61,26 @@ absl::StatusOr<double> FrameworkOpSeconds(double step_s, double modelled_work_s,
 absl::StatusOr<HardwareProfile> WithStepOtherOpRate(const HardwareProfile& profile, double step_s,
                                                     double gemm_s, double other_s,
                                                     double overhead_s, double* slowdown = nullptr);
+
+// The non-GEMM ops' own speeds, per (name, dtype), from the records of a timed OpCounter
+// (OpCounter::kTimed) over one real step, e.g. one rank's step of the model on this CPU: each
+// kind's bytes over its time less `fixed_op_s` per call (what a bare op costs whatever its size,
+// which op_overhead_s charges already) becomes profile->op_rate for it. A kind whose time is
+// mostly that fixed cost (under a quarter beyond it), or that moves no bytes, gets no rate and
+// keeps the profile's memory_bandwidth. The rows, largest time first, say what was measured.
+// InvalidArgument when the records carry no times (an untimed counter).
+//
+//   OpCounter timed(OpCounter::kTimed);   // on the rank's thread, around one step
+//   absl::StatusOr<std::vector<OpRateRow>> rows = WithOpRates(timed.ops(), bare_op_s, &*cpu);
+struct OpRateRow {
+  std::string op;
+  DType dtype = DType::kF32;
+  int64_t count = 0;
+  double bytes = 0, seconds = 0;
+  double rate = 0;  // bytes/s stored in op_rate; 0: none (fixed cost, no bytes)
+};
+absl::StatusOr<std::vector<OpRateRow>> WithOpRates(const std::vector<OpCount>& timed_ops,
+                                                   double fixed_op_s, HardwareProfile* profile);
 
 // The machine's speed now (for machines shared with other jobs, whose load changes by the
 // minute): one thread's GEMM rate at d = 128 and the effective cores, as MeasureCpuProfile

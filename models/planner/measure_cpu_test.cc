@@ -4,6 +4,9 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "tensor/op_counter.h"
+#include "tensor/ops/elementwise.h"
+#include "tensor/tensor.h"
 
 namespace shardmap::planner {
 namespace {
@@ -93,6 +96,63 @@ TEST(WithStepOtherOpRateTest, PricesTheStepsOtherOpsAtWhatTheyTook) {
   ASSERT_FALSE(bad.ok());
   EXPECT_TRUE(absl::StrContains(bad.status().message(), "no time for its other ops"));
   EXPECT_FALSE(WithStepOtherOpRate(p, 10e-3, 1e-3, 0, 0).ok());
+}
+
+TEST(WithOpRatesTest, EachKindAtItsBytesOverItsTimeBeyondTheFixedCost) {
+  HardwareProfile p = *LoadHardwareProfile("h100_node");
+  const double copy_bw = p.memory_bandwidth;
+  std::vector<OpCount> ops;
+  // layer_norm: 2 calls, 4 MB in 2 ms + 2 x 10 us fixed: 4e6 / 2e-3 = 2e9 B/s.
+  ops.push_back({"layer_norm", DType::kF32, 0, 1e6, std::nullopt, 0.5e-3 + 10e-6});
+  ops.push_back({"layer_norm", DType::kF32, 0, 3e6, std::nullopt, 1.5e-3 + 10e-6});
+  // add in f64: its own kind.
+  ops.push_back({"add", DType::kF64, 0, 1e6, std::nullopt, 1e-4 + 10e-6});
+  // A GEMM is priced by its shape, not here; a zero-byte op and an op that is all fixed cost get
+  // no rate.
+  ops.push_back({"matmul", DType::kF32, 1e9, 1e6, GemmShape{1, 10, 10, 10}, 5e-3});
+  ops.push_back({"fill", DType::kF32, 0, 0, std::nullopt, 1e-3});
+  ops.push_back({"slice", DType::kF32, 0, 100, std::nullopt, 11e-6});
+  absl::StatusOr<std::vector<OpRateRow>> rows = WithOpRates(ops, 10e-6, &p);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 4u);  // layer_norm, fill, add, slice: largest time first
+  EXPECT_EQ((*rows)[0].op, "layer_norm");
+  EXPECT_EQ((*rows)[0].count, 2);
+  EXPECT_NEAR((*rows)[0].rate, 2e9, 1);
+  EXPECT_NEAR(p.op_rate.at({"layer_norm", DType::kF32}), 2e9, 1);
+  EXPECT_NEAR(p.op_rate.at({"add", DType::kF64}), 1e10, 1e-3 * 1e10);
+  EXPECT_EQ(p.op_rate.count({"fill", DType::kF32}), 0u);
+  EXPECT_EQ(p.op_rate.count({"slice", DType::kF32}), 0u);
+  EXPECT_EQ(p.op_rate.count({"matmul", DType::kF32}), 0u);
+  // Priced at it; other kinds still at the copy bandwidth; AtLoad scales it with the machine.
+  EXPECT_NEAR(*p.OtherSeconds({"layer_norm", DType::kF32, 0, 2e9}), 1.0, 1e-9);
+  EXPECT_NEAR(*p.OtherSeconds({"gelu", DType::kF32, 0, copy_bw}), 1.0, 1e-9);
+  const HardwareProfile half = AtLoad(p, {.gemm_rate = 2e9, .cores = 2}, {.gemm_rate = 1e9, .cores = 1});
+  EXPECT_NEAR(half.op_rate.at({"layer_norm", DType::kF32}), 1e9, 1);
+}
+
+TEST(WithOpRatesTest, RealTimedOpsGetPlausibleRatesAndUntimedOnesAreRefused) {
+  HardwareProfile p = *LoadHardwareProfile("h100_node");
+  const Tensor x = Tensor::Zeros({1 << 20}, DType::kF32);
+  std::vector<OpCount> timed_ops, untimed_ops;
+  {
+    OpCounter c(OpCounter::kTimed);
+    for (int i = 0; i < 5; ++i) Exp(x);
+    timed_ops = c.ops();
+  }
+  {
+    OpCounter c;
+    Exp(x);
+    untimed_ops = c.ops();
+  }
+  absl::StatusOr<std::vector<OpRateRow>> rows = WithOpRates(timed_ops, 0, &p);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 1u);
+  // 8 MB per call: somewhere between a slow shared core and any memory system's bound.
+  EXPECT_GT((*rows)[0].rate, 1e8);
+  EXPECT_LT((*rows)[0].rate, 1e13);
+  absl::StatusOr<std::vector<OpRateRow>> bad = WithOpRates(untimed_ops, 0, &p);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "kTimed")) << bad.status();
 }
 
 }  // namespace

@@ -8,17 +8,17 @@
 //   bazel run -c opt //models/planner:plan_validate -- --out=/tmp/report.md
 //
 // Ranks share the cores: the CPU profile's `cores` is the effective core count measured in the
-// same run, and the cost model stretches each rank's time by max(1, world / cores). The machine
-// is shared with other jobs whose load changes by the minute, so the profile's compute part
-// (GEMM rates, bandwidth, per-op cost, effective cores) is measured again right before and right
-// after each row's steps, every mesh is measured in several passes, and each row compares its
-// fastest step with the prediction from its least disturbed profile (the fastest rates, the
-// most effective cores among its samples); the
-// prediction with the profile measured once at the start is reported beside it.
+// same run, and the cost model stretches each rank's time by max(1, world / cores) (a pipeline's
+// busy stages share them tick by tick). The machine's neighbours slow its cores by up to 2x for
+// seconds to minutes at a time, so every mesh is measured in passes until two passes agree, and
+// the profile is measured before the steps and again after them, each rate the faster of the
+// two; the prediction with the profile measured at the start alone is reported beside it. The
+// report splits the meshes of at most as many ranks as cores (a core each, as a GPU rank has its
+// device) from those with more (the OS runs them in turn).
 //
 // Before the rows it measures the framework's cost per recorded op (a tiny GPT step over its op
-// count; --framework_op_cost) and the non-GEMM ops' speed with the step's own op mix (one rank's
-// step at a quarter of the batch; --step_other_rate), charges both, and reports the fit without
+// count; --framework_op_cost) and each non-GEMM op kind's own speed (one rank's step at a
+// quarter of the batch, every op timed; --op_rates), charges both, and reports the fit without
 // them from the same run.
 #include <algorithm>
 #include <chrono>
@@ -42,6 +42,8 @@
 #include "models/planner/measure_cpu.h"
 #include "models/planner/plan.h"
 #include "models/planner/shape_only_source.h"
+#include "shardmap/spmd_runner.h"
+#include "tensor/op_counter.h"
 
 ABSL_FLAG(int64_t, layers, 4, "transformer blocks");
 ABSL_FLAG(int64_t, d_model, 128, "model width");
@@ -49,20 +51,24 @@ ABSL_FLAG(int64_t, heads, 4, "attention heads");
 ABSL_FLAG(int64_t, vocab, 512, "vocabulary");
 ABSL_FLAG(int64_t, seq, 64, "tokens per sequence");
 ABSL_FLAG(int64_t, batch, 16, "global batch");
-ABSL_FLAG(int64_t, steps, 5, "steps per mesh (the first is a warm-up)");
+ABSL_FLAG(int64_t, steps, 8, "steps per mesh and pass (the first is a warm-up)");
 ABSL_FLAG(std::string, meshes,
-          "single;dp=2;dp_shard=2;tp=2;tp=2 +sp;cp=2;pp=2 1f1b/m2;pp=2 gpipe/m4;dp=4;dp_shard=4;"
-          "dp_replicate=2,dp_shard=2;dp=2,tp=2;dp_shard=2,tp=2 +sp;tp=4;cp=2,dp=2;"
-          "pp=2,dp=2 1f1b/m2;pp=4 gpipe/m4;pp=2,tp=2 +sp 1f1b/m4",
+          "single;dp=2;dp_shard=2;tp=2;tp=2 +sp;cp=2;pp=2 1f1b/m1;pp=2 1f1b/m2;pp=2 1f1b/m4;"
+          "pp=2 1f1b/m8;pp=2 gpipe/m2;pp=2 gpipe/m4;pp=2 gpipe/m8;"
+          "dp=4;dp_shard=4;dp_replicate=2,dp_shard=2;dp=2,tp=2;dp_shard=2,tp=2 +sp;tp=4;tp=4 +sp;"
+          "cp=2,dp=2;pp=2,dp=2 1f1b/m2;pp=4 gpipe/m4;pp=4 1f1b/m4;pp=2,tp=2 +sp 1f1b/m4;dp=8",
           "';'-separated meshes, plan_gpt --mesh's form");
 ABSL_FLAG(bool, framework_op_cost, true,
           "charge each recorded op the framework's measured per-op cost (a tiny GPT step's time "
           "over its op count) instead of a bare tensor op's");
-ABSL_FLAG(bool, step_other_rate, true,
-          "price non-GEMM ops at the speed one rank's step of the same model (a quarter of the "
-          "batch) shows for them, instead of a copy bandwidth");
+ABSL_FLAG(bool, op_rates, true,
+          "price each non-GEMM op kind at the speed one rank's timed step of the same model (a "
+          "quarter of the batch) shows for it, instead of a copy bandwidth");
 ABSL_FLAG(std::string, out, "", "also write the report here");
-ABSL_FLAG(int, passes, 2, "times each mesh is measured (the fastest kept)");
+ABSL_FLAG(int, passes, 5,
+          "the most times a mesh is measured (at least 2; the fastest step of all is kept)");
+ABSL_FLAG(double, agree, 0.04,
+          "a mesh is measured again until its two fastest passes are within this fraction");
 ABSL_FLAG(std::string, shape_only_device, "cpu", "meta or cpu (plan_gpt's flag)");
 
 namespace shardmap::planner {
@@ -103,6 +109,64 @@ double LoadAverage() {
   return l;
 }
 
+// Everything the predictions read from this CPU: the profile with the framework's per-op cost,
+// the step's shape-exact GEMM rates and the ops' own speeds in it; what it replaced (a bare
+// op's cost, the copy bandwidth) for the comparison without them.
+struct Calibration {
+  HardwareProfile hw;
+  double bare_op_s = 0, framework_op_s = 0;
+  double copy_bandwidth = 0, copy_vector_flops = 0;
+  double other_slowdown = 1;
+  std::string text;  // the report's lines for it
+};
+
+// Each rate the faster of two measurements, each cost the smaller: this machine's neighbours
+// slow its cores by up to 2x for seconds to minutes at a time, so of two measurements minutes
+// apart the faster one is the machine's own speed.
+Calibration Faster(const Calibration& a, const Calibration& b) {
+  Calibration c = a;
+  HardwareProfile& p = c.hw;
+  for (auto& [d, pts] : p.gemm) {
+    const auto it = b.hw.gemm.find(d);
+    if (it == b.hw.gemm.end() || it->second.size() != pts.size()) continue;
+    for (size_t i = 0; i < pts.size(); ++i) {
+      pts[i].second = std::max(pts[i].second, it->second[i].second);
+    }
+  }
+  for (const auto& [k, r] : b.hw.gemm_exact) p.gemm_exact[k] = std::max(p.gemm_exact[k], r);
+  for (const auto& [k, r] : b.hw.op_rate) p.op_rate[k] = std::max(p.op_rate[k], r);
+  for (const auto& [k, r] : b.hw.peak_flops) p.peak_flops[k] = std::max(p.peak_flops[k], r);
+  for (const auto& [k, f] : b.hw.fitted) {
+    auto [it, added] = p.fitted.try_emplace(k, f);
+    if (!added) {
+      it->second.alpha_s = std::min(it->second.alpha_s, f.alpha_s);
+      it->second.seconds_per_byte = std::min(it->second.seconds_per_byte, f.seconds_per_byte);
+    }
+  }
+  p.memory_bandwidth = std::max(p.memory_bandwidth, b.hw.memory_bandwidth);
+  p.vector_flops = std::max(p.vector_flops, b.hw.vector_flops);
+  p.op_overhead_s = std::min(p.op_overhead_s, b.hw.op_overhead_s);
+  p.cores = std::max(p.cores, b.hw.cores);
+  c.bare_op_s = std::min(a.bare_op_s, b.bare_op_s);
+  c.framework_op_s = std::min(a.framework_op_s, b.framework_op_s);
+  c.copy_bandwidth = std::max(a.copy_bandwidth, b.copy_bandwidth);
+  c.copy_vector_flops = std::max(a.copy_vector_flops, b.copy_vector_flops);
+  c.other_slowdown = c.copy_bandwidth / p.memory_bandwidth;
+  return c;
+}
+
+// The median of b's rates over a's, over the keys both have (1 when none).
+template <typename K>
+double MedianRatio(const std::map<K, double>& b, const std::map<K, double>& a) {
+  std::vector<double> r;
+  for (const auto& [k, v] : b) {
+    if (const auto it = a.find(k); it != a.end() && it->second > 0) r.push_back(v / it->second);
+  }
+  if (r.empty()) return 1;
+  std::sort(r.begin(), r.end());
+  return r[r.size() / 2];
+}
+
 int Main() {
   GptConfig cfg{.layers = absl::GetFlag(FLAGS_layers), .d_model = absl::GetFlag(FLAGS_d_model),
                 .heads = absl::GetFlag(FLAGS_heads), .vocab = absl::GetFlag(FLAGS_vocab),
@@ -112,90 +176,38 @@ int Main() {
     std::cerr << "plan_validate: --steps must be >= 2 (the first is a warm-up)\n";
     return 2;
   }
+  if (absl::GetFlag(FLAGS_passes) < 2 || !(absl::GetFlag(FLAGS_agree) > 0)) {
+    std::cerr << "plan_validate: --passes must be >= 2 and --agree > 0 (each mesh is measured "
+                 "until two passes agree)\n";
+    return 2;
+  }
   std::string report;
   auto emit = [&](const std::string& s) {
     std::cout << s << std::flush;
     report += s;
   };
   const double load0 = LoadAverage();
-  absl::StatusOr<HardwareProfile> hw = MeasureCpuProfile(CpuMeasureOptions{});
-  if (!hw.ok()) {
-    std::cerr << "plan_validate: " << hw.status().message() << "\n";
-    return 1;
-  }
-  emit(absl::StrFormat(
-      "# Planner validation on this CPU\n\nGPT: %d layers, d_model %d, %d heads, vocab %d, seq %d, "
-      "global batch %d, f32; %d steps per mesh, the fastest of steps 2..%d measured (the profile's rates are best-of too). "
-      "%u hardware threads, load average %.2f at the start.\n\n"
-      "## The CPU profile measured in this run\n\n```\n%s```\n\n",
-      cfg.layers, cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, batch, steps, steps,
-      std::thread::hardware_concurrency(), load0, hw->ToText()));
-  // The framework's cost per recorded op: a tiny-shape GPT step (the same layers, so the same
-  // kinds of ops through shardmap's type checks, the tape and value wrappers) on one rank, its
-  // time less its modelled arithmetic, over its op count.
-  double framework_op_s = 0;
-  {
-    GptConfig tiny = cfg;
-    tiny.d_model = cfg.heads * 2;
-    tiny.vocab = 16;
-    tiny.seq = 4;
-    const int64_t tiny_batch = 1, tiny_steps = 12;
-    PlanRequest req;
-    req.config = tiny;
-    req.global_batch = tiny_batch;
-    req.gpus = 1;
-    req.gpus_per_node = 1;
-    req.only_meshes = {"single"};
-    absl::StatusOr<Plan> plan = PlanGpt(req, *hw, ShapeOnlyProfiler(Device::Cpu()));
-    absl::StatusOr<std::vector<RoleWork>> roles =
-        plan.ok() ? ShapeOnlyProfiler(Device::Cpu())(plan->rows[0].candidate, req) : plan.status();
-    std::vector<int64_t> tiny_tokens((tiny_batch * tiny_steps + 1) * tiny.seq + 1);
-    for (size_t i = 0; i < tiny_tokens.size(); ++i) tiny_tokens[i] = (i * 7 + 3) % tiny.vocab;
-    TrainOptions o;
-    o.steps = tiny_steps;
-    o.batch = tiny_batch;
-    double best = 1e30;
-    o.on_step = [&](const StepInfo& st) { best = std::min(best, st.seconds); };
-    absl::StatusOr<GptLayout> layout = GptLayout::Create(Mesh(), tiny, false);
-    absl::StatusOr<TrainResult> r =
-        layout.ok() ? TrainGpt(*layout, InitGpt(tiny, 1), tiny_tokens, o) : layout.status();
-    absl::StatusOr<double> per_op = !roles.ok() ? roles.status()
-                                     : !r.ok()   ? r.status()
-                                                 : FrameworkOpSeconds(
-                                                       best,
-                                                       plan->rows[0].prediction.gemm_s +
-                                                           plan->rows[0].prediction.other_s,
-                                                       (*roles)[0].op_count);
-    if (!per_op.ok()) {
-      std::cerr << "plan_validate: framework per-op cost: " << per_op.status().message() << "\n";
-      return 1;
-    }
-    framework_op_s = *per_op;
-    emit(absl::StrFormat(
-        "Framework cost per recorded op: a tiny GPT step (%d layers, d_model %d, seq %d, batch "
-        "%d, one rank) of %lld ops took %.3f ms (best of %d), its modelled arithmetic %.3f ms: "
-        "%.3g s per op (the bare tensor op of the profile: %.3g s), charged per op below.\n\n",
-        tiny.layers, tiny.d_model, tiny.seq, tiny_batch, (long long)(*roles)[0].op_count,
-        1e3 * best, tiny_steps,
-        1e3 * (plan->rows[0].prediction.gemm_s + plan->rows[0].prediction.other_s), framework_op_s,
-        hw->op_overhead_s));
-  }
-  const double bare_op_s = hw->op_overhead_s;
-  if (absl::GetFlag(FLAGS_framework_op_cost)) hw->op_overhead_s = framework_op_s;
   std::vector<int64_t> tokens((batch * steps + 1) * cfg.seq + 1);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (i * 7919 + 13) % cfg.vocab;
   const Device so_device =
       absl::GetFlag(FLAGS_shape_only_device) == "meta" ? Device::Meta() : Device::Cpu();
-  // Pass 1..passes: every mesh measured in turn (the fastest step after the first), with the
-  // profile's compute part measured again right before and after it. Then each mesh is predicted
-  // with the fastest of its profiles: on a shared machine the least disturbed step and the least
-  // disturbed profile are the comparable pair.
+  // Passes: every mesh measured in turn (the fastest step after the first). A mesh is measured
+  // again in later passes until its two fastest passes agree within --agree (the machine's
+  // neighbours slow a core by up to 2x for seconds to minutes at a time, so one pass's fastest
+  // step may still be a slow one), at most --passes times. Every mesh is then predicted with one
+  // profile: each rate the faster of its measurements before and after the steps (Faster): the
+  // least disturbed steps and the least disturbed machine are the comparable pair.
   struct Row {
     std::string text;
     Candidate candidate;
     double measured = 1e30;
-    std::vector<HardwareProfile> profiles;
+    std::vector<double> pass_measured;  // each pass's fastest step
     double static_s = 0;
+    bool Agreed(double agree) const {
+      std::vector<double> v = pass_measured;
+      std::sort(v.begin(), v.end());
+      return v.size() >= 2 && v[1] <= (1 + agree) * v[0];
+    }
   };
   std::vector<Row> rows;
   for (absl::string_view m : absl::StrSplit(absl::GetFlag(FLAGS_meshes), ';', absl::SkipEmpty())) {
@@ -219,103 +231,227 @@ int Main() {
     req.only_meshes = {row.text};
     return req;
   };
-  // The step's own GEMM shapes (every row's, forward and backward, transposed operands and
-  // batched attention products included), each timed once on this CPU: each GEMM is priced at
-  // its own measured rate. `exact_ref` is the d = 128 GEMM rate while they were timed, to put
-  // them at each row's load below.
-  double exact_ref = 0;
-  {
-    const LoadSample s0 = SampleLoad();
-    int timed = 0;
-    for (Row& row : rows) {
-      absl::StatusOr<Plan> plan = PlanGpt(request(row), *hw, ShapeOnlyProfiler(so_device));
-      if (!plan.ok()) {
-        std::cerr << "plan_validate: " << row.text << ": " << plan.status().message() << "\n";
-        return 1;
+  emit(absl::StrFormat(
+      "# Planner validation on this CPU\n\nGPT: %d layers, d_model %d, %d heads, vocab %d, seq %d, "
+      "global batch %d, f32; %d steps per mesh, the fastest of steps 2..%d measured (the profile's rates are best-of too). "
+      "%u hardware threads, load average %.2f at the start. The CPU profile is measured before "
+      "the meshes' steps and again after them; the planner takes each rate's faster "
+      "measurement.\n\n",
+      cfg.layers, cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, batch, steps, steps,
+      std::thread::hardware_concurrency(), load0));
+  // Everything the predictions read from this CPU (emitted when `when` is the start).
+  auto calibrate = [&](const char* when) -> absl::StatusOr<Calibration> {
+    Calibration c;
+    auto say = [&](const std::string& text) {
+      if (std::string(when) == "at the start") {
+        emit(text);
+      } else {
+        c.text += text;
       }
+    };
+    absl::StatusOr<HardwareProfile> hw = MeasureCpuProfile(CpuMeasureOptions{});
+    if (!hw.ok()) {
+      std::cerr << "plan_validate: " << hw.status().message() << "\n";
+      return absl::InternalError("the calibration failed (above)");
+    }
+    say(absl::StrFormat("## The CPU profile measured %s\n\n```\n%s```\n\n", when, hw->ToText()));
+    // The framework's cost per recorded op: a tiny-shape GPT step (the same layers, so the same
+    // kinds of ops through shardmap's type checks, the tape and value wrappers) on one rank, its
+    // time less its modelled arithmetic, over its op count.
+    double& framework_op_s = c.framework_op_s;
+    {
+      GptConfig tiny = cfg;
+      tiny.d_model = cfg.heads * 2;
+      tiny.vocab = 16;
+      tiny.seq = 4;
+      const int64_t tiny_batch = 1, tiny_steps = 12;
+      PlanRequest req;
+      req.config = tiny;
+      req.global_batch = tiny_batch;
+      req.gpus = 1;
+      req.gpus_per_node = 1;
+      req.only_meshes = {"single"};
+      absl::StatusOr<Plan> plan = PlanGpt(req, *hw, ShapeOnlyProfiler(Device::Cpu()));
       absl::StatusOr<std::vector<RoleWork>> roles =
-          ShapeOnlyProfiler(so_device)(plan->rows[0].candidate, request(row));
-      absl::StatusOr<int> n = roles.ok() ? MeasureGemmShapes(*roles, &*hw) : roles.status();
-      if (!n.ok()) {
-        std::cerr << "plan_validate: " << row.text << ": " << n.status().message() << "\n";
-        return 1;
+          plan.ok() ? ShapeOnlyProfiler(Device::Cpu())(plan->rows[0].candidate, req) : plan.status();
+      std::vector<int64_t> tiny_tokens((tiny_batch * tiny_steps + 1) * tiny.seq + 1);
+      for (size_t i = 0; i < tiny_tokens.size(); ++i) tiny_tokens[i] = (i * 7 + 3) % tiny.vocab;
+      TrainOptions o;
+      o.steps = tiny_steps;
+      o.batch = tiny_batch;
+      double best = 1e30;
+      o.on_step = [&](const StepInfo& st) { best = std::min(best, st.seconds); };
+      absl::StatusOr<GptLayout> layout = GptLayout::Create(Mesh(), tiny, false);
+      absl::StatusOr<TrainResult> r =
+          layout.ok() ? TrainGpt(*layout, InitGpt(tiny, 1), tiny_tokens, o) : layout.status();
+      absl::StatusOr<double> per_op = !roles.ok() ? roles.status()
+                                       : !r.ok()   ? r.status()
+                                                   : FrameworkOpSeconds(
+                                                         best,
+                                                         plan->rows[0].prediction.gemm_s +
+                                                             plan->rows[0].prediction.other_s,
+                                                         (*roles)[0].op_count);
+      if (!per_op.ok()) {
+        std::cerr << "plan_validate: framework per-op cost: " << per_op.status().message() << "\n";
+        return absl::InternalError("the calibration failed (above)");
       }
-      timed += *n;
+      framework_op_s = *per_op;
+      say(absl::StrFormat(
+          "Framework cost per recorded op: a tiny GPT step (%d layers, d_model %d, seq %d, batch "
+          "%d, one rank) of %lld ops took %.3f ms (best of %d), its modelled arithmetic %.3f ms: "
+          "%.3g s per op (the bare tensor op of the profile: %.3g s), charged per op below.\n\n",
+          tiny.layers, tiny.d_model, tiny.seq, tiny_batch, (long long)(*roles)[0].op_count,
+          1e3 * best, tiny_steps,
+          1e3 * (plan->rows[0].prediction.gemm_s + plan->rows[0].prediction.other_s), framework_op_s,
+          hw->op_overhead_s));
     }
-    const LoadSample s1 = SampleLoad();
-    exact_ref = std::max(s0.gemm_rate, s1.gemm_rate);
-    emit(absl::StrFormat(
-        "The step's own GEMM shapes: %d distinct (batch, m, n, k, layouts), each timed once "
-        "(best of 3) at a d = 128 GEMM rate of %.3g flop/s; each row's profile carries them "
-        "scaled by its own d = 128 rate / that. Their measured rates against the min_dim "
-        "curve's rate for the same shape, by layout:\n\n"
-        "| layout | shapes | measured / curve: median | min | max |\n|---|---|---|---|---|\n",
-        timed, exact_ref));
-    std::map<std::string, std::vector<double>> ratios;
-    HardwareProfile curve = *hw;
-    curve.gemm_exact.clear();
-    for (const auto& [k, r] : hw->gemm_exact) {
-      GemmWork g{.batch = k.batch, .m = k.m, .n = k.n, .k = k.k, .dtype = k.dtype,
-                 .trans_a = k.trans_a, .trans_b = k.trans_b};
-      const std::string layout = absl::StrCat(k.batch > 1 ? "batched " : "", k.trans_a ? "T" : "N",
-                                              k.trans_b ? "T" : "N");
-      ratios[layout].push_back(r / (g.flops() / *curve.GemmSeconds(g)));
+    c.bare_op_s = hw->op_overhead_s;
+    const double bare_op_s = c.bare_op_s;
+    if (absl::GetFlag(FLAGS_framework_op_cost)) hw->op_overhead_s = framework_op_s;
+    // The step's own GEMM shapes (every row's, forward and backward, transposed operands and
+    // batched attention products included), each timed once on this CPU: each GEMM is priced at
+    // its own measured rate. `exact_ref`: the machine's d = 128 GEMM rate around them (reported).
+    double exact_ref = 0;
+    {
+      const LoadSample s0 = SampleLoad();
+      int timed = 0;
+      for (Row& row : rows) {
+        absl::StatusOr<Plan> plan = PlanGpt(request(row), *hw, ShapeOnlyProfiler(so_device));
+        if (!plan.ok()) {
+          std::cerr << "plan_validate: " << row.text << ": " << plan.status().message() << "\n";
+          return absl::InternalError("the calibration failed (above)");
+        }
+        absl::StatusOr<std::vector<RoleWork>> roles =
+            ShapeOnlyProfiler(so_device)(plan->rows[0].candidate, request(row));
+        absl::StatusOr<int> n = roles.ok() ? MeasureGemmShapes(*roles, &*hw) : roles.status();
+        if (!n.ok()) {
+          std::cerr << "plan_validate: " << row.text << ": " << n.status().message() << "\n";
+          return absl::InternalError("the calibration failed (above)");
+        }
+        timed += *n;
+      }
+      const LoadSample s1 = SampleLoad();
+      exact_ref = std::max(s0.gemm_rate, s1.gemm_rate);
+      say(absl::StrFormat(
+          "The step's own GEMM shapes: %d distinct (batch, m, n, k, layouts), each timed once "
+          "(best of 3) while the d = 128 GEMM ran at %.3g flop/s. Their measured rates against "
+          "the min_dim "
+          "curve's rate for the same shape, by layout:\n\n"
+          "| layout | shapes | measured / curve: median | min | max |\n|---|---|---|---|---|\n",
+          timed, exact_ref));
+      std::map<std::string, std::vector<double>> ratios;
+      HardwareProfile curve = *hw;
+      curve.gemm_exact.clear();
+      for (const auto& [k, r] : hw->gemm_exact) {
+        GemmWork g{.batch = k.batch, .m = k.m, .n = k.n, .k = k.k, .dtype = k.dtype,
+                   .trans_a = k.trans_a, .trans_b = k.trans_b};
+        const std::string layout = absl::StrCat(k.batch > 1 ? "batched " : "", k.trans_a ? "T" : "N",
+                                                k.trans_b ? "T" : "N");
+        ratios[layout].push_back(r / (g.flops() / *curve.GemmSeconds(g)));
+      }
+      for (auto& [layout, v] : ratios) {
+        std::sort(v.begin(), v.end());
+        say(absl::StrFormat("| %s | %d | %.2f | %.2f | %.2f |\n", layout, v.size(), v[v.size() / 2],
+                             v.front(), v.back()));
+      }
+      say("\n");
     }
-    for (auto& [layout, v] : ratios) {
-      std::sort(v.begin(), v.end());
-      emit(absl::StrFormat("| %s | %d | %.2f | %.2f | %.2f |\n", layout, v.size(), v[v.size() / 2],
-                           v.front(), v.back()));
+    // The non-GEMM ops' own speeds: one rank's real step of the same model at a quarter of the
+    // batch (so no row's step), every op timed (OpCounter::kTimed), the records of its fastest
+    // step: each kind at its bytes over its time beyond a bare op's cost (WithOpRates). Kinds
+    // without a rate, and the ops one rank alone never runs (a collective's local sum, sequence
+    // parallelism's slices), are priced at the copy bandwidth slowed as much as the timed kinds
+    // were in all.
+    double& other_slowdown = c.other_slowdown;
+    c.copy_bandwidth = hw->memory_bandwidth;
+    c.copy_vector_flops = hw->vector_flops;
+    if (absl::GetFlag(FLAGS_op_rates)) {
+      const int64_t cal_batch = std::max<int64_t>(1, batch / 4);
+      TrainOptions o;
+      o.steps = 6;
+      o.batch = cal_batch;
+      OpCounter* counter = nullptr;
+      size_t at_step = 0;
+      std::chrono::steady_clock::time_point t_step;
+      double best = 1e30;
+      std::vector<OpCount> best_ops;
+      o.spmd_runner = [&](const Mesh& m, const std::function<void(RankContext&)>& body) {
+        return RunSpmd(m, [&](RankContext& ctx) {
+          OpCounter timed(OpCounter::kTimed);
+          counter = &timed;
+          body(ctx);
+          counter = nullptr;
+        });
+      };
+      o.on_phase = [&](const char* phase) {
+        const std::string ph = phase;
+        if (ph == "step") {
+          at_step = counter->ops().size();
+          t_step = std::chrono::steady_clock::now();
+        } else if (ph == "end") {
+          const double s =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
+          if (s < best) {
+            best = s;
+            best_ops.assign(counter->ops().begin() + at_step, counter->ops().end());
+          }
+        }
+      };
+      absl::StatusOr<GptLayout> layout = GptLayout::Create(Mesh(), cfg, false);
+      absl::StatusOr<TrainResult> r =
+          layout.ok() ? TrainGpt(*layout, InitGpt(cfg, 1), tokens, o) : layout.status();
+      HardwareProfile copy_priced = *hw;
+      absl::StatusOr<std::vector<OpRateRow>> kinds =
+          r.ok() ? WithOpRates(best_ops, bare_op_s, &*hw) : r.status();
+      if (!kinds.ok()) {
+        std::cerr << "plan_validate: the ops' own speeds: " << kinds.status().message() << "\n";
+        return absl::InternalError("the calibration failed (above)");
+      }
+      double timed_s = 0, gemm_s = 0, at_copy_s = 0, beyond_s = 0;
+      for (const OpCount& op : best_ops) {
+        timed_s += op.seconds;
+        if (op.gemm.has_value() || IsGemmOpName(op.op)) gemm_s += op.seconds;
+      }
+      std::string table =
+          "| op | dtype | calls | MB | ms | GB/s | vs the copy bandwidth |\n|---|---|---|---|---|---|---|\n";
+      int shown = 0;
+      for (const OpRateRow& k : *kinds) {
+        if (k.rate <= 0) continue;
+        const double copy_s = *copy_priced.OtherSeconds({k.op, k.dtype, 0, k.bytes});
+        at_copy_s += copy_s;
+        beyond_s += k.bytes / k.rate;
+        if (shown++ < 14) {
+          absl::StrAppendFormat(&table, "| %s | %s | %d | %.2f | %.2f | %.2f | %.2fx slower |\n",
+                                k.op, DTypeName(k.dtype), k.count, k.bytes / 1e6, 1e3 * k.seconds,
+                                k.rate / 1e9, copy_priced.memory_bandwidth / k.rate);
+        }
+      }
+      if (at_copy_s > 0) other_slowdown = beyond_s / at_copy_s;
+      hw->memory_bandwidth /= other_slowdown;
+      hw->vector_flops /= other_slowdown;
+      say(absl::StrFormat(
+          "Non-GEMM ops at their own speeds: one rank's step at batch %d, every op timed; its "
+          "fastest step took %.1f ms, of which %d ops %.1f ms (GEMMs %.1f ms). Each kind is priced "
+          "at its bytes over its time beyond a bare op's cost (%.2g s per call); %zu kinds, the "
+          "largest:\n\n%s\nKinds without a rate (and ops one rank alone never runs) at the copy "
+          "bandwidth / %.2f, the rated kinds' slowdown in all.\n\n",
+          cal_batch, 1e3 * best, best_ops.size(), 1e3 * timed_s, 1e3 * gemm_s, bare_op_s,
+          hw->op_rate.size(), table, other_slowdown));
     }
-    emit("\n");
-  }
-  // The non-GEMM ops' speed with the step's own op mix: one rank's step of the same model at a
-  // quarter of the batch (so no row's step), less its modelled GEMMs and per-op cost, over its
-  // modelled other ops; every profile below prices other ops at that speed.
-  double other_slowdown = 1;
-  if (absl::GetFlag(FLAGS_step_other_rate)) {
-    PlanRequest req;
-    req.config = cfg;
-    req.global_batch = std::max<int64_t>(1, batch / 4);
-    req.gpus = 1;
-    req.gpus_per_node = 1;
-    req.only_meshes = {"single"};
-    absl::StatusOr<Plan> plan = PlanGpt(req, *hw, ShapeOnlyProfiler(so_device));
-    absl::StatusOr<std::vector<RoleWork>> roles =
-        plan.ok() ? ShapeOnlyProfiler(so_device)(plan->rows[0].candidate, req) : plan.status();
-    if (roles.ok()) {
-      if (absl::StatusOr<int> n = MeasureGemmShapes(*roles, &*hw); !n.ok()) roles = n.status();
-    }
-    absl::StatusOr<ComputeParts> parts =
-        roles.ok() ? ComputeBreakdown((*roles)[0], *hw) : roles.status();
-    TrainOptions o;
-    o.steps = 6;
-    o.batch = req.global_batch;
-    double best = 1e30;
-    o.on_step = [&](const StepInfo& st) { best = std::min(best, st.seconds); };
-    absl::StatusOr<GptLayout> layout = GptLayout::Create(Mesh(), cfg, false);
-    absl::StatusOr<TrainResult> r =
-        layout.ok() ? TrainGpt(*layout, InitGpt(cfg, 1), tokens, o) : layout.status();
-    absl::StatusOr<HardwareProfile> fit =
-        !parts.ok() ? parts.status()
-        : !r.ok()   ? r.status()
-                    : WithStepOtherOpRate(*hw, best, parts->gemm_s, parts->other_s,
-                                          parts->overhead_s, &other_slowdown);
-    if (!fit.ok()) {
-      std::cerr << "plan_validate: the step's other-op rate: " << fit.status().message() << "\n";
-      return 1;
-    }
-    *hw = *fit;
-    emit(absl::StrFormat(
-        "Non-GEMM ops with the step's own mix: one rank's step at batch %d took %.1f ms (best of "
-        "5 after a warm-up); modelled GEMMs %.1f ms, per-op %.1f ms, other ops %.1f ms at the "
-        "copy bandwidth: they took %.2fx that, so every profile below prices other ops at "
-        "memory_bandwidth and vector_flops / %.2f.\n\n",
-        req.global_batch, 1e3 * best, 1e3 * parts->gemm_s, 1e3 * parts->overhead_s,
-        1e3 * parts->other_s, other_slowdown, other_slowdown));
-  }
-  const int passes = absl::GetFlag(FLAGS_passes);
-  for (int pass = 0; pass < passes; ++pass) {
+    c.hw = *hw;
+    return c;
+  };
+  absl::StatusOr<Calibration> first = calibrate("at the start");
+  if (!first.ok()) return 1;
+  HardwareProfile* hw = &first->hw;
+  const int max_passes = absl::GetFlag(FLAGS_passes);
+  const double agree = absl::GetFlag(FLAGS_agree);
+  int passes_run = 0;
+  for (int pass = 0; pass < max_passes; ++pass) {
+    bool measured_any = false;
     for (Row& row : rows) {
+      if (pass >= 2 && row.Agreed(agree)) continue;
+      measured_any = true;
       absl::StatusOr<Plan> plan = PlanGpt(request(row), *hw, ShapeOnlyProfiler(so_device));
       if (!plan.ok()) {
         std::cerr << "plan_validate: " << row.text << ": " << plan.status().message() << "\n";
@@ -338,47 +474,33 @@ int Main() {
       o.schedule = c.pipeline.schedule;
       std::vector<double> secs;
       o.on_step = [&](const StepInfo& s) { secs.push_back(s.seconds); };
-      CpuMeasureOptions quick;
-      quick.collectives = false;
-      absl::StatusOr<HardwareProfile> before = MeasureCpuProfile(quick);
       absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(cfg, 1), tokens, o);
-      absl::StatusOr<HardwareProfile> after = MeasureCpuProfile(quick);
-      if (!r.ok() || !before.ok() || !after.ok()) {
-        const absl::Status& bad = !r.ok() ? r.status() : !before.ok() ? before.status() : after.status();
-        std::cerr << "plan_validate: " << row.text << ": " << bad.message() << "\n";
+      if (!r.ok()) {
+        std::cerr << "plan_validate: " << row.text << ": " << r.status().message() << "\n";
         return 1;
       }
-      row.measured = std::min(row.measured, *std::min_element(secs.begin() + 1, secs.end()));
-      for (HardwareProfile* q : {&*before, &*after}) {
-        q->fitted = hw->fitted;
-        const double f = q->gemm.at(DType::kF32)[4].second / exact_ref;
-        for (const auto& [k, r] : hw->gemm_exact) q->gemm_exact[k] = r * f;
-        q->memory_bandwidth /= other_slowdown;
-        q->vector_flops /= other_slowdown;
-        // The framework's per-op cost at this sample's load: the bare op's re-measured change.
-        if (absl::GetFlag(FLAGS_framework_op_cost) && bare_op_s > 0) {
-          q->op_overhead_s = framework_op_s * q->op_overhead_s / bare_op_s;
-        }
-        row.profiles.push_back(*q);
-      }
-      std::cerr << "plan_validate: pass " << pass + 1 << " " << row.text << " "
-                << 1e3 * row.measured << " ms\n";
+      row.pass_measured.push_back(*std::min_element(secs.begin() + 1, secs.end()));
+      row.measured = std::min(row.measured, row.pass_measured.back());
+      std::cerr << "plan_validate: pass " << pass + 1 << " " << row.text << ": steps (ms)";
+      for (double sec : secs) std::cerr << " " << absl::StrFormat("%.1f", 1e3 * sec);
+      std::cerr << "\n";
     }
+    if (!measured_any) break;
+    passes_run = pass + 1;
   }
+  // The profile again, after the steps: each rate the faster of its two measurements.
+  absl::StatusOr<Calibration> second = calibrate("after the steps");
+  if (!second.ok()) return 1;
+  const Calibration both = Faster(*first, *second);
+  const HardwareProfile& quiet = both.hw;
   emit("## Predicted and measured step times\n\n"
-       "| mesh | ranks | predicted ms | measured ms | error | cores | GEMM speed vs start | "
-       "compute ms (gemm + other + per-op) | comm ms | bubble | start profile ms |\n"
-       "|---|---|---|---|---|---|---|---|---|---|---|\n");
+       "| mesh | ranks | predicted ms | measured ms | error | passes | compute ms (gemm + other "
+       "+ per-op) | comm ms | bubble | start profile ms |\n"
+       "|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<double> predicted, measured, static_pred, bare_pred;
-  auto speed = [](const HardwareProfile& q) { return q.gemm.at(DType::kF32)[4].second; };
+  int agreed = 0;
   for (const Row& row : rows) {
-    // The least disturbed machine the row saw: the fastest profile's rates, the most cores any
-    // of its samples found.
-    HardwareProfile best = *std::max_element(
-        row.profiles.begin(), row.profiles.end(),
-        [&](const HardwareProfile& a, const HardwareProfile& b) { return speed(a) < speed(b); });
-    for (const HardwareProfile& q : row.profiles) best.cores = std::max(best.cores, q.cores);
-    absl::StatusOr<Plan> plan = PlanGpt(request(row), best, ShapeOnlyProfiler(so_device));
+    absl::StatusOr<Plan> plan = PlanGpt(request(row), quiet, ShapeOnlyProfiler(so_device));
     if (!plan.ok()) {
       std::cerr << "plan_validate: " << row.text << ": " << plan.status().message() << "\n";
       return 1;
@@ -388,43 +510,91 @@ int Main() {
     predicted.push_back(p.step_s);
     measured.push_back(row.measured);
     static_pred.push_back(row.static_s);
-    // The same profile without this run's framework per-op cost and step-mix other-op rate (a
+    agreed += row.Agreed(agree);
+    // The same profile without this run's framework per-op cost and the ops' own speeds (a
     // bare tensor op's cost, the copy bandwidth): what those two change, in the same run.
-    HardwareProfile bare = best;
-    if (absl::GetFlag(FLAGS_framework_op_cost) && framework_op_s > 0) {
-      bare.op_overhead_s *= bare_op_s / framework_op_s;
-    }
-    bare.memory_bandwidth *= other_slowdown;
-    bare.vector_flops *= other_slowdown;
+    HardwareProfile bare = quiet;
+    bare.op_overhead_s = both.bare_op_s;
+    bare.memory_bandwidth = both.copy_bandwidth;
+    bare.vector_flops = both.copy_vector_flops;
+    bare.op_rate.clear();
     absl::StatusOr<Plan> bare_plan = PlanGpt(request(row), bare, ShapeOnlyProfiler(so_device));
     bare_pred.push_back(bare_plan.ok() ? bare_plan->rows[0].prediction.step_s : 0);
     emit(absl::StrFormat(
-        "| %s | %d | %.1f | %.1f | %+.0f%% | %.2f | %.2f | %.1f (%.0f + %.0f + %.0f) | %.1f | "
-        "%.0f%% | %.1f |\n",
+        "| %s | %d | %.1f | %.1f | %+.0f%% | %d%s | %.1f (%.0f + %.0f + %.0f) | %.1f | %.0f%% | "
+        "%.1f |\n",
         c.Name(), c.mesh.world(), 1e3 * p.step_s, 1e3 * row.measured,
-        100 * (p.step_s - row.measured) / row.measured, best.cores, speed(best) / speed(*hw),
-        1e3 * p.compute_s, 1e3 * p.gemm_s, 1e3 * p.other_s, 1e3 * p.overhead_s,
-        1e3 * (p.blocking_comm_s + p.exposed_comm_s), 100 * p.bubble, 1e3 * row.static_s));
+        100 * (p.step_s - row.measured) / row.measured, row.pass_measured.size(),
+        row.Agreed(agree) ? "" : " (no two agree)", 1e3 * p.compute_s, 1e3 * p.gemm_s,
+        1e3 * p.other_s, 1e3 * p.overhead_s, 1e3 * (p.blocking_comm_s + p.exposed_comm_s),
+        100 * p.bubble, 1e3 * row.static_s));
   }
   auto within = [&](const std::vector<double>& pred) {
     int n = 0;
     for (size_t i = 0; i < pred.size(); ++i) n += std::abs(pred[i] - measured[i]) <= 0.2 * measured[i];
     return n;
   };
+  const auto d128 = [](const HardwareProfile& q) { return q.gemm.at(DType::kF32)[4].second; };
   emit(absl::StrFormat(
-      "\nWith each row's least disturbed re-measured profile (%d passes; compute rates and "
-      "effective cores measured before and after each row's steps: the fastest rates, the most "
-      "cores): %d of %zu meshes within 20%%, "
-      "Spearman rank correlation of predicted and measured step times %.3f.\n"
-      "With the profile as measured once at the start: %d of %zu within 20%%, Spearman %.3f. "
+      "\nThe profile measured again after the steps: GEMM at d = 128 %.3g flop/s (at the start "
+      "%.3g), the ops' own speeds %.2fx the start's (median over kinds), %.2f effective cores "
+      "(%.2f). Each rate is the faster of the two.\n\n"
+      "With that profile: %d of %zu meshes within 20%%, Spearman rank correlation of predicted "
+      "and measured step times %.3f.\n"
+      "With the profile as measured at the start: %d of %zu within 20%%, Spearman %.3f. "
       "Load average %.2f at the end.\n",
-      passes, within(predicted), predicted.size(), Spearman(predicted, measured),
-      within(static_pred), predicted.size(), Spearman(static_pred, measured), LoadAverage()));
+      d128(second->hw), d128(first->hw), MedianRatio(second->hw.op_rate, first->hw.op_rate),
+      second->hw.cores, first->hw.cores, within(predicted), predicted.size(),
+      Spearman(predicted, measured), within(static_pred), predicted.size(),
+      Spearman(static_pred, measured), LoadAverage()));
+  // By how the ranks sit on the cores: a core each (as a GPU rank has its device) or sharing
+  // them (more ranks than cores: the OS runs them in turn).
+  {
+    const unsigned hw_threads = std::max(1u, std::thread::hardware_concurrency());
+    for (const bool own : {true, false}) {
+      std::vector<double> pr, me;
+      int in = 0;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if ((rows[i].candidate.mesh.world() <= static_cast<int>(hw_threads)) != own) continue;
+        pr.push_back(predicted[i]);
+        me.push_back(measured[i]);
+        in += std::abs(predicted[i] - measured[i]) <= 0.2 * measured[i];
+      }
+      if (pr.size() < 2) continue;
+      emit(absl::StrFormat("%s: %d of %zu within 20%%, Spearman %.3f.\n",
+                           own ? absl::StrFormat("Meshes of at most %u ranks (a core each)",
+                                                 hw_threads)
+                               : absl::StrFormat("Meshes of more than %u ranks (sharing the cores)",
+                                                 hw_threads),
+                           in, pr.size(), Spearman(pr, me)));
+    }
+  }
   emit(absl::StrFormat(
-      "Without the framework per-op cost and the step-mix other-op rate (the least disturbed "
-      "profiles with a bare tensor op's cost and the copy bandwidth): %d of %zu within 20%%, "
-      "Spearman %.3f.\n",
+      "Without the framework per-op cost and the ops' own speeds (that profile with a bare "
+      "tensor op's cost and the copy bandwidth): %d of %zu within 20%%, Spearman %.3f.\n",
       within(bare_pred), bare_pred.size(), Spearman(bare_pred, measured)));
+  emit(absl::StrFormat(
+      "Measurement: %d passes at most (%d run); %d of %zu meshes have two passes whose fastest "
+      "steps agree within %.0f%%.\n",
+      max_passes, passes_run, agreed, rows.size(), 100 * agree));
+  // The measurement against itself: how well a row's second fastest pass ranks the meshes as
+  // its fastest does. No predictor can rank them more consistently than the measurements agree
+  // with each other.
+  {
+    std::vector<double> first, second, spread;
+    for (const Row& row : rows) {
+      std::vector<double> v = row.pass_measured;
+      std::sort(v.begin(), v.end());
+      first.push_back(v[0]);
+      second.push_back(v.size() > 1 ? v[1] : v[0]);
+      spread.push_back(second.back() / first.back() - 1);
+    }
+    std::sort(spread.begin(), spread.end());
+    emit(absl::StrFormat(
+        "The measurements against themselves: Spearman of each mesh's fastest and second fastest "
+        "pass %.3f; second over fastest: median +%.1f%%, largest +%.0f%%.\n",
+        Spearman(first, second), 100 * spread[spread.size() / 2], 100 * spread.back()));
+  }
   if (const std::string out = absl::GetFlag(FLAGS_out); !out.empty()) {
     std::ofstream f(out);
     f << report;

@@ -38,10 +38,7 @@ RoleWork ToRoleWork(const StepProfile& p, int stage) {
   for (const OpTotal& o : p.ops) {
     w.op_count += o.count;
     // GEMM ops are priced by their shapes; the rest by their bytes and FLOPs.
-    const bool gemm = o.op.find("matmul") != std::string::npos ||
-                      o.op.find("linear") != std::string::npos ||
-                      o.op.find("einsum") != std::string::npos;
-    if (gemm) continue;
+    if (IsGemmOpName(o.op)) continue;
     OtherWork ow{o.op, o.dtype, o.flops, o.bytes};
     ow.attention = o.op.find("attention") != std::string::npos;
     w.others.push_back(ow);

@@ -42,6 +42,13 @@ struct OtherWork {
   bool attention = false;
 };
 
+// The op names priced by their GEMM shapes (matmul, batched matmul, linear and its fused
+// backward, einsum contractions); every other op is an OtherWork.
+inline bool IsGemmOpName(const std::string& op) {
+  return op.find("matmul") != std::string::npos || op.find("linear") != std::string::npos ||
+         op.find("einsum") != std::string::npos;
+}
+
 struct CollectiveWork {
   std::string op;                 // all_reduce, all_gather, reduce_scatter, all_to_all, ppermute
   std::vector<std::string> axes;  // mesh axes the group spans

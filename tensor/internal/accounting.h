@@ -11,6 +11,7 @@
 #ifndef SHARDMAP_TENSOR_INTERNAL_ACCOUNTING_H_
 #define SHARDMAP_TENSOR_INTERNAL_ACCOUNTING_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 
@@ -51,6 +52,10 @@ class OpScope {
   void Exit();
   bool entered_ = false;
   bool outermost_ = false;
+  // A timed innermost OpCounter: the index its record of this op will take, and the entry time.
+  OpCounter* timed_ = nullptr;
+  size_t record_index_ = 0;
+  int64_t start_ns_ = 0;
 };
 
 // Records a GEMM: 2*batch*m*n*k flops plus `extra_flops` (a fused epilogue), and `bytes`.

@@ -129,6 +129,59 @@ TEST(PredictStepTest, ComputePlusBlockingPlusExposedOverlap) {
   EXPECT_NEAR(shared->step_s, 4 * s->step_s, 1e-12);
 }
 
+TEST(PredictStepTest, RanksBeyondTheCoresPayTheSyncCostAtEachCollective) {
+  HardwareProfile p = Node();
+  p.gpus_per_node = 8;
+  RoleWork w;
+  w.gemms.push_back({.m = 100, .n = 100, .k = 50});                      // 1 ms
+  w.collectives.push_back({"all_reduce", {"tp"}, 4, 1e3, false, "tp"});   // 10 us + 1.5 us
+  w.collectives.push_back({"all_reduce", {"tp"}, 4, 1e3, true, "tp"});
+  w.collectives.push_back({"convert_invariant", {"tp"}, 4, 1e3, false, "tp"});  // local: 0
+  MeshShape m{{"tp"}, {4}};
+  p.cores = 2;
+  absl::StatusOr<StepPrediction> plain = PredictStep({w}, m, {}, p);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  // 4 ranks on 2 cores that each wait 2 ms per collective: 2 x 2 ms, not 2 x 23 us; the
+  // conversion moves nothing and waits for nobody.
+  p.oversubscribed_sync = {{4, 2e-3}, {8, 6e-3}};
+  absl::StatusOr<StepPrediction> synced = PredictStep({w}, m, {}, p);
+  ASSERT_TRUE(synced.ok()) << synced.status();
+  EXPECT_NEAR(synced->blocking_comm_s, 4e-3, 1e-12);
+  EXPECT_NEAR(synced->step_s - plain->step_s, 4e-3 - plain->blocking_comm_s, 1e-12);
+  EXPECT_NEAR(synced->seconds_by_kind.at("all_reduce tp"), 4e-3, 1e-12);
+  // A collective dearer than the wait keeps its own cost.
+  p.oversubscribed_sync = {{4, 1e-6}};
+  EXPECT_NEAR(PredictStep({w}, m, {}, p)->step_s, plain->step_s, 1e-15);
+  // Groups no larger than the cores (their members run together), and FSDP / gradient
+  // collectives (runs of them, one parameter after another): their own cost.
+  p.oversubscribed_sync = {{4, 2e-3}};
+  for (const CollectiveWork& c :
+       {CollectiveWork{"all_reduce", {"tp"}, 2, 1e3, false, "tp"},
+        CollectiveWork{"all_gather", {"dp_shard"}, 4, 1e3, false, "fsdp"},
+        CollectiveWork{"all_reduce", {"dp"}, 4, 1e3, false, "grad"}}) {
+    RoleWork one = w;
+    one.collectives = {c};
+    RoleWork none = w;
+    none.collectives.clear();
+    EXPECT_LT(PredictStep({one}, m, {}, p)->step_s - PredictStep({none}, m, {}, p)->step_s, 1e-4)
+        << c.op << " " << c.phase;
+  }
+  // A group of 2 on 1.9 effective cores (a shared machine's reading of 2) runs together too.
+  p.cores = 1.9;
+  {
+    RoleWork pair = w;
+    pair.collectives = {CollectiveWork{"all_reduce", {"tp"}, 2, 1e3, false, "tp"}};
+    RoleWork none = w;
+    none.collectives.clear();
+    EXPECT_LT(PredictStep({pair}, m, {}, p)->step_s - PredictStep({none}, m, {}, p)->step_s, 1e-4);
+  }
+  p.cores = 2;
+  // As many cores as ranks: nothing to wait for.
+  p.oversubscribed_sync = {{4, 2e-3}};
+  p.cores = 4;
+  EXPECT_NEAR(PredictStep({w}, m, {}, p)->blocking_comm_s, plain->blocking_comm_s / 2, 1e-12);
+}
+
 TEST(PredictStepTest, PipelineUsesTheSlowestStagePerTick) {
   HardwareProfile p = Node();
   RoleWork a, b;

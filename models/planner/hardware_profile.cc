@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -84,6 +85,23 @@ absl::StatusOr<double> HardwareProfile::OtherSeconds(const OtherWork& o) const {
   return s;
 }
 
+double HardwareProfile::OversubscribedSyncSeconds(int world) const {
+  if (cores <= 0 || world <= cores || oversubscribed_sync.empty()) return 0;
+  // Linear between the entries, from 0 at world = cores (nothing waits with a core each) to the
+  // first entry; the last entry beyond it.
+  const auto hi = oversubscribed_sync.lower_bound(world);
+  if (hi == oversubscribed_sync.end()) return std::prev(hi)->second;
+  if (hi->first == world) return hi->second;
+  double x0 = cores, y0 = 0;
+  if (hi != oversubscribed_sync.begin()) {
+    x0 = std::prev(hi)->first;
+    y0 = std::prev(hi)->second;
+  }
+  if (hi->first <= x0) return hi->second;
+  const double t = (world - x0) / (hi->first - x0);
+  return y0 + t * (hi->second - y0);
+}
+
 std::string HardwareProfile::ToText() const {
   std::ostringstream o;
   o << "name " << name << "\n";
@@ -109,6 +127,7 @@ std::string HardwareProfile::ToText() const {
       << f.seconds_per_byte << "\n";
   }
   o << "overlap " << overlap << "\ncores " << cores << "\n";
+  for (const auto& [r, sec] : oversubscribed_sync) o << "oversubscribed_sync " << r << " " << sec << "\n";
   return o.str();
 }
 
@@ -189,6 +208,11 @@ absl::StatusOr<HardwareProfile> ParseHardwareProfile(std::string_view text_std) 
                 static_cast<int64_t>(dims[2]), static_cast<int64_t>(dims[3]), *d,
                 dims[4] == 1, dims[5] == 1};
       p.gemm_exact[k] = a;
+    } else if (key == "oversubscribed_sync") {
+      if (f.size() != 3 || !num(1, &a) || a < 2 || a != std::floor(a) || !num(2, &b)) {
+        return bad("'oversubscribed_sync <ranks >= 2> <seconds >= 0>'");
+      }
+      p.oversubscribed_sync[static_cast<int>(a)] = b;
     } else if (key == "op_rate") {
       absl::StatusOr<DType> d = f.size() == 4 ? DTypeOf(f[2]) : absl::InvalidArgumentError("");
       if (!d.ok() || !num(3, &a) || a <= 0) return bad("'op_rate <op> <dtype> <bytes/s > 0>'");
@@ -212,7 +236,7 @@ absl::StatusOr<HardwareProfile> ParseHardwareProfile(std::string_view text_std) 
       return bad("a key among name, source, gpus_per_node, memory_bytes, "
                  "memory_reserved_bytes, memory_bandwidth, vector_flops, op_overhead_s, peak_flops, "
                  "attention, gemm, gemm_shape, op_rate, "
-                 "link, collective, overlap, cores");
+                 "link, collective, overlap, cores, oversubscribed_sync");
     }
   }
   const std::string who = p.name.empty() ? "hardware profile" : "hardware profile " + p.name;

@@ -29,6 +29,9 @@
 //                                     that replaces the ring formula for that op and size
 //   overlap <fraction 0..1>           of the FSDP / gradient collectives hidden under compute
 //   cores <n>                         ranks share n cores (simulated CPU ranks); 0: a device each
+//   oversubscribed_sync <ranks> <seconds>   what a collective costs at least when that many
+//                                     ranks share the cores (measure_cpu.h); linear between
+//                                     entries and from 0 at ranks = cores, the last beyond
 #ifndef SHARDMAP_MODELS_PLANNER_HARDWARE_PROFILE_H_
 #define SHARDMAP_MODELS_PLANNER_HARDWARE_PROFILE_H_
 
@@ -89,6 +92,7 @@ struct HardwareProfile {
   std::map<std::pair<std::string, int>, FittedCollective> fitted;  // (op, group_size)
   double overlap = 0;
   double cores = 0;
+  std::map<int, double> oversubscribed_sync;  // ranks -> seconds per collective, ranks > cores
 
   // Seconds of one GEMM work item at the profile's rate for its shape (its count included): the
   // shape-exact rate when gemm_exact has the shape, else the min_dim curve. NotFound naming the
@@ -99,6 +103,10 @@ struct HardwareProfile {
   // memory_bandwidth (and vector_flops).
   absl::StatusOr<double> OtherSeconds(const OtherWork& o) const;
   double UsableMemory() const { return memory_bytes - memory_reserved_bytes; }
+  // The least a collective costs when `world` ranks share the cores: 0 without cores or
+  // oversubscribed_sync entries or with world <= cores; else the entries' value at world
+  // (linear between them and from 0 at world = cores to the first, the last one beyond).
+  double OversubscribedSyncSeconds(int world) const;
   // The profile's lines (ParseHardwareProfile reads them back).
   std::string ToText() const;
 };

@@ -125,6 +125,30 @@ TEST(HardwareProfileTest, MeasuredOpRateReplacesBandwidthForThatOpAndDtypeOnly) 
   }
 }
 
+TEST(HardwareProfileTest, OversubscribedSyncIsLinearBetweenEntriesAndZeroWithinTheCores) {
+  HardwareProfile p = *ParseHardwareProfile(
+      absl::StrCat(kMinimal, "cores 2\noversubscribed_sync 4 2e-3\noversubscribed_sync 8 6e-3\n"));
+  EXPECT_EQ(p.OversubscribedSyncSeconds(2), 0);  // a core each
+  EXPECT_NEAR(p.OversubscribedSyncSeconds(3), 1e-3, 1e-15);  // from 0 at the cores
+  EXPECT_EQ(p.OversubscribedSyncSeconds(4), 2e-3);
+  EXPECT_NEAR(p.OversubscribedSyncSeconds(6), 4e-3, 1e-15);
+  EXPECT_EQ(p.OversubscribedSyncSeconds(16), 6e-3);  // above the last: the nearest
+  absl::StatusOr<HardwareProfile> back = ParseHardwareProfile(p.ToText());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->oversubscribed_sync, p.oversubscribed_sync);
+  p.cores = 1.99;  // effective cores just under the threads: almost nothing at 2 ranks
+  EXPECT_LT(p.OversubscribedSyncSeconds(2), 1e-5);
+  p.cores = 0;  // a device each (GPUs): never
+  EXPECT_EQ(p.OversubscribedSyncSeconds(16), 0);
+  for (const char* bad : {"oversubscribed_sync 1 1e-3", "oversubscribed_sync 4.5 1e-3",
+                          "oversubscribed_sync 4 -1", "oversubscribed_sync 4"}) {
+    absl::StatusOr<HardwareProfile> q = ParseHardwareProfile(absl::StrCat(kMinimal, bad, "\n"));
+    EXPECT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_TRUE(absl::StrContains(q.status().message(), "oversubscribed_sync <ranks >= 2>"))
+        << q.status();
+  }
+}
+
 TEST(HardwareProfileTest, RoundTripsThroughText) {
   HardwareProfile p = *LoadHardwareProfile("h100_node");
   p.fitted[{"all_reduce", 4}] = {1e-5, 2e-10};

@@ -129,7 +129,58 @@ absl::StatusOr<double> CollectiveSeconds(const std::string& op, int g, size_t ra
   return best;  // the least disturbed call: the machine may be shared
 }
 
+// Seconds of `iters` rounds in which `threads` in-process ranks each run `reps` one-thread GEMMs
+// and then (when `sync`) a 64-byte all_reduce over all of them; the best of 3.
+absl::StatusOr<double> RoundsSeconds(int threads, int reps, int iters, bool sync) {
+  double best = 1e30;
+  for (int trial = 0; trial < 3; ++trial) {
+    double wall = 0;
+    absl::Status s = collectives::RunInProcess(threads, [&](collectives::Communicator& c) {
+      Tensor a = RandomNormal({256, 128}, 1 + c.rank(), 0, 1, DType::kF32);
+      Tensor b = RandomNormal({128, 128}, 2, 0, 1, DType::kF32);
+      std::vector<float> in(16, 1.0f), out(16, 0.0f);
+      (void)Matmul(a, b);
+      if (absl::Status st = c.Barrier(); !st.ok()) return st;
+      const double t0 = Now();
+      for (int i = 0; i < iters; ++i) {
+        for (int r = 0; r < reps; ++r) (void)Matmul(a, b);
+        if (!sync) continue;
+        if (absl::Status st = c.AllReduce(in.data(), out.data(), in.size(),
+                                          collectives::DataType::kF32,
+                                          collectives::ReduceOp::kSum);
+            !st.ok()) {
+          return st;
+        }
+      }
+      if (absl::Status st = c.Barrier(); !st.ok()) return st;
+      if (c.rank() == 0) wall = Now() - t0;
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return s;
+    best = std::min(best, wall);
+  }
+  return best;
+}
+
 }  // namespace
+
+absl::StatusOr<double> OversubscribedSyncSeconds(int threads, double chunk_s, int iters) {
+  if (threads < 2 || !(chunk_s > 0) || iters < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "OversubscribedSyncSeconds: %d threads, chunks of %g s, %d rounds; need >= 2 threads, "
+        "a positive chunk and >= 1 round",
+        threads, chunk_s, iters));
+  }
+  Tensor a = RandomNormal({256, 128}, 1, 0, 1, DType::kF32);
+  Tensor b = RandomNormal({128, 128}, 2, 0, 1, DType::kF32);
+  const double one = BestSeconds(3, 20, [&] { (void)Matmul(a, b); });
+  const int reps = std::max(1, static_cast<int>(chunk_s / std::max(one, 1e-9)));
+  absl::StatusOr<double> with = RoundsSeconds(threads, reps, iters, true);
+  if (!with.ok()) return with.status();
+  absl::StatusOr<double> without = RoundsSeconds(threads, reps, iters, false);
+  if (!without.ok()) return without.status();
+  return std::max(0.0, (*with - *without) / iters);
+}
 
 double TimeGemmShape(const GemmKey& g, int trials) {
   // The operands as the op holds them: a^T stored [k, m], b^T stored [n, k]; batched with
@@ -204,6 +255,15 @@ absl::StatusOr<HardwareProfile> MeasureCpuProfile(const CpuMeasureOptions& o) {
       const bench::AlphaBeta ab = bench::FitAlphaBeta(xs, ys);
       p.fitted[{op, g}] = {std::max(0.0, ab.alpha_s), std::max(0.0, ab.seconds_per_byte)};
     }
+  }
+  // Ranks beyond the cores: what each synchronising collective costs them (2x and 4x the
+  // hardware threads, the oversubscription of simulated meshes on a small machine).
+  const int hw_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int t : {2 * hw_threads, 4 * hw_threads}) {
+    if (!o.collectives || t > o.max_oversubscribed) break;
+    absl::StatusOr<double> s = OversubscribedSyncSeconds(t);
+    if (!s.ok()) return s.status();
+    p.oversubscribed_sync[t] = *s;
   }
   p.sources.push_back(absl::StrFormat("effective cores %.2f (GEMM throughput of %d threads / 1)",
                                       p.cores, o.threads_for_cores));

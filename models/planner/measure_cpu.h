@@ -3,7 +3,10 @@
 // op, the arithmetic rate of GELU, the framework's cost per typed op (forward + tape backward,
 // per op the OpCounter counts), the effective number of cores (GEMM throughput of several
 // threads at once / one thread's; on a machine shared with other jobs this is below the core
-// count), and alpha-beta fits of the in-process collectives per op and group size.
+// count), alpha-beta fits of the in-process collectives per op and group size, and what a
+// collective costs ranks that outnumber the cores (2x and 4x the hardware threads:
+// OversubscribedSyncSeconds). Per-op-kind speeds and shape-exact GEMM rates are added by
+// WithOpRates and MeasureGemmShapes.
 //
 //   absl::StatusOr<HardwareProfile> cpu = MeasureCpuProfile({.max_group = 4});
 //   std::cout << cpu->ToText();      // plan_gpt --profile=FILE reads it back
@@ -24,6 +27,7 @@ struct CpuMeasureOptions {
   int threads_for_cores = 4;  // threads that measure the effective core count
   double memory_bytes = 8e9;  // what the profile says each simulated rank may use
   bool collectives = true;    // false: compute rates and cores only (a few seconds)
+  int max_oversubscribed = 64;  // threads of the largest oversubscribed_sync measured
 };
 
 absl::StatusOr<HardwareProfile> MeasureCpuProfile(const CpuMeasureOptions& options);
@@ -61,6 +65,17 @@ absl::StatusOr<double> FrameworkOpSeconds(double step_s, double modelled_work_s,
 absl::StatusOr<HardwareProfile> WithStepOtherOpRate(const HardwareProfile& profile, double step_s,
                                                     double gemm_s, double other_s,
                                                     double overhead_s, double* slowdown = nullptr);
+
+// What one synchronising collective costs ranks that share too few cores: `threads` in-process
+// ranks alternate chunks of `chunk_s` one-thread GEMM work with a 64-byte all_reduce over all
+// of them, `iters` rounds, against the same chunks without the collectives; per round, the best
+// of 3 each. More ranks than cores wait at each collective for the OS to run the others (a
+// share of a scheduler slice, not the collective's own microseconds); with a core each this is
+// the collective's own cost. InvalidArgument for fewer than 2 threads, chunk_s <= 0 or iters < 1.
+//
+//   absl::StatusOr<double> s = OversubscribedSyncSeconds(4);   // 4 ranks on this CPU
+absl::StatusOr<double> OversubscribedSyncSeconds(int threads, double chunk_s = 1e-3,
+                                                 int iters = 40);
 
 // The non-GEMM ops' own speeds, per (name, dtype), from the records of a timed OpCounter
 // (OpCounter::kTimed) over one real step, e.g. one rank's step of the model on this CPU: each

@@ -1,6 +1,7 @@
 #include "models/planner/measure_cpu.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -153,6 +154,20 @@ TEST(WithOpRatesTest, RealTimedOpsGetPlausibleRatesAndUntimedOnesAreRefused) {
   absl::StatusOr<std::vector<OpRateRow>> bad = WithOpRates(untimed_ops, 0, &p);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(bad.status().message(), "kTimed")) << bad.status();
+}
+
+TEST(OversubscribedSyncSecondsTest, MeasuresAWaitPerRoundAndRefusesBadInput) {
+  // Whatever the machine's load: a per-round time, not negative, far below the run's length.
+  absl::StatusOr<double> s = OversubscribedSyncSeconds(4, 2e-4, 10);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_GE(*s, 0);
+  EXPECT_LT(*s, 1.0);
+  for (auto [threads, chunk, iters] : {std::tuple{1, 1e-3, 10}, std::tuple{4, 0.0, 10},
+                                       std::tuple{4, 1e-3, 0}}) {
+    absl::StatusOr<double> bad = OversubscribedSyncSeconds(threads, chunk, iters);
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(bad.status().message(), "need >= 2 threads")) << bad.status();
+  }
 }
 
 }  // namespace

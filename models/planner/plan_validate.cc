@@ -65,8 +65,10 @@ ABSL_FLAG(bool, op_rates, true,
           "price each non-GEMM op kind at the speed one rank's timed step of the same model (a "
           "quarter of the batch) shows for it, instead of a copy bandwidth");
 ABSL_FLAG(std::string, out, "", "also write the report here");
-ABSL_FLAG(int, passes, 5,
+ABSL_FLAG(int, passes, 6,
           "the most times a mesh is measured (at least 2; the fastest step of all is kept)");
+ABSL_FLAG(int, min_passes, 3,
+          "the fewest times a mesh is measured: two passes can agree within one long slowdown");
 ABSL_FLAG(double, agree, 0.04,
           "a mesh is measured again until its two fastest passes are within this fraction");
 ABSL_FLAG(std::string, shape_only_device, "cpu", "meta or cpu (plan_gpt's flag)");
@@ -147,6 +149,10 @@ Calibration Faster(const Calibration& a, const Calibration& b) {
   p.vector_flops = std::max(p.vector_flops, b.hw.vector_flops);
   p.op_overhead_s = std::min(p.op_overhead_s, b.hw.op_overhead_s);
   p.cores = std::max(p.cores, b.hw.cores);
+  for (const auto& [k, v] : b.hw.oversubscribed_sync) {
+    auto [it, added] = p.oversubscribed_sync.try_emplace(k, v);
+    if (!added) it->second = std::min(it->second, v);
+  }
   c.bare_op_s = std::min(a.bare_op_s, b.bare_op_s);
   c.framework_op_s = std::min(a.framework_op_s, b.framework_op_s);
   c.copy_bandwidth = std::max(a.copy_bandwidth, b.copy_bandwidth);
@@ -176,9 +182,11 @@ int Main() {
     std::cerr << "plan_validate: --steps must be >= 2 (the first is a warm-up)\n";
     return 2;
   }
-  if (absl::GetFlag(FLAGS_passes) < 2 || !(absl::GetFlag(FLAGS_agree) > 0)) {
-    std::cerr << "plan_validate: --passes must be >= 2 and --agree > 0 (each mesh is measured "
-                 "until two passes agree)\n";
+  if (absl::GetFlag(FLAGS_min_passes) < 2 ||
+      absl::GetFlag(FLAGS_passes) < absl::GetFlag(FLAGS_min_passes) ||
+      !(absl::GetFlag(FLAGS_agree) > 0)) {
+    std::cerr << "plan_validate: need 2 <= --min_passes <= --passes and --agree > 0 (each mesh "
+                 "is measured until two passes agree)\n";
     return 2;
   }
   std::string report;
@@ -192,7 +200,7 @@ int Main() {
   const Device so_device =
       absl::GetFlag(FLAGS_shape_only_device) == "meta" ? Device::Meta() : Device::Cpu();
   // Passes: every mesh measured in turn (the fastest step after the first). A mesh is measured
-  // again in later passes until its two fastest passes agree within --agree (the machine's
+  // in --min_passes passes and more until its two fastest passes agree within --agree (the machine's
   // neighbours slow a core by up to 2x for seconds to minutes at a time, so one pass's fastest
   // step may still be a slow one), at most --passes times. Every mesh is then predicted with one
   // profile: each rate the faster of its measurements before and after the steps (Faster): the
@@ -445,12 +453,13 @@ int Main() {
   if (!first.ok()) return 1;
   HardwareProfile* hw = &first->hw;
   const int max_passes = absl::GetFlag(FLAGS_passes);
+  const int min_passes = absl::GetFlag(FLAGS_min_passes);
   const double agree = absl::GetFlag(FLAGS_agree);
   int passes_run = 0;
   for (int pass = 0; pass < max_passes; ++pass) {
     bool measured_any = false;
     for (Row& row : rows) {
-      if (pass >= 2 && row.Agreed(agree)) continue;
+      if (pass >= min_passes && row.Agreed(agree)) continue;
       measured_any = true;
       absl::StatusOr<Plan> plan = PlanGpt(request(row), *hw, ShapeOnlyProfiler(so_device));
       if (!plan.ok()) {
@@ -574,9 +583,9 @@ int Main() {
       "tensor op's cost and the copy bandwidth): %d of %zu within 20%%, Spearman %.3f.\n",
       within(bare_pred), bare_pred.size(), Spearman(bare_pred, measured)));
   emit(absl::StrFormat(
-      "Measurement: %d passes at most (%d run); %d of %zu meshes have two passes whose fastest "
+      "Measurement: %d to %d passes (%d run); %d of %zu meshes have two passes whose fastest "
       "steps agree within %.0f%%.\n",
-      max_passes, passes_run, agreed, rows.size(), 100 * agree));
+      min_passes, max_passes, passes_run, agreed, rows.size(), 100 * agree));
   // The measurement against itself: how well a row's second fastest pass ranks the meshes as
   // its fastest does. No predictor can rank them more consistently than the measurements agree
   // with each other.

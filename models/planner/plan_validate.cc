@@ -119,7 +119,6 @@ struct Calibration {
   double bare_op_s = 0, framework_op_s = 0;
   double copy_bandwidth = 0, copy_vector_flops = 0;
   double other_slowdown = 1;
-  std::string text;  // the report's lines for it
 };
 
 // Each rate the faster of two measurements, each cost the smaller: this machine's neighbours
@@ -247,15 +246,12 @@ int Main() {
       "measurement.\n\n",
       cfg.layers, cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, batch, steps, steps,
       std::thread::hardware_concurrency(), load0));
-  // Everything the predictions read from this CPU (emitted when `when` is the start).
-  auto calibrate = [&](const char* when) -> absl::StatusOr<Calibration> {
+  // Everything the predictions read from this CPU; `report`: its lines go into the report (the
+  // later calibration is summarised in one line beside the results instead).
+  auto calibrate = [&](const char* when, bool report) -> absl::StatusOr<Calibration> {
     Calibration c;
     auto say = [&](const std::string& text) {
-      if (std::string(when) == "at the start") {
-        emit(text);
-      } else {
-        c.text += text;
-      }
+      if (report) emit(text);
     };
     absl::StatusOr<HardwareProfile> hw = MeasureCpuProfile(CpuMeasureOptions{});
     if (!hw.ok()) {
@@ -449,7 +445,7 @@ int Main() {
     c.hw = *hw;
     return c;
   };
-  absl::StatusOr<Calibration> first = calibrate("at the start");
+  absl::StatusOr<Calibration> first = calibrate("at the start", true);
   if (!first.ok()) return 1;
   HardwareProfile* hw = &first->hw;
   const int max_passes = absl::GetFlag(FLAGS_passes);
@@ -498,7 +494,7 @@ int Main() {
     passes_run = pass + 1;
   }
   // The profile again, after the steps: each rate the faster of its two measurements.
-  absl::StatusOr<Calibration> second = calibrate("after the steps");
+  absl::StatusOr<Calibration> second = calibrate("after the steps", false);
   if (!second.ok()) return 1;
   const Calibration both = Faster(*first, *second);
   const HardwareProfile& quiet = both.hw;

@@ -17,7 +17,7 @@
 // and dtype. Violations throw OpError naming the op, the input and both types. Collectives run by
 // VJPs are logged as backward in the RankContext.
 //
-// Several backward passes over one tape (pipeline microbatches, models/pipeline.h): each
+// Several backward passes over one tape (pipeline microbatches, models/parallel/pipeline.h): each
 // microbatch's forward records its own subgraph, and BackwardAndRelease(out_m, ...) runs the VJPs
 // of the ops out_m depends on and then drops them (their closures hold the saved tensors), so a
 // later pass never sees them again; a cotangent that reaches a released op is an error.

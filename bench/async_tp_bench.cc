@@ -1,5 +1,5 @@
-// Async TP (collective matmul, models/async_tp.h) against the plain sequence-parallel MLP
-// (models/gpt_layers.h): one forward + backward step of the SP MLP (tokens 512, d 512, ffn 2048,
+// Async TP (collective matmul, models/parallel/async_tp.h) against the plain sequence-parallel MLP
+// (models/parallel/layers.h): one forward + backward step of the SP MLP (tokens 512, d 512, ffn 2048,
 // f32) on TP = 2 and 4 simulated CPU devices (in-process ranks).
 //
 //   bazel run -c opt --config=opt //bench:async_tp_bench
@@ -21,8 +21,8 @@
 #include "absl/time/clock.h"
 #include "autograd/value_and_grad.h"
 #include "benchmark/benchmark.h"
-#include "models/async_tp.h"
-#include "models/gpt_layers.h"
+#include "models/parallel/async_tp.h"
+#include "models/parallel/layers.h"
 #include "shardmap/context.h"
 #include "shardmap/ops.h"
 #include "shardmap/partition_spec.h"

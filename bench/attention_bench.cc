@@ -1,7 +1,7 @@
 // The GPT attention layer (CausalSelfAttention, forward + backward through the tape) with the
 // fused causal_attention path against the materialised einsum + causal_softmax path, on the CPU
 // and, when a GPU is present, on it (the CUDA cases report "no GPU" otherwise). This is the
-// measurement behind AttentionPath::kAuto's choice (models/gpt_layers.h).
+// measurement behind AttentionPath::kAuto's choice (models/parallel/layers.h).
 //
 //   bazel run -c opt //bench:attention_bench -- --benchmark_filter=Cpu
 //
@@ -17,7 +17,7 @@
 
 #include "autograd/value_and_grad.h"
 #include "benchmark/benchmark.h"
-#include "models/gpt_layers.h"
+#include "models/parallel/layers.h"
 #include "shardmap/context.h"
 #include "shardmap/ops.h"
 #include "tensor/cuda/attention/attention_ops.h"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "models/optimizer.h"
+#include "models/components/optimizer.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
 #include "tensor/ops/elementwise.h"

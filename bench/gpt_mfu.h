@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 
 namespace shardmap::bench {
 

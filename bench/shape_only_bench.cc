@@ -1,4 +1,4 @@
-// Shape-only GPT step profiles (models/gpt_shape_only.h): the time to profile every rank role
+// Shape-only GPT step profiles (models/train/gpt_shape_only.h): the time to profile every rank role
 // of one optimizer step of a large GPT on a large mesh, nothing computed. The target (issue 28):
 // a GPT with billions of parameters on thousands of ranks in seconds on a 2-core machine.
 //
@@ -10,8 +10,8 @@
 #include <string>
 
 #include "benchmark/benchmark.h"
-#include "models/gpt_shape_only.h"
-#include "models/parallel_dims.h"
+#include "models/train/gpt_shape_only.h"
+#include "models/parallel/parallel_dims.h"
 
 namespace shardmap {
 namespace {

@@ -1,7 +1,7 @@
-// Tensor-parallel GPT layers (models/gpt_layers.h) on TP = 1, 2, 4, 8 in-process ranks:
+// Tensor-parallel GPT layers (models/parallel/layers.h) on TP = 1, 2, 4, 8 in-process ranks:
 // ColumnParallelLinear (d -> 4d), RowParallelLinear (4d -> d), the Megatron MLP, causal attention
 // (heads of 64), a whole pre-LN block, and async TP (the SP MLP as collective matmuls,
-// models/async_tp.h); forward and forward + backward; with and without sequence parallelism.
+// models/parallel/async_tp.h); forward and forward + backward; with and without sequence parallelism.
 //
 //   bazel run -c opt --config=opt //bench:tp_bench                       # CPU, tokens 512, d 512
 //   bazel run -c opt --config=opt //bench:tp_bench -- --d=1024 --steps=5

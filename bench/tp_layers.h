@@ -1,5 +1,5 @@
 // The tensor-parallel layer cases of //bench:tp_bench and //bench:tp_model_report: builds a GPT
-// layer (models/gpt_layers.h) sharded over `tp` in-process ranks (simulated CPU devices, virtual
+// layer (models/parallel/layers.h) sharded over `tp` in-process ranks (simulated CPU devices, virtual
 // ranks sharing one GPU with a stream each, or one GPU per rank), runs warm-up + measured steps
 // (forward, or forward + backward through the tape), and returns rank 0's step times with the
 // time and bytes spent in collectives (bench/timed_communicator.h).
@@ -32,7 +32,7 @@
 
 namespace shardmap::bench {
 
-// kAsyncMlp: the sequence-parallel MLP as collective matmuls (models/async_tp.h: RingMlp);
+// kAsyncMlp: the sequence-parallel MLP as collective matmuls (models/parallel/async_tp.h: RingMlp);
 // needs sp and a tp that divides tokens.
 enum class Layer { kColumn, kRow, kMlp, kAttention, kBlock, kAsyncMlp };
 const char* LayerName(Layer l);  // "column_parallel_linear", ..., "block", "async_tp_mlp"

@@ -1,5 +1,5 @@
 // ShapeOnlyCommunicator: the communicator of one rank of a world that exists only on paper
-// (shape-only execution: shardmap/shape_only.h, models/gpt_shape_only.h). Every call validates
+// (shape-only execution: shardmap/shape_only.h, models/train/gpt_shape_only.h). Every call validates
 // its arguments as a real backend does (dtype and reduce op, counts per rank, root and peers in
 // range, ppermute pairs) and returns OK without reading or writing a byte: buffers may be null
 // (meta tensors have no data) and outputs stay as allocated. No thread, no peer, O(1) per call

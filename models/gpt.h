@@ -1,11 +1,11 @@
 // GPT-2 in this library: the umbrella header of the model, its parallel layout, its checkpoints,
 // its trace and its trainer. Include the parts directly where one is enough:
-//   models/parallel_dims.h   axis names (axis::kDp, ...), ParseMesh, ParallelDims
-//   models/gpt_model.h       GptConfig, GptLayout, InitGpt, GptLoss and its pieces (GptEmbed,
+//   models/parallel/parallel_dims.h   axis names (axis::kDp, ...), ParseMesh, ParallelDims
+//   models/gpt/gpt_model.h       GptConfig, GptLayout, InitGpt, GptLoss and its pieces (GptEmbed,
 //                            GptBlock, GptHead, GptParamUse), BatchAt
-//   models/gpt_checkpoint.h  safetensors files in GPT-2's names and layouts, AdamState
-//   models/gpt_trace.h       TraceEvent, the backward/forward tracers, Chrome trace JSON
-//   models/trainer.h         TrainGpt (every parallelism, the pipeline strategy included),
+//   models/gpt/gpt_checkpoint.h  safetensors files in GPT-2's names and layouts, AdamState
+//   models/gpt/gpt_trace.h       TraceEvent, the backward/forward tracers, Chrome trace JSON
+//   models/train/trainer.h         TrainGpt (every parallelism, the pipeline strategy included),
 //                            TrainOptions, TrainResult, StepInfo
 //
 //   GptConfig cfg{.layers = 2, .d_model = 16, .heads = 4, .vocab = 32, .seq = 8};
@@ -20,10 +20,10 @@
 #ifndef SHARDMAP_MODELS_GPT_H_
 #define SHARDMAP_MODELS_GPT_H_
 
-#include "models/gpt_checkpoint.h"
-#include "models/gpt_model.h"
-#include "models/gpt_trace.h"
-#include "models/parallel_dims.h"
-#include "models/trainer.h"
+#include "models/gpt/gpt_checkpoint.h"
+#include "models/gpt/gpt_model.h"
+#include "models/gpt/gpt_trace.h"
+#include "models/parallel/parallel_dims.h"
+#include "models/train/trainer.h"
 
 #endif  // SHARDMAP_MODELS_GPT_H_

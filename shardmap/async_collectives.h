@@ -1,5 +1,5 @@
 // A non-blocking typed ppermute: start the transfer, compute, then wait for it. The building
-// block of collective matmuls (models/async_tp.h), where each ring step's transfer overlaps the
+// block of collective matmuls (models/parallel/async_tp.h), where each ring step's transfer overlaps the
 // previous step's matmul.
 //
 //   PendingPpermute next = ppermute_start(chunk, "tp", {{0, 1}, {1, 2}, {2, 0}});  // R/V -> V

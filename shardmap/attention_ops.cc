@@ -47,7 +47,7 @@ Value causal_attention(const Value& q, const Value& k, const Value& v, double sc
       internal::CheckDimNotSharded(
           kOp, *x, 1,
           "attention needs each device's whole sequences: all_gather the sequence dim first, or "
-          "under context parallelism use RingCausalAttention (models/ring_attention.h) over the "
+          "under context parallelism use RingCausalAttention (models/parallel/ring_attention.h) over the "
           "cp axis");
       internal::CheckDimNotSharded(kOp, *x, 3, "head_dim must be whole: all_gather it first");
     }

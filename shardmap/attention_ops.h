@@ -12,7 +12,7 @@
 // (dim 2) may be sharded but then q, k and v must be sharded alike (each device pairs its own
 // queries with its own keys); the sequence (dim 1) must not be sharded: the softmax needs every
 // key, and the causal mask global positions (under context parallelism use RingCausalAttention
-// of models/ring_attention.h over the cp axis); head_dim (dim 3) must be whole. The output has
+// of models/parallel/ring_attention.h over the cp axis); head_dim (dim 3) must be whole. The output has
 // the join of the three types; the gradients are linear in the output's cotangent (its P stays
 // P), and R primals get P gradients where the cotangent is varying.
 #ifndef SHARDMAP_SHARDMAP_ATTENTION_OPS_H_

@@ -79,7 +79,7 @@ collectives::Communicator& RankContext::CommFor(const char* op, AxisMask mask, c
   w[kMeta] = uint64_t{mask} | static_cast<uint64_t>(x.dtype()) << 8 |
              static_cast<uint64_t>(x.rank()) << 32;
   ++collective_seq_;
-  if (per_axis_set_) {  // stage programs (models/pipeline.h): numbered per axis set
+  if (per_axis_set_) {  // stage programs (models/parallel/pipeline.h): numbered per axis set
     if (seq_by_mask_.size() <= mask) seq_by_mask_.resize(mask + 1);
     w[kSeq] = ++seq_by_mask_[mask];
   } else {

@@ -69,7 +69,7 @@ class RankContext {
                                      int ragged_dim = -1);
   // Typed collectives issued so far by this rank (the program order CommFor numbers).
   uint64_t collective_count() const { return collective_seq_; }
-  // Pipeline stages (models/pipeline.h) run different programs: stage 0 issues tp collectives in
+  // Pipeline stages (models/parallel/pipeline.h) run different programs: stage 0 issues tp collectives in
   // the embedding, the last stage in the loss. With this on, CommFor numbers each axis set's
   // collectives on its own, so a group still checks that its members agree on its own sequence
   // (op, shape, position) without requiring the same collectives elsewhere in the program.

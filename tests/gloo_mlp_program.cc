@@ -1,4 +1,4 @@
-// The Megatron MLP training steps (models/parallel_mlp.h: MegatronMlp + MseLossShare, SGD on the
+// The Megatron MLP training steps (examples/mlp/parallel_mlp.h: MegatronMlp + MseLossShare, SGD on the
 // local shards) in the local view, one process per rank over the Gloo backend, started by
 // collectives/launch (or torchrun / srun). Each process also runs the same local-view program on
 // all ranks in-process (threads) and checks that its rank's losses, gradients and updated weight
@@ -27,7 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "autograd/value_and_grad.h"
 #include "collectives/gloo_communicator.h"
-#include "models/parallel_mlp.h"
+#include "examples/mlp/parallel_mlp.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/context.h"
 #include "shardmap/shard_map.h"

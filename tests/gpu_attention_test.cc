@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "autograd/value_and_grad.h"
 #include "gtest/gtest.h"
-#include "models/gpt_layers.h"
+#include "models/parallel/layers.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"

@@ -1,4 +1,4 @@
-// The trainer's CUDA-graph step on one GPU (issue 25; models/cuda_graph_step.h). Without a GPU
+// The trainer's CUDA-graph step on one GPU (issue 25; models/train/cuda_graph_step.h). Without a GPU
 // every case skips with the reason.
 //   - TrainGpt on one GPU rank captures its second step and replays the rest: five steps with a
 //     learning-rate change at a replayed step and clipping active (and with grad_accum 2) give
@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "models/cuda_graph_step.h"
+#include "models/train/cuda_graph_step.h"
 #include "models/gpt.h"
 #include "shardmap/spmd_runner.h"
 #include "tensor/cuda/graph.h"

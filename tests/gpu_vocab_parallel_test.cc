@@ -1,4 +1,4 @@
-// The vocab-parallel embedding and cross-entropy of the GPT (models/gpt_layers.h) on GPU ranks
+// The vocab-parallel embedding and cross-entropy of the GPT (models/parallel/layers.h) on GPU ranks
 // against CPU ranks: their device paths (shard-local indices, row gather / scatter-add, no host
 // round trip) give the CPU's loss and gradients, on one shared GPU with tp = 1, 2, 3 (odd vocab
 // shards), f32 and bf16. Skips without a GPU.
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "autograd/value_and_grad.h"
 #include "gtest/gtest.h"
-#include "models/gpt_layers.h"
+#include "models/parallel/layers.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"

@@ -1,4 +1,4 @@
-// Mixed-precision training of the 2-D (dp x tp) Megatron MLP (models/mixed_mlp.h), on CPU:
+// Mixed-precision training of the 2-D (dp x tp) Megatron MLP (examples/mlp/mixed_mlp.h), on CPU:
 //   (a) one bf16-mixed step against the f32 step on the same weights: loss and every gradient
 //       within bf16 tolerance; gradients and master weights stay f32; the f32 policy reproduces
 //       the f32 shard_map step and the unsharded reference;
@@ -19,11 +19,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "models/mixed_mlp.h"
-#include "models/mixed_precision.h"
-#include "models/optimizer.h"
-#include "models/parallel_mlp.h"
-#include "models/params_near.h"
+#include "examples/mlp/mixed_mlp.h"
+#include "models/parallel/mixed_precision.h"
+#include "models/components/optimizer.h"
+#include "examples/mlp/parallel_mlp.h"
+#include "examples/mlp/params_near.h"
 #include "shardmap/mesh.h"
 #include "tests/test_util.h"
 

@@ -15,7 +15,7 @@ text=/usr/share/common-licenses/GPL-3
 if [ ! -r "$text" ]; then
   echo "demo: $text (Debian's base-files) is missing; pass --text=ANY_TEXT_FILE" >&2
 fi
-bazel run -c opt //models:train_gpt -- \
+bazel run -c opt //models/train:train_gpt -- \
   --mesh=dp=2,tp=2 --sp --text="$text" \
   --layers=2 --d_model=64 --heads=4 --seq=64 --batch=8 \
   --steps=60 --lr=3e-3 --print_types "$@"

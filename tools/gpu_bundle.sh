@@ -25,7 +25,7 @@ tests="$tests
 tests="$tests //bench:tp_layers_test"  # TP layers on virtual ranks of GPU 0 (tp-gpu)
 extra="//collectives:launch //collectives:nccl_check //collectives:nccl_failure_check //tests:gpu_nccl_mlp_check //bench:cuda_bench"
 extra="$extra //bench:tp_bench //bench:tp_model_gpu_report"  # TP layers on the GPU (tools/tp_gpu_run.sh)
-extra="$extra //bench:gpt_bench //bench:attention_bench //models:train_gpt"  # GPT on the GPU
+extra="$extra //bench:gpt_bench //bench:attention_bench //models/train:train_gpt"  # GPT on the GPU
 
 # shellcheck disable=SC2086
 bazel build -c opt --dynamic_mode=off $tests $extra

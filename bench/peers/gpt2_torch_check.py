@@ -15,10 +15,10 @@ AdamW step with global-norm clipping (PyTorch's AdamW, decay on >= 2-dim paramet
 the loss of step 1, all in float64 from the float32 weights of the file. Then it runs
 `train_gpt --init FILE --steps 2` on several meshes in f64, f32 and bf16 (mixed precision) and
 compares both losses: |diff| <= 1e-5 (measured: <= 5e-10 in f64, the 10 printed digits; ~3e-7 in
-f32), bf16 within loss/512 (the bound of models/gpt_mixed_precision_test.cc).
+f32), bf16 within loss/512 (the bound of models/train/gpt_mixed_precision_test.cc).
 
     bash bench/peers/gpt2_torch_check.sh     # builds train_gpt, installs python3-torch if needed
-    /usr/bin/python3 bench/peers/gpt2_torch_check.py --train_gpt bazel-bin/models/train_gpt
+    /usr/bin/python3 bench/peers/gpt2_torch_check.py --train_gpt bazel-bin/models/train/train_gpt
 """
 import argparse
 import json
@@ -158,7 +158,7 @@ def run_train_gpt(binary, ckpt, data_path, dtype, mesh_flags):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--train_gpt", default="bazel-bin/models/train_gpt")
+    ap.add_argument("--train_gpt", default="bazel-bin/models/train/train_gpt")
     ap.add_argument("--seed", type=int, default=1234)
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -174,7 +174,7 @@ def main():
         print(f"PyTorch (float64 from the file's float32 weights): step 0 loss {want[0]:.10g}, "
               f"step 1 loss {want[1]:.10g}")
         for dtype in ("f64", "f32", "bf16"):
-            # bf16 mixed precision: within 2^-9 of the loss (models/gpt_mixed_precision_test.cc).
+            # bf16 mixed precision: within 2^-9 of the loss (models/train/gpt_mixed_precision_test.cc).
             tol = TOL if dtype != "bf16" else want[0] / 512
             for mesh in ([], ["--mesh=dp=2"], ["--mesh=dp_shard=2,tp=2", "--sp"],
                          ["--mesh=tp=2"], ["--mesh=cp=2,tp=2"]):

@@ -10,5 +10,5 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
   sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   $sudo apt-get install -y -q --no-install-recommends python3-torch
 fi
-bazel build -c opt //models:train_gpt
-/usr/bin/python3 bench/peers/gpt2_torch_check.py --train_gpt bazel-bin/models/train_gpt "$@"
+bazel build -c opt //models/train:train_gpt
+/usr/bin/python3 bench/peers/gpt2_torch_check.py --train_gpt bazel-bin/models/train/train_gpt "$@"

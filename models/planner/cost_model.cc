@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bench/tp_model.h"
-#include "models/pipeline.h"
+#include "models/parallel/pipeline.h"
 
 namespace shardmap::planner {
 

@@ -14,7 +14,7 @@
 //            all_reduces (phases "fsdp", "grad") run beside compute, hiding up to
 //            profile.overlap x compute of them; every other collective (tp, cp, ep, pp, norm,
 //            loss) blocks.
-//   pipeline the lockstep timetable of models/pipeline.h (MakeTimetable): each tick lasts as
+//   pipeline the lockstep timetable of models/parallel/pipeline.h (MakeTimetable): each tick lasts as
 //            long as its slowest stage's forward or backward of one microbatch (compute and
 //            blocking comm of that stage / microbatches, split forward_fraction : rest), plus
 //            the boundary ppermute; bubble = idle stage-ticks / all stage-ticks, weighted by

@@ -7,7 +7,7 @@
 # --microbatch_factors) to keep the 512-GPU runs to minutes on a small machine.
 set -uo pipefail
 out="${1:?usage: docs_tables.sh OUT_DIR [plan_gpt]}"
-bin="${2:-bazel-bin/models/plan_gpt}"
+bin="${2:-bazel-bin/models/planner/plan_gpt}"
 mkdir -p "$out"
 common=(--profile=h100_node --schedules=1f1b --microbatch_factors=2 --top=0 --refused=false)
 # The global batch grows with the cluster: 7B and 70B at seq 4096 take 32, 128 and 512

@@ -11,9 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "models/parallel_dims.h"
-#include "models/pipeline.h"
-#include "models/trainer.h"
+#include "models/parallel/parallel_dims.h"
+#include "models/parallel/pipeline.h"
+#include "models/train/trainer.h"
 
 namespace shardmap::planner {
 
@@ -77,32 +77,12 @@ TrainOptions CandidateTrainOptions(const Candidate& c, const PlanRequest& req) {
 namespace {
 
 // The framework's checks for one candidate, without running anything: the layout's
-// (GptLayout::Create), the trainer's (CheckTrainOptions) and the batch's divisibility
-// (TrainGpt's rule). OK or the framework's message.
+// (GptLayout::Create) and the trainer's own plan of the run (PlanRun: its option checks, the
+// batch's divisibility, SP's split of the rows, the stage split). OK or the framework's message.
 absl::Status FrameworkChecks(const Candidate& c, const PlanRequest& req) {
   absl::StatusOr<GptLayout> layout = CandidateLayout(c, req);
   if (!layout.ok()) return layout.status();
-  if (absl::Status s = CheckTrainOptions(*layout, CandidateTrainOptions(c, req)); !s.ok()) {
-    return s;
-  }
-  const int64_t m = c.pipeline.microbatches * c.grad_accum, ways = layout->batch_ways();
-  if (req.global_batch % (m * ways) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch ", req.global_batch, " is not divisible by ",
-        m > 1 ? absl::StrCat(m, c.grad_accum > 1 ? " microsteps x " : " microbatches x ") : "",
-        ways, " data-parallel ways"));
-  }
-  const int64_t rows = req.global_batch / m / ways * req.config.seq / layout->cp_ways();
-  if (c.sp && rows % layout->dims().tp_ways() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("sequence parallelism: ", rows,
-                                                   " tokens per rank do not split over tp=",
-                                                   layout->dims().tp_ways()));
-  }
-  if (c.pipeline.stages > 1) {
-    absl::StatusOr<std::vector<int64_t>> sizes = SplitLayers(req.config.layers, c.pipeline.stages);
-    if (!sizes.ok()) return sizes.status();
-  }
-  return absl::OkStatus();
+  return PlanRun(*layout, CandidateTrainOptions(c, req)).status();
 }
 
 double ElemBytes(DType t) { return static_cast<double>(DTypeSize(t)); }

@@ -1,6 +1,6 @@
 // The parallelism planner: which mix of FSDP, TP(+SP), PP, CP and EP to run for a GPT on N GPUs.
 // It enumerates the meshes that divide the problem, profiles each (one shape-only step per rank
-// role, models/gpt_shape_only.h), predicts its step time with planner/cost_model.h on a hardware
+// role, models/train/gpt_shape_only.h), predicts its step time with planner/cost_model.h on a hardware
 // profile, and ranks them; every mesh it does not rank is listed with the reason.
 //
 //   PlanRequest req;
@@ -29,11 +29,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "models/gpt_model.h"
+#include "models/gpt/gpt_model.h"
 #include "models/planner/cost_model.h"
 #include "models/planner/hardware_profile.h"
 #include "models/planner/step_work.h"
-#include "models/trainer.h"
+#include "models/train/trainer.h"
 
 namespace shardmap::planner {
 

@@ -49,7 +49,7 @@ absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOp
   if (!hw.ok()) return hw.status();
   // A GPU profile (ranks with a device each): profile the attention a CUDA run would take. The
   // shape-only steps run on the meta device, where ResolveAttentionPath picks the materialised
-  // scores; on CUDA it takes the fused kernel for head_dim <= 128 (models/gpt_layers.h).
+  // scores; on CUDA it takes the fused kernel for head_dim <= 128 (models/parallel/layers.h).
   if (hw->cores == 0 && std::getenv("SHARDMAP_ATTENTION") == nullptr &&
       request.config.head_dim() <= 128) {
     setenv("SHARDMAP_ATTENTION", "fused", 0);

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "models/gpt_shape_only.h"
-#include "models/parallel_dims.h"
-#include "models/trainer.h"
+#include "models/train/gpt_shape_only.h"
+#include "models/parallel/parallel_dims.h"
+#include "models/train/trainer.h"
 
 namespace shardmap::planner {
 

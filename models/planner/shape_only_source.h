@@ -1,4 +1,4 @@
-// The planner's profiler: one shape-only step per rank role (models/gpt_shape_only.h's
+// The planner's profiler: one shape-only step per rank role (models/train/gpt_shape_only.h's
 // ProfileGptStep) for a candidate mesh, converted to the cost model's RoleWork.
 //
 //   Profiler profiler = ShapeOnlyProfiler();
@@ -13,7 +13,7 @@
 #define SHARDMAP_MODELS_PLANNER_SHAPE_ONLY_SOURCE_H_
 
 #include "models/planner/plan.h"
-#include "models/step_profile.h"
+#include "models/train/step_profile.h"
 #include "tensor/tensor.h"
 
 namespace shardmap::planner {

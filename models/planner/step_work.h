@@ -1,6 +1,6 @@
 // What one rank role does in one training step, reduced to what the planner's cost model reads:
 // its GEMM shapes, its other ops' FLOPs and bytes, its collectives in program order, and its
-// memory. models/step_profile.h's StepProfile (the shape-only run of that role's per-device
+// memory. models/train/step_profile.h's StepProfile (the shape-only run of that role's per-device
 // program) converts to it (planner/shape_only_source.h); tests build it by hand.
 //
 //   RoleWork w;

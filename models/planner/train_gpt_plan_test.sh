@@ -2,7 +2,7 @@
 # train_gpt --plan: the plan for the run's own flags is printed before training (its mesh placed
 # in the ranking), training then goes on; a bad --plan_profile stops the run with a clear error.
 set -euo pipefail
-bin="models/train_gpt"
+bin="models/train/train_gpt"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 40) > "$tmp/text.txt"
 common=(--text="$tmp/text.txt" --layers=2 --d_model=16 --heads=4 --seq=8 --batch=8 --steps=2)

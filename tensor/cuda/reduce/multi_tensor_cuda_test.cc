@@ -1,4 +1,4 @@
-// The multi-tensor ops (tensor/ops/multi_tensor.h) and the fused CUDA AdamW (models/optimizer.h)
+// The multi-tensor ops (tensor/ops/multi_tensor.h) and the fused CUDA AdamW (models/components/optimizer.h)
 // against their CPU paths on the same inputs: odd sizes, empty tensors, tensors longer than a
 // chunk, unaligned views, mixed dtypes, clipping as grad_scale, no_decay, a restored step count.
 // Skips without a GPU.
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "models/optimizer.h"
+#include "models/components/optimizer.h"
 #include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/graph.h"
 #include "tensor/cuda/runtime.h"

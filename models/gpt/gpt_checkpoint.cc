@@ -1,0 +1,139 @@
+#include "models/gpt/gpt_checkpoint.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace shardmap {
+
+Shape Gpt2Shape(const ParamInfo& p) {
+  const Shape& s = p.global_shape;
+  if (absl::EndsWith(p.name, "attn.c_attn.weight")) return {s[0], s[1] * s[2]};
+  if (absl::EndsWith(p.name, "attn.c_attn.bias")) return {s[0] * s[1]};
+  return s;
+}
+
+absl::Status SaveGpt(const std::string& path, const GptLayout& layout,
+                     const std::vector<NamedTensor>& params, const AdamState* moments,
+                     int64_t step) {
+  std::vector<NamedTensor> out;
+  const auto& infos = layout.params();
+  if (params.size() != infos.size() ||
+      (moments != nullptr && (moments->exp_avg.size() != infos.size() ||
+                              moments->exp_avg_sq.size() != infos.size()))) {
+    return absl::InvalidArgumentError("SaveGpt: one tensor per layout parameter is needed");
+  }
+  for (size_t i = 0; i < infos.size(); ++i) {
+    out.push_back({infos[i].name, params[i].tensor.Reshape(Gpt2Shape(infos[i]))});
+  }
+  if (moments != nullptr) {
+    for (size_t i = 0; i < infos.size(); ++i) {
+      out.push_back({"optimizer.exp_avg." + infos[i].name,
+                     moments->exp_avg[i].tensor.Reshape(Gpt2Shape(infos[i]))});
+      out.push_back({"optimizer.exp_avg_sq." + infos[i].name,
+                     moments->exp_avg_sq[i].tensor.Reshape(Gpt2Shape(infos[i]))});
+    }
+  }
+  return WriteSafetensors(path, out, {{"format", "pt"}, {"step", absl::StrCat(step)}});
+}
+
+absl::Status CheckGptCheckpoint(const SafetensorsFile& file, const GptLayout& layout,
+                                bool need_optimizer) {
+  for (const ParamInfo& p : layout.params()) {
+    std::vector<std::string> names = {p.name};
+    if (need_optimizer) {
+      names.push_back("optimizer.exp_avg." + p.name);
+      names.push_back("optimizer.exp_avg_sq." + p.name);
+    }
+    for (const std::string& name : names) {
+      const SafetensorsEntry* e = file.Find(name);
+      if (e == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint '", file.path(), "' has no tensor '", name, "'",
+            need_optimizer ? " (--resume needs a checkpoint saved by train_gpt --save)" : ""));
+      }
+      if (e->shape != Gpt2Shape(p)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint '", file.path(), "': tensor '", name, "' is ", ShapeToString(e->shape),
+            " but the model (--layers/--d_model/--heads/--vocab/--seq) needs ",
+            ShapeToString(Gpt2Shape(p))));
+      }
+    }
+  }
+  if (need_optimizer && file.metadata().count("step") == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint '", file.path(), "' has no 'step' in its metadata"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SafetensorsFile> OpenGptCheckpoint(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("checkpoint '", path, "': ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint '", path, "' is ", S_ISDIR(st.st_mode) ? "a directory" : "not a regular file",
+        "; name a .safetensors file (written by train_gpt --save, or GPT-2's model.safetensors)"));
+  }
+  return SafetensorsFile::Open(path);
+}
+
+absl::StatusOr<int64_t> CheckpointStep(const SafetensorsFile& file) {
+  auto it = file.metadata().find("step");
+  if (it == file.metadata().end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint '", file.path(), "' has no 'step' in its metadata"));
+  }
+  int64_t step = 0;
+  constexpr int64_t kMaxStep = int64_t{1} << 53;
+  if (!absl::SimpleAtoi(it->second, &step) || step < 0 || step > kMaxStep) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint '", file.path(), "': step '", it->second,
+        "' is not a whole number in [0, 2^53]; the file is damaged or was not written by "
+        "train_gpt --save"));
+  }
+  return step;
+}
+
+absl::Status CheckSavePath(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot save to '", path, "': it is a directory; name a file in it"));
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot save to '", path, "': directory '", dir, "' does not exist; create it first"));
+  }
+  if (access(dir.c_str(), W_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot save to '", path, "': directory '",
+                                                      dir, "' is not writable (",
+                                                      std::strerror(errno), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> ReadGptShard(const SafetensorsFile& file, const std::string& tensor,
+                                    const ParamInfo& p, const Mesh& mesh, int rank, DType dtype) {
+  const Shape& g = p.global_shape;
+  std::vector<int64_t> start(g.size(), 0), size(g.begin(), g.end());
+  for (int d = 0; d < p.spec.size(); ++d) {
+    const int n = p.spec.NumBlocks(mesh, d);
+    if (n <= 1) continue;
+    size[d] = g[d] / n;
+    start[d] = p.spec.BlockIndex(mesh, rank, d) * size[d];
+  }
+  return file.ReadBlock(tensor, g, start, size, dtype);
+}
+
+}  // namespace shardmap

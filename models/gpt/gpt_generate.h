@@ -1,0 +1,80 @@
+// Sampling text from a GPT (models/gpt.h) on any mesh its layout allows: each new token is the
+// prediction at the last position of the context (the prompt and the tokens so far, cropped to
+// the last cfg.seq), by greedy argmax or temperature / top-k sampling as nanoGPT's sample.py.
+//
+//   GptLayout layout = *GptLayout::Create(*ParseMesh("dp=2,tp=2"), cfg, /*sp=*/true);
+//   absl::StatusOr<std::vector<int64_t>> out =
+//       GenerateGpt(layout, result.params, /*prompt=*/{'T', 'h', 'e'},
+//                   SampleOptions{.tokens = 100, .temperature = 0.8, .top_k = 40, .seed = 1});
+//   // *out: the 100 new ids (the prompt not included); temperature 0: greedy.
+//   absl::StatusOr<std::vector<double>> logits = GptNextTokenLogits(layout, params, context);
+//
+// How it runs: one SPMD program (RunSpmd over layout.mesh(), or RunOnCommunicator over
+// options.comm in a multi-process run) in which each rank holds its shards of the parameters
+// for the whole generation. Each step runs the model's own per-device pieces (GptEmbed, GptBlock;
+// FSDP parameters all_gathered at use) on a full seq window: the context, right-padded with id 0
+// (causal attention: the padding cannot change the logits of the positions before it). The
+// window is repeated over the batch axes (every data-parallel rank computes the same row) and,
+// under sequence parallelism, as often as makes each rank's tokens divisible by tp; under cp the
+// rows are load balanced as in training. The logits head is ln_f, then the vocab-parallel
+// lm_head tied to wte (S1 on tp), all_gathered over tp and over the rows, so every rank sees the
+// same logits and draws the same token: every mesh gives the 1-device result (bit-for-bit up to
+// the floating-point order of the sharded sums; greedy tokens agree unless two logits tie).
+//
+// Sampling (SampleToken): temperature 0 takes the argmax (lowest id on ties); temperature > 0
+// draws from softmax(logits / temperature) restricted to the top_k largest logits (0: all; ties
+// with the k-th are kept, as nanoGPT's `logits[logits < v[-1]] = -inf`), with a splitmix64
+// stream seeded by `seed`: the same seed, model and mesh give the same tokens. top_k = 1 is
+// greedy.
+//
+// Errors (InvalidArgument naming the value and the fix): an empty prompt, ids outside
+// [0, vocab), tokens < 0, temperature < 0 or not finite, top_k < 0 or > vocab, parameters that
+// do not match the layout (MatchInitialParams). Unimplemented: MoE models and pipeline (pp > 1)
+// meshes (sample on a mesh without pp: the parameters are global tensors).
+#ifndef SHARDMAP_MODELS_GPT_GPT_GENERATE_H_
+#define SHARDMAP_MODELS_GPT_GPT_GENERATE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+#include "models/gpt.h"
+#include "shardmap/value.h"
+
+namespace shardmap {
+
+struct SampleOptions {
+  int64_t tokens = 16;       // new tokens to generate (0: none)
+  double temperature = 0;    // 0: greedy; > 0: softmax(logits / temperature)
+  int64_t top_k = 0;         // 0: every id; k: only the k most likely (1: greedy)
+  uint64_t seed = 0;         // the sampling stream (unused when greedy)
+  // Multi-process: this process's rank over `comm` (comm->size() == the mesh size); every
+  // process returns the same tokens. nullptr: in-process ranks (RunSpmd).
+  collectives::Communicator* comm = nullptr;
+};
+
+// `options.tokens` new ids continuing `prompt`. params: global tensors named and shaped as the
+// layout lists them (e.g. TrainResult::params, or InitGpt).
+absl::StatusOr<std::vector<int64_t>> GenerateGpt(const GptLayout& layout,
+                                                 const std::vector<NamedTensor>& params,
+                                                 const std::vector<int64_t>& prompt,
+                                                 const SampleOptions& options);
+
+// The logits [vocab] (as double) of the token after `context` (its last cfg.seq ids are used).
+absl::StatusOr<std::vector<double>> GptNextTokenLogits(
+    const GptLayout& layout, const std::vector<NamedTensor>& params,
+    const std::vector<int64_t>& context, collectives::Communicator* comm = nullptr);
+
+// Per-device logits head: ln_f, then x @ wte^T (the lm_head tied to wte) all_gathered over tp.
+// x: the last block's output [rows, d] (S0 on tp under SP). Returns [rows, vocab], R on tp.
+Value GptLogits(const GptLayout& layout, const ParamFn& use, const Value& x);
+
+// One draw from `logits` (see the header comment); advances *rng_state when temperature > 0.
+// Assumes 0 <= top_k <= logits.size(), temperature >= 0 and finite, logits non-empty.
+int64_t SampleToken(const std::vector<double>& logits, double temperature, int64_t top_k,
+                    uint64_t* rng_state);
+
+}  // namespace shardmap
+
+#endif  // SHARDMAP_MODELS_GPT_GPT_GENERATE_H_

@@ -1,0 +1,413 @@
+#include "models/gpt/gpt_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "models/parallel/ring_attention.h"
+#include "shardmap/collective_ops.h"
+#include "shardmap/einsum.h"
+#include "shardmap/nn_ops.h"
+#include "shardmap/ops.h"
+#include "shardmap/sharding.h"
+#include "tensor/error.h"
+#include "tensor/random.h"
+
+namespace shardmap {
+namespace {
+
+absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+// Name, global shape (library layout), the dim split over tp (-1: none), GPT-2-layout rank;
+// expert: dim 0 is the expert dim (split over the expert axes).
+struct ParamShape {
+  std::string name;
+  Shape shape;
+  int tp_dim;
+  int gpt2_rank;
+  bool expert = false;
+};
+
+std::vector<ParamShape> ParamShapes(const GptConfig& c) {
+  const int64_t d = c.d_model;
+  std::vector<ParamShape> v = {{"wte.weight", {c.vocab, d}, 0, 2},
+                               {"wpe.weight", {c.seq, d}, -1, 2}};
+  for (int64_t i = 0; i < c.layers; ++i) {
+    std::string h = absl::StrCat("h.", i, ".");
+    v.push_back({h + "ln_1.weight", {d}, -1, 1});
+    v.push_back({h + "ln_1.bias", {d}, -1, 1});
+    v.push_back({h + "attn.c_attn.weight", {d, 3, d}, 2, 2});
+    v.push_back({h + "attn.c_attn.bias", {3, d}, 1, 1});
+    v.push_back({h + "attn.c_proj.weight", {d, d}, 0, 2});
+    v.push_back({h + "attn.c_proj.bias", {d}, -1, 1});
+    v.push_back({h + "ln_2.weight", {d}, -1, 1});
+    v.push_back({h + "ln_2.bias", {d}, -1, 1});
+    if (c.moe.on()) {
+      const int64_t e = c.moe.experts;
+      v.push_back({h + "mlp.router.weight", {d, e}, -1, 2});
+      v.push_back({h + "mlp.experts.c_fc.weight", {e, d, 4 * d}, 2, 3, true});
+      v.push_back({h + "mlp.experts.c_fc.bias", {e, 4 * d}, 1, 2, true});
+      v.push_back({h + "mlp.experts.c_proj.weight", {e, 4 * d, d}, 1, 3, true});
+      v.push_back({h + "mlp.experts.c_proj.bias", {e, d}, -1, 2, true});
+      continue;
+    }
+    v.push_back({h + "mlp.c_fc.weight", {d, 4 * d}, 1, 2});
+    v.push_back({h + "mlp.c_fc.bias", {4 * d}, 0, 1});
+    v.push_back({h + "mlp.c_proj.weight", {4 * d, d}, 0, 2});
+    v.push_back({h + "mlp.c_proj.bias", {d}, -1, 1});
+  }
+  v.push_back({"ln_f.weight", {d}, -1, 1});
+  v.push_back({"ln_f.bias", {d}, -1, 1});
+  return v;
+}
+
+int AxisSize(const Mesh& mesh, const std::string& name) {
+  int i = mesh.AxisIndex(name);
+  return i < 0 ? 1 : mesh.axis_size(i);
+}
+
+// MoE checks and the expert axes: the named ones (default "ep" when the mesh has it), in mesh
+// order, each a batch axis; an ep axis without experts is an error.
+absl::Status ResolveExperts(const Mesh& mesh, const std::vector<std::string>& batch_axes,
+                            MoeConfig* moe) {
+  if (!moe->on()) {
+    if (AxisSize(mesh, axis::kEp) > 1) {
+      return Invalid(absl::StrCat("mesh ", mesh.ShortString(),
+                                  " has an ep axis but the model has no experts: ep splits the "
+                                  "experts of a MoE MLP; add --experts=N (a multiple of ep)"));
+    }
+    if (!moe->expert_axes.empty()) {
+      return Invalid("expert axes given without experts; add --experts=N");
+    }
+    return absl::OkStatus();
+  }
+  std::vector<std::string> named = moe->expert_axes;
+  if (named.empty() && mesh.AxisIndex(axis::kEp) >= 0) named = {axis::kEp};
+  for (const std::string& a : named) {
+    if (std::find(batch_axes.begin(), batch_axes.end(), a) == batch_axes.end()) {
+      return Invalid(absl::StrCat(
+          "expert axis '", a, "' is not a batch axis of mesh ", mesh.ShortString(),
+          ": experts are split over axes that split the tokens (dp_replicate, dp_shard, dp, ep "
+          "present in the mesh)"));
+    }
+    if (std::count(named.begin(), named.end(), a) > 1) {
+      return Invalid(absl::StrCat("expert axis '", a, "' is given twice"));
+    }
+  }
+  int64_t ways = 1;
+  std::vector<std::string> ordered;
+  for (const std::string& a : mesh.axis_names()) {
+    if (std::find(named.begin(), named.end(), a) != named.end()) {
+      ordered.push_back(a);
+      ways *= AxisSize(mesh, a);
+    }
+  }
+  moe->expert_axes = ordered;
+  return ValidateMoeConfig(*moe, ways);
+}
+
+}  // namespace
+
+absl::StatusOr<GptLayout> GptLayout::Create(const Mesh& mesh, const GptConfig& cfg, bool sp) {
+  absl::StatusOr<ParallelDims> dims = ParallelDims::Create(mesh, sp);
+  if (!dims.ok()) return dims.status();
+  if (cfg.layers < 1 || cfg.d_model < 1 || cfg.heads < 1 || cfg.vocab < 1 || cfg.seq < 1) {
+    return Invalid("GPT config: layers, d_model, heads, vocab and seq must be >= 1");
+  }
+  if (cfg.d_model % cfg.heads != 0) {
+    return Invalid(absl::StrCat("GPT config: d_model ", cfg.d_model, " is not divisible by heads ",
+                                cfg.heads));
+  }
+  GptLayout l;
+  l.dims_ = *std::move(dims);
+  l.cfg_ = cfg;
+  const int tp = l.dims_.tp_ways();
+  l.tp_.axis = l.dims_.tp_axis();
+  l.tp_.sp = sp;
+  if (cfg.heads % tp != 0) {
+    return Invalid(absl::StrCat("heads ", cfg.heads, " are not divisible by tp=", tp,
+                                ": attention heads are split over tp; pick tp dividing heads"));
+  }
+  if (cfg.vocab % tp != 0) {
+    return Invalid(absl::StrCat("vocab ", cfg.vocab, " is not divisible by tp=", tp,
+                                ": the embedding and lm_head are vocab-parallel; pad the vocab "
+                                "to a multiple of tp"));
+  }
+  if (absl::Status s = ResolveExperts(mesh, l.batch_axes(), &l.cfg_.moe); !s.ok()) return s;
+  const std::vector<std::string>& expert_axes = l.cfg_.moe.expert_axes;
+  const std::string fsdp = l.fsdp_axis();
+  const int cp = l.cp_ways();
+  if (cfg.seq % (2 * cp) != 0) {
+    return Invalid(absl::StrCat("seq ", cfg.seq, " is not divisible by 2*cp = ", 2 * cp,
+                                ": context parallelism cuts each sequence into 2*cp chunks "
+                                "(device i holds chunks i and 2cp-1-i); pick seq a multiple of ",
+                                2 * cp, " or a smaller cp"));
+  }
+  if (cfg.moe.on() && cp > 1) {
+    return Invalid(absl::StrCat("MoE with cp=", cp,
+                                ": each sequence is one routing group, and context parallelism "
+                                "splits sequences over devices; drop cp or --experts"));
+  }
+  const int shard = l.dims_.size(axis::kDpShard);
+  for (const ParamShape& p : ParamShapes(cfg)) {
+    ParamInfo info;
+    info.name = p.name;
+    info.global_shape = p.shape;
+    info.decay = p.gpt2_rank >= 2;
+    std::vector<std::vector<std::string>> dims(p.shape.size());
+    const int tp_dim = l.tp_.on() ? p.tp_dim : -1;
+    if (tp_dim >= 0) dims[tp_dim] = {axis::kTp};
+    const bool expert_split = p.expert && !expert_axes.empty();
+    if (expert_split) dims[0] = expert_axes;
+    const bool fsdp_free = std::find(dims[0].begin(), dims[0].end(), fsdp) == dims[0].end();
+    if (!fsdp.empty() && fsdp_free) {
+      for (int d = 0; d < static_cast<int>(p.shape.size()); ++d) {
+        if (d != tp_dim && !(expert_split && d == 0) && p.shape[d] % shard == 0) {
+          info.fsdp_dim = d;
+          dims[d] = {fsdp};
+          break;
+        }
+      }
+    }
+    info.spec = PartitionSpec(dims);
+    if (absl::Status s = info.spec.Validate(mesh, p.shape, p.name); !s.ok()) return s;
+    l.params_.push_back(std::move(info));
+  }
+  return l;
+}
+
+int GptLayout::Find(const std::string& name) const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+PartitionSpec GptLayout::RowSpec(bool with_sp) const {
+  std::vector<std::string> axes = batch_axes();
+  if (!cp_axis().empty()) axes.push_back(cp_axis());
+  if (with_sp && tp_.on() && tp_.sp) axes.push_back(tp_.axis);
+  return PartitionSpec({axes});
+}
+
+std::vector<NamedTensor> InitGpt(const GptConfig& cfg, uint64_t seed) {
+  std::vector<NamedTensor> out;
+  const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.layers));
+  uint64_t k = 0;
+  for (const ParamShape& p : ParamShapes(cfg)) {
+    ++k;
+    auto ends_with = [&](const char* s) {
+      std::string suffix(s);
+      return p.name.size() >= suffix.size() &&
+             p.name.compare(p.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    Tensor t;
+    if (p.name.find("ln_") != std::string::npos) {
+      t = Tensor::Full(p.shape, ends_with(".weight") ? 1.0 : 0.0, cfg.dtype);
+    } else if (ends_with(".bias")) {
+      t = Tensor::Zeros(p.shape, cfg.dtype);
+    } else {
+      double std = ends_with("c_proj.weight") ? proj_std : 0.02;
+      t = RandomNormal(p.shape, seed * 1000003 + k, 0.0, std, cfg.dtype);
+    }
+    out.push_back({p.name, t});
+  }
+  return out;
+}
+
+namespace {
+
+// The positions of a rank's rows on its device. On a GPU the same positions every step are
+// copied once per thread and kept (a few per thread): no host->device copy per step, and a step
+// captured as a CUDA graph (models/train/cuda_graph_step.h) reads them at a fixed address.
+Tensor PositionsOn(const std::vector<int64_t>& pos, Device device) {
+  const int64_t n = static_cast<int64_t>(pos.size());
+  if (!device.is_cuda()) return Tensor::FromVector<int64_t>({n}, pos).To(device);  // CPU, meta
+  thread_local std::map<std::pair<int, std::vector<int64_t>>, Tensor> kept;
+  std::pair<int, std::vector<int64_t>> key(device.index, pos);
+  auto it = kept.find(key);
+  if (it != kept.end()) return it->second;
+  Tensor t = Tensor::FromVector<int64_t>({n}, pos).To(device);
+  if (kept.size() < 8) kept.emplace(std::move(key), t);
+  return t;
+}
+
+}  // namespace
+
+Value GptEmbed(const GptLayout& layout, const ParamFn& use, const Value& ids) {
+  const GptConfig& c = layout.config();
+  const TensorParallel tp = layout.tp();
+  Value x = VocabParallelEmbedding{use("wte.weight"), tp}(ids);
+  // Positions of this rank's rows (batch-major rows; under SP the tp chunk of them; under cp
+  // each sequence's load-balanced chunks, seq/cp tokens).
+  const int64_t rows = ids.dim(0);
+  int64_t first = 0, count = rows;
+  SpmdType pos_type(layout.mesh().num_axes());
+  if (tp.on() && tp.sp) {
+    const int n = layout.mesh().axis_size(layout.mesh().AxisIndex(tp.axis));
+    count = rows / n;
+    first = axis_index(tp.axis) * count;
+    pos_type[layout.mesh().AxisIndex(tp.axis)] = AxisType::Sharded(0);
+  }
+  const int cp = layout.cp_ways();
+  const int cp_index = layout.cp_axis().empty() ? 0 : axis_index(layout.cp_axis());
+  if (!layout.cp_axis().empty()) {
+    pos_type[layout.mesh().AxisIndex(layout.cp_axis())] = AxisType::Sharded(0);
+  }
+  const int64_t local_seq = c.seq / cp;
+  std::vector<int64_t> pos(count);
+  for (int64_t r = 0; r < count; ++r) {
+    pos[r] = cp > 1 ? LoadBalancedPosition((first + r) % local_seq, c.seq, cp, cp_index)
+                    : (first + r) % c.seq;
+  }
+  Value positions(PositionsOn(pos, ids.tensor.device()), pos_type);
+  return x + embedding(use("wpe.weight"), positions);
+}
+
+Value GptBlock(const GptLayout& layout, const ParamFn& use, int64_t i, const Value& x,
+               TypeTrace* types, MoeAccum* moe_accum) {
+  const GptConfig& c = layout.config();
+  const TensorParallel tp = layout.tp();
+  const int64_t local_seq = c.seq / layout.cp_ways();
+  std::string h = absl::StrCat("h.", i, ".");
+  if (c.moe.on()) {  // pre-LN block with a MoE MLP (models/parallel/moe.h); one group per sequence
+    if (moe_accum == nullptr) {
+      OpFail("GptBlock ", i, ": a MoE model needs a MoeAccum for its load-balancing loss and "
+             "drop counts");
+    }
+    CausalSelfAttention attn{use(h + "attn.c_attn.weight"), use(h + "attn.c_attn.bias"),
+                             RowParallelLinear{use(h + "attn.c_proj.weight"),
+                                               use(h + "attn.c_proj.bias"), tp},
+                             c.head_dim(), local_seq, tp, types, layout.cp_axis()};
+    Value y = x + attn(LayerNorm{use(h + "ln_1.weight"), use(h + "ln_1.bias")}(x));
+    Value in = EnterTensorParallel(LayerNorm{use(h + "ln_2.weight"), use(h + "ln_2.bias")}(y),
+                                   tp);
+    MoeMlp moe{use(h + "mlp.router.weight"),       use(h + "mlp.experts.c_fc.weight"),
+               use(h + "mlp.experts.c_fc.bias"),   use(h + "mlp.experts.c_proj.weight"),
+               use(h + "mlp.experts.c_proj.bias"), c.moe,
+               c.seq,                              moe_accum->total_groups,
+               tp,                                 types};
+    MoeOutput o = moe(in);
+    moe_accum->aux = moe_accum->aux.defined() ? moe_accum->aux + o.aux : o.aux;
+    moe_accum->stats.dropped += o.dropped;
+    moe_accum->stats.dropped_tokens += o.dropped_tokens;
+    moe_accum->stats.assignments += o.assignments;
+    return y + o.y;
+  }
+  Block block{LayerNorm{use(h + "ln_1.weight"), use(h + "ln_1.bias")},
+              CausalSelfAttention{use(h + "attn.c_attn.weight"), use(h + "attn.c_attn.bias"),
+                                  RowParallelLinear{use(h + "attn.c_proj.weight"),
+                                                    use(h + "attn.c_proj.bias"), tp},
+                                  c.head_dim(), local_seq, tp, nullptr, layout.cp_axis()},
+              LayerNorm{use(h + "ln_2.weight"), use(h + "ln_2.bias")},
+              Mlp{ColumnParallelLinear{use(h + "mlp.c_fc.weight"), use(h + "mlp.c_fc.bias"), tp},
+                  RowParallelLinear{use(h + "mlp.c_proj.weight"), use(h + "mlp.c_proj.bias"),
+                                    tp}},
+              types};
+  return block(x);
+}
+
+Value GptHead(const GptLayout& layout, const ParamFn& use, const Value& x, const Value& targets,
+              int64_t global_tokens) {
+  const TensorParallel tp = layout.tp();
+  Value h = EnterTensorParallel(LayerNorm{use("ln_f.weight"), use("ln_f.bias")}(x), tp);
+  Value logits = einsum("nd,vd->nv", h, use("wte.weight"));  // lm_head tied to wte: S1 on tp
+  if (logits.dtype() != layout.config().dtype) {
+    logits = cast(logits, layout.config().dtype);  // the loss in the master dtype (mixed)
+  }
+  Value per_row = VocabParallelCrossEntropy(logits, targets, tp);
+  return sum_partial(per_row, {}) / static_cast<double>(global_tokens);
+}
+
+ParamFn GptParamUse(const GptLayout& layout, const std::vector<Value>& params) {
+  // A parameter at use: FSDP shards are all_gathered (the transpose reduce-scatters the grad).
+  return [&layout, &params](const std::string& name) {
+    int i = layout.Find(name);
+    const ParamInfo& info = layout.params()[i];
+    Value p = info.fsdp_dim >= 0 ? all_gather(params[i], info.fsdp_dim, layout.fsdp_axis())
+                                 : params[i];
+    // Mixed precision: cast to the compute dtype at use (the cast's VJP returns the gradient in
+    // the master dtype).
+    const DType compute = layout.config().compute_dtype();
+    return p.dtype() == compute ? p : cast(p, compute);
+  };
+}
+
+Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const Value& ids,
+              const Value& targets, int64_t global_tokens, TypeTrace* block0_types,
+              MoeStats* moe_stats) {
+  // wte is used twice (embedding and lm_head): gathered once under FSDP.
+  const ParamFn gathered = GptParamUse(layout, params);
+  const Value wte = gathered("wte.weight");
+  const ParamFn use = [&](const std::string& name) {
+    return name == "wte.weight" ? wte : gathered(name);
+  };
+  Value x = GptEmbed(layout, use, ids);
+  MoeAccum moe{global_tokens / layout.config().seq, Value(), MoeStats()};
+  for (int64_t i = 0; i < layout.config().layers; ++i) {
+    x = GptBlock(layout, use, i, x, i == 0 ? block0_types : nullptr, &moe);
+  }
+  if (moe_stats != nullptr) {
+    moe_stats->dropped += moe.stats.dropped;
+    moe_stats->dropped_tokens += moe.stats.dropped_tokens;
+    moe_stats->assignments += moe.stats.assignments;
+  }
+  Value loss = GptHead(layout, use, x, targets, global_tokens);
+  if (!moe.aux.defined()) return loss;
+  const Value aux = moe.aux.dtype() == loss.dtype() ? moe.aux : cast(moe.aux, loss.dtype());
+  return loss + aux * layout.config().moe.aux_loss_coef;
+}
+
+void BatchAt(const std::vector<int64_t>& tokens, int64_t step, int64_t batch, int64_t seq,
+             Tensor* ids, Tensor* targets) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<int64_t> in(batch * seq), out(batch * seq);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t start = ((step * batch + b) * seq) % n;
+    for (int64_t t = 0; t < seq; ++t) {
+      in[b * seq + t] = tokens[(start + t) % n];
+      out[b * seq + t] = tokens[(start + t + 1) % n];
+    }
+  }
+  *ids = Tensor::FromVector<int64_t>({batch, seq}, in);
+  *targets = Tensor::FromVector<int64_t>({batch, seq}, out);
+}
+
+absl::Status CheckTokens(const GptConfig& c, const std::vector<int64_t>& tokens) {
+  if (static_cast<int64_t>(tokens.size()) < c.seq + 1) {
+    return Invalid(absl::StrCat("the data has ", tokens.size(), " tokens; a sample needs seq+1 = ",
+                                c.seq + 1));
+  }
+  for (int64_t t : tokens) {
+    if (t < 0 || t >= c.vocab) {
+      return Invalid(absl::StrCat("token id ", t, " is outside the vocabulary [0, ", c.vocab,
+                                  "); raise --vocab"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Tensor>> MatchInitialParams(const GptLayout& layout,
+                                                       const std::vector<NamedTensor>& init) {
+  const GptConfig& c = layout.config();
+  std::vector<Tensor> globals;
+  for (const ParamInfo& p : layout.params()) {
+    const NamedTensor* found = nullptr;
+    for (const NamedTensor& t : init) {
+      if (t.name == p.name) found = &t;
+    }
+    if (found == nullptr) return Invalid(absl::StrCat("initial parameters lack '", p.name, "'"));
+    if (found->tensor.shape() != p.global_shape || found->tensor.dtype() != c.dtype) {
+      return Invalid(absl::StrCat("initial parameter '", p.name, "' is ",
+                                  found->tensor.ShapeString(), " but the model needs ",
+                                  DTypeName(c.dtype), ShapeToString(p.global_shape)));
+    }
+    globals.push_back(found->tensor);
+  }
+  return globals;
+}
+
+}  // namespace shardmap

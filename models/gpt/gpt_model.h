@@ -1,0 +1,176 @@
+// GPT-2 (OpenAI / Hugging Face definition) as per-device code and its named parameter tree on a
+// mesh (GptLayout: every parameter's PartitionSpec from the mesh's ParallelDims). The trainer is
+// models/train/trainer.h; models/gpt.h includes both.
+//
+//   GptConfig cfg{.layers = 2, .d_model = 16, .heads = 4, .vocab = 32, .seq = 8};
+//   absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh("dp_shard=2,tp=2"), cfg,
+//                                                        /*sp=*/true);
+//   std::vector<NamedTensor> init = InitGpt(cfg, /*seed=*/1);   // global tensors
+//   // inside RunSpmd: Value loss = GptLoss(*layout, local_params, ids, targets, tokens);
+//
+// Model: learned token (wte) and position (wpe) embeddings, pre-LN blocks (LayerNorm eps 1e-5
+// with biases), causal attention with biases scaled by 1/sqrt(head_dim), tanh GELU MLP (4d),
+// final LayerNorm, lm_head tied to wte, loss = mean cross-entropy over all tokens, no dropout.
+//
+// Parallelism comes from the parameters' PartitionSpecs, not from gradient code (what each axis
+// shards: models/parallel/parallel_dims.h):
+//   dp            params R over dp; each gradient (P on dp) is all_reduced once.
+//   dp_shard      (FSDP / ZeRO-3) params S over dp_shard (the first dim tp leaves whole that
+//                 dp_shard divides; else replicated there), all_gathered at use; the transpose
+//                 reduce-scatters the gradient; AdamW updates the local shard only.
+//   dp_replicate  (with dp_shard: HSDP) like dp.
+//   tp            Megatron: c_attn/c_fc column-parallel, c_proj row-parallel, wte vocab-parallel
+//                 (also the lm_head), vocab-parallel cross-entropy; heads split over tp.
+//   sp            activations S0 on tp between TP regions.
+//   cp            context parallelism: each sequence is cut into 2*cp chunks and device i holds
+//                 chunks i and 2cp-1-i (load-balanced causal work); attention is ring attention
+//                 (models/parallel/ring_attention.h); params R over cp, their gradients (P on cp) are
+//                 all_reduced with the data-parallel ones; positions are global positions.
+//   ep            expert parallelism (with GptConfig::moe, models/parallel/moe.h): a batch axis for the
+//                 dense layers; the experts of each MoE MLP are split over it (or over the
+//                 batch axes named in moe.expert_axes) and tokens reach them by all_to_all.
+//   pp            pipeline stages (the trainer's pipeline strategy); GptEmbed / GptBlock /
+//                 GptHead are its stage pieces.
+// Batch rows are split over the batch axes (dp_replicate, dp_shard, dp, ep, in mesh order), then
+// over cp (LoadBalancedRows orders them).
+//
+// Parameter layouts are GPT-2's except c_attn, held as [d, 3, d] / [3, d] (q|k|v split out so
+// heads shard over tp); checkpoints reshape it to GPT-2's [d, 3d] / [3d].
+#ifndef SHARDMAP_MODELS_GPT_GPT_MODEL_H_
+#define SHARDMAP_MODELS_GPT_GPT_MODEL_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/parallel/layers.h"
+#include "models/parallel/moe.h"
+#include "models/components/optimizer.h"
+#include "models/parallel/parallel_dims.h"
+#include "shardmap/context.h"
+#include "shardmap/mesh.h"
+#include "shardmap/partition_spec.h"
+#include "shardmap/value.h"
+#include "tensor/tensor.h"
+
+namespace shardmap {
+
+struct GptConfig {
+  int64_t layers = 2;
+  int64_t d_model = 16;
+  int64_t heads = 4;
+  int64_t vocab = 32;
+  int64_t seq = 8;
+  DType dtype = DType::kF32;  // parameters (master weights), gradients, AdamW state, the loss
+  // Mixed precision: the dtype of the computation (e.g. kBF16 with dtype kF32). Each parameter
+  // is cast to it at its use inside the per-device step (after an FSDP all_gather, so gradients
+  // are reduce-scattered / all_reduced in `dtype`); activations, the tensor-parallel collectives
+  // and ring attention run in it; the logits are cast back to `dtype` before the cross-entropy.
+  // Unset: `dtype` (no casts).
+  std::optional<DType> compute;
+  // Mixture of experts in place of every block's MLP (moe.experts > 0): parameters
+  // h.{i}.mlp.router.weight [d, E] and h.{i}.mlp.experts.{c_fc,c_proj}.{weight,bias}
+  // ([E, d, 4d], [E, 4d], [E, 4d, d], [E, d]); each sequence is one routing group; the loss adds
+  // aux_loss_coef * the layers' load-balancing losses. expert_axes empty: "ep" when the mesh has
+  // it; they must be batch axes (dp_replicate, dp_shard, dp, ep). Not with cp > 1.
+  MoeConfig moe;
+  int64_t head_dim() const { return d_model / heads; }
+  DType compute_dtype() const { return compute.value_or(dtype); }
+};
+
+// One entry of the named parameter tree: the global layout and how it is split.
+struct ParamInfo {
+  std::string name;      // GPT-2 name, e.g. "h.0.attn.c_attn.weight"
+  Shape global_shape;    // this library's layout (c_attn: [d, 3, d])
+  PartitionSpec spec;    // over the mesh (tp and the FSDP axis)
+  int fsdp_dim = -1;     // dim split over dp_shard (-1: replicated there)
+  bool decay = false;    // AdamW weight decay (GPT-2 layout has >= 2 dims)
+};
+
+// The model's parameters on one mesh: names, specs, and the parallel layout.
+class GptLayout {
+ public:
+  // Checks that the mesh divides heads, vocab, d_model, 4*d_model (tp) and the FSDP dims, and
+  // 2*cp divides seq; sp needs tp; an ep axis needs experts, which the expert axes divide.
+  // Errors name the quantity, the axis and the fix.
+  static absl::StatusOr<GptLayout> Create(const Mesh& mesh, const GptConfig& cfg, bool sp);
+
+  const Mesh& mesh() const { return dims_.mesh(); }
+  const ParallelDims& dims() const { return dims_; }
+  const GptConfig& config() const { return cfg_; }
+  const std::vector<ParamInfo>& params() const { return params_; }
+  int Find(const std::string& name) const;  // -1 when absent
+  TensorParallel tp() const { return tp_; }
+  // The axes by role, as ParallelDims names them ("" when absent; sizes 1 when absent).
+  std::string fsdp_axis() const { return dims_.fsdp_axis(); }
+  const std::vector<std::string>& batch_axes() const { return dims_.batch_axes(); }
+  int batch_ways() const { return dims_.batch_ways(); }
+  std::string cp_axis() const { return dims_.cp_axis(); }
+  int cp_ways() const { return dims_.cp_ways(); }
+  std::string pp_axis() const { return dims_.pp_axis(); }
+  int pp_ways() const { return dims_.pp_ways(); }
+  // Rows [rows, ...] of a batch: split over the batch axes, cp (and tp under SP).
+  PartitionSpec RowSpec(bool with_sp) const;
+
+ private:
+  ParallelDims dims_;
+  GptConfig cfg_;
+  TensorParallel tp_;
+  std::vector<ParamInfo> params_;
+};
+
+// GPT-2 initialisation (global tensors in the library layout, named as GptLayout lists them):
+// weights N(0, 0.02), c_proj weights N(0, 0.02/sqrt(2*layers)), biases 0, LayerNorms 1 / 0.
+std::vector<NamedTensor> InitGpt(const GptConfig& cfg, uint64_t seed);
+
+// Per-device forward: the mean cross-entropy's local share (P on the batch axes, R on tp).
+// params: the local shards in layout order (leaves of a tape, or plain values); ids/targets:
+// this rank's rows (int64 [rows], R on tp; under cp in the LoadBalancedRows order).
+// moe: with a MoE model, this rank's dropped (token, expert) assignments and all its
+// assignments are added to it.
+struct MoeStats {
+  int64_t dropped = 0, dropped_tokens = 0, assignments = 0;
+};
+Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const Value& ids,
+              const Value& targets, int64_t global_tokens, TypeTrace* block0_types = nullptr,
+              MoeStats* moe = nullptr);
+
+// The pieces of GptLoss (pipeline stages run them separately). use(name): the parameter at use
+// (GptParamUse: the local shard, all_gathered under FSDP). GptEmbed: token + position
+// embeddings of `ids` [rows]; GptBlock: block i; GptHead: ln_f, the tied lm_head (use("wte"))
+// and the mean cross-entropy's local share.
+using ParamFn = std::function<Value(const std::string&)>;
+ParamFn GptParamUse(const GptLayout& layout, const std::vector<Value>& params);
+Value GptEmbed(const GptLayout& layout, const ParamFn& use, const Value& ids);
+// MoE blocks' side outputs, summed over blocks: the load-balancing loss (add it times
+// moe.aux_loss_coef to the loss) and the drop counts; total_groups: sequences in the global batch
+// (one routing group per sequence). GptBlock of a MoE model needs one.
+struct MoeAccum {
+  int64_t total_groups = 0;
+  Value aux;
+  MoeStats stats;
+};
+Value GptBlock(const GptLayout& layout, const ParamFn& use, int64_t i, const Value& x,
+               TypeTrace* types = nullptr, MoeAccum* moe = nullptr);
+Value GptHead(const GptLayout& layout, const ParamFn& use, const Value& x, const Value& targets,
+              int64_t global_tokens);
+
+// Sample b of step s is tokens [(s*B+b)*T, (s*B+b)*T + T + 1) of `tokens`, wrapping around
+// (inputs the first T, targets the last T). Returns [B, T] ids and targets (int64).
+void BatchAt(const std::vector<int64_t>& tokens, int64_t step, int64_t batch, int64_t seq,
+             Tensor* ids, Tensor* targets);
+
+// The checks every trainer makes before its first step: at least seq+1 tokens, every id inside
+// the vocabulary; and the initial parameters, one global tensor per layout parameter (in layout
+// order) with the layout's shape and dtype. InvalidArgument naming the token or tensor.
+absl::Status CheckTokens(const GptConfig& c, const std::vector<int64_t>& tokens);
+absl::StatusOr<std::vector<Tensor>> MatchInitialParams(const GptLayout& layout,
+                                                       const std::vector<NamedTensor>& init);
+
+
+}  // namespace shardmap
+
+#endif  // SHARDMAP_MODELS_GPT_GPT_MODEL_H_

@@ -1,0 +1,256 @@
+// Ring attention over cp = 1, 2, 3, 4 (and cp2 x tp3) against unsharded causal attention in f64:
+// outputs against naive loops, gradients of q, k, v against the autograd of the plain einsum +
+// causal_mask + softmax attention (itself checked by finite differences), to 1e-12. Also: the
+// blocks computed per device (nothing above the diagonal, the same work on every device), the
+// ring of ppermutes forward and backward, the load-balanced layout, and the errors.
+#include "models/parallel/ring_attention.h"
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/tape.h"
+#include "autograd/value_and_grad.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "shardmap/context.h"
+#include "shardmap/einsum.h"
+#include "shardmap/nn_ops.h"
+#include "shardmap/ops.h"
+#include "shardmap/shard_map.h"
+#include "shardmap/spmd_runner.h"
+#include "tensor/error.h"
+#include "tests/test_util.h"
+
+namespace shardmap {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Rand;
+
+constexpr int64_t kBatch = 2, kHeads = 3, kHeadDim = 5, kChunk = 3;  // odd sizes
+constexpr double kScale = 0.37;
+
+// softmax(causal(q k^T * scale)) v with loops, q, k, v [b, t, h, hd].
+Tensor NaiveCausalAttention(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t b = q.dim(0), t = q.dim(1), h = q.dim(2), d = q.dim(3);
+  Tensor o = Tensor::Zeros(q.shape(), DType::kF64);
+  auto at = [&](const Tensor& x, int64_t i, int64_t s, int64_t j, int64_t e) {
+    return x.data<double>()[((i * t + s) * h + j) * d + e];
+  };
+  for (int64_t i = 0; i < b; ++i) {
+    for (int64_t j = 0; j < h; ++j) {
+      for (int64_t s = 0; s < t; ++s) {
+        std::vector<double> w(s + 1);
+        double m = -INFINITY, z = 0;
+        for (int64_t r = 0; r <= s; ++r) {
+          double dot = 0;
+          for (int64_t e = 0; e < d; ++e) dot += at(q, i, s, j, e) * at(k, i, r, j, e);
+          w[r] = dot * kScale;
+          m = std::max(m, w[r]);
+        }
+        for (double& x : w) z += (x = std::exp(x - m));
+        for (int64_t e = 0; e < d; ++e) {
+          double acc = 0;
+          for (int64_t r = 0; r <= s; ++r) acc += w[r] * at(v, i, r, j, e);
+          o.data<double>()[((i * t + s) * h + j) * d + e] = acc / z;
+        }
+      }
+    }
+  }
+  return o;
+}
+
+// The plain one-device attention (what CausalSelfAttention computes without cp).
+Value PlainCausalAttention(const Value& q, const Value& k, const Value& v) {
+  Value p = softmax(causal_mask(einsum("bqhd,bkhd->bhqk", q, k) * kScale), -1);
+  return einsum("bhqk,bkhd->bqhd", p, v);
+}
+
+// Loss: sum(o * w), so every output element gets its own cotangent.
+Value WeightedSum(const Value& o, const Value& w) { return sum_partial(o * w, {}); }
+
+// The loss sum(plain(q, k, v) * w) and its gradients on one device; in = {q, k, v, w}.
+ValueAndGrad PlainReference(const std::vector<Tensor>& in) {
+  std::vector<Value> params;
+  for (const Tensor& t : in) params.push_back(Value::Replicated(t));
+  return value_and_grad(
+      [](const std::vector<Value>& p) {
+        return WeightedSum(PlainCausalAttention(p[0], p[1], p[2]), p[3]);
+      },
+      params);
+}
+
+struct RingCase {
+  int cp, tp;
+};
+
+class RingAttentionTest : public ::testing::TestWithParam<RingCase> {};
+
+TEST_P(RingAttentionTest, MatchesUnshardedCausalAttentionAndGradients) {
+  const int cp = GetParam().cp, tp = GetParam().tp;
+  const int64_t seq = 2 * cp * kChunk;
+  const std::vector<int64_t> shape = {kBatch, seq, kHeads, kHeadDim};
+  const std::vector<Tensor> global = {Rand(shape, 1), Rand(shape, 2), Rand(shape, 3),
+                                      Rand(shape, 4)};
+  // Unsharded reference.
+  SingleRankContext one{Mesh()};
+  ValueAndGrad ref = PlainReference(global);
+  const Tensor naive = NaiveCausalAttention(global[0], global[1], global[2]);
+  EXPECT_TENSOR_NEAR(PlainCausalAttention(Value::Replicated(global[0]),
+                                          Value::Replicated(global[1]),
+                                          Value::Replicated(global[2]))
+                         .tensor,
+                     naive, 1e-13);
+
+  // Ring: the sequence dim in the load-balanced order, split over cp; heads over tp.
+  std::vector<Tensor> in;
+  for (const Tensor& t : global) in.push_back(ToLoadBalancedOrder(t, 1, cp));
+  Mesh mesh = *Mesh::Create({{"cp", cp}, {"tp", tp}});
+  const PartitionSpec spec = P(None, "cp", "tp");
+  ShardFn f = [](const std::vector<Value>& p) -> std::vector<Value> {
+    Value o = RingCausalAttention(p[0], p[1], p[2], "cp", kScale);
+    return {WeightedSum(o, p[3]), o};
+  };
+  absl::StatusOr<ShardMapGrads> got = value_and_grad(shard_map(
+      f, mesh, {spec, spec, spec, spec}, {P().Unreduced({"cp", "tp"}), spec}))(in);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TENSOR_NEAR(ToLoadBalancedOrder(got->outputs[1], 1, cp, /*inverse=*/true), naive, 1e-12);
+  EXPECT_NEAR(got->outputs[0].item(), ref.value.item(), 1e-12 * std::fabs(ref.value.item()));
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_TENSOR_NEAR(ToLoadBalancedOrder(got->grads[k], 1, cp, true), ref.grads[k].tensor,
+                       1e-12)
+        << "input " << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, RingAttentionTest,
+                         ::testing::Values(RingCase{1, 1}, RingCase{2, 1}, RingCase{3, 1},
+                                           RingCase{4, 1}, RingCase{2, 3}),
+                         [](const ::testing::TestParamInfo<RingCase>& info) {
+                           return absl::StrCat("cp", info.param.cp, "_tp", info.param.tp);
+                         });
+
+// The reference's gradient against central differences (so the comparison above is anchored).
+TEST(RingAttentionReferenceTest, PlainAttentionGradientMatchesFiniteDifferences) {
+  SingleRankContext one{Mesh()};
+  const std::vector<int64_t> shape = {1, 4, 2, 3};
+  std::vector<Tensor> t = {Rand(shape, 5), Rand(shape, 6), Rand(shape, 7), Rand(shape, 8)};
+  auto loss = [&](const std::vector<Tensor>& x) {
+    return WeightedSum(PlainCausalAttention(Value::Replicated(x[0]), Value::Replicated(x[1]),
+                                            Value::Replicated(x[2])),
+                       Value::Replicated(x[3]))
+        .item();
+  };
+  ValueAndGrad g = PlainReference(t);
+  for (int k = 0; k < 3; ++k) {
+    for (int64_t e = 0; e < t[k].numel(); e += 5) {
+      std::vector<Tensor> plus = t, minus = t;
+      plus[k] = t[k].Clone();
+      minus[k] = t[k].Clone();
+      const double h = 1e-6;
+      plus[k].data<double>()[e] += h;
+      minus[k].data<double>()[e] -= h;
+      const double fd = (loss(plus) - loss(minus)) / (2 * h);
+      EXPECT_NEAR(g.grads[k].tensor.at(e), fd, 1e-8) << "input " << k << " element " << e;
+    }
+  }
+}
+
+// Counts the score elements each device computes (the recorded exp ops: one per score block)
+// and the ring's ppermutes, forward and backward.
+class CountingRecorder : public TapeRecorder {
+ public:
+  explicit CountingRecorder(Tape* tape) : tape_(tape) {}
+  void Record(const char* op, std::initializer_list<const Value*> inputs, Value& out,
+              VjpFn vjp) override {
+    if (std::string(op) == "exp") exp_elements += out.tensor.numel();
+    tape_->Record(op, inputs, out, std::move(vjp));
+  }
+  int64_t exp_elements = 0;
+
+ private:
+  Tape* tape_;
+};
+
+TEST(RingAttentionWorkTest, SkipsBlocksAboveTheDiagonalAndBalancesTheDevices) {
+  for (int cp : {1, 2, 3, 4}) {
+    SCOPED_TRACE(absl::StrCat("cp=", cp));
+    const int64_t seq = 2 * cp * kChunk, local = seq / cp;
+    Mesh mesh = *Mesh::Create({{"cp", cp}});
+    std::vector<int64_t> elements(cp);
+    std::vector<std::vector<std::string>> logs(cp);
+    absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {
+      SpmdType type(1, AxisType::Sharded(1));
+      type.set_mesh_id(mesh.id());
+      Tape tape;
+      std::vector<Value> x;
+      for (uint64_t seed : {11, 12, 13}) {
+        x.push_back(tape.Watch(Value(Rand({kBatch, local, kHeads, kHeadDim}, seed + ctx.rank()),
+                                     type)));
+      }
+      CountingRecorder rec(&tape);
+      Value loss;
+      {
+        ScopedRecorder scope(&rec);
+        loss = sum_partial(RingCausalAttention(x[0], x[1], x[2], "cp", kScale), {});
+      }
+      tape.Backward(loss, LossSeed(loss), x);
+      elements[ctx.rank()] = rec.exp_elements;
+      for (const CollectiveRecord& r : ctx.collective_log()) {
+        logs[ctx.rank()].push_back(absl::StrCat(r.op, r.backward ? " bwd " : " fwd ", r.bytes));
+      }
+    });
+    ASSERT_TRUE(s.ok()) << s;
+    // Causal work: 2cp diagonal blocks and (2cp choose 2) full ones of c x c, split evenly.
+    const int64_t per_device = kBatch * kHeads * kChunk * kChunk * (2 * cp + 1);
+    const int64_t kv_bytes = kBatch * local * 2 * kHeads * kHeadDim * 8;
+    std::vector<std::string> ring;
+    for (int step = 1; step < cp; ++step) ring.push_back(absl::StrCat("ppermute fwd ", kv_bytes));
+    for (int step = 1; step < cp; ++step) ring.push_back(absl::StrCat("ppermute bwd ", kv_bytes));
+    for (int r = 0; r < cp; ++r) {
+      EXPECT_EQ(elements[r], per_device) << "rank " << r;
+      EXPECT_EQ(logs[r], ring) << "rank " << r;
+    }
+    EXPECT_EQ(cp * per_device, kBatch * kHeads * (seq * seq / 2 + seq * kChunk / 2));
+  }
+}
+
+TEST(LoadBalancedLayoutTest, DeviceIHoldsChunksIAnd2cpMinus1MinusI) {
+  // seq 8 over cp 2: chunks of 2; device 0 holds chunks 0 and 3, device 1 chunks 1 and 2.
+  EXPECT_EQ(LoadBalancedPosition(0, 8, 2, 0), 0);
+  EXPECT_EQ(LoadBalancedPosition(2, 8, 2, 0), 6);
+  EXPECT_EQ(LoadBalancedPosition(3, 8, 2, 1), 5);
+  std::vector<int64_t> ids(2 * 8);
+  for (int64_t i = 0; i < 16; ++i) ids[i] = i;
+  Tensor tokens = Tensor::FromVector<int64_t>({2, 8}, ids);
+  // Two batch ways x cp 2: device (w, i) holds sequence w's chunks i and 3-i.
+  std::vector<int64_t> want = {0, 1, 6, 7, 2, 3, 4, 5, 8, 9, 14, 15, 10, 11, 12, 13};
+  EXPECT_TENSOR_NEAR(LoadBalancedRows(tokens, 2, 2), Tensor::FromVector<int64_t>({16}, want), 0);
+  // One batch way: the cp block holds both sequences' chunks, sequence-major.
+  want = {0, 1, 6, 7, 8, 9, 14, 15, 2, 3, 4, 5, 10, 11, 12, 13};
+  EXPECT_TENSOR_NEAR(LoadBalancedRows(tokens, 1, 2), Tensor::FromVector<int64_t>({16}, want), 0);
+  Tensor x = Rand({3, 12, 2}, 9);
+  EXPECT_TENSOR_NEAR(ToLoadBalancedOrder(ToLoadBalancedOrder(x, 1, 3), 1, 3, true), x, 0);
+}
+
+TEST(RingAttentionErrorsTest, BadShapesAndSequenceLengthsAreClearErrors) {
+  auto message = [](const std::function<void()>& fn) {
+    return std::string(CatchOpError(fn).message());
+  };
+  EXPECT_THAT(message([] { LoadBalancedRows(Tensor::Zeros({2, 6}, DType::kI64), 1, 2); }),
+              HasSubstr("seq 6 is not divisible by 2*cp = 4"));
+  SingleRankContext one{Mesh()};
+  Value odd = Value::Replicated(Rand({1, 3, 1, 2}, 1));
+  Value even = Value::Replicated(Rand({1, 4, 1, 2}, 1));
+  EXPECT_THAT(message([&] { RingCausalAttention(odd, odd, odd, "", 1); }),
+              HasSubstr("t = 3 is odd"));
+  EXPECT_THAT(message([&] { RingCausalAttention(even, odd, odd, "", 1); }),
+              HasSubstr("must have one shape"));
+  EXPECT_THAT(message([&] { RingCausalAttention(even, even, even, "cp", 1); }),
+              HasSubstr("has no axis 'cp'"));
+}
+
+}  // namespace
+}  // namespace shardmap

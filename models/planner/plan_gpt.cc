@@ -1,0 +1,241 @@
+// plan_gpt: which parallelism to use for a GPT on N GPUs. Enumerates the meshes that divide the
+// problem (dp / FSDP / HSDP, tp with and without SP, pp with each schedule and microbatch count,
+// cp, ep), runs one shape-only step per rank role of each (models/train/gpt_shape_only.h), predicts
+// its step time on a hardware profile (models/planner/cost_model.h), and prints them ranked with
+// tokens/s, MFU, memory, collectives and bubble, and every refused mesh with its reason.
+//
+//   bazel run //models/planner:plan_gpt -- --model=7b --gpus=64 --batch=512 --seq=4096
+//   bazel run //models/planner:plan_gpt -- --layers=48 --d_model=1600 --heads=25 --vocab=50257 \
+//       --seq=1024 --batch=512 --gpus=8 --profile=h200_node
+//   bazel run //models/planner:plan_gpt -- --model=gpt2 --gpus=4 --profile=measure   # this CPU
+//   bazel run //models/planner:plan_gpt -- --model=7b --gpus=64 --mesh="dp_shard=8,tp=8 +sp"
+//
+// Docs: docs/planner.md.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "models/planner/plan_cli.h"
+
+ABSL_FLAG(std::string, model, "custom",
+          "preset: gpt2 (124M), gpt2-xl (1.5B), 7b (32 x 4096), 70b (80 x 8192), or custom "
+          "(the shape flags); shape flags given explicitly override the preset");
+ABSL_FLAG(int64_t, layers, 12, "transformer blocks");
+ABSL_FLAG(int64_t, d_model, 768, "model width");
+ABSL_FLAG(int64_t, heads, 12, "attention heads");
+ABSL_FLAG(int64_t, vocab, 50304, "vocabulary size");
+ABSL_FLAG(int64_t, seq, 1024, "tokens per sequence");
+ABSL_FLAG(int64_t, batch, 512, "global batch (sequences per optimizer step)");
+ABSL_FLAG(std::string, dtype, "bf16", "f32, f64 or bf16 (f32 master weights, bf16 compute)");
+ABSL_FLAG(int64_t, experts, 0, "mixture of experts: experts per MoE MLP (0: dense)");
+ABSL_FLAG(int64_t, topk, 1, "MoE: experts per token");
+ABSL_FLAG(double, capacity, 1.25, "MoE: capacity factor");
+ABSL_FLAG(int, gpus, 8, "number of GPUs (or simulated ranks with --profile=measure)");
+ABSL_FLAG(int, gpus_per_node, 0, "GPUs per node (0: the profile's)");
+ABSL_FLAG(std::string, profile, "h100_node",
+          "hardware profile: h100_node, h200_node, a profile file (models/planner/"
+          "hardware_profile.h's format), or 'measure' (this CPU, measured now)");
+ABSL_FLAG(std::string, tp_bench_profile, "",
+          "a `tp_bench --device=cuda --profile_out=FILE` file: its GEMM rates (and intra-node "
+          "link) replace the profile's");
+ABSL_FLAG(std::string, collectives_bench, "",
+          "collectives_bench --benchmark_format=json output: fitted in-process collective costs");
+ABSL_FLAG(bool, tp_across_nodes, false, "allow tp groups larger than a node");
+ABSL_FLAG(int, max_pp, 0, "largest pipeline size to enumerate (0: any)");
+ABSL_FLAG(int, max_cp, 0, "largest context-parallel size to enumerate (0: any)");
+ABSL_FLAG(std::string, schedules, "1f1b,gpipe", "pipeline schedules to try");
+ABSL_FLAG(std::string, microbatch_factors, "1,2,4,8", "microbatches = pp x each of these");
+ABSL_FLAG(std::string, mesh, "",
+          "only these meshes, ';'-separated, each 'axes [+sp] [schedule/mMICROBATCHES] "
+          "[gaMICROSTEPS]' (parts separated by spaces or ':'), e.g. "
+          "\"dp_shard=8,tp=8 +sp;pp=4,dp_shard=16 1f1b/m16\"");
+ABSL_FLAG(std::string, shape_only_device, "meta",
+          "where the shape-only steps run: meta (nothing computed) or cpu (real ops on zeros: "
+          "small models only)");
+ABSL_FLAG(int, top, 20, "ranked rows to print (0: all)");
+ABSL_FLAG(bool, refused, true, "list the refused meshes with their reasons");
+ABSL_FLAG(std::string, print_profile, "",
+          "write the resolved hardware profile to this file (e.g. with --profile=measure) and go on");
+
+namespace shardmap {
+namespace {
+
+int Fail(const absl::Status& s) {
+  std::cerr << "plan_gpt: " << s.message() << "\n";
+  return 2;
+}
+
+absl::StatusOr<std::vector<int>> Ints(const std::string& flag, const std::string& text) {
+  std::vector<int> out;
+  for (absl::string_view p : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(p, &v) || v < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": '", p, "' is not a positive integer (e.g. 1,2,4)"));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));
+  return out;
+}
+
+bool Explicit(const char* name);
+
+int Main() {
+  planner::PlanRequest req;
+  GptConfig& cfg = req.config;
+  const std::string model = absl::GetFlag(FLAGS_model);
+  struct Preset {
+    const char* name;
+    int64_t layers, d, heads, vocab, seq;
+  };
+  const Preset presets[] = {{"gpt2", 12, 768, 12, 50304, 1024},
+                            {"gpt2-xl", 48, 1600, 25, 50304, 1024},
+                            {"7b", 32, 4096, 32, 32000, 4096},
+                            {"70b", 80, 8192, 64, 32000, 4096}};
+  bool found = model == "custom";
+  cfg.layers = absl::GetFlag(FLAGS_layers);
+  cfg.d_model = absl::GetFlag(FLAGS_d_model);
+  cfg.heads = absl::GetFlag(FLAGS_heads);
+  cfg.vocab = absl::GetFlag(FLAGS_vocab);
+  cfg.seq = absl::GetFlag(FLAGS_seq);
+  for (const Preset& p : presets) {
+    if (model != p.name) continue;
+    found = true;
+    if (!Explicit("layers")) cfg.layers = p.layers;
+    if (!Explicit("d_model")) cfg.d_model = p.d;
+    if (!Explicit("heads")) cfg.heads = p.heads;
+    if (!Explicit("vocab")) cfg.vocab = p.vocab;
+    if (!Explicit("seq")) cfg.seq = p.seq;
+  }
+  if (!found) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--model ", model, ": use gpt2, gpt2-xl, 7b, 70b or custom (with the shape flags)")));
+  }
+  for (const auto& [name, v] : {std::pair<const char*, int64_t>{"layers", cfg.layers},
+                                {"d_model", cfg.d_model},
+                                {"heads", cfg.heads},
+                                {"vocab", cfg.vocab},
+                                {"seq", cfg.seq}}) {
+    if (v < 1) return Fail(absl::InvalidArgumentError(absl::StrCat("--", name, " ", v, " must be >= 1")));
+  }
+  if (cfg.d_model % cfg.heads != 0) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--d_model ", cfg.d_model, " is not divisible by --heads ", cfg.heads)));
+  }
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (dtype == "f32") {
+    cfg.dtype = DType::kF32;
+  } else if (dtype == "f64") {
+    cfg.dtype = DType::kF64;
+  } else if (dtype == "bf16") {
+    cfg.dtype = DType::kF32;
+    cfg.compute = DType::kBF16;
+  } else {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--dtype ", dtype, ": use f32, f64 or bf16 (mixed precision)")));
+  }
+  cfg.moe.experts = absl::GetFlag(FLAGS_experts);
+  cfg.moe.topk = absl::GetFlag(FLAGS_topk);
+  cfg.moe.capacity_factor = absl::GetFlag(FLAGS_capacity);
+  if (cfg.moe.on()) {
+    if (absl::Status s = ValidateMoeConfig(cfg.moe, 1); !s.ok()) return Fail(s);
+  }
+  req.global_batch = absl::GetFlag(FLAGS_batch);
+  req.gpus = absl::GetFlag(FLAGS_gpus);
+  req.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
+  if (req.gpus_per_node < 0) {
+    return Fail(absl::InvalidArgumentError("--gpus_per_node must be >= 0 (0: the profile's)"));
+  }
+  req.tp_across_nodes = absl::GetFlag(FLAGS_tp_across_nodes);
+  req.max_pp = absl::GetFlag(FLAGS_max_pp);
+  req.max_cp = absl::GetFlag(FLAGS_max_cp);
+  if (req.max_pp < 0 || req.max_cp < 0) {
+    return Fail(absl::InvalidArgumentError("--max_pp and --max_cp must be >= 0 (0: any)"));
+  }
+  req.schedules.clear();
+  for (absl::string_view s :
+       absl::StrSplit(absl::GetFlag(FLAGS_schedules), ',', absl::SkipWhitespace())) {
+    if (s != "1f1b" && s != "gpipe") {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--schedules: unknown schedule '", s, "' (1f1b, gpipe)")));
+    }
+    req.schedules.emplace_back(s);
+  }
+  if (req.schedules.empty()) return Fail(absl::InvalidArgumentError("--schedules is empty"));
+  absl::StatusOr<std::vector<int>> factors =
+      Ints("microbatch_factors", absl::GetFlag(FLAGS_microbatch_factors));
+  if (!factors.ok()) return Fail(factors.status());
+  req.microbatch_factors = *factors;
+  for (absl::string_view one :
+       absl::StrSplit(absl::GetFlag(FLAGS_mesh), ';', absl::SkipWhitespace())) {
+    req.only_meshes.emplace_back(one);
+  }
+  planner::PlanCliOptions cli;
+  cli.profile = absl::GetFlag(FLAGS_profile);
+  cli.tp_bench_profile = absl::GetFlag(FLAGS_tp_bench_profile);
+  cli.collectives_bench = absl::GetFlag(FLAGS_collectives_bench);
+  cli.top = absl::GetFlag(FLAGS_top);
+  const std::string so = absl::GetFlag(FLAGS_shape_only_device);
+  if (so != "meta" && so != "cpu") {
+    return Fail(absl::InvalidArgumentError("--shape_only_device " + so + ": use meta or cpu"));
+  }
+  cli.shape_only_on_cpu = so == "cpu";
+  cli.list_refusals = absl::GetFlag(FLAGS_refused);
+  if (const std::string out = absl::GetFlag(FLAGS_print_profile); !out.empty()) {
+    absl::StatusOr<planner::HardwareProfile> hw = planner::ResolveProfile(cli);
+    if (!hw.ok()) return Fail(hw.status());
+    FILE* f = fopen(out.c_str(), "w");
+    if (f == nullptr) return Fail(absl::InvalidArgumentError("--print_profile: cannot write " + out));
+    fputs(hw->ToText().c_str(), f);
+    fclose(f);
+    cli.profile = out;  // measured once, reused
+  }
+  req.progress = [](int done, int total) {
+    if (done % 25 == 0 || done == total) {
+      std::cerr << "\rplan_gpt: profiled " << done << " of " << total << " meshes" << std::flush;
+      if (done == total) std::cerr << "\n";
+    }
+  };
+  absl::StatusOr<std::string> text = planner::PlanText(req, cli);
+  if (!text.ok()) return Fail(text.status());
+  std::cout << *text;
+  return 0;
+}
+
+std::vector<std::string>* explicit_flags = new std::vector<std::string>;
+bool Explicit(const char* name) {
+  return std::find(explicit_flags->begin(), explicit_flags->end(), name) != explicit_flags->end();
+}
+
+}  // namespace
+}  // namespace shardmap
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "plan_gpt: rank the meshes (FSDP, TP+SP, PP, CP, EP) for a GPT on N GPUs by predicted "
+      "step time, from shape-only step profiles and a hardware profile.\n"
+      "  plan_gpt --model=7b --gpus=64 --batch=512 [--profile=h100_node|h200_node|FILE|measure]");
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) == 0) {
+      a = a.substr(2);
+      shardmap::explicit_flags->push_back(a.substr(0, a.find('=')));
+    }
+  }
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::cerr << "plan_gpt: unexpected argument '" << rest[1] << "' (flags are --name=value)\n";
+    return 2;
+  }
+  return shardmap::Main();
+}

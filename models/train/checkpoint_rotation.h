@@ -1,0 +1,90 @@
+// Periodic checkpoints of a long run: files <prefix>.step<N>.safetensors written atomically,
+// all but the last K deleted, the newest found for --resume=auto; and the model configuration
+// plus the step (the data position: a batch is a function of the step) in the file's metadata,
+// so --resume needs no shape flags.
+//
+//   CheckpointRotation ckpt{.dir_or_prefix = "runs/gpt", .keep_last = 3};
+//   if (absl::Status s = ckpt.CheckWritable(); !s.ok()) return s;   // before the first step
+//   absl::StatusOr<std::string> path = ckpt.Save(step, [&](const std::string& tmp) {
+//     return SaveGptWithConfig(tmp, layout, snapshot.params, &snapshot.adam_state, step);
+//   });                                       // runs/gpt.step<step>.safetensors; older deleted
+//   absl::StatusOr<std::string> latest = ckpt.Latest();  // NotFound when there is none
+//   absl::StatusOr<GptCheckpointInfo> info = ReadGptCheckpointInfo(*latest);
+//   // info->config: layers, d_model, heads, vocab, seq, dtype, compute, moe; info->step.
+//
+// dir_or_prefix: an existing directory or a path ending in '/' gives DIR/gpt.step<N>...; any
+// other path is a prefix (a trailing ".safetensors" is dropped: "ckpt.safetensors" gives
+// ckpt.step<N>.safetensors). Save writes through `writer` into a temporary file in the same
+// directory, fsyncs it, renames it over the final name and fsyncs the directory: a write that
+// fails or is killed leaves the earlier checkpoints as they were (and a stray temporary file at
+// worst, never a partial <prefix>.step<N>.safetensors). After a successful save it deletes the
+// older checkpoints of the prefix beyond the last keep_last (0: keep all); files of later steps
+// (another run's) are left alone.
+//
+// Metadata keys (strings): "step", "gpt.layers", "gpt.d_model", "gpt.heads", "gpt.vocab",
+// "gpt.seq", "gpt.dtype", "gpt.compute" (absent without mixed precision), "gpt.moe.experts",
+// "gpt.moe.topk", "gpt.moe.capacity_factor", "gpt.moe.aux_loss_coef", "gpt.moe.expert_axes"
+// (comma-separated). GptConfigFromMetadata validates every value (a missing key, a non-number,
+// sizes < 1, d_model not divisible by heads, an unknown dtype, a step outside [0, 2^53]) with an
+// error naming the key, the value and the fix.
+#ifndef SHARDMAP_MODELS_TRAIN_CHECKPOINT_ROTATION_H_
+#define SHARDMAP_MODELS_TRAIN_CHECKPOINT_ROTATION_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "models/gpt.h"
+
+namespace shardmap {
+
+struct CheckpointRotation {
+  std::string dir_or_prefix;
+  int64_t keep_last = 3;  // 0: keep every checkpoint
+
+  // InvalidArgument for an empty dir_or_prefix or keep_last < 0.
+  absl::Status Validate() const;
+  // The final path of step's checkpoint.
+  std::string PathFor(int64_t step) const;
+  // The directory exists and a file can be created in it (a probe file, removed again).
+  // FailedPrecondition naming the directory, the reason and the fix.
+  absl::Status CheckWritable() const;
+  // Writes step's checkpoint atomically (writer(tmp_path) writes the whole file at tmp_path),
+  // then deletes the old ones; returns the final path. Errors name the step and the path.
+  absl::StatusOr<std::string> Save(
+      int64_t step, const std::function<absl::Status(const std::string& path)>& writer) const;
+  // (step, path) of the prefix's checkpoints, by step; temporary files are not listed.
+  absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> List() const;
+  // The path with the highest step; NotFound naming the pattern when there is none.
+  absl::StatusOr<std::string> Latest() const;
+};
+
+// The configuration as metadata strings (see above); add {"step", N} for a training state.
+std::map<std::string, std::string> GptConfigMetadata(const GptConfig& config);
+// The configuration back (expert_axes included), validated; "step" is not needed here.
+absl::StatusOr<GptConfig> GptConfigFromMetadata(const std::map<std::string, std::string>& m);
+// "step": an integer in [0, 2^53] (InvalidArgument otherwise, NotFound when absent).
+absl::StatusOr<int64_t> StepFromMetadata(const std::map<std::string, std::string>& m);
+
+// As SaveGpt (models/gpt/gpt_checkpoint.h), with GptConfigMetadata(layout.config()) and "step" in
+// the metadata. params / moments: global tensors in layout order (moments may be null).
+absl::Status SaveGptWithConfig(const std::string& path, const GptLayout& layout,
+                               const std::vector<NamedTensor>& params, const AdamState* moments,
+                               int64_t step);
+
+struct GptCheckpointInfo {
+  GptConfig config;
+  int64_t step = 0;
+};
+// Opens a checkpoint (models/components/checkpoint.h validates the file) and reads its config and step;
+// errors are prefixed with the path.
+absl::StatusOr<GptCheckpointInfo> ReadGptCheckpointInfo(const std::string& path);
+
+}  // namespace shardmap
+
+#endif  // SHARDMAP_MODELS_TRAIN_CHECKPOINT_ROTATION_H_

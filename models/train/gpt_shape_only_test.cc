@@ -1,0 +1,323 @@
+// Shape-only GPT steps against real ones: for dp, FSDP, HSDP, tp+sp, pp (1F1B and GPipe), cp,
+// ep (MoE), gradient accumulation and mixes, on meshes with odd sizes, every rank's shape-only
+// profile (one rank run alone, on the meta device and on the CPU) has exactly the collectives a
+// real TrainGpt step logs on that rank (a CollectiveRecorder per rank thread), the MemoryTracker
+// peak that rank's thread measured, and its FLOPs; the roles; the error paths.
+#include "models/train/gpt_shape_only.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "collectives/shape_only_communicator.h"
+#include "models/train/gpt_test_util.h"
+#include "models/parallel/parallel_dims.h"
+#include "shardmap/collective_recorder.h"
+#include "shardmap/spmd_runner.h"
+#include "tensor/memory_tracker.h"
+#include "tensor/op_counter.h"
+
+namespace shardmap {
+namespace {
+
+using ::testing::HasSubstr;
+
+GptConfig Config(bool moe = false, bool bf16 = false) {
+  GptConfig c{.layers = 4, .d_model = 12, .heads = 6, .vocab = 24, .seq = 12};
+  if (bf16) c.compute = DType::kBF16;  // f32 master weights, bf16 compute
+  if (moe) {
+    c.moe = MoeConfig{.experts = 6, .topk = 2, .capacity_factor = 1.0, .aux_loss_coef = 0.05};
+  }
+  return c;
+}
+
+// What one rank of a real run did in its step ("step" to "end" of TrainOptions::on_phase).
+struct RankTruth {
+  std::vector<CollectiveRecord> log;
+  int64_t peak = 0;
+  double flops = 0;
+};
+
+// A real one-step TrainGpt on CPU threads, each rank measured by its own recorder, tracker and
+// counter (made on its thread, as a shape-only run makes them).
+std::map<int, RankTruth> RealStep(const GptLayout& layout, TrainOptions o) {
+  struct Probes {
+    CollectiveRecorder* rec;
+    MemoryTracker* mem;
+    OpCounter* ops;
+    size_t ops_at_step = 0;
+  };
+  std::mutex mu;
+  std::map<int, Probes> probes;
+  std::map<int, RankTruth> truth;
+  o.spmd_runner = [&](const Mesh& mesh, const std::function<void(RankContext&)>& body) {
+    return RunSpmd(mesh, [&](RankContext& ctx) {
+      MemoryTracker mem;
+      OpCounter ops;
+      CollectiveRecorder rec;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        probes[ctx.rank()] = Probes{&rec, &mem, &ops};
+      }
+      body(ctx);
+    });
+  };
+  o.on_phase = [&](const char* phase) {
+    const int rank = RankContext::Current()->rank();
+    std::lock_guard<std::mutex> lock(mu);
+    Probes& p = probes[rank];
+    if (std::string(phase) == "step") {
+      p.rec->Clear();
+      p.ops_at_step = p.ops->ops().size();
+    } else if (std::string(phase) == "end") {
+      RankTruth& t = truth[rank];
+      t.log = p.rec->records(rank);
+      t.peak = p.mem->peak_bytes();
+      for (size_t i = p.ops_at_step; i < p.ops->ops().size(); ++i) t.flops += p.ops->ops()[i].flops;
+    }
+  };
+  absl::StatusOr<TrainResult> r = TrainGpt(layout, InitGpt(layout.config(), 3),
+                                           gpt_testing::Tokens(4000, layout.config().vocab), o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return truth;
+}
+
+struct Case {
+  std::string name, mesh;
+  bool sp = false;
+  int64_t batch = 6, microbatches = 1, grad_accum = 1;
+  std::string schedule = "1f1b";
+  bool moe = false;
+  bool bf16 = false;
+};
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+
+class ShapeOnlyGptTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ShapeOnlyGptTest, EveryRankMatchesTheRealStep) {
+  const Case& k = GetParam();
+  absl::StatusOr<Mesh> mesh = ParseMesh(k.mesh);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, Config(k.moe, k.bf16), k.sp);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  TrainOptions o;
+  o.batch = k.batch;
+  o.microbatches = k.microbatches;
+  o.grad_accum = k.grad_accum;
+  o.schedule = k.schedule;
+  // Clipping scales the gradients only when the norm exceeds the limit, a fact of the data: off
+  // here so that both runs take the same branch (a meta run reads a norm of 0).
+  o.clip = 0;
+  const std::map<int, RankTruth> truth = RealStep(*layout, o);
+  ASSERT_EQ(truth.size(), static_cast<size_t>(mesh->size()));
+  for (const Device device : {Device::Cpu(), Device::Meta()}) {
+    SCOPED_TRACE(device.ToString());
+    for (int rank = 0; rank < mesh->size(); ++rank) {
+      SCOPED_TRACE(RankDescription(*mesh, rank));
+      absl::StatusOr<StepProfile> p = ProfileGptRank(*layout, o, rank, "", device);
+      ASSERT_TRUE(p.ok()) << p.status();
+      const RankTruth& t = truth.at(rank);
+      ASSERT_EQ(p->collectives.size(), t.log.size());
+      int64_t bytes = 0;
+      for (size_t i = 0; i < t.log.size(); ++i) {
+        SCOPED_TRACE(i);
+        const CollectiveTraffic& c = p->collectives[i];
+        EXPECT_EQ(c.op, t.log[i].op);
+        EXPECT_EQ(c.axes, mesh->AxisNamesOf(t.log[i].axes));
+        EXPECT_EQ(c.group_size, mesh->GroupSize(t.log[i].axes));
+        EXPECT_EQ(c.bytes, t.log[i].bytes);
+        EXPECT_EQ(c.backward, t.log[i].backward);
+        EXPECT_EQ(c.dtype, t.log[i].dtype);
+        EXPECT_EQ(c.phase == "backward", t.log[i].backward && c.phase != "optimizer");
+        bytes += c.bytes;
+      }
+      EXPECT_EQ(p->collective_bytes, bytes);
+      EXPECT_EQ(p->peak_bytes, t.peak);
+      EXPECT_DOUBLE_EQ(p->flops, t.flops);
+      EXPECT_GT(p->flops, 0);
+      EXPECT_GT(p->parameter_bytes, 0);
+      EXPECT_EQ(p->optimizer_bytes, 2 * p->parameter_bytes);  // AdamW's two moments
+      EXPECT_GE(p->peak_bytes, p->parameter_bytes + p->gradient_bytes + p->optimizer_bytes);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Meshes, ShapeOnlyGptTest,
+    ::testing::Values(
+        Case{.name = "dp3", .mesh = "dp=3"},
+        Case{.name = "fsdp3", .mesh = "dp_shard=3", .batch = 3},
+        Case{.name = "hsdp2x3", .mesh = "dp_replicate=2,dp_shard=3"},
+        Case{.name = "tp3_sp", .mesh = "tp=3", .sp = true, .batch = 2},
+        Case{.name = "pp2_1f1b", .mesh = "pp=2", .batch = 4, .microbatches = 4},
+        Case{.name = "pp3_gpipe", .mesh = "pp=3", .batch = 3, .microbatches = 3,
+             .schedule = "gpipe"},
+        Case{.name = "dp2_cp3", .mesh = "dp=2,cp=3", .batch = 2},
+        Case{.name = "ep3_moe", .mesh = "ep=3", .moe = true},
+        Case{.name = "pp2_fsdp2_tp2_sp", .mesh = "pp=2,dp_shard=2,tp=2", .sp = true, .batch = 4,
+             .microbatches = 2},
+        Case{.name = "dp2_cp2_tp3_sp", .mesh = "dp=2,cp=2,tp=3", .sp = true, .batch = 2},
+        Case{.name = "dp2_accum2", .mesh = "dp=2", .batch = 8, .grad_accum = 2},
+        Case{.name = "fsdp2_tp2_sp_bf16", .mesh = "dp_shard=2,tp=2", .sp = true, .batch = 2,
+             .bf16 = true},
+        Case{.name = "pp2_tp2_gpipe_bf16", .mesh = "pp=2,tp=2", .batch = 4, .microbatches = 2,
+             .schedule = "gpipe", .bf16 = true}),
+    CaseName);
+
+TEST(ShapeOnlyGpt, ClippingIsTheOneDataDependentBranchAndIsBounded) {
+  // With the norm over the limit, the real step scales every gradient (one multiply per element,
+  // a new tensor each); a meta run reads a norm of 0 and does not. Same collectives; the FLOPs
+  // differ by exactly the gradient elements, the peak by at most the gradients' bytes.
+  GptLayout layout = *GptLayout::Create(*ParseMesh("dp=2,tp=2"), Config(), false);
+  TrainOptions o;
+  o.batch = 2;
+  o.clip = 1e-6;  // always active
+  const std::map<int, RankTruth> truth = RealStep(layout, o);
+  for (int rank = 0; rank < 4; ++rank) {
+    absl::StatusOr<StepProfile> p = ProfileGptRank(layout, o, rank);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const RankTruth& t = truth.at(rank);
+    ASSERT_EQ(p->collectives.size(), t.log.size());
+    for (size_t i = 0; i < t.log.size(); ++i) EXPECT_EQ(p->collectives[i].bytes, t.log[i].bytes);
+    EXPECT_DOUBLE_EQ(t.flops - p->flops, static_cast<double>(p->gradient_bytes / 4));
+    EXPECT_GE(t.peak, p->peak_bytes);
+    EXPECT_LE(t.peak, p->peak_bytes + p->gradient_bytes);
+  }
+}
+
+TEST(ShapeOnlyGpt, RolesOfAPipeline) {
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh("pp=3,dp=2"), Config(), false);
+  ASSERT_TRUE(layout.ok());
+  TrainOptions o;
+  o.batch = 4;
+  o.microbatches = 2;
+  absl::StatusOr<std::vector<StepProfile>> roles = ProfileGptStep(*layout, o);
+  ASSERT_TRUE(roles.ok()) << roles.status();
+  ASSERT_EQ(roles->size(), 3u);
+  EXPECT_THAT((*roles)[0].role, HasSubstr("pp stage 0 (first): layers 2"));
+  EXPECT_THAT((*roles)[2].role, HasSubstr("(last)"));
+  EXPECT_EQ((*roles)[1].ranks_like_this, (std::vector<int>{2, 3}));
+  EXPECT_EQ((*roles)[2].rank, 4);
+  // One rank alone: its role and the ranks of that role.
+  absl::StatusOr<StepProfile> one = ProfileGptRank(*layout, o, 3);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_THAT(one->role, HasSubstr("pp stage 1: layers 1"));
+  EXPECT_EQ(one->ranks_like_this, (std::vector<int>{2, 3}));
+  EXPECT_EQ(one->collectives.size(), (*roles)[1].collectives.size());
+  EXPECT_EQ(one->peak_bytes, (*roles)[1].peak_bytes);
+  // 1F1B over 3 stages and 2 microbatches: stage 0 runs F0 F1 first; the bubble is (p-1)/(m+p-1)
+  // of the ticks on every stage.
+  for (const StepProfile& p : *roles) {
+    EXPECT_NEAR(p.pipeline_bubble, 2.0 / 4.0, 1e-12);
+    EXPECT_EQ(p.pipeline_timetable.size(), 8u);
+  }
+  EXPECT_EQ((*roles)[0].pipeline_timetable[0], "F0");
+  // The first stage embeds and the last computes the loss over the vocabulary: different work.
+  EXPECT_NE((*roles)[0].flops, (*roles)[2].flops);
+  EXPECT_THAT(FormatStepProfile((*roles)[0]), HasSubstr("ppermute over (pp) of 3"));
+  // Without a pipeline: one role, every rank.
+  layout = GptLayout::Create(*ParseMesh("dp=5"), Config(), false);
+  o.batch = 5;
+  o.microbatches = 1;
+  roles = ProfileGptStep(*layout, o);
+  ASSERT_TRUE(roles.ok()) << roles.status();
+  ASSERT_EQ(roles->size(), 1u);
+  EXPECT_EQ((*roles)[0].ranks_like_this.size(), 5u);
+  EXPECT_TRUE((*roles)[0].pipeline_timetable.empty());
+  for (const CollectiveTraffic& c : (*roles)[0].collectives) {
+    EXPECT_EQ(c.phase, "optimizer") << c.op;  // dp: gradient and loss reductions only
+  }
+}
+
+TEST(ShapeOnlyGpt, ABillionParametersOnThousandsOfRanks) {
+  // GPT-3 2.7B-like on 4096 ranks: runs in seconds (bench/shape_only_bench.cc times it).
+  GptConfig c{.layers = 8, .d_model = 2560, .heads = 32, .vocab = 50304, .seq = 2048,
+              .dtype = DType::kF32, .compute = DType::kBF16};
+  absl::StatusOr<GptLayout> layout =
+      GptLayout::Create(*ParseMesh("pp=4,dp_shard=128,tp=8"), c, true);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  TrainOptions o;
+  o.batch = 512;
+  o.microbatches = 4;
+  absl::StatusOr<std::vector<StepProfile>> roles = ProfileGptStep(*layout, o);
+  ASSERT_TRUE(roles.ok()) << roles.status();
+  ASSERT_EQ(roles->size(), 4u);
+  EXPECT_EQ((*roles)[3].ranks_like_this.size(), 1024u);
+  // Parameters per rank of stage 1 (layers 2 and 3): each block's f32 shard, its global size
+  // over the blocks its spec cuts it into; about 12 d^2 / (dp_shard * tp) per layer.
+  int64_t want = 0;
+  for (const ParamInfo& pi : layout->params()) {
+    if (pi.name.rfind("h.2.", 0) != 0 && pi.name.rfind("h.3.", 0) != 0) continue;
+    int64_t n = 1;
+    for (int d = 0; d < static_cast<int>(pi.global_shape.size()); ++d) {
+      n *= pi.global_shape[d] / std::max(1, pi.spec.NumBlocks(layout->mesh(), d));
+    }
+    want += 4 * n;
+  }
+  EXPECT_EQ((*roles)[1].parameter_bytes, want);
+  EXPECT_NEAR(want, 2 * 12.0 * 2560 * 2560 / (128 * 8) * 4, 0.05 * want);
+  EXPECT_EQ((*roles)[1].optimizer_bytes, 2 * want);
+  // The step's work: per token and layer about 6 * 12 d^2 FLOPs (forward + backward) over
+  // tp; 512 sequences of 2048 tokens over dp_shard 128: 4 sequences x 2 layers on this rank.
+  const double gemm = 6.0 * 12 * 2560.0 * 2560 / 8 * (4 * 2048) * 2;
+  EXPECT_GT((*roles)[1].gemm_flops, gemm);
+  EXPECT_LT((*roles)[1].gemm_flops, 1.5 * gemm);  // + attention scores
+  EXPECT_GT((*roles)[1].peak_bytes, 3 * want);
+}
+
+TEST(ShapeOnlyGpt, Errors) {
+  // A mesh that does not divide the model: the layout says so before any profile.
+  absl::StatusOr<GptLayout> bad = GptLayout::Create(*ParseMesh("tp=5"), Config(), false);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("tp"));
+  GptLayout layout = *GptLayout::Create(*ParseMesh("dp=3,tp=2"), Config(), false);
+  TrainOptions o;
+  auto message = [&](const absl::Status& s) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    return std::string(s.message());
+  };
+  o.batch = 4;  // not divisible by dp=3: the trainer's own message
+  EXPECT_THAT(message(ProfileGptStep(layout, o).status()), HasSubstr("batch 4 is not divisible"));
+  o.batch = 6;
+  EXPECT_THAT(message(ProfileGptRank(layout, o, 6).status()),
+              HasSubstr("rank 6 is outside the 6 ranks"));
+  EXPECT_THAT(message(ProfileGptRank(layout, o, -1).status()), HasSubstr("rank -1"));
+  TrainOptions save = o;
+  save.save_path = "/tmp/x.safetensors";
+  EXPECT_THAT(message(ProfileGptStep(layout, save).status()), HasSubstr("save_path"));
+  TrainOptions eval = o;
+  eval.eval_every = 1;
+  EXPECT_THAT(message(ProfileGptStep(layout, eval).status()), HasSubstr("evaluation"));
+  TrainOptions lr = o;
+  lr.adamw.lr = -1;
+  EXPECT_THAT(message(ProfileGptStep(layout, lr).status()), HasSubstr("learning rate"));
+  EXPECT_THAT(message(ProfileGptRank(layout, o, 0, "", Device::Cuda(0)).status()),
+              HasSubstr("meta device"));
+  // The trainer's hooks are checked with its other options.
+  TrainOptions hooks = o;
+  hooks.only_rank = 2;
+  EXPECT_THAT(message(CheckTrainOptions(layout, hooks)), HasSubstr("only_rank 2 needs an spmd_runner"));
+  hooks.spmd_runner = [](const Mesh&, const std::function<void(RankContext&)>&) {
+    return absl::OkStatus();
+  };
+  hooks.only_rank = 6;
+  EXPECT_THAT(message(CheckTrainOptions(layout, hooks)), HasSubstr("(0 to 5)"));
+  hooks.only_rank = -1;
+  collectives::ShapeOnlyCommunicator comm(6, 0);
+  hooks.comm = &comm;
+  EXPECT_THAT(message(CheckTrainOptions(layout, hooks)), HasSubstr("give one"));
+  // A configuration the trainer refuses: a pipeline with cp.
+  GptLayout pp_cp = *GptLayout::Create(*ParseMesh("pp=2,cp=2"), Config(), false);
+  o.batch = 2;
+  o.microbatches = 2;
+  EXPECT_THAT(message(ProfileGptStep(pp_cp, o).status()), HasSubstr("does not support cp"));
+}
+
+}  // namespace
+}  // namespace shardmap

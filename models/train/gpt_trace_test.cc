@@ -1,0 +1,146 @@
+// The --trace JSON of a training step: per rank, spans for the backward pass's ops (one per VJP,
+// inside the "backward" phase) and for the collectives the VJPs issued, whose names and bytes are
+// exactly the backward entries of the rank's collective log (the independent record).
+#include "models/gpt/gpt_trace.h"
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/gpt.h"
+#include "models/train/gpt_test_util.h"
+#include "nlohmann/json.hpp"
+
+namespace shardmap {
+namespace {
+
+std::vector<int64_t> Tokens(int64_t n, int64_t vocab) {
+  std::vector<int64_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = (i * 7 + i / 13) % vocab;
+  return t;
+}
+
+struct Traced {
+  Mesh mesh;
+  TrainResult result;
+  nlohmann::json json;  // parsed back from its text
+};
+
+Traced TraceOneStep(const std::string& mesh_text, bool sp) {
+  GptConfig c = gpt_testing::SmallConfig();
+  c.layers = 1;
+  Traced t;
+  t.mesh = *ParseMesh(mesh_text);
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(t.mesh, c, sp);
+  EXPECT_TRUE(layout.ok()) << layout.status();
+  TrainOptions o;
+  o.steps = 1;
+  o.batch = 6;
+  o.trace = true;
+  absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(c, 3), Tokens(200, c.vocab), o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (r.ok()) t.result = *r;
+  t.json = nlohmann::json::parse(TraceJson(t.mesh, t.result.trace).dump());
+  return t;
+}
+
+// "op(axes)" -> bytes summed, of rank 0's backward log entries.
+std::map<std::string, std::pair<int, int64_t>> BackwardLog(const Traced& t) {
+  std::map<std::string, std::pair<int, int64_t>> m;
+  for (const CollectiveRecord& r : t.result.log) {
+    if (!r.backward) continue;
+    auto& e = m[std::string(r.op) + "(" + t.mesh.MaskToString(r.axes) + ")"];
+    e.first += 1;
+    e.second += r.bytes;
+  }
+  return m;
+}
+
+void ExpectBackwardSpans(const std::string& mesh_text, bool sp,
+                         const std::vector<std::string>& want_ops) {
+  SCOPED_TRACE(mesh_text);
+  const Traced t = TraceOneStep(mesh_text, sp);
+  const nlohmann::json& ev = t.json.at("traceEvents");
+  const auto want_collectives = BackwardLog(t);
+  ASSERT_FALSE(want_collectives.empty()) << "this layout communicates in the backward pass";
+  for (int rank = 0; rank < t.mesh.size(); ++rank) {
+    SCOPED_TRACE(rank);
+    double bwd_start = -1, bwd_end = -1;
+    for (const auto& e : ev) {
+      if (e["tid"] == rank && e.value("cat", "") == "phase" && e["name"] == "backward") {
+        bwd_start = e["ts"].get<double>();
+        bwd_end = bwd_start + e["dur"].get<double>();
+      }
+    }
+    ASSERT_GE(bwd_start, 0) << "no backward phase";
+    std::map<std::string, int> ops;
+    std::map<std::string, std::pair<int, int64_t>> collectives;
+    for (const auto& e : ev) {
+      if (e["tid"] != rank) continue;
+      const std::string cat = e.value("cat", "");
+      if (cat != "backward op" && cat != "collective (backward)") continue;
+      EXPECT_EQ(e["ph"], "X");
+      const double ts = e["ts"], end = ts + e["dur"].get<double>();
+      EXPECT_GE(ts, bwd_start - 1e-3);  // within the backward phase (us; the JSON rounds)
+      EXPECT_LE(end, bwd_end + 1e-3);
+      if (cat == "backward op") {
+        ops[e["name"]] += 1;
+      } else {
+        auto& c = collectives[e["name"]];
+        c.first += 1;
+        c.second += e["args"]["bytes"].get<int64_t>();
+      }
+    }
+    for (const std::string& op : want_ops) EXPECT_GT(ops[op], 0) << "no backward span of " << op;
+    // Every rank contributes the same bytes in SPMD: each equals rank 0's log.
+    EXPECT_EQ(collectives, want_collectives);
+  }
+}
+
+TEST(GptTraceTest, FsdpTensorParallelBackwardOpsAndCollectives) {
+  // The backward of the FSDP all_gather is a reduce_scatter over dp_shard; under SP the
+  // all_gather / reduce_scatter over tp swap in the backward.
+  ExpectBackwardSpans("dp_shard=2,tp=2", true,
+                      {"all_gather", "reduce_scatter", "einsum", "layer_norm", "matmul"});
+}
+
+TEST(GptTraceTest, TensorParallelThreeRanks) {
+  ExpectBackwardSpans("tp=3", false, {"all_reduce", "einsum", "embedding", "gelu"});
+}
+
+TEST(GptTraceTest, OneTrackPerRankAndPhases) {
+  const Traced t = TraceOneStep("dp=2", false);
+  const nlohmann::json& ev = t.json.at("traceEvents");
+  std::map<int, std::vector<std::string>> phases;
+  int tracks = 0;
+  for (const auto& e : ev) {
+    if (e["ph"] == "M") ++tracks;
+    if (e.value("cat", "") == "phase") phases[e["tid"].get<int>()].push_back(e["name"]);
+  }
+  EXPECT_EQ(tracks, 2);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_THAT(phases[r], ::testing::ElementsAre("forward", "backward", "grad reduce + clip",
+                                                  "optimizer"));
+  }
+  // dp has no backward collectives (gradients are all-reduced after the backward): instants.
+  int instants = 0;
+  for (const auto& e : ev) {
+    if (e["ph"] == "i") {
+      ++instants;
+      EXPECT_EQ(e.value("cat", ""), "collective");
+      EXPECT_GT(e["args"]["bytes"].get<int64_t>(), 0);
+    }
+  }
+  EXPECT_GT(instants, 0);
+}
+
+TEST(GptTraceTest, WriteTraceFailsClearlyOnAnUnwritablePath) {
+  absl::Status s = WriteTrace("/nonexistent-dir/trace.json", Mesh(), {});
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("cannot write --trace"));
+}
+
+}  // namespace
+}  // namespace shardmap

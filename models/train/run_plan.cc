@@ -1,0 +1,217 @@
+#include "models/train/run_plan.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "models/gpt/gpt_checkpoint.h"
+
+namespace shardmap {
+namespace {
+
+absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+bool Finite(double x) { return std::isfinite(x); }
+
+// The batch's divisibility and sequence parallelism's split: plan's microbatches and accum set.
+absl::Status PlanRows(const GptLayout& layout, const TrainOptions& options, RunPlan& plan) {
+  const GptConfig& c = layout.config();
+  const Mesh& mesh = layout.mesh();
+  const int ways = layout.batch_ways();
+  const int64_t m = plan.microbatches;
+  const int64_t accum = plan.accum;
+  if (options.batch < 1 || options.batch % (m * accum * ways) != 0) {
+    return Invalid(absl::StrCat(
+        "batch ", options.batch, " is not divisible by ",
+        m > 1 ? absl::StrCat("microbatches ", m, " x the ")
+        : accum > 1 ? absl::StrCat("grad_accum ", accum, " x the ")
+                    : std::string("the "),
+        ways, " data-parallel ways of mesh ", mesh.ShortString(), "; pick batch a multiple of ",
+        m * accum * ways));
+  }
+  plan.local_rows = options.batch / m / accum / ways * c.seq / layout.cp_ways();
+  plan.boundary_rows = plan.local_rows;
+  if (layout.tp().sp) {
+    const int tp = layout.dims().tp_ways();
+    if (plan.local_rows % tp != 0) {
+      return Invalid(absl::StrCat("sequence parallelism splits each rank's ", plan.local_rows,
+                                  " tokens", m > 1 ? " of a microbatch" : "", " over tp=", tp,
+                                  ": make ", m > 1 ? "batch/(microbatches*dp)" : "batch/dp",
+                                  " * seq/cp divisible by tp"));
+    }
+    plan.boundary_rows = plan.local_rows / tp;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StagePlan PlanStages(const GptLayout& layout, const std::vector<int64_t>& sizes) {
+  const int p = static_cast<int>(sizes.size());
+  StagePlan plan;
+  plan.layers = sizes;
+  plan.owned.resize(p);
+  int64_t first = 0;
+  std::vector<int> stage_of_layer;
+  for (int s = 0; s < p; ++s) {
+    plan.first_layer.push_back(first);
+    for (int64_t i = 0; i < sizes[s]; ++i) stage_of_layer.push_back(s);
+    first += sizes[s];
+  }
+  const std::vector<ParamInfo>& params = layout.params();
+  plan.owner.assign(params.size(), -1);
+  for (size_t k = 0; k < params.size(); ++k) {
+    const std::string& name = params[k].name;
+    std::vector<int> stages;
+    if (name == "wte.weight") {
+      stages = {0};
+      if (p > 1) stages.push_back(p - 1);  // the lm_head's copy
+    } else if (name == "wpe.weight") {
+      stages = {0};
+    } else if (name.rfind("h.", 0) == 0) {
+      stages = {stage_of_layer[std::stoi(name.substr(2))]};
+    } else {
+      stages = {p - 1};  // ln_f
+    }
+    plan.owner[k] = stages[0];
+    for (int s : stages) plan.owned[s].push_back(static_cast<int>(k));
+  }
+  return plan;
+}
+
+absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
+  const Mesh& mesh = layout.mesh();
+  const AdamWOptions& a = o.adamw;
+  if (o.steps < 1) {
+    return Invalid(absl::StrCat("steps (--steps) ", o.steps,
+                                " must be >= 1 (the total number of optimizer steps)"));
+  }
+  if (!Finite(a.lr) || a.lr < 0) {
+    return Invalid(absl::StrCat("learning rate (--lr) ", a.lr, " must be finite and >= 0 (e.g. 1e-3)"));
+  }
+  if (!Finite(a.beta1) || a.beta1 < 0 || a.beta1 >= 1 || !Finite(a.beta2) || a.beta2 < 0 ||
+      a.beta2 >= 1) {
+    return Invalid(absl::StrCat("AdamW betas (--beta1, --beta2) = (", a.beta1, ", ", a.beta2,
+                                ") must lie in [0, 1) (e.g. 0.9 and 0.95)"));
+  }
+  if (!Finite(a.eps) || a.eps <= 0) {
+    return Invalid(absl::StrCat("AdamW eps (--eps) ", a.eps, " must be finite and > 0 (e.g. 1e-8)"));
+  }
+  if (!Finite(a.weight_decay) || a.weight_decay < 0) {
+    return Invalid(absl::StrCat("weight decay (--weight_decay) ", a.weight_decay,
+                                " must be finite and >= 0 (e.g. 0.1)"));
+  }
+  if (std::isnan(o.clip) || std::isinf(o.clip)) {
+    return Invalid(absl::StrCat("clip (--clip) ", o.clip, " must be finite (<= 0 turns clipping off)"));
+  }
+  if (!o.init_path.empty() && !o.resume_path.empty()) {
+    return Invalid(absl::StrCat("both --init ('", o.init_path, "') and --resume ('", o.resume_path,
+                                "') are given: --resume continues a run (parameters, moments, "
+                                "step), --init starts one from weights; give one"));
+  }
+  if (o.microbatches < 1) {
+    return Invalid(absl::StrCat("--microbatches ", o.microbatches, " must be >= 1"));
+  }
+  if (o.grad_accum < 1) {
+    return Invalid(absl::StrCat("--grad_accum ", o.grad_accum, " must be >= 1"));
+  }
+  if (o.eval_every < 0 || o.eval_steps < 1) {
+    return Invalid(absl::StrCat("--eval_every ", o.eval_every, " must be >= 0 and --eval_steps ",
+                                o.eval_steps, " >= 1"));
+  }
+  if (o.eval_every > 0) {
+    if (absl::Status s = CheckTokens(layout.config(), o.val_tokens); !s.ok()) {
+      return Invalid(absl::StrCat("evaluation data (--eval_every ", o.eval_every,
+                                  "): ", s.message(),
+                                  "; give --val_fraction or --val_data with enough tokens"));
+    }
+  }
+  if (o.save_every < 0 || (o.save_every > 0 && !o.on_save)) {
+    return Invalid(absl::StrCat("--save_every ", o.save_every,
+                                " must be >= 0 and needs a place to save (on_save)"));
+  }
+  if (o.only_rank != -1 && (!o.spmd_runner || o.only_rank < 0 || o.only_rank >= mesh.size())) {
+    return Invalid(absl::StrCat("only_rank ", o.only_rank, " needs an spmd_runner and a rank of "
+                                "mesh ", mesh.ShortString(), " (0 to ", mesh.size() - 1,
+                                "), or -1 for every rank"));
+  }
+  if (o.spmd_runner && o.comm != nullptr) {
+    return Invalid("an spmd_runner and a process communicator (comm) are two ways of running "
+                   "the ranks; give one");
+  }
+  if (!o.placement.is_cpu()) {
+    if (o.comm != nullptr) {
+      return Invalid(absl::StrCat("placement ", o.placement.ToString(),
+                                  " with a process communicator: the ranks run where the "
+                                  "communicator's memory is (--backend=nccl: its GPU); leave "
+                                  "the placement at cpu"));
+    }
+    absl::StatusOr<std::vector<Device>> devices = ResolvePlacement(o.placement, mesh.size());
+    if (!devices.ok()) return devices.status();
+  }
+  const bool pipelined = layout.pp_ways() > 1 || o.microbatches > 1;
+  if (!pipelined) return absl::OkStatus();
+  // What the pipeline strategy cannot do, refused here and nowhere else.
+  if (!layout.cp_axis().empty()) {
+    return Invalid(absl::StrCat(
+        "mesh ", mesh.ShortString(), " with ",
+        layout.pp_ways() > 1 ? absl::StrCat("pp=", layout.pp_ways())
+                             : absl::StrCat(o.microbatches, " microbatches"),
+        ": the pipeline strategy does not support cp (pipeline (pp) with context parallelism "
+        "(cp) is not supported); drop cp, or pp and --microbatches"));
+  }
+  if (layout.config().moe.on()) {
+    return Invalid(absl::StrCat("mesh ", mesh.ShortString(),
+                                ": the pipeline strategy does not support MoE models yet (their "
+                                "load-balancing loss spans stages); drop --experts or pp"));
+  }
+  return absl::OkStatus();
+}
+
+SpmdType RunPlan::ParamType(const Mesh& mesh, const ParamInfo& p) const {
+  SpmdType t = p.spec.InputType(mesh);
+  if (pp_index >= 0) t[pp_index] = AxisType::V();
+  return t;
+}
+
+SpmdType RunPlan::RowType(const GptLayout& layout) const {
+  SpmdType t = layout.RowSpec(false).InputType(layout.mesh());
+  if (pp_index >= 0) t[pp_index] = AxisType::V();
+  return t;
+}
+
+absl::StatusOr<RunPlan> PlanRun(const GptLayout& layout, const TrainOptions& options) {
+  if (absl::Status s = CheckTrainOptions(layout, options); !s.ok()) return s;
+  const GptConfig& c = layout.config();
+  RunPlan plan;
+  plan.pipelined = layout.pp_ways() > 1 || options.microbatches > 1;
+  plan.stages = plan.pipelined ? layout.pp_ways() : 1;
+  // Under a pipeline grad_accum multiplies the microbatches; else it is the one program's
+  // microsteps.
+  plan.microbatches = options.microbatches * (plan.pipelined ? options.grad_accum : 1);
+  plan.accum = plan.pipelined ? 1 : options.grad_accum;
+  plan.global_tokens = options.batch * c.seq;
+  plan.pp_index = plan.pipelined ? layout.mesh().AxisIndex(axis::kPp) : -1;
+  if (absl::Status s = PlanRows(layout, options, plan); !s.ok()) return s;
+  absl::StatusOr<std::vector<int64_t>> sizes =
+      plan.pipelined ? SplitLayers(c.layers, plan.stages, options.stage_layers)
+                     : absl::StatusOr<std::vector<int64_t>>(std::vector<int64_t>{c.layers});
+  if (!sizes.ok()) return sizes.status();
+  if (plan.pipelined) {
+    absl::StatusOr<Schedule> schedule = ParseSchedule(options.schedule);
+    if (!schedule.ok()) return schedule.status();
+    absl::StatusOr<Timetable> tt =
+        MakeTimetable(*schedule, plan.stages, static_cast<int>(plan.microbatches));
+    if (!tt.ok()) return tt.status();
+    plan.timetable = std::make_shared<const Timetable>(*std::move(tt));
+  } else if (!options.stage_layers.empty()) {
+    return Invalid("stage_layers is a pipeline (pp > 1) setting; drop it or add pp");
+  }
+  plan.stage_plan = PlanStages(layout, *sizes);
+  if (!options.save_path.empty()) {
+    if (absl::Status s = CheckSavePath(options.save_path); !s.ok()) return s;
+  }
+  return plan;
+}
+
+}  // namespace shardmap

@@ -1,0 +1,70 @@
+// What a training run fixes before its first step, and every refusal of impossible settings:
+// one PlanRun(layout, options) for the trainer, the planner and the shape-only profiler alike.
+//
+//   absl::StatusOr<RunPlan> plan = PlanRun(layout, options);
+//   if (!plan.ok()) return plan.status();   // InvalidArgument naming the setting and the fix
+//   plan->pipelined;      // pp > 1 or microbatches > 1: the pipeline strategy
+//   plan->microbatches;   // per step, grad_accum folded in under a pipeline
+//   plan->local_rows;     // tokens of one microbatch (or microstep) on one rank
+//
+// A new parallelism adds its strategy (models/train/strategies.h) and its refusals here.
+#ifndef SHARDMAP_MODELS_TRAIN_RUN_PLAN_H_
+#define SHARDMAP_MODELS_TRAIN_RUN_PLAN_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "models/gpt/gpt_model.h"
+#include "models/parallel/pipeline.h"
+#include "models/train/train_options.h"
+
+namespace shardmap {
+
+// Which stage holds which parameters (without a pipeline: one stage holding all of them).
+struct StagePlan {
+  std::vector<int64_t> first_layer, layers;  // per stage
+  std::vector<std::vector<int>> owned;       // per stage: parameter indices (layout order)
+  std::vector<int> owner;                    // per parameter: the first stage holding it
+};
+
+// Stage s holds blocks [first_s, first_s + sizes[s]); stage 0 also wte and wpe, the last stage
+// ln_f and (p > 1) a copy of wte for the tied lm_head.
+StagePlan PlanStages(const GptLayout& layout, const std::vector<int64_t>& sizes);
+
+// What is fixed before the first step.
+struct RunPlan {
+  bool pipelined = false;
+  int stages = 1;
+  int64_t microbatches = 1;  // per step (pipeline), grad_accum folded in
+  int64_t accum = 1;         // one-program microsteps (gradient accumulation without pp)
+  std::shared_ptr<const Timetable> timetable;  // pipelined
+  StagePlan stage_plan;
+  int64_t local_rows = 0;     // tokens of one microbatch on one rank
+  int64_t boundary_rows = 0;  // rows of the residual stream crossing stages (SP: / tp)
+  int64_t global_tokens = 0;  // batch * seq: every loss share is over these
+  int pp_index = -1;          // the pp axis's index under a pipeline, else -1
+
+  // A parameter's type: its spec's, V on pp under a pipeline (each stage holds its own).
+  SpmdType ParamType(const Mesh& mesh, const ParamInfo& p) const;
+  // The type of a rank's token rows (V on pp under a pipeline, like the activations they meet).
+  SpmdType RowType(const GptLayout& layout) const;
+};
+
+// The checks of the options alone (before anything else): steps >= 1; finite, possible AdamW
+// settings and clip; not both init and resume; microbatches, grad_accum >= 1; eval and
+// snapshot settings; only_rank and spmd_runner; a placement with comm; with a pipeline (pp > 1
+// or microbatches > 1) no cp and no MoE. InvalidArgument naming the setting and the fix;
+// FailedPrecondition when the placement asks for GPUs that are not there.
+absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& options);
+
+// CheckTrainOptions, then the run's shape: the batch's divisibility by microbatches x
+// grad_accum x the data-parallel ways, sequence parallelism's split of each rank's tokens over
+// tp, the stage split and the schedule's timetable, and the save path.
+absl::StatusOr<RunPlan> PlanRun(const GptLayout& layout, const TrainOptions& options);
+
+}  // namespace shardmap
+
+#endif  // SHARDMAP_MODELS_TRAIN_RUN_PLAN_H_

@@ -1,0 +1,215 @@
+#include "models/train/strategies.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "autograd/value_and_grad.h"
+#include "shardmap/collective_ops.h"
+#include "shardmap/ops.h"
+#include "tensor/error.h"
+
+namespace shardmap {
+
+Shape LocalShape(const ParamInfo& p, const Mesh& mesh) {
+  Shape s = p.global_shape;
+  for (int d = 0; d < p.spec.size(); ++d) s[d] /= std::max(1, p.spec.NumBlocks(mesh, d));
+  return s;
+}
+
+std::vector<std::string> AxesOfKind(const Mesh& mesh, const SpmdType& type, AxisKind kind,
+                                    int skip) {
+  const uint32_t skipped = skip >= 0 ? 1u << skip : 0u;
+  return mesh.AxisNamesOf(type.AxesOfKind(kind) & ~skipped);
+}
+
+Backprop OneProgramBackprop(const GptLayout& layout, const std::vector<Value>& params,
+                            const std::vector<Value>& ids, const std::vector<Value>& targets,
+                            int64_t global_tokens, TypeTrace* types, Tape& tape,
+                            TracingRecorder& rec) {
+  Backprop out;
+  for (size_t j = 0; j < ids.size(); ++j) {
+    std::vector<Value> watched;
+    for (const Value& p : params) watched.push_back(tape.Watch(p));
+    Value loss;
+    {
+      ScopedRecorder scope(&rec);
+      loss = GptLoss(layout, watched, ids[j], targets[j], global_tokens,
+                     j == 0 ? types : nullptr, &out.moe);
+    }
+    if (j == 0) out.forward_end_us = TraceNowUs();
+    std::vector<Value> grads = tape.Backward(loss, LossSeed(loss), watched);
+    out.peak_saved_bytes = std::max(out.peak_saved_bytes, tape.peak_saved_bytes());
+    tape.Clear();  // drop the saved activations now
+    loss.node = -1;
+    NoGradScope no_tape;
+    if (j == 0) {
+      out.grads = std::move(grads);
+      out.loss = loss;
+    } else {
+      for (size_t i = 0; i < grads.size(); ++i) out.grads[i] = out.grads[i] + grads[i];
+      out.loss = out.loss + loss;
+    }
+  }
+  out.activation_bytes = rec.activation_bytes() / static_cast<int64_t>(ids.size());
+  out.largest_activation_bytes = rec.largest_activation();
+  return out;
+}
+
+Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stage,
+                          const std::vector<Value>& params, const std::vector<Value>& ids,
+                          const std::vector<Value>& targets, const SpmdType& boundary_type,
+                          TypeTrace* types, BackwardObserver* observer) {
+  const GptConfig& c = layout.config();
+  const std::vector<int>& owned = plan.stage_plan.owned[stage];
+  const bool first = stage == 0, last = stage == plan.stages - 1;
+  const size_t np = layout.params().size();
+  PipelineStage ps;
+  ps.boundary_shape = {plan.boundary_rows, c.d_model};
+  ps.boundary_dtype = c.compute_dtype();  // bf16 activations under mixed precision
+  ps.boundary_type = boundary_type;
+  ps.backward_observer = observer;
+  ps.forward = [&](int mb, const Value& in, const std::vector<Value>& watched) {
+    std::vector<Value> all(np);
+    for (size_t i = 0; i < owned.size(); ++i) all[owned[i]] = watched[i];
+    const ParamFn use = GptParamUse(layout, all);
+    Value x = first ? GptEmbed(layout, use, ids[mb]) : in;
+    const int64_t l0 = plan.stage_plan.first_layer[stage];
+    for (int64_t l = l0; l < l0 + plan.stage_plan.layers[stage]; ++l) {
+      x = GptBlock(layout, use, l, x, l == 0 && mb == 0 ? types : nullptr);
+    }
+    return last ? GptHead(layout, use, x, targets[mb], plan.global_tokens) : x;
+  };
+  PipelineResult run = RunPipeline(*plan.timetable, layout.pp_axis(), ps, params);
+  Backprop out;
+  out.grads = std::move(run.grads);
+  out.loss = run.loss;
+  out.peak_saved_bytes = run.peak_saved_bytes;
+  out.activation_bytes = run.recorded_bytes;
+  out.largest_activation_bytes = run.largest_recorded_bytes;
+  out.busy_us = run.busy_us;
+  out.total_us = run.total_us;
+  out.spans = std::move(run.spans);
+  return out;
+}
+
+SpmdType PipelineBoundaryType(const GptLayout& layout, const RunPlan& plan, const Device& dev) {
+  NoGradScope no_tape;
+  const GptConfig& c = layout.config();
+  const Mesh& mesh = layout.mesh();
+  std::vector<Value> probe(layout.params().size());
+  for (const char* name : {"wte.weight", "wpe.weight"}) {
+    const ParamInfo& pi = layout.params()[layout.Find(name)];
+    probe[layout.Find(name)] =
+        Value(Tensor::Zeros(LocalShape(pi, mesh), c.dtype, dev), plan.ParamType(mesh, pi));
+  }
+  Value ids(Tensor::Zeros({plan.local_rows}, DType::kI64, dev), plan.RowType(layout));
+  return GptEmbed(layout, GptParamUse(layout, probe), ids).type;
+}
+
+void ReduceGradients(const Mesh& mesh, std::vector<Value>& grads) {
+  for (Value& g : grads) {
+    std::vector<std::string> axes = AxesOfKind(mesh, g.type, AxisKind::kP);
+    if (!axes.empty()) g = all_reduce(g, Axes(axes));
+  }
+}
+
+void ExchangeTiedEmbeddingGrad(const GptLayout& layout, const RunPlan& plan, int stage,
+                               const std::vector<int>& held, const Device& dev,
+                               std::vector<Value>& grads, std::vector<bool>& counted) {
+  const int p = plan.stages;
+  if (p <= 1) return;
+  NoGradScope no_tape;
+  const Mesh& mesh = layout.mesh();
+  const int wte = layout.Find("wte.weight");
+  const ParamInfo& pi = layout.params()[wte];
+  auto at = std::find(held.begin(), held.end(), wte);
+  const bool holds = at != held.end();
+  Value mine = holds ? grads[at - held.begin()]
+                     : Value(Tensor::Zeros(LocalShape(pi, mesh), layout.config().dtype, dev),
+                             plan.ParamType(mesh, pi));
+  Value other = ppermute(mine, layout.pp_axis(), {{0, p - 1}, {p - 1, 0}});
+  if (holds) grads[at - held.begin()] = mine + other;
+  if (holds && stage == p - 1) counted[at - held.begin()] = false;  // the norm counts wte once
+}
+
+double ShareLoss(const GptLayout& layout, const RunPlan& plan, int stage, const Value& loss,
+                 const Device& dev) {
+  NoGradScope no_tape;
+  const Mesh& mesh = layout.mesh();
+  double value = 0;
+  if (loss.defined()) {
+    Value l = loss;
+    std::vector<std::string> partial = AxesOfKind(mesh, l.type, AxisKind::kP, plan.pp_index);
+    if (!partial.empty()) l = all_reduce(l, Axes(partial));
+    value = l.item();
+  }
+  if (plan.stages > 1) {
+    SpmdType t(mesh.num_axes());
+    t[plan.pp_index] = AxisType::V();
+    Value share(Tensor::Scalar(stage == plan.stages - 1 ? value : 0.0, DType::kF64).To(dev), t);
+    value = all_reduce(reinterpret(share, layout.pp_axis()), layout.pp_axis()).item();
+  }
+  return value;
+}
+
+double ForwardLoss(const GptLayout& layout, const std::vector<Value>& params,
+                   const std::vector<Value>& ids, const std::vector<Value>& targets,
+                   int64_t global_tokens) {
+  NoGradScope no_tape;
+  const Mesh& mesh = layout.mesh();
+  Value total;
+  for (size_t j = 0; j < ids.size(); ++j) {
+    MoeStats ignored;
+    Value l = GptLoss(layout, params, ids[j], targets[j], global_tokens, nullptr, &ignored);
+    total = total.defined() ? total + l : l;
+  }
+  std::vector<std::string> partial = AxesOfKind(mesh, total.type, AxisKind::kP);
+  if (!partial.empty()) total = all_reduce(total, Axes(partial));
+  return total.item();
+}
+
+double PipelineForwardLoss(const GptLayout& layout, const RunPlan& plan, int stage,
+                           const std::vector<int>& held, const std::vector<Value>& params,
+                           const std::vector<Value>& ids, const std::vector<Value>& targets,
+                           const SpmdType& boundary_type, const Device& dev) {
+  NoGradScope no_tape;
+  const GptConfig& c = layout.config();
+  const int p = plan.stages;
+  std::vector<Value> all(layout.params().size());
+  for (size_t i = 0; i < held.size(); ++i) all[held[i]] = params[i];
+  const ParamFn use = GptParamUse(layout, all);
+  Value loss;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    Value x = stage == 0 ? GptEmbed(layout, use, ids[k])
+                         : Value(Tensor::Zeros({plan.boundary_rows, c.d_model},
+                                               c.compute_dtype(), dev),
+                                 boundary_type);
+    x.type = boundary_type;
+    for (int t = 0; t < p; ++t) {
+      if (stage == t) {
+        const int64_t l0 = plan.stage_plan.first_layer[t];
+        for (int64_t l = l0; l < l0 + plan.stage_plan.layers[t]; ++l) {
+          x = GptBlock(layout, use, l, x);
+        }
+        x.type = boundary_type;
+        if (t == p - 1) {
+          Value l = GptHead(layout, use, x, targets[k], plan.global_tokens);
+          loss = loss.defined() ? loss + l : l;
+        }
+      }
+      if (t + 1 < p) x = ppermute(x, layout.pp_axis(), {{t, t + 1}});
+    }
+  }
+  return ShareLoss(layout, plan, stage, loss, dev);
+}
+
+void NonFiniteStop(int64_t step, double loss, double norm) {
+  throw OpError(absl::FailedPreconditionError(absl::StrFormat(
+      "step %d: the loss is %g and the gradient norm %g (not finite); stopping before "
+      "the optimizer step. The parameters (an --init file with NaN/inf?) or the inputs "
+      "hold non-finite values, or training diverged (lower the learning rate)",
+      step, loss, norm)));
+}
+
+}  // namespace shardmap

@@ -1,0 +1,755 @@
+// train_gpt: trains GPT-2 (models/gpt.h) on simulated CPU devices or GPUs (--device=cuda: one
+// rank per GPU, or virtual ranks sharing one; --backend=nccl: a process per GPU) with any mix
+// of data, fully sharded, hybrid sharded, tensor, sequence and context parallelism (ring
+// attention over cp), and mixture-of-experts MLPs with expert parallelism (--experts,
+// --mesh=ep=2,...), inside one SPMD program; with a pp axis, pipeline parallelism (the
+// trainer's pipeline strategy, models/train/trainer.h): --mesh=pp=2,dp=2 --microbatches=4
+// --schedule=1f1b (or gpipe).
+//
+//   bazel run -c opt //models/train:train_gpt -- --mesh=dp=2,tp=2 --sp
+//       --text=/usr/share/common-licenses/GPL-3 --layers=2 --d_model=64 --heads=4 --seq=64
+//       --batch=8 --steps=50 --lr=3e-3 --trace=/tmp/trace.json      (one command line)
+//
+// Batches: sample b of step s is tokens [(s*B+b)*T, (s*B+b)*T+T+1) of the data, wrapping around
+// (B = --batch, T = --seq): independent of the mesh, so any layout (or a PyTorch script) sees the
+// same batches. Each step prints "step N loss X" (10 significant digits), ms/step, tokens/s and
+// the bytes rank 0 communicated per collective kind; a summary follows the last step.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <utility>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "collectives/gloo_communicator.h"
+#include "collectives/nccl_communicator.h"
+#include "models/train/checkpoint_rotation.h"
+#include "models/gpt.h"
+#include "models/gpt/gpt_generate.h"
+#include "models/planner/plan_cli.h"
+#include "models/components/lr_schedule.h"
+#include "models/data/text_data.h"
+#include "models/components/trace_writer.h"
+#include "models/gpt/gpt_trace.h"
+#include "models/parallel/pipeline.h"
+#include "nlohmann/json.hpp"
+#include "shardmap/context.h"
+#include "shardmap/device_placement.h"
+#include "tensor/cuda/runtime.h"
+
+ABSL_FLAG(std::string, mesh, "", "mesh axes, e.g. dp=2,tp=2 or pp=2,dp=2 or ep=2 (axes pp, dp, dp_replicate, dp_shard, ep, cp, tp)");
+ABSL_FLAG(int64_t, microbatches, 1, "pipeline microbatches per step (batch must divide by microbatches x dp)");
+ABSL_FLAG(std::string, schedule, "1f1b", "pipeline schedule: gpipe or 1f1b");
+ABSL_FLAG(std::string, stage_layers, "", "layers per pipeline stage, e.g. 2,1,1 (default: as even as possible)");
+ABSL_FLAG(bool, sp, false, "sequence parallelism (needs a tp axis)");
+ABSL_FLAG(std::string, devices, "", "cpu:N simulated ranks (default: the mesh size)");
+ABSL_FLAG(std::string, backend, "inprocess",
+          "inprocess (every rank a thread of this process), gloo (one process per rank over "
+          "Gloo/TCP) or nccl (one process per GPU, with --device=cuda); gloo and nccl are "
+          "started by collectives/launch --nproc_per_node=<mesh size>, torchrun or srun; rank 0 "
+          "prints");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu or cuda. cuda in-process: one rank per GPU when this process sees at least as "
+          "many GPUs as the mesh has ranks, else every rank a virtual rank on GPU 0 (a stream "
+          "each); --gpu_ranks overrides. cuda with --backend=nccl: each process on GPU "
+          "LOCAL_RANK");
+ABSL_FLAG(std::string, gpu_ranks, "auto",
+          "--device=cuda in-process: auto, shared (every rank on GPU 0) or per_gpu (rank r on "
+          "GPU r)");
+ABSL_FLAG(bool, cuda_graph, true,
+          "GPU: capture the static step once (after one eager warm-up step) and replay it as a "
+          "CUDA graph: one in-process GPU rank, no pipeline/MoE/--trace, f32 master weights "
+          "(the summary says \"captured (N replays)\" or why not); false: every step eagerly");
+ABSL_FLAG(int64_t, layers, 2, "transformer blocks");
+ABSL_FLAG(int64_t, d_model, 64, "model width");
+ABSL_FLAG(int64_t, heads, 4, "attention heads");
+ABSL_FLAG(int64_t, vocab, 256, "vocabulary size (256 for --text)");
+ABSL_FLAG(int64_t, seq, 64, "tokens per sequence");
+ABSL_FLAG(int64_t, batch, 8, "global batch (sequences per step)");
+ABSL_FLAG(int64_t, steps, 20,
+          "the run's total optimizer steps (nanoGPT's max_iters): --resume continues up to it");
+ABSL_FLAG(double, lr, 1e-3, "AdamW learning rate");
+ABSL_FLAG(double, beta1, 0.9, "AdamW beta1");
+ABSL_FLAG(double, beta2, 0.95, "AdamW beta2");
+ABSL_FLAG(double, eps, 1e-8, "AdamW eps");
+ABSL_FLAG(double, weight_decay, 0.1, "AdamW decoupled weight decay (parameters with >= 2 dims)");
+ABSL_FLAG(double, clip, 1.0, "global gradient-norm clipping (0: off)");
+ABSL_FLAG(uint64_t, seed, 1, "initialisation seed");
+ABSL_FLAG(std::string, dtype, "f32",
+          "f32, f64, or bf16 (mixed precision: f32 master weights, gradients and AdamW state; "
+          "bf16 activations, matmuls and tensor-parallel collectives; f32 loss)");
+ABSL_FLAG(std::string, data, "", "uint16 token ids (nanoGPT's train.bin layout)");
+ABSL_FLAG(std::string, text, "", "a text file; its bytes are the tokens (vocab 256)");
+ABSL_FLAG(std::string, init, "", "GPT-2 safetensors file to start from");
+ABSL_FLAG(std::string, save, "",
+          "write parameters, AdamW state, step and model shape here (safetensors) at the end; "
+          "the prefix of --save_every's checkpoints");
+ABSL_FLAG(std::string, resume, "",
+          "continue from a file written with --save or --save_every (parameters, AdamW state, "
+          "step, model shape: no shape flags needed) up to --steps; 'auto': the newest periodic "
+          "checkpoint of --save; not with --init");
+ABSL_FLAG(std::string, trace, "", "write a Chrome trace-event JSON (open it in Perfetto)");
+ABSL_FLAG(int64_t, experts, 0, "mixture of experts: experts per MoE MLP (0: dense MLP)");
+ABSL_FLAG(int64_t, topk, 1, "MoE: experts each token is routed to");
+ABSL_FLAG(double, capacity, 1.25,
+          "MoE capacity factor: slots per expert and sequence = ceil(factor * seq * topk / experts)");
+ABSL_FLAG(double, aux_loss_coef, 0.01, "MoE: weight of the Switch load-balancing loss");
+ABSL_FLAG(std::string, expert_axes, "",
+          "MoE: comma-separated batch axes the experts are split over (default: ep when the mesh "
+          "has it), e.g. dp or dp_shard,ep");
+ABSL_FLAG(bool, plan, false,
+          "print the parallelism plan for this run's model, batch and rank count (every mesh "
+          "ranked, this run's placed; models/planner) before training");
+ABSL_FLAG(std::string, plan_profile, "",
+          "--plan's hardware profile: h100_node, h200_node, a file, or measure (default: measure "
+          "on CPU ranks, h100_node with --device=cuda)");
+ABSL_FLAG(bool, print_types, false, "print the per-device SPMD types inside block 0");
+ABSL_FLAG(int64_t, log_every, 1,
+          "print the step line every N steps (and the first, last and evaluated ones)");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "constant, cosine or linear (nanoGPT's get_lr: linear warmup over --warmup_steps from "
+          "--lr*(t+1)/(W+1), then decay to --min_lr at --decay_steps)");
+ABSL_FLAG(double, min_lr, 0.0, "the schedule's floor (cosine, linear)");
+ABSL_FLAG(int64_t, warmup_steps, 0, "linear warmup steps of the schedule");
+ABSL_FLAG(int64_t, decay_steps, -1,
+          "the step where the decay reaches --min_lr (nanoGPT's lr_decay_iters; -1: --steps)");
+ABSL_FLAG(int64_t, grad_accum, 1,
+          "gradient accumulation: each step's --batch runs as N microsteps of batch/N sequences "
+          "(the same numbers as the whole batch)");
+ABSL_FLAG(double, val_fraction, 0.0,
+          "hold out the last fraction of the data for evaluation (nanoGPT's split)");
+ABSL_FLAG(std::string, val_data, "", "a separate validation file (same format as --data/--text)");
+ABSL_FLAG(int64_t, eval_every, 0, "evaluate the validation loss every N steps and at the end (0: never)");
+ABSL_FLAG(int64_t, eval_steps, 1, "validation batches per evaluation");
+ABSL_FLAG(int64_t, save_every, 0,
+          "also save a checkpoint every N steps as <--save prefix>.step<N>.safetensors (atomic)");
+ABSL_FLAG(int64_t, keep_last, 3, "with --save_every: keep the newest N periodic checkpoints (0: all)");
+ABSL_FLAG(std::string, trace_steps, "all",
+          "with --trace: the steps to record, e.g. 2,5-7 (the file is written as the run goes)");
+ABSL_FLAG(int64_t, sample, 0, "after training, generate N tokens from --prompt and print them");
+ABSL_FLAG(std::string, prompt, "\n", "--sample: the prompt (bytes for --text data; for --data, "
+          "comma-separated token ids)");
+ABSL_FLAG(double, temperature, 0.0, "--sample: 0 greedy, else softmax(logits / temperature)");
+ABSL_FLAG(int64_t, top_k, 0, "--sample: only the k most likely tokens (0: all)");
+
+namespace shardmap {
+namespace {
+
+// Every process of a multi-process run must be started with the same settings. Each rank
+// hashes each of its train_gpt flags (output paths aside; the data by its tokens) and all_gathers
+// the hashes; a flag whose hash differs from rank 0's is named, with this rank's value, on every
+// rank before the first step (instead of a hang or a "lost rank" later).
+absl::Status AgreeOnSettings(collectives::Communicator& world,
+                             const std::vector<int64_t>& tokens) {
+  std::vector<std::pair<std::string, std::string>> settings;  // name, value
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (!absl::StrContains(flag->Filename(), "train_gpt")) continue;
+    const std::string n(name);
+    if (n == "save" || n == "trace" || n == "data" || n == "text") continue;  // paths
+    settings.emplace_back(n, flag->CurrentValue());
+  }
+  std::sort(settings.begin(), settings.end());
+  uint64_t data_hash = 1469598103934665603ull;  // FNV-1a over the token ids
+  for (int64_t t : tokens) data_hash = (data_hash ^ static_cast<uint64_t>(t)) * 1099511628211ull;
+  settings.emplace_back("data", absl::StrCat("tokens with hash ", data_hash, " (",
+                                             tokens.size(), " tokens)"));
+  const size_t n = settings.size();
+  std::vector<int64_t> mine(n), all(n * world.size());
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char ch : settings[i].first + "=" + settings[i].second) {
+      h = (h ^ ch) * 1099511628211ull;
+    }
+    mine[i] = static_cast<int64_t>(h);
+  }
+  absl::Status gathered;
+  if (world.memory_space().device) {
+    // NCCL works on device memory: the hashes go through buffers on this rank's GPU.
+    const Device gpu = Device::Cuda(world.memory_space().device_index);
+    Tensor send = Tensor::FromVector<int64_t>({static_cast<int64_t>(n)}, mine).To(gpu);
+    Tensor recv = Tensor::Empty({static_cast<int64_t>(n) * world.size()}, DType::kI64, gpu);
+    cuda::Synchronize(gpu.index);  // the copy is done before the communicator's stream reads it
+    gathered = world.AllGather(send.raw_data(), recv.raw_data(), n, collectives::DataType::kI64);
+    if (gathered.ok()) all = recv.To(Device::Cpu()).ToVector<int64_t>();
+  } else {
+    gathered = world.AllGather(mine.data(), all.data(), n, collectives::DataType::kI64);
+  }
+  if (!gathered.ok()) {
+    return absl::Status(gathered.code(),
+                        absl::StrCat("agreeing on the run's settings: ", gathered.message()));
+  }
+  std::vector<std::string> differ;
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<int> ranks;
+    for (int r = 1; r < world.size(); ++r) {
+      if (all[r * n + i] != all[i]) ranks.push_back(r);
+    }
+    if (!ranks.empty()) {
+      differ.push_back(absl::StrCat("--", settings[i].first, " (rank ", absl::StrJoin(ranks, ", "),
+                                    " differ", ranks.size() == 1 ? "s" : "",
+                                    " from rank 0; this rank, ", world.rank(), ", has ",
+                                    settings[i].second, ")"));
+    }
+  }
+  if (differ.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the processes were started with different settings: ", absl::StrJoin(differ, "; "),
+      "; start every rank with the same flags"));
+}
+
+std::string Bytes(int64_t b) {
+  if (b >= (1 << 20)) return absl::StrFormat("%.1f MiB", b / 1048576.0);
+  if (b >= (1 << 10)) return absl::StrFormat("%.1f KiB", b / 1024.0);
+  return absl::StrCat(b, " B");
+}
+
+std::string Duration(double s) {
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", static_cast<int>(s / 3600),
+                                        static_cast<int>(s / 60) % 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", static_cast<int>(s / 60), static_cast<int>(s) % 60);
+  return absl::StrFormat("%.1fs", s);
+}
+
+int Fail(const absl::Status& s) {
+  std::cerr << "train_gpt: " << s.message() << "\n";
+  return 2;
+}
+
+int Main() {
+  GptConfig cfg;
+  cfg.layers = absl::GetFlag(FLAGS_layers);
+  cfg.d_model = absl::GetFlag(FLAGS_d_model);
+  cfg.heads = absl::GetFlag(FLAGS_heads);
+  cfg.vocab = absl::GetFlag(FLAGS_vocab);
+  cfg.seq = absl::GetFlag(FLAGS_seq);
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (dtype == "f32") {
+    cfg.dtype = DType::kF32;
+  } else if (dtype == "f64") {
+    cfg.dtype = DType::kF64;
+  } else if (dtype == "bf16") {
+    cfg.dtype = DType::kF32;  // master weights
+    cfg.compute = DType::kBF16;
+  } else {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--dtype ", dtype, ": use f32, f64 or bf16 (mixed precision)")));
+  }
+  cfg.moe.experts = absl::GetFlag(FLAGS_experts);
+  cfg.moe.topk = absl::GetFlag(FLAGS_topk);
+  cfg.moe.capacity_factor = absl::GetFlag(FLAGS_capacity);
+  cfg.moe.aux_loss_coef = absl::GetFlag(FLAGS_aux_loss_coef);
+  for (absl::string_view a :
+       absl::StrSplit(absl::GetFlag(FLAGS_expert_axes), ',', absl::SkipWhitespace())) {
+    cfg.moe.expert_axes.emplace_back(a);
+  }
+  // --resume: the model's shape comes from the checkpoint (its gpt.* metadata); shape flags set
+  // to other than their defaults must agree. --resume=auto: the newest periodic checkpoint of --save.
+  std::string resume = absl::GetFlag(FLAGS_resume);
+  if (resume == "auto") {
+    CheckpointRotation rot{absl::GetFlag(FLAGS_save), absl::GetFlag(FLAGS_keep_last)};
+    if (absl::GetFlag(FLAGS_save).empty()) {
+      return Fail(absl::InvalidArgumentError("--resume=auto needs --save (the checkpoint prefix)"));
+    }
+    absl::StatusOr<std::string> latest = rot.Latest();
+    if (!latest.ok()) return Fail(latest.status());
+    resume = *latest;
+  }
+  if (!resume.empty()) {
+    if (absl::StatusOr<SafetensorsFile> f = OpenGptCheckpoint(resume); f.ok()) {
+      bool has_config = false;
+      for (const auto& [k, v] : f->metadata()) has_config |= absl::StartsWith(k, "gpt.");
+      if (has_config) {
+        absl::StatusOr<GptConfig> saved = GptConfigFromMetadata(f->metadata());
+        if (!saved.ok()) {
+          return Fail(absl::Status(saved.status().code(), absl::StrCat("--resume '", resume,
+                                                                       "': ", saved.status().message())));
+        }
+        const std::vector<std::pair<const char*, std::pair<int64_t, int64_t>>> shape = {
+            {"layers", {cfg.layers, saved->layers}}, {"d_model", {cfg.d_model, saved->d_model}},
+            {"heads", {cfg.heads, saved->heads}},    {"vocab", {cfg.vocab, saved->vocab}},
+            {"seq", {cfg.seq, saved->seq}},          {"experts", {cfg.moe.experts, saved->moe.experts}}};
+        for (const auto& [flag, values] : shape) {
+          const absl::CommandLineFlag* f = absl::FindCommandLineFlag(flag);
+          if (f != nullptr && f->CurrentValue() != f->DefaultValue() &&
+              values.first != values.second) {
+            return Fail(absl::InvalidArgumentError(absl::StrCat(
+                "--", flag, "=", values.first, " but the checkpoint '", resume, "' has ", flag,
+                " ", values.second, "; --resume takes the model's shape from the file: drop --",
+                flag)));
+          }
+        }
+        const absl::CommandLineFlag* dtype_flag = absl::FindCommandLineFlag("dtype");
+        if (dtype_flag->CurrentValue() != dtype_flag->DefaultValue() &&
+            (saved->dtype != cfg.dtype || saved->compute != cfg.compute)) {
+          return Fail(absl::InvalidArgumentError(absl::StrCat(
+              "--dtype=", dtype, " but the checkpoint '", resume, "' was trained in ",
+              DTypeName(saved->compute_dtype()), "; drop --dtype")));
+        }
+        // The expert axes are a layout choice of this run's mesh, not the model's shape.
+        saved->moe.expert_axes = cfg.moe.expert_axes;
+        cfg = *saved;
+      }
+    }
+  }
+  absl::StatusOr<Mesh> mesh = ParseMesh(absl::GetFlag(FLAGS_mesh));
+  if (!mesh.ok()) return Fail(mesh.status());
+  const std::string devices = absl::GetFlag(FLAGS_devices);
+  if (!devices.empty()) {
+    int n = 0;
+    if (!absl::StartsWith(devices, "cpu:") || !absl::SimpleAtoi(devices.substr(4), &n)) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--devices ", devices, ": write cpu:N (simulated CPU ranks)")));
+    }
+    if (n != mesh->size()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--devices cpu:", n, " but the mesh ", mesh->ShortString(), " has ", mesh->size(),
+          " ranks; make them equal (or leave --devices out)")));
+    }
+  }
+  // --backend=gloo: this process is one rank of the launcher's world.
+  std::unique_ptr<collectives::Communicator> world;
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend == "gloo") {
+    absl::StatusOr<std::unique_ptr<collectives::Communicator>> c =
+        collectives::CreateGlooCommunicatorFromEnv({});
+    if (!c.ok()) {
+      return Fail(absl::Status(c.status().code(),
+                               absl::StrCat("--backend=gloo: ", c.status().message(),
+                                            " (start it with collectives/launch "
+                                            "--nproc_per_node=", mesh->size(), " -- train_gpt ...)")));
+    }
+    world = *std::move(c);
+    if (world->size() != mesh->size()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--backend=gloo: the world has ", world->size(), " processes but the mesh ",
+          mesh->ShortString(), " has ", mesh->size(), " ranks; launch ", mesh->size(),
+          " processes")));
+    }
+  } else if (backend == "nccl") {
+    if (absl::GetFlag(FLAGS_device) != "cuda") {
+      return Fail(absl::InvalidArgumentError(
+          "--backend=nccl runs each process on a GPU: add --device=cuda"));
+    }
+    absl::StatusOr<std::unique_ptr<collectives::Communicator>> c =
+        collectives::CreateNcclCommunicatorFromEnv({});
+    if (!c.ok()) {
+      return Fail(absl::Status(c.status().code(),
+                               absl::StrCat("--backend=nccl: ", c.status().message(),
+                                            " (start it with collectives/launch "
+                                            "--nproc_per_node=", mesh->size(), " -- train_gpt ...)")));
+    }
+    world = *std::move(c);
+    if (world->size() != mesh->size()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--backend=nccl: the world has ", world->size(), " processes but the mesh ",
+          mesh->ShortString(), " has ", mesh->size(), " ranks; launch ", mesh->size(),
+          " processes")));
+    }
+  } else if (backend != "inprocess") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--backend ", backend, ": use inprocess, gloo or nccl")));
+  }
+  // --device: where the in-process ranks run.
+  DevicePlacement placement;
+  const std::string device = absl::GetFlag(FLAGS_device);
+  const std::string gpu_ranks = absl::GetFlag(FLAGS_gpu_ranks);
+  if (device != "cpu" && device != "cuda") {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--device ", device, ": use cpu or cuda")));
+  }
+  if (gpu_ranks != "auto" && gpu_ranks != "shared" && gpu_ranks != "per_gpu") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--gpu_ranks ", gpu_ranks, ": use auto, shared or per_gpu")));
+  }
+  if (device == "cuda" && backend == "gloo") {
+    return Fail(absl::InvalidArgumentError(
+        "--backend=gloo runs on CPU memory: use --backend=nccl with --device=cuda"));
+  }
+  if (device == "cuda" && world == nullptr) {
+    if (!cuda::Available()) {
+      return Fail(absl::FailedPreconditionError(absl::StrCat(
+          "--device=cuda: no usable GPU (", cuda::UnavailableReason(),
+          "); use --device=cpu")));
+    }
+    const bool per_gpu = gpu_ranks == "per_gpu" ||
+                         (gpu_ranks == "auto" && cuda::DeviceCount() >= mesh->size());
+    placement = per_gpu ? DevicePlacement::GpuPerRank() : DevicePlacement::SharedGpu(0);
+  } else if (device == "cpu" && gpu_ranks != "auto") {
+    return Fail(absl::InvalidArgumentError("--gpu_ranks needs --device=cuda"));
+  }
+  // Rank 0 prints (every process of a gloo run sees the same losses).
+  const bool print = world == nullptr || world->rank() == 0;
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, cfg, absl::GetFlag(FLAGS_sp));
+  if (!layout.ok()) return Fail(layout.status());
+  if (absl::GetFlag(FLAGS_plan) && print) {
+    planner::PlanCliOptions plan_cli;
+    plan_cli.profile = absl::GetFlag(FLAGS_plan_profile);
+    if (plan_cli.profile.empty() && device != "cpu") plan_cli.profile = "h100_node";
+    absl::StatusOr<std::string> plan = planner::PlanForTrainRun(
+        *layout, absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_microbatches),
+        absl::GetFlag(FLAGS_schedule), plan_cli);
+    if (!plan.ok()) return Fail(plan.status());
+    std::cout << *plan << std::endl;
+  }
+  TokenDataOptions data_options;
+  data_options.text = absl::GetFlag(FLAGS_text);
+  data_options.data = absl::GetFlag(FLAGS_data);
+  data_options.val_data = absl::GetFlag(FLAGS_val_data);
+  data_options.val_fraction = absl::GetFlag(FLAGS_val_fraction);
+  data_options.vocab = cfg.vocab;
+  data_options.seq = cfg.seq;
+  absl::StatusOr<TokenData> data = LoadTokenData(data_options);
+  if (!data.ok()) return Fail(data.status());
+  const std::vector<int64_t>* tokens = &data->train;
+  if (world != nullptr) {
+    if (absl::Status s = AgreeOnSettings(*world, *tokens); !s.ok()) return Fail(s);
+  }
+
+  TrainOptions o;
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.batch = absl::GetFlag(FLAGS_batch);
+  o.adamw.lr = absl::GetFlag(FLAGS_lr);
+  o.adamw.beta1 = absl::GetFlag(FLAGS_beta1);
+  o.adamw.beta2 = absl::GetFlag(FLAGS_beta2);
+  o.adamw.eps = absl::GetFlag(FLAGS_eps);
+  o.adamw.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  o.clip = absl::GetFlag(FLAGS_clip);
+  o.init_path = absl::GetFlag(FLAGS_init);
+  o.resume_path = resume;
+  // --save is written here after training (with the model's shape in its metadata);
+  // TrainGpt's own save_path stays empty.
+  const std::string save_path = absl::GetFlag(FLAGS_save);
+  if (!save_path.empty()) {
+    if (absl::Status s = CheckSavePath(save_path); !s.ok()) return Fail(s);
+  }
+  o.grad_accum = absl::GetFlag(FLAGS_grad_accum);
+  // The learning-rate schedule (models/components/lr_schedule.h), checked before the first step.
+  LrSchedule schedule_lr;
+  schedule_lr.kind = absl::GetFlag(FLAGS_lr_schedule);
+  schedule_lr.max_lr = absl::GetFlag(FLAGS_lr);
+  schedule_lr.min_lr = absl::GetFlag(FLAGS_min_lr);
+  schedule_lr.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  schedule_lr.decay_steps = absl::GetFlag(FLAGS_decay_steps) >= 0
+                                ? absl::GetFlag(FLAGS_decay_steps)
+                                : absl::GetFlag(FLAGS_steps);
+  if (schedule_lr.kind != "constant" || schedule_lr.warmup_steps != 0) {
+    if (absl::Status s = schedule_lr.Validate(); !s.ok()) return Fail(s);
+    o.lr_at = [schedule_lr](int64_t step) { return schedule_lr.At(step); };
+  }
+  // Evaluation on the held-out split.
+  o.val_tokens = data->val;
+  o.eval_every = absl::GetFlag(FLAGS_eval_every);
+  o.eval_steps = absl::GetFlag(FLAGS_eval_steps);
+  if (o.eval_every > 0 && data->val.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "--eval_every needs validation data: add --val_fraction=0.1 or --val_data=FILE"));
+  }
+  // Periodic checkpoints: atomic <prefix>.step<N>.safetensors, the last --keep_last kept.
+  CheckpointRotation rotation{save_path, absl::GetFlag(FLAGS_keep_last)};
+  o.save_every = absl::GetFlag(FLAGS_save_every);
+  if (o.save_every > 0) {
+    if (save_path.empty()) {
+      return Fail(absl::InvalidArgumentError(
+          "--save_every needs --save (the prefix of the periodic checkpoints)"));
+    }
+    if (absl::Status s = rotation.Validate(); !s.ok()) return Fail(s);
+    if (absl::Status s = rotation.CheckWritable(); !s.ok()) return Fail(s);
+  }
+  // The trace: opened now (a bad path fails before training), written as the run goes.
+  std::unique_ptr<TraceWriter> trace_writer;
+  StepFilter trace_steps;
+  const std::string trace_path = absl::GetFlag(FLAGS_trace);
+  if (!trace_path.empty() && print) {
+    absl::StatusOr<StepFilter> f = StepFilter::Parse(absl::GetFlag(FLAGS_trace_steps));
+    if (!f.ok()) return Fail(f.status());
+    trace_steps = *f;
+    absl::StatusOr<std::unique_ptr<TraceWriter>> w = TraceWriter::Open(trace_path, TraceNowUs());
+    if (!w.ok()) return Fail(w.status());
+    trace_writer = *std::move(w);
+    o.trace_writer = trace_writer.get();
+    o.trace_step = [&trace_steps](int64_t step) { return trace_steps.Contains(step); };
+  }
+  // --sample: the prompt, checked now.
+  std::vector<int64_t> prompt;
+  const int64_t sample = absl::GetFlag(FLAGS_sample);
+  if (sample > 0) {
+    const std::string text = absl::GetFlag(FLAGS_prompt);
+    if (!absl::GetFlag(FLAGS_data).empty()) {
+      for (absl::string_view id : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+        int64_t v = 0;
+        if (!absl::SimpleAtoi(id, &v)) {
+          return Fail(absl::InvalidArgumentError(absl::StrCat(
+              "--prompt '", text, "': with --data give comma-separated token ids")));
+        }
+        prompt.push_back(v);
+      }
+    } else {
+      for (unsigned char ch : text) prompt.push_back(ch);
+    }
+  } else if (sample < 0) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--sample ", sample, " must be >= 0")));
+  }
+  if (sample > 0) {  // the sampling settings, checked before training
+    const double temperature = absl::GetFlag(FLAGS_temperature);
+    const int64_t top_k = absl::GetFlag(FLAGS_top_k);
+    if (!std::isfinite(temperature) || temperature < 0) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--temperature ", temperature, " must be finite and >= 0 (0: greedy)")));
+    }
+    if (top_k < 0 || top_k > cfg.vocab) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--top_k ", top_k, " must be in [0, vocab = ", cfg.vocab, "] (0: every id)")));
+    }
+    if (prompt.empty()) {
+      return Fail(absl::InvalidArgumentError("--prompt is empty; give at least one token"));
+    }
+    for (int64_t id : prompt) {
+      if (id < 0 || id >= cfg.vocab) {
+        return Fail(absl::InvalidArgumentError(absl::StrCat(
+            "--prompt holds id ", id, ", outside the vocabulary [0, ", cfg.vocab, ")")));
+      }
+    }
+  }
+  o.comm = world.get();
+  o.placement = placement;
+  o.cuda_graph = absl::GetFlag(FLAGS_cuda_graph);
+  TypeTrace types;
+  if (absl::GetFlag(FLAGS_print_types)) o.types = &types;
+  o.microbatches = absl::GetFlag(FLAGS_microbatches);
+  o.schedule = absl::GetFlag(FLAGS_schedule);
+  absl::StatusOr<Schedule> schedule = ParseSchedule(o.schedule);
+  if (!schedule.ok()) return Fail(schedule.status());
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_stage_layers), ',',
+                                               absl::SkipEmpty())) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(part, &n)) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--stage_layers: '", part, "' is not a number (e.g. --stage_layers=2,1,1)")));
+    }
+    o.stage_layers.push_back(n);
+  }
+  const bool pipelined = layout->pp_ways() > 1 || o.microbatches != 1;
+
+  int64_t params = 0;
+  for (const ParamInfo& p : layout->params()) params += NumElements(p.global_shape);
+  if (print) std::cout << absl::StrFormat(
+      "GPT-2: %d layers, d_model %d, %d heads, vocab %d, seq %d, %.2fM parameters, %s\n"
+      "mesh %s%s%s on %d %s; global batch %d x %d tokens; %d tokens of data\n",
+      cfg.layers, cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, params / 1e6,
+      cfg.compute.has_value()
+          ? absl::StrCat(DTypeName(*cfg.compute), " compute, ", DTypeName(cfg.dtype),
+                         " master weights")
+          : std::string(DTypeName(cfg.dtype)),
+      mesh->ShortString(), layout->tp().sp ? " + sequence parallel" : "",
+      layout->cp_axis().empty() ? "" : " (cp: ring attention, load-balanced chunks)", mesh->size(),
+      world != nullptr ? absl::StrCat("processes (", backend, ")")
+      : placement.kind == DevicePlacement::Kind::kSharedGpu
+          ? "virtual ranks sharing cuda:0 (a stream each)"
+      : placement.kind == DevicePlacement::Kind::kGpuPerRank ? "GPUs (one rank each)"
+                                                             : "simulated CPU devices",
+      o.batch,
+      cfg.seq, tokens->size());
+  if (cfg.moe.on()) {
+    const MoeConfig& m = layout->config().moe;
+    std::cout << absl::StrFormat(
+        "MoE MLPs: %d experts, top-%d, capacity %d per expert and sequence (factor %g), aux loss "
+        "coef %g, experts split over %s\n",
+        m.experts, m.topk, MoeCapacity(m.capacity_factor, cfg.seq, m.topk, m.experts),
+        m.capacity_factor, m.aux_loss_coef,
+        m.expert_axes.empty() ? std::string("no axis (all experts on every device)")
+                              : absl::StrJoin(m.expert_axes, " x "));
+  }
+  const int64_t tokens_per_step = o.batch * cfg.seq;
+  double total_s = 0;
+  int64_t steps_run = 0;
+  double last_val = std::nan("");
+  std::map<std::string, int64_t> total_bytes;
+  o.on_step = [&](const StepInfo& s) {
+    if (!print) return;
+    if (!types.empty()) {  // recorded during the first step
+      std::cout << "per-device SPMD types inside block 0 (rank 0):\n";
+      for (const auto& [name, type] : types) {
+        std::cout << absl::StrFormat("  %-52s %s\n", name, type);
+      }
+      types.clear();
+    }
+    std::map<std::string, int64_t> bytes;
+    for (const CollectiveRecord& r : *s.log) bytes[r.op] += r.bytes;
+    std::string comm;
+    for (const auto& [op, b] : bytes) {
+      absl::StrAppend(&comm, comm.empty() ? "" : ", ", op, " ", Bytes(b));
+      total_bytes[op] += b;
+    }
+    total_s += s.seconds;
+    std::string moe;
+    if (s.moe_dropped >= 0) {
+      moe = absl::StrFormat(" | MoE dropped %d of %d assignments (%.1f%%), %d tokens lost all",
+                            s.moe_dropped, s.moe_assignments,
+                            100.0 * s.moe_dropped / s.moe_assignments, s.moe_dropped_tokens);
+    }
+    const std::string mem =
+        s.peak_device_bytes >= 0 ? absl::StrCat(" | peak GPU memory ", Bytes(s.peak_device_bytes))
+                                 : "";
+    ++steps_run;
+    const bool evaluated = !std::isnan(s.val_loss);
+    if (evaluated) last_val = s.val_loss;
+    const int64_t log_every = std::max<int64_t>(1, absl::GetFlag(FLAGS_log_every));
+    if (!(s.step % log_every == 0 || s.step + 1 == s.total_steps || steps_run == 1 || evaluated)) {
+      return;
+    }
+    // ETA from the mean step time so far.
+    const double eta_s = total_s / steps_run * static_cast<double>(s.total_steps - s.step - 1);
+    std::cout << absl::StrFormat(
+        "step %d loss %.10g | %d/%d, ETA %s, %d tokens seen, lr %.4g, grad norm %.4g%s | "
+        "%.1f ms/step | %.0f tokens/s | %s%s%s\n",
+        s.step, s.loss, s.step + 1, s.total_steps, Duration(eta_s), s.tokens_seen, s.lr,
+        s.grad_norm, evaluated ? absl::StrFormat(" | val loss %.10g", s.val_loss) : "",
+        s.seconds * 1e3, tokens_per_step / s.seconds, comm.empty() ? "no communication" : comm,
+        moe, mem);
+    std::cout.flush();
+  };
+  const std::vector<NamedTensor> init = o.init_path.empty() && o.resume_path.empty()
+                                            ? InitGpt(cfg, absl::GetFlag(FLAGS_seed))
+                                            : std::vector<NamedTensor>{};
+  if (pipelined) {
+    std::cout << absl::StrFormat("pipeline: pp=%d, %d microbatches of %d sequences, %s\n",
+                                 layout->pp_ways(), o.microbatches,
+                                 o.microbatches > 0 ? o.batch / o.microbatches : 0,
+                                 ScheduleName(*schedule));
+  }
+  if (o.save_every > 0) {
+    o.on_save = [&](const TrainResult& snapshot) -> absl::Status {
+      if (world != nullptr && world->rank() != 0) return absl::OkStatus();  // rank 0 writes
+      absl::StatusOr<std::string> path = rotation.Save(
+          snapshot.steps_done, [&](const std::string& tmp) {
+            return SaveGptWithConfig(tmp, *layout, snapshot.params, &snapshot.adam_state,
+                                     snapshot.steps_done);
+          });
+      if (!path.ok()) return path.status();
+      if (print) std::cout << "checkpoint: " << *path << "\n";
+      return absl::OkStatus();
+    };
+  }
+  absl::StatusOr<TrainResult> r = TrainGpt(*layout, init, *tokens, o);
+  if (trace_writer != nullptr) {
+    if (absl::Status s = trace_writer->Close(); !s.ok() && r.ok()) return Fail(s);
+  }
+  if (!r.ok()) return Fail(r.status());
+  if (!save_path.empty() && (world == nullptr || world->rank() == 0)) {
+    const bool moments = r->adam_state.exp_avg.size() == layout->params().size();
+    if (absl::Status s = SaveGptWithConfig(save_path, *layout, r->params,
+                                           moments ? &r->adam_state : nullptr, r->steps_done);
+        !s.ok()) {
+      return Fail(s);
+    }
+  }
+  // --sample: generation with the trained parameters (on the mesh without pp: generation does
+  // not pipeline; every process of a multi-process run takes part).
+  std::vector<int64_t> sampled;
+  if (sample > 0) {
+    absl::StatusOr<GptLayout> sample_layout = *layout;
+    if (layout->pp_ways() > 1 || cfg.moe.on()) {
+      sample_layout = GptLayout::Create(Mesh(), layout->config(), false);
+    }
+    if (!sample_layout.ok()) return Fail(sample_layout.status());
+    SampleOptions so;
+    so.tokens = sample;
+    so.temperature = absl::GetFlag(FLAGS_temperature);
+    so.top_k = absl::GetFlag(FLAGS_top_k);
+    so.seed = absl::GetFlag(FLAGS_seed);
+    so.comm = sample_layout->mesh().size() == mesh->size() ? world.get() : nullptr;
+    absl::StatusOr<std::vector<int64_t>> out =
+        (world != nullptr && so.comm == nullptr && world->rank() != 0)
+            ? absl::StatusOr<std::vector<int64_t>>(std::vector<int64_t>{})
+            : GenerateGpt(*sample_layout, r->params, prompt, so);
+    if (!out.ok()) return Fail(out.status());
+    sampled = *std::move(out);
+  }
+  if (!print) return 0;
+  std::string comm;
+  for (const auto& [op, b] : total_bytes) absl::StrAppend(&comm, comm.empty() ? "" : ", ", op, " ", Bytes(b));
+  std::cout << absl::StrFormat(
+      "summary: %d steps, loss %.10g -> %.10g, %.1f ms/step, %.0f tokens/s; per rank: "
+      "parameters %s, gradients + AdamW moments %s, activations %s (largest %s); rank 0 sent "
+      "%s\n",
+      r->losses.size(), r->losses.front(), r->losses.back(), total_s * 1e3 / r->losses.size(),
+      tokens_per_step * r->losses.size() / total_s, Bytes(r->param_bytes_per_rank),
+      Bytes(r->optimizer_bytes_per_rank), Bytes(r->activation_bytes_per_rank),
+      Bytes(r->largest_activation_bytes), comm.empty() ? "nothing" : comm);
+  if (r->peak_device_bytes_per_rank >= 0) {
+    std::cout << absl::StrFormat("GPU: peak memory %s on %s%s; CUDA graph: %s\n",
+                                 Bytes(r->peak_device_bytes_per_rank), r->device,
+                                 r->ranks_per_device > 1
+                                     ? absl::StrCat(" (shared by ", r->ranks_per_device,
+                                                    " virtual ranks)")
+                                     : std::string(" (per rank)"),
+                                 r->cuda_graph_used
+                                     ? absl::StrCat("captured (", r->cuda_graph_replays,
+                                                    " replays)")
+                                     : r->cuda_graph_note);
+  }
+  if (pipelined) {
+    const int p = layout->pp_ways();
+    std::cout << absl::StrFormat(
+        "pipeline: peak saved activations (rank 0) %s; bubble measured %.3f (lockstep ticks: "
+        "(p-1)/(m+p-1) = %.3f)\n",
+        Bytes(r->peak_activation_bytes_per_rank), r->pipeline_bubble,
+        static_cast<double>(p - 1) / static_cast<double>(o.microbatches + p - 1));
+  }
+  if (!std::isnan(last_val)) std::cout << absl::StrFormat("val loss %.10g\n", last_val);
+  if (trace_writer != nullptr) {
+    std::cout << "trace: " << trace_path << " (steps " << absl::GetFlag(FLAGS_trace_steps)
+              << "; open in https://ui.perfetto.dev)\n";
+  }
+  if (!save_path.empty()) std::cout << "saved: " << save_path << "\n";
+  if (sample > 0) {
+    std::string text;
+    if (!absl::GetFlag(FLAGS_data).empty()) {
+      text = absl::StrJoin(sampled, ",");
+    } else {
+      for (int64_t id : sampled) text.push_back(static_cast<char>(id));
+    }
+    std::cout << absl::StrFormat("sample (%d tokens, %s): %s\n", sample,
+                                 absl::GetFlag(FLAGS_temperature) > 0
+                                     ? absl::StrFormat("temperature %g, top-k %d",
+                                                       absl::GetFlag(FLAGS_temperature),
+                                                       absl::GetFlag(FLAGS_top_k))
+                                     : std::string("greedy"),
+                                 text);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace shardmap
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "trains GPT-2 with data / fully sharded / hybrid / tensor / sequence / context / expert "
+      "parallelism on simulated CPU devices or GPUs (--device=cuda). Example: train_gpt --mesh=dp=2,tp=2 --sp --text=FILE");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::cerr << "train_gpt: unexpected argument '" << rest[1] << "' (flags are --name=value)\n";
+    return 2;
+  }
+  return shardmap::Main();
+}

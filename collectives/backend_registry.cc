@@ -127,7 +127,7 @@ std::vector<Backend> BuiltinBackends() {
   b[2].create_from_env = [] { return CreateNcclCommunicatorFromEnv({}); };
 
   b[3].name = "shapeonly";
-  b[3].description = "checks every call's arguments without moving data (shape-only runs)";
+  b[3].description = "checks every call's arguments and moves no data: shape-only runs";
   b[3].memory = BackendMemory::kMeta;
   b[3].moves_data = false;
   b[3].trains = false;
@@ -231,9 +231,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectTrainingWorld(absl::string_
   if (!found.ok()) return found.status();
   const Backend& b = **found;
   if (!b.trains) {
+    std::vector<std::string> trainable;
+    for (const Backend* o : Backends()) {
+      if (o->trains) trainable.push_back(o->name);
+    }
     return absl::InvalidArgumentError(absl::StrCat(
-        "--backend=", name, " ", b.description, ": it cannot train; use one of ",
-        absl::StrJoin(BackendNames(), ", ")));
+        "--backend=", name, " (", b.description, ") cannot train; use one of ",
+        absl::StrJoin(trainable, ", ")));
   }
   if (b.memory == BackendMemory::kHost && device_cuda) {
     return absl::InvalidArgumentError(absl::StrCat(

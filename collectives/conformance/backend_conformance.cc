@@ -362,6 +362,10 @@ TEST_P(BackendConformanceTest, SendRecvAroundARing) {
   const Backend* b = Find(t.backend);
   SKIP_IF_UNAVAILABLE(b);
   NoteValuesNotCompared(*b);
+  if (SizesFrom(t, 2).empty()) {
+    GTEST_SKIP() << "needs a world of 2 ranks or more; " << t.backend << " runs sizes up to "
+                 << t.world_sizes.back() << " here";
+  }
   for (int n : SizesFrom(t, 2)) {
     ExpectAllOk(b->run_world(n, [&](Communicator& c) -> absl::Status {
       const int me = c.rank(), next = (me + 1) % n, prev = (me + n - 1) % n;

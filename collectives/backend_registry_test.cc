@@ -86,7 +86,8 @@ TEST(BackendRegistryTest, ConnectTrainingWorldChecksTheChoiceBeforeConnecting) {
   s = ConnectTrainingWorld("gloo", 2, /*device_cuda=*/true).status();
   EXPECT_THAT(Message(s), HasSubstr("--backend=gloo runs on CPU memory"));
   s = ConnectTrainingWorld("nccl", 2, /*device_cuda=*/false).status();
-  EXPECT_THAT(Message(s), HasSubstr("--backend=nccl runs each process on a GPU: add --device=cuda"));
+  EXPECT_THAT(Message(s),
+              HasSubstr("--backend=nccl runs each process on a GPU: add --device=cuda"));
   // Threads of this process: the program makes its own world.
   absl::StatusOr<std::unique_ptr<Communicator>> in = ConnectTrainingWorld("inprocess", 4, false);
   ASSERT_TRUE(in.ok()) << in.status();

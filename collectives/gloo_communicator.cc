@@ -727,7 +727,8 @@ class GlooCommunicator final : public internal::ForwardingCommunicator {
   }
 
   absl::Status DoReduceScatterV(Op kind, const void* send, void* recv,
-                                absl::Span<const size_t> counts, DataType dtype, ReduceOp op) override {
+                                absl::Span<const size_t> counts, DataType dtype,
+                                ReduceOp op) override {
     Desc d{kMagic, kind, dtype, op};
     d.count = kind == Op::kReduceScatter && !counts.empty() ? counts[0] : 0;
     d.layout = HashBytes(counts.data(), counts.size() * sizeof(size_t));
@@ -756,7 +757,8 @@ class GlooCommunicator final : public internal::ForwardingCommunicator {
   }
 
   absl::Status DoAllToAllV(Op kind, const void* send, absl::Span<const size_t> send_counts,
-                           void* recv, absl::Span<const size_t> recv_counts, DataType dtype) override {
+                           void* recv, absl::Span<const size_t> recv_counts,
+                           DataType dtype) override {
     Desc d{kMagic, kind, dtype};
     if (kind == Op::kAllToAll && !send_counts.empty()) d.count = send_counts[0];
     SM_COLL_RETURN_IF_ERROR(Begin(d));

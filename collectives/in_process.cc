@@ -431,7 +431,8 @@ class InProcessCommunicator final : public internal::ForwardingCommunicator {
   }
 
   absl::Status DoReduceScatterV(Op kind, const void* send, void* recv,
-                                absl::Span<const size_t> counts, DataType dtype, ReduceOp op) override {
+                                absl::Span<const size_t> counts, DataType dtype,
+                                ReduceOp op) override {
     CallDesc d{kind, dtype, op, 0};
     d.shape_hash = HashBytes(counts.data(), counts.size() * sizeof(size_t));
     d.count = kind == Op::kReduceScatter && !counts.empty()
@@ -456,7 +457,8 @@ class InProcessCommunicator final : public internal::ForwardingCommunicator {
   }
 
   absl::Status DoAllToAllV(Op kind, const void* send, absl::Span<const size_t> send_counts,
-                           void* recv, absl::Span<const size_t> recv_counts, DataType dtype) override {
+                           void* recv, absl::Span<const size_t> recv_counts,
+                           DataType dtype) override {
     CallDesc d{kind, dtype, ReduceOp::kSum, 0};
     if (kind == Op::kAllToAll && !send_counts.empty()) d.count = send_counts[0];
     SM_COLL_RETURN_IF_ERROR(Start(d));

@@ -152,7 +152,9 @@ std::vector<int> SizesFrom(const ConformanceTarget& t, int min_n) {
 }
 
 void ExpectAllOk(const std::vector<absl::Status>& all, const std::string& what) {
-  for (size_t r = 0; r < all.size(); ++r) EXPECT_TRUE(all[r].ok()) << what << " rank " << r << ": " << all[r];
+  for (size_t r = 0; r < all.size(); ++r) {
+    EXPECT_TRUE(all[r].ok()) << what << " rank " << r << ": " << all[r];
+  }
 }
 
 std::string Case(int n, const char* op, DataType dt, size_t count) {
@@ -373,9 +375,10 @@ TEST_P(BackendConformanceTest, SendRecvAroundARing) {
         Buf out(t, c, Make(dt, 11, me, false));
         Buf in(t, c, 11 * DataTypeSize(dt));
         // Even ranks send first, odd ranks receive first: a chain from rank 0, never a cycle.
-        absl::Status s1 = me % 2 == 0 ? c.Send(out.p(), 11, dt, next) : c.Recv(in.p(), 11, dt, prev);
+        const bool even = me % 2 == 0;
+        absl::Status s1 = even ? c.Send(out.p(), 11, dt, next) : c.Recv(in.p(), 11, dt, prev);
         if (!s1.ok()) return s1;
-        absl::Status s2 = me % 2 == 0 ? c.Recv(in.p(), 11, dt, prev) : c.Send(out.p(), 11, dt, next);
+        absl::Status s2 = even ? c.Recv(in.p(), 11, dt, prev) : c.Send(out.p(), 11, dt, next);
         if (!s2.ok()) return s2;
         if (b->moves_data) {
           ExpectSame(t, dt, in.Get(), Make(dt, 11, prev, false), false,

@@ -44,38 +44,39 @@ class LoopbackCommunicator final : public Communicator {
     return st;
   }
   absl::Status AllGather(const void* s, void* r, size_t n, DataType t) override {
-    return F(in_->AllGather(s, r, n, t));
+    return Out(F(in_->AllGather(s, r, n, t)), r, size() * n);
   }
   absl::Status ReduceScatter(const void* s, void* r, size_t n, DataType t, ReduceOp op) override {
-    return F(in_->ReduceScatter(s, r, n, t, op));
+    return Out(F(in_->ReduceScatter(s, r, n, t, op)), r, n);
   }
   absl::Status AllToAll(const void* s, void* r, size_t n, DataType t) override {
-    return F(in_->AllToAll(s, r, n, t));
+    return Out(F(in_->AllToAll(s, r, n, t)), r, size() * n);
   }
   absl::Status AllGatherV(const void* s, void* r, absl::Span<const size_t> c,
                           DataType t) override {
-    return F(in_->AllGatherV(s, r, c, t));
+    return Out(F(in_->AllGatherV(s, r, c, t)), r, Sum(c));
   }
   absl::Status ReduceScatterV(const void* s, void* r, absl::Span<const size_t> c, DataType t,
                               ReduceOp op) override {
-    return F(in_->ReduceScatterV(s, r, c, t, op));
+    const size_t mine = rank() < static_cast<int>(c.size()) ? c[rank()] : 0;
+    return Out(F(in_->ReduceScatterV(s, r, c, t, op)), r, mine);
   }
   absl::Status AllToAllV(const void* s, absl::Span<const size_t> sc, void* r,
                          absl::Span<const size_t> rc, DataType t) override {
-    return F(in_->AllToAllV(s, sc, r, rc, t));
+    return Out(F(in_->AllToAllV(s, sc, r, rc, t)), r, Sum(rc));
   }
   absl::Status Broadcast(void* b, size_t n, DataType t, int root) override {
-    return F(in_->Broadcast(b, n, t, root));
+    return Out(F(in_->Broadcast(b, n, t, root)), b, n);
   }
   absl::Status Send(const void* b, size_t n, DataType t, int peer) override {
     return F(in_->Send(b, n, t, peer));
   }
   absl::Status Recv(void* b, size_t n, DataType t, int peer) override {
-    return F(in_->Recv(b, n, t, peer));
+    return Out(F(in_->Recv(b, n, t, peer)), b, n);
   }
   absl::Status Ppermute(const void* s, void* r, size_t n, DataType t,
                         absl::Span<const std::pair<int, int>> pairs) override {
-    return F(in_->Ppermute(s, r, n, t, pairs));
+    return Out(F(in_->Ppermute(s, r, n, t, pairs)), r, n);
   }
   absl::StatusOr<std::unique_ptr<PendingCollective>> PpermuteStart(
       const void* s, void* r, size_t n, DataType t,
@@ -103,8 +104,22 @@ class LoopbackCommunicator final : public Communicator {
 
  private:
   absl::Status F(absl::Status s) const {
-    if (s.ok() || fault_ != LoopbackFault::kErrorsLoseTheirCode) return s;
-    return absl::UnknownError(s.message());
+    if (s.ok()) return s;
+    if (fault_ == LoopbackFault::kErrorsLoseTheirCode) return absl::UnknownError(s.message());
+    if (fault_ == LoopbackFault::kErrorsLoseTheirText) return absl::Status(s.code(), "failed");
+    return s;
+  }
+  // kOutputsOffByOne: flips the low bit of the first byte of an output of `count` elements.
+  absl::Status Out(absl::Status s, void* out, size_t count) const {
+    if (s.ok() && count > 0 && fault_ == LoopbackFault::kOutputsOffByOne) {
+      *static_cast<unsigned char*>(out) ^= 1;
+    }
+    return s;
+  }
+  static size_t Sum(absl::Span<const size_t> c) {
+    size_t n = 0;
+    for (size_t x : c) n += x;
+    return n;
   }
 
   std::unique_ptr<Communicator> owned_;
@@ -118,8 +133,10 @@ absl::StatusOr<LoopbackFault> ParseLoopbackFault(absl::string_view name) {
   const std::pair<const char*, LoopbackFault> all[] = {
       {"none", LoopbackFault::kNone},
       {"allreduce_off_by_one", LoopbackFault::kAllReduceOffByOne},
+      {"outputs_off_by_one", LoopbackFault::kOutputsOffByOne},
       {"split_ignores_key", LoopbackFault::kSplitIgnoresKey},
       {"errors_lose_their_code", LoopbackFault::kErrorsLoseTheirCode},
+      {"errors_lose_their_text", LoopbackFault::kErrorsLoseTheirText},
       {"barrier_does_not_wait", LoopbackFault::kBarrierDoesNotWait},
       {"wait_twice_is_ok", LoopbackFault::kWaitTwiceIsOk},
   };

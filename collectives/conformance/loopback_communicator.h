@@ -22,8 +22,10 @@ namespace shardmap::collectives::conformance {
 enum class LoopbackFault {
   kNone,
   kAllReduceOffByOne,   // flips the low bit of the first output byte
+  kOutputsOffByOne,     // the same for every other call that writes an output
   kSplitIgnoresKey,     // orders a split group by rank, not by key
   kErrorsLoseTheirCode, // every error becomes Unknown (a mismatch is no longer InvalidArgument)
+  kErrorsLoseTheirText, // every error keeps its code but says only "failed"
   kBarrierDoesNotWait,  // Barrier returns at once
   kWaitTwiceIsOk,       // a PpermuteStart handle accepts a second Wait()
 };

@@ -43,6 +43,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/distributed_env.h"
 #include "collectives/gloo_store.h"
+#include "collectives/internal/collective_op.h"
 #include "collectives/internal/reduce.h"
 #include "collectives/internal/status_macros.h"
 #include "gloo/rendezvous/context.h"
@@ -52,41 +53,10 @@
 namespace shardmap::collectives {
 namespace {
 
-enum class Op : uint8_t {
-  kAllReduce = 1,
-  kAllGather,
-  kReduceScatter,
-  kAllToAll,
-  kAllGatherV,
-  kReduceScatterV,
-  kAllToAllV,
-  kBroadcast,
-  kPpermute,
-  kBarrier,
-  kSplit,
-};
-
-const char* OpName(Op op) {
-  switch (op) {
-    case Op::kAllReduce: return "AllReduce";
-    case Op::kAllGather: return "AllGather";
-    case Op::kReduceScatter: return "ReduceScatter";
-    case Op::kAllToAll: return "AllToAll";
-    case Op::kAllGatherV: return "AllGatherV";
-    case Op::kReduceScatterV: return "ReduceScatterV";
-    case Op::kAllToAllV: return "AllToAllV";
-    case Op::kBroadcast: return "Broadcast";
-    case Op::kPpermute: return "Ppermute";
-    case Op::kBarrier: return "Barrier";
-    case Op::kSplit: return "Split";
-  }
-  return "unknown op";
-}
-
-bool HasDtype(Op op) { return op != Op::kBarrier && op != Op::kSplit; }
-bool HasReduce(Op op) {
-  return op == Op::kAllReduce || op == Op::kReduceScatter || op == Op::kReduceScatterV;
-}
+using internal::HasDtype;
+using internal::HasReduce;
+using internal::Op;
+using internal::OpName;
 
 constexpr uint32_t kMagic = 0x474c4f4f;  // "GLOO"
 
@@ -319,7 +289,7 @@ struct Xfer {
   uint64_t slot;
 };
 
-class GlooCommunicator final : public Communicator {
+class GlooCommunicator final : public internal::ForwardingCommunicator {
  public:
   GlooCommunicator(std::shared_ptr<GlooWorld> world, std::shared_ptr<GroupLink> link,
                    std::vector<int> world_ranks, std::string name)
@@ -335,49 +305,6 @@ class GlooCommunicator final : public Communicator {
   int size() const override { return ctx_->size; }
   std::string name() const override { return name_; }
 
-  absl::Status AllReduce(const void* send, void* recv, size_t count, DataType dtype,
-                         ReduceOp op) override {
-    return Finish(DoAllReduce(send, recv, count, dtype, op));
-  }
-  absl::Status AllGather(const void* send, void* recv, size_t send_count,
-                         DataType dtype) override {
-    const std::vector<size_t> counts(size(), send_count);
-    return Finish(DoAllGatherV(Op::kAllGather, send, recv, counts, dtype));
-  }
-  absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType dtype,
-                             ReduceOp op) override {
-    const std::vector<size_t> counts(size(), recv_count);
-    return Finish(DoReduceScatterV(Op::kReduceScatter, send, recv, counts, dtype, op));
-  }
-  absl::Status AllToAll(const void* send, void* recv, size_t count, DataType dtype) override {
-    const std::vector<size_t> counts(size(), count);
-    return Finish(DoAllToAllV(Op::kAllToAll, send, counts, recv, counts, dtype));
-  }
-  absl::Status AllGatherV(const void* send, void* recv, absl::Span<const size_t> counts,
-                          DataType dtype) override {
-    return Finish(DoAllGatherV(Op::kAllGatherV, send, recv, counts, dtype));
-  }
-  absl::Status ReduceScatterV(const void* send, void* recv, absl::Span<const size_t> counts,
-                              DataType dtype, ReduceOp op) override {
-    return Finish(DoReduceScatterV(Op::kReduceScatterV, send, recv, counts, dtype, op));
-  }
-  absl::Status AllToAllV(const void* send, absl::Span<const size_t> send_counts, void* recv,
-                         absl::Span<const size_t> recv_counts, DataType dtype) override {
-    return Finish(DoAllToAllV(Op::kAllToAllV, send, send_counts, recv, recv_counts, dtype));
-  }
-  absl::Status Broadcast(void* buffer, size_t count, DataType dtype, int root) override {
-    return Finish(DoBroadcast(buffer, count, dtype, root));
-  }
-  absl::Status Send(const void* buffer, size_t count, DataType dtype, int peer) override {
-    return Finish(DoSend(buffer, count, dtype, peer));
-  }
-  absl::Status Recv(void* buffer, size_t count, DataType dtype, int peer) override {
-    return Finish(DoRecv(buffer, count, dtype, peer));
-  }
-  absl::Status Ppermute(const void* send, void* recv, size_t count, DataType dtype,
-                        absl::Span<const std::pair<int, int>> pairs) override {
-    return Finish(DoPpermute(send, recv, count, dtype, pairs));
-  }
   absl::Status Barrier() override {
     return Finish([&]() -> absl::Status {
       Desc d;
@@ -401,7 +328,7 @@ class GlooCommunicator final : public Communicator {
     return absl::StrCat("rank ", r, " (world rank ", world_ranks_[r], ")");
   }
 
-  absl::Status Finish(absl::Status s) {
+  absl::Status Finish(absl::Status s) override {
     if (!s.ok()) world_->Poison(s);
     return s;
   }
@@ -694,7 +621,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   absl::Status DoAllReduce(const void* send, void* recv, size_t count, DataType dtype,
-                           ReduceOp op) {
+                           ReduceOp op) override {
     const Desc d{kMagic, Op::kAllReduce, dtype, op, 0, 0, 0, count};
     SM_COLL_RETURN_IF_ERROR(Begin(d));
     SM_COLL_RETURN_IF_ERROR(CheckBuffer(send, count, "send"));
@@ -776,7 +703,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   absl::Status DoAllGatherV(Op kind, const void* send, void* recv,
-                            absl::Span<const size_t> counts, DataType dtype) {
+                            absl::Span<const size_t> counts, DataType dtype) override {
     Desc d{kMagic, kind, dtype};
     d.count = kind == Op::kAllGather && !counts.empty() ? counts[0] : 0;
     d.layout = HashBytes(counts.data(), counts.size() * sizeof(size_t));
@@ -800,7 +727,8 @@ class GlooCommunicator final : public Communicator {
   }
 
   absl::Status DoReduceScatterV(Op kind, const void* send, void* recv,
-                                absl::Span<const size_t> counts, DataType dtype, ReduceOp op) {
+                                absl::Span<const size_t> counts, DataType dtype,
+                                ReduceOp op) override {
     Desc d{kMagic, kind, dtype, op};
     d.count = kind == Op::kReduceScatter && !counts.empty() ? counts[0] : 0;
     d.layout = HashBytes(counts.data(), counts.size() * sizeof(size_t));
@@ -829,7 +757,8 @@ class GlooCommunicator final : public Communicator {
   }
 
   absl::Status DoAllToAllV(Op kind, const void* send, absl::Span<const size_t> send_counts,
-                           void* recv, absl::Span<const size_t> recv_counts, DataType dtype) {
+                           void* recv, absl::Span<const size_t> recv_counts,
+                           DataType dtype) override {
     Desc d{kMagic, kind, dtype};
     if (kind == Op::kAllToAll && !send_counts.empty()) d.count = send_counts[0];
     SM_COLL_RETURN_IF_ERROR(Begin(d));
@@ -864,7 +793,7 @@ class GlooCommunicator final : public Communicator {
     return Exchange(xs);
   }
 
-  absl::Status DoBroadcast(void* buffer, size_t count, DataType dtype, int root) {
+  absl::Status DoBroadcast(void* buffer, size_t count, DataType dtype, int root) override {
     const Desc d{kMagic, Op::kBroadcast, dtype, ReduceOp::kSum, 0, root, 0, count};
     SM_COLL_RETURN_IF_ERROR(Begin(d));
     if (root < 0 || root >= size()) {
@@ -885,7 +814,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   absl::Status DoPpermute(const void* send, void* recv, size_t count, DataType dtype,
-                          absl::Span<const std::pair<int, int>> pairs) {
+                          absl::Span<const std::pair<int, int>> pairs) override {
     Desc d{kMagic, Op::kPpermute, dtype, ReduceOp::kSum, 0, 0, 0, count};
     d.layout = HashBytes(pairs.data(), pairs.size() * sizeof(pairs[0]));
     SM_COLL_RETURN_IF_ERROR(Begin(d));
@@ -941,7 +870,7 @@ class GlooCommunicator final : public Communicator {
 
   static uint64_t P2PSlot(uint64_t k, int phase) { return kP2PBit | (k << 8) | phase; }
 
-  absl::Status DoSend(const void* buffer, size_t count, DataType dtype, int peer) {
+  absl::Status DoSend(const void* buffer, size_t count, DataType dtype, int peer) override {
     SM_COLL_RETURN_IF_ERROR(BeginPointToPoint(true, buffer, count, dtype, peer));
     const uint64_t k = p2p_sent_[peer]++;
     const P2PHeader h{kMagic, dtype, count};
@@ -950,7 +879,7 @@ class GlooCommunicator final : public Communicator {
     return Exchange(xs);
   }
 
-  absl::Status DoRecv(void* buffer, size_t count, DataType dtype, int peer) {
+  absl::Status DoRecv(void* buffer, size_t count, DataType dtype, int peer) override {
     SM_COLL_RETURN_IF_ERROR(BeginPointToPoint(false, buffer, count, dtype, peer));
     const uint64_t k = p2p_received_[peer]++;
     P2PHeader h;

@@ -88,7 +88,7 @@ constexpr size_t kReduceChunkBytes = 16 << 10;
 const char* AsBytes(const void* p) { return static_cast<const char*>(p); }
 char* AsBytes(void* p) { return static_cast<char*>(p); }
 
-class InProcessCommunicator final : public Communicator {
+class InProcessCommunicator final : public internal::ForwardingCommunicator {
  public:
   InProcessCommunicator(std::shared_ptr<Group> group, int rank, MemorySpace mem)
       : group_(std::move(group)), rank_(rank), mem_(mem) {}
@@ -104,49 +104,6 @@ class InProcessCommunicator final : public Communicator {
   std::string name() const override { return group_->name(); }
   MemorySpace memory_space() const override { return mem_; }
 
-  absl::Status AllReduce(const void* send, void* recv, size_t count, DataType dtype,
-                         ReduceOp op) override {
-    return Finish(DoAllReduce(send, recv, count, dtype, op));
-  }
-  absl::Status AllGather(const void* send, void* recv, size_t send_count,
-                         DataType dtype) override {
-    std::vector<size_t> counts(size(), send_count);
-    return Finish(DoAllGatherV(Op::kAllGather, send, recv, counts, dtype));
-  }
-  absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType dtype,
-                             ReduceOp op) override {
-    std::vector<size_t> counts(size(), recv_count);
-    return Finish(DoReduceScatterV(Op::kReduceScatter, send, recv, counts, dtype, op));
-  }
-  absl::Status AllToAll(const void* send, void* recv, size_t count, DataType dtype) override {
-    std::vector<size_t> counts(size(), count);
-    return Finish(DoAllToAllV(Op::kAllToAll, send, counts, recv, counts, dtype));
-  }
-  absl::Status AllGatherV(const void* send, void* recv, absl::Span<const size_t> counts,
-                          DataType dtype) override {
-    return Finish(DoAllGatherV(Op::kAllGatherV, send, recv, counts, dtype));
-  }
-  absl::Status ReduceScatterV(const void* send, void* recv, absl::Span<const size_t> counts,
-                              DataType dtype, ReduceOp op) override {
-    return Finish(DoReduceScatterV(Op::kReduceScatterV, send, recv, counts, dtype, op));
-  }
-  absl::Status AllToAllV(const void* send, absl::Span<const size_t> send_counts, void* recv,
-                         absl::Span<const size_t> recv_counts, DataType dtype) override {
-    return Finish(DoAllToAllV(Op::kAllToAllV, send, send_counts, recv, recv_counts, dtype));
-  }
-  absl::Status Broadcast(void* buffer, size_t count, DataType dtype, int root) override {
-    return Finish(DoBroadcast(buffer, count, dtype, root));
-  }
-  absl::Status Send(const void* buffer, size_t count, DataType dtype, int peer) override {
-    return Finish(DoPointToPoint(/*is_send=*/true, const_cast<void*>(buffer), count, dtype, peer));
-  }
-  absl::Status Recv(void* buffer, size_t count, DataType dtype, int peer) override {
-    return Finish(DoPointToPoint(/*is_send=*/false, buffer, count, dtype, peer));
-  }
-  absl::Status Ppermute(const void* send, void* recv, size_t count, DataType dtype,
-                        absl::Span<const std::pair<int, int>> pairs) override {
-    return Finish(DoPpermute(send, recv, count, dtype, pairs));
-  }
   absl::StatusOr<std::unique_ptr<PendingCollective>> PpermuteStart(
       const void* send, void* recv, size_t count, DataType dtype,
       absl::Span<const std::pair<int, int>> pairs) override {
@@ -191,7 +148,7 @@ class InProcessCommunicator final : public Communicator {
     return [this] { return What(); };
   }
 
-  absl::Status Finish(absl::Status s) {
+  absl::Status Finish(absl::Status s) override {
     if (world().debug()) world().SetActivity(world_rank(), "");
     if (!s.ok()) world().Poison(world_rank(), s);
     group_->Leave(rank_, !s.ok());
@@ -379,7 +336,7 @@ class InProcessCommunicator final : public Communicator {
   }
 
   absl::Status DoAllReduce(const void* send, void* recv, size_t count, DataType dtype,
-                           ReduceOp op) {
+                           ReduceOp op) override {
     CallDesc d{Op::kAllReduce, dtype, op, count};
     SM_COLL_RETURN_IF_ERROR(Start(d));
     SM_COLL_RETURN_IF_ERROR(CheckBuffer(send, count, "send", What()));
@@ -449,7 +406,7 @@ class InProcessCommunicator final : public Communicator {
   }
 
   absl::Status DoAllGatherV(Op kind, const void* send, void* recv,
-                            absl::Span<const size_t> counts, DataType dtype) {
+                            absl::Span<const size_t> counts, DataType dtype) override {
     CallDesc d{kind, dtype, ReduceOp::kSum, 0};
     d.shape_hash = HashBytes(counts.data(), counts.size() * sizeof(size_t));
     d.count = kind == Op::kAllGather && !counts.empty() ? counts[0]
@@ -474,7 +431,8 @@ class InProcessCommunicator final : public Communicator {
   }
 
   absl::Status DoReduceScatterV(Op kind, const void* send, void* recv,
-                                absl::Span<const size_t> counts, DataType dtype, ReduceOp op) {
+                                absl::Span<const size_t> counts, DataType dtype,
+                                ReduceOp op) override {
     CallDesc d{kind, dtype, op, 0};
     d.shape_hash = HashBytes(counts.data(), counts.size() * sizeof(size_t));
     d.count = kind == Op::kReduceScatter && !counts.empty()
@@ -499,7 +457,8 @@ class InProcessCommunicator final : public Communicator {
   }
 
   absl::Status DoAllToAllV(Op kind, const void* send, absl::Span<const size_t> send_counts,
-                           void* recv, absl::Span<const size_t> recv_counts, DataType dtype) {
+                           void* recv, absl::Span<const size_t> recv_counts,
+                           DataType dtype) override {
     CallDesc d{kind, dtype, ReduceOp::kSum, 0};
     if (kind == Op::kAllToAll && !send_counts.empty()) d.count = send_counts[0];
     SM_COLL_RETURN_IF_ERROR(Start(d));
@@ -544,7 +503,7 @@ class InProcessCommunicator final : public Communicator {
     return End();
   }
 
-  absl::Status DoBroadcast(void* buffer, size_t count, DataType dtype, int root) {
+  absl::Status DoBroadcast(void* buffer, size_t count, DataType dtype, int root) override {
     CallDesc d{Op::kBroadcast, dtype, ReduceOp::kSum, count, root};
     SM_COLL_RETURN_IF_ERROR(Start(d));
     if (root < 0 || root >= size()) {
@@ -560,7 +519,7 @@ class InProcessCommunicator final : public Communicator {
   }
 
   absl::Status DoPpermute(const void* send, void* recv, size_t count, DataType dtype,
-                          absl::Span<const std::pair<int, int>> pairs) {
+                          absl::Span<const std::pair<int, int>> pairs) override {
     CallDesc d{Op::kPpermute, dtype, ReduceOp::kSum, count};
     d.shape_hash = HashBytes(pairs.data(), pairs.size() * sizeof(pairs[0]));
     SM_COLL_RETURN_IF_ERROR(Start(d));
@@ -595,6 +554,12 @@ class InProcessCommunicator final : public Communicator {
     return End();
   }
 
+  absl::Status DoSend(const void* buffer, size_t count, DataType dtype, int peer) override {
+    return DoPointToPoint(/*is_send=*/true, const_cast<void*>(buffer), count, dtype, peer);
+  }
+  absl::Status DoRecv(void* buffer, size_t count, DataType dtype, int peer) override {
+    return DoPointToPoint(/*is_send=*/false, buffer, count, dtype, peer);
+  }
   absl::Status DoPointToPoint(bool is_send, void* buffer, size_t count, DataType dtype,
                               int peer_rank) {
     // Point-to-point calls are not group-wide: they get no sequence number, slot or tag.

@@ -21,7 +21,8 @@ tests=$(bazel query --noshow_progress \
 tests="$tests
 //collectives:in_process_gpu_test
 //collectives:nccl_communicator_test
-//collectives:nccl_multiprocess_test"
+//collectives:nccl_multiprocess_test
+//collectives/conformance:nccl_conformance_test"
 tests="$tests //bench:tp_layers_test"  # TP layers on virtual ranks of GPU 0 (tp-gpu)
 extra="//collectives:launch //collectives:nccl_check //collectives:nccl_failure_check //tests:gpu_nccl_mlp_check //bench:cuda_bench"
 extra="$extra //bench:tp_bench //bench:tp_model_gpu_report"  # TP layers on the GPU (tools/tp_gpu_run.sh)

@@ -28,21 +28,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collectives/communicator.h"
+#include "collectives/internal/collective_op.h"
 #include "collectives/internal/status_macros.h"
 
 namespace shardmap::collectives::internal {
-
-enum class Op : uint8_t {
-  kAllReduce, kAllGather, kReduceScatter, kAllToAll, kAllGatherV, kReduceScatterV, kAllToAllV,
-  kBroadcast, kPpermute, kBarrier, kSplit,
-};
-
-const char* OpName(Op op);
-
-inline bool HasDtype(Op op) { return op != Op::kBarrier && op != Op::kSplit; }
-inline bool HasReduce(Op op) {
-  return op == Op::kAllReduce || op == Op::kReduceScatter || op == Op::kReduceScatterV;
-}
 
 constexpr int kMaxFrames = 32;
 

@@ -41,8 +41,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "collectives/gloo_communicator.h"
-#include "collectives/nccl_communicator.h"
+#include "collectives/backend_registry.h"
 #include "models/train/checkpoint_rotation.h"
 #include "models/gpt.h"
 #include "models/gpt/gpt_generate.h"
@@ -64,10 +63,10 @@ ABSL_FLAG(std::string, stage_layers, "", "layers per pipeline stage, e.g. 2,1,1 
 ABSL_FLAG(bool, sp, false, "sequence parallelism (needs a tp axis)");
 ABSL_FLAG(std::string, devices, "", "cpu:N simulated ranks (default: the mesh size)");
 ABSL_FLAG(std::string, backend, "inprocess",
-          "inprocess (every rank a thread of this process), gloo (one process per rank over "
-          "Gloo/TCP) or nccl (one process per GPU, with --device=cuda); gloo and nccl are "
-          "started by collectives/launch --nproc_per_node=<mesh size>, torchrun or srun; rank 0 "
-          "prints");
+          absl::StrCat("a registered backend (collectives/backend_registry.h): ",
+                       shardmap::collectives::BackendFlagHelp(),
+                       "; process-per-rank backends take --nproc_per_node=<mesh size>; rank 0 "
+                       "prints"));
 ABSL_FLAG(std::string, device, "cpu",
           "cpu or cuda. cuda in-process: one rank per GPU when this process sees at least as "
           "many GPUs as the mesh has ranks, else every rank a virtual rank on GPU 0 (a stream "
@@ -326,49 +325,14 @@ int Main() {
           " ranks; make them equal (or leave --devices out)")));
     }
   }
-  // --backend=gloo: this process is one rank of the launcher's world.
-  std::unique_ptr<collectives::Communicator> world;
+  // --backend: this process's rank of the launcher's world (process-per-rank backends), or
+  // null (in-process: the ranks are threads of this process).
   const std::string backend = absl::GetFlag(FLAGS_backend);
-  if (backend == "gloo") {
-    absl::StatusOr<std::unique_ptr<collectives::Communicator>> c =
-        collectives::CreateGlooCommunicatorFromEnv({});
-    if (!c.ok()) {
-      return Fail(absl::Status(c.status().code(),
-                               absl::StrCat("--backend=gloo: ", c.status().message(),
-                                            " (start it with collectives/launch "
-                                            "--nproc_per_node=", mesh->size(), " -- train_gpt ...)")));
-    }
-    world = *std::move(c);
-    if (world->size() != mesh->size()) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--backend=gloo: the world has ", world->size(), " processes but the mesh ",
-          mesh->ShortString(), " has ", mesh->size(), " ranks; launch ", mesh->size(),
-          " processes")));
-    }
-  } else if (backend == "nccl") {
-    if (absl::GetFlag(FLAGS_device) != "cuda") {
-      return Fail(absl::InvalidArgumentError(
-          "--backend=nccl runs each process on a GPU: add --device=cuda"));
-    }
-    absl::StatusOr<std::unique_ptr<collectives::Communicator>> c =
-        collectives::CreateNcclCommunicatorFromEnv({});
-    if (!c.ok()) {
-      return Fail(absl::Status(c.status().code(),
-                               absl::StrCat("--backend=nccl: ", c.status().message(),
-                                            " (start it with collectives/launch "
-                                            "--nproc_per_node=", mesh->size(), " -- train_gpt ...)")));
-    }
-    world = *std::move(c);
-    if (world->size() != mesh->size()) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--backend=nccl: the world has ", world->size(), " processes but the mesh ",
-          mesh->ShortString(), " has ", mesh->size(), " ranks; launch ", mesh->size(),
-          " processes")));
-    }
-  } else if (backend != "inprocess") {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--backend ", backend, ": use inprocess, gloo or nccl")));
-  }
+  absl::StatusOr<std::unique_ptr<collectives::Communicator>> connected =
+      collectives::ConnectTrainingWorld(backend, mesh->size(),
+                                        absl::GetFlag(FLAGS_device) == "cuda");
+  if (!connected.ok()) return Fail(connected.status());
+  std::unique_ptr<collectives::Communicator> world = *std::move(connected);
   // --device: where the in-process ranks run.
   DevicePlacement placement;
   const std::string device = absl::GetFlag(FLAGS_device);
@@ -379,10 +343,6 @@ int Main() {
   if (gpu_ranks != "auto" && gpu_ranks != "shared" && gpu_ranks != "per_gpu") {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("--gpu_ranks ", gpu_ranks, ": use auto, shared or per_gpu")));
-  }
-  if (device == "cuda" && backend == "gloo") {
-    return Fail(absl::InvalidArgumentError(
-        "--backend=gloo runs on CPU memory: use --backend=nccl with --device=cuda"));
   }
   if (device == "cuda" && world == nullptr) {
     if (!cuda::Available()) {

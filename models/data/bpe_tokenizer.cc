@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -215,11 +214,11 @@ absl::Status BpeTokenizer::ReadMerges(absl::string_view merges, const std::strin
                  "\" makes a token that is not in the vocabulary; are the vocabulary and the "
                  "merges from the same tokenizer?");
     }
-    const uint64_t key = PairKey(side[0], side[1]);
+    const uint64_t key = BpeMergeKey(side[0], side[1]);
     if (auto [it, fresh] = line_of.emplace(key, line); !fresh) {
       return bad("repeats the merge of line ", it->second);
     }
-    merges_[key] = Merge{rank++, merged->second};
+    merges_[key] = BpeMerge{rank++, merged->second};
   }
   return absl::OkStatus();
 }
@@ -233,28 +232,7 @@ std::optional<int32_t> BpeTokenizer::TokenId(absl::string_view bytes) const {
 void BpeTokenizer::EncodePiece(absl::string_view piece, std::vector<int32_t>* out) const {
   std::vector<int32_t> w(piece.size());
   for (size_t i = 0; i < piece.size(); ++i) w[i] = byte_ids_[static_cast<uint8_t>(piece[i])];
-  while (w.size() > 1) {
-    int32_t best = INT32_MAX, left = -1, right = -1, merged = -1;
-    for (size_t i = 0; i + 1 < w.size(); ++i) {
-      auto it = merges_.find(PairKey(w[i], w[i + 1]));
-      if (it != merges_.end() && it->second.rank < best) {
-        best = it->second.rank;
-        left = w[i], right = w[i + 1], merged = it->second.merged;
-      }
-    }
-    if (merged < 0) break;
-    // Every occurrence, left to right (GPT-2's encoder.py).
-    size_t o = 0;
-    for (size_t i = 0; i < w.size(); ++o) {
-      if (i + 1 < w.size() && w[i] == left && w[i + 1] == right) {
-        w[o] = merged;
-        i += 2;
-      } else {
-        w[o] = w[i++];
-      }
-    }
-    w.resize(o);
-  }
+  MergeWord(merges_, &w);
   out->insert(out->end(), w.begin(), w.end());
 }
 

@@ -11,8 +11,9 @@
 // Encode: the text is cut into pieces by GPT-2's pre-tokenisation pattern (pretokenize.h), each
 // piece's UTF-8 bytes become byte tokens, and the merges apply in rank order (the lowest-ranked
 // pair present merges everywhere in the piece, left to right, until none applies), as in GPT-2's
-// encoder.py. Any bytes encode (invalid UTF-8 too); Decode(Encode(s)) == s. Results of repeated
-// pieces are cached (bounded); Encode and Decode may be called from several threads.
+// encoder.py (bpe_merge.h; long pieces in O(n log n)). Any bytes encode (invalid UTF-8 too);
+// Decode(Encode(s)) == s. Results of repeated pieces are cached (bounded); Encode and Decode may
+// be called from several threads (Encode calls take turns on the cache).
 // Errors name the file, the line (merges) or token (vocabulary), what is wrong and what was
 // expected: a missing file, JSON that is not an object of token -> id, a token with a character
 // outside GPT-2's byte alphabet, a duplicate id, a byte with no token, a merge line that is not
@@ -30,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "models/data/bpe_merge.h"
 
 namespace shardmap {
 
@@ -64,15 +66,9 @@ class BpeTokenizer {
   std::optional<int32_t> TokenId(absl::string_view bytes) const;
 
  private:
-  struct Merge {
-    int32_t rank, merged;
-  };
   struct Cache;
   BpeTokenizer();
   absl::Status ReadMerges(absl::string_view merges, const std::string& name);
-  static uint64_t PairKey(int32_t a, int32_t b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-  }
   // BPE of one piece: appends its ids.
   void EncodePiece(absl::string_view piece, std::vector<int32_t>* out) const;
   template <typename Id>
@@ -83,7 +79,7 @@ class BpeTokenizer {
   int64_t num_tokens_ = 0;
   absl::flat_hash_map<std::string, int32_t> ids_;  // token bytes -> id
   int32_t byte_ids_[256] = {};
-  absl::flat_hash_map<uint64_t, Merge> merges_;    // (left id, right id) -> rank, result
+  BpeMergeTable merges_;  // (left id, right id) -> rank, result
   std::unique_ptr<Cache> cache_;
 };
 

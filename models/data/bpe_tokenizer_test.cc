@@ -95,6 +95,13 @@ TEST(BpeTokenizerTest, AnyBytesRoundTrip) {
   EXPECT_EQ(*back, all);
   const std::string spaces(1000, ' ');  // longer than the cached pieces
   EXPECT_EQ(*t.Decode(t.Encode(spaces + "x")), spaces + "x");
+  // A megabyte without a space (one piece, merged by the heap) and the same as many words.
+  std::string blob, words;
+  for (int i = 0; i < (1 << 20) / 16; ++i) blob += "thethetimesofthe", words += " the times of";
+  const std::vector<int32_t> blob_ids = t.Encode(blob);
+  EXPECT_LT(blob_ids.size(), blob.size() * 3 / 4);  // merges fire inside it
+  EXPECT_EQ(*t.Decode(blob_ids), blob);
+  EXPECT_EQ(t.Encode(words).size(), size_t{3} * (1 << 20) / 16);  // " the", " times", " of"
   // int64 ids (the trainer's) decode the same.
   const std::vector<int64_t> wide(ids.begin(), ids.end());
   EXPECT_EQ(*t.Decode(wide), all);

@@ -73,6 +73,15 @@ absl::StatusOr<DistributedEnv> ParseDistributedEnv(
     if (!port.ok()) return port.status();
     env.master_port = *port;
   }
+  if (const char* all = getenv(kAllowAllInterfacesEnvVar); all != nullptr && all[0] != '\0') {
+    const std::string v = all;
+    if (v != "0" && v != "1") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kAllowAllInterfacesEnvVar, "='", v, "': expected 1 (rank 0's store may listen on every "
+          "interface when MASTER_ADDR is a wildcard) or 0"));
+    }
+    env.allow_all_interfaces = v == "1";
+  }
   const char* token = getenv(kStoreTokenEnvVar);
   if (token != nullptr) env.store_token = token;
   if (env.world_size > 1 || !env.store_token.empty()) {

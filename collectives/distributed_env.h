@@ -4,7 +4,8 @@
 //   absl::StatusOr<DistributedEnv> env = DistributedEnvFromEnvironment();
 //   // torchrun: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
 //   // Slurm:    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, plus MASTER_ADDR, MASTER_PORT
-//   // both:     SHARDMAP_STORE_TOKEN (the rendezvous store's secret, see tcp_store.h)
+//   // both:     SHARDMAP_STORE_TOKEN (the rendezvous store's secret, see tcp_store.h), and
+//   //           SHARDMAP_STORE_ALLOW_ALL_INTERFACES=1 only to let a wildcard MASTER_ADDR bind
 //   TcpStore::Create(env->store_options());
 //
 // torchrun's variables win when both sets are present. Missing or malformed variables give an
@@ -32,6 +33,8 @@ struct DistributedEnv {
   std::string source;  // "torchrun" or "slurm"
   // SHARDMAP_STORE_TOKEN; required when world_size > 1 (may be empty for one process).
   std::string store_token;
+  // SHARDMAP_STORE_ALLOW_ALL_INTERFACES=1: rank 0 may bind a wildcard MASTER_ADDR (tcp_store.h).
+  bool allow_all_interfaces = false;
 
   TcpStoreOptions store_options(absl::Duration timeout = absl::Seconds(60)) const {
     TcpStoreOptions o;
@@ -41,6 +44,7 @@ struct DistributedEnv {
     o.world_size = world_size;
     o.timeout = timeout;
     o.token = store_token;
+    o.allow_all_interfaces = allow_all_interfaces;
     return o;
   }
 };

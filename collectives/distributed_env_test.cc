@@ -42,6 +42,25 @@ TEST(DistributedEnvTest, Torchrun) {
   EXPECT_EQ(o.token, kToken);
 }
 
+TEST(DistributedEnvTest, AllowAllInterfacesIsOptIn) {
+  std::map<std::string, std::string> vars = {{"RANK", "0"}, {"WORLD_SIZE", "2"},
+                                             {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "0.0.0.0"},
+                                             {"MASTER_PORT", "29500"},
+                                             {"SHARDMAP_STORE_TOKEN", kToken}};
+  auto env = Parse(vars);
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_FALSE(env->store_options().allow_all_interfaces);
+  vars["SHARDMAP_STORE_ALLOW_ALL_INTERFACES"] = "1";
+  env = Parse(vars);
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_TRUE(env->store_options().allow_all_interfaces);
+  vars["SHARDMAP_STORE_ALLOW_ALL_INTERFACES"] = "0";
+  EXPECT_FALSE(Parse(vars)->store_options().allow_all_interfaces);
+  vars["SHARDMAP_STORE_ALLOW_ALL_INTERFACES"] = "yes";
+  EXPECT_THAT(Parse(vars).status().ToString(),
+              HasSubstr("SHARDMAP_STORE_ALLOW_ALL_INTERFACES='yes': expected 1"));
+}
+
 TEST(DistributedEnvTest, Slurm) {
   auto env = Parse({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "2"},
                     {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "1234"},

@@ -91,6 +91,7 @@ struct Child {
 struct Config {
   int nproc = 1, nnodes = 1, node_rank = 0, port = 0;
   std::string addr, token;
+  bool allow_all = false;  // --allow_all_interfaces
   double grace_s = 3;
   std::vector<char*> program;  // null-terminated argv
 };
@@ -114,7 +115,8 @@ bool IsWildcardAddress(const std::string& addr) {
   if (::inet_pton(AF_INET6, a.c_str(), &v6) == 1) {
     return IN6_IS_ADDR_UNSPECIFIED(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr32[3] == 0);
   }
-  return a == "0" || a == "0.0" || a == "0.0.0" || a == "*" || a == "any";
+  return a == "0" || a == "0.0" || a == "0.0.0" || a == "*" || a == "any" ||
+         shardmap::collectives::ResolvesToAllInterfaces(a);  // 0x0, 00, 0.0x0, ...
 }
 
 // Validates the flags; an error message says what is wrong and how to fix it.
@@ -126,6 +128,7 @@ absl::Status ReadConfig(Config& c) {
   c.port = absl::GetFlag(FLAGS_master_port);
   c.grace_s = absl::GetFlag(FLAGS_grace_period_s);
   c.token = absl::GetFlag(FLAGS_token);
+  c.allow_all = absl::GetFlag(FLAGS_allow_all_interfaces);
   if (c.nproc < 1 || c.nproc > 4096) {
     return absl::InvalidArgumentError(
         absl::StrCat("--nproc_per_node must be in [1, 4096], got ", c.nproc));
@@ -317,6 +320,8 @@ std::string DescribeStatus(int status) {
   setenv("MASTER_ADDR", c.addr.c_str(), 1);
   setenv("MASTER_PORT", std::to_string(c.port).c_str(), 1);
   setenv(shardmap::collectives::kStoreTokenEnvVar, c.token.c_str(), 1);
+  // Rank 0's store refuses a wildcard MASTER_ADDR unless told: --allow_all_interfaces tells it.
+  setenv(shardmap::collectives::kAllowAllInterfacesEnvVar, c.allow_all ? "1" : "0", 1);
   ::execvp(c.program[0], c.program.data());
   std::fprintf(stderr, "launch: cannot execute '%s': %s\n", c.program[0], std::strerror(errno));
   _exit(127);

@@ -379,7 +379,7 @@ TEST(LaunchTest, AnEndlessLineIsPrintedInBoundedPieces) {
 }
 
 TEST(LaunchTest, AWildcardMasterAddrNeedsAFlag) {
-  for (const char* addr : {"0.0.0.0", "::", "[::]", "0"}) {
+  for (const char* addr : {"0.0.0.0", "::", "[::]", "0", "0x0", "00", "000.000.000.000", "0.0x0"}) {
     Result r = RunLaunch({absl::StrCat("--master_addr=", addr), "--", "true"});
     EXPECT_EQ(r.exit_code, 2) << addr << ": " << r.output;
     EXPECT_THAT(r.output, HasSubstr("every interface")) << addr;

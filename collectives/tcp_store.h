@@ -11,7 +11,9 @@
 //
 // Security model (the store is a network service):
 // - Rank 0 binds only the address `host` resolves to (MASTER_ADDR): loopback for a one-machine
-//   job, that one interface when the job spans hosts. Never all interfaces.
+//   job, that one interface when the job spans hosts. Never all interfaces: the address it
+//   resolves to is checked before binding, and a wildcard (0.0.0.0, ::, however spelled) is
+//   refused unless options.allow_all_interfaces (SHARDMAP_STORE_ALLOW_ALL_INTERFACES=1).
 // - Every client must present the job's token (SHARDMAP_STORE_TOKEN, a random secret the
 //   launcher generates) in its first request; anything else is refused and disconnected. The
 //   token is compared in constant time but travels in clear text: it keeps out other jobs, other
@@ -57,6 +59,15 @@ absl::StatusOr<std::string> NewStoreToken();
 // OK when `token` is usable: 16 to 256 printable ASCII characters without spaces.
 absl::Status CheckStoreToken(absl::string_view token);
 
+// Set to 1 to let rank 0's store bind a wildcard MASTER_ADDR (every interface); see
+// TcpStoreOptions::allow_all_interfaces. collectives/launch --allow_all_interfaces sets it.
+inline constexpr char kAllowAllInterfacesEnvVar[] = "SHARDMAP_STORE_ALLOW_ALL_INTERFACES";
+
+// Whether `host` resolves to a wildcard address (0.0.0.0 or ::, in any spelling the resolver
+// accepts: 0, 00, 0x0, 0.0x0, 000.000.000.000, [::], ::ffff:0.0.0.0): binding it listens on
+// every interface. A name that does not resolve is not a wildcard.
+bool ResolvesToAllInterfaces(absl::string_view host);
+
 struct TcpStoreOptions {
   std::string host = "127.0.0.1";  // the master's address (MASTER_ADDR); rank 0 binds it
   int port = 0;                    // MASTER_PORT
@@ -66,6 +77,9 @@ struct TcpStoreOptions {
   // The job's shared secret (SHARDMAP_STORE_TOKEN). Required when world_size > 1; a one-rank
   // store with an empty token makes up a random one (only rank 0 itself connects).
   std::string token;
+  // Rank 0 refuses a `host` that resolves to a wildcard address (the store would listen on
+  // every interface: anyone who can reach any of them can try the token) unless this is set.
+  bool allow_all_interfaces = false;
   // Server limits (rank 0 only).
   // Keys + values held at once, each key counted with 128 bytes of overhead (the server's
   // bookkeeping), and the number of keys.

@@ -40,6 +40,18 @@ namespace {
 
 std::string Errno() { return std::strerror(errno); }
 
+// INADDR_ANY, in6addr_any, or ::ffff:0.0.0.0: an address that binds every interface.
+bool IsWildcard(const sockaddr* a) {
+  if (a->sa_family == AF_INET) {
+    return reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr == htonl(INADDR_ANY);
+  }
+  if (a->sa_family == AF_INET6) {
+    const in6_addr& v6 = reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr;
+    return IN6_IS_ADDR_UNSPECIFIED(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr32[3] == 0);
+  }
+  return false;
+}
+
 // Keys may hold any bytes: show them escaped and short in messages.
 std::string Shown(absl::string_view key) {
   std::string s = absl::CHexEscape(key.substr(0, 64));
@@ -72,6 +84,20 @@ struct Conn {
 };
 
 }  // namespace
+
+bool ResolvesToAllInterfaces(absl::string_view host) {
+  std::string h(host);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (h.empty() || ::getaddrinfo(h.c_str(), nullptr, &hints, &res) != 0) return false;
+  bool wildcard = false;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) wildcard |= IsWildcard(a->ai_addr);
+  ::freeaddrinfo(res);
+  return wildcard;
+}
 
 class TcpStore::Server::Loop {
  public:
@@ -441,6 +467,19 @@ absl::StatusOr<std::unique_ptr<TcpStore::Server>> TcpStore::Server::Start(
   if (int gai = ::getaddrinfo(o.host.c_str(), port.c_str(), &hints, &res); gai != 0) {
     return absl::InvalidArgumentError(absl::StrCat("rank 0 cannot resolve MASTER_ADDR '", o.host,
                                                    "': ", gai_strerror(gai)));
+  }
+  // The addresses it would bind, checked after resolution: "0x0", "00" or "0.0x0" are 0.0.0.0.
+  for (addrinfo* a = res; a != nullptr && !o.allow_all_interfaces; a = a->ai_next) {
+    if (!IsWildcard(a->ai_addr)) continue;
+    char shown[NI_MAXHOST] = "?";
+    ::getnameinfo(a->ai_addr, a->ai_addrlen, shown, sizeof(shown), nullptr, 0, NI_NUMERICHOST);
+    ::freeaddrinfo(res);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank 0 refuses MASTER_ADDR '", o.host, "': it is the wildcard address ", shown,
+        ", which would make the rendezvous store listen on every interface of this machine "
+        "(anyone who can reach any of them can try the token); set MASTER_ADDR to rank 0's "
+        "address on the network the ranks share (127.0.0.1 on one machine), or, if you mean "
+        "it, set ", kAllowAllInterfacesEnvVar, "=1 (collectives/launch: --allow_all_interfaces)"));
   }
   int fd = -1;
   std::string error;

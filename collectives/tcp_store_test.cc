@@ -233,6 +233,38 @@ TEST(TcpStoreTest, BindsOnlyTheMasterAddress) {
   EXPECT_THAT(std::string(foreign.status().message()), HasSubstr("rank 0 could not listen"));
 }
 
+// Every spelling of 0.0.0.0 or :: is checked after resolution, inside the server: rank 0 never
+// listens on every interface unless allow_all_interfaces says so (torchrun-style ranks with
+// MASTER_ADDR=0.0.0.0 go through no launcher check).
+TEST(TcpStoreTest, AWildcardAddressIsRefusedInEverySpelling) {
+  for (const char* host : {"0.0.0.0", "0", "00", "0x0", "000.000.000.000", "0.0x0", "0.0.0",
+                           "::", "0:0::0", "::ffff:0.0.0.0"}) {
+    EXPECT_TRUE(ResolvesToAllInterfaces(host)) << host;
+    TcpStoreOptions o = Opts(FreePort(), 0, 1);
+    o.host = host;
+    auto store = TcpStore::Create(o);
+    ASSERT_FALSE(store.ok()) << host << " was accepted";
+    EXPECT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument) << store.status();
+    EXPECT_THAT(std::string(store.status().message()),
+                HasSubstr(absl::StrCat("rank 0 refuses MASTER_ADDR '", host,
+                                       "': it is the wildcard address")));
+    EXPECT_THAT(std::string(store.status().message()),
+                HasSubstr("SHARDMAP_STORE_ALLOW_ALL_INTERFACES=1"));
+  }
+  EXPECT_TRUE(ResolvesToAllInterfaces("[::]"));
+  for (const char* host : {"127.0.0.1", "localhost", "::1", "127.0.0.2", "0.0.0.1", "", "x.invalid"}) {
+    EXPECT_FALSE(ResolvesToAllInterfaces(host)) << host;
+  }
+  // Told to: the store listens on every interface (loopback included).
+  const int port = FreePort();
+  TcpStoreOptions o = Opts(port, 0, 2);
+  o.host = "0x0";
+  o.allow_all_interfaces = true;
+  auto master = TcpStore::Create(o);
+  ASSERT_TRUE(master.ok()) << master.status();
+  EXPECT_TRUE(RawConnection(port, "127.0.0.2").connected());
+}
+
 TEST(TcpStoreTest, ATimeoutClosesTheConnectionSoNoLaterRequestReadsAStaleReply) {
   const int port = FreePort();
   auto master = TcpStore::Create(Opts(port, 0, 2));

@@ -109,6 +109,14 @@ absl::Status CheckSavePath(const std::string& path) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot save to '", path, "': it is a directory; name a file in it"));
   }
+  // Saving replaces the file: a device, FIFO or socket would become a regular file.
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot save to '", path, "': it exists and is not a regular file (",
+        S_ISCHR(st.st_mode) ? "a character device" : S_ISBLK(st.st_mode) ? "a block device"
+        : S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" : "a special file",
+        "), which saving would replace; name a new or regular file"));
+  }
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {

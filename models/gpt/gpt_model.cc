@@ -73,6 +73,7 @@ int AxisSize(const Mesh& mesh, const std::string& name) {
 // order, each a batch axis; an ep axis without experts is an error.
 absl::Status ResolveExperts(const Mesh& mesh, const std::vector<std::string>& batch_axes,
                             MoeConfig* moe) {
+  if (moe->experts < 0) return ValidateMoeConfig(*moe, 1);  // not a dense model: an error
   if (!moe->on()) {
     if (AxisSize(mesh, axis::kEp) > 1) {
       return Invalid(absl::StrCat("mesh ", mesh.ShortString(),

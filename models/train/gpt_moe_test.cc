@@ -128,6 +128,10 @@ TEST(GptMoeTest, ImpossibleLayoutsAreErrorsBeforeTraining) {
   GptConfig dense = MoeGpt();
   dense.moe.experts = 0;
   EXPECT_THAT(error("ep=2", dense), HasSubstr("has an ep axis but the model has no experts"));
+  GptConfig negative = MoeGpt();
+  negative.moe.experts = -1;  // not a dense model: --experts=-1 is a mistake
+  EXPECT_THAT(error("dp=2", negative), HasSubstr("experts = -1; expected >= 0"));
+  EXPECT_THAT(error("ep=2", negative), HasSubstr("experts = -1; expected >= 0"));
   GptConfig odd = MoeGpt();
   odd.moe.experts = 5;
   EXPECT_THAT(error("ep=2", odd), HasSubstr("5 experts are not divisible by the 2"));

@@ -2,6 +2,8 @@
 
 #include <cstring>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -144,6 +146,132 @@ Tensor WinnerMask(Communicator& comm, const Tensor& x_any, const Tensor& y_any, 
   return (x.dtype() == DType::kF64 ? t : Cast(t, x.dtype())).To(x_any.device());
 }
 
+// Keeps x on group index `root` of mask, zeros elsewhere.
+Tensor KeepOnRoot(RankContext& ctx, const Tensor& x, AxisMask mask, int root) {
+  if (ctx.mesh().GroupIndex(ctx.rank(), mask) == root) return x;
+  return Tensor::Zeros(x.shape(), x.dtype(), x.device());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The VJPs, derived from the table. A collective records its parameters (CollectiveArgs); its
+// VJP runs the transpose its row names (CollectiveRule::transpose or transpose_invariant):
+// RunCollective calls that collective with the parameters transposed, then RunLocal does the
+// row's local step. Editing a row's transpose changes the type rule and the backward alike.
+
+// A collective's parameters, normalised (the dims in [0, rank)).
+struct CollectiveArgs {
+  Axes axes;
+  AxisMask mask = 0;
+  SpmdType x_type;                    // the primal's type (the cotangent's dual)
+  int check_dim = -1, result_dim = -1;
+  bool invariant = false;             // To::kI
+  ReduceKind reduce = ReduceKind::kSum;
+  // Uneven variants: the sizes along the check dim and along the result dim (empty: even).
+  std::vector<int64_t> check_sizes, result_sizes;
+  std::vector<std::pair<int, int>> pairs;  // ppermute's (source, destination) pairs
+  int root = 0;                       // broadcast's root
+  int group_size = 1, group_index = 0;
+  int64_t check_len = 0;              // x's size along the check dim (all_gather's local chunk)
+  Value x, y;                         // detached primal and result (all_reduce max/min)
+
+  // The transpose's parameters: the dims and sizes swapped, the pairs inverted.
+  CollectiveArgs Transposed() const {
+    CollectiveArgs t = *this;
+    std::swap(t.check_dim, t.result_dim);
+    std::swap(t.check_sizes, t.result_sizes);
+    for (auto& [s, d] : t.pairs) std::swap(s, d);
+    return t;
+  }
+  const std::vector<int64_t>* sizes() const {
+    return check_sizes.empty() ? nullptr : &check_sizes;
+  }
+};
+
+// Runs collective c on g with a's parameters (invariant: its To::kI form); kCount: g itself.
+Value RunCollective(Collective c, const CollectiveArgs& a, const Value& g, bool invariant) {
+  const To to = invariant ? To::kI : To::kR;
+  switch (c) {
+    case Collective::kAllReduceSum: return all_reduce(g, a.axes, to);
+    case Collective::kAllReduceMeanMaxMin: return all_reduce(g, a.axes, to, a.reduce);
+    case Collective::kAllGather: return GatherImpl(g, a.check_dim, a.axes, to, a.sizes());
+    case Collective::kReduceScatter: return ScatterImpl(g, a.check_dim, a.axes, a.sizes());
+    case Collective::kAllToAll: return all_to_all(g, a.result_dim, a.check_dim, a.axes);
+    case Collective::kAllToAllSizes:
+      return all_to_all(g, a.result_dim, a.check_dim, a.axes, a.result_sizes, a.check_sizes);
+    case Collective::kPpermute: return ppermute(g, a.axes, a.pairs);
+    case Collective::kBroadcast: return broadcast(g, a.axes, a.root);
+    case Collective::kConvertIToR: return convert(g, a.axes, Convert::kIToR);
+    case Collective::kConvertRToP: return convert(g, a.axes, Convert::kRToP);
+    case Collective::kReinterpret: return reinterpret(g, a.axes);
+    case Collective::kVary: return vary(g, a.axes);
+    case Collective::kCount: return g;
+  }
+  OpFail("collective transpose: unknown Collective ", static_cast<int>(c));
+}
+
+// The row's local step on t, the transpose collective's result (a: the forward's parameters).
+Value RunLocal(TransposeLocal step, const CollectiveArgs& a, Value t) {
+  switch (step) {
+    case TransposeLocal::kNone: return t;
+    case TransposeLocal::kKeepOnRoot: {
+      // On the axes where x was R the result is convert(R->P)'s (at the root), where it was V
+      // a V.
+      RankContext& c = RankContext::Get("broadcast backward");
+      const SpmdType type =
+          CollectiveResult(CollectiveRuleFor(Collective::kConvertRToP), t.type,
+                           a.mask & a.x_type.AxesOfKind(AxisKind::kR), -1, false);
+      return Value(KeepOnRoot(c, t.tensor, a.mask, a.root), type);
+    }
+    case TransposeLocal::kLocalChunk: {
+      int64_t start = 0;
+      if (a.check_sizes.empty()) {
+        start = a.group_index * a.check_len;
+      } else {
+        for (int k = 0; k < a.group_index; ++k) start += a.check_sizes[k];
+      }
+      return Value(Slice(t.tensor, a.check_dim, start, a.check_len), t.type);
+    }
+    case TransposeLocal::kSpread: {  // spread (mean) or routed to the extreme
+      Tensor gt = t.tensor;
+      if (a.reduce == ReduceKind::kMean) {
+        gt = MulScalar(gt, 1.0 / a.group_size);
+      } else if (a.reduce != ReduceKind::kSum) {
+        RankContext& c = RankContext::Get("all_reduce backward");
+        gt = Mul(gt, WinnerMask(c.CommFor("all_reduce(max/min) backward", a.mask, a.x.tensor),
+                                a.x.tensor, a.y.tensor, a.mask));
+      }
+      return Value(std::move(gt), t.type);
+    }
+  }
+  OpFail("collective transpose: unknown local step ", static_cast<int>(step));
+}
+
+// Records y = c(x) on the tape with the VJP c's row names: the transpose collective on the
+// cotangent, the local step, stated as x's cotangent (AsCotangent).
+void RecordCollective(const char* name, Collective c, const Value& x, Value& y,
+                      CollectiveArgs a) {
+  a.x_type = x.type;
+  RecordOp(name, {&x}, y, [c, a = std::move(a)](const Value& g, uint32_t, Value* d) {
+    const CollectiveTranspose& tr = TransposeOf(c, a.invariant);
+    Value t = RunCollective(tr.op, a.Transposed(), g, tr.invariant);
+    d[0] = internal::AsCotangent(RunLocal(tr.then, a, std::move(t)), a.x_type);
+  });
+}
+
+// The parameters every collective has.
+CollectiveArgs ArgsOf(const CollectiveCall& c, const Axes& axes) {
+  CollectiveArgs a;
+  a.axes = axes;
+  a.mask = c.mask();
+  a.check_dim = c.check_dim() == internal::kNoDim ? -1 : c.check_dim();
+  a.result_dim = c.result_dim() == internal::kNoDim ? -1 : c.result_dim();
+  if (c.rule().communicates) {
+    a.group_size = c.group_size();
+    a.group_index = c.group_index();
+  }
+  return a;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -152,7 +280,6 @@ Value all_reduce(const Value& x, const Axes& axes, To to, ReduceKind op) {
   const CollectiveCall c(
       op == ReduceKind::kSum ? Collective::kAllReduceSum : Collective::kAllReduceMeanMaxMin, x,
       axes, {.invariant = to == To::kI});
-  const AxisMask mask = c.mask();
   Tensor out;
   if (c.TrivialOnDevice(x.tensor)) {
     out = x.tensor.Clone();
@@ -169,30 +296,12 @@ Value all_reduce(const Value& x, const Axes& axes, To to, ReduceKind op) {
   c.Log(x.tensor);
   Value y(std::move(out), c.type());
   if (NeedsTape(x)) {
-    SpmdType xt = x.type;
-    Value xd = Detached(x), yd = Detached(y);
-    int n = c.group_size();
-    RecordOp("all_reduce", {&x}, y,
-             [axes, to, op, xt, xd, yd, mask, n](const Value& g, uint32_t, Value* d) {
-               // The table's transposes: to R, all_reduce(sum); to I, convert(I->R) for a sum
-               // and nothing for mean/max/min (g is already the total).
-               Value total = to == To::kR         ? all_reduce(g, axes, To::kR)
-                             : op == ReduceKind::kSum ? convert(g, axes, Convert::kIToR)
-                                                      : g;
-               if (op != ReduceKind::kSum) {  // spread (mean) or routed to the extreme (local)
-                 Tensor gt = total.tensor;
-                 if (op == ReduceKind::kMean) {
-                   gt = MulScalar(gt, 1.0 / n);
-                 } else {
-                   RankContext& c = RankContext::Get("all_reduce backward");
-                   gt = Mul(gt, WinnerMask(c.CommFor("all_reduce(max/min) backward", mask,
-                                                     xd.tensor),
-                                           xd.tensor, yd.tensor, mask));
-                 }
-                 total = Value(std::move(gt), total.type);
-               }
-               d[0] = internal::AsCotangent(std::move(total), xt);
-             });
+    CollectiveArgs a = ArgsOf(c, axes);
+    a.invariant = to == To::kI;
+    a.reduce = op;
+    a.x = Detached(x);
+    a.y = Detached(y);
+    RecordCollective("all_reduce", c.rule().op, x, y, std::move(a));
   }
   return y;
 }
@@ -220,26 +329,11 @@ Value GatherImpl(const Value& x, int dim, const Axes& axes, To to,
   c.Log(x.tensor);
   Value y(std::move(out), c.type());
   if (NeedsTape(x)) {
-    SpmdType xt = x.type;
-    int64_t len = x.dim(dim);
-    std::vector<int64_t> sz = sizes ? *sizes : std::vector<int64_t>();
-    int idx = me;
-    RecordOp("all_gather", {&x}, y,
-             [axes, dim, to, xt, len, sz, idx](const Value& g, uint32_t, Value* d) {
-               // The table's transposes: to R, reduce_scatter; to I, this device's chunk.
-               if (to == To::kR) {
-                 d[0] = internal::AsCotangent(ScatterImpl(g, dim, axes, sz.empty() ? nullptr : &sz),
-                                              xt);
-               } else {
-                 int64_t start = 0;
-                 if (sz.empty()) {
-                   start = idx * len;
-                 } else {
-                   for (int k = 0; k < idx; ++k) start += sz[k];
-                 }
-                 d[0] = internal::AsCotangent(Value(Slice(g.tensor, dim, start, len), g.type), xt);
-               }
-             });
+    CollectiveArgs a = ArgsOf(c, axes);
+    a.invariant = to == To::kI;
+    if (sizes != nullptr) a.check_sizes = a.result_sizes = *sizes;
+    a.check_len = x.dim(dim);
+    RecordCollective("all_gather", Collective::kAllGather, x, y, std::move(a));
   }
   return y;
 }
@@ -264,12 +358,9 @@ Value ScatterImpl(const Value& x, int dim, const Axes& axes, const std::vector<i
   c.Log(x.tensor);
   Value y(std::move(out), c.type());
   if (NeedsTape(x)) {
-    std::vector<int64_t> sz = sizes ? *sizes : std::vector<int64_t>();
-    RecordOp("reduce_scatter", {&x}, y, [axes, dim, sz, xt = x.type](const Value& g, uint32_t,
-                                                                      Value* d) {
-      d[0] = internal::AsCotangent(GatherImpl(g, dim, axes, To::kR, sz.empty() ? nullptr : &sz),
-                                   xt);
-    });
+    CollectiveArgs a = ArgsOf(c, axes);
+    if (sizes != nullptr) a.check_sizes = a.result_sizes = *sizes;
+    RecordCollective("reduce_scatter", Collective::kReduceScatter, x, y, std::move(a));
   }
   return y;
 }
@@ -317,10 +408,7 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
   for (int j = 0; j < n; ++j) got.push_back(recv.SliceRows(j, 1).Reshape(cs));
   Value y(Concat(got, concat_dim), c.type());
   if (NeedsTape(x)) {
-    RecordOp("all_to_all", {&x}, y, [split_dim, concat_dim, axes, xt = x.type](
-                                         const Value& g, uint32_t, Value* d) {
-      d[0] = internal::AsCotangent(all_to_all(g, concat_dim, split_dim, axes), xt);
-    });
+    RecordCollective("all_to_all", Collective::kAllToAll, x, y, ArgsOf(c, axes));
   }
   return y;
 }
@@ -374,12 +462,10 @@ Value all_to_all(const Value& x, int split_dim, int concat_dim, const Axes& axes
   }
   Value y(Concat(got, concat_dim), c.type());
   if (NeedsTape(x)) {
-    RecordOp("all_to_all", {&x}, y,
-             [split_dim, concat_dim, axes, split_sizes, concat_sizes, xt = x.type](
-                 const Value& g, uint32_t, Value* d) {
-               d[0] = internal::AsCotangent(
-                   all_to_all(g, concat_dim, split_dim, axes, concat_sizes, split_sizes), xt);
-             });
+    CollectiveArgs a = ArgsOf(c, axes);
+    a.check_sizes = concat_sizes;
+    a.result_sizes = split_sizes;
+    RecordCollective("all_to_all", Collective::kAllToAllSizes, x, y, std::move(a));
   }
   return y;
 }
@@ -401,29 +487,15 @@ Value ppermute(const Value& x, const Axes& axes, std::vector<std::pair<int, int>
   c.Log(x.tensor);
   Value y(std::move(out), c.type());
   if (NeedsTape(x)) {
-    std::vector<std::pair<int, int>> inv;
-    for (auto [s, d] : pairs) inv.push_back({d, s});
-    SpmdType xt = x.type;
-    RecordOp("ppermute", {&x}, y, [axes, inv, xt](const Value& g, uint32_t, Value* d) {
-      d[0] = internal::AsCotangent(ppermute(g, axes, inv), xt);
-    });
+    CollectiveArgs a = ArgsOf(c, axes);
+    a.pairs = std::move(pairs);
+    RecordCollective("ppermute", Collective::kPpermute, x, y, std::move(a));
   }
   return y;
 }
 
-namespace {
-
-// Keeps x on group index `root` of mask, zeros elsewhere.
-Tensor KeepOnRoot(RankContext& ctx, const Tensor& x, AxisMask mask, int root) {
-  if (ctx.mesh().GroupIndex(ctx.rank(), mask) == root) return x;
-  return Tensor::Zeros(x.shape(), x.dtype(), x.device());
-}
-
-}  // namespace
-
 Value broadcast(const Value& x, const Axes& axes, int root) {
   const CollectiveCall c(Collective::kBroadcast, x, axes);
-  const AxisMask mask = c.mask();
   if (root < 0 || root >= c.group_size()) {
     OpFail("broadcast: root ", root, " out of range for ", c.group_size(), " devices");
   }
@@ -433,17 +505,9 @@ Value broadcast(const Value& x, const Axes& axes, int root) {
   c.Log(x.tensor);
   Value y(std::move(out), c.type());
   if (NeedsTape(x)) {
-    SpmdType xt = x.type;
-    RecordOp("broadcast", {&x}, y, [axes, mask, root, xt](const Value& g, uint32_t, Value* d) {
-      // The table's transpose: all_reduce(sum), then kept on the root only: on the axes where
-      // x was R that is convert(R->P)'s result (at the root), where it was V a V.
-      Value total = all_reduce(g, axes, To::kR);
-      RankContext& c = RankContext::Get("broadcast backward");
-      const SpmdType t =
-          CollectiveResult(CollectiveRuleFor(Collective::kConvertRToP), total.type,
-                           mask & xt.AxesOfKind(AxisKind::kR), -1, false);
-      d[0] = internal::AsCotangent(Value(KeepOnRoot(c, total.tensor, mask, root), t), xt);
-    });
+    CollectiveArgs a = ArgsOf(c, axes);
+    a.root = root;
+    RecordCollective("broadcast", Collective::kBroadcast, x, y, std::move(a));
   }
   return y;
 }
@@ -455,13 +519,7 @@ Value convert(const Value& x, const Axes& axes, Convert c) {
   Tensor out =
       c == Convert::kIToR ? x.tensor : KeepOnRoot(call.ctx(), x.tensor, call.mask(), 0);
   Value y(std::move(out), call.type());
-  if (NeedsTape(x)) {
-    RecordOp(name, {&x}, y, [axes, c, xt = x.type](const Value& g, uint32_t, Value* d) {
-      d[0] = internal::AsCotangent(
-          c == Convert::kIToR ? all_reduce(g, axes, To::kI) : convert(g, axes, Convert::kRToP),
-          xt);
-    });
-  }
+  if (NeedsTape(x)) RecordCollective(name, call.rule().op, x, y, ArgsOf(call, axes));
   return y;
 }
 
@@ -469,10 +527,7 @@ Value reinterpret(const Value& x, const Axes& axes) {
   const CollectiveCall c(Collective::kReinterpret, x, axes);
   Value y(x.tensor, c.type());
   if (NeedsTape(x)) {
-    // The table's transpose: none (local); the R cotangent of the P result is a V one.
-    RecordOp("reinterpret", {&x}, y, [xt = x.type](const Value& g, uint32_t, Value* d) {
-      d[0] = internal::AsCotangent(g, xt);
-    });
+    RecordCollective("reinterpret", Collective::kReinterpret, x, y, ArgsOf(c, axes));
   }
   return y;
 }
@@ -480,12 +535,7 @@ Value reinterpret(const Value& x, const Axes& axes) {
 Value vary(const Value& x, const Axes& axes) {
   const CollectiveCall c(Collective::kVary, x, axes);
   Value y(x.tensor, c.type());
-  if (NeedsTape(x)) {
-    // The table's transpose: none (local); the V cotangent of an R primal is P.
-    RecordOp("vary", {&x}, y, [xt = x.type](const Value& g, uint32_t, Value* d) {
-      d[0] = internal::AsCotangent(g, xt);
-    });
-  }
+  if (NeedsTape(x)) RecordCollective("vary", Collective::kVary, x, y, ArgsOf(c, axes));
   return y;
 }
 

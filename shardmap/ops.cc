@@ -15,28 +15,9 @@
 
 namespace shardmap {
 
-namespace internal {
 
-void UndefinedOperandFail(const char* op, const char* operand) {
-  OpFail(op, ": ", operand != nullptr ? absl::StrCat("operand '", operand, "'") : "an operand",
-         " is an undefined Value (default-constructed, or moved from), but the op needs it; "
-         "pass a computed Value (only optional operands, such as layer_norm's gamma and beta, "
-         "may be left undefined)");
-}
-
-void ForeignMeshFail(const char* op, const Value& v) {
-  const Mesh& mesh = RankContext::Get(op).mesh();
-  OpFail(op, ": an operand of type ", v.tensor.ShapeString(), v.type.ToString({}),
-         " belongs to another mesh (",
-         v.type.mesh_id() != 0 ? "its mesh id differs" : "its number of axes differs",
-         ") than the running program's ", mesh.ShortString(),
-         ", so its per-axis types would be read against the wrong axes. A Value lives inside the "
-         "shard_map or RunSpmd that made it: pass the tensor (v.tensor) as an input of this "
-         "shard_map instead, with a spec for this mesh");
-}
-
-}  // namespace internal
-
+using internal::BinaryType;
+using internal::Checked;
 using internal::NeedsTape;
 using internal::RecordOp;
 using internal::TypeFail;
@@ -87,33 +68,10 @@ Value Value::mean(const std::vector<int>& dims, bool keepdim) const {
 
 namespace {
 
-bool Checked() { return RankContext::Get("typed op").checked(); }
-
 // Both operands defined and of the running mesh: before any kernel touches them.
 void CheckBinaryOperands(const char* op, const Value& a, const Value& b) {
   internal::CheckMesh(op, a, "a");
   internal::CheckMesh(op, b, "b");
-}
-
-// Elementwise binary rule (operands already checked by CheckBinaryOperands).
-// multilinear=false: linear (add/sub). divide: b is nonlinear.
-SpmdType BinaryType(const char* op, const Value& a, const Value& b, const Shape& out,
-                    bool multilinear, bool divide) {
-  if (!Checked()) return internal::ErasedJoin(a.type, b.type);
-  std::optional<Rejection> no;
-  SpmdType t = ElementwiseRule(op, a.type, a.shape(), b.type, b.shape(), out, multilinear,
-                               divide, no);
-  if (no) TypeFail(op, no->axis, no->rule, no->fix, {{"a", &a}, {"b", &b}});
-  return t;
-}
-
-SpmdType NonlinearType(const char* op, const Value& x) {
-  internal::CheckMesh(op, x);
-  if (!Checked()) return x.type;
-  std::optional<Rejection> no;
-  NonlinearRule(op, x.type, RankContext::Get(op).mesh().axis_names(), no);
-  if (no) TypeFail(op, no->axis, no->rule, no->fix, {{"x", &x}});
-  return x.type;
 }
 
 // The primal value without its tape slot, for capture in VJPs (no cycles, no re-recording).
@@ -138,22 +96,6 @@ Value BinaryGradTo(const Value& g, const Value& primal) {
 
 }  // namespace
 
-namespace internal {
-
-SpmdType ElementwiseType(const char* op, const Value& a, const Value& b, const Shape& out,
-                         bool multilinear) {
-  CheckBinaryOperands(op, a, b);
-  return BinaryType(op, a, b, out, multilinear, false);
-}
-SpmdType NonlinearTypeOf(const char* op, const Value& x) { return NonlinearType(op, x); }
-void CheckDimNotSharded(const char* op, const Value& x, int dim, const char* fix) {
-  if (!Checked()) return;
-  std::optional<Rejection> no =
-      shardmap::CheckDimNotSharded(x.type, dim < 0 ? dim + x.rank() : dim, fix);
-  if (no) TypeFail(op, no->axis, no->rule, no->fix, {{"x", &x}});
-}
-
-}  // namespace internal
 
 // ---------------------------------------------------------------------------------------------
 // Elementwise.
@@ -295,7 +237,7 @@ enum class Saves { kInput, kOutput };
 // The kernel runs after the type check (never on an undefined or foreign operand).
 template <typename Kernel, typename Vjp>
 Value UnaryNonlinear(const char* op, const Value& x, Kernel kernel, Saves saves, Vjp vjp) {
-  const SpmdType t = NonlinearType(op, x);
+  const SpmdType t = internal::NonlinearTypeOf(op, x);
   Value out(kernel(x.tensor), t);
   if (NeedsTape(x)) {
     Value saved = Detached(saves == Saves::kOutput ? out : x);

@@ -11,8 +11,9 @@
 //   // no->fix = "if each device's value is one addend of the sum you want ..."
 //   SpmdType y = CollectiveResult(r, x.type, mask, /*dim=*/-1, /*invariant=*/false);  // P -> R
 //
-// Each row also names its transpose (CollectiveTranspose), and CotangentType states a
-// cotangent's type from the one its VJP's typed ops derived.
+// Each row also names its transpose (CollectiveTranspose): the type rule of the cotangent and,
+// in collective_ops.cc, the VJP are both derived from it. CotangentType states a cotangent's
+// type from the one its VJP's typed ops derived.
 #ifndef SHARDMAP_SHARDMAP_TYPE_RULES_COLLECTIVE_H_
 #define SHARDMAP_SHARDMAP_TYPE_RULES_COLLECTIVE_H_
 
@@ -55,24 +56,40 @@ enum class CollectiveResultKind : uint8_t {
   kKeepV,      // vary: R becomes V, V (and S(d)) stays
 };
 
+// What a VJP does on each device after its transpose collective (or, for a local transpose,
+// instead of one). The forward's own parameters (root, the reduce kind, its group index) say how.
+enum class TransposeLocal : uint8_t {
+  kNone,
+  kKeepOnRoot,  // kept on the forward's root only, zeros elsewhere (broadcast): P on R primals
+  kLocalChunk,  // this device's chunk of the gathered dim (all_gather to I)
+  kSpread,      // as the forward reduced: mean scales by 1/n, max/min routes the cotangent to
+                // the device that held the extreme (lowest index on ties)
+};
+
 // A collective's transpose (its VJP), as JAX's transposes are themselves typed primitives: the
-// collective the VJP applies to the cotangent, whose own rule then gives the cotangent's type.
+// collective the VJP applies to the cotangent, whose own rule then gives the cotangent's type,
+// then the local step. This is the one place a transpose is written: the VJP that
+// collective_ops.cc records runs exactly this (RunTranspose there), with the forward's
+// parameters transposed (dims and sizes swapped, ppermute's pairs inverted).
 struct CollectiveTranspose {
-  Collective op;    // Collective::kCount: a local op (no collective; the cotangent keeps its type)
-  bool invariant;   // op is asked for an I result (To::kI)
-  bool keeps_root;  // then the cotangent stays on the root only (broadcast): P on R primals
+  Collective op = Collective::kCount;  // kCount: a local op (no collective)
+  bool invariant = false;              // op is asked for an I result (To::kI)
+  TransposeLocal then = TransposeLocal::kNone;
 };
 
 // Texts may use $0 (the op's dim) and $1 (the dim x is sharded along on the axis, else $0).
+// The table (type_rules_collective.cc) has one row per Collective, each naming its own enum
+// value (checked at compile time), written with designated initializers.
 struct CollectiveRule {
+  Collective op;      // the row's key
   const char* name;   // as messages print it: "all_reduce(sum)"
   const char* takes;  // "takes a partial sum (P)"; the message adds ", but x is V"
   // By AxisKind (R, I, V, P): nullptr when accepted, else the fix for that kind.
   std::array<const char*, 4> fix;
   // When an accepted S(d) shards another dim than the op's: the rule and fix, or nullptr when
   // any V is accepted.
-  const char* wrong_dim_rule;
-  const char* wrong_dim_fix;
+  const char* wrong_dim_rule = nullptr;
+  const char* wrong_dim_fix = nullptr;
   CollectiveResultKind result;
   const char* api;    // the function's name, as logs and agreement tags print it: "all_reduce"
   bool communicates;  // moves data between devices (the casts convert/reinterpret/vary do not)
@@ -80,10 +97,12 @@ struct CollectiveRule {
   // (To::kI). The transpose's dims are the op's swapped (the forward's result dim is checked,
   // its checked dim is the result: all_to_all(split, concat) transposes to (concat, split)).
   CollectiveTranspose transpose;
-  CollectiveTranspose transpose_invariant;
+  CollectiveTranspose transpose_invariant = {};
 };
 
 const CollectiveRule& CollectiveRuleFor(Collective c);
+// c's transpose (invariant: of its To::kI form).
+const CollectiveTranspose& TransposeOf(Collective c, bool invariant);
 
 // The first axis of mask whose type r rejects (dim: the op's dim, -1 when it has none), or
 // nullopt. Strings are built only on rejection.
@@ -109,7 +128,7 @@ SpmdType CotangentType(const SpmdType& derived, const SpmdType& primal);
 
 // The type the table gives x's cotangent through collective c over mask (the forward's dims as
 // in CheckCollective / CollectiveResult; invariant: To::kI): the dual of c's result, through
-// c's transpose's rule (and keeps_root), stated by CotangentType. For every x the rule accepts
+// c's transpose's rule (and its local step), stated by CotangentType. For every x the rule accepts
 // this equals Dual(x) (type_rules_test checks each row).
 SpmdType CollectiveCotangentType(Collective c, const SpmdType& x, AxisMask mask, int check_dim,
                                  int result_dim, bool invariant);

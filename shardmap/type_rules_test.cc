@@ -214,7 +214,9 @@ TEST(CollectiveTransposes, TableColumn) {
   EXPECT_EQ(op(Collective::kAllToAll), "all_to_all");
   EXPECT_EQ(op(Collective::kPpermute), "ppermute");
   EXPECT_EQ(op(Collective::kBroadcast), "all_reduce(sum)");
-  EXPECT_TRUE(CollectiveRuleFor(Collective::kBroadcast).transpose.keeps_root);
+  EXPECT_EQ(CollectiveRuleFor(Collective::kBroadcast).transpose.then, TransposeLocal::kKeepOnRoot);
+  EXPECT_EQ(TransposeOf(Collective::kAllGather, true).then, TransposeLocal::kLocalChunk);
+  EXPECT_EQ(TransposeOf(Collective::kAllReduceMeanMaxMin, false).then, TransposeLocal::kSpread);
   EXPECT_EQ(op(Collective::kConvertIToR), "all_reduce(sum)");
   EXPECT_TRUE(CollectiveRuleFor(Collective::kConvertIToR).transpose.invariant);
   EXPECT_EQ(op(Collective::kConvertRToP), "convert(R->P)");

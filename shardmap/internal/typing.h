@@ -65,9 +65,16 @@ void RecordOp(const char* op, std::initializer_list<const Value*> inputs, Value&
 using ::shardmap::ErasedJoin;   // type_rules.h
 using ::shardmap::ErasedUnary;
 
-// Rules shared with the nn ops (defined in ops.cc).
+// The running context type-checks (RankContext::checked()).
+bool Checked();
+// The elementwise binary rule of a and b (already checked by CheckMesh): unchecked, the erased
+// join. multilinear=false: linear (add/sub). divide: b is nonlinear. Throws its rejection.
+SpmdType BinaryType(const char* op, const Value& a, const Value& b, const Shape& out,
+                    bool multilinear, bool divide);
+// CheckMesh of a and b, then BinaryType (not dividing).
 SpmdType ElementwiseType(const char* op, const Value& a, const Value& b, const Shape& out,
                          bool multilinear);
+// CheckMesh of x, then the rule of a unary nonlinear op (x's type, or its rejection).
 SpmdType NonlinearTypeOf(const char* op, const Value& x);
 // g as the cotangent of a primal of type `primal`: its type as CotangentType (type_rules.h)
 // states it from the type the VJP's typed ops derived. Every VJP ends with it, so a cotangent's

@@ -44,6 +44,7 @@
 #include "collectives/backend_registry.h"
 #include "models/train/checkpoint_rotation.h"
 #include "models/gpt.h"
+#include "models/gpt/gpt_flags.h"
 #include "models/gpt/gpt_generate.h"
 #include "models/planner/plan_cli.h"
 #include "models/components/lr_schedule.h"
@@ -79,11 +80,8 @@ ABSL_FLAG(bool, cuda_graph, true,
           "GPU: capture the static step once (after one eager warm-up step) and replay it as a "
           "CUDA graph: one in-process GPU rank, no pipeline/MoE/--trace, f32 master weights "
           "(the summary says \"captured (N replays)\" or why not); false: every step eagerly");
-ABSL_FLAG(int64_t, layers, 2, "transformer blocks");
-ABSL_FLAG(int64_t, d_model, 64, "model width");
-ABSL_FLAG(int64_t, heads, 4, "attention heads");
-ABSL_FLAG(int64_t, vocab, 256, "vocabulary size (256 for --text)");
-ABSL_FLAG(int64_t, seq, 64, "tokens per sequence");
+SHARDMAP_GPT_CONFIG_FLAGS(/*layers=*/2, /*d_model=*/64, /*heads=*/4, /*vocab=*/256, /*seq=*/64,
+                          /*dtype=*/"f32");
 ABSL_FLAG(int64_t, batch, 8, "global batch (sequences per step)");
 ABSL_FLAG(int64_t, steps, 20,
           "the run's total optimizer steps (nanoGPT's max_iters): --resume continues up to it");
@@ -94,9 +92,6 @@ ABSL_FLAG(double, eps, 1e-8, "AdamW eps");
 ABSL_FLAG(double, weight_decay, 0.1, "AdamW decoupled weight decay (parameters with >= 2 dims)");
 ABSL_FLAG(double, clip, 1.0, "global gradient-norm clipping (0: off)");
 ABSL_FLAG(uint64_t, seed, 1, "initialisation seed");
-ABSL_FLAG(std::string, dtype, "f32",
-          "f32, f64, or bf16 (mixed precision: f32 master weights, gradients and AdamW state; "
-          "bf16 activations, matmuls and tensor-parallel collectives; f32 loss)");
 ABSL_FLAG(std::string, data, "", "uint16 token ids (nanoGPT's train.bin layout)");
 ABSL_FLAG(std::string, text, "", "a text file; its bytes are the tokens (vocab 256)");
 ABSL_FLAG(std::string, init, "", "GPT-2 safetensors file to start from");
@@ -108,14 +103,6 @@ ABSL_FLAG(std::string, resume, "",
           "step, model shape: no shape flags needed) up to --steps; 'auto': the newest periodic "
           "checkpoint of --save; not with --init");
 ABSL_FLAG(std::string, trace, "", "write a Chrome trace-event JSON (open it in Perfetto)");
-ABSL_FLAG(int64_t, experts, 0, "mixture of experts: experts per MoE MLP (0: dense MLP)");
-ABSL_FLAG(int64_t, topk, 1, "MoE: experts each token is routed to");
-ABSL_FLAG(double, capacity, 1.25,
-          "MoE capacity factor: slots per expert and sequence = ceil(factor * seq * topk / experts)");
-ABSL_FLAG(double, aux_loss_coef, 0.01, "MoE: weight of the Switch load-balancing loss");
-ABSL_FLAG(std::string, expert_axes, "",
-          "MoE: comma-separated batch axes the experts are split over (default: ep when the mesh "
-          "has it), e.g. dp or dp_shard,ep");
 ABSL_FLAG(bool, plan, false,
           "print the parallelism plan for this run's model, batch and rank count (every mesh "
           "ranked, this run's placed; models/planner) before training");
@@ -234,157 +221,112 @@ int Fail(const absl::Status& s) {
   return 2;
 }
 
-int Main() {
-  GptConfig cfg;
-  cfg.layers = absl::GetFlag(FLAGS_layers);
-  cfg.d_model = absl::GetFlag(FLAGS_d_model);
-  cfg.heads = absl::GetFlag(FLAGS_heads);
-  cfg.vocab = absl::GetFlag(FLAGS_vocab);
-  cfg.seq = absl::GetFlag(FLAGS_seq);
-  const std::string dtype = absl::GetFlag(FLAGS_dtype);
-  if (dtype == "f32") {
-    cfg.dtype = DType::kF32;
-  } else if (dtype == "f64") {
-    cfg.dtype = DType::kF64;
-  } else if (dtype == "bf16") {
-    cfg.dtype = DType::kF32;  // master weights
-    cfg.compute = DType::kBF16;
-  } else {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--dtype ", dtype, ": use f32, f64 or bf16 (mixed precision)")));
-  }
-  cfg.moe.experts = absl::GetFlag(FLAGS_experts);
-  cfg.moe.topk = absl::GetFlag(FLAGS_topk);
-  cfg.moe.capacity_factor = absl::GetFlag(FLAGS_capacity);
-  cfg.moe.aux_loss_coef = absl::GetFlag(FLAGS_aux_loss_coef);
-  for (absl::string_view a :
-       absl::StrSplit(absl::GetFlag(FLAGS_expert_axes), ',', absl::SkipWhitespace())) {
-    cfg.moe.expert_axes.emplace_back(a);
-  }
-  // --resume: the model's shape comes from the checkpoint (its gpt.* metadata); shape flags set
-  // to other than their defaults must agree. --resume=auto: the newest periodic checkpoint of --save.
-  std::string resume = absl::GetFlag(FLAGS_resume);
-  if (resume == "auto") {
+// --resume: the model's shape comes from the checkpoint (its gpt.* metadata); shape flags set to
+// other than their defaults must agree. --resume=auto: the newest periodic checkpoint of --save.
+// Sets *resume to the file to resume from ("" for a fresh run).
+absl::Status AdoptCheckpointShape(GptConfig* cfg, std::string* resume) {
+  *resume = absl::GetFlag(FLAGS_resume);
+  if (*resume == "auto") {
     CheckpointRotation rot{absl::GetFlag(FLAGS_save), absl::GetFlag(FLAGS_keep_last)};
     if (absl::GetFlag(FLAGS_save).empty()) {
-      return Fail(absl::InvalidArgumentError("--resume=auto needs --save (the checkpoint prefix)"));
+      return absl::InvalidArgumentError("--resume=auto needs --save (the checkpoint prefix)");
     }
     absl::StatusOr<std::string> latest = rot.Latest();
-    if (!latest.ok()) return Fail(latest.status());
-    resume = *latest;
+    if (!latest.ok()) return latest.status();
+    *resume = *latest;
   }
-  if (!resume.empty()) {
-    if (absl::StatusOr<SafetensorsFile> f = OpenGptCheckpoint(resume); f.ok()) {
-      bool has_config = false;
-      for (const auto& [k, v] : f->metadata()) has_config |= absl::StartsWith(k, "gpt.");
-      if (has_config) {
-        absl::StatusOr<GptConfig> saved = GptConfigFromMetadata(f->metadata());
-        if (!saved.ok()) {
-          return Fail(absl::Status(saved.status().code(), absl::StrCat("--resume '", resume,
-                                                                       "': ", saved.status().message())));
-        }
-        const std::vector<std::pair<const char*, std::pair<int64_t, int64_t>>> shape = {
-            {"layers", {cfg.layers, saved->layers}}, {"d_model", {cfg.d_model, saved->d_model}},
-            {"heads", {cfg.heads, saved->heads}},    {"vocab", {cfg.vocab, saved->vocab}},
-            {"seq", {cfg.seq, saved->seq}},          {"experts", {cfg.moe.experts, saved->moe.experts}}};
-        for (const auto& [flag, values] : shape) {
-          const absl::CommandLineFlag* f = absl::FindCommandLineFlag(flag);
-          if (f != nullptr && f->CurrentValue() != f->DefaultValue() &&
-              values.first != values.second) {
-            return Fail(absl::InvalidArgumentError(absl::StrCat(
-                "--", flag, "=", values.first, " but the checkpoint '", resume, "' has ", flag,
-                " ", values.second, "; --resume takes the model's shape from the file: drop --",
-                flag)));
-          }
-        }
-        const absl::CommandLineFlag* dtype_flag = absl::FindCommandLineFlag("dtype");
-        if (dtype_flag->CurrentValue() != dtype_flag->DefaultValue() &&
-            (saved->dtype != cfg.dtype || saved->compute != cfg.compute)) {
-          return Fail(absl::InvalidArgumentError(absl::StrCat(
-              "--dtype=", dtype, " but the checkpoint '", resume, "' was trained in ",
-              DTypeName(saved->compute_dtype()), "; drop --dtype")));
-        }
-        // The expert axes are a layout choice of this run's mesh, not the model's shape.
-        saved->moe.expert_axes = cfg.moe.expert_axes;
-        cfg = *saved;
-      }
+  if (resume->empty()) return absl::OkStatus();
+  absl::StatusOr<SafetensorsFile> f = OpenGptCheckpoint(*resume);
+  if (!f.ok()) return absl::OkStatus();  // TrainGpt reports the file's problem
+  bool has_config = false;
+  for (const auto& [k, v] : f->metadata()) has_config |= absl::StartsWith(k, "gpt.");
+  if (!has_config) return absl::OkStatus();
+  absl::StatusOr<GptConfig> saved = GptConfigFromMetadata(f->metadata());
+  if (!saved.ok()) {
+    return absl::Status(saved.status().code(), absl::StrCat("--resume '", *resume,
+                                                            "': ", saved.status().message()));
+  }
+  const std::vector<std::pair<const char*, std::pair<int64_t, int64_t>>> shape = {
+      {"layers", {cfg->layers, saved->layers}}, {"d_model", {cfg->d_model, saved->d_model}},
+      {"heads", {cfg->heads, saved->heads}},    {"vocab", {cfg->vocab, saved->vocab}},
+      {"seq", {cfg->seq, saved->seq}},          {"experts", {cfg->moe.experts, saved->moe.experts}}};
+  for (const auto& [flag, values] : shape) {
+    const absl::CommandLineFlag* cl = absl::FindCommandLineFlag(flag);
+    if (cl != nullptr && cl->CurrentValue() != cl->DefaultValue() &&
+        values.first != values.second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, "=", values.first, " but the checkpoint '", *resume, "' has ", flag, " ",
+          values.second, "; --resume takes the model's shape from the file: drop --", flag));
     }
   }
-  absl::StatusOr<Mesh> mesh = ParseMesh(absl::GetFlag(FLAGS_mesh));
-  if (!mesh.ok()) return Fail(mesh.status());
+  const absl::CommandLineFlag* dtype_flag = absl::FindCommandLineFlag("dtype");
+  if (dtype_flag->CurrentValue() != dtype_flag->DefaultValue() &&
+      (saved->dtype != cfg->dtype || saved->compute != cfg->compute)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dtype=", absl::GetFlag(FLAGS_dtype), " but the checkpoint '", *resume,
+        "' was trained in ", DTypeName(saved->compute_dtype()), "; drop --dtype"));
+  }
+  // The expert axes are a layout choice of this run's mesh, not the model's shape.
+  saved->moe.expert_axes = cfg->moe.expert_axes;
+  *cfg = *saved;
+  return absl::OkStatus();
+}
+
+// Where the ranks run: --devices, --backend (this process's rank of the launcher's world, or
+// null: the ranks are threads of this process), --device and --gpu_ranks.
+struct RankWorld {
+  std::unique_ptr<collectives::Communicator> world;
+  DevicePlacement placement;
+  bool print = true;  // rank 0 prints (every process of a gloo run sees the same losses)
+};
+
+absl::StatusOr<RankWorld> ConnectRanks(const Mesh& mesh) {
   const std::string devices = absl::GetFlag(FLAGS_devices);
   if (!devices.empty()) {
     int n = 0;
     if (!absl::StartsWith(devices, "cpu:") || !absl::SimpleAtoi(devices.substr(4), &n)) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--devices ", devices, ": write cpu:N (simulated CPU ranks)")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--devices ", devices, ": write cpu:N (simulated CPU ranks)"));
     }
-    if (n != mesh->size()) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--devices cpu:", n, " but the mesh ", mesh->ShortString(), " has ", mesh->size(),
-          " ranks; make them equal (or leave --devices out)")));
+    if (n != mesh.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--devices cpu:", n, " but the mesh ", mesh.ShortString(), " has ", mesh.size(),
+          " ranks; make them equal (or leave --devices out)"));
     }
   }
-  // --backend: this process's rank of the launcher's world (process-per-rank backends), or
-  // null (in-process: the ranks are threads of this process).
-  const std::string backend = absl::GetFlag(FLAGS_backend);
-  absl::StatusOr<std::unique_ptr<collectives::Communicator>> connected =
-      collectives::ConnectTrainingWorld(backend, mesh->size(),
-                                        absl::GetFlag(FLAGS_device) == "cuda");
-  if (!connected.ok()) return Fail(connected.status());
-  std::unique_ptr<collectives::Communicator> world = *std::move(connected);
-  // --device: where the in-process ranks run.
-  DevicePlacement placement;
+  RankWorld out;
   const std::string device = absl::GetFlag(FLAGS_device);
+  absl::StatusOr<std::unique_ptr<collectives::Communicator>> connected =
+      collectives::ConnectTrainingWorld(absl::GetFlag(FLAGS_backend), mesh.size(),
+                                        device == "cuda");
+  if (!connected.ok()) return connected.status();
+  out.world = *std::move(connected);
   const std::string gpu_ranks = absl::GetFlag(FLAGS_gpu_ranks);
   if (device != "cpu" && device != "cuda") {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("--device ", device, ": use cpu or cuda")));
+    return absl::InvalidArgumentError(absl::StrCat("--device ", device, ": use cpu or cuda"));
   }
   if (gpu_ranks != "auto" && gpu_ranks != "shared" && gpu_ranks != "per_gpu") {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--gpu_ranks ", gpu_ranks, ": use auto, shared or per_gpu")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu_ranks ", gpu_ranks, ": use auto, shared or per_gpu"));
   }
-  if (device == "cuda" && world == nullptr) {
+  if (device == "cuda" && out.world == nullptr) {
     if (!cuda::Available()) {
-      return Fail(absl::FailedPreconditionError(absl::StrCat(
-          "--device=cuda: no usable GPU (", cuda::UnavailableReason(),
-          "); use --device=cpu")));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--device=cuda: no usable GPU (", cuda::UnavailableReason(), "); use --device=cpu"));
     }
     const bool per_gpu = gpu_ranks == "per_gpu" ||
-                         (gpu_ranks == "auto" && cuda::DeviceCount() >= mesh->size());
-    placement = per_gpu ? DevicePlacement::GpuPerRank() : DevicePlacement::SharedGpu(0);
+                         (gpu_ranks == "auto" && cuda::DeviceCount() >= mesh.size());
+    out.placement = per_gpu ? DevicePlacement::GpuPerRank() : DevicePlacement::SharedGpu(0);
   } else if (device == "cpu" && gpu_ranks != "auto") {
-    return Fail(absl::InvalidArgumentError("--gpu_ranks needs --device=cuda"));
+    return absl::InvalidArgumentError("--gpu_ranks needs --device=cuda");
   }
-  // Rank 0 prints (every process of a gloo run sees the same losses).
-  const bool print = world == nullptr || world->rank() == 0;
-  absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, cfg, absl::GetFlag(FLAGS_sp));
-  if (!layout.ok()) return Fail(layout.status());
-  if (absl::GetFlag(FLAGS_plan) && print) {
-    planner::PlanCliOptions plan_cli;
-    plan_cli.profile = absl::GetFlag(FLAGS_plan_profile);
-    if (plan_cli.profile.empty() && device != "cpu") plan_cli.profile = "h100_node";
-    absl::StatusOr<std::string> plan = planner::PlanForTrainRun(
-        *layout, absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_microbatches),
-        absl::GetFlag(FLAGS_schedule), plan_cli);
-    if (!plan.ok()) return Fail(plan.status());
-    std::cout << *plan << std::endl;
-  }
-  TokenDataOptions data_options;
-  data_options.text = absl::GetFlag(FLAGS_text);
-  data_options.data = absl::GetFlag(FLAGS_data);
-  data_options.val_data = absl::GetFlag(FLAGS_val_data);
-  data_options.val_fraction = absl::GetFlag(FLAGS_val_fraction);
-  data_options.vocab = cfg.vocab;
-  data_options.seq = cfg.seq;
-  absl::StatusOr<TokenData> data = LoadTokenData(data_options);
-  if (!data.ok()) return Fail(data.status());
-  const std::vector<int64_t>* tokens = &data->train;
-  if (world != nullptr) {
-    if (absl::Status s = AgreeOnSettings(*world, *tokens); !s.ok()) return Fail(s);
-  }
+  out.print = out.world == nullptr || out.world->rank() == 0;
+  return out;
+}
 
-  TrainOptions o;
+// The optimizer, schedule and pipeline settings of TrainOptions, and the learning-rate
+// schedule (models/components/lr_schedule.h), checked before the first step.
+absl::Status SetOptimization(TrainOptions& o) {
   o.steps = absl::GetFlag(FLAGS_steps);
   o.batch = absl::GetFlag(FLAGS_batch);
   o.adamw.lr = absl::GetFlag(FLAGS_lr);
@@ -393,16 +335,7 @@ int Main() {
   o.adamw.eps = absl::GetFlag(FLAGS_eps);
   o.adamw.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   o.clip = absl::GetFlag(FLAGS_clip);
-  o.init_path = absl::GetFlag(FLAGS_init);
-  o.resume_path = resume;
-  // --save is written here after training (with the model's shape in its metadata);
-  // TrainGpt's own save_path stays empty.
-  const std::string save_path = absl::GetFlag(FLAGS_save);
-  if (!save_path.empty()) {
-    if (absl::Status s = CheckSavePath(save_path); !s.ok()) return Fail(s);
-  }
   o.grad_accum = absl::GetFlag(FLAGS_grad_accum);
-  // The learning-rate schedule (models/components/lr_schedule.h), checked before the first step.
   LrSchedule schedule_lr;
   schedule_lr.kind = absl::GetFlag(FLAGS_lr_schedule);
   schedule_lr.max_lr = absl::GetFlag(FLAGS_lr);
@@ -412,106 +345,155 @@ int Main() {
                                 ? absl::GetFlag(FLAGS_decay_steps)
                                 : absl::GetFlag(FLAGS_steps);
   if (schedule_lr.kind != "constant" || schedule_lr.warmup_steps != 0) {
-    if (absl::Status s = schedule_lr.Validate(); !s.ok()) return Fail(s);
+    if (absl::Status s = schedule_lr.Validate(); !s.ok()) return s;
     o.lr_at = [schedule_lr](int64_t step) { return schedule_lr.At(step); };
   }
-  // Evaluation on the held-out split.
-  o.val_tokens = data->val;
-  o.eval_every = absl::GetFlag(FLAGS_eval_every);
-  o.eval_steps = absl::GetFlag(FLAGS_eval_steps);
-  if (o.eval_every > 0 && data->val.empty()) {
-    return Fail(absl::InvalidArgumentError(
-        "--eval_every needs validation data: add --val_fraction=0.1 or --val_data=FILE"));
-  }
-  // Periodic checkpoints: atomic <prefix>.step<N>.safetensors, the last --keep_last kept.
-  CheckpointRotation rotation{save_path, absl::GetFlag(FLAGS_keep_last)};
-  o.save_every = absl::GetFlag(FLAGS_save_every);
-  if (o.save_every > 0) {
-    if (save_path.empty()) {
-      return Fail(absl::InvalidArgumentError(
-          "--save_every needs --save (the prefix of the periodic checkpoints)"));
-    }
-    if (absl::Status s = rotation.Validate(); !s.ok()) return Fail(s);
-    if (absl::Status s = rotation.CheckWritable(); !s.ok()) return Fail(s);
-  }
-  // The trace: opened now (a bad path fails before training), written as the run goes.
-  std::unique_ptr<TraceWriter> trace_writer;
-  StepFilter trace_steps;
-  const std::string trace_path = absl::GetFlag(FLAGS_trace);
-  if (!trace_path.empty() && print) {
-    absl::StatusOr<StepFilter> f = StepFilter::Parse(absl::GetFlag(FLAGS_trace_steps));
-    if (!f.ok()) return Fail(f.status());
-    trace_steps = *f;
-    absl::StatusOr<std::unique_ptr<TraceWriter>> w = TraceWriter::Open(trace_path, TraceNowUs());
-    if (!w.ok()) return Fail(w.status());
-    trace_writer = *std::move(w);
-    o.trace_writer = trace_writer.get();
-    o.trace_step = [&trace_steps](int64_t step) { return trace_steps.Contains(step); };
-  }
-  // --sample: the prompt, checked now.
-  std::vector<int64_t> prompt;
-  const int64_t sample = absl::GetFlag(FLAGS_sample);
-  if (sample > 0) {
-    const std::string text = absl::GetFlag(FLAGS_prompt);
-    if (!absl::GetFlag(FLAGS_data).empty()) {
-      for (absl::string_view id : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-        int64_t v = 0;
-        if (!absl::SimpleAtoi(id, &v)) {
-          return Fail(absl::InvalidArgumentError(absl::StrCat(
-              "--prompt '", text, "': with --data give comma-separated token ids")));
-        }
-        prompt.push_back(v);
-      }
-    } else {
-      for (unsigned char ch : text) prompt.push_back(ch);
-    }
-  } else if (sample < 0) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("--sample ", sample, " must be >= 0")));
-  }
-  if (sample > 0) {  // the sampling settings, checked before training
-    const double temperature = absl::GetFlag(FLAGS_temperature);
-    const int64_t top_k = absl::GetFlag(FLAGS_top_k);
-    if (!std::isfinite(temperature) || temperature < 0) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--temperature ", temperature, " must be finite and >= 0 (0: greedy)")));
-    }
-    if (top_k < 0 || top_k > cfg.vocab) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--top_k ", top_k, " must be in [0, vocab = ", cfg.vocab, "] (0: every id)")));
-    }
-    if (prompt.empty()) {
-      return Fail(absl::InvalidArgumentError("--prompt is empty; give at least one token"));
-    }
-    for (int64_t id : prompt) {
-      if (id < 0 || id >= cfg.vocab) {
-        return Fail(absl::InvalidArgumentError(absl::StrCat(
-            "--prompt holds id ", id, ", outside the vocabulary [0, ", cfg.vocab, ")")));
-      }
-    }
-  }
-  o.comm = world.get();
-  o.placement = placement;
-  o.cuda_graph = absl::GetFlag(FLAGS_cuda_graph);
-  TypeTrace types;
-  if (absl::GetFlag(FLAGS_print_types)) o.types = &types;
+  return absl::OkStatus();
+}
+
+// --microbatches, --schedule and --stage_layers.
+absl::Status SetPipeline(TrainOptions& o) {
   o.microbatches = absl::GetFlag(FLAGS_microbatches);
   o.schedule = absl::GetFlag(FLAGS_schedule);
   absl::StatusOr<Schedule> schedule = ParseSchedule(o.schedule);
-  if (!schedule.ok()) return Fail(schedule.status());
+  if (!schedule.ok()) return schedule.status();
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_stage_layers), ',',
                                                absl::SkipEmpty())) {
     int64_t n = 0;
     if (!absl::SimpleAtoi(part, &n)) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--stage_layers: '", part, "' is not a number (e.g. --stage_layers=2,1,1)")));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--stage_layers: '", part, "' is not a number (e.g. --stage_layers=2,1,1)"));
     }
     o.stage_layers.push_back(n);
   }
-  const bool pipelined = layout->pp_ways() > 1 || o.microbatches != 1;
+  return absl::OkStatus();
+}
 
+// --sample: the prompt and the sampling settings, checked before training.
+struct SampleRequest {
+  int64_t tokens = 0;  // 0: no sample
+  std::vector<int64_t> prompt;
+};
+
+absl::StatusOr<SampleRequest> ParseSampleRequest(const GptConfig& cfg) {
+  SampleRequest req;
+  req.tokens = absl::GetFlag(FLAGS_sample);
+  if (req.tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--sample ", req.tokens, " must be >= 0"));
+  }
+  if (req.tokens == 0) return req;
+  const std::string text = absl::GetFlag(FLAGS_prompt);
+  if (!absl::GetFlag(FLAGS_data).empty()) {
+    for (absl::string_view id : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(id, &v)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--prompt '", text, "': with --data give comma-separated token ids"));
+      }
+      req.prompt.push_back(v);
+    }
+  } else {
+    for (unsigned char ch : text) req.prompt.push_back(ch);
+  }
+  const double temperature = absl::GetFlag(FLAGS_temperature);
+  const int64_t top_k = absl::GetFlag(FLAGS_top_k);
+  if (!std::isfinite(temperature) || temperature < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--temperature ", temperature, " must be finite and >= 0 (0: greedy)"));
+  }
+  if (top_k < 0 || top_k > cfg.vocab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--top_k ", top_k, " must be in [0, vocab = ", cfg.vocab, "] (0: every id)"));
+  }
+  if (req.prompt.empty()) {
+    return absl::InvalidArgumentError("--prompt is empty; give at least one token");
+  }
+  for (int64_t id : req.prompt) {
+    if (id < 0 || id >= cfg.vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--prompt holds id ", id, ", outside the vocabulary [0, ", cfg.vocab, ")"));
+    }
+  }
+  return req;
+}
+
+// The step lines: "step N loss X | ...", every --log_every steps (and the first, the last and
+// every evaluated one), with the communication of the step; totals for the summary.
+class StepPrinter {
+ public:
+  StepPrinter(bool print, int64_t tokens_per_step, TypeTrace* types)
+      : print_(print), tokens_per_step_(tokens_per_step), types_(types) {}
+
+  void operator()(const StepInfo& s);
+
+  double total_s() const { return total_s_; }
+  double last_val() const { return last_val_; }
+  const std::map<std::string, int64_t>& total_bytes() const { return total_bytes_; }
+
+ private:
+  bool print_;
+  int64_t tokens_per_step_;
+  TypeTrace* types_;
+  double total_s_ = 0;
+  int64_t steps_run_ = 0;
+  double last_val_ = std::nan("");
+  std::map<std::string, int64_t> total_bytes_;
+};
+
+void StepPrinter::operator()(const StepInfo& s) {
+  if (!print_) return;
+  if (!types_->empty()) {  // recorded during the first step
+    std::cout << "per-device SPMD types inside block 0 (rank 0):\n";
+    for (const auto& [name, type] : *types_) {
+      std::cout << absl::StrFormat("  %-52s %s\n", name, type);
+    }
+    types_->clear();
+  }
+  std::map<std::string, int64_t> bytes;
+  for (const CollectiveRecord& r : *s.log) bytes[r.op] += r.bytes;
+  std::string comm;
+  for (const auto& [op, b] : bytes) {
+    absl::StrAppend(&comm, comm.empty() ? "" : ", ", op, " ", Bytes(b));
+    total_bytes_[op] += b;
+  }
+  total_s_ += s.seconds;
+  std::string moe;
+  if (s.moe_dropped >= 0) {
+    moe = absl::StrFormat(" | MoE dropped %d of %d assignments (%.1f%%), %d tokens lost all",
+                          s.moe_dropped, s.moe_assignments,
+                          100.0 * s.moe_dropped / s.moe_assignments, s.moe_dropped_tokens);
+  }
+  const std::string mem =
+      s.peak_device_bytes >= 0 ? absl::StrCat(" | peak GPU memory ", Bytes(s.peak_device_bytes))
+                               : "";
+  ++steps_run_;
+  const bool evaluated = !std::isnan(s.val_loss);
+  if (evaluated) last_val_ = s.val_loss;
+  const int64_t log_every = std::max<int64_t>(1, absl::GetFlag(FLAGS_log_every));
+  if (!(s.step % log_every == 0 || s.step + 1 == s.total_steps || steps_run_ == 1 || evaluated)) {
+    return;
+  }
+  // ETA from the mean step time so far.
+  const double eta_s = total_s_ / steps_run_ * static_cast<double>(s.total_steps - s.step - 1);
+  std::cout << absl::StrFormat(
+      "step %d loss %.10g | %d/%d, ETA %s, %d tokens seen, lr %.4g, grad norm %.4g%s | "
+      "%.1f ms/step | %.0f tokens/s | %s%s%s\n",
+      s.step, s.loss, s.step + 1, s.total_steps, Duration(eta_s), s.tokens_seen, s.lr,
+      s.grad_norm, evaluated ? absl::StrFormat(" | val loss %.10g", s.val_loss) : "",
+      s.seconds * 1e3, tokens_per_step_ / s.seconds, comm.empty() ? "no communication" : comm,
+      moe, mem);
+  std::cout.flush();
+}
+
+// The run's first lines: the model, the mesh and where it runs, the batch and the data.
+void PrintHeader(const GptLayout& layout, const RankWorld& ranks, const TrainOptions& o,
+                 size_t data_tokens) {
+  const GptConfig& cfg = layout.config();
+  const Mesh& mesh = layout.mesh();
   int64_t params = 0;
-  for (const ParamInfo& p : layout->params()) params += NumElements(p.global_shape);
-  if (print) std::cout << absl::StrFormat(
+  for (const ParamInfo& p : layout.params()) params += NumElements(p.global_shape);
+  const DevicePlacement& placement = ranks.placement;
+  std::cout << absl::StrFormat(
       "GPT-2: %d layers, d_model %d, %d heads, vocab %d, seq %d, %.2fM parameters, %s\n"
       "mesh %s%s%s on %d %s; global batch %d x %d tokens; %d tokens of data\n",
       cfg.layers, cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, params / 1e6,
@@ -519,17 +501,16 @@ int Main() {
           ? absl::StrCat(DTypeName(*cfg.compute), " compute, ", DTypeName(cfg.dtype),
                          " master weights")
           : std::string(DTypeName(cfg.dtype)),
-      mesh->ShortString(), layout->tp().sp ? " + sequence parallel" : "",
-      layout->cp_axis().empty() ? "" : " (cp: ring attention, load-balanced chunks)", mesh->size(),
-      world != nullptr ? absl::StrCat("processes (", backend, ")")
+      mesh.ShortString(), layout.tp().sp ? " + sequence parallel" : "",
+      layout.cp_axis().empty() ? "" : " (cp: ring attention, load-balanced chunks)", mesh.size(),
+      ranks.world != nullptr ? absl::StrCat("processes (", absl::GetFlag(FLAGS_backend), ")")
       : placement.kind == DevicePlacement::Kind::kSharedGpu
           ? "virtual ranks sharing cuda:0 (a stream each)"
       : placement.kind == DevicePlacement::Kind::kGpuPerRank ? "GPUs (one rank each)"
                                                              : "simulated CPU devices",
-      o.batch,
-      cfg.seq, tokens->size());
+      o.batch, cfg.seq, data_tokens);
   if (cfg.moe.on()) {
-    const MoeConfig& m = layout->config().moe;
+    const MoeConfig& m = cfg.moe;
     std::cout << absl::StrFormat(
         "MoE MLPs: %d experts, top-%d, capacity %d per expert and sequence (factor %g), aux loss "
         "coef %g, experts split over %s\n",
@@ -538,164 +519,265 @@ int Main() {
         m.expert_axes.empty() ? std::string("no axis (all experts on every device)")
                               : absl::StrJoin(m.expert_axes, " x "));
   }
-  const int64_t tokens_per_step = o.batch * cfg.seq;
-  double total_s = 0;
-  int64_t steps_run = 0;
-  double last_val = std::nan("");
-  std::map<std::string, int64_t> total_bytes;
-  o.on_step = [&](const StepInfo& s) {
-    if (!print) return;
-    if (!types.empty()) {  // recorded during the first step
-      std::cout << "per-device SPMD types inside block 0 (rank 0):\n";
-      for (const auto& [name, type] : types) {
-        std::cout << absl::StrFormat("  %-52s %s\n", name, type);
-      }
-      types.clear();
-    }
-    std::map<std::string, int64_t> bytes;
-    for (const CollectiveRecord& r : *s.log) bytes[r.op] += r.bytes;
-    std::string comm;
-    for (const auto& [op, b] : bytes) {
-      absl::StrAppend(&comm, comm.empty() ? "" : ", ", op, " ", Bytes(b));
-      total_bytes[op] += b;
-    }
-    total_s += s.seconds;
-    std::string moe;
-    if (s.moe_dropped >= 0) {
-      moe = absl::StrFormat(" | MoE dropped %d of %d assignments (%.1f%%), %d tokens lost all",
-                            s.moe_dropped, s.moe_assignments,
-                            100.0 * s.moe_dropped / s.moe_assignments, s.moe_dropped_tokens);
-    }
-    const std::string mem =
-        s.peak_device_bytes >= 0 ? absl::StrCat(" | peak GPU memory ", Bytes(s.peak_device_bytes))
-                                 : "";
-    ++steps_run;
-    const bool evaluated = !std::isnan(s.val_loss);
-    if (evaluated) last_val = s.val_loss;
-    const int64_t log_every = std::max<int64_t>(1, absl::GetFlag(FLAGS_log_every));
-    if (!(s.step % log_every == 0 || s.step + 1 == s.total_steps || steps_run == 1 || evaluated)) {
-      return;
-    }
-    // ETA from the mean step time so far.
-    const double eta_s = total_s / steps_run * static_cast<double>(s.total_steps - s.step - 1);
-    std::cout << absl::StrFormat(
-        "step %d loss %.10g | %d/%d, ETA %s, %d tokens seen, lr %.4g, grad norm %.4g%s | "
-        "%.1f ms/step | %.0f tokens/s | %s%s%s\n",
-        s.step, s.loss, s.step + 1, s.total_steps, Duration(eta_s), s.tokens_seen, s.lr,
-        s.grad_norm, evaluated ? absl::StrFormat(" | val loss %.10g", s.val_loss) : "",
-        s.seconds * 1e3, tokens_per_step / s.seconds, comm.empty() ? "no communication" : comm,
-        moe, mem);
-    std::cout.flush();
-  };
-  const std::vector<NamedTensor> init = o.init_path.empty() && o.resume_path.empty()
-                                            ? InitGpt(cfg, absl::GetFlag(FLAGS_seed))
-                                            : std::vector<NamedTensor>{};
-  if (pipelined) {
-    std::cout << absl::StrFormat("pipeline: pp=%d, %d microbatches of %d sequences, %s\n",
-                                 layout->pp_ways(), o.microbatches,
-                                 o.microbatches > 0 ? o.batch / o.microbatches : 0,
-                                 ScheduleName(*schedule));
-  }
-  if (o.save_every > 0) {
-    o.on_save = [&](const TrainResult& snapshot) -> absl::Status {
-      if (world != nullptr && world->rank() != 0) return absl::OkStatus();  // rank 0 writes
-      absl::StatusOr<std::string> path = rotation.Save(
-          snapshot.steps_done, [&](const std::string& tmp) {
-            return SaveGptWithConfig(tmp, *layout, snapshot.params, &snapshot.adam_state,
-                                     snapshot.steps_done);
-          });
-      if (!path.ok()) return path.status();
-      if (print) std::cout << "checkpoint: " << *path << "\n";
-      return absl::OkStatus();
-    };
-  }
-  absl::StatusOr<TrainResult> r = TrainGpt(*layout, init, *tokens, o);
-  if (trace_writer != nullptr) {
-    if (absl::Status s = trace_writer->Close(); !s.ok() && r.ok()) return Fail(s);
-  }
-  if (!r.ok()) return Fail(r.status());
-  if (!save_path.empty() && (world == nullptr || world->rank() == 0)) {
-    const bool moments = r->adam_state.exp_avg.size() == layout->params().size();
-    if (absl::Status s = SaveGptWithConfig(save_path, *layout, r->params,
-                                           moments ? &r->adam_state : nullptr, r->steps_done);
-        !s.ok()) {
-      return Fail(s);
-    }
-  }
-  // --sample: generation with the trained parameters (on the mesh without pp: generation does
-  // not pipeline; every process of a multi-process run takes part).
-  std::vector<int64_t> sampled;
-  if (sample > 0) {
-    absl::StatusOr<GptLayout> sample_layout = *layout;
-    if (layout->pp_ways() > 1 || cfg.moe.on()) {
-      sample_layout = GptLayout::Create(Mesh(), layout->config(), false);
-    }
-    if (!sample_layout.ok()) return Fail(sample_layout.status());
-    SampleOptions so;
-    so.tokens = sample;
-    so.temperature = absl::GetFlag(FLAGS_temperature);
-    so.top_k = absl::GetFlag(FLAGS_top_k);
-    so.seed = absl::GetFlag(FLAGS_seed);
-    so.comm = sample_layout->mesh().size() == mesh->size() ? world.get() : nullptr;
-    absl::StatusOr<std::vector<int64_t>> out =
-        (world != nullptr && so.comm == nullptr && world->rank() != 0)
-            ? absl::StatusOr<std::vector<int64_t>>(std::vector<int64_t>{})
-            : GenerateGpt(*sample_layout, r->params, prompt, so);
-    if (!out.ok()) return Fail(out.status());
-    sampled = *std::move(out);
-  }
-  if (!print) return 0;
+}
+
+// The run's last lines: the summary, GPU memory and the CUDA graph, the pipeline's bubble, the
+// final validation loss, the trace and the saved file.
+void PrintSummary(const GptLayout& layout, const TrainOptions& o, const TrainResult& r,
+                  const StepPrinter& steps, const std::string& trace_path,
+                  const std::string& save_path) {
+  const int64_t tokens_per_step = o.batch * layout.config().seq;
   std::string comm;
-  for (const auto& [op, b] : total_bytes) absl::StrAppend(&comm, comm.empty() ? "" : ", ", op, " ", Bytes(b));
+  for (const auto& [op, b] : steps.total_bytes()) {
+    absl::StrAppend(&comm, comm.empty() ? "" : ", ", op, " ", Bytes(b));
+  }
+  const double total_s = steps.total_s();
   std::cout << absl::StrFormat(
       "summary: %d steps, loss %.10g -> %.10g, %.1f ms/step, %.0f tokens/s; per rank: "
       "parameters %s, gradients + AdamW moments %s, activations %s (largest %s); rank 0 sent "
       "%s\n",
-      r->losses.size(), r->losses.front(), r->losses.back(), total_s * 1e3 / r->losses.size(),
-      tokens_per_step * r->losses.size() / total_s, Bytes(r->param_bytes_per_rank),
-      Bytes(r->optimizer_bytes_per_rank), Bytes(r->activation_bytes_per_rank),
-      Bytes(r->largest_activation_bytes), comm.empty() ? "nothing" : comm);
-  if (r->peak_device_bytes_per_rank >= 0) {
-    std::cout << absl::StrFormat("GPU: peak memory %s on %s%s; CUDA graph: %s\n",
-                                 Bytes(r->peak_device_bytes_per_rank), r->device,
-                                 r->ranks_per_device > 1
-                                     ? absl::StrCat(" (shared by ", r->ranks_per_device,
-                                                    " virtual ranks)")
-                                     : std::string(" (per rank)"),
-                                 r->cuda_graph_used
-                                     ? absl::StrCat("captured (", r->cuda_graph_replays,
-                                                    " replays)")
-                                     : r->cuda_graph_note);
+      r.losses.size(), r.losses.front(), r.losses.back(), total_s * 1e3 / r.losses.size(),
+      tokens_per_step * r.losses.size() / total_s, Bytes(r.param_bytes_per_rank),
+      Bytes(r.optimizer_bytes_per_rank), Bytes(r.activation_bytes_per_rank),
+      Bytes(r.largest_activation_bytes), comm.empty() ? "nothing" : comm);
+  if (r.peak_device_bytes_per_rank >= 0) {
+    std::cout << absl::StrFormat(
+        "GPU: peak memory %s on %s%s; CUDA graph: %s\n", Bytes(r.peak_device_bytes_per_rank),
+        r.device,
+        r.ranks_per_device > 1 ? absl::StrCat(" (shared by ", r.ranks_per_device, " virtual ranks)")
+                               : std::string(" (per rank)"),
+        r.cuda_graph_used ? absl::StrCat("captured (", r.cuda_graph_replays, " replays)")
+                          : r.cuda_graph_note);
   }
-  if (pipelined) {
-    const int p = layout->pp_ways();
+  if (layout.pp_ways() > 1 || o.microbatches != 1) {
+    const int p = layout.pp_ways();
     std::cout << absl::StrFormat(
         "pipeline: peak saved activations (rank 0) %s; bubble measured %.3f (lockstep ticks: "
         "(p-1)/(m+p-1) = %.3f)\n",
-        Bytes(r->peak_activation_bytes_per_rank), r->pipeline_bubble,
+        Bytes(r.peak_activation_bytes_per_rank), r.pipeline_bubble,
         static_cast<double>(p - 1) / static_cast<double>(o.microbatches + p - 1));
   }
-  if (!std::isnan(last_val)) std::cout << absl::StrFormat("val loss %.10g\n", last_val);
-  if (trace_writer != nullptr) {
+  if (!std::isnan(steps.last_val())) {
+    std::cout << absl::StrFormat("val loss %.10g\n", steps.last_val());
+  }
+  if (!trace_path.empty()) {
     std::cout << "trace: " << trace_path << " (steps " << absl::GetFlag(FLAGS_trace_steps)
               << "; open in https://ui.perfetto.dev)\n";
   }
   if (!save_path.empty()) std::cout << "saved: " << save_path << "\n";
-  if (sample > 0) {
-    std::string text;
-    if (!absl::GetFlag(FLAGS_data).empty()) {
-      text = absl::StrJoin(sampled, ",");
-    } else {
-      for (int64_t id : sampled) text.push_back(static_cast<char>(id));
-    }
-    std::cout << absl::StrFormat("sample (%d tokens, %s): %s\n", sample,
-                                 absl::GetFlag(FLAGS_temperature) > 0
-                                     ? absl::StrFormat("temperature %g, top-k %d",
-                                                       absl::GetFlag(FLAGS_temperature),
-                                                       absl::GetFlag(FLAGS_top_k))
-                                     : std::string("greedy"),
-                                 text);
+}
+
+// --sample: generation with the trained parameters (on the mesh without pp: generation does not
+// pipeline; every process of a multi-process run takes part). Empty on ranks that do not print.
+absl::StatusOr<std::vector<int64_t>> Sample(const GptLayout& layout, const RankWorld& ranks,
+                                            const TrainResult& r, const SampleRequest& req) {
+  absl::StatusOr<GptLayout> sample_layout = layout;
+  if (layout.pp_ways() > 1 || layout.config().moe.on()) {
+    sample_layout = GptLayout::Create(Mesh(), layout.config(), false);
   }
+  if (!sample_layout.ok()) return sample_layout.status();
+  SampleOptions so;
+  so.tokens = req.tokens;
+  so.temperature = absl::GetFlag(FLAGS_temperature);
+  so.top_k = absl::GetFlag(FLAGS_top_k);
+  so.seed = absl::GetFlag(FLAGS_seed);
+  const bool same_mesh = sample_layout->mesh().size() == layout.mesh().size();
+  so.comm = same_mesh ? ranks.world.get() : nullptr;
+  if (ranks.world != nullptr && so.comm == nullptr && ranks.world->rank() != 0) {
+    return std::vector<int64_t>{};
+  }
+  return GenerateGpt(*sample_layout, r.params, req.prompt, so);
+}
+
+void PrintSample(const std::vector<int64_t>& sampled, int64_t tokens) {
+  std::string text;
+  if (!absl::GetFlag(FLAGS_data).empty()) {
+    text = absl::StrJoin(sampled, ",");
+  } else {
+    for (int64_t id : sampled) text.push_back(static_cast<char>(id));
+  }
+  std::cout << absl::StrFormat("sample (%d tokens, %s): %s\n", tokens,
+                               absl::GetFlag(FLAGS_temperature) > 0
+                                   ? absl::StrFormat("temperature %g, top-k %d",
+                                                     absl::GetFlag(FLAGS_temperature),
+                                                     absl::GetFlag(FLAGS_top_k))
+                                   : std::string("greedy"),
+                               text);
+}
+
+// The run's outputs as the flags ask: evaluation, periodic checkpoints, the trace.
+class RunOutputs {
+ public:
+  RunOutputs(const GptLayout& layout, const RankWorld& ranks)
+      : layout_(layout),
+        ranks_(ranks),
+        save_path_(absl::GetFlag(FLAGS_save)),
+        rotation_{save_path_, absl::GetFlag(FLAGS_keep_last)} {}
+
+  // Checks the paths and settings before the first step and sets them in `o`.
+  absl::Status Set(const TokenData& data, TrainOptions& o);
+  absl::Status CloseTrace() { return writer_ != nullptr ? writer_->Close() : absl::OkStatus(); }
+  // --save is written here after training (with the model's shape in its metadata); TrainGpt's
+  // own save_path stays empty.
+  absl::Status SaveFinal(const TrainResult& r) const;
+  const std::string& save_path() const { return save_path_; }
+  std::string trace_path() const { return writer_ != nullptr ? trace_path_ : ""; }
+
+ private:
+  absl::Status SetTrace(TrainOptions& o);
+
+  const GptLayout& layout_;
+  const RankWorld& ranks_;
+  std::string save_path_;
+  CheckpointRotation rotation_;  // periodic: atomic <prefix>.step<N>.safetensors, the last kept
+  std::string trace_path_;
+  std::unique_ptr<TraceWriter> writer_;
+  StepFilter trace_steps_;
+};
+
+absl::Status RunOutputs::Set(const TokenData& data, TrainOptions& o) {
+  if (!save_path_.empty()) {
+    if (absl::Status s = CheckSavePath(save_path_); !s.ok()) return s;
+  }
+  o.val_tokens = data.val;  // evaluation on the held-out split
+  o.eval_every = absl::GetFlag(FLAGS_eval_every);
+  o.eval_steps = absl::GetFlag(FLAGS_eval_steps);
+  if (o.eval_every > 0 && data.val.empty()) {
+    return absl::InvalidArgumentError(
+        "--eval_every needs validation data: add --val_fraction=0.1 or --val_data=FILE");
+  }
+  o.save_every = absl::GetFlag(FLAGS_save_every);
+  if (o.save_every > 0) {
+    if (save_path_.empty()) {
+      return absl::InvalidArgumentError(
+          "--save_every needs --save (the prefix of the periodic checkpoints)");
+    }
+    if (absl::Status s = rotation_.Validate(); !s.ok()) return s;
+    if (absl::Status s = rotation_.CheckWritable(); !s.ok()) return s;
+    o.on_save = [this](const TrainResult& snapshot) -> absl::Status {
+      if (ranks_.world != nullptr && ranks_.world->rank() != 0) return absl::OkStatus();
+      absl::StatusOr<std::string> path =
+          rotation_.Save(snapshot.steps_done, [&](const std::string& tmp) {
+            return SaveGptWithConfig(tmp, layout_, snapshot.params, &snapshot.adam_state,
+                                     snapshot.steps_done);
+          });
+      if (!path.ok()) return path.status();
+      if (ranks_.print) std::cout << "checkpoint: " << *path << "\n";
+      return absl::OkStatus();
+    };
+  }
+  return SetTrace(o);
+}
+
+// The trace: opened now (a bad path fails before training), written as the run goes.
+absl::Status RunOutputs::SetTrace(TrainOptions& o) {
+  trace_path_ = absl::GetFlag(FLAGS_trace);
+  if (trace_path_.empty() || !ranks_.print) return absl::OkStatus();
+  absl::StatusOr<StepFilter> f = StepFilter::Parse(absl::GetFlag(FLAGS_trace_steps));
+  if (!f.ok()) return f.status();
+  trace_steps_ = *f;
+  absl::StatusOr<std::unique_ptr<TraceWriter>> w = TraceWriter::Open(trace_path_, TraceNowUs());
+  if (!w.ok()) return w.status();
+  writer_ = *std::move(w);
+  o.trace_writer = writer_.get();
+  o.trace_step = [this](int64_t step) { return trace_steps_.Contains(step); };
+  return absl::OkStatus();
+}
+
+absl::Status RunOutputs::SaveFinal(const TrainResult& r) const {
+  if (save_path_.empty() || (ranks_.world != nullptr && ranks_.world->rank() != 0)) {
+    return absl::OkStatus();
+  }
+  const bool moments = r.adam_state.exp_avg.size() == layout_.params().size();
+  return SaveGptWithConfig(save_path_, layout_, r.params, moments ? &r.adam_state : nullptr,
+                           r.steps_done);
+}
+
+// --plan: the planner's view of this run, printed before it.
+absl::Status PrintPlan(const GptLayout& layout) {
+  planner::PlanCliOptions plan_cli;
+  plan_cli.profile = absl::GetFlag(FLAGS_plan_profile);
+  if (plan_cli.profile.empty() && absl::GetFlag(FLAGS_device) != "cpu") {
+    plan_cli.profile = "h100_node";
+  }
+  absl::StatusOr<std::string> plan = planner::PlanForTrainRun(
+      layout, absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_microbatches),
+      absl::GetFlag(FLAGS_schedule), plan_cli);
+  if (!plan.ok()) return plan.status();
+  std::cout << *plan << std::endl;
+  return absl::OkStatus();
+}
+
+absl::Status Run() {
+  absl::StatusOr<GptConfig> cfg = GptConfigFromFlags(SHARDMAP_GPT_CONFIG_FLAG_VALUES());
+  if (!cfg.ok()) return cfg.status();
+  std::string resume;
+  if (absl::Status s = AdoptCheckpointShape(&*cfg, &resume); !s.ok()) return s;
+  absl::StatusOr<Mesh> mesh = ParseMesh(absl::GetFlag(FLAGS_mesh));
+  if (!mesh.ok()) return mesh.status();
+  absl::StatusOr<RankWorld> ranks = ConnectRanks(*mesh);
+  if (!ranks.ok()) return ranks.status();
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, *cfg, absl::GetFlag(FLAGS_sp));
+  if (!layout.ok()) return layout.status();
+  if (absl::GetFlag(FLAGS_plan) && ranks->print) {
+    if (absl::Status s = PrintPlan(*layout); !s.ok()) return s;
+  }
+  TokenDataOptions data_options;
+  data_options.text = absl::GetFlag(FLAGS_text);
+  data_options.data = absl::GetFlag(FLAGS_data);
+  data_options.val_data = absl::GetFlag(FLAGS_val_data);
+  data_options.val_fraction = absl::GetFlag(FLAGS_val_fraction);
+  data_options.vocab = cfg->vocab;
+  data_options.seq = cfg->seq;
+  absl::StatusOr<TokenData> data = LoadTokenData(data_options);
+  if (!data.ok()) return data.status();
+  if (ranks->world != nullptr) {
+    if (absl::Status s = AgreeOnSettings(*ranks->world, data->train); !s.ok()) return s;
+  }
+  TrainOptions o;
+  o.init_path = absl::GetFlag(FLAGS_init);
+  o.resume_path = resume;
+  if (absl::Status s = SetOptimization(o); !s.ok()) return s;
+  RunOutputs outputs(*layout, *ranks);
+  if (absl::Status s = outputs.Set(*data, o); !s.ok()) return s;
+  absl::StatusOr<SampleRequest> sample = ParseSampleRequest(*cfg);
+  if (!sample.ok()) return sample.status();
+  o.comm = ranks->world.get();
+  o.placement = ranks->placement;
+  o.cuda_graph = absl::GetFlag(FLAGS_cuda_graph);
+  TypeTrace types;
+  if (absl::GetFlag(FLAGS_print_types)) o.types = &types;
+  if (absl::Status s = SetPipeline(o); !s.ok()) return s;
+  if (ranks->print) PrintHeader(*layout, *ranks, o, data->train.size());
+  StepPrinter printer(ranks->print, o.batch * cfg->seq, &types);
+  o.on_step = [&printer](const StepInfo& s) { printer(s); };
+  const std::vector<NamedTensor> init = o.init_path.empty() && o.resume_path.empty()
+                                            ? InitGpt(*cfg, absl::GetFlag(FLAGS_seed))
+                                            : std::vector<NamedTensor>{};
+  if (layout->pp_ways() > 1 || o.microbatches != 1) {
+    std::cout << absl::StrFormat("pipeline: pp=%d, %d microbatches of %d sequences, %s\n",
+                                 layout->pp_ways(), o.microbatches,
+                                 o.microbatches > 0 ? o.batch / o.microbatches : 0,
+                                 ScheduleName(*ParseSchedule(o.schedule)));
+  }
+  absl::StatusOr<TrainResult> r = TrainGpt(*layout, init, data->train, o);
+  if (absl::Status s = outputs.CloseTrace(); !s.ok() && r.ok()) return s;
+  if (!r.ok()) return r.status();
+  if (absl::Status s = outputs.SaveFinal(*r); !s.ok()) return s;
+  std::vector<int64_t> sampled;
+  if (sample->tokens > 0) {
+    absl::StatusOr<std::vector<int64_t>> out = Sample(*layout, *ranks, *r, *sample);
+    if (!out.ok()) return out.status();
+    sampled = *std::move(out);
+  }
+  if (!ranks->print) return absl::OkStatus();
+  PrintSummary(*layout, o, *r, printer, outputs.trace_path(), outputs.save_path());
+  if (sample->tokens > 0) PrintSample(sampled, sample->tokens);
+  return absl::OkStatus();
+}
+
+int Main() {
+  if (absl::Status s = Run(); !s.ok()) return Fail(s);
   return 0;
 }
 

@@ -75,7 +75,7 @@ expect_error() {  # expect_error "message" command...
   grep -q "step 0" <<<"$err" && fail "trained before rejecting: $*"
   return 0
 }
-expect_error "the world has 2 processes but the mesh Mesh{tp:4}" \
+expect_error "the world has 2 processes but the mesh has 4 ranks" \
   "$launch" --nproc_per_node=2 -- "$bin" "${common[@]}" --backend=gloo --mesh=tp=4
 expect_error "--backend=gloo: .*collectives/launch --nproc_per_node=2" \
   env -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT "$bin" "${common[@]}" --backend=gloo --mesh=tp=2
@@ -90,7 +90,7 @@ expect_error "different settings: --data" \
   'a=$1 b=$2; shift 2; exec "$0" "$@" --text=$([ "$RANK" = 0 ] && echo "$a" || echo "$b")' "$bin" \
   "$tmp/text.txt" "$tmp/other.txt" --layers=1 --d_model=16 --heads=4 --seq=8 --batch=6 \
   --backend=gloo --mesh=tp=2
-expect_error "--backend mpi: use inprocess, gloo or nccl" "$bin" "${common[@]}" --backend=mpi
+expect_error "--backend mpi: no such backend; the registered backends are inprocess, gloo, nccl" "$bin" "${common[@]}" --backend=mpi
 expect_error "--backend=nccl runs each process on a GPU: add --device=cuda" \
   "$bin" "${common[@]}" --backend=nccl
 expect_error "--backend=gloo runs on CPU memory" \

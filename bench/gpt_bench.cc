@@ -30,6 +30,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/flags/usage.h"
+#include "bench/bench_help.h"
 #include "benchmark/benchmark.h"
 #include "bench/bench_tokens.h"
 #include "bench/gpt_mfu.h"
@@ -227,7 +229,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   int n = static_cast<int>(rest.size());
-  benchmark::Initialize(&n, rest.data());
+  absl::SetProgramUsageMessage(
+      "gpt_bench: the whole GPT-2 training step (forward, backward, AdamW), ours against "
+      "PyTorch's in bench/peers; our flags first, the rest go to Google Benchmark");
+  shardmap::bench::InitializeBenchmark(
+      &n, rest.data(), "gpt_bench",
+      "  --device (cpu or cuda) default: cpu\n"
+      "  --model (small, or gpt2: GPT-2 124M shapes) default: small\n"
+      "  --dtype (f32, or bf16 mixed precision) default: f32\n");
   if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 1;
   shardmap::Register();
   benchmark::RunSpecifiedBenchmarks();

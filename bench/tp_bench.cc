@@ -55,9 +55,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_help.h"
 #include "bench/tp_layers.h"
 #include "bench/tp_model.h"
 #include "bench/tp_model_gpu.h"
@@ -415,7 +417,11 @@ int Usage(const std::string& what) {
 int main(int argc, char** argv) {
   using namespace shardmap;
   using namespace shardmap::bench;
-  benchmark::Initialize(&argc, argv);  // takes the --benchmark_* flags out of argv
+  absl::SetProgramUsageMessage(
+      "tp_bench: tensor-parallel layers and the GPT block, ours against the one-device "
+      "computation, on CPU ranks or GPUs (--device=cuda); the rows are Google Benchmark's");
+  // Takes the --benchmark_* flags out of argv; --help lists tp_bench's flags, then these.
+  InitializeBenchmark(&argc, argv, "tp_bench");
   absl::ParseCommandLine(argc, argv);
   Flags& f = flags;
   f.tokens = absl::GetFlag(FLAGS_tokens);

@@ -80,6 +80,10 @@ ABSL_FLAG(bool, cuda_graph, true,
           "GPU: capture the static step once (after one eager warm-up step) and replay it as a "
           "CUDA graph: one in-process GPU rank, no pipeline/MoE/--trace, f32 master weights "
           "(the summary says \"captured (N replays)\" or why not); false: every step eagerly");
+ABSL_FLAG(bool, deterministic, false,
+          "GPU: deterministic algorithms (cuda::SetDeterministic): GEMMs keep cuBLASLt's "
+          "heuristic's choice instead of timing candidates, so two runs print the same losses "
+          "bitwise (also SHARDMAP_DETERMINISTIC=1)");
 ABSL_FLAG(int64_t, layers, 2, "transformer blocks");
 ABSL_FLAG(int64_t, d_model, 64, "model width");
 ABSL_FLAG(int64_t, heads, 4, "attention heads");
@@ -751,5 +755,6 @@ int main(int argc, char** argv) {
     std::cerr << "train_gpt: unexpected argument '" << rest[1] << "' (flags are --name=value)\n";
     return 2;
   }
+  if (absl::GetFlag(FLAGS_deterministic)) shardmap::cuda::SetDeterministic(true);
   return shardmap::Main();
 }

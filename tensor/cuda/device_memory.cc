@@ -39,43 +39,58 @@ cudaStream_t StreamOf(int device) { return static_cast<cudaStream_t>(CurrentStre
 // graph), so this thread may do so in relaxed mode.
 using internal::RelaxedCaptureMode;
 
-// Pinned staging for host->device copies: two chunks per thread, so the memcpy into one overlaps
-// the DMA out of the other. Each chunk's event says when its last DMA is done.
+// Pinned staging for host->device copies: a ring of kSlots chunks per thread, so the memcpy into
+// one overlaps the DMA out of the others. Each chunk's event says when its last DMA is done.
+// The ring carries on from call to call (`next`): a copy waits only for the DMA of the copy
+// kSlots chunks back (and the stream work queued before it), not for every copy's chunk 0.
 struct Staging {
-  static constexpr size_t kChunk = size_t{8} << 20;
-  void* chunk[2] = {nullptr, nullptr};
-  cudaEvent_t done[2] = {nullptr, nullptr};
+  static constexpr size_t kChunk = size_t{4} << 20;
+  static constexpr int kSlots = 4;
+  void* chunk[kSlots] = {};
+  cudaEvent_t done[kSlots] = {};
   int device = -1;
+  int next = 0;
 
   ~Staging() { Release(); }
   void Release() {
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kSlots; ++i) {
       if (done[i] != nullptr) {
-        cudaEventSynchronize(done[i]);
-        cudaEventDestroy(done[i]);
+        internal::NoteCudaError(cudaEventSynchronize(done[i]),
+                                "cudaEventSynchronize (host->device staging release)");
+        internal::NoteCudaError(cudaEventDestroy(done[i]),
+                                "cudaEventDestroy (host->device staging release)");
         done[i] = nullptr;
       }
       if (chunk[i] != nullptr) {
-        cudaFreeHost(chunk[i]);
+        internal::NoteCudaError(cudaFreeHost(chunk[i]),
+                                "cudaFreeHost (host->device staging release)");
         chunk[i] = nullptr;
       }
     }
+    next = 0;
   }
   void Ensure(int dev) {
-    if (chunk[1] != nullptr && done[1] != nullptr && device == dev) return;
+    if (chunk[kSlots - 1] != nullptr && done[kSlots - 1] != nullptr && device == dev) return;
     Release();
     device = dev;
     try {
-      for (int i = 0; i < 2; ++i) {
+      for (int i = 0; i < kSlots; ++i) {
         SM_CUDA_CHECK(cudaMallocHost(&chunk[i], kChunk));
         SM_CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
       }
     } catch (...) {
-      // A half-made staging (chunk 0 without chunk 1 or an event) must not pass the check above
+      // A half-made staging (some chunks without their events) must not pass the check above
       // on the next call: that would memcpy into a null chunk.
       Release();
       throw;
     }
+  }
+  // The next chunk of the ring, once its previous DMA has finished.
+  int Take() {
+    const int i = next;
+    next = (next + 1) % kSlots;
+    SM_CUDA_CHECK(cudaEventSynchronize(done[i]));
+    return i;
   }
 };
 
@@ -103,14 +118,19 @@ CachingAllocator& DeviceAllocator(int device) {
         SM_CUDA_CHECK(e);
         return p;
       };
-      raw.free = [d](void* p) {
+      // Called from tensors' deleters, which must not throw: a failure is printed and
+      // remembered, and the next checked CUDA call's error names it (internal/cuda_check.h).
+      const std::string free_op = absl::StrCat("cudaFree (caching allocator, cuda:", d, ")");
+      const std::string sync_op =
+          absl::StrCat("cudaDeviceSynchronize (caching allocator, cuda:", d, ")");
+      raw.free = [d, free_op](void* p) {
         DeviceGuard guard(d);
         RelaxedCaptureMode relaxed;
-        cudaFree(p);
+        internal::NoteCudaError(cudaFree(p), free_op.c_str());
       };
-      raw.synchronize = [d] {
+      raw.synchronize = [d, sync_op] {
         DeviceGuard guard(d);
-        cudaDeviceSynchronize();
+        internal::NoteCudaError(cudaDeviceSynchronize(), sync_op.c_str());
       };
       v->push_back(std::make_unique<CachingAllocator>(std::move(raw), absl::StrCat("cuda:", d)));
     }
@@ -161,9 +181,9 @@ void CopyHostToDevice(void* dst, int device, const void* src, size_t nbytes) {
   staging.Ensure(device);
   const char* from = static_cast<const char*>(src);
   char* to = static_cast<char*>(dst);
-  for (size_t done = 0, i = 0; done < nbytes; i ^= 1) {
+  for (size_t done = 0; done < nbytes;) {
     const size_t n = std::min(Staging::kChunk, nbytes - done);
-    SM_CUDA_CHECK(cudaEventSynchronize(staging.done[i]));  // its previous DMA has finished
+    const int i = staging.Take();
     std::memcpy(staging.chunk[i], from + done, n);
     SM_CUDA_CHECK(cudaMemcpyAsync(to + done, staging.chunk[i], n, cudaMemcpyHostToDevice, stream));
     SM_CUDA_CHECK(cudaEventRecord(staging.done[i], stream));

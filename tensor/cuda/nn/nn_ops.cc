@@ -215,10 +215,23 @@ Tensor EmbeddingBackward(const Tensor& ids, const Tensor& dy, int64_t num_rows) 
   const DType ct = ComputeType(dy.dtype());
   const int64_t h = dy.dim(-1);
   Tensor acc = Tensor::Empty({num_rows, h}, ct, on.device);
+  if (ids.numel() >= (int64_t{1} << 31) || num_rows >= (int64_t{1} << 31) - 1) {
+    OpFail("embedding_backward: ", ids.numel(), " ids over a table of ", num_rows,
+           " rows; the deterministic backward sorts 32-bit keys, so both must be below 2^31: "
+           "split the batch or the table");
+  }
+  const size_t scratch_bytes = k::EmbeddingBackwardScratchBytes(ids.numel(), num_rows);
+  Tensor scratch;
+  if (scratch_bytes > 0) {
+    scratch = Tensor::Empty({static_cast<int64_t>((scratch_bytes + 7) / 8)}, DType::kI64,
+                            on.device);
+  }
   BadPosition bad(on);
   SM_NN_LAUNCH(k::LaunchEmbeddingBackward(ids.raw_data(), ids.dtype() == DType::kI64,
                                           ids.numel(), dy.raw_data(), dy.dtype(), h, num_rows,
-                                          acc.raw_data(), bad.ptr(), on.stream));
+                                          acc.raw_data(), bad.ptr(),
+                                          scratch.defined() ? scratch.raw_data() : nullptr,
+                                          on.stream));
   if (ids.numel() > 0) {
     if (const int64_t i = bad.Read(); i >= 0) {
       OpFail("embedding_backward: id ", DeviceIndexAt(ids, i), " at ", IndexString(ids.shape(), i),

@@ -55,6 +55,7 @@
 #include "nlohmann/json.hpp"
 #include "shardmap/context.h"
 #include "shardmap/device_placement.h"
+#include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/runtime.h"
 
 ABSL_FLAG(std::string, mesh, "", "mesh axes, e.g. dp=2,tp=2 or pp=2,dp=2 or ep=2 (axes pp, dp, dp_replicate, dp_shard, ep, cp, tp)");
@@ -756,5 +757,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (absl::GetFlag(FLAGS_deterministic)) shardmap::cuda::SetDeterministic(true);
+  // GPU ops' index checks are read with the step's loss, not one host sync per op (a bad token
+  // id still stops the run, naming the op).
+  shardmap::cuda::SetDeferredIndexChecks(true);
   return shardmap::Main();
 }

@@ -1,9 +1,8 @@
 // The GPT attention layer on GPU ranks (fused causal_attention, the AttentionPath kAuto picks on
 // CUDA tensors) against the same layer on CPU ranks in f64 (the materialised einsum +
-// causal_softmax path): loss and every gradient, f32 and bf16, one rank and tp = 2 heads with and without
+// causal_softmax path): loss and every gradient, one rank and tp = 2 heads with and without
 // sequence parallelism on one shared GPU, odd sequence length, head_dim 64 and 128. Each kernel
-// path (f32 SIMT, bf16 tensor cores, bf16 SIMT) against an f64 CPU reference, within a bound
-// derived from the path's own roundings.
+// path (f32 SIMT, bf16 tensor cores, bf16 SIMT) within a bound derived from its own roundings.
 // Skips without a GPU.
 #include <algorithm>
 #include <cmath>

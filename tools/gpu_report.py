@@ -4,7 +4,8 @@
       markdown rows: train_gpt --device=cuda (median tokens/s of the steps after the first two,
       MFU, peak GPU memory) next to the PyTorch peer's modes (bench/peers/gpt_torch_cuda.py)
   python3 tools/gpu_report.py determinism LOG_A LOG_B
-      whether two runs printed the same "step N loss X" lines, bitwise (exit 1 if not)
+      whether two runs printed the same "step N loss X" lines, bitwise (exit 1 if not), and their
+      median tokens/s after step 0 (the cost of --deterministic, next to the default runs')
   python3 tools/gpu_report.py attention OURS_JSON TORCH_JSONL
       attention_bench's BM_CudaKernelTcBf16 rows against PyTorch SDPA (flash), TFLOP/s and the
       ratio, flagged under 0.7x
@@ -146,15 +147,21 @@ def main(argv):
             print(r)
         return 0
     if a.what == "determinism":
-        x, y = (loss_lines(read(f)) for f in a.files[:2])
+        texts = [read(f) for f in a.files[:2]]
+        x, y = (loss_lines(t) for t in texts)
+        rates = []
+        for t in texts:
+            r = [tps for s, _, _, tps in parse_train(t)[0] if s >= 1]
+            rates.append(f"{statistics.median(r):,.0f}" if r else "?")
+        speed = f" (median tokens/s after step 0: {rates[0]} and {rates[1]})"
         if not x or not y:
             print(f"no loss lines ({len(x)} and {len(y)} steps): see the logs")
             return 1
         if x == y:
-            print(f"bitwise equal: {len(x)} steps, last loss {x[-1][1]}")
+            print(f"bitwise equal: {len(x)} steps, last loss {x[-1][1]}{speed}")
             return 0
         first = next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
-        print(f"DIFFER from step {first}: {x[first:first + 1]} vs {y[first:first + 1]}")
+        print(f"DIFFER from step {first}: {x[first:first + 1]} vs {y[first:first + 1]}{speed}")
         return 1
     if a.what == "attention":
         print(attention_table(a.files[0], a.files[1]))

@@ -47,6 +47,12 @@ class GpuReportTest(unittest.TestCase):
             a = write(tmp, "a.log", TRAIN)
             b = write(tmp, "b.log", TRAIN.replace("9.75 |", "9.750000001 |"))
             self.assertEqual(gpu_report.main(["determinism", a, a]), 0)
+            import io, contextlib
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                gpu_report.main(["determinism", a, a])
+            self.assertIn("bitwise equal: 5 steps, last loss 9.75", buf.getvalue())
+            self.assertIn("99,388 and 99,388", buf.getvalue())  # median of steps 1..4
             self.assertEqual(gpu_report.main(["determinism", a, b]), 1)
             empty = write(tmp, "c.log", "crashed")
             self.assertEqual(gpu_report.main(["determinism", a, empty]), 1)

@@ -42,8 +42,10 @@ pack() { tar -C "$logs" -cJf "$out/logs.tar.xz" . 2>/dev/null || true; }
   echo "# GPU run at ${commit}, $(date -u '+%Y-%m-%d %H:%M UTC')$([ $quick = 1 ] && echo ' (--quick)')"
   echo
   echo '```'
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
-  python3 -c "import torch; print('PyTorch', torch.__version__, 'CUDA', torch.version.cuda)" 2>&1 || true
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null ||
+    echo "nvidia-smi: not found"
+  python3 -c "import torch; print('PyTorch', torch.__version__, 'CUDA', torch.version.cuda)" \
+    2>/dev/null || echo "PyTorch: not importable"
   echo '```'
 } > "$summary"
 # section NAME MIN_SECONDS: true when at least MIN_SECONDS of the budget are left (else notes the
@@ -94,7 +96,7 @@ if section tests 60; then
 fi
 
 # Random GPT-2 tokens (uint16, vocabulary 50304) for train_gpt.
-tokens="$logs/tokens.bin"
+tokens=/tmp/gpu_run_tokens.bin
 python3 -c "
 import array, random
 random.seed(1)
@@ -141,6 +143,7 @@ if section determinism 40 && [ -x models/train_gpt ]; then
       timeout "$(cap 60)" ./models/train_gpt --device=cuda "${small[@]}" \
         > "$logs/default_$run.log" 2>&1 || echo "default run $run: exit $?"
     done
+    # The default runs' speed against the deterministic ones is the cost of --deterministic.
     { echo -n "- default (GEMM autotuning by timing, may differ): "
       python3 "$repo/tools/gpu_report.py" determinism "$logs/default_a.log" "$logs/default_b.log"
     } >> "$summary"

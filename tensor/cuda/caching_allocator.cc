@@ -13,7 +13,8 @@ CachingAllocator::CachingAllocator(RawOps raw, std::string device_name)
 
 CachingAllocator::~CachingAllocator() {
   std::lock_guard<std::mutex> lock(mu_);
-  if ((!free_.empty() || !kept_.empty() || !deferred_.empty()) && raw_.synchronize) raw_.synchronize();
+  const bool any = !free_.empty() || !kept_.empty() || !deferred_.empty();
+  if (any && raw_.synchronize) raw_.synchronize();
   for (auto& [key, blocks] : free_) {
     for (void* p : blocks) raw_.free(p);
   }

@@ -2,11 +2,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <string>
+#include <utility>
 #include <memory>
 #include <mutex>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
@@ -94,11 +100,119 @@ struct Staging {
   }
 };
 
+// The deferred index checks of this thread (device_memory.h).
+struct PendingCheck {
+  int device;
+  StreamHandle stream;
+  int slot;
+  std::function<void(int64_t)> fail;
+};
+struct DeferredChecks {
+  static constexpr int kSlots = 256;
+  int64_t* host = nullptr;  // pinned [kSlots]
+  std::vector<int> free_slots;
+  std::vector<PendingCheck> pending;  // in the order the ops ran
+  ~DeferredChecks() {
+    if (host != nullptr) {
+      internal::NoteCudaError(cudaFreeHost(host), "cudaFreeHost (deferred index checks)");
+    }
+  }
+  void Ensure() {
+    if (host != nullptr) return;
+    void* p = nullptr;
+    SM_CUDA_CHECK(cudaMallocHost(&p, kSlots * sizeof(int64_t)));
+    host = static_cast<int64_t*>(p);
+    for (int i = kSlots - 1; i >= 0; --i) free_slots.push_back(i);
+  }
+};
+thread_local DeferredChecks deferred_checks;
+
+// Runs (and drops) the queued checks of `stream` on `device`, whose stream has been waited for;
+// all of them when stream is null (every stream waited for). Throws the first failure.
+void RunChecksOf(int device, StreamHandle stream) {
+  DeferredChecks& d = deferred_checks;
+  std::function<void(int64_t)> first_fail;
+  int64_t first_pos = -1;
+  std::vector<PendingCheck> keep;
+  for (PendingCheck& c : d.pending) {
+    if (stream != nullptr && (c.device != device || c.stream != stream)) {
+      keep.push_back(std::move(c));
+      continue;
+    }
+    const int64_t pos = d.host[c.slot];
+    d.free_slots.push_back(c.slot);
+    if (pos >= 0 && first_pos < 0) {
+      first_pos = pos;
+      first_fail = std::move(c.fail);
+    }
+  }
+  d.pending = std::move(keep);
+  if (first_pos < 0) return;
+  try {
+    first_fail(first_pos);
+  } catch (const OpError& e) {
+    throw OpError(absl::Status(
+        e.status().code(),
+        absl::StrCat(e.status().message(),
+                     " (found at a later read back: index checks are deferred, "
+                     "cuda::SetDeferredIndexChecks; run with SHARDMAP_DEFER_INDEX_CHECKS=0 to "
+                     "stop at the op)")));
+  }
+}
+
 #endif
+
+std::atomic<bool>& DeferFlag() {
+  static std::atomic<bool>* on = new std::atomic<bool>(
+      DeferredIndexChecksFromEnv(std::getenv("SHARDMAP_DEFER_INDEX_CHECKS")));
+  return *on;
+}
 
 }  // namespace
 
+bool DeferredIndexChecksFromEnv(const char* value) {
+  if (value == nullptr) return false;
+  const std::string v = absl::AsciiStrToLower(value);
+  return v == "1" || v == "on" || v == "true";
+}
+bool DeferredIndexChecks() { return DeferFlag().load(std::memory_order_relaxed); }
+void SetDeferredIndexChecks(bool on) { DeferFlag().store(on, std::memory_order_relaxed); }
+
 #if SHARDMAP_HAS_CUDA
+
+void DeferIndexCheck(int device, const void* device_word, std::function<void(int64_t)> fail) {
+  RequireDevice(device, "cuda::DeferIndexCheck");
+  DeviceGuard guard(device);
+  DeferredChecks& d = deferred_checks;
+  d.Ensure();
+  if (d.free_slots.empty()) {  // full: wait for every stream with queued checks, run them
+    std::vector<std::pair<int, StreamHandle>> streams;
+    for (const PendingCheck& c : d.pending) streams.emplace_back(c.device, c.stream);
+    for (const auto& [dev, st] : streams) {
+      DeviceGuard g(dev);
+      SM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(st)));
+    }
+    RunChecksOf(device, nullptr);
+  }
+  const int slot = d.free_slots.back();
+  d.free_slots.pop_back();
+  const StreamHandle stream = CurrentStream(device);
+  const cudaError_t e = cudaMemcpyAsync(&d.host[slot], device_word, sizeof(int64_t),
+                                        cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream));
+  if (e != cudaSuccess) {
+    d.free_slots.push_back(slot);
+    SM_CUDA_CHECK(e);
+  }
+  d.pending.push_back(PendingCheck{device, stream, slot, std::move(fail)});
+}
+
+void RunDeferredIndexChecks(int device) {
+  RequireDevice(device, "cuda::RunDeferredIndexChecks");
+  DeviceGuard guard(device);
+  const StreamHandle stream = CurrentStream(device);
+  SM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  RunChecksOf(device, stream);
+}
 
 CachingAllocator& DeviceAllocator(int device) {
   RequireDevice(device, "cuda::DeviceAllocator");
@@ -198,6 +312,8 @@ void CopyDeviceToHost(void* dst, const void* src, int device, size_t nbytes) {
   cudaStream_t stream = StreamOf(device);
   SM_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream));
   SM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // The stream is done: the index checks queued on it have their answers (device_memory.h).
+  if (!deferred_checks.pending.empty()) RunChecksOf(device, CurrentStream(device));
 }
 
 void CopyDeviceToDevice(void* dst, int dst_device, const void* src, int src_device,
@@ -260,6 +376,10 @@ void CopyDeviceToDevice(void*, int dst_device, const void*, int, size_t) {
 }
 void MemsetZero(void*, int device, size_t) { RequireDevice(device, "cuda::MemsetZero"); }
 void Fill(void*, int device, DType, int64_t, double) { RequireDevice(device, "cuda::Fill"); }
+void DeferIndexCheck(int device, const void*, std::function<void(int64_t)>) {
+  RequireDevice(device, "cuda::DeferIndexCheck");
+}
+void RunDeferredIndexChecks(int device) { RequireDevice(device, "cuda::RunDeferredIndexChecks"); }
 
 #endif  // SHARDMAP_HAS_CUDA
 

@@ -42,29 +42,30 @@ __global__ void CheckIds(const void* __restrict__ ids, bool i64, int64_t n, int6
 // with token positions as values, then one block per table row sums its tokens' dy rows in that
 // order. Bad ids become key num_rows (sorted last, summed into no row) and are recorded.
 __global__ void MakeSortKeys(const void* __restrict__ ids, bool i64, int64_t n, int64_t num_rows,
-                             int32_t* __restrict__ keys, int32_t* __restrict__ tokens,
+                             uint32_t* __restrict__ keys, int32_t* __restrict__ tokens,
                              unsigned long long* bad) {
   SM_GRID_STRIDE_LOOP(i, n) {
     const int64_t id = IndexAt(ids, i64, i);
     const bool ok = id >= 0 && id < num_rows;
     if (!ok) RecordBad(bad, i);
-    keys[i] = static_cast<int32_t>(ok ? id : num_rows);
+    keys[i] = static_cast<uint32_t>(ok ? id : num_rows);
     tokens[i] = static_cast<int32_t>(i);
   }
 }
 
 // The first position j in sorted keys[0, n) with keys[j] >= r.
-__device__ __forceinline__ int64_t LowerBound(const int32_t* keys, int64_t n, int64_t r) {
+__device__ __forceinline__ int64_t LowerBound(const uint32_t* keys, int64_t n, int64_t r) {
   int64_t lo = 0, hi = n;
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if (keys[mid] < r) lo = mid + 1; else hi = mid;
+    if (static_cast<int64_t>(keys[mid]) < r) lo = mid + 1; else hi = mid;
   }
   return lo;
 }
 
 template <typename T>
-__global__ void SumSortedRows(const int32_t* __restrict__ keys, const int32_t* __restrict__ tokens,
+__global__ void SumSortedRows(const uint32_t* __restrict__ keys,
+                              const int32_t* __restrict__ tokens,
                               int64_t n, const T* __restrict__ dy, int64_t h, int64_t num_rows,
                               Acc<T>* __restrict__ acc) {
   for (int64_t r = blockIdx.x; r < num_rows; r += gridDim.x) {
@@ -91,7 +92,8 @@ int SortEndBit(int64_t num_rows) {  // bits that hold 0..num_rows (num_rows: the
 }
 
 struct SortScratch {
-  int32_t *keys_in, *keys_out, *tokens_in, *tokens_out;
+  uint32_t *keys_in, *keys_out;
+  int32_t *tokens_in, *tokens_out;
   void* temp;
   size_t temp_bytes;
 };
@@ -103,15 +105,15 @@ size_t Align256(size_t b) { return (b + 255) / 256 * 256; }
 size_t LayoutScratch(int64_t n, int64_t num_rows, void* scratch, SortScratch* out) {
   const size_t arr = Align256(static_cast<size_t>(n) * sizeof(int32_t));
   size_t temp_bytes = 0;
-  cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const int32_t*>(nullptr),
-                                  static_cast<int32_t*>(nullptr),
+  cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const uint32_t*>(nullptr),
+                                  static_cast<uint32_t*>(nullptr),
                                   static_cast<const int32_t*>(nullptr),
                                   static_cast<int32_t*>(nullptr), static_cast<int>(n), 0,
                                   SortEndBit(num_rows));
   if (out != nullptr) {
     char* p = static_cast<char*>(scratch);
-    out->keys_in = reinterpret_cast<int32_t*>(p);
-    out->keys_out = reinterpret_cast<int32_t*>(p + arr);
+    out->keys_in = reinterpret_cast<uint32_t*>(p);
+    out->keys_out = reinterpret_cast<uint32_t*>(p + arr);
     out->tokens_in = reinterpret_cast<int32_t*>(p + 2 * arr);
     out->tokens_out = reinterpret_cast<int32_t*>(p + 3 * arr);
     out->temp = p + 4 * arr;

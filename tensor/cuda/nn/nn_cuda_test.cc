@@ -11,6 +11,7 @@
 #if SHARDMAP_HAS_CUDA
 #include <cuda_runtime.h>
 #endif
+#include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
 #include "tensor/ops/nn.h"
@@ -356,6 +357,35 @@ TEST(NnCudaTest, EmbeddingBackwardIsDeterministicInTokenOrder) {
   const Tensor ids = Tensor::FromVector<int64_t>({4}, bad_ids).To(Device::Cuda(0));
   const Tensor dy = RandomTensor({4, 8}, DType::kF32, 79).To(Device::Cuda(0));
   EXPECT_THROW(EmbeddingBackward(ids, dy, 5), OpError);
+}
+
+// With deferred index checks an op with a bad index returns, and the thread's next read back on
+// the stream throws its error (naming the op and saying it was deferred); good ops never do,
+// also past the 256 checks that may wait (the 257th waits for them).
+TEST(NnCudaTest, DeferredIndexChecksThrowAtTheNextReadBack) {
+  SKIP_WITHOUT_GPU();
+  const bool before = cuda::DeferredIndexChecks();
+  cuda::SetDeferredIndexChecks(true);
+  const Tensor table = Gpu(RandomTensor({10, 8}, DType::kF32, 90));
+  const Tensor good = Gpu(Tensor::FromVector<int64_t>({3}, {1, 9, 0}));
+  const Tensor bad = Gpu(Tensor::FromVector<int64_t>({3}, {1, 10, 0}));
+  for (int i = 0; i < 300; ++i) (void)Embedding(table, good);
+  EXPECT_NO_THROW((void)Embedding(table, good).To(Device::Cpu()));
+  Tensor out;
+  EXPECT_NO_THROW(out = Embedding(table, bad));  // no sync here
+  try {
+    (void)out.To(Device::Cpu());
+    ADD_FAILURE() << "the deferred check did not fire at the read back";
+  } catch (const OpError& e) {
+    EXPECT_NE(std::string(e.what()).find("embedding: id 10"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("deferred"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW((void)Embedding(table, good).To(Device::Cpu()));  // reported once
+  const Tensor logits = Gpu(RandomTensor({2, 5}, DType::kF32, 91));
+  const Tensor targets = Gpu(Tensor::FromVector<int64_t>({2}, {4, 7}));
+  (void)CrossEntropy(logits, targets, -100);
+  EXPECT_THROW(cuda::RunDeferredIndexChecks(0), OpError);
+  cuda::SetDeferredIndexChecks(before);
 }
 
 // ---------------------------------------------------------------- cross-entropy

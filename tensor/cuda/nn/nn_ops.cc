@@ -202,11 +202,11 @@ Tensor Embedding(const Tensor& table, const Tensor& ids) {
                                   h * static_cast<int64_t>(DTypeSize(table.dtype())),
                                   ids.raw_data(), ids.dtype() == DType::kI64, ids.numel(),
                                   out.raw_data(), bad.ptr(), on.stream));
-  if (const int64_t i = bad.Read(); i >= 0) {
+  bad.Check([ids, table_shape = table.ShapeString(), v](int64_t i) {
     OpFail("embedding: id ", DeviceIndexAt(ids, i), " at ", IndexString(ids.shape(), i), " of ids ",
-           ids.ShapeString(), " is out of range for table ", table.ShapeString(),
+           ids.ShapeString(), " is out of range for table ", table_shape,
            "; expected 0 <= id < ", v);
-  }
+  });
   return out;
 }
 
@@ -233,10 +233,10 @@ Tensor EmbeddingBackward(const Tensor& ids, const Tensor& dy, int64_t num_rows) 
                                           scratch.defined() ? scratch.raw_data() : nullptr,
                                           on.stream));
   if (ids.numel() > 0) {
-    if (const int64_t i = bad.Read(); i >= 0) {
+    bad.Check([ids, num_rows](int64_t i) {
       OpFail("embedding_backward: id ", DeviceIndexAt(ids, i), " at ", IndexString(ids.shape(), i),
              " of ids ", ids.ShapeString(), " is out of range; expected 0 <= id < ", num_rows);
-    }
+    });
   }
   return CastTo(acc, dy.dtype(), on.stream);
 }
@@ -262,9 +262,9 @@ Tensor CrossEntropy(const Tensor& logits, const Tensor& targets, int64_t ignore_
   SM_NN_LAUNCH(k::LaunchCrossEntropy(logits.raw_data(), logits.dtype(), targets.raw_data(),
                                      targets.dtype() == DType::kI64, loss.raw_data(), rows, v,
                                      ignore_index, bad.ptr(), on.stream));
-  if (const int64_t i = bad.Read(); i >= 0) {
+  bad.Check([targets, v, ignore_index](int64_t i) {
     BadTarget("cross_entropy", targets, i, v, ignore_index);
-  }
+  });
   return loss;
 }
 
@@ -280,9 +280,9 @@ Tensor CrossEntropyBackward(const Tensor& logits, const Tensor& targets, const T
   SM_NN_LAUNCH(k::LaunchCrossEntropyBackward(
       logits.raw_data(), logits.dtype(), targets.raw_data(), targets.dtype() == DType::kI64,
       dl.raw_data(), dx.raw_data(), rows, v, ignore_index, bad.ptr(), on.stream));
-  if (const int64_t i = bad.Read(); i >= 0) {
+  bad.Check([targets, v, ignore_index](int64_t i) {
     BadTarget("cross_entropy_backward", targets, i, v, ignore_index);
-  }
+  });
   return dx;
 }
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -20,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "collectives/internal/cuda_check.h"
 #include "collectives/internal/status_macros.h"
+#include "collectives/nccl_finalize_policy.h"
 #endif
 
 namespace shardmap::collectives {
@@ -210,23 +212,43 @@ class NcclCommunicator final : public Communicator {
       if (poisoned) {
         ncclCommAbort(comm_);
       } else {
-        // Finalize flushes outstanding work (non-blocking: poll), then destroy.
-        ncclCommFinalize(comm_);
-        const absl::Time deadline = absl::Now() + timeout_;
-        ncclResult_t st = ncclInProgress;
-        while (ncclCommGetAsyncError(comm_, &st) == ncclSuccess && st == ncclInProgress &&
-               absl::Now() < deadline) {
-          std::this_thread::yield();
+        // Finalize flushes outstanding work (non-blocking: poll), then destroy; abort once the
+        // job is known to be failing and a short grace has passed (nccl_finalize_policy.h).
+        const ncclResult_t fin = ncclCommFinalize(comm_);
+        const absl::Time start = absl::Now();
+        std::optional<absl::Time> failing_since;
+        FinalizeAction action = FinalizeAction::kWait;
+        while (action == FinalizeAction::kWait) {
+          ncclResult_t st = fin;
+          if (fin == ncclSuccess || fin == ncclInProgress) {
+            if (ncclCommGetAsyncError(comm_, &st) != ncclSuccess) st = ncclInternalError;
+          }
+          const absl::Time now = absl::Now();
+          if (!failing_since.has_value() && !WorldFailedElsewhere(start).ok()) failing_since = now;
+          FinalizeState state;
+          state.finished = st == ncclSuccess;
+          state.error = st != ncclSuccess && st != ncclInProgress;
+          state.waited = now - start;
+          state.timeout = timeout_;
+          if (failing_since.has_value()) state.failing_for = now - *failing_since;
+          action = DecideFinalize(state);
+          if (action == FinalizeAction::kWait) std::this_thread::yield();
         }
-        if (st == ncclSuccess) {
+        if (action == FinalizeAction::kDestroy) {
           ncclCommDestroy(comm_);
         } else {
           ncclCommAbort(comm_);
         }
       }
     }
-    if (scratch_ != nullptr) cudaFree(scratch_);
-    for (void* p : retired_scratch_) cudaFree(p);
+    // A destructor cannot return the error: print it (a sticky error surfaces at the next call).
+    auto free_scratch = [this](void* p) {
+      const absl::Status s = internal::CudaStatus(cudaFree(p), "cudaFree (~NcclCommunicator "
+                                                  "scratch)", __FILE__, __LINE__);
+      if (!s.ok()) std::fprintf(stderr, "shardmap: %s: %s\n", name_.c_str(), s.ToString().c_str());
+    };
+    if (scratch_ != nullptr) free_scratch(scratch_);
+    for (void* p : retired_scratch_) free_scratch(p);
   }
 
   int rank() const override { return rank_; }

@@ -3,13 +3,16 @@
 # and packs them into .gpu/ (git-ignored) for a machine that has a GPU but no Bazel:
 #   .gpu/bundle.tar.xz   bin/<package>/<binary> (our code linked statically, stripped) and lib/
 #                        (the non-CUDA shared libraries they need: Abseil, OpenBLAS, ...)
-#   .gpu/run.sh          unpacks to /tmp/gpu_bundle and runs tools/gpu_run.sh: the GPU tests, the
-#                        GPT-2 step against PyTorch, the ops table, attention and the TP layers,
-#                        inside a time budget (BUDGET_S, 450 s), writing under $OUT (default
-#                        /tmp/gpu_out) with one summary, summary.md
+#   .gpu/run.sh          unpacks to /tmp/gpu_bundle and runs tools/gpu_run.sh: the GPU tests,
+#                        train_gpt on GPT-2 shapes against PyTorch, the determinism check, the
+#                        GPT-2 step benchmark, the ops table, attention against PyTorch SDPA and the
+#                        TP layers, inside a time budget (BUDGET_S: 420 s, 200 s with --quick),
+#                        writing two files under $OUT (default /tmp/gpu_out): the report,
+#                        summary.md, and every log in logs.tar.xz
 #
 #   bash tools/gpu_bundle.sh            # then, on the GPU machine, from the repository root:
-#   bash .gpu/run.sh
+#   bash .gpu/run.sh                    # everything, under 8 minutes on one H100/H200
+#   bash .gpu/run.sh --quick            # the tests, the train_gpt row, determinism: under 4
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,7 +73,8 @@ for d in $(find /usr /opt -name 'libnccl.so.2' -o -name 'libcublasLt.so.13' -o -
 done
 out=${OUT:-/tmp/gpu_out}; mkdir -p "$out"
 nvidia-smi -L || true
-exec bash "$gpu_dir/../tools/gpu_run.sh" /tmp/gpu_bundle/bin "$out" "$(cat "$gpu_dir/commit.txt" 2>/dev/null)"
+exec bash "$gpu_dir/../tools/gpu_run.sh" /tmp/gpu_bundle/bin "$out" \
+  "$(cat "$gpu_dir/commit.txt" 2>/dev/null)" "${1:-}"
 RUN
 chmod +x .gpu/run.sh
 du -sh .gpu

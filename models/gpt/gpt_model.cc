@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <compare>
 #include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -221,19 +223,46 @@ std::vector<NamedTensor> InitGpt(const GptConfig& cfg, uint64_t seed) {
 
 namespace {
 
-// The positions of a rank's rows on its device. On a GPU the same positions every step are
-// copied once per thread and kept (a few per thread): no host->device copy per step, and a step
-// captured as a CUDA graph (models/train/cuda_graph_step.h) reads them at a fixed address.
-Tensor PositionsOn(const std::vector<int64_t>& pos, Device device) {
-  const int64_t n = static_cast<int64_t>(pos.size());
-  if (!device.is_cuda()) return Tensor::FromVector<int64_t>({n}, pos).To(device);  // CPU, meta
-  thread_local std::map<std::pair<int, std::vector<int64_t>>, Tensor> kept;
-  std::pair<int, std::vector<int64_t>> key(device.index, pos);
-  auto it = kept.find(key);
-  if (it != kept.end()) return it->second;
-  Tensor t = Tensor::FromVector<int64_t>({n}, pos).To(device);
-  if (kept.size() < 8) kept.emplace(std::move(key), t);
-  return t;
+// What a rank's positions depend on: its rows (count from first), the sequence length and its
+// context-parallel chunk.
+struct PositionsKey {
+  int device;
+  int64_t count, first, seq, cp, cp_index;
+  auto operator<=>(const PositionsKey&) const = default;
+};
+
+std::vector<int64_t> PositionValues(const PositionsKey& k) {
+  const int64_t local_seq = k.seq / k.cp;
+  std::vector<int64_t> pos(k.count);
+  for (int64_t r = 0; r < k.count; ++r) {
+    pos[r] = k.cp > 1 ? LoadBalancedPosition((k.first + r) % local_seq, k.seq,
+                                             static_cast<int>(k.cp), static_cast<int>(k.cp_index))
+                      : (k.first + r) % k.seq;
+  }
+  return pos;
+}
+
+// The positions of a rank's rows on its device. On a GPU each layout's positions are copied once
+// per process and kept (keyed by the few numbers they depend on, every layout a process meets,
+// shared by all rank threads): no host->device copy per step, and a step captured as a CUDA
+// graph (models/train/cuda_graph_step.h) reads them at a fixed address (a copy inside a capture is
+// refused, which would send the step back to eager).
+Tensor PositionsOn(const PositionsKey& key, Device device) {
+  if (!device.is_cuda()) {  // CPU, meta
+    return Tensor::FromVector<int64_t>({key.count}, PositionValues(key)).To(device);
+  }
+  static std::mutex mu;
+  static auto* kept = new std::map<PositionsKey, Tensor>;  // never destroyed (device memory)
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = kept->find(key); it != kept->end()) return it->second;
+  }
+  Tensor t = Tensor::FromVector<int64_t>({key.count}, PositionValues(key)).To(device);
+  // Other rank threads read it on their own streams: wait until this stream has written it
+  // (a read back waits for the stream; once per layout).
+  (void)t.To(Device::Cpu());
+  std::lock_guard<std::mutex> lock(mu);
+  return kept->emplace(key, t).first->second;  // a racing thread's copy wins alike
 }
 
 }  // namespace
@@ -258,13 +287,9 @@ Value GptEmbed(const GptLayout& layout, const ParamFn& use, const Value& ids) {
   if (!layout.cp_axis().empty()) {
     pos_type[layout.mesh().AxisIndex(layout.cp_axis())] = AxisType::Sharded(0);
   }
-  const int64_t local_seq = c.seq / cp;
-  std::vector<int64_t> pos(count);
-  for (int64_t r = 0; r < count; ++r) {
-    pos[r] = cp > 1 ? LoadBalancedPosition((first + r) % local_seq, c.seq, cp, cp_index)
-                    : (first + r) % c.seq;
-  }
-  Value positions(PositionsOn(pos, ids.tensor.device()), pos_type);
+  const Device device = ids.tensor.device();
+  const PositionsKey key{device.is_cuda() ? device.index : -1, count, first, c.seq, cp, cp_index};
+  Value positions(PositionsOn(key, device), pos_type);
   return x + embedding(use("wpe.weight"), positions);
 }
 

@@ -55,6 +55,7 @@
 #include "nlohmann/json.hpp"
 #include "shardmap/context.h"
 #include "shardmap/device_placement.h"
+#include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/runtime.h"
 
 ABSL_FLAG(std::string, mesh, "", "mesh axes, e.g. dp=2,tp=2 or pp=2,dp=2 or ep=2 (axes pp, dp, dp_replicate, dp_shard, ep, cp, tp)");
@@ -80,6 +81,10 @@ ABSL_FLAG(bool, cuda_graph, true,
           "GPU: capture the static step once (after one eager warm-up step) and replay it as a "
           "CUDA graph: one in-process GPU rank, no pipeline/MoE/--trace, f32 master weights "
           "(the summary says \"captured (N replays)\" or why not); false: every step eagerly");
+ABSL_FLAG(bool, deterministic, false,
+          "GPU: deterministic algorithms (cuda::SetDeterministic): GEMMs keep cuBLASLt's "
+          "heuristic's choice instead of timing candidates, so two runs print the same losses "
+          "bitwise (also SHARDMAP_DETERMINISTIC=1)");
 SHARDMAP_GPT_CONFIG_FLAGS(/*layers=*/2, /*d_model=*/64, /*heads=*/4, /*vocab=*/256, /*seq=*/64,
                           /*dtype=*/"f32");
 ABSL_FLAG(int64_t, batch, 8, "global batch (sequences per step)");
@@ -793,5 +798,9 @@ int main(int argc, char** argv) {
     std::cerr << "train_gpt: unexpected argument '" << rest[1] << "' (flags are --name=value)\n";
     return 2;
   }
+  if (absl::GetFlag(FLAGS_deterministic)) shardmap::cuda::SetDeterministic(true);
+  // GPU ops' index checks are read with the step's loss, not one host sync per op (a bad token
+  // id still stops the run, naming the op).
+  shardmap::cuda::SetDeferredIndexChecks(true);
   return shardmap::Main();
 }

@@ -13,13 +13,15 @@ CachingAllocator::CachingAllocator(RawOps raw, std::string device_name)
 
 CachingAllocator::~CachingAllocator() {
   std::lock_guard<std::mutex> lock(mu_);
-  if ((!free_.empty() || !kept_.empty()) && raw_.synchronize) raw_.synchronize();
+  const bool any = !free_.empty() || !kept_.empty() || !deferred_.empty();
+  if (any && raw_.synchronize) raw_.synchronize();
   for (auto& [key, blocks] : free_) {
     for (void* p : blocks) raw_.free(p);
   }
   for (auto& [pool, blocks] : kept_) {
     for (const auto& [p, size] : blocks) raw_.free(p);
   }
+  for (const auto& [p, size] : deferred_) raw_.free(p);
 }
 
 size_t CachingAllocator::RoundSize(size_t nbytes) {
@@ -96,6 +98,14 @@ void CachingAllocator::FreeImpl(void* p, const StreamHandle* current) {
   live_.erase(it);
   stats_.allocated_bytes -= static_cast<int64_t>(b.size);
   if (b.pool != 0 && released_pools_.count(b.pool)) {
+    if (!capturing_.empty()) {
+      // A capture is under way (on this thread or another): the device-wide synchronize and the
+      // cudaFree would be refused by it and invalidate it. Hand the block back once no stream
+      // is captured (FlushDeferredLocked, from EndPool).
+      deferred_.emplace_back(p, b.size);
+      stats_.cached_bytes += static_cast<int64_t>(b.size);
+      return;
+    }
     if (raw_.synchronize) raw_.synchronize();
     raw_.free(p);
     ++stats_.raw_frees;
@@ -141,8 +151,20 @@ void CachingAllocator::ReleaseCachedLocked(PoolId pool) {
   }
 }
 
+void CachingAllocator::FlushDeferredLocked() {
+  if (deferred_.empty() || !capturing_.empty()) return;
+  if (raw_.synchronize) raw_.synchronize();  // a replay of the released graph may still use them
+  for (const auto& [q, size] : deferred_) {
+    raw_.free(q);
+    ++stats_.raw_frees;
+    stats_.cached_bytes -= static_cast<int64_t>(size);
+  }
+  deferred_.clear();
+}
+
 void CachingAllocator::EmptyCache() {
   std::lock_guard<std::mutex> lock(mu_);
+  FlushDeferredLocked();
   ReleaseCachedLocked(0);
 }
 
@@ -179,6 +201,7 @@ void CachingAllocator::EndPool(PoolId pool) {
   for (auto it = capturing_.begin(); it != capturing_.end(); ++it) {
     if (it->second == pool) {
       capturing_.erase(it);
+      FlushDeferredLocked();
       return;
     }
   }

@@ -19,7 +19,10 @@
 // given an address the graph writes. A block from outside the pool (e.g. an eager tensor the
 // captured function drops) freed while its stream, or the freeing thread's stream, is captured may
 // still be read or written by every replay: the pool keeps it (handed to nobody) until
-// ReleasePool. ReleasePool hands the pool's cached and kept blocks back.
+// ReleasePool. ReleasePool hands the pool's cached and kept blocks back. A block of a released
+// pool freed while any stream is between BeginPool and EndPool (another graph's capture) is not
+// handed back then (the synchronize and cudaFree would invalidate that capture): it waits, counted
+// in cached_bytes, until the last EndPool (or EmptyCache outside a capture).
 //
 // Out of memory: the cache is emptied (after `synchronize`) and the request retried once; a second
 // failure throws OpError(ResourceExhausted) naming the device, the request and the usage. While
@@ -101,6 +104,7 @@ class CachingAllocator {
   void* RawMallocLocked(size_t size);
   void FreeImpl(void* p, const StreamHandle* current);
   void ReleaseCachedLocked(PoolId pool);
+  void FlushDeferredLocked();  // hands deferred_ back once no stream is captured
 
   RawOps raw_;
   std::string device_name_;
@@ -111,6 +115,8 @@ class CachingAllocator {
   std::unordered_map<PoolId, bool> released_pools_;
   // Default-pool blocks freed during a capture into the pool: (pointer, size), freed at release.
   std::unordered_map<PoolId, std::vector<std::pair<void*, size_t>>> kept_;
+  // Blocks of released pools freed during a capture: (pointer, size), freed after it.
+  std::vector<std::pair<void*, size_t>> deferred_;
   PoolId next_pool_ = 1;
   Stats stats_;
 };

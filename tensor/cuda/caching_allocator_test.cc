@@ -268,6 +268,56 @@ TEST(CachingAllocatorTest, LiveBlocksOfAReleasedPoolAreFreedWhenDropped) {
   EXPECT_EQ(dev.live.count(out), 0u);
 }
 
+// A tensor that outlives its graph, dropped while another graph is being captured: the
+// synchronize and raw free it needs would invalidate that capture, so they wait for its end.
+TEST(CachingAllocatorTest, ABlockOfAReleasedPoolFreedDuringACaptureWaitsForItsEnd) {
+  FakeDevice dev;
+  CachingAllocator alloc(dev.Ops(), "fake:0");
+  const auto first = alloc.CreatePool();
+  alloc.BeginPool(first, Stream(1));
+  void* out = alloc.Allocate(2048, Stream(1));
+  alloc.EndPool(first);
+  alloc.ReleasePool(first);  // the first graph is destroyed; `out` still held
+
+  const auto second = alloc.CreatePool();
+  alloc.BeginPool(second, Stream(2));  // another thread's capture (another stream)
+  const int syncs_before = dev.syncs;
+  alloc.Free(out, Stream(1));
+  EXPECT_EQ(dev.syncs, syncs_before) << "a device-wide synchronize inside a capture";
+  EXPECT_EQ(dev.live.count(out), 1u) << "a raw free inside a capture";
+  EXPECT_EQ(alloc.stats().cached_bytes, 2048);
+  // Not to be handed out again meanwhile: a capture allocation of that size gets a new block.
+  void* in_capture = alloc.Allocate(2048, Stream(2));
+  EXPECT_NE(in_capture, out);
+  alloc.EndPool(second);  // the capture is over: now it goes back
+  EXPECT_EQ(dev.live.count(out), 0u);
+  EXPECT_GT(dev.syncs, syncs_before);
+  EXPECT_EQ(alloc.stats().cached_bytes, 0);
+  alloc.Free(in_capture);
+  alloc.ReleasePool(second);
+  EXPECT_EQ(dev.live.size(), 0u);
+}
+
+// With two captures under way, the first EndPool does not flush: the other is still capturing.
+TEST(CachingAllocatorTest, DeferredFreesWaitForTheLastCapture) {
+  FakeDevice dev;
+  CachingAllocator alloc(dev.Ops(), "fake:0");
+  const auto old = alloc.CreatePool();
+  alloc.BeginPool(old, Stream(1));
+  void* out = alloc.Allocate(4096, Stream(1));
+  alloc.EndPool(old);
+  alloc.ReleasePool(old);
+  const auto a = alloc.CreatePool();
+  const auto b = alloc.CreatePool();
+  alloc.BeginPool(a, Stream(2));
+  alloc.BeginPool(b, Stream(3));
+  alloc.Free(out);
+  alloc.EndPool(a);
+  EXPECT_EQ(dev.live.count(out), 1u);
+  alloc.EndPool(b);
+  EXPECT_EQ(dev.live.count(out), 0u);
+}
+
 TEST(CachingAllocatorTest, ConcurrentStreamsFromManyThreads) {
   FakeDevice dev;
   CachingAllocator::RawOps ops = dev.Ops();

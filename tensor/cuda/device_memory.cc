@@ -2,11 +2,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <string>
+#include <utility>
 #include <memory>
 #include <mutex>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
@@ -39,51 +45,174 @@ cudaStream_t StreamOf(int device) { return static_cast<cudaStream_t>(CurrentStre
 // graph), so this thread may do so in relaxed mode.
 using internal::RelaxedCaptureMode;
 
-// Pinned staging for host->device copies: two chunks per thread, so the memcpy into one overlaps
-// the DMA out of the other. Each chunk's event says when its last DMA is done.
+// Pinned staging for host->device copies: a ring of kSlots chunks per thread, so the memcpy into
+// one overlaps the DMA out of the others. Each chunk's event says when its last DMA is done.
+// The ring carries on from call to call (`next`): a copy waits only for the DMA of the copy
+// kSlots chunks back (and the stream work queued before it), not for every copy's chunk 0.
 struct Staging {
-  static constexpr size_t kChunk = size_t{8} << 20;
-  void* chunk[2] = {nullptr, nullptr};
-  cudaEvent_t done[2] = {nullptr, nullptr};
+  static constexpr size_t kChunk = size_t{4} << 20;
+  static constexpr int kSlots = 4;
+  void* chunk[kSlots] = {};
+  cudaEvent_t done[kSlots] = {};
   int device = -1;
+  int next = 0;
 
   ~Staging() { Release(); }
   void Release() {
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kSlots; ++i) {
       if (done[i] != nullptr) {
-        cudaEventSynchronize(done[i]);
-        cudaEventDestroy(done[i]);
+        internal::NoteCudaError(cudaEventSynchronize(done[i]),
+                                "cudaEventSynchronize (host->device staging release)");
+        internal::NoteCudaError(cudaEventDestroy(done[i]),
+                                "cudaEventDestroy (host->device staging release)");
         done[i] = nullptr;
       }
       if (chunk[i] != nullptr) {
-        cudaFreeHost(chunk[i]);
+        internal::NoteCudaError(cudaFreeHost(chunk[i]),
+                                "cudaFreeHost (host->device staging release)");
         chunk[i] = nullptr;
       }
     }
+    next = 0;
   }
   void Ensure(int dev) {
-    if (chunk[1] != nullptr && done[1] != nullptr && device == dev) return;
+    if (chunk[kSlots - 1] != nullptr && done[kSlots - 1] != nullptr && device == dev) return;
     Release();
     device = dev;
     try {
-      for (int i = 0; i < 2; ++i) {
+      for (int i = 0; i < kSlots; ++i) {
         SM_CUDA_CHECK(cudaMallocHost(&chunk[i], kChunk));
         SM_CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
       }
     } catch (...) {
-      // A half-made staging (chunk 0 without chunk 1 or an event) must not pass the check above
+      // A half-made staging (some chunks without their events) must not pass the check above
       // on the next call: that would memcpy into a null chunk.
       Release();
       throw;
     }
   }
+  // The next chunk of the ring, once its previous DMA has finished.
+  int Take() {
+    const int i = next;
+    next = (next + 1) % kSlots;
+    SM_CUDA_CHECK(cudaEventSynchronize(done[i]));
+    return i;
+  }
 };
+
+// The deferred index checks of this thread (device_memory.h).
+struct PendingCheck {
+  int device;
+  StreamHandle stream;
+  int slot;
+  std::function<void(int64_t)> fail;
+};
+struct DeferredChecks {
+  static constexpr int kSlots = 256;
+  int64_t* host = nullptr;  // pinned [kSlots]
+  std::vector<int> free_slots;
+  std::vector<PendingCheck> pending;  // in the order the ops ran
+  ~DeferredChecks() {
+    if (host != nullptr) {
+      internal::NoteCudaError(cudaFreeHost(host), "cudaFreeHost (deferred index checks)");
+    }
+  }
+  void Ensure() {
+    if (host != nullptr) return;
+    void* p = nullptr;
+    SM_CUDA_CHECK(cudaMallocHost(&p, kSlots * sizeof(int64_t)));
+    host = static_cast<int64_t*>(p);
+    for (int i = kSlots - 1; i >= 0; --i) free_slots.push_back(i);
+  }
+};
+thread_local DeferredChecks deferred_checks;
+
+// Runs (and drops) the queued checks of `stream` on `device`, whose stream has been waited for;
+// all of them when stream is null (every stream waited for). Throws the first failure.
+void RunChecksOf(int device, StreamHandle stream) {
+  DeferredChecks& d = deferred_checks;
+  std::function<void(int64_t)> first_fail;
+  int64_t first_pos = -1;
+  std::vector<PendingCheck> keep;
+  for (PendingCheck& c : d.pending) {
+    if (stream != nullptr && (c.device != device || c.stream != stream)) {
+      keep.push_back(std::move(c));
+      continue;
+    }
+    const int64_t pos = d.host[c.slot];
+    d.free_slots.push_back(c.slot);
+    if (pos >= 0 && first_pos < 0) {
+      first_pos = pos;
+      first_fail = std::move(c.fail);
+    }
+  }
+  d.pending = std::move(keep);
+  if (first_pos < 0) return;
+  try {
+    first_fail(first_pos);
+  } catch (const OpError& e) {
+    throw OpError(absl::Status(
+        e.status().code(),
+        absl::StrCat(e.status().message(),
+                     " (found at a later read back: index checks are deferred, "
+                     "cuda::SetDeferredIndexChecks; run with SHARDMAP_DEFER_INDEX_CHECKS=0 to "
+                     "stop at the op)")));
+  }
+}
 
 #endif
 
+std::atomic<bool>& DeferFlag() {
+  static std::atomic<bool>* on = new std::atomic<bool>(
+      DeferredIndexChecksFromEnv(std::getenv("SHARDMAP_DEFER_INDEX_CHECKS")));
+  return *on;
+}
+
 }  // namespace
 
+bool DeferredIndexChecksFromEnv(const char* value) {
+  if (value == nullptr) return false;
+  const std::string v = absl::AsciiStrToLower(value);
+  return v == "1" || v == "on" || v == "true";
+}
+bool DeferredIndexChecks() { return DeferFlag().load(std::memory_order_relaxed); }
+void SetDeferredIndexChecks(bool on) { DeferFlag().store(on, std::memory_order_relaxed); }
+
 #if SHARDMAP_HAS_CUDA
+
+void DeferIndexCheck(int device, const void* device_word, std::function<void(int64_t)> fail) {
+  RequireDevice(device, "cuda::DeferIndexCheck");
+  DeviceGuard guard(device);
+  DeferredChecks& d = deferred_checks;
+  d.Ensure();
+  if (d.free_slots.empty()) {  // full: wait for every stream with queued checks, run them
+    std::vector<std::pair<int, StreamHandle>> streams;
+    for (const PendingCheck& c : d.pending) streams.emplace_back(c.device, c.stream);
+    for (const auto& [dev, st] : streams) {
+      DeviceGuard g(dev);
+      SM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(st)));
+    }
+    RunChecksOf(device, nullptr);
+  }
+  const int slot = d.free_slots.back();
+  d.free_slots.pop_back();
+  const StreamHandle stream = CurrentStream(device);
+  const cudaError_t e = cudaMemcpyAsync(&d.host[slot], device_word, sizeof(int64_t),
+                                        cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream));
+  if (e != cudaSuccess) {
+    d.free_slots.push_back(slot);
+    SM_CUDA_CHECK(e);
+  }
+  d.pending.push_back(PendingCheck{device, stream, slot, std::move(fail)});
+}
+
+void RunDeferredIndexChecks(int device) {
+  RequireDevice(device, "cuda::RunDeferredIndexChecks");
+  DeviceGuard guard(device);
+  const StreamHandle stream = CurrentStream(device);
+  SM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  RunChecksOf(device, stream);
+}
 
 CachingAllocator& DeviceAllocator(int device) {
   RequireDevice(device, "cuda::DeviceAllocator");
@@ -103,14 +232,19 @@ CachingAllocator& DeviceAllocator(int device) {
         SM_CUDA_CHECK(e);
         return p;
       };
-      raw.free = [d](void* p) {
+      // Called from tensors' deleters, which must not throw: a failure is printed and
+      // remembered, and the next checked CUDA call's error names it (internal/cuda_check.h).
+      const std::string free_op = absl::StrCat("cudaFree (caching allocator, cuda:", d, ")");
+      const std::string sync_op =
+          absl::StrCat("cudaDeviceSynchronize (caching allocator, cuda:", d, ")");
+      raw.free = [d, free_op](void* p) {
         DeviceGuard guard(d);
         RelaxedCaptureMode relaxed;
-        cudaFree(p);
+        internal::NoteCudaError(cudaFree(p), free_op.c_str());
       };
-      raw.synchronize = [d] {
+      raw.synchronize = [d, sync_op] {
         DeviceGuard guard(d);
-        cudaDeviceSynchronize();
+        internal::NoteCudaError(cudaDeviceSynchronize(), sync_op.c_str());
       };
       v->push_back(std::make_unique<CachingAllocator>(std::move(raw), absl::StrCat("cuda:", d)));
     }
@@ -161,9 +295,9 @@ void CopyHostToDevice(void* dst, int device, const void* src, size_t nbytes) {
   staging.Ensure(device);
   const char* from = static_cast<const char*>(src);
   char* to = static_cast<char*>(dst);
-  for (size_t done = 0, i = 0; done < nbytes; i ^= 1) {
+  for (size_t done = 0; done < nbytes;) {
     const size_t n = std::min(Staging::kChunk, nbytes - done);
-    SM_CUDA_CHECK(cudaEventSynchronize(staging.done[i]));  // its previous DMA has finished
+    const int i = staging.Take();
     std::memcpy(staging.chunk[i], from + done, n);
     SM_CUDA_CHECK(cudaMemcpyAsync(to + done, staging.chunk[i], n, cudaMemcpyHostToDevice, stream));
     SM_CUDA_CHECK(cudaEventRecord(staging.done[i], stream));
@@ -178,6 +312,8 @@ void CopyDeviceToHost(void* dst, const void* src, int device, size_t nbytes) {
   cudaStream_t stream = StreamOf(device);
   SM_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream));
   SM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // The stream is done: the index checks queued on it have their answers (device_memory.h).
+  if (!deferred_checks.pending.empty()) RunChecksOf(device, CurrentStream(device));
 }
 
 void CopyDeviceToDevice(void* dst, int dst_device, const void* src, int src_device,
@@ -240,6 +376,10 @@ void CopyDeviceToDevice(void*, int dst_device, const void*, int, size_t) {
 }
 void MemsetZero(void*, int device, size_t) { RequireDevice(device, "cuda::MemsetZero"); }
 void Fill(void*, int device, DType, int64_t, double) { RequireDevice(device, "cuda::Fill"); }
+void DeferIndexCheck(int device, const void*, std::function<void(int64_t)>) {
+  RequireDevice(device, "cuda::DeferIndexCheck");
+}
+void RunDeferredIndexChecks(int device) { RequireDevice(device, "cuda::RunDeferredIndexChecks"); }
 
 #endif  // SHARDMAP_HAS_CUDA
 

@@ -13,10 +13,20 @@
 // are asynchronous on the destination device's current stream, peer-to-peer between GPUs.
 // Every function throws OpError (with file:line and CUDA's error text) on failure, and without a
 // GPU names the missing toolkit or device.
+//
+// Deferred index checks: the nn and routing ops note the first bad index a kernel meets in a
+// device word and, by default, read it back at once (a host sync per op). With
+// SetDeferredIndexChecks(true) (train_gpt turns it on; or SHARDMAP_DEFER_INDEX_CHECKS=1) an op
+// queues a copy of its word into pinned host memory instead (DeferIndexCheck), and the next
+// CopyDeviceToHost of that thread on the same stream (the step's loss read, say), which waits for
+// the stream anyway, runs the checks: the first bad op's error is thrown there, with a note that
+// it was deferred. No sync per op; at most 256 checks wait per thread (the 257th waits for them).
 #ifndef SHARDMAP_TENSOR_CUDA_DEVICE_MEMORY_H_
 #define SHARDMAP_TENSOR_CUDA_DEVICE_MEMORY_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 
 #include "tensor/cuda/caching_allocator.h"
 #include "tensor/dtype.h"
@@ -35,6 +45,17 @@ void CopyDeviceToDevice(void* dst, int dst_device, const void* src, int src_devi
 void MemsetZero(void* p, int device, size_t nbytes);
 // dst[i] = value (converted to dtype) for i < n, on the current stream.
 void Fill(void* dst, int device, DType dtype, int64_t n, double value);
+
+bool DeferredIndexChecks();
+void SetDeferredIndexChecks(bool on);
+// "1", "on", "true" (any case): on; unset or else: off.
+bool DeferredIndexChecksFromEnv(const char* value);
+// Queues a copy of the int64 at `device_word` (on this thread's current stream of `device`);
+// once the stream has reached it, `fail(value)` runs if the value is >= 0 (fail throws).
+void DeferIndexCheck(int device, const void* device_word, std::function<void(int64_t)> fail);
+// Waits for this thread's current stream of `device` and runs its queued checks (e.g. at the end
+// of a step that reads nothing back).
+void RunDeferredIndexChecks(int device);
 
 }  // namespace shardmap::cuda
 

@@ -27,6 +27,42 @@ TEST(DeviceTensorTest, WithoutAGpuDeviceTensorsAreAClearError) {
   EXPECT_FALSE(cuda::UnavailableReason().empty());
 }
 
+TEST(DeviceTensorTest, DeferredIndexChecksSwitch) {
+  EXPECT_FALSE(cuda::DeferredIndexChecksFromEnv(nullptr));
+  EXPECT_FALSE(cuda::DeferredIndexChecksFromEnv("0"));
+  EXPECT_TRUE(cuda::DeferredIndexChecksFromEnv("1"));
+  EXPECT_TRUE(cuda::DeferredIndexChecksFromEnv("True"));
+  const bool before = cuda::DeferredIndexChecks();
+  cuda::SetDeferredIndexChecks(!before);
+  EXPECT_EQ(cuda::DeferredIndexChecks(), !before);
+  cuda::SetDeferredIndexChecks(before);
+  if (!cuda::Available()) {
+    EXPECT_THROW(cuda::RunDeferredIndexChecks(0), OpError);
+  }
+}
+
+// Many small copies in a row go through the staging ring (each call takes the next chunk, the
+// ring carries on across calls) and one larger than the ring: every byte arrives.
+TEST(DeviceTensorTest, ConsecutiveCopiesRotateTheStaging) {
+  SKIP_WITHOUT_GPU();
+  std::vector<Tensor> dev;
+  for (int i = 0; i < 11; ++i) {
+    dev.push_back(
+        Tensor::Full({1000 + i}, static_cast<double>(i), DType::kF32).To(Device::Cuda(0)));
+  }
+  for (int i = 0; i < 11; ++i) {
+    const std::vector<float> back = dev[i].To(Device::Cpu()).ToVector<float>();
+    ASSERT_EQ(back.size(), static_cast<size_t>(1000 + i));
+    EXPECT_EQ(back.front(), static_cast<float>(i));
+    EXPECT_EQ(back.back(), static_cast<float>(i));
+  }
+  const int64_t n = (int64_t{4} << 20) * 5 / 4 + 3;  // 5 staging chunks of floats and a bit
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 4099);
+  const Tensor big = Tensor::FromVector<float>({n}, v).To(Device::Cuda(0));
+  EXPECT_EQ(big.To(Device::Cpu()).ToVector<float>(), v);
+}
+
 TEST(DeviceTensorTest, RoundTripAllDtypesAndOddSizes) {
   SKIP_WITHOUT_GPU();
   for (int64_t n : {0, 1, 7, 1000003, (8 << 20) / 4 + 5}) {  // 0, odd, > one staging chunk

@@ -62,8 +62,14 @@ bool IsCapturing(int device) {
 CudaGraph::CudaGraph(int device) : device_(device) {}
 
 CudaGraph::~CudaGraph() {
-  if (exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
-  if (graph_ != nullptr) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+  if (exec_ != nullptr) {
+    internal::NoteCudaError(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_)),
+                            "cudaGraphExecDestroy (~CudaGraph)");
+  }
+  if (graph_ != nullptr) {
+    internal::NoteCudaError(cudaGraphDestroy(static_cast<cudaGraph_t>(graph_)),
+                            "cudaGraphDestroy (~CudaGraph)");
+  }
   // Blocks of the pool still held by tensors are handed back when those tensors are freed.
   if (has_pool_) DeviceAllocator(device_).ReleasePool(pool_);
 }

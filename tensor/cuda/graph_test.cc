@@ -4,10 +4,12 @@
 #include "tensor/cuda/graph.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
 #include "tensor/ops/elementwise.h"
@@ -79,6 +81,35 @@ TEST(CudaGraphTest, WithoutGpuCaptureAndReplayNameTheReason) {
   absl::Status r = g.Replay();
   EXPECT_EQ(r.code(), absl::StatusCode::kFailedPrecondition) << r;
   EXPECT_FALSE(IsCapturing(0));
+}
+
+// A tensor that outlives its graph (a captured output kept after the graph is destroyed),
+// dropped while another graph is being captured: its block's synchronize and cudaFree wait for
+// the capture's end (caching_allocator.h), so that capture is not invalidated and replays.
+TEST(CudaGraphTest, ATensorOutlivingItsGraphDroppedDuringAnotherCapture) {
+  if (!Available()) GTEST_SKIP() << "no GPU: " << UnavailableReason();
+  const Device d = Device::Cuda(0);
+  StreamScope scope(0, NewStream(0));
+  const Tensor x = Tensor::Full({256, 256}, 0.5).To(d);
+  std::optional<Tensor> kept;
+  {
+    CudaGraph first(0);
+    ASSERT_TRUE(first.Capture([&] { kept.emplace(Matmul(x, x)); }).ok());
+    ASSERT_TRUE(first.Replay().ok());
+    Synchronize(0);
+  }  // the graph and its pool are released; `kept` still holds a block of it
+  const int64_t frees_before = DeviceAllocator(0).stats().raw_frees;
+  Tensor y;
+  CudaGraph second(0);
+  const absl::Status st = second.Capture([&] {
+    kept.reset();  // freed inside the capture
+    y = Add(x, x);
+  });
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_GT(DeviceAllocator(0).stats().raw_frees, frees_before) << "not freed after the capture";
+  ASSERT_TRUE(second.Replay().ok());
+  EXPECT_EQ(y.To(Device::Cpu()).at(0), 1.0);
+  EXPECT_EQ(y.To(Device::Cpu()).at(256 * 256 - 1), 1.0);
 }
 
 TEST(CudaGraphTest, CopyIntoOnHostAndMismatch) {

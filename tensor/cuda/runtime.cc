@@ -1,5 +1,10 @@
 #include "tensor/cuda/runtime.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/ascii.h"
 #include "tensor/error.h"
 
 #if SHARDMAP_HAS_CUDA
@@ -12,6 +17,22 @@
 #endif
 
 namespace shardmap::cuda {
+
+namespace {
+std::atomic<bool>& DeterministicFlag() {
+  static std::atomic<bool>* on =
+      new std::atomic<bool>(DeterministicFromEnv(std::getenv("SHARDMAP_DETERMINISTIC")));
+  return *on;
+}
+}  // namespace
+
+bool DeterministicFromEnv(const char* value) {
+  if (value == nullptr) return false;
+  const std::string v = absl::AsciiStrToLower(value);
+  return v == "1" || v == "on" || v == "true";
+}
+bool Deterministic() { return DeterministicFlag().load(std::memory_order_relaxed); }
+void SetDeterministic(bool on) { DeterministicFlag().store(on, std::memory_order_relaxed); }
 
 #if SHARDMAP_HAS_CUDA
 

@@ -63,6 +63,20 @@ class DeviceGuard {
   int prev_;
 };
 
+// Deterministic GPU work (as torch.use_deterministic_algorithms): when on, every op picks its
+// algorithm without timing anything (GEMMs keep cuBLASLt's heuristic's first answer instead of
+// the autotuned fastest, which can differ between processes), so two runs of the same program
+// on the same card and toolkit give the same bits. Ops that are deterministic regardless (the
+// embedding backward: a stable sort, no atomics) are unaffected. Off by default, or on when the
+// environment sets SHARDMAP_DETERMINISTIC to 1/on/true; set it before the first GEMM (plans
+// tuned earlier keep their choice). Usable without CUDA.
+//
+//   cuda::SetDeterministic(absl::GetFlag(FLAGS_deterministic));
+bool Deterministic();
+void SetDeterministic(bool on);
+// SHARDMAP_DETERMINISTIC's value: "1", "on", "true" (any case) are on; unset or else off.
+bool DeterministicFromEnv(const char* value);
+
 // Waits for the work queued on this thread's current stream of `device`. Throws OpError on a
 // CUDA error (including an earlier asynchronous kernel fault).
 void Synchronize(int device);

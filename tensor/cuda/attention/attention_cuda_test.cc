@@ -226,6 +226,53 @@ TEST(AttentionCuda, TensorCoreKernelsReplayInACudaGraph) {
   }
 }
 
+// NaN and inf in V at keys a query may not see must not reach that query's output: the SIMT
+// kernel skips masked keys, and the tensor-core kernel (where P = 0 would still multiply them)
+// must agree. Rows that see the bad keys are non-finite in both.
+TEST(AttentionCuda, NonFiniteValuesAtMaskedKeysStayOutOfTheOutput) {
+  SKIP_WITHOUT_GPU();
+  using cuda::AttentionKernel;
+  const Device gpu = Device::Cuda(0);
+  constexpr int64_t kT = 130, kNanKey = 100, kInfKey = 129;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (int64_t d : {64, 128}) {
+      const Tensor q = Cast(RandomTensor({1, kT, 2, d}, DType::kF32, 41), dtype).To(gpu);
+      const Tensor k = Cast(RandomTensor({1, kT, 2, d}, DType::kF32, 42), dtype).To(gpu);
+      Tensor v32 = RandomTensor({1, kT, 2, d}, DType::kF32, 43);
+      for (int64_t c = 0; c < d; ++c) {  // head 0 only: head 1 stays finite everywhere
+        v32.data<float>()[(kNanKey * 2 + 0) * d + c] = std::numeric_limits<float>::quiet_NaN();
+        v32.data<float>()[(kInfKey * 2 + 0) * d + c] = std::numeric_limits<float>::infinity();
+      }
+      const Tensor v = Cast(v32, dtype).To(gpu);
+      const Tensor tc =
+          cuda::CausalAttention(q, k, v, 0.1, 0, AttentionKernel::kTensorCore).out.To(
+              Device::Cpu());
+      const Tensor simt =
+          cuda::CausalAttention(q, k, v, 0.1, 0, AttentionKernel::kSimt).out.To(Device::Cpu());
+      int64_t leaked = 0, missing = 0;
+      double worst = 0;
+      for (int64_t i = 0; i < kT; ++i) {
+        for (int64_t h = 0; h < 2; ++h) {
+          for (int64_t c = 0; c < d; ++c) {
+            const int64_t e = (i * 2 + h) * d + c;
+            const bool sees_bad = h == 0 && i >= kNanKey;
+            if (!sees_bad) {
+              if (!std::isfinite(tc.at(e))) ++leaked;
+              worst = std::max(worst, std::fabs(tc.at(e) - simt.at(e)));
+            } else if (std::isfinite(tc.at(e)) || std::isfinite(simt.at(e))) {
+              ++missing;
+            }
+          }
+        }
+      }
+      EXPECT_EQ(leaked, 0) << DTypeName(dtype) << " d=" << d
+                           << ": non-finite outputs at rows that see no bad key";
+      EXPECT_EQ(missing, 0) << "rows that see a NaN value must be NaN";
+      EXPECT_LT(worst, 2 * TcTolerance(dtype, false)) << "tensor-core vs SIMT on finite rows";
+    }
+  }
+}
+
 TEST(AttentionCuda, FullyMaskedRowsAreZeroWithMinusInfLse) {
   SKIP_WITHOUT_GPU();
   const Device gpu = Device::Cuda(0);

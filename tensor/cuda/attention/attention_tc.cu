@@ -9,6 +9,7 @@
 #include <mma.h>
 
 #include <atomic>
+#include <type_traits>
 #include <climits>
 #include <cstdint>
 
@@ -43,19 +44,34 @@ __device__ __forceinline__ int64_t At(int64_t b, int64_t i, int64_t h, int64_t c
   return ((b * t + i) * heads + h) * d + c;
 }
 
+// Whether any of the eight 16-bit floats of T in v is infinite or NaN (exponent bits all set).
+template <typename T>
+__device__ __forceinline__ bool AnyNonFinite(uint4 v) {
+  constexpr uint32_t kExp = sizeof(T) == 2 && std::is_same_v<T, __half> ? 0x7C00u : 0x7F80u;
+  bool bad = false;
+  for (uint32_t w : {v.x, v.y, v.z, v.w}) {
+    bad |= (w & kExp) == kExp || ((w >> 16) & kExp) == kExp;
+  }
+  return bad;
+}
+
 // Stages rows [first, first + kTcRows) of x [b, t, heads, kD] for (b, h) into xs
 // [kTcRows][TcHalfLd(kD)], zeros past t, 8 elements (16 bytes) per load. The block calls it.
+// Returns whether this thread staged an infinite or NaN element.
 template <int kD, typename T>
-__device__ __forceinline__ void StageTile(const T* __restrict__ x, T* xs, int64_t b, int64_t h,
+__device__ __forceinline__ bool StageTile(const T* __restrict__ x, T* xs, int64_t b, int64_t h,
                                           int64_t first, int64_t t, int64_t heads) {
   constexpr int kVec = 8, kPerRow = kD / kVec, kLd = TcHalfLd(kD);
+  bool bad = false;
   for (int e = threadIdx.x; e < kTcRows * kPerRow; e += kTcThreads) {
     const int r = e / kPerRow, c = (e - r * kPerRow) * kVec;
     const int64_t row = first + r;
     uint4 val = make_uint4(0u, 0u, 0u, 0u);
     if (row < t) val = *reinterpret_cast<const uint4*>(x + At(b, row, h, c, t, heads, kD));
+    bad |= AnyNonFinite<T>(val);
     *reinterpret_cast<uint4*>(xs + r * kLd + c) = val;
   }
+  return bad;
 }
 
 // Writes a warp's 16 f32 rows staged in `stage` [16][TcOutLd(kD)] (times `mul`) as T to rows
@@ -155,8 +171,10 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int64_t j0 = 0; j0 < key_end; j0 += kTcCols) {
     __syncthreads();  // every warp is done with the previous K/V tile
     StageTile<kD>(k, ks, b, h, j0, tk, heads);
-    StageTile<kD>(v, vs, b, h, j0, tk, heads);
-    __syncthreads();
+    // An infinite or NaN value in V: P = 0 at a masked key would still multiply it in the
+    // tensor-core product (0 * inf = NaN), so such a tile is summed over visible keys only, as
+    // the SIMT kernel does (rare: only for non-finite inputs).
+    const bool v_nonfinite = __syncthreads_or(StageTile<kD>(v, vs, b, h, j0, tk, heads)) != 0;
     // S = Q K^T for the warp's 16 rows: K row-major [key][dim] is K^T column-major.
 #pragma unroll
     for (int n = 0; n < kColFrags; ++n) {
@@ -209,6 +227,18 @@ __global__ void __launch_bounds__(kTcThreads)
       for (int c = half; c < kD; c += 2) orow[c] *= alpha;
     }
     __syncwarp();
+    if (v_nonfinite) {  // block-uniform
+      for (int c = half; c < kD; c += 2) {
+        float acc = orow[c];
+        for (int kc = 0; kc < kTcCols; ++kc) {
+          const int64_t j = j0 + kc;
+          if (valid && j < tk && j <= gi) acc += ToAcc(prow[kc]) * ToAcc(vs[kc * kLd + c]);
+        }
+        orow[c] = acc;
+      }
+      __syncwarp();
+      continue;
+    }
     // O += P V for the warp's 16 rows.
     FragA<T> pf[kColFrags];
 #pragma unroll

@@ -199,9 +199,10 @@ void* Workspace(int device, cudaStream_t stream) {
   return p;
 }
 
-// Descriptors and the chosen algorithm for one cache key. The pointer attributes (bias, aux,
-// bias gradient) change per call, so `mu` is held from setting them until cublasLtMatmul has
-// read them (it copies what it needs into the launch).
+// Descriptors and the chosen algorithm for one cache key. `desc` is the heuristic's (and
+// tuning's) descriptor; each call sets its pointers on a per-thread copy (ThreadDesc). `mu`
+// guards `algo` (a copy is taken per call) and serialises tuning; it is never held across the
+// matmul a caller enqueues.
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
@@ -251,29 +252,63 @@ cublasLtMatrixLayout_t MakeLayout(cudaDataType_t type, const ColumnMajorMatrix& 
   return l;
 }
 
-std::unique_ptr<Plan> MakePlan(cublasLtHandle_t handle, const GemmCall& g) {
-  auto plan = std::make_unique<Plan>();
+// The matmul descriptor of g's plan: compute type, transposes, epilogue and g's pointers.
+cublasLtMatmulDesc_t MakeDesc(const GemmCall& g) {
+  cublasLtMatmulDesc_t desc = nullptr;
   const bool f64 = g.ab_dtype == DType::kF64;
   const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;  // no TF32
   const cudaDataType_t scale = f64 ? CUDA_R_64F : CUDA_R_32F;
-  SM_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, scale));
-  // cuBLAS computes C^T = op(b)^T op(a)^T: its A is our b, its B is our a.
-  const ColumnMajorProblem cm = ToColumnMajor(g);
-  const int32_t op_a = cm.a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int32_t op_b = cm.b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-  SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
-                                                   sizeof(op_a)));
-  SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
-                                                   sizeof(op_b)));
-  const uint32_t epilogue = CublasEpilogue(g.epilogue);
-  SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                   &epilogue, sizeof(epilogue)));
-  if (g.aux != nullptr) {
-    const int64_t aux_ld = g.n;  // aux is row-major [m,n] = column-major [n,m]
-    SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(
-        plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+  SM_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&desc, compute, scale));
+  try {
+    // cuBLAS computes C^T = op(b)^T op(a)^T: its A is our b, its B is our a.
+    const ColumnMajorProblem cm = ToColumnMajor(g);
+    const int32_t op_a = cm.a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int32_t op_b = cm.b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+                                                     sizeof(op_a)));
+    SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+                                                     sizeof(op_b)));
+    const uint32_t epilogue = CublasEpilogue(g.epilogue);
+    SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                     &epilogue, sizeof(epilogue)));
+    if (g.aux != nullptr) {
+      const int64_t aux_ld = g.n;  // aux is row-major [m,n] = column-major [n,m]
+      SM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(
+          desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+    }
+    SetDescPointers(desc, g);  // the heuristic reads their alignment
+  } catch (...) {
+    cublasLtMatmulDescDestroy(desc);
+    throw;
   }
-  SetDescPointers(plan->desc, g);  // the heuristic reads their alignment
+  return desc;
+}
+
+// This thread's copy of plan's descriptor, with g's pointers set. The pointer attributes change
+// per call, so each thread sets them on a descriptor of its own: no lock is held across
+// cublasLtMatmul (GEMMs of virtual ranks sharing a GPU enqueue concurrently). Plans live as long
+// as the process, so a plan's address keys its copies; they are destroyed with the thread.
+cublasLtMatmulDesc_t ThreadDesc(const Plan* plan, const GemmCall& g) {
+  struct Descs {
+    std::map<const Plan*, cublasLtMatmulDesc_t> by_plan;
+    ~Descs() {
+      for (auto& [p, d] : by_plan) cublasLtMatmulDescDestroy(d);
+    }
+  };
+  thread_local Descs descs;
+  auto it = descs.by_plan.find(plan);
+  if (it == descs.by_plan.end()) {
+    it = descs.by_plan.emplace(plan, MakeDesc(g)).first;  // pointers set by MakeDesc
+    return it->second;
+  }
+  SetDescPointers(it->second, g);
+  return it->second;
+}
+
+std::unique_ptr<Plan> MakePlan(cublasLtHandle_t handle, const GemmCall& g) {
+  auto plan = std::make_unique<Plan>();
+  plan->desc = MakeDesc(g);
+  const ColumnMajorProblem cm = ToColumnMajor(g);
 
   const cudaDataType_t ab = CudaType(g.ab_dtype), cd = CudaType(g.cd_dtype);
   plan->la = MakeLayout(ab, cm.a, g.batch, g.stride_b);
@@ -403,8 +438,8 @@ void Tune(Plan& plan, const GemmCall& g, cublasLtHandle_t handle, void* workspac
     }
     return ms;
   });
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  internal::NoteCudaError(cudaEventDestroy(start), "cudaEventDestroy (GEMM autotune)");
+  internal::NoteCudaError(cudaEventDestroy(stop), "cudaEventDestroy (GEMM autotune)");
   if (scratch != nullptr) DeviceFree(g.device, scratch);  // reused in stream order
   // A failed launch must not linger as the stream's sticky "last error".
   (void)cudaGetLastError();
@@ -454,20 +489,34 @@ bool RunGemm(const GemmCall& g) {
   const void* alpha = f64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = f64 ? static_cast<const void*>(&beta_d) : &beta_f;
 
-  std::lock_guard<std::mutex> lock(plan->mu);
-  SetDescPointers(plan->desc, g);
+  cublasLtMatmulAlgo_t algo;
   if (!plan->tuned.load()) {
+    // Tuning times candidates on plan->desc (its pointers set for g): under mu, once per plan;
+    // other threads' first calls of the plan wait for the winner (the same algorithm then for
+    // every call after).
+    std::lock_guard<std::mutex> lock(plan->mu);
     const bool capturing = Capturing(stream);
     const int count = static_cast<int>(plan->candidates.size());
-    if (DecideTuning(AutotuneEnabled(), capturing, /*tuned=*/false, count) == TuneAction::kTune) {
+    const bool allowed = TuningAllowed(AutotuneEnabled(), Deterministic());
+    if (plan->tuned.load()) {
+      // another thread tuned it meanwhile
+    } else if (DecideTuning(allowed, capturing, /*tuned=*/false, count) == TuneAction::kTune) {
+      SetDescPointers(plan->desc, g);
       Tune(*plan, g, handle, workspace, stream, alpha, beta);
-    } else if (capturing && AutotuneEnabled()) {
+    } else if (capturing && allowed) {
       GetCounters().tunes_deferred.fetch_add(1, std::memory_order_relaxed);
+    } else if (!allowed) {
+      plan->tuned = true;  // nothing will tune it: skip the lock from now on
     }
+    algo = plan->algo;
+  } else {
+    std::lock_guard<std::mutex> lock(plan->mu);  // a struct copy, nothing enqueued
+    algo = plan->algo;
   }
+  cublasLtMatmulDesc_t desc = ThreadDesc(plan, g);
   const cublasStatus_t s =
-      cublasLtMatmul(handle, plan->desc, alpha, /*A=*/g.b, plan->la, /*B=*/g.a, plan->lb, beta,
-                     g.c, plan->lc, g.c, plan->lc, &plan->algo, workspace, kWorkspaceBytes, stream);
+      cublasLtMatmul(handle, desc, alpha, /*A=*/g.b, plan->la, /*B=*/g.a, plan->lb, beta,
+                     g.c, plan->lc, g.c, plan->lc, &algo, workspace, kWorkspaceBytes, stream);
   // An epilogue the heuristic offered but cublasLtMatmul rejects is refused like one it never
   // offered: the caller composes unfused ops (counted in Stats().unsupported). A plain GEMM that
   // fails is an error.

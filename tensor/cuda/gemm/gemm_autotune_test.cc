@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "tensor/cuda/gemm/internal/autotune.h"
+#include "tensor/cuda/runtime.h"
 #include "tensor/cuda/gemm/internal/gemm.h"
 
 namespace shardmap::cuda::gemm_internal {
@@ -77,6 +78,28 @@ TEST(GemmAutotuneTest, EnvironmentSwitch) {
   EXPECT_FALSE(AutotuneEnabledFromEnv("0"));
   EXPECT_FALSE(AutotuneEnabledFromEnv("off"));
   EXPECT_FALSE(AutotuneEnabledFromEnv("false"));
+}
+
+TEST(GemmAutotuneTest, DeterministicRunsNeverTuneByTiming) {
+  EXPECT_TRUE(TuningAllowed(/*env_enabled=*/true, /*deterministic=*/false));
+  EXPECT_FALSE(TuningAllowed(true, /*deterministic=*/true));
+  EXPECT_FALSE(TuningAllowed(/*env_enabled=*/false, false));
+  EXPECT_EQ(DecideTuning(TuningAllowed(true, true), false, false, 5), TuneAction::kUseCurrent);
+}
+
+TEST(GemmAutotuneTest, DeterministicSwitch) {
+  EXPECT_FALSE(DeterministicFromEnv(nullptr));
+  EXPECT_FALSE(DeterministicFromEnv("0"));
+  EXPECT_FALSE(DeterministicFromEnv("no"));
+  EXPECT_TRUE(DeterministicFromEnv("1"));
+  EXPECT_TRUE(DeterministicFromEnv("ON"));
+  EXPECT_TRUE(DeterministicFromEnv("true"));
+  const bool before = Deterministic();
+  SetDeterministic(true);
+  EXPECT_TRUE(Deterministic());
+  SetDeterministic(false);
+  EXPECT_FALSE(Deterministic());
+  SetDeterministic(before);
 }
 
 TEST(GemmAutotuneTest, TunesOnlyEagerUntunedPlansWithAChoice) {

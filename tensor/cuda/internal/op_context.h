@@ -6,12 +6,18 @@
 //   BadPosition bad(on);              // kernels atomicMin positions into bad.ptr()
 //   LaunchGather(..., bad.ptr(), on.stream);
 //   if (int64_t p = bad.Read(); p >= 0) OpFail("gather: id ", DeviceIndexAt(ids, p), ...);
+//   bad.Check([ids](int64_t p) { OpFail("gather: id ", DeviceIndexAt(ids, p), ...); });
+//
+// Check reads the word now, or with cuda::SetDeferredIndexChecks(true) at the thread's next read
+// back on the stream (device_memory.h): no host sync per op. Its `fail` must throw and must
+// capture what it names by value (it may run after the op returned).
 //
 // Include only where SHARDMAP_HAS_CUDA is set.
 #ifndef SHARDMAP_TENSOR_CUDA_INTERNAL_OP_CONTEXT_H_
 #define SHARDMAP_TENSOR_CUDA_INTERNAL_OP_CONTEXT_H_
 
 #include <cstdint>
+#include <functional>
 
 #include <cuda_runtime.h>
 
@@ -50,6 +56,22 @@ class BadPosition {
     int64_t pos = -1;
     CopyDeviceToHost(&pos, word_.raw_data(), on_.device.index, sizeof(pos));
     return pos;  // ~0 reads as -1
+  }
+
+  // fail(position) for the first bad position, now or deferred (see above); nothing inside a
+  // capture.
+  template <typename Fail>
+  void Check(Fail fail) const {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    SM_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(on_.stream), &status));
+    if (status != cudaStreamCaptureStatusNone) return;
+    if (DeferredIndexChecks()) {
+      DeferIndexCheck(on_.device.index, word_.raw_data(), std::function<void(int64_t)>(fail));
+      return;
+    }
+    int64_t pos = -1;
+    CopyDeviceToHost(&pos, word_.raw_data(), on_.device.index, sizeof(pos));
+    if (pos >= 0) fail(pos);
   }
 
  private:

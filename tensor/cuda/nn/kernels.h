@@ -21,6 +21,7 @@
 #ifndef SHARDMAP_TENSOR_CUDA_NN_KERNELS_H_
 #define SHARDMAP_TENSOR_CUDA_NN_KERNELS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 
@@ -100,11 +101,15 @@ int LaunchCrossEntropyBackward(const void* logits, DType dtype, const void* targ
 // are zero.
 int LaunchEmbedding(const void* table, int64_t v, int64_t row_bytes, const void* ids,
                     bool ids_i64, int64_t n, void* out, unsigned long long* bad, void* stream);
-// acc [num_rows, h] in A = 0, then acc[ids[i], :] += dy[i, :] with atomics (order, hence the
-// low bits of f32 sums, vary from run to run). Bad ids are skipped.
+// acc [num_rows, h] in A: acc[r, :] = sum of dy[i, :] over ids[i] == r, summed in order of i
+// (deterministic: the ids are radix-sorted stably, then each row sums its tokens; no atomics, so
+// the same inputs give the same bits on every run). Bad ids are skipped and recorded. scratch:
+// EmbeddingBackwardScratchBytes(n, num_rows) bytes of device memory, 256-byte aligned. n and
+// num_rows below 2^31 (else cudaErrorInvalidValue).
+size_t EmbeddingBackwardScratchBytes(int64_t n, int64_t num_rows);
 int LaunchEmbeddingBackward(const void* ids, bool ids_i64, int64_t n, const void* dy, DType dtype,
                             int64_t h, int64_t num_rows, void* acc, unsigned long long* bad,
-                            void* stream);
+                            void* scratch, void* stream);
 
 // y = softmax over the last dim of x viewed as [mats, s, t], entries [.., i, j] with
 // j > i + offset excluded (and written as 0); rows with no visible entry are all 0.

@@ -11,6 +11,7 @@
 #if SHARDMAP_HAS_CUDA
 #include <cuda_runtime.h>
 #endif
+#include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
 #include "tensor/ops/nn.h"
@@ -315,7 +316,7 @@ TEST(NnCudaTest, EmbeddingForwardBackward) {
           Shape dy_shape = ids.shape();
           dy_shape.push_back(h);
           const Tensor dy = RandomTensor(dy_shape, dt, seed++);
-          // Repeated ids (64 draws from 11 rows) sum in atomic order: allow a few ulps more.
+          // Repeated ids (64 draws from 11 rows) sum in token order, the CPU op's too.
           ExpectMatches(EmbeddingBackward(Gpu(ids), Gpu(dy), 11), EmbeddingBackward(ids, dy, 11),
                         n + " backward", 10);
           ExpectMatches(EmbeddingBackward(Gpu(ids), Gpu(dy), 20), EmbeddingBackward(ids, dy, 20),
@@ -324,6 +325,67 @@ TEST(NnCudaTest, EmbeddingForwardBackward) {
       }
     }
   }
+}
+
+// The backward sums each row's tokens in token order (a stable sort, no atomics): the same bits
+// on every call, and exactly the f32 sums taken in that order on the host. With atomics the low
+// bits vary with the scheduling of thousands of adds into 5 rows. A GPT-2-sized table (50257
+// rows: 16 sort bits) with most rows unused, and an out-of-range id.
+TEST(NnCudaTest, EmbeddingBackwardIsDeterministicInTokenOrder) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t rows : {int64_t{5}, int64_t{50257}}) {
+    constexpr int64_t kTokens = 8192, kH = 96;
+    std::vector<int64_t> id_values(kTokens);
+    std::mt19937 gen(77);
+    for (int64_t i = 0; i < kTokens; ++i) {
+      id_values[i] = rows == 5 ? static_cast<int64_t>(gen() % 5)
+                               : static_cast<int64_t>(gen() % 64) * 781;
+    }
+    const Tensor ids = Tensor::FromVector<int64_t>({kTokens}, id_values).To(Device::Cuda(0));
+    const Tensor dy = RandomTensor({kTokens, kH}, DType::kF32, 78, -1, 1);
+    const Tensor a = EmbeddingBackward(ids, Gpu(dy), rows).To(Device::Cpu());
+    const Tensor b = EmbeddingBackward(ids, Gpu(dy), rows).To(Device::Cpu());
+    ASSERT_EQ(a.ToVector<float>(), b.ToVector<float>()) << rows << " rows: two calls differ";
+    std::vector<float> want(static_cast<size_t>(rows * kH), 0.f);
+    const float* d = dy.data<float>();
+    for (int64_t i = 0; i < kTokens; ++i) {
+      for (int64_t c = 0; c < kH; ++c) want[id_values[i] * kH + c] += d[i * kH + c];
+    }
+    EXPECT_EQ(a.ToVector<float>(), want) << rows << " rows: not the token-order f32 sums";
+  }
+  std::vector<int64_t> bad_ids = {1, 2, 7, 0};
+  const Tensor ids = Tensor::FromVector<int64_t>({4}, bad_ids).To(Device::Cuda(0));
+  const Tensor dy = RandomTensor({4, 8}, DType::kF32, 79).To(Device::Cuda(0));
+  EXPECT_THROW(EmbeddingBackward(ids, dy, 5), OpError);
+}
+
+// With deferred index checks an op with a bad index returns, and the thread's next read back on
+// the stream throws its error (naming the op and saying it was deferred); good ops never do,
+// also past the 256 checks that may wait (the 257th waits for them).
+TEST(NnCudaTest, DeferredIndexChecksThrowAtTheNextReadBack) {
+  SKIP_WITHOUT_GPU();
+  const bool before = cuda::DeferredIndexChecks();
+  cuda::SetDeferredIndexChecks(true);
+  const Tensor table = Gpu(RandomTensor({10, 8}, DType::kF32, 90));
+  const Tensor good = Gpu(Tensor::FromVector<int64_t>({3}, {1, 9, 0}));
+  const Tensor bad = Gpu(Tensor::FromVector<int64_t>({3}, {1, 10, 0}));
+  for (int i = 0; i < 300; ++i) (void)Embedding(table, good);
+  EXPECT_NO_THROW((void)Embedding(table, good).To(Device::Cpu()));
+  Tensor out;
+  EXPECT_NO_THROW(out = Embedding(table, bad));  // no sync here
+  try {
+    (void)out.To(Device::Cpu());
+    ADD_FAILURE() << "the deferred check did not fire at the read back";
+  } catch (const OpError& e) {
+    EXPECT_NE(std::string(e.what()).find("embedding: id 10"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("deferred"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW((void)Embedding(table, good).To(Device::Cpu()));  // reported once
+  const Tensor logits = Gpu(RandomTensor({2, 5}, DType::kF32, 91));
+  const Tensor targets = Gpu(Tensor::FromVector<int64_t>({2}, {4, 7}));
+  (void)CrossEntropy(logits, targets, -100);
+  EXPECT_THROW(cuda::RunDeferredIndexChecks(0), OpError);
+  cuda::SetDeferredIndexChecks(before);
 }
 
 // ---------------------------------------------------------------- cross-entropy

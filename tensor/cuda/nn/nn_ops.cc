@@ -202,11 +202,11 @@ Tensor Embedding(const Tensor& table, const Tensor& ids) {
                                   h * static_cast<int64_t>(DTypeSize(table.dtype())),
                                   ids.raw_data(), ids.dtype() == DType::kI64, ids.numel(),
                                   out.raw_data(), bad.ptr(), on.stream));
-  if (const int64_t i = bad.Read(); i >= 0) {
+  bad.Check([ids, table_shape = table.ShapeString(), v](int64_t i) {
     OpFail("embedding: id ", DeviceIndexAt(ids, i), " at ", IndexString(ids.shape(), i), " of ids ",
-           ids.ShapeString(), " is out of range for table ", table.ShapeString(),
+           ids.ShapeString(), " is out of range for table ", table_shape,
            "; expected 0 <= id < ", v);
-  }
+  });
   return out;
 }
 
@@ -215,15 +215,28 @@ Tensor EmbeddingBackward(const Tensor& ids, const Tensor& dy, int64_t num_rows) 
   const DType ct = ComputeType(dy.dtype());
   const int64_t h = dy.dim(-1);
   Tensor acc = Tensor::Empty({num_rows, h}, ct, on.device);
+  if (ids.numel() >= (int64_t{1} << 31) || num_rows >= (int64_t{1} << 31) - 1) {
+    OpFail("embedding_backward: ", ids.numel(), " ids over a table of ", num_rows,
+           " rows; the deterministic backward sorts 32-bit keys, so both must be below 2^31: "
+           "split the batch or the table");
+  }
+  const size_t scratch_bytes = k::EmbeddingBackwardScratchBytes(ids.numel(), num_rows);
+  Tensor scratch;
+  if (scratch_bytes > 0) {
+    scratch = Tensor::Empty({static_cast<int64_t>((scratch_bytes + 7) / 8)}, DType::kI64,
+                            on.device);
+  }
   BadPosition bad(on);
   SM_NN_LAUNCH(k::LaunchEmbeddingBackward(ids.raw_data(), ids.dtype() == DType::kI64,
                                           ids.numel(), dy.raw_data(), dy.dtype(), h, num_rows,
-                                          acc.raw_data(), bad.ptr(), on.stream));
+                                          acc.raw_data(), bad.ptr(),
+                                          scratch.defined() ? scratch.raw_data() : nullptr,
+                                          on.stream));
   if (ids.numel() > 0) {
-    if (const int64_t i = bad.Read(); i >= 0) {
+    bad.Check([ids, num_rows](int64_t i) {
       OpFail("embedding_backward: id ", DeviceIndexAt(ids, i), " at ", IndexString(ids.shape(), i),
              " of ids ", ids.ShapeString(), " is out of range; expected 0 <= id < ", num_rows);
-    }
+    });
   }
   return CastTo(acc, dy.dtype(), on.stream);
 }
@@ -249,9 +262,9 @@ Tensor CrossEntropy(const Tensor& logits, const Tensor& targets, int64_t ignore_
   SM_NN_LAUNCH(k::LaunchCrossEntropy(logits.raw_data(), logits.dtype(), targets.raw_data(),
                                      targets.dtype() == DType::kI64, loss.raw_data(), rows, v,
                                      ignore_index, bad.ptr(), on.stream));
-  if (const int64_t i = bad.Read(); i >= 0) {
+  bad.Check([targets, v, ignore_index](int64_t i) {
     BadTarget("cross_entropy", targets, i, v, ignore_index);
-  }
+  });
   return loss;
 }
 
@@ -267,9 +280,9 @@ Tensor CrossEntropyBackward(const Tensor& logits, const Tensor& targets, const T
   SM_NN_LAUNCH(k::LaunchCrossEntropyBackward(
       logits.raw_data(), logits.dtype(), targets.raw_data(), targets.dtype() == DType::kI64,
       dl.raw_data(), dx.raw_data(), rows, v, ignore_index, bad.ptr(), on.stream));
-  if (const int64_t i = bad.Read(); i >= 0) {
+  bad.Check([targets, v, ignore_index](int64_t i) {
     BadTarget("cross_entropy_backward", targets, i, v, ignore_index);
-  }
+  });
   return dx;
 }
 

@@ -45,6 +45,13 @@ inline bool AutotuneEnabled() {
   return enabled;
 }
 
+// Whether plans may be tuned by timing: SHARDMAP_GEMM_AUTOTUNE allows it and the process is not
+// deterministic (cuda::Deterministic(): timings differ between processes, so two runs could
+// pick different algorithms, whose sums round differently).
+inline bool TuningAllowed(bool env_enabled, bool deterministic) {
+  return env_enabled && !deterministic;
+}
+
 enum class TuneAction {
   kUseCurrent,  // use the plan's current choice (tuned, or the heuristic's first)
   kTune,        // time the candidates now, then use the winner

@@ -1,17 +1,6 @@
 #include "bench/tp_model.h"
 
-#include <stdexcept>
-
 namespace shardmap::bench {
-
-const char* CollectiveName(CollectiveKind k) {
-  switch (k) {
-    case CollectiveKind::kAllReduce: return "all_reduce";
-    case CollectiveKind::kAllGather: return "all_gather";
-    case CollectiveKind::kReduceScatter: return "reduce_scatter";
-  }
-  return "?";
-}
 
 std::vector<CollectiveCall> LayerCollectives(const LayerCase& c, double elem_bytes) {
   const double act = static_cast<double>(c.tokens) * c.d * elem_bytes;  // one [tokens, d]
@@ -50,47 +39,6 @@ std::vector<CollectiveCall> LayerCollectives(const LayerCase& c, double elem_byt
 
 double RankBytes(const CollectiveCall& call, int t) {
   return call.kind == CollectiveKind::kAllGather ? call.full_bytes / t : call.full_bytes;
-}
-
-CollectiveCost RingCost(const RingLink& link) {
-  return [link](CollectiveKind kind, int t, double bytes) {
-    if (t <= 1) return 0.0;
-    const double steps = kind == CollectiveKind::kAllReduce ? 2.0 : 1.0;
-    return link.alpha_s + steps * (t - 1) / t * bytes / link.busbw;
-  };
-}
-
-CollectiveCost FittedCost(FittedTable table) {
-  return [table = std::move(table)](CollectiveKind kind, int t, double bytes) {
-    const auto it = table.find({kind, t});
-    if (it == table.end()) {
-      throw std::out_of_range(std::string("FittedCost: no fit for ") + CollectiveName(kind) +
-                              " over " + std::to_string(t) + " ranks; measure it first");
-    }
-    return it->second.alpha_s + bytes * it->second.seconds_per_byte;
-  };
-}
-
-AlphaBeta FitAlphaBeta(const std::vector<double>& bytes, const std::vector<double>& seconds) {
-  const size_t n = bytes.size();
-  if (n < 2 || seconds.size() != n) {
-    throw std::invalid_argument("FitAlphaBeta: need >= 2 (bytes, seconds) pairs of equal count");
-  }
-  double mx = 0, my = 0;
-  for (size_t i = 0; i < n; ++i) {
-    mx += bytes[i] / n;
-    my += seconds[i] / n;
-  }
-  double sxx = 0, sxy = 0;
-  for (size_t i = 0; i < n; ++i) {
-    sxx += (bytes[i] - mx) * (bytes[i] - mx);
-    sxy += (bytes[i] - mx) * (seconds[i] - my);
-  }
-  if (sxx == 0) throw std::invalid_argument("FitAlphaBeta: all sizes are the same");
-  AlphaBeta ab;
-  ab.seconds_per_byte = sxy / sxx;
-  ab.alpha_s = my - ab.seconds_per_byte * mx;
-  return ab;
 }
 
 Prediction Predict(const LayerCase& c, double rank_flops_per_s, double elem_bytes,

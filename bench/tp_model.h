@@ -7,7 +7,8 @@
 // where the collectives are the ones the layer issues per step (LayerCollectives: op and bytes
 // per collective, per layer, SP variant and direction) and cost is alpha-beta: for a ring over
 // links of bus bandwidth B, all_reduce = alpha + 2 (t-1)/t * S / B and all_gather /
-// reduce_scatter = alpha + (t-1)/t * S / B, S the full (gathered / unreduced) tensor's bytes.
+// reduce_scatter = alpha + (t-1)/t * S / B, S the full (gathered / unreduced) tensor's bytes
+// (RingCost, perfmodel/ring_cost.h, shared with the planner).
 //
 //   LayerCase c{Layer::kBlock, /*tp=*/8, /*sp=*/true, /*fwd_bwd=*/true, 8192, 8192};
 //   c.seq_len = 4096;
@@ -17,8 +18,8 @@
 //   p.total();   // seconds
 //
 // On the simulated CPU devices the cost of each (op, t) is instead fitted to measurements
-// (FittedCost: alpha + bytes * seconds_per_byte), and rank_flops_per_s comes from GEMMs timed
-// on t concurrent threads (bench/tp_model_report.cc).
+// (FittedCost, perfmodel/alpha_beta.h: alpha + bytes * seconds_per_byte), and rank_flops_per_s
+// comes from GEMMs timed on t concurrent threads (bench/tp_model_report.cc).
 #ifndef SHARDMAP_BENCH_TP_MODEL_H_
 #define SHARDMAP_BENCH_TP_MODEL_H_
 
@@ -29,11 +30,22 @@
 #include <vector>
 
 #include "bench/tp_layers.h"
+#include "perfmodel/alpha_beta.h"
+#include "perfmodel/ring_cost.h"
 
 namespace shardmap::bench {
 
-enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter };
-const char* CollectiveName(CollectiveKind k);  // "all_reduce", "all_gather", "reduce_scatter"
+// The collective costs live in perfmodel/ (below the planner and bench); named here as the TP
+// model always named them.
+using perfmodel::AlphaBeta;
+using perfmodel::CollectiveCost;
+using perfmodel::CollectiveKind;
+using perfmodel::CollectiveName;
+using perfmodel::FitAlphaBeta;
+using perfmodel::FittedCost;
+using perfmodel::FittedTable;
+using perfmodel::RingCost;
+using perfmodel::RingLink;
 
 struct CollectiveCall {
   CollectiveKind kind;
@@ -53,26 +65,6 @@ std::vector<CollectiveCall> LayerCollectives(const LayerCase& c, double elem_byt
 // Bytes a rank passes to the collective (bench/timed_communicator.h's convention): the whole
 // buffer for all_reduce and reduce_scatter, its 1/t block for all_gather.
 double RankBytes(const CollectiveCall& call, int t);
-
-// seconds = cost(kind, t, full_bytes)
-using CollectiveCost = std::function<double(CollectiveKind, int, double)>;
-
-struct RingLink {
-  double alpha_s = 0;     // per-collective latency
-  double busbw = 0;       // bytes/s, nccl-tests "busbw"
-};
-// Ring alpha-beta (see the top of this file); 0 at t = 1.
-CollectiveCost RingCost(const RingLink& link);
-
-// Fitted on measurements: seconds = alpha + full_bytes * seconds_per_byte, per (kind, t).
-struct AlphaBeta {
-  double alpha_s = 0, seconds_per_byte = 0;
-};
-using FittedTable = std::map<std::pair<CollectiveKind, int>, AlphaBeta>;
-// A (kind, t) missing from the table is an error (std::out_of_range from the returned cost).
-CollectiveCost FittedCost(FittedTable table);
-// Least-squares line through (bytes[i], seconds[i]); needs >= 2 distinct sizes.
-AlphaBeta FitAlphaBeta(const std::vector<double>& bytes, const std::vector<double>& seconds);
 
 struct Prediction {
   double compute_s = 0, comm_s = 0;

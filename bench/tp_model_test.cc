@@ -1,10 +1,10 @@
-// The TP model: hand-computed costs, the least-squares fit, and LayerCollectives against the
-// collectives the layers really issue (tiny f32 layers on 2 and 3 simulated devices).
+// The TP model: hand-computed predictions, and LayerCollectives against the collectives the
+// layers really issue (tiny f32 layers on 2 and 3 simulated devices). The ring cost and the
+// alpha-beta fit are tested in perfmodel/.
 #include "bench/tp_model.h"
 
 #include <cmath>
 #include <map>
-#include <stdexcept>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -12,16 +12,6 @@
 
 namespace shardmap::bench {
 namespace {
-
-TEST(TpModelTest, RingCostByHand) {
-  CollectiveCost cost = RingCost({/*alpha_s=*/1e-5, /*busbw=*/1e9});
-  // all_reduce of 1 MB over 4: 1e-5 + 2 * 3/4 * 1e6 / 1e9 = 1.51e-3 s.
-  EXPECT_NEAR(cost(CollectiveKind::kAllReduce, 4, 1e6), 1.51e-3, 1e-12);
-  // all_gather of 1 MB over 2: 1e-5 + 1/2 * 1e-3 = 5.1e-4 s.
-  EXPECT_NEAR(cost(CollectiveKind::kAllGather, 2, 1e6), 5.1e-4, 1e-12);
-  EXPECT_NEAR(cost(CollectiveKind::kReduceScatter, 8, 8e6), 1e-5 + 7e-3, 1e-12);
-  EXPECT_EQ(cost(CollectiveKind::kAllReduce, 1, 1e6), 0.0);
-}
 
 TEST(TpModelTest, MlpPredictionByHand) {
   // MLP, tokens 4, d 2 (ffn 8), fwd+bwd, no SP, t = 2, f32:
@@ -61,18 +51,6 @@ TEST(TpModelTest, AttentionFlopsByHand) {
   c.layer = Layer::kMlp;
   EXPECT_DOUBLE_EQ(AttentionScoreElements(c), 0);
   EXPECT_DOUBLE_EQ(AttentionEinsumFlops(c), 0);
-}
-
-TEST(TpModelTest, FitRecoversALine) {
-  AlphaBeta ab = FitAlphaBeta({1e3, 1e4, 1e5}, {2e-6 + 1e3 * 3e-9, 2e-6 + 1e4 * 3e-9,
-                                                2e-6 + 1e5 * 3e-9});
-  EXPECT_NEAR(ab.alpha_s, 2e-6, 1e-15);
-  EXPECT_NEAR(ab.seconds_per_byte, 3e-9, 1e-18);
-  EXPECT_THROW(FitAlphaBeta({1, 1}, {1, 2}), std::invalid_argument);
-  EXPECT_THROW(FitAlphaBeta({1}, {1}), std::invalid_argument);
-  CollectiveCost cost = FittedCost({{{CollectiveKind::kAllReduce, 2}, ab}});
-  EXPECT_NEAR(cost(CollectiveKind::kAllReduce, 2, 1e4), 2e-6 + 3e-5, 1e-15);
-  EXPECT_THROW(cost(CollectiveKind::kAllGather, 2, 1e4), std::out_of_range);
 }
 
 // LayerCollectives must list what each layer really issues: per op, the calls and the bytes the

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "bench/tp_model.h"
 #include "models/parallel/pipeline.h"
+#include "perfmodel/ring_cost.h"
 
 namespace shardmap::planner {
 
@@ -115,11 +115,12 @@ absl::StatusOr<double> RingSeconds(const std::string& op, int n, double rank_byt
     return absl::InvalidArgumentError(
         absl::StrCat("a link with bus bandwidth ", link.busbw, " B/s; give the profile's link"));
   }
-  // bench/tp_model.h's ring cost for the kinds it knows (full bytes), the rest here.
-  const bench::CollectiveCost ring = bench::RingCost({link.alpha_s, link.busbw});
-  if (op == "all_reduce") return ring(bench::CollectiveKind::kAllReduce, n, rank_bytes);
-  if (op == "reduce_scatter") return ring(bench::CollectiveKind::kReduceScatter, n, rank_bytes);
-  if (op == "all_gather") return ring(bench::CollectiveKind::kAllGather, n, rank_bytes * n);
+  // perfmodel/ring_cost.h's ring cost for the kinds it knows (full bytes), the rest here.
+  using perfmodel::CollectiveKind;
+  const perfmodel::CollectiveCost ring = perfmodel::RingCost({link.alpha_s, link.busbw});
+  if (op == "all_reduce") return ring(CollectiveKind::kAllReduce, n, rank_bytes);
+  if (op == "reduce_scatter") return ring(CollectiveKind::kReduceScatter, n, rank_bytes);
+  if (op == "all_gather") return ring(CollectiveKind::kAllGather, n, rank_bytes * n);
   if (op == "all_to_all") return link.alpha_s + (n - 1.0) / n * rank_bytes / link.busbw;
   if (op == "ppermute" || op == "ppermute_start" || op == "broadcast") {
     return link.alpha_s + rank_bytes / link.busbw;

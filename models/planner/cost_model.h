@@ -1,5 +1,5 @@
 // The planner's step-time model: bench/tp_model.h's TP model (compute + ring alpha-beta
-// collectives) extended to every mesh axis.
+// collectives, perfmodel/ring_cost.h) extended to every mesh axis.
 //
 //   compute  = sum over the role's GEMMs of flops / rate(shape, dtype)      (profile.gemm)
 //            + sum over other ops of max(bytes / memory_bandwidth, flops / vector_flops)

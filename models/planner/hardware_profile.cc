@@ -11,13 +11,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "bench/tp_model.h"
-#include "bench/tp_model_gpu.h"
 #include "nlohmann/json.hpp"
+#include "perfmodel/alpha_beta.h"
+#include "perfmodel/gpu_profile.h"
 
 namespace shardmap::planner {
 
-// Defined by the genrule that embeds models/profiles/*.txt (profiles_embedded.cc).
+// Defined by the genrule that embeds models/planner/profiles/*.txt (profiles_embedded.cc).
 extern const char* const kShippedProfileNames[];
 extern const char* const kShippedProfileTexts[];
 extern const int kShippedProfileCount;
@@ -278,7 +278,7 @@ absl::StatusOr<HardwareProfile> LoadHardwareProfile(const std::string& name_or_p
   return p;
 }
 
-absl::StatusOr<HardwareProfile> FromTpBenchProfile(const bench::GpuProfile& measured,
+absl::StatusOr<HardwareProfile> FromTpBenchProfile(const perfmodel::GpuProfile& measured,
                                                    HardwareProfile base) {
   std::map<DType, std::map<double, double>> best;  // min_dim -> best rate
   for (const auto& [key, seconds] : measured.gemm_s) {
@@ -299,7 +299,7 @@ absl::StatusOr<HardwareProfile> FromTpBenchProfile(const bench::GpuProfile& meas
   bool has_link = false;
   for (const auto& [key, s] : measured.link_s) has_link = has_link || s > 0;
   if (has_link) {
-    const bench::ClusterLinks links = bench::LinksFromProfile(measured);
+    const perfmodel::ClusterLinks links = perfmodel::LinksFromProfile(measured);
     base.intra = {links.intra.alpha_s, links.intra.busbw};
     base.sources.push_back("intra link fitted from the tp_bench profile's link lines");
   }
@@ -337,7 +337,7 @@ absl::StatusOr<HardwareProfile> WithCollectivesBench(std::string_view json, Hard
   int fitted = 0;
   for (const auto& [key, xy] : rows) {
     if (xy.first.size() < 2) continue;
-    const bench::AlphaBeta ab = bench::FitAlphaBeta(xy.first, xy.second);
+    const perfmodel::AlphaBeta ab = perfmodel::FitAlphaBeta(xy.first, xy.second);
     base.fitted[key] = {std::max(0.0, ab.alpha_s), std::max(0.0, ab.seconds_per_byte)};
     ++fitted;
   }

@@ -1,8 +1,9 @@
 // A hardware profile for the planner: GEMM rates by shape and dtype, memory per GPU, the memory
 // bandwidth of the non-GEMM ops, a per-op launch overhead, and the links inside and between
-// nodes. Shipped profiles live in models/profiles/ (h100_node, h200_node, with their sources);
-// a profile can also be measured: from a `tp_bench --device=cuda --profile_out=FILE` run
-// (FromTpBenchProfile), or on this CPU (planner/measure_cpu.h).
+// nodes. Shipped profiles live in models/planner/profiles/ (h100_node.txt, h200_node.txt, with
+// their sources), compiled into the library by the profiles_embedded genrule; a profile can also
+// be measured: from a `tp_bench --device=cuda --profile_out=FILE` run (FromTpBenchProfile), or on
+// this CPU (models/planner/measure_cpu.h).
 //
 //   absl::StatusOr<HardwareProfile> p = LoadHardwareProfile("h100_node");   // or a file path
 //   double s = p->GemmSeconds({.m = 8192, .n = 8192, .k = 8192, .dtype = DType::kBF16});
@@ -46,7 +47,7 @@
 #include "models/planner/step_work.h"
 #include "tensor/dtype.h"
 
-namespace shardmap::bench {
+namespace shardmap::perfmodel {
 struct GpuProfile;
 }
 
@@ -115,15 +116,15 @@ struct HardwareProfile {
 // memory_bytes, memory_bandwidth, a gemm point or the intra link is refused, naming the key.
 absl::StatusOr<HardwareProfile> ParseHardwareProfile(std::string_view text);
 
-// A shipped profile by name ("h100_node", "h200_node", "cpu_reference") or a profile file's path.
-// NotFound listing the shipped names for anything else.
+// A shipped profile by name (a file name of models/planner/profiles/ less ".txt": "h100_node",
+// "h200_node") or a profile file's path. NotFound listing the shipped names for anything else.
 absl::StatusOr<HardwareProfile> LoadHardwareProfile(const std::string& name_or_path);
 std::vector<std::string> ShippedProfileNames();
 
-// A profile from a tp_bench GPU profile file (bench/tp_model_gpu.h's format): GEMM rates from its
-// gemm lines (by smallest dimension), the intra link from its `link` all_reduce lines when it has
-// them; everything else (memory, inter-node link, peaks) from `base`.
-absl::StatusOr<HardwareProfile> FromTpBenchProfile(const bench::GpuProfile& measured,
+// A profile from a tp_bench GPU profile file (perfmodel/gpu_profile.h's format): GEMM rates from
+// its gemm lines (by smallest dimension), the intra link from its `link` all_reduce lines when it
+// has them; everything else (memory, inter-node link, peaks) from `base`.
+absl::StatusOr<HardwareProfile> FromTpBenchProfile(const perfmodel::GpuProfile& measured,
                                                    HardwareProfile base);
 
 // Google Benchmark JSON from collectives_bench (in-process rows): fits seconds = alpha +

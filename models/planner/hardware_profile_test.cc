@@ -1,9 +1,12 @@
 #include "models/planner/hardware_profile.h"
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "bench/tp_model_gpu.h"
 #include "gtest/gtest.h"
+#include "perfmodel/gpu_profile.h"
 
 namespace shardmap::planner {
 namespace {
@@ -31,6 +34,9 @@ TEST(HardwareProfileTest, ShippedProfilesParseWithSources) {
   }
   EXPECT_GT(LoadHardwareProfile("h200_node")->memory_bytes,
             LoadHardwareProfile("h100_node")->memory_bytes);
+  // The shipped set is models/planner/profiles/*.txt, as hardware_profile.h names it (no
+  // cpu_reference: a CPU profile is measured, measure_cpu.h).
+  EXPECT_EQ(ShippedProfileNames(), (std::vector<std::string>{"h100_node", "h200_node"}));
 }
 
 TEST(HardwareProfileTest, UnknownProfileNamesTheShippedOnes) {
@@ -181,7 +187,7 @@ TEST(HardwareProfileTest, ErrorsNameTheLineOrTheMissingKey) {
 }
 
 TEST(HardwareProfileTest, FromTpBenchProfileTakesMeasuredGemmsAndLinks) {
-  absl::StatusOr<bench::GpuProfile> m = bench::ParseGpuProfile(
+  absl::StatusOr<perfmodel::GpuProfile> m = perfmodel::ParseGpuProfile(
       "device Test GPU\n"
       "gemm bf16 1 4096 4096 4096 2e-4\n"    // 1.37e12 flops / 2e-4 s = 6.87e14
       "gemm bf16 1 4096 1024 4096 1e-4\n"    // min dim 1024: 3.4e14
@@ -196,7 +202,7 @@ TEST(HardwareProfileTest, FromTpBenchProfileTakesMeasuredGemmsAndLinks) {
   EXPECT_NEAR(p->gemm.at(DType::kBF16)[0].first, 1024, 0);
   EXPECT_NE(p->intra.busbw, 360e9);  // fitted from the link lines
   EXPECT_TRUE(absl::StrContains(p->sources.back(), "Test GPU"));
-  EXPECT_FALSE(FromTpBenchProfile(bench::GpuProfile{}, *p).ok());
+  EXPECT_FALSE(FromTpBenchProfile(perfmodel::GpuProfile{}, *p).ok());
 }
 
 TEST(HardwareProfileTest, CollectivesBenchJsonBecomesFittedCosts) {

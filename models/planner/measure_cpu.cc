@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "autograd/value_and_grad.h"
-#include "bench/tp_model.h"
 #include "collectives/in_process.h"
+#include "perfmodel/alpha_beta.h"
 #include "shardmap/context.h"
 #include "shardmap/ops.h"
 #include "tensor/op_counter.h"
@@ -252,7 +252,7 @@ absl::StatusOr<HardwareProfile> MeasureCpuProfile(const CpuMeasureOptions& o) {
         xs.push_back(static_cast<double>(bytes));
         ys.push_back(*s);
       }
-      const bench::AlphaBeta ab = bench::FitAlphaBeta(xs, ys);
+      const perfmodel::AlphaBeta ab = perfmodel::FitAlphaBeta(xs, ys);
       p.fitted[{op, g}] = {std::max(0.0, ab.alpha_s), std::max(0.0, ab.seconds_per_byte)};
     }
   }

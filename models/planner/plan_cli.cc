@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "bench/tp_model_gpu.h"
 #include "models/planner/measure_cpu.h"
 #include "models/planner/shape_only_source.h"
+#include "perfmodel/gpu_profile.h"
 
 namespace shardmap::planner {
 
@@ -30,7 +30,7 @@ absl::StatusOr<HardwareProfile> ResolveProfile(const PlanCliOptions& cli) {
   if (!cli.tp_bench_profile.empty()) {
     absl::StatusOr<std::string> text = ReadFile(cli.tp_bench_profile, "--tp_bench_profile");
     if (!text.ok()) return text.status();
-    absl::StatusOr<bench::GpuProfile> m = bench::ParseGpuProfile(*text);
+    absl::StatusOr<perfmodel::GpuProfile> m = perfmodel::ParseGpuProfile(*text);
     if (!m.ok()) return m.status();
     p = FromTpBenchProfile(*m, *std::move(p));
     if (!p.ok()) return p.status();

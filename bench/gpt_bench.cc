@@ -88,14 +88,14 @@ Measured Run(const std::string& mesh, bool moe) {
   o.steps = kWarmup + kMeasured;
   o.batch = Batch();
   const bool pp = mesh.rfind("pp=", 0) == 0;
-  o.trace = !pp && !g_cuda;
-  if (g_cuda) o.placement = DevicePlacement::SharedGpu(0);
+  o.tracing.keep_events = !pp && !g_cuda;
+  if (g_cuda) o.runtime.placement = DevicePlacement::SharedGpu(0);
   if (pp) {
-    o.microbatches = 4;
-    o.schedule = "1f1b";
+    o.pipeline.microbatches = 4;
+    o.pipeline.schedule = "1f1b";
   }
   Measured m;
-  o.on_step = [&](const StepInfo& s) {
+  o.hooks.on_step = [&](const StepInfo& s) {
     if (s.step < kWarmup) return;
     m.seconds.push_back(s.seconds);
     if (s.moe_assignments > 0) m.dropped_pct += 100.0 * s.moe_dropped / s.moe_assignments / kMeasured;

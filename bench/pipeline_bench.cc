@@ -47,10 +47,10 @@ int Main() {
         TrainOptions o;
         o.steps = 2;
         o.batch = 16;
-        o.microbatches = m;
-        o.schedule = sched;
+        o.pipeline.microbatches = m;
+        o.pipeline.schedule = sched;
         double seconds = 0;
-        o.on_step = [&](const StepInfo& s) {
+        o.hooks.on_step = [&](const StepInfo& s) {
           if (s.step == 1) seconds = s.seconds;
         };
         absl::StatusOr<TrainResult> r =

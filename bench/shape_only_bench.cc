@@ -31,7 +31,7 @@ void Profile(benchmark::State& state, const std::string& mesh, bool sp, int64_t 
   }
   TrainOptions o;
   o.batch = batch;
-  o.microbatches = microbatches;
+  o.pipeline.microbatches = microbatches;
   absl::StatusOr<std::vector<StepProfile>> roles;
   for (auto _ : state) {
     roles = ProfileGptStep(*layout, o);

@@ -40,9 +40,9 @@ TrainOptions ThreeSteps() {
   TrainOptions o;
   o.steps = 3;
   o.batch = 4;
-  o.adamw.lr = 1e-2;
-  o.adamw.weight_decay = 0.1;
-  o.clip = 0.5;  // active: the first gradient norm is above it
+  o.optimizer.adamw.lr = 1e-2;
+  o.optimizer.adamw.weight_decay = 0.1;
+  o.optimizer.clip = 0.5;  // active: the first gradient norm is above it
   return o;
 }
 
@@ -62,7 +62,7 @@ absl::StatusOr<TrainResult> TrainOn(const std::string& mesh, bool sp, const GptC
   if (!m.ok()) return m.status();
   absl::StatusOr<GptLayout> layout = GptLayout::Create(*m, c, sp);
   if (!layout.ok()) return layout.status();
-  o.placement = std::move(placement);
+  o.runtime.placement = std::move(placement);
   return TrainGpt(*layout, with_init ? Init(c) : std::vector<NamedTensor>{},
                   Tokens(600, c.vocab), o);
 }
@@ -119,7 +119,7 @@ TEST(GptGpuTest, F32OnTheGpuMatchesTheCpuF64Run) {
   SKIP_WITHOUT_GPU();
   absl::StatusOr<TrainResult> cpu = TrainOn("", false, Config(DType::kF64), DevicePlacement::Cpu());
   ASSERT_TRUE(cpu.ok()) << cpu.status();
-  ASSERT_GT(cpu->grad_norms[0], ThreeSteps().clip);  // clipping is exercised
+  ASSERT_GT(cpu->grad_norms[0], ThreeSteps().optimizer.clip);  // clipping is exercised
   const TrainResult& gpu = OneRankGpu();
   ExpectClose(gpu, *cpu, 1e-5);
   EXPECT_EQ(gpu.device, "cuda:0");
@@ -140,7 +140,7 @@ class GptGpuMeshTest : public ::testing::TestWithParam<GpuMesh> {};
 TEST_P(GptGpuMeshTest, VirtualRanksOnOneGpuGiveTheOneRankLosses) {
   SKIP_WITHOUT_GPU();
   TrainOptions o = ThreeSteps();
-  o.microbatches = GetParam().microbatches;
+  o.pipeline.microbatches = GetParam().microbatches;
   absl::StatusOr<TrainResult> r = TrainOn(GetParam().mesh, GetParam().sp, Config(DType::kF32),
                                       DevicePlacement::SharedGpu(), o);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -175,7 +175,7 @@ TEST(GptGpuTest, OneRankPerGpuGivesTheOneRankLosses) {
 TEST(GptGpuTest, Bf16MixedPrecisionStaysWithinTheCpuBf16Bounds) {
   SKIP_WITHOUT_GPU();
   TrainOptions o = ThreeSteps();
-  o.adamw.lr = 3e-3;
+  o.optimizer.adamw.lr = 3e-3;
   absl::StatusOr<TrainResult> f32 =
       TrainOn("", false, Config(DType::kF32), DevicePlacement::Cpu(), o);
   ASSERT_TRUE(f32.ok()) << f32.status();
@@ -206,11 +206,11 @@ TEST(GptGpuTest, CheckpointsMoveBetweenGpuAndCpu) {
     const DevicePlacement second = gpu_first ? DevicePlacement::Cpu() : DevicePlacement::SharedGpu();
     TrainOptions save = ThreeSteps();
     save.steps = 2;
-    save.save_path = TempPath("gpu_ckpt.safetensors");
+    save.checkpoint.save_path = TempPath("gpu_ckpt.safetensors");
     absl::StatusOr<TrainResult> a = TrainOn("dp=2", false, c, first, save);
     ASSERT_TRUE(a.ok()) << a.status();
     TrainOptions resume = ThreeSteps();
-    resume.resume_path = save.save_path;
+    resume.checkpoint.resume_path = save.checkpoint.save_path;
     absl::StatusOr<TrainResult> b = TrainOn("tp=2", false, c, second, resume, /*with_init=*/false);
     ASSERT_TRUE(b.ok()) << b.status();
     ASSERT_EQ(b->losses.size(), 1u);

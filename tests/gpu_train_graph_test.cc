@@ -45,10 +45,10 @@ TrainOptions FiveSteps() {
   TrainOptions o;
   o.steps = 5;
   o.batch = 4;
-  o.adamw.lr = 1e-2;
-  o.adamw.weight_decay = 0.1;
-  o.clip = 0.5;
-  o.lr_at = [](int64_t step) { return step < 3 ? 1e-2 : 4e-3; };
+  o.optimizer.adamw.lr = 1e-2;
+  o.optimizer.adamw.weight_decay = 0.1;
+  o.optimizer.clip = 0.5;
+  o.optimizer.lr_at = [](int64_t step) { return step < 3 ? 1e-2 : 4e-3; };
   return o;
 }
 
@@ -61,7 +61,7 @@ absl::StatusOr<TrainResult> Train(const std::string& mesh, DType dtype, DevicePl
   for (NamedTensor& t : init) t.tensor = Cast(t.tensor, dtype);
   absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh(mesh), c, false);
   if (!layout.ok()) return layout.status();
-  o.placement = std::move(placement);
+  o.runtime.placement = std::move(placement);
   return TrainGpt(*layout, init, Tokens(600, c.vocab), o);
 }
 
@@ -114,12 +114,12 @@ TEST(GpuTrainGraphTest, ReplaysEqualTheEagerGpuSteps) {
     EXPECT_TRUE(graph->cuda_graph_used) << graph->cuda_graph_note;
     EXPECT_EQ(graph->cuda_graph_replays, 4);
     EXPECT_THAT(graph->cuda_graph_note, HasSubstr("captured at step 1"));
-    o.cuda_graph = false;
+    o.runtime.cuda_graph = false;
     absl::StatusOr<TrainResult> eager = Train("", DType::kF32, DevicePlacement::SharedGpu(), o);
     ASSERT_TRUE(eager.ok()) << eager.status();
     EXPECT_FALSE(eager->cuda_graph_used);
     EXPECT_EQ(eager->cuda_graph_note, "off (cuda_graph = false)");
-    ASSERT_GT(eager->grad_norms[0], o.clip);  // clipping is exercised
+    ASSERT_GT(eager->grad_norms[0], o.optimizer.clip);  // clipping is exercised
     // The same kernels, the same GEMM algorithms (plans are per process) and no atomics: the
     // replays give the eager run's bits.
     EXPECT_EQ(ExpectClose(*graph, *eager, 1e-6), static_cast<int>(eager->params.size()))
@@ -141,7 +141,7 @@ TEST(GpuTrainGraphTest, ACapturedStepAfterNineOtherLayoutsInOneProcess) {
     TrainOptions o;
     o.steps = 1;
     o.batch = batch == 4 ? 10 : batch;  // 4 is the captured run's
-    o.cuda_graph = false;
+    o.runtime.cuda_graph = false;
     absl::StatusOr<TrainResult> r = Train("", DType::kF32, DevicePlacement::SharedGpu(), o);
     ASSERT_TRUE(r.ok()) << r.status();
   }
@@ -158,11 +158,11 @@ TEST(GpuTrainGraphTest, ACapturedStepAfterNineOtherLayoutsInOneProcess) {
 TEST(GpuTrainGraphTest, AnEvalBetweenReplaysKeepsTheReplaysExact) {
   SKIP_WITHOUT_GPU();
   TrainOptions o = FiveSteps();
-  o.val_tokens = Tokens(400, Config(DType::kF32).vocab);
-  o.eval_every = 2;
-  o.eval_steps = 2;
+  o.eval.tokens = Tokens(400, Config(DType::kF32).vocab);
+  o.eval.every = 2;
+  o.eval.steps = 2;
   std::vector<double> graph_val, eager_val;
-  o.on_step = [&](const StepInfo& s) {
+  o.hooks.on_step = [&](const StepInfo& s) {
     if (!std::isnan(s.val_loss)) graph_val.push_back(s.val_loss);
   };
   cuda::DeviceAllocator(0).ResetPeakStats();
@@ -171,8 +171,8 @@ TEST(GpuTrainGraphTest, AnEvalBetweenReplaysKeepsTheReplaysExact) {
   const int64_t graph_peak = cuda::DeviceAllocator(0).stats().peak_allocated_bytes;
   EXPECT_TRUE(graph->cuda_graph_used) << graph->cuda_graph_note;
   EXPECT_EQ(graph->cuda_graph_replays, 4);
-  o.cuda_graph = false;
-  o.on_step = [&](const StepInfo& s) {
+  o.runtime.cuda_graph = false;
+  o.hooks.on_step = [&](const StepInfo& s) {
     if (!std::isnan(s.val_loss)) eager_val.push_back(s.val_loss);
   };
   cuda::DeviceAllocator(0).ResetPeakStats();
@@ -190,16 +190,16 @@ TEST(GpuTrainGraphTest, AnEvalBetweenReplaysKeepsTheReplaysExact) {
 TEST(GpuTrainGraphTest, ADivergenceAtAReplayedStepStopsNamingTheStep) {
   SKIP_WITHOUT_GPU();
   TrainOptions o = FiveSteps();
-  o.lr_at = [](int64_t step) { return step == 2 ? 1e30 : 1e-2; };  // step 3 overflows
+  o.optimizer.lr_at = [](int64_t step) { return step == 2 ? 1e30 : 1e-2; };  // step 3 overflows
   std::vector<int64_t> seen;
-  o.on_step = [&](const StepInfo& s) { seen.push_back(s.step); };
+  o.hooks.on_step = [&](const StepInfo& s) { seen.push_back(s.step); };
   absl::StatusOr<TrainResult> graph = Train("", DType::kF32, DevicePlacement::SharedGpu(), o);
   ASSERT_FALSE(graph.ok());
   EXPECT_EQ(graph.status().code(), absl::StatusCode::kFailedPrecondition) << graph.status();
   EXPECT_THAT(std::string(graph.status().message()), HasSubstr("(not finite)"));
   const std::vector<int64_t> graph_seen = seen;
   seen.clear();
-  o.cuda_graph = false;
+  o.runtime.cuda_graph = false;
   absl::StatusOr<TrainResult> eager = Train("", DType::kF32, DevicePlacement::SharedGpu(), o);
   ASSERT_FALSE(eager.ok());
   EXPECT_EQ(graph.status().code(), eager.status().code());
@@ -286,7 +286,7 @@ TEST(GpuTrainGraphTest, RunsThatDoNotCaptureSayWhy) {
   ASSERT_TRUE(dp.ok()) << dp.status();
   EXPECT_FALSE(dp->cuda_graph_used);
   EXPECT_THAT(dp->cuda_graph_note, HasSubstr("2 in-process ranks"));
-  o.trace = true;
+  o.tracing.keep_events = true;
   absl::StatusOr<TrainResult> traced = Train("", DType::kF32, DevicePlacement::SharedGpu(), o);
   ASSERT_TRUE(traced.ok()) << traced.status();
   EXPECT_FALSE(traced->cuda_graph_used);

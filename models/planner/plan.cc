@@ -68,8 +68,8 @@ absl::StatusOr<GptLayout> CandidateLayout(const Candidate& c, const PlanRequest&
 TrainOptions CandidateTrainOptions(const Candidate& c, const PlanRequest& req) {
   TrainOptions o;
   o.batch = req.global_batch;
-  o.microbatches = c.pipeline.microbatches;
-  o.schedule = c.pipeline.schedule;
+  o.pipeline.microbatches = c.pipeline.microbatches;
+  o.pipeline.schedule = c.pipeline.schedule;
   o.grad_accum = c.grad_accum;
   return o;
 }

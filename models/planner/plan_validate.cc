@@ -464,7 +464,7 @@ class Validation {
     o.steps = tiny_steps;
     o.batch = tiny_batch;
     double best = 1e30;
-    o.on_step = [&](const StepInfo& st) { best = std::min(best, st.seconds); };
+    o.hooks.on_step = [&](const StepInfo& st) { best = std::min(best, st.seconds); };
     absl::StatusOr<GptLayout> layout = GptLayout::Create(Mesh(), tiny, false);
     absl::StatusOr<TrainResult> r =
         layout.ok() ? TrainGpt(*layout, InitGpt(tiny, 1), tiny_tokens, o) : layout.status();
@@ -550,7 +550,7 @@ class Validation {
     size_t at_step = 0;
     std::chrono::steady_clock::time_point t_step;
     std::vector<OpCount> best_ops;
-    o.spmd_runner = [&](const Mesh& m, const std::function<void(RankContext&)>& body) {
+    o.hooks.spmd_runner = [&](const Mesh& m, const std::function<void(RankContext&)>& body) {
       return RunSpmd(m, [&](RankContext& ctx) {
         OpCounter timed(OpCounter::kTimed);
         counter = &timed;
@@ -558,7 +558,7 @@ class Validation {
         counter = nullptr;
       });
     };
-    o.on_phase = [&](const char* phase) {
+    o.hooks.on_phase = [&](const char* phase) {
       const std::string ph = phase;
       if (ph == "step") {
         at_step = counter->ops().size();
@@ -651,10 +651,10 @@ class Validation {
     TrainOptions o;
     o.steps = s_.steps;
     o.batch = s_.batch;
-    o.microbatches = c.pipeline.microbatches;
-    o.schedule = c.pipeline.schedule;
+    o.pipeline.microbatches = c.pipeline.microbatches;
+    o.pipeline.schedule = c.pipeline.schedule;
     std::vector<double> secs;
-    o.on_step = [&](const StepInfo& s) { secs.push_back(s.seconds); };
+    o.hooks.on_step = [&](const StepInfo& s) { secs.push_back(s.seconds); };
     absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(s_.cfg, 1), tokens_, o);
     if (!r.ok()) {
       std::cerr << "plan_validate: " << row->text << ": " << r.status().message() << "\n";

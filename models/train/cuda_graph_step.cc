@@ -18,13 +18,13 @@ CudaGraphDecision DecideCudaGraph(const GptLayout& layout, const TrainOptions& o
                                   const std::vector<Device>& devices, int64_t first_step) {
   const Mesh& mesh = layout.mesh();
   auto no = [](std::string why) { return CudaGraphDecision{false, std::move(why)}; };
-  const bool on_gpu = o.comm != nullptr ? o.comm->memory_space().device
+  const bool on_gpu = o.runtime.comm != nullptr ? o.runtime.comm->memory_space().device
                                         : !devices.empty() && devices[0].is_cuda();
   if (!on_gpu) return no("CPU ranks (CUDA graphs are a GPU feature)");
-  if (!o.cuda_graph) return no("off (cuda_graph = false)");
+  if (!o.runtime.cuda_graph) return no("off (cuda_graph = false)");
   const std::string eager = "; the steps run eagerly";
-  if (o.comm != nullptr) {
-    return no(absl::StrCat("not captured: a process communicator (", o.comm->name(),
+  if (o.runtime.comm != nullptr) {
+    return no(absl::StrCat("not captured: a process communicator (", o.runtime.comm->name(),
                            ") runs the collectives; capturing them inside the step was never "
                            "checked on a GPU, so one-process-per-GPU runs are not captured",
                            eager));
@@ -36,9 +36,9 @@ CudaGraphDecision DecideCudaGraph(const GptLayout& layout, const TrainOptions& o
                            ") whose collectives synchronise with the host inside every call",
                            eager, " (one rank per process over NCCL would not)"));
   }
-  if (layout.pp_ways() > 1 || o.microbatches > 1) {
+  if (layout.pp_ways() > 1 || o.pipeline.microbatches > 1) {
     return no(absl::StrCat("not captured: the pipeline strategy (pp=", layout.pp_ways(),
-                           ", microbatches ", o.microbatches,
+                           ", microbatches ", o.pipeline.microbatches,
                            ") runs a host-side timetable", eager));
   }
   if (layout.config().moe.on()) {
@@ -46,7 +46,7 @@ CudaGraphDecision DecideCudaGraph(const GptLayout& layout, const TrainOptions& o
                            "(one read per layer)",
                            eager));
   }
-  if (o.trace || o.trace_writer != nullptr) {
+  if (o.tracing.keep_events || o.tracing.writer != nullptr) {
     return no(absl::StrCat("not captured: tracing times every op and collective on the host",
                            eager));
   }

@@ -53,7 +53,7 @@ TEST(DecideCudaGraphTest, OneF32GpuRankWithoutPipelineMoeOrTraceCaptures) {
   // grad_accum, evaluation and a resumed run with two steps left still capture.
   TrainOptions o = FiveSteps();
   o.grad_accum = 2;
-  o.eval_every = 2;
+  o.eval.every = 2;
   EXPECT_TRUE(DecideCudaGraph(LayoutOf("", F32Config()), o, kOneGpu, /*first_step=*/3).capture);
   // A 1-rank mesh with named axes (dp=1) is one rank too.
   EXPECT_TRUE(DecideCudaGraph(LayoutOf("dp=1", F32Config()), FiveSteps(), kOneGpu).capture);
@@ -67,11 +67,11 @@ TEST(DecideCudaGraphTest, EachRefusalSaysWhy) {
     std::string reason;
   };
   TrainOptions off = FiveSteps();
-  off.cuda_graph = false;
+  off.runtime.cuda_graph = false;
   TrainOptions micro = FiveSteps();
-  micro.microbatches = 2;
+  micro.pipeline.microbatches = 2;
   TrainOptions traced = FiveSteps();
-  traced.trace = true;
+  traced.tracing.keep_events = true;
   TrainOptions one_step = FiveSteps();
   one_step.steps = 1;
   GptConfig moe = F32Config();

@@ -53,8 +53,8 @@ TrainResult Train(const std::string& mesh, bool sp, std::optional<DType> compute
   TrainOptions o;
   o.steps = kSteps;
   o.batch = 12;
-  o.adamw.lr = 3e-3;
-  o.clip = 0.5;
+  o.optimizer.adamw.lr = 3e-3;
+  o.optimizer.clip = 0.5;
   absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(c, 7), Tokens(600, c.vocab), o);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? *r : TrainResult{};

@@ -40,8 +40,8 @@ absl::StatusOr<TrainResult> TrainMoe(const std::string& mesh, bool sp, const Gpt
   TrainOptions o;
   o.steps = 3;
   o.batch = 12;
-  o.adamw.lr = 1e-2;
-  o.clip = 0.5;
+  o.optimizer.adamw.lr = 1e-2;
+  o.optimizer.clip = 0.5;
   // Initialised from the config without expert axes: the same global tensors on every mesh.
   GptConfig init = cfg;
   init.moe.expert_axes.clear();

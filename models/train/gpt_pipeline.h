@@ -4,7 +4,7 @@
 //
 //   absl::StatusOr<GptLayout> layout =
 //       GptLayout::Create(*ParseMesh("pp=2,dp=2,tp=2"), cfg, /*sp=*/false);
-//   TrainOptions opt{.steps = 3, .batch = 8, .microbatches = 4, .schedule = "1f1b"};
+//   TrainOptions opt{.steps = 3, .batch = 8, .pipeline = {.microbatches = 4, .schedule = "1f1b"}};
 //   absl::StatusOr<TrainResult> r = TrainGptPipeline(*layout, InitGpt(cfg, 1), tokens, opt);
 #ifndef SHARDMAP_MODELS_TRAIN_GPT_PIPELINE_H_
 #define SHARDMAP_MODELS_TRAIN_GPT_PIPELINE_H_

@@ -32,8 +32,8 @@ absl::StatusOr<TrainResult> TrainPipe(const std::string& mesh, bool sp, const Gp
   absl::StatusOr<GptLayout> layout = GptLayout::Create(*m, cfg, sp);
   if (!layout.ok()) return layout.status();
   TrainOptions o = ThreeSteps();
-  o.microbatches = microbatches;
-  o.schedule = schedule;
+  o.pipeline.microbatches = microbatches;
+  o.pipeline.schedule = schedule;
   return TrainGptPipeline(*layout, InitGpt(cfg, 7), Tokens(500, cfg.vocab), o);
 }
 
@@ -83,7 +83,7 @@ TEST_P(GptPipelineEquivalenceTest, ThreeAdamWStepsMatchSingleDevice) {
   const TrainResult& ref = l.four_layers ? FourLayerReference() : gpt_testing::Reference();
   ASSERT_EQ(ref.losses.size(), 3u);
   EXPECT_LT(ref.losses[2], ref.losses[0]);
-  EXPECT_GT(ref.grad_norms[0], ThreeSteps().clip);
+  EXPECT_GT(ref.grad_norms[0], ThreeSteps().optimizer.clip);
   absl::StatusOr<TrainResult> got =
       TrainPipe(l.mesh, l.sp, l.four_layers ? FourLayers() : SmallConfig(), l.microbatches,
                 l.schedule);
@@ -125,7 +125,7 @@ TEST(GptPipelineCollectivesTest, StageZeroSendsEachMicrobatchOnceEachWayAndShare
   absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, SmallConfig(), false);
   ASSERT_TRUE(layout.ok());
   TrainOptions o = ThreeSteps();
-  o.microbatches = 4;
+  o.pipeline.microbatches = 4;
   absl::StatusOr<TrainResult> r =
       TrainGptPipeline(*layout, InitGpt(SmallConfig(), 7), Tokens(500, 24), o);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -161,13 +161,13 @@ TEST(GptPipelineValidationTest, ImpossibleLayoutsAreErrorsBeforeTraining) {
   EXPECT_THAT(std::string(TrainPipe("pp=2", false, moe, 2, "1f1b").status().message()),
               HasSubstr("does not support MoE"));
   TrainOptions moe_options = ThreeSteps();
-  moe_options.microbatches = 2;
+  moe_options.pipeline.microbatches = 2;
   EXPECT_THAT(CheckTrainOptions(*GptLayout::Create(*ParseMesh("pp=2"), moe, false), moe_options)
                   .message(),
               HasSubstr("does not support MoE"));
   // stage_layers without a pipeline.
   TrainOptions staged = ThreeSteps();
-  staged.stage_layers = {1, 1};
+  staged.pipeline.stage_layers = {1, 1};
   EXPECT_THAT(std::string(TrainGpt(*GptLayout::Create(Mesh(), SmallConfig(), false),
                                    InitGpt(SmallConfig(), 7), Tokens(500, 24), staged)
                               .status()
@@ -204,14 +204,14 @@ TEST(GptPipelineFeaturesTest, SaveAndResumeAcrossPipelinedAndUnpipelinedMeshes) 
     const std::string path = TempPath("pipe_resume.safetensors");
     TrainOptions first = ThreeSteps();
     first.steps = 2;
-    first.microbatches = k.save_m;
-    first.save_path = path;
+    first.pipeline.microbatches = k.save_m;
+    first.checkpoint.save_path = path;
     const GptLayout a = *GptLayout::Create(*ParseMesh(k.save_mesh), SmallConfig(), false);
     absl::StatusOr<TrainResult> ra = TrainGpt(a, InitGpt(SmallConfig(), 7), Tokens(500, 24), first);
     ASSERT_TRUE(ra.ok()) << ra.status();
     TrainOptions rest = ThreeSteps();
-    rest.microbatches = k.resume_m;
-    rest.resume_path = path;
+    rest.pipeline.microbatches = k.resume_m;
+    rest.checkpoint.resume_path = path;
     const GptLayout b = *GptLayout::Create(*ParseMesh(k.resume_mesh), SmallConfig(), false);
     absl::StatusOr<TrainResult> rb = TrainGpt(b, {}, Tokens(500, 24), rest);
     ASSERT_TRUE(rb.ok()) << rb.status();
@@ -226,8 +226,8 @@ TEST(GptPipelineFeaturesTest, SaveAndResumeAcrossPipelinedAndUnpipelinedMeshes) 
   // --init on pp2: the saved model's loss on batch 0, as on one device.
   TrainOptions init = ThreeSteps();
   init.steps = 1;
-  init.init_path = TempPath("pipe_resume.safetensors");
-  init.microbatches = 2;
+  init.checkpoint.init_path = TempPath("pipe_resume.safetensors");
+  init.pipeline.microbatches = 2;
   absl::StatusOr<TrainResult> one =
       TrainGpt(*GptLayout::Create(Mesh(), SmallConfig(), false), {}, Tokens(500, 24), init);
   absl::StatusOr<TrainResult> piped = TrainGpt(
@@ -240,10 +240,10 @@ TEST(GptPipelineFeaturesTest, TraceAndTypesUnderPp) {
   const GptLayout pp2 = *GptLayout::Create(*ParseMesh("pp=2,tp=2"), SmallConfig(), true);
   TrainOptions o = ThreeSteps();
   o.steps = 1;
-  o.microbatches = 2;
-  o.trace = true;
+  o.pipeline.microbatches = 2;
+  o.tracing.keep_events = true;
   TypeTrace types;
-  o.types = &types;
+  o.tracing.types = &types;
   absl::StatusOr<TrainResult> r = TrainGpt(pp2, InitGpt(SmallConfig(), 7), Tokens(500, 24), o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(types.empty());  // rank 0 holds block 0

@@ -28,19 +28,19 @@ absl::Status CheckProfileOptions(const TrainOptions& o) {
     return Invalid(absl::StrCat("shape-only profile: ", what,
                                 " is outside one optimizer step (or needs data); drop it"));
   };
-  if (!o.init_path.empty()) return refuse("init_path (--init)");
-  if (!o.resume_path.empty()) return refuse("resume_path (--resume)");
-  if (!o.save_path.empty()) return refuse("save_path (--save)");
-  if (o.save_every > 0 || o.on_save) return refuse("periodic checkpoints (--save_every)");
-  if (o.eval_every > 0) return refuse("evaluation (--eval_every)");
-  if (o.trace || o.trace_writer != nullptr) return refuse("a trace (--trace)");
-  if (o.types != nullptr) return refuse("a type trace (--print_types)");
-  if (o.on_step) return refuse("an on_step callback");
-  if (o.on_phase) return refuse("an on_phase callback");
-  if (o.comm != nullptr) return refuse("a process communicator (--backend)");
-  if (o.spmd_runner || o.only_rank != -1) return refuse("an spmd_runner / only_rank");
-  if (!o.placement.is_cpu()) {
-    return Invalid(absl::StrCat("shape-only profile: placement ", o.placement.ToString(),
+  if (!o.checkpoint.init_path.empty()) return refuse("init_path (--init)");
+  if (!o.checkpoint.resume_path.empty()) return refuse("resume_path (--resume)");
+  if (!o.checkpoint.save_path.empty()) return refuse("save_path (--save)");
+  if (o.checkpoint.save_every > 0 || o.checkpoint.on_save) return refuse("periodic checkpoints (--save_every)");
+  if (o.eval.every > 0) return refuse("evaluation (--eval_every)");
+  if (o.tracing.keep_events || o.tracing.writer != nullptr) return refuse("a trace (--trace)");
+  if (o.tracing.types != nullptr) return refuse("a type trace (--print_types)");
+  if (o.hooks.on_step) return refuse("an on_step callback");
+  if (o.hooks.on_phase) return refuse("an on_phase callback");
+  if (o.runtime.comm != nullptr) return refuse("a process communicator (--backend)");
+  if (o.hooks.spmd_runner || o.hooks.only_rank != -1) return refuse("an spmd_runner / only_rank");
+  if (!o.runtime.placement.is_cpu()) {
+    return Invalid(absl::StrCat("shape-only profile: placement ", o.runtime.placement.ToString(),
                                 ": the profile runs on the meta device; leave it at cpu"));
   }
   return absl::OkStatus();
@@ -163,8 +163,8 @@ absl::StatusOr<StepProfile> ProfileGptRank(const GptLayout& layout, const TrainO
   // Token values never change a shape (MoE routing aside, whose buffers have fixed capacities).
   const std::vector<int64_t> tokens(static_cast<size_t>(c.seq) + 1, 0);
   Capture cap;
-  o.only_rank = rank;
-  o.spmd_runner = [&](const Mesh& m, const std::function<void(RankContext&)>& body) {
+  o.hooks.only_rank = rank;
+  o.hooks.spmd_runner = [&](const Mesh& m, const std::function<void(RankContext&)>& body) {
     ShapeOnlyOptions so;
     so.device = device;
     return RunShapeOnly(m, rank, [&](RankContext& ctx) {
@@ -180,7 +180,7 @@ absl::StatusOr<StepProfile> ProfileGptRank(const GptLayout& layout, const TrainO
     }, so);
   };
   StepProfile p;
-  o.on_phase = [&](const char* phase) {
+  o.hooks.on_phase = [&](const char* phase) {
     const std::string ph = phase;
     if (ph == "step") {
       cap.ops_at_step = cap.ops->ops().size();

@@ -7,7 +7,7 @@
 //   GptConfig cfg{.layers = 48, .d_model = 6144, .heads = 48, .vocab = 50304, .seq = 2048,
 //                 .dtype = DType::kF32, .compute = DType::kBF16};
 //   GptLayout layout = *GptLayout::Create(*ParseMesh("pp=4,dp_shard=128,tp=8"), cfg, true);
-//   TrainOptions opt{.batch = 1024, .microbatches = 8, .schedule = "1f1b"};
+//   TrainOptions opt{.batch = 1024, .pipeline = {.microbatches = 8, .schedule = "1f1b"}};
 //   absl::StatusOr<std::vector<StepProfile>> roles = ProfileGptStep(layout, opt);
 //   // roles: "pp stage 0 (first)", "pp stages 1-2", "pp stage 3 (last)"
 //

@@ -36,7 +36,7 @@ GptConfig Config(bool moe = false, bool bf16 = false) {
   return c;
 }
 
-// What one rank of a real run did in its step ("step" to "end" of TrainOptions::on_phase).
+// What one rank of a real run did in its step ("step" to "end" of TrainOptions::hooks.on_phase).
 struct RankTruth {
   std::vector<CollectiveRecord> log;
   int64_t peak = 0;
@@ -55,7 +55,7 @@ std::map<int, RankTruth> RealStep(const GptLayout& layout, TrainOptions o) {
   std::mutex mu;
   std::map<int, Probes> probes;
   std::map<int, RankTruth> truth;
-  o.spmd_runner = [&](const Mesh& mesh, const std::function<void(RankContext&)>& body) {
+  o.hooks.spmd_runner = [&](const Mesh& mesh, const std::function<void(RankContext&)>& body) {
     return RunSpmd(mesh, [&](RankContext& ctx) {
       MemoryTracker mem;
       OpCounter ops;
@@ -67,7 +67,7 @@ std::map<int, RankTruth> RealStep(const GptLayout& layout, TrainOptions o) {
       body(ctx);
     });
   };
-  o.on_phase = [&](const char* phase) {
+  o.hooks.on_phase = [&](const char* phase) {
     const int rank = RankContext::Current()->rank();
     std::lock_guard<std::mutex> lock(mu);
     Probes& p = probes[rank];
@@ -108,12 +108,12 @@ TEST_P(ShapeOnlyGptTest, EveryRankMatchesTheRealStep) {
   ASSERT_TRUE(layout.ok()) << layout.status();
   TrainOptions o;
   o.batch = k.batch;
-  o.microbatches = k.microbatches;
+  o.pipeline.microbatches = k.microbatches;
   o.grad_accum = k.grad_accum;
-  o.schedule = k.schedule;
+  o.pipeline.schedule = k.schedule;
   // Clipping scales the gradients only when the norm exceeds the limit, a fact of the data: off
   // here so that both runs take the same branch (a meta run reads a norm of 0).
-  o.clip = 0;
+  o.optimizer.clip = 0;
   const std::map<int, RankTruth> truth = RealStep(*layout, o);
   ASSERT_EQ(truth.size(), static_cast<size_t>(mesh->size()));
   for (const Device device : {Device::Cpu(), Device::Meta()}) {
@@ -177,7 +177,7 @@ TEST(ShapeOnlyGpt, ClippingIsTheOneDataDependentBranchAndIsBounded) {
   GptLayout layout = *GptLayout::Create(*ParseMesh("dp=2,tp=2"), Config(), false);
   TrainOptions o;
   o.batch = 2;
-  o.clip = 1e-6;  // always active
+  o.optimizer.clip = 1e-6;  // always active
   const std::map<int, RankTruth> truth = RealStep(layout, o);
   for (int rank = 0; rank < 4; ++rank) {
     absl::StatusOr<StepProfile> p = ProfileGptRank(layout, o, rank);
@@ -196,7 +196,7 @@ TEST(ShapeOnlyGpt, RolesOfAPipeline) {
   ASSERT_TRUE(layout.ok());
   TrainOptions o;
   o.batch = 4;
-  o.microbatches = 2;
+  o.pipeline.microbatches = 2;
   absl::StatusOr<std::vector<StepProfile>> roles = ProfileGptStep(*layout, o);
   ASSERT_TRUE(roles.ok()) << roles.status();
   ASSERT_EQ(roles->size(), 3u);
@@ -224,7 +224,7 @@ TEST(ShapeOnlyGpt, RolesOfAPipeline) {
   // Without a pipeline: one role, every rank.
   layout = GptLayout::Create(*ParseMesh("dp=5"), Config(), false);
   o.batch = 5;
-  o.microbatches = 1;
+  o.pipeline.microbatches = 1;
   roles = ProfileGptStep(*layout, o);
   ASSERT_TRUE(roles.ok()) << roles.status();
   ASSERT_EQ(roles->size(), 1u);
@@ -244,7 +244,7 @@ TEST(ShapeOnlyGpt, ABillionParametersOnThousandsOfRanks) {
   ASSERT_TRUE(layout.ok()) << layout.status();
   TrainOptions o;
   o.batch = 512;
-  o.microbatches = 4;
+  o.pipeline.microbatches = 4;
   absl::StatusOr<std::vector<StepProfile>> roles = ProfileGptStep(*layout, o);
   ASSERT_TRUE(roles.ok()) << roles.status();
   ASSERT_EQ(roles->size(), 4u);
@@ -289,33 +289,33 @@ TEST(ShapeOnlyGpt, Errors) {
               HasSubstr("rank 6 is outside the 6 ranks"));
   EXPECT_THAT(message(ProfileGptRank(layout, o, -1).status()), HasSubstr("rank -1"));
   TrainOptions save = o;
-  save.save_path = "/tmp/x.safetensors";
+  save.checkpoint.save_path = "/tmp/x.safetensors";
   EXPECT_THAT(message(ProfileGptStep(layout, save).status()), HasSubstr("save_path"));
   TrainOptions eval = o;
-  eval.eval_every = 1;
+  eval.eval.every = 1;
   EXPECT_THAT(message(ProfileGptStep(layout, eval).status()), HasSubstr("evaluation"));
   TrainOptions lr = o;
-  lr.adamw.lr = -1;
+  lr.optimizer.adamw.lr = -1;
   EXPECT_THAT(message(ProfileGptStep(layout, lr).status()), HasSubstr("learning rate"));
   EXPECT_THAT(message(ProfileGptRank(layout, o, 0, "", Device::Cuda(0)).status()),
               HasSubstr("meta device"));
   // The trainer's hooks are checked with its other options.
   TrainOptions hooks = o;
-  hooks.only_rank = 2;
+  hooks.hooks.only_rank = 2;
   EXPECT_THAT(message(CheckTrainOptions(layout, hooks)), HasSubstr("only_rank 2 needs an spmd_runner"));
-  hooks.spmd_runner = [](const Mesh&, const std::function<void(RankContext&)>&) {
+  hooks.hooks.spmd_runner = [](const Mesh&, const std::function<void(RankContext&)>&) {
     return absl::OkStatus();
   };
-  hooks.only_rank = 6;
+  hooks.hooks.only_rank = 6;
   EXPECT_THAT(message(CheckTrainOptions(layout, hooks)), HasSubstr("(0 to 5)"));
-  hooks.only_rank = -1;
+  hooks.hooks.only_rank = -1;
   collectives::ShapeOnlyCommunicator comm(6, 0);
-  hooks.comm = &comm;
+  hooks.runtime.comm = &comm;
   EXPECT_THAT(message(CheckTrainOptions(layout, hooks)), HasSubstr("give one"));
   // A configuration the trainer refuses: a pipeline with cp.
   GptLayout pp_cp = *GptLayout::Create(*ParseMesh("pp=2,cp=2"), Config(), false);
   o.batch = 2;
-  o.microbatches = 2;
+  o.pipeline.microbatches = 2;
   EXPECT_THAT(message(ProfileGptStep(pp_cp, o).status()), HasSubstr("does not support cp"));
 }
 

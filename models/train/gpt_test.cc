@@ -44,7 +44,7 @@ TEST_P(GptEquivalenceTest, ThreeAdamWStepsMatchSingleDevice) {
   ASSERT_EQ(ref.losses.size(), 3u);
   // The reference actually trains and clips.
   EXPECT_LT(ref.losses[2], ref.losses[0]);
-  EXPECT_GT(ref.grad_norms[0], ThreeSteps().clip);
+  EXPECT_GT(ref.grad_norms[0], ThreeSteps().optimizer.clip);
   ExpectSameTraining(Train(GetParam().mesh, GetParam().sp), ref);
 }
 
@@ -219,14 +219,14 @@ TEST(GptCheckpointTest, SaveOnOneMeshResumeOnAnotherContinuesWithTheSameLosses) 
   const std::string path = TempPath("gpt_resume.safetensors");
   TrainOptions first = ThreeSteps();
   first.steps = 2;
-  first.save_path = path;
+  first.checkpoint.save_path = path;
   absl::StatusOr<TrainResult> a = TrainOn("dp_shard=2,tp=2", true, first, InitGpt(SmallConfig(), 7));
   ASSERT_TRUE(a.ok()) << a.status();
   for (auto [mesh, sp] : std::vector<std::pair<std::string, bool>>{{"tp=3", true}, {"dp=2", false}}) {
     SCOPED_TRACE(mesh);
     TrainOptions rest = ThreeSteps();
     rest.steps = 3;  // the total: one more step after the saved two
-    rest.resume_path = path;
+    rest.checkpoint.resume_path = path;
     absl::StatusOr<TrainResult> b = TrainOn(mesh, sp, rest, {});
     ASSERT_TRUE(b.ok()) << b.status();
     EXPECT_EQ(b->steps_done, 3);
@@ -239,7 +239,7 @@ TEST(GptCheckpointTest, SaveOnOneMeshResumeOnAnotherContinuesWithTheSameLosses) 
   // batch 0, the same on any mesh.
   TrainOptions init = ThreeSteps();
   init.steps = 1;
-  init.init_path = path;
+  init.checkpoint.init_path = path;
   absl::StatusOr<TrainResult> c1 = TrainOn("", false, init, {});
   absl::StatusOr<TrainResult> c2 = TrainOn("dp=2,tp=2", false, init, {});
   ASSERT_TRUE(c1.ok() && c2.ok());
@@ -250,14 +250,14 @@ TEST(GptCheckpointTest, MissingOrMisShapedTensorsAreErrorsBeforeTheFirstStep) {
   const std::string path = TempPath("gpt_small.safetensors");
   TrainOptions save = ThreeSteps();
   save.steps = 1;
-  save.save_path = path;
+  save.checkpoint.save_path = path;
   ASSERT_TRUE(TrainOn("", false, save, InitGpt(SmallConfig(), 7)).ok());
   // Another model size: mis-shaped.
   GptConfig big = SmallConfig();
   big.d_model = 18;
   GptLayout layout = *GptLayout::Create(Mesh(), big, false);
   TrainOptions load = ThreeSteps();
-  load.init_path = path;
+  load.checkpoint.init_path = path;
   absl::StatusOr<TrainResult> r = TrainGpt(layout, {}, Tokens(500, big.vocab), load);
   EXPECT_THAT(std::string(r.status().message()),
               AllOf(HasSubstr("tensor 'wte.weight' is [24,12]"), HasSubstr("needs [24,18]")));
@@ -269,9 +269,9 @@ TEST(GptCheckpointTest, MissingOrMisShapedTensorsAreErrorsBeforeTheFirstStep) {
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("no tensor 'h.2.ln_1.weight'"));
   // A parameter-only file cannot be resumed from.
   TrainOptions resume = ThreeSteps();
-  resume.resume_path = TempPath("params_only.safetensors");
+  resume.checkpoint.resume_path = TempPath("params_only.safetensors");
   GptLayout small = *GptLayout::Create(Mesh(), SmallConfig(), false);
-  ASSERT_TRUE(SaveGpt(resume.resume_path, small, InitGpt(SmallConfig(), 1), nullptr, 0).ok());
+  ASSERT_TRUE(SaveGpt(resume.checkpoint.resume_path, small, InitGpt(SmallConfig(), 1), nullptr, 0).ok());
   r = TrainOn("", false, resume, {});
   EXPECT_THAT(std::string(r.status().message()),
               AllOf(HasSubstr("no tensor 'optimizer.exp_avg.wte.weight'"),

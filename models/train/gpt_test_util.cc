@@ -31,9 +31,9 @@ TrainOptions ThreeSteps() {
   o.steps = 3;
   o.batch = 12;
   // lr large enough that the parameters move visibly; clip small enough that it is active.
-  o.adamw.lr = 1e-2;
-  o.adamw.weight_decay = 0.1;
-  o.clip = 0.5;
+  o.optimizer.adamw.lr = 1e-2;
+  o.optimizer.adamw.weight_decay = 0.1;
+  o.optimizer.clip = 0.5;
   return o;
 }
 

@@ -39,7 +39,7 @@ Traced TraceOneStep(const std::string& mesh_text, bool sp) {
   TrainOptions o;
   o.steps = 1;
   o.batch = 6;
-  o.trace = true;
+  o.tracing.keep_events = true;
   absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(c, 3), Tokens(200, c.vocab), o);
   EXPECT_TRUE(r.ok()) << r.status();
   if (r.ok()) t.result = *r;

@@ -30,8 +30,8 @@ absl::StatusOr<StateSource> OpenStateSource(const GptLayout& layout,
                                             const std::vector<NamedTensor>& init,
                                             const TrainOptions& options) {
   StateSource source;
-  source.resume = !options.resume_path.empty();
-  const std::string& path = source.resume ? options.resume_path : options.init_path;
+  source.resume = !options.checkpoint.resume_path.empty();
+  const std::string& path = source.resume ? options.checkpoint.resume_path : options.checkpoint.init_path;
   if (path.empty()) {
     absl::StatusOr<std::vector<Tensor>> matched = MatchInitialParams(layout, init);
     if (!matched.ok()) return matched.status();

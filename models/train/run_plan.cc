@@ -81,7 +81,7 @@ StagePlan PlanStages(const GptLayout& layout, const std::vector<int64_t>& sizes)
 
 absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
   const Mesh& mesh = layout.mesh();
-  const AdamWOptions& a = o.adamw;
+  const AdamWOptions& a = o.optimizer.adamw;
   if (o.steps < 1) {
     return Invalid(absl::StrCat("steps (--steps) ", o.steps,
                                 " must be >= 1 (the total number of optimizer steps)"));
@@ -101,62 +101,62 @@ absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
     return Invalid(absl::StrCat("weight decay (--weight_decay) ", a.weight_decay,
                                 " must be finite and >= 0 (e.g. 0.1)"));
   }
-  if (std::isnan(o.clip) || std::isinf(o.clip)) {
-    return Invalid(absl::StrCat("clip (--clip) ", o.clip, " must be finite (<= 0 turns clipping off)"));
+  if (std::isnan(o.optimizer.clip) || std::isinf(o.optimizer.clip)) {
+    return Invalid(absl::StrCat("clip (--clip) ", o.optimizer.clip, " must be finite (<= 0 turns clipping off)"));
   }
-  if (!o.init_path.empty() && !o.resume_path.empty()) {
-    return Invalid(absl::StrCat("both --init ('", o.init_path, "') and --resume ('", o.resume_path,
+  if (!o.checkpoint.init_path.empty() && !o.checkpoint.resume_path.empty()) {
+    return Invalid(absl::StrCat("both --init ('", o.checkpoint.init_path, "') and --resume ('", o.checkpoint.resume_path,
                                 "') are given: --resume continues a run (parameters, moments, "
                                 "step), --init starts one from weights; give one"));
   }
-  if (o.microbatches < 1) {
-    return Invalid(absl::StrCat("--microbatches ", o.microbatches, " must be >= 1"));
+  if (o.pipeline.microbatches < 1) {
+    return Invalid(absl::StrCat("--microbatches ", o.pipeline.microbatches, " must be >= 1"));
   }
   if (o.grad_accum < 1) {
     return Invalid(absl::StrCat("--grad_accum ", o.grad_accum, " must be >= 1"));
   }
-  if (o.eval_every < 0 || o.eval_steps < 1) {
-    return Invalid(absl::StrCat("--eval_every ", o.eval_every, " must be >= 0 and --eval_steps ",
-                                o.eval_steps, " >= 1"));
+  if (o.eval.every < 0 || o.eval.steps < 1) {
+    return Invalid(absl::StrCat("--eval_every ", o.eval.every, " must be >= 0 and --eval_steps ",
+                                o.eval.steps, " >= 1"));
   }
-  if (o.eval_every > 0) {
-    if (absl::Status s = CheckTokens(layout.config(), o.val_tokens); !s.ok()) {
-      return Invalid(absl::StrCat("evaluation data (--eval_every ", o.eval_every,
+  if (o.eval.every > 0) {
+    if (absl::Status s = CheckTokens(layout.config(), o.eval.tokens); !s.ok()) {
+      return Invalid(absl::StrCat("evaluation data (--eval_every ", o.eval.every,
                                   "): ", s.message(),
                                   "; give --val_fraction or --val_data with enough tokens"));
     }
   }
-  if (o.save_every < 0 || (o.save_every > 0 && !o.on_save)) {
-    return Invalid(absl::StrCat("--save_every ", o.save_every,
+  if (o.checkpoint.save_every < 0 || (o.checkpoint.save_every > 0 && !o.checkpoint.on_save)) {
+    return Invalid(absl::StrCat("--save_every ", o.checkpoint.save_every,
                                 " must be >= 0 and needs a place to save (on_save)"));
   }
-  if (o.only_rank != -1 && (!o.spmd_runner || o.only_rank < 0 || o.only_rank >= mesh.size())) {
-    return Invalid(absl::StrCat("only_rank ", o.only_rank, " needs an spmd_runner and a rank of "
+  if (o.hooks.only_rank != -1 && (!o.hooks.spmd_runner || o.hooks.only_rank < 0 || o.hooks.only_rank >= mesh.size())) {
+    return Invalid(absl::StrCat("only_rank ", o.hooks.only_rank, " needs an spmd_runner and a rank of "
                                 "mesh ", mesh.ShortString(), " (0 to ", mesh.size() - 1,
                                 "), or -1 for every rank"));
   }
-  if (o.spmd_runner && o.comm != nullptr) {
+  if (o.hooks.spmd_runner && o.runtime.comm != nullptr) {
     return Invalid("an spmd_runner and a process communicator (comm) are two ways of running "
                    "the ranks; give one");
   }
-  if (!o.placement.is_cpu()) {
-    if (o.comm != nullptr) {
-      return Invalid(absl::StrCat("placement ", o.placement.ToString(),
+  if (!o.runtime.placement.is_cpu()) {
+    if (o.runtime.comm != nullptr) {
+      return Invalid(absl::StrCat("placement ", o.runtime.placement.ToString(),
                                   " with a process communicator: the ranks run where the "
                                   "communicator's memory is (--backend=nccl: its GPU); leave "
                                   "the placement at cpu"));
     }
-    absl::StatusOr<std::vector<Device>> devices = ResolvePlacement(o.placement, mesh.size());
+    absl::StatusOr<std::vector<Device>> devices = ResolvePlacement(o.runtime.placement, mesh.size());
     if (!devices.ok()) return devices.status();
   }
-  const bool pipelined = layout.pp_ways() > 1 || o.microbatches > 1;
+  const bool pipelined = layout.pp_ways() > 1 || o.pipeline.microbatches > 1;
   if (!pipelined) return absl::OkStatus();
   // What the pipeline strategy cannot do, refused here and nowhere else.
   if (!layout.cp_axis().empty()) {
     return Invalid(absl::StrCat(
         "mesh ", mesh.ShortString(), " with ",
         layout.pp_ways() > 1 ? absl::StrCat("pp=", layout.pp_ways())
-                             : absl::StrCat(o.microbatches, " microbatches"),
+                             : absl::StrCat(o.pipeline.microbatches, " microbatches"),
         ": the pipeline strategy does not support cp (pipeline (pp) with context parallelism "
         "(cp) is not supported); drop cp, or pp and --microbatches"));
   }
@@ -184,32 +184,32 @@ absl::StatusOr<RunPlan> PlanRun(const GptLayout& layout, const TrainOptions& opt
   if (absl::Status s = CheckTrainOptions(layout, options); !s.ok()) return s;
   const GptConfig& c = layout.config();
   RunPlan plan;
-  plan.pipelined = layout.pp_ways() > 1 || options.microbatches > 1;
+  plan.pipelined = layout.pp_ways() > 1 || options.pipeline.microbatches > 1;
   plan.stages = plan.pipelined ? layout.pp_ways() : 1;
   // Under a pipeline grad_accum multiplies the microbatches; else it is the one program's
   // microsteps.
-  plan.microbatches = options.microbatches * (plan.pipelined ? options.grad_accum : 1);
+  plan.microbatches = options.pipeline.microbatches * (plan.pipelined ? options.grad_accum : 1);
   plan.accum = plan.pipelined ? 1 : options.grad_accum;
   plan.global_tokens = options.batch * c.seq;
   plan.pp_index = plan.pipelined ? layout.mesh().AxisIndex(axis::kPp) : -1;
   if (absl::Status s = PlanRows(layout, options, plan); !s.ok()) return s;
   absl::StatusOr<std::vector<int64_t>> sizes =
-      plan.pipelined ? SplitLayers(c.layers, plan.stages, options.stage_layers)
+      plan.pipelined ? SplitLayers(c.layers, plan.stages, options.pipeline.stage_layers)
                      : absl::StatusOr<std::vector<int64_t>>(std::vector<int64_t>{c.layers});
   if (!sizes.ok()) return sizes.status();
   if (plan.pipelined) {
-    absl::StatusOr<Schedule> schedule = ParseSchedule(options.schedule);
+    absl::StatusOr<Schedule> schedule = ParseSchedule(options.pipeline.schedule);
     if (!schedule.ok()) return schedule.status();
     absl::StatusOr<Timetable> tt =
         MakeTimetable(*schedule, plan.stages, static_cast<int>(plan.microbatches));
     if (!tt.ok()) return tt.status();
     plan.timetable = std::make_shared<const Timetable>(*std::move(tt));
-  } else if (!options.stage_layers.empty()) {
+  } else if (!options.pipeline.stage_layers.empty()) {
     return Invalid("stage_layers is a pipeline (pp > 1) setting; drop it or add pp");
   }
   plan.stage_plan = PlanStages(layout, *sizes);
-  if (!options.save_path.empty()) {
-    if (absl::Status s = CheckSavePath(options.save_path); !s.ok()) return s;
+  if (!options.checkpoint.save_path.empty()) {
+    if (absl::Status s = CheckSavePath(options.checkpoint.save_path); !s.ok()) return s;
   }
   return plan;
 }

@@ -334,12 +334,12 @@ absl::StatusOr<RankWorld> ConnectRanks(const Mesh& mesh) {
 absl::Status SetOptimization(TrainOptions& o) {
   o.steps = absl::GetFlag(FLAGS_steps);
   o.batch = absl::GetFlag(FLAGS_batch);
-  o.adamw.lr = absl::GetFlag(FLAGS_lr);
-  o.adamw.beta1 = absl::GetFlag(FLAGS_beta1);
-  o.adamw.beta2 = absl::GetFlag(FLAGS_beta2);
-  o.adamw.eps = absl::GetFlag(FLAGS_eps);
-  o.adamw.weight_decay = absl::GetFlag(FLAGS_weight_decay);
-  o.clip = absl::GetFlag(FLAGS_clip);
+  o.optimizer.adamw.lr = absl::GetFlag(FLAGS_lr);
+  o.optimizer.adamw.beta1 = absl::GetFlag(FLAGS_beta1);
+  o.optimizer.adamw.beta2 = absl::GetFlag(FLAGS_beta2);
+  o.optimizer.adamw.eps = absl::GetFlag(FLAGS_eps);
+  o.optimizer.adamw.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  o.optimizer.clip = absl::GetFlag(FLAGS_clip);
   o.grad_accum = absl::GetFlag(FLAGS_grad_accum);
   LrSchedule schedule_lr;
   schedule_lr.kind = absl::GetFlag(FLAGS_lr_schedule);
@@ -351,16 +351,16 @@ absl::Status SetOptimization(TrainOptions& o) {
                                 : absl::GetFlag(FLAGS_steps);
   if (schedule_lr.kind != "constant" || schedule_lr.warmup_steps != 0) {
     if (absl::Status s = schedule_lr.Validate(); !s.ok()) return s;
-    o.lr_at = [schedule_lr](int64_t step) { return schedule_lr.At(step); };
+    o.optimizer.lr_at = [schedule_lr](int64_t step) { return schedule_lr.At(step); };
   }
   return absl::OkStatus();
 }
 
 // --microbatches, --schedule and --stage_layers.
 absl::Status SetPipeline(TrainOptions& o) {
-  o.microbatches = absl::GetFlag(FLAGS_microbatches);
-  o.schedule = absl::GetFlag(FLAGS_schedule);
-  absl::StatusOr<Schedule> schedule = ParseSchedule(o.schedule);
+  o.pipeline.microbatches = absl::GetFlag(FLAGS_microbatches);
+  o.pipeline.schedule = absl::GetFlag(FLAGS_schedule);
+  absl::StatusOr<Schedule> schedule = ParseSchedule(o.pipeline.schedule);
   if (!schedule.ok()) return schedule.status();
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_stage_layers), ',',
                                                absl::SkipEmpty())) {
@@ -369,7 +369,7 @@ absl::Status SetPipeline(TrainOptions& o) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--stage_layers: '", part, "' is not a number (e.g. --stage_layers=2,1,1)"));
     }
-    o.stage_layers.push_back(n);
+    o.pipeline.stage_layers.push_back(n);
   }
   return absl::OkStatus();
 }
@@ -554,13 +554,13 @@ void PrintSummary(const GptLayout& layout, const TrainOptions& o, const TrainRes
         r.cuda_graph_used ? absl::StrCat("captured (", r.cuda_graph_replays, " replays)")
                           : r.cuda_graph_note);
   }
-  if (layout.pp_ways() > 1 || o.microbatches != 1) {
+  if (layout.pp_ways() > 1 || o.pipeline.microbatches != 1) {
     const int p = layout.pp_ways();
     std::cout << absl::StrFormat(
         "pipeline: peak saved activations (rank 0) %s; bubble measured %.3f (lockstep ticks: "
         "(p-1)/(m+p-1) = %.3f)\n",
         Bytes(r.peak_activation_bytes_per_rank), r.pipeline_bubble,
-        static_cast<double>(p - 1) / static_cast<double>(o.microbatches + p - 1));
+        static_cast<double>(p - 1) / static_cast<double>(o.pipeline.microbatches + p - 1));
   }
   if (!std::isnan(steps.last_val())) {
     std::cout << absl::StrFormat("val loss %.10g\n", steps.last_val());
@@ -644,22 +644,22 @@ absl::Status RunOutputs::Set(const TokenData& data, TrainOptions& o) {
   if (!save_path_.empty()) {
     if (absl::Status s = CheckSavePath(save_path_); !s.ok()) return s;
   }
-  o.val_tokens = data.val;  // evaluation on the held-out split
-  o.eval_every = absl::GetFlag(FLAGS_eval_every);
-  o.eval_steps = absl::GetFlag(FLAGS_eval_steps);
-  if (o.eval_every > 0 && data.val.empty()) {
+  o.eval.tokens = data.val;  // evaluation on the held-out split
+  o.eval.every = absl::GetFlag(FLAGS_eval_every);
+  o.eval.steps = absl::GetFlag(FLAGS_eval_steps);
+  if (o.eval.every > 0 && data.val.empty()) {
     return absl::InvalidArgumentError(
         "--eval_every needs validation data: add --val_fraction=0.1 or --val_data=FILE");
   }
-  o.save_every = absl::GetFlag(FLAGS_save_every);
-  if (o.save_every > 0) {
+  o.checkpoint.save_every = absl::GetFlag(FLAGS_save_every);
+  if (o.checkpoint.save_every > 0) {
     if (save_path_.empty()) {
       return absl::InvalidArgumentError(
           "--save_every needs --save (the prefix of the periodic checkpoints)");
     }
     if (absl::Status s = rotation_.Validate(); !s.ok()) return s;
     if (absl::Status s = rotation_.CheckWritable(); !s.ok()) return s;
-    o.on_save = [this](const TrainResult& snapshot) -> absl::Status {
+    o.checkpoint.on_save = [this](const TrainResult& snapshot) -> absl::Status {
       if (ranks_.world != nullptr && ranks_.world->rank() != 0) return absl::OkStatus();
       absl::StatusOr<std::string> path =
           rotation_.Save(snapshot.steps_done, [&](const std::string& tmp) {
@@ -684,8 +684,8 @@ absl::Status RunOutputs::SetTrace(TrainOptions& o) {
   absl::StatusOr<std::unique_ptr<TraceWriter>> w = TraceWriter::Open(trace_path_, TraceNowUs());
   if (!w.ok()) return w.status();
   writer_ = *std::move(w);
-  o.trace_writer = writer_.get();
-  o.trace_step = [this](int64_t step) { return trace_steps_.Contains(step); };
+  o.tracing.writer = writer_.get();
+  o.tracing.step_filter = [this](int64_t step) { return trace_steps_.Contains(step); };
   return absl::OkStatus();
 }
 
@@ -740,30 +740,30 @@ absl::Status Run() {
     if (absl::Status s = AgreeOnSettings(*ranks->world, data->train); !s.ok()) return s;
   }
   TrainOptions o;
-  o.init_path = absl::GetFlag(FLAGS_init);
-  o.resume_path = resume;
+  o.checkpoint.init_path = absl::GetFlag(FLAGS_init);
+  o.checkpoint.resume_path = resume;
   if (absl::Status s = SetOptimization(o); !s.ok()) return s;
   RunOutputs outputs(*layout, *ranks);
   if (absl::Status s = outputs.Set(*data, o); !s.ok()) return s;
   absl::StatusOr<SampleRequest> sample = ParseSampleRequest(*cfg);
   if (!sample.ok()) return sample.status();
-  o.comm = ranks->world.get();
-  o.placement = ranks->placement;
-  o.cuda_graph = absl::GetFlag(FLAGS_cuda_graph);
+  o.runtime.comm = ranks->world.get();
+  o.runtime.placement = ranks->placement;
+  o.runtime.cuda_graph = absl::GetFlag(FLAGS_cuda_graph);
   TypeTrace types;
-  if (absl::GetFlag(FLAGS_print_types)) o.types = &types;
+  if (absl::GetFlag(FLAGS_print_types)) o.tracing.types = &types;
   if (absl::Status s = SetPipeline(o); !s.ok()) return s;
   if (ranks->print) PrintHeader(*layout, *ranks, o, data->train.size());
   StepPrinter printer(ranks->print, o.batch * cfg->seq, &types);
-  o.on_step = [&printer](const StepInfo& s) { printer(s); };
-  const std::vector<NamedTensor> init = o.init_path.empty() && o.resume_path.empty()
+  o.hooks.on_step = [&printer](const StepInfo& s) { printer(s); };
+  const std::vector<NamedTensor> init = o.checkpoint.init_path.empty() && o.checkpoint.resume_path.empty()
                                             ? InitGpt(*cfg, absl::GetFlag(FLAGS_seed))
                                             : std::vector<NamedTensor>{};
-  if (layout->pp_ways() > 1 || o.microbatches != 1) {
+  if (layout->pp_ways() > 1 || o.pipeline.microbatches != 1) {
     std::cout << absl::StrFormat("pipeline: pp=%d, %d microbatches of %d sequences, %s\n",
-                                 layout->pp_ways(), o.microbatches,
-                                 o.microbatches > 0 ? o.batch / o.microbatches : 0,
-                                 ScheduleName(*ParseSchedule(o.schedule)));
+                                 layout->pp_ways(), o.pipeline.microbatches,
+                                 o.pipeline.microbatches > 0 ? o.batch / o.pipeline.microbatches : 0,
+                                 ScheduleName(*ParseSchedule(o.pipeline.schedule)));
   }
   absl::StatusOr<TrainResult> r = TrainGpt(*layout, init, data->train, o);
   if (absl::Status s = outputs.CloseTrace(); !s.ok() && r.ok()) return s;

@@ -1,8 +1,11 @@
 // TrainOptions: everything a training run is told (models/train/trainer.h's TrainGpt).
 //
-//   TrainOptions opt{.steps = 3, .batch = 8, .microbatches = 4, .schedule = "1f1b"};
-//   opt.adamw.lr = 3e-3;
-//   opt.on_step = [](const StepInfo& s) { std::cout << s.loss << "\n"; };
+//   TrainOptions opt{.steps = 3, .batch = 8, .pipeline = {.microbatches = 4, .schedule = "1f1b"}};
+//   opt.optimizer.adamw.lr = 3e-3;
+//   opt.hooks.on_step = [](const StepInfo& s) { std::cout << s.loss << "\n"; };
+//
+// Grouped as a reader looks for them: the pipeline, the optimizer, checkpoints, evaluation,
+// traces, where the ranks run, and callbacks.
 #ifndef SHARDMAP_MODELS_TRAIN_TRAIN_OPTIONS_H_
 #define SHARDMAP_MODELS_TRAIN_TRAIN_OPTIONS_H_
 
@@ -26,27 +29,57 @@ namespace shardmap {
 struct TrainResult;
 struct StepInfo;
 
-struct TrainOptions {
-  // The run's TOTAL optimizer steps (nanoGPT's max_iters): a resumed run continues from the
-  // checkpoint's step up to it.
-  int64_t steps = 1;
-  int64_t batch = 4;  // global sequences per step
-  // Pipeline strategy (pp > 1, or microbatches > 1 on one stage: gradient accumulation):
-  // microbatches per step and the schedule ("gpipe" or "1f1b"); stage_layers: layers per stage
-  // (empty: as even as possible).
+// Pipeline strategy (pp > 1, or microbatches > 1 on one stage: gradient accumulation):
+// microbatches per step and the schedule ("gpipe" or "1f1b"); stage_layers: layers per stage
+// (empty: as even as possible).
+struct PipelineOptions {
   int64_t microbatches = 1;
   std::string schedule = "1f1b";
   std::vector<int64_t> stage_layers;
+};
+
+// AdamW, global-norm clipping and the learning-rate schedule.
+struct OptimizerOptions {
   AdamWOptions adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
   double clip = 1.0;  // global-norm clipping (<= 0: off)
-  // Called on rank 0 after each step.
-  std::function<void(const StepInfo&)> on_step;
-  bool trace = false;          // record TraceEvents of every rank (TrainResult::trace)
-  TypeTrace* types = nullptr;  // rank 0's types inside block 0 during the first step
-  // Checkpoints (gpt_checkpoint.h). init_path: parameters from a GPT-2 safetensors file (each
-  // rank reads its blocks; `init` may then be empty). resume_path: parameters, AdamW moments and
-  // the step count from a file written with save_path; training continues at that step.
+  // Learning-rate schedule (models/components/lr_schedule.h's At): the lr of each step, checked
+  // finite and >= 0 when used. Null: adamw.lr at every step.
+  std::function<double(int64_t step)> lr_at;
+};
+
+// Checkpoints (models/gpt/gpt_checkpoint.h). init_path: parameters from a GPT-2 safetensors
+// file (each rank reads its blocks; `init` may then be empty). resume_path: parameters, AdamW
+// moments and the step count from a file written with save_path; training continues at that
+// step. Periodic checkpoints: after every save_every-th step, on_save runs on the reporting rank
+// with a snapshot (global params and AdamW moments on the host, steps_done = the step count so
+// far). An error stops the run. 0: never.
+struct CheckpointOptions {
   std::string init_path, resume_path, save_path;
+  int64_t save_every = 0;
+  std::function<absl::Status(const TrainResult& snapshot)> on_save;
+};
+
+// Evaluation: every `every` steps (and after the last step) the mean loss over `steps` batches
+// of `tokens` (batch e of the evaluation is BatchAt(tokens, e, batch, seq)), forward only, in
+// StepInfo::val_loss. 0: never.
+struct EvalOptions {
+  std::vector<int64_t> tokens;
+  int64_t every = 0, steps = 1;
+};
+
+// Traces. keep_events: record TraceEvents of every rank in TrainResult::trace. Streamed: with
+// writer, each step that step_filter accepts (null: every step) is recorded on every rank and
+// written at the step's end (nothing is kept in memory). types: rank 0's types inside block 0
+// during the first step.
+struct TraceOptions {
+  bool keep_events = false;
+  TypeTrace* types = nullptr;
+  TraceWriter* writer = nullptr;
+  std::function<bool(int64_t step)> step_filter;
+};
+
+// Where and how the ranks run.
+struct RuntimeOptions {
   // Multi-process (e.g. Gloo, started by collectives/launch): run only this process's rank over
   // `comm` (its world, comm->size() == the mesh size) instead of RunSpmd's in-process ranks.
   // Every rank then reports its own view (the loss and norm are the same on every rank; log,
@@ -62,43 +95,45 @@ struct TrainOptions {
   DevicePlacement placement;
   // GPU ranks: capture the static step once (after one eager warm-up step) and replay it as a
   // CUDA graph where that is safe: one in-process GPU rank, no pipeline, no MoE, no trace, f32
-  // master weights (models/cuda_graph_step.h's DecideCudaGraph). TrainResult::cuda_graph_used /
-  // cuda_graph_note say whether and why not. The replayed steps give the eager GPU step's numbers
-  // (the same kernels); false: every step runs eagerly.
+  // master weights (models/train/cuda_graph_step.h's DecideCudaGraph). TrainResult::
+  // cuda_graph_used / cuda_graph_note say whether and why not. The replayed steps give the eager
+  // GPU step's numbers (the same kernels); false: every step runs eagerly.
   bool cuda_graph = true;
-  // Learning-rate schedule (models/lr_schedule.h's At): the lr of each step, checked finite and
-  // >= 0 when used. Null: adamw.lr at every step.
-  std::function<double(int64_t step)> lr_at;
+};
+
+// Callbacks and test hooks.
+struct TrainHooks {
+  // Called on the reporting rank after each step.
+  std::function<void(const StepInfo&)> on_step;
+  // Called on every rank as its step moves to "step" (before the forward), "optimizer" (after
+  // the backward: gradient reductions, norm, clipping, AdamW) and "end" (after AdamW).
+  std::function<void(const char* phase)> on_phase;
+  // Shape-only execution (models/train/gpt_shape_only.h) and per-rank instrumentation in tests:
+  // runs the ranks' program in place of RunSpmd (the body once per rank it runs, with that rank's
+  // RankContext installed). Null: RunSpmd (or runtime.comm).
+  std::function<absl::Status(const Mesh&, const std::function<void(RankContext&)>&)> spmd_runner;
+  // With spmd_runner: the one rank it runs (it reports), -1: every rank. With one rank the
+  // global parameters and moments are not assembled (TrainResult::params stays empty).
+  int only_rank = -1;
+};
+
+struct TrainOptions {
+  // The run's TOTAL optimizer steps (nanoGPT's max_iters): a resumed run continues from the
+  // checkpoint's step up to it.
+  int64_t steps = 1;
+  int64_t batch = 4;  // global sequences per step
   // Gradient accumulation: each optimizer step's `batch` sequences run as grad_accum
   // consecutive microsteps of batch/grad_accum sequences whose gradients add up (the same numbers
   // as the whole batch at once, up to summation order). Under a pipeline it multiplies the
   // microbatches.
   int64_t grad_accum = 1;
-  // Evaluation: every eval_every steps (and after the last step) the mean loss over eval_steps
-  // batches of val_tokens (batch e of the evaluation is BatchAt(val_tokens, e, batch, seq)),
-  // forward only, in StepInfo::val_loss. 0: never.
-  std::vector<int64_t> val_tokens;
-  int64_t eval_every = 0, eval_steps = 1;
-  // Periodic checkpoints: after every save_every-th step, on_save runs on the reporting rank
-  // with a snapshot (global params and AdamW moments on the host, steps_done = the step count so
-  // far). An error stops the run. 0: never.
-  int64_t save_every = 0;
-  std::function<absl::Status(const TrainResult& snapshot)> on_save;
-  // Streamed trace: with trace_writer, each step that trace_step accepts (null: every step) is
-  // recorded on every rank and written to it at the step's end (nothing is kept in memory);
-  // `trace` keeps every step's events in TrainResult::trace instead.
-  TraceWriter* trace_writer = nullptr;
-  std::function<bool(int64_t step)> trace_step;
-  // Shape-only execution (models/gpt_shape_only.h) and per-rank instrumentation in tests: runs
-  // the ranks' program in place of RunSpmd (the body once per rank it runs, with that rank's
-  // RankContext installed). Null: RunSpmd (or options.comm).
-  std::function<absl::Status(const Mesh&, const std::function<void(RankContext&)>&)> spmd_runner;
-  // With spmd_runner: the one rank it runs (it reports), -1: every rank. With one rank the
-  // global parameters and moments are not assembled (TrainResult::params stays empty).
-  int only_rank = -1;
-  // Called on every rank as its step moves to "step" (before the forward), "optimizer" (after
-  // the backward: gradient reductions, norm, clipping, AdamW) and "end" (after AdamW).
-  std::function<void(const char* phase)> on_phase;
+  PipelineOptions pipeline;
+  OptimizerOptions optimizer;
+  CheckpointOptions checkpoint;
+  EvalOptions eval;
+  TraceOptions tracing;
+  RuntimeOptions runtime;
+  TrainHooks hooks;
 };
 
 }  // namespace shardmap

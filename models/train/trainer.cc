@@ -77,7 +77,7 @@ class RankTrainer {
               const std::vector<CollectiveRecord>& log);
   void Finish();
   void Phase(const char* name) const {
-    if (options_.on_phase) options_.on_phase(name);
+    if (options_.hooks.on_phase) options_.hooks.on_phase(name);
   }
 
   SharedRun& run_;
@@ -105,7 +105,7 @@ RankTrainer::RankTrainer(SharedRun& run, RankContext& ctx)
       rank_(ctx.rank()),
       stage_(run.plan.pp_index >= 0 ? ctx.coord(run.plan.pp_index) : 0),
       dev_(ctx.device()),
-      state_(run.layout, run.plan, run.source, run.options.adamw, ctx.rank(), stage_,
+      state_(run.layout, run.plan, run.source, run.options.optimizer.adamw, ctx.rank(), stage_,
              ctx.device()),
       batches_(run.layout, run.plan, run.options.batch, ctx.rank(), ctx.device()),
       backward_tracer_(&events_) {
@@ -113,11 +113,11 @@ RankTrainer::RankTrainer(SharedRun& run, RankContext& ctx)
     CreateAllCommunicators(ctx);  // stages issue different collectives
     boundary_type_ = PipelineBoundaryType(layout_, plan_, dev_);
   }
-  if (options_.trace_writer != nullptr) {
-    TraceError(options_.trace_writer->ThreadName(rank_, RankDescription(layout_.mesh(), rank_)));
+  if (options_.tracing.writer != nullptr) {
+    TraceError(options_.tracing.writer->ThreadName(rank_, RankDescription(layout_.mesh(), rank_)));
   }
   if (dev_.is_cuda() && !plan_.pipelined) {
-    device_ = std::make_unique<DeviceStep>(layout_, plan_, options_.clip, run.capture, state_,
+    device_ = std::make_unique<DeviceStep>(layout_, plan_, options_.optimizer.clip, run.capture, state_,
                                            batches_, ctx);
   }
 }
@@ -129,12 +129,12 @@ void RankTrainer::Run() {
     ctx_.ClearCollectiveLog();
     Tensor ids_g, targets_g;
     BatchAt(run_.tokens, step, options_.batch, c.seq, &ids_g, &targets_g);
-    TypeTrace* types = step == first_step ? options_.types : nullptr;
-    const bool tracing = options_.trace || (options_.trace_writer != nullptr &&
-                                            (!options_.trace_step || options_.trace_step(step)));
+    TypeTrace* types = step == first_step ? options_.tracing.types : nullptr;
+    const bool tracing = options_.tracing.keep_events || (options_.tracing.writer != nullptr &&
+                                            (!options_.tracing.step_filter || options_.tracing.step_filter(step)));
     tape_.set_backward_observer(tracing ? &backward_tracer_ : nullptr);
     Phase("step");
-    const double lr = options_.lr_at ? options_.lr_at(step) : options_.adamw.lr;
+    const double lr = options_.optimizer.lr_at ? options_.optimizer.lr_at(step) : options_.optimizer.adamw.lr;
     if (!std::isfinite(lr) || lr < 0) {
       throw OpError(absl::InvalidArgumentError(absl::StrCat(
           "step ", step, ": the learning-rate schedule gives ", lr,
@@ -197,7 +197,7 @@ StepOutcome RankTrainer::HostStep(int64_t step, double lr, const Tensor& ids_g,
   if (!std::isfinite(out.loss) || !std::isfinite(out.norm)) {
     NonFiniteStop(step, out.loss, out.norm);
   }
-  const double coef = options_.clip > 0 ? ClipCoefficient(out.norm, options_.clip) : 1.0;
+  const double coef = options_.optimizer.clip > 0 ? ClipCoefficient(out.norm, options_.optimizer.clip) : 1.0;
   std::vector<NamedTensor> local, named_grads;
   for (size_t i = 0; i < state_.held.size(); ++i) {
     const std::string& name = state_.held_names[i];
@@ -230,22 +230,22 @@ StepOutcome RankTrainer::OnDevice(int64_t step, double lr, const Tensor& ids_g,
 void RankTrainer::Trace(const StepOutcome& out) {
   AppendStepEvents(layout_.mesh(), rank_, plan_, out.times, out.bp.spans, ctx_.collective_log(),
                    out.backprop_logged, &events_);
-  if (options_.trace_writer != nullptr) {  // streamed: written now, not kept
-    TraceError(WriteStepEvents(*options_.trace_writer, rank_, events_));
-    if (!options_.trace) events_.clear();
+  if (options_.tracing.writer != nullptr) {  // streamed: written now, not kept
+    TraceError(WriteStepEvents(*options_.tracing.writer, rank_, events_));
+    if (!options_.tracing.keep_events) events_.clear();
   }
 }
 
 double RankTrainer::MaybeEvaluate(int64_t step) {
-  if (options_.eval_every <= 0 ||
-      ((step + 1) % options_.eval_every != 0 && step + 1 != options_.steps)) {
+  if (options_.eval.every <= 0 ||
+      ((step + 1) % options_.eval.every != 0 && step + 1 != options_.steps)) {
     return std::numeric_limits<double>::quiet_NaN();
   }
   // The mean loss of eval_steps validation batches, forward only.
   double sum = 0;
-  for (int64_t e = 0; e < options_.eval_steps; ++e) {
+  for (int64_t e = 0; e < options_.eval.steps; ++e) {
     Tensor vi, vt;
-    BatchAt(options_.val_tokens, e, options_.batch, layout_.config().seq, &vi, &vt);
+    BatchAt(options_.eval.tokens, e, options_.batch, layout_.config().seq, &vi, &vt);
     std::vector<Value> ids, targets;
     if (plan_.pipelined) {
       batches_.Microbatches(vi, vt, &ids, &targets);
@@ -256,11 +256,11 @@ double RankTrainer::MaybeEvaluate(int64_t step) {
       sum += ForwardLoss(layout_, state_.params, ids, targets, plan_.global_tokens);
     }
   }
-  return sum / static_cast<double>(options_.eval_steps);
+  return sum / static_cast<double>(options_.eval.steps);
 }
 
 void RankTrainer::MaybeSnapshot(int64_t step, double loss) {
-  if (options_.save_every <= 0 || (step + 1) % options_.save_every != 0) return;
+  if (options_.checkpoint.save_every <= 0 || (step + 1) % options_.checkpoint.save_every != 0) return;
   // Every rank helps gather the global tensors; the reporter saves.
   std::vector<Tensor> globals = state_.GatherGlobals();
   if (rank_ != run_.reporter) return;
@@ -271,7 +271,7 @@ void RankTrainer::MaybeSnapshot(int64_t step, double loss) {
   snapshot.steps_done = step + 1;
   snapshot.losses = run_.result.losses;
   snapshot.losses.push_back(loss);
-  if (absl::Status s = options_.on_save(snapshot); !s.ok()) {
+  if (absl::Status s = options_.checkpoint.on_save(snapshot); !s.ok()) {
     throw OpError(absl::Status(
         s.code(), absl::StrCat("saving the checkpoint of step ", step + 1, ": ", s.message())));
   }
@@ -288,12 +288,12 @@ void RankTrainer::Report(int64_t step, double lr, const StepOutcome& out, double
   result.losses.push_back(out.loss);
   result.grad_norms.push_back(out.norm);
   if (layout_.config().moe.on()) result.moe_dropped.push_back(out.moe.dropped);
-  if (options_.on_step) {
+  if (options_.hooks.on_step) {
     const int64_t peak =
         dev_.is_cuda() ? cuda::DeviceAllocator(dev_.index).stats().peak_allocated_bytes : -1;
     result.peak_device_bytes_per_rank = peak;
     const int64_t global_tokens = plan_.global_tokens;
-    options_.on_step(StepInfo{step, out.loss, out.norm, (out.times.end - out.times.start) * 1e-6,
+    options_.hooks.on_step(StepInfo{step, out.loss, out.norm, (out.times.end - out.times.start) * 1e-6,
                               &log, out.moe.dropped, out.moe.assignments,
                               out.moe.dropped_tokens, peak, options_.steps, lr,
                               global_tokens * (step + 1), val_loss});
@@ -307,15 +307,15 @@ void RankTrainer::Report(int64_t step, double lr, const StepOutcome& out, double
 
 void RankTrainer::Finish() {
   std::vector<Tensor> mine = state_.LocalTensors();
-  if (options_.trace) {
+  if (options_.tracing.keep_events) {
     std::lock_guard<std::mutex> lock(run_.mu);
     run_.result.trace.insert(run_.result.trace.end(), events_.begin(), events_.end());
   }
-  if (options_.comm != nullptr) {
+  if (options_.runtime.comm != nullptr) {
     // One process per rank: the global tensors come from collectives, on every rank.
     mine = state_.GatherGlobals();
   }
-  if (options_.only_rank >= 0) mine.clear();  // one rank: nothing is assembled
+  if (options_.hooks.only_rank >= 0) mine.clear();  // one rank: nothing is assembled
   for (Tensor& t : mine) {
     if (t.defined()) t = t.To(Device::Cpu());  // results are host tensors
   }
@@ -339,9 +339,9 @@ void RankTrainer::Finish() {
 // Where the ranks run: their devices (each GPU's peak memory is measured from here).
 std::vector<Device> RunDevices(const Mesh& mesh, const TrainOptions& options) {
   std::vector<Device> devices(mesh.size(), Device::Cpu());
-  if (!options.placement.is_cpu()) devices = *ResolvePlacement(options.placement, mesh.size());
-  if (options.comm != nullptr && options.comm->memory_space().device) {
-    devices.assign(mesh.size(), Device::Cuda(options.comm->memory_space().device_index));
+  if (!options.runtime.placement.is_cpu()) devices = *ResolvePlacement(options.runtime.placement, mesh.size());
+  if (options.runtime.comm != nullptr && options.runtime.comm->memory_space().device) {
+    devices.assign(mesh.size(), Device::Cuda(options.runtime.comm->memory_space().device_index));
   }
   for (const Device& d : devices) {
     if (d.is_cuda()) cuda::DeviceAllocator(d.index).ResetPeakStats();
@@ -363,13 +363,13 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
   SharedRun run{layout, options, tokens, *plan, *source};
   run.final_locals.resize(mesh.size());
   run.bubbles.resize(mesh.size());
-  run.reporter = options.only_rank >= 0     ? options.only_rank
-                 : options.comm != nullptr ? options.comm->rank()
+  run.reporter = options.hooks.only_rank >= 0     ? options.hooks.only_rank
+                 : options.runtime.comm != nullptr ? options.runtime.comm->rank()
                                            : 0;
   TrainResult& result = run.result;
   const std::vector<Device> devices = RunDevices(mesh, options);
   result.ranks_per_device =
-      options.comm != nullptr
+      options.runtime.comm != nullptr
           ? 1
           : static_cast<int>(std::count(devices.begin(), devices.end(), devices[run.reporter]));
   const CudaGraphDecision graph_plan = DecideCudaGraph(layout, options, devices, source->first_step);
@@ -377,13 +377,13 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
   run.capture = graph_plan.capture;
   auto body = [&run](RankContext& ctx) { RankTrainer(run, ctx).Run(); };
   SpmdOptions spmd;
-  spmd.placement = options.placement;
-  absl::Status status = options.spmd_runner     ? options.spmd_runner(mesh, body)
-                        : options.comm != nullptr ? RunOnCommunicator(*options.comm, mesh, body)
+  spmd.placement = options.runtime.placement;
+  absl::Status status = options.hooks.spmd_runner     ? options.hooks.spmd_runner(mesh, body)
+                        : options.runtime.comm != nullptr ? RunOnCommunicator(*options.runtime.comm, mesh, body)
                                                   : RunSpmd(mesh, body, spmd);
   if (!status.ok()) return status;
   result.steps_done = options.steps;
-  if (options.only_rank >= 0) return std::move(result);  // one rank: its report, no tensors
+  if (options.hooks.only_rank >= 0) return std::move(result);  // one rank: its report, no tensors
   result.cuda_graph_replays = run.graph_replays;
   result.cuda_graph_used = run.graph_replays > 0;
   if (result.cuda_graph_used) {
@@ -391,7 +391,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
                                           "one eager warm-up step (", run.graph_replays,
                                           " replays)");
   }
-  if (options.comm != nullptr) {
+  if (options.runtime.comm != nullptr) {
     std::vector<Tensor>& g = run.final_locals[run.reporter];  // already global
     for (size_t k = 0; k < g.size(); ++k) {
       if (g[k].defined()) AddFinalTensor(layout, k, g[k], &result);
@@ -405,8 +405,8 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
     for (double b : run.bubbles) bubble += b;
     result.pipeline_bubble = bubble / mesh.size();
   }
-  if (!options.save_path.empty() && run.reporter == 0) {
-    if (absl::Status s = SaveTrainResult(options.save_path, layout, result); !s.ok()) return s;
+  if (!options.checkpoint.save_path.empty() && run.reporter == 0) {
+    if (absl::Status s = SaveTrainResult(options.checkpoint.save_path, layout, result); !s.ok()) return s;
   }
   return std::move(result);
 }

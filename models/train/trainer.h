@@ -4,7 +4,7 @@
 // sum axes, the global norm, clipping, AdamW, the loss and the per-step report.
 //
 //   absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh("pp=2,dp=2"), cfg, false);
-//   TrainOptions opt{.steps = 3, .batch = 8, .microbatches = 4, .schedule = "1f1b"};
+//   TrainOptions opt{.steps = 3, .batch = 8, .pipeline = {.microbatches = 4, .schedule = "1f1b"}};
 //   absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(cfg, /*seed=*/1), tokens, opt);
 //   // r->losses[s]: the mean cross-entropy of step s; r->params: the trained global tensors.
 //

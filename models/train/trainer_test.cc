@@ -54,40 +54,40 @@ TEST(TrainerOptionsTest, ImpossibleHyperParametersAreRefusedBeforeTheFirstStep) 
   const std::vector<Case> cases = {
       {[](TrainOptions& o) { o.steps = 0; }, "steps (--steps) 0 must be >= 1"},
       {[](TrainOptions& o) { o.steps = -1; }, "steps (--steps) -1 must be >= 1"},
-      {[&](TrainOptions& o) { o.adamw.lr = nan; }, "learning rate (--lr) nan"},
-      {[&](TrainOptions& o) { o.adamw.lr = inf; }, "learning rate (--lr) inf"},
-      {[](TrainOptions& o) { o.adamw.lr = -1; }, "learning rate (--lr) -1 must be finite and >= 0"},
-      {[&](TrainOptions& o) { o.adamw.beta1 = nan; }, "betas (--beta1, --beta2) = (nan, 0.95)"},
-      {[](TrainOptions& o) { o.adamw.beta2 = 1.0; }, "must lie in [0, 1)"},
-      {[](TrainOptions& o) { o.adamw.eps = 0; }, "eps (--eps) 0 must be finite and > 0"},
-      {[&](TrainOptions& o) { o.adamw.weight_decay = nan; }, "weight decay (--weight_decay) nan"},
-      {[](TrainOptions& o) { o.adamw.weight_decay = -0.1; }, "weight decay (--weight_decay) -0.1"},
-      {[&](TrainOptions& o) { o.clip = nan; }, "clip (--clip) nan must be finite"},
-      {[](TrainOptions& o) { o.microbatches = 0; }, "--microbatches 0 must be >= 1"},
+      {[&](TrainOptions& o) { o.optimizer.adamw.lr = nan; }, "learning rate (--lr) nan"},
+      {[&](TrainOptions& o) { o.optimizer.adamw.lr = inf; }, "learning rate (--lr) inf"},
+      {[](TrainOptions& o) { o.optimizer.adamw.lr = -1; }, "learning rate (--lr) -1 must be finite and >= 0"},
+      {[&](TrainOptions& o) { o.optimizer.adamw.beta1 = nan; }, "betas (--beta1, --beta2) = (nan, 0.95)"},
+      {[](TrainOptions& o) { o.optimizer.adamw.beta2 = 1.0; }, "must lie in [0, 1)"},
+      {[](TrainOptions& o) { o.optimizer.adamw.eps = 0; }, "eps (--eps) 0 must be finite and > 0"},
+      {[&](TrainOptions& o) { o.optimizer.adamw.weight_decay = nan; }, "weight decay (--weight_decay) nan"},
+      {[](TrainOptions& o) { o.optimizer.adamw.weight_decay = -0.1; }, "weight decay (--weight_decay) -0.1"},
+      {[&](TrainOptions& o) { o.optimizer.clip = nan; }, "clip (--clip) nan must be finite"},
+      {[](TrainOptions& o) { o.pipeline.microbatches = 0; }, "--microbatches 0 must be >= 1"},
       {[](TrainOptions& o) {
-         o.init_path = "a.safetensors";
-         o.resume_path = "b.safetensors";
+         o.checkpoint.init_path = "a.safetensors";
+         o.checkpoint.resume_path = "b.safetensors";
        },
        "both --init ('a.safetensors') and --resume ('b.safetensors') are given"},
-      {[](TrainOptions& o) { o.save_path = "/nonexistent-dir/x.safetensors"; },
+      {[](TrainOptions& o) { o.checkpoint.save_path = "/nonexistent-dir/x.safetensors"; },
        "directory '/nonexistent-dir' does not exist"},
-      {[](TrainOptions& o) { o.save_path = "/tmp"; }, "'/tmp': it is a directory"},
-      {[](TrainOptions& o) { o.init_path = "/tmp"; }, "checkpoint '/tmp' is a directory"},
-      {[](TrainOptions& o) { o.resume_path = TempPath("missing.safetensors"); },
+      {[](TrainOptions& o) { o.checkpoint.save_path = "/tmp"; }, "'/tmp': it is a directory"},
+      {[](TrainOptions& o) { o.checkpoint.init_path = "/tmp"; }, "checkpoint '/tmp' is a directory"},
+      {[](TrainOptions& o) { o.checkpoint.resume_path = TempPath("missing.safetensors"); },
        "NOT_FOUND: checkpoint"},
   };
   for (const Case& c : cases) {
     TrainOptions o = ThreeSteps();
     int steps_seen = 0;
-    o.on_step = [&](const StepInfo&) { ++steps_seen; };
+    o.hooks.on_step = [&](const StepInfo&) { ++steps_seen; };
     c.set(o);
     EXPECT_THAT(TrainError(o, InitGpt(SmallConfig(), 7)), HasSubstr(c.message));
     EXPECT_EQ(steps_seen, 0) << c.message;
   }
   // lr = 0 and clip = 0 (off) are possible settings.
   TrainOptions zero = ThreeSteps();
-  zero.adamw.lr = 0;
-  zero.clip = 0;
+  zero.optimizer.adamw.lr = 0;
+  zero.optimizer.clip = 0;
   EXPECT_EQ(TrainError(zero, InitGpt(SmallConfig(), 7)), "ok");
 }
 
@@ -109,9 +109,9 @@ TEST(TrainerOptionsTest, NonFiniteLossOrNormStopsTheRunNamingTheStep) {
   const std::string path = TempPath("nan_init.safetensors");
   ASSERT_TRUE(SaveGpt(path, OneDevice(), init, nullptr, 0).ok());
   TrainOptions o = ThreeSteps();
-  o.init_path = path;
+  o.checkpoint.init_path = path;
   int steps_seen = 0;
-  o.on_step = [&](const StepInfo&) { ++steps_seen; };
+  o.hooks.on_step = [&](const StepInfo&) { ++steps_seen; };
   EXPECT_THAT(TrainError(o, {}),
               AllOf(HasSubstr("FAILED_PRECONDITION"), HasSubstr("step 0: the loss is nan"),
                     HasSubstr("--init file")));
@@ -120,15 +120,15 @@ TEST(TrainerOptionsTest, NonFiniteLossOrNormStopsTheRunNamingTheStep) {
   for (const std::string mesh : {"dp=2,tp=2", "pp=2"}) {
     const GptLayout l = *GptLayout::Create(*ParseMesh(mesh), SmallConfig(), false);
     TrainOptions p = o;
-    p.microbatches = mesh == "pp=2" ? 2 : 1;
+    p.pipeline.microbatches = mesh == "pp=2" ? 2 : 1;
     absl::StatusOr<TrainResult> r = TrainGpt(l, {}, Tokens(500, 24), p);
     EXPECT_THAT(r.status().ToString(), HasSubstr("step 0: the loss is nan")) << mesh;
   }
   // A huge learning rate diverges: the run stops at the first non-finite step, not with exit 0.
   TrainOptions huge = ThreeSteps();
   huge.steps = 20;
-  huge.adamw.lr = 1e30;
-  huge.clip = 0;
+  huge.optimizer.adamw.lr = 1e30;
+  huge.optimizer.clip = 0;
   std::string e = TrainError(huge, InitGpt(SmallConfig(), 7));
   EXPECT_THAT(e, AllOf(HasSubstr("FAILED_PRECONDITION"), HasSubstr("not finite")));
 }
@@ -137,11 +137,11 @@ TEST(TrainerCheckpointTest, ResumeStepsOutsideTheRangeAreRefused) {
   const GptLayout layout = OneDevice();
   TrainOptions save = ThreeSteps();
   save.steps = 1;
-  save.save_path = TempPath("good.safetensors");
+  save.checkpoint.save_path = TempPath("good.safetensors");
   absl::StatusOr<TrainResult> saved = TrainGpt(layout, InitGpt(SmallConfig(), 7),
                                                Tokens(500, 24), save);
   ASSERT_TRUE(saved.ok()) << saved.status();
-  absl::StatusOr<SafetensorsFile> good = SafetensorsFile::Open(save.save_path);
+  absl::StatusOr<SafetensorsFile> good = SafetensorsFile::Open(save.checkpoint.save_path);
   ASSERT_TRUE(good.ok());
   for (const std::string step : {"-1", "4611686018427387904", "abc", "", "9007199254740993"}) {
     SCOPED_TRACE(step);
@@ -152,13 +152,13 @@ TEST(TrainerCheckpointTest, ResumeStepsOutsideTheRangeAreRefused) {
     const std::string path = TempPath("bad_step.safetensors");
     ASSERT_TRUE(WriteSafetensors(path, tensors, {{"format", "pt"}, {"step", step}}).ok());
     TrainOptions o = ThreeSteps();
-    o.resume_path = path;
+    o.checkpoint.resume_path = path;
     EXPECT_THAT(TrainError(o, {}),
                 AllOf(HasSubstr("step '" + step + "' is not a whole number in [0, 2^53]")));
   }
   // A step at or past the total has nothing to train; below it, the rest of the steps run.
   TrainOptions o = ThreeSteps();
-  o.resume_path = save.save_path;
+  o.checkpoint.resume_path = save.checkpoint.save_path;
   o.steps = 1;
   EXPECT_THAT(TrainError(o, {}), HasSubstr("is at step 1 but the run's total is 1 steps"));
   o.steps = 2;
@@ -192,7 +192,7 @@ TEST(TrainerFeaturesTest, GradientAccumulationGivesTheLargerBatchsNumbers) {
     SCOPED_TRACE(k.mesh + " accum " + std::to_string(k.accum));
     TrainOptions o = ThreeSteps();
     o.grad_accum = k.accum;
-    o.microbatches = k.microbatches;
+    o.pipeline.microbatches = k.microbatches;
     absl::StatusOr<TrainResult> r = TrainOnMesh(k.mesh, k.sp, o);
     ASSERT_TRUE(r.ok()) << r.status();
     gpt_testing::ExpectSameTraining(*r, ref);
@@ -210,12 +210,12 @@ TEST(TrainerFeaturesTest, LearningRateScheduleSetsEachStepsRate) {
   TrainOptions o = ThreeSteps();
   std::vector<double> lrs;
   std::vector<int64_t> totals, tokens_seen;
-  o.on_step = [&](const StepInfo& s) {
+  o.hooks.on_step = [&](const StepInfo& s) {
     lrs.push_back(s.lr);
     totals.push_back(s.total_steps);
     tokens_seen.push_back(s.tokens_seen);
   };
-  o.lr_at = [&](int64_t) { return o.adamw.lr; };
+  o.optimizer.lr_at = [&](int64_t) { return o.optimizer.adamw.lr; };
   absl::StatusOr<TrainResult> same = TrainOnMesh("dp=2", false, o);
   ASSERT_TRUE(same.ok()) << same.status();
   gpt_testing::ExpectSameTraining(*same, gpt_testing::Reference());
@@ -225,13 +225,13 @@ TEST(TrainerFeaturesTest, LearningRateScheduleSetsEachStepsRate) {
   // lr 0 at step 1: the parameters do not move (AdamW's decay is lr-scaled too), so steps 1 and
   // 2 see the same parameters only through step 1's (absent) update.
   lrs.clear();
-  o.lr_at = [](int64_t step) { return step == 1 ? 0.0 : 1e-2; };
+  o.optimizer.lr_at = [](int64_t step) { return step == 1 ? 0.0 : 1e-2; };
   absl::StatusOr<TrainResult> frozen = TrainOnMesh("", false, o);
   ASSERT_TRUE(frozen.ok());
   EXPECT_EQ(lrs, (std::vector<double>{1e-2, 0.0, 1e-2}));
   EXPECT_NE(frozen->losses[2], gpt_testing::Reference().losses[2]);
   // A schedule giving NaN stops the run naming the step.
-  o.lr_at = [](int64_t step) { return step == 2 ? std::nan("") : 1e-3; };
+  o.optimizer.lr_at = [](int64_t step) { return step == 2 ? std::nan("") : 1e-3; };
   EXPECT_THAT(TrainOnMesh("", false, o).status().message(),
               HasSubstr("step 2: the learning-rate schedule gives nan"));
 }
@@ -245,14 +245,14 @@ TEST(TrainerFeaturesTest, EvaluationReportsTheHeldOutLossOnAnyMesh) {
            {"pp=2", false}, {"pp=2,tp=2", true}, {"pp=2,dp=2", false}}) {
     SCOPED_TRACE(mesh);
     TrainOptions o = ThreeSteps();
-    if (mesh.rfind("pp", 0) == 0) o.microbatches = 2;
-    o.adamw.lr = 0;
-    o.val_tokens = Tokens(500, 24);
-    o.eval_every = 2;
-    o.eval_steps = 1;
+    if (mesh.rfind("pp", 0) == 0) o.pipeline.microbatches = 2;
+    o.optimizer.adamw.lr = 0;
+    o.eval.tokens = Tokens(500, 24);
+    o.eval.every = 2;
+    o.eval.steps = 1;
     o.grad_accum = mesh == "cp=3" ? 2 : 1;
     std::vector<double> val;
-    o.on_step = [&](const StepInfo& s) { val.push_back(s.val_loss); };
+    o.hooks.on_step = [&](const StepInfo& s) { val.push_back(s.val_loss); };
     absl::StatusOr<TrainResult> r = TrainOnMesh(mesh, sp, o);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(val.size(), 3u);
@@ -262,17 +262,17 @@ TEST(TrainerFeaturesTest, EvaluationReportsTheHeldOutLossOnAnyMesh) {
   }
   // Two evaluation batches: the mean of the losses of batches 0 and 1 (= training steps 0, 1).
   TrainOptions o = ThreeSteps();
-  o.adamw.lr = 0;
-  o.val_tokens = Tokens(500, 24);
-  o.eval_every = 3;
-  o.eval_steps = 2;
+  o.optimizer.adamw.lr = 0;
+  o.eval.tokens = Tokens(500, 24);
+  o.eval.every = 3;
+  o.eval.steps = 2;
   double val = 0;
-  o.on_step = [&](const StepInfo& s) { val = s.val_loss; };
+  o.hooks.on_step = [&](const StepInfo& s) { val = s.val_loss; };
   absl::StatusOr<TrainResult> r = TrainOnMesh("dp=2", false, o);
   ASSERT_TRUE(r.ok());
   EXPECT_NEAR(val, (r->losses[0] + r->losses[1]) / 2, 1e-12);
   // Too little validation data is refused before the first step.
-  o.val_tokens = {1, 2};
+  o.eval.tokens = {1, 2};
   EXPECT_THAT(TrainOnMesh("", false, o).status().message(), HasSubstr("evaluation data"));
 }
 
@@ -283,10 +283,10 @@ TEST(TrainerFeaturesTest, PeriodicSnapshotsHoldTheRunSoFar) {
            {"dp_shard=2,tp=2", 1}, {"pp=2,dp=2", 2}, {"pp=2,tp=2", 3}}) {
     SCOPED_TRACE(mesh);
     TrainOptions o = ThreeSteps();
-    o.microbatches = m;
-    o.save_every = 1;
+    o.pipeline.microbatches = m;
+    o.checkpoint.save_every = 1;
     std::vector<TrainResult> snaps;
-    o.on_save = [&](const TrainResult& r) {
+    o.checkpoint.on_save = [&](const TrainResult& r) {
       snaps.push_back(r);
       return absl::OkStatus();
     };
@@ -313,11 +313,11 @@ TEST(TrainerFeaturesTest, PeriodicSnapshotsHoldTheRunSoFar) {
   }
   // A failing save stops the run with the step named.
   TrainOptions o = ThreeSteps();
-  o.save_every = 2;
-  o.on_save = [](const TrainResult&) { return absl::PermissionDeniedError("disk says no"); };
+  o.checkpoint.save_every = 2;
+  o.checkpoint.on_save = [](const TrainResult&) { return absl::PermissionDeniedError("disk says no"); };
   EXPECT_THAT(TrainOnMesh("dp=2", false, o).status().message(),
               HasSubstr("saving the checkpoint of step 2: disk says no"));
-  o.on_save = nullptr;
+  o.checkpoint.on_save = nullptr;
   EXPECT_THAT(TrainOnMesh("", false, o).status().message(), HasSubstr("--save_every 2"));
 }
 
@@ -327,8 +327,8 @@ TEST(TrainerFeaturesTest, StreamedTraceHoldsOnlyTheChosenSteps) {
     absl::StatusOr<std::unique_ptr<TraceWriter>> w = TraceWriter::Open(path);
     EXPECT_TRUE(w.ok()) << w.status();
     TrainOptions o = ThreeSteps();
-    o.trace_writer = w->get();
-    o.trace_step = std::move(filter);
+    o.tracing.writer = w->get();
+    o.tracing.step_filter = std::move(filter);
     absl::StatusOr<TrainResult> r = TrainOnMesh("dp=2,tp=2", true, o);
     EXPECT_TRUE(r.ok()) << r.status();
     EXPECT_TRUE(r->trace.empty());  // streamed, not kept

@@ -24,21 +24,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "models/gpt/gpt_flags.h"
 #include "models/planner/plan_cli.h"
 
 ABSL_FLAG(std::string, model, "custom",
           "preset: gpt2 (124M), gpt2-xl (1.5B), 7b (32 x 4096), 70b (80 x 8192), or custom "
           "(the shape flags); shape flags given explicitly override the preset");
-ABSL_FLAG(int64_t, layers, 12, "transformer blocks");
-ABSL_FLAG(int64_t, d_model, 768, "model width");
-ABSL_FLAG(int64_t, heads, 12, "attention heads");
-ABSL_FLAG(int64_t, vocab, 50304, "vocabulary size");
-ABSL_FLAG(int64_t, seq, 1024, "tokens per sequence");
+SHARDMAP_GPT_CONFIG_FLAGS(/*layers=*/12, /*d_model=*/768, /*heads=*/12, /*vocab=*/50304,
+                          /*seq=*/1024, /*dtype=*/"bf16");
 ABSL_FLAG(int64_t, batch, 512, "global batch (sequences per optimizer step)");
-ABSL_FLAG(std::string, dtype, "bf16", "f32, f64 or bf16 (f32 master weights, bf16 compute)");
-ABSL_FLAG(int64_t, experts, 0, "mixture of experts: experts per MoE MLP (0: dense)");
-ABSL_FLAG(int64_t, topk, 1, "MoE: experts per token");
-ABSL_FLAG(double, capacity, 1.25, "MoE: capacity factor");
 ABSL_FLAG(int, gpus, 8, "number of GPUs (or simulated ranks with --profile=measure)");
 ABSL_FLAG(int, gpus_per_node, 0, "GPUs per node (0: the profile's)");
 ABSL_FLAG(std::string, profile, "h100_node",
@@ -103,50 +97,23 @@ int Main() {
                             {"7b", 32, 4096, 32, 32000, 4096},
                             {"70b", 80, 8192, 64, 32000, 4096}};
   bool found = model == "custom";
-  cfg.layers = absl::GetFlag(FLAGS_layers);
-  cfg.d_model = absl::GetFlag(FLAGS_d_model);
-  cfg.heads = absl::GetFlag(FLAGS_heads);
-  cfg.vocab = absl::GetFlag(FLAGS_vocab);
-  cfg.seq = absl::GetFlag(FLAGS_seq);
+  GptConfigFlagValues values = SHARDMAP_GPT_CONFIG_FLAG_VALUES();
   for (const Preset& p : presets) {
     if (model != p.name) continue;
     found = true;
-    if (!Explicit("layers")) cfg.layers = p.layers;
-    if (!Explicit("d_model")) cfg.d_model = p.d;
-    if (!Explicit("heads")) cfg.heads = p.heads;
-    if (!Explicit("vocab")) cfg.vocab = p.vocab;
-    if (!Explicit("seq")) cfg.seq = p.seq;
+    if (!Explicit("layers")) values.layers = p.layers;
+    if (!Explicit("d_model")) values.d_model = p.d;
+    if (!Explicit("heads")) values.heads = p.heads;
+    if (!Explicit("vocab")) values.vocab = p.vocab;
+    if (!Explicit("seq")) values.seq = p.seq;
   }
   if (!found) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
         "--model ", model, ": use gpt2, gpt2-xl, 7b, 70b or custom (with the shape flags)")));
   }
-  for (const auto& [name, v] : {std::pair<const char*, int64_t>{"layers", cfg.layers},
-                                {"d_model", cfg.d_model},
-                                {"heads", cfg.heads},
-                                {"vocab", cfg.vocab},
-                                {"seq", cfg.seq}}) {
-    if (v < 1) return Fail(absl::InvalidArgumentError(absl::StrCat("--", name, " ", v, " must be >= 1")));
-  }
-  if (cfg.d_model % cfg.heads != 0) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--d_model ", cfg.d_model, " is not divisible by --heads ", cfg.heads)));
-  }
-  const std::string dtype = absl::GetFlag(FLAGS_dtype);
-  if (dtype == "f32") {
-    cfg.dtype = DType::kF32;
-  } else if (dtype == "f64") {
-    cfg.dtype = DType::kF64;
-  } else if (dtype == "bf16") {
-    cfg.dtype = DType::kF32;
-    cfg.compute = DType::kBF16;
-  } else {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--dtype ", dtype, ": use f32, f64 or bf16 (mixed precision)")));
-  }
-  cfg.moe.experts = absl::GetFlag(FLAGS_experts);
-  cfg.moe.topk = absl::GetFlag(FLAGS_topk);
-  cfg.moe.capacity_factor = absl::GetFlag(FLAGS_capacity);
+  absl::StatusOr<GptConfig> from_flags = GptConfigFromFlags(values);
+  if (!from_flags.ok()) return Fail(from_flags.status());
+  cfg = *from_flags;
   if (cfg.moe.on()) {
     if (absl::Status s = ValidateMoeConfig(cfg.moe, 1); !s.ok()) return Fail(s);
   }

@@ -41,6 +41,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "models/gpt/gpt_flags.h"
 #include "models/gpt.h"
 #include "models/planner/cost_model.h"
 #include "models/planner/measure_cpu.h"
@@ -49,11 +50,8 @@
 #include "shardmap/spmd_runner.h"
 #include "tensor/op_counter.h"
 
-ABSL_FLAG(int64_t, layers, 4, "transformer blocks");
-ABSL_FLAG(int64_t, d_model, 128, "model width");
-ABSL_FLAG(int64_t, heads, 4, "attention heads");
-ABSL_FLAG(int64_t, vocab, 512, "vocabulary");
-ABSL_FLAG(int64_t, seq, 64, "tokens per sequence");
+SHARDMAP_GPT_CONFIG_FLAGS(/*layers=*/4, /*d_model=*/128, /*heads=*/4, /*vocab=*/512, /*seq=*/64,
+                          /*dtype=*/"f32");
 ABSL_FLAG(int64_t, batch, 16, "global batch");
 ABSL_FLAG(int64_t, steps, 8, "steps per mesh and pass (the first is a warm-up)");
 ABSL_FLAG(std::string, meshes,
@@ -208,10 +206,12 @@ struct Settings {
 // The flags, checked: nullopt (after saying why on stderr) when they cannot run.
 std::optional<Settings> SettingsFromFlags() {
   Settings s;
-  s.cfg = GptConfig{.layers = absl::GetFlag(FLAGS_layers),
-                    .d_model = absl::GetFlag(FLAGS_d_model),
-                    .heads = absl::GetFlag(FLAGS_heads), .vocab = absl::GetFlag(FLAGS_vocab),
-                    .seq = absl::GetFlag(FLAGS_seq)};
+  absl::StatusOr<GptConfig> cfg = GptConfigFromFlags(SHARDMAP_GPT_CONFIG_FLAG_VALUES());
+  if (!cfg.ok()) {
+    std::cerr << "plan_validate: " << cfg.status().message() << "\n";
+    return std::nullopt;
+  }
+  s.cfg = *cfg;
   s.batch = absl::GetFlag(FLAGS_batch);
   s.steps = absl::GetFlag(FLAGS_steps);
   if (s.steps < 2) {

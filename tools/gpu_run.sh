@@ -105,9 +105,9 @@ gpt2=(--layers=12 --d_model=768 --heads=12 --vocab=50304 --seq=1024 --batch=16 -
       --data="$tokens" --log_every=1)
 
 # 2. train_gpt on GPT-2 124M shapes against PyTorch.
-if section train_gpt 50 && [ -x models/train_gpt ]; then
+if section train_gpt 50 && [ -x models/train/train_gpt ]; then
   steps=$([ $quick = 1 ] && echo 8 || echo 12)
-  timeout "$(cap 120)" ./models/train_gpt --device=cuda "${gpt2[@]}" --steps="$steps" \
+  timeout "$(cap 120)" ./models/train/train_gpt --device=cuda "${gpt2[@]}" --steps="$steps" \
     > "$logs/train_gpt.log" 2>&1 || echo "train_gpt: exit $? (see train_gpt.log)"
   tail -3 "$logs/train_gpt.log"
   : > "$logs/gpt_torch_cuda.jsonl"
@@ -126,11 +126,11 @@ if section train_gpt 50 && [ -x models/train_gpt ]; then
 fi
 
 # 3. Determinism: the same command twice, losses bitwise.
-if section determinism 40 && [ -x models/train_gpt ]; then
+if section determinism 40 && [ -x models/train/train_gpt ]; then
   small=(--layers=2 --d_model=768 --heads=12 --vocab=50304 --seq=1024 --batch=8 --dtype=bf16
          --data="$tokens" --log_every=1 --steps=4)
   for run in a b; do
-    timeout "$(cap 60)" ./models/train_gpt --device=cuda "${small[@]}" --deterministic \
+    timeout "$(cap 60)" ./models/train/train_gpt --device=cuda "${small[@]}" --deterministic \
       > "$logs/deterministic_$run.log" 2>&1 || echo "deterministic run $run: exit $?"
   done
   { echo -e "\n## Determinism (train_gpt twice, 2 layers of GPT-2 width, 4 steps)\n"
@@ -140,7 +140,7 @@ if section determinism 40 && [ -x models/train_gpt ]; then
   } >> "$summary"
   if [ "$(left)" -gt 50 ]; then
     for run in a b; do
-      timeout "$(cap 60)" ./models/train_gpt --device=cuda "${small[@]}" \
+      timeout "$(cap 60)" ./models/train/train_gpt --device=cuda "${small[@]}" \
         > "$logs/default_$run.log" 2>&1 || echo "default run $run: exit $?"
     done
     # The default runs' speed against the deterministic ones is the cost of --deterministic.

@@ -112,7 +112,11 @@ std::vector<Backend> BuiltinBackends() {
   b[1].description = "one process per rank over Gloo/TCP";
   b[1].process_per_rank = true;
   b[1].run_world = RunGlooEach;
-  b[1].create_from_env = [] { return CreateGlooCommunicatorFromEnv({}); };
+  b[1].create_from_env = [](const ProcessWorldOptions& o) {
+    GlooOptions go;
+    go.timeout = o.timeout;
+    return CreateGlooCommunicatorFromEnv(go);
+  };
 
   b[2].name = "nccl";
   b[2].description = "one process per GPU over NCCL";
@@ -124,7 +128,11 @@ std::vector<Backend> BuiltinBackends() {
     return "";
   };
   b[2].run_world = RunNcclEach;
-  b[2].create_from_env = [] { return CreateNcclCommunicatorFromEnv({}); };
+  b[2].create_from_env = [](const ProcessWorldOptions& o) {
+    NcclOptions no;
+    no.timeout = o.timeout;
+    return CreateNcclCommunicatorFromEnv(no);
+  };
 
   b[3].name = "shapeonly";
   b[3].description = "checks every call's arguments and moves no data: shape-only runs";
@@ -225,8 +233,8 @@ std::string BackendFlagHelp() {
   return absl::StrJoin(lines, ", ");
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> ConnectTrainingWorld(absl::string_view name,
-                                                                   int ranks, bool device_cuda) {
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectTrainingWorld(
+    absl::string_view name, int ranks, bool device_cuda, const ProcessWorldOptions& options) {
   absl::StatusOr<const Backend*> found = FindBackend(name);
   if (!found.ok()) return found.status();
   const Backend& b = **found;
@@ -253,7 +261,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectTrainingWorld(absl::string_
         absl::StrCat("--backend=", name, " cannot run here: ", why));
   }
   if (!b.process_per_rank) return std::unique_ptr<Communicator>();
-  absl::StatusOr<std::unique_ptr<Communicator>> c = b.create_from_env();
+  absl::StatusOr<std::unique_ptr<Communicator>> c = b.create_from_env(options);
   if (!c.ok()) {
     return absl::Status(c.status().code(),
                         absl::StrCat("--backend=", name, ": ", c.status().message(),

@@ -43,6 +43,13 @@ struct WorldOptions {
   bool check_calls = true;
 };
 
+// Options of this process's rank of a launched world (Backend::create_from_env).
+struct ProcessWorldOptions {
+  // How long a rank waits for a peer in one call (and for the connection) before the call fails
+  // naming the peer: a stopped or hung peer process is detected after this long.
+  absl::Duration timeout = absl::Minutes(5);
+};
+
 using RankFn = std::function<absl::Status(Communicator&)>;
 
 struct Backend {
@@ -65,7 +72,8 @@ struct Backend {
       run_world;
   // process_per_rank backends: this process's rank of the world the launcher started
   // (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT or Slurm's variables).
-  std::function<absl::StatusOr<std::unique_ptr<Communicator>>()> create_from_env;
+  std::function<absl::StatusOr<std::unique_ptr<Communicator>>(const ProcessWorldOptions&)>
+      create_from_env;
 };
 
 // Adds a backend (e.g. a test's). InvalidArgument: empty or spaced name, no run_world, or a
@@ -88,8 +96,9 @@ std::string BackendFlagHelp();
 // memory; for a process-per-rank backend connects this process and checks the launched world
 // has `ranks` processes; returns nullptr for a thread backend (the program runs its ranks as
 // threads). Errors say what to change (the flag, the launcher's process count).
-absl::StatusOr<std::unique_ptr<Communicator>> ConnectTrainingWorld(absl::string_view name,
-                                                                   int ranks, bool device_cuda);
+// `options` reach the process-per-rank backend's communicator (its timeout).
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectTrainingWorld(
+    absl::string_view name, int ranks, bool device_cuda, const ProcessWorldOptions& options = {});
 
 }  // namespace shardmap::collectives
 

@@ -168,8 +168,11 @@ Backend LoopbackBackend(LoopbackFault fault) {
       return fn(wrapped);
     }, go);
   };
-  b.create_from_env = [fault]() -> absl::StatusOr<std::unique_ptr<Communicator>> {
-    absl::StatusOr<std::unique_ptr<Communicator>> c = CreateGlooCommunicatorFromEnv({});
+  b.create_from_env =
+      [fault](const ProcessWorldOptions& o) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    GlooOptions go;
+    go.timeout = o.timeout;
+    absl::StatusOr<std::unique_ptr<Communicator>> c = CreateGlooCommunicatorFromEnv(go);
     if (!c.ok()) return c.status();
     return WrapLoopback(*std::move(c), fault);
   };

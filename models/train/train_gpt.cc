@@ -81,6 +81,10 @@ ABSL_FLAG(bool, cuda_graph, true,
           "GPU: capture the static step once (after one eager warm-up step) and replay it as a "
           "CUDA graph: one in-process GPU rank, no pipeline/MoE/--trace, f32 master weights "
           "(the summary says \"captured (N replays)\" or why not); false: every step eagerly");
+ABSL_FLAG(double, collective_timeout, 300,
+          "--backend=gloo/nccl: seconds a rank waits for a peer in one collective (and to "
+          "connect) before the job fails naming the peer; a stopped or hung peer is detected "
+          "after this long");
 ABSL_FLAG(bool, deterministic, false,
           "GPU: deterministic algorithms (cuda::SetDeterministic): GEMMs keep cuBLASLt's "
           "heuristic's choice instead of timing candidates, so two runs print the same losses "
@@ -301,9 +305,16 @@ absl::StatusOr<RankWorld> ConnectRanks(const Mesh& mesh) {
   }
   RankWorld out;
   const std::string device = absl::GetFlag(FLAGS_device);
+  const double timeout_s = absl::GetFlag(FLAGS_collective_timeout);
+  if (!std::isfinite(timeout_s) || timeout_s <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--collective_timeout ", timeout_s, " must be a finite number of seconds > 0 (e.g. 60)"));
+  }
+  collectives::ProcessWorldOptions world_options;
+  world_options.timeout = absl::Seconds(timeout_s);
   absl::StatusOr<std::unique_ptr<collectives::Communicator>> connected =
       collectives::ConnectTrainingWorld(absl::GetFlag(FLAGS_backend), mesh.size(),
-                                        device == "cuda");
+                                        device == "cuda", world_options);
   if (!connected.ok()) return connected.status();
   out.world = *std::move(connected);
   const std::string gpu_ranks = absl::GetFlag(FLAGS_gpu_ranks);

@@ -95,4 +95,21 @@ expect_error "--backend=nccl runs each process on a GPU: add --device=cuda" \
   "$bin" "${common[@]}" --backend=nccl
 expect_error "--backend=gloo runs on CPU memory" \
   "$launch" --nproc_per_node=2 -- "$bin" "${common[@]}" --backend=gloo --mesh=tp=2 --device=cuda
+# --collective_timeout: a peer stopped mid-run (SIGSTOP after 2 s) fails the job within the
+# timeout, naming the wait, instead of holding it for the 5-minute default.
+start=$(date +%s)
+if err=$("$launch" --nproc_per_node=2 -- bash -c \
+  'if [ "$RANK" = 1 ]; then "$0" "$@" >/dev/null 2>&1 & p=$!; sleep 2; kill -STOP $p; wait $p; exit; fi
+   exec "$0" "$@"' "$bin" "${common[@]}" --backend=gloo --mesh=tp=2 --steps=1000000 \
+  --log_every=100000 --collective_timeout=3 2>&1); then
+  fail "a run with a stopped peer exited 0"
+fi
+grep -q "timed out after 3s waiting for rank 1" <<<"$err" || fail "stopped peer: got $err"
+[ $(( $(date +%s) - start )) -lt 60 ] || fail "a stopped peer took over 60 s to detect"
+# A peer that never connects: the rendezvous gives up after the timeout too.
+expect_error "no answer within" \
+  "$launch" --nproc_per_node=2 -- bash -c 'if [ "$RANK" = 1 ]; then exec sleep 100; fi; exec "$0" "$@"' \
+  "$bin" "${common[@]}" --backend=gloo --mesh=tp=2 --collective_timeout=2
+expect_error "--collective_timeout 0 must be a finite number of seconds > 0" \
+  "$bin" "${common[@]}" --collective_timeout=0
 echo PASS

@@ -43,6 +43,7 @@
 #include "absl/strings/str_split.h"
 #include "collectives/backend_registry.h"
 #include "models/train/checkpoint_rotation.h"
+#include "models/train/run_format.h"
 #include "models/gpt.h"
 #include "models/gpt/gpt_flags.h"
 #include "models/gpt/gpt_generate.h"
@@ -212,28 +213,17 @@ absl::Status AgreeOnSettings(collectives::Communicator& world,
       "; start every rank with the same flags"));
 }
 
-std::string Bytes(int64_t b) {
-  if (b >= (1 << 20)) return absl::StrFormat("%.1f MiB", b / 1048576.0);
-  if (b >= (1 << 10)) return absl::StrFormat("%.1f KiB", b / 1024.0);
-  return absl::StrCat(b, " B");
-}
-
-std::string Duration(double s) {
-  if (s >= 3600) return absl::StrFormat("%dh%02dm", static_cast<int>(s / 3600),
-                                        static_cast<int>(s / 60) % 60);
-  if (s >= 60) return absl::StrFormat("%dm%02ds", static_cast<int>(s / 60), static_cast<int>(s) % 60);
-  return absl::StrFormat("%.1fs", s);
-}
-
 int Fail(const absl::Status& s) {
   std::cerr << "train_gpt: " << s.message() << "\n";
   return 2;
 }
 
 // --resume: the model's shape comes from the checkpoint (its gpt.* metadata); shape flags set to
-// other than their defaults must agree. --resume=auto: the newest periodic checkpoint of --save.
-// Sets *resume to the file to resume from ("" for a fresh run).
-absl::Status AdoptCheckpointShape(GptConfig* cfg, std::string* resume) {
+// other than their defaults must agree. --resume=auto: the newest periodic checkpoint of --save,
+// or a fresh run when there is none yet (so one command serves the first launch and every
+// restart). Sets *resume to the file to resume from ("" for a fresh run) and *note to the line
+// the run prints about it ("resumed from FILE at step N", or why it starts fresh).
+absl::Status AdoptCheckpointShape(GptConfig* cfg, std::string* resume, std::string* note) {
   *resume = absl::GetFlag(FLAGS_resume);
   if (*resume == "auto") {
     CheckpointRotation rot{absl::GetFlag(FLAGS_save), absl::GetFlag(FLAGS_keep_last)};
@@ -241,12 +231,20 @@ absl::Status AdoptCheckpointShape(GptConfig* cfg, std::string* resume) {
       return absl::InvalidArgumentError("--resume=auto needs --save (the checkpoint prefix)");
     }
     absl::StatusOr<std::string> latest = rot.Latest();
+    if (absl::IsNotFound(latest.status())) {
+      *resume = "";
+      *note = absl::StrCat("--resume=auto: ", latest.status().message(), "; starting a fresh run");
+      return absl::OkStatus();
+    }
     if (!latest.ok()) return latest.status();
     *resume = *latest;
   }
   if (resume->empty()) return absl::OkStatus();
   absl::StatusOr<SafetensorsFile> f = OpenGptCheckpoint(*resume);
   if (!f.ok()) return absl::OkStatus();  // TrainGpt reports the file's problem
+  if (absl::StatusOr<int64_t> step = CheckpointStep(*f); step.ok()) {
+    *note = absl::StrCat("resumed from ", *resume, " at step ", *step);
+  }
   bool has_config = false;
   for (const auto& [k, v] : f->metadata()) has_config |= absl::StartsWith(k, "gpt.");
   if (!has_config) return absl::OkStatus();
@@ -662,6 +660,17 @@ absl::Status RunOutputs::Set(const TokenData& data, TrainOptions& o) {
     return absl::InvalidArgumentError(
         "--eval_every needs validation data: add --val_fraction=0.1 or --val_data=FILE");
   }
+  // Batch e of an evaluation reads tokens [e*B*T, (e+1)*B*T + 1) of the held-out split, wrapping
+  // around its end: say so when the batches repeat tokens (the loss then weights them twice).
+  const int64_t seq = layout_.config().seq;
+  const int64_t eval_tokens = o.eval.steps * o.batch * seq + 1;
+  if (o.eval.every > 0 && ranks_.print && eval_tokens > static_cast<int64_t>(data.val.size())) {
+    std::cout << absl::StrFormat(
+        "note: --eval_steps %d x batch %d x seq %d reads %d validation tokens but the held-out "
+        "split has %d: the evaluation batches wrap around and repeat tokens; lower "
+        "--eval_steps or give more --val_fraction / --val_data\n",
+        o.eval.steps, o.batch, seq, eval_tokens, data.val.size());
+  }
   o.checkpoint.save_every = absl::GetFlag(FLAGS_save_every);
   if (o.checkpoint.save_every > 0) {
     if (save_path_.empty()) {
@@ -727,8 +736,8 @@ absl::Status PrintPlan(const GptLayout& layout) {
 absl::Status Run() {
   absl::StatusOr<GptConfig> cfg = GptConfigFromFlags(SHARDMAP_GPT_CONFIG_FLAG_VALUES());
   if (!cfg.ok()) return cfg.status();
-  std::string resume;
-  if (absl::Status s = AdoptCheckpointShape(&*cfg, &resume); !s.ok()) return s;
+  std::string resume, resume_note;
+  if (absl::Status s = AdoptCheckpointShape(&*cfg, &resume, &resume_note); !s.ok()) return s;
   absl::StatusOr<Mesh> mesh = ParseMesh(absl::GetFlag(FLAGS_mesh));
   if (!mesh.ok()) return mesh.status();
   absl::StatusOr<RankWorld> ranks = ConnectRanks(*mesh);
@@ -764,7 +773,10 @@ absl::Status Run() {
   TypeTrace types;
   if (absl::GetFlag(FLAGS_print_types)) o.tracing.types = &types;
   if (absl::Status s = SetPipeline(o); !s.ok()) return s;
-  if (ranks->print) PrintHeader(*layout, *ranks, o, data->train.size());
+  if (ranks->print) {
+    PrintHeader(*layout, *ranks, o, data->train.size());
+    if (!resume_note.empty()) std::cout << resume_note << "\n";
+  }
   StepPrinter printer(ranks->print, o.batch * cfg->seq, &types);
   o.hooks.on_step = [&printer](const StepInfo& s) { printer(s); };
   const std::vector<NamedTensor> init = o.checkpoint.init_path.empty() && o.checkpoint.resume_path.empty()

@@ -232,6 +232,20 @@ cp "$tmp/rot/run.step4.safetensors" "$tmp/auto/run.step4.safetensors"
 auto=$("$bin" --text="$tmp/text.txt" --batch=4 --lr=1e-2 --steps=6 --resume=auto \
        --save="$tmp/auto/run.safetensors")
 same_losses "$(losses <<<"$auto")" "$(losses <<<"$rest")" || fail "--resume=auto: $auto"
+grep -q "^resumed from $tmp/auto/run.step4.safetensors at step 4$" <<<"$auto" \
+  || fail "--resume=auto does not say where it resumed: $auto"
+# --resume=auto under a prefix with no checkpoint yet: a fresh run, the same as without it.
+mkdir -p "$tmp/fresh"
+first=$("$bin" --text="$tmp/text.txt" --batch=4 --lr=1e-2 --steps=2 --resume=auto \
+        --save="$tmp/fresh/run.safetensors")
+grep -q "no checkpoint matches .*; starting a fresh run" <<<"$first" \
+  || fail "--resume=auto with no checkpoint: $first"
+plain=$("$bin" --text="$tmp/text.txt" --batch=4 --lr=1e-2 --steps=2)
+same_losses "$(losses <<<"$first")" "$(losses <<<"$plain")" || fail "fresh --resume=auto: $first"
+# Evaluation batches that outrun the held-out split are named, not silently wrapped.
+wrap=$("$bin" "${common[@]}" --steps=1 --val_fraction=0.1 --eval_every=1 --eval_steps=100000)
+grep -q "note: --eval_steps 100000 .* the evaluation batches wrap around" <<<"$wrap" \
+  || fail "--eval_steps past the held-out split: $wrap"
 expect_error "--d_model=32 but the checkpoint .* has d_model 16" --text="$tmp/text.txt" \
   --d_model=32 --resume="$tmp/rot/run.step4.safetensors" --steps=6
 expect_error "--save_every needs --save" "${common[@]}" --save_every=2

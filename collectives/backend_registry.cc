@@ -1,11 +1,13 @@
 #include "collectives/backend_registry.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/gloo_communicator.h"
@@ -260,7 +262,24 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectTrainingWorld(
     return absl::FailedPreconditionError(
         absl::StrCat("--backend=", name, " cannot run here: ", why));
   }
-  if (!b.process_per_rank) return std::unique_ptr<Communicator>();
+  if (!b.process_per_rank) {
+    // A launcher (collectives/launch, torchrun) started this process as one rank of several: a
+    // thread backend would train every process alone, each exiting 0 while a peer on another
+    // backend waits for it.
+    const char* rank = std::getenv("RANK");
+    const char* world = std::getenv("WORLD_SIZE");
+    int world_size = 1;
+    if (rank != nullptr && world != nullptr && absl::SimpleAtoi(world, &world_size) &&
+        world_size > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--backend=", name, " runs every rank as a thread of this process, but a launcher "
+          "started this process as rank ", rank, " of ", world_size,
+          " (RANK and WORLD_SIZE are set), so each process would train alone; use a "
+          "process-per-rank backend (--backend=gloo, or nccl with --device=cuda) or start one "
+          "process without the launcher"));
+    }
+    return std::unique_ptr<Communicator>();
+  }
   absl::StatusOr<std::unique_ptr<Communicator>> c = b.create_from_env(options);
   if (!c.ok()) {
     return absl::Status(c.status().code(),

@@ -94,6 +94,32 @@ TEST(BackendRegistryTest, ConnectTrainingWorldChecksTheChoiceBeforeConnecting) {
   EXPECT_EQ(*in, nullptr);
 }
 
+// A process a launcher started as one rank of several, left on a thread backend, would train
+// alone: refused, naming its rank.
+TEST(BackendRegistryTest, AThreadBackendInALaunchedWorldIsRefused) {
+  for (const char* v : {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}) unsetenv(v);
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("LOCAL_RANK", "1", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  setenv("SHARDMAP_STORE_TOKEN", "t", 1);
+  absl::Status s = ConnectTrainingWorld("inprocess", 2, false).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(s), AllOf(HasSubstr("--backend=inprocess runs every rank as a thread"),
+                                HasSubstr("rank 1 of 2"), HasSubstr("--backend=gloo")));
+  setenv("WORLD_SIZE", "1", 1);  // one launched process: its ranks are its threads
+  setenv("RANK", "0", 1);
+  setenv("LOCAL_RANK", "0", 1);
+  absl::StatusOr<std::unique_ptr<Communicator>> one = ConnectTrainingWorld("inprocess", 4, false);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(*one, nullptr);
+  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                        "SHARDMAP_STORE_TOKEN"}) {
+    unsetenv(v);
+  }
+}
+
 TEST(BackendRegistryTest, ConnectTrainingWorldConnectsALaunchedProcessAndChecksTheSize) {
   for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
                         "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}) {

@@ -15,6 +15,7 @@
 // same batches. Each step prints "step N loss X" (10 significant digits), ms/step, tokens/s and
 // the bytes rank 0 communicated per collective kind; a summary follows the last step.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -47,6 +48,7 @@
 #include "models/gpt.h"
 #include "models/gpt/gpt_flags.h"
 #include "models/gpt/gpt_generate.h"
+#include "models/planner/plan.h"
 #include "models/planner/plan_cli.h"
 #include "models/components/lr_schedule.h"
 #include "models/data/text_data.h"
@@ -58,6 +60,7 @@
 #include "shardmap/device_placement.h"
 #include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/runtime.h"
+#include "tensor/error.h"
 
 ABSL_FLAG(std::string, mesh, "", "mesh axes, e.g. dp=2,tp=2 or pp=2,dp=2 or ep=2 (axes pp, dp, dp_replicate, dp_shard, ep, cp, tp)");
 ABSL_FLAG(int64_t, microbatches, 1, "pipeline microbatches per step (batch must divide by microbatches x dp)");
@@ -277,6 +280,25 @@ absl::Status AdoptCheckpointShape(GptConfig* cfg, std::string* resume, std::stri
   saved->moe.expert_axes = cfg->moe.expert_axes;
   *cfg = *saved;
   return absl::OkStatus();
+}
+
+// A model whose parameters, gradients and AdamW moments cannot fit this machine's memory is
+// refused before anything is allocated: a typo in --layers or --vocab (or a checkpoint whose
+// metadata claims such a shape) would otherwise grow for minutes without output, or abort.
+// `processes`: how many processes share the model (each holds at least its share).
+absl::Status CheckFitsHost(const GptConfig& cfg, int processes, const std::string& source) {
+  const double params = planner::ModelParameters(cfg);
+  const double bytes = params * DTypeSize(cfg.dtype) * 4 / processes;  // params, grads, 2 moments
+  const double host = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                      static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (std::isfinite(bytes) && bytes <= host) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s: %d layers, d_model %d, vocab %d, seq %d is %.3g parameters; with their gradients and "
+      "AdamW moments (%d bytes each) that is %.3g GiB%s, more than this machine's %.1f GiB of "
+      "memory; lower --layers, --d_model or --vocab",
+      source, cfg.layers, cfg.d_model, cfg.vocab, cfg.seq, params, DTypeSize(cfg.dtype),
+      bytes / 1073741824.0, processes > 1 ? absl::StrCat(" per process (", processes, ")") : "",
+      host / 1073741824.0));
 }
 
 // Where the ranks run: --devices, --backend (this process's rank of the launcher's world, or
@@ -742,6 +764,12 @@ absl::Status Run() {
   if (!mesh.ok()) return mesh.status();
   absl::StatusOr<RankWorld> ranks = ConnectRanks(*mesh);
   if (!ranks.ok()) return ranks.status();
+  if (absl::Status s = CheckFitsHost(*cfg, ranks->world != nullptr ? ranks->world->size() : 1,
+                                     resume.empty() ? "the model flags"
+                                                    : absl::StrCat("the checkpoint '", resume, "'"));
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, *cfg, absl::GetFlag(FLAGS_sp));
   if (!layout.ok()) return layout.status();
   if (absl::GetFlag(FLAGS_plan) && ranks->print) {
@@ -825,5 +853,15 @@ int main(int argc, char** argv) {
   // GPU ops' index checks are read with the step's loss, not one host sync per op (a bad token
   // id still stops the run, naming the op).
   shardmap::cuda::SetDeferredIndexChecks(true);
-  return shardmap::Main();
+  // Whatever escapes the run is said, not an abort ("terminate called after throwing ...").
+  try {
+    return shardmap::Main();
+  } catch (const shardmap::OpError& e) {
+    std::cerr << "train_gpt: " << e.status().message() << "\n";
+  } catch (const std::bad_alloc&) {
+    std::cerr << "train_gpt: out of memory (std::bad_alloc); use a smaller model, batch or seq\n";
+  } catch (const std::exception& e) {
+    std::cerr << "train_gpt: internal error: " << e.what() << "\n";
+  }
+  return 2;
 }

@@ -110,6 +110,12 @@ grep -q "timed out after 3s waiting for rank 1" <<<"$err" || fail "stopped peer:
 expect_error "no answer within" \
   "$launch" --nproc_per_node=2 -- bash -c 'if [ "$RANK" = 1 ]; then exec sleep 100; fi; exec "$0" "$@"' \
   "$bin" "${common[@]}" --backend=gloo --mesh=tp=2 --collective_timeout=2
+# A launched process left on the in-process backend refuses instead of training alone (the other
+# rank, on gloo, would wait for it).
+expect_error "--backend=inprocess runs every rank as a thread of this process, but a launcher" \
+  "$launch" --nproc_per_node=2 -- bash -c \
+  'b=gloo; [ "$RANK" = 1 ] && b=inprocess; exec "$0" "$@" --backend=$b' "$bin" "${common[@]}" \
+  --mesh=tp=2 --collective_timeout=20
 expect_error "--collective_timeout 0 must be a finite number of seconds > 0" \
   "$bin" "${common[@]}" --collective_timeout=0
 echo PASS

@@ -242,6 +242,24 @@ grep -q "no checkpoint matches .*; starting a fresh run" <<<"$first" \
   || fail "--resume=auto with no checkpoint: $first"
 plain=$("$bin" --text="$tmp/text.txt" --batch=4 --lr=1e-2 --steps=2)
 same_losses "$(losses <<<"$first")" "$(losses <<<"$plain")" || fail "fresh --resume=auto: $first"
+# A model that cannot fit this machine is refused before anything is allocated (exit 2, with the
+# numbers), from the flags or from a checkpoint's metadata; nothing aborts.
+expect_error "the model flags: 1000000000000 layers.* more than this machine's" "${common[@]}" \
+  --layers=1000000000000
+expect_error "vocab 9000000000000000000.* more than this machine's" "${common[@]}" \
+  --vocab=9000000000000000000
+expect_error "d_model 200000.* more than this machine's" "${common[@]}" --d_model=200000 --heads=4
+python3 - "$tmp/ck.safetensors" "$tmp/huge.safetensors" <<'PY'
+import json, struct, sys
+data = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', data[:8])[0]
+header = json.loads(data[8:8 + n])
+header['__metadata__']['gpt.layers'] = '1000000000000'
+h = json.dumps(header).encode()
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(h)) + h + data[8 + n:])
+PY
+expect_error "the checkpoint '$tmp/huge.safetensors': 1000000000000 layers" \
+  --text="$tmp/text.txt" --resume="$tmp/huge.safetensors" --steps=9
 # Evaluation batches that outrun the held-out split are named, not silently wrapped.
 wrap=$("$bin" "${common[@]}" --steps=1 --val_fraction=0.1 --eval_every=1 --eval_steps=100000)
 grep -q "note: --eval_steps 100000 .* the evaluation batches wrap around" <<<"$wrap" \

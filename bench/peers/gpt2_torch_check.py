@@ -149,6 +149,7 @@ def run_train_gpt(binary, ckpt, data_path, dtype, mesh_flags):
     cmd = [binary, f"--init={ckpt}", f"--data={data_path}", "--steps=2", f"--dtype={dtype}",
            f"--layers={LAYERS}", f"--d_model={D}", f"--heads={HEADS}", f"--vocab={VOCAB}",
            f"--seq={SEQ}", f"--batch={BATCH}", f"--lr={LR}", f"--beta1={BETAS[0]}",
+           "--data_order=sequential",
            f"--beta2={BETAS[1]}", f"--eps={EPS}", f"--weight_decay={WD}", f"--clip={CLIP}"]
     out = subprocess.run(cmd + mesh_flags, capture_output=True, text=True)
     if out.returncode != 0:

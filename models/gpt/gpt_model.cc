@@ -387,21 +387,6 @@ Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const V
   return loss + aux * layout.config().moe.aux_loss_coef;
 }
 
-void BatchAt(const std::vector<int64_t>& tokens, int64_t step, int64_t batch, int64_t seq,
-             Tensor* ids, Tensor* targets) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  std::vector<int64_t> in(batch * seq), out(batch * seq);
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t start = ((step * batch + b) * seq) % n;
-    for (int64_t t = 0; t < seq; ++t) {
-      in[b * seq + t] = tokens[(start + t) % n];
-      out[b * seq + t] = tokens[(start + t + 1) % n];
-    }
-  }
-  *ids = Tensor::FromVector<int64_t>({batch, seq}, in);
-  *targets = Tensor::FromVector<int64_t>({batch, seq}, out);
-}
-
 absl::Status CheckTokens(const GptConfig& c, const std::vector<int64_t>& tokens) {
   if (static_cast<int64_t>(tokens.size()) < c.seq + 1) {
     return Invalid(absl::StrCat("the data has ", tokens.size(), " tokens; a sample needs seq+1 = ",

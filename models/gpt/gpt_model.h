@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "models/data/batch_order.h"
 #include "models/parallel/layers.h"
 #include "models/parallel/moe.h"
 #include "models/components/optimizer.h"
@@ -158,10 +159,7 @@ Value GptBlock(const GptLayout& layout, const ParamFn& use, int64_t i, const Val
 Value GptHead(const GptLayout& layout, const ParamFn& use, const Value& x, const Value& targets,
               int64_t global_tokens);
 
-// Sample b of step s is tokens [(s*B+b)*T, (s*B+b)*T + T + 1) of `tokens`, wrapping around
-// (inputs the first T, targets the last T). Returns [B, T] ids and targets (int64).
-void BatchAt(const std::vector<int64_t>& tokens, int64_t step, int64_t batch, int64_t seq,
-             Tensor* ids, Tensor* targets);
+// BatchAt (a step's sequential batch) is declared in models/data/batch_order.h, included above.
 
 // The checks every trainer makes before its first step: at least seq+1 tokens, every id inside
 // the vocabulary; and the initial parameters, one global tensor per layout parameter (in layout

@@ -89,6 +89,10 @@ ABSL_FLAG(double, collective_timeout, 300,
           "--backend=gloo/nccl: seconds a rank waits for a peer in one collective (and to "
           "connect) before the job fails naming the peer; a stopped or hung peer is detected "
           "after this long");
+ABSL_FLAG(std::string, data_order, "random",
+          "random: each sample at a random offset of the data (nanoGPT's get_batch; a "
+          "counter-based draw from --seed, so a resumed run reads the batches the "
+          "uninterrupted one would); sequential: one pass after another in file order");
 ABSL_FLAG(bool, deterministic, false,
           "GPU: deterministic algorithms (cuda::SetDeterministic): GEMMs keep cuBLASLt's "
           "heuristic's choice instead of timing candidates, so two runs print the same losses "
@@ -372,6 +376,10 @@ absl::Status SetOptimization(TrainOptions& o) {
   o.optimizer.adamw.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   o.optimizer.clip = absl::GetFlag(FLAGS_clip);
   o.grad_accum = absl::GetFlag(FLAGS_grad_accum);
+  absl::StatusOr<BatchOrder> order =
+      ParseBatchOrder(absl::GetFlag(FLAGS_data_order), absl::GetFlag(FLAGS_seed));
+  if (!order.ok()) return order.status();
+  o.batch_order = *order;
   LrSchedule schedule_lr;
   schedule_lr.kind = absl::GetFlag(FLAGS_lr_schedule);
   schedule_lr.max_lr = absl::GetFlag(FLAGS_lr);
@@ -531,7 +539,7 @@ void PrintHeader(const GptLayout& layout, const RankWorld& ranks, const TrainOpt
   const DevicePlacement& placement = ranks.placement;
   std::cout << absl::StrFormat(
       "GPT-2: %d layers, d_model %d, %d heads, vocab %d, seq %d, %.2fM parameters, %s\n"
-      "mesh %s%s%s on %d %s; global batch %d x %d tokens; %d tokens of data\n",
+      "mesh %s%s%s on %d %s; global batch %d x %d tokens; %d tokens of data, %s\n",
       cfg.layers, cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, params / 1e6,
       cfg.compute.has_value()
           ? absl::StrCat(DTypeName(*cfg.compute), " compute, ", DTypeName(cfg.dtype),
@@ -544,7 +552,9 @@ void PrintHeader(const GptLayout& layout, const RankWorld& ranks, const TrainOpt
           ? "virtual ranks sharing cuda:0 (a stream each)"
       : placement.kind == DevicePlacement::Kind::kGpuPerRank ? "GPUs (one rank each)"
                                                              : "simulated CPU devices",
-      o.batch, cfg.seq, data_tokens);
+      o.batch, cfg.seq, data_tokens,
+      o.batch_order.random ? absl::StrCat("random order (seed ", o.batch_order.seed, ")")
+                           : std::string("in order"));
   if (cfg.moe.on()) {
     const MoeConfig& m = cfg.moe;
     std::cout << absl::StrFormat(

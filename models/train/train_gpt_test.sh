@@ -260,6 +260,18 @@ open(sys.argv[2], 'wb').write(struct.pack('<Q', len(h)) + h + data[8 + n:])
 PY
 expect_error "the checkpoint '$tmp/huge.safetensors': 1000000000000 layers" \
   --text="$tmp/text.txt" --resume="$tmp/huge.safetensors" --steps=9
+# --data_order: random (the default) reads other batches than sequential, the same ones on any
+# mesh and across a resume (the resume and mesh cases above run in random order); a bad name
+# is refused.
+seq_run=$("$bin" "${common[@]}" --steps=2 --data_order=sequential)
+rnd_run=$("$bin" "${common[@]}" --steps=2)
+grep -q "tokens of data, random order (seed 1)" <<<"$rnd_run" || fail "random order header: $rnd_run"
+grep -q "tokens of data, in order" <<<"$seq_run" || fail "sequential header: $seq_run"
+[ "$(losses <<<"$seq_run" | tail -1)" != "$(losses <<<"$rnd_run" | tail -1)" ] \
+  || fail "random and sequential orders gave the same losses"
+rnd_dp=$("$bin" "${common[@]}" --steps=2 --mesh=dp=2)
+same_losses "$(losses <<<"$rnd_run")" "$(losses <<<"$rnd_dp")" || fail "random order on dp=2: $rnd_dp"
+expect_error "--data_order shuffled: use random" "${common[@]}" --data_order=shuffled
 # Evaluation batches that outrun the held-out split are named, not silently wrapped.
 wrap=$("$bin" "${common[@]}" --steps=1 --val_fraction=0.1 --eval_every=1 --eval_steps=100000)
 grep -q "note: --eval_steps 100000 .* the evaluation batches wrap around" <<<"$wrap" \

@@ -19,6 +19,7 @@
 #include "collectives/communicator.h"
 #include "models/components/optimizer.h"
 #include "models/components/trace_writer.h"
+#include "models/data/batch_order.h"
 #include "models/parallel/layers.h"
 #include "shardmap/context.h"
 #include "shardmap/device_placement.h"
@@ -127,6 +128,11 @@ struct TrainOptions {
   // as the whole batch at once, up to summation order). Under a pipeline it multiplies the
   // microbatches.
   int64_t grad_accum = 1;
+  // The order of the training batches (models/data/batch_order.h): sequential (the default
+  // here: BatchAt), or random offsets from a counter-based draw (train_gpt's default, as
+  // nanoGPT's). Either way a step's batch is a function of the step alone (exact resume), the
+  // same global batch on every rank and mesh. Evaluation batches stay sequential.
+  BatchOrder batch_order;
   PipelineOptions pipeline;
   OptimizerOptions optimizer;
   CheckpointOptions checkpoint;

@@ -128,7 +128,7 @@ void RankTrainer::Run() {
   for (int64_t step = first_step; step < options_.steps; ++step) {
     ctx_.ClearCollectiveLog();
     Tensor ids_g, targets_g;
-    BatchAt(run_.tokens, step, options_.batch, c.seq, &ids_g, &targets_g);
+    BatchOf(run_.tokens, step, options_.batch, c.seq, options_.batch_order, &ids_g, &targets_g);
     TypeTrace* types = step == first_step ? options_.tracing.types : nullptr;
     const bool tracing = options_.tracing.keep_events || (options_.tracing.writer != nullptr &&
                                             (!options_.tracing.step_filter || options_.tracing.step_filter(step)));

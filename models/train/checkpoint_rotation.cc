@@ -1,6 +1,7 @@
 #include "models/train/checkpoint_rotation.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -195,6 +196,43 @@ absl::StatusOr<std::string> CheckpointRotation::Latest() const {
                                             "'"));
   }
   return all->back().second;
+}
+
+absl::StatusOr<std::string> CheckpointRotation::LatestComplete(
+    std::vector<std::string>* skipped) const {
+  absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> all = List();
+  if (!all.ok()) return all.status();
+  for (auto it = all->rbegin(); it != all->rend(); ++it) {
+    absl::StatusOr<GptCheckpointInfo> info = ReadGptCheckpointInfo(it->second);
+    if (info.ok()) return it->second;
+    skipped->push_back(absl::StrCat(it->second, ": ", info.status().message()));
+  }
+  if (all->empty()) return Latest().status();  // NotFound naming the pattern
+  return absl::NotFoundError(absl::StrCat("no complete checkpoint under '", dir_or_prefix,
+                                          "': ", absl::StrJoin(*skipped, "; ")));
+}
+
+absl::StatusOr<std::vector<std::string>> CheckpointRotation::RemoveStaleTemporaries() const {
+  if (absl::Status s = Validate(); !s.ok()) return s;
+  auto [dir, prefix] = Split(dir_or_prefix);
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return std::vector<std::string>{};  // nothing saved there yet
+  std::vector<std::string> removed;
+  const std::string head = prefix + ".step", tmp_tag = std::string(kSuffix) + ".tmp.";
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    const size_t tag = name.rfind(tmp_tag);
+    if (!absl::StartsWith(name, head) || tag == std::string::npos) continue;
+    int64_t pid = 0;
+    if (!absl::SimpleAtoi(name.substr(tag + tmp_tag.size()), &pid) || pid <= 0) continue;
+    // Alive (or not ours to signal): another process may be writing it right now.
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    const std::string path = Join(dir, name);
+    if (std::remove(path.c_str()) == 0) removed.push_back(path);
+  }
+  ::closedir(d);
+  std::sort(removed.begin(), removed.end());
+  return removed;
 }
 
 std::map<std::string, std::string> GptConfigMetadata(const GptConfig& c) {

@@ -9,6 +9,9 @@
 //     return SaveGptWithConfig(tmp, layout, snapshot.params, &snapshot.adam_state, step);
 //   });                                       // runs/gpt.step<step>.safetensors; older deleted
 //   absl::StatusOr<std::string> latest = ckpt.Latest();  // NotFound when there is none
+//   std::vector<std::string> skipped;                   // newer files that are no checkpoint
+//   absl::StatusOr<std::string> resume = ckpt.LatestComplete(&skipped);
+//   ckpt.RemoveStaleTemporaries();                      // *.tmp.<pid> of killed saves
 //   absl::StatusOr<GptCheckpointInfo> info = ReadGptCheckpointInfo(*latest);
 //   // info->config: layers, d_model, heads, vocab, seq, dtype, compute, moe; info->step.
 //
@@ -62,6 +65,14 @@ struct CheckpointRotation {
   absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> List() const;
   // The path with the highest step; NotFound naming the pattern when there is none.
   absl::StatusOr<std::string> Latest() const;
+  // The newest checkpoint that opens and holds a configuration and step
+  // (ReadGptCheckpointInfo): a save cut short by a full disk or a crash of the storage leaves
+  // a newest file that is not one, and --resume=auto then continues from the one before.
+  // `skipped`: "path: why" of each newer file passed over. NotFound when none is complete.
+  absl::StatusOr<std::string> LatestComplete(std::vector<std::string>* skipped) const;
+  // Removes the temporary files (<prefix>.step<N>.safetensors.tmp.<pid>) that saves of killed
+  // processes left behind: those whose pid is no live process. Returns the removed paths.
+  absl::StatusOr<std::vector<std::string>> RemoveStaleTemporaries() const;
 };
 
 // The configuration as metadata strings (see above); add {"step", N} for a training state.

@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "gtest/gtest.h"
@@ -288,6 +289,64 @@ TEST_F(CheckpointRotationTest, GptCheckpointWithConfigRoundTrips) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(SaveGptWithConfig(dir_ + "/x.safetensors", *layout, params, nullptr, -1).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A save cut short leaves a newest file that is no checkpoint: --resume=auto's LatestComplete
+// passes over it, naming it, to the newest complete one.
+TEST_F(CheckpointRotationTest, LatestCompleteSkipsACorruptNewestFile) {
+  GptConfig c{.layers = 1, .d_model = 8, .heads = 2, .vocab = 16, .seq = 4};
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh("dp=1"), c, false);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  std::vector<NamedTensor> params = InitGpt(c, 3);
+  CheckpointRotation r{dir_ + "/gpt", 0};
+  absl::StatusOr<std::string> good = r.Save(2, [&](const std::string& tmp) {
+    return SaveGptWithConfig(tmp, *layout, params, nullptr, 2);
+  });
+  ASSERT_TRUE(good.ok()) << good.status();
+  std::vector<std::string> skipped;
+  EXPECT_EQ(*r.LatestComplete(&skipped), *good);
+  EXPECT_TRUE(skipped.empty());
+  const std::string full = Read(*good);
+  ASSERT_TRUE(TextWriter(full.substr(0, full.size() / 2))(r.PathFor(5)).ok());  // truncated
+  ASSERT_TRUE(TextWriter("not a safetensors file")(r.PathFor(7)).ok());
+  EXPECT_EQ(*r.Latest(), r.PathFor(7));
+  absl::StatusOr<std::string> complete = r.LatestComplete(&skipped);
+  ASSERT_TRUE(complete.ok()) << complete.status();
+  EXPECT_EQ(*complete, *good);
+  ASSERT_EQ(skipped.size(), 2u);
+  EXPECT_EQ(skipped[0].rfind(r.PathFor(7) + ": ", 0), 0u) << skipped[0];
+  EXPECT_EQ(skipped[1].rfind(r.PathFor(5) + ": ", 0), 0u) << skipped[1];
+  // Nothing complete at all: NotFound naming every file passed over.
+  ASSERT_EQ(std::remove(good->c_str()), 0);
+  skipped.clear();
+  absl::StatusOr<std::string> none = r.LatestComplete(&skipped);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(none.status().message().find(r.PathFor(5)), std::string::npos) << none.status();
+}
+
+// A killed save leaves <final>.tmp.<pid>: the next run removes those of dead processes and keeps
+// a live writer's (and other prefixes' files).
+TEST_F(CheckpointRotationTest, RemovesTheTemporariesOfKilledSaves) {
+  CheckpointRotation r{dir_ + "/gpt", 3};
+  const pid_t dead = ::fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(dead, &status, 0), dead);  // reaped: no such process any more
+  const std::string stale = r.PathFor(4) + ".tmp." + std::to_string(dead);
+  const std::string live = r.PathFor(6) + ".tmp." + std::to_string(::getpid());
+  const std::string other = dir_ + "/other.step4.safetensors.tmp." + std::to_string(dead);
+  for (const std::string& p : {stale, live, other}) ASSERT_TRUE(TextWriter("x")(p).ok());
+  absl::StatusOr<std::vector<std::string>> removed = r.RemoveStaleTemporaries();
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, std::vector<std::string>{stale});
+  EXPECT_EQ(Files(), (std::vector<std::string>{"gpt.step6.safetensors.tmp." +
+                                                   std::to_string(::getpid()),
+                                               "other.step4.safetensors.tmp." +
+                                                   std::to_string(dead)}));
+  // A prefix whose directory does not exist yet has nothing to remove.
+  const CheckpointRotation missing{dir_ + "/none/gpt", 3};
+  EXPECT_TRUE(missing.RemoveStaleTemporaries()->empty());
 }
 
 }  // namespace

@@ -237,8 +237,12 @@ absl::Status AdoptCheckpointShape(GptConfig* cfg, std::string* resume, std::stri
     if (absl::GetFlag(FLAGS_save).empty()) {
       return absl::InvalidArgumentError("--resume=auto needs --save (the checkpoint prefix)");
     }
-    absl::StatusOr<std::string> latest = rot.Latest();
-    if (absl::IsNotFound(latest.status())) {
+    std::vector<std::string> skipped;  // newer files that are no complete checkpoint
+    absl::StatusOr<std::string> latest = rot.LatestComplete(&skipped);
+    for (const std::string& why : skipped) {
+      absl::StrAppend(note, "--resume=auto: passed over ", why, "\n");
+    }
+    if (absl::IsNotFound(latest.status()) && skipped.empty()) {
       *resume = "";
       *note = absl::StrCat("--resume=auto: ", latest.status().message(), "; starting a fresh run");
       return absl::OkStatus();
@@ -250,7 +254,7 @@ absl::Status AdoptCheckpointShape(GptConfig* cfg, std::string* resume, std::stri
   absl::StatusOr<SafetensorsFile> f = OpenGptCheckpoint(*resume);
   if (!f.ok()) return absl::OkStatus();  // TrainGpt reports the file's problem
   if (absl::StatusOr<int64_t> step = CheckpointStep(*f); step.ok()) {
-    *note = absl::StrCat("resumed from ", *resume, " at step ", *step);
+    absl::StrAppend(note, "resumed from ", *resume, " at step ", *step);
   }
   bool has_config = false;
   for (const auto& [k, v] : f->metadata()) has_config |= absl::StartsWith(k, "gpt.");
@@ -703,6 +707,15 @@ absl::Status RunOutputs::Set(const TokenData& data, TrainOptions& o) {
         "--eval_steps or give more --val_fraction / --val_data\n",
         o.eval.steps, o.batch, seq, eval_tokens, data.val.size());
   }
+  if (!save_path_.empty() && ranks_.print) {
+    // Saves that were killed left <prefix>.step<N>.safetensors.tmp.<pid>: gone with this run.
+    absl::StatusOr<std::vector<std::string>> removed = rotation_.RemoveStaleTemporaries();
+    if (removed.ok() && !removed->empty()) {
+      std::cout << "removed " << removed->size() << " temporary file"
+                << (removed->size() == 1 ? "" : "s") << " of killed saves: "
+                << absl::StrJoin(*removed, ", ") << "\n";
+    }
+  }
   o.checkpoint.save_every = absl::GetFlag(FLAGS_save_every);
   if (o.checkpoint.save_every > 0) {
     if (save_path_.empty()) {
@@ -813,7 +826,7 @@ absl::Status Run() {
   if (absl::Status s = SetPipeline(o); !s.ok()) return s;
   if (ranks->print) {
     PrintHeader(*layout, *ranks, o, data->train.size());
-    if (!resume_note.empty()) std::cout << resume_note << "\n";
+    if (!resume_note.empty()) std::cout << resume_note << (resume_note.back() == '\n' ? "" : "\n");
   }
   StepPrinter printer(ranks->print, o.batch * cfg->seq, &types);
   o.hooks.on_step = [&printer](const StepInfo& s) { printer(s); };

@@ -234,6 +234,21 @@ auto=$("$bin" --text="$tmp/text.txt" --batch=4 --lr=1e-2 --steps=6 --resume=auto
 same_losses "$(losses <<<"$auto")" "$(losses <<<"$rest")" || fail "--resume=auto: $auto"
 grep -q "^resumed from $tmp/auto/run.step4.safetensors at step 4$" <<<"$auto" \
   || fail "--resume=auto does not say where it resumed: $auto"
+# A newer file that is no complete checkpoint (a cut-short save) is passed over, naming it, and
+# the temporary file of a killed save is removed by the next run under the prefix.
+printf 'not a checkpoint' > "$tmp/auto/run.step9.safetensors"
+sh -c 'exit 0' & dead=$!
+wait "$dead"
+printf 'partial' > "$tmp/auto/run.step5.safetensors.tmp.$dead"
+again=$("$bin" --text="$tmp/text.txt" --batch=4 --lr=1e-2 --steps=6 --resume=auto \
+        --save="$tmp/auto/run.safetensors")
+grep -q "passed over $tmp/auto/run.step9.safetensors: " <<<"$again" || fail "corrupt newest: $again"
+grep -q "^resumed from $tmp/auto/run.step4.safetensors at step 4$" <<<"$again" \
+  || fail "corrupt newest: did not resume from step 4: $again"
+grep -q "removed 1 temporary file of killed saves: $tmp/auto/run.step5.safetensors.tmp.$dead" \
+  <<<"$again" || fail "stale temporary: $again"
+[ ! -e "$tmp/auto/run.step5.safetensors.tmp.$dead" ] || fail "stale temporary left"
+same_losses "$(losses <<<"$again")" "$(losses <<<"$rest")" || fail "resume past a corrupt file"
 # --resume=auto under a prefix with no checkpoint yet: a fresh run, the same as without it.
 mkdir -p "$tmp/fresh"
 first=$("$bin" --text="$tmp/text.txt" --batch=4 --lr=1e-2 --steps=2 --resume=auto \

@@ -23,7 +23,8 @@ const char* Describe(TokenFormat f) {
 }  // namespace
 
 absl::StatusOr<std::vector<int64_t>> LoadTokenFile(const std::string& path, TokenFormat format,
-                                                   int64_t vocab, const std::string& flag) {
+                                                   int64_t vocab, const std::string& flag,
+                                                   const TextEncoder& encode) {
   const std::string where = absl::StrCat(flag, " '", path, "'");
   if (vocab < 1) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": vocab ", vocab, " must be >= 1"));
@@ -64,7 +65,9 @@ absl::StatusOr<std::vector<int64_t>> LoadTokenFile(const std::string& path, Toke
         absl::StrCat(where, ": is empty; give ", Describe(format)));
   }
   std::vector<int64_t> tokens;
-  if (format == TokenFormat::kBytes) {
+  if (format == TokenFormat::kBytes && encode) {
+    tokens = encode(bytes);
+  } else if (format == TokenFormat::kBytes) {
     tokens.reserve(bytes.size());
     for (unsigned char c : bytes) tokens.push_back(c);
   } else {
@@ -137,12 +140,13 @@ absl::StatusOr<TokenData> LoadTokenData(const TokenDataOptions& o) {
   const bool text = !o.text.empty();
   const TokenFormat format = text ? TokenFormat::kBytes : TokenFormat::kUint16;
   absl::StatusOr<std::vector<int64_t>> tokens =
-      LoadTokenFile(text ? o.text : o.data, format, o.vocab, text ? "--text" : "--data");
+      LoadTokenFile(text ? o.text : o.data, format, o.vocab, text ? "--text" : "--data",
+                    o.encode_text);
   if (!tokens.ok()) return tokens.status();
   TokenData d;
   if (!o.val_data.empty()) {
     absl::StatusOr<std::vector<int64_t>> val =
-        LoadTokenFile(o.val_data, format, o.vocab, "--val_data");
+        LoadTokenFile(o.val_data, format, o.vocab, "--val_data", o.encode_text);
     if (!val.ok()) return val.status();
     if (static_cast<int64_t>(val->size()) < o.seq + 1) {
       return absl::InvalidArgumentError(absl::StrCat(

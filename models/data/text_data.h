@@ -19,6 +19,7 @@
 #define SHARDMAP_MODELS_DATA_TEXT_DATA_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,9 +34,13 @@ enum class TokenFormat {
 
 // The tokens of one file, every id checked to be in [0, vocab). `flag` names the file in errors
 // (e.g. "--data").
+// A text's token ids (e.g. GPT-2's BPE, models/data/bpe_tokenizer.h); null: one token a byte.
+using TextEncoder = std::function<std::vector<int64_t>(const std::string& text)>;
+
 absl::StatusOr<std::vector<int64_t>> LoadTokenFile(const std::string& path, TokenFormat format,
                                                    int64_t vocab,
-                                                   const std::string& flag = "token file");
+                                                   const std::string& flag = "token file",
+                                                   const TextEncoder& encode = nullptr);
 
 struct TokenSplit {
   std::vector<int64_t> train, val;
@@ -47,7 +52,8 @@ absl::StatusOr<TokenSplit> SplitTokens(const std::vector<int64_t>& tokens, doubl
                                        int64_t seq);
 
 struct TokenDataOptions {
-  std::string text;  // a text file: its bytes are the tokens
+  std::string text;  // a text file: its bytes are the tokens (or encode_text's ids)
+  TextEncoder encode_text;  // null: bytes
   std::string data;  // a uint16 .bin file (exactly one of text / data)
   // A separate validation file in the same format (nanoGPT's val.bin); not with val_fraction.
   std::string val_data;

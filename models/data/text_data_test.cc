@@ -59,6 +59,42 @@ TEST_F(TextDataTest, ReadsBytesAndUint16) {
   EXPECT_EQ(*b, (std::vector<int64_t>{0, 1, 255, 256, 50256, 65535}));
 }
 
+// With a text encoder (train_gpt --tokenizer) a text file's tokens are its ids, checked against
+// the vocabulary like any token file's, in --text and in --val_data alike.
+TEST_F(TextDataTest, ATextEncoderGivesTheTokens) {
+  const std::string path = Write("words.txt", "a bb ccc dddd");
+  // One token a word: its length.
+  TextEncoder lengths = [](const std::string& text) {
+    std::vector<int64_t> ids;
+    int64_t n = 0;
+    for (char c : text + " ") {
+      if (c != ' ') {
+        ++n;
+      } else if (n > 0) {
+        ids.push_back(n);
+        n = 0;
+      }
+    }
+    return ids;
+  };
+  absl::StatusOr<std::vector<int64_t>> ids =
+      LoadTokenFile(path, TokenFormat::kBytes, 8, "--text", lengths);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, (std::vector<int64_t>{1, 2, 3, 4}));
+  absl::Status small = LoadTokenFile(path, TokenFormat::kBytes, 4, "--text", lengths).status();
+  EXPECT_NE(small.message().find("id 4, outside the vocabulary [0, 4)"), std::string::npos)
+      << small;
+  TokenDataOptions o;
+  o.text = Write("long.txt", "a bb ccc dddd a bb ccc dddd a bb ccc dddd");
+  o.val_data = path;
+  o.encode_text = lengths;
+  o.seq = 2;
+  absl::StatusOr<TokenData> d = LoadTokenData(o);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->train.size(), 12u);
+  EXPECT_EQ(d->val, (std::vector<int64_t>{1, 2, 3, 4}));
+}
+
 TEST_F(TextDataTest, LoadingErrorsNameThePathAndTheFix) {
   ExpectError(LoadTokenFile(dir_, TokenFormat::kBytes, 256, "--text").status(),
               absl::StatusCode::kInvalidArgument, {"--text '" + dir_ + "'", "is a directory"});

@@ -51,6 +51,7 @@
 #include "models/planner/plan.h"
 #include "models/planner/plan_cli.h"
 #include "models/components/lr_schedule.h"
+#include "models/data/bpe_tokenizer.h"
 #include "models/data/text_data.h"
 #include "models/components/trace_writer.h"
 #include "models/gpt/gpt_trace.h"
@@ -89,6 +90,10 @@ ABSL_FLAG(double, collective_timeout, 300,
           "--backend=gloo/nccl: seconds a rank waits for a peer in one collective (and to "
           "connect) before the job fails naming the peer; a stopped or hung peer is detected "
           "after this long");
+ABSL_FLAG(std::string, tokenizer, "",
+          "a folder with GPT-2's tokenizer files (encoder.json + vocab.bpe, or Hugging Face's "
+          "vocab.json + merges.txt): --text is encoded with its byte-level BPE, --prompt too, "
+          "and samples are decoded to text (--vocab must hold its ids, e.g. 50304)");
 ABSL_FLAG(std::string, data_order, "random",
           "random: each sample at a random offset of the data (nanoGPT's get_batch; a "
           "counter-based draw from --seed, so a resumed run reads the batches the "
@@ -168,7 +173,7 @@ absl::Status AgreeOnSettings(collectives::Communicator& world,
   for (const auto& [name, flag] : absl::GetAllFlags()) {
     if (!absl::StrContains(flag->Filename(), "train_gpt")) continue;
     const std::string n(name);
-    if (n == "save" || n == "trace" || n == "data" || n == "text") continue;  // paths
+    if (n == "save" || n == "trace" || n == "data" || n == "text" || n == "tokenizer") continue;
     settings.emplace_back(n, flag->CurrentValue());
   }
   std::sort(settings.begin(), settings.end());
@@ -309,6 +314,37 @@ absl::Status CheckFitsHost(const GptConfig& cfg, int processes, const std::strin
       host / 1073741824.0));
 }
 
+// --tokenizer=DIR: GPT-2's byte-level BPE from DIR's encoder.json + vocab.bpe (or vocab.json +
+// merges.txt); null without the flag. Its ids must fit --vocab.
+absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadTokenizer(const GptConfig& cfg) {
+  const std::string dir = absl::GetFlag(FLAGS_tokenizer);
+  if (dir.empty()) return std::unique_ptr<BpeTokenizer>();
+  auto exists = [&](const char* name) {
+    struct stat st;
+    return ::stat(absl::StrCat(dir, "/", name).c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  };
+  std::pair<const char*, const char*> files = {"encoder.json", "vocab.bpe"};
+  if (!exists("encoder.json") && exists("vocab.json")) files = {"vocab.json", "merges.txt"};
+  if (!exists(files.first) || !exists(files.second)) {
+    return absl::NotFoundError(absl::StrCat(
+        "--tokenizer '", dir, "': needs encoder.json and vocab.bpe (GPT-2's files) or "
+        "vocab.json and merges.txt (Hugging Face's) in that folder"));
+  }
+  absl::StatusOr<BpeTokenizer> tok = BpeTokenizer::Load(absl::StrCat(dir, "/", files.first),
+                                                        absl::StrCat(dir, "/", files.second));
+  if (!tok.ok()) {
+    return absl::Status(tok.status().code(),
+                        absl::StrCat("--tokenizer: ", tok.status().message()));
+  }
+  if (tok->vocab_size() > cfg.vocab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--vocab ", cfg.vocab, " is smaller than the tokenizer's ", tok->vocab_size(),
+        " ids; use --vocab=", (tok->vocab_size() + 63) / 64 * 64,
+        " (a multiple of 64, as nanoGPT's 50304)"));
+  }
+  return std::make_unique<BpeTokenizer>(*std::move(tok));
+}
+
 // Where the ranks run: --devices, --backend (this process's rank of the launcher's world, or
 // null: the ranks are threads of this process), --device and --gpu_ranks.
 struct RankWorld {
@@ -423,7 +459,8 @@ struct SampleRequest {
   std::vector<int64_t> prompt;
 };
 
-absl::StatusOr<SampleRequest> ParseSampleRequest(const GptConfig& cfg) {
+absl::StatusOr<SampleRequest> ParseSampleRequest(const GptConfig& cfg,
+                                                 const BpeTokenizer* tokenizer) {
   SampleRequest req;
   req.tokens = absl::GetFlag(FLAGS_sample);
   if (req.tokens < 0) {
@@ -431,7 +468,9 @@ absl::StatusOr<SampleRequest> ParseSampleRequest(const GptConfig& cfg) {
   }
   if (req.tokens == 0) return req;
   const std::string text = absl::GetFlag(FLAGS_prompt);
-  if (!absl::GetFlag(FLAGS_data).empty()) {
+  if (tokenizer != nullptr) {
+    for (int32_t id : tokenizer->Encode(text)) req.prompt.push_back(id);
+  } else if (!absl::GetFlag(FLAGS_data).empty()) {
     for (absl::string_view id : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
       int64_t v = 0;
       if (!absl::SimpleAtoi(id, &v)) {
@@ -639,9 +678,17 @@ absl::StatusOr<std::vector<int64_t>> Sample(const GptLayout& layout, const RankW
   return GenerateGpt(*sample_layout, r.params, req.prompt, so);
 }
 
-void PrintSample(const std::vector<int64_t>& sampled, int64_t tokens) {
+void PrintSample(const std::vector<int64_t>& sampled, int64_t tokens,
+                 const BpeTokenizer* tokenizer) {
   std::string text;
-  if (!absl::GetFlag(FLAGS_data).empty()) {
+  if (tokenizer != nullptr) {
+    // Token by token (the bytes concatenate as the whole text's): an id the tokenizer lacks (the
+    // model's padding ids past GPT-2's 50257) prints as <|id N|> instead of hiding the rest.
+    for (int64_t id : sampled) {
+      absl::StatusOr<std::string> piece = tokenizer->Decode(absl::MakeConstSpan(&id, 1));
+      absl::StrAppend(&text, piece.ok() ? *piece : absl::StrCat("<|id ", id, "|>"));
+    }
+  } else if (!absl::GetFlag(FLAGS_data).empty()) {
     text = absl::StrJoin(sampled, ",");
   } else {
     for (int64_t id : sampled) text.push_back(static_cast<char>(id));
@@ -798,7 +845,17 @@ absl::Status Run() {
   if (absl::GetFlag(FLAGS_plan) && ranks->print) {
     if (absl::Status s = PrintPlan(*layout); !s.ok()) return s;
   }
+  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tokenizer = LoadTokenizer(*cfg);
+  if (!tokenizer.ok()) return tokenizer.status();
+  const BpeTokenizer* tok = tokenizer->get();
   TokenDataOptions data_options;
+  if (tok != nullptr) {
+    data_options.encode_text = [tok](const std::string& text) {
+      std::vector<int64_t> ids;
+      for (int32_t id : tok->Encode(text)) ids.push_back(id);
+      return ids;
+    };
+  }
   data_options.text = absl::GetFlag(FLAGS_text);
   data_options.data = absl::GetFlag(FLAGS_data);
   data_options.val_data = absl::GetFlag(FLAGS_val_data);
@@ -816,7 +873,7 @@ absl::Status Run() {
   if (absl::Status s = SetOptimization(o); !s.ok()) return s;
   RunOutputs outputs(*layout, *ranks);
   if (absl::Status s = outputs.Set(*data, o); !s.ok()) return s;
-  absl::StatusOr<SampleRequest> sample = ParseSampleRequest(*cfg);
+  absl::StatusOr<SampleRequest> sample = ParseSampleRequest(*cfg, tok);
   if (!sample.ok()) return sample.status();
   o.runtime.comm = ranks->world.get();
   o.runtime.placement = ranks->placement;
@@ -851,7 +908,7 @@ absl::Status Run() {
   }
   if (!ranks->print) return absl::OkStatus();
   PrintSummary(*layout, o, *r, printer, outputs.trace_path(), outputs.save_path());
-  if (sample->tokens > 0) PrintSample(sampled, sample->tokens);
+  if (sample->tokens > 0) PrintSample(sampled, sample->tokens, tok);
   return absl::OkStatus();
 }
 

@@ -287,6 +287,20 @@ grep -q "tokens of data, in order" <<<"$seq_run" || fail "sequential header: $se
 rnd_dp=$("$bin" "${common[@]}" --steps=2 --mesh=dp=2)
 same_losses "$(losses <<<"$rnd_run")" "$(losses <<<"$rnd_dp")" || fail "random order on dp=2: $rnd_dp"
 expect_error "--data_order shuffled: use random" "${common[@]}" --data_order=shuffled
+# --tokenizer: --text is GPT-2 BPE (the known-answer subset of models/data/testdata, exact for
+# its texts: as many tokens as the npm encoder's ids), samples are decoded text.
+mkdir -p "$tmp/tok"
+cp models/data/testdata/gpt2_subset_encoder.json "$tmp/tok/encoder.json"
+cp models/data/testdata/gpt2_subset_vocab.bpe "$tmp/tok/vocab.bpe"
+bpe=$("$bin" --text=models/data/testdata/texts/english.txt --tokenizer="$tmp/tok" --vocab=50304 \
+      --layers=1 --d_model=16 --heads=4 --seq=8 --batch=4 --steps=2 --sample=3 --prompt="The")
+grep -q " $(wc -w < models/data/testdata/english.ids) tokens of data" <<<"$bpe" \
+  || fail "--tokenizer: not the known-answer token count: $bpe"
+grep -q "^sample (3 tokens, greedy): " <<<"$bpe" || fail "--tokenizer sample: $bpe"
+expect_error "--vocab 256 is smaller than the tokenizer's" \
+  --text=models/data/testdata/texts/english.txt --tokenizer="$tmp/tok"
+expect_error "needs encoder.json and vocab.bpe" --text="$tmp/text.txt" --tokenizer="$tmp" \
+  --vocab=50304
 # Evaluation batches that outrun the held-out split are named, not silently wrapped.
 wrap=$("$bin" "${common[@]}" --steps=1 --val_fraction=0.1 --eval_every=1 --eval_steps=100000)
 grep -q "note: --eval_steps 100000 .* the evaluation batches wrap around" <<<"$wrap" \

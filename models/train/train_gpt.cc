@@ -230,63 +230,71 @@ int Fail(const absl::Status& s) {
   return 2;
 }
 
-// --resume: the model's shape comes from the checkpoint (its gpt.* metadata); shape flags set to
-// other than their defaults must agree. --resume=auto: the newest periodic checkpoint of --save,
-// or a fresh run when there is none yet (so one command serves the first launch and every
-// restart). Sets *resume to the file to resume from ("" for a fresh run) and *note to the line
-// the run prints about it ("resumed from FILE at step N", or why it starts fresh).
-absl::Status AdoptCheckpointShape(GptConfig* cfg, std::string* resume, std::string* note) {
+// --resume=auto: the newest complete periodic checkpoint of --save, or a fresh run when there is
+// none yet (so one command serves the first launch and every restart). Sets *resume to the file
+// to resume from ("" for a fresh run) and adds to *note what the run says about it.
+absl::Status ResolveResume(std::string* resume, std::string* note) {
   *resume = absl::GetFlag(FLAGS_resume);
-  if (*resume == "auto") {
-    CheckpointRotation rot{absl::GetFlag(FLAGS_save), absl::GetFlag(FLAGS_keep_last)};
-    if (absl::GetFlag(FLAGS_save).empty()) {
-      return absl::InvalidArgumentError("--resume=auto needs --save (the checkpoint prefix)");
-    }
-    std::vector<std::string> skipped;  // newer files that are no complete checkpoint
-    absl::StatusOr<std::string> latest = rot.LatestComplete(&skipped);
-    for (const std::string& why : skipped) {
-      absl::StrAppend(note, "--resume=auto: passed over ", why, "\n");
-    }
-    if (absl::IsNotFound(latest.status()) && skipped.empty()) {
-      *resume = "";
-      *note = absl::StrCat("--resume=auto: ", latest.status().message(), "; starting a fresh run");
-      return absl::OkStatus();
-    }
-    if (!latest.ok()) return latest.status();
-    *resume = *latest;
+  if (*resume != "auto") return absl::OkStatus();
+  CheckpointRotation rot{absl::GetFlag(FLAGS_save), absl::GetFlag(FLAGS_keep_last)};
+  if (absl::GetFlag(FLAGS_save).empty()) {
+    return absl::InvalidArgumentError("--resume=auto needs --save (the checkpoint prefix)");
   }
-  if (resume->empty()) return absl::OkStatus();
-  absl::StatusOr<SafetensorsFile> f = OpenGptCheckpoint(*resume);
+  std::vector<std::string> skipped;  // newer files that are no complete checkpoint
+  absl::StatusOr<std::string> latest = rot.LatestComplete(&skipped);
+  for (const std::string& why : skipped) {
+    absl::StrAppend(note, "--resume=auto: passed over ", why, "\n");
+  }
+  if (absl::IsNotFound(latest.status()) && skipped.empty()) {
+    *resume = "";
+    *note = absl::StrCat("--resume=auto: ", latest.status().message(), "; starting a fresh run");
+    return absl::OkStatus();
+  }
+  if (!latest.ok()) return latest.status();
+  *resume = *latest;
+  return absl::OkStatus();
+}
+
+// --resume and --init: the model's shape comes from the file's gpt.* metadata (a file written by
+// --save or --save_every; a GPT-2 file without it keeps the flags' shape); shape flags set to
+// other than their defaults must agree. `flag` names the flag; a resume adds "resumed from FILE
+// at step N" to *note.
+absl::Status AdoptShapeFrom(const std::string& path, const std::string& flag, GptConfig* cfg,
+                            std::string* note) {
+  if (path.empty()) return absl::OkStatus();
+  absl::StatusOr<SafetensorsFile> f = OpenGptCheckpoint(path);
   if (!f.ok()) return absl::OkStatus();  // TrainGpt reports the file's problem
-  if (absl::StatusOr<int64_t> step = CheckpointStep(*f); step.ok()) {
-    absl::StrAppend(note, "resumed from ", *resume, " at step ", *step);
+  if (flag == "--resume") {
+    if (absl::StatusOr<int64_t> step = CheckpointStep(*f); step.ok()) {
+      absl::StrAppend(note, "resumed from ", path, " at step ", *step);
+    }
   }
   bool has_config = false;
   for (const auto& [k, v] : f->metadata()) has_config |= absl::StartsWith(k, "gpt.");
   if (!has_config) return absl::OkStatus();
   absl::StatusOr<GptConfig> saved = GptConfigFromMetadata(f->metadata());
   if (!saved.ok()) {
-    return absl::Status(saved.status().code(), absl::StrCat("--resume '", *resume,
-                                                            "': ", saved.status().message()));
+    return absl::Status(saved.status().code(),
+                        absl::StrCat(flag, " '", path, "': ", saved.status().message()));
   }
   const std::vector<std::pair<const char*, std::pair<int64_t, int64_t>>> shape = {
       {"layers", {cfg->layers, saved->layers}}, {"d_model", {cfg->d_model, saved->d_model}},
       {"heads", {cfg->heads, saved->heads}},    {"vocab", {cfg->vocab, saved->vocab}},
       {"seq", {cfg->seq, saved->seq}},          {"experts", {cfg->moe.experts, saved->moe.experts}}};
-  for (const auto& [flag, values] : shape) {
-    const absl::CommandLineFlag* cl = absl::FindCommandLineFlag(flag);
+  for (const auto& [name, values] : shape) {
+    const absl::CommandLineFlag* cl = absl::FindCommandLineFlag(name);
     if (cl != nullptr && cl->CurrentValue() != cl->DefaultValue() &&
         values.first != values.second) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--", flag, "=", values.first, " but the checkpoint '", *resume, "' has ", flag, " ",
-          values.second, "; --resume takes the model's shape from the file: drop --", flag));
+          "--", name, "=", values.first, " but the checkpoint '", path, "' has ", name, " ",
+          values.second, "; ", flag, " takes the model's shape from the file: drop --", name));
     }
   }
   const absl::CommandLineFlag* dtype_flag = absl::FindCommandLineFlag("dtype");
   if (dtype_flag->CurrentValue() != dtype_flag->DefaultValue() &&
       (saved->dtype != cfg->dtype || saved->compute != cfg->compute)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--dtype=", absl::GetFlag(FLAGS_dtype), " but the checkpoint '", *resume,
+        "--dtype=", absl::GetFlag(FLAGS_dtype), " but the checkpoint '", path,
         "' was trained in ", DTypeName(saved->compute_dtype()), "; drop --dtype"));
   }
   // The expert axes are a layout choice of this run's mesh, not the model's shape.
@@ -829,14 +837,21 @@ absl::Status Run() {
   absl::StatusOr<GptConfig> cfg = GptConfigFromFlags(SHARDMAP_GPT_CONFIG_FLAG_VALUES());
   if (!cfg.ok()) return cfg.status();
   std::string resume, resume_note;
-  if (absl::Status s = AdoptCheckpointShape(&*cfg, &resume, &resume_note); !s.ok()) return s;
+  if (absl::Status s = ResolveResume(&resume, &resume_note); !s.ok()) return s;
+  const std::string shape_file = !resume.empty() ? resume : absl::GetFlag(FLAGS_init);
+  if (absl::Status s = AdoptShapeFrom(shape_file, !resume.empty() ? "--resume" : "--init",
+                                      &*cfg, &resume_note);
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<Mesh> mesh = ParseMesh(absl::GetFlag(FLAGS_mesh));
   if (!mesh.ok()) return mesh.status();
   absl::StatusOr<RankWorld> ranks = ConnectRanks(*mesh);
   if (!ranks.ok()) return ranks.status();
   if (absl::Status s = CheckFitsHost(*cfg, ranks->world != nullptr ? ranks->world->size() : 1,
-                                     resume.empty() ? "the model flags"
-                                                    : absl::StrCat("the checkpoint '", resume, "'"));
+                                     shape_file.empty()
+                                         ? "the model flags"
+                                         : absl::StrCat("the checkpoint '", shape_file, "'"));
       !s.ok()) {
     return s;
   }

@@ -134,8 +134,26 @@ expect_error "missing.txt': no such file" --text="$tmp/missing.txt"
 printf 'abc' > "$tmp/abc.txt"
 expect_error "one sample needs seq+1 = 9" --text="$tmp/abc.txt" --seq=8 --layers=1 --d_model=16 --heads=4
 expect_error "--devices cpu:3 but the mesh" "${common[@]}" --mesh=dp=2 --devices=cpu:3
-expect_error "no tensor 'h.1.ln_1.weight'" "${common[@]}" --layers=2 --init="$tmp/ck.safetensors"
-expect_error "needs \[256,32\]" "${common[@]}" --d_model=32 --init="$tmp/ck.safetensors"
+# --init takes the shape from a file that has it (--save wrote ck with gpt.* metadata), as
+# --resume does; shape flags that disagree are refused. A file without the metadata (a GPT-2
+# file from elsewhere: here ck with its metadata stripped) keeps the flags' shape, and tensors
+# that do not match it are named.
+expect_error "--layers=3 but the checkpoint '$tmp/ck.safetensors' has layers 1; --init takes" \
+  "${common[@]}" --layers=3 --init="$tmp/ck.safetensors"
+from_init=$("$bin" --text="$tmp/text.txt" --batch=4 --steps=1 --init="$tmp/ck.safetensors")
+grep -q "^GPT-2: 1 layers, d_model 16, 4 heads, vocab 256, seq 8" <<<"$from_init" \
+  || fail "--init did not take the file's shape: $from_init"
+python3 - "$tmp/ck.safetensors" "$tmp/plain.safetensors" <<'PY'
+import json, struct, sys
+data = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', data[:8])[0]
+header = json.loads(data[8:8 + n])
+header['__metadata__'] = {k: v for k, v in header['__metadata__'].items() if not k.startswith('gpt.')}
+h = json.dumps(header).encode()
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(h)) + h + data[8 + n:])
+PY
+expect_error "no tensor 'h.1.ln_1.weight'" "${common[@]}" --layers=2 --init="$tmp/plain.safetensors"
+expect_error "needs \[256,32\]" "${common[@]}" --d_model=32 --init="$tmp/plain.safetensors"
 printf '\x2c\x01%.0s' $(seq 1 10) > "$tmp/ids.bin"
 expect_error "token 0 is id 300, outside the vocabulary" --data="$tmp/ids.bin" --seq=4 --layers=1 --d_model=16 --heads=4
 expect_error "has an ep axis but the model has no experts" "${common[@]}" --mesh=ep=2

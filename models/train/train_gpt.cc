@@ -710,6 +710,42 @@ void PrintSample(const std::vector<int64_t>& sampled, int64_t tokens,
                                text);
 }
 
+// Rank r's part of a multi-process trace.
+std::string TracePartPath(const std::string& trace, int rank) {
+  return absl::StrCat(trace, ".rank", rank);
+}
+
+// Rank 0, after every process closed its trace: the parts' events appended to the trace (one JSON
+// array: each process's track under its rank's tid), the parts removed.
+absl::Status MergeTraceParts(const std::string& trace, int processes) {
+  auto read = [](const std::string& path) -> absl::StatusOr<nlohmann::json> {
+    std::ifstream f(path);
+    nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+    if (!f.is_open() || j.is_discarded() || !j.is_array()) {
+      return absl::DataLossError(absl::StrCat("--trace: '", path, "' is not a trace to merge"));
+    }
+    return j;
+  };
+  absl::StatusOr<nlohmann::json> all = read(trace);
+  if (!all.ok()) return all.status();
+  for (int r = 1; r < processes; ++r) {
+    absl::StatusOr<nlohmann::json> part = read(TracePartPath(trace, r));
+    if (!part.ok()) return part.status();
+    for (nlohmann::json& e : *part) all->push_back(std::move(e));
+  }
+  const std::string tmp = absl::StrCat(trace, ".tmp.", ::getpid());
+  {
+    std::ofstream out(tmp);
+    out << all->dump() << "\n";
+    if (!out) return absl::DataLossError(absl::StrCat("--trace: cannot write '", tmp, "'"));
+  }
+  if (std::rename(tmp.c_str(), trace.c_str()) != 0) {
+    return absl::DataLossError(absl::StrCat("--trace: cannot replace '", trace, "'"));
+  }
+  for (int r = 1; r < processes; ++r) std::remove(TracePartPath(trace, r).c_str());
+  return absl::OkStatus();
+}
+
 // The run's outputs as the flags ask: evaluation, periodic checkpoints, the trace.
 class RunOutputs {
  public:
@@ -795,13 +831,21 @@ absl::Status RunOutputs::Set(const TokenData& data, TrainOptions& o) {
 }
 
 // The trace: opened now (a bad path fails before training), written as the run goes.
+// With a process per rank, each process writes its own track to a part file beside the trace
+// (<trace>.rank<R>), on the machine's monotonic clock so the tracks line up; after training
+// rank 0 merges them into the trace (MergeTraceParts), so one Perfetto file shows every rank.
 absl::Status RunOutputs::SetTrace(TrainOptions& o) {
   trace_path_ = absl::GetFlag(FLAGS_trace);
-  if (trace_path_.empty() || !ranks_.print) return absl::OkStatus();
+  if (trace_path_.empty()) return absl::OkStatus();
+  const bool processes = ranks_.world != nullptr && ranks_.world->size() > 1;
+  if (!ranks_.print && !processes) return absl::OkStatus();
   absl::StatusOr<StepFilter> f = StepFilter::Parse(absl::GetFlag(FLAGS_trace_steps));
   if (!f.ok()) return f.status();
   trace_steps_ = *f;
-  absl::StatusOr<std::unique_ptr<TraceWriter>> w = TraceWriter::Open(trace_path_, TraceNowUs());
+  const std::string path =
+      ranks_.print ? trace_path_ : TracePartPath(trace_path_, ranks_.world->rank());
+  absl::StatusOr<std::unique_ptr<TraceWriter>> w =
+      TraceWriter::Open(path, processes ? 0.0 : TraceNowUs());
   if (!w.ok()) return w.status();
   writer_ = *std::move(w);
   o.tracing.writer = writer_.get();
@@ -914,6 +958,15 @@ absl::Status Run() {
   absl::StatusOr<TrainResult> r = TrainGpt(*layout, init, data->train, o);
   if (absl::Status s = outputs.CloseTrace(); !s.ok() && r.ok()) return s;
   if (!r.ok()) return r.status();
+  if (!outputs.trace_path().empty() && ranks->world != nullptr && ranks->world->size() > 1) {
+    // Every process's part is closed once all pass the barrier; rank 0 merges them.
+    if (absl::Status s = ranks->world->Barrier(); !s.ok()) return s;
+    if (ranks->print) {
+      if (absl::Status s = MergeTraceParts(outputs.trace_path(), ranks->world->size()); !s.ok()) {
+        return s;
+      }
+    }
+  }
   if (absl::Status s = outputs.SaveFinal(*r); !s.ok()) return s;
   std::vector<int64_t> sampled;
   if (sample->tokens > 0) {

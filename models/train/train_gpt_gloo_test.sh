@@ -95,6 +95,18 @@ expect_error "--backend=nccl runs each process on a GPU: add --device=cuda" \
   "$bin" "${common[@]}" --backend=nccl
 expect_error "--backend=gloo runs on CPU memory" \
   "$launch" --nproc_per_node=2 -- "$bin" "${common[@]}" --backend=gloo --mesh=tp=2 --device=cuda
+# --trace with a process per rank: every process writes its own track and rank 0 merges them,
+# so the one trace file shows both ranks (and no part file is left).
+"$launch" --nproc_per_node=2 -- "$bin" "${common[@]}" --backend=gloo --mesh=tp=2 --steps=2 \
+  --trace="$tmp/gloo_trace.json" > /dev/null 2>&1 || fail "gloo --trace run failed"
+python3 - "$tmp/gloo_trace.json" <<'PY' || fail "gloo --trace: not one track per rank"
+import json, sys
+t = json.load(open(sys.argv[1]))
+names = {e['tid'] for e in t if e.get('ph') == 'M' and e.get('name') == 'thread_name'}
+phases = {e['tid'] for e in t if e.get('cat') == 'phase'}
+assert names == {0, 1} and phases == {0, 1}, (names, phases)
+PY
+[ ! -e "$tmp/gloo_trace.json.rank1" ] || fail "gloo --trace left its part file"
 # --collective_timeout: a peer stopped mid-run (SIGSTOP after 2 s) fails the job within the
 # timeout, naming the wait, instead of holding it for the 5-minute default.
 start=$(date +%s)

@@ -47,7 +47,7 @@ bool IsValidReduceOp(ReduceOp op) {
 
 namespace {
 
-// The default PpermuteStart's result: the call already ran; Wait() only enforces "exactly once".
+// The default *Start's result: the call already ran; Wait() only enforces "exactly once".
 class CompletedCall final : public PendingCollective {
  public:
   explicit CompletedCall(std::string what) : what_(std::move(what)) {}
@@ -74,6 +74,30 @@ absl::StatusOr<std::unique_ptr<PendingCollective>> Communicator::PpermuteStart(
   if (!s.ok()) return s;
   return std::unique_ptr<PendingCollective>(
       std::make_unique<CompletedCall>(absl::StrCat("PpermuteStart on ", name())));
+}
+
+absl::StatusOr<std::unique_ptr<PendingCollective>> Communicator::AllReduceStart(
+    const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
+  absl::Status s = AllReduce(send, recv, count, dtype, op);
+  if (!s.ok()) return s;
+  return std::unique_ptr<PendingCollective>(
+      std::make_unique<CompletedCall>(absl::StrCat("AllReduceStart on ", name())));
+}
+
+absl::StatusOr<std::unique_ptr<PendingCollective>> Communicator::AllGatherStart(
+    const void* send, void* recv, size_t send_count, DataType dtype) {
+  absl::Status s = AllGather(send, recv, send_count, dtype);
+  if (!s.ok()) return s;
+  return std::unique_ptr<PendingCollective>(
+      std::make_unique<CompletedCall>(absl::StrCat("AllGatherStart on ", name())));
+}
+
+absl::StatusOr<std::unique_ptr<PendingCollective>> Communicator::ReduceScatterStart(
+    const void* send, void* recv, size_t recv_count, DataType dtype, ReduceOp op) {
+  absl::Status s = ReduceScatter(send, recv, recv_count, dtype, op);
+  if (!s.ok()) return s;
+  return std::unique_ptr<PendingCollective>(
+      std::make_unique<CompletedCall>(absl::StrCat("ReduceScatterStart on ", name())));
 }
 
 }  // namespace shardmap::collectives

@@ -135,6 +135,23 @@ class Communicator {
       const void* send, void* recv, size_t count, DataType dtype,
       absl::Span<const std::pair<int, int>> pairs);
 
+  // Non-blocking all-reduce / all-gather / reduce-scatter (the arguments of the blocking calls).
+  // The buffers belong to the call until its Wait(): send unchanged, recv unread. Several may be
+  // in flight; every rank of the group starts them in the same order, and they are matched across
+  // ranks by that order among this communicator's started calls, independently of its blocking
+  // calls (a backend runs them on its own lane: a background thread over a dedicated duplicate
+  // of the group, or, on GPUs, a communication stream). A failure may surface at the start or at
+  // Wait(). The defaults run the blocking call here (no overlap, program order, CallTag kept), so
+  // every backend supports them; OverlapsStartedCalls() says whether this one overlaps.
+  virtual absl::StatusOr<std::unique_ptr<PendingCollective>> AllReduceStart(
+      const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
+  virtual absl::StatusOr<std::unique_ptr<PendingCollective>> AllGatherStart(
+      const void* send, void* recv, size_t send_count, DataType dtype);
+  virtual absl::StatusOr<std::unique_ptr<PendingCollective>> ReduceScatterStart(
+      const void* send, void* recv, size_t recv_count, DataType dtype, ReduceOp op);
+  // Whether the *Start calls proceed while the caller computes (false: the defaults above).
+  virtual bool OverlapsStartedCalls() const { return false; }
+
   // Collective over this group: ranks with the same color form a new group, ordered by key (then
   // by rank). A negative color means "not in any group" (returns nullptr).
   virtual absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) = 0;

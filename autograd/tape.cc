@@ -75,17 +75,37 @@ void Tape::CheckCotangent(const Node& consumer, int input_pos, const Node& prima
 }
 
 std::vector<Value> Tape::Backward(const Value& out, const Value& seed,
-                                  absl::Span<const Value> wrt) {
-  return Run(out, seed, wrt, /*release=*/false);
+                                  absl::Span<const Value> wrt, const GradReadyFn& on_ready) {
+  return Run(out, seed, wrt, /*release=*/false, on_ready);
 }
 
 std::vector<Value> Tape::BackwardAndRelease(const Value& out, const Value& seed,
-                                            absl::Span<const Value> wrt) {
-  return Run(out, seed, wrt, /*release=*/true);
+                                            absl::Span<const Value> wrt,
+                                            const GradReadyFn& on_ready) {
+  return Run(out, seed, wrt, /*release=*/true, on_ready);
+}
+
+std::vector<std::pair<int32_t, int>> Tape::ReadyOrder(absl::Span<const Value> wrt) const {
+  std::vector<int32_t> first_use(nodes_.size(), -1);
+  for (int32_t i = static_cast<int32_t>(nodes_.size()) - 1; i >= 0; --i) {
+    for (int32_t in : nodes_[i].inputs) {
+      if (in >= 0) first_use[in] = i;  // descending i: the smallest consumer wins
+    }
+  }
+  std::vector<std::pair<int32_t, int>> order;  // (the slot below which it is final, k)
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    const int32_t node = wrt[k].node;
+    const bool on_tape = node >= 0 && node < static_cast<int32_t>(nodes_.size());
+    order.push_back({on_tape ? first_use[node] : -1, static_cast<int>(k)});
+  }
+  // Latest first consumer first (backward order); ties in wrt order.
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  return order;
 }
 
 std::vector<Value> Tape::Run(const Value& out, const Value& seed, absl::Span<const Value> wrt,
-                             bool release) {
+                             bool release, const GradReadyFn& on_ready) {
   RankContext* ctx = RankContext::Current();
   bool checked = ctx == nullptr || ctx->checked();
   std::vector<Value> grads(nodes_.size());
@@ -108,8 +128,31 @@ std::vector<Value> Tape::Run(const Value& out, const Value& seed, absl::Span<con
   for (const Value& w : wrt) {
     if (w.node >= 0 && w.node < static_cast<int32_t>(keep.size())) keep[w.node] = true;
   }
+  // wrt[k]'s gradient as returned (and as on_ready sees it): zeros of the dual type if unreached.
+  std::vector<Value> result(wrt.size());
+  auto final_grad = [&](int k) {
+    const Value& w = wrt[k];
+    if (w.node >= 0 && w.node < static_cast<int32_t>(grads.size()) && grads[w.node].defined()) {
+      result[k] = grads[w.node];
+    } else if (w.node == out.node && out.node >= 0) {
+      result[k] = seed;
+    } else {
+      result[k] = Value(Tensor::Zeros(w.shape(), w.dtype(), w.tensor.device()), Dual(w.type));
+    }
+    if (on_ready) on_ready(k, result[k]);
+  };
+  std::vector<std::pair<int32_t, int>> ready;
+  if (on_ready) ready = ReadyOrder(wrt);
+  size_t reported = 0;
+  // Reports every gradient that is final once the pass is at slot `at`.
+  auto Report = [&](int32_t at) {
+    for (; reported < ready.size() && ready[reported].first > at; ++reported) {
+      final_grad(ready[reported].second);
+    }
+  };
   absl::InlinedVector<Value, 4> cots;
   for (int32_t i = out.node; i >= 0; --i) {
+    Report(i);  // every consumer above slot i has run
     Node& n = nodes_[i];
     if (!grads[i].defined()) continue;
     if (n.released) {
@@ -155,17 +198,9 @@ std::vector<Value> Tape::Run(const Value& out, const Value& seed, absl::Span<con
     // Free what is no longer needed: this node's cotangent.
     if (!keep[i] && i != out.node) grads[i] = Value();
   }
-  std::vector<Value> result;
-  result.reserve(wrt.size());
-  for (const Value& w : wrt) {
-    if (w.node >= 0 && w.node < static_cast<int32_t>(grads.size()) && grads[w.node].defined()) {
-      result.push_back(grads[w.node]);
-    } else if (w.node == out.node && out.node >= 0) {
-      result.push_back(seed);
-    } else {
-      result.push_back(
-          Value(Tensor::Zeros(w.shape(), w.dtype(), w.tensor.device()), Dual(w.type)));
-    }
+  Report(-2);  // the rest, unused ones (-1) included
+  if (!on_ready) {
+    for (size_t k = 0; k < wrt.size(); ++k) final_grad(static_cast<int>(k));
   }
   return result;
 }

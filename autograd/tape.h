@@ -26,10 +26,20 @@
 // maximum since construction, Clear() or ResetPeak().
 // A BackwardObserver (e.g. a tracer) is told before and after each node's VJP and the
 // accumulation of its cotangents.
+//
+// Gradient hooks (overlapped data-parallel reduction, models/train/grad_buckets.h): Backward's
+// `on_ready(k, g)` is called for wrt[k] as soon as its cotangent is final, i.e. once the pass
+// has gone below the first op that consumed it (the tape's order is topological, so no later
+// VJP can add to it), in the order the gradients become final; g is the same value Backward
+// returns for k. A gradient that nothing reached is reported (as zeros) at the end.
+//
+//   tape.Backward(loss, seed, watched, [&](int k, const Value& g) { buckets.Add(k, g); });
 #ifndef SHARDMAP_AUTOGRAD_TAPE_H_
 #define SHARDMAP_AUTOGRAD_TAPE_H_
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <initializer_list>
 #include <vector>
 
@@ -62,10 +72,14 @@ class Tape : public TapeRecorder {
 
   // Cotangents of `wrt` (leaves or any recorded values) given `seed`, the cotangent of `out`.
   // Unreached entries come back as zeros of the dual type. Throws OpError.
-  std::vector<Value> Backward(const Value& out, const Value& seed, absl::Span<const Value> wrt);
+  // on_ready: see "Gradient hooks" above (may be empty).
+  using GradReadyFn = std::function<void(int k, const Value& grad)>;
+  std::vector<Value> Backward(const Value& out, const Value& seed, absl::Span<const Value> wrt,
+                              const GradReadyFn& on_ready = nullptr);
   // Backward, then releases every op it ran (or reached): their VJPs and saved tensors are freed.
   std::vector<Value> BackwardAndRelease(const Value& out, const Value& seed,
-                                        absl::Span<const Value> wrt);
+                                        absl::Span<const Value> wrt,
+                                        const GradReadyFn& on_ready = nullptr);
 
   size_t size() const { return nodes_.size(); }
   void Clear() {
@@ -93,7 +107,10 @@ class Tape : public TapeRecorder {
     bool released = false;  // its VJP was run and dropped by BackwardAndRelease
   };
   std::vector<Value> Run(const Value& out, const Value& seed, absl::Span<const Value> wrt,
-                         bool release);
+                         bool release, const GradReadyFn& on_ready);
+  // For on_ready: the order in which wrt's gradients become final, and for each the tape slot
+  // below which it is (its first consumer; -1: none, final at the end).
+  std::vector<std::pair<int32_t, int>> ReadyOrder(absl::Span<const Value> wrt) const;
   void CheckCotangent(const Node& consumer, int input_pos, const Node& primal,
                       const Value& cot) const;
   std::vector<Node> nodes_;

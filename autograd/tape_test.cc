@@ -69,6 +69,67 @@ TEST(TapeTest, ObserverSeesEachVjpInBackwardOrder) {
   EXPECT_EQ(obs.log.size(), 4u);
 }
 
+// A chain of "layers" x -> tanh(x * w0) -> tanh(. * w1) -> tanh(. * w2); w1 is also used at the
+// end (like a tied embedding). Each gradient is reported once, as soon as the pass is below its
+// first consumer: w2 before the VJPs of layer 1 run, w0 last but one, the tied w1 at its first use.
+TEST(TapeTest, ReportsEachGradientWhenItIsFinal) {
+  SingleRankContext one{Mesh()};
+  Tape tape;
+  LogObserver obs;
+  tape.set_backward_observer(&obs);
+  auto vec = [](double a, double b) {
+    return Value::Replicated(Tensor::FromVector<double>({2}, {a, b}));
+  };
+  std::vector<Value> w = {tape.Watch(vec(0.5, -0.3)), tape.Watch(vec(1.2, 0.7)),
+                          tape.Watch(vec(-0.4, 0.9))};
+  Value x = vec(0.8, -1.1);
+  Value unused = tape.Watch(vec(1, 1));
+  Value loss;
+  {
+    ScopedRecorder rec(&tape);
+    Value h = x;
+    for (const Value& wi : w) h = tanh(h * wi);
+    loss = sum(h * w[1], {});
+  }
+  std::vector<std::string> events;
+  std::vector<Value> reported(4);
+  std::vector<Value> wrt = {w[0], w[1], w[2], unused};
+  std::vector<Value> g =
+      tape.Backward(loss, Value(Tensor::Scalar(1.0, DType::kF64), SpmdType()), wrt,
+                    [&](int k, const Value& grad) {
+                      events.push_back("ready " + std::to_string(k) + " after " +
+                                       std::to_string(obs.log.size()));
+                      EXPECT_FALSE(reported[k].defined()) << "reported twice: " << k;
+                      reported[k] = grad;
+                    });
+  // The returned gradients are the reported ones, bit for bit, and equal a plain Backward's.
+  Tape plain;
+  std::vector<Value> pw;
+  for (const Value& wi : wrt) pw.push_back(plain.Watch(Value(wi.tensor, wi.type)));
+  Value ploss;
+  {
+    ScopedRecorder rec(&plain);
+    Value h = x;
+    for (int i = 0; i < 3; ++i) h = tanh(h * pw[i]);
+    ploss = sum(h * pw[1], {});
+  }
+  std::vector<Value> pg = plain.Backward(ploss, Value(Tensor::Scalar(1.0, DType::kF64), SpmdType()), pw);
+  for (int k = 0; k < 4; ++k) {
+    ASSERT_TRUE(reported[k].defined()) << k;
+    for (int e = 0; e < 2; ++e) {
+      EXPECT_EQ(reported[k].tensor.at(e), g[k].tensor.at(e));
+      EXPECT_EQ(g[k].tensor.at(e), pg[k].tensor.at(e));
+    }
+  }
+  // Backward order: w2 (its mul's VJP is the 4th: sum, mul(h,w1), tanh, mul(.,w2)), then w1
+  // (first used in layer 1), then w0; the unused leaf at the end.
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_THAT(events[0], HasSubstr("ready 2 after 8"));
+  EXPECT_THAT(events[1], HasSubstr("ready 1 after 12"));
+  EXPECT_THAT(events[2], HasSubstr("ready 0 after 16"));
+  EXPECT_THAT(events[3], HasSubstr("ready 3 after 16"));
+}
+
 TEST(TapeTest, RejectsACotangentOfTheWrongDualType) {
   SingleRankContext one(*Mesh::Create({{"tp", 1}}));
   Tape tape;

@@ -10,6 +10,7 @@
 #include "shardmap/internal/typing.h"
 #include "shardmap/type_rules.h"
 #include "tensor/error.h"
+#include "tensor/ops/shape_ops.h"
 
 namespace shardmap {
 namespace {
@@ -114,6 +115,176 @@ Value PendingPpermute::Wait() {
                         token_type = st->token.type](const Value& g, uint32_t, Value* d) {
       // Starts the transpose's transfer; the start's VJP, run later, waits for it.
       backward->transfer = ppermute_start(g, axes, inverse);
+      d[0] = Value(Tensor::Empty({0}, g.dtype(), g.tensor.device()), Dual(token_type));
+    });
+  }
+  return y;
+}
+
+// ---------------------------------------------------------------------------------------------
+// all_reduce_start, reduce_scatter_start, all_gather_start.
+
+namespace {
+
+// What Wait()'s VJP of an all_gather_start hands to the start's VJP: the started reduce-scatter
+// of the cotangent.
+struct GatherBackward {
+  PendingValue scatter;
+};
+
+}  // namespace
+
+struct PendingValue::State {
+  const char* op = "";
+  Value x;      // what the caller passed: kept alive until the call is over
+  Tensor send;  // the buffer sent (x's, or a contiguous transposed copy)
+  Tensor out;   // the receive buffer
+  SpmdType type;
+  AxisMask mask = 0;
+  int back_dim = 0;  // the result is transposed (0, back_dim) after the call when > 0
+  // all_gather_start on a tape: the token joining start and Wait(), and the backward's handoff.
+  Value token;
+  std::shared_ptr<GatherBackward> backward;
+  Axes axes;
+  // Last: destroyed first, so an abandoned call is over before its buffers are freed.
+  std::unique_ptr<collectives::PendingCollective> call;
+};
+
+struct PendingValueAccess {
+  static PendingValue Make(std::unique_ptr<PendingValue::State> st) {
+    PendingValue p;
+    p.state_ = std::move(st);
+    return p;
+  }
+};
+
+PendingValue::PendingValue() = default;
+PendingValue::PendingValue(PendingValue&&) noexcept = default;
+PendingValue& PendingValue::operator=(PendingValue&&) noexcept = default;
+PendingValue::~PendingValue() = default;
+
+namespace {
+
+collectives::DataType DT(DType t) { return static_cast<collectives::DataType>(t); }
+
+// The state of a call on x along dim (moved to the front for the communicator's row layout).
+std::unique_ptr<PendingValue::State> NewCall(const internal::CollectiveCall& c, const char* op,
+                                             const Value& x, int dim, Shape out_shape) {
+  c.CheckMemory(x.tensor);
+  auto st = std::make_unique<PendingValue::State>();
+  st->op = op;
+  st->x = x;
+  st->send = dim == 0 ? x.tensor : Transpose(x.tensor, 0, dim);
+  if (dim > 0) std::swap(out_shape[0], out_shape[dim]);
+  st->out = Tensor::Empty(out_shape, x.dtype(), x.tensor.device());
+  st->type = c.type();
+  st->mask = c.mask();
+  st->back_dim = dim;
+  return st;
+}
+
+void RefuseTape(const char* op, const Value& x) {
+  if (!internal::NeedsTape(x)) return;
+  OpFail(op, ": ", x.ToString(), " is being recorded on a tape; ", op,
+         " is for values off the tape (gradients). Use the blocking op, which is "
+         "differentiable, or call it under NoGradScope");
+}
+
+}  // namespace
+
+PendingValue all_reduce_start(const Value& x, const Axes& axes) {
+  constexpr const char* kOp = "all_reduce_start";
+  RefuseTape(kOp, x);
+  const internal::CollectiveCall c(Collective::kAllReduceSum, x, axes, {}, kOp);
+  auto st = NewCall(c, kOp, x, 0, x.shape());
+  if (c.TrivialOnDevice(x.tensor)) {
+    st->out = x.tensor.Clone();
+  } else {
+    auto call = c.comm().AllReduceStart(st->send.raw_data(), st->out.raw_data(), x.numel(),
+                                        DT(x.dtype()), collectives::ReduceOp::kSum);
+    c.Check(call.status());
+    st->call = std::move(*call);
+  }
+  c.Log(x.tensor);
+  return PendingValueAccess::Make(std::move(st));
+}
+
+PendingValue reduce_scatter_start(const Value& x, int dim, const Axes& axes) {
+  constexpr const char* kOp = "reduce_scatter_start";
+  RefuseTape(kOp, x);
+  const internal::CollectiveCall c(Collective::kReduceScatter, x, axes,
+                                   {.check = dim, .result = dim}, kOp);
+  dim = c.check_dim();
+  const int n = c.group_size();
+  if (x.dim(dim) % n != 0) {
+    OpFail(kOp, ": dim ", dim, " of ", x.ToString(), " (size ", x.dim(dim),
+           ") is not divisible by the ", n, " devices of axes ",
+           c.ctx().mesh().MaskToString(c.mask()));
+  }
+  Shape out_shape = x.shape();
+  out_shape[dim] /= n;
+  auto st = NewCall(c, kOp, x, dim, out_shape);
+  if (c.TrivialOnDevice(x.tensor)) {
+    st->out = st->send.Clone();
+  } else {
+    auto call = c.comm().ReduceScatterStart(st->send.raw_data(), st->out.raw_data(),
+                                            st->out.numel(), DT(x.dtype()),
+                                            collectives::ReduceOp::kSum);
+    c.Check(call.status());
+    st->call = std::move(*call);
+  }
+  c.Log(x.tensor);
+  return PendingValueAccess::Make(std::move(st));
+}
+
+PendingValue all_gather_start(const Value& x, int dim, const Axes& axes) {
+  constexpr const char* kOp = "all_gather_start";
+  const internal::CollectiveCall c(Collective::kAllGather, x, axes,
+                                   {.check = dim, .result = dim}, kOp);
+  dim = c.check_dim();
+  Shape out_shape = x.shape();
+  out_shape[dim] *= c.group_size();
+  auto st = NewCall(c, kOp, x, dim, out_shape);
+  if (c.TrivialOnDevice(x.tensor)) {
+    st->out = st->send.Clone();
+  } else {
+    auto call = c.comm().AllGatherStart(st->send.raw_data(), st->out.raw_data(),
+                                        st->send.numel(), DT(x.dtype()));
+    c.Check(call.status());
+    st->call = std::move(*call);
+  }
+  c.Log(x.tensor);
+  if (internal::NeedsTape(x)) {
+    auto backward = std::make_shared<GatherBackward>();
+    st->token = Value(Tensor::Empty({0}, x.dtype(), x.tensor.device()), st->type);
+    internal::RecordOp(kOp, {&x}, st->token,
+                       [backward, xt = x.type](const Value&, uint32_t, Value* d) {
+      if (!backward->scatter.pending()) {
+        OpFail("backward of all_gather_start: the backward of its Wait() did not run first "
+               "(the tape runs VJPs in reverse order; this is a bug in the tape)");
+      }
+      d[0] = internal::AsCotangent(backward->scatter.Wait(), xt);  // all_gather's transpose
+    });
+    st->backward = std::move(backward);
+    st->axes = axes;
+  }
+  return PendingValueAccess::Make(std::move(st));
+}
+
+Value PendingValue::Wait() {
+  if (state_ == nullptr) {
+    OpFail("PendingValue::Wait: this handle was already waited (or moved from); wait each "
+           "started collective exactly once");
+  }
+  std::unique_ptr<State> st = std::move(state_);
+  if (st->call != nullptr) ThrowIfError(st->call->Wait(), st->op, st->mask);
+  Value y(st->back_dim > 0 ? Transpose(st->out, 0, st->back_dim) : st->out, st->type);
+  if (st->backward != nullptr && internal::NeedsTape(st->token)) {
+    internal::RecordOp("all_gather_wait", {&st->token}, y,
+                       [backward = st->backward, axes = st->axes, dim = st->back_dim,
+                        token_type = st->token.type](const Value& g, uint32_t, Value* d) {
+      // Starts the transpose (reduce-scatter); the start's VJP, run later, waits for it.
+      backward->scatter = reduce_scatter_start(g, dim, axes);
       d[0] = Value(Tensor::Empty({0}, g.dtype(), g.tensor.device()), Dual(token_type));
     });
   }

@@ -24,6 +24,25 @@
 // between start and Wait() (the step's matmul) have their VJPs run between those two as well:
 // the backward pass overlaps its transfers exactly as the forward pass does. Types and the
 // collective log are those of ppermute (one "ppermute" record per start, forward or backward).
+//
+// Started all-reduce, reduce-scatter and all-gather (the overlapped training step:
+// models/train/grad_buckets.h, models/train/fsdp_params.h):
+//
+//   PendingValue r = all_reduce_start(bucket, {"dp"});          // P -> R, as all_reduce
+//   ... the backward of earlier layers runs ...
+//   Value reduced = r.Wait();
+//   PendingValue w = all_gather_start(shard, 0, {"dp_shard"});  // S(0) -> R, as all_gather
+//   Value full = w.Wait();                                      // on a tape: differentiable
+//
+// They run on the communicator's started-call lane (Communicator::AllReduceStart: a background
+// thread over a duplicate group, or a communication stream), so they proceed while the rank
+// computes where the backend overlaps (OverlapsStartedCalls) and complete at the start
+// otherwise. Types, checks, the agreement tag and the collective log are the blocking op's;
+// numbers are bitwise the blocking op's. all_reduce_start and reduce_scatter_start are for
+// values off the tape (gradients: they throw on a value being recorded); all_gather_start is
+// differentiable the way ppermute_start is: the VJP of Wait() starts the reduce-scatter of the
+// cotangent and the VJP of the start waits for it, so in the backward each reduce-scatter
+// overlaps the VJPs recorded between the two (FSDP's backward prefetch, mirrored).
 #ifndef SHARDMAP_SHARDMAP_ASYNC_COLLECTIVES_H_
 #define SHARDMAP_SHARDMAP_ASYNC_COLLECTIVES_H_
 
@@ -60,6 +79,32 @@ class PendingPpermute {
 [[nodiscard]] PendingPpermute ppermute_start(const Value& x, const Axes& axes,
                                              std::vector<std::pair<int, int>> pairs);
 inline Value ppermute_wait(PendingPpermute& p) { return p.Wait(); }
+
+// A started all-reduce, reduce-scatter or all-gather; Wait() exactly once (as PendingPpermute).
+class PendingValue {
+ public:
+  PendingValue();
+  PendingValue(PendingValue&&) noexcept;
+  PendingValue& operator=(PendingValue&&) noexcept;
+  ~PendingValue();
+
+  // The blocking op's value and type. Throws OpError.
+  [[nodiscard]] Value Wait();
+  bool pending() const { return state_ != nullptr; }
+
+  struct State;
+
+ private:
+  friend struct PendingValueAccess;
+  std::unique_ptr<State> state_;
+};
+
+// Sum over axes where x is P (P -> R). x must not be on a tape. Throws OpError.
+[[nodiscard]] PendingValue all_reduce_start(const Value& x, const Axes& axes);
+// Sum over axes and keep this device's chunk of dim (P -> S(dim)); dim divisible by the group.
+[[nodiscard]] PendingValue reduce_scatter_start(const Value& x, int dim, const Axes& axes);
+// Concatenate the devices' x along dim (S(dim) -> R, or V -> R). Differentiable.
+[[nodiscard]] PendingValue all_gather_start(const Value& x, int dim, const Axes& axes);
 
 }  // namespace shardmap
 

@@ -1,0 +1,88 @@
+#include "models/train/grad_buckets.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "shardmap/collective_ops.h"
+#include "tensor/error.h"
+#include "tensor/ops/shape_ops.h"
+
+namespace shardmap {
+namespace {
+
+// The bucket a gradient belongs to: its kinds with S(d) as V (a flat buffer has no dims).
+SpmdType BucketKinds(const SpmdType& t) {
+  SpmdType k = t;
+  for (int i = 0; i < k.num_axes(); ++i) {
+    if (k[i].kind == AxisKind::kV) k[i] = AxisType::V();
+  }
+  return k;
+}
+
+}  // namespace
+
+GradientBuckets::GradientBuckets(const Mesh& mesh, int count, int64_t bucket_bytes)
+    : mesh_(mesh), bucket_bytes_(bucket_bytes), grads_(count), added_(count, false) {
+  if (bucket_bytes <= 0) {
+    OpFail("GradientBuckets: the bucket size is ", bucket_bytes, " bytes; it must be positive");
+  }
+}
+
+void GradientBuckets::Add(int k, const Value& grad) {
+  if (k < 0 || k >= static_cast<int>(grads_.size()) || added_[k]) {
+    OpFail("GradientBuckets::Add: gradient ", k, " is out of range [0, ", grads_.size(),
+           ") or was already added");
+  }
+  added_[k] = true;
+  grads_[k] = grad;
+  if (grad.type.AxesOfKind(AxisKind::kP) == 0) return;  // nothing to reduce
+  const SpmdType kinds = BucketKinds(grad.type);
+  const Device device = grad.tensor.device();
+  Open* open = nullptr;
+  for (Open& o : open_) {
+    if (o.kinds == kinds && o.dtype == grad.dtype() && o.device == device) open = &o;
+  }
+  if (open == nullptr) open = &open_.emplace_back(Open{kinds, grad.dtype(), device, {}, 0});
+  open->members.push_back(k);
+  open->bytes += static_cast<int64_t>(grad.tensor.nbytes());
+  if (open->bytes >= bucket_bytes_) Start(*open);
+}
+
+void GradientBuckets::Start(Open& open) {
+  if (open.members.empty()) return;
+  std::vector<Tensor> parts;
+  parts.reserve(open.members.size());
+  for (int k : open.members) parts.push_back(grads_[k].tensor.Reshape({-1}));
+  Value flat(parts.size() == 1 ? parts[0] : Concat(parts, 0), open.kinds);
+  const AxisMask reduced = open.kinds.AxesOfKind(AxisKind::kP);
+  pending_.push_back(Started{std::move(open.members), reduced,
+                             all_reduce_start(flat, Axes(mesh_.AxisNamesOf(reduced)))});
+  open.members.clear();
+  open.bytes = 0;
+}
+
+std::vector<Value> GradientBuckets::Finish() {
+  for (size_t k = 0; k < added_.size(); ++k) {
+    if (!added_[k]) OpFail("GradientBuckets::Finish: gradient ", k, " was never added");
+  }
+  for (Open& o : open_) Start(o);
+  for (Started& s : pending_) {
+    const Tensor flat = s.call.Wait().tensor;
+    int64_t at = 0;
+    for (int k : s.members) {
+      Value& g = grads_[k];
+      const int64_t n = g.numel();
+      SpmdType type = g.type;  // all_reduce's rule: P -> R on the reduced axes
+      for (int a = 0; a < type.num_axes(); ++a) {
+        if (s.reduced & (AxisMask{1} << a)) type[a] = AxisType::R();
+      }
+      g = Value(flat.SliceRows(at, n).Reshape(g.shape()), type);
+      at += n;
+    }
+  }
+  pending_.clear();
+  open_.clear();
+  return std::move(grads_);
+}
+
+}  // namespace shardmap

@@ -297,6 +297,10 @@ PipelineResult RunPipeline(const Timetable& tt, const std::string& axis,
   std::vector<Value> watched;
   for (const Value& v : params) watched.push_back(tape.Watch(v));
   std::vector<Value> outs(tt.microbatches());  // pp_send tokens, or losses on the last stage
+  int last_backward = -1;  // this stage's last backward tick
+  for (int t = 0; t < tt.num_ticks(); ++t) {
+    if (tt.at(t, s).kind == PipeAction::kBackward) last_backward = t;
+  }
   PipelineResult r;
   const double start = NowUs();
   for (int t = 0; t < tt.num_ticks(); ++t) {
@@ -321,10 +325,19 @@ PipelineResult RunPipeline(const Timetable& tt, const std::string& axis,
       Value seed = last ? LossSeed(out)
                         : Value(Tensor::Empty({0}, out.dtype(), out.tensor.device()),
                                 Dual(out.type));
-      std::vector<Value> g = tape.BackwardAndRelease(out, seed, watched);
+      Tape::GradReadyFn on_ready;
+      if (stage.on_final_grad && t == last_backward) {
+        // The microbatches' sum, as below (the same op in the same order), handed over.
+        on_ready = [&](int k, const Value& g) {
+          stage.on_final_grad(k, r.grads.empty() ? g : r.grads[k] + g);
+        };
+      }
+      std::vector<Value> g = tape.BackwardAndRelease(out, seed, watched, on_ready);
       out = Value();
       NoGradScope no_tape;
-      if (r.grads.empty()) {
+      if (on_ready) {
+        r.grads.clear();  // handed over
+      } else if (r.grads.empty()) {
         r.grads = std::move(g);
       } else {
         for (size_t i = 0; i < g.size(); ++i) r.grads[i] = r.grads[i] + g[i];

@@ -105,6 +105,10 @@ struct PipelineStage {
   SpmdType boundary_type;  // V on the pipeline axis
   // Optional: told of every VJP of the stage's backward passes (a tracer), as Tape's.
   BackwardObserver* backward_observer = nullptr;
+  // Optional: told, during this stage's last backward, of each parameter's gradient (summed
+  // over the microbatches) as soon as it is final (Tape::Backward's on_ready): overlapped
+  // gradient reduction. PipelineResult::grads then stays empty.
+  std::function<void(int k, const Value& grad)> on_final_grad;
 };
 
 // One action of a rank's timetable as it ran: a forward or backward of one microbatch.

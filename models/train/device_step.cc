@@ -11,11 +11,13 @@
 namespace shardmap {
 
 DeviceStep::DeviceStep(const GptLayout& layout, const RunPlan& plan, double clip, bool capture,
-                       RankState& state, const RankBatches& batches, RankContext& ctx)
+                       const OverlapOptions& overlap, RankState& state,
+                       const RankBatches& batches, RankContext& ctx)
     : layout_(layout),
       plan_(plan),
       clip_(clip),
       capture_(capture),
+      overlap_(overlap),
       state_(state),
       batches_(batches),
       ctx_(ctx),
@@ -25,12 +27,13 @@ DeviceStep::DeviceStep(const GptLayout& layout, const RunPlan& plan, double clip
 void DeviceStep::Enqueue(const std::vector<Value>& ids, const std::vector<Value>& targets,
                          TypeTrace* types, Tape& tape, TracingRecorder& rec,
                          const std::function<void(const char*)>& phase, Outcome& out) {
+  std::unique_ptr<GradientBuckets> buckets = NewGradientBuckets(layout_, overlap_, state_);
   out.bp = OneProgramBackprop(layout_, state_.params, ids, targets, plan_.global_tokens, types,
-                              tape, rec);
+                              tape, rec, buckets.get());
   out.backprop_logged = ctx_.collective_log().size();
   phase("optimizer");
   out.reduce_us = TraceNowUs();
-  ReduceGradients(layout_.mesh(), out.bp.grads);
+  FinishGradients(layout_, buckets.get(), out.bp.grads);
   out.optimizer_us = TraceNowUs();
   const std::vector<bool> counted(state_.held.size(), true);
   report_ = DeviceOptimizerStep(out.bp.loss, out.bp.grads, counted, clip_, lr_device_,

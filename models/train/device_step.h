@@ -32,7 +32,8 @@ namespace shardmap {
 class DeviceStep {
  public:
   DeviceStep(const GptLayout& layout, const RunPlan& plan, double clip, bool capture,
-             RankState& state, const RankBatches& batches, RankContext& ctx);
+             const OverlapOptions& overlap, RankState& state, const RankBatches& batches,
+             RankContext& ctx);
 
   struct Outcome {
     Backprop bp;
@@ -67,6 +68,7 @@ class DeviceStep {
   const RunPlan& plan_;
   double clip_;
   bool capture_;
+  OverlapOptions overlap_;
   RankState& state_;
   const RankBatches& batches_;
   RankContext& ctx_;

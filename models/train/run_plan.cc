@@ -104,6 +104,10 @@ absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
   if (std::isnan(o.optimizer.clip) || std::isinf(o.optimizer.clip)) {
     return Invalid(absl::StrCat("clip (--clip) ", o.optimizer.clip, " must be finite (<= 0 turns clipping off)"));
   }
+  if (o.overlap.bucket_bytes <= 0) {
+    return Invalid(absl::StrCat("the gradient bucket size (--bucket_mb) is ", o.overlap.bucket_bytes,
+                                " bytes; it must be positive (DDP's default is 25 MiB)"));
+  }
   if (!o.checkpoint.init_path.empty() && !o.checkpoint.resume_path.empty()) {
     return Invalid(absl::StrCat("both --init ('", o.checkpoint.init_path, "') and --resume ('", o.checkpoint.resume_path,
                                 "') are given: --resume continues a run (parameters, moments, "

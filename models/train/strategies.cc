@@ -26,9 +26,10 @@ std::vector<std::string> AxesOfKind(const Mesh& mesh, const SpmdType& type, Axis
 Backprop OneProgramBackprop(const GptLayout& layout, const std::vector<Value>& params,
                             const std::vector<Value>& ids, const std::vector<Value>& targets,
                             int64_t global_tokens, TypeTrace* types, Tape& tape,
-                            TracingRecorder& rec) {
+                            TracingRecorder& rec, GradientBuckets* buckets) {
   Backprop out;
   for (size_t j = 0; j < ids.size(); ++j) {
+    const bool last = j + 1 == ids.size();
     std::vector<Value> watched;
     for (const Value& p : params) watched.push_back(tape.Watch(p));
     Value loss;
@@ -38,18 +39,26 @@ Backprop OneProgramBackprop(const GptLayout& layout, const std::vector<Value>& p
                      j == 0 ? types : nullptr, &out.moe);
     }
     if (j == 0) out.forward_end_us = TraceNowUs();
-    std::vector<Value> grads = tape.Backward(loss, LossSeed(loss), watched);
+    Tape::GradReadyFn on_ready;
+    if (buckets != nullptr && last) {
+      // The microsteps' sum, as below (the same op in the same order), handed over when final.
+      on_ready = [&](int k, const Value& g) {
+        buckets->Add(k, j == 0 ? g : out.grads[k] + g);
+      };
+    }
+    std::vector<Value> grads = tape.Backward(loss, LossSeed(loss), watched, on_ready);
     out.peak_saved_bytes = std::max(out.peak_saved_bytes, tape.peak_saved_bytes());
     tape.Clear();  // drop the saved activations now
     loss.node = -1;
     NoGradScope no_tape;
-    if (j == 0) {
+    if (on_ready) {
+      out.grads.clear();  // in the buckets
+    } else if (j == 0) {
       out.grads = std::move(grads);
-      out.loss = loss;
     } else {
       for (size_t i = 0; i < grads.size(); ++i) out.grads[i] = out.grads[i] + grads[i];
-      out.loss = out.loss + loss;
     }
+    out.loss = j == 0 ? loss : out.loss + loss;
   }
   out.activation_bytes = rec.activation_bytes() / static_cast<int64_t>(ids.size());
   out.largest_activation_bytes = rec.largest_activation();
@@ -59,7 +68,8 @@ Backprop OneProgramBackprop(const GptLayout& layout, const std::vector<Value>& p
 Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stage,
                           const std::vector<Value>& params, const std::vector<Value>& ids,
                           const std::vector<Value>& targets, const SpmdType& boundary_type,
-                          TypeTrace* types, BackwardObserver* observer) {
+                          TypeTrace* types, BackwardObserver* observer,
+                          GradientBuckets* buckets) {
   const GptConfig& c = layout.config();
   const std::vector<int>& owned = plan.stage_plan.owned[stage];
   const bool first = stage == 0, last = stage == plan.stages - 1;
@@ -69,6 +79,7 @@ Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stag
   ps.boundary_dtype = c.compute_dtype();  // bf16 activations under mixed precision
   ps.boundary_type = boundary_type;
   ps.backward_observer = observer;
+  if (buckets != nullptr) ps.on_final_grad = [buckets](int k, const Value& g) { buckets->Add(k, g); };
   ps.forward = [&](int mb, const Value& in, const std::vector<Value>& watched) {
     std::vector<Value> all(np);
     for (size_t i = 0; i < owned.size(); ++i) all[owned[i]] = watched[i];
@@ -111,6 +122,23 @@ void ReduceGradients(const Mesh& mesh, std::vector<Value>& grads) {
   for (Value& g : grads) {
     std::vector<std::string> axes = AxesOfKind(mesh, g.type, AxisKind::kP);
     if (!axes.empty()) g = all_reduce(g, Axes(axes));
+  }
+}
+
+std::unique_ptr<GradientBuckets> NewGradientBuckets(const GptLayout& layout,
+                                                   const OverlapOptions& overlap,
+                                                   const RankState& state) {
+  if (!overlap.grads) return nullptr;
+  return std::make_unique<GradientBuckets>(layout.mesh(), static_cast<int>(state.params.size()),
+                                           overlap.bucket_bytes);
+}
+
+void FinishGradients(const GptLayout& layout, GradientBuckets* buckets, std::vector<Value>& grads) {
+  if (buckets == nullptr) {
+    ReduceGradients(layout.mesh(), grads);
+  } else {
+    NoGradScope no_tape;
+    grads = buckets->Finish();
   }
 }
 

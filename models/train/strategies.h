@@ -7,6 +7,7 @@
 //   Backprop bp = OneProgramBackprop(layout, params, ids, targets, plan.global_tokens,
 //                                    /*types=*/nullptr, tape, recorder);
 //   ReduceGradients(layout.mesh(), bp.grads);      // all_reduce over each gradient's P axes
+//   // or, overlapped: pass a GradientBuckets to the strategy and take buckets.Finish()
 //   double loss = ShareLoss(layout, plan, stage, bp.loss);
 //
 // A new strategy is one more *Backprop function here (and its refusals in run_plan.cc).
@@ -14,6 +15,7 @@
 #define SHARDMAP_MODELS_TRAIN_STRATEGIES_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,9 @@
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/gpt_trace.h"
 #include "models/parallel/pipeline.h"
+#include "models/train/grad_buckets.h"
+#include "models/train/rank_state.h"
+#include "models/train/train_options.h"
 #include "models/train/run_plan.h"
 #include "shardmap/value.h"
 
@@ -47,16 +52,21 @@ std::vector<std::string> AxesOfKind(const Mesh& mesh, const SpmdType& type, Axis
 
 // The strategy "one program": GptLoss on a tape, one backward pass per microstep. Every loss
 // share is over the whole batch's tokens, so the losses and gradients of the microsteps add up.
+// With `buckets`, the last microstep's backward hands each gradient (the microsteps' sum) to
+// it as soon as it is final, and Backprop::grads stays empty: the caller's buckets.Finish()
+// returns them reduced (overlapped reduction). Without, grads are the pending sums.
 Backprop OneProgramBackprop(const GptLayout& layout, const std::vector<Value>& params,
                             const std::vector<Value>& ids, const std::vector<Value>& targets,
                             int64_t global_tokens, TypeTrace* types, Tape& tape,
-                            TracingRecorder& rec);
+                            TracingRecorder& rec, GradientBuckets* buckets = nullptr);
 
-// The strategy "pipeline": this stage's part of the timetable over the microbatches.
+// The strategy "pipeline": this stage's part of the timetable over the microbatches. With
+// `buckets`, as OneProgramBackprop: the stage's last backward hands each gradient over.
 Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stage,
                           const std::vector<Value>& params, const std::vector<Value>& ids,
                           const std::vector<Value>& targets, const SpmdType& boundary_type,
-                          TypeTrace* types, BackwardObserver* observer);
+                          TypeTrace* types, BackwardObserver* observer,
+                          GradientBuckets* buckets = nullptr);
 
 // The type of the residual stream crossing pipeline stages: what the embedding gives, probed
 // once with zeros on every rank (so the collectives inside match).
@@ -66,6 +76,13 @@ SpmdType PipelineBoundaryType(const GptLayout& layout, const RunPlan& plan, cons
 // parameters, dp_replicate under HSDP, tp for tp-replicated ones; never pp (the stages hold
 // different parameters).
 void ReduceGradients(const Mesh& mesh, std::vector<Value>& grads);
+
+// The step's GradientBuckets when overlap.grads is on (over the rank's held parameters), else
+// null; and the reduction either way: the buckets' Finish() into grads, or ReduceGradients.
+std::unique_ptr<GradientBuckets> NewGradientBuckets(const GptLayout& layout,
+                                                   const OverlapOptions& overlap,
+                                                   const RankState& state);
+void FinishGradients(const GptLayout& layout, GradientBuckets* buckets, std::vector<Value>& grads);
 
 // The tied wte under a pipeline: the embedding's (stage 0) and the lm_head's (last stage)
 // gradients summed on both, so the two copies take identical AdamW steps; the last stage's copy

@@ -102,6 +102,18 @@ struct RuntimeOptions {
   bool cuda_graph = true;
 };
 
+// How the step overlaps its communication with compute (docs/design.md, "The overlapped
+// step"). Every setting gives bitwise the numbers of the reference schedule (overlap off).
+struct OverlapOptions {
+  // Data-parallel gradients (the P axes: dp, dp_replicate, tp for tp-replicated parameters)
+  // reduced in buckets started during the backward as their gradients become final
+  // (models/train/grad_buckets.h), on the communicator's started-call lane. false: one blocking
+  // all_reduce per gradient after the backward.
+  bool grads = true;
+  // > 0; DDP's default (DistributedDataParallel's bucket_cap_mb=25).
+  int64_t bucket_bytes = int64_t{25} << 20;
+};
+
 // Callbacks and test hooks.
 struct TrainHooks {
   // Called on the reporting rank after each step.
@@ -139,6 +151,7 @@ struct TrainOptions {
   EvalOptions eval;
   TraceOptions tracing;
   RuntimeOptions runtime;
+  OverlapOptions overlap;
   TrainHooks hooks;
 };
 

@@ -117,8 +117,8 @@ RankTrainer::RankTrainer(SharedRun& run, RankContext& ctx)
     TraceError(options_.tracing.writer->ThreadName(rank_, RankDescription(layout_.mesh(), rank_)));
   }
   if (dev_.is_cuda() && !plan_.pipelined) {
-    device_ = std::make_unique<DeviceStep>(layout_, plan_, options_.optimizer.clip, run.capture, state_,
-                                           batches_, ctx);
+    device_ = std::make_unique<DeviceStep>(layout_, plan_, options_.optimizer.clip, run.capture,
+                                           options_.overlap, state_, batches_, ctx);
   }
 }
 
@@ -174,20 +174,21 @@ StepOutcome RankTrainer::HostStep(int64_t step, double lr, const Tensor& ids_g,
                                   TracingRecorder& rec, bool tracing) {
   StepOutcome out;
   std::vector<Value> ids, targets;
+  std::unique_ptr<GradientBuckets> buckets = NewGradientBuckets(layout_, options_.overlap, state_);
   if (plan_.pipelined) {
     batches_.Microbatches(ids_g, targets_g, &ids, &targets);
     out.bp = PipelineBackprop(layout_, plan_, stage_, state_.params, ids, targets, boundary_type_,
-                              types, tracing ? &backward_tracer_ : nullptr);
+                              types, tracing ? &backward_tracer_ : nullptr, buckets.get());
   } else {
     batches_.Microsteps(ids_g, targets_g, &ids, &targets);
     out.bp = OneProgramBackprop(layout_, state_.params, ids, targets, plan_.global_tokens, types,
-                                tape_, rec);
+                                tape_, rec, buckets.get());
   }
   out.backprop_logged = ctx_.collective_log().size();
   Phase("optimizer");
   out.times.reduce = TraceNowUs();
   std::vector<Value>& grads = out.bp.grads;
-  ReduceGradients(layout_.mesh(), grads);
+  FinishGradients(layout_, buckets.get(), grads);
   std::vector<bool> counted(state_.held.size(), true);
   ExchangeTiedEmbeddingGrad(layout_, plan_, stage_, state_.held, dev_, grads, counted);
   out.loss = ShareLoss(layout_, plan_, stage_, out.bp.loss, dev_);

@@ -90,6 +90,12 @@ ABSL_FLAG(double, collective_timeout, 300,
           "--backend=gloo/nccl: seconds a rank waits for a peer in one collective (and to "
           "connect) before the job fails naming the peer; a stopped or hung peer is detected "
           "after this long");
+ABSL_FLAG(std::string, overlap, "on",
+          "on: data-parallel gradients are reduced in buckets started during the backward "
+          "(overlapped with it; DDP's schedule); off: one blocking all-reduce per gradient after "
+          "the backward (the reference schedule). Both give the same numbers bitwise");
+ABSL_FLAG(double, bucket_mb, 25,
+          "--overlap=on: the gradient bucket size in MiB (> 0; DDP's default 25)");
 ABSL_FLAG(std::string, tokenizer, "",
           "a folder with GPT-2's tokenizer files (encoder.json + vocab.bpe, or Hugging Face's "
           "vocab.json + merges.txt): --text is encoded with its byte-level BPE, --prompt too, "
@@ -458,6 +464,24 @@ absl::Status SetPipeline(TrainOptions& o) {
     }
     o.pipeline.stage_layers.push_back(n);
   }
+  return absl::OkStatus();
+}
+
+// --overlap and --bucket_mb.
+absl::Status SetOverlap(TrainOptions& o) {
+  const std::string overlap = absl::GetFlag(FLAGS_overlap);
+  if (overlap != "on" && overlap != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--overlap='", overlap, "': give on (the default) or off"));
+  }
+  o.overlap.grads = overlap == "on";
+  const double mb = absl::GetFlag(FLAGS_bucket_mb);
+  if (!(mb > 0) || !std::isfinite(mb) || mb > 1e6) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--bucket_mb=", mb, ": the gradient bucket size must be a positive number of MiB "
+        "(at most 1e6; e.g. 25, DDP's default)"));
+  }
+  o.overlap.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(mb * (1 << 20)));
   return absl::OkStatus();
 }
 
@@ -940,6 +964,7 @@ absl::Status Run() {
   TypeTrace types;
   if (absl::GetFlag(FLAGS_print_types)) o.tracing.types = &types;
   if (absl::Status s = SetPipeline(o); !s.ok()) return s;
+  if (absl::Status s = SetOverlap(o); !s.ok()) return s;
   if (ranks->print) {
     PrintHeader(*layout, *ranks, o, data->train.size());
     if (!resume_note.empty()) std::cout << resume_note << (resume_note.back() == '\n' ? "" : "\n");

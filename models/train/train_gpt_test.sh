@@ -130,6 +130,10 @@ expect_error "seq 8 is not divisible by 2\*cp = 6" "${common[@]}" --mesh=cp=3
 expect_error "batch 4 is not divisible by the 3" "${common[@]}" --mesh=dp=3
 expect_error "vocab 250 is not divisible by tp=4" "${common[@]}" --vocab=250 --mesh=tp=4 --heads=4
 expect_error "--dtype f16: use f32, f64 or bf16" "${common[@]}" --dtype=f16
+expect_error "--overlap='maybe': give on" "${common[@]}" --overlap=maybe
+expect_error "--bucket_mb=0: the gradient bucket size must be a positive" "${common[@]}" --bucket_mb=0
+expect_error "--bucket_mb=-3: the gradient bucket size" "${common[@]}" --bucket_mb=-3
+expect_error "--bucket_mb=nan: the gradient bucket size" "${common[@]}" --bucket_mb=nan
 expect_error "missing.txt': no such file" --text="$tmp/missing.txt"
 printf 'abc' > "$tmp/abc.txt"
 expect_error "one sample needs seq+1 = 9" --text="$tmp/abc.txt" --seq=8 --layers=1 --d_model=16 --heads=4

@@ -6,7 +6,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tensor/error.h"
 #include "tensor/ops/elementwise.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/shape_ops.h"
@@ -40,6 +42,48 @@ TEST(MemoryTracker, CountsRequestedBytesOnMetaAndCpuAlike) {
     EXPECT_EQ(mem.peak_bytes(), 86);
     EXPECT_EQ(mem.allocated_bytes(), 4096 + 6 + 80);
   }
+}
+
+// FSDP's reshard: a released buffer is no longer live; a refill moves the other tensor's buffer
+// (and its accounting) in; views of the released storage read the refilled bytes.
+TEST(MemoryTracker, ReleasedBuffersAreNotLiveAndRefillsMoveTheirBytesIn) {
+  for (Device d : {kMeta, kCpu}) {
+    for (int64_t n : {int64_t{3}, int64_t{1000}}) {  // inline on the CPU, and heap
+      SCOPED_TRACE(absl::StrCat(d.ToString(), " n=", n));
+      MemoryTracker mem;
+      Tensor gathered = Tensor::Full({n}, 1.5, DType::kF64, d);
+      Tensor saved = gathered.Reshape({n, 1});  // what a VJP closure keeps
+      EXPECT_EQ(mem.live_bytes(), 8 * n);
+      gathered.ReleaseBuffer();
+      gathered.ReleaseBuffer();  // idempotent
+      EXPECT_TRUE(saved.buffer_released());
+      EXPECT_EQ(mem.live_bytes(), 0);
+      EXPECT_EQ(saved.shape(), (Shape{n, 1}));
+      Tensor again = Tensor::Full({n}, -2.25, DType::kF64, d);
+      EXPECT_EQ(mem.live_bytes(), 8 * n);
+      saved.RefillBuffer(again.Reshape({n, 1}));
+      EXPECT_FALSE(gathered.buffer_released());
+      EXPECT_TRUE(again.buffer_released());
+      EXPECT_EQ(mem.live_bytes(), 8 * n);
+      if (!d.is_meta()) EXPECT_EQ(gathered.at(n - 1), -2.25);
+      again = Tensor();
+      EXPECT_EQ(mem.live_bytes(), 8 * n);
+      gathered = saved = Tensor();
+      EXPECT_EQ(mem.live_bytes(), 0);
+    }
+  }
+}
+
+TEST(MemoryTracker, RefillNeedsAReleasedBufferOfTheSameSize) {
+  Tensor a = Tensor::Zeros({4}, DType::kF32, kCpu);
+  Tensor b = Tensor::Zeros({4}, DType::kF32, kCpu);
+  EXPECT_THROW(a.RefillBuffer(b), OpError);  // a is live
+  a.ReleaseBuffer();
+  EXPECT_THROW(a.RefillBuffer(Tensor::Zeros({5}, DType::kF32, kCpu)), OpError);
+  EXPECT_THROW(a.RefillBuffer(Tensor::Zeros({4}, DType::kF64, kCpu)), OpError);
+  EXPECT_THROW(a.RefillBuffer(Tensor::Zeros({4}, DType::kF32, kMeta)), OpError);
+  a.RefillBuffer(b);
+  EXPECT_THROW(a.RefillBuffer(b), OpError);  // b is released now
 }
 
 TEST(MemoryTracker, StorageFromBeforeTheTrackerIsNotCounted) {

@@ -59,7 +59,55 @@ std::shared_ptr<Storage> Storage::AllocateOn(Device device, size_t nbytes) {
   return s;
 }
 
+void Storage::Release() {
+  if (released_) return;
+  if (tracker_ != nullptr) Untrack();
+  tracker_.reset();
+  if (device_.is_cuda()) {
+    cuda::DeviceFree(device_.index, data_);
+    data_ = nullptr;
+  } else if (!device_.is_meta() && nbytes_ > kInlineBytes) {
+    internal::FreeAligned(data_, nbytes_);
+    data_ = nullptr;
+  }
+  released_ = true;
+}
+
+void Storage::Adopt(Storage& from) {
+  if (!released_ || from.released_ || &from == this || from.nbytes_ != nbytes_ ||
+      from.device_ != device_) {
+    OpFail("Storage::Adopt: needs a released storage and a live one of the same size and device "
+           "(have ", nbytes_, " bytes on ", device_.ToString(), released_ ? ", released" : ", live",
+           " and ", from.nbytes_, " bytes on ", from.device_.ToString(),
+           from.released_ ? ", released" : ", live", ")");
+  }
+  if (!device_.is_cuda() && !device_.is_meta() && nbytes_ <= kInlineBytes) {
+    std::memcpy(data_, from.data_, nbytes_);  // inline buffers stay in their objects
+  } else {
+    data_ = from.data_;
+    from.data_ = nullptr;
+  }
+  tracker_ = std::move(from.tracker_);
+  op_scope_ = from.op_scope_;
+  from.released_ = true;
+  released_ = false;
+}
+
+void Tensor::ReleaseBuffer() const {
+  if (storage_ == nullptr) OpFail("ReleaseBuffer: the tensor is undefined");
+  storage_->Release();
+}
+
+void Tensor::RefillBuffer(const Tensor& from) const {
+  if (storage_ == nullptr || from.storage_ == nullptr) OpFail("RefillBuffer: undefined tensor");
+  if (from.shape() != shape() || from.dtype() != dtype() || from.offset_bytes_ != offset_bytes_) {
+    OpFail("RefillBuffer: ", ShapeString(), " cannot take the buffer of ", from.ShapeString());
+  }
+  storage_->Adopt(*from.storage_);
+}
+
 Storage::~Storage() {
+  if (released_) return;
   if (tracker_ != nullptr) [[unlikely]] Untrack();
   if (device_.is_meta()) {
     // no buffer

@@ -94,6 +94,14 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
+  // FSDP's reshard_after_forward (models/train/fsdp_params.h). Release() frees the buffer but
+  // keeps the object (and its nbytes), so the tensors sharing it stay defined and keep their
+  // shape; they must not be read until Adopt(). Adopt(from) takes over from's buffer (the same
+  // nbytes and device; `from` is released). Memory trackers follow the buffer. Throws OpError.
+  void Release();
+  void Adopt(Storage& from);
+  bool released() const { return released_; }
+
  private:
   // Every MemoryTracker live on the allocating thread (innermost; it links to the outer ones),
   // or null; and the op scope it was allocated in (0: outside any op). See memory_tracker.h.
@@ -105,6 +113,7 @@ class Storage {
   Device device_;
   std::shared_ptr<internal::TrackerState> tracker_;
   uint64_t op_scope_ = 0;
+  bool released_ = false;
   // Over-sized by 63 so a 64-byte-aligned window fits without an over-aligned (slower) new.
   unsigned char inline_[kInlineBytes + 63];
 };
@@ -178,6 +187,11 @@ class Tensor {
   // a data-less tensor of the same shape; from meta: zeros.
   Tensor To(Device device) const;
   bool SharesStorageWith(const Tensor& other) const { return storage_ == other.storage_; }
+  // Storage::Release / Adopt on this tensor's storage (every tensor sharing it sees the change):
+  // FSDP frees a gathered parameter after its forward and refills it for the backward.
+  void ReleaseBuffer() const;
+  void RefillBuffer(const Tensor& from) const;
+  bool buffer_released() const { return storage_ != nullptr && storage_->released(); }
 
   // "f32[2,3]"
   std::string ShapeString() const;

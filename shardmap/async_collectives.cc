@@ -8,6 +8,7 @@
 #include "shardmap/context.h"
 #include "shardmap/internal/collective_call.h"
 #include "shardmap/internal/typing.h"
+#include "shardmap/ops.h"
 #include "shardmap/type_rules.h"
 #include "tensor/error.h"
 #include "tensor/ops/shape_ops.h"
@@ -130,6 +131,7 @@ namespace {
 // of the cotangent.
 struct GatherBackward {
   PendingValue scatter;
+  DType grad_dtype;  // the gathered input's: the cotangent is reduced in it
 };
 
 }  // namespace
@@ -237,26 +239,34 @@ PendingValue reduce_scatter_start(const Value& x, int dim, const Axes& axes) {
   return PendingValueAccess::Make(std::move(st));
 }
 
-PendingValue all_gather_start(const Value& x, int dim, const Axes& axes) {
+PendingValue all_gather_start(const Value& x, int dim, const Axes& axes,
+                              std::optional<DType> gather_dtype) {
   constexpr const char* kOp = "all_gather_start";
   const internal::CollectiveCall c(Collective::kAllGather, x, axes,
                                    {.check = dim, .result = dim}, kOp);
   dim = c.check_dim();
   Shape out_shape = x.shape();
   out_shape[dim] *= c.group_size();
-  auto st = NewCall(c, kOp, x, dim, out_shape);
+  // The cast before the transfer (not recorded: the start's VJP casts the cotangent back).
+  Value sent = x;
+  if (gather_dtype.has_value() && *gather_dtype != x.dtype()) {
+    NoGradScope no_tape;
+    sent = cast(Value(x.tensor, x.type), *gather_dtype);
+  }
+  auto st = NewCall(c, kOp, sent, dim, out_shape);
   if (c.TrivialOnDevice(x.tensor)) {
     st->out = st->send.Clone();
   } else {
     auto call = c.comm().AllGatherStart(st->send.raw_data(), st->out.raw_data(),
-                                        st->send.numel(), DT(x.dtype()));
+                                        st->send.numel(), DT(sent.dtype()));
     c.Check(call.status());
     st->call = std::move(*call);
   }
-  c.Log(x.tensor);
+  c.Log(sent.tensor);
   if (internal::NeedsTape(x)) {
     auto backward = std::make_shared<GatherBackward>();
-    st->token = Value(Tensor::Empty({0}, x.dtype(), x.tensor.device()), st->type);
+    backward->grad_dtype = x.dtype();
+    st->token = Value(Tensor::Empty({0}, sent.dtype(), x.tensor.device()), st->type);
     internal::RecordOp(kOp, {&x}, st->token,
                        [backward, xt = x.type](const Value&, uint32_t, Value* d) {
       if (!backward->scatter.pending()) {
@@ -283,8 +293,10 @@ Value PendingValue::Wait() {
     internal::RecordOp("all_gather_wait", {&st->token}, y,
                        [backward = st->backward, axes = st->axes, dim = st->back_dim,
                         token_type = st->token.type](const Value& g, uint32_t, Value* d) {
-      // Starts the transpose (reduce-scatter); the start's VJP, run later, waits for it.
-      backward->scatter = reduce_scatter_start(g, dim, axes);
+      // Starts the transpose (reduce-scatter, in the input's dtype); the start's VJP, run
+      // later, waits for it.
+      backward->scatter = reduce_scatter_start(
+          g.dtype() == backward->grad_dtype ? g : cast(g, backward->grad_dtype), dim, axes);
       d[0] = Value(Tensor::Empty({0}, g.dtype(), g.tensor.device()), Dual(token_type));
     });
   }

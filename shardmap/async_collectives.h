@@ -47,6 +47,7 @@
 #define SHARDMAP_SHARDMAP_ASYNC_COLLECTIVES_H_
 
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -103,8 +104,12 @@ class PendingValue {
 [[nodiscard]] PendingValue all_reduce_start(const Value& x, const Axes& axes);
 // Sum over axes and keep this device's chunk of dim (P -> S(dim)); dim divisible by the group.
 [[nodiscard]] PendingValue reduce_scatter_start(const Value& x, int dim, const Axes& axes);
-// Concatenate the devices' x along dim (S(dim) -> R, or V -> R). Differentiable.
-[[nodiscard]] PendingValue all_gather_start(const Value& x, int dim, const Axes& axes);
+// Concatenate the devices' x along dim (S(dim) -> R, or V -> R). Differentiable. With
+// gather_dtype (FSDP2's param_dtype), x is cast to it first, so the transfer moves that dtype;
+// the backward casts the cotangent back to x's dtype before the reduce-scatter (FSDP2's
+// reduce_dtype = the parameter's): bitwise all_gather(x) followed by cast(., gather_dtype).
+[[nodiscard]] PendingValue all_gather_start(const Value& x, int dim, const Axes& axes,
+                                            std::optional<DType> gather_dtype = std::nullopt);
 
 }  // namespace shardmap
 

@@ -111,6 +111,41 @@ TEST(StartedCollectivesTest, AllGatherStartHasAllGathersGradients) {
   }
 }
 
+// FSDP2's param_dtype: the gather moves f32 (half the bytes of the f64 parameter) and equals
+// cast(all_gather(x)); the backward reduces in f64, as cast's VJP then all_gather's transpose.
+TEST(StartedCollectivesTest, AllGatherStartInAnotherDtypeIsGatherThenCast) {
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(absl::StrCat("fsdp=", n));
+    Mesh mesh = *Mesh::Create({{"fsdp", n}});
+    auto loss = [](bool started) -> ShardFn {
+      return [started](const std::vector<Value>& p) -> std::vector<Value> {
+        Value v = p[0] * 3.0;
+        Value y = started ? all_gather_start(v, 1, "fsdp", DType::kF32).Wait()
+                          : cast(all_gather(v, 1, "fsdp"), DType::kF32);
+        return {cast(sum_partial(y * y, {}), DType::kF64)};
+      };
+    };
+    std::vector<Tensor> in = {Rand({4, 2 * n + 2 * n}, 5)};
+    std::vector<PartitionSpec> specs = {P(None, "fsdp")};
+    std::vector<CollectiveRecord> log, want_log;
+    ShardMapOptions o, wo;
+    o.collective_log = &log;
+    wo.collective_log = &want_log;
+    auto got = value_and_grad(shard_map(loss(true), mesh, specs, {P()}, o))(in);
+    ASSERT_TRUE(got.ok()) << got.status();
+    auto want = value_and_grad(shard_map(loss(false), mesh, specs, {P()}, wo))(in);
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_TRUE(testing::TensorsBitwiseEqual(got->outputs[0], want->outputs[0]));
+    EXPECT_TRUE(testing::TensorsBitwiseEqual(got->grads[0], want->grads[0]));
+    ASSERT_EQ(log.size(), want_log.size());
+    for (size_t i = 0; i < log.size(); ++i) {
+      const bool gather = std::string(log[i].op) == "all_gather";
+      EXPECT_EQ(log[i].bytes, gather ? want_log[i].bytes / 2 : want_log[i].bytes) << i;
+      EXPECT_EQ(log[i].dtype, gather ? DType::kF32 : DType::kF64) << i;
+    }
+  }
+}
+
 TEST(StartedCollectivesTest, MisuseIsAClearError) {
   Mesh mesh = *Mesh::Create({{"dp", 3}});
   std::mutex mu;

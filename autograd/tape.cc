@@ -1,6 +1,7 @@
 #include "autograd/tape.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "absl/strings/str_cat.h"
 #include "shardmap/context.h"
@@ -150,8 +151,18 @@ std::vector<Value> Tape::Run(const Value& out, const Value& seed, absl::Span<con
       final_grad(ready[reported].second);
     }
   };
+  // AtBackwardBelow: (slot, fn) by slot, latest first; stable, so one slot's run in order.
+  std::vector<std::pair<int32_t, std::function<void()>>> triggers = std::move(triggers_);
+  triggers_.clear();
+  std::stable_sort(triggers.begin(), triggers.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  size_t fired = 0;
+  auto Fire = [&](int32_t at) {  // every trigger whose slot is above `at`
+    for (; fired < triggers.size() && triggers[fired].first > at; ++fired) triggers[fired].second();
+  };
   absl::InlinedVector<Value, 4> cots;
   for (int32_t i = out.node; i >= 0; --i) {
+    Fire(i);    // every op from the trigger's slot on has had its VJP
     Report(i);  // every consumer above slot i has run
     Node& n = nodes_[i];
     if (!grads[i].defined()) continue;
@@ -198,6 +209,7 @@ std::vector<Value> Tape::Run(const Value& out, const Value& seed, absl::Span<con
     // Free what is no longer needed: this node's cotangent.
     if (!keep[i] && i != out.node) grads[i] = Value();
   }
+  Fire(INT32_MIN);
   Report(-2);  // the rest, unused ones (-1) included
   if (!on_ready) {
     for (size_t k = 0; k < wrt.size(); ++k) final_grad(static_cast<int>(k));

@@ -84,6 +84,7 @@ class Tape : public TapeRecorder {
   size_t size() const { return nodes_.size(); }
   void Clear() {
     nodes_.clear();
+    triggers_.clear();
     saved_bytes_ = peak_saved_bytes_ = recorded_bytes_ = largest_recorded_bytes_ = 0;
   }
   int64_t saved_bytes() const { return saved_bytes_; }
@@ -94,6 +95,15 @@ class Tape : public TapeRecorder {
   int64_t largest_recorded_bytes() const { return largest_recorded_bytes_; }
   // Not owned; nullptr (the default) turns it off.
   void set_backward_observer(BackwardObserver* observer) { observer_ = observer; }
+
+  // Calls fn during the next Backward (or BackwardAndRelease) once the pass is about to run the
+  // VJPs of the ops recorded before `slot` (a size() taken during the forward), i.e. once every
+  // op from `slot` on has had its VJP; at the end if the pass never gets there. FSDP uses it to
+  // regather a layer's parameters just before its backward (models/train/fsdp_params.h). Triggers
+  // at one slot run in the order added. Each fires once; Clear() drops those not fired.
+  void AtBackwardBelow(int32_t slot, std::function<void()> fn) {
+    triggers_.push_back({slot, std::move(fn)});
+  }
 
  private:
   struct Node {
@@ -117,6 +127,7 @@ class Tape : public TapeRecorder {
   int64_t saved_bytes_ = 0, peak_saved_bytes_ = 0;
   int64_t recorded_bytes_ = 0, largest_recorded_bytes_ = 0;
   BackwardObserver* observer_ = nullptr;
+  std::vector<std::pair<int32_t, std::function<void()>>> triggers_;  // AtBackwardBelow
 };
 
 }  // namespace shardmap

@@ -130,6 +130,36 @@ TEST(TapeTest, ReportsEachGradientWhenItIsFinal) {
   EXPECT_THAT(events[3], HasSubstr("ready 3 after 16"));
 }
 
+// AtBackwardBelow(slot): fn runs once every op recorded from `slot` on has had its VJP and
+// before the VJPs of the ops before it; slots never reached fire at the end, once.
+TEST(TapeTest, TriggersFireBetweenTheVjpsOfTheirSlots) {
+  SingleRankContext one{Mesh()};
+  Tape tape;
+  LogObserver obs;
+  tape.set_backward_observer(&obs);
+  Value x = tape.Watch(Value::Replicated(Tensor::FromVector<double>({2}, {0.5, -1.5})));
+  Value y;
+  std::vector<std::string> fired;
+  {
+    ScopedRecorder rec(&tape);
+    Value a = tanh(x);                    // layer 0
+    const int32_t layer1 = static_cast<int32_t>(tape.size());
+    Value b = exp(a);                     // layer 1
+    const int32_t layer2 = static_cast<int32_t>(tape.size());
+    y = sum(b * b, {});                   // layer 2
+    tape.AtBackwardBelow(layer2, [&] { fired.push_back("below2@" + std::to_string(obs.log.size())); });
+    tape.AtBackwardBelow(layer1, [&] { fired.push_back("below1@" + std::to_string(obs.log.size())); });
+    tape.AtBackwardBelow(layer2, [&] { fired.push_back("below2b@" + std::to_string(obs.log.size())); });
+    tape.AtBackwardBelow(0, [&] { fired.push_back("end@" + std::to_string(obs.log.size())); });
+  }
+  (void)tape.Backward(y, Value(Tensor::Scalar(1.0, DType::kF64), SpmdType()), {x});
+  // VJPs: sum, mul (layer 2: 4 log entries), exp (layer 1: 2), tanh (layer 0: 2).
+  EXPECT_THAT(fired, ::testing::ElementsAre("below2@4", "below2b@4", "below1@6", "end@8"));
+  fired.clear();
+  (void)tape.Backward(y, Value(Tensor::Scalar(1.0, DType::kF64), SpmdType()), {x});
+  EXPECT_TRUE(fired.empty());  // each fires once
+}
+
 TEST(TapeTest, RejectsACotangentOfTheWrongDualType) {
   SingleRankContext one(*Mesh::Create({{"tp", 1}}));
   Tape tape;

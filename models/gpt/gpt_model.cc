@@ -365,8 +365,14 @@ ParamFn GptParamUse(const GptLayout& layout, const std::vector<Value>& params) {
 Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const Value& ids,
               const Value& targets, int64_t global_tokens, TypeTrace* block0_types,
               MoeStats* moe_stats) {
+  return GptLossWith(layout, GptParamUse(layout, params), ids, targets, global_tokens,
+                     block0_types, moe_stats);
+}
+
+Value GptLossWith(const GptLayout& layout, const ParamFn& gathered, const Value& ids,
+                  const Value& targets, int64_t global_tokens, TypeTrace* block0_types,
+                  MoeStats* moe_stats) {
   // wte is used twice (embedding and lm_head): gathered once under FSDP.
-  const ParamFn gathered = GptParamUse(layout, params);
   const Value wte = gathered("wte.weight");
   const ParamFn use = [&](const std::string& name) {
     return name == "wte.weight" ? wte : gathered(name);

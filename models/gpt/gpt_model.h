@@ -158,6 +158,12 @@ Value GptBlock(const GptLayout& layout, const ParamFn& use, int64_t i, const Val
                TypeTrace* types = nullptr, MoeAccum* moe = nullptr);
 Value GptHead(const GptLayout& layout, const ParamFn& use, const Value& x, const Value& targets,
               int64_t global_tokens);
+// GptLoss with the parameters at use given by `gathered` (GptLoss passes GptParamUse; the
+// overlapped FSDP step passes its prefetching gatherer, models/train/fsdp_params.h). wte is
+// asked for once, first.
+Value GptLossWith(const GptLayout& layout, const ParamFn& gathered, const Value& ids,
+                  const Value& targets, int64_t global_tokens, TypeTrace* block0_types = nullptr,
+                  MoeStats* moe = nullptr);
 
 // BatchAt (a step's sequential batch) is declared in models/data/batch_order.h, included above.
 

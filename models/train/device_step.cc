@@ -28,8 +28,9 @@ void DeviceStep::Enqueue(const std::vector<Value>& ids, const std::vector<Value>
                          TypeTrace* types, Tape& tape, TracingRecorder& rec,
                          const std::function<void(const char*)>& phase, Outcome& out) {
   std::unique_ptr<GradientBuckets> buckets = NewGradientBuckets(layout_, overlap_, state_);
+  const FsdpSchedule fsdp{overlap_.fsdp_prefetch, overlap_.reshard_after_forward};
   out.bp = OneProgramBackprop(layout_, state_.params, ids, targets, plan_.global_tokens, types,
-                              tape, rec, buckets.get());
+                              tape, rec, buckets.get(), overlap_.on ? &fsdp : nullptr);
   out.backprop_logged = ctx_.collective_log().size();
   phase("optimizer");
   out.reduce_us = TraceNowUs();

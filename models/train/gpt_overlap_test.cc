@@ -25,12 +25,18 @@ struct Case {
   DType dtype = DType::kF64;
   int64_t grad_accum = 1;
   int64_t microbatches = 1;  // > 1: a pipeline (mesh has pp)
+  int64_t layers = 2;
+  int prefetch = 1;
+  bool reshard = true;
+  bool mixed = false;  // bf16 compute, f32 master weights
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   std::string n = c.mesh + (c.sp ? "_sp" : "") + (c.dtype == DType::kF32 ? "_f32" : "_f64") +
-                  "_ga" + std::to_string(c.grad_accum) + "_mb" + std::to_string(c.microbatches);
+                  "_ga" + std::to_string(c.grad_accum) + "_mb" + std::to_string(c.microbatches) +
+                  "_l" + std::to_string(c.layers) + "_pf" + std::to_string(c.prefetch) +
+                  (c.reshard ? "" : "_keep") + (c.mixed ? "_bf16" : "");
   for (char& ch : n) {
     if (ch == '=' || ch == ',') ch = '_';
   }
@@ -40,6 +46,8 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 TrainResult TrainCase(const Case& c, bool overlap, int64_t bucket_bytes) {
   GptConfig cfg = SmallConfig();
   cfg.dtype = c.dtype;
+  cfg.layers = c.layers;
+  if (c.mixed) cfg.compute = DType::kBF16;
   absl::StatusOr<Mesh> m = ParseMesh(c.mesh);
   EXPECT_TRUE(m.ok()) << m.status();
   absl::StatusOr<GptLayout> layout = GptLayout::Create(*m, cfg, c.sp);
@@ -48,8 +56,10 @@ TrainResult TrainCase(const Case& c, bool overlap, int64_t bucket_bytes) {
   o.steps = 5;
   o.grad_accum = c.grad_accum;
   o.pipeline.microbatches = c.microbatches;
-  o.overlap.grads = overlap;
+  o.overlap.on = overlap;
   o.overlap.bucket_bytes = bucket_bytes;
+  o.overlap.fsdp_prefetch = c.prefetch;
+  o.overlap.reshard_after_forward = c.reshard;
   absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(cfg, 7), Tokens(500, cfg.vocab), o);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? *r : TrainResult{};
@@ -101,7 +111,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"dp_replicate=2,dp_shard=2", false, DType::kF32, 3},
                       Case{"dp=2,tp=2", true}, Case{"dp=2,tp=2", true, DType::kF32},
                       Case{"pp=2,dp=2", false, DType::kF64, 1, /*microbatches=*/3},
-                      Case{"pp=2,dp=2", false, DType::kF32, 1, 2}),
+                      Case{"pp=2,dp=2", false, DType::kF32, 1, 2},
+                      // FSDP's prefetch and reshard over 5 blocks, odd dp_shard, mixed precision.
+                      Case{"dp_shard=2", false, DType::kF64, 1, 1, 5, 1},
+                      Case{"dp_shard=3", false, DType::kF32, 1, 1, 5, 2},
+                      Case{"dp_shard=2", false, DType::kF64, 2, 1, 5, 3, /*reshard=*/false},
+                      Case{"dp_replicate=2,dp_shard=2", false, DType::kF32, 1, 1, 5, 2},
+                      Case{"dp_shard=2,tp=2", true, DType::kF64, 1, 1, 5, 1},
+                      Case{"dp_shard=2", false, DType::kF32, 1, 1, 5, 1, true, /*mixed=*/true}),
     CaseName);
 
 }  // namespace

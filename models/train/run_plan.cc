@@ -108,6 +108,11 @@ absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
     return Invalid(absl::StrCat("the gradient bucket size (--bucket_mb) is ", o.overlap.bucket_bytes,
                                 " bytes; it must be positive (DDP's default is 25 MiB)"));
   }
+  if (o.overlap.fsdp_prefetch < 1) {
+    return Invalid(absl::StrCat("the FSDP prefetch depth (--fsdp_prefetch) is ", o.overlap.fsdp_prefetch,
+                                "; it must be at least 1 (the next unit's all-gather runs beside "
+                                "this one's compute); --overlap=off gathers at use"));
+  }
   if (!o.checkpoint.init_path.empty() && !o.checkpoint.resume_path.empty()) {
     return Invalid(absl::StrCat("both --init ('", o.checkpoint.init_path, "') and --resume ('", o.checkpoint.resume_path,
                                 "') are given: --resume continues a run (parameters, moments, "

@@ -1,6 +1,7 @@
 #include "models/train/strategies.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -26,17 +27,20 @@ std::vector<std::string> AxesOfKind(const Mesh& mesh, const SpmdType& type, Axis
 Backprop OneProgramBackprop(const GptLayout& layout, const std::vector<Value>& params,
                             const std::vector<Value>& ids, const std::vector<Value>& targets,
                             int64_t global_tokens, TypeTrace* types, Tape& tape,
-                            TracingRecorder& rec, GradientBuckets* buckets) {
+                            TracingRecorder& rec, GradientBuckets* buckets,
+                            const FsdpSchedule* fsdp) {
   Backprop out;
   for (size_t j = 0; j < ids.size(); ++j) {
     const bool last = j + 1 == ids.size();
     std::vector<Value> watched;
     for (const Value& p : params) watched.push_back(tape.Watch(p));
+    std::optional<FsdpParams> gatherer;  // lives until the backward is over
+    if (fsdp != nullptr && !layout.fsdp_axis().empty()) gatherer.emplace(layout, watched, *fsdp, tape);
     Value loss;
     {
       ScopedRecorder scope(&rec);
-      loss = GptLoss(layout, watched, ids[j], targets[j], global_tokens,
-                     j == 0 ? types : nullptr, &out.moe);
+      loss = GptLossWith(layout, gatherer ? gatherer->Use() : GptParamUse(layout, watched), ids[j],
+                         targets[j], global_tokens, j == 0 ? types : nullptr, &out.moe);
     }
     if (j == 0) out.forward_end_us = TraceNowUs();
     Tape::GradReadyFn on_ready;
@@ -48,6 +52,7 @@ Backprop OneProgramBackprop(const GptLayout& layout, const std::vector<Value>& p
     }
     std::vector<Value> grads = tape.Backward(loss, LossSeed(loss), watched, on_ready);
     out.peak_saved_bytes = std::max(out.peak_saved_bytes, tape.peak_saved_bytes());
+    if (gatherer) out.peak_gathered_bytes = std::max(out.peak_gathered_bytes, gatherer->peak_gathered_bytes());
     tape.Clear();  // drop the saved activations now
     loss.node = -1;
     NoGradScope no_tape;
@@ -128,7 +133,7 @@ void ReduceGradients(const Mesh& mesh, std::vector<Value>& grads) {
 std::unique_ptr<GradientBuckets> NewGradientBuckets(const GptLayout& layout,
                                                    const OverlapOptions& overlap,
                                                    const RankState& state) {
-  if (!overlap.grads) return nullptr;
+  if (!overlap.on) return nullptr;
   return std::make_unique<GradientBuckets>(layout.mesh(), static_cast<int>(state.params.size()),
                                            overlap.bucket_bytes);
 }

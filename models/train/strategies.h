@@ -23,6 +23,7 @@
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/gpt_trace.h"
 #include "models/parallel/pipeline.h"
+#include "models/train/fsdp_params.h"
 #include "models/train/grad_buckets.h"
 #include "models/train/rank_state.h"
 #include "models/train/train_options.h"
@@ -37,6 +38,7 @@ struct Backprop {
   Value loss;                // the loss's local share; undefined on pipeline stages but the last
   MoeStats moe;
   int64_t peak_saved_bytes = 0, activation_bytes = 0, largest_activation_bytes = 0;
+  int64_t peak_gathered_bytes = -1;  // overlapped FSDP: FsdpParams::peak_gathered_bytes (-1: n/a)
   double forward_end_us = 0;         // one program: when the forward ended (the trace)
   double busy_us = 0, total_us = 0;  // pipeline: time in forwards/backwards, whole timetable
   std::vector<PipelineSpan> spans;   // pipeline: this rank's forwards and backwards
@@ -54,11 +56,14 @@ std::vector<std::string> AxesOfKind(const Mesh& mesh, const SpmdType& type, Axis
 // share is over the whole batch's tokens, so the losses and gradients of the microsteps add up.
 // With `buckets`, the last microstep's backward hands each gradient (the microsteps' sum) to
 // it as soon as it is final, and Backprop::grads stays empty: the caller's buckets.Finish()
-// returns them reduced (overlapped reduction). Without, grads are the pending sums.
+// returns them reduced (overlapped reduction). Without, grads are the pending sums. With
+// `fsdp` and a dp_shard axis, the parameters are gathered by FsdpParams (prefetched, resharded
+// after the forward); Backprop::peak_gathered_bytes says how much of them was alive at once.
 Backprop OneProgramBackprop(const GptLayout& layout, const std::vector<Value>& params,
                             const std::vector<Value>& ids, const std::vector<Value>& targets,
                             int64_t global_tokens, TypeTrace* types, Tape& tape,
-                            TracingRecorder& rec, GradientBuckets* buckets = nullptr);
+                            TracingRecorder& rec, GradientBuckets* buckets = nullptr,
+                            const FsdpSchedule* fsdp = nullptr);
 
 // The strategy "pipeline": this stage's part of the timetable over the microbatches. With
 // `buckets`, as OneProgramBackprop: the stage's last backward hands each gradient over.
@@ -77,7 +82,7 @@ SpmdType PipelineBoundaryType(const GptLayout& layout, const RunPlan& plan, cons
 // different parameters).
 void ReduceGradients(const Mesh& mesh, std::vector<Value>& grads);
 
-// The step's GradientBuckets when overlap.grads is on (over the rank's held parameters), else
+// The step's GradientBuckets when overlap.on (over the rank's held parameters), else
 // null; and the reduction either way: the buckets' Finish() into grads, or ReduceGradients.
 std::unique_ptr<GradientBuckets> NewGradientBuckets(const GptLayout& layout,
                                                    const OverlapOptions& overlap,

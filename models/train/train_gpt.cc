@@ -474,7 +474,7 @@ absl::Status SetOverlap(TrainOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--overlap='", overlap, "': give on (the default) or off"));
   }
-  o.overlap.grads = overlap == "on";
+  o.overlap.on = overlap == "on";
   const double mb = absl::GetFlag(FLAGS_bucket_mb);
   if (!(mb > 0) || !std::isfinite(mb) || mb > 1e6) {
     return absl::InvalidArgumentError(absl::StrCat(

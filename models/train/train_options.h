@@ -105,13 +105,21 @@ struct RuntimeOptions {
 // How the step overlaps its communication with compute (docs/design.md, "The overlapped
 // step"). Every setting gives bitwise the numbers of the reference schedule (overlap off).
 struct OverlapOptions {
-  // Data-parallel gradients (the P axes: dp, dp_replicate, tp for tp-replicated parameters)
-  // reduced in buckets started during the backward as their gradients become final
-  // (models/train/grad_buckets.h), on the communicator's started-call lane. false: one blocking
-  // all_reduce per gradient after the backward.
-  bool grads = true;
+  // On: data-parallel gradients (the P axes: dp, dp_replicate, tp for tp-replicated
+  // parameters) are reduced in buckets started during the backward as their gradients become
+  // final (models/train/grad_buckets.h), and FSDP (dp_shard) gathers each unit's parameters in
+  // the compute dtype, `fsdp_prefetch` units ahead, in the forward and the backward
+  // (models/train/fsdp_params.h); both on the communicator's started-call lane. Off: the
+  // reference schedule, one blocking all_reduce per gradient after the backward and one
+  // blocking all_gather per FSDP parameter at its use.
+  bool on = true;
   // > 0; DDP's default (DistributedDataParallel's bucket_cap_mb=25).
   int64_t bucket_bytes = int64_t{25} << 20;
+  int fsdp_prefetch = 1;  // >= 1: units gathered ahead of the one computing
+  // FSDP2's reshard_after_forward: free each block's gathered parameters after its forward and
+  // gather them again for its backward (peak parameter memory ~ 1/dp_shard); false keeps them
+  // from the forward to the backward.
+  bool reshard_after_forward = true;
 };
 
 // Callbacks and test hooks.

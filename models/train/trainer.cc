@@ -181,8 +181,9 @@ StepOutcome RankTrainer::HostStep(int64_t step, double lr, const Tensor& ids_g,
                               types, tracing ? &backward_tracer_ : nullptr, buckets.get());
   } else {
     batches_.Microsteps(ids_g, targets_g, &ids, &targets);
+    const FsdpSchedule fsdp{options_.overlap.fsdp_prefetch, options_.overlap.reshard_after_forward};
     out.bp = OneProgramBackprop(layout_, state_.params, ids, targets, plan_.global_tokens, types,
-                                tape_, rec, buckets.get());
+                                tape_, rec, buckets.get(), options_.overlap.on ? &fsdp : nullptr);
   }
   out.backprop_logged = ctx_.collective_log().size();
   Phase("optimizer");

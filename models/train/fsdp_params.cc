@@ -1,0 +1,141 @@
+#include "models/train/fsdp_params.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "shardmap/ops.h"
+#include "tensor/error.h"
+
+namespace shardmap {
+namespace {
+
+// 0: the embeddings (wte, wpe); 1 + i: block i; layers + 1: the final LayerNorm.
+int UnitOf(const std::string& name, int64_t layers) {
+  if (name.rfind("ln_f.", 0) == 0) return static_cast<int>(layers) + 1;
+  if (name.rfind("h.", 0) != 0) return 0;
+  std::vector<std::string> parts = absl::StrSplit(name, '.');
+  int block = 0;
+  if (parts.size() < 2 || !absl::SimpleAtoi(parts[1], &block)) {
+    OpFail("FsdpParams: cannot tell the block of parameter '", name, "'");
+  }
+  return 1 + block;
+}
+
+}  // namespace
+
+FsdpParams::FsdpParams(const GptLayout& layout, const std::vector<Value>& params,
+                       FsdpSchedule schedule, Tape& tape)
+    : layout_(layout), params_(params), schedule_(schedule), tape_(tape) {
+  if (schedule.prefetch < 1) {
+    OpFail("FsdpParams: the prefetch depth is ", schedule.prefetch,
+           "; it must be at least 1 (the next unit's all-gather runs beside this one's compute)");
+  }
+  const int64_t layers = layout.config().layers;
+  units_.resize(layers + 2);
+  values_.resize(params.size());
+  for (size_t i = 0; i < layout.params().size(); ++i) {
+    const int u = UnitOf(layout.params()[i].name, layers);
+    unit_of_.push_back(u);
+    units_[u].params.push_back(static_cast<int>(i));
+  }
+  // Blocks but the last: the embeddings and head hold wte (used at both ends), and the last
+  // block's backward follows its forward at once.
+  for (int64_t l = 1; l < layers; ++l) units_[l].reshard = schedule.reshard_after_forward;
+}
+
+ParamFn FsdpParams::Use() {
+  return [this](const std::string& name) { return Get(layout_.Find(name)); };
+}
+
+Value FsdpParams::Get(int param) {
+  const int u = unit_of_[param];
+  if (u > current_) Enter(u);
+  return values_[param];
+}
+
+void FsdpParams::Count(int64_t bytes) {
+  live_bytes_ += bytes;
+  peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+}
+
+void FsdpParams::Enter(int unit) {
+  const int32_t slot = static_cast<int32_t>(tape_.size());
+  Unit& u = units_[unit];
+  // Backward: free this unit once its VJPs are done, then (at the same point) regather the one
+  // before it, whose VJPs come next. Triggers at one slot run in the order added.
+  if (u.reshard) tape_.AtBackwardBelow(slot, [this, unit] {
+    if (!units_[unit].released) Release(unit);
+  });
+  if (current_ >= 0 && units_[current_].reshard) {
+    Release(current_);  // its forward is over
+    tape_.AtBackwardBelow(slot, [this, prev = current_] { Regather(prev); });
+  }
+  if (u.pending.empty()) Start(unit, /*taped=*/true);
+  u.begin_slot = slot;
+  Wait(unit, /*refill=*/false);
+  for (int v = unit + 1; v <= unit + schedule_.prefetch && v < static_cast<int>(units_.size());
+       ++v) {
+    if (!units_[v].waited && units_[v].pending.empty()) Start(v, /*taped=*/true);
+  }
+  current_ = unit;
+}
+
+void FsdpParams::Start(int unit, bool taped) {
+  const DType compute = layout_.config().compute_dtype();
+  Unit& u = units_[unit];
+  for (int p : u.params) {
+    const ParamInfo& info = layout_.params()[p];
+    if (info.fsdp_dim < 0) continue;
+    const Value shard = taped ? params_[p] : Value(params_[p].tensor, params_[p].type);
+    u.pending.push_back(all_gather_start(shard, info.fsdp_dim, layout_.fsdp_axis(), compute));
+  }
+}
+
+void FsdpParams::Wait(int unit, bool refill) {
+  const DType compute = layout_.config().compute_dtype();
+  Unit& u = units_[unit];
+  size_t k = 0;
+  for (int p : u.params) {
+    if (layout_.params()[p].fsdp_dim < 0) {
+      // As GptParamUse: cast at use (mixed precision).
+      if (!refill) values_[p] = params_[p].dtype() == compute ? params_[p] : cast(params_[p], compute);
+      continue;
+    }
+    Value g = u.pending[k++].Wait();
+    Count(static_cast<int64_t>(g.tensor.nbytes()));
+    if (refill) {
+      values_[p].tensor.RefillBuffer(g.tensor);
+    } else {
+      values_[p] = std::move(g);
+    }
+  }
+  u.pending.clear();
+  u.waited = true;
+  u.released = false;
+}
+
+void FsdpParams::Release(int unit) {
+  Unit& u = units_[unit];
+  for (int p : u.params) {
+    if (layout_.params()[p].fsdp_dim < 0) continue;
+    Count(-static_cast<int64_t>(values_[p].tensor.nbytes()));
+    values_[p].tensor.ReleaseBuffer();
+  }
+  u.released = true;
+}
+
+void FsdpParams::Regather(int unit) {
+  Unit& u = units_[unit];
+  if (u.pending.empty()) Start(unit, /*taped=*/false);
+  Wait(unit, /*refill=*/true);
+  // Backward prefetch: the blocks whose VJPs come next.
+  for (int v = unit - 1; v >= unit - schedule_.prefetch && v >= 0; --v) {
+    if (units_[v].reshard && units_[v].released && units_[v].pending.empty()) {
+      Start(v, /*taped=*/false);
+    }
+  }
+}
+
+}  // namespace shardmap

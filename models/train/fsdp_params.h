@@ -1,0 +1,85 @@
+// FSDP's parameters at use in the overlapped step (FSDP2's schedule): each unit's (the
+// embeddings, each block, the final LayerNorm) shards are all-gathered in the compute dtype on
+// the communicator's started-call lane, `prefetch` units ahead of the one computing, in the
+// forward and again in the backward; a block's gathered parameters are freed after its forward
+// and gathered again just before its backward (reshard_after_forward), so at most prefetch + 1
+// blocks are gathered at once; the reduce-scatter of each block's gradients starts as soon as
+// they are final and overlaps the backward of the blocks before it (all_gather_start's
+// transpose).
+//
+//   FsdpParams fsdp(layout, watched, {.prefetch = 1, .reshard_after_forward = true}, tape);
+//   Value loss;
+//   { ScopedRecorder r(&tape); loss = GptLossWith(layout, fsdp.Use(), ids, targets, tokens); }
+//   tape.Backward(loss, seed, watched);   // regathers block by block (Tape::AtBackwardBelow)
+//
+// Why it is correct. The tape's closures keep the gathered tensors; a freed one keeps its
+// shape and gets its bytes back (Tensor::RefillBuffer) from a trigger the tape runs before the
+// VJPs of the block's first op (AtBackwardBelow at the slot where the block's forward began).
+// The values are those of GptParamUse (gather, then cast: the same bits), the gradients those
+// of all_gather's reduce-scatter in the parameter's dtype, so the step is bitwise the
+// reference schedule's (models/train/gpt_overlap_test.cc). Not resharded: the embedding and
+// head units (wte is used at both ends of the step) and the last block (its backward comes
+// right after its forward), as torchtitan does.
+#ifndef SHARDMAP_MODELS_TRAIN_FSDP_PARAMS_H_
+#define SHARDMAP_MODELS_TRAIN_FSDP_PARAMS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "autograd/tape.h"
+#include "models/gpt/gpt_model.h"
+#include "shardmap/async_collectives.h"
+#include "shardmap/value.h"
+
+namespace shardmap {
+
+struct FsdpSchedule {
+  int prefetch = 1;                   // units gathered ahead of the one computing (>= 1)
+  bool reshard_after_forward = true;  // free a block's gathered parameters after its forward
+};
+
+class FsdpParams {
+ public:
+  // params: this rank's shards in layout order, watched on `tape` (which must outlive the
+  // backward pass; so must this object). Throws OpError (a prefetch below 1).
+  FsdpParams(const GptLayout& layout, const std::vector<Value>& params, FsdpSchedule schedule,
+             Tape& tape);
+  FsdpParams(const FsdpParams&) = delete;
+  FsdpParams& operator=(const FsdpParams&) = delete;
+
+  // The parameters at use (valid while this object lives).
+  ParamFn Use();
+
+  // The most bytes of gathered FSDP parameters alive at once (forward and backward so far).
+  int64_t peak_gathered_bytes() const { return peak_bytes_; }
+
+ private:
+  struct Unit {
+    std::vector<int> params;  // layout indices
+    bool reshard = false;
+    bool waited = false, released = false;
+    int32_t begin_slot = -1;  // the tape's size when its forward began
+    std::vector<PendingValue> pending;  // per params entry (FSDP ones), forward or regather
+  };
+  Value Get(int param);
+  void Enter(int unit);
+  void Start(int unit, bool taped);
+  void Wait(int unit, bool refill);
+  void Release(int unit);
+  void Regather(int unit);  // the backward trigger of `unit`
+  void Count(int64_t bytes);
+
+  const GptLayout& layout_;
+  const std::vector<Value>& params_;
+  FsdpSchedule schedule_;
+  Tape& tape_;
+  std::vector<int> unit_of_;
+  std::vector<Unit> units_;
+  std::vector<Value> values_;  // per parameter: its value at use
+  int current_ = -1;
+  int64_t live_bytes_ = 0, peak_bytes_ = 0;
+};
+
+}  // namespace shardmap
+
+#endif  // SHARDMAP_MODELS_TRAIN_FSDP_PARAMS_H_

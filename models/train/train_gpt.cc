@@ -96,6 +96,13 @@ ABSL_FLAG(std::string, overlap, "on",
           "the backward (the reference schedule). Both give the same numbers bitwise");
 ABSL_FLAG(double, bucket_mb, 25,
           "--overlap=on: the gradient bucket size in MiB (> 0; DDP's default 25)");
+ABSL_FLAG(int32_t, fsdp_prefetch, 1,
+          "--overlap=on with dp_shard: units (embeddings, blocks, head) whose all-gathers run "
+          "ahead of the one computing, in the forward and the backward (>= 1)");
+ABSL_FLAG(bool, reshard_after_forward, true,
+          "--overlap=on with dp_shard: free each block's gathered parameters after its forward and "
+          "gather them again for its backward (FSDP2's default; at most fsdp_prefetch + 1 blocks "
+          "gathered at once); false keeps them from the forward to the backward");
 ABSL_FLAG(std::string, tokenizer, "",
           "a folder with GPT-2's tokenizer files (encoder.json + vocab.bpe, or Hugging Face's "
           "vocab.json + merges.txt): --text is encoded with its byte-level BPE, --prompt too, "
@@ -467,7 +474,7 @@ absl::Status SetPipeline(TrainOptions& o) {
   return absl::OkStatus();
 }
 
-// --overlap and --bucket_mb.
+// --overlap, --bucket_mb, --fsdp_prefetch and --reshard_after_forward.
 absl::Status SetOverlap(TrainOptions& o) {
   const std::string overlap = absl::GetFlag(FLAGS_overlap);
   if (overlap != "on" && overlap != "off") {
@@ -482,6 +489,14 @@ absl::Status SetOverlap(TrainOptions& o) {
         "(at most 1e6; e.g. 25, DDP's default)"));
   }
   o.overlap.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(mb * (1 << 20)));
+  o.overlap.fsdp_prefetch = absl::GetFlag(FLAGS_fsdp_prefetch);
+  o.overlap.reshard_after_forward = absl::GetFlag(FLAGS_reshard_after_forward);
+  if (o.overlap.fsdp_prefetch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--fsdp_prefetch=", o.overlap.fsdp_prefetch,
+        ": the prefetch depth must be at least 1 (the next unit's all-gather runs beside this "
+        "one's compute); --overlap=off gathers each parameter at its use"));
+  }
   return absl::OkStatus();
 }
 
@@ -661,6 +676,24 @@ void PrintSummary(const GptLayout& layout, const TrainOptions& o, const TrainRes
       tokens_per_step * r.losses.size() / total_s, Bytes(r.param_bytes_per_rank),
       Bytes(r.optimizer_bytes_per_rank), Bytes(r.activation_bytes_per_rank),
       Bytes(r.largest_activation_bytes), comm.empty() ? "nothing" : comm);
+  if (r.peak_step_bytes_per_rank >= 0) {
+    std::string gathered;
+    if (r.peak_gathered_bytes_per_rank >= 0) {
+      gathered = absl::StrFormat(
+          "; FSDP gathered parameters at most %s at once (prefetch %d, %s)",
+          Bytes(r.peak_gathered_bytes_per_rank), o.overlap.fsdp_prefetch,
+          o.overlap.reshard_after_forward
+              ? "resharded after forward: at most prefetch + 1 blocks, the last block, "
+                "embeddings and final LayerNorm"
+              : "kept from forward to backward: the whole model");
+    }
+    std::cout << absl::StrFormat(
+        "memory (rank 0, first step): peak of step tensors %s (activations, gathered "
+        "parameters, gradients, temporaries)%s; overlap %s\n",
+        Bytes(r.peak_step_bytes_per_rank), gathered,
+        o.overlap.on ? absl::StrCat("on (", Bytes(o.overlap.bucket_bytes), " gradient buckets)")
+                     : std::string("off"));
+  }
   if (r.peak_device_bytes_per_rank >= 0) {
     std::cout << absl::StrFormat(
         "GPU: peak memory %s on %s%s; CUDA graph: %s\n", Bytes(r.peak_device_bytes_per_rank),

@@ -134,6 +134,7 @@ expect_error "--overlap='maybe': give on" "${common[@]}" --overlap=maybe
 expect_error "--bucket_mb=0: the gradient bucket size must be a positive" "${common[@]}" --bucket_mb=0
 expect_error "--bucket_mb=-3: the gradient bucket size" "${common[@]}" --bucket_mb=-3
 expect_error "--bucket_mb=nan: the gradient bucket size" "${common[@]}" --bucket_mb=nan
+expect_error "--fsdp_prefetch=0: the prefetch depth must be at least 1" "${common[@]}" --mesh=dp_shard=2 --fsdp_prefetch=0
 expect_error "missing.txt': no such file" --text="$tmp/missing.txt"
 printf 'abc' > "$tmp/abc.txt"
 expect_error "one sample needs seq+1 = 9" --text="$tmp/abc.txt" --seq=8 --layers=1 --d_model=16 --heads=4

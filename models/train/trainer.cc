@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,7 @@
 #include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
+#include "tensor/memory_tracker.h"
 #include "tensor/ops/elementwise.h"
 
 namespace shardmap {
@@ -142,9 +144,14 @@ void RankTrainer::Run() {
     }
     const double t0 = TraceNowUs();
     TracingRecorder rec(&tape_, tracing ? &events_ : nullptr, rank_, t0);
+    // The first step's peak of step tensors on the reporting rank (CPU and meta ranks; a GPU
+    // rank reports its allocator's peak instead).
+    std::optional<MemoryTracker> mem;
+    if (step == run_.source.first_step && rank_ == run_.reporter && !dev_.is_cuda()) mem.emplace();
     StepOutcome out = device_ != nullptr
                           ? OnDevice(step, lr, ids_g, targets_g, types, rec)
                           : HostStep(step, lr, ids_g, targets_g, types, rec, tracing);
+    if (mem) run_.result.peak_step_bytes_per_rank = mem->peak_bytes();
     out.times.start = t0;
     out.times.backward = out.bp.forward_end_us;
     if (dev_.is_cuda()) cuda::Synchronize(dev_.index);  // the step's time includes its kernels
@@ -286,6 +293,7 @@ void RankTrainer::Report(int64_t step, double lr, const StepOutcome& out, double
     result.activation_bytes_per_rank = out.bp.activation_bytes;
     result.peak_activation_bytes_per_rank = out.bp.peak_saved_bytes;
     result.largest_activation_bytes = out.bp.largest_activation_bytes;
+    result.peak_gathered_bytes_per_rank = out.bp.peak_gathered_bytes;
   }
   result.losses.push_back(out.loss);
   result.grad_norms.push_back(out.norm);

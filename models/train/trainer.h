@@ -83,6 +83,13 @@ struct TrainResult {
   int64_t largest_activation_bytes = 0;
   // Rank 0, first step: the tape's peak of saved activation bytes (Tape::peak_saved_bytes).
   int64_t peak_activation_bytes_per_rank = 0;
+  // Rank 0, first step, CPU/meta ranks: the peak of the tensors the step allocated (MemoryTracker:
+  // activations, gathered FSDP parameters, gradients, buckets, optimizer temporaries; not the
+  // parameters and moments held across steps); -1 on GPU ranks (see peak_device_bytes_per_rank).
+  int64_t peak_step_bytes_per_rank = -1;
+  // Rank 0, first step, overlapped FSDP: the most gathered parameter bytes alive at once
+  // (FsdpParams::peak_gathered_bytes); -1 otherwise.
+  int64_t peak_gathered_bytes_per_rank = -1;
   // Pipeline runs, last step, mean over ranks: the fraction of the step's timetable a rank
   // spent outside forwards and backwards (the measured bubble).
   double pipeline_bubble = 0;

@@ -28,6 +28,7 @@
 #include <map>
 #include <utility>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,8 @@
 #include "absl/strings/str_split.h"
 #include "collectives/backend_registry.h"
 #include "models/train/checkpoint_rotation.h"
+#include "models/train/run_config.h"
+#include "models/train/run_flags.h"
 #include "models/train/run_format.h"
 #include "models/gpt.h"
 #include "models/gpt/gpt_flags.h"
@@ -151,7 +154,15 @@ ABSL_FLAG(int64_t, eval_every, 0, "evaluate the validation loss every N steps an
 ABSL_FLAG(int64_t, eval_steps, 1, "validation batches per evaluation");
 ABSL_FLAG(int64_t, save_every, 0,
           "also save a checkpoint every N steps as <--save prefix>.step<N>.safetensors (atomic)");
-ABSL_FLAG(int64_t, keep_last, 3, "with --save_every: keep the newest N periodic checkpoints (0: all)");
+ABSL_FLAG(int64_t, keep_last, 3,
+          "with --save_every: keep the newest N periodic checkpoints of this run (0: all)");
+ABSL_FLAG(std::string, run_id, "",
+          "the id a fresh run writes into its checkpoints (default: 16 random hex digits); a "
+          "resume keeps the checkpoint's id (a different --run_id is refused)");
+ABSL_FLAG(bool, overwrite, false,
+          "with --save_every: remove the checkpoints of other runs under the --save prefix "
+          "(without it such a prefix is refused, so that --resume=auto cannot continue the "
+          "wrong run)");
 ABSL_FLAG(std::string, trace_steps, "all",
           "with --trace: the steps to record, e.g. 2,5-7 (the file is written as the run goes)");
 ABSL_FLAG(int64_t, sample, 0, "after training, generate N tokens from --prompt and print them");
@@ -240,6 +251,10 @@ absl::Status ResolveResume(std::string* resume, std::string* note) {
   if (absl::GetFlag(FLAGS_save).empty()) {
     return absl::InvalidArgumentError("--resume=auto needs --save (the checkpoint prefix)");
   }
+  // Only the checkpoints of the run under the prefix count; several runs there are refused.
+  absl::StatusOr<std::optional<std::string>> run = SingleRunUnder(rot);
+  if (!run.ok()) return run.status();
+  rot.run_id = *run;
   std::vector<std::string> skipped;  // newer files that are no complete checkpoint
   absl::StatusOr<std::string> latest = rot.LatestComplete(&skipped);
   for (const std::string& why : skipped) {
@@ -256,8 +271,8 @@ absl::Status ResolveResume(std::string* resume, std::string* note) {
 }
 
 // --resume and --init: the model's shape comes from the file's gpt.* metadata (a file written by
-// --save or --save_every; a GPT-2 file without it keeps the flags' shape); shape flags set to
-// other than their defaults must agree. `flag` names the flag; a resume adds "resumed from FILE
+// --save or --save_every; a GPT-2 file without it keeps the flags' shape); shape flags on the
+// command line (at any value, their defaults included) must agree. `flag` names the flag; a resume adds "resumed from FILE
 // at step N" to *note.
 absl::Status AdoptShapeFrom(const std::string& path, const std::string& flag, GptConfig* cfg,
                             std::string* note) {
@@ -283,15 +298,13 @@ absl::Status AdoptShapeFrom(const std::string& path, const std::string& flag, Gp
       {"seq", {cfg->seq, saved->seq}},          {"experts", {cfg->moe.experts, saved->moe.experts}}};
   for (const auto& [name, values] : shape) {
     const absl::CommandLineFlag* cl = absl::FindCommandLineFlag(name);
-    if (cl != nullptr && cl->CurrentValue() != cl->DefaultValue() &&
-        values.first != values.second) {
+    if (cl != nullptr && GivenOnCommandLine(name) && values.first != values.second) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--", name, "=", values.first, " but the checkpoint '", path, "' has ", name, " ",
           values.second, "; ", flag, " takes the model's shape from the file: drop --", name));
     }
   }
-  const absl::CommandLineFlag* dtype_flag = absl::FindCommandLineFlag("dtype");
-  if (dtype_flag->CurrentValue() != dtype_flag->DefaultValue() &&
+  if (GivenOnCommandLine("dtype") &&
       (saved->dtype != cfg->dtype || saved->compute != cfg->compute)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--dtype=", absl::GetFlag(FLAGS_dtype), " but the checkpoint '", path,
@@ -324,9 +337,8 @@ absl::Status CheckFitsHost(const GptConfig& cfg, int processes, const std::strin
 
 // --tokenizer=DIR: GPT-2's byte-level BPE from DIR's encoder.json + vocab.bpe (or vocab.json +
 // merges.txt); null without the flag. Its ids must fit --vocab.
-absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadTokenizer(const GptConfig& cfg) {
-  const std::string dir = absl::GetFlag(FLAGS_tokenizer);
-  if (dir.empty()) return std::unique_ptr<BpeTokenizer>();
+// --tokenizer's two files (GPT-2's names, else Hugging Face's); NotFound naming what is needed.
+absl::StatusOr<std::pair<std::string, std::string>> TokenizerFiles(const std::string& dir) {
   auto exists = [&](const char* name) {
     struct stat st;
     return ::stat(absl::StrCat(dir, "/", name).c_str(), &st) == 0 && S_ISREG(st.st_mode);
@@ -338,8 +350,15 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadTokenizer(const GptConfig& cfg
         "--tokenizer '", dir, "': needs encoder.json and vocab.bpe (GPT-2's files) or "
         "vocab.json and merges.txt (Hugging Face's) in that folder"));
   }
-  absl::StatusOr<BpeTokenizer> tok = BpeTokenizer::Load(absl::StrCat(dir, "/", files.first),
-                                                        absl::StrCat(dir, "/", files.second));
+  return std::make_pair(absl::StrCat(dir, "/", files.first), absl::StrCat(dir, "/", files.second));
+}
+
+absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadTokenizer(const GptConfig& cfg) {
+  const std::string dir = absl::GetFlag(FLAGS_tokenizer);
+  if (dir.empty()) return std::unique_ptr<BpeTokenizer>();
+  absl::StatusOr<std::pair<std::string, std::string>> files = TokenizerFiles(dir);
+  if (!files.ok()) return files.status();
+  absl::StatusOr<BpeTokenizer> tok = BpeTokenizer::Load(files->first, files->second);
   if (!tok.ok()) {
     return absl::Status(tok.status().code(),
                         absl::StrCat("--tokenizer: ", tok.status().message()));
@@ -351,6 +370,66 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadTokenizer(const GptConfig& cfg
         " (a multiple of 64, as nanoGPT's 50304)"));
   }
   return std::make_unique<BpeTokenizer>(*std::move(tok));
+}
+
+// The run this command continues (--resume: the checkpoint's run id, and its settings for the
+// flags not given, AdoptRunFlags) or starts (a new run id). Adds what it adopted and every
+// changed setting to *note.
+absl::StatusOr<ResumedRun> ContinueOrStartRun(const std::string& resume, std::string* note) {
+  const std::string id = absl::GetFlag(FLAGS_run_id);
+  if (id.find_first_of(",\n") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--run_id '", id, "' holds a comma or a newline; use letters and digits"));
+  }
+  if (resume.empty()) return ResumedRun{id.empty() ? NewRunId() : id, std::nullopt};
+  std::vector<std::string> notes;
+  absl::StatusOr<ResumedRun> run = AdoptRunFlags(resume, &notes);
+  if (!run.ok()) return run.status();
+  if (!id.empty() && run->saved.has_value() && id != run->run_id) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--run_id=", id, " but '", resume, "' is a checkpoint of run '", run->run_id,
+        "': a resume continues that run; drop --run_id"));
+  }
+  for (const std::string& line : notes) {
+    if (!note->empty() && note->back() != '\n') note->push_back('\n');
+    absl::StrAppend(note, line);
+  }
+  return run;
+}
+
+// The run's configuration for its checkpoints: the settings, the training data file's identity
+// and the tokenizer's hash. On a resume, data or a tokenizer that are not the run's are refused
+// (CheckSameData); the same data under another path adds a note.
+absl::StatusOr<RunConfig> DescribeRun(const ResumedRun& run, const std::string& resume,
+                                      std::string* note) {
+  RunConfig now{run.run_id, CurrentRunFlags()};
+  const std::string data = !absl::GetFlag(FLAGS_data).empty() ? absl::GetFlag(FLAGS_data)
+                                                              : absl::GetFlag(FLAGS_text);
+  if (!data.empty()) {
+    absl::StatusOr<FileIdentity> id = IdentifyFile(data);
+    if (!id.ok()) return id.status();
+    now.data = *id;
+  }
+  if (!absl::GetFlag(FLAGS_tokenizer).empty()) {
+    absl::StatusOr<std::pair<std::string, std::string>> files =
+        TokenizerFiles(absl::GetFlag(FLAGS_tokenizer));
+    if (!files.ok()) return files.status();
+    absl::StatusOr<uint64_t> h = HashFiles({files->first, files->second});
+    if (!h.ok()) return h.status();
+    now.tokenizer_hash = *h;
+  }
+  if (run.saved.has_value()) {
+    std::vector<std::string> notes;
+    if (absl::Status s = CheckSameData(*run.saved, now.data, now.tokenizer_hash, resume, &notes);
+        !s.ok()) {
+      return s;
+    }
+    for (const std::string& line : notes) {
+      if (!note->empty() && note->back() != '\n') note->push_back('\n');
+      absl::StrAppend(note, line);
+    }
+  }
+  return now;
 }
 
 // Where the ranks run: --devices, --backend (this process's rank of the launcher's world, or
@@ -749,11 +828,13 @@ absl::Status MergeTraceParts(const std::string& trace, int processes) {
 // The run's outputs as the flags ask: evaluation, periodic checkpoints, the trace.
 class RunOutputs {
  public:
-  RunOutputs(const GptLayout& layout, const RankWorld& ranks)
+  // run: the run configuration every checkpoint carries (its id limits the rotation to it).
+  RunOutputs(const GptLayout& layout, const RankWorld& ranks, const RunConfig& run)
       : layout_(layout),
         ranks_(ranks),
         save_path_(absl::GetFlag(FLAGS_save)),
-        rotation_{save_path_, absl::GetFlag(FLAGS_keep_last)} {}
+        rotation_{save_path_, absl::GetFlag(FLAGS_keep_last), run.id},
+        run_metadata_(RunConfigMetadata(run)) {}
 
   // Checks the paths and settings before the first step and sets them in `o`.
   absl::Status Set(const TokenData& data, TrainOptions& o);
@@ -766,11 +847,13 @@ class RunOutputs {
 
  private:
   absl::Status SetTrace(TrainOptions& o);
+  absl::Status CheckNoOtherRuns() const;
 
   const GptLayout& layout_;
   const RankWorld& ranks_;
   std::string save_path_;
   CheckpointRotation rotation_;  // periodic: atomic <prefix>.step<N>.safetensors, the last kept
+  std::map<std::string, std::string> run_metadata_;
   std::string trace_path_;
   std::unique_ptr<TraceWriter> writer_;
   StepFilter trace_steps_;
@@ -815,12 +898,13 @@ absl::Status RunOutputs::Set(const TokenData& data, TrainOptions& o) {
     }
     if (absl::Status s = rotation_.Validate(); !s.ok()) return s;
     if (absl::Status s = rotation_.CheckWritable(); !s.ok()) return s;
+    if (absl::Status s = CheckNoOtherRuns(); !s.ok()) return s;
     o.checkpoint.on_save = [this](const TrainResult& snapshot) -> absl::Status {
       if (ranks_.world != nullptr && ranks_.world->rank() != 0) return absl::OkStatus();
       absl::StatusOr<std::string> path =
           rotation_.Save(snapshot.steps_done, [&](const std::string& tmp) {
             return SaveGptWithConfig(tmp, layout_, snapshot.params, &snapshot.adam_state,
-                                     snapshot.steps_done);
+                                     snapshot.steps_done, run_metadata_);
           });
       if (!path.ok()) return path.status();
       if (ranks_.print) std::cout << "checkpoint: " << *path << "\n";
@@ -828,6 +912,34 @@ absl::Status RunOutputs::Set(const TokenData& data, TrainOptions& o) {
     };
   }
   return SetTrace(o);
+}
+
+// Periodic checkpoints of one run only under a prefix: another run's there are refused, or
+// with --overwrite removed (rank 0 removes them and names them), so that --keep_last and
+// --resume=auto never mix runs.
+absl::Status RunOutputs::CheckNoOtherRuns() const {
+  absl::StatusOr<std::vector<std::string>> others =
+      OtherRunsCheckpoints(rotation_, *rotation_.run_id);
+  if (!others.ok()) return others.status();
+  if (others->empty()) return absl::OkStatus();
+  if (!absl::GetFlag(FLAGS_overwrite)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--save '", save_path_, "' holds checkpoints of another run (", absl::StrJoin(*others, ", "),
+        ") and this run (id ", *rotation_.run_id,
+        ") would save beside them: continue that run with --resume=auto, choose another --save, "
+        "or remove them with --overwrite"));
+  }
+  if (!ranks_.print) return absl::OkStatus();
+  for (const std::string& path : *others) {
+    if (std::remove(path.c_str()) != 0 && errno != ENOENT) {
+      return absl::FailedPreconditionError(absl::StrCat("--overwrite: cannot remove '", path,
+                                                        "' (", std::strerror(errno), ")"));
+    }
+  }
+  std::cout << "--overwrite: removed " << others->size() << " checkpoint"
+            << (others->size() == 1 ? "" : "s") << " of other runs: " << absl::StrJoin(*others, ", ")
+            << "\n";
+  return absl::OkStatus();
 }
 
 // The trace: opened now (a bad path fails before training), written as the run goes.
@@ -859,7 +971,7 @@ absl::Status RunOutputs::SaveFinal(const TrainResult& r) const {
   }
   const bool moments = r.adam_state.exp_avg.size() == layout_.params().size();
   return SaveGptWithConfig(save_path_, layout_, r.params, moments ? &r.adam_state : nullptr,
-                           r.steps_done);
+                           r.steps_done, run_metadata_);
 }
 
 // --plan: the planner's view of this run, printed before it.
@@ -888,6 +1000,8 @@ absl::Status Run() {
       !s.ok()) {
     return s;
   }
+  absl::StatusOr<ResumedRun> run = ContinueOrStartRun(resume, &resume_note);
+  if (!run.ok()) return run.status();
   absl::StatusOr<Mesh> mesh = ParseMesh(absl::GetFlag(FLAGS_mesh));
   if (!mesh.ok()) return mesh.status();
   absl::StatusOr<RankWorld> ranks = ConnectRanks(*mesh);
@@ -923,6 +1037,8 @@ absl::Status Run() {
   data_options.seq = cfg->seq;
   absl::StatusOr<TokenData> data = LoadTokenData(data_options);
   if (!data.ok()) return data.status();
+  absl::StatusOr<RunConfig> run_config = DescribeRun(*run, resume, &resume_note);
+  if (!run_config.ok()) return run_config.status();
   if (ranks->world != nullptr) {
     if (absl::Status s = AgreeOnSettings(*ranks->world, data->train); !s.ok()) return s;
   }
@@ -930,7 +1046,7 @@ absl::Status Run() {
   o.checkpoint.init_path = absl::GetFlag(FLAGS_init);
   o.checkpoint.resume_path = resume;
   if (absl::Status s = SetOptimization(o); !s.ok()) return s;
-  RunOutputs outputs(*layout, *ranks);
+  RunOutputs outputs(*layout, *ranks, *run_config);
   if (absl::Status s = outputs.Set(*data, o); !s.ok()) return s;
   absl::StatusOr<SampleRequest> sample = ParseSampleRequest(*cfg, tok);
   if (!sample.ok()) return sample.status();

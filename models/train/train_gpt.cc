@@ -47,6 +47,7 @@
 #include "models/train/checkpoint_rotation.h"
 #include "models/train/run_config.h"
 #include "models/train/run_flags.h"
+#include "models/train/sample_text.h"
 #include "models/train/run_format.h"
 #include "models/gpt.h"
 #include "models/gpt/gpt_flags.h"
@@ -337,39 +338,17 @@ absl::Status CheckFitsHost(const GptConfig& cfg, int processes, const std::strin
 
 // --tokenizer=DIR: GPT-2's byte-level BPE from DIR's encoder.json + vocab.bpe (or vocab.json +
 // merges.txt); null without the flag. Its ids must fit --vocab.
-// --tokenizer's two files (GPT-2's names, else Hugging Face's); NotFound naming what is needed.
-absl::StatusOr<std::pair<std::string, std::string>> TokenizerFiles(const std::string& dir) {
-  auto exists = [&](const char* name) {
-    struct stat st;
-    return ::stat(absl::StrCat(dir, "/", name).c_str(), &st) == 0 && S_ISREG(st.st_mode);
-  };
-  std::pair<const char*, const char*> files = {"encoder.json", "vocab.bpe"};
-  if (!exists("encoder.json") && exists("vocab.json")) files = {"vocab.json", "merges.txt"};
-  if (!exists(files.first) || !exists(files.second)) {
-    return absl::NotFoundError(absl::StrCat(
-        "--tokenizer '", dir, "': needs encoder.json and vocab.bpe (GPT-2's files) or "
-        "vocab.json and merges.txt (Hugging Face's) in that folder"));
-  }
-  return std::make_pair(absl::StrCat(dir, "/", files.first), absl::StrCat(dir, "/", files.second));
-}
-
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadTokenizer(const GptConfig& cfg) {
-  const std::string dir = absl::GetFlag(FLAGS_tokenizer);
-  if (dir.empty()) return std::unique_ptr<BpeTokenizer>();
-  absl::StatusOr<std::pair<std::string, std::string>> files = TokenizerFiles(dir);
-  if (!files.ok()) return files.status();
-  absl::StatusOr<BpeTokenizer> tok = BpeTokenizer::Load(files->first, files->second);
-  if (!tok.ok()) {
-    return absl::Status(tok.status().code(),
-                        absl::StrCat("--tokenizer: ", tok.status().message()));
-  }
-  if (tok->vocab_size() > cfg.vocab) {
+  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok =
+      LoadTokenizerDir(absl::GetFlag(FLAGS_tokenizer));
+  if (!tok.ok() || *tok == nullptr) return tok;
+  if ((*tok)->vocab_size() > cfg.vocab) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--vocab ", cfg.vocab, " is smaller than the tokenizer's ", tok->vocab_size(),
-        " ids; use --vocab=", (tok->vocab_size() + 63) / 64 * 64,
+        "--vocab ", cfg.vocab, " is smaller than the tokenizer's ", (*tok)->vocab_size(),
+        " ids; use --vocab=", ((*tok)->vocab_size() + 63) / 64 * 64,
         " (a multiple of 64, as nanoGPT's 50304)"));
   }
-  return std::make_unique<BpeTokenizer>(*std::move(tok));
+  return tok;
 }
 
 // The run this command continues (--resume: the checkpoint's run id, and its settings for the
@@ -412,7 +391,7 @@ absl::StatusOr<RunConfig> DescribeRun(const ResumedRun& run, const std::string& 
   }
   if (!absl::GetFlag(FLAGS_tokenizer).empty()) {
     absl::StatusOr<std::pair<std::string, std::string>> files =
-        TokenizerFiles(absl::GetFlag(FLAGS_tokenizer));
+        TokenizerFiles(absl::GetFlag(FLAGS_tokenizer));  // models/train/sample_text.h
     if (!files.ok()) return files.status();
     absl::StatusOr<uint64_t> h = HashFiles({files->first, files->second});
     if (!h.ok()) return h.status();
@@ -554,21 +533,6 @@ absl::StatusOr<SampleRequest> ParseSampleRequest(const GptConfig& cfg,
     return absl::InvalidArgumentError(absl::StrCat("--sample ", req.tokens, " must be >= 0"));
   }
   if (req.tokens == 0) return req;
-  const std::string text = absl::GetFlag(FLAGS_prompt);
-  if (tokenizer != nullptr) {
-    for (int32_t id : tokenizer->Encode(text)) req.prompt.push_back(id);
-  } else if (!absl::GetFlag(FLAGS_data).empty()) {
-    for (absl::string_view id : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-      int64_t v = 0;
-      if (!absl::SimpleAtoi(id, &v)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--prompt '", text, "': with --data give comma-separated token ids"));
-      }
-      req.prompt.push_back(v);
-    }
-  } else {
-    for (unsigned char ch : text) req.prompt.push_back(ch);
-  }
   const double temperature = absl::GetFlag(FLAGS_temperature);
   const int64_t top_k = absl::GetFlag(FLAGS_top_k);
   if (!std::isfinite(temperature) || temperature < 0) {
@@ -579,15 +543,10 @@ absl::StatusOr<SampleRequest> ParseSampleRequest(const GptConfig& cfg,
     return absl::InvalidArgumentError(absl::StrCat(
         "--top_k ", top_k, " must be in [0, vocab = ", cfg.vocab, "] (0: every id)"));
   }
-  if (req.prompt.empty()) {
-    return absl::InvalidArgumentError("--prompt is empty; give at least one token");
-  }
-  for (int64_t id : req.prompt) {
-    if (id < 0 || id >= cfg.vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--prompt holds id ", id, ", outside the vocabulary [0, ", cfg.vocab, ")"));
-    }
-  }
+  absl::StatusOr<std::vector<int64_t>> prompt = EncodePrompt(
+      absl::GetFlag(FLAGS_prompt), tokenizer, !absl::GetFlag(FLAGS_data).empty(), cfg.vocab);
+  if (!prompt.ok()) return prompt.status();
+  req.prompt = *std::move(prompt);
   return req;
 }
 
@@ -767,19 +726,7 @@ absl::StatusOr<std::vector<int64_t>> Sample(const GptLayout& layout, const RankW
 
 void PrintSample(const std::vector<int64_t>& sampled, int64_t tokens,
                  const BpeTokenizer* tokenizer) {
-  std::string text;
-  if (tokenizer != nullptr) {
-    // Token by token (the bytes concatenate as the whole text's): an id the tokenizer lacks (the
-    // model's padding ids past GPT-2's 50257) prints as <|id N|> instead of hiding the rest.
-    for (int64_t id : sampled) {
-      absl::StatusOr<std::string> piece = tokenizer->Decode(absl::MakeConstSpan(&id, 1));
-      absl::StrAppend(&text, piece.ok() ? *piece : absl::StrCat("<|id ", id, "|>"));
-    }
-  } else if (!absl::GetFlag(FLAGS_data).empty()) {
-    text = absl::StrJoin(sampled, ",");
-  } else {
-    for (int64_t id : sampled) text.push_back(static_cast<char>(id));
-  }
+  const std::string text = DecodeTokens(sampled, tokenizer, !absl::GetFlag(FLAGS_data).empty());
   std::cout << absl::StrFormat("sample (%d tokens, %s): %s\n", tokens,
                                absl::GetFlag(FLAGS_temperature) > 0
                                    ? absl::StrFormat("temperature %g, top-k %d",

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -126,32 +127,45 @@ absl::Status WritePeakCache(const std::string& path, const std::string& key, dou
 
 double MeasureCpuPeakFlops(DType dtype, int threads, double seconds) {
   if (threads <= 0) threads = HardwareThreads();
+  constexpr int kRounds = 10;
   constexpr int64_t kN = 512;
   const double flops_per_call = 2.0 * kN * kN * kN;
+  const auto window = std::chrono::duration<double>(seconds / kRounds);
+  // Every thread's operands once; each round starts them together and sums their own rates
+  // (calls / the time to the end of their last call: no thread start-up or overrun counted).
+  std::vector<std::pair<Tensor, Tensor>> operands;
+  for (int t = 0; t < threads; ++t) {
+    operands.emplace_back(RandomNormal({kN, kN}, 100 + t, 0.0, 1.0, dtype),
+                          RandomNormal({kN, kN}, 200 + t, 0.0, 1.0, dtype));
+  }
   double best = 0;
-  for (int round = 0; round < 3; ++round) {
-    std::atomic<int64_t> calls{0};
+  for (int round = 0; round < kRounds; ++round) {
+    std::atomic<int> ready{0};
     std::atomic<bool> go{false};
+    std::vector<double> rates(threads, 0.0);
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
         PinBlasToOneThread();
-        const Tensor a = RandomNormal({kN, kN}, 100 + t, 0.0, 1.0, dtype);
-        const Tensor b = RandomNormal({kN, kN}, 200 + t, 0.0, 1.0, dtype);
+        ready.fetch_add(1);
         while (!go.load()) std::this_thread::yield();
-        const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-        while (std::chrono::steady_clock::now() < end) {
-          Matmul(a, b);
-          calls.fetch_add(1);
-        }
+        const auto start = std::chrono::steady_clock::now();
+        auto now = start;
+        int64_t calls = 0;
+        do {
+          Matmul(operands[t].first, operands[t].second);
+          ++calls;
+          now = std::chrono::steady_clock::now();
+        } while (now - start < window);
+        rates[t] = calls * flops_per_call / std::chrono::duration<double>(now - start).count();
       });
     }
-    const auto start = std::chrono::steady_clock::now();
+    while (ready.load() < threads) std::this_thread::yield();
     go.store(true);
     for (std::thread& t : pool) t.join();
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best = std::max(best, calls.load() * flops_per_call / wall);
+    double total = 0;
+    for (double r : rates) total += r;
+    best = std::max(best, total);
   }
   return best;
 }

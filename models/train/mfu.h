@@ -9,8 +9,10 @@
 //
 // The CPU peak is measured, not a datasheet number: every hardware thread runs the framework's
 // own GEMM (tensor/ops/matmul.h's Matmul: OpenBLAS, one BLAS thread per thread, as simulated
-// ranks run it) on 512x512 operands of the dtype for 0.25 s at once; the total FLOP/s of the best
-// of 3 rounds is the peak. It is cached in a text file (default $XDG_CACHE_HOME/shardmap/
+// ranks run it) on 512x512 operands of the dtype at once, in 10 rounds of 0.05 s; the total FLOP/s
+// of the best round is the peak (on a machine shared with other jobs, a neighbour's load lowers
+// some rounds: the best one is the least disturbed; a peak read while the machine was busy shows
+// as an MFU above 100%: delete the cache file or give --peak_flops). It is cached in a text file (default $XDG_CACHE_HOME/shardmap/
 // cpu_peak_flops.txt, else ~/.cache/shardmap/...), one line per key
 // "<CPU model name>|<hardware threads> threads|<dtype>\t<flop/s>". A file that does not parse
 // is named and measured over (and rewritten); a key it lacks is measured and added.
@@ -39,7 +41,7 @@ absl::StatusOr<std::map<std::string, double>> ReadPeakCache(const std::string& p
 absl::Status WritePeakCache(const std::string& path, const std::string& key, double flops);
 
 // The measurement described above (threads: 0 for every hardware thread).
-double MeasureCpuPeakFlops(DType dtype, int threads = 0, double seconds = 0.25);
+double MeasureCpuPeakFlops(DType dtype, int threads = 0, double seconds = 0.5);
 
 struct CpuPeak {
   double flops = 0;

@@ -37,6 +37,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -46,12 +47,14 @@
 #include "collectives/backend_registry.h"
 #include "models/train/checkpoint_rotation.h"
 #include "models/train/run_config.h"
+#include "models/train/mfu.h"
 #include "models/train/run_flags.h"
 #include "models/train/sample_text.h"
 #include "models/train/run_format.h"
 #include "models/gpt.h"
 #include "models/gpt/gpt_flags.h"
 #include "models/gpt/gpt_generate.h"
+#include "models/planner/hardware_profile.h"
 #include "models/planner/plan.h"
 #include "models/planner/plan_cli.h"
 #include "models/components/lr_schedule.h"
@@ -169,6 +172,11 @@ ABSL_FLAG(std::string, trace_steps, "all",
 ABSL_FLAG(int64_t, sample, 0, "after training, generate N tokens from --prompt and print them");
 ABSL_FLAG(std::string, prompt, "\n", "--sample: the prompt (bytes for --text data; for --data, "
           "comma-separated token ids)");
+ABSL_FLAG(double, peak_flops, 0,
+          "the MFU denominator in FLOP/s for all the run's devices together (0: a GPU's spec "
+          "peak for its dtype from the planner's h100_node/h200_node profiles, picked by the "
+          "card's name, times the GPUs used; on CPU ranks the machine's peak, measured once and "
+          "cached: models/train/mfu.h)");
 ABSL_FLAG(double, temperature, 0.0, "--sample: 0 greedy, else softmax(logits / temperature)");
 ABSL_FLAG(int64_t, top_k, 0, "--sample: only the k most likely tokens (0: all)");
 
@@ -552,14 +560,32 @@ absl::StatusOr<SampleRequest> ParseSampleRequest(const GptConfig& cfg,
 
 // The step lines: "step N loss X | ...", every --log_every steps (and the first, the last and
 // every evaluated one), with the communication of the step; totals for the summary.
+// The MFU of the step line: the model FLOPs per token against the peak of the run's devices.
+struct MfuBasis {
+  double flops_per_token = 0;  // nanoGPT's estimate_mfu: 6N + 12 L H Q T
+  double peak_flops = 0;       // 0: unknown (no MFU printed)
+  std::string peak_source;     // where the peak comes from
+  bool cpu = true;             // CPU ranks: the step line shows the process's RSS too
+};
+
 class StepPrinter {
  public:
-  StepPrinter(bool print, int64_t tokens_per_step, TypeTrace* types)
-      : print_(print), tokens_per_step_(tokens_per_step), types_(types) {}
+  StepPrinter(bool print, int64_t tokens_per_step, TypeTrace* types, MfuBasis mfu = {})
+      : print_(print), tokens_per_step_(tokens_per_step), types_(types), mfu_(std::move(mfu)) {}
 
   void operator()(const StepInfo& s);
 
   double total_s() const { return total_s_; }
+  const MfuBasis& mfu() const { return mfu_; }
+  int64_t peak_rss() const { return peak_rss_; }
+  // Percent of the peak at `tokens_per_s`, and the step line's " | MFU x%" ("" without a peak).
+  double MfuPercent(double tokens_per_s) const {
+    return 100.0 * mfu_.flops_per_token * tokens_per_s / mfu_.peak_flops;
+  }
+  std::string MfuText(double tokens_per_s) const {
+    if (mfu_.peak_flops <= 0) return "";
+    return absl::StrFormat(" | MFU %.2f%%", MfuPercent(tokens_per_s));
+  }
   double last_val() const { return last_val_; }
   const std::map<std::string, int64_t>& total_bytes() const { return total_bytes_; }
 
@@ -567,6 +593,8 @@ class StepPrinter {
   bool print_;
   int64_t tokens_per_step_;
   TypeTrace* types_;
+  MfuBasis mfu_;
+  int64_t peak_rss_ = -1;
   double total_s_ = 0;
   int64_t steps_run_ = 0;
   double last_val_ = std::nan("");
@@ -596,9 +624,14 @@ void StepPrinter::operator()(const StepInfo& s) {
                           s.moe_dropped, s.moe_assignments,
                           100.0 * s.moe_dropped / s.moe_assignments, s.moe_dropped_tokens);
   }
-  const std::string mem =
+  std::string mem =
       s.peak_device_bytes >= 0 ? absl::StrCat(" | peak GPU memory ", Bytes(s.peak_device_bytes))
                                : "";
+  if (mfu_.cpu) {
+    const int64_t rss = ProcessRssBytes();
+    peak_rss_ = std::max(peak_rss_, rss);
+    if (rss >= 0) absl::StrAppend(&mem, " | RSS ", Bytes(rss));
+  }
   ++steps_run_;
   const bool evaluated = !std::isnan(s.val_loss);
   if (evaluated) last_val_ = s.val_loss;
@@ -610,12 +643,60 @@ void StepPrinter::operator()(const StepInfo& s) {
   const double eta_s = total_s_ / steps_run_ * static_cast<double>(s.total_steps - s.step - 1);
   std::cout << absl::StrFormat(
       "step %d loss %.10g | %d/%d, ETA %s, %d tokens seen, lr %.4g, grad norm %.4g%s | "
-      "%.1f ms/step | %.0f tokens/s | %s%s%s\n",
+      "%.1f ms/step | %.0f tokens/s%s | %s%s%s\n",
       s.step, s.loss, s.step + 1, s.total_steps, Duration(eta_s), s.tokens_seen, s.lr,
       s.grad_norm, evaluated ? absl::StrFormat(" | val loss %.10g", s.val_loss) : "",
-      s.seconds * 1e3, tokens_per_step_ / s.seconds, comm.empty() ? "no communication" : comm,
+      s.seconds * 1e3, tokens_per_step_ / s.seconds, MfuText(tokens_per_step_ / s.seconds),
+      comm.empty() ? "no communication" : comm,
       moe, mem);
   std::cout.flush();
+}
+
+// The MFU's basis (rank 0 only: it may measure the CPU): --peak_flops, else on GPUs the spec
+// peak of the compute dtype from the planner's profile named by the card (h100_node, h200_node)
+// times the GPUs the ranks use, else on CPU ranks the machine's measured, cached peak (all
+// ranks share its cores, threads or processes alike).
+MfuBasis MfuFor(const GptLayout& layout, const RankWorld& ranks) {
+  const GptConfig& cfg = layout.config();
+  MfuBasis m;
+  m.flops_per_token = planner::ModelFlopsPerStep(cfg, 1) / static_cast<double>(cfg.seq);
+  const DType dtype = cfg.compute_dtype();
+  const bool gpu = absl::GetFlag(FLAGS_device) == "cuda";
+  m.cpu = !gpu;
+  if (absl::GetFlag(FLAGS_peak_flops) > 0) {
+    m.peak_flops = absl::GetFlag(FLAGS_peak_flops);
+    m.peak_source = "--peak_flops";
+    return m;
+  }
+  if (!gpu) {
+    absl::StatusOr<CpuPeak> peak = CpuPeakFlops(dtype, DefaultPeakCachePath());
+    m.peak_flops = peak.ok() ? peak->flops : 0;
+    m.peak_source = peak.ok() ? absl::StrCat("this CPU's ", DTypeName(dtype), " peak, ",
+                                             peak->source)
+                              : std::string(peak.status().message());
+    return m;
+  }
+  const std::string name = cuda::DeviceName(0);
+  const std::string lower = absl::AsciiStrToLower(name);
+  const char* profile = absl::StrContains(lower, "h200")   ? "h200_node"
+                        : absl::StrContains(lower, "h100") ? "h100_node"
+                                                           : nullptr;
+  absl::StatusOr<planner::HardwareProfile> p =
+      profile != nullptr ? planner::LoadHardwareProfile(profile)
+                         : absl::NotFoundError("no profile");
+  if (!p.ok() || p->peak_flops.count(dtype) == 0) {
+    m.peak_source = absl::StrCat("no spec peak for ", name.empty() ? "this GPU" : name, " in ",
+                                 DTypeName(dtype), "; give --peak_flops");
+    return m;
+  }
+  const int gpus = ranks.world != nullptr ? ranks.world->size()
+                   : ranks.placement.kind == DevicePlacement::Kind::kGpuPerRank
+                       ? layout.mesh().size()
+                       : 1;
+  m.peak_flops = p->peak_flops.at(dtype) * gpus;
+  m.peak_source = absl::StrCat(name, " ", DTypeName(dtype), " spec peak (", profile, ") x ", gpus,
+                               " GPU", gpus == 1 ? "" : "s");
+  return m;
 }
 
 // The run's first lines: the model, the mesh and where it runs, the batch and the data.
@@ -692,6 +773,20 @@ void PrintSummary(const GptLayout& layout, const TrainOptions& o, const TrainRes
         Bytes(r.peak_activation_bytes_per_rank), r.pipeline_bubble,
         static_cast<double>(p - 1) / static_cast<double>(o.pipeline.microbatches + p - 1));
   }
+  const MfuBasis& mfu = steps.mfu();
+  std::cout << absl::StrFormat(
+      "MFU: %s; %.4g model FLOPs per token (6N + 12 L H Q T, nanoGPT's estimate)%s\n",
+      mfu.peak_flops > 0
+          ? absl::StrFormat("%.2f%% of %.4g FLOP/s (%s)%s",
+                            steps.MfuPercent(tokens_per_step * r.losses.size() / total_s),
+                            mfu.peak_flops, mfu.peak_source,
+                            steps.MfuPercent(tokens_per_step * r.losses.size() / total_s) > 100
+                                ? "; above 100%: the peak is too low (measured while the "
+                                  "machine was busy?): delete the cache or give --peak_flops"
+                                : "")
+          : absl::StrCat("unknown (", mfu.peak_source, ")"),
+      mfu.flops_per_token,
+      steps.peak_rss() >= 0 ? absl::StrCat("; peak RSS ", Bytes(steps.peak_rss())) : "");
   if (!std::isnan(steps.last_val())) {
     std::cout << absl::StrFormat("val loss %.10g\n", steps.last_val());
   }
@@ -1007,7 +1102,8 @@ absl::Status Run() {
     PrintHeader(*layout, *ranks, o, data->train.size());
     if (!resume_note.empty()) std::cout << resume_note << (resume_note.back() == '\n' ? "" : "\n");
   }
-  StepPrinter printer(ranks->print, o.batch * cfg->seq, &types);
+  StepPrinter printer(ranks->print, o.batch * cfg->seq, &types,
+                      ranks->print ? MfuFor(*layout, *ranks) : MfuBasis{});
   o.hooks.on_step = [&printer](const StepInfo& s) { printer(s); };
   const std::vector<NamedTensor> init = o.checkpoint.init_path.empty() && o.checkpoint.resume_path.empty()
                                             ? InitGpt(*cfg, absl::GetFlag(FLAGS_seed))

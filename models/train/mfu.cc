@@ -75,7 +75,9 @@ std::string DefaultPeakCachePath() {
   if (home != nullptr && home[0] != '\0') {
     return absl::StrCat(home, "/.cache/shardmap/cpu_peak_flops.txt");
   }
-  return "";
+  const char* tmp = std::getenv("TMPDIR");  // e.g. under bazel test, which sets neither
+  return absl::StrCat(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp", "/shardmap-", ::getuid(),
+                      "/cpu_peak_flops.txt");
 }
 
 absl::StatusOr<std::map<std::string, double>> ReadPeakCache(const std::string& path) {
@@ -185,7 +187,7 @@ absl::StatusOr<CpuPeak> CpuPeakFlops(DType dtype, const std::string& cache_path)
   }
   peak.flops = MeasureCpuPeakFlops(dtype);
   if (cache_path.empty()) {
-    peak.source = "measured now (no $XDG_CACHE_HOME or $HOME to cache it in)";
+    peak.source = "measured now (no cache file)";
   } else if (absl::Status s = WritePeakCache(cache_path, key, peak.flops); !s.ok()) {
     peak.source = absl::StrCat("measured now (not cached: ", s.message(), ")");
   } else {

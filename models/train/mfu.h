@@ -13,7 +13,7 @@
 // of the best round is the peak (on a machine shared with other jobs, a neighbour's load lowers
 // some rounds: the best one is the least disturbed; a peak read while the machine was busy shows
 // as an MFU above 100%: delete the cache file or give --peak_flops). It is cached in a text file (default $XDG_CACHE_HOME/shardmap/
-// cpu_peak_flops.txt, else ~/.cache/shardmap/...), one line per key
+// cpu_peak_flops.txt, else ~/.cache/shardmap/..., else under $TMPDIR), one line per key
 // "<CPU model name>|<hardware threads> threads|<dtype>\t<flop/s>". A file that does not parse
 // is named and measured over (and rewritten); a key it lacks is measured and added.
 #ifndef SHARDMAP_MODELS_TRAIN_MFU_H_
@@ -30,7 +30,8 @@ namespace shardmap {
 
 // "<model name from /proc/cpuinfo>|<N> threads|<dtype>".
 std::string CpuPeakKey(DType dtype);
-// $XDG_CACHE_HOME/shardmap/cpu_peak_flops.txt, or $HOME/.cache/shardmap/..., or "" without both.
+// $XDG_CACHE_HOME/shardmap/cpu_peak_flops.txt, else $HOME/.cache/shardmap/..., else
+// ${TMPDIR:-/tmp}/shardmap-<uid>/cpu_peak_flops.txt.
 std::string DefaultPeakCachePath();
 
 // The cache file's entries. NotFound when the file does not exist; InvalidArgument naming the

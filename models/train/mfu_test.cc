@@ -101,6 +101,9 @@ TEST(MfuTest, KeyAndPathNameTheMachine) {
   ::unsetenv("XDG_CACHE_HOME");
   ::setenv("HOME", "/home/u", 1);
   EXPECT_EQ(DefaultPeakCachePath(), "/home/u/.cache/shardmap/cpu_peak_flops.txt");
+  ::unsetenv("HOME");
+  ::setenv("TMPDIR", "/t", 1);
+  EXPECT_EQ(DefaultPeakCachePath(), "/t/shardmap-" + std::to_string(::getuid()) + "/cpu_peak_flops.txt");
 }
 
 TEST(MfuTest, MeasuredPeakAndRss) {

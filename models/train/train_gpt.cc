@@ -775,7 +775,7 @@ void PrintSummary(const GptLayout& layout, const TrainOptions& o, const TrainRes
   }
   const MfuBasis& mfu = steps.mfu();
   std::cout << absl::StrFormat(
-      "MFU: %s; %.4g model FLOPs per token (6N + 12 L H Q T, nanoGPT's estimate)%s\n",
+      "MFU: %s; %.0f model FLOPs per token (6N + 12 L H Q T, nanoGPT's estimate)%s\n",
       mfu.peak_flops > 0
           ? absl::StrFormat("%.2f%% of %.4g FLOP/s (%s)%s",
                             steps.MfuPercent(tokens_per_step * r.losses.size() / total_s),

@@ -102,4 +102,26 @@ expect_error "--run_id=other but '$tmp/b/run.step4.safetensors' is a checkpoint 
 cp "$tmp/a/run.step3.safetensors" "$tmp/b/run.step3.safetensors"
 expect_error "--resume=auto: '$tmp/b/run.safetensors' holds the checkpoints of 2 runs: run [0-9a-f]* (steps [36]" \
   --resume=auto --save="$tmp/b/run.safetensors"
+
+# MFU: the step line and the summary; the percentage is FLOPs/token x tokens/s / peak.
+mfu=$("$bin" "${small[@]}" --steps=2 --peak_flops=1e12)
+grep -q "^step 1 loss .* tokens/s | MFU [0-9.]*% | .* | RSS [0-9.]* [KMG]iB$" <<<"$mfu" || fail "MFU step line: $mfu"
+python3 - "$mfu" <<'PY' || fail "MFU summary: $mfu"
+import re, sys
+out = sys.argv[1]
+tps = float(re.search(r'^summary: .*, ([0-9.]+) tokens/s;', out, re.M).group(1))
+m = re.search(r'^MFU: ([0-9.]+)% of 1e\+12 FLOP/s \(--peak_flops\); ([0-9]+) model FLOPs per token .*; peak RSS ', out, re.M)
+pct, fpt = float(m.group(1)), float(m.group(2))
+# d 16, 1 layer, vocab 256, seq 8: N = 12*16^2 + 13*16 + 256*16 + 2*16 = 7408; 6N + 12*1*16*8
+assert fpt == 6 * 7408 + 12 * 16 * 8, fpt
+assert abs(pct - 100 * fpt * tps / 1e12) <= 0.01 * pct + 0.01, (pct, fpt, tps)
+PY
+# The CPU peak: measured on the first run (and cached under $XDG_CACHE_HOME), read back after.
+first=$(XDG_CACHE_HOME="$tmp/cache" "$bin" "${small[@]}" --steps=1)
+grep -q "^MFU: [0-9.]*% of .* FLOP/s (this CPU's f64 peak, measured now, cached in $tmp/cache/shardmap/cpu_peak_flops.txt)" \
+  <<<"$first" || fail "CPU peak, first run: $first"
+second=$(XDG_CACHE_HOME="$tmp/cache" "$bin" "${small[@]}" --steps=1)
+grep -q "(this CPU's f64 peak, cached in $tmp/cache/shardmap/cpu_peak_flops.txt)" <<<"$second" \
+  || fail "CPU peak, second run: $second"
+grep -q "|[0-9]* threads|f64	" "$tmp/cache/shardmap/cpu_peak_flops.txt" || fail "cache file"
 echo PASS

@@ -274,6 +274,13 @@ absl::Status Evaluate(const Checkpoint& c, const GptLayout& layout, const BpeTok
   o.pipeline.schedule = c.Flag("schedule").empty() ? "1f1b" : c.Flag("schedule");
   o.checkpoint.init_path = c.path;
   o.runtime.placement = placement;
+  const int64_t needed = steps * o.batch * c.config.seq + 1;
+  if (needed > static_cast<int64_t>(tokens->size())) {
+    std::cout << absl::StrFormat(
+        "note: --eval_steps %d x batch %d x seq %d reads %d tokens but %s has %d: the batches "
+        "wrap around and repeat tokens; lower --eval_steps\n",
+        steps, o.batch, c.config.seq, needed, source, tokens->size());
+  }
   absl::StatusOr<double> loss = EvaluateGpt(layout, *tokens, steps, o);
   if (!loss.ok()) return loss.status();
   std::cout << absl::StrFormat("val loss %.10g (%d batches of %d x %d tokens from %s)\n", *loss,

@@ -42,6 +42,10 @@ other=$("$bin" --checkpoint="$tmp/ck.safetensors" --num_samples=0 --eval_steps=1
 grep -q "^val loss [0-9.]* (1 batches of 4 x 8 tokens from $tmp/val.txt)" <<<"$other" \
   || fail "--val_data: $other"
 
+wrap=$("$bin" --checkpoint="$tmp/ck.safetensors" --num_samples=0 --eval_steps=1000)
+grep -q "^note: --eval_steps 1000 x batch 4 x seq 8 reads 32001 tokens but .* the batches wrap around" \
+  <<<"$wrap" || fail "eval wrap note: $wrap"
+
 # Samples: the prompt echoed, then the continuation; one seed gives the same text on every mesh.
 sample() { "$bin" --checkpoint="$tmp/ck.safetensors" --prompt="the q" --tokens=16 "$@" | grep -v '^checkpoint '; }
 one=$(sample --num_samples=2 --temperature=0.9 --seed=5)

@@ -678,9 +678,12 @@ MfuBasis MfuFor(const GptLayout& layout, const RankWorld& ranks) {
   }
   const std::string name = cuda::DeviceName(0);
   const std::string lower = absl::AsciiStrToLower(name);
-  const char* profile = absl::StrContains(lower, "h200")   ? "h200_node"
-                        : absl::StrContains(lower, "h100") ? "h100_node"
-                                                           : nullptr;
+  // The profiles are SXM nodes' (an H100 PCIe or NVL card has lower peaks: not guessed).
+  const bool sxm_h100 = absl::StrContains(lower, "h100") && !absl::StrContains(lower, "pcie") &&
+                        !absl::StrContains(lower, "nvl");
+  const char* profile = absl::StrContains(lower, "h200") ? "h200_node"
+                        : sxm_h100                       ? "h100_node"
+                                                         : nullptr;
   absl::StatusOr<planner::HardwareProfile> p =
       profile != nullptr ? planner::LoadHardwareProfile(profile)
                          : absl::NotFoundError("no profile");

@@ -100,7 +100,7 @@ expect_error "--run_id=other but '$tmp/b/run.step4.safetensors' is a checkpoint 
   --resume="$tmp/b/run.step4.safetensors" --run_id=other
 # Two runs' checkpoints under one prefix (copied in): --resume=auto names both and refuses.
 cp "$tmp/a/run.step3.safetensors" "$tmp/b/run.step3.safetensors"
-expect_error "--resume=auto: '$tmp/b/run.safetensors' holds the checkpoints of 2 runs: run [0-9a-f]* (steps [36]" \
+expect_error "--resume=auto: '$tmp/b/run.safetensors' holds the checkpoints of 2 runs: run [0-9a-f]* (steps [0-9, ]*); run [0-9a-f]* (steps [0-9, ]*); continue one with --resume=FILE" \
   --resume=auto --save="$tmp/b/run.safetensors"
 
 # MFU: the step line and the summary; the percentage is FLOPs/token x tokens/s / peak.

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -30,8 +31,9 @@ uint64_t Fmix64(uint64_t k) {  // MurmurHash3's finaliser
 }
 
 uint64_t LoadLe64(const unsigned char* p) {
-  uint64_t w = 0;
-  for (int i = 7; i >= 0; --i) w = (w << 8) | p[i];
+  uint64_t w;
+  std::memcpy(&w, p, 8);
+  if constexpr (std::endian::native == std::endian::big) w = __builtin_bswap64(w);
   return w;
 }
 
@@ -103,21 +105,37 @@ void ContentHasher::Update(absl::string_view bytes) {
     --n;
   }
   if (npending_ == 8) {
-    h_ = (h_ ^ LoadLe64(pending_)) * kFnvPrime;
+    Word(LoadLe64(pending_));
     npending_ = 0;
   }
-  for (; n >= 8; p += 8, n -= 8) h_ = (h_ ^ LoadLe64(p)) * kFnvPrime;
+  for (; n >= 8 && words_ % 4 != 0; p += 8, n -= 8) Word(LoadLe64(p));
+  if (n >= 32) {  // whole blocks of four words, the lanes in registers
+    uint64_t a = lanes_[0], b = lanes_[1], c = lanes_[2], d = lanes_[3];
+    const uint64_t blocks = n / 32;
+    for (uint64_t i = 0; i < blocks; ++i, p += 32) {
+      a = (a ^ LoadLe64(p)) * kFnvPrime;
+      b = (b ^ LoadLe64(p + 8)) * kFnvPrime;
+      c = (c ^ LoadLe64(p + 16)) * kFnvPrime;
+      d = (d ^ LoadLe64(p + 24)) * kFnvPrime;
+    }
+    lanes_[0] = a, lanes_[1] = b, lanes_[2] = c, lanes_[3] = d;
+    words_ += 4 * blocks;
+    n -= 32 * blocks;
+  }
+  for (; n >= 8; p += 8, n -= 8) Word(LoadLe64(p));
   for (; n > 0; --n) pending_[npending_++] = *p++;
 }
 
 uint64_t ContentHasher::Finish() const {
-  uint64_t h = h_;
+  ContentHasher last = *this;
   if (npending_ > 0) {
-    unsigned char last[8] = {};
-    std::memcpy(last, pending_, npending_);
-    h = (h ^ LoadLe64(last)) * kFnvPrime;
+    unsigned char word[8] = {};
+    std::memcpy(word, pending_, npending_);
+    last.Word(LoadLe64(word));
   }
-  return Fmix64(h ^ length_);
+  auto rotl = [](uint64_t x, int r) { return (x << r) | (x >> (64 - r)); };
+  return Fmix64(last.lanes_[0] ^ rotl(last.lanes_[1], 16) ^ rotl(last.lanes_[2], 32) ^
+                rotl(last.lanes_[3], 48) ^ length_);
 }
 
 uint64_t HashContent(absl::string_view bytes) {

@@ -17,9 +17,13 @@
 // training data file, "run.tokenizer.hash" (the tokenizer's two files hashed in turn; absent
 // without one).
 //
-// The content hash (HashContent): FNV-1a's 64-bit prime over the data as little-endian 64-bit
-// words (the last one zero-padded), then the byte length xor-ed in and MurmurHash3's fmix64
-// finaliser. Not cryptographic: it tells a changed or different file from the same one.
+// The content hash (HashContent): the data as little-endian 64-bit words (the last one
+// zero-padded); word j goes into lane j mod 4 (lane i starts at FNV-1a's offset basis + i) as
+// lane = (lane ^ word) * FNV-1a's 64-bit prime; the result is MurmurHash3's fmix64 of
+// lane0 ^ rotl(lane1, 16) ^ rotl(lane2, 32) ^ rotl(lane3, 48) ^ the byte length. Four lanes keep
+// four multiplies in flight: 4.5-5 GB/s in memory, 1.6 GB/s reading a cached file (IdentifyFile)
+// on this CPU (-O2). Not cryptographic: it tells a changed or
+// different file from the same one.
 #ifndef SHARDMAP_MODELS_TRAIN_RUN_CONFIG_H_
 #define SHARDMAP_MODELS_TRAIN_RUN_CONFIG_H_
 
@@ -64,7 +68,15 @@ class ContentHasher {
   uint64_t Finish() const;
 
  private:
-  uint64_t h_ = 0xcbf29ce484222325ull;  // FNV-1a's offset basis
+  void Word(uint64_t w) {  // word n goes to lane n % 4
+    lanes_[words_ % 4] = (lanes_[words_ % 4] ^ w) * 0x100000001b3ull;
+    ++words_;
+  }
+
+  // FNV-1a's offset basis + the lane's index.
+  uint64_t lanes_[4] = {0xcbf29ce484222325ull, 0xcbf29ce484222326ull, 0xcbf29ce484222327ull,
+                        0xcbf29ce484222328ull};
+  uint64_t words_ = 0;
   uint64_t length_ = 0;
   unsigned char pending_[8] = {};
   int npending_ = 0;

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -11,17 +12,20 @@
 namespace shardmap {
 namespace {
 
-// An independent reference of HashContent: byte by byte, the word assembled by shifts.
+// An independent reference of HashContent: byte by byte, each word assembled by shifts, the
+// lanes kept in an array.
 uint64_t ReferenceHash(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < s.size(); i += 8) {
+  uint64_t lane[4];
+  for (int i = 0; i < 4; ++i) lane[i] = 0xcbf29ce484222325ull + i;
+  for (size_t i = 0, j = 0; i < s.size(); i += 8, ++j) {
     uint64_t w = 0;
-    for (size_t j = 0; j < 8 && i + j < s.size(); ++j) {
-      w |= static_cast<uint64_t>(static_cast<unsigned char>(s[i + j])) << (8 * j);
+    for (size_t k = 0; k < 8 && i + k < s.size(); ++k) {
+      w |= static_cast<uint64_t>(static_cast<unsigned char>(s[i + k])) << (8 * k);
     }
-    h = (h ^ w) * 0x100000001b3ull;
+    lane[j % 4] = (lane[j % 4] ^ w) * 0x100000001b3ull;
   }
-  h ^= s.size();
+  auto rotl = [](uint64_t x, int r) { return (x << r) | (x >> (64 - r)); };
+  uint64_t h = lane[0] ^ rotl(lane[1], 16) ^ rotl(lane[2], 32) ^ rotl(lane[3], 48) ^ s.size();
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdull;
   h ^= h >> 33;
@@ -39,10 +43,10 @@ std::string TempPath(const std::string& name) {
 TEST(RunConfigTest, HashMatchesReferenceInAnyPieces) {
   std::string s;
   for (int i = 0; i < 1000; ++i) s.push_back(static_cast<char>((i * 131 + 7) % 256));
-  for (size_t len : {0, 1, 7, 8, 9, 15, 16, 17, 999, 1000}) {
+  for (size_t len : {0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 63, 64, 65, 999, 1000}) {
     const std::string part = s.substr(0, len);
     EXPECT_EQ(HashContent(part), ReferenceHash(part)) << len;
-    for (size_t cut : {1, 3, 8, 13}) {  // streamed in pieces of `cut` bytes
+    for (size_t cut : {1, 3, 8, 13, 32, 37, 100}) {  // streamed in pieces of `cut` bytes
       ContentHasher h;
       for (size_t i = 0; i < part.size(); i += cut) h.Update(part.substr(i, cut));
       EXPECT_EQ(h.Finish(), ReferenceHash(part)) << len << " in pieces of " << cut;
@@ -53,6 +57,14 @@ TEST(RunConfigTest, HashMatchesReferenceInAnyPieces) {
   std::string t = s;
   t[500] ^= 1;
   EXPECT_NE(HashContent(s), HashContent(t));
+  t[500] ^= static_cast<char>(0x81);  // the top bit of a byte
+  EXPECT_NE(HashContent(s), HashContent(t));
+  // Word order counts, within a lane (words 0 and 4) and across lanes (words 0 and 1).
+  for (size_t other : {8, 32}) {
+    t = s;
+    std::swap_ranges(t.begin(), t.begin() + 8, t.begin() + other);
+    EXPECT_NE(HashContent(s), HashContent(t)) << other;
+  }
 }
 
 TEST(RunConfigTest, IdentifyFileAndItsErrors) {

@@ -67,7 +67,7 @@ uint64_t SplitMix64(uint64_t* state) {
 // and results are taken from rank 0 (or the process's rank with comm).
 absl::Status RunGeneration(const GptLayout& layout, const std::vector<NamedTensor>& params,
                            std::vector<int64_t> context, int64_t steps,
-                           collectives::Communicator* comm,
+                           collectives::Communicator* comm, const DevicePlacement& placement,
                            const std::function<int64_t(const std::vector<double>&, int rank)>&
                                on_logits) {
   if (absl::Status s = CheckLayout(layout); !s.ok()) return s;
@@ -108,7 +108,8 @@ absl::Status RunGeneration(const GptLayout& layout, const std::vector<NamedTenso
     std::vector<Value> local;
     for (size_t i = 0; i < layout.params().size(); ++i) {
       const ParamInfo& p = layout.params()[i];
-      local.emplace_back(ShardOf((*globals)[i], mesh, p.spec, rank), p.spec.InputType(mesh));
+      local.emplace_back(ShardOf((*globals)[i], mesh, p.spec, rank).To(ctx.device()),
+                         p.spec.InputType(mesh));
     }
     const ParamFn gathered = GptParamUse(layout, local);
     std::vector<int64_t> ctx_ids = context;  // every rank grows its own copy identically
@@ -120,7 +121,7 @@ absl::Status RunGeneration(const GptLayout& layout, const std::vector<NamedTenso
       }
       Tensor t = Tensor::FromVector<int64_t>({batch, c.seq}, window);
       Tensor rows = cp > 1 ? LoadBalancedRows(t, ways, cp) : t.Reshape({batch * c.seq});
-      Value ids(ShardOf(rows, mesh, rows_spec, rank), rows_spec.InputType(mesh));
+      Value ids(ShardOf(rows, mesh, rows_spec, rank).To(ctx.device()), rows_spec.InputType(mesh));
       const Value wte = gathered("wte.weight");  // used twice: gathered once under FSDP
       const ParamFn use = [&](const std::string& name) {
         return name == "wte.weight" ? wte : gathered(name);
@@ -129,13 +130,15 @@ absl::Status RunGeneration(const GptLayout& layout, const std::vector<NamedTenso
       for (int64_t i = 0; i < c.layers; ++i) x = GptBlock(layout, use, i, x);
       Value logits = GptLogits(layout, use, x);
       if (!row_axes.empty()) logits = all_gather(logits, 0, Axes(row_axes));
-      const Tensor row = logits.tensor.SliceRows(row_of_position[n - 1], 1);
+      const Tensor row = logits.tensor.SliceRows(row_of_position[n - 1], 1).To(Device::Cpu());
       const int64_t next = on_logits(row.ToVector<double>(), rank);
       if (next < 0) break;
       ctx_ids.push_back(next);
     }
   };
-  return comm != nullptr ? RunOnCommunicator(*comm, mesh, body) : RunSpmd(mesh, body);
+  SpmdOptions spmd;
+  spmd.placement = placement;
+  return comm != nullptr ? RunOnCommunicator(*comm, mesh, body) : RunSpmd(mesh, body, spmd);
 }
 
 }  // namespace
@@ -206,7 +209,7 @@ absl::StatusOr<std::vector<int64_t>> GenerateGpt(const GptLayout& layout,
   std::mutex mu;
   std::vector<uint64_t> rank_rng(layout.mesh().size(), o.seed);
   absl::Status s = RunGeneration(
-      layout, params, prompt, o.tokens, o.comm,
+      layout, params, prompt, o.tokens, o.comm, o.placement,
       [&](const std::vector<double>& logits, int rank) -> int64_t {
         uint64_t state;
         {
@@ -231,7 +234,7 @@ absl::StatusOr<std::vector<double>> GptNextTokenLogits(const GptLayout& layout,
   const int reporter = comm != nullptr ? comm->rank() : 0;
   std::vector<double> out;
   std::mutex mu;
-  absl::Status s = RunGeneration(layout, params, context, 1, comm,
+  absl::Status s = RunGeneration(layout, params, context, 1, comm, DevicePlacement(),
                                  [&](const std::vector<double>& logits, int rank) -> int64_t {
                                    if (rank == reporter) {
                                      std::lock_guard<std::mutex> lock(mu);

@@ -39,6 +39,7 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
+#include "shardmap/device_placement.h"
 #include "models/gpt.h"
 #include "shardmap/value.h"
 
@@ -52,6 +53,9 @@ struct SampleOptions {
   // Multi-process: this process's rank over `comm` (comm->size() == the mesh size); every
   // process returns the same tokens. nullptr: in-process ranks (RunSpmd).
   collectives::Communicator* comm = nullptr;
+  // In-process ranks: where they run (the default: CPU; DevicePlacement::SharedGpu(0) or
+  // GpuPerRank() put each rank's shards and its forward passes on a GPU).
+  DevicePlacement placement;
 };
 
 // `options.tokens` new ids continuing `prompt`. params: global tensors named and shaped as the

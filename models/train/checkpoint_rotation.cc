@@ -144,7 +144,12 @@ absl::StatusOr<std::string> CheckpointRotation::Save(
     if (!all.ok()) return all.status();
     std::vector<std::pair<int64_t, std::string>> older;
     for (const auto& e : *all) {
-      if (e.first < step) older.push_back(e);
+      if (e.first >= step) continue;
+      if (run_id.has_value()) {  // another run's (or an unreadable) file stays
+        absl::StatusOr<std::string> id = CheckpointRunId(e.second);
+        if (!id.ok() || *id != *run_id) continue;
+      }
+      older.push_back(e);
     }
     // Keep `step` and the keep_last - 1 newest before it.
     const int64_t drop = static_cast<int64_t>(older.size()) - (keep_last - 1);
@@ -204,10 +209,18 @@ absl::StatusOr<std::string> CheckpointRotation::LatestComplete(
   if (!all.ok()) return all.status();
   for (auto it = all->rbegin(); it != all->rend(); ++it) {
     absl::StatusOr<GptCheckpointInfo> info = ReadGptCheckpointInfo(it->second);
+    if (info.ok() && run_id.has_value()) {
+      absl::StatusOr<std::string> id = CheckpointRunId(it->second);
+      if (!id.ok() || *id != *run_id) continue;  // another run's
+    }
     if (info.ok()) return it->second;
     skipped->push_back(absl::StrCat(it->second, ": ", info.status().message()));
   }
   if (all->empty()) return Latest().status();  // NotFound naming the pattern
+  if (skipped->empty()) {  // other runs' checkpoints only
+    return absl::NotFoundError(
+        absl::StrCat("no checkpoint of run ", *run_id, " under '", dir_or_prefix, "'"));
+  }
   return absl::NotFoundError(absl::StrCat("no complete checkpoint under '", dir_or_prefix,
                                           "': ", absl::StrJoin(*skipped, "; ")));
 }
@@ -233,6 +246,29 @@ absl::StatusOr<std::vector<std::string>> CheckpointRotation::RemoveStaleTemporar
   ::closedir(d);
   std::sort(removed.begin(), removed.end());
   return removed;
+}
+
+absl::StatusOr<std::map<std::string, std::vector<std::pair<int64_t, std::string>>>>
+CheckpointRotation::ListRuns(std::vector<std::string>* unreadable) const {
+  absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> all = List();
+  if (!all.ok()) return all.status();
+  std::map<std::string, std::vector<std::pair<int64_t, std::string>>> runs;
+  for (const auto& e : *all) {
+    absl::StatusOr<std::string> id = CheckpointRunId(e.second);
+    if (id.ok()) {
+      runs[*id].push_back(e);
+    } else {
+      unreadable->push_back(e.second);
+    }
+  }
+  return runs;
+}
+
+absl::StatusOr<std::string> CheckpointRunId(const std::string& path) {
+  absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(path);
+  if (!f.ok()) return f.status();
+  auto it = f->metadata().find("run.id");
+  return it == f->metadata().end() ? std::string() : it->second;
 }
 
 std::map<std::string, std::string> GptConfigMetadata(const GptConfig& c) {
@@ -362,7 +398,7 @@ absl::StatusOr<int64_t> StepFromMetadata(const std::map<std::string, std::string
 
 absl::Status SaveGptWithConfig(const std::string& path, const GptLayout& layout,
                                const std::vector<NamedTensor>& params, const AdamState* moments,
-                               int64_t step) {
+                               int64_t step, const std::map<std::string, std::string>& extra) {
   if (step < 0 || step > kMaxStep) {
     return Invalid(absl::StrCat("checkpoint step ", step, " is outside [0, 2^53]"));
   }
@@ -389,7 +425,8 @@ absl::Status SaveGptWithConfig(const std::string& path, const GptLayout& layout,
                      moments->exp_avg_sq[i].tensor.Reshape(Gpt2Shape(infos[i]))});
     }
   }
-  std::map<std::string, std::string> meta = GptConfigMetadata(layout.config());
+  std::map<std::string, std::string> meta = extra;
+  meta.merge(GptConfigMetadata(layout.config()));
   meta["format"] = "pt";
   meta["step"] = absl::StrCat(step);
   return WriteSafetensors(path, out, meta);

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,6 +50,10 @@ namespace shardmap {
 struct CheckpointRotation {
   std::string dir_or_prefix;
   int64_t keep_last = 3;  // 0: keep every checkpoint
+  // Set: Save's pruning and LatestComplete consider only the checkpoints whose metadata
+  // "run.id" is this ("" : files written before run ids); other runs' files are left alone.
+  // Unset: every checkpoint under the prefix.
+  std::optional<std::string> run_id;
 
   // InvalidArgument for an empty dir_or_prefix or keep_last < 0.
   absl::Status Validate() const;
@@ -73,7 +78,14 @@ struct CheckpointRotation {
   // Removes the temporary files (<prefix>.step<N>.safetensors.tmp.<pid>) that saves of killed
   // processes left behind: those whose pid is no live process. Returns the removed paths.
   absl::StatusOr<std::vector<std::string>> RemoveStaleTemporaries() const;
+  // The prefix's checkpoints by run id (their metadata's "run.id"; "" without one), each run's
+  // (step, path) by step; files that do not open as checkpoints go to *unreadable.
+  absl::StatusOr<std::map<std::string, std::vector<std::pair<int64_t, std::string>>>> ListRuns(
+      std::vector<std::string>* unreadable) const;
 };
+
+// A checkpoint's metadata "run.id" ("" when it has none); errors as SafetensorsFile::Open's.
+absl::StatusOr<std::string> CheckpointRunId(const std::string& path);
 
 // The configuration as metadata strings (see above); add {"step", N} for a training state.
 std::map<std::string, std::string> GptConfigMetadata(const GptConfig& config);
@@ -84,9 +96,11 @@ absl::StatusOr<int64_t> StepFromMetadata(const std::map<std::string, std::string
 
 // As SaveGpt (models/gpt/gpt_checkpoint.h), with GptConfigMetadata(layout.config()) and "step" in
 // the metadata. params / moments: global tensors in layout order (moments may be null).
+// `extra`: more metadata (e.g. run_config.h's RunConfigMetadata).
 absl::Status SaveGptWithConfig(const std::string& path, const GptLayout& layout,
                                const std::vector<NamedTensor>& params, const AdamState* moments,
-                               int64_t step);
+                               int64_t step,
+                               const std::map<std::string, std::string>& extra = {});
 
 struct GptCheckpointInfo {
   GptConfig config;

@@ -324,6 +324,62 @@ TEST_F(CheckpointRotationTest, LatestCompleteSkipsACorruptNewestFile) {
   EXPECT_NE(none.status().message().find(r.PathFor(5)), std::string::npos) << none.status();
 }
 
+// Issue 37: a fresh run under a prefix that held an older run's steps 5 and 10 pruned its own
+// step 2 but kept the older 5 and 10, and --resume=auto then continued the older run. With run
+// ids, each run prunes and resumes only its own checkpoints, and ListRuns tells them apart.
+TEST_F(CheckpointRotationTest, RunIdsKeepRunsApart) {
+  GptConfig c{.layers = 1, .d_model = 8, .heads = 2, .vocab = 16, .seq = 4};
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh("dp=1"), c, false);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  std::vector<NamedTensor> params = InitGpt(c, 3);
+  auto save = [&](CheckpointRotation& r, int64_t step) {
+    absl::StatusOr<std::string> p = r.Save(step, [&](const std::string& tmp) {
+      return SaveGptWithConfig(tmp, *layout, params, nullptr, step, {{"run.id", *r.run_id}});
+    });
+    ASSERT_TRUE(p.ok()) << p.status();
+  };
+  CheckpointRotation old_run{dir_ + "/gpt", 1, "aaaa"};
+  save(old_run, 5);
+  old_run.keep_last = 0;
+  save(old_run, 10);
+  CheckpointRotation new_run{dir_ + "/gpt", 1, "bbbb"};
+  save(new_run, 1);
+  save(new_run, 2);  // prunes its own step 1, not the other run's 5 and 10
+  save(new_run, 3);  // prunes its own step 2
+  EXPECT_EQ(Files(), (std::vector<std::string>{"gpt.step10.safetensors", "gpt.step3.safetensors",
+                                               "gpt.step5.safetensors"}));
+  std::vector<std::string> skipped;
+  EXPECT_EQ(*new_run.LatestComplete(&skipped), new_run.PathFor(3));
+  EXPECT_EQ(*old_run.LatestComplete(&skipped), old_run.PathFor(10));
+  EXPECT_TRUE(skipped.empty());
+  // Without a run id, every file counts (what --resume=auto did before run ids).
+  CheckpointRotation any{dir_ + "/gpt", 1};
+  EXPECT_EQ(*any.LatestComplete(&skipped), any.PathFor(10));
+  std::vector<std::string> unreadable;
+  ASSERT_TRUE(TextWriter("junk")(any.PathFor(7)).ok());
+  auto runs = any.ListRuns(&unreadable);
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  ASSERT_EQ(runs->size(), 2u);
+  EXPECT_EQ(runs->at("aaaa").size(), 2u);
+  EXPECT_EQ(runs->at("aaaa")[1].first, 10);
+  EXPECT_EQ(runs->at("bbbb").size(), 1u);
+  EXPECT_EQ(unreadable, std::vector<std::string>{any.PathFor(7)});
+  EXPECT_EQ(*CheckpointRunId(any.PathFor(3)), "bbbb");
+  // A run with no checkpoint of its own under the prefix: NotFound naming the run.
+  CheckpointRotation third{dir_ + "/gpt", 1, "cccc"};
+  absl::Status none = third.LatestComplete(&skipped).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(none.message().find(any.PathFor(7)), std::string::npos) << none;
+  ASSERT_EQ(std::remove(any.PathFor(7).c_str()), 0);
+  skipped.clear();
+  none = third.LatestComplete(&skipped).status();
+  EXPECT_NE(none.message().find("no checkpoint of run cccc under"), std::string::npos) << none;
+  // Past the other run's steps, pruning still deletes only its own older files.
+  save(new_run, 20);
+  EXPECT_EQ(Files(), (std::vector<std::string>{"gpt.step10.safetensors", "gpt.step20.safetensors",
+                                               "gpt.step5.safetensors"}));
+}
+
 // A killed save leaves <final>.tmp.<pid>: the next run removes those of dead processes and keeps
 // a live writer's (and other prefixes' files).
 TEST_F(CheckpointRotationTest, RemovesTheTemporariesOfKilledSaves) {

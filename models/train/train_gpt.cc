@@ -28,6 +28,7 @@
 #include <map>
 #include <utility>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -44,10 +46,15 @@
 #include "absl/strings/str_split.h"
 #include "collectives/backend_registry.h"
 #include "models/train/checkpoint_rotation.h"
+#include "models/train/run_config.h"
+#include "models/train/mfu.h"
+#include "models/train/run_flags.h"
+#include "models/train/sample_text.h"
 #include "models/train/run_format.h"
 #include "models/gpt.h"
 #include "models/gpt/gpt_flags.h"
 #include "models/gpt/gpt_generate.h"
+#include "models/planner/hardware_profile.h"
 #include "models/planner/plan.h"
 #include "models/planner/plan_cli.h"
 #include "models/components/lr_schedule.h"
@@ -164,12 +171,25 @@ ABSL_FLAG(int64_t, eval_every, 0, "evaluate the validation loss every N steps an
 ABSL_FLAG(int64_t, eval_steps, 1, "validation batches per evaluation");
 ABSL_FLAG(int64_t, save_every, 0,
           "also save a checkpoint every N steps as <--save prefix>.step<N>.safetensors (atomic)");
-ABSL_FLAG(int64_t, keep_last, 3, "with --save_every: keep the newest N periodic checkpoints (0: all)");
+ABSL_FLAG(int64_t, keep_last, 3,
+          "with --save_every: keep the newest N periodic checkpoints of this run (0: all)");
+ABSL_FLAG(std::string, run_id, "",
+          "the id a fresh run writes into its checkpoints (default: 16 random hex digits); a "
+          "resume keeps the checkpoint's id (a different --run_id is refused)");
+ABSL_FLAG(bool, overwrite, false,
+          "with --save_every: remove the checkpoints of other runs under the --save prefix "
+          "(without it such a prefix is refused, so that --resume=auto cannot continue the "
+          "wrong run)");
 ABSL_FLAG(std::string, trace_steps, "all",
           "with --trace: the steps to record, e.g. 2,5-7 (the file is written as the run goes)");
 ABSL_FLAG(int64_t, sample, 0, "after training, generate N tokens from --prompt and print them");
 ABSL_FLAG(std::string, prompt, "\n", "--sample: the prompt (bytes for --text data; for --data, "
           "comma-separated token ids)");
+ABSL_FLAG(double, peak_flops, 0,
+          "the MFU denominator in FLOP/s for all the run's devices together (0: a GPU's spec "
+          "peak for its dtype from the planner's h100_node/h200_node profiles, picked by the "
+          "card's name, times the GPUs used; on CPU ranks the machine's peak, measured once and "
+          "cached: models/train/mfu.h)");
 ABSL_FLAG(double, temperature, 0.0, "--sample: 0 greedy, else softmax(logits / temperature)");
 ABSL_FLAG(int64_t, top_k, 0, "--sample: only the k most likely tokens (0: all)");
 
@@ -253,6 +273,10 @@ absl::Status ResolveResume(std::string* resume, std::string* note) {
   if (absl::GetFlag(FLAGS_save).empty()) {
     return absl::InvalidArgumentError("--resume=auto needs --save (the checkpoint prefix)");
   }
+  // Only the checkpoints of the run under the prefix count; several runs there are refused.
+  absl::StatusOr<std::optional<std::string>> run = SingleRunUnder(rot);
+  if (!run.ok()) return run.status();
+  rot.run_id = *run;
   std::vector<std::string> skipped;  // newer files that are no complete checkpoint
   absl::StatusOr<std::string> latest = rot.LatestComplete(&skipped);
   for (const std::string& why : skipped) {
@@ -269,8 +293,8 @@ absl::Status ResolveResume(std::string* resume, std::string* note) {
 }
 
 // --resume and --init: the model's shape comes from the file's gpt.* metadata (a file written by
-// --save or --save_every; a GPT-2 file without it keeps the flags' shape); shape flags set to
-// other than their defaults must agree. `flag` names the flag; a resume adds "resumed from FILE
+// --save or --save_every; a GPT-2 file without it keeps the flags' shape); shape flags on the
+// command line (at any value, their defaults included) must agree. `flag` names the flag; a resume adds "resumed from FILE
 // at step N" to *note.
 absl::Status AdoptShapeFrom(const std::string& path, const std::string& flag, GptConfig* cfg,
                             std::string* note) {
@@ -296,15 +320,13 @@ absl::Status AdoptShapeFrom(const std::string& path, const std::string& flag, Gp
       {"seq", {cfg->seq, saved->seq}},          {"experts", {cfg->moe.experts, saved->moe.experts}}};
   for (const auto& [name, values] : shape) {
     const absl::CommandLineFlag* cl = absl::FindCommandLineFlag(name);
-    if (cl != nullptr && cl->CurrentValue() != cl->DefaultValue() &&
-        values.first != values.second) {
+    if (cl != nullptr && GivenOnCommandLine(name) && values.first != values.second) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--", name, "=", values.first, " but the checkpoint '", path, "' has ", name, " ",
           values.second, "; ", flag, " takes the model's shape from the file: drop --", name));
     }
   }
-  const absl::CommandLineFlag* dtype_flag = absl::FindCommandLineFlag("dtype");
-  if (dtype_flag->CurrentValue() != dtype_flag->DefaultValue() &&
+  if (GivenOnCommandLine("dtype") &&
       (saved->dtype != cfg->dtype || saved->compute != cfg->compute)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--dtype=", absl::GetFlag(FLAGS_dtype), " but the checkpoint '", path,
@@ -338,32 +360,76 @@ absl::Status CheckFitsHost(const GptConfig& cfg, int processes, const std::strin
 // --tokenizer=DIR: GPT-2's byte-level BPE from DIR's encoder.json + vocab.bpe (or vocab.json +
 // merges.txt); null without the flag. Its ids must fit --vocab.
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadTokenizer(const GptConfig& cfg) {
-  const std::string dir = absl::GetFlag(FLAGS_tokenizer);
-  if (dir.empty()) return std::unique_ptr<BpeTokenizer>();
-  auto exists = [&](const char* name) {
-    struct stat st;
-    return ::stat(absl::StrCat(dir, "/", name).c_str(), &st) == 0 && S_ISREG(st.st_mode);
-  };
-  std::pair<const char*, const char*> files = {"encoder.json", "vocab.bpe"};
-  if (!exists("encoder.json") && exists("vocab.json")) files = {"vocab.json", "merges.txt"};
-  if (!exists(files.first) || !exists(files.second)) {
-    return absl::NotFoundError(absl::StrCat(
-        "--tokenizer '", dir, "': needs encoder.json and vocab.bpe (GPT-2's files) or "
-        "vocab.json and merges.txt (Hugging Face's) in that folder"));
-  }
-  absl::StatusOr<BpeTokenizer> tok = BpeTokenizer::Load(absl::StrCat(dir, "/", files.first),
-                                                        absl::StrCat(dir, "/", files.second));
-  if (!tok.ok()) {
-    return absl::Status(tok.status().code(),
-                        absl::StrCat("--tokenizer: ", tok.status().message()));
-  }
-  if (tok->vocab_size() > cfg.vocab) {
+  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok =
+      LoadTokenizerDir(absl::GetFlag(FLAGS_tokenizer));
+  if (!tok.ok() || *tok == nullptr) return tok;
+  if ((*tok)->vocab_size() > cfg.vocab) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--vocab ", cfg.vocab, " is smaller than the tokenizer's ", tok->vocab_size(),
-        " ids; use --vocab=", (tok->vocab_size() + 63) / 64 * 64,
+        "--vocab ", cfg.vocab, " is smaller than the tokenizer's ", (*tok)->vocab_size(),
+        " ids; use --vocab=", ((*tok)->vocab_size() + 63) / 64 * 64,
         " (a multiple of 64, as nanoGPT's 50304)"));
   }
-  return std::make_unique<BpeTokenizer>(*std::move(tok));
+  return tok;
+}
+
+// The run this command continues (--resume: the checkpoint's run id, and its settings for the
+// flags not given, AdoptRunFlags) or starts (a new run id). Adds what it adopted and every
+// changed setting to *note.
+absl::StatusOr<ResumedRun> ContinueOrStartRun(const std::string& resume, std::string* note) {
+  const std::string id = absl::GetFlag(FLAGS_run_id);
+  if (id.find_first_of(",\n") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--run_id '", id, "' holds a comma or a newline; use letters and digits"));
+  }
+  if (resume.empty()) return ResumedRun{id.empty() ? NewRunId() : id, std::nullopt};
+  std::vector<std::string> notes;
+  absl::StatusOr<ResumedRun> run = AdoptRunFlags(resume, &notes);
+  if (!run.ok()) return run.status();
+  if (!id.empty() && run->saved.has_value() && id != run->run_id) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--run_id=", id, " but '", resume, "' is a checkpoint of run '", run->run_id,
+        "': a resume continues that run; drop --run_id"));
+  }
+  for (const std::string& line : notes) {
+    if (!note->empty() && note->back() != '\n') note->push_back('\n');
+    absl::StrAppend(note, line);
+  }
+  return run;
+}
+
+// The run's configuration for its checkpoints: the settings, the training data file's identity
+// and the tokenizer's hash. On a resume, data or a tokenizer that are not the run's are refused
+// (CheckSameData); the same data under another path adds a note.
+absl::StatusOr<RunConfig> DescribeRun(const ResumedRun& run, const std::string& resume,
+                                      std::string* note) {
+  RunConfig now{run.run_id, CurrentRunFlags()};
+  const std::string data = !absl::GetFlag(FLAGS_data).empty() ? absl::GetFlag(FLAGS_data)
+                                                              : absl::GetFlag(FLAGS_text);
+  if (!data.empty()) {
+    absl::StatusOr<FileIdentity> id = IdentifyFile(data);
+    if (!id.ok()) return id.status();
+    now.data = *id;
+  }
+  if (!absl::GetFlag(FLAGS_tokenizer).empty()) {
+    absl::StatusOr<std::pair<std::string, std::string>> files =
+        TokenizerFiles(absl::GetFlag(FLAGS_tokenizer));  // models/train/sample_text.h
+    if (!files.ok()) return files.status();
+    absl::StatusOr<uint64_t> h = HashFiles({files->first, files->second});
+    if (!h.ok()) return h.status();
+    now.tokenizer_hash = *h;
+  }
+  if (run.saved.has_value()) {
+    std::vector<std::string> notes;
+    if (absl::Status s = CheckSameData(*run.saved, now.data, now.tokenizer_hash, resume, &notes);
+        !s.ok()) {
+      return s;
+    }
+    for (const std::string& line : notes) {
+      if (!note->empty() && note->back() != '\n') note->push_back('\n');
+      absl::StrAppend(note, line);
+    }
+  }
+  return now;
 }
 
 // Where the ranks run: --devices, --backend (this process's rank of the launcher's world, or
@@ -514,21 +580,6 @@ absl::StatusOr<SampleRequest> ParseSampleRequest(const GptConfig& cfg,
     return absl::InvalidArgumentError(absl::StrCat("--sample ", req.tokens, " must be >= 0"));
   }
   if (req.tokens == 0) return req;
-  const std::string text = absl::GetFlag(FLAGS_prompt);
-  if (tokenizer != nullptr) {
-    for (int32_t id : tokenizer->Encode(text)) req.prompt.push_back(id);
-  } else if (!absl::GetFlag(FLAGS_data).empty()) {
-    for (absl::string_view id : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-      int64_t v = 0;
-      if (!absl::SimpleAtoi(id, &v)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--prompt '", text, "': with --data give comma-separated token ids"));
-      }
-      req.prompt.push_back(v);
-    }
-  } else {
-    for (unsigned char ch : text) req.prompt.push_back(ch);
-  }
   const double temperature = absl::GetFlag(FLAGS_temperature);
   const int64_t top_k = absl::GetFlag(FLAGS_top_k);
   if (!std::isfinite(temperature) || temperature < 0) {
@@ -539,28 +590,41 @@ absl::StatusOr<SampleRequest> ParseSampleRequest(const GptConfig& cfg,
     return absl::InvalidArgumentError(absl::StrCat(
         "--top_k ", top_k, " must be in [0, vocab = ", cfg.vocab, "] (0: every id)"));
   }
-  if (req.prompt.empty()) {
-    return absl::InvalidArgumentError("--prompt is empty; give at least one token");
-  }
-  for (int64_t id : req.prompt) {
-    if (id < 0 || id >= cfg.vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--prompt holds id ", id, ", outside the vocabulary [0, ", cfg.vocab, ")"));
-    }
-  }
+  absl::StatusOr<std::vector<int64_t>> prompt = EncodePrompt(
+      absl::GetFlag(FLAGS_prompt), tokenizer, !absl::GetFlag(FLAGS_data).empty(), cfg.vocab);
+  if (!prompt.ok()) return prompt.status();
+  req.prompt = *std::move(prompt);
   return req;
 }
 
 // The step lines: "step N loss X | ...", every --log_every steps (and the first, the last and
 // every evaluated one), with the communication of the step; totals for the summary.
+// The MFU of the step line: the model FLOPs per token against the peak of the run's devices.
+struct MfuBasis {
+  double flops_per_token = 0;  // nanoGPT's estimate_mfu: 6N + 12 L H Q T
+  double peak_flops = 0;       // 0: unknown (no MFU printed)
+  std::string peak_source;     // where the peak comes from
+  bool cpu = true;             // CPU ranks: the step line shows the process's RSS too
+};
+
 class StepPrinter {
  public:
-  StepPrinter(bool print, int64_t tokens_per_step, TypeTrace* types)
-      : print_(print), tokens_per_step_(tokens_per_step), types_(types) {}
+  StepPrinter(bool print, int64_t tokens_per_step, TypeTrace* types, MfuBasis mfu = {})
+      : print_(print), tokens_per_step_(tokens_per_step), types_(types), mfu_(std::move(mfu)) {}
 
   void operator()(const StepInfo& s);
 
   double total_s() const { return total_s_; }
+  const MfuBasis& mfu() const { return mfu_; }
+  int64_t peak_rss() const { return peak_rss_; }
+  // Percent of the peak at `tokens_per_s`, and the step line's " | MFU x%" ("" without a peak).
+  double MfuPercent(double tokens_per_s) const {
+    return 100.0 * mfu_.flops_per_token * tokens_per_s / mfu_.peak_flops;
+  }
+  std::string MfuText(double tokens_per_s) const {
+    if (mfu_.peak_flops <= 0) return "";
+    return absl::StrFormat(" | MFU %.2f%%", MfuPercent(tokens_per_s));
+  }
   double last_val() const { return last_val_; }
   const std::map<std::string, int64_t>& total_bytes() const { return total_bytes_; }
 
@@ -568,6 +632,8 @@ class StepPrinter {
   bool print_;
   int64_t tokens_per_step_;
   TypeTrace* types_;
+  MfuBasis mfu_;
+  int64_t peak_rss_ = -1;
   double total_s_ = 0;
   int64_t steps_run_ = 0;
   double last_val_ = std::nan("");
@@ -597,9 +663,14 @@ void StepPrinter::operator()(const StepInfo& s) {
                           s.moe_dropped, s.moe_assignments,
                           100.0 * s.moe_dropped / s.moe_assignments, s.moe_dropped_tokens);
   }
-  const std::string mem =
+  std::string mem =
       s.peak_device_bytes >= 0 ? absl::StrCat(" | peak GPU memory ", Bytes(s.peak_device_bytes))
                                : "";
+  if (mfu_.cpu) {
+    const int64_t rss = ProcessRssBytes();
+    peak_rss_ = std::max(peak_rss_, rss);
+    if (rss >= 0) absl::StrAppend(&mem, " | RSS ", Bytes(rss));
+  }
   ++steps_run_;
   const bool evaluated = !std::isnan(s.val_loss);
   if (evaluated) last_val_ = s.val_loss;
@@ -611,12 +682,63 @@ void StepPrinter::operator()(const StepInfo& s) {
   const double eta_s = total_s_ / steps_run_ * static_cast<double>(s.total_steps - s.step - 1);
   std::cout << absl::StrFormat(
       "step %d loss %.10g | %d/%d, ETA %s, %d tokens seen, lr %.4g, grad norm %.4g%s | "
-      "%.1f ms/step | %.0f tokens/s | %s%s%s\n",
+      "%.1f ms/step | %.0f tokens/s%s | %s%s%s\n",
       s.step, s.loss, s.step + 1, s.total_steps, Duration(eta_s), s.tokens_seen, s.lr,
       s.grad_norm, evaluated ? absl::StrFormat(" | val loss %.10g", s.val_loss) : "",
-      s.seconds * 1e3, tokens_per_step_ / s.seconds, comm.empty() ? "no communication" : comm,
+      s.seconds * 1e3, tokens_per_step_ / s.seconds, MfuText(tokens_per_step_ / s.seconds),
+      comm.empty() ? "no communication" : comm,
       moe, mem);
   std::cout.flush();
+}
+
+// The MFU's basis (rank 0 only: it may measure the CPU): --peak_flops, else on GPUs the spec
+// peak of the compute dtype from the planner's profile named by the card (h100_node, h200_node)
+// times the GPUs the ranks use, else on CPU ranks the machine's measured, cached peak (all
+// ranks share its cores, threads or processes alike).
+MfuBasis MfuFor(const GptLayout& layout, const RankWorld& ranks) {
+  const GptConfig& cfg = layout.config();
+  MfuBasis m;
+  m.flops_per_token = planner::ModelFlopsPerStep(cfg, 1) / static_cast<double>(cfg.seq);
+  const DType dtype = cfg.compute_dtype();
+  const bool gpu = absl::GetFlag(FLAGS_device) == "cuda";
+  m.cpu = !gpu;
+  if (absl::GetFlag(FLAGS_peak_flops) > 0) {
+    m.peak_flops = absl::GetFlag(FLAGS_peak_flops);
+    m.peak_source = "--peak_flops";
+    return m;
+  }
+  if (!gpu) {
+    absl::StatusOr<CpuPeak> peak = CpuPeakFlops(dtype, DefaultPeakCachePath());
+    m.peak_flops = peak.ok() ? peak->flops : 0;
+    m.peak_source = peak.ok() ? absl::StrCat("this CPU's ", DTypeName(dtype), " peak, ",
+                                             peak->source)
+                              : std::string(peak.status().message());
+    return m;
+  }
+  const std::string name = cuda::DeviceName(0);
+  const std::string lower = absl::AsciiStrToLower(name);
+  // The profiles are SXM nodes' (an H100 PCIe or NVL card has lower peaks: not guessed).
+  const bool sxm_h100 = absl::StrContains(lower, "h100") && !absl::StrContains(lower, "pcie") &&
+                        !absl::StrContains(lower, "nvl");
+  const char* profile = absl::StrContains(lower, "h200") ? "h200_node"
+                        : sxm_h100                       ? "h100_node"
+                                                         : nullptr;
+  absl::StatusOr<planner::HardwareProfile> p =
+      profile != nullptr ? planner::LoadHardwareProfile(profile)
+                         : absl::NotFoundError("no profile");
+  if (!p.ok() || p->peak_flops.count(dtype) == 0) {
+    m.peak_source = absl::StrCat("no spec peak for ", name.empty() ? "this GPU" : name, " in ",
+                                 DTypeName(dtype), "; give --peak_flops");
+    return m;
+  }
+  const int gpus = ranks.world != nullptr ? ranks.world->size()
+                   : ranks.placement.kind == DevicePlacement::Kind::kGpuPerRank
+                       ? layout.mesh().size()
+                       : 1;
+  m.peak_flops = p->peak_flops.at(dtype) * gpus;
+  m.peak_source = absl::StrCat(name, " ", DTypeName(dtype), " spec peak (", profile, ") x ", gpus,
+                               " GPU", gpus == 1 ? "" : "s");
+  return m;
 }
 
 // The run's first lines: the model, the mesh and where it runs, the batch and the data.
@@ -711,6 +833,20 @@ void PrintSummary(const GptLayout& layout, const TrainOptions& o, const TrainRes
         Bytes(r.peak_activation_bytes_per_rank), r.pipeline_bubble,
         static_cast<double>(p - 1) / static_cast<double>(o.pipeline.microbatches + p - 1));
   }
+  const MfuBasis& mfu = steps.mfu();
+  std::cout << absl::StrFormat(
+      "MFU: %s; %.0f model FLOPs per token (6N + 12 L H Q T, nanoGPT's estimate)%s\n",
+      mfu.peak_flops > 0
+          ? absl::StrFormat("%.2f%% of %.4g FLOP/s (%s)%s",
+                            steps.MfuPercent(tokens_per_step * r.losses.size() / total_s),
+                            mfu.peak_flops, mfu.peak_source,
+                            steps.MfuPercent(tokens_per_step * r.losses.size() / total_s) > 100
+                                ? "; above 100%: the peak is too low (measured while the "
+                                  "machine was busy?): delete the cache or give --peak_flops"
+                                : "")
+          : absl::StrCat("unknown (", mfu.peak_source, ")"),
+      mfu.flops_per_token,
+      steps.peak_rss() >= 0 ? absl::StrCat("; peak RSS ", Bytes(steps.peak_rss())) : "");
   if (!std::isnan(steps.last_val())) {
     std::cout << absl::StrFormat("val loss %.10g\n", steps.last_val());
   }
@@ -745,19 +881,7 @@ absl::StatusOr<std::vector<int64_t>> Sample(const GptLayout& layout, const RankW
 
 void PrintSample(const std::vector<int64_t>& sampled, int64_t tokens,
                  const BpeTokenizer* tokenizer) {
-  std::string text;
-  if (tokenizer != nullptr) {
-    // Token by token (the bytes concatenate as the whole text's): an id the tokenizer lacks (the
-    // model's padding ids past GPT-2's 50257) prints as <|id N|> instead of hiding the rest.
-    for (int64_t id : sampled) {
-      absl::StatusOr<std::string> piece = tokenizer->Decode(absl::MakeConstSpan(&id, 1));
-      absl::StrAppend(&text, piece.ok() ? *piece : absl::StrCat("<|id ", id, "|>"));
-    }
-  } else if (!absl::GetFlag(FLAGS_data).empty()) {
-    text = absl::StrJoin(sampled, ",");
-  } else {
-    for (int64_t id : sampled) text.push_back(static_cast<char>(id));
-  }
+  const std::string text = DecodeTokens(sampled, tokenizer, !absl::GetFlag(FLAGS_data).empty());
   std::cout << absl::StrFormat("sample (%d tokens, %s): %s\n", tokens,
                                absl::GetFlag(FLAGS_temperature) > 0
                                    ? absl::StrFormat("temperature %g, top-k %d",
@@ -806,11 +930,13 @@ absl::Status MergeTraceParts(const std::string& trace, int processes) {
 // The run's outputs as the flags ask: evaluation, periodic checkpoints, the trace.
 class RunOutputs {
  public:
-  RunOutputs(const GptLayout& layout, const RankWorld& ranks)
+  // run: the run configuration every checkpoint carries (its id limits the rotation to it).
+  RunOutputs(const GptLayout& layout, const RankWorld& ranks, const RunConfig& run)
       : layout_(layout),
         ranks_(ranks),
         save_path_(absl::GetFlag(FLAGS_save)),
-        rotation_{save_path_, absl::GetFlag(FLAGS_keep_last)} {}
+        rotation_{save_path_, absl::GetFlag(FLAGS_keep_last), run.id},
+        run_metadata_(RunConfigMetadata(run)) {}
 
   // Checks the paths and settings before the first step and sets them in `o`.
   absl::Status Set(const TokenData& data, TrainOptions& o);
@@ -823,11 +949,13 @@ class RunOutputs {
 
  private:
   absl::Status SetTrace(TrainOptions& o);
+  absl::Status CheckNoOtherRuns() const;
 
   const GptLayout& layout_;
   const RankWorld& ranks_;
   std::string save_path_;
   CheckpointRotation rotation_;  // periodic: atomic <prefix>.step<N>.safetensors, the last kept
+  std::map<std::string, std::string> run_metadata_;
   std::string trace_path_;
   std::unique_ptr<TraceWriter> writer_;
   StepFilter trace_steps_;
@@ -872,12 +1000,13 @@ absl::Status RunOutputs::Set(const TokenData& data, TrainOptions& o) {
     }
     if (absl::Status s = rotation_.Validate(); !s.ok()) return s;
     if (absl::Status s = rotation_.CheckWritable(); !s.ok()) return s;
+    if (absl::Status s = CheckNoOtherRuns(); !s.ok()) return s;
     o.checkpoint.on_save = [this](const TrainResult& snapshot) -> absl::Status {
       if (ranks_.world != nullptr && ranks_.world->rank() != 0) return absl::OkStatus();
       absl::StatusOr<std::string> path =
           rotation_.Save(snapshot.steps_done, [&](const std::string& tmp) {
             return SaveGptWithConfig(tmp, layout_, snapshot.params, &snapshot.adam_state,
-                                     snapshot.steps_done);
+                                     snapshot.steps_done, run_metadata_);
           });
       if (!path.ok()) return path.status();
       if (ranks_.print) std::cout << "checkpoint: " << *path << "\n";
@@ -885,6 +1014,34 @@ absl::Status RunOutputs::Set(const TokenData& data, TrainOptions& o) {
     };
   }
   return SetTrace(o);
+}
+
+// Periodic checkpoints of one run only under a prefix: another run's there are refused, or
+// with --overwrite removed (rank 0 removes them and names them), so that --keep_last and
+// --resume=auto never mix runs.
+absl::Status RunOutputs::CheckNoOtherRuns() const {
+  absl::StatusOr<std::vector<std::string>> others =
+      OtherRunsCheckpoints(rotation_, *rotation_.run_id);
+  if (!others.ok()) return others.status();
+  if (others->empty()) return absl::OkStatus();
+  if (!absl::GetFlag(FLAGS_overwrite)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--save '", save_path_, "' holds checkpoints of another run (", absl::StrJoin(*others, ", "),
+        ") and this run (id ", *rotation_.run_id,
+        ") would save beside them: continue that run with --resume=auto, choose another --save, "
+        "or remove them with --overwrite"));
+  }
+  if (!ranks_.print) return absl::OkStatus();
+  for (const std::string& path : *others) {
+    if (std::remove(path.c_str()) != 0 && errno != ENOENT) {
+      return absl::FailedPreconditionError(absl::StrCat("--overwrite: cannot remove '", path,
+                                                        "' (", std::strerror(errno), ")"));
+    }
+  }
+  std::cout << "--overwrite: removed " << others->size() << " checkpoint"
+            << (others->size() == 1 ? "" : "s") << " of other runs: " << absl::StrJoin(*others, ", ")
+            << "\n";
+  return absl::OkStatus();
 }
 
 // The trace: opened now (a bad path fails before training), written as the run goes.
@@ -916,7 +1073,7 @@ absl::Status RunOutputs::SaveFinal(const TrainResult& r) const {
   }
   const bool moments = r.adam_state.exp_avg.size() == layout_.params().size();
   return SaveGptWithConfig(save_path_, layout_, r.params, moments ? &r.adam_state : nullptr,
-                           r.steps_done);
+                           r.steps_done, run_metadata_);
 }
 
 // --plan: the planner's view of this run, printed before it.
@@ -945,6 +1102,8 @@ absl::Status Run() {
       !s.ok()) {
     return s;
   }
+  absl::StatusOr<ResumedRun> run = ContinueOrStartRun(resume, &resume_note);
+  if (!run.ok()) return run.status();
   absl::StatusOr<Mesh> mesh = ParseMesh(absl::GetFlag(FLAGS_mesh));
   if (!mesh.ok()) return mesh.status();
   absl::StatusOr<RankWorld> ranks = ConnectRanks(*mesh);
@@ -980,6 +1139,8 @@ absl::Status Run() {
   data_options.seq = cfg->seq;
   absl::StatusOr<TokenData> data = LoadTokenData(data_options);
   if (!data.ok()) return data.status();
+  absl::StatusOr<RunConfig> run_config = DescribeRun(*run, resume, &resume_note);
+  if (!run_config.ok()) return run_config.status();
   if (ranks->world != nullptr) {
     if (absl::Status s = AgreeOnSettings(*ranks->world, data->train); !s.ok()) return s;
   }
@@ -987,7 +1148,7 @@ absl::Status Run() {
   o.checkpoint.init_path = absl::GetFlag(FLAGS_init);
   o.checkpoint.resume_path = resume;
   if (absl::Status s = SetOptimization(o); !s.ok()) return s;
-  RunOutputs outputs(*layout, *ranks);
+  RunOutputs outputs(*layout, *ranks, *run_config);
   if (absl::Status s = outputs.Set(*data, o); !s.ok()) return s;
   absl::StatusOr<SampleRequest> sample = ParseSampleRequest(*cfg, tok);
   if (!sample.ok()) return sample.status();
@@ -1002,7 +1163,8 @@ absl::Status Run() {
     PrintHeader(*layout, *ranks, o, data->train.size());
     if (!resume_note.empty()) std::cout << resume_note << (resume_note.back() == '\n' ? "" : "\n");
   }
-  StepPrinter printer(ranks->print, o.batch * cfg->seq, &types);
+  StepPrinter printer(ranks->print, o.batch * cfg->seq, &types,
+                      ranks->print ? MfuFor(*layout, *ranks) : MfuBasis{});
   o.hooks.on_step = [&printer](const StepInfo& s) { printer(s); };
   const std::vector<NamedTensor> init = o.checkpoint.init_path.empty() && o.checkpoint.resume_path.empty()
                                             ? InitGpt(*cfg, absl::GetFlag(FLAGS_seed))

@@ -33,7 +33,7 @@ done
 
 # The gloo fsdp3 save resumes on one in-process device with the uninterrupted 4-step loss.
 full=$("$bin" "${common[@]}" --steps=4 | grep '^step 3 loss' | awk '{print $4}')
-resumed=$("$bin" "${common[@]}" --resume="$tmp/gloo_3.safetensors" --steps=4 \
+resumed=$("$bin" "${common[@]}" --mesh= --resume="$tmp/gloo_3.safetensors" --steps=4 \
           | grep '^step 3 loss' | awk '{print $4}')
 [ -n "$full" ] && [ "$full" = "$resumed" ] || fail "resume of the gloo save: $resumed vs $full"
 
@@ -43,9 +43,9 @@ feat=(--grad_accum=2 --val_fraction=0.1 --eval_every=2 --lr_schedule=cosine --wa
       --sample=6 --prompt="the " --mesh=dp_shard=2,tp=2 --sp --batch=4 --steps=4)
 mkdir -p "$tmp/grot" "$tmp/irot"
 gfeat=$("$launch" --nproc_per_node=4 -- "$bin" "${common[@]}" "${feat[@]}" --backend=gloo \
-        --save="$tmp/grot/run.safetensors" --save_every=2 --keep_last=1)
+        --save="$tmp/grot/run.safetensors" --save_every=2 --keep_last=1 --run_id=feat)
 ifeat=$("$bin" "${common[@]}" "${feat[@]}" --save="$tmp/irot/run.safetensors" --save_every=2 \
-        --keep_last=1)
+        --keep_last=1 --run_id=feat)
 [ "$(losses <<<"$gfeat")" = "$(losses <<<"$ifeat")" ] && [ -n "$(losses <<<"$ifeat")" ] \
   || fail "features under gloo: $(losses <<<"$gfeat") vs $(losses <<<"$ifeat")"
 [ "$(grep -o 'val loss [^ ]*' <<<"$gfeat")" = "$(grep -o 'val loss [^ ]*' <<<"$ifeat")" ] \
@@ -58,9 +58,10 @@ cmp "$tmp/grot/run.step4.safetensors" "$tmp/irot/run.step4.safetensors" \
   || fail "the gloo checkpoint differs from the in-process one"
 
 # Pipeline parallelism over processes: pp2 x dp2 (1F1B, 2 microbatches) over 4 gloo processes
-# gives the in-process losses and saves the same checkpoint (the stages' parameters gathered).
+# gives the in-process losses and saves the same checkpoint (the stages' parameters gathered;
+# one --run_id, so that the metadata is the same too).
 mkdir -p "$tmp/gpp" "$tmp/ipp"
-pp_flags=(--mesh=pp=2,dp=2 --microbatches=2 --layers=2 --batch=4 --steps=3)
+pp_flags=(--mesh=pp=2,dp=2 --microbatches=2 --layers=2 --batch=4 --steps=3 --run_id=pp)
 gpp=$("$launch" --nproc_per_node=4 -- "$bin" "${common[@]}" "${pp_flags[@]}" --backend=gloo \
       --save="$tmp/gpp/pp.safetensors")
 ipp=$("$bin" "${common[@]}" "${pp_flags[@]}" --save="$tmp/ipp/pp.safetensors")

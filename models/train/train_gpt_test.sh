@@ -69,7 +69,7 @@ ep=$(grep '^step 1 loss' <<<"$ep_out" | awk '{print $4}')
 python3 -c "import sys; a,b=float('$one'),float('$ep'); sys.exit(abs(a-b) > 1e-9*abs(a))" \
   || fail "ep2 MoE: $ep vs $one"
 full=$(grep '^step 2 loss' <<<"$moe_full" | awk '{print $4}')
-resumed=$("$bin" "${common[@]}" "${moe[@]}" --resume="$tmp/moe.safetensors" --steps=3 \
+resumed=$("$bin" "${common[@]}" "${moe[@]}" --mesh= --resume="$tmp/moe.safetensors" --steps=3 \
           | grep '^step 2 loss' | awk '{print $4}')
 python3 -c "import sys; a,b=float('$full'),float('$resumed'); sys.exit(abs(a-b) > 1e-9*abs(a))" \
   || fail "MoE resume ep2 -> 1 device: $full vs $resumed"

@@ -76,6 +76,12 @@ void RequireDevice(int device, const char* what) {
 
 bool Available() { return GetProbe().count > 0; }
 int DeviceCount() { return GetProbe().count; }
+std::string DeviceName(int device) {
+  if (device < 0 || device >= DeviceCount()) return "";
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "";
+  return prop.name;
+}
 std::string UnavailableReason() { return Available() ? std::string() : GetProbe().reason; }
 
 StreamHandle NewStream(int device) {
@@ -135,6 +141,7 @@ namespace {
 
 bool Available() { return false; }
 int DeviceCount() { return 0; }
+std::string DeviceName(int) { return ""; }
 std::string UnavailableReason() { return "built without the CUDA toolkit"; }
 StreamHandle NewStream(int) { NoCuda("cuda::NewStream"); }
 StreamHandle CurrentStream(int) { return nullptr; }

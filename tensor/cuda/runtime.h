@@ -24,6 +24,8 @@ using StreamHandle = void*;  // a cudaStream_t
 // True when this build has CUDA and at least one GPU is visible.
 bool Available();
 int DeviceCount();
+// The card's name (cudaDeviceProp::name, e.g. "NVIDIA H100 80GB HBM3"); "" without it.
+std::string DeviceName(int device);
 // Why Available() is false, e.g. "built without the CUDA toolkit" or
 // "cudaGetDeviceCount: cudaErrorNoDevice: no CUDA-capable device is detected".
 std::string UnavailableReason();

@@ -81,8 +81,11 @@ struct TrainResult {
   // for the backward, at most), and the largest of them (the attention scores at long seq).
   int64_t activation_bytes_per_rank = 0;
   int64_t largest_activation_bytes = 0;
-  // Rank 0, first step: the tape's peak of saved activation bytes (Tape::peak_saved_bytes).
+  // Rank 0, first step: the tape's peak of saved activation bytes (Tape::peak_saved_bytes; with
+  // recomputation, a recomputed block's own activations while its backward runs included).
   int64_t peak_activation_bytes_per_rank = 0;
+  // The run's activation recomputation ("none", "full", "selective"; TrainOptions::recompute).
+  std::string recompute = "none";
   // Pipeline runs, last step, mean over ranks: the fraction of the step's timetable a rank
   // spent outside forwards and backwards (the measured bubble).
   double pipeline_bubble = 0;

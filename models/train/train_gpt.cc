@@ -141,6 +141,11 @@ ABSL_FLAG(double, min_lr, 0.0, "the schedule's floor (cosine, linear)");
 ABSL_FLAG(int64_t, warmup_steps, 0, "linear warmup steps of the schedule");
 ABSL_FLAG(int64_t, decay_steps, -1,
           "the step where the decay reaches --min_lr (nanoGPT's lr_decay_iters; -1: --steps)");
+ABSL_FLAG(std::string, recompute, "none",
+          "activation recomputation: none, full (keep each transformer block's input and run "
+          "the block again in the backward: about one more forward of the blocks, the least "
+          "activation memory) or selective (recompute only the attention scores and softmax); "
+          "the same numbers bitwise");
 ABSL_FLAG(int64_t, grad_accum, 1,
           "gradient accumulation: each step's --batch runs as N microsteps of batch/N sequences "
           "(the same numbers as the whole batch)");
@@ -461,6 +466,14 @@ absl::Status SetPipeline(TrainOptions& o) {
   return absl::OkStatus();
 }
 
+// --recompute.
+absl::Status SetRecompute(TrainOptions& o) {
+  absl::StatusOr<RecomputeMode> mode = ParseRecomputeMode(absl::GetFlag(FLAGS_recompute));
+  if (!mode.ok()) return mode.status();
+  o.recompute = *mode;
+  return absl::OkStatus();
+}
+
 // --sample: the prompt and the sampling settings, checked before training.
 struct SampleRequest {
   int64_t tokens = 0;  // 0: no sample
@@ -637,6 +650,9 @@ void PrintSummary(const GptLayout& layout, const TrainOptions& o, const TrainRes
       tokens_per_step * r.losses.size() / total_s, Bytes(r.param_bytes_per_rank),
       Bytes(r.optimizer_bytes_per_rank), Bytes(r.activation_bytes_per_rank),
       Bytes(r.largest_activation_bytes), comm.empty() ? "nothing" : comm);
+  std::cout << absl::StrFormat("activations: recompute=%s, peak saved per rank %s (rank 0, first "
+                               "step)\n",
+                               r.recompute, Bytes(r.peak_activation_bytes_per_rank));
   if (r.peak_device_bytes_per_rank >= 0) {
     std::cout << absl::StrFormat(
         "GPU: peak memory %s on %s%s; CUDA graph: %s\n", Bytes(r.peak_device_bytes_per_rank),
@@ -940,6 +956,7 @@ absl::Status Run() {
   TypeTrace types;
   if (absl::GetFlag(FLAGS_print_types)) o.tracing.types = &types;
   if (absl::Status s = SetPipeline(o); !s.ok()) return s;
+  if (absl::Status s = SetRecompute(o); !s.ok()) return s;
   if (ranks->print) {
     PrintHeader(*layout, *ranks, o, data->train.size());
     if (!resume_note.empty()) std::cout << resume_note << (resume_note.back() == '\n' ? "" : "\n");

@@ -151,8 +151,11 @@ void ExpectNoneLogPlusRecomputed(const std::vector<CollectiveRecord>& got,
                                  const std::vector<CollectiveRecord>& none, const Mesh& mesh) {
   std::vector<std::string> a, b;
   for (const CollectiveRecord& r : got) {
-    if (r.recomputed) EXPECT_TRUE(r.backward) << Key(r, mesh);
-    if (!r.recomputed) a.push_back(Key(r, mesh));
+    if (r.recomputed) {
+      EXPECT_TRUE(r.backward) << Key(r, mesh);
+    } else {
+      a.push_back(Key(r, mesh));
+    }
   }
   for (const CollectiveRecord& r : none) {
     EXPECT_FALSE(r.recomputed);

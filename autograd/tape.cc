@@ -12,25 +12,61 @@
 namespace shardmap {
 
 Value Tape::Watch(const Value& v) {
+  if (nodes_.size() >= static_cast<size_t>(kSlotsPerTape)) {
+    OpFail("tape: more than ", kSlotsPerTape, " recorded values on one tape");
+  }
   Value w = v;
-  w.node = static_cast<int32_t>(nodes_.size());
+  w.node = first_ + static_cast<int32_t>(nodes_.size());
   nodes_.push_back(Node{"input", {}, nullptr, v.type, v.shape(), v.dtype()});
   return w;
 }
 
+int32_t Tape::Adopt(const Value& v) {
+  if (v.node < 0 || SlotOf(v.node) >= 0) {
+    OpFail("tape: Adopt needs a value of another tape (id ", v.node, "), not a constant or one "
+           "of this tape's");
+  }
+  const int32_t id = Watch(v).node;
+  foreign_[v.node] = id - first_;
+  return id;
+}
+
+int32_t Tape::SlotOf(int32_t id) const {
+  if (id >= first_ && id - first_ < static_cast<int32_t>(nodes_.size())) return id - first_;
+  if (foreign_.empty()) return -1;
+  auto it = foreign_.find(id);
+  return it == foreign_.end() ? -1 : it->second;
+}
+
 void Tape::Record(const char* op, std::initializer_list<const Value*> inputs, Value& out,
                   VjpFn vjp) {
+  if (inputs.size() > 32) {
+    OpFail("op '", op, "' has ", inputs.size(), " inputs; a tape node takes at most 32");
+  }
+  absl::InlinedVector<int32_t, 3> slots;
+  for (const Value* v : inputs) {
+    int32_t in = v->node;
+    if (in >= 0 && (in = SlotOf(v->node)) < 0) {
+      OpFail("op '", op, "': its input ", slots.size(), " (", v->ToString(), ") was recorded on "
+             "another tape (id ", v->node, "): a value computed inside a checkpointed function "
+             "must leave it through its outputs, and a tape's values are dead after Clear()");
+    }
+    slots.push_back(in);
+  }
+  if (nodes_.size() >= static_cast<size_t>(kSlotsPerTape)) {
+    OpFail("tape: more than ", kSlotsPerTape, " recorded values on one tape");
+  }
   // Built in place: a Node carries its VJP's closure inline, so moving one is not free.
   const int32_t slot = static_cast<int32_t>(nodes_.size());
-  Node& n = nodes_.emplace_back(Node{op, {}, nullptr, out.type, out.shape(), out.dtype()});
+  Node& n = nodes_.emplace_back(Node{op, std::move(slots), nullptr, out.type, out.shape(),
+                                     out.dtype()});
   n.vjp = std::move(vjp);
   n.bytes = static_cast<int64_t>(out.tensor.nbytes());
   saved_bytes_ += n.bytes;
   peak_saved_bytes_ = std::max(peak_saved_bytes_, saved_bytes_);
   recorded_bytes_ += n.bytes;
   largest_recorded_bytes_ = std::max(largest_recorded_bytes_, n.bytes);
-  for (const Value* v : inputs) n.inputs.push_back(v->node);
-  out.node = slot;
+  out.node = first_ + slot;
 }
 
 namespace {
@@ -77,13 +113,13 @@ void Tape::CheckCotangent(const Node& consumer, int input_pos, const Node& prima
 
 std::vector<Value> Tape::Backward(const Value& out, const Value& seed,
                                   absl::Span<const Value> wrt, const GradReadyFn& on_ready) {
-  return Run(out, seed, wrt, /*release=*/false, on_ready);
+  return Run({&out, 1}, {&seed, 1}, wrt, /*release=*/false, /*zeros=*/true, on_ready);
 }
 
 std::vector<Value> Tape::BackwardAndRelease(const Value& out, const Value& seed,
                                             absl::Span<const Value> wrt,
                                             const GradReadyFn& on_ready) {
-  return Run(out, seed, wrt, /*release=*/true, on_ready);
+  return Run({&out, 1}, {&seed, 1}, wrt, /*release=*/true, /*zeros=*/true, on_ready);
 }
 
 std::vector<std::pair<int32_t, int>> Tape::ReadyOrder(absl::Span<const Value> wrt) const {
@@ -95,9 +131,8 @@ std::vector<std::pair<int32_t, int>> Tape::ReadyOrder(absl::Span<const Value> wr
   }
   std::vector<std::pair<int32_t, int>> order;  // (the slot below which it is final, k)
   for (size_t k = 0; k < wrt.size(); ++k) {
-    const int32_t node = wrt[k].node;
-    const bool on_tape = node >= 0 && node < static_cast<int32_t>(nodes_.size());
-    order.push_back({on_tape ? first_use[node] : -1, static_cast<int>(k)});
+    const int32_t s = wrt[k].node >= 0 ? SlotOf(wrt[k].node) : -1;
+    order.push_back({s >= 0 ? first_use[s] : -1, static_cast<int>(k)});
   }
   // Latest first consumer first (backward order); ties in wrt order.
   std::stable_sort(order.begin(), order.end(),
@@ -105,39 +140,57 @@ std::vector<std::pair<int32_t, int>> Tape::ReadyOrder(absl::Span<const Value> wr
   return order;
 }
 
-std::vector<Value> Tape::Run(const Value& out, const Value& seed, absl::Span<const Value> wrt,
-                             bool release, const GradReadyFn& on_ready) {
+std::vector<Value> Tape::Backward(absl::Span<const Value> outs, absl::Span<const Value> seeds,
+                                  absl::Span<const Value> wrt) {
+  if (outs.size() != seeds.size()) {
+    OpFail("Backward: ", outs.size(), " outputs but ", seeds.size(), " seeds");
+  }
+  return Run(outs, seeds, wrt, /*release=*/false, /*zeros=*/false);
+}
+
+std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Value> seeds,
+                             absl::Span<const Value> wrt, bool release, bool zeros,
+                             const GradReadyFn& on_ready) {
   RankContext* ctx = RankContext::Current();
   bool checked = ctx == nullptr || ctx->checked();
   std::vector<Value> grads(nodes_.size());
-  if (out.node >= 0) {
-    if (out.node >= static_cast<int32_t>(nodes_.size())) OpFail("Backward: value not on this tape");
-    grads[out.node] = seed;
-  }
+  std::vector<bool> keep(nodes_.size());
   NoGradScope no_grad;
+  int32_t top = -1;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    if (outs[k].node < 0) continue;
+    const int32_t s = SlotOf(outs[k].node);
+    if (s < 0) OpFail("Backward: value not on this tape");
+    keep[s] = true;  // its cotangent is kept (it may be asked for in wrt)
+    if (!seeds[k].defined()) continue;
+    grads[s] = grads[s].defined() ? add(grads[s], seeds[k]) : seeds[k];
+    top = std::max(top, s);
+  }
   bool prev_bwd = ctx ? ctx->in_backward() : false;
   if (ctx) ctx->set_in_backward(true);
   struct Restore {
     RankContext* ctx;
     bool prev;
+    Tape* prev_running;
     ~Restore() {
       if (ctx) ctx->set_in_backward(prev);
+      running_ = prev_running;
     }
-  } restore{ctx, prev_bwd};
+  } restore{ctx, prev_bwd, running_};
+  running_ = this;
 
-  std::vector<bool> keep(nodes_.size());
   for (const Value& w : wrt) {
-    if (w.node >= 0 && w.node < static_cast<int32_t>(keep.size())) keep[w.node] = true;
+    const int32_t s = w.node >= 0 ? SlotOf(w.node) : -1;
+    if (s >= 0) keep[s] = true;
   }
-  // wrt[k]'s gradient as returned (and as on_ready sees it): zeros of the dual type if unreached.
+  // wrt[k]'s gradient as returned (and as on_ready sees it).
   std::vector<Value> result(wrt.size());
   auto final_grad = [&](int k) {
     const Value& w = wrt[k];
-    if (w.node >= 0 && w.node < static_cast<int32_t>(grads.size()) && grads[w.node].defined()) {
-      result[k] = grads[w.node];
-    } else if (w.node == out.node && out.node >= 0) {
-      result[k] = seed;
-    } else {
+    const int32_t s = w.node >= 0 ? SlotOf(w.node) : -1;
+    if (s >= 0 && grads[s].defined()) {
+      result[k] = grads[s];
+    } else if (zeros) {
       result[k] = Value(Tensor::Zeros(w.shape(), w.dtype(), w.tensor.device()), Dual(w.type));
     }
     if (on_ready) on_ready(k, result[k]);
@@ -145,8 +198,7 @@ std::vector<Value> Tape::Run(const Value& out, const Value& seed, absl::Span<con
   std::vector<std::pair<int32_t, int>> ready;
   if (on_ready) ready = ReadyOrder(wrt);
   size_t reported = 0;
-  // Reports every gradient that is final once the pass is at slot `at`.
-  auto Report = [&](int32_t at) {
+  auto Report = [&](int32_t at) {  // every gradient final once the pass is at slot `at`
     for (; reported < ready.size() && ready[reported].first > at; ++reported) {
       final_grad(ready[reported].second);
     }
@@ -161,7 +213,7 @@ std::vector<Value> Tape::Run(const Value& out, const Value& seed, absl::Span<con
     for (; fired < triggers.size() && triggers[fired].first > at; ++fired) triggers[fired].second();
   };
   absl::InlinedVector<Value, 4> cots;
-  for (int32_t i = out.node; i >= 0; --i) {
+  for (int32_t i = top; i >= 0; --i) {
     Fire(i);    // every op from the trigger's slot on has had its VJP
     Report(i);  // every consumer above slot i has run
     Node& n = nodes_[i];
@@ -207,7 +259,7 @@ std::vector<Value> Tape::Run(const Value& out, const Value& seed, absl::Span<con
     }
     if (observer_ != nullptr) observer_->AfterVjp(n.op);
     // Free what is no longer needed: this node's cotangent.
-    if (!keep[i] && i != out.node) grads[i] = Value();
+    if (!keep[i]) grads[i] = Value();
   }
   Fire(INT32_MIN);
   Report(-2);  // the rest, unused ones (-1) included

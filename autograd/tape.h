@@ -34,15 +34,24 @@
 // returns for k. A gradient that nothing reached is reported (as zeros) at the end.
 //
 //   tape.Backward(loss, seed, watched, [&](int k, const Value& g) { buckets.Add(k, g); });
+//
+// Id spaces (for autograd/checkpoint.h): a tape made with Tape(first_id) numbers its slots
+// first_id, first_id + 1, ... (a default tape: 0, 1, ...; at most kSlotsPerTape slots), so values
+// of different live tapes never share an id. Adopt(v) makes a leaf for a value `v` of another tape
+// (a recomputed function's inputs): ops recorded here that read v (by its own id) read that leaf.
+// Any other foreign id reaching Record is an error naming the op (a value leaked from another
+// tape). Backward may seed several outputs at once (a function with several results).
 #ifndef SHARDMAP_AUTOGRAD_TAPE_H_
 #define SHARDMAP_AUTOGRAD_TAPE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <utility>
 #include <initializer_list>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
 #include "shardmap/tape_hook.h"
@@ -60,12 +69,22 @@ class BackwardObserver {
 
 class Tape : public TapeRecorder {
  public:
+  // Slots of one tape (ids first_id .. first_id + kSlotsPerTape - 1).
+  static constexpr int32_t kSlotsPerTape = int32_t{1} << 24;
+
   Tape() { nodes_.reserve(256); }
+  // A tape whose ids start at first_id (a multiple of kSlotsPerTape).
+  explicit Tape(int32_t first_id) : first_(first_id) { nodes_.reserve(64); }
   Tape(const Tape&) = delete;
   Tape& operator=(const Tape&) = delete;
 
   // Returns v with a fresh leaf slot on this tape.
   Value Watch(const Value& v);
+  // A leaf standing for v (v.node >= 0, an id of another tape): ops recorded here that read v
+  // read it. Returns the leaf's id on this tape (for `wrt`). Throws OpError if v is not foreign.
+  int32_t Adopt(const Value& v);
+  // The id of this tape's first slot; its own ids are [first_id(), first_id() + size()).
+  int32_t first_id() const { return first_; }
 
   void Record(const char* op, std::initializer_list<const Value*> inputs, Value& out,
               VjpFn vjp) override;
@@ -80,10 +99,24 @@ class Tape : public TapeRecorder {
   std::vector<Value> BackwardAndRelease(const Value& out, const Value& seed,
                                         absl::Span<const Value> wrt,
                                         const GradReadyFn& on_ready = nullptr);
+  // Several outputs seeded at once (seeds[k] for outs[k]; an undefined seed: no cotangent).
+  // Unlike the one-output form, a `wrt` entry no cotangent reached comes back undefined (not
+  // zeros), so a caller adding it elsewhere adds nothing.
+  std::vector<Value> Backward(absl::Span<const Value> outs, absl::Span<const Value> seeds,
+                              absl::Span<const Value> wrt);
+
+  // The tape whose backward pass runs on this thread (innermost), or nullptr.
+  static Tape* Running() { return running_; }
+  // Bytes held for a while on top of saved_bytes() (a recomputed function's own tape, while its
+  // backward runs): counted in the peak.
+  void NoteTransient(int64_t bytes) {
+    peak_saved_bytes_ = std::max(peak_saved_bytes_, saved_bytes_ + bytes);
+  }
 
   size_t size() const { return nodes_.size(); }
   void Clear() {
     nodes_.clear();
+    foreign_.clear();
     triggers_.clear();
     saved_bytes_ = peak_saved_bytes_ = recorded_bytes_ = largest_recorded_bytes_ = 0;
   }
@@ -116,11 +149,17 @@ class Tape : public TapeRecorder {
     int64_t bytes = 0;      // the output's bytes, counted in saved_bytes_ while held
     bool released = false;  // its VJP was run and dropped by BackwardAndRelease
   };
-  std::vector<Value> Run(const Value& out, const Value& seed, absl::Span<const Value> wrt,
-                         bool release, const GradReadyFn& on_ready);
+  std::vector<Value> Run(absl::Span<const Value> outs, absl::Span<const Value> seeds,
+                         absl::Span<const Value> wrt, bool release, bool zeros = true,
+                         const GradReadyFn& on_ready = nullptr);
   // For on_ready: the order in which wrt's gradients become final, and for each the tape slot
   // below which it is (its first consumer; -1: none, final at the end).
   std::vector<std::pair<int32_t, int>> ReadyOrder(absl::Span<const Value> wrt) const;
+  // The slot of id on this tape (its own or an adopted foreign one), or -1.
+  int32_t SlotOf(int32_t id) const;
+  int32_t first_ = 0;
+  absl::flat_hash_map<int32_t, int32_t> foreign_;  // foreign id -> adopted leaf slot
+  static inline thread_local Tape* running_ = nullptr;
   void CheckCotangent(const Node& consumer, int input_pos, const Node& primal,
                       const Value& cot) const;
   std::vector<Node> nodes_;

@@ -96,7 +96,7 @@ std::string CollectiveRecorder::ToString(int rank) const {
   std::string s;
   for (const CollectiveRecord& r : it->second.records) {
     absl::StrAppend(&s, r.op, " over ", it->second.mesh.MaskToString(r.axes), ": ",
-                    DTypeName(r.dtype), ", ", r.bytes, " bytes", r.backward ? " (backward)" : "",
+                    DTypeName(r.dtype), ", ", r.bytes, " bytes", r.recomputed ? " (backward, recomputed)" : r.backward ? " (backward)" : "",
                     "\n");
   }
   return s;

@@ -84,7 +84,8 @@ class CollectiveRecorder {
   // The bytes `rank` contributed to its recorded collectives (rank -1: as records()).
   int64_t Bytes(int rank = -1) const;
   // One line per record of `rank` (rank -1: as records()), axes named by that rank's mesh:
-  // "all_reduce over tp: f32, 96 bytes (backward)".
+  // "all_reduce over tp: f32, 96 bytes (backward)" ("(backward, recomputed)" for a collective of
+  // a recomputed forward, autograd/checkpoint.h).
   std::string ToString(int rank = -1) const;
   // Drops the records so far; recording goes on.
   void Clear();

@@ -134,7 +134,7 @@ collectives::Communicator& RankContext::Comm(AxisMask mask) {
 }
 
 void RankContext::LogCollective(const char* op, AxisMask axes, int64_t bytes, DType dtype) {
-  log_.push_back({op, axes, bytes, in_backward_, dtype});
+  log_.push_back({op, axes, bytes, in_backward_, dtype, recomputing_});
   if (internal::AnyRecorderActive()) internal::RecordCollective(rank_, mesh_, log_.back());
 }
 

@@ -31,6 +31,8 @@ struct CollectiveRecord {
   int64_t bytes;      // bytes this rank contributed
   bool backward;      // issued while running the backward pass
   DType dtype = DType::kF32;  // of the data this rank contributed
+  // Issued again in the backward by a recomputed forward (autograd/checkpoint.h), backward set.
+  bool recomputed = false;
 };
 
 class RankContext {
@@ -80,6 +82,10 @@ class RankContext {
   // Whether the backward pass is running (set by autograd); tags logged collectives.
   bool in_backward() const { return in_backward_; }
   void set_in_backward(bool b) { in_backward_ = b; }
+  // Whether a checkpointed forward is being recomputed (set by autograd/checkpoint.h); tags
+  // logged collectives as recomputed.
+  bool recomputing() const { return recomputing_; }
+  void set_recomputing(bool b) { recomputing_ = b; }
 
   // Appends to this rank's log and to the CollectiveRecorders active on this thread
   // (collective_recorder.h).
@@ -101,6 +107,7 @@ class RankContext {
   TypeCheck check_;
   Device device_;
   bool in_backward_ = false;
+  bool recomputing_ = false;
   uint64_t collective_seq_ = 0;
   bool per_axis_set_ = false;
   std::vector<uint64_t> seq_by_mask_;  // with per_axis_set_, indexed by mask

@@ -4,17 +4,20 @@
 #include <cmath>
 #include <compare>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "models/gpt/gpt_recompute.h"
 #include "models/parallel/ring_attention.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/einsum.h"
 #include "shardmap/nn_ops.h"
 #include "shardmap/ops.h"
 #include "shardmap/sharding.h"
+#include "shardmap/tape_hook.h"
 #include "tensor/error.h"
 #include "tensor/random.h"
 
@@ -295,7 +298,16 @@ Value GptEmbed(const GptLayout& layout, const ParamFn& use, const Value& ids) {
 
 Value GptBlock(const GptLayout& layout, const ParamFn& use, int64_t i, const Value& x,
                TypeTrace* types, MoeAccum* moe_accum) {
+  if (layout.config().recompute == RecomputeMode::kFull && CurrentRecorder() != nullptr) {
+    return RecomputedGptBlock(layout, use, i, x, types, moe_accum);
+  }
+  return GptBlockBody(layout, use, i, x, types, moe_accum);
+}
+
+Value GptBlockBody(const GptLayout& layout, const ParamFn& use, int64_t i, const Value& x,
+                   TypeTrace* types, MoeAccum* moe_accum) {
   const GptConfig& c = layout.config();
+  const bool selective = c.recompute == RecomputeMode::kSelective;
   const TensorParallel tp = layout.tp();
   const int64_t local_seq = c.seq / layout.cp_ways();
   std::string h = absl::StrCat("h.", i, ".");
@@ -308,6 +320,7 @@ Value GptBlock(const GptLayout& layout, const ParamFn& use, int64_t i, const Val
                              RowParallelLinear{use(h + "attn.c_proj.weight"),
                                                use(h + "attn.c_proj.bias"), tp},
                              c.head_dim(), local_seq, tp, types, layout.cp_axis()};
+    attn.recompute_core = selective;
     Value y = x + attn(LayerNorm{use(h + "ln_1.weight"), use(h + "ln_1.bias")}(x));
     Value in = EnterTensorParallel(LayerNorm{use(h + "ln_2.weight"), use(h + "ln_2.bias")}(y),
                                    tp);
@@ -333,6 +346,7 @@ Value GptBlock(const GptLayout& layout, const ParamFn& use, int64_t i, const Val
                   RowParallelLinear{use(h + "mlp.c_proj.weight"), use(h + "mlp.c_proj.bias"),
                                     tp}},
               types};
+  block.attn.recompute_core = selective;
   return block(x);
 }
 
@@ -350,9 +364,12 @@ Value GptHead(const GptLayout& layout, const ParamFn& use, const Value& x, const
 
 ParamFn GptParamUse(const GptLayout& layout, const std::vector<Value>& params) {
   // A parameter at use: FSDP shards are all_gathered (the transpose reduce-scatters the grad).
-  return [&layout, &params](const std::string& name) {
+  // It holds its own copy of the parameters (a recomputed block calls it in the backward).
+  auto held = std::make_shared<const std::vector<Value>>(params);
+  return [&layout, held](const std::string& name) {
     int i = layout.Find(name);
     const ParamInfo& info = layout.params()[i];
+    const std::vector<Value>& params = *held;
     Value p = info.fsdp_dim >= 0 ? all_gather(params[i], info.fsdp_dim, layout.fsdp_axis())
                                  : params[i];
     // Mixed precision: cast to the compute dtype at use (the cast's VJP returns the gradient in
@@ -374,7 +391,7 @@ Value GptLossWith(const GptLayout& layout, const ParamFn& gathered, const Value&
                   MoeStats* moe_stats) {
   // wte is used twice (embedding and lm_head): gathered once under FSDP.
   const Value wte = gathered("wte.weight");
-  const ParamFn use = [&](const std::string& name) {
+  const ParamFn use = [wte, gathered](const std::string& name) {  // by value: see GptBlock
     return name == "wte.weight" ? wte : gathered(name);
   };
   Value x = GptEmbed(layout, use, ids);

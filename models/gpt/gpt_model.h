@@ -51,6 +51,7 @@
 #include "models/parallel/moe.h"
 #include "models/components/optimizer.h"
 #include "models/parallel/parallel_dims.h"
+#include "models/parallel/recompute.h"
 #include "shardmap/context.h"
 #include "shardmap/mesh.h"
 #include "shardmap/partition_spec.h"
@@ -78,6 +79,10 @@ struct GptConfig {
   // aux_loss_coef * the layers' load-balancing losses. expert_axes empty: "ep" when the mesh has
   // it; they must be batch axes (dp_replicate, dp_shard, dp, ep). Not with cp > 1.
   MoeConfig moe;
+  // Activation recomputation (models/parallel/recompute.h; models/gpt/gpt_recompute.h): full
+  // keeps only each block's input and recomputes the block in the backward, selective only the
+  // attention core. Same numbers bitwise; less activation memory, more FLOPs.
+  RecomputeMode recompute = RecomputeMode::kNone;
   int64_t head_dim() const { return d_model / heads; }
   DType compute_dtype() const { return compute.value_or(dtype); }
 };
@@ -102,6 +107,12 @@ class GptLayout {
   const Mesh& mesh() const { return dims_.mesh(); }
   const ParallelDims& dims() const { return dims_; }
   const GptConfig& config() const { return cfg_; }
+  // This layout with config().recompute = mode (nothing else depends on it).
+  GptLayout WithRecompute(RecomputeMode mode) const {
+    GptLayout l = *this;
+    l.cfg_.recompute = mode;
+    return l;
+  }
   const std::vector<ParamInfo>& params() const { return params_; }
   int Find(const std::string& name) const;  // -1 when absent
   TensorParallel tp() const { return tp_; }
@@ -140,7 +151,9 @@ Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const V
               MoeStats* moe = nullptr);
 
 // The pieces of GptLoss (pipeline stages run them separately). use(name): the parameter at use
-// (GptParamUse: the local shard, all_gathered under FSDP). GptEmbed: token + position
+// (GptParamUse: the local shard, all_gathered under FSDP). Under config().recompute == kFull,
+// GptBlock keeps a copy of `use` (and the layout's address) for the backward, where the block
+// runs again: `use` must not refer to the caller's locals (GptParamUse's does not). GptEmbed: token + position
 // embeddings of `ids` [rows]; GptBlock: block i; GptHead: ln_f, the tied lm_head (use("wte"))
 // and the mean cross-entropy's local share.
 using ParamFn = std::function<Value(const std::string&)>;

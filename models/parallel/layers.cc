@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "autograd/checkpoint.h"
 #include "models/parallel/ring_attention.h"
 #include "shardmap/attention_ops.h"
 #include "shardmap/collective_ops.h"
@@ -83,6 +84,32 @@ AttentionPath ResolveAttentionPath(AttentionPath path, const Device& device, int
                                              : AttentionPath::kMaterialised;
 }
 
+namespace {
+
+// softmax(q k^T * scale, causal) v of q, k, v [b, t, 1, heads, hd] (slices of qkv), materialised
+// (or round the cp ring): o [b * t, heads * hd].
+Value AttentionCore(const Value& q_in, const Value& k, const Value& v, int64_t seq,
+                    int64_t head_dim, const std::string& cp_axis, TypeTrace* types) {
+  const int64_t b = q_in.dim(0), heads = q_in.dim(3), rows = b * seq, e = heads * head_dim;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  if (!cp_axis.empty()) {
+    const Shape bthd = {b, seq, heads, head_dim};
+    Value o = RingCausalAttention(q_in.reshape(bthd), k.reshape(bthd), v.reshape(bthd), cp_axis,
+                                  scale);
+    NoteType(types, "attn: o = RingCausalAttention(q, k, v) over cp", o);
+    return o.reshape({rows, e});
+  }
+  // Scaling q ([n, e]) instead of the scores ([b, h, t, t]) is the same product, t/hd x cheaper.
+  Value q = q_in * scale;
+  Value p = causal_softmax(einsum("btchd,bschd->bhts", q, k));
+  NoteType(types, "attn: p = softmax(einsum(\"btchd,bschd->bhts\", q, k))", p);
+  Value o = einsum("bhts,bschd->bthd", p, v).reshape({rows, e});           // S1 on tp
+  NoteType(types, "attn: o = einsum(\"bhts,bschd->bthd\", p, v)", o);
+  return o;
+}
+
+}  // namespace
+
 Value CausalSelfAttention::operator()(const Value& x) const {
   Value h = EnterTensorParallel(x, tp);
   NoteType(types, "attn: input rows (after all_gather under SP)", h);
@@ -91,30 +118,31 @@ Value CausalSelfAttention::operator()(const Value& x) const {
   qkv = qkv.reshape({rows / seq, seq, 3, heads, head_dim});                 // [b, t, 3, h, hd]
   NoteType(types, "attn: qkv [b,t,3,heads,hd]", qkv);
   Value q = slice(qkv, 2, 0, 1), k = slice(qkv, 2, 1, 1), v = slice(qkv, 2, 2, 1);
-  if (!cp_axis.empty()) {
+  if (cp_axis.empty() &&
+      ResolveAttentionPath(path, h.tensor.device(), head_dim) == AttentionPath::kFused) {
     const Shape bthd = {rows / seq, seq, heads, head_dim};
-    Value o = RingCausalAttention(q.reshape(bthd), k.reshape(bthd), v.reshape(bthd), cp_axis,
-                                  1.0 / std::sqrt(static_cast<double>(head_dim)));
-    NoteType(types, "attn: o = RingCausalAttention(q, k, v) over cp", o);
-    return c_proj(o.reshape({rows, e}));
-  }
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  if (ResolveAttentionPath(path, h.tensor.device(), head_dim) == AttentionPath::kFused) {
-    const Shape bthd = {rows / seq, seq, heads, head_dim};
+    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
     Value o = causal_attention(q.reshape(bthd), k.reshape(bthd), v.reshape(bthd), scale);
     NoteType(types, "attn: o = causal_attention(q, k, v)  (fused)", o);
     Value y = c_proj(o.reshape({rows, e}));
     NoteType(types, "attn: y = c_proj(o)  (row-parallel, reduced)", y);
     return y;
   }
-  // Scaling q ([n, e]) instead of the scores ([b, h, t, t]) is the same product, t/hd x cheaper.
-  q = q * scale;
-  Value p = causal_softmax(einsum("btchd,bschd->bhts", q, k));
-  NoteType(types, "attn: p = softmax(einsum(\"btchd,bschd->bhts\", q, k))", p);
-  Value o = einsum("bhts,bschd->bthd", p, v).reshape({rows, e});           // S1 on tp
-  NoteType(types, "attn: o = einsum(\"bhts,bschd->bthd\", p, v)", o);
+  Value o;
+  if (recompute_core) {
+    // The trace notes once, in the forward (not again when the backward recomputes).
+    o = checkpoint(
+        [seq = seq, head_dim = head_dim, cp = cp_axis, types = types](
+            const std::vector<Value>& in) {
+          return AttentionCore(in[0], in[1], in[2], seq, head_dim, cp,
+                               IsRecomputing() ? nullptr : types);
+        },
+        {q, k, v}, "recompute_attention");
+  } else {
+    o = AttentionCore(q, k, v, seq, head_dim, cp_axis, types);
+  }
   Value y = c_proj(o);
-  NoteType(types, "attn: y = c_proj(o)  (row-parallel, reduced)", y);
+  if (cp_axis.empty()) NoteType(types, "attn: y = c_proj(o)  (row-parallel, reduced)", y);
   return y;
 }
 

@@ -110,6 +110,11 @@ struct CausalSelfAttention {
   // chunks of each sequence and the keys come round the ring over this axis. "" = off.
   std::string cp_axis;
   AttentionPath path = AttentionPath::kAuto;  // ignored under cp (ring attention)
+  // Selective recomputation (models/parallel/recompute.h): the core (q * scale, scores, causal
+  // softmax, the product with v; the ring attention under cp) runs under autograd's checkpoint,
+  // so its [b, heads, t, t] tensors are recomputed in the backward instead of kept. Bitwise the
+  // same gradients. No effect on the fused path (its kernel keeps no scores).
+  bool recompute_core = false;
   Value operator()(const Value& x) const;
 };
 

@@ -44,6 +44,31 @@ absl::Status PlanRows(const GptLayout& layout, const TrainOptions& options, RunP
   return absl::OkStatus();
 }
 
+// Selective recomputation recomputes the attention scores; the fused attention kernel (GPU, or
+// SHARDMAP_ATTENTION=fused) never keeps them, so there it would silently do nothing.
+absl::Status CheckRecompute(const GptLayout& layout, const TrainOptions& o) {
+  const RecomputeMode mode = o.recompute.value_or(layout.config().recompute);
+  if (mode != RecomputeMode::kSelective || !layout.cp_axis().empty()) return absl::OkStatus();
+  Device device = Device::Cpu();
+  if (o.runtime.comm != nullptr && o.runtime.comm->memory_space().device) {
+    device = Device::Cuda(o.runtime.comm->memory_space().device_index);
+  } else if (!o.runtime.placement.is_cpu()) {
+    absl::StatusOr<std::vector<Device>> devices =
+        ResolvePlacement(o.runtime.placement, layout.mesh().size());
+    if (devices.ok() && !devices->empty()) device = devices->front();
+  }
+  if (ResolveAttentionPath(AttentionPath::kAuto, device, layout.config().head_dim()) !=
+      AttentionPath::kFused) {
+    return absl::OkStatus();
+  }
+  return Invalid(absl::StrCat(
+      "--recompute=selective with the fused attention kernel (on ", device.ToString(),
+      ", head_dim ", layout.config().head_dim(), "): selective recomputation recomputes the "
+      "attention scores and softmax, which the fused kernel never keeps, so there is nothing "
+      "to recompute; use --recompute=full, or --recompute=none, or SHARDMAP_ATTENTION="
+      "materialised to use the materialised attention"));
+}
+
 }  // namespace
 
 StagePlan PlanStages(const GptLayout& layout, const std::vector<int64_t>& sizes) {
@@ -158,6 +183,7 @@ absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
     absl::StatusOr<std::vector<Device>> devices = ResolvePlacement(o.runtime.placement, mesh.size());
     if (!devices.ok()) return devices.status();
   }
+  if (absl::Status s = CheckRecompute(layout, o); !s.ok()) return s;
   const bool pipelined = layout.pp_ways() > 1 || o.pipeline.microbatches > 1;
   if (!pipelined) return absl::OkStatus();
   // What the pipeline strategy cannot do, refused here and nowhere else.

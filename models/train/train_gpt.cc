@@ -161,6 +161,11 @@ ABSL_FLAG(double, min_lr, 0.0, "the schedule's floor (cosine, linear)");
 ABSL_FLAG(int64_t, warmup_steps, 0, "linear warmup steps of the schedule");
 ABSL_FLAG(int64_t, decay_steps, -1,
           "the step where the decay reaches --min_lr (nanoGPT's lr_decay_iters; -1: --steps)");
+ABSL_FLAG(std::string, recompute, "none",
+          "activation recomputation: none, full (keep each transformer block's input and run "
+          "the block again in the backward: about one more forward of the blocks, the least "
+          "activation memory) or selective (recompute only the attention scores and softmax); "
+          "the same numbers bitwise");
 ABSL_FLAG(int64_t, grad_accum, 1,
           "gradient accumulation: each step's --batch runs as N microsteps of batch/N sequences "
           "(the same numbers as the whole batch)");
@@ -566,6 +571,14 @@ absl::Status SetOverlap(TrainOptions& o) {
   return absl::OkStatus();
 }
 
+// --recompute.
+absl::Status SetRecompute(TrainOptions& o) {
+  absl::StatusOr<RecomputeMode> mode = ParseRecomputeMode(absl::GetFlag(FLAGS_recompute));
+  if (!mode.ok()) return mode.status();
+  o.recompute = *mode;
+  return absl::OkStatus();
+}
+
 // --sample: the prompt and the sampling settings, checked before training.
 struct SampleRequest {
   int64_t tokens = 0;  // 0: no sample
@@ -816,6 +829,9 @@ void PrintSummary(const GptLayout& layout, const TrainOptions& o, const TrainRes
         o.overlap.on ? absl::StrCat("on (", Bytes(o.overlap.bucket_bytes), " gradient buckets)")
                      : std::string("off"));
   }
+  std::cout << absl::StrFormat("activations: recompute=%s, peak saved per rank %s (rank 0, first "
+                               "step)\n",
+                               r.recompute, Bytes(r.peak_activation_bytes_per_rank));
   if (r.peak_device_bytes_per_rank >= 0) {
     std::cout << absl::StrFormat(
         "GPU: peak memory %s on %s%s; CUDA graph: %s\n", Bytes(r.peak_device_bytes_per_rank),
@@ -1159,6 +1175,7 @@ absl::Status Run() {
   if (absl::GetFlag(FLAGS_print_types)) o.tracing.types = &types;
   if (absl::Status s = SetPipeline(o); !s.ok()) return s;
   if (absl::Status s = SetOverlap(o); !s.ok()) return s;
+  if (absl::Status s = SetRecompute(o); !s.ok()) return s;
   if (ranks->print) {
     PrintHeader(*layout, *ranks, o, data->train.size());
     if (!resume_note.empty()) std::cout << resume_note << (resume_note.back() == '\n' ? "" : "\n");

@@ -138,6 +138,32 @@ expect_error "--fsdp_prefetch=0: the prefetch depth must be at least 1" "${commo
 expect_error "missing.txt': no such file" --text="$tmp/missing.txt"
 printf 'abc' > "$tmp/abc.txt"
 expect_error "one sample needs seq+1 = 9" --text="$tmp/abc.txt" --seq=8 --layers=1 --d_model=16 --heads=4
+
+# --recompute: full and selective train to the losses of none exactly (dp2 x tp2 + sp: the SP
+# collectives of each block are issued again in the backward); the summary names the mode and
+# its peak of saved activations, which falls. A bad value, and selective with the fused
+# attention kernel (nothing to recompute), are refused.
+rc_args=("${common[@]}" --layers=2 --seq=16 --mesh=dp=2,tp=2 --sp --steps=2)
+rc_none=$("$bin" "${rc_args[@]}")
+rc_full=$("$bin" "${rc_args[@]}" --recompute=full)
+rc_sel=$("$bin" "${rc_args[@]}" --recompute=selective)
+[ -n "$(losses <<<"$rc_none")" ] || fail "--recompute: no losses"
+[ "$(losses <<<"$rc_full")" = "$(losses <<<"$rc_none")" ] || fail "--recompute=full losses differ"
+[ "$(losses <<<"$rc_sel")" = "$(losses <<<"$rc_none")" ] || fail "--recompute=selective losses differ"
+python3 - "$rc_none" "$rc_sel" "$rc_full" <<'PY' || fail "--recompute: peak saved activations"
+import re, sys
+units = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+peaks = []
+for out, mode in zip(sys.argv[1:], ["none", "selective", "full"]):
+    m = re.search(r"^activations: recompute=(\w+), peak saved per rank ([\d.]+) (\w+)", out, re.M)
+    assert m and m.group(1) == mode, (mode, out)
+    peaks.append(float(m.group(2)) * units[m.group(3)])
+assert peaks[0] > peaks[1] > peaks[2], peaks
+PY
+expect_error "recompute=some: expected none" "${common[@]}" --recompute=some
+expect_error "recompute=: expected none (keep" "${common[@]}" --recompute=
+SHARDMAP_ATTENTION=fused expect_error "selective with the fused attention kernel" \
+  "${common[@]}" --recompute=selective
 expect_error "--devices cpu:3 but the mesh" "${common[@]}" --mesh=dp=2 --devices=cpu:3
 # --init takes the shape from a file that has it (--save wrote ck with gpt.* metadata), as
 # --resume does; shape flags that disagree are refused. A file without the metadata (a GPT-2

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "models/components/trace_writer.h"
 #include "models/data/batch_order.h"
 #include "models/parallel/layers.h"
+#include "models/parallel/recompute.h"
 #include "shardmap/context.h"
 #include "shardmap/device_placement.h"
 #include "shardmap/value.h"
@@ -153,6 +155,11 @@ struct TrainOptions {
   // nanoGPT's). Either way a step's batch is a function of the step alone (exact resume), the
   // same global batch on every rank and mesh. Evaluation batches stay sequential.
   BatchOrder batch_order;
+  // Activation recomputation (models/parallel/recompute.h, train_gpt --recompute): none, full
+  // (keep each block's input, recompute the block in the backward) or selective (recompute the
+  // attention core). Set: the run uses it in place of the layout's config().recompute; unset:
+  // the layout's. The same numbers bitwise either way.
+  std::optional<RecomputeMode> recompute;
   PipelineOptions pipeline;
   OptimizerOptions optimizer;
   CheckpointOptions checkpoint;

@@ -361,9 +361,12 @@ std::vector<Device> RunDevices(const Mesh& mesh, const TrainOptions& options) {
 
 }  // namespace
 
-absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<NamedTensor>& init,
+absl::StatusOr<TrainResult> TrainGpt(const GptLayout& given, const std::vector<NamedTensor>& init,
                                      const std::vector<int64_t>& tokens,
                                      const TrainOptions& options) {
+  // The run's layout: options.recompute, when set, in place of the config's.
+  const GptLayout layout =
+      options.recompute ? given.WithRecompute(*options.recompute) : given;
   const Mesh& mesh = layout.mesh();
   absl::StatusOr<RunPlan> plan = PlanRun(layout, options);
   if (!plan.ok()) return plan.status();
@@ -377,6 +380,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<
                  : options.runtime.comm != nullptr ? options.runtime.comm->rank()
                                            : 0;
   TrainResult& result = run.result;
+  result.recompute = RecomputeModeName(layout.config().recompute);
   const std::vector<Device> devices = RunDevices(mesh, options);
   result.ranks_per_device =
       options.runtime.comm != nullptr

@@ -81,7 +81,8 @@ struct TrainResult {
   // for the backward, at most), and the largest of them (the attention scores at long seq).
   int64_t activation_bytes_per_rank = 0;
   int64_t largest_activation_bytes = 0;
-  // Rank 0, first step: the tape's peak of saved activation bytes (Tape::peak_saved_bytes).
+  // Rank 0, first step: the tape's peak of saved activation bytes (Tape::peak_saved_bytes; with
+  // recomputation, a recomputed block's own activations while its backward runs included).
   int64_t peak_activation_bytes_per_rank = 0;
   // Rank 0, first step, CPU/meta ranks: the peak of the tensors the step allocated (MemoryTracker:
   // activations, gathered FSDP parameters, gradients, buckets, optimizer temporaries; not the
@@ -90,6 +91,8 @@ struct TrainResult {
   // Rank 0, first step, overlapped FSDP: the most gathered parameter bytes alive at once
   // (FsdpParams::peak_gathered_bytes); -1 otherwise.
   int64_t peak_gathered_bytes_per_rank = -1;
+  // The run's activation recomputation ("none", "full", "selective"; TrainOptions::recompute).
+  std::string recompute = "none";
   // Pipeline runs, last step, mean over ranks: the fraction of the step's timetable a rank
   // spent outside forwards and backwards (the measured bubble).
   double pipeline_bubble = 0;

@@ -26,8 +26,12 @@ int UnitOf(const std::string& name, int64_t layers) {
 }  // namespace
 
 FsdpParams::FsdpParams(const GptLayout& layout, const std::vector<Value>& params,
-                       FsdpSchedule schedule, Tape& tape)
-    : layout_(layout), params_(params), schedule_(schedule), tape_(tape) {
+                       FsdpSchedule schedule, Tape& tape, TapeRecorder* recorder)
+    : layout_(layout),
+      params_(params),
+      schedule_(schedule),
+      tape_(tape),
+      recorder_(recorder != nullptr ? recorder : &tape) {
   if (schedule.prefetch < 1) {
     OpFail("FsdpParams: the prefetch depth is ", schedule.prefetch,
            "; it must be at least 1 (the next unit's all-gather runs beside this one's compute)");
@@ -61,6 +65,7 @@ void FsdpParams::Count(int64_t bytes) {
 }
 
 void FsdpParams::Enter(int unit) {
+  ScopedRecorder on_the_step(recorder_);  // not a recomputed block's recorder
   const int32_t slot = static_cast<int32_t>(tape_.size());
   Unit& u = units_[unit];
   // Backward: free this unit once its VJPs are done, then (at the same point) regather the one

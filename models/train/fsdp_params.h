@@ -41,9 +41,13 @@ struct FsdpSchedule {
 class FsdpParams {
  public:
   // params: this rank's shards in layout order, watched on `tape` (which must outlive the
-  // backward pass; so must this object). Throws OpError (a prefetch below 1).
+  // backward pass; so must this object). recorder: what records on that tape in the forward
+  // (the tape itself by default, or a TracingRecorder over it): the gathers are recorded there
+  // even when the first use is inside a recomputed block (autograd/checkpoint.h), whose
+  // forward records elsewhere; the block then takes them as captured inputs. Throws OpError
+  // (a prefetch below 1).
   FsdpParams(const GptLayout& layout, const std::vector<Value>& params, FsdpSchedule schedule,
-             Tape& tape);
+             Tape& tape, TapeRecorder* recorder = nullptr);
   FsdpParams(const FsdpParams&) = delete;
   FsdpParams& operator=(const FsdpParams&) = delete;
 
@@ -73,6 +77,7 @@ class FsdpParams {
   const std::vector<Value>& params_;
   FsdpSchedule schedule_;
   Tape& tape_;
+  TapeRecorder* recorder_;
   std::vector<int> unit_of_;
   std::vector<Unit> units_;
   std::vector<Value> values_;  // per parameter: its value at use

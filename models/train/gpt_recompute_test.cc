@@ -49,7 +49,8 @@ GptConfig ConfigOf(const Case& c, DType dtype) {
 }
 
 TrainResult TrainWith(const Case& c, DType dtype, std::optional<RecomputeMode> mode,
-                      RecomputeMode in_config = RecomputeMode::kNone, int64_t steps = 3) {
+                      RecomputeMode in_config = RecomputeMode::kNone, int64_t steps = 3,
+                      bool overlap = true) {
   GptConfig cfg = ConfigOf(c, dtype);
   cfg.recompute = in_config;
   absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh(c.mesh), cfg, c.sp);
@@ -60,6 +61,7 @@ TrainResult TrainWith(const Case& c, DType dtype, std::optional<RecomputeMode> m
   o.pipeline.microbatches = c.microbatches;
   o.pipeline.schedule = c.schedule;
   o.recompute = mode;
+  o.overlap.on = overlap;
   absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(cfg, 7), Tokens(500, cfg.vocab), o);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? *r : TrainResult{};
@@ -164,11 +166,15 @@ void ExpectNoneLogPlusRecomputed(const std::vector<CollectiveRecord>& got,
   EXPECT_EQ(a, b);
 }
 
+// The reference schedule (overlap off): FSDP gathers each parameter at its use, inside the
+// block, so the recomputed block gathers again.
 TEST(RecomputeTest, FullReissuesEachBlocksFsdpAndSpCollectivesInTheBackward) {
   const Case c{"fsdp3_tp2_sp", "dp_shard=3,tp=2", true};
   const Mesh mesh = *ParseMesh(c.mesh);
-  const TrainResult none = TrainWith(c, DType::kF64, std::nullopt, RecomputeMode::kNone, 1);
-  const TrainResult full = TrainWith(c, DType::kF64, RecomputeMode::kFull, RecomputeMode::kNone, 1);
+  const TrainResult none =
+      TrainWith(c, DType::kF64, std::nullopt, RecomputeMode::kNone, 1, /*overlap=*/false);
+  const TrainResult full =
+      TrainWith(c, DType::kF64, RecomputeMode::kFull, RecomputeMode::kNone, 1, /*overlap=*/false);
   ExpectNoneLogPlusRecomputed(full.log, none.log, mesh);
   // Per block: the SP all_gathers entering attention and the MLP, the reduce_scatters leaving
   // them, and one all_gather per FSDP-split block parameter.
@@ -183,6 +189,21 @@ TEST(RecomputeTest, FullReissuesEachBlocksFsdpAndSpCollectivesInTheBackward) {
             (std::map<std::string, int>{{"all_gather(dp_shard)", fsdp_block_params},
                                         {"all_gather(tp)", 2 * L},
                                         {"reduce_scatter(tp)", 2 * L}}));
+}
+
+// The overlapped schedule: FSDP's gatherer (models/train/fsdp_params.h) gathers outside the
+// recomputed blocks (their captured inputs) and regathers resharded blocks itself, so only the
+// SP collectives are recomputed; the step's collectives are otherwise the same as without
+// recomputation.
+TEST(RecomputeTest, FullWithOverlappedFsdpRecomputesOnlyTheSpCollectives) {
+  const Case c{"fsdp3_tp2_sp", "dp_shard=3,tp=2", true};
+  const Mesh mesh = *ParseMesh(c.mesh);
+  const TrainResult none = TrainWith(c, DType::kF64, std::nullopt, RecomputeMode::kNone, 1);
+  const TrainResult full = TrainWith(c, DType::kF64, RecomputeMode::kFull, RecomputeMode::kNone, 1);
+  ExpectNoneLogPlusRecomputed(full.log, none.log, mesh);
+  const int64_t L = SmallConfig().layers;
+  EXPECT_EQ(RecomputedCounts(full.log, mesh),
+            (std::map<std::string, int>{{"all_gather(tp)", 2 * L}, {"reduce_scatter(tp)", 2 * L}}));
 }
 
 TEST(RecomputeTest, SelectiveReissuesOnlyTheRingAttentionsPpermutes) {

@@ -35,7 +35,7 @@ Backprop OneProgramBackprop(const GptLayout& layout, const std::vector<Value>& p
     std::vector<Value> watched;
     for (const Value& p : params) watched.push_back(tape.Watch(p));
     std::optional<FsdpParams> gatherer;  // lives until the backward is over
-    if (fsdp != nullptr && !layout.fsdp_axis().empty()) gatherer.emplace(layout, watched, *fsdp, tape);
+    if (fsdp != nullptr && !layout.fsdp_axis().empty()) gatherer.emplace(layout, watched, *fsdp, tape, &rec);
     Value loss;
     {
       ScopedRecorder scope(&rec);

@@ -672,7 +672,9 @@ class InProcessCommunicator final : public internal::ForwardingCommunicator {
   // first. A handle dropped unwaited poisons the world, as an unwaited ppermute does.
   LazyAsyncLane lane_{LaneOptions{
       .name = group_->name(),
-      .report_misuse = [this](const absl::Status& s) { world().Poison(world_rank(), s); }}};
+      .report_misuse = [g = group_, wr = group_->world_rank(rank_)](const absl::Status& s) {
+        g->world().Poison(wr, s);
+      }}};
 };
 
 }  // namespace

@@ -237,6 +237,16 @@ absl::StatusOr<std::unique_ptr<PendingCollective>> SimulatedLinkCommunicator::Re
       [=](Communicator& dup) { return dup.ReduceScatter(send, recv, recv_count, dtype, op); });
 }
 
+absl::StatusOr<std::unique_ptr<PendingCollective>> SimulatedLinkCommunicator::PpermuteStart(
+    const void* send, void* recv, size_t count, DataType dtype,
+    absl::Span<const std::pair<int, int>> pairs) {
+  return Started(
+      collectives::StartedCallName("PpermuteStart", dtype, nullptr, count, name()), "ppermute",
+      Bytes(count, dtype),
+      [=, pairs = std::vector<std::pair<int, int>>(pairs.begin(), pairs.end())](
+          Communicator& dup) { return dup.Ppermute(send, recv, count, dtype, pairs); });
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> SimulatedLinkCommunicator::Split(int color,
                                                                              int key) {
   ForwardTag();

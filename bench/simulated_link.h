@@ -121,6 +121,10 @@ class SimulatedLinkCommunicator : public collectives::Communicator {
   absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> ReduceScatterStart(
       const void* send, void* recv, size_t recv_count, collectives::DataType dtype,
       collectives::ReduceOp op) override;
+  // On the same lane (so the link's ppermutes and other started calls share its FIFO).
+  absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> PpermuteStart(
+      const void* send, void* recv, size_t count, collectives::DataType dtype,
+      absl::Span<const std::pair<int, int>> pairs) override;
   bool OverlapsStartedCalls() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<collectives::Communicator>> Split(int color, int key) override;

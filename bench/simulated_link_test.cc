@@ -124,6 +124,37 @@ TEST(SimulatedLinkTest, StartedCallsOverlapTheCallersWork) {
   }
 }
 
+TEST(SimulatedLinkTest, StartedPpermutesAndReduceScattersGiveTheInnerResults) {
+  const SimulatedLink link{.ring = {.alpha_s = 1e-3, .busbw = 1e9}};
+  for (int n : {2, 3, 5}) {
+    absl::Status s = collectives::RunInProcess(n, [&](Communicator& c) -> absl::Status {
+      SimulatedLinkCommunicator slow(&c, link);
+      std::vector<std::pair<int, int>> ring;
+      for (int r = 0; r < n; ++r) ring.push_back({r, (r + 1) % n});
+      double mine = 100.0 + c.rank(), got = -1;
+      std::vector<double> in(3 * n), out(3, -1), gathered(5 * n, -1), part(5);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = c.rank() + 0.5 * i;
+      for (int i = 0; i < 5; ++i) part[i] = 10.0 * c.rank() + i;
+      auto p = slow.PpermuteStart(&mine, &got, 1, DataType::kF64, ring);
+      if (!p.ok()) return p.status();
+      auto r = slow.ReduceScatterStart(in.data(), out.data(), 3, DataType::kF64, ReduceOp::kSum);
+      if (!r.ok()) return r.status();
+      auto g = slow.AllGatherStart(part.data(), gathered.data(), 5, DataType::kF64);
+      if (!g.ok()) return g.status();
+      for (auto* h : {&*g, &*p, &*r}) {
+        if (absl::Status st = (*h)->Wait(); !st.ok()) return st;
+      }
+      EXPECT_EQ(got, 100.0 + (c.rank() + n - 1) % n);
+      for (int i = 0; i < 3; ++i) {  // sum over ranks q of q + 0.5 (3 rank + i)
+        EXPECT_EQ(out[i], n * (n - 1) / 2.0 + n * 0.5 * (3 * c.rank() + i)) << i;
+      }
+      for (int q = 0; q < n; ++q) EXPECT_EQ(gathered[5 * q + 4], 10.0 * q + 4);
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(s.ok()) << "n=" << n << ": " << s;
+  }
+}
+
 TEST(SimulatedLinkTest, SplitWrapsTheChildrenAndTagsReachTheirCalls) {
   static auto describe = [](const uint64_t* w) { return absl::StrCat("site #", w[0]); };
   const SimulatedLink link{.ring = {.alpha_s = 0.05, .busbw = 1e12}};

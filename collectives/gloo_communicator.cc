@@ -305,8 +305,14 @@ struct GlooWorld {
     std::lock_guard<std::mutex> lock(mu);
     return failure;
   }
+  // Serialises Poison: a communicator's thread and its lane's may fail at once, and a group's
+  // notices are sent once (GroupLink::SendNotices is not thread-safe); a second caller returns
+  // only once the first has closed everything, so no late transfer lands in its buffers either.
+  std::mutex poison_mu;
+
   // Records the first failure, tells every peer of every group why, and closes the connections.
   void Poison(const absl::Status& s) {
+    std::lock_guard<std::mutex> serial(poison_mu);
     std::vector<std::shared_ptr<GroupLink>> live;
     absl::Status first;
     {

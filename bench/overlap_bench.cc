@@ -1,6 +1,6 @@
 // Started all-reduces overlapping a compute loop (DDP's bucketed gradient reduction in
 // miniature) against the blocking schedule, on the in-process backend and on a simulated link
-// (bench/simulated_link.h) at two speeds. Each step on every rank: K buckets, each "compute c,
+// (bench/simulated_link.h) at two speeds, and on Gloo (threads over TCP loopback). Each step on every rank: K buckets, each "compute c,
 // then all-reduce the bucket"; blocking waits for each all-reduce before the next compute,
 // overlapped starts it (AllReduceStart) and waits for all of them at the end of the step.
 //
@@ -17,9 +17,10 @@
 //   blocking    = K (c + m)
 //   overlapped  = c + (K-1) max(c, m) + m          (the last bucket cannot hide)
 // with c one bucket's compute as measured in the blocking steps (the slowest rank's) and m the
-// link's modelled time of one bucket's all-reduce (0 for in_process, whose real reductions run
-// on the lane's thread and compete with compute for this machine's 2 cores: a ratio near 1
-// there is the honest result; the simulated link sleeps, which takes no core).
+// link's modelled time of one bucket's all-reduce (0 for in_process and gloo, whose real
+// reductions and transfers run on the lane's thread and compete with compute for this
+// machine's 2 cores: a ratio near 1 there is the honest result; the simulated link sleeps,
+// which takes no core).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -33,6 +34,7 @@
 #include "bench/simulated_link.h"
 #include "benchmark/benchmark.h"
 #include "collectives/communicator.h"
+#include "collectives/gloo_threads.h"
 #include "collectives/in_process.h"
 
 namespace shardmap::bench {
@@ -50,10 +52,12 @@ constexpr double kComputeSeconds = 0.006;  // one bucket's compute, nominal (idl
 
 struct Link {
   const char* name;
-  double busbw;  // 0: no simulated link (the in-process backend as it is)
+  double busbw;  // 0: no simulated link (the backend as it is)
   double alpha_s;
+  bool gloo = false;  // Gloo ranks (threads with their own contexts over TCP loopback)
 };
 constexpr Link kLinks[] = {{"in_process", 0, 0},
+                           {"gloo", 0, 0, true},
                            {"link_400MBps", 400e6, 50e-6},
                            {"link_100MBps", 100e6, 50e-6}};
 
@@ -142,7 +146,7 @@ void BM_Step(benchmark::State& state, Link link, Compute kind, int n, size_t byt
   const double m = link.busbw > 0 ? ModelledSeconds(sim, "all_reduce", n, bytes) : 0;
   for (auto _ : state) {
     std::vector<double> blocking, overlapped, compute;
-    absl::Status s = collectives::RunInProcess(n, [&](Communicator& world) -> absl::Status {
+    auto rank = [&](Communicator& world) -> absl::Status {
       std::unique_ptr<Communicator> wrapped;
       if (link.busbw > 0) wrapped = std::make_unique<SimulatedLinkCommunicator>(&world, sim);
       Communicator& comm = wrapped ? *wrapped : world;
@@ -161,7 +165,9 @@ void BM_Step(benchmark::State& state, Link link, Compute kind, int n, size_t byt
         if (!over) compute.push_back(slowest[1]);
       }
       return absl::OkStatus();
-    });
+    };
+    absl::Status s = link.gloo ? collectives::RunGlooThreads(n, rank)
+                               : collectives::RunInProcess(n, rank);
     if (!s.ok()) {
       state.SkipWithError(std::string(s.message()).c_str());
       return;

@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <numeric>
+#include <string>
+#include <utility>
 
 namespace shardmap::bench {
 namespace {
@@ -24,6 +26,29 @@ double Bytes(size_t count, DataType dtype) {
 double SumBytes(absl::Span<const size_t> counts, DataType dtype) {
   return Bytes(std::accumulate(counts.begin(), counts.end(), size_t{0}), dtype);
 }
+
+// A started call's handle whose Wait() is timed under "<op>_wait".
+class TimedCall final : public collectives::PendingCollective {
+ public:
+  TimedCall(std::unique_ptr<collectives::PendingCollective> inner, CommStats* stats,
+            std::string op)
+      : inner_(std::move(inner)), stats_(stats), op_(std::move(op)) {}
+  absl::Status Wait() override {
+    const double cpu0 = ThreadCpuSeconds();
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = inner_->Wait();
+    OpStats& o = stats_->by_op[op_];
+    o.calls += 1;
+    o.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    o.cpu_seconds += ThreadCpuSeconds() - cpu0;
+    return s;
+  }
+
+ private:
+  std::unique_ptr<collectives::PendingCollective> inner_;
+  CommStats* stats_;
+  std::string op_;
+};
 
 }  // namespace
 
@@ -125,6 +150,35 @@ absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> TimedCommunicato
   });
   (void)s;
   return pending;
+}
+template <typename F>
+absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> TimedCommunicator::TimedStart(
+    const char* op, double bytes, F&& start) {
+  absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> pending;
+  (void)Timed((std::string(op) + "_start").c_str(), bytes, [&] {
+    pending = start();
+    return pending.status();
+  });
+  if (!pending.ok()) return pending;
+  return std::unique_ptr<collectives::PendingCollective>(
+      std::make_unique<TimedCall>(*std::move(pending), stats_, std::string(op) + "_wait"));
+}
+absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> TimedCommunicator::AllReduceStart(
+    const void* send, void* recv, size_t count, DataType dtype, collectives::ReduceOp op) {
+  return TimedStart("all_reduce", Bytes(count, dtype),
+                    [&] { return inner_->AllReduceStart(send, recv, count, dtype, op); });
+}
+absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> TimedCommunicator::AllGatherStart(
+    const void* send, void* recv, size_t send_count, DataType dtype) {
+  return TimedStart("all_gather", Bytes(send_count, dtype),
+                    [&] { return inner_->AllGatherStart(send, recv, send_count, dtype); });
+}
+absl::StatusOr<std::unique_ptr<collectives::PendingCollective>>
+TimedCommunicator::ReduceScatterStart(const void* send, void* recv, size_t recv_count,
+                                      DataType dtype, collectives::ReduceOp op) {
+  return TimedStart("reduce_scatter", Bytes(recv_count * size(), dtype), [&] {
+    return inner_->ReduceScatterStart(send, recv, recv_count, dtype, op);
+  });
 }
 absl::StatusOr<std::unique_ptr<collectives::Communicator>> TimedCommunicator::Split(int color,
                                                                                      int key) {

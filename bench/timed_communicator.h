@@ -76,6 +76,18 @@ class TimedCommunicator : public collectives::Communicator {
   absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> PpermuteStart(
       const void* send, void* recv, size_t count, collectives::DataType dtype,
       absl::Span<const std::pair<int, int>> pairs) override;
+  // Started calls: the start is counted under "<op>_start" (its bytes, the time inside the
+  // start) and the Wait() under "<op>_wait" (the time the caller waited: what the overlap did
+  // not hide; no bytes, one call per wait).
+  absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> AllReduceStart(
+      const void* send, void* recv, size_t count, collectives::DataType dtype,
+      collectives::ReduceOp op) override;
+  absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> AllGatherStart(
+      const void* send, void* recv, size_t send_count, collectives::DataType dtype) override;
+  absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> ReduceScatterStart(
+      const void* send, void* recv, size_t recv_count, collectives::DataType dtype,
+      collectives::ReduceOp op) override;
+  bool OverlapsStartedCalls() const override { return inner_->OverlapsStartedCalls(); }
   absl::StatusOr<std::unique_ptr<collectives::Communicator>> Split(int color, int key) override;
 
   void TagNextCall(const collectives::CallTag& tag) override { inner_->TagNextCall(tag); }
@@ -86,6 +98,10 @@ class TimedCommunicator : public collectives::Communicator {
  private:
   template <typename F>
   absl::Status Timed(const char* op, double bytes, F&& call);
+  template <typename F>
+  absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> TimedStart(const char* op,
+                                                                             double bytes,
+                                                                             F&& start);
 
   std::unique_ptr<collectives::Communicator> owned_;
   collectives::Communicator* inner_;

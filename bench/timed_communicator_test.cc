@@ -61,5 +61,42 @@ TEST(TimedCommunicatorTest, ForwardsAndCountsPerOp) {
   }
 }
 
+TEST(TimedCommunicatorTest, ForwardsStartedCallsAndTimesTheirStartsAndWaits) {
+  constexpr int kRanks = 3;
+  std::vector<CommStats> stats(kRanks);
+  absl::Status s = collectives::RunInProcess(kRanks, [&](Communicator& comm) -> absl::Status {
+    TimedCommunicator timed(&comm, &stats[comm.rank()]);
+    EXPECT_EQ(timed.OverlapsStartedCalls(), comm.OverlapsStartedCalls());
+    std::vector<float> x(5, static_cast<float>(comm.rank() + 1)), all(3 * kRanks);
+    const std::vector<float> mine = x;  // the gather's input: x belongs to the all-reduce
+    std::vector<float> in(kRanks * 2, 1.0f), out(2);
+    auto a = timed.AllReduceStart(x.data(), x.data(), 5, DataType::kF32, ReduceOp::kSum);
+    if (!a.ok()) return a.status();
+    auto g = timed.AllGatherStart(mine.data(), all.data(), 3, DataType::kF32);
+    if (!g.ok()) return g.status();
+    auto r = timed.ReduceScatterStart(in.data(), out.data(), 2, DataType::kF32, ReduceOp::kSum);
+    if (!r.ok()) return r.status();
+    for (auto* h : {&*r, &*a}) {
+      if (absl::Status st = (*h)->Wait(); !st.ok()) return st;
+    }
+    EXPECT_EQ(x[0], 6.0f);  // 1 + 2 + 3
+    EXPECT_EQ(out[1], 3.0f);
+    if (absl::Status st = (*g)->Wait(); !st.ok()) return st;
+    for (int q = 0; q < kRanks; ++q) EXPECT_EQ(all[3 * q], q + 1.0f);  
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < kRanks; ++r) {
+    const CommStats& st = stats[r];
+    EXPECT_EQ(st.by_op.at("all_reduce_start").bytes, 5 * 4);
+    EXPECT_EQ(st.by_op.at("all_gather_start").bytes, 3 * 4);
+    EXPECT_EQ(st.by_op.at("reduce_scatter_start").bytes, kRanks * 2 * 4);
+    for (const char* op : {"all_reduce_wait", "all_gather_wait", "reduce_scatter_wait"}) {
+      EXPECT_EQ(st.by_op.at(op).calls, 1) << op;
+      EXPECT_EQ(st.by_op.at(op).bytes, 0) << op;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardmap::bench

@@ -70,13 +70,14 @@ struct MemorySpace {
   bool meta = false;
 };
 
-// A non-blocking call in flight (Communicator::PpermuteStart). Call Wait() exactly once: it
-// returns when this rank's part is over (recv holds the data, send may be reused) or failed; a
-// second Wait() is FailedPrecondition. Destroying it without Wait() is a program error: the
-// backend finishes or abandons the transfer before the destructor returns (the buffers are never
-// touched afterwards) and reports it where it can (the in-process backend fails the world with
-// an error saying the call was never waited; a backend whose start already did the whole call,
-// the default below, has nothing left to report).
+// A non-blocking call in flight (Communicator::PpermuteStart, AllReduceStart, ...). Call Wait()
+// exactly once: it returns when this rank's part is over (recv holds the data, send may be
+// reused; on a GPU backend: once the caller's stream is ordered after it, see AllReduceStart) or
+// failed; a second Wait() is FailedPrecondition. Destroying it without Wait() is a program
+// error: the backend finishes or abandons the transfer before the destructor returns (the
+// buffers are never touched afterwards) and reports it where it can (the in-process and Gloo
+// backends fail the world with an error saying the call was never waited; a backend whose start
+// already did the whole call, the default below, has nothing left to report).
 class PendingCollective {
  public:
   virtual ~PendingCollective() = default;
@@ -136,13 +137,27 @@ class Communicator {
       absl::Span<const std::pair<int, int>> pairs);
 
   // Non-blocking all-reduce / all-gather / reduce-scatter (the arguments of the blocking calls).
-  // The buffers belong to the call until its Wait(): send unchanged, recv unread. Several may be
-  // in flight; every rank of the group starts them in the same order, and they are matched across
-  // ranks by that order among this communicator's started calls, independently of its blocking
-  // calls (a backend runs them on its own lane: a background thread over a dedicated duplicate
-  // of the group, or, on GPUs, a communication stream). A failure may surface at the start or at
-  // Wait(). The defaults run the blocking call here (no overlap, program order, CallTag kept), so
-  // every backend supports them; OverlapsStartedCalls() says whether this one overlaps.
+  // The buffers belong to the call until its Wait(): send unchanged, recv unread, both alive
+  // (the caller owns them; the backend never frees or keeps them). Several may be in flight;
+  // every rank of the group starts them in the same order, and they are matched across ranks by
+  // that order among this communicator's started calls, independently of its blocking calls (a
+  // backend runs them on its own lane: a background thread over a dedicated duplicate of the
+  // group, collectives/async_lane.h, or, on GPUs, a communication stream). The first started
+  // call of a communicator may open that lane, a collective over the group (every rank reaches
+  // it at the same program point under SPMD): it returns once every rank did. A TagNextCall tag
+  // goes to the started call and is compared like a blocking call's. A failure may surface at
+  // the start or at Wait(), and fails the communicator's later started calls with its code.
+  // Wait() semantics per memory space:
+  //  - host memory: Wait() returns once this rank's part is over (recv holds the result);
+  //  - GPU memory (NCCL): Wait() does not block the host. It orders memory_space().stream after
+  //    the collective (cudaStreamWaitEvent): work enqueued on that stream after Wait() sees recv,
+  //    and a buffer freed after Wait() by a stream-ordered allocator keyed on that stream (a
+  //    caching allocator that reuses a block for later work on the same stream) is safe, because
+  //    any reuse is ordered after the collective. Freeing or reusing a buffer before Wait(), or
+  //    from another stream, is the caller's error (PyTorch's record_stream problem: here it is
+  //    solved by the rule "keep the buffers until Wait()", not by recording streams).
+  // The defaults run the blocking call here (no overlap, program order, CallTag kept), so every
+  // backend supports them; OverlapsStartedCalls() says whether this one overlaps.
   virtual absl::StatusOr<std::unique_ptr<PendingCollective>> AllReduceStart(
       const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
   virtual absl::StatusOr<std::unique_ptr<PendingCollective>> AllGatherStart(

@@ -20,6 +20,11 @@
 // fail at once naming it, and no late transfer can land in a buffer the caller got back. Before
 // closing, the failing rank sends its status (code and message) to every peer, and a peer that
 // then loses the connection re-raises that status with the failing rank's code.
+// Started calls (AllReduceStart, ...) run on a lane (async_lane.h): a background thread per
+// communicator over a duplicate group (a Split at the first start), whose connections are
+// registered with the world like any split. Two threads of a process may then wait at once, and
+// closing connections wakes only the peers, so Poison also aborts the wait in progress on every
+// group of this process (GroupLink::AbortWaits), which then fails with the world's first failure.
 #include "collectives/gloo_communicator.h"
 
 #include <arpa/inet.h>
@@ -41,6 +46,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "collectives/async_lane.h"
 #include "collectives/distributed_env.h"
 #include "collectives/gloo_store.h"
 #include "collectives/internal/collective_op.h"
@@ -157,6 +163,11 @@ class GroupLink {
         inbox_bufs_(ctx_->size),
         received_(ctx_->size, false) {}
 
+  // Closes the connections before the inbox goes: a notice still arriving then lands nowhere
+  // (the pair's lock orders the close after any read into the inbox, which ThreadSanitizer
+  // sees; the unbound buffers' own wait for the I/O thread is invisible to it).
+  ~GroupLink() { Close(); }
+
   gloo::Context& ctx() { return *ctx_; }
 
   absl::Status Arm() {
@@ -234,7 +245,38 @@ class GroupLink {
 
   static constexpr uint64_t kAbortSlot = 2;
 
+  // The transfer this group's calling thread is waiting for (one thread per group), so that a
+  // failure raised by another thread of this process (a communicator and its lane of started
+  // calls) ends the wait at once: closing the connections wakes the peers, not local waiters.
+  // False once aborted: the caller must not wait.
+  bool BeginWait(gloo::transport::UnboundBuffer* b, bool is_send) {
+    std::lock_guard<std::mutex> lock(wait_mu_);
+    if (aborted_) return false;
+    waiting_ = b;
+    waiting_send_ = is_send;
+    return true;
+  }
+  void EndWait() {
+    std::lock_guard<std::mutex> lock(wait_mu_);
+    waiting_ = nullptr;
+  }
+  void AbortWaits() {
+    std::lock_guard<std::mutex> lock(wait_mu_);
+    aborted_ = true;
+    if (waiting_ == nullptr) return;
+    if (waiting_send_) {
+      waiting_->abortWaitSend();
+    } else {
+      waiting_->abortWaitRecv();
+    }
+  }
+
  private:
+  std::mutex wait_mu_;
+  bool aborted_ = false;                                // guarded by wait_mu_
+  gloo::transport::UnboundBuffer* waiting_ = nullptr;  // guarded by wait_mu_
+  bool waiting_send_ = false;                           // guarded by wait_mu_
+
   const std::shared_ptr<gloo::Context> ctx_;
   std::vector<char> inbox_;
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> inbox_bufs_;
@@ -263,8 +305,14 @@ struct GlooWorld {
     std::lock_guard<std::mutex> lock(mu);
     return failure;
   }
+  // Serialises Poison: a communicator's thread and its lane's may fail at once, and a group's
+  // notices are sent once (GroupLink::SendNotices is not thread-safe); a second caller returns
+  // only once the first has closed everything, so no late transfer lands in its buffers either.
+  std::mutex poison_mu;
+
   // Records the first failure, tells every peer of every group why, and closes the connections.
   void Poison(const absl::Status& s) {
+    std::lock_guard<std::mutex> serial(poison_mu);
     std::vector<std::shared_ptr<GroupLink>> live;
     absl::Status first;
     {
@@ -277,6 +325,7 @@ struct GlooWorld {
     }
     for (auto& l : live) l->SendNotices(first);
     for (auto& l : live) l->Close();
+    for (auto& l : live) l->AbortWaits();
   }
 };
 
@@ -322,6 +371,28 @@ class GlooCommunicator final : public internal::ForwardingCommunicator {
   void TagNextCall(const CallTag& tag) override { next_tag_ = tag; }
   bool ComparesCallTags() const override { return true; }
 
+  // Started calls run on the lane (async_lane.h): a thread of this communicator over a
+  // duplicate group with its own connections, registered with the world like any split, so a
+  // failure anywhere closes them too and the failing rank's notice reaches the lane's calls.
+  absl::StatusOr<std::unique_ptr<PendingCollective>> AllReduceStart(
+      const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) override {
+    return OnLane(StartedCallName("AllReduceStart", dtype, &op, count, name_),
+                  [=](Communicator& dup) { return dup.AllReduce(send, recv, count, dtype, op); });
+  }
+  absl::StatusOr<std::unique_ptr<PendingCollective>> AllGatherStart(
+      const void* send, void* recv, size_t send_count, DataType dtype) override {
+    return OnLane(StartedCallName("AllGatherStart", dtype, nullptr, send_count, name_),
+                  [=](Communicator& dup) { return dup.AllGather(send, recv, send_count, dtype); });
+  }
+  absl::StatusOr<std::unique_ptr<PendingCollective>> ReduceScatterStart(
+      const void* send, void* recv, size_t recv_count, DataType dtype, ReduceOp op) override {
+    return OnLane(StartedCallName("ReduceScatterStart", dtype, &op, recv_count, name_),
+                  [=](Communicator& dup) {
+                    return dup.ReduceScatter(send, recv, recv_count, dtype, op);
+                  });
+  }
+  bool OverlapsStartedCalls() const override { return true; }
+
  private:
   std::string RankName(int r) const {
     if (world_ranks_[r] == r && name_.find('/') == std::string::npos) return absl::StrCat("rank ", r);
@@ -331,6 +402,18 @@ class GlooCommunicator final : public internal::ForwardingCommunicator {
   absl::Status Finish(absl::Status s) override {
     if (!s.ok()) world_->Poison(s);
     return s;
+  }
+
+  // The pending tag goes to the lane's call, not to the Split that opens the lane.
+  absl::StatusOr<std::unique_ptr<PendingCollective>> OnLane(std::string what,
+                                                            AsyncLane::Call call) {
+    const CallTag tag = next_tag_;
+    next_tag_ = CallTag{};
+    if (absl::Status f = world_->Failure(); !f.ok()) {  // no Split on a failed world
+      return absl::AbortedError(
+          absl::StrCat(what, " refused: the Gloo world failed earlier: ", f.message()));
+    }
+    return lane_.Start(*this, std::move(what), tag, std::move(call));
   }
 
   absl::Status Invalid(absl::string_view why) const {
@@ -419,18 +502,30 @@ class GlooCommunicator final : public internal::ForwardingCommunicator {
     std::unique_ptr<gloo::transport::UnboundBuffer>& buf = posted.bufs[i];
     if (!buf) return absl::OkStatus();
     const Xfer& x = posted.xs[i];
+    if (!link_->BeginWait(buf.get(), x.is_send)) return Fail(Aborted());
+    bool done = false;
     try {
       const auto left = std::max(std::chrono::milliseconds(1),
                                  std::chrono::duration_cast<std::chrono::milliseconds>(
                                      deadline - std::chrono::steady_clock::now()));
-      if (!(x.is_send ? buf->waitSend(left) : buf->waitRecv(left))) {
-        return Fail(absl::AbortedError(absl::StrCat(what_, ": the wait was aborted")));
-      }
+      done = x.is_send ? buf->waitSend(left) : buf->waitRecv(left);
     } catch (const std::exception& e) {
+      link_->EndWait();
       return Fail(PeerFailure(x.peer, e.what(), std::chrono::steady_clock::now() >= deadline));
     }
+    link_->EndWait();
+    if (!done) return Fail(Aborted());
     buf.reset();
     return absl::OkStatus();
+  }
+
+  // A wait ended by GroupLink::AbortWaits: this process's world failed in another thread (the
+  // owner of a lane, or the lane); reported with that failure's code.
+  absl::Status Aborted() const {
+    const absl::Status f = world_->Failure();
+    if (f.ok()) return absl::AbortedError(absl::StrCat(what_, ": the wait was aborted"));
+    return absl::Status(f.code(), absl::StrCat(what_, ": aborted: this rank's Gloo world failed "
+                                               "meanwhile: ", f.message()));
   }
 
   absl::Status AwaitAll(Posted& posted, Deadline deadline) {
@@ -969,6 +1064,11 @@ class GlooCommunicator final : public internal::ForwardingCommunicator {
   std::vector<char> staging_;
   CallTag next_tag_;  // TagNextCall's tag, taken by the next call's Begin
   CallTag tag_;       // the running call's tag
+  // Started calls. Last: destroyed (its thread joined) first. A handle dropped unwaited poisons
+  // the world: every rank's pending calls fail naming it.
+  LazyAsyncLane lane_{LaneOptions{
+      .name = name_,
+      .report_misuse = [w = world_](const absl::Status& s) { w->Poison(s); }}};
 };
 
 // Writing to a socket whose peer died raises SIGPIPE, which would end this process silently

@@ -15,6 +15,11 @@
 // instead of corrupting memory or pairing the wrong peers. Any failure (a peer process that died, a peer silent for `timeout`, bad
 // arguments, a mismatch) poisons the world: this rank closes its connections of every group of
 // the world, so peers waiting on it fail at once naming it, and later calls fail too.
+//
+// AllReduceStart / AllGatherStart / ReduceScatterStart overlap (OverlapsStartedCalls): they run
+// on a background thread of the communicator over a duplicate group (async_lane.h), opened by
+// the first started call (a Split every rank makes there). A failure on either thread fails
+// both, and the peers' started calls get the failing rank's status as its blocking calls do.
 #ifndef SHARDMAP_COLLECTIVES_GLOO_COMMUNICATOR_H_
 #define SHARDMAP_COLLECTIVES_GLOO_COMMUNICATOR_H_
 

@@ -31,6 +31,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "collectives/async_lane.h"
 #include "collectives/in_process_async.h"
 #include "collectives/internal/in_process_group.h"
 #include "collectives/internal/rank_threads.h"
@@ -114,6 +115,29 @@ class InProcessCommunicator final : public internal::ForwardingCommunicator {
     next_tag_ = CallTag{};
     return internal::StartAsyncPpermute(async_, rank_, tag, send, recv, count, dtype, pairs);
   }
+  // Host memory: on the lane (async_lane.h; see in_process.h for why). GPU memory: the blocking
+  // defaults (the calls synchronise the rank's stream with the host anyway).
+  absl::StatusOr<std::unique_ptr<PendingCollective>> AllReduceStart(
+      const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) override {
+    if (mem_.device) return Communicator::AllReduceStart(send, recv, count, dtype, op);
+    return OnLane(StartedCallName("AllReduceStart", dtype, &op, count, name()),
+                  [=](Communicator& dup) { return dup.AllReduce(send, recv, count, dtype, op); });
+  }
+  absl::StatusOr<std::unique_ptr<PendingCollective>> AllGatherStart(
+      const void* send, void* recv, size_t send_count, DataType dtype) override {
+    if (mem_.device) return Communicator::AllGatherStart(send, recv, send_count, dtype);
+    return OnLane(StartedCallName("AllGatherStart", dtype, nullptr, send_count, name()),
+                  [=](Communicator& dup) { return dup.AllGather(send, recv, send_count, dtype); });
+  }
+  absl::StatusOr<std::unique_ptr<PendingCollective>> ReduceScatterStart(
+      const void* send, void* recv, size_t recv_count, DataType dtype, ReduceOp op) override {
+    if (mem_.device) return Communicator::ReduceScatterStart(send, recv, recv_count, dtype, op);
+    return OnLane(StartedCallName("ReduceScatterStart", dtype, &op, recv_count, name()),
+                  [=](Communicator& dup) {
+                    return dup.ReduceScatter(send, recv, recv_count, dtype, op);
+                  });
+  }
+  bool OverlapsStartedCalls() const override { return !mem_.device; }
   absl::Status Barrier() override {
     CallDesc d;
     d.op = Op::kBarrier;
@@ -133,6 +157,15 @@ class InProcessCommunicator final : public internal::ForwardingCommunicator {
 
  private:
   World& world() { return group_->world(); }
+
+  // The pending tag goes to the lane's call, not to the Split that opens the lane.
+  absl::StatusOr<std::unique_ptr<PendingCollective>> OnLane(std::string what,
+                                                            AsyncLane::Call call) {
+    const CallTag tag = next_tag_;
+    next_tag_ = CallTag{};
+    return lane_.Start(*this, std::move(what), tag, std::move(call));
+  }
+
   int world_rank() const { return group_->world_rank(rank_); }
   const Slot& peer(int p) const { return group_->slot(p, seq_); }
   Slot& mine() { return group_->slot(rank_, seq_); }
@@ -635,6 +668,13 @@ class InProcessCommunicator final : public internal::ForwardingCommunicator {
   std::vector<char> chunk_;  // one reduced chunk of a large host all-reduce
   void* scratch_ = nullptr;  // device staging
   size_t scratch_bytes_ = 0;
+  // Started all-reduces, all-gathers and reduce-scatters. Last: destroyed (its thread joined)
+  // first. A handle dropped unwaited poisons the world, as an unwaited ppermute does.
+  LazyAsyncLane lane_{LaneOptions{
+      .name = group_->name(),
+      .report_misuse = [g = group_, wr = group_->world_rank(rank_)](const absl::Status& s) {
+        g->world().Poison(wr, s);
+      }}};
 };
 
 }  // namespace

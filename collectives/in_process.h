@@ -10,6 +10,18 @@
 // collective), the world is poisoned: every other rank's pending and future collectives fail
 // within options.timeout with an error naming the failed rank, and RunInProcess returns the first
 // failure (annotated with its rank). It never hangs.
+//
+// Started calls. PpermuteStart posts the buffers and lets whichever partner waits first copy
+// (in_process_async.h: no thread). AllReduceStart / AllGatherStart / ReduceScatterStart (host
+// memory) run on a lane instead (async_lane.h): a thread per rank's communicator over a
+// duplicate group. Why not in_process_async's scheme: a reduction is a group-wide rendezvous
+// with work (the sums) that some thread must do; done at Wait() by the first rank to arrive, it
+// would happen only when a rank stops computing, so nothing would overlap. On the lane it runs
+// while the rank computes, on whatever core is free; on this 2-core machine with more ranks than
+// cores the sums still compete with compute (the gain there is the waiting for the slowest rank
+// and, under bench/simulated_link.h, the modelled transfer time), but the bits are the blocking
+// calls' (same kernel, rank order). GPU memory: the blocking defaults (every call synchronises
+// the rank's stream with the host), so OverlapsStartedCalls() is false there.
 #ifndef SHARDMAP_COLLECTIVES_IN_PROCESS_H_
 #define SHARDMAP_COLLECTIVES_IN_PROCESS_H_
 

@@ -182,6 +182,78 @@ std::vector<size_t> Offsets(absl::Span<const size_t> counts) {
   return off;
 }
 
+enum class StartedOp { kAllReduce, kAllGather, kReduceScatter };
+
+const char* StartedOpName(StartedOp k) {
+  switch (k) {
+    case StartedOp::kAllReduce: return "AllReduce";
+    case StartedOp::kAllGather: return "AllGather";
+    case StartedOp::kReduceScatter: return "ReduceScatter";
+  }
+  return "?";
+}
+
+// What refuses a communicator's later started calls: a handle dropped without Wait(), or the
+// lane that could not be opened.
+struct NcclLaneFailure {
+  std::mutex mu;
+  absl::Status failure;  // guarded by mu
+};
+
+// A started call on the communication stream: Wait() makes the compute stream wait for its done
+// event (cudaStreamWaitEvent; no host wait) and reports a failure the world already knows of.
+class NcclStartedCall final : public PendingCollective {
+ public:
+  NcclStartedCall(std::string what, int device, cudaStream_t compute, cudaEvent_t done,
+                  std::shared_ptr<NcclWorld> world, std::shared_ptr<NcclLaneFailure> lane)
+      : what_(std::move(what)), device_(device), compute_(compute), done_(done),
+        world_(std::move(world)), lane_(std::move(lane)) {}
+
+  ~NcclStartedCall() override {
+    if (done_ == nullptr) return;
+    // Misuse: ordered as a Wait() would (work on the compute stream, a stream-ordered free
+    // included, comes after the collective), reported, and later starts refused.
+    const absl::Status misuse = absl::FailedPreconditionError(absl::StrCat(
+        what_, ": started but never waited; call Wait() on every started collective before its "
+        "handle goes out of scope"));
+    std::fprintf(stderr, "shardmap: %s\n", std::string(misuse.message()).c_str());
+    (void)Order();
+    std::lock_guard<std::mutex> l(lane_->mu);
+    if (lane_->failure.ok()) lane_->failure = misuse;
+  }
+
+  absl::Status Wait() override {
+    if (done_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what_, ": Wait() called twice; wait each started call exactly once"));
+    }
+    absl::Status s = Order();
+    std::lock_guard<std::mutex> l(world_->mu);
+    if (s.ok() && world_->poisoned) {
+      s = absl::Status(world_->why.code(), absl::StrCat(what_, ": the NCCL world failed: ",
+                                                         world_->why.message()));
+    }
+    return s;
+  }
+
+ private:
+  absl::Status Order() {
+    cudaSetDevice(device_);
+    const cudaError_t e = cudaStreamWaitEvent(compute_, done_, 0);
+    cudaEventDestroy(done_);
+    done_ = nullptr;
+    return internal::CudaStatus(e, "cudaStreamWaitEvent (Wait of a started call)", __FILE__,
+                                __LINE__);
+  }
+
+  const std::string what_;
+  const int device_;
+  const cudaStream_t compute_;
+  cudaEvent_t done_;
+  const std::shared_ptr<NcclWorld> world_;
+  const std::shared_ptr<NcclLaneFailure> lane_;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   // stream_owner: null for the caller's stream; else it destroys the stream once the world
@@ -491,6 +563,66 @@ class NcclCommunicator final : public Communicator {
   }
 
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
+    absl::StatusOr<std::unique_ptr<NcclCommunicator>> sub =
+        SplitOnStream(color, key, stream_, stream_owner_, "split");
+    if (!sub.ok()) return sub.status();
+    return std::unique_ptr<Communicator>(*std::move(sub));
+  }
+
+  // Started calls: see "Started calls" in nccl_communicator.h.
+  absl::StatusOr<std::unique_ptr<PendingCollective>> AllReduceStart(
+      const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) override {
+    return Start(StartedOp::kAllReduce, send, recv, count, dtype, op);
+  }
+  absl::StatusOr<std::unique_ptr<PendingCollective>> AllGatherStart(
+      const void* send, void* recv, size_t send_count, DataType dtype) override {
+    return Start(StartedOp::kAllGather, send, recv, send_count, dtype, ReduceOp::kSum);
+  }
+  absl::StatusOr<std::unique_ptr<PendingCollective>> ReduceScatterStart(
+      const void* send, void* recv, size_t recv_count, DataType dtype, ReduceOp op) override {
+    return Start(StartedOp::kReduceScatter, send, recv, recv_count, dtype, op);
+  }
+  bool OverlapsStartedCalls() const override { return true; }
+
+  // The lane's NCCL communicator: its asynchronous error, if any (OK when healthy or gone).
+  absl::Status AsyncError() {
+    if (comm_ == nullptr) return absl::OkStatus();
+    ncclResult_t st = ncclSuccess;
+    SM_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm_, &st), comm_);
+    if (st != ncclSuccess && st != ncclInProgress) {
+      return internal::NcclStatus(st, comm_, "asynchronous NCCL error on the communication "
+                                  "stream's communicator", __FILE__, __LINE__);
+    }
+    return absl::OkStatus();
+  }
+
+  // Enqueues a started call's collective on this (lane) communicator's stream, without waiting
+  // for the stream (Run with host_wait = false: it still polls the enqueue of the non-blocking
+  // communicator, which does not wait for the GPU).
+  absl::Status EnqueueStarted(StartedOp kind, const void* send, void* recv, size_t count,
+                              DataType dtype, ReduceOp op) {
+    const char* reduce = kind == StartedOp::kAllGather ? nullptr : ReduceOpName(op);
+    return Run(Describe(StartedOpName(kind), dtype, count, reduce), [&]() -> absl::Status {
+      SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
+      if (kind == StartedOp::kAllGather) {
+        SM_NCCL_RETURN_IF_ERROR(ncclAllGather(send, recv, count, t, comm_, stream_), comm_);
+        return absl::OkStatus();
+      }
+      SM_COLL_ASSIGN_OR_RETURN(ncclRedOp_t o, ToNccl(op));
+      if (kind == StartedOp::kAllReduce) {
+        SM_NCCL_RETURN_IF_ERROR(ncclAllReduce(send, recv, count, t, o, comm_, stream_), comm_);
+      } else {
+        SM_NCCL_RETURN_IF_ERROR(ncclReduceScatter(send, recv, count, t, o, comm_, stream_),
+                                comm_);
+      }
+      return absl::OkStatus();
+    }, nullptr, CallRecord::kAsDescribed, /*host_wait=*/false);
+  }
+
+  // A child communicator on `stream` (owned by `owner`, null: not owned). `kind` names it.
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> SplitOnStream(
+      int color, int key, cudaStream_t stream, std::shared_ptr<CUstream_st> owner,
+      const char* kind) {
     const std::string what = absl::StrCat("Split(color=", color, ", key=", key, ")");
     // Every rank of this group splits in the same order: the count names the child group's keys
     // on the board, with the color telling the children of one split apart.
@@ -504,11 +636,11 @@ class NcclCommunicator final : public Communicator {
       return absl::OkStatus();
     }, /*also_wait_for=*/&child, CallRecord::kSplit);
     if (!s.ok()) return s;
-    if (child == nullptr) return std::unique_ptr<Communicator>();
-    return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(
-        child, device_, stream_, stream_owner_, timeout_, world_,
-        absl::StrCat(name_, "/split(color=", color, ")"),
-        absl::StrCat(group_key_, "/s", split_number, "c", color)));
+    if (child == nullptr) return std::unique_ptr<NcclCommunicator>();
+    return std::make_unique<NcclCommunicator>(
+        child, device_, stream, std::move(owner), timeout_, world_,
+        absl::StrCat(name_, "/", kind, "(color=", color, ")"),
+        absl::StrCat(group_key_, "/s", split_number, "c", color));
   }
 
   // AbortNcclWorld: publishes `why`, poisons the world, aborts this communicator.
@@ -647,6 +779,8 @@ class NcclCommunicator final : public Communicator {
       if (st != ncclSuccess && st != ncclInProgress) {
         return internal::NcclStatus(st, comm_, "asynchronous NCCL error", __FILE__, __LINE__);
       }
+      // The stream may wait on a started call (Wait() ordered it after the lane's done event).
+      if (lane_ != nullptr) SM_COLL_RETURN_IF_ERROR(lane_->AsyncError());
       if (absl::Now() >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
             "timed out after ", absl::FormatDuration(timeout_),
@@ -661,9 +795,10 @@ class NcclCommunicator final : public Communicator {
   // Runs one call: refuses if the world was poisoned; enqueues; waits; on failure publishes it
   // (when it is this rank's to tell), aborts the communicator, poisons the world and returns a
   // Status naming the op, group and reason: a peer's published failure with the peer's code.
+  // host_wait = false (started calls): returns once enqueued, without waiting for the stream.
   template <typename Enqueue>
   absl::Status Run(const std::string& what, Enqueue enqueue, ncclComm_t* also_wait_for = nullptr,
-                   CallRecord record = CallRecord::kAsDescribed) {
+                   CallRecord record = CallRecord::kAsDescribed, bool host_wait = true) {
     const std::string where = absl::StrCat("NCCL ", what, " on group '", name_, "' (rank ",
                                            rank_, " of ", size_, ")");
     {
@@ -695,7 +830,7 @@ class NcclCommunicator final : public Communicator {
       cudaGetLastError();
       capture = cudaStreamCaptureStatusNone;
     }
-    if (s.ok() && capture == cudaStreamCaptureStatusNone) s = WaitStream(deadline);
+    if (s.ok() && host_wait && capture == cudaStreamCaptureStatusNone) s = WaitStream(deadline);
     if (s.ok()) return s;
     const absl::Status failed = internal::ReportNcclCallFailure(
         world_->board.get(),
@@ -715,6 +850,76 @@ class NcclCommunicator final : public Communicator {
     return failed;
   }
 
+  // Opens the lane at the first started call: a communication stream and, on it, a duplicate
+  // NCCL communicator (ncclCommSplit(comm_, 0, rank): collective, host-blocking, not capturable).
+  absl::Status OpenLane(const std::string& what) {
+    if (lane_ != nullptr) return absl::OkStatus();
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream_, &capture) != cudaSuccess) cudaGetLastError();
+    if (capture != cudaStreamCaptureStatusNone) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": the first started call of a communicator opens its communication stream and "
+          "its own NCCL communicator (ncclCommSplit, a host-blocking collective), which a CUDA "
+          "graph capture cannot record; make one started call before capturing (run one step "
+          "uncaptured first), after which started calls are capturable"));
+    }
+    SM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    cudaStream_t cs = nullptr;
+    SM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    std::shared_ptr<CUstream_st> owner(cs, [](cudaStream_t st) { cudaStreamDestroy(st); });
+    absl::StatusOr<std::unique_ptr<NcclCommunicator>> lane =
+        SplitOnStream(0, rank_, cs, std::move(owner), "comm_stream");
+    if (!lane.ok()) {
+      std::lock_guard<std::mutex> l(lane_failure_->mu);
+      lane_failure_->failure = absl::Status(
+          lane.status().code(), absl::StrCat("opening the communication stream's NCCL "
+                                             "communicator failed: ", lane.status().message()));
+      return lane_failure_->failure;  // later starts are refused with it
+    }
+    lane_ = *std::move(lane);
+    return absl::OkStatus();
+  }
+
+  // ready (recorded on the compute stream) -> the comm stream waits -> the collective -> done.
+  absl::StatusOr<std::unique_ptr<PendingCollective>> Start(StartedOp kind, const void* send,
+                                                           void* recv, size_t count,
+                                                           DataType dtype, ReduceOp op) {
+    const std::string what = absl::StrCat(
+        "NCCL ", StartedOpName(kind), "Start(", DataTypeName(dtype), ", count=", count,
+        kind == StartedOp::kAllGather ? "" : absl::StrCat(", ", ReduceOpName(op)),
+        ") on group '", name_, "' (rank ", rank_, " of ", size_, ")");
+    {
+      std::lock_guard<std::mutex> l(lane_failure_->mu);
+      if (!lane_failure_->failure.ok()) {
+        return absl::Status(lane_failure_->failure.code(),
+                            absl::StrCat(what, " refused: ", lane_failure_->failure.message()));
+      }
+    }
+    if (absl::Status s = OpenLane(what); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+    }
+    SM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    cudaEvent_t ready = nullptr, done = nullptr;
+    SM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(ready, stream_);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(lane_->stream_, ready, 0);
+    absl::Status s = internal::CudaStatus(e, "ordering the communication stream after the "
+                                          "compute stream", __FILE__, __LINE__);
+    if (s.ok()) s = lane_->EnqueueStarted(kind, send, recv, count, dtype, op);
+    if (s.ok()) {
+      s = internal::CudaStatus(cudaEventRecord(done, lane_->stream_), "cudaEventRecord (done)",
+                               __FILE__, __LINE__);
+    }
+    cudaEventDestroy(ready);  // its wait is enqueued already
+    if (!s.ok()) {
+      if (done != nullptr) cudaEventDestroy(done);
+      return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+    }
+    return std::unique_ptr<PendingCollective>(
+        std::make_unique<NcclStartedCall>(what, device_, stream_, done, world_, lane_failure_));
+  }
+
   ncclComm_t comm_;
   const int device_;
   cudaStream_t stream_;
@@ -730,6 +935,10 @@ class NcclCommunicator final : public Communicator {
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   std::vector<void*> retired_scratch_;  // outgrown scratch buffers (see Scratch)
+  // Started calls: the communicator on the communication stream (opened by the first start)
+  // and the misuse / opening failure that refuses later starts.
+  std::unique_ptr<NcclCommunicator> lane_;
+  std::shared_ptr<NcclLaneFailure> lane_failure_ = std::make_shared<NcclLaneFailure>();
 };
 
 absl::StatusOr<int> PickDevice(const NcclOptions& options, int rank) {

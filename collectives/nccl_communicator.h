@@ -23,6 +23,39 @@
 //   // calls return once the stream finished the collective (host-blocking, like in-process).
 //   (*comm)->AllReduce(d_x, d_x, n, DataType::kBF16, ReduceOp::kSum);
 //
+// Started calls (AllReduceStart, AllGatherStart, ReduceScatterStart; OverlapsStartedCalls):
+//   - Each communicator gets, at its first started call, a communication stream of its own and,
+//     on it, a duplicate NCCL communicator (ncclCommSplit(comm, 0, rank)). Why not the same
+//     ncclComm_t on two streams: NCCL orders a communicator's operations by their issue order
+//     and each kernel waits for its peers, so a blocking call and a started call issued in
+//     different orders on different ranks (allowed: communicator.h matches started calls apart
+//     from blocking ones) would pair the wrong operations or deadlock. Two communicators running
+//     at once on one GPU is what every PyTorch process group does; their kernels must be able to
+//     run concurrently, which NCCL guarantees only when every rank issues them in the same host
+//     order (true under SPMD; NCCL >= 2.26's NCCL_LAUNCH_ORDER_IMPLICIT=1 makes the device
+//     follow that order).
+//   - Start: records `ready` on the compute stream (memory_space().stream), makes the comm
+//     stream wait for it, enqueues the collective there and records `done`. Wait(): the
+//     compute stream waits for `done` (cudaStreamWaitEvent). No host synchronisation in either
+//     (the enqueue of the non-blocking communicator is polled, which does not wait for the GPU).
+//   - Memory (PyTorch's record_stream problem): a caching allocator that hands a freed block to
+//     later work on the same stream would race with a collective still reading it on the comm
+//     stream. The contract (communicator.h) solves it without recording streams: the caller
+//     keeps send and recv alive and unchanged until Wait(); after Wait() the compute stream is
+//     ordered after the collective, so a block freed then (stream-ordered on the compute stream)
+//     is reused only by work that runs after the collective. The backend itself allocates
+//     nothing for these calls.
+//   - Failures: a failure at the start (arguments, enqueue) aborts and poisons the world as a
+//     blocking call does; an asynchronous one (a peer died) surfaces at the next host wait: the
+//     blocking calls poll the comm stream's communicator too, and Wait() reports a world that
+//     already failed. A handle dropped unwaited is ordered as a Wait(), printed on stderr, and
+//     refuses later starts (FailedPrecondition).
+//   - CUDA graphs: the event record / stream wait pair is how a capture forks a second stream
+//     and joins it, so a started call and its Wait() are capturable (every started call must be
+//     waited before the capture ends). The first started call, which opens the comm stream's
+//     communicator (a host-blocking ncclCommSplit), is refused under capture with that reason:
+//     make one started call uncaptured first.
+//
 // Without the CUDA toolkit at build time, the factories return Unimplemented.
 #ifndef SHARDMAP_COLLECTIVES_NCCL_COMMUNICATOR_H_
 #define SHARDMAP_COLLECTIVES_NCCL_COMMUNICATOR_H_

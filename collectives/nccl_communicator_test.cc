@@ -3,6 +3,7 @@
 // collectives/launch with one process per GPU).
 #include "collectives/nccl_communicator.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -222,6 +223,106 @@ TEST(NcclCommunicatorTest, AbortNcclWorldPublishesAndRefusesLaterCalls) {
     EXPECT_THAT(std::string(s.message()), HasSubstr("step 3 threw: loss is NaN"));
   }
   EXPECT_EQ(AbortNcclWorld(**comm, absl::OkStatus()).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Started calls run on the communication stream: the host waits neither at the start nor at
+// Wait(), and work the compute stream enqueues after Wait() sees the result. The compute stream
+// is held by a host function until the checks are done, so a start or Wait() that synchronised
+// with the host would hang here (bounded by the test's timeout) instead of returning.
+TEST(NcclCommunicatorTest, StartedCallsNeverWaitOnTheHostAndOrderTheComputeStream) {
+  if (internal::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible: NCCL ops cannot run on this machine";
+  auto store = SoloStore();
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto comm = CreateNcclCommunicator(**store, {});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  Communicator& c = **comm;
+  EXPECT_TRUE(c.OverlapsStartedCalls());
+  cudaStream_t compute = static_cast<cudaStream_t>(c.memory_space().stream);
+  const std::vector<float> x = {1.5f, -2.0f, 3.25f};
+  float* d = ToDevice(x);
+  float* out = ToDevice(std::vector<float>(3, 9.0f));
+  float* copy = ToDevice(std::vector<float>(3, 7.0f));
+  {  // warm-up: the first start opens the communication stream's communicator
+    auto h = c.AllReduceStart(d, out, 3, DataType::kF32, ReduceOp::kSum);
+    ASSERT_TRUE(h.ok()) << h.status();
+    ASSERT_TRUE((*h)->Wait().ok());
+    ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+    const std::vector<float> nines(3, 9.0f);
+    cudaMemcpy(out, nines.data(), 3 * sizeof(float), cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize();
+  }
+  static std::atomic<bool> release{false};
+  release = false;
+  struct Release {
+    ~Release() { release = true; }
+  } guard;
+  ASSERT_EQ(cudaLaunchHostFunc(compute, [](void*) { while (!release.load()) {} }, nullptr),
+            cudaSuccess);
+  auto h = c.AllReduceStart(d, out, 3, DataType::kF32, ReduceOp::kSum);
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_TRUE((*h)->Wait().ok());  // returns although the collective cannot have run yet
+  EXPECT_EQ((*h)->Wait().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_EQ(cudaMemcpyAsync(copy, out, 3 * sizeof(float), cudaMemcpyDeviceToDevice, compute),
+            cudaSuccess);
+  EXPECT_EQ(cudaStreamQuery(compute), cudaErrorNotReady);  // still held: nothing ran
+  release = true;
+  ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+  EXPECT_EQ(ToHost(out, 3), x);
+  EXPECT_EQ(ToHost(copy, 3), x) << "the copy enqueued after Wait() ran before the collective";
+  cudaFree(d);
+  cudaFree(out);
+  cudaFree(copy);
+}
+
+// A started call and its Wait() are recorded into a CUDA graph (the comm stream forks from the
+// captured stream at the ready event and joins at Wait); the first start, which opens the comm
+// stream's communicator, is refused under capture with the reason.
+TEST(NcclCommunicatorTest, StartedCallsAreCapturableOnceTheLaneIsOpen) {
+  if (internal::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible: NCCL ops cannot run on this machine";
+  auto store = SoloStore();
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto comm = CreateNcclCommunicator(**store, {});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  Communicator& c = **comm;
+  cudaStream_t compute = static_cast<cudaStream_t>(c.memory_space().stream);
+  const std::vector<float> x = {4.0f, 5.0f};
+  float* d = ToDevice(x);
+  float* out = ToDevice(std::vector<float>(2, 0.0f));
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  auto refused = c.AllGatherStart(d, out, 2, DataType::kF32);
+  cudaStreamEndCapture(compute, &graph);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("before capturing"));
+  // Nothing was enqueued: the same communicator opens its lane once uncaptured.
+  Communicator& c2 = c;
+  {
+    auto warm = c2.AllGatherStart(d, out, 2, DataType::kF32);
+    ASSERT_TRUE(warm.ok()) << warm.status();
+    ASSERT_TRUE((*warm)->Wait().ok());
+    ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+  }
+  const std::vector<float> zeros(2, 0.0f);
+  cudaMemcpy(out, zeros.data(), 2 * sizeof(float), cudaMemcpyHostToDevice);
+  cudaDeviceSynchronize();
+  ASSERT_EQ(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  auto h = c2.AllGatherStart(d, out, 2, DataType::kF32);
+  absl::Status w = h.ok() ? (*h)->Wait() : h.status();
+  ASSERT_EQ(cudaStreamEndCapture(compute, &graph), cudaSuccess);
+  ASSERT_TRUE(w.ok()) << w;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  EXPECT_EQ(ToHost(out, 2), zeros) << "capturing must not run the collective";
+  ASSERT_EQ(cudaGraphLaunch(exec, compute), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+  EXPECT_EQ(ToHost(out, 2), x);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(d);
+  cudaFree(out);
 }
 
 #endif  // SHARDMAP_HAS_CUDA

@@ -1,5 +1,6 @@
 #include "collectives/conformance/loopback_communicator.h"
 
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -11,17 +12,24 @@
 namespace shardmap::collectives::conformance {
 namespace {
 
-class OnceOrTwice final : public PendingCollective {
+// A started call of the loopback: the inner handle, with the backend's faults applied to what
+// Wait() returns (and, kWaitTwiceIsOk, a second Wait() that passes).
+class LoopbackCall final : public PendingCollective {
  public:
-  explicit OnceOrTwice(std::unique_ptr<PendingCollective> inner) : inner_(std::move(inner)) {}
+  LoopbackCall(std::unique_ptr<PendingCollective> inner,
+               std::function<absl::Status(absl::Status)> after, bool twice_ok)
+      : inner_(std::move(inner)), after_(std::move(after)), twice_ok_(twice_ok) {}
   absl::Status Wait() override {
-    if (waited_) return absl::OkStatus();  // the fault: a second Wait() passes
+    if (waited_ && twice_ok_) return absl::OkStatus();  // the fault: a second Wait() passes
+    if (waited_) return inner_->Wait();                 // the inner handle refuses it
     waited_ = true;
-    return inner_->Wait();
+    return after_(inner_->Wait());
   }
 
  private:
   std::unique_ptr<PendingCollective> inner_;
+  std::function<absl::Status(absl::Status)> after_;
+  const bool twice_ok_;
   bool waited_ = false;
 };
 
@@ -81,11 +89,31 @@ class LoopbackCommunicator final : public Communicator {
   absl::StatusOr<std::unique_ptr<PendingCollective>> PpermuteStart(
       const void* s, void* r, size_t n, DataType t,
       absl::Span<const std::pair<int, int>> pairs) override {
-    absl::StatusOr<std::unique_ptr<PendingCollective>> h = in_->PpermuteStart(s, r, n, t, pairs);
-    if (!h.ok()) return F(h.status());
-    if (fault_ != LoopbackFault::kWaitTwiceIsOk) return h;
-    return std::unique_ptr<PendingCollective>(std::make_unique<OnceOrTwice>(*std::move(h)));
+    return Started(in_->PpermuteStart(s, r, n, t, pairs), [](absl::Status st) { return st; });
   }
+  absl::StatusOr<std::unique_ptr<PendingCollective>> AllReduceStart(const void* s, void* r,
+                                                                    size_t n, DataType t,
+                                                                    ReduceOp op) override {
+    return Started(in_->AllReduceStart(s, r, n, t, op), [this, r, n](absl::Status st) {
+      if (st.ok() && n > 0 && fault_ == LoopbackFault::kAllReduceOffByOne) {
+        *static_cast<unsigned char*>(r) ^= 1;
+      }
+      return st;
+    });
+  }
+  absl::StatusOr<std::unique_ptr<PendingCollective>> AllGatherStart(const void* s, void* r,
+                                                                    size_t n,
+                                                                    DataType t) override {
+    return Started(in_->AllGatherStart(s, r, n, t),
+                   [this, r, m = size() * n](absl::Status st) { return Out(st, r, m); });
+  }
+  absl::StatusOr<std::unique_ptr<PendingCollective>> ReduceScatterStart(const void* s, void* r,
+                                                                        size_t n, DataType t,
+                                                                        ReduceOp op) override {
+    return Started(in_->ReduceScatterStart(s, r, n, t, op),
+                   [this, r, n](absl::Status st) { return Out(st, r, n); });
+  }
+  bool OverlapsStartedCalls() const override { return in_->OverlapsStartedCalls(); }
   absl::Status Barrier() override {
     if (fault_ == LoopbackFault::kBarrierDoesNotWait) return absl::OkStatus();
     return F(in_->Barrier());
@@ -108,6 +136,14 @@ class LoopbackCommunicator final : public Communicator {
     if (fault_ == LoopbackFault::kErrorsLoseTheirCode) return absl::UnknownError(s.message());
     if (fault_ == LoopbackFault::kErrorsLoseTheirText) return absl::Status(s.code(), "failed");
     return s;
+  }
+  absl::StatusOr<std::unique_ptr<PendingCollective>> Started(
+      absl::StatusOr<std::unique_ptr<PendingCollective>> h,
+      std::function<absl::Status(absl::Status)> after) const {
+    if (!h.ok()) return F(h.status());
+    return std::unique_ptr<PendingCollective>(std::make_unique<LoopbackCall>(
+        *std::move(h), [this, after = std::move(after)](absl::Status st) { return F(after(st)); },
+        fault_ == LoopbackFault::kWaitTwiceIsOk));
   }
   // kOutputsOffByOne: flips the low bit of the first byte of an output of `count` elements.
   absl::Status Out(absl::Status s, void* out, size_t count) const {

@@ -21,13 +21,13 @@ namespace shardmap::collectives::conformance {
 
 enum class LoopbackFault {
   kNone,
-  kAllReduceOffByOne,   // flips the low bit of the first output byte
+  kAllReduceOffByOne,   // flips the low bit of the first output byte (blocking and started)
   kOutputsOffByOne,     // the same for every other call that writes an output
   kSplitIgnoresKey,     // orders a split group by rank, not by key
   kErrorsLoseTheirCode, // every error becomes Unknown (a mismatch is no longer InvalidArgument)
   kErrorsLoseTheirText, // every error keeps its code but says only "failed"
   kBarrierDoesNotWait,  // Barrier returns at once
-  kWaitTwiceIsOk,       // a PpermuteStart handle accepts a second Wait()
+  kWaitTwiceIsOk,       // a started call's handle (PpermuteStart, AllReduceStart, ...) accepts a second Wait()
 };
 
 // "none", "allreduce_off_by_one", ...; InvalidArgument for an unknown name.

@@ -144,6 +144,8 @@ struct PendingValue::State {
   SpmdType type;
   AxisMask mask = 0;
   int back_dim = 0;  // the result is transposed (0, back_dim) after the call when > 0
+  RankContext* ctx = nullptr;  // whose log holds the call, at log_index (its span ends at Wait)
+  size_t log_index = 0;
   // all_gather_start on a tape: the token joining start and Wait(), and the backward's handoff.
   Value token;
   std::shared_ptr<GatherBackward> backward;
@@ -208,6 +210,8 @@ PendingValue all_reduce_start(const Value& x, const Axes& axes) {
     st->call = std::move(*call);
   }
   c.Log(x.tensor);
+  st->ctx = &c.ctx();
+  st->log_index = c.ctx().collective_log().size() - 1;
   return PendingValueAccess::Make(std::move(st));
 }
 
@@ -236,6 +240,8 @@ PendingValue reduce_scatter_start(const Value& x, int dim, const Axes& axes) {
     st->call = std::move(*call);
   }
   c.Log(x.tensor);
+  st->ctx = &c.ctx();
+  st->log_index = c.ctx().collective_log().size() - 1;
   return PendingValueAccess::Make(std::move(st));
 }
 
@@ -263,6 +269,8 @@ PendingValue all_gather_start(const Value& x, int dim, const Axes& axes,
     st->call = std::move(*call);
   }
   c.Log(sent.tensor);
+  st->ctx = &c.ctx();
+  st->log_index = c.ctx().collective_log().size() - 1;
   if (internal::NeedsTape(x)) {
     auto backward = std::make_shared<GatherBackward>();
     backward->grad_dtype = x.dtype();
@@ -288,6 +296,7 @@ Value PendingValue::Wait() {
   }
   std::unique_ptr<State> st = std::move(state_);
   if (st->call != nullptr) ThrowIfError(st->call->Wait(), st->op, st->mask);
+  if (st->ctx != nullptr && st->ctx == RankContext::Current()) st->ctx->EndCollective(st->log_index);
   Value y(st->back_dim > 0 ? Transpose(st->out, 0, st->back_dim) : st->out, st->type);
   if (st->backward != nullptr && internal::NeedsTape(st->token)) {
     internal::RecordOp("all_gather_wait", {&st->token}, y,

@@ -1,5 +1,7 @@
 #include "shardmap/rank_context.h"
 
+#include <chrono>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -133,8 +135,21 @@ collectives::Communicator& RankContext::Comm(AxisMask mask) {
   return *c;
 }
 
-void RankContext::LogCollective(const char* op, AxisMask axes, int64_t bytes, DType dtype) {
-  log_.push_back({op, axes, bytes, in_backward_, dtype, recomputing_});
+double SteadyClockUs() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void RankContext::EndCollective(size_t index) {
+  if (index < log_.size()) log_[index].end_us = SteadyClockUs();
+}
+
+void RankContext::LogCollective(const char* op, AxisMask axes, int64_t bytes, DType dtype,
+                                double start_us, double end_us) {
+  const double now = SteadyClockUs();
+  log_.push_back({op, axes, bytes, in_backward_, dtype, recomputing_,
+                  start_us > 0 ? start_us : now, end_us > 0 ? end_us : now});
   if (internal::AnyRecorderActive()) internal::RecordCollective(rank_, mesh_, log_.back());
 }
 

@@ -33,7 +33,14 @@ struct CollectiveRecord {
   DType dtype = DType::kF32;  // of the data this rank contributed
   // Issued again in the backward by a recomputed forward (autograd/checkpoint.h), backward set.
   bool recomputed = false;
+  // When it ran, on the steady clock in microseconds (SteadyClockUs; the trace's time base):
+  // a blocking call from its start to its return; a started one (async_collectives.h) from its
+  // start to the return of its Wait(), the time it was in flight beside the rank's compute.
+  double start_us = 0, end_us = 0;
 };
+
+// Microseconds on the steady clock (models/gpt/gpt_trace.h's TraceNowUs has the same base).
+double SteadyClockUs();
 
 class RankContext {
  public:
@@ -89,7 +96,12 @@ class RankContext {
 
   // Appends to this rank's log and to the CollectiveRecorders active on this thread
   // (collective_recorder.h).
-  void LogCollective(const char* op, AxisMask axes, int64_t bytes, DType dtype);
+  // start_us / end_us: see CollectiveRecord (0: now).
+  void LogCollective(const char* op, AxisMask axes, int64_t bytes, DType dtype,
+                     double start_us = 0, double end_us = 0);
+  // A started collective's Wait() returned: record `index` of the log (if it is still there)
+  // ends now.
+  void EndCollective(size_t index);
   const std::vector<CollectiveRecord>& collective_log() const { return log_; }
   void ClearCollectiveLog() { log_.clear(); }
   // Number of logged collectives named `op` over `axes` in the given direction.

@@ -73,9 +73,12 @@ nlohmann::json TraceJson(const Mesh& mesh, const std::vector<TraceEvent>& events
   for (int r = 0; r < mesh.size(); ++r) {
     out.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", r},
                    {"args", {{"name", RankDescription(mesh, r)}}}});
+    out.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0},
+                   {"tid", kCollectiveTrackBase + r},
+                   {"args", {{"name", RankDescription(mesh, r) + " collectives"}}}});
   }
   for (const TraceEvent& e : events) {
-    nlohmann::json ev = {{"name", e.name}, {"cat", e.category}, {"pid", 0}, {"tid", e.rank},
+    nlohmann::json ev = {{"name", e.name}, {"cat", e.category}, {"pid", 0}, {"tid", TraceTid(e)},
                          {"ts", e.start_us - t0}};
     if (e.duration_us > 0 || e.category != "collective") {
       ev["ph"] = "X";

@@ -30,13 +30,23 @@ namespace shardmap {
 // One span of a rank's timeline: a phase ("forward", "backward", "grad reduce", "optimizer",
 // a pipeline tick "F3" / "B3"), a forward op (its time since the previous recorded op), a
 // backward op (its VJP; category "backward op"), or a collective (bytes >= 0; category
-// "collective" or "collective (backward)").
+// "collective" or "collective (backward)" on the rank's track, where it was issued; "in flight"
+// or "in flight (backward)" on its collectives track, from its start to its completion).
 struct TraceEvent {
   std::string name, category;
   int rank = 0;
   double start_us = 0, duration_us = 0;
   int64_t bytes = -1;
+  // 0: the rank's compute track; 1: its collectives track (each collective from its start to
+  // its completion, a started one to its Wait: CollectiveRecord's span), shown beside it.
+  int track = 0;
 };
+
+// The trace's thread id of a rank's track (the collectives tracks after every rank's own).
+inline constexpr int kCollectiveTrackBase = 1 << 20;
+inline int TraceTid(const TraceEvent& e) {
+  return e.track == 1 ? kCollectiveTrackBase + e.rank : e.rank;
+}
 
 // Microseconds on the steady clock (the time base of TraceEvent).
 double TraceNowUs();

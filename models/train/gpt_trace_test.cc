@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/gpt.h"
@@ -29,9 +30,9 @@ struct Traced {
   nlohmann::json json;  // parsed back from its text
 };
 
-Traced TraceOneStep(const std::string& mesh_text, bool sp) {
+Traced TraceOneStep(const std::string& mesh_text, bool sp, int64_t layers = 1) {
   GptConfig c = gpt_testing::SmallConfig();
-  c.layers = 1;
+  c.layers = layers;
   Traced t;
   t.mesh = *ParseMesh(mesh_text);
   absl::StatusOr<GptLayout> layout = GptLayout::Create(t.mesh, c, sp);
@@ -120,7 +121,7 @@ TEST(GptTraceTest, OneTrackPerRankAndPhases) {
     if (e["ph"] == "M") ++tracks;
     if (e.value("cat", "") == "phase") phases[e["tid"].get<int>()].push_back(e["name"]);
   }
-  EXPECT_EQ(tracks, 2);
+  EXPECT_EQ(tracks, 4);  // each rank's, and its collectives'
   for (int r = 0; r < 2; ++r) {
     EXPECT_THAT(phases[r], ::testing::ElementsAre("forward", "backward", "grad reduce + clip",
                                                   "optimizer"));
@@ -135,6 +136,37 @@ TEST(GptTraceTest, OneTrackPerRankAndPhases) {
     }
   }
   EXPECT_GT(instants, 0);
+}
+
+// Each rank's collectives track holds one span per collective of its log, from its start to its
+// completion; FSDP's prefetched all-gathers (started one unit ahead) are in flight while the
+// rank computes the unit before: their spans overlap op spans of the rank's own track.
+TEST(GptTraceTest, CollectivesTrackShowsStartedCallsBesideCompute) {
+  const Traced t = TraceOneStep("dp_shard=2", false, /*layers=*/3);
+  const nlohmann::json& ev = t.json.at("traceEvents");
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE(rank);
+    std::vector<std::pair<double, double>> compute, gathers;
+    int in_flight = 0;
+    for (const auto& e : ev) {
+      if (e["ph"] != "X") continue;
+      const std::string cat = e.value("cat", "");
+      const double ts = e["ts"], end = ts + e["dur"].get<double>();
+      if (e["tid"] == rank && (cat == "op" || cat == "backward op")) compute.push_back({ts, end});
+      if (e["tid"] == kCollectiveTrackBase + rank && absl::StartsWith(cat, "in flight")) {
+        ++in_flight;
+        if (absl::StartsWith(e["name"].get<std::string>(), "all_gather") && cat == "in flight") {
+          gathers.push_back({ts, end});
+        }
+      }
+    }
+    EXPECT_EQ(in_flight, static_cast<int>(t.result.log.size()));
+    int overlapping = 0;
+    for (auto [gs, ge] : gathers) {
+      for (auto [cs, ce] : compute) overlapping += cs >= gs && ce <= ge && ce > cs;
+    }
+    EXPECT_GT(overlapping, 0) << "no op ran while an all-gather was in flight";
+  }
 }
 
 TEST(GptTraceTest, WriteTraceFailsClearlyOnAnUnwritablePath) {

@@ -1,5 +1,6 @@
 #include "models/train/step_report.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -44,14 +45,27 @@ void AppendStepEvents(const Mesh& mesh, int rank, const RunPlan& plan, const Ste
   }
 }
 
+void AppendCollectiveSpans(const Mesh& mesh, int rank, const std::vector<CollectiveRecord>& log,
+                           std::vector<TraceEvent>* events) {
+  for (const CollectiveRecord& r : log) {
+    if (r.end_us <= 0) continue;
+    std::string name = absl::StrCat(r.op, "(", mesh.MaskToString(r.axes), ")");
+    if (r.recomputed) absl::StrAppend(&name, " recomputed");
+    events->push_back({std::move(name), r.backward ? "in flight (backward)" : "in flight", rank,
+                       r.start_us, std::max(r.end_us - r.start_us, 0.0), r.bytes, /*track=*/1});
+  }
+}
+
 absl::Status WriteStepEvents(TraceWriter& writer, int rank,
                              const std::vector<TraceEvent>& events) {
+  (void)rank;  // each event names its rank
   for (const TraceEvent& e : events) {
     nlohmann::json args = e.bytes >= 0 ? nlohmann::json{{"bytes", e.bytes}} : nullptr;
+    const int tid = TraceTid(e);
     absl::Status s =
         e.duration_us > 0 || e.category != "collective"
-            ? writer.Span(e.name, e.category, rank, e.start_us, e.duration_us, args)
-            : writer.Instant(e.name, e.category, rank, e.start_us, args);
+            ? writer.Span(e.name, e.category, tid, e.start_us, e.duration_us, args)
+            : writer.Instant(e.name, e.category, tid, e.start_us, args);
     if (!s.ok()) return s;
   }
   return writer.Flush();

@@ -37,6 +37,12 @@ void AppendStepEvents(const Mesh& mesh, int rank, const RunPlan& plan, const Ste
                       std::vector<TraceEvent>* events);
 
 // Writes the events to the streamed trace and flushes it.
+// One span per collective of the step's log on the rank's collectives track (TraceEvent::
+// track 1), from its start to its completion (a started collective: to its Wait), so the
+// trace shows which compute each one ran beside.
+void AppendCollectiveSpans(const Mesh& mesh, int rank, const std::vector<CollectiveRecord>& log,
+                           std::vector<TraceEvent>* events);
+
 absl::Status WriteStepEvents(TraceWriter& writer, int rank, const std::vector<TraceEvent>& events);
 
 // The step's MoE counts (dropped assignments, all assignments, dropped tokens) summed over the

@@ -117,6 +117,9 @@ RankTrainer::RankTrainer(SharedRun& run, RankContext& ctx)
   }
   if (options_.tracing.writer != nullptr) {
     TraceError(options_.tracing.writer->ThreadName(rank_, RankDescription(layout_.mesh(), rank_)));
+    TraceError(options_.tracing.writer->ThreadName(
+        kCollectiveTrackBase + rank_,
+        absl::StrCat(RankDescription(layout_.mesh(), rank_), " collectives")));
   }
   if (dev_.is_cuda() && !plan_.pipelined) {
     device_ = std::make_unique<DeviceStep>(layout_, plan_, options_.optimizer.clip, run.capture,
@@ -239,6 +242,7 @@ StepOutcome RankTrainer::OnDevice(int64_t step, double lr, const Tensor& ids_g,
 void RankTrainer::Trace(const StepOutcome& out) {
   AppendStepEvents(layout_.mesh(), rank_, plan_, out.times, out.bp.spans, ctx_.collective_log(),
                    out.backprop_logged, &events_);
+  AppendCollectiveSpans(layout_.mesh(), rank_, ctx_.collective_log(), &events_);
   if (options_.tracing.writer != nullptr) {  // streamed: written now, not kept
     TraceError(WriteStepEvents(*options_.tracing.writer, rank_, events_));
     if (!options_.tracing.keep_events) events_.clear();

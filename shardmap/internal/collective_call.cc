@@ -19,7 +19,7 @@ int NormalizeDim(const char* op, const Value& x, int dim) {
 
 CollectiveCall::CollectiveCall(Collective c, const Value& x, const Axes& axes, Dims dims,
                                const char* op)
-    : rule_(&CollectiveRuleFor(c)), op_(op != nullptr ? op : rule_->api) {
+    : rule_(&CollectiveRuleFor(c)), op_(op != nullptr ? op : rule_->api), start_us_(SteadyClockUs()) {
   CheckMesh(op_, x, "x");
   mask_ = ResolveAxes(op_, axes);
   ctx_ = &RankContext::Get(op_);
@@ -67,7 +67,8 @@ void CollectiveCall::Check(const absl::Status& s) const {
 }
 
 void CollectiveCall::Log(const Tensor& sent) const {
-  ctx_->LogCollective(rule_->api, mask_, static_cast<int64_t>(sent.nbytes()), sent.dtype());
+  ctx_->LogCollective(rule_->api, mask_, static_cast<int64_t>(sent.nbytes()), sent.dtype(),
+                      start_us_);
 }
 
 }  // namespace shardmap::internal

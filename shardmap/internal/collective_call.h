@@ -78,6 +78,7 @@ class CollectiveCall {
   int result_dim_ = kNoDim;
   SpmdType type_;
   collectives::Communicator* comm_ = nullptr;
+  double start_us_ = 0;  // when the call began (the log's span)
 };
 
 // Throws OpError "<op>: dim <dim> out of range for <x>", else the dim in [0, rank).

@@ -142,7 +142,9 @@ double SteadyClockUs() {
 }
 
 void RankContext::EndCollective(size_t index) {
-  if (index < log_.size()) log_[index].end_us = SteadyClockUs();
+  if (index >= log_.size()) return;
+  log_[index].end_us = SteadyClockUs();
+  log_[index].started = true;
 }
 
 void RankContext::LogCollective(const char* op, AxisMask axes, int64_t bytes, DType dtype,

@@ -37,6 +37,8 @@ struct CollectiveRecord {
   // a blocking call from its start to its return; a started one (async_collectives.h) from its
   // start to the return of its Wait(), the time it was in flight beside the rank's compute.
   double start_us = 0, end_us = 0;
+  // A started call (all_reduce_start, ...; set when its Wait() returned): it could overlap.
+  bool started = false;
 };
 
 // Microseconds on the steady clock (models/gpt/gpt_trace.h's TraceNowUs has the same base).
@@ -100,7 +102,7 @@ class RankContext {
   void LogCollective(const char* op, AxisMask axes, int64_t bytes, DType dtype,
                      double start_us = 0, double end_us = 0);
   // A started collective's Wait() returned: record `index` of the log (if it is still there)
-  // ends now.
+  // ends now and is marked started.
   void EndCollective(size_t index);
   const std::vector<CollectiveRecord>& collective_log() const { return log_; }
   void ClearCollectiveLog() { log_.clear(); }

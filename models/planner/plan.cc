@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -221,6 +222,7 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
       absl::StatusOr<Candidate> c = ParseCandidate(f[0], sp, schedule, m, v);
       if (!c.ok()) return c.status();
       c->grad_accum = ga;
+      c->fixed_grad_accum = absl::StrContains(text, " ga") || absl::StrContains(text, ":ga");
       // Given settings are fixed; others stay the planner's to choose.
       if (rc.has_value()) c->recompute = *rc;
       c->reshard_after_forward = !keep;
@@ -580,7 +582,10 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
         smallest = e->smallest;
       }
       // Without a pipeline, fewer activations per microstep may fit without recomputation.
-      if (piped || (best && best->candidate.recompute == Recompute::kNone)) break;
+      if (piped || c.fixed_grad_accum ||
+          (best && (best->candidate.recompute == Recompute::kNone || c.fixed_recompute))) {
+        break;
+      }
       const int next = NextGradAccum(c, req, *e, hw.UsableMemory());
       if (next == 0 || e->persistent >= hw.UsableMemory()) break;
       c.grad_accum = next;

@@ -86,7 +86,7 @@ struct Candidate {
   Recompute recompute = Recompute::kNone;
   bool reshard_after_forward = true;  // FSDP meshes only (shown as "keep" when false)
   // Given by --mesh: the planner tries only this setting.
-  bool fixed_recompute = false, fixed_reshard = false;
+  bool fixed_recompute = false, fixed_reshard = false, fixed_grad_accum = false;
   // "pp=2,dp_shard=4,tp=8 +sp 1f1b/m8", "dp_shard=64 ga4 rc=full keep",
   // "pp=4,tp=8 interleaved_1f1b/m16/v2"
   std::string Name() const;

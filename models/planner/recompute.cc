@@ -87,14 +87,16 @@ absl::StatusOr<RoleWork> Estimate(const RoleWork& base, Recompute mode,
   }
   if (mode == Recompute::kSelective && sh.fused_attention) return base;  // nothing stored
   RoleWork w = base;
-  // Memory: each block of each microbatch in flight keeps less; full rebuilds one block at a
-  // time (its whole working set live once).
+  // Memory: the profile's activations, as the framework stores them, shrink by the share of a
+  // block's bytes the mode keeps (Korthikanti's accounting); full recomputation rebuilds one
+  // block at a time, so one block's working set (the profile's bytes per block and
+  // microbatch in flight) is live again.
   const double none = BlockActivationBytes(sh, Recompute::kNone);
   const double kept = BlockActivationBytes(sh, mode);
-  const double blocks = static_cast<double>(base.in_flight) * base.layers;
-  const double working = mode == Recompute::kFull ? none : 0.0;
-  const double floor = blocks * kept + working;
-  const double act = std::max(floor, base.activation_peak_bytes - blocks * (none - kept) + working);
+  const double blocks = static_cast<double>(std::max(1, base.in_flight)) * base.layers;
+  const double per_block = base.activation_peak_bytes / blocks;
+  const double act = base.activation_peak_bytes * (kept / none) +
+                     (mode == Recompute::kFull ? per_block : 0.0);
   w.peak_bytes = base.peak_bytes - base.activation_peak_bytes + act;
   w.activation_peak_bytes = act;
   // Work: the forward again, in the backward.

@@ -9,7 +9,10 @@
 // for 2-byte activations (scaled here by the compute dtype's size / 2); selective
 // recomputation drops the 5 a s / h term (the attention core: scores, softmax, dropout); full
 // recomputation keeps 2 s b h (the block input; / t with SP) and rebuilds one block at a time
-// in the backward (one block's working set live). A fused attention kernel never stores the
+// in the backward (one block's working set live). The estimate scales the shape-only run's own
+// activation peak (what the framework stores, often more than Megatron's count) by kept /
+// none of that accounting, and for full adds back one block's share of the profile (its peak
+// over the blocks and microbatches in flight). A fused attention kernel never stores the
 // scores (FlashAttention keeps O(s) statistics), so it has no 5 a s / h term and selective
 // recomputation changes nothing there.
 // Work: full reruns each block's forward in the backward (its GEMMs: QKV 3h^2, projection h^2,

@@ -266,9 +266,19 @@ absl::StatusOr<RoleTimes> TimesOf(const RoleWork& role, const MeshShape& mesh,
       t.overlapped += secs;
       if (IsFsdpGather(w) && fsdp_gather == nullptr) fsdp_gather = &w;
       if (w.phase == "grad" && w.group_size > 1) {
-        t.grad_kinds.push_back(w);
+        // One entry per (op, axes, group): the overlapped trainer reduces buckets, not the
+        // log's one collective per parameter.
+        auto same = std::find_if(t.grad_kinds.begin(), t.grad_kinds.end(),
+                                 [&w](const CollectiveWork& k) {
+                                   return k.op == w.op && k.axes == w.axes &&
+                                          k.group_size == w.group_size;
+                                 });
+        if (same == t.grad_kinds.end()) {
+          t.grad_kinds.push_back(w);
+        } else {
+          same->bytes += w.bytes;
+        }
         t.grad_bytes += w.bytes;
-        t.replicate_s += secs;
       }
     } else if (w.phase == "pp") {
       t.boundary += secs;
@@ -278,6 +288,11 @@ absl::StatusOr<RoleTimes> TimesOf(const RoleWork& role, const MeshShape& mesh,
     }
   }
   if (!o.overlap) return t;
+  for (const CollectiveWork& k : t.grad_kinds) {
+    absl::StatusOr<double> s = CollectiveSeconds(k, mesh, profile);
+    if (!s.ok()) return s.status();
+    t.replicate_s += *s;
+  }
   if (fsdp_gather == nullptr) {
     // FSDP collectives without a parameter gather to schedule them by: they block.
     for (const CollectiveWork& w : role.collectives) {

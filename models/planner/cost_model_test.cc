@@ -164,6 +164,29 @@ TEST(PredictStepTest, OverlapOnSchedulesFsdpPerLayerInTheComputeDtype) {
   EXPECT_NEAR(PredictStep({w}, m, {}, p, o)->step_s, 3e-3 + 6e-3, 1e-12);
 }
 
+TEST(PredictStepTest, OverlapOnReducesGradientsInBucketsNotPerParameter) {
+  HardwareProfile p = Node();
+  p.gpus_per_node = 8;
+  p.intra = {1e-3, 1e9};  // a large alpha: paid per bucket, not per logged parameter
+  RoleWork w;
+  w.layers = 2;
+  w.gemms.push_back({.m = 100, .n = 100, .k = 300});  // 6 ms: backward 4 ms
+  // 100 parameters' gradients of 0.1 MB each, logged one all_reduce apiece (10 MB in all).
+  for (int i = 0; i < 100; ++i) {
+    w.collectives.push_back({"all_reduce", {"dp"}, 2, 1e5, false, "grad"});
+  }
+  MeshShape m{{"dp"}, {2}};
+  StepOptions o;
+  o.bucket_bytes = 5e6;  // two buckets: 1 ms + 5 ms each (alpha + 2 (n-1)/n 5 MB / 1 GB/s)
+  absl::StatusOr<StepPrediction> s = PredictStep({w}, m, {}, p, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  // Backward: bucket 0 final at 2 + 2 = 4 ms (after the 2 ms forward), reduced 4-10; bucket 1
+  // final at 6 ms, reduced 10-16.
+  EXPECT_NEAR(s->step_s, 16e-3, 1e-12);
+  o.overlap = false;  // every logged all_reduce in turn: 100 x (1 ms + 0.1 ms)
+  EXPECT_NEAR(PredictStep({w}, m, {}, p, o)->step_s, 6e-3 + 100 * 1.1e-3, 1e-12);
+}
+
 TEST(PredictStepTest, RanksBeyondTheCoresPayTheSyncCostAtEachCollective) {
   HardwareProfile p = Node();
   p.gpus_per_node = 8;

@@ -249,13 +249,17 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
             if (ep > 1 && !moe) continue;  // ep is a MoE axis
             const int data = r3 / ep;
             std::vector<std::array<int, 3>> forms;  // dp_replicate, dp_shard, dp
+            auto allowed = [&req](const char* form) {
+              return std::find(req.data_parallel.begin(), req.data_parallel.end(), form) !=
+                     req.data_parallel.end();
+            };
             if (data == 1) {
               forms.push_back({1, 1, 1});
             } else {
-              forms.push_back({1, 1, data});
-              forms.push_back({1, data, 1});
+              if (allowed("dp")) forms.push_back({1, 1, data});
+              if (allowed("fsdp")) forms.push_back({1, data, 1});
               for (int r : Divisors(data)) {
-                if (r > 1 && r < data) forms.push_back({r, data / r, 1});
+                if (r > 1 && r < data && allowed("hsdp")) forms.push_back({r, data / r, 1});
               }
             }
             for (const auto& f : forms) {

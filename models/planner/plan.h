@@ -52,6 +52,9 @@ struct PlanRequest {
   bool tp_across_nodes = false;
   std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved_1f1b"};
   std::vector<int> virtual_stages = {2, 4};  // interleaved_1f1b's chunks per stage to try
+  // The data-parallel forms to enumerate: "dp" (DDP), "fsdp" (dp_shard), "hsdp"
+  // (dp_replicate x dp_shard).
+  std::vector<std::string> data_parallel = {"dp", "fsdp", "hsdp"};
   std::vector<int> microbatch_factors = {1, 2, 4, 8};  // microbatches = pp x factor
   bool sp_variants = true;
   int max_pp = 0, max_cp = 0;  // largest pp / cp to enumerate (0: any)   // with tp: both with and without SP

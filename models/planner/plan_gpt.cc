@@ -53,6 +53,9 @@ ABSL_FLAG(std::string, recompute, "none,selective,full",
           "activation recomputation settings to try per mesh (the fastest that fits is shown)");
 ABSL_FLAG(std::string, reshard_after_forward, "true,false",
           "FSDP meshes: reshard_after_forward settings to try (false shows as 'keep')");
+ABSL_FLAG(std::string, data_parallel, "dp,fsdp,hsdp",
+          "data-parallel forms to enumerate: dp (DDP), fsdp (dp_shard), hsdp "
+          "(dp_replicate x dp_shard)");
 ABSL_FLAG(bool, overlap, true,
           "price the overlapped trainer (collectives on their own lane: buckets, FSDP prefetch); "
           "false: every collective blocks");
@@ -178,6 +181,16 @@ int Main() {
   if (req.reshard_after_forward.empty()) {
     return Fail(absl::InvalidArgumentError("--reshard_after_forward is empty"));
   }
+  req.data_parallel.clear();
+  for (absl::string_view f :
+       absl::StrSplit(absl::GetFlag(FLAGS_data_parallel), ',', absl::SkipWhitespace())) {
+    if (f != "dp" && f != "fsdp" && f != "hsdp") {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--data_parallel: '", f, "' is none of dp, fsdp, hsdp")));
+    }
+    req.data_parallel.emplace_back(f);
+  }
+  if (req.data_parallel.empty()) return Fail(absl::InvalidArgumentError("--data_parallel is empty"));
   req.step.overlap = absl::GetFlag(FLAGS_overlap);
   const double bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
   if (!(bucket_mb > 0)) {

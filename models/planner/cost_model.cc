@@ -260,8 +260,10 @@ absl::StatusOr<RoleTimes> TimesOf(const RoleWork& role, const MeshShape& mesh,
   for (const CollectiveWork& w : role.collectives) {
     absl::StatusOr<double> s = CollectiveSeconds(w, mesh, profile);
     if (!s.ok()) return s.status();
-    const double secs = std::max(*s * CollectiveStretch(w, mesh, profile),
-                                 *s > 0 ? OversubscribedWait(w, mesh, profile) : 0.0);
+    const double secs = o.simulated_link
+                            ? *s
+                            : std::max(*s * CollectiveStretch(w, mesh, profile),
+                                       *s > 0 ? OversubscribedWait(w, mesh, profile) : 0.0);
     if (Overlappable(w)) {
       t.overlapped += secs;
       if (IsFsdpGather(w) && fsdp_gather == nullptr) fsdp_gather = &w;
@@ -399,7 +401,7 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
   const bool piped = pipeline.stages > 1 || pipeline.microbatches > 1;
   // Simulated CPU ranks share the cores and run their collectives inline: nothing overlaps.
   StepOptions o = options;
-  o.overlap = options.overlap && profile.cores <= 0;
+  o.overlap = options.overlap && (profile.cores <= 0 || options.simulated_link);
   const double stretch = Stretch(mesh, profile);
   std::vector<RoleTimes> times(roles.size());
   StepPrediction out;

@@ -87,6 +87,10 @@ struct StepOptions {
   int grad_accum = 1;              // microsteps without a pipeline
   // FSDP gathers parameters in the compute dtype: its element size over the parameters'.
   double gather_scale = 1.0;
+  // Simulated CPU ranks whose collectives sleep for the link's time (issue 34's simulated-link
+  // benchmark) instead of running inline: they overlap even with cores > 0, take no core (no
+  // shared-core stretch, no oversubscribed wait).
+  bool simulated_link = false;
 };
 
 struct StepPrediction {

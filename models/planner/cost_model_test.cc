@@ -164,6 +164,32 @@ TEST(PredictStepTest, OverlapOnSchedulesFsdpPerLayerInTheComputeDtype) {
   EXPECT_NEAR(PredictStep({w}, m, {}, p, o)->step_s, 3e-3 + 6e-3, 1e-12);
 }
 
+TEST(PredictStepTest, ASimulatedLinkOverlapsOnSharedCores) {
+  // The FSDP example above on 2 ranks sharing 1 core: compute stretches 2x (12 ms: forward 4,
+  // backward 8), the sleeping link does not; with overlap the gathers / reduce-scatters hide
+  // but the forward's and the backward's first gathers (1 ms each) and the last reduce-scatter
+  // (2 ms).
+  HardwareProfile p = Node();
+  p.intra = {0, 1e9};
+  p.cores = 1;
+  RoleWork w;
+  w.layers = 2;
+  w.gemms.push_back({.m = 100, .n = 100, .k = 300});
+  w.param_bytes = 4e6;
+  w.collectives.push_back({"all_gather", {"dp_shard"}, 2, 4e6, false, "fsdp"});
+  w.collectives.push_back({"reduce_scatter", {"dp_shard"}, 2, 8e6, true, "fsdp"});
+  MeshShape m{{"dp_shard"}, {2}};
+  StepOptions o;
+  o.gather_scale = 0.5;
+  o.simulated_link = true;
+  absl::StatusOr<StepPrediction> s = PredictStep({w}, m, {}, p, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_NEAR(s->step_s, 12e-3 + 1e-3 + 1e-3 + 2e-3, 1e-12);
+  // Inline collectives on shared cores (the plain CPU profile): all of them block, stretched.
+  o.simulated_link = false;
+  EXPECT_NEAR(PredictStep({w}, m, {}, p, o)->step_s, 12e-3 + 2 * (4e-3 + 4e-3), 1e-12);
+}
+
 TEST(PredictStepTest, OverlapOnReducesGradientsInBucketsNotPerParameter) {
   HardwareProfile p = Node();
   p.gpus_per_node = 8;

@@ -534,7 +534,7 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
   // Simulated CPU ranks run their collectives inline (nothing overlaps; the shape-only step's
   // memory is theirs).
   PlanRequest req = request;
-  if (hw.cores > 0) req.step.overlap = false;
+  if (hw.cores > 0 && !req.step.simulated_link) req.step.overlap = false;
   Plan plan;
   absl::StatusOr<std::vector<Candidate>> cands = EnumerateCandidates(req, hw, &plan.refused);
   if (!cands.ok()) return cands.status();
@@ -628,6 +628,38 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
                      " refused), e.g.:", reasons));
   }
   return plan;
+}
+
+absl::StatusOr<StepPrediction> PredictOnSimulatedLink(const PlanRequest& request,
+                                                      const std::string& mesh,
+                                                      const HardwareProfile& cpu, const Link& link,
+                                                      const StepOptions& options,
+                                                      const Profiler& profiler) {
+  if (!(link.busbw > 0) || link.alpha_s < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "simulated link: bandwidth ", link.busbw, " B/s must be > 0 and latency ", link.alpha_s,
+        " s >= 0"));
+  }
+  HardwareProfile hw = cpu;
+  hw.intra = link;
+  hw.inter = link;
+  hw.fitted.clear();  // every collective is the link's alpha + bytes / bandwidth
+  hw.gpus_per_node = 1 << 20;
+  PlanRequest r = request;
+  r.only_meshes = {mesh};
+  r.step = options;
+  r.step.simulated_link = true;
+  r.recompute = {Recompute::kNone};
+  r.reshard_after_forward = {options.reshard_after_forward};
+  r.gpus_per_node = hw.gpus_per_node;
+  absl::StatusOr<Plan> plan = PlanGpt(r, hw, profiler);
+  if (!plan.ok()) return plan.status();
+  if (!plan->rows.empty()) return plan->rows[0].prediction;
+  if (!plan->unfit.empty()) return plan->unfit[0].prediction;
+  return absl::FailedPreconditionError(absl::StrCat("mesh ", mesh, " was refused: ",
+                                                    plan->refused.empty()
+                                                        ? std::string("no reason")
+                                                        : plan->refused[0].reason));
 }
 
 std::string FormatPlan(const Plan& plan, int top, bool list_refusals) {

@@ -151,6 +151,20 @@ double ModelFlopsPerStep(const GptConfig& cfg, int64_t batch);
 absl::StatusOr<Plan> PlanGpt(const PlanRequest& req, const HardwareProfile& hw,
                              const Profiler& profiler);
 
+// The step time of one configuration on a simulated link (issue 34's benchmark: CPU ranks whose
+// collectives complete after alpha + bytes / bandwidth, sleeping): `mesh` in --mesh's form (its
+// gaN is kept), compute from `cpu` (a measured CPU profile: MeasureCpuProfile), every collective
+// on `link`, overlapped per `options` (overlap, bucket_bytes, fsdp_prefetch,
+// reshard_after_forward). E.g.
+//   PredictOnSimulatedLink(req, "dp_replicate=2,dp_shard=2", *cpu, {50e-6, 1e9}, {},
+//                          ShapeOnlyProfiler(Device::Cpu()))->step_s;
+// InvalidArgument for a bad link, the mesh's refusal otherwise.
+absl::StatusOr<StepPrediction> PredictOnSimulatedLink(const PlanRequest& request,
+                                                      const std::string& mesh,
+                                                      const HardwareProfile& cpu, const Link& link,
+                                                      const StepOptions& options,
+                                                      const Profiler& profiler);
+
 // The assumptions a plan's header states (overlap, pipeline execution, recomputation's source).
 std::vector<std::string> PlanAssumptions(const PlanRequest& req, const HardwareProfile& hw);
 

@@ -20,6 +20,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -236,6 +237,11 @@ int Main() {
   absl::StatusOr<std::string> text = planner::PlanText(req, cli);
   if (!text.ok()) return Fail(text.status());
   std::cout << *text;
+  // Nothing fits: the prices are printed, and the exit status says it.
+  if (absl::StrContains(*text, "\nno mesh fits ")) {
+    std::cerr << "plan_gpt: no mesh fits (their prices are above, marked OOM)\n";
+    return 2;
+  }
   return 0;
 }
 

@@ -376,9 +376,11 @@ absl::StatusOr<double> InFlight(const PipelineSpec& ps, int stage) {
 }
 
 // The candidate whose shape-only step is profiled: the work per rank does not depend on the
-// schedule, the recomputation or the resharding (applied to the profile afterwards).
+// interleaving (its chunks are the stage's layers), the recomputation or the resharding
+// (applied to the profile afterwards). GPipe is profiled on its own: the trainer's lockstep
+// exchange logs other transfers for it than for 1F1B.
 Candidate ProfiledCandidate(Candidate c) {
-  if (c.pipeline.stages > 1 || c.pipeline.microbatches > 1) c.pipeline.schedule = "1f1b";
+  if (c.pipeline.schedule == "interleaved_1f1b") c.pipeline.schedule = "1f1b";
   c.pipeline.virtual_stages = 1;
   c.recompute = Recompute::kNone;
   c.reshard_after_forward = true;

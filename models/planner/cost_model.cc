@@ -245,10 +245,22 @@ struct RoleTimes {
 
 bool IsFsdpGather(const CollectiveWork& w) { return w.phase == "fsdp" && w.op == "all_gather"; }
 
+}  // namespace
+
+double FsdpShardBytes(const RoleWork& role, int passes) {
+  double gathered = 0;
+  for (const CollectiveWork& w : role.collectives) {
+    if (IsFsdpGather(w) && !w.backward) gathered += w.bytes;
+  }
+  return gathered / std::max(1, passes);
+}
+
+namespace {
+
 // Prices one role's collectives by what they do; `stretch` the shared-core factor of compute.
 absl::StatusOr<RoleTimes> TimesOf(const RoleWork& role, const MeshShape& mesh,
                                   const HardwareProfile& profile, const StepOptions& o,
-                                  double compute_stretch) {
+                                  double compute_stretch, int passes) {
   RoleTimes t;
   absl::StatusOr<double> c = ComputeSeconds(role, profile);
   if (!c.ok()) return c.status();
@@ -309,11 +321,14 @@ absl::StatusOr<RoleTimes> TimesOf(const RoleWork& role, const MeshShape& mesh,
   // FSDP as the overlapped trainer runs it: every layer gathered in the compute dtype (this
   // rank's shard), its gradients reduce-scattered in the parameters' (the whole buffer).
   t.fsdp = true;
+  // The sharded parameters' bytes: the shape-only step gathers each of them once per forward
+  // pass (parameters a dp_shard does not divide stay whole, their gradients all-reduced).
+  const double sharded = FsdpShardBytes(role, passes);
   CollectiveWork g = *fsdp_gather;
-  g.bytes = role.param_bytes * o.gather_scale;
+  g.bytes = sharded * o.gather_scale;
   CollectiveWork r = g;
   r.op = "reduce_scatter";
-  r.bytes = role.param_bytes * g.group_size;
+  r.bytes = sharded * g.group_size;
   absl::StatusOr<double> gs = CollectiveSeconds(g, mesh, profile);
   if (!gs.ok()) return gs.status();
   absl::StatusOr<double> rs = CollectiveSeconds(r, mesh, profile);
@@ -409,7 +424,9 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
   for (size_t i = 0; i < roles.size(); ++i) {
     // A pipeline's stages idle in its bubble and leave their cores to the others: its compute
     // is not stretched here but bounded below by the whole world's work over the cores (below).
-    absl::StatusOr<RoleTimes> t = TimesOf(roles[i], mesh, profile, o, piped ? 1.0 : stretch);
+    const int passes = std::max(1, pipeline.microbatches) * (piped ? 1 : o.grad_accum);
+    absl::StatusOr<RoleTimes> t =
+        TimesOf(roles[i], mesh, profile, o, piped ? 1.0 : stretch, passes);
     if (!t.ok()) return t.status();
     times[i] = *std::move(t);
     if (roles[i].peak_bytes > roles[largest].peak_bytes) largest = i;

@@ -108,6 +108,10 @@ struct StepPrediction {
   std::map<std::string, double> bytes_by_kind, seconds_by_kind;
 };
 
+// This rank's bytes of FSDP-sharded parameters: its forward all-gathers over dp_shard (one per
+// parameter and forward pass in the shape-only step) over the `passes` forward passes.
+double FsdpShardBytes(const RoleWork& role, int passes);
+
 // Time of one role's compute (no sharing stretch), and its parts.
 struct ComputeParts {
   double gemm_s = 0, other_s = 0, overhead_s = 0;

@@ -144,8 +144,10 @@ TEST(PredictStepTest, OverlapOnSchedulesFsdpPerLayerInTheComputeDtype) {
   RoleWork w;
   w.layers = 2;
   w.gemms.push_back({.m = 100, .n = 100, .k = 300});  // 6 ms: 2 fwd + 4 bwd
-  w.param_bytes = 4e6;                                 // this rank's f32 shard
-  // Logged as the shape-only step ran them (f32); the overlapped trainer gathers in bf16.
+  // Logged as the shape-only step ran them: this rank's f32 shard (4 MB) gathered once; the
+  // overlapped trainer gathers it in bf16. The rank's other parameters (no dimension dp_shard
+  // divides) stay whole: they are not FSDP traffic.
+  w.param_bytes = 1e9;
   w.collectives.push_back({"all_gather", {"dp_shard"}, 2, 4e6, false, "fsdp"});
   w.collectives.push_back({"reduce_scatter", {"dp_shard"}, 2, 8e6, true, "fsdp"});
   MeshShape m{{"dp_shard"}, {2}};

@@ -269,6 +269,7 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
               std::vector<bool> sps = {false};
               if (tp > 1 && req.sp_variants) sps.push_back(true);
               if (tp > 1 && !req.sp_variants) sps = {true};
+              if (req.no_sp) sps = {false};
               for (bool sp : sps) {
                 c.sp = sp;
                 if (pp == 1) {
@@ -428,7 +429,8 @@ absl::StatusOr<std::vector<RoleWork>> VariantRoles(const std::vector<RoleWork>& 
       for (const CollectiveWork& col : w.collectives) {
         if (col.phase == "fsdp" && col.op == "all_gather") group = std::max(group, col.group_size);
       }
-      const double full = w.param_bytes * group;
+      const int passes = ProfiledCandidate(c).pipeline.microbatches * c.grad_accum;
+      const double full = FsdpShardBytes(w, passes) * group;
       if (req.shape_only_keeps_gathered) act = std::max(0.0, act - full);
       const double layers_held =
           std::min(1.0, (req.step.fsdp_prefetch + 1.0) / std::max(1, w.layers));

@@ -56,7 +56,8 @@ struct PlanRequest {
   // (dp_replicate x dp_shard).
   std::vector<std::string> data_parallel = {"dp", "fsdp", "hsdp"};
   std::vector<int> microbatch_factors = {1, 2, 4, 8};  // microbatches = pp x factor
-  bool sp_variants = true;
+  bool sp_variants = true;  // with tp: both with and without SP (false: SP only)
+  bool no_sp = false;       // with tp: never SP (what frameworks without it could run)
   int max_pp = 0, max_cp = 0;  // largest pp / cp to enumerate (0: any)   // with tp: both with and without SP
   // Only these meshes (empty: enumerate), each "AXES [+sp] [SCHEDULE/mMICROBATCHES] [gaN]",
   // the parts separated by spaces or ':', e.g. "pp=2,dp_shard=4 1f1b/m8", "dp=2,tp=2:+sp".

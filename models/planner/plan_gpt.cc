@@ -57,6 +57,9 @@ ABSL_FLAG(std::string, reshard_after_forward, "true,false",
 ABSL_FLAG(std::string, data_parallel, "dp,fsdp,hsdp",
           "data-parallel forms to enumerate: dp (DDP), fsdp (dp_shard), hsdp "
           "(dp_replicate x dp_shard)");
+ABSL_FLAG(std::string, sp, "both",
+          "with tp: 'both' (with and without sequence parallelism), 'on' (SP only) or 'off' "
+          "(never SP)");
 ABSL_FLAG(bool, overlap, true,
           "price the overlapped trainer (collectives on their own lane: buckets, FSDP prefetch); "
           "false: every collective blocks");
@@ -192,6 +195,12 @@ int Main() {
     req.data_parallel.emplace_back(f);
   }
   if (req.data_parallel.empty()) return Fail(absl::InvalidArgumentError("--data_parallel is empty"));
+  const std::string sp = absl::GetFlag(FLAGS_sp);
+  if (sp != "both" && sp != "on" && sp != "off") {
+    return Fail(absl::InvalidArgumentError("--sp " + sp + ": use both, on or off"));
+  }
+  req.sp_variants = sp == "both";
+  req.no_sp = sp == "off";
   req.step.overlap = absl::GetFlag(FLAGS_overlap);
   const double bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
   if (!(bucket_mb > 0)) {

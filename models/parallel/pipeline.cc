@@ -24,12 +24,13 @@ double NowUs() {
       .count();
 }
 
-std::string ActionName(const PipeAction& a) {
+std::string ActionName(const PipeAction& a, bool chunks) {
+  const std::string chunk = chunks ? absl::StrCat(".", a.chunk) : "";
   switch (a.kind) {
     case PipeAction::kForward:
-      return absl::StrCat("F", a.microbatch);
+      return absl::StrCat("F", a.microbatch, chunk);
     case PipeAction::kBackward:
-      return absl::StrCat("B", a.microbatch);
+      return absl::StrCat("B", a.microbatch, chunk);
     default:
       return ".";
   }
@@ -43,14 +44,29 @@ bool SameKinds(const SpmdType& a, const SpmdType& b) {
   return true;
 }
 
-// Stage s's actions in its schedule's order.
-std::vector<PipeAction> StageOrder(Schedule schedule, int p, int m, int s) {
+// Stage s's actions in its schedule's order (arguments checked by StageActions).
+std::vector<PipeAction> StageOrder(Schedule schedule, int p, int m, int s, int v) {
   std::vector<PipeAction> order;
-  auto f = [&](int mb) { order.push_back({PipeAction::kForward, mb}); };
-  auto b = [&](int mb) { order.push_back({PipeAction::kBackward, mb}); };
+  auto f = [&](int mb, int chunk = 0) { order.push_back({PipeAction::kForward, mb, chunk}); };
+  auto b = [&](int mb, int chunk = 0) { order.push_back({PipeAction::kBackward, mb, chunk}); };
   if (schedule == Schedule::kGpipe) {
     for (int i = 0; i < m; ++i) f(i);
     for (int i = 0; i < m; ++i) b(i);
+    return order;
+  }
+  if (schedule == Schedule::kInterleaved1F1B && v > 1) {
+    // Megatron-LM's interleaved order: the k-th forward runs chunk (k mod pv) / p of
+    // microbatch (k / pv) p + k mod p; backwards visit the chunks in reverse.
+    const int total = m * v;
+    const int warmup = m == p ? total : std::min(total, (p - s - 1) * 2 + (v - 1) * p);
+    auto mb_of = [&](int k) { return (k / (p * v)) * p + k % p; };
+    auto fchunk = [&](int k) { return (k % (p * v)) / p; };
+    for (int k = 0; k < warmup; ++k) f(mb_of(k), fchunk(k));
+    for (int i = 0; i < total - warmup; ++i) {
+      f(mb_of(warmup + i), fchunk(warmup + i));
+      b(mb_of(i), v - 1 - fchunk(i));
+    }
+    for (int k = total - warmup; k < total; ++k) b(mb_of(k), v - 1 - fchunk(k));
     return order;
   }
   const int warmup = std::min(p - 1 - s, m);
@@ -168,17 +184,54 @@ class PipeLink {
 absl::StatusOr<Schedule> ParseSchedule(const std::string& name) {
   if (name == "gpipe") return Schedule::kGpipe;
   if (name == "1f1b") return Schedule::kOneFOneB;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--schedule: unknown pipeline schedule '", name, "'; use gpipe or 1f1b"));
+  if (name == "interleaved_1f1b") return Schedule::kInterleaved1F1B;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--schedule: unknown pipeline schedule '", name, "'; use gpipe, 1f1b or interleaved_1f1b"));
 }
 
-const char* ScheduleName(Schedule s) { return s == Schedule::kGpipe ? "gpipe" : "1f1b"; }
+const char* ScheduleName(Schedule s) {
+  switch (s) {
+    case Schedule::kGpipe:
+      return "gpipe";
+    case Schedule::kOneFOneB:
+      return "1f1b";
+    default:
+      return "interleaved_1f1b";
+  }
+}
+
+absl::StatusOr<std::vector<PipeAction>> StageActions(Schedule schedule, int stages,
+                                                     int microbatches, int stage,
+                                                     int virtual_stages) {
+  if (stages < 1 || microbatches < 1 || virtual_stages < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline: stages (", stages, "), microbatches (", microbatches,
+        ") and virtual stages (", virtual_stages, ") must be >= 1"));
+  }
+  if (stage < 0 || stage >= stages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline: stage ", stage, " outside [0, ", stages, ")"));
+  }
+  if (virtual_stages > 1 && schedule != Schedule::kInterleaved1F1B) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline: --virtual_stages ", virtual_stages, " needs --schedule=interleaved_1f1b (",
+        ScheduleName(schedule), " runs one chunk per stage)"));
+  }
+  if (schedule == Schedule::kInterleaved1F1B && virtual_stages > 1 &&
+      microbatches % stages != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline: the interleaved schedule runs microbatches in groups of the ", stages,
+        " stages; ", microbatches, " microbatches is not a multiple of ", stages,
+        ": use a multiple (e.g. ", stages * ((microbatches + stages - 1) / stages), ")"));
+  }
+  return StageOrder(schedule, stages, microbatches, stage, virtual_stages);
+}
 
 std::string Timetable::ToString() const {
   std::string out;
   for (int s = 0; s < stages_; ++s) {
     std::vector<std::string> row;
-    for (int t = 0; t < num_ticks(); ++t) row.push_back(ActionName(at(t, s)));
+    for (int t = 0; t < num_ticks(); ++t) row.push_back(ActionName(at(t, s), virtual_stages_ > 1));
     absl::StrAppend(&out, "stage ", s, ": ", absl::StrJoin(row, " "), "\n");
   }
   return out;
@@ -198,42 +251,46 @@ double Timetable::TheoreticalBubble() const {
   return static_cast<double>(stages_ - 1) / static_cast<double>(microbatches_ + stages_ - 1);
 }
 
-absl::StatusOr<Timetable> MakeTimetable(Schedule schedule, int stages, int microbatches) {
-  if (stages < 1 || microbatches < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("pipeline: stages (", stages,
-                                                   ") and microbatches (", microbatches,
-                                                   ") must be >= 1"));
+absl::StatusOr<Timetable> MakeTimetable(Schedule schedule, int stages, int microbatches,
+                                        int virtual_stages) {
+  const int p = stages, m = microbatches, v = virtual_stages;
+  std::vector<std::vector<PipeAction>> order(std::max(p, 0));
+  for (int s = 0; s < p; ++s) {
+    absl::StatusOr<std::vector<PipeAction>> o = StageActions(schedule, p, m, s, v);
+    if (!o.ok()) return o.status();
+    order[s] = *std::move(o);
   }
-  const int p = stages, m = microbatches;
-  std::vector<std::vector<PipeAction>> order(p);
-  for (int s = 0; s < p; ++s) order[s] = StageOrder(schedule, p, m, s);
-  // done_f[s][mb] / done_b[s][mb]: the tick it ran at (-1: not yet).
-  std::vector<std::vector<int>> done_f(p, std::vector<int>(m, -1)), done_b = done_f;
+  if (p < 1) return StageActions(schedule, p, m, 0, v).status();
+  // done_f[vs][mb] / done_b[vs][mb]: the tick it ran at on virtual stage vs = chunk * p + stage
+  // (-1: not yet).
+  std::vector<std::vector<int>> done_f(p * v, std::vector<int>(m, -1)), done_b = done_f;
   std::vector<size_t> next(p, 0);
   Timetable tt;
   tt.stages_ = p;
   tt.microbatches_ = m;
+  tt.virtual_stages_ = v;
   tt.schedule_ = schedule;
+  const int last = p * v - 1;
   auto ran = [](int at, int tick) { return at >= 0 && at < tick; };
   for (int tick = 0;; ++tick) {
     bool left = false;
     for (int s = 0; s < p; ++s) left |= next[s] < order[s].size();
     if (!left) break;
-    if (tick > 4 * (m + p) + 4) {
+    if (tick > 4 * v * (m + p) + 4) {
       return absl::InternalError("pipeline timetable: no progress (a bug in the schedule)");
     }
     std::vector<PipeAction> row(p);
     for (int s = 0; s < p; ++s) {
       if (next[s] == order[s].size()) continue;
       const PipeAction a = order[s][next[s]];
-      const bool ready =
-          a.kind == PipeAction::kForward
-              ? (s == 0 || ran(done_f[s - 1][a.microbatch], tick))
-              : (s == p - 1 ? ran(done_f[s][a.microbatch], tick)
-                            : ran(done_b[s + 1][a.microbatch], tick));
+      const int vs = a.chunk * p + s;
+      const bool ready = a.kind == PipeAction::kForward
+                             ? (vs == 0 || ran(done_f[vs - 1][a.microbatch], tick))
+                             : (vs == last ? ran(done_f[vs][a.microbatch], tick)
+                                           : ran(done_b[vs + 1][a.microbatch], tick));
       if (!ready) continue;
       row[s] = a;
-      (a.kind == PipeAction::kForward ? done_f : done_b)[s][a.microbatch] = tick;
+      (a.kind == PipeAction::kForward ? done_f : done_b)[vs][a.microbatch] = tick;
       ++next[s];
     }
     tt.ticks_.push_back(std::move(row));
@@ -286,6 +343,11 @@ PipelineResult RunPipeline(const Timetable& tt, const std::string& axis,
            ctx.mesh().ShortString(), " has ",
            ai < 0 ? std::string("no axis '") + axis + "'"
                   : absl::StrCat(ctx.mesh().axis_size(ai), " devices on '", axis, "'"));
+  }
+  if (tt.virtual_stages() > 1) {
+    OpFail("RunPipeline: a timetable of ", tt.virtual_stages(),
+           " model chunks per stage (interleaved 1F1B) is not run by this executor yet; use one "
+           "chunk per stage (--schedule=1f1b)");
   }
   const int s = ai < 0 ? 0 : ctx.coord(ai);
   CreateAllCommunicators(ctx);

@@ -18,7 +18,14 @@
 //          stage holds the activations of all m microbatches at once.
 //   1F1B   (PipeDream-Flush) stage s runs min(p-1-s, m) warm-up forwards, then alternates one
 //          forward and one backward, then drains; it holds at most min(p-s, m) microbatches.
-// Bubble: each stage idles (p-1)/(m+p-1) of the ticks in both.
+//   Interleaved 1F1B (Narayanan et al. 2021, Megatron-LM's forward_backward_pipelining_with_
+//          interleaving) each rank holds v model chunks (virtual stages): chunk c of stage s is
+//          virtual stage c*p + s, so a microbatch visits every rank v times. Forwards run in
+//          groups of p microbatches per chunk; stage s warms up with (p-1-s)*2 + (v-1)*p
+//          forwards (all m*v when m == p), then alternates, then drains. m must be a multiple
+//          of p. The bubble shrinks to (p-1)/(v*m) of the ideal time, at v times the
+//          boundary transfers.
+// Bubble: each stage idles (p-1)/(m+p-1) of the ticks in GPipe and 1F1B.
 //
 // Communication. Stage boundaries are typed ops on the stage's tape: pp_send(y) (to the next
 // stage) and pp_recv (from the previous stage). Their transposes swap roles, as for
@@ -50,9 +57,9 @@
 
 namespace shardmap {
 
-enum class Schedule : uint8_t { kGpipe, kOneFOneB };
+enum class Schedule : uint8_t { kGpipe, kOneFOneB, kInterleaved1F1B };
 
-// "gpipe" or "1f1b"; InvalidArgument names the choices.
+// "gpipe", "1f1b" or "interleaved_1f1b"; InvalidArgument names the choices.
 absl::StatusOr<Schedule> ParseSchedule(const std::string& name);
 const char* ScheduleName(Schedule s);
 
@@ -60,16 +67,28 @@ struct PipeAction {
   enum Kind : uint8_t { kIdle, kForward, kBackward };
   Kind kind = kIdle;
   int microbatch = -1;
+  int chunk = 0;  // the model chunk (interleaved schedules; 0 otherwise)
 };
+
+// Stage `stage`'s actions in its schedule's order (what MakeTimetable places on ticks, and what
+// an asynchronous executor runs one after another). virtual_stages > 1 only with
+// kInterleaved1F1B. InvalidArgument for stages, microbatches or virtual_stages < 1, a stage
+// outside [0, stages), virtual stages with another schedule, or an interleaved schedule whose
+// microbatches are not a multiple of the stages.
+absl::StatusOr<std::vector<PipeAction>> StageActions(Schedule schedule, int stages,
+                                                     int microbatches, int stage,
+                                                     int virtual_stages = 1);
 
 class Timetable {
  public:
   int stages() const { return stages_; }
   int microbatches() const { return microbatches_; }
+  int virtual_stages() const { return virtual_stages_; }
   Schedule schedule() const { return schedule_; }
   int num_ticks() const { return static_cast<int>(ticks_.size()); }
   const PipeAction& at(int tick, int stage) const { return ticks_[tick][stage]; }
-  // One row per stage, one column per tick: "F0 F1 .. B0 ..", "." for idle.
+  // One row per stage, one column per tick: "F0 F1 .. B0 ..", "." for idle (interleaved:
+  // "F0.1" is microbatch 0's forward on chunk 1).
   std::string ToString() const;
   // Most microbatches whose forward ran and whose backward did not yet, on `stage`.
   int MaxInFlight(int stage) const;
@@ -77,16 +96,17 @@ class Timetable {
   double TheoreticalBubble() const;
 
  private:
-  friend absl::StatusOr<Timetable> MakeTimetable(Schedule, int, int);
-  int stages_ = 0, microbatches_ = 0;
+  friend absl::StatusOr<Timetable> MakeTimetable(Schedule, int, int, int);
+  int stages_ = 0, microbatches_ = 0, virtual_stages_ = 1;
   Schedule schedule_ = Schedule::kGpipe;
   std::vector<std::vector<PipeAction>> ticks_;  // ticks_[t][stage]
 };
 
 // The lockstep timetable: each stage runs its schedule's order of actions, each at the first
-// tick where its inputs exist (the forward of the previous stage, the backward of the next
-// stage, at an earlier tick). InvalidArgument for stages or microbatches < 1.
-absl::StatusOr<Timetable> MakeTimetable(Schedule schedule, int stages, int microbatches);
+// tick where its inputs exist (the forward of the previous (virtual) stage, the backward of the
+// next, at an earlier tick). InvalidArgument as StageActions.
+absl::StatusOr<Timetable> MakeTimetable(Schedule schedule, int stages, int microbatches,
+                                        int virtual_stages = 1);
 
 // Layers per stage: `sizes` when given (must sum to `layers`, each >= 1), else as even as
 // possible with the first stages taking the extra layers (4 over 3: 2,1,1). InvalidArgument when
@@ -138,7 +158,8 @@ void CreateAllCommunicators(RankContext& ctx);
 
 // Runs one step of `timetable` on this rank (inside RunSpmd / shard_map; the axis must have
 // timetable.stages() devices; stage = axis_index(axis); a one-stage timetable may name no axis,
-// "", and then only accumulates over the microbatches). Throws OpError.
+// "", and then only accumulates over the microbatches). Throws OpError, also for a timetable
+// with more than one chunk per stage (interleaved: planned and priced, not executed yet).
 PipelineResult RunPipeline(const Timetable& timetable, const std::string& axis,
                            const PipelineStage& stage, const std::vector<Value>& params);
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "autograd/tape.h"
 #include "autograd/value_and_grad.h"
@@ -92,8 +94,77 @@ TEST(TimetableTest, BadArgumentsAreErrors) {
   EXPECT_THAT(MakeTimetable(Schedule::kGpipe, 0, 4).status().message(), HasSubstr("stages (0)"));
   EXPECT_THAT(MakeTimetable(Schedule::kGpipe, 2, 0).status().message(),
               HasSubstr("microbatches (0)"));
-  EXPECT_THAT(ParseSchedule("zb").status().message(), HasSubstr("use gpipe or 1f1b"));
+  EXPECT_THAT(ParseSchedule("zb").status().message(),
+              HasSubstr("use gpipe, 1f1b or interleaved_1f1b"));
   EXPECT_EQ(*ParseSchedule("1f1b"), Schedule::kOneFOneB);
+  EXPECT_EQ(*ParseSchedule("interleaved_1f1b"), Schedule::kInterleaved1F1B);
+  EXPECT_THAT(MakeTimetable(Schedule::kOneFOneB, 2, 4, 2).status().message(),
+              HasSubstr("needs --schedule=interleaved_1f1b"));
+  EXPECT_THAT(MakeTimetable(Schedule::kInterleaved1F1B, 4, 6, 2).status().message(),
+              HasSubstr("not a multiple of 4"));
+  EXPECT_THAT(MakeTimetable(Schedule::kInterleaved1F1B, 2, 4, 0).status().message(),
+              HasSubstr("virtual stages (0)"));
+  EXPECT_FALSE(StageActions(Schedule::kOneFOneB, 2, 4, 2).ok());  // no stage 2
+}
+
+TEST(TimetableTest, InterleavedIsMegatronsOrder) {
+  // p = 2, m = 4, v = 2: stage 0 warms up with (p-1)*2 + (v-1)*p = 4 chunk-forwards, stage 1
+  // with 2; forwards go in groups of p microbatches per chunk, backwards chunks in reverse.
+  auto order = [](int s) {
+    std::vector<std::string> names;
+    const absl::StatusOr<std::vector<PipeAction>> actions =
+        StageActions(Schedule::kInterleaved1F1B, 2, 4, s, 2);
+    for (const PipeAction& a : *actions) {
+      names.push_back(absl::StrCat(a.kind == PipeAction::kForward ? "F" : "B", a.microbatch, ".",
+                                   a.chunk));
+    }
+    return absl::StrJoin(names, " ");
+  };
+  EXPECT_EQ(order(0),
+            "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0");
+  EXPECT_EQ(order(1),
+            "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0");
+  // One chunk: interleaved is 1F1B.
+  EXPECT_EQ(MakeTimetable(Schedule::kInterleaved1F1B, 3, 5)->ToString(),
+            MakeTimetable(Schedule::kOneFOneB, 3, 5)->ToString());
+}
+
+TEST(TimetableTest, InterleavedRespectsVirtualStageDependencies) {
+  for (int p : {1, 2, 3, 4}) {
+    for (int v : {2, 3}) {
+      for (int m : {p, 2 * p, 3 * p}) {
+        absl::StatusOr<Timetable> tt = MakeTimetable(Schedule::kInterleaved1F1B, p, m, v);
+        ASSERT_TRUE(tt.ok()) << tt.status();
+        SCOPED_TRACE(absl::StrCat("p=", p, " v=", v, " m=", m, "\n", tt->ToString()));
+        const int vs_count = p * v;
+        std::vector<std::vector<int>> f(vs_count, std::vector<int>(m, -1)), b = f;
+        for (int t = 0; t < tt->num_ticks(); ++t) {
+          for (int s = 0; s < p; ++s) {
+            const PipeAction& a = tt->at(t, s);
+            if (a.kind == PipeAction::kIdle) continue;
+            ASSERT_LT(a.chunk, v);
+            auto& slot = (a.kind == PipeAction::kForward ? f : b)[a.chunk * p + s][a.microbatch];
+            EXPECT_EQ(slot, -1) << "ran twice";
+            slot = t;
+          }
+        }
+        for (int vs = 0; vs < vs_count; ++vs) {
+          for (int i = 0; i < m; ++i) {
+            ASSERT_GE(f[vs][i], 0);
+            ASSERT_GE(b[vs][i], 0);
+            if (vs > 0) EXPECT_GT(f[vs][i], f[vs - 1][i]);
+            if (vs + 1 < vs_count) EXPECT_GT(b[vs][i], b[vs + 1][i]);
+            EXPECT_GT(b[vs][i], f[vs][i]);
+          }
+        }
+        // Fewer ticks than 1F1B at v times the work per tick count: the bubble shrinks.
+        if (p > 1 && m > p) {
+          const double bubble_ticks = tt->num_ticks() - 2.0 * m * v;
+          EXPECT_LT(bubble_ticks / v, 2.0 * (p - 1)) << "no smaller bubble";
+        }
+      }
+    }
+  }
 }
 
 TEST(SplitLayersTest, EvenUnevenExplicitAndTooFew) {

@@ -152,18 +152,40 @@ absl::StatusOr<double> CollectiveSeconds(const CollectiveWork& c, const MeshShap
   return RingSeconds(c.op, c.group_size, c.bytes, link);
 }
 
+namespace {
+absl::Status AddWork(const std::vector<GemmWork>& gemms, const std::vector<OtherWork>& others,
+                     const HardwareProfile& profile, ComputeParts* parts) {
+  for (const GemmWork& g : gemms) {
+    absl::StatusOr<double> t = profile.GemmSeconds(g);
+    if (!t.ok()) return t.status();
+    parts->gemm_s += *t;
+  }
+  for (const OtherWork& o : others) {
+    absl::StatusOr<double> t = profile.OtherSeconds(o);
+    if (!t.ok()) return t.status();
+    parts->other_s += *t;
+  }
+  return absl::OkStatus();
+}
+
+// The recomputation's share of the role's compute.
+absl::StatusOr<double> RecomputeSeconds(const RoleWork& role, const HardwareProfile& profile) {
+  ComputeParts parts;
+  if (absl::Status s = AddWork(role.recompute_gemms, role.recompute_others, profile, &parts);
+      !s.ok()) {
+    return s;
+  }
+  return parts.total();
+}
+}  // namespace
+
 absl::StatusOr<ComputeParts> ComputeBreakdown(const RoleWork& role,
                                               const HardwareProfile& profile) {
   ComputeParts parts;
-  for (const GemmWork& g : role.gemms) {
-    absl::StatusOr<double> t = profile.GemmSeconds(g);
-    if (!t.ok()) return t.status();
-    parts.gemm_s += *t;
-  }
-  for (const OtherWork& o : role.others) {
-    absl::StatusOr<double> t = profile.OtherSeconds(o);
-    if (!t.ok()) return t.status();
-    parts.other_s += *t;
+  if (absl::Status s = AddWork(role.gemms, role.others, profile, &parts); !s.ok()) return s;
+  if (absl::Status s = AddWork(role.recompute_gemms, role.recompute_others, profile, &parts);
+      !s.ok()) {
+    return s;
   }
   parts.overhead_s = role.op_count * profile.op_overhead_s;
   return parts;
@@ -209,48 +231,219 @@ absl::StatusOr<double> PipelineSeconds(const PipelineSpec& spec,
   return total;
 }
 
+namespace {
+
+struct RoleTimes {
+  double compute = 0, blocking = 0, blocking_fwd = 0, overlapped = 0, boundary = 0;
+  double forward = 0;  // the forward passes' compute (recomputation runs in the backward)
+  // The overlapped schedule's inputs (options.overlap): one gather / reduce-scatter of every
+  // layer, HSDP's replicate all-reduce, and DDP's gradient bytes with their kinds.
+  bool fsdp = false;
+  double gather_s = 0, reduce_s = 0, replicate_s = 0, grad_bytes = 0;
+  std::vector<CollectiveWork> grad_kinds;
+};
+
+bool IsFsdpGather(const CollectiveWork& w) { return w.phase == "fsdp" && w.op == "all_gather"; }
+
+}  // namespace
+
+double FsdpShardBytes(const RoleWork& role, int passes) {
+  double gathered = 0;
+  for (const CollectiveWork& w : role.collectives) {
+    if (IsFsdpGather(w) && !w.backward) gathered += w.bytes;
+  }
+  return gathered / std::max(1, passes);
+}
+
+namespace {
+
+// Prices one role's collectives by what they do; `stretch` the shared-core factor of compute.
+absl::StatusOr<RoleTimes> TimesOf(const RoleWork& role, const MeshShape& mesh,
+                                  const HardwareProfile& profile, const StepOptions& o,
+                                  double compute_stretch, int passes) {
+  RoleTimes t;
+  absl::StatusOr<double> c = ComputeSeconds(role, profile);
+  if (!c.ok()) return c.status();
+  t.compute = *c * compute_stretch;
+  absl::StatusOr<double> rc = RecomputeSeconds(role, profile);
+  if (!rc.ok()) return rc.status();
+  t.forward = (*c - *rc) * role.forward_fraction * compute_stretch;
+  const CollectiveWork* fsdp_gather = nullptr;
+  for (const CollectiveWork& w : role.collectives) {
+    absl::StatusOr<double> s = CollectiveSeconds(w, mesh, profile);
+    if (!s.ok()) return s.status();
+    const double secs = o.simulated_link
+                            ? *s
+                            : std::max(*s * CollectiveStretch(w, mesh, profile),
+                                       *s > 0 ? OversubscribedWait(w, mesh, profile) : 0.0);
+    if (Overlappable(w)) {
+      t.overlapped += secs;
+      if (IsFsdpGather(w) && fsdp_gather == nullptr) fsdp_gather = &w;
+      if (w.phase == "grad" && w.group_size > 1) {
+        // One entry per (op, axes, group): the overlapped trainer reduces buckets, not the
+        // log's one collective per parameter.
+        auto same = std::find_if(t.grad_kinds.begin(), t.grad_kinds.end(),
+                                 [&w](const CollectiveWork& k) {
+                                   return k.op == w.op && k.axes == w.axes &&
+                                          k.group_size == w.group_size;
+                                 });
+        if (same == t.grad_kinds.end()) {
+          t.grad_kinds.push_back(w);
+        } else {
+          same->bytes += w.bytes;
+        }
+        t.grad_bytes += w.bytes;
+      }
+    } else if (w.phase == "pp") {
+      t.boundary += secs;
+    } else {
+      t.blocking += secs;
+      if (!w.backward) t.blocking_fwd += secs;
+    }
+  }
+  if (!o.overlap) return t;
+  for (const CollectiveWork& k : t.grad_kinds) {
+    absl::StatusOr<double> s = CollectiveSeconds(k, mesh, profile);
+    if (!s.ok()) return s.status();
+    t.replicate_s += *s;
+  }
+  if (fsdp_gather == nullptr) {
+    // FSDP collectives without a parameter gather to schedule them by: they block.
+    for (const CollectiveWork& w : role.collectives) {
+      if (w.phase != "fsdp") continue;
+      absl::StatusOr<double> s = CollectiveSeconds(w, mesh, profile);
+      if (!s.ok()) return s.status();
+      t.blocking += *s;
+      if (!w.backward) t.blocking_fwd += *s;
+    }
+    return t;
+  }
+  // FSDP as the overlapped trainer runs it: every layer gathered in the compute dtype (this
+  // rank's shard), its gradients reduce-scattered in the parameters' (the whole buffer).
+  t.fsdp = true;
+  // The sharded parameters' bytes: the shape-only step gathers each of them once per forward
+  // pass (parameters a dp_shard does not divide stay whole, their gradients all-reduced).
+  const double sharded = FsdpShardBytes(role, passes);
+  CollectiveWork g = *fsdp_gather;
+  g.bytes = sharded * o.gather_scale;
+  CollectiveWork r = g;
+  r.op = "reduce_scatter";
+  r.bytes = sharded * g.group_size;
+  absl::StatusOr<double> gs = CollectiveSeconds(g, mesh, profile);
+  if (!gs.ok()) return gs.status();
+  absl::StatusOr<double> rs = CollectiveSeconds(r, mesh, profile);
+  if (!rs.ok()) return rs.status();
+  t.gather_s = *gs;
+  t.reduce_s = *rs;
+  return t;
+}
+
+// What reducing `bytes` of gradients costs, spread over the logged gradient kinds.
+std::function<double(double)> BucketCost(const RoleTimes& t, const MeshShape& mesh,
+                                         const HardwareProfile& profile) {
+  return [&t, &mesh, &profile](double bytes) {
+    double s = 0;
+    for (CollectiveWork w : t.grad_kinds) {
+      w.bytes = bytes * w.bytes / t.grad_bytes;
+      absl::StatusOr<double> c = CollectiveSeconds(w, mesh, profile);
+      if (c.ok()) s += *c;
+    }
+    return s;
+  };
+}
+
+absl::Status CheckOptions(const StepOptions& o) {
+  if (!(o.bucket_bytes > 0) || o.fsdp_prefetch < 1 || o.grad_accum < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step options: bucket ", o.bucket_bytes, " bytes (> 0), prefetch ", o.fsdp_prefetch,
+        " (>= 1), grad_accum ", o.grad_accum, " (>= 1)"));
+  }
+  return absl::OkStatus();
+}
+
+// One role's step without a pipeline, collectives overlapped as the trainer schedules them.
+absl::StatusOr<double> OverlappedRoleSeconds(const RoleWork& role, const RoleTimes& t,
+                                             const MeshShape& mesh,
+                                             const HardwareProfile& profile,
+                                             const StepOptions& o) {
+  OverlappedStepInput in;
+  in.layers = std::max(1, role.layers);
+  in.microsteps = o.grad_accum;
+  in.forward_s = (t.forward + t.blocking_fwd) / o.grad_accum;
+  in.backward_s = (t.compute - t.forward + t.blocking - t.blocking_fwd) / o.grad_accum;
+  in.bucket_bytes = o.bucket_bytes;
+  in.prefetch = o.fsdp_prefetch;
+  in.reshard_after_forward = o.reshard_after_forward;
+  if (t.fsdp) {
+    in.fsdp_gather_s = t.gather_s;
+    in.fsdp_reduce_s = t.reduce_s;
+    in.hsdp_replicate_s = t.replicate_s;
+  } else {
+    in.grad_bytes = t.grad_bytes;
+    in.grad_bucket_seconds = BucketCost(t, mesh, profile);
+  }
+  return PredictOverlappedStep(in);
+}
+
+// One microbatch's forward and backward on a pipeline stage, with its FSDP lanes.
+absl::Status StageActionSeconds(const RoleWork& role, const RoleTimes& t, int m,
+                                const StepOptions& o, double* fwd, double* bwd) {
+  *fwd = (t.forward + t.blocking_fwd) / m;
+  *bwd = (t.compute - t.forward + t.blocking - t.blocking_fwd) / m;
+  if (!t.fsdp) return absl::OkStatus();
+  const int layers = std::max(1, role.layers);
+  const double g = o.reshard_after_forward ? t.gather_s : 0.0;
+  absl::StatusOr<double> f = FsdpForwardSeconds(
+      {.layers = layers, .compute_s = *fwd, .gather_s = g, .prefetch = o.fsdp_prefetch});
+  if (!f.ok()) return f.status();
+  absl::StatusOr<double> b = FsdpBackwardSeconds({.layers = layers, .compute_s = *bwd,
+                                                  .gather_s = g, .reduce_s = t.reduce_s,
+                                                  .prefetch = o.fsdp_prefetch});
+  if (!b.ok()) return b.status();
+  *fwd = *f;
+  *bwd = *b;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
                                            const MeshShape& mesh, const PipelineSpec& pipeline,
-                                           const HardwareProfile& profile) {
+                                           const HardwareProfile& profile,
+                                           const StepOptions& options) {
   if (roles.empty()) return absl::InvalidArgumentError("no rank roles to predict");
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
   const bool piped = pipeline.stages > 1 || pipeline.microbatches > 1;
+  // Simulated CPU ranks share the cores and run their collectives inline: nothing overlaps.
+  StepOptions o = options;
+  o.overlap = options.overlap && (profile.cores <= 0 || options.simulated_link);
   const double stretch = Stretch(mesh, profile);
-  struct RoleTimes {
-    double compute = 0, blocking = 0, blocking_fwd = 0, overlapped = 0, boundary = 0;
-  };
   std::vector<RoleTimes> times(roles.size());
   StepPrediction out;
   size_t largest = 0;
   for (size_t i = 0; i < roles.size(); ++i) {
-    absl::StatusOr<double> c = ComputeSeconds(roles[i], profile);
-    if (!c.ok()) return c.status();
     // A pipeline's stages idle in its bubble and leave their cores to the others: its compute
     // is not stretched here but bounded below by the whole world's work over the cores (below).
-    times[i].compute = *c * (piped ? 1.0 : stretch);
-    for (const CollectiveWork& w : roles[i].collectives) {
-      absl::StatusOr<double> s = CollectiveSeconds(w, mesh, profile);
-      if (!s.ok()) return s.status();
-      const double secs = std::max(*s * CollectiveStretch(w, mesh, profile),
-                                   *s > 0 ? OversubscribedWait(w, mesh, profile) : 0.0);
-      if (Overlappable(w)) {
-        times[i].overlapped += secs;
-      } else if (w.phase == "pp") {
-        times[i].boundary += secs;
-      } else {
-        times[i].blocking += secs;
-        if (!w.backward) times[i].blocking_fwd += secs;
-      }
-    }
+    const int passes = std::max(1, pipeline.microbatches) * (piped ? 1 : o.grad_accum);
+    absl::StatusOr<RoleTimes> t =
+        TimesOf(roles[i], mesh, profile, o, piped ? 1.0 : stretch, passes);
+    if (!t.ok()) return t.status();
+    times[i] = *std::move(t);
     if (roles[i].peak_bytes > roles[largest].peak_bytes) largest = i;
   }
-  auto exposed = [&](const RoleTimes& t) {
-    const double hidden = profile.overlap * std::min(t.overlapped, t.compute);
-    return t.overlapped - hidden;
-  };
+  std::vector<double> role_exposed(roles.size(), 0);
+  for (size_t i = 0; i < roles.size(); ++i) role_exposed[i] = times[i].overlapped;
   size_t critical = 0;
   if (!piped) {
     for (size_t i = 0; i < roles.size(); ++i) {
-      const double s = times[i].compute + times[i].blocking + exposed(times[i]);
+      const RoleTimes& t = times[i];
+      double s = t.compute + t.blocking + t.overlapped;
+      if (o.overlap) {
+        absl::StatusOr<double> ov = OverlappedRoleSeconds(roles[i], t, mesh, profile, o);
+        if (!ov.ok()) return ov.status();
+        s = *ov;
+        role_exposed[i] = std::max(0.0, s - t.compute - t.blocking);
+      }
       if (s > out.step_s) {
         out.step_s = s;
         critical = i;
@@ -267,24 +460,42 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
             "role '", roles[i].role, "' has pipeline stage ", roles[i].pp_stage, " of ", p));
       }
       const RoleTimes& t = times[i];
-      const double ff = roles[i].forward_fraction;
-      fwd[s] = std::max(fwd[s], (t.compute * ff + t.blocking_fwd) / m);
-      bwd[s] = std::max(bwd[s], (t.compute * (1 - ff) + t.blocking - t.blocking_fwd) / m);
-      // Boundary transfers: a tick moves one forward and one backward activation at most.
-      const int transfers = std::max<int>(1, 2 * m);
-      boundary = std::max(boundary, t.boundary / transfers);
-      after = std::max(after, exposed(t));
+      double f = 0, b = 0;
+      if (absl::Status st = StageActionSeconds(roles[i], t, m, o, &f, &b); !st.ok()) return st;
+      fwd[s] = std::max(fwd[s], f);
+      bwd[s] = std::max(bwd[s], b);
+      // Boundary transfers: one forward and one backward activation per microbatch.
+      boundary = std::max(boundary, t.boundary / std::max<int>(1, 2 * m));
+      double exposed = t.overlapped;
+      if (o.overlap) {
+        // FSDP's collectives ran inside the actions; the gradients' after the last backward
+        // (DDP's buckets overlap it), HSDP's replicate all-reduce after it.
+        exposed = t.fsdp ? t.replicate_s + (o.reshard_after_forward ? 0 : t.gather_s) : 0;
+        if (!t.fsdp && t.grad_bytes > 0) {
+          absl::StatusOr<double> with = BucketedBackwardSeconds(b, t.grad_bytes, o.bucket_bytes,
+                                                                BucketCost(t, mesh, profile));
+          if (!with.ok()) return with.status();
+          exposed = *with - b;
+        }
+      }
+      role_exposed[i] = exposed;
+      after = std::max(after, exposed);
     }
     for (int s = 0; s < p; ++s) {
       if (fwd[s] < 0) {
         return absl::InvalidArgumentError(absl::StrCat("no role for pipeline stage ", s, " of ", p));
       }
     }
-    // Shared cores: each tick's busy stages share them (the pipeline's compute was not
-    // stretched above).
-    const double share = profile.cores > 0 ? (mesh.world() / p) / profile.cores : 0.0;
-    absl::StatusOr<double> pipe =
-        PipelineSeconds(pipeline, fwd, bwd, boundary, &out.bubble, share);
+    absl::StatusOr<double> pipe;
+    if (profile.cores > 0) {
+      // Simulated CPU ranks run the trainer's lockstep ticks and share the cores tick by tick
+      // (the pipeline's compute was not stretched above).
+      const double share = (mesh.world() / p) / profile.cores;
+      pipe = PipelineSeconds(pipeline, fwd, bwd, boundary, &out.bubble, share);
+    } else {
+      pipe = AsyncPipelineSeconds(pipeline.schedule, p, m, pipeline.virtual_stages, fwd, bwd,
+                                  boundary, &out.bubble);
+    }
     if (!pipe.ok()) return pipe.status();
     out.step_s = *pipe + after;
     if (profile.cores > 0) {
@@ -293,7 +504,7 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
       double work = 0, comm = 0;
       for (size_t i = 0; i < roles.size(); ++i) {
         work += times[i].compute * (mesh.world() / p);
-        comm = std::max(comm, times[i].blocking + times[i].boundary + exposed(times[i]));
+        comm = std::max(comm, times[i].blocking + times[i].boundary + role_exposed[i]);
       }
       const double bound = work / profile.cores + comm;
       if (bound > out.step_s) {
@@ -314,7 +525,7 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
   }
   out.blocking_comm_s = ct.blocking + ct.boundary;
   out.overlapped_comm_s = ct.overlapped;
-  out.exposed_comm_s = exposed(ct);
+  out.exposed_comm_s = role_exposed[critical];
   out.critical_role = roles[critical].role;
   out.peak_bytes = roles[largest].peak_bytes;
   for (const CollectiveWork& w : roles[largest].collectives) {

@@ -10,15 +10,23 @@
 //              node), else inter-node. all_reduce alpha + 2(n-1)/n S/B; all_gather,
 //              reduce_scatter, all_to_all alpha + (n-1)/n S/B (S the full buffer); ppermute,
 //              broadcast alpha + bytes/B; type conversions (convert, reinterpret, vary) 0.
-//   overlap  ASSUMPTION: the FSDP all_gathers / reduce_scatters and the data-parallel gradient
-//            all_reduces (phases "fsdp", "grad") run beside compute, hiding up to
-//            profile.overlap x compute of them; every other collective (tp, cp, ep, pp, norm,
-//            loss) blocks.
-//   pipeline the lockstep timetable of models/parallel/pipeline.h (MakeTimetable): each tick lasts as
-//            long as its slowest stage's forward or backward of one microbatch (compute and
-//            blocking comm of that stage / microbatches, split forward_fraction : rest), plus
-//            the boundary ppermute; bubble = idle stage-ticks / all stage-ticks, weighted by
-//            time.
+//   overlap  the trainer's schedule (StepOptions, step_schedule.h), no constant: with
+//            overlap on (issue 34's trainer: --overlap=on, --bucket_mb, --fsdp_prefetch,
+//            --reshard_after_forward) FSDP parameters are all-gathered per layer in the compute
+//            dtype (the role's parameter bytes x compute/param element size), prefetched d layers
+//            ahead, gathered again in the backward when resharded, their gradients
+//            reduce-scattered per layer in the backward (param dtype), each microstep; DDP /
+//            HSDP-replicate gradients reduced in buckets during the last microstep's backward.
+//            Each on a communication lane beside the compute lane (step_schedule.h); the first
+//            gather and the last bucket cannot hide. With overlap off (today's trainer, and
+//            every simulated-CPU run) every logged collective blocks. TP, CP, EP, pipeline and
+//            norm collectives always block.
+//   pipeline the asynchronous timetable (step_schedule.h's AsyncPipelineSeconds): each stage
+//            runs its schedule's actions (1F1B, GPipe, interleaved 1F1B with v chunks) as soon
+//            as its input has arrived, with per-stage forward / backward times (compute, blocking
+//            comm and, with overlap, the FSDP lanes of one microbatch) and the boundary transfer
+//            on every hop between ranks. Simulated CPU ranks (cores > 0) run the trainer's
+//            lockstep ticks (PipelineSeconds): each tick lasts as long as its slowest stage.
 //   shared cores (profile.cores > 0, simulated CPU ranks): world ranks run on `cores` cores, so
 //            every rank's compute and collective time is stretched by max(1, world / cores)
 //            (a fitted collective, measured with its group's threads alone, by that over
@@ -37,6 +45,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/planner/hardware_profile.h"
+#include "models/planner/step_schedule.h"
 #include "models/planner/step_work.h"
 
 namespace shardmap::planner {
@@ -65,7 +74,23 @@ absl::StatusOr<double> CollectiveSeconds(const CollectiveWork& c, const MeshShap
 struct PipelineSpec {
   int stages = 1;
   int microbatches = 1;
-  std::string schedule = "1f1b";  // "gpipe" or "1f1b"
+  std::string schedule = "1f1b";  // "gpipe", "1f1b" or "interleaved_1f1b"
+  int virtual_stages = 1;         // model chunks per stage (interleaved_1f1b)
+};
+
+// How the trainer runs the step's collectives (issue 34's flags).
+struct StepOptions {
+  bool overlap = true;             // --overlap: collectives on their own lane
+  double bucket_bytes = 25.0 * 1024 * 1024;  // --bucket_mb (DDP's default, 25 MiB)
+  int fsdp_prefetch = 1;           // --fsdp_prefetch
+  bool reshard_after_forward = true;  // --reshard_after_forward (FSDP2's default)
+  int grad_accum = 1;              // microsteps without a pipeline
+  // FSDP gathers parameters in the compute dtype: its element size over the parameters'.
+  double gather_scale = 1.0;
+  // Simulated CPU ranks whose collectives sleep for the link's time (issue 34's simulated-link
+  // benchmark) instead of running inline: they overlap even with cores > 0, take no core (no
+  // shared-core stretch, no oversubscribed wait).
+  bool simulated_link = false;
 };
 
 struct StepPrediction {
@@ -83,6 +108,10 @@ struct StepPrediction {
   std::map<std::string, double> bytes_by_kind, seconds_by_kind;
 };
 
+// This rank's bytes of FSDP-sharded parameters: its forward all-gathers over dp_shard (one per
+// parameter and forward pass in the shape-only step) over the `passes` forward passes.
+double FsdpShardBytes(const RoleWork& role, int passes);
+
 // Time of one role's compute (no sharing stretch), and its parts.
 struct ComputeParts {
   double gemm_s = 0, other_s = 0, overhead_s = 0;
@@ -93,11 +122,13 @@ absl::StatusOr<double> ComputeSeconds(const RoleWork& role, const HardwareProfil
 
 // The whole step: one role per distinct program (one without a pipeline, one per stage with one;
 // roles[i].pp_stage says which). InvalidArgument when the roles do not match the pipeline.
+// InvalidArgument for bad StepOptions (bucket <= 0, prefetch < 1, grad_accum < 1).
 absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
                                            const MeshShape& mesh, const PipelineSpec& pipeline,
-                                           const HardwareProfile& profile);
+                                           const HardwareProfile& profile,
+                                           const StepOptions& options = StepOptions{});
 
-// Lockstep pipeline time from the timetable: forward_s[s] / backward_s[s] one microbatch's work
+// Lockstep pipeline time from the timetable (the trainer's RunPipeline on simulated CPU ranks): forward_s[s] / backward_s[s] one microbatch's work
 // on stage s, boundary_s the transfer after each tick. Returns the time; *bubble the
 // time-weighted idle fraction of stage-ticks.
 // stage_share > 0: the stages' ranks share cores (simulated CPU ranks), stage_share = ranks per

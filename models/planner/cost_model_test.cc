@@ -102,10 +102,9 @@ TEST(PipelineSecondsTest, StagesSharingCoresRunABusyTickInTurn) {
   EXPECT_NEAR(*PipelineSeconds(spec, {1, 1, 1, 1}, {2, 2, 2, 2}, 0, &bubble, 1.0), 48, 1e-9);
 }
 
-TEST(PredictStepTest, ComputePlusBlockingPlusExposedOverlap) {
+TEST(PredictStepTest, OverlapOffExposesEveryCollective) {
   HardwareProfile p = Node();
   p.gpus_per_node = 8;
-  p.overlap = 0.5;
   RoleWork w;
   w.gemms.push_back({.m = 100, .n = 100, .k = 50});  // 1e6 flops at 1e9 = 1 ms
   w.others.push_back({"gelu", DType::kF32, 0, 1e6});  // 1e6 bytes at 1e9 = 1 ms
@@ -114,19 +113,106 @@ TEST(PredictStepTest, ComputePlusBlockingPlusExposedOverlap) {
   w.collectives.push_back({"all_reduce", {"tp"}, 4, 1e6, false, "tp"});         // 1.51 ms
   w.collectives.push_back({"reduce_scatter", {"dp_shard"}, 2, 8e6, true, "fsdp"});  // 4.01 ms
   MeshShape m{{"dp_shard", "tp"}, {2, 4}};
-  absl::StatusOr<StepPrediction> s = PredictStep({w}, m, {}, p);
+  StepOptions off;
+  off.overlap = false;
+  absl::StatusOr<StepPrediction> s = PredictStep({w}, m, {}, p, off);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_NEAR(s->compute_s, 3e-3, 1e-12);
   EXPECT_NEAR(s->blocking_comm_s, 1.51e-3, 1e-12);
   EXPECT_NEAR(s->overlapped_comm_s, 4.01e-3, 1e-12);
-  // overlap 0.5 hides half of min(comm, compute) = 1.5 ms.
-  EXPECT_NEAR(s->exposed_comm_s, 4.01e-3 - 1.5e-3, 1e-12);
-  EXPECT_NEAR(s->step_s, 3e-3 + 1.51e-3 + 2.51e-3, 1e-12);
+  EXPECT_NEAR(s->exposed_comm_s, 4.01e-3, 1e-12);
+  EXPECT_NEAR(s->step_s, 3e-3 + 1.51e-3 + 4.01e-3, 1e-12);
   EXPECT_DOUBLE_EQ(s->bytes_by_kind.at("reduce_scatter dp_shard"), 8e6);
-  // Shared cores: 8 ranks on 2 cores run 4x slower.
+  // Shared cores: 8 ranks on 2 cores run 4x slower, and nothing overlaps even when asked.
   p.cores = 2;
-  absl::StatusOr<StepPrediction> shared = PredictStep({w}, m, {}, p);
+  absl::StatusOr<StepPrediction> shared = PredictStep({w}, m, {}, p, off);
   EXPECT_NEAR(shared->step_s, 4 * s->step_s, 1e-12);
+  EXPECT_NEAR(PredictStep({w}, m, {}, p)->step_s, shared->step_s, 1e-12);
+  // Bad options are errors.
+  StepOptions bad;
+  bad.bucket_bytes = 0;
+  EXPECT_FALSE(PredictStep({w}, m, {}, p, bad).ok());
+  bad = StepOptions{};
+  bad.fsdp_prefetch = 0;
+  EXPECT_FALSE(PredictStep({w}, m, {}, p, bad).ok());
+}
+
+TEST(PredictStepTest, OverlapOnSchedulesFsdpPerLayerInTheComputeDtype) {
+  HardwareProfile p = Node();
+  p.gpus_per_node = 8;
+  p.intra = {0, 1e9};
+  RoleWork w;
+  w.layers = 2;
+  w.gemms.push_back({.m = 100, .n = 100, .k = 300});  // 6 ms: 2 fwd + 4 bwd
+  // Logged as the shape-only step ran them: this rank's f32 shard (4 MB) gathered once; the
+  // overlapped trainer gathers it in bf16. The rank's other parameters (no dimension dp_shard
+  // divides) stay whole: they are not FSDP traffic.
+  w.param_bytes = 1e9;
+  w.collectives.push_back({"all_gather", {"dp_shard"}, 2, 4e6, false, "fsdp"});
+  w.collectives.push_back({"reduce_scatter", {"dp_shard"}, 2, 8e6, true, "fsdp"});
+  MeshShape m{{"dp_shard"}, {2}};
+  StepOptions o;
+  o.gather_scale = 0.5;
+  absl::StatusOr<StepPrediction> s = PredictStep({w}, m, {}, p, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  // One gather: ring all_gather of 2 x 2 MB over 2 ranks = 2 ms (1 ms a layer); one
+  // reduce-scatter of 8 MB = 4 ms (2 ms a layer).
+  // Forward: g0 0-1, c0 1-2, g1 1-2, c1 2-3. Backward: g0 0-1, g1 1-2, b0 1-3, r0 3-5, b1 3-5,
+  // r1 5-7: 3 + 7 ms.
+  EXPECT_NEAR(s->step_s, 10e-3, 1e-12);
+  EXPECT_NEAR(s->exposed_comm_s, 4e-3, 1e-12);
+  // Keeping the gathered parameters: no backward gathers (b0 0-2, r0 2-4, b1 2-4, r1 4-6).
+  o.reshard_after_forward = false;
+  EXPECT_NEAR(PredictStep({w}, m, {}, p, o)->step_s, 3e-3 + 6e-3, 1e-12);
+}
+
+TEST(PredictStepTest, ASimulatedLinkOverlapsOnSharedCores) {
+  // The FSDP example above on 2 ranks sharing 1 core: compute stretches 2x (12 ms: forward 4,
+  // backward 8), the sleeping link does not; with overlap the gathers / reduce-scatters hide
+  // but the forward's and the backward's first gathers (1 ms each) and the last reduce-scatter
+  // (2 ms).
+  HardwareProfile p = Node();
+  p.intra = {0, 1e9};
+  p.cores = 1;
+  RoleWork w;
+  w.layers = 2;
+  w.gemms.push_back({.m = 100, .n = 100, .k = 300});
+  w.param_bytes = 4e6;
+  w.collectives.push_back({"all_gather", {"dp_shard"}, 2, 4e6, false, "fsdp"});
+  w.collectives.push_back({"reduce_scatter", {"dp_shard"}, 2, 8e6, true, "fsdp"});
+  MeshShape m{{"dp_shard"}, {2}};
+  StepOptions o;
+  o.gather_scale = 0.5;
+  o.simulated_link = true;
+  absl::StatusOr<StepPrediction> s = PredictStep({w}, m, {}, p, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_NEAR(s->step_s, 12e-3 + 1e-3 + 1e-3 + 2e-3, 1e-12);
+  // Inline collectives on shared cores (the plain CPU profile): all of them block, stretched.
+  o.simulated_link = false;
+  EXPECT_NEAR(PredictStep({w}, m, {}, p, o)->step_s, 12e-3 + 2 * (4e-3 + 4e-3), 1e-12);
+}
+
+TEST(PredictStepTest, OverlapOnReducesGradientsInBucketsNotPerParameter) {
+  HardwareProfile p = Node();
+  p.gpus_per_node = 8;
+  p.intra = {1e-3, 1e9};  // a large alpha: paid per bucket, not per logged parameter
+  RoleWork w;
+  w.layers = 2;
+  w.gemms.push_back({.m = 100, .n = 100, .k = 300});  // 6 ms: backward 4 ms
+  // 100 parameters' gradients of 0.1 MB each, logged one all_reduce apiece (10 MB in all).
+  for (int i = 0; i < 100; ++i) {
+    w.collectives.push_back({"all_reduce", {"dp"}, 2, 1e5, false, "grad"});
+  }
+  MeshShape m{{"dp"}, {2}};
+  StepOptions o;
+  o.bucket_bytes = 5e6;  // two buckets: 1 ms + 5 ms each (alpha + 2 (n-1)/n 5 MB / 1 GB/s)
+  absl::StatusOr<StepPrediction> s = PredictStep({w}, m, {}, p, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  // Backward: bucket 0 final at 2 + 2 = 4 ms (after the 2 ms forward), reduced 4-10; bucket 1
+  // final at 6 ms, reduced 10-16.
+  EXPECT_NEAR(s->step_s, 16e-3, 1e-12);
+  o.overlap = false;  // every logged all_reduce in turn: 100 x (1 ms + 0.1 ms)
+  EXPECT_NEAR(PredictStep({w}, m, {}, p, o)->step_s, 6e-3 + 100 * 1.1e-3, 1e-12);
 }
 
 TEST(PredictStepTest, RanksBeyondTheCoresPayTheSyncCostAtEachCollective) {

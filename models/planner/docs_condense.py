@@ -7,7 +7,7 @@ rows, then the best mesh of each family (no TP, TP, PP, CP) with its rank.
 import re
 import sys
 
-ROW = re.compile(r"^\s*(\d+)\s+(.+?)\s{2,}([\d.]+ (?:s|ms|us))\s+([\d.e+]+)\s+([\d.]+)%\s+([\d.]+)"
+ROW = re.compile(r"^\s*(\d+|OOM)\s+(.+?)\s{2,}([\d.]+ (?:s|ms|us))\s+([\d.e+]+)\s+([\d.]+)%\s+([\d.]+)"
                  r"\s+([\d.]+ (?:s|ms|us))\s+([\d.]+ (?:s|ms|us))\s+([\d.]+)%")
 
 
@@ -19,7 +19,7 @@ def rows(path):
             out.append(m.groups())
         elif line.startswith("plan:") or re.match(r"^\d+ candidates", line):
             header.append(line.strip())
-        elif line.startswith("plan_gpt:"):
+        elif line.startswith("plan_gpt:") or line.startswith("no mesh fits"):
             error = line.strip()
         elif error and line.startswith("  "):
             error += "<br>" + line.strip()
@@ -40,6 +40,10 @@ def main():
     if error and not rs:
         print(f"> {error}\n")
         return
+    if error:
+        print(f"> {error}\n")
+    unfit = [r for r in rs if r[0] == "OOM"]
+    rs = [r for r in rs if r[0] != "OOM"]
     for h in header:
         print(f"{h}  ")
     print("\n| rank | mesh | step | tokens/s | MFU | GiB/GPU | compute | exposed comm | bubble |")
@@ -63,6 +67,8 @@ def main():
                 break
         else:
             print(f"| - | ({label}: none runs or fits) | | | | | | | |")
+    for r in unfit[:3 if rs else top]:
+        emit(r, " (does not fit)")
     print()
 
 

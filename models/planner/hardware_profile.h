@@ -1,6 +1,6 @@
 // A hardware profile for the planner: GEMM rates by shape and dtype, memory per GPU, the memory
 // bandwidth of the non-GEMM ops, a per-op launch overhead, and the links inside and between
-// nodes. Shipped profiles live in models/planner/profiles/ (h100_node.txt, h200_node.txt, with
+// nodes. Shipped profiles live in models/planner/profiles/ (a100_node.txt, h100_node.txt, h200_node.txt, with
 // their sources), compiled into the library by the profiles_embedded genrule; a profile can also
 // be measured: from a `tp_bench --device=cuda --profile_out=FILE` run (FromTpBenchProfile), or on
 // this CPU (models/planner/measure_cpu.h).
@@ -28,7 +28,8 @@
 //   link <intra|inter> <alpha_s> <busbw bytes/s>    ring alpha-beta (nccl-tests busbw)
 //   collective <op> <group_size> <alpha_s> <seconds_per_byte>   a fitted cost (per rank bytes)
 //                                     that replaces the ring formula for that op and size
-//   overlap <fraction 0..1>           of the FSDP / gradient collectives hidden under compute
+//   overlap <fraction 0..1>           accepted from older files and ignored: what overlaps follows
+//                                     the trainer's schedule (cost_model.h's StepOptions)
 //   cores <n>                         ranks share n cores (simulated CPU ranks); 0: a device each
 //   oversubscribed_sync <ranks> <seconds>   what a collective costs at least when that many
 //                                     ranks share the cores (measure_cpu.h); linear between
@@ -91,7 +92,7 @@ struct HardwareProfile {
   std::map<std::pair<std::string, DType>, double> op_rate;
   Link intra, inter;
   std::map<std::pair<std::string, int>, FittedCollective> fitted;  // (op, group_size)
-  double overlap = 0;
+  double overlap = 0;  // read and ignored (older files)
   double cores = 0;
   std::map<int, double> oversubscribed_sync;  // ranks -> seconds per collective, ranks > cores
 

@@ -22,7 +22,7 @@ link intra 1e-6 1e9
 )";
 
 TEST(HardwareProfileTest, ShippedProfilesParseWithSources) {
-  for (const char* name : {"h100_node", "h200_node"}) {
+  for (const char* name : {"a100_node", "h100_node", "h200_node"}) {
     absl::StatusOr<HardwareProfile> p = LoadHardwareProfile(name);
     ASSERT_TRUE(p.ok()) << name << ": " << p.status();
     EXPECT_EQ(p->name, name);
@@ -30,13 +30,25 @@ TEST(HardwareProfileTest, ShippedProfilesParseWithSources) {
     EXPECT_EQ(p->gpus_per_node, 8);
     EXPECT_GT(p->inter.busbw, 0);
     EXPECT_LT(p->inter.busbw, p->intra.busbw);
-    EXPECT_GT(p->peak_flops.at(DType::kBF16), 9e14);
+    EXPECT_GE(p->peak_flops.at(DType::kBF16), 312e12);
   }
+  // A100: the measured 267.9 TFLOP/s ceiling for large GEMMs, the roofline below it for thin
+  // ones (a smallest dimension of 64: 64 flops per byte at 1.63 TB/s).
+  absl::StatusOr<HardwareProfile> a100 = LoadHardwareProfile("a100_node");
+  ASSERT_TRUE(a100.ok());
+  GemmWork big{.m = 8192, .n = 8192, .k = 8192, .dtype = DType::kBF16};
+  EXPECT_NEAR(big.flops() / *a100->GemmSeconds(big), 267.9e12, 1e9);
+  GemmWork thin{.m = 8192, .n = 8192, .k = 64, .dtype = DType::kBF16};
+  EXPECT_NEAR(thin.flops() / *a100->GemmSeconds(thin), 64 * 1.63e12, 1e11);  // 4 digits
+  EXPECT_NEAR(a100->memory_bytes, 85.06e9, 1e7);
+  EXPECT_DOUBLE_EQ(a100->overlap, 0);  // no overlap constant in any shipped profile
   EXPECT_GT(LoadHardwareProfile("h200_node")->memory_bytes,
             LoadHardwareProfile("h100_node")->memory_bytes);
   // The shipped set is models/planner/profiles/*.txt, as hardware_profile.h names it (no
   // cpu_reference: a CPU profile is measured, measure_cpu.h).
-  EXPECT_EQ(ShippedProfileNames(), (std::vector<std::string>{"h100_node", "h200_node"}));
+  EXPECT_EQ(ShippedProfileNames(),
+            (std::vector<std::string>{"a100_node", "h100_node", "h200_node"}));
+  EXPECT_DOUBLE_EQ(LoadHardwareProfile("h100_node")->overlap, 0);
 }
 
 TEST(HardwareProfileTest, UnknownProfileNamesTheShippedOnes) {

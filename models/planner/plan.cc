@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <optional>
 #include <cmath>
 #include <set>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -69,7 +72,10 @@ TrainOptions CandidateTrainOptions(const Candidate& c, const PlanRequest& req) {
   TrainOptions o;
   o.batch = req.global_batch;
   o.pipeline.microbatches = c.pipeline.microbatches;
-  o.pipeline.schedule = c.pipeline.schedule;
+  // The interleaved schedule does the same work per rank as 1F1B (its chunks are the stage's
+  // layers): the shape-only step runs 1F1B and the planner prices the interleaved timetable.
+  o.pipeline.schedule =
+      c.pipeline.schedule == "interleaved_1f1b" ? std::string("1f1b") : c.pipeline.schedule;
   o.grad_accum = c.grad_accum;
   return o;
 }
@@ -82,7 +88,25 @@ namespace {
 absl::Status FrameworkChecks(const Candidate& c, const PlanRequest& req) {
   absl::StatusOr<GptLayout> layout = CandidateLayout(c, req);
   if (!layout.ok()) return layout.status();
-  return PlanRun(*layout, CandidateTrainOptions(c, req)).status();
+  if (absl::Status s = PlanRun(*layout, CandidateTrainOptions(c, req)).status(); !s.ok()) {
+    return s;
+  }
+  const PipelineSpec& ps = c.pipeline;
+  if (ps.schedule == "interleaved_1f1b" || ps.virtual_stages > 1) {
+    absl::StatusOr<Schedule> sched = ParseSchedule(ps.schedule);
+    if (!sched.ok()) return sched.status();
+    if (absl::Status s =
+            StageActions(*sched, ps.stages, ps.microbatches, 0, ps.virtual_stages).status();
+        !s.ok()) {
+      return s;
+    }
+    if (req.config.layers % (static_cast<int64_t>(ps.stages) * ps.virtual_stages) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "interleaved_1f1b: ", req.config.layers, " layers do not split into ", ps.stages,
+          " stages x ", ps.virtual_stages, " chunks of equal size"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 double ElemBytes(DType t) { return static_cast<double>(DTypeSize(t)); }
@@ -94,8 +118,11 @@ std::string Candidate::Name() const {
   if (sp) absl::StrAppend(&s, " +sp");
   if (pipeline.stages > 1 || pipeline.microbatches > 1) {
     absl::StrAppend(&s, " ", pipeline.schedule, "/m", pipeline.microbatches);
+    if (pipeline.virtual_stages > 1) absl::StrAppend(&s, "/v", pipeline.virtual_stages);
   }
   if (grad_accum > 1) absl::StrAppend(&s, " ga", grad_accum);
+  if (recompute != Recompute::kNone) absl::StrAppend(&s, " rc=", RecomputeName(recompute));
+  if (!reshard_after_forward) absl::StrAppend(&s, " keep");
   return s;
 }
 
@@ -124,7 +151,8 @@ double ModelFlopsPerStep(const GptConfig& c, int64_t batch) {
 }
 
 absl::StatusOr<Candidate> ParseCandidate(const std::string& mesh_text, bool sp,
-                                         const std::string& schedule, int microbatches) {
+                                         const std::string& schedule, int microbatches,
+                                         int virtual_stages) {
   absl::StatusOr<Mesh> mesh = mesh_text == "single" ? Mesh() : ParseMesh(mesh_text);
   if (!mesh.ok()) return mesh.status();
   Candidate c;
@@ -136,6 +164,7 @@ absl::StatusOr<Candidate> ParseCandidate(const std::string& mesh_text, bool sp,
   c.pipeline.stages = c.mesh.size(axis::kPp);
   c.pipeline.microbatches = std::max(1, microbatches);
   c.pipeline.schedule = schedule;
+  c.pipeline.virtual_stages = std::max(1, virtual_stages);
   return c;
 }
 
@@ -159,26 +188,46 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
     for (const std::string& text : req.only_meshes) {
       std::vector<std::string> f = absl::StrSplit(text, absl::ByAnyChar(" :"), absl::SkipEmpty());
       if (f.empty()) return absl::InvalidArgumentError("an empty mesh");
-      bool sp = false;
+      bool sp = false, keep = false;
       std::string schedule = "1f1b";
-      int m = 1, ga = 1;
+      int m = 1, ga = 1, v = 1;
+      std::optional<Recompute> rc;
       for (size_t i = 1; i < f.size(); ++i) {
+        std::vector<std::string> sm = absl::StrSplit(f[i], "/m");
         if (f[i] == "+sp") {
           sp = true;
+        } else if (f[i] == "keep") {
+          keep = true;
+        } else if (f[i].rfind("rc=", 0) == 0) {
+          absl::StatusOr<Recompute> r = ParseRecompute(f[i].substr(3));
+          if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("mesh '", text, "': ", r.status().message()));
+          rc = *r;
         } else if (f[i].rfind("ga", 0) == 0 && absl::SimpleAtoi(f[i].substr(2), &ga) && ga >= 1) {
           continue;
-        } else if (std::vector<std::string> sm = absl::StrSplit(f[i], "/m");
-                   sm.size() == 2 && absl::SimpleAtoi(sm[1], &m) && m >= 1) {
+        } else if (sm.size() == 2) {
+          std::vector<std::string> mv = absl::StrSplit(sm[1], "/v");
+          if (!absl::SimpleAtoi(mv[0], &m) || m < 1 ||
+              (mv.size() == 2 && (!absl::SimpleAtoi(mv[1], &v) || v < 1)) || mv.size() > 2) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "mesh '", text, "': '", f[i], "' is not <schedule>/m<microbatches>[/v<chunks>]"));
+          }
           schedule = sm[0];
         } else {
           return absl::InvalidArgumentError(absl::StrCat(
               "mesh '", text, "': '", f[i],
-              "' is neither +sp, <schedule>/m<microbatches> nor ga<microsteps>"));
+              "' is neither +sp, <schedule>/m<microbatches>[/v<chunks>], ga<microsteps>, "
+              "rc=<none|selective|full> nor keep"));
         }
       }
-      absl::StatusOr<Candidate> c = ParseCandidate(f[0], sp, schedule, m);
+      absl::StatusOr<Candidate> c = ParseCandidate(f[0], sp, schedule, m, v);
       if (!c.ok()) return c.status();
       c->grad_accum = ga;
+      c->fixed_grad_accum = absl::StrContains(text, " ga") || absl::StrContains(text, ":ga");
+      // Given settings are fixed; others stay the planner's to choose.
+      if (rc.has_value()) c->recompute = *rc;
+      c->reshard_after_forward = !keep;
+      c->fixed_recompute = rc.has_value();
+      c->fixed_reshard = keep;
       if (c->mesh.world() != req.gpus) {
         return absl::InvalidArgumentError(
             absl::StrCat("mesh ", f[0], " has ", c->mesh.world(), " ranks; --gpus is ", req.gpus,
@@ -200,13 +249,17 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
             if (ep > 1 && !moe) continue;  // ep is a MoE axis
             const int data = r3 / ep;
             std::vector<std::array<int, 3>> forms;  // dp_replicate, dp_shard, dp
+            auto allowed = [&req](const char* form) {
+              return std::find(req.data_parallel.begin(), req.data_parallel.end(), form) !=
+                     req.data_parallel.end();
+            };
             if (data == 1) {
               forms.push_back({1, 1, 1});
             } else {
-              forms.push_back({1, 1, data});
-              forms.push_back({1, data, 1});
+              if (allowed("dp")) forms.push_back({1, 1, data});
+              if (allowed("fsdp")) forms.push_back({1, data, 1});
               for (int r : Divisors(data)) {
-                if (r > 1 && r < data) forms.push_back({r, data / r, 1});
+                if (r > 1 && r < data && allowed("hsdp")) forms.push_back({r, data / r, 1});
               }
             }
             for (const auto& f : forms) {
@@ -216,6 +269,7 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
               std::vector<bool> sps = {false};
               if (tp > 1 && req.sp_variants) sps.push_back(true);
               if (tp > 1 && !req.sp_variants) sps = {true};
+              if (req.no_sp) sps = {false};
               for (bool sp : sps) {
                 c.sp = sp;
                 if (pp == 1) {
@@ -227,7 +281,17 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
                   for (int factor : req.microbatch_factors) {
                     c.pipeline.schedule = sched;
                     c.pipeline.microbatches = pp * factor;
-                    raw.push_back(c);
+                    c.pipeline.virtual_stages = 1;
+                    if (sched != "interleaved_1f1b") {
+                      raw.push_back(c);
+                      continue;
+                    }
+                    for (int v : req.virtual_stages) {
+                      // Only chunk counts that split the stage's layers evenly.
+                      if (v < 2 || req.config.layers % (int64_t{pp} * v) != 0) continue;
+                      c.pipeline.virtual_stages = v;
+                      raw.push_back(c);
+                    }
                   }
                 }
               }
@@ -267,8 +331,214 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
   return out;
 }
 
-absl::StatusOr<Plan> PlanGpt(const PlanRequest& req, const HardwareProfile& hw,
+std::vector<std::string> PlanAssumptions(const PlanRequest& req, const HardwareProfile& hw) {
+  std::vector<std::string> a;
+  const StepOptions& o = req.step;
+  if (o.overlap && hw.cores <= 0) {
+    a.push_back(absl::StrFormat(
+        "collectives overlap compute as the overlapped trainer schedules them: gradients in "
+        "%.0f MiB buckets during the backward, FSDP gathers in %s prefetched %d layer(s) ahead, "
+        "reduce-scatters per layer; the first gather and the last bucket are exposed",
+        o.bucket_bytes / (1024.0 * 1024), DTypeName(req.config.compute_dtype()),
+        o.fsdp_prefetch));
+  } else {
+    a.push_back(hw.cores > 0 ? "simulated CPU ranks: every collective blocks (inline)"
+                             : "--overlap=off: every collective blocks");
+  }
+  a.push_back(hw.cores > 0
+                  ? "pipelines run the trainer's lockstep ticks"
+                  : "pipelines run asynchronously (each action when its input has arrived)");
+  a.push_back(
+      "recomputation (rc=) priced from Korthikanti et al. 2022 (arXiv 2205.05198) applied to "
+      "the shape-only profile; FSDP meshes try reshard_after_forward true and false (keep)");
+  a.push_back("activations and parameters as the framework stores them (shape-only "
+              "MemoryTracker), against the profile's usable memory; no NCCL trees, one NIC per "
+              "GPU, no stragglers, no data loading");
+  return a;
+}
+
+namespace {
+
+int64_t LocalBatch(const Candidate& c, const PlanRequest& req) {
+  int ways = 1;
+  for (const char* a : axis::kBatch) ways *= c.mesh.size(a);
+  return req.global_batch / ways;
+}
+
+// Microbatches (in whole-stage activations) stage s holds at its peak: 1 without a pipeline.
+absl::StatusOr<double> InFlight(const PipelineSpec& ps, int stage) {
+  if (ps.stages <= 1 && ps.microbatches <= 1) return 1.0;
+  absl::StatusOr<Schedule> sched = ParseSchedule(ps.schedule);
+  if (!sched.ok()) return sched.status();
+  absl::StatusOr<Timetable> tt =
+      MakeTimetable(*sched, ps.stages, ps.microbatches, ps.virtual_stages);
+  if (!tt.ok()) return tt.status();
+  return static_cast<double>(tt->MaxInFlight(std::max(0, stage))) / ps.virtual_stages;
+}
+
+// The candidate whose shape-only step is profiled: the work per rank does not depend on the
+// interleaving (its chunks are the stage's layers), the recomputation or the resharding
+// (applied to the profile afterwards). GPipe is profiled on its own: the trainer's lockstep
+// exchange logs other transfers for it than for 1F1B.
+Candidate ProfiledCandidate(Candidate c) {
+  if (c.pipeline.schedule == "interleaved_1f1b") c.pipeline.schedule = "1f1b";
+  c.pipeline.virtual_stages = 1;
+  c.recompute = Recompute::kNone;
+  c.reshard_after_forward = true;
+  return c;
+}
+
+bool HasFsdpGather(const RoleWork& w) {
+  for (const CollectiveWork& c : w.collectives) {
+    if (c.phase == "fsdp" && c.op == "all_gather") return true;
+  }
+  return false;
+}
+
+bool FusedAttention(const RoleWork& w) {
+  for (const OtherWork& o : w.others) {
+    if (o.attention) return true;
+  }
+  return false;
+}
+
+// The profiled roles as the candidate's variant runs them: the schedule's activations in
+// flight, FSDP's gathered parameters as the overlapped trainer holds them, recomputation.
+absl::StatusOr<std::vector<RoleWork>> VariantRoles(const std::vector<RoleWork>& base,
+                                                   const Candidate& c, const PlanRequest& req) {
+  const PipelineSpec& ps = c.pipeline;
+  const bool piped = ps.stages > 1 || ps.microbatches > 1;
+  absl::StatusOr<std::vector<int64_t>> split =
+      piped ? SplitLayers(req.config.layers, ps.stages)
+            : absl::StatusOr<std::vector<int64_t>>(std::vector<int64_t>{req.config.layers});
+  if (!split.ok()) return split.status();
+  const double scale = DTypeSize(req.config.compute_dtype()) / ElemBytes(req.config.dtype);
+  std::vector<RoleWork> out;
+  for (RoleWork w : base) {
+    const int stage = std::max(0, w.pp_stage);
+    if (w.layers <= 0) w.layers = static_cast<int>((*split)[std::min<size_t>(stage, split->size() - 1)]);
+    absl::StatusOr<double> profiled = InFlight(ProfiledCandidate(c).pipeline, stage);
+    absl::StatusOr<double> target = InFlight(ps, stage);
+    if (!profiled.ok()) return profiled.status();
+    if (!target.ok()) return target.status();
+    double act = w.activation_peak_bytes, hold = 0;
+    if (req.step.overlap && HasFsdpGather(w)) {
+      // The whole gathered model of the role, as the shape-only step holds it (f32), against
+      // prefetch + 1 layers (resharding) or the whole model in the compute dtype (keeping).
+      int group = 1;
+      for (const CollectiveWork& col : w.collectives) {
+        if (col.phase == "fsdp" && col.op == "all_gather") group = std::max(group, col.group_size);
+      }
+      const int passes = ProfiledCandidate(c).pipeline.microbatches * c.grad_accum;
+      const double full = FsdpShardBytes(w, passes) * group;
+      if (req.shape_only_keeps_gathered) act = std::max(0.0, act - full);
+      const double layers_held =
+          std::min(1.0, (req.step.fsdp_prefetch + 1.0) / std::max(1, w.layers));
+      hold = (c.reshard_after_forward ? layers_held : 1.0) * full * scale;
+    }
+    act *= *target / *profiled;
+    w.in_flight = static_cast<int>(std::ceil(*target));
+    w.peak_bytes += act + hold - w.activation_peak_bytes;
+    w.activation_peak_bytes = act + hold;
+    if (c.recompute != Recompute::kNone) {
+      RecomputeShape sh;
+      sh.config = req.config;
+      sh.config.seq = req.config.seq / c.mesh.size(axis::kCp);
+      sh.tp = c.mesh.size(axis::kTp);
+      sh.sp = c.sp;
+      const int64_t passes = static_cast<int64_t>(ps.microbatches) * c.grad_accum;
+      sh.microbatch_rows = std::max<int64_t>(1, LocalBatch(c, req) / passes);
+      sh.passes = passes;
+      sh.fused_attention = FusedAttention(w);
+      absl::StatusOr<RoleWork> r = req.recompute_estimator(w, c.recompute, sh);
+      if (!r.ok()) return r.status();
+      w = *std::move(r);
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+// The variants of one profiled candidate: recomputation x (FSDP) resharding.
+std::vector<Candidate> Variants(const Candidate& c, const PlanRequest& req) {
+  std::vector<Recompute> rcs = c.fixed_recompute ? std::vector<Recompute>{c.recompute} : req.recompute;
+  if (rcs.empty()) rcs = {Recompute::kNone};
+  std::vector<bool> reshards = {c.reshard_after_forward};
+  if (!c.fixed_reshard && req.step.overlap && c.mesh.size(axis::kDpShard) > 1 &&
+      !req.reshard_after_forward.empty()) {
+    reshards = req.reshard_after_forward;
+  }
+  std::vector<Candidate> out;
+  for (Recompute r : rcs) {
+    for (bool keep_not : reshards) {
+      Candidate v = c;
+      v.recompute = r;
+      v.reshard_after_forward = keep_not;
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+struct Evaluated {
+  std::optional<PlanRow> best_fit, smallest;
+  double persistent = 0, activation = 0;  // of the no-recompute variant's largest role
+};
+
+absl::StatusOr<Evaluated> Evaluate(const Candidate& c, const std::vector<RoleWork>& roles,
+                                   const PlanRequest& req, const HardwareProfile& node,
+                                   const Plan& plan) {
+  Evaluated e;
+  const auto peak = node.peak_flops.find(req.config.compute_dtype());
+  for (const Candidate& v : Variants(c, req)) {
+    absl::StatusOr<std::vector<RoleWork>> vr = VariantRoles(roles, v, req);
+    if (!vr.ok()) continue;  // e.g. recomputation of a role without layers: not a variant
+    StepOptions o = req.step;
+    o.reshard_after_forward = v.reshard_after_forward;
+    o.grad_accum = v.pipeline.stages > 1 || v.pipeline.microbatches > 1 ? 1 : v.grad_accum;
+    o.gather_scale = DTypeSize(req.config.compute_dtype()) / ElemBytes(req.config.dtype);
+    absl::StatusOr<StepPrediction> p = PredictStep(*vr, v.mesh, v.pipeline, node, o);
+    if (!p.ok()) return p.status();
+    PlanRow row{v, *p};
+    row.tokens_per_s = plan.tokens_per_step / p->step_s;
+    row.mfu = peak == node.peak_flops.end()
+                  ? 0
+                  : plan.model_flops_per_step / (p->step_s * req.gpus * peak->second);
+    row.fits = p->peak_bytes <= node.UsableMemory();
+    row.roles = *std::move(vr);
+    if (v.recompute == Recompute::kNone && v.reshard_after_forward) {
+      for (const RoleWork& w : row.roles) {
+        if (w.peak_bytes > e.persistent + e.activation) {
+          e.activation = w.activation_peak_bytes;
+          e.persistent = w.peak_bytes - w.activation_peak_bytes;
+        }
+      }
+    }
+    if (row.fits && (!e.best_fit || p->step_s < e.best_fit->prediction.step_s)) e.best_fit = row;
+    if (!e.smallest || p->peak_bytes < e.smallest->prediction.peak_bytes) e.smallest = row;
+  }
+  return e;
+}
+
+// The fewest microsteps above `ga` (a divisor of the local batch) whose activations, scaled
+// from this profile, fit; 0 when none does.
+int NextGradAccum(const Candidate& c, const PlanRequest& req, const Evaluated& e, double usable) {
+  const int64_t local = LocalBatch(c, req);
+  for (int64_t g = c.grad_accum + 1; g <= local; ++g) {
+    if (local % g != 0) continue;
+    if (e.persistent + e.activation * c.grad_accum / g <= usable) return static_cast<int>(g);
+  }
+  return 0;
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& hw,
                              const Profiler& profiler) {
+  // Simulated CPU ranks run their collectives inline (nothing overlaps; the shape-only step's
+  // memory is theirs).
+  PlanRequest req = request;
+  if (hw.cores > 0 && !req.step.simulated_link) req.step.overlap = false;
   Plan plan;
   absl::StatusOr<std::vector<Candidate>> cands = EnumerateCandidates(req, hw, &plan.refused);
   if (!cands.ok()) return cands.status();
@@ -280,84 +550,79 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& req, const HardwareProfile& hw,
   plan.parameters = ModelParameters(req.config);
   plan.model_flops_per_step = ModelFlopsPerStep(req.config, req.global_batch);
   plan.tokens_per_step = req.global_batch * req.config.seq;
+  plan.dtype = absl::StrCat(DTypeName(req.config.compute_dtype()), " compute, ",
+                            DTypeName(req.config.dtype), " parameters, gradients and AdamW state");
+  plan.assumptions = PlanAssumptions(req, hw);
   HardwareProfile node = hw;
   node.gpus_per_node = plan.gpus_per_node;
-  const DType compute = req.config.compute_dtype();
-  const auto peak = hw.peak_flops.find(compute);
-  double smallest_need = -1;
-  std::string smallest_mesh;
+  // Profiles by what the shape-only step runs (schedule, recomputation and resharding are
+  // applied afterwards): each distinct one once.
+  std::map<std::string, absl::StatusOr<std::vector<RoleWork>>> cache;
+  auto profiled = [&](const Candidate& c) -> const absl::StatusOr<std::vector<RoleWork>>& {
+    const Candidate key = ProfiledCandidate(c);
+    auto it = cache.find(key.Name());
+    if (it != cache.end()) return it->second;
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<std::vector<RoleWork>> r = profiler(key, req);
+    plan.profile_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++plan.profiled;
+    return cache.emplace(key.Name(), std::move(r)).first->second;
+  };
   int done = 0;
   for (Candidate c : *cands) {
-    absl::StatusOr<std::vector<RoleWork>> roles;
-    absl::StatusOr<StepPrediction> p;
-    for (int attempt = 0;; ++attempt) {
-      const auto t0 = std::chrono::steady_clock::now();
-      roles = profiler(c, req);
-      plan.profile_seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      ++plan.profiled;
-      if (!roles.ok()) break;
-      p = PredictStep(*roles, c.mesh, c.pipeline, node);
-      if (!p.ok()) return p.status();  // a profile that cannot price this work: the user's to fix
-      if (p->peak_bytes <= hw.UsableMemory() || c.pipeline.stages > 1 ||
-          c.pipeline.microbatches > 1 || attempt == 2) {
+    std::optional<PlanRow> best, smallest;
+    absl::Status failed;
+    const bool piped = c.pipeline.stages > 1 || c.pipeline.microbatches > 1;
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      const absl::StatusOr<std::vector<RoleWork>>& roles = profiled(c);
+      if (!roles.ok()) {
+        failed = roles.status();
         break;
       }
-      // Without a pipeline: accumulate gradients over the fewest microsteps whose activations
-      // (the largest role's, scaled by the microstep's share of the local batch) fit.
-      double persistent = 0, act = 0;
-      for (const RoleWork& w : *roles) {
-        if (w.peak_bytes > persistent + act) {
-          act = w.activation_peak_bytes;
-          persistent = w.peak_bytes - act;
-        }
+      absl::StatusOr<Evaluated> e = Evaluate(c, *roles, req, node, plan);
+      if (!e.ok()) return e.status();  // a profile that cannot price this work: the user's to fix
+      if (e->best_fit && (!best || e->best_fit->prediction.step_s < best->prediction.step_s)) {
+        best = e->best_fit;
       }
-      int ways = 1;
-      for (const char* a : axis::kBatch) ways *= c.mesh.size(a);
-      const int64_t local = req.global_batch / ways;
-      int next = c.grad_accum;
-      while (act > 0 && persistent + act * c.grad_accum / next > hw.UsableMemory() &&
-             local % (2 * next) == 0) {
-        next *= 2;
+      if (e->smallest && (!smallest || e->smallest->prediction.peak_bytes <
+                                           smallest->prediction.peak_bytes)) {
+        smallest = e->smallest;
       }
-      if (next == c.grad_accum || persistent >= hw.UsableMemory()) break;
+      // Without a pipeline, fewer activations per microstep may fit without recomputation.
+      if (piped || c.fixed_grad_accum ||
+          (best && (best->candidate.recompute == Recompute::kNone || c.fixed_recompute))) {
+        break;
+      }
+      const int next = NextGradAccum(c, req, *e, hw.UsableMemory());
+      if (next == 0 || e->persistent >= hw.UsableMemory()) break;
       c.grad_accum = next;
     }
     if (req.progress) req.progress(++done, static_cast<int>(cands->size()));
-    if (!roles.ok()) {
-      plan.refused.push_back({c.Name(), absl::StrCat("shape-only run: ", roles.status().message())});
+    if (!failed.ok()) {
+      plan.refused.push_back({c.Name(), absl::StrCat("shape-only run: ", failed.message())});
       continue;
     }
-    PlanRow row{c, *p};
-    row.tokens_per_s = plan.tokens_per_step / p->step_s;
-    row.mfu = peak == hw.peak_flops.end()
-                  ? 0
-                  : plan.model_flops_per_step / (p->step_s * req.gpus * peak->second);
-    row.fits = p->peak_bytes <= hw.UsableMemory();
-    if (!row.fits) {
-      if (smallest_need < 0 || p->peak_bytes < smallest_need) {
-        smallest_need = p->peak_bytes;
-        smallest_mesh = c.Name();
-      }
-      plan.refused.push_back(
-          {c.Name(), absl::StrFormat("out of memory: peak %.1f GiB per GPU > %.1f GiB usable "
-                                     "(predicted step %s)",
-                                     GiB(p->peak_bytes), GiB(hw.UsableMemory()),
-                                     Seconds(p->step_s))});
+    if (best) {
+      plan.rows.push_back(*best);
       continue;
     }
-    plan.rows.push_back(row);
+    if (!smallest) continue;
+    plan.unfit.push_back(*smallest);
+    plan.refused.push_back(
+        {smallest->candidate.Name(),
+         absl::StrFormat("out of memory: peak %.1f GiB per GPU > %.1f GiB usable "
+                         "(predicted step %s)",
+                         GiB(smallest->prediction.peak_bytes), GiB(hw.UsableMemory()),
+                         Seconds(smallest->prediction.step_s))});
   }
   std::stable_sort(plan.rows.begin(), plan.rows.end(), [](const PlanRow& a, const PlanRow& b) {
     return a.prediction.step_s < b.prediction.step_s;
   });
-  if (plan.rows.empty()) {
-    if (smallest_need > 0) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "no mesh of %d GPUs fits %s's %.1f GiB: the smallest peak is %.1f GiB per GPU (%s); "
-          "use more GPUs, a smaller batch or more microbatches",
-          req.gpus, hw.name, GiB(hw.UsableMemory()), GiB(smallest_need), smallest_mesh));
-    }
+  std::stable_sort(plan.unfit.begin(), plan.unfit.end(), [](const PlanRow& a, const PlanRow& b) {
+    return a.prediction.peak_bytes < b.prediction.peak_bytes;
+  });
+  if (plan.rows.empty() && plan.unfit.empty()) {
     std::string reasons;
     for (size_t i = 0; i < plan.refused.size() && i < 5; ++i) {
       absl::StrAppend(&reasons, "\n  ", plan.refused[i].candidate, ": ", plan.refused[i].reason);
@@ -369,30 +634,77 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& req, const HardwareProfile& hw,
   return plan;
 }
 
+absl::StatusOr<StepPrediction> PredictOnSimulatedLink(const PlanRequest& request,
+                                                      const std::string& mesh,
+                                                      const HardwareProfile& cpu, const Link& link,
+                                                      const StepOptions& options,
+                                                      const Profiler& profiler) {
+  if (!(link.busbw > 0) || link.alpha_s < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "simulated link: bandwidth ", link.busbw, " B/s must be > 0 and latency ", link.alpha_s,
+        " s >= 0"));
+  }
+  HardwareProfile hw = cpu;
+  hw.intra = link;
+  hw.inter = link;
+  hw.fitted.clear();  // every collective is the link's alpha + bytes / bandwidth
+  hw.gpus_per_node = 1 << 20;
+  PlanRequest r = request;
+  r.only_meshes = {mesh};
+  r.step = options;
+  r.step.simulated_link = true;
+  r.recompute = {Recompute::kNone};
+  r.reshard_after_forward = {options.reshard_after_forward};
+  r.gpus_per_node = hw.gpus_per_node;
+  absl::StatusOr<Plan> plan = PlanGpt(r, hw, profiler);
+  if (!plan.ok()) return plan.status();
+  if (!plan->rows.empty()) return plan->rows[0].prediction;
+  if (!plan->unfit.empty()) return plan->unfit[0].prediction;
+  return absl::FailedPreconditionError(absl::StrCat("mesh ", mesh, " was refused: ",
+                                                    plan->refused.empty()
+                                                        ? std::string("no reason")
+                                                        : plan->refused[0].reason));
+}
+
 std::string FormatPlan(const Plan& plan, int top, bool list_refusals) {
   std::ostringstream o;
   o << absl::StrFormat(
       "plan: %.3g B parameters, %lld tokens/step, %.3g PFLOP/step on %d GPUs (%d per node), "
-      "profile %s (%.1f GiB usable per GPU)\n",
+      "profile %s (%.1f GiB usable per GPU), %s\n",
       plan.parameters / 1e9, static_cast<long long>(plan.tokens_per_step),
       plan.model_flops_per_step / 1e15, plan.gpus, plan.gpus_per_node, plan.profile_name,
-      GiB(plan.usable_memory));
+      GiB(plan.usable_memory), plan.dtype);
+  for (const std::string& a : plan.assumptions) o << "assumes: " << a << "\n";
   o << absl::StrFormat(
       "%d candidates, %d profiled shape-only in %.2f s, %zu ranked, %zu refused\n\n",
       plan.candidates, plan.profiled, plan.profile_seconds, plan.rows.size(),
       plan.refused.size());
-  o << absl::StrFormat("%4s  %-40s %11s %12s %6s %9s %10s %10s %7s\n", "rank", "mesh", "step",
-                       "tokens/s", "MFU", "mem GiB", "compute", "comm exp", "bubble");
-  const int n = top <= 0 ? static_cast<int>(plan.rows.size())
-                         : std::min<int>(top, static_cast<int>(plan.rows.size()));
-  for (int i = 0; i < n; ++i) {
-    const PlanRow& r = plan.rows[i];
+  auto header = [&o] {
+    o << absl::StrFormat("%4s  %-40s %11s %12s %6s %9s %10s %10s %7s\n", "rank", "mesh", "step",
+                         "tokens/s", "MFU", "mem GiB", "compute", "comm exp", "bubble");
+  };
+  auto line = [&o](const std::string& rank, const PlanRow& r) {
     const StepPrediction& p = r.prediction;
-    o << absl::StrFormat("%4d  %-40s %11s %12.4g %5.1f%% %9.2f %10s %10s %6.1f%%\n", i + 1,
+    o << absl::StrFormat("%4s  %-40s %11s %12.4g %5.1f%% %9.2f %10s %10s %6.1f%%\n", rank,
                          r.candidate.Name(), Seconds(p.step_s), r.tokens_per_s, 100 * r.mfu,
                          GiB(p.peak_bytes), Seconds(p.compute_s),
                          Seconds(p.blocking_comm_s + p.exposed_comm_s), 100 * p.bubble);
+  };
+  if (plan.rows.empty() && !plan.unfit.empty()) {
+    o << absl::StrFormat(
+        "no mesh fits %s's %.1f GiB: the smallest peak is %.1f GiB per GPU (%s); use more GPUs, "
+        "a smaller batch or more microbatches. Their prices, smallest peak first:\n",
+        plan.profile_name, GiB(plan.usable_memory), GiB(plan.unfit[0].prediction.peak_bytes),
+        plan.unfit[0].candidate.Name());
   }
+  header();
+  const int n = top <= 0 ? static_cast<int>(plan.rows.size())
+                         : std::min<int>(top, static_cast<int>(plan.rows.size()));
+  for (int i = 0; i < n; ++i) line(absl::StrCat(i + 1), plan.rows[i]);
+  const int nu = std::min<int>(plan.rows.empty() ? std::max(top, 5) : 5,
+                               static_cast<int>(plan.unfit.size()));
+  if (nu > 0 && !plan.rows.empty()) o << "  does not fit (priced anyway, smallest peak first):\n";
+  for (int i = 0; i < nu; ++i) line("OOM", plan.unfit[i]);
   if (n < static_cast<int>(plan.rows.size())) {
     o << absl::StrFormat("      ... %zu more ranked meshes (--top=0 shows all)\n",
                          plan.rows.size() - n);

@@ -15,8 +15,14 @@
 // Enumeration: every factorisation gpus = pp x (data) x ep x cp x tp with
 //   data    dp (DDP), dp_shard (FSDP) or dp_replicate x dp_shard (HSDP, each > 1);
 //   tp      with and without SP, inside a node unless tp_across_nodes;
-//   pp      each schedule, microbatches = pp x {1, 2, 4, 8} (what the batch divides);
+//   pp      each schedule (1f1b, gpipe, interleaved_1f1b with each virtual-stage count that
+//           divides the layers per stage), microbatches = pp x {1, 2, 4, 8};
 //   cp, ep  (ep only with MoE);
+// and for each such mesh the step's settings that need no new profile: activation
+// recomputation (none / selective / full, planner/recompute.h) and, under FSDP,
+// reshard_after_forward (true / false); the fastest variant that fits is the mesh's row.
+// Gradient accumulation (without a pipeline) takes the fewest microsteps, any divisor of the
+// local batch, whose activations fit.
 // then the framework's own checks (GptLayout::Create, CheckTrainOptions: e.g. no cp or MoE
 // under a pipeline) and the batch's divisibility refuse what cannot run, and a lower bound on
 // memory (parameters, gradients and AdamW state perfectly sharded) refuses what never fits,
@@ -32,6 +38,7 @@
 #include "models/gpt/gpt_model.h"
 #include "models/planner/cost_model.h"
 #include "models/planner/hardware_profile.h"
+#include "models/planner/recompute.h"
 #include "models/planner/step_work.h"
 #include "models/train/trainer.h"
 
@@ -43,13 +50,30 @@ struct PlanRequest {
   int gpus = 1;
   int gpus_per_node = 0;     // 0: the profile's
   bool tp_across_nodes = false;
-  std::vector<std::string> schedules = {"1f1b", "gpipe"};
+  std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved_1f1b"};
+  std::vector<int> virtual_stages = {2, 4};  // interleaved_1f1b's chunks per stage to try
+  // The data-parallel forms to enumerate: "dp" (DDP), "fsdp" (dp_shard), "hsdp"
+  // (dp_replicate x dp_shard).
+  std::vector<std::string> data_parallel = {"dp", "fsdp", "hsdp"};
   std::vector<int> microbatch_factors = {1, 2, 4, 8};  // microbatches = pp x factor
-  bool sp_variants = true;
+  bool sp_variants = true;  // with tp: both with and without SP (false: SP only)
+  bool no_sp = false;       // with tp: never SP (what frameworks without it could run)
   int max_pp = 0, max_cp = 0;  // largest pp / cp to enumerate (0: any)   // with tp: both with and without SP
   // Only these meshes (empty: enumerate), each "AXES [+sp] [SCHEDULE/mMICROBATCHES] [gaN]",
   // the parts separated by spaces or ':', e.g. "pp=2,dp_shard=4 1f1b/m8", "dp=2,tp=2:+sp".
   std::vector<std::string> only_meshes;
+  // How the trainer runs its collectives (cost_model.h's StepOptions; reshard_after_forward and
+  // grad_accum there are chosen per mesh). overlap: issue 34's overlapped trainer.
+  StepOptions step;
+  // The variants tried per mesh.
+  std::vector<Recompute> recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  std::vector<bool> reshard_after_forward = {true, false};
+  RecomputeEstimator recompute_estimator = KorthikantiRecompute();
+  // The shape-only step keeps every FSDP-gathered parameter alive from its forward use to the
+  // backward (today's trainer): with overlap on, the planner replaces that by what the
+  // overlapped trainer holds (prefetch + 1 layers resharding, or the whole model in the compute
+  // dtype without). Set false once the shape-only run itself reshards.
+  bool shape_only_keeps_gathered = true;
   // Told after each shape-only profile (done, total); for progress lines.
   std::function<void(int done, int total)> progress;
 };
@@ -60,9 +84,16 @@ struct Candidate {
   bool sp = false;
   PipelineSpec pipeline;
   // Gradient accumulation without a pipeline (TrainOptions::grad_accum): the local batch in
-  // this many microsteps. PlanGpt raises it (powers of two) until the activations fit.
+  // this many microsteps. PlanGpt raises it (any divisor of the local batch) until the
+  // activations fit.
   int grad_accum = 1;
-  std::string Name() const;  // "pp=2,dp_shard=4,tp=8 +sp 1f1b/m8", "dp_shard=64 ga4"
+  Recompute recompute = Recompute::kNone;
+  bool reshard_after_forward = true;  // FSDP meshes only (shown as "keep" when false)
+  // Given by --mesh: the planner tries only this setting.
+  bool fixed_recompute = false, fixed_reshard = false, fixed_grad_accum = false;
+  // "pp=2,dp_shard=4,tp=8 +sp 1f1b/m8", "dp_shard=64 ga4 rc=full keep",
+  // "pp=4,tp=8 interleaved_1f1b/m16/v2"
+  std::string Name() const;
 };
 
 struct PlanRow {
@@ -71,6 +102,7 @@ struct PlanRow {
   double tokens_per_s = 0;
   double mfu = 0;            // model FLOPs / (step x gpus x peak of the compute dtype)
   bool fits = false;
+  std::vector<RoleWork> roles;  // the priced roles (recomputation applied)
 };
 
 struct Refusal {
@@ -80,6 +112,7 @@ struct Refusal {
 
 struct Plan {
   std::vector<PlanRow> rows;        // fitting meshes, fastest first
+  std::vector<PlanRow> unfit;       // priced meshes that do not fit, smallest peak first
   std::vector<Refusal> refused;     // everything else, with the reason
   int candidates = 0, profiled = 0;
   double profile_seconds = 0;       // wall time spent in the shape-only runs
@@ -89,6 +122,8 @@ struct Plan {
   double usable_memory = 0;
   int gpus = 0, gpus_per_node = 0;
   int64_t tokens_per_step = 0;
+  std::string dtype;                // "bf16 compute, f32 parameters"
+  std::vector<std::string> assumptions;  // stated in the header
 };
 
 using Profiler =
@@ -112,18 +147,38 @@ double ModelParameters(const GptConfig& cfg);
 double ModelFlopsPerStep(const GptConfig& cfg, int64_t batch);
 
 // Plans: profiles each candidate, predicts it, ranks. FailedPrecondition when nothing runs
-// (every mesh refused) or nothing fits (naming the smallest memory need and what to change).
+// (every mesh refused). When nothing fits, the plan has no rows and its `unfit` rows carry the
+// prices (FormatPlan says so, naming the smallest memory need).
 absl::StatusOr<Plan> PlanGpt(const PlanRequest& req, const HardwareProfile& hw,
                              const Profiler& profiler);
 
-// The ranked table (top rows; <= 0: all), the collectives of the best rows, and the refusals.
+// The step time of one configuration on a simulated link (issue 34's benchmark: CPU ranks whose
+// collectives complete after alpha + bytes / bandwidth, sleeping): `mesh` in --mesh's form (its
+// gaN is kept), compute from `cpu` (a measured CPU profile: MeasureCpuProfile), every collective
+// on `link`, overlapped per `options` (overlap, bucket_bytes, fsdp_prefetch,
+// reshard_after_forward). E.g.
+//   PredictOnSimulatedLink(req, "dp_replicate=2,dp_shard=2", *cpu, {50e-6, 1e9}, {},
+//                          ShapeOnlyProfiler(Device::Cpu()))->step_s;
+// InvalidArgument for a bad link, the mesh's refusal otherwise.
+absl::StatusOr<StepPrediction> PredictOnSimulatedLink(const PlanRequest& request,
+                                                      const std::string& mesh,
+                                                      const HardwareProfile& cpu, const Link& link,
+                                                      const StepOptions& options,
+                                                      const Profiler& profiler);
+
+// The assumptions a plan's header states (overlap, pipeline execution, recomputation's source).
+std::vector<std::string> PlanAssumptions(const PlanRequest& req, const HardwareProfile& hw);
+
+// The ranked table (top rows; <= 0: all), the meshes that do not fit with their prices (OOM), the collectives of the best rows, and the refusals.
 std::string FormatPlan(const Plan& plan, int top, bool list_refusals = true);
 
-// "mesh=..." parse for only_meshes: a Candidate with sp / schedule / microbatches. Without a
-// pipeline, a candidate that does not fit is profiled again with gradient accumulation (the
-// fewest microsteps, a power of two, that the activations' estimate says fit; then checked).
+// "mesh=..." parse for only_meshes: a Candidate with sp / schedule / microbatches / virtual
+// stages. Without a pipeline, a candidate that does not fit is profiled again with gradient
+// accumulation (the fewest microsteps, any divisor of the local batch, that the activations'
+// estimate says fit; then checked).
 absl::StatusOr<Candidate> ParseCandidate(const std::string& mesh, bool sp,
-                                         const std::string& schedule, int microbatches);
+                                         const std::string& schedule, int microbatches,
+                                         int virtual_stages = 1);
 
 }  // namespace shardmap::planner
 

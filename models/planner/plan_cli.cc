@@ -60,9 +60,16 @@ absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOp
   if (!plan.ok()) return plan.status();
   std::string text = FormatPlan(*plan, cli.top, cli.list_refusals);
   if (own.empty()) return text;
+  // A row matches the run's mesh whatever recomputation / resharding the planner chose for it.
+  auto same = [&own](const Candidate& c) {
+    Candidate bare = c;
+    bare.recompute = Recompute::kNone;
+    bare.reshard_after_forward = true;
+    return c.Name() == own || bare.Name() == own;
+  };
   for (size_t i = 0; i < plan->rows.size(); ++i) {
     const PlanRow& r = plan->rows[i];
-    if (r.candidate.Name() == own) {
+    if (same(r.candidate) && !plan->rows.empty()) {
       absl::StrAppend(&text, absl::StrFormat(
                                  "\nthis run's mesh %s ranks %zu of %zu: predicted %.4g s/step "
                                  "(%.3gx the best, %s)\n",
@@ -83,6 +90,11 @@ absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOp
   absl::StatusOr<Plan> mine = PlanGpt(one, *hw, profiler);
   if (!mine.ok()) {
     absl::StrAppend(&text, "\nthis run's mesh ", own, ": ", mine.status().message(), "\n");
+  } else if (mine->rows.empty()) {
+    absl::StrAppend(&text, "\nthis run's mesh ", own, " does not fit: ",
+                    mine->refused.empty() ? std::string("out of memory")
+                                          : mine->refused.back().reason,
+                    "\n");
   } else {
     const PlanRow& r = mine->rows[0];
     size_t rank = 0;

@@ -20,6 +20,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -36,7 +37,7 @@ ABSL_FLAG(int64_t, batch, 512, "global batch (sequences per optimizer step)");
 ABSL_FLAG(int, gpus, 8, "number of GPUs (or simulated ranks with --profile=measure)");
 ABSL_FLAG(int, gpus_per_node, 0, "GPUs per node (0: the profile's)");
 ABSL_FLAG(std::string, profile, "h100_node",
-          "hardware profile: h100_node, h200_node, a profile file (models/planner/"
+          "hardware profile: a100_node, h100_node, h200_node, a profile file (models/planner/"
           "hardware_profile.h's format), or 'measure' (this CPU, measured now)");
 ABSL_FLAG(std::string, tp_bench_profile, "",
           "a `tp_bench --device=cuda --profile_out=FILE` file: its GEMM rates (and intra-node "
@@ -46,7 +47,24 @@ ABSL_FLAG(std::string, collectives_bench, "",
 ABSL_FLAG(bool, tp_across_nodes, false, "allow tp groups larger than a node");
 ABSL_FLAG(int, max_pp, 0, "largest pipeline size to enumerate (0: any)");
 ABSL_FLAG(int, max_cp, 0, "largest context-parallel size to enumerate (0: any)");
-ABSL_FLAG(std::string, schedules, "1f1b,gpipe", "pipeline schedules to try");
+ABSL_FLAG(std::string, schedules, "1f1b,gpipe,interleaved_1f1b", "pipeline schedules to try");
+ABSL_FLAG(std::string, virtual_stages, "2,4",
+          "model chunks per stage to try with interleaved_1f1b (those that split the layers)");
+ABSL_FLAG(std::string, recompute, "none,selective,full",
+          "activation recomputation settings to try per mesh (the fastest that fits is shown)");
+ABSL_FLAG(std::string, reshard_after_forward, "true,false",
+          "FSDP meshes: reshard_after_forward settings to try (false shows as 'keep')");
+ABSL_FLAG(std::string, data_parallel, "dp,fsdp,hsdp",
+          "data-parallel forms to enumerate: dp (DDP), fsdp (dp_shard), hsdp "
+          "(dp_replicate x dp_shard)");
+ABSL_FLAG(std::string, sp, "both",
+          "with tp: 'both' (with and without sequence parallelism), 'on' (SP only) or 'off' "
+          "(never SP)");
+ABSL_FLAG(bool, overlap, true,
+          "price the overlapped trainer (collectives on their own lane: buckets, FSDP prefetch); "
+          "false: every collective blocks");
+ABSL_FLAG(double, bucket_mb, 25, "gradient bucket size in MiB (the trainer's --bucket_mb)");
+ABSL_FLAG(int, fsdp_prefetch, 1, "FSDP all-gathers in flight ahead (the trainer's --fsdp_prefetch)");
 ABSL_FLAG(std::string, microbatch_factors, "1,2,4,8", "microbatches = pp x each of these");
 ABSL_FLAG(std::string, mesh, "",
           "only these meshes, ';'-separated, each 'axes [+sp] [schedule/mMICROBATCHES] "
@@ -132,9 +150,9 @@ int Main() {
   req.schedules.clear();
   for (absl::string_view s :
        absl::StrSplit(absl::GetFlag(FLAGS_schedules), ',', absl::SkipWhitespace())) {
-    if (s != "1f1b" && s != "gpipe") {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--schedules: unknown schedule '", s, "' (1f1b, gpipe)")));
+    if (s != "1f1b" && s != "gpipe" && s != "interleaved_1f1b") {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--schedules: unknown schedule '", s, "' (1f1b, gpipe, interleaved_1f1b)")));
     }
     req.schedules.emplace_back(s);
   }
@@ -143,6 +161,58 @@ int Main() {
       Ints("microbatch_factors", absl::GetFlag(FLAGS_microbatch_factors));
   if (!factors.ok()) return Fail(factors.status());
   req.microbatch_factors = *factors;
+  absl::StatusOr<std::vector<int>> chunks =
+      Ints("virtual_stages", absl::GetFlag(FLAGS_virtual_stages));
+  if (!chunks.ok()) return Fail(chunks.status());
+  req.virtual_stages = *chunks;
+  req.recompute.clear();
+  for (absl::string_view r :
+       absl::StrSplit(absl::GetFlag(FLAGS_recompute), ',', absl::SkipWhitespace())) {
+    absl::StatusOr<planner::Recompute> mode = planner::ParseRecompute(std::string(r));
+    if (!mode.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("--", mode.status().message())));
+    req.recompute.push_back(*mode);
+  }
+  if (req.recompute.empty()) return Fail(absl::InvalidArgumentError("--recompute is empty"));
+  req.reshard_after_forward.clear();
+  for (absl::string_view r : absl::StrSplit(absl::GetFlag(FLAGS_reshard_after_forward), ',',
+                                            absl::SkipWhitespace())) {
+    if (r != "true" && r != "false") {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--reshard_after_forward: '", r, "' is neither true nor false")));
+    }
+    req.reshard_after_forward.push_back(r == "true");
+  }
+  if (req.reshard_after_forward.empty()) {
+    return Fail(absl::InvalidArgumentError("--reshard_after_forward is empty"));
+  }
+  req.data_parallel.clear();
+  for (absl::string_view f :
+       absl::StrSplit(absl::GetFlag(FLAGS_data_parallel), ',', absl::SkipWhitespace())) {
+    if (f != "dp" && f != "fsdp" && f != "hsdp") {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--data_parallel: '", f, "' is none of dp, fsdp, hsdp")));
+    }
+    req.data_parallel.emplace_back(f);
+  }
+  if (req.data_parallel.empty()) return Fail(absl::InvalidArgumentError("--data_parallel is empty"));
+  const std::string sp = absl::GetFlag(FLAGS_sp);
+  if (sp != "both" && sp != "on" && sp != "off") {
+    return Fail(absl::InvalidArgumentError("--sp " + sp + ": use both, on or off"));
+  }
+  req.sp_variants = sp == "both";
+  req.no_sp = sp == "off";
+  req.step.overlap = absl::GetFlag(FLAGS_overlap);
+  const double bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
+  if (!(bucket_mb > 0)) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--bucket_mb ", bucket_mb, " must be > 0 (DDP's default is 25)")));
+  }
+  req.step.bucket_bytes = bucket_mb * 1024 * 1024;
+  req.step.fsdp_prefetch = absl::GetFlag(FLAGS_fsdp_prefetch);
+  if (req.step.fsdp_prefetch < 1) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--fsdp_prefetch ", req.step.fsdp_prefetch, " must be >= 1 (gathers ahead of compute)")));
+  }
   for (absl::string_view one :
        absl::StrSplit(absl::GetFlag(FLAGS_mesh), ';', absl::SkipWhitespace())) {
     req.only_meshes.emplace_back(one);
@@ -176,6 +246,11 @@ int Main() {
   absl::StatusOr<std::string> text = planner::PlanText(req, cli);
   if (!text.ok()) return Fail(text.status());
   std::cout << *text;
+  // Nothing fits: the prices are printed, and the exit status says it.
+  if (absl::StrContains(*text, "\nno mesh fits ")) {
+    std::cerr << "plan_gpt: no mesh fits (their prices are above, marked OOM)\n";
+    return 2;
+  }
   return 0;
 }
 

@@ -59,17 +59,26 @@ struct CollectiveWork {
   // "grad" (gradient all_reduces over the data-parallel axes), "tp", "cp", "ep", "pp", "norm",
   // "loss" or "" (anything else). The cost model overlaps "fsdp" and "grad" with compute.
   std::string phase;
+  DType dtype = DType::kF32;       // the elements moved
 };
 
 struct RoleWork {
   std::string role = "all ranks";  // e.g. "stage 0 of 4"
   int ranks = 1;                   // ranks that run this role
   int pp_stage = -1;               // pipeline stage (-1: no pipeline)
+  int layers = 0;                  // transformer blocks this role runs (0: unknown, taken as 1)
+  // The role's pipeline stage holds the activations of this many microbatches at its peak
+  // (1 without a pipeline): what recomputation's memory saving multiplies.
+  int in_flight = 1;
   std::vector<GemmWork> gemms;
   std::vector<OtherWork> others;   // the ops that are not GEMMs, by name
   int64_t op_count = 0;            // ops dispatched, GEMMs included (each pays op_overhead_s)
   double forward_fraction = 1.0 / 3;  // share of the compute in forward passes
   std::vector<CollectiveWork> collectives;
+  // Activation recomputation's extra work (planner/recompute.h), run in the backward: priced
+  // with the rest of the compute, placed on the backward's side of forward_fraction.
+  std::vector<GemmWork> recompute_gemms;
+  std::vector<OtherWork> recompute_others;
   double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
   double activation_peak_bytes = 0;
   double peak_bytes = 0;           // the whole step's peak (params + grads + state + activations)

@@ -69,6 +69,23 @@ absl::Status CheckRecompute(const GptLayout& layout, const TrainOptions& o) {
       "materialised to use the materialised attention"));
 }
 
+// FSDP that shards nothing (no parameter has a dimension dp_shard divides) is plain data
+// parallelism with extra collectives: refused, with the sizes that would shard.
+absl::Status CheckFsdpShards(const GptLayout& layout) {
+  const int ai = layout.mesh().AxisIndex(axis::kDpShard);
+  const int shard = ai < 0 ? 1 : layout.mesh().axis_size(ai);
+  if (shard <= 1) return absl::OkStatus();
+  for (const ParamInfo& p : layout.params()) {
+    if (p.fsdp_dim >= 0) return absl::OkStatus();
+  }
+  const GptConfig& c = layout.config();
+  return Invalid(absl::StrCat(
+      "dp_shard=", shard, " shards no parameter: no dimension of any (d_model ", c.d_model,
+      ", 4 d_model ", 4 * c.d_model, ", vocab ", c.vocab, ", seq ", c.seq,
+      ") is divisible by ", shard, ", so every rank would hold the whole model (uneven FSDP "
+      "shards are not supported); pick a dp_shard that divides d_model, or use dp=", shard));
+}
+
 }  // namespace
 
 StagePlan PlanStages(const GptLayout& layout, const std::vector<int64_t>& sizes) {
@@ -217,6 +234,7 @@ SpmdType RunPlan::RowType(const GptLayout& layout) const {
 
 absl::StatusOr<RunPlan> PlanRun(const GptLayout& layout, const TrainOptions& options) {
   if (absl::Status s = CheckTrainOptions(layout, options); !s.ok()) return s;
+  if (absl::Status s = CheckFsdpShards(layout); !s.ok()) return s;
   const GptConfig& c = layout.config();
   RunPlan plan;
   plan.pipelined = layout.pp_ways() > 1 || options.pipeline.microbatches > 1;

@@ -1,0 +1,69 @@
+#!/bin/bash
+# Holds plan_gpt against Megatron-LM's SC21 Table 1 (Narayanan et al. 2021, arXiv 2104.04473):
+# each row's own configuration, as the paper's scripts ran it (NVIDIA/Megatron-LM
+# examples/sc21/run_table_1.sh: tensor / pipeline sizes, microbatch size, global batch, full
+# recomputation, the interleaved schedule's layers per virtual stage; torch DDP (overlapped)
+# without a pipeline, Megatron's local DDP (reduced after the backward) with one), on the
+# a100_node profile with materialised attention (no FlashAttention in 2021). Prints a markdown
+# table of predicted against published TFLOP/s per GPU, counted as the paper counts them
+# (its equation 3, which includes the recomputed forward).
+#   models/planner/megatron_sc21.sh [PLAN_GPT] [extra plan_gpt flags]
+set -euo pipefail
+PLAN_GPT=${1:-bazel-bin/models/planner/plan_gpt}
+shift || true
+export SHARDMAP_ATTENTION=materialised
+# name layers hidden heads tp pp gpus batch microbatch_size layers_per_virtual_stage tflops
+ROWS="1.7B 24 2304 24 1 1 32 512 16 0 137
+3.6B 30 3072 32 2 1 64 512 16 0 138
+7.5B 36 4096 32 4 1 128 512 16 0 142
+18.4B 40 6144 48 8 1 256 1024 8 0 135
+39.1B 48 8192 64 8 2 512 1536 4 0 138
+76.1B 60 10240 80 8 4 1024 1792 2 5 140
+145.6B 80 12288 96 8 8 1536 2304 2 5 148
+310.1B 96 16384 128 8 16 1920 2160 1 3 155
+529.6B 105 20480 128 8 35 2520 2520 1 1 163
+1008B 128 25600 160 8 64 3072 3072 1 0 163"
+echo "| model | t | p | d | batch | mbs | schedule | paper TFLOP/s | predicted | error | GiB/GPU | bubble |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+while read -r name l h a t p n B mbs lpv paper; do
+  d=$((n / t / p))
+  local_batch=$((B / d))
+  mesh="dp=$d"
+  [ "$t" -gt 1 ] && mesh="$mesh,tp=$t"
+  if [ "$p" -gt 1 ]; then
+    mesh="pp=$p,$mesh"
+    m=$((local_batch / mbs))
+    if [ "$lpv" -gt 0 ]; then
+      v=$((l / p / lpv))
+      sched="interleaved_1f1b/m$m/v$v"
+    else
+      sched="1f1b/m$m"
+    fi
+    spec="$mesh $sched rc=full"
+    overlap=false   # Megatron's local DDP: gradients all-reduced after the pipeline flush
+  else
+    ga=$((local_batch / mbs))
+    sched="ga$ga"
+    spec="$mesh ga$ga rc=full"
+    overlap=true    # torch DDP: bucketed all-reduce during the backward
+  fi
+  out=$("$PLAN_GPT" --layers="$l" --d_model="$h" --heads="$a" --vocab=51200 --seq=2048 \
+    --batch="$B" --gpus="$n" --profile=a100_node --mesh="$spec" --overlap=$overlap \
+    --refused=false --top=1 "$@" 2>/dev/null)
+  row=$(echo "$out" | grep -E "^ +(1|OOM) ")
+  step=$(echo "$row" | awk '{for (i = 1; i <= NF; ++i) if ($(i+1) == "s" || $(i+1) == "ms") { print ($(i+1) == "ms" ? $i / 1000 : $i); exit } }')
+  gib=$(echo "$row" | awk '{for (i = 1; i <= NF; ++i) if ($i ~ /%$/ && $(i+1) ~ /^[0-9.]+$/) { print $(i+1); exit } }')
+  bubble=$(echo "$row" | awk '{print $NF}')
+  python3 - "$name" "$t" "$p" "$d" "$B" "$mbs" "$sched" "$paper" "$step" "$gib" "$bubble" "$l" "$h" \
+    "$n" "$(echo "$row" | awk '{print $1}')" <<'PY'
+import sys
+name, t, p, d, B, mbs, sched, paper, step, gib, bubble, l, h, n, rank = sys.argv[1:]
+B, l, h, n, step, paper = int(B), int(l), int(h), int(n), float(step), float(paper)
+s, V = 2048, 51200
+F = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+pred = F / (step * n) / 1e12
+fit = "" if rank != "OOM" else " (OOM)"
+print(f"| {name} | {t} | {p} | {d} | {B} | {mbs} | {sched} | {paper:.0f} | {pred:.0f}{fit} | "
+      f"{100 * (pred / paper - 1):+.1f}% | {gib} | {bubble} |")
+PY
+done <<< "$ROWS"

@@ -105,7 +105,8 @@ import json, sys
 t = json.load(open(sys.argv[1]))
 names = {e['tid'] for e in t if e.get('ph') == 'M' and e.get('name') == 'thread_name'}
 phases = {e['tid'] for e in t if e.get('cat') == 'phase'}
-assert names == {0, 1} and phases == {0, 1}, (names, phases)
+c = 1 << 20  # each rank's collectives track
+assert names == {0, 1, c, c + 1} and phases == {0, 1}, (names, phases)
 PY
 [ ! -e "$tmp/gloo_trace.json.rank1" ] || fail "gloo --trace left its part file"
 # --collective_timeout: a peer stopped mid-run (SIGSTOP after 2 s) fails the job within the

@@ -33,8 +33,10 @@ python3 -c "
 import json,sys
 t=json.load(open('$tmp/trace.json'))  # streamed: the JSON array format
 tracks={e['tid'] for e in t if e.get('ph')=='X'}
-assert {e['tid'] for e in t if e.get('ph')=='M'}=={0,1,2,3}  # a named track per rank
-assert tracks=={0,1,2,3}, tracks
+c=1<<20  # each rank's collectives track (kCollectiveTrackBase + rank)
+assert {e['tid'] for e in t if e.get('ph')=='M'}=={0,1,2,3,c,c+1,c+2,c+3}  # named tracks per rank
+assert tracks=={0,1,2,3,c,c+1,c+2,c+3}, tracks
+assert any(e.get('cat','').startswith('in flight') and e['tid']>=c for e in t)
 assert any(e['name']=='backward' for e in t)
 assert any('bytes' in e.get('args',{}) for e in t)
 " || fail "trace"

@@ -341,7 +341,9 @@ TEST(TrainerFeaturesTest, StreamedTraceHoldsOnlyTheChosenSteps) {
       if (e.value("cat", "") == "phase" && e["name"] == "optimizer") ++phases;
       if (e.value("ph", "") == "X") tracks.insert(e["tid"].get<int>());
     }
-    EXPECT_EQ(tracks, (std::set<int>{0, 1, 2, 3}));
+    // Each rank's track and its collectives track.
+    const int c = kCollectiveTrackBase;
+    EXPECT_EQ(tracks, (std::set<int>{0, 1, 2, 3, c, c + 1, c + 2, c + 3}));
     return phases;
   };
   EXPECT_EQ(run([](int64_t s) { return s == 1; }, "one_step.json"), 4);  // 4 ranks x 1 step

@@ -109,20 +109,39 @@ class World {
   }
 
   bool poisoned() const { return poisoned_.load(std::memory_order_acquire); }
-  // Valid once poisoned() returned true (written once, before the release store).
-  const absl::Status& first_failure() const { return first_failure_; }
-  int failed_rank() const { return failed_rank_; }
+  // Valid once poisoned() returned true.
+  absl::Status first_failure() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return first_failure_;
+  }
+  int failed_rank() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return failed_rank_;
+  }
 
   // The first call wins; wakes every waiter of every group. Every call marks world_rank as
-  // having reported a failure (see Refusal).
+  // having reported a failure (see Refusal). One exception: an ABORTED failure is what a rank
+  // reports while an exception unwinds its stack (a started call abandoned on the way,
+  // collectives/async_lane.h: "the exception is the error to look at"); the same rank's next,
+  // real failure (that exception, reaching RunInProcess) replaces it, so the run reports the
+  // cause rather than the clean-up.
   void Poison(int world_rank, const absl::Status& why) {
     reported_[world_rank].store(true, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (poisoned_.load(std::memory_order_relaxed)) return;
+      const absl::Status status(why.code(),
+                                absl::StrCat("rank ", world_rank, ": ", why.message()));
+      if (poisoned_.load(std::memory_order_relaxed)) {
+        if (first_is_unwinding_ && world_rank == failed_rank_ &&
+            why.code() != absl::StatusCode::kAborted) {
+          first_failure_ = status;
+          first_is_unwinding_ = false;
+        }
+        return;
+      }
       failed_rank_ = world_rank;
-      first_failure_ =
-          absl::Status(why.code(), absl::StrCat("rank ", world_rank, ": ", why.message()));
+      first_failure_ = status;
+      first_is_unwinding_ = why.code() == absl::StatusCode::kAborted;
       poisoned_.store(true, std::memory_order_release);
     }
     WakeAll();
@@ -133,9 +152,10 @@ class World {
   // as INVALID_ARGUMENT, however the ranks were timed); ABORTED once it has reported a failure.
   absl::Status Refusal(int world_rank, absl::string_view what) {
     const bool knew = reported_[world_rank].exchange(true, std::memory_order_relaxed);
-    return absl::Status(knew ? absl::StatusCode::kAborted : first_failure_.code(),
+    const absl::Status first = first_failure();
+    return absl::Status(knew ? absl::StatusCode::kAborted : first.code(),
                         absl::StrCat(what, " refused: the world was poisoned by ",
-                                     first_failure_.message()));
+                                     first.message()));
   }
 
   void MarkExited(int world_rank) {
@@ -165,9 +185,10 @@ class World {
   std::atomic<bool> poisoned_{false};
   absl::Status first_failure_;
   int failed_rank_ = -1;
+  bool first_is_unwinding_ = false;  // first_failure_ is an ABORTED clean-up report (Poison)
   // std::mutex, not absl::Mutex: Debian's Abseil is not built for ThreadSanitizer, which then
   // cannot see its happens-before edges.
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<std::weak_ptr<Group>> groups_;  // guarded by mu_
   std::vector<std::string> activity_;         // guarded by mu_
 };

@@ -4,10 +4,13 @@
 // which makes many buckets) give the losses, gradient norms and parameters of the reference
 // schedule (one blocking all_reduce per gradient after the backward) bitwise. The collective log
 // shows the buckets: fewer, larger all-reduces, the full ones issued during the backward.
+#include <chrono>
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tensor/error.h"
 #include "models/gpt.h"
 #include "models/train/gpt_test_util.h"
 #include "shardmap/mesh.h"
@@ -99,6 +102,33 @@ TEST_P(OverlapTest, BucketsChangeNoBit) {
       EXPECT_LT(got_during + got_after, ref_after);
       if (bucket == 1024) EXPECT_GT(got_during, 0);
     }
+  }
+}
+
+// A rank that fails while its gradient buckets are in flight (started during the backward,
+// not yet waited) fails the whole run with its own error, promptly: the others, waiting for
+// those buckets, see the poisoned world instead of hanging.
+TEST(OverlapFaultTest, ARankFailingMidBucketFailsTheRunWithItsStatus) {
+  for (const char* mesh : {"dp=3", "dp_shard=2", "dp_replicate=2,dp_shard=2"}) {
+    SCOPED_TRACE(mesh);
+    GptConfig cfg = SmallConfig();
+    cfg.layers = 3;
+    absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh(mesh), cfg, false);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    TrainOptions o = gpt_testing::ThreeSteps();
+    o.overlap.bucket_bytes = 512;  // many buckets, most started during the backward
+    o.hooks.on_phase = [](const char* phase) {
+      if (std::string(phase) == "optimizer" && RankContext::Current()->rank() == 1) {
+        throw OpError(absl::DataLossError("rank 1 lost its device"));
+      }
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(cfg, 7), Tokens(500, cfg.vocab), o);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+    EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("rank 1 lost its device"));
+    EXPECT_LT(s, 30) << "the other ranks waited for the failed rank's buckets";
   }
 }
 

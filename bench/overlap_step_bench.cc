@@ -3,9 +3,11 @@
 // schedule (--overlap=on: gradient buckets started during the backward, FSDP's prefetched and
 // resharded gathers) and the reference one (off), against the ideal each should reach:
 //   off: compute + comm (every collective blocks);
-//   on:  max(compute, overlappable comm) + the comm that cannot overlap (blocking calls such as
-//        the loss and norm reductions, the buckets started after the backward, FSDP's first
-//        all-gather and last reduce-scatter).
+//   on:  per phase, max(compute, the comm started in it) + the comm that cannot overlap
+//        (blocking calls such as the loss and norm reductions, the buckets started after the
+//        backward, FSDP's first all-gather and last reduce-scatter): max(forward, FSDP's
+//        prefetched gathers) + max(backward, buckets + reduce-scatters + regathers) + the rest
+//        of the step (AdamW) + what cannot overlap.
 // compute is the step on an infinitely fast link (measured in the same run); comm is the sum of
 // the link's modelled times of the step's collectives (rank 0's log, perfmodel's RingCost, the
 // same model the link sleeps by). The link sleeps, so a waiting rank leaves its core to compute.
@@ -47,6 +49,7 @@ constexpr int kSteps = 4;  // the first is a warm-up, not counted
 
 struct Run {
   double step_s = 0;                    // mean over steps 1..kSteps-1
+  double forward_s = 0, backward_s = 0; // rank 0's last step's phases (the trace's)
   std::vector<CollectiveRecord> log;    // rank 0's last step
 };
 
@@ -64,6 +67,7 @@ Run Train(const std::string& mesh_text, const bench::SimulatedLink& link, bool o
   o.overlap.on = overlap;
   o.overlap.bucket_bytes = int64_t{2} << 20;
   o.hooks.spmd_runner = bench::SimulatedLinkSpmdRunner(link);
+  o.tracing.keep_events = true;
   Run run;
   o.hooks.on_step = [&](const StepInfo& s) {
     if (s.step >= 1) run.step_s += s.seconds / (kSteps - 1);
@@ -73,6 +77,11 @@ Run Train(const std::string& mesh_text, const bench::SimulatedLink& link, bool o
   if (!r.ok()) {
     std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
     std::exit(1);
+  }
+  for (const TraceEvent& e : r->trace) {  // the last step's phases win
+    if (e.rank != 0 || e.category != "phase") continue;
+    if (e.name == "forward") run.forward_s = e.duration_us * 1e-6;
+    if (e.name == "backward") run.backward_s = e.duration_us * 1e-6;
   }
   return run;
 }
@@ -84,10 +93,16 @@ double Modelled(const bench::SimulatedLink& link, const Mesh& mesh, const Collec
   return bench::ModelledSeconds(link, r.op, t, bytes);
 }
 
-// The step's modelled comm, and the part that cannot overlap compute (see the top).
-std::pair<double, double> Comm(const bench::SimulatedLink& link, const Mesh& mesh,
-                               const std::vector<CollectiveRecord>& log) {
-  double total = 0, fixed = 0;
+// The step's modelled comm: what the forward's compute can hide (started in the forward: FSDP's
+// prefetched all-gathers), what the backward's can (started in it: buckets, reduce-scatters,
+// regathers), and what nothing can (see the top).
+struct Comm {
+  double total = 0, forward = 0, backward = 0, fixed = 0;
+};
+
+Comm Split(const bench::SimulatedLink& link, const Mesh& mesh,
+           const std::vector<CollectiveRecord>& log) {
+  Comm c;
   int first_gather = -1, last_scatter = -1;
   for (size_t i = 0; i < log.size(); ++i) {
     const std::string op = log[i].op;
@@ -99,14 +114,18 @@ std::pair<double, double> Comm(const bench::SimulatedLink& link, const Mesh& mes
   for (size_t i = 0; i < log.size(); ++i) {
     const CollectiveRecord& r = log[i];
     const double m = Modelled(link, mesh, r);
-    total += m;
+    c.total += m;
     const bool after_backward = std::string(r.op) == "all_reduce" && !r.backward;
     if (!r.started || after_backward || static_cast<int>(i) == first_gather ||
         static_cast<int>(i) == last_scatter) {
-      fixed += m;
+      c.fixed += m;
+    } else if (r.backward) {
+      c.backward += m;
+    } else {
+      c.forward += m;
     }
   }
-  return {total, fixed};
+  return c;
 }
 
 const std::vector<std::string> kMeshes = {"dp=2", "dp_shard=2", "dp_replicate=2,dp_shard=2"};
@@ -124,15 +143,20 @@ void BM_Step(benchmark::State& state) {
     compute = Train(mesh_text, instant, false);
     run = Train(mesh_text, link, overlap);
   }
-  const auto [comm, fixed] = Comm(link, mesh, run.log);
-  const double ideal = overlap ? std::max(compute.step_s, comm - fixed) + fixed
-                               : compute.step_s + comm;
+  const Comm comm = Split(link, mesh, run.log);
+  // compute = forward + backward + the rest (reductions' local work, clipping, AdamW).
+  const double rest = std::max(0.0, compute.step_s - compute.forward_s - compute.backward_s);
+  const double ideal = overlap ? std::max(compute.forward_s, comm.forward) +
+                                     std::max(compute.backward_s, comm.backward) + rest + comm.fixed
+                               : compute.step_s + comm.total;
   state.SetLabel(mesh_text + (overlap ? " overlap on" : " overlap off") +
                  (state.range(1) == 0 ? " 100 MB/s" : " 400 MB/s"));
   state.counters["step_ms"] = run.step_s * 1e3;
   state.counters["compute_ms"] = compute.step_s * 1e3;
-  state.counters["comm_ms"] = comm * 1e3;
-  state.counters["nonoverlap_ms"] = (overlap ? fixed : comm) * 1e3;
+  state.counters["fwd_ms"] = compute.forward_s * 1e3;
+  state.counters["bwd_ms"] = compute.backward_s * 1e3;
+  state.counters["comm_ms"] = comm.total * 1e3;
+  state.counters["nonoverlap_ms"] = (overlap ? comm.fixed : comm.total) * 1e3;
   state.counters["ideal_ms"] = ideal * 1e3;
   state.counters["vs_ideal"] = run.step_s / ideal;
   state.counters["collectives"] = static_cast<double>(run.log.size());

@@ -1,5 +1,6 @@
 #include "shardmap/async_collectives.h"
 
+#include <functional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -187,6 +188,25 @@ std::unique_ptr<PendingValue::State> NewCall(const internal::CollectiveCall& c, 
   return st;
 }
 
+using StartFn =
+    std::function<absl::StatusOr<std::unique_ptr<collectives::PendingCollective>>()>;
+
+// Starts the call (a device copy on a one-device GPU group: TrivialOnDevice), logs it as
+// `sent` and remembers where, so Wait() can end its span.
+void Launch(const internal::CollectiveCall& c, PendingValue::State& st, const Tensor& sent,
+            const StartFn& start) {
+  if (c.TrivialOnDevice(sent)) {
+    st.out = st.send.Clone();
+  } else {
+    absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> call = start();
+    c.Check(call.status());
+    st.call = std::move(*call);
+  }
+  c.Log(sent);
+  st.ctx = &c.ctx();
+  st.log_index = c.ctx().collective_log().size() - 1;
+}
+
 void RefuseTape(const char* op, const Value& x) {
   if (!internal::NeedsTape(x)) return;
   OpFail(op, ": ", x.ToString(), " is being recorded on a tape; ", op,
@@ -201,17 +221,10 @@ PendingValue all_reduce_start(const Value& x, const Axes& axes) {
   RefuseTape(kOp, x);
   const internal::CollectiveCall c(Collective::kAllReduceSum, x, axes, {}, kOp);
   auto st = NewCall(c, kOp, x, 0, x.shape());
-  if (c.TrivialOnDevice(x.tensor)) {
-    st->out = x.tensor.Clone();
-  } else {
-    auto call = c.comm().AllReduceStart(st->send.raw_data(), st->out.raw_data(), x.numel(),
-                                        DT(x.dtype()), collectives::ReduceOp::kSum);
-    c.Check(call.status());
-    st->call = std::move(*call);
-  }
-  c.Log(x.tensor);
-  st->ctx = &c.ctx();
-  st->log_index = c.ctx().collective_log().size() - 1;
+  Launch(c, *st, x.tensor, [&] {
+    return c.comm().AllReduceStart(st->send.raw_data(), st->out.raw_data(), x.numel(),
+                                   DT(x.dtype()), collectives::ReduceOp::kSum);
+  });
   return PendingValueAccess::Make(std::move(st));
 }
 
@@ -230,18 +243,10 @@ PendingValue reduce_scatter_start(const Value& x, int dim, const Axes& axes) {
   Shape out_shape = x.shape();
   out_shape[dim] /= n;
   auto st = NewCall(c, kOp, x, dim, out_shape);
-  if (c.TrivialOnDevice(x.tensor)) {
-    st->out = st->send.Clone();
-  } else {
-    auto call = c.comm().ReduceScatterStart(st->send.raw_data(), st->out.raw_data(),
-                                            st->out.numel(), DT(x.dtype()),
-                                            collectives::ReduceOp::kSum);
-    c.Check(call.status());
-    st->call = std::move(*call);
-  }
-  c.Log(x.tensor);
-  st->ctx = &c.ctx();
-  st->log_index = c.ctx().collective_log().size() - 1;
+  Launch(c, *st, x.tensor, [&] {
+    return c.comm().ReduceScatterStart(st->send.raw_data(), st->out.raw_data(), st->out.numel(),
+                                       DT(x.dtype()), collectives::ReduceOp::kSum);
+  });
   return PendingValueAccess::Make(std::move(st));
 }
 
@@ -260,17 +265,10 @@ PendingValue all_gather_start(const Value& x, int dim, const Axes& axes,
     sent = cast(Value(x.tensor, x.type), *gather_dtype);
   }
   auto st = NewCall(c, kOp, sent, dim, out_shape);
-  if (c.TrivialOnDevice(x.tensor)) {
-    st->out = st->send.Clone();
-  } else {
-    auto call = c.comm().AllGatherStart(st->send.raw_data(), st->out.raw_data(),
-                                        st->send.numel(), DT(sent.dtype()));
-    c.Check(call.status());
-    st->call = std::move(*call);
-  }
-  c.Log(sent.tensor);
-  st->ctx = &c.ctx();
-  st->log_index = c.ctx().collective_log().size() - 1;
+  Launch(c, *st, sent.tensor, [&] {
+    return c.comm().AllGatherStart(st->send.raw_data(), st->out.raw_data(), st->send.numel(),
+                                   DT(sent.dtype()));
+  });
   if (internal::NeedsTape(x)) {
     auto backward = std::make_shared<GatherBackward>();
     backward->grad_dtype = x.dtype();

@@ -5,12 +5,14 @@
 // schedule (one blocking all_reduce per gradient after the backward) bitwise. The collective log
 // shows the buckets: fewer, larger all-reduces, the full ones issued during the backward.
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tensor/error.h"
+#include "tensor/memory_tracker.h"
 #include "models/gpt.h"
 #include "models/train/gpt_test_util.h"
 #include "shardmap/mesh.h"
@@ -129,6 +131,45 @@ TEST(OverlapFaultTest, ARankFailingMidBucketFailsTheRunWithItsStatus) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
     EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("rank 1 lost its device"));
     EXPECT_LT(s, 30) << "the other ranks waited for the failed rank's buckets";
+  }
+}
+
+// FSDP's reshard_after_forward in the forward + backward's MemoryTracker peak (rank 0,
+// TrainResult::peak_backprop_bytes_per_rank: activations, gathered parameters, gradients;
+// AdamW's temporaries, the whole step's peak on so small a model, come after): without it every
+// block's gathered parameters are alive when the backward begins; with it at most the last
+// block and two more (the one whose backward runs and the prefetched one), so the peak falls
+// by at least L - 3 blocks' gathered bytes: FSDP's (1 - 1/dp_shard) parameter saving holds
+// during the step too.
+TEST(OverlapMemoryTest, ReshardAfterForwardKeepsFewGatheredBlocks) {
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(absl::StrCat("dp_shard=", n));
+    GptConfig c = SmallConfig();
+    c.layers = 8;
+    c.d_model = 48;
+    c.heads = 4;
+    absl::StatusOr<GptLayout> layout =
+        GptLayout::Create(*ParseMesh(absl::StrCat("dp_shard=", n)), c, false);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    int64_t block_bytes = 0;  // one block's parameters, gathered (f64)
+    for (const ParamInfo& p : layout->params()) {
+      if (p.name.rfind("h.0.", 0) == 0) block_bytes += NumElements(p.global_shape) * 8;
+    }
+    TrainOptions o = gpt_testing::ThreeSteps();
+    o.steps = 1;
+    o.batch = 2 * n;
+    int64_t peak[2], gathered[2];
+    for (bool reshard : {false, true}) {
+      o.overlap.reshard_after_forward = reshard;
+      absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(c, 7), Tokens(500, c.vocab), o);
+      ASSERT_TRUE(r.ok()) << r.status();
+      peak[reshard] = r->peak_backprop_bytes_per_rank;
+      gathered[reshard] = r->peak_gathered_bytes_per_rank;
+    }
+    EXPECT_GE(peak[0] - peak[1], (c.layers - 3) * block_bytes)
+        << "peak without reshard " << peak[0] << ", with " << peak[1] << ", block " << block_bytes;
+    EXPECT_LE(gathered[1], gathered[0] - (c.layers - 3) * block_bytes);
+    EXPECT_GE(gathered[0], c.layers * block_bytes);  // every block at once without
   }
 }
 

@@ -823,9 +823,9 @@ void PrintSummary(const GptLayout& layout, const TrainOptions& o, const TrainRes
               : "kept from forward to backward: the whole model");
     }
     std::cout << absl::StrFormat(
-        "memory (rank 0, first step): peak of step tensors %s (activations, gathered "
-        "parameters, gradients, temporaries)%s; overlap %s\n",
-        Bytes(r.peak_step_bytes_per_rank), gathered,
+        "memory (rank 0, first step): peak of step tensors %s, %s up to the end of the backward "
+        "(activations, gathered parameters, gradients; then AdamW's temporaries)%s; overlap %s\n",
+        Bytes(r.peak_step_bytes_per_rank), Bytes(r.peak_backprop_bytes_per_rank), gathered,
         o.overlap.on ? absl::StrCat("on (", Bytes(o.overlap.bucket_bytes), " gradient buckets)")
                      : std::string("off"));
   }

@@ -93,6 +93,7 @@ class RankTrainer {
   RankBatches batches_;
   SpmdType boundary_type_;  // the pipeline boundary's
   Tape tape_;
+  MemoryTracker* step_mem_ = nullptr;  // the first step's tracker (reporting rank), while it runs
   std::vector<TraceEvent> events_;
   BackwardTracer backward_tracer_;  // a span per VJP and per backward collective
   std::unique_ptr<DeviceStep> device_;  // GPU ranks outside a pipeline
@@ -150,11 +151,14 @@ void RankTrainer::Run() {
     // The first step's peak of step tensors on the reporting rank (CPU and meta ranks; a GPU
     // rank reports its allocator's peak instead).
     std::optional<MemoryTracker> mem;
-    if (step == run_.source.first_step && rank_ == run_.reporter && !dev_.is_cuda()) mem.emplace();
+    if (step == run_.source.first_step && rank_ == run_.reporter && !dev_.is_cuda()) {
+      step_mem_ = &mem.emplace();
+    }
     StepOutcome out = device_ != nullptr
                           ? OnDevice(step, lr, ids_g, targets_g, types, rec)
                           : HostStep(step, lr, ids_g, targets_g, types, rec, tracing);
     if (mem) run_.result.peak_step_bytes_per_rank = mem->peak_bytes();
+    step_mem_ = nullptr;
     out.times.start = t0;
     out.times.backward = out.bp.forward_end_us;
     if (dev_.is_cuda()) cuda::Synchronize(dev_.index);  // the step's time includes its kernels
@@ -196,6 +200,7 @@ StepOutcome RankTrainer::HostStep(int64_t step, double lr, const Tensor& ids_g,
                                 tape_, rec, buckets.get(), options_.overlap.on ? &fsdp : nullptr);
   }
   out.backprop_logged = ctx_.collective_log().size();
+  if (step_mem_ != nullptr) run_.result.peak_backprop_bytes_per_rank = step_mem_->peak_bytes();
   Phase("optimizer");
   out.times.reduce = TraceNowUs();
   std::vector<Value>& grads = out.bp.grads;

@@ -88,6 +88,9 @@ struct TrainResult {
   // activations, gathered FSDP parameters, gradients, buckets, optimizer temporaries; not the
   // parameters and moments held across steps); -1 on GPU ranks (see peak_device_bytes_per_rank).
   int64_t peak_step_bytes_per_rank = -1;
+  // The same tracker's peak up to the end of the backward (gradient reductions and AdamW's
+  // temporaries excluded): activations, gathered FSDP parameters, gradients; -1 as above.
+  int64_t peak_backprop_bytes_per_rank = -1;
   // Rank 0, first step, overlapped FSDP: the most gathered parameter bytes alive at once
   // (FsdpParams::peak_gathered_bytes); -1 otherwise.
   int64_t peak_gathered_bytes_per_rank = -1;

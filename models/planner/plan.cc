@@ -77,6 +77,10 @@ TrainOptions CandidateTrainOptions(const Candidate& c, const PlanRequest& req) {
   o.pipeline.schedule =
       c.pipeline.schedule == "interleaved_1f1b" ? std::string("1f1b") : c.pipeline.schedule;
   o.grad_accum = c.grad_accum;
+  // The profile is the reference schedule's work (every collective at its use, gathered
+  // parameters kept, one all-reduce per gradient): the planner prices the overlapped schedule
+  // (buckets, prefetch, reshard) from it itself (step_schedule.h, shape_only_keeps_gathered).
+  o.overlap.on = false;
   return o;
 }
 

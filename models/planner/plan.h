@@ -69,10 +69,11 @@ struct PlanRequest {
   std::vector<Recompute> recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
   std::vector<bool> reshard_after_forward = {true, false};
   RecomputeEstimator recompute_estimator = KorthikantiRecompute();
-  // The shape-only step keeps every FSDP-gathered parameter alive from its forward use to the
-  // backward (today's trainer): with overlap on, the planner replaces that by what the
-  // overlapped trainer holds (prefetch + 1 layers resharding, or the whole model in the compute
-  // dtype without). Set false once the shape-only run itself reshards.
+  // The shape-only step (the reference schedule: TrainOptions::overlap off, see
+  // CandidateTrainOptions) keeps every FSDP-gathered parameter alive from its forward use to the
+  // backward: with overlap on, the planner replaces that by what the overlapped trainer holds
+  // (prefetch + 1 layers resharding, or the whole model in the compute dtype without). False
+  // for a profile of the overlapped schedule itself.
   bool shape_only_keeps_gathered = true;
   // Told after each shape-only profile (done, total); for progress lines.
   std::function<void(int done, int total)> progress;

@@ -172,6 +172,135 @@ absl::StatusOr<Candidate> ParseCandidate(const std::string& mesh_text, bool sp,
   return c;
 }
 
+namespace {
+
+// The meshes --meshes names ("dp=2,tp=4 +sp 1f1b/m8 ga2 rc=full keep"), with the settings
+// they fix, appended to raw.
+absl::Status ParseGivenMeshes(const PlanRequest& req, std::vector<Candidate>& raw) {
+  for (const std::string& text : req.only_meshes) {
+    std::vector<std::string> f = absl::StrSplit(text, absl::ByAnyChar(" :"), absl::SkipEmpty());
+    if (f.empty()) return absl::InvalidArgumentError("an empty mesh");
+    bool sp = false, keep = false;
+    std::string schedule = "1f1b";
+    int m = 1, ga = 1, v = 1;
+    std::optional<Recompute> rc;
+    for (size_t i = 1; i < f.size(); ++i) {
+      std::vector<std::string> sm = absl::StrSplit(f[i], "/m");
+      if (f[i] == "+sp") {
+        sp = true;
+      } else if (f[i] == "keep") {
+        keep = true;
+      } else if (f[i].rfind("rc=", 0) == 0) {
+        absl::StatusOr<Recompute> r = ParseRecompute(f[i].substr(3));
+        if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("mesh '", text, "': ", r.status().message()));
+        rc = *r;
+      } else if (f[i].rfind("ga", 0) == 0 && absl::SimpleAtoi(f[i].substr(2), &ga) && ga >= 1) {
+        continue;
+      } else if (sm.size() == 2) {
+        std::vector<std::string> mv = absl::StrSplit(sm[1], "/v");
+        if (!absl::SimpleAtoi(mv[0], &m) || m < 1 ||
+            (mv.size() == 2 && (!absl::SimpleAtoi(mv[1], &v) || v < 1)) || mv.size() > 2) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "mesh '", text, "': '", f[i], "' is not <schedule>/m<microbatches>[/v<chunks>]"));
+        }
+        schedule = sm[0];
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "mesh '", text, "': '", f[i],
+            "' is neither +sp, <schedule>/m<microbatches>[/v<chunks>], ga<microsteps>, "
+            "rc=<none|selective|full> nor keep"));
+      }
+    }
+    absl::StatusOr<Candidate> c = ParseCandidate(f[0], sp, schedule, m, v);
+    if (!c.ok()) return c.status();
+    c->grad_accum = ga;
+    c->fixed_grad_accum = absl::StrContains(text, " ga") || absl::StrContains(text, ":ga");
+    // Given settings are fixed; others stay the planner's to choose.
+    if (rc.has_value()) c->recompute = *rc;
+    c->reshard_after_forward = !keep;
+    c->fixed_recompute = rc.has_value();
+    c->fixed_reshard = keep;
+    if (c->mesh.world() != req.gpus) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mesh ", f[0], " has ", c->mesh.world(), " ranks; --gpus is ", req.gpus,
+                       ": the mesh's sizes must multiply to the GPU count"));
+    }
+    raw.push_back(*c);
+  }
+  return absl::OkStatus();
+}
+
+// Every mesh of req.gpus ranks the search allows (pp, tp, cp, ep, the data-parallel forms,
+// SP, pipeline schedules, microbatches and interleaving), appended to raw.
+void SearchMeshes(const PlanRequest& req, std::vector<Candidate>& raw) {
+  const bool moe = req.config.moe.on();
+  for (int pp : Divisors(req.gpus)) {
+    if (req.max_pp > 0 && pp > req.max_pp) continue;
+    const int r1 = req.gpus / pp;
+    for (int tp : Divisors(r1)) {
+      const int r2 = r1 / tp;
+      for (int cp : Divisors(r2)) {
+        if (req.max_cp > 0 && cp > req.max_cp) continue;
+        const int r3 = r2 / cp;
+        for (int ep : Divisors(r3)) {
+          if (ep > 1 && !moe) continue;  // ep is a MoE axis
+          const int data = r3 / ep;
+          std::vector<std::array<int, 3>> forms;  // dp_replicate, dp_shard, dp
+          auto allowed = [&req](const char* form) {
+            return std::find(req.data_parallel.begin(), req.data_parallel.end(), form) !=
+                   req.data_parallel.end();
+          };
+          if (data == 1) {
+            forms.push_back({1, 1, 1});
+          } else {
+            if (allowed("dp")) forms.push_back({1, 1, data});
+            if (allowed("fsdp")) forms.push_back({1, data, 1});
+            for (int r : Divisors(data)) {
+              if (r > 1 && r < data && allowed("hsdp")) forms.push_back({r, data / r, 1});
+            }
+          }
+          for (const auto& f : forms) {
+            Candidate c;
+            c.mesh = MakeMesh(pp, f[0], f[1], f[2], ep, cp, tp);
+            c.pipeline.stages = pp;
+            std::vector<bool> sps = {false};
+            if (tp > 1 && req.sp_variants) sps.push_back(true);
+            if (tp > 1 && !req.sp_variants) sps = {true};
+            if (req.no_sp) sps = {false};
+            for (bool sp : sps) {
+              c.sp = sp;
+              if (pp == 1) {
+                c.pipeline.microbatches = 1;
+                raw.push_back(c);
+                continue;
+              }
+              for (const std::string& sched : req.schedules) {
+                for (int factor : req.microbatch_factors) {
+                  c.pipeline.schedule = sched;
+                  c.pipeline.microbatches = pp * factor;
+                  c.pipeline.virtual_stages = 1;
+                  if (sched != "interleaved_1f1b") {
+                    raw.push_back(c);
+                    continue;
+                  }
+                  for (int v : req.virtual_stages) {
+                    // Only chunk counts that split the stage's layers evenly.
+                    if (v < 2 || req.config.layers % (int64_t{pp} * v) != 0) continue;
+                    c.pipeline.virtual_stages = v;
+                    raw.push_back(c);
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& req,
                                                            const HardwareProfile& hw,
                                                            std::vector<Refusal>* refused) {
@@ -189,121 +318,9 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
   }
   std::vector<Candidate> raw;
   if (!req.only_meshes.empty()) {
-    for (const std::string& text : req.only_meshes) {
-      std::vector<std::string> f = absl::StrSplit(text, absl::ByAnyChar(" :"), absl::SkipEmpty());
-      if (f.empty()) return absl::InvalidArgumentError("an empty mesh");
-      bool sp = false, keep = false;
-      std::string schedule = "1f1b";
-      int m = 1, ga = 1, v = 1;
-      std::optional<Recompute> rc;
-      for (size_t i = 1; i < f.size(); ++i) {
-        std::vector<std::string> sm = absl::StrSplit(f[i], "/m");
-        if (f[i] == "+sp") {
-          sp = true;
-        } else if (f[i] == "keep") {
-          keep = true;
-        } else if (f[i].rfind("rc=", 0) == 0) {
-          absl::StatusOr<Recompute> r = ParseRecompute(f[i].substr(3));
-          if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("mesh '", text, "': ", r.status().message()));
-          rc = *r;
-        } else if (f[i].rfind("ga", 0) == 0 && absl::SimpleAtoi(f[i].substr(2), &ga) && ga >= 1) {
-          continue;
-        } else if (sm.size() == 2) {
-          std::vector<std::string> mv = absl::StrSplit(sm[1], "/v");
-          if (!absl::SimpleAtoi(mv[0], &m) || m < 1 ||
-              (mv.size() == 2 && (!absl::SimpleAtoi(mv[1], &v) || v < 1)) || mv.size() > 2) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "mesh '", text, "': '", f[i], "' is not <schedule>/m<microbatches>[/v<chunks>]"));
-          }
-          schedule = sm[0];
-        } else {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "mesh '", text, "': '", f[i],
-              "' is neither +sp, <schedule>/m<microbatches>[/v<chunks>], ga<microsteps>, "
-              "rc=<none|selective|full> nor keep"));
-        }
-      }
-      absl::StatusOr<Candidate> c = ParseCandidate(f[0], sp, schedule, m, v);
-      if (!c.ok()) return c.status();
-      c->grad_accum = ga;
-      c->fixed_grad_accum = absl::StrContains(text, " ga") || absl::StrContains(text, ":ga");
-      // Given settings are fixed; others stay the planner's to choose.
-      if (rc.has_value()) c->recompute = *rc;
-      c->reshard_after_forward = !keep;
-      c->fixed_recompute = rc.has_value();
-      c->fixed_reshard = keep;
-      if (c->mesh.world() != req.gpus) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("mesh ", f[0], " has ", c->mesh.world(), " ranks; --gpus is ", req.gpus,
-                         ": the mesh's sizes must multiply to the GPU count"));
-      }
-      raw.push_back(*c);
-    }
+    if (absl::Status s = ParseGivenMeshes(req, raw); !s.ok()) return s;
   } else {
-    const bool moe = req.config.moe.on();
-    for (int pp : Divisors(req.gpus)) {
-      if (req.max_pp > 0 && pp > req.max_pp) continue;
-      const int r1 = req.gpus / pp;
-      for (int tp : Divisors(r1)) {
-        const int r2 = r1 / tp;
-        for (int cp : Divisors(r2)) {
-          if (req.max_cp > 0 && cp > req.max_cp) continue;
-          const int r3 = r2 / cp;
-          for (int ep : Divisors(r3)) {
-            if (ep > 1 && !moe) continue;  // ep is a MoE axis
-            const int data = r3 / ep;
-            std::vector<std::array<int, 3>> forms;  // dp_replicate, dp_shard, dp
-            auto allowed = [&req](const char* form) {
-              return std::find(req.data_parallel.begin(), req.data_parallel.end(), form) !=
-                     req.data_parallel.end();
-            };
-            if (data == 1) {
-              forms.push_back({1, 1, 1});
-            } else {
-              if (allowed("dp")) forms.push_back({1, 1, data});
-              if (allowed("fsdp")) forms.push_back({1, data, 1});
-              for (int r : Divisors(data)) {
-                if (r > 1 && r < data && allowed("hsdp")) forms.push_back({r, data / r, 1});
-              }
-            }
-            for (const auto& f : forms) {
-              Candidate c;
-              c.mesh = MakeMesh(pp, f[0], f[1], f[2], ep, cp, tp);
-              c.pipeline.stages = pp;
-              std::vector<bool> sps = {false};
-              if (tp > 1 && req.sp_variants) sps.push_back(true);
-              if (tp > 1 && !req.sp_variants) sps = {true};
-              if (req.no_sp) sps = {false};
-              for (bool sp : sps) {
-                c.sp = sp;
-                if (pp == 1) {
-                  c.pipeline.microbatches = 1;
-                  raw.push_back(c);
-                  continue;
-                }
-                for (const std::string& sched : req.schedules) {
-                  for (int factor : req.microbatch_factors) {
-                    c.pipeline.schedule = sched;
-                    c.pipeline.microbatches = pp * factor;
-                    c.pipeline.virtual_stages = 1;
-                    if (sched != "interleaved_1f1b") {
-                      raw.push_back(c);
-                      continue;
-                    }
-                    for (int v : req.virtual_stages) {
-                      // Only chunk counts that split the stage's layers evenly.
-                      if (v < 2 || req.config.layers % (int64_t{pp} * v) != 0) continue;
-                      c.pipeline.virtual_stages = v;
-                      raw.push_back(c);
-                    }
-                  }
-                }
-              }
-            }
-          }
-        }
-      }
-    }
+    SearchMeshes(req, raw);
   }
   std::vector<Candidate> out;
   const double elem = ElemBytes(req.config.dtype);

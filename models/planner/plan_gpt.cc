@@ -102,6 +102,78 @@ absl::StatusOr<std::vector<int>> Ints(const std::string& flag, const std::string
 
 bool Explicit(const char* name);
 
+// The search's flags: schedules, microbatch factors, chunks, recomputation, reshard, the
+// data-parallel forms, SP, and the overlapped step's settings.
+absl::Status SetSearchFlags(planner::PlanRequest& req) {
+  req.schedules.clear();
+  for (absl::string_view s :
+       absl::StrSplit(absl::GetFlag(FLAGS_schedules), ',', absl::SkipWhitespace())) {
+    if (s != "1f1b" && s != "gpipe" && s != "interleaved_1f1b") {
+      return (absl::InvalidArgumentError(absl::StrCat(
+          "--schedules: unknown schedule '", s, "' (1f1b, gpipe, interleaved_1f1b)")));
+    }
+    req.schedules.emplace_back(s);
+  }
+  if (req.schedules.empty()) return (absl::InvalidArgumentError("--schedules is empty"));
+  absl::StatusOr<std::vector<int>> factors =
+      Ints("microbatch_factors", absl::GetFlag(FLAGS_microbatch_factors));
+  if (!factors.ok()) return (factors.status());
+  req.microbatch_factors = *factors;
+  absl::StatusOr<std::vector<int>> chunks =
+      Ints("virtual_stages", absl::GetFlag(FLAGS_virtual_stages));
+  if (!chunks.ok()) return (chunks.status());
+  req.virtual_stages = *chunks;
+  req.recompute.clear();
+  for (absl::string_view r :
+       absl::StrSplit(absl::GetFlag(FLAGS_recompute), ',', absl::SkipWhitespace())) {
+    absl::StatusOr<planner::Recompute> mode = planner::ParseRecompute(std::string(r));
+    if (!mode.ok()) return (absl::InvalidArgumentError(absl::StrCat("--", mode.status().message())));
+    req.recompute.push_back(*mode);
+  }
+  if (req.recompute.empty()) return (absl::InvalidArgumentError("--recompute is empty"));
+  req.reshard_after_forward.clear();
+  for (absl::string_view r : absl::StrSplit(absl::GetFlag(FLAGS_reshard_after_forward), ',',
+                                            absl::SkipWhitespace())) {
+    if (r != "true" && r != "false") {
+      return (absl::InvalidArgumentError(absl::StrCat(
+          "--reshard_after_forward: '", r, "' is neither true nor false")));
+    }
+    req.reshard_after_forward.push_back(r == "true");
+  }
+  if (req.reshard_after_forward.empty()) {
+    return (absl::InvalidArgumentError("--reshard_after_forward is empty"));
+  }
+  req.data_parallel.clear();
+  for (absl::string_view f :
+       absl::StrSplit(absl::GetFlag(FLAGS_data_parallel), ',', absl::SkipWhitespace())) {
+    if (f != "dp" && f != "fsdp" && f != "hsdp") {
+      return (absl::InvalidArgumentError(
+          absl::StrCat("--data_parallel: '", f, "' is none of dp, fsdp, hsdp")));
+    }
+    req.data_parallel.emplace_back(f);
+  }
+  if (req.data_parallel.empty()) return (absl::InvalidArgumentError("--data_parallel is empty"));
+  const std::string sp = absl::GetFlag(FLAGS_sp);
+  if (sp != "both" && sp != "on" && sp != "off") {
+    return (absl::InvalidArgumentError("--sp " + sp + ": use both, on or off"));
+  }
+  req.sp_variants = sp == "both";
+  req.no_sp = sp == "off";
+  req.step.overlap = absl::GetFlag(FLAGS_overlap);
+  const double bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
+  if (!(bucket_mb > 0)) {
+    return (absl::InvalidArgumentError(
+        absl::StrCat("--bucket_mb ", bucket_mb, " must be > 0 (DDP's default is 25)")));
+  }
+  req.step.bucket_bytes = bucket_mb * 1024 * 1024;
+  req.step.fsdp_prefetch = absl::GetFlag(FLAGS_fsdp_prefetch);
+  if (req.step.fsdp_prefetch < 1) {
+    return (absl::InvalidArgumentError(absl::StrCat(
+        "--fsdp_prefetch ", req.step.fsdp_prefetch, " must be >= 1 (gathers ahead of compute)")));
+  }
+  return absl::OkStatus();
+}
+
 int Main() {
   planner::PlanRequest req;
   GptConfig& cfg = req.config;
@@ -147,72 +219,7 @@ int Main() {
   if (req.max_pp < 0 || req.max_cp < 0) {
     return Fail(absl::InvalidArgumentError("--max_pp and --max_cp must be >= 0 (0: any)"));
   }
-  req.schedules.clear();
-  for (absl::string_view s :
-       absl::StrSplit(absl::GetFlag(FLAGS_schedules), ',', absl::SkipWhitespace())) {
-    if (s != "1f1b" && s != "gpipe" && s != "interleaved_1f1b") {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--schedules: unknown schedule '", s, "' (1f1b, gpipe, interleaved_1f1b)")));
-    }
-    req.schedules.emplace_back(s);
-  }
-  if (req.schedules.empty()) return Fail(absl::InvalidArgumentError("--schedules is empty"));
-  absl::StatusOr<std::vector<int>> factors =
-      Ints("microbatch_factors", absl::GetFlag(FLAGS_microbatch_factors));
-  if (!factors.ok()) return Fail(factors.status());
-  req.microbatch_factors = *factors;
-  absl::StatusOr<std::vector<int>> chunks =
-      Ints("virtual_stages", absl::GetFlag(FLAGS_virtual_stages));
-  if (!chunks.ok()) return Fail(chunks.status());
-  req.virtual_stages = *chunks;
-  req.recompute.clear();
-  for (absl::string_view r :
-       absl::StrSplit(absl::GetFlag(FLAGS_recompute), ',', absl::SkipWhitespace())) {
-    absl::StatusOr<planner::Recompute> mode = planner::ParseRecompute(std::string(r));
-    if (!mode.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("--", mode.status().message())));
-    req.recompute.push_back(*mode);
-  }
-  if (req.recompute.empty()) return Fail(absl::InvalidArgumentError("--recompute is empty"));
-  req.reshard_after_forward.clear();
-  for (absl::string_view r : absl::StrSplit(absl::GetFlag(FLAGS_reshard_after_forward), ',',
-                                            absl::SkipWhitespace())) {
-    if (r != "true" && r != "false") {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--reshard_after_forward: '", r, "' is neither true nor false")));
-    }
-    req.reshard_after_forward.push_back(r == "true");
-  }
-  if (req.reshard_after_forward.empty()) {
-    return Fail(absl::InvalidArgumentError("--reshard_after_forward is empty"));
-  }
-  req.data_parallel.clear();
-  for (absl::string_view f :
-       absl::StrSplit(absl::GetFlag(FLAGS_data_parallel), ',', absl::SkipWhitespace())) {
-    if (f != "dp" && f != "fsdp" && f != "hsdp") {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--data_parallel: '", f, "' is none of dp, fsdp, hsdp")));
-    }
-    req.data_parallel.emplace_back(f);
-  }
-  if (req.data_parallel.empty()) return Fail(absl::InvalidArgumentError("--data_parallel is empty"));
-  const std::string sp = absl::GetFlag(FLAGS_sp);
-  if (sp != "both" && sp != "on" && sp != "off") {
-    return Fail(absl::InvalidArgumentError("--sp " + sp + ": use both, on or off"));
-  }
-  req.sp_variants = sp == "both";
-  req.no_sp = sp == "off";
-  req.step.overlap = absl::GetFlag(FLAGS_overlap);
-  const double bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
-  if (!(bucket_mb > 0)) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--bucket_mb ", bucket_mb, " must be > 0 (DDP's default is 25)")));
-  }
-  req.step.bucket_bytes = bucket_mb * 1024 * 1024;
-  req.step.fsdp_prefetch = absl::GetFlag(FLAGS_fsdp_prefetch);
-  if (req.step.fsdp_prefetch < 1) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--fsdp_prefetch ", req.step.fsdp_prefetch, " must be >= 1 (gathers ahead of compute)")));
-  }
+  if (absl::Status s = SetSearchFlags(req); !s.ok()) return Fail(s);
   for (absl::string_view one :
        absl::StrSplit(absl::GetFlag(FLAGS_mesh), ';', absl::SkipWhitespace())) {
     req.only_meshes.emplace_back(one);

@@ -78,7 +78,6 @@ void FsdpParams::Enter(int unit) {
     tape_.AtBackwardBelow(slot, [this, prev = current_] { Regather(prev); });
   }
   if (u.pending.empty()) Start(unit, /*taped=*/true);
-  u.begin_slot = slot;
   Wait(unit, /*refill=*/false);
   for (int v = unit + 1; v <= unit + schedule_.prefetch && v < static_cast<int>(units_.size());
        ++v) {

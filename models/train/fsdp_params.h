@@ -62,7 +62,6 @@ class FsdpParams {
     std::vector<int> params;  // layout indices
     bool reshard = false;
     bool waited = false, released = false;
-    int32_t begin_slot = -1;  // the tape's size when its forward began
     std::vector<PendingValue> pending;  // per params entry (FSDP ones), forward or regather
   };
   Value Get(int param);

@@ -56,9 +56,7 @@ void AppendCollectiveSpans(const Mesh& mesh, int rank, const std::vector<Collect
   }
 }
 
-absl::Status WriteStepEvents(TraceWriter& writer, int rank,
-                             const std::vector<TraceEvent>& events) {
-  (void)rank;  // each event names its rank
+absl::Status WriteStepEvents(TraceWriter& writer, const std::vector<TraceEvent>& events) {
   for (const TraceEvent& e : events) {
     nlohmann::json args = e.bytes >= 0 ? nlohmann::json{{"bytes", e.bytes}} : nullptr;
     const int tid = TraceTid(e);

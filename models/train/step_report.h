@@ -4,7 +4,7 @@
 //
 //   StepTimes times{t0, bp.forward_end_us, t2, t3, t4};
 //   AppendStepEvents(mesh, rank, PhaseKind(plan), times, bp.spans, log, logged, &events);
-//   if (writer) WriteStepEvents(*writer, rank, events);   // streamed, then cleared
+//   if (writer) WriteStepEvents(*writer, events);   // streamed, then cleared
 #ifndef SHARDMAP_MODELS_TRAIN_STEP_REPORT_H_
 #define SHARDMAP_MODELS_TRAIN_STEP_REPORT_H_
 
@@ -43,7 +43,8 @@ void AppendStepEvents(const Mesh& mesh, int rank, const RunPlan& plan, const Ste
 void AppendCollectiveSpans(const Mesh& mesh, int rank, const std::vector<CollectiveRecord>& log,
                            std::vector<TraceEvent>* events);
 
-absl::Status WriteStepEvents(TraceWriter& writer, int rank, const std::vector<TraceEvent>& events);
+// Writes the events to the trace, each on its track (TraceTid: the rank's, or its collectives').
+absl::Status WriteStepEvents(TraceWriter& writer, const std::vector<TraceEvent>& events);
 
 // The step's MoE counts (dropped assignments, all assignments, dropped tokens) summed over the
 // batch axes (tp ranks route the same tokens); -1 each without MoE.

@@ -249,7 +249,7 @@ void RankTrainer::Trace(const StepOutcome& out) {
                    out.backprop_logged, &events_);
   AppendCollectiveSpans(layout_.mesh(), rank_, ctx_.collective_log(), &events_);
   if (options_.tracing.writer != nullptr) {  // streamed: written now, not kept
-    TraceError(WriteStepEvents(*options_.tracing.writer, rank_, events_));
+    TraceError(WriteStepEvents(*options_.tracing.writer, events_));
     if (!options_.tracing.keep_events) events_.clear();
   }
 }

@@ -77,29 +77,35 @@ void FsdpParams::Enter(int unit) {
     Release(current_);  // its forward is over
     tape_.AtBackwardBelow(slot, [this, prev = current_] { Regather(prev); });
   }
-  if (u.pending.empty()) Start(unit, /*taped=*/true);
+  if (!u.pending.pending()) Start(unit, /*taped=*/true);
   Wait(unit, /*refill=*/false);
   for (int v = unit + 1; v <= unit + schedule_.prefetch && v < static_cast<int>(units_.size());
        ++v) {
-    if (!units_[v].waited && units_[v].pending.empty()) Start(v, /*taped=*/true);
+    if (!units_[v].waited && !units_[v].pending.pending()) Start(v, /*taped=*/true);
   }
   current_ = unit;
 }
 
 void FsdpParams::Start(int unit, bool taped) {
-  const DType compute = layout_.config().compute_dtype();
   Unit& u = units_[unit];
+  std::vector<Value> shards;
+  std::vector<int> dims;
   for (int p : u.params) {
     const ParamInfo& info = layout_.params()[p];
     if (info.fsdp_dim < 0) continue;
-    const Value shard = taped ? params_[p] : Value(params_[p].tensor, params_[p].type);
-    u.pending.push_back(all_gather_start(shard, info.fsdp_dim, layout_.fsdp_axis(), compute));
+    shards.push_back(taped ? params_[p] : Value(params_[p].tensor, params_[p].type));
+    dims.push_back(info.fsdp_dim);
   }
+  if (shards.empty()) return;
+  u.pending = all_gather_flat_start(shards, dims, layout_.fsdp_axis(),
+                                    layout_.config().compute_dtype());
 }
 
 void FsdpParams::Wait(int unit, bool refill) {
   const DType compute = layout_.config().compute_dtype();
   Unit& u = units_[unit];
+  std::vector<Value> gathered;
+  if (u.pending.pending()) gathered = u.pending.Wait();
   size_t k = 0;
   for (int p : u.params) {
     if (layout_.params()[p].fsdp_dim < 0) {
@@ -107,7 +113,7 @@ void FsdpParams::Wait(int unit, bool refill) {
       if (!refill) values_[p] = params_[p].dtype() == compute ? params_[p] : cast(params_[p], compute);
       continue;
     }
-    Value g = u.pending[k++].Wait();
+    Value& g = gathered[k++];
     Count(static_cast<int64_t>(g.tensor.nbytes()));
     if (refill) {
       values_[p].tensor.RefillBuffer(g.tensor);
@@ -115,7 +121,6 @@ void FsdpParams::Wait(int unit, bool refill) {
       values_[p] = std::move(g);
     }
   }
-  u.pending.clear();
   u.waited = true;
   u.released = false;
 }
@@ -132,11 +137,11 @@ void FsdpParams::Release(int unit) {
 
 void FsdpParams::Regather(int unit) {
   Unit& u = units_[unit];
-  if (u.pending.empty()) Start(unit, /*taped=*/false);
+  if (!u.pending.pending()) Start(unit, /*taped=*/false);
   Wait(unit, /*refill=*/true);
   // Backward prefetch: the blocks whose VJPs come next.
   for (int v = unit - 1; v >= unit - schedule_.prefetch && v >= 0; --v) {
-    if (units_[v].reshard && units_[v].released && units_[v].pending.empty()) {
+    if (units_[v].reshard && units_[v].released && !units_[v].pending.pending()) {
       Start(v, /*taped=*/false);
     }
   }

@@ -1,6 +1,7 @@
 // FSDP's parameters at use in the overlapped step (FSDP2's schedule): each unit's (the
-// embeddings, each block, the final LayerNorm) shards are all-gathered in the compute dtype on
-// the communicator's started-call lane, `prefetch` units ahead of the one computing, in the
+// embeddings, each block, the final LayerNorm) shards are all-gathered in the compute dtype by
+// one flat call (shardmap/flat_gather.h: FSDP2's flat buffer) on the communicator's
+// started-call lane, `prefetch` units ahead of the one computing, in the
 // forward and again in the backward; a block's gathered parameters are freed after its forward
 // and gathered again just before its backward (reshard_after_forward), so at most prefetch + 1
 // blocks are gathered at once; the reduce-scatter of each block's gradients starts as soon as
@@ -19,7 +20,8 @@
 // of all_gather's reduce-scatter in the parameter's dtype, so the step is bitwise the
 // reference schedule's (models/train/gpt_overlap_test.cc). Not resharded: the embedding and
 // head units (wte is used at both ends of the step) and the last block (its backward comes
-// right after its forward), as torchtitan does.
+// right after its forward), as torchtitan does. The flat calls move the per-parameter calls'
+// bits (each element is summed in rank order wherever it sits in the buffer).
 #ifndef SHARDMAP_MODELS_TRAIN_FSDP_PARAMS_H_
 #define SHARDMAP_MODELS_TRAIN_FSDP_PARAMS_H_
 
@@ -28,7 +30,7 @@
 
 #include "autograd/tape.h"
 #include "models/gpt/gpt_model.h"
-#include "shardmap/async_collectives.h"
+#include "shardmap/flat_gather.h"
 #include "shardmap/value.h"
 
 namespace shardmap {
@@ -62,7 +64,7 @@ class FsdpParams {
     std::vector<int> params;  // layout indices
     bool reshard = false;
     bool waited = false, released = false;
-    std::vector<PendingValue> pending;  // per params entry (FSDP ones), forward or regather
+    PendingFlatGather pending;  // its FSDP parameters' one gather (forward or regather)
   };
   Value Get(int param);
   void Enter(int unit);

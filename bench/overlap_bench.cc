@@ -1,6 +1,6 @@
 // Started all-reduces overlapping a compute loop (DDP's bucketed gradient reduction in
 // miniature) against the blocking schedule, on the in-process backend and on a simulated link
-// (bench/simulated_link.h) at two speeds, and on Gloo (threads over TCP loopback). Each step on every rank: K buckets, each "compute c,
+// (collectives/simulated_link.h) at two speeds, and on Gloo (threads over TCP loopback). Each step on every rank: K buckets, each "compute c,
 // then all-reduce the bucket"; blocking waits for each all-reduce before the next compute,
 // overlapped starts it (AllReduceStart) and waits for all of them at the end of the step.
 //
@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bench/simulated_link.h"
+#include "collectives/simulated_link.h"
 #include "benchmark/benchmark.h"
 #include "collectives/communicator.h"
 #include "collectives/gloo_threads.h"
@@ -142,13 +142,13 @@ absl::StatusOr<StepTime> Step(Communicator& c, bool overlapped, Compute kind, in
 // see the same load; the slowest rank's time of each step, medians over kSteps pairs.
 void BM_Step(benchmark::State& state, Link link, Compute kind, int n, size_t bytes) {
   const int64_t iters = CalibrateCompute();
-  const SimulatedLink sim{.ring = {.alpha_s = link.alpha_s, .busbw = link.busbw}};
-  const double m = link.busbw > 0 ? ModelledSeconds(sim, "all_reduce", n, bytes) : 0;
+  const collectives::SimulatedLink sim{.ring = {.alpha_s = link.alpha_s, .busbw = link.busbw}};
+  const double m = link.busbw > 0 ? collectives::ModelledSeconds(sim, "all_reduce", n, bytes) : 0;
   for (auto _ : state) {
     std::vector<double> blocking, overlapped, compute;
     auto rank = [&](Communicator& world) -> absl::Status {
       std::unique_ptr<Communicator> wrapped;
-      if (link.busbw > 0) wrapped = std::make_unique<SimulatedLinkCommunicator>(&world, sim);
+      if (link.busbw > 0) wrapped = std::make_unique<collectives::SimulatedLinkCommunicator>(&world, sim);
       Communicator& comm = wrapped ? *wrapped : world;
       std::vector<std::vector<float>> buckets(kBuckets, std::vector<float>(bytes / 4, 1e-3f));
       std::vector<double> work(1024, 1.0);

@@ -1,4 +1,4 @@
-// The overlapped training step on a simulated link (bench/simulated_link.h): TrainGpt's step time
+// The overlapped training step on a simulated link (collectives/simulated_link.h): TrainGpt's step time
 // on dp=2, dp_shard=2 and dp_replicate=2 x dp_shard=2 at two link speeds, with the overlapped
 // schedule (--overlap=on: gradient buckets started during the backward, FSDP's prefetched and
 // resharded gathers) and the reference one (off), against the ideal each should reach:
@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "bench/bench_help.h"
-#include "bench/simulated_link.h"
-#include "bench/simulated_link_runner.h"
+#include "collectives/simulated_link.h"
+#include "models/train/simulated_link_runner.h"
 #include "benchmark/benchmark.h"
 #include "models/gpt.h"
 
@@ -53,7 +53,7 @@ struct Run {
   std::vector<CollectiveRecord> log;    // rank 0's last step
 };
 
-Run Train(const std::string& mesh_text, const bench::SimulatedLink& link, bool overlap) {
+Run Train(const std::string& mesh_text, const collectives::SimulatedLink& link, bool overlap) {
   const GptConfig c = Model();
   absl::StatusOr<Mesh> mesh = ParseMesh(mesh_text);
   absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, c, false);
@@ -66,7 +66,7 @@ Run Train(const std::string& mesh_text, const bench::SimulatedLink& link, bool o
   o.batch = 8;
   o.overlap.on = overlap;
   o.overlap.bucket_bytes = int64_t{2} << 20;
-  o.hooks.spmd_runner = bench::SimulatedLinkSpmdRunner(link);
+  o.hooks.spmd_runner = SimulatedLinkSpmdRunner(link);
   o.tracing.keep_events = true;
   Run run;
   o.hooks.on_step = [&](const StepInfo& s) {
@@ -86,11 +86,11 @@ Run Train(const std::string& mesh_text, const bench::SimulatedLink& link, bool o
   return run;
 }
 
-double Modelled(const bench::SimulatedLink& link, const Mesh& mesh, const CollectiveRecord& r) {
+double Modelled(const collectives::SimulatedLink& link, const Mesh& mesh, const CollectiveRecord& r) {
   const int t = mesh.GroupSize(r.axes);
   const double bytes = std::string(r.op) == "all_gather" ? static_cast<double>(r.bytes) * t
                                                          : static_cast<double>(r.bytes);
-  return bench::ModelledSeconds(link, r.op, t, bytes);
+  return collectives::ModelledSeconds(link, r.op, t, bytes);
 }
 
 // The step's modelled comm: what the forward's compute can hide (started in the forward: FSDP's
@@ -100,7 +100,7 @@ struct Comm {
   double total = 0, forward = 0, backward = 0, fixed = 0;
 };
 
-Comm Split(const bench::SimulatedLink& link, const Mesh& mesh,
+Comm Split(const collectives::SimulatedLink& link, const Mesh& mesh,
            const std::vector<CollectiveRecord>& log) {
   Comm c;
   int first_gather = -1, last_scatter = -1;
@@ -134,9 +134,9 @@ const std::vector<double> kBusBw = {100e6, 400e6};
 
 void BM_Step(benchmark::State& state) {
   const std::string mesh_text = kMeshes[state.range(0)];
-  const bench::SimulatedLink link{.ring = {.alpha_s = 100e-6, .busbw = kBusBw[state.range(1)]}};
+  const collectives::SimulatedLink link{.ring = {.alpha_s = 100e-6, .busbw = kBusBw[state.range(1)]}};
   const bool overlap = state.range(2) != 0;
-  const bench::SimulatedLink instant{.ring = {.alpha_s = 0, .busbw = 1e18}};
+  const collectives::SimulatedLink instant{.ring = {.alpha_s = 0, .busbw = 1e18}};
   const Mesh mesh = *ParseMesh(mesh_text);
   Run compute, run;
   for (auto _ : state) {

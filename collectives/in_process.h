@@ -19,7 +19,7 @@
 // would happen only when a rank stops computing, so nothing would overlap. On the lane it runs
 // while the rank computes, on whatever core is free; on this 2-core machine with more ranks than
 // cores the sums still compete with compute (the gain there is the waiting for the slowest rank
-// and, under bench/simulated_link.h, the modelled transfer time), but the bits are the blocking
+// and, under collectives/simulated_link.h, the modelled transfer time), but the bits are the blocking
 // calls' (same kernel, rank order). GPU memory: the blocking defaults (every call synchronises
 // the rank's stream with the host), so OverlapsStartedCalls() is false there.
 #ifndef SHARDMAP_COLLECTIVES_IN_PROCESS_H_

@@ -16,6 +16,14 @@
 // report splits the meshes of at most as many ranks as cores (a core each, as a GPU rank has its
 // device) from those with more (the OS runs them in turn).
 //
+// With --link_mb_per_s (and --link_latency_us, --overlap, --bucket_mb) every mesh trains on a
+// simulated link (collectives/simulated_link.h: each collective sleeps out alpha + its bytes
+// over the bandwidth, started ones on their own lane) and is predicted by PredictOnSimulatedLink
+// (issue 34's check that the planner prices the overlapped schedule the trainer runs):
+//
+//   bazel run -c opt //models/planner:plan_validate -- --d_model=256 --batch=8 \
+//     --meshes='dp=2;dp_shard=2;dp_replicate=2,dp_shard=2' --link_mb_per_s=100 --bucket_mb=2
+//
 // Before the rows it measures the framework's cost per recorded op (a tiny GPT step over its op
 // count; --framework_op_cost) and each non-GEMM op kind's own speed (one rank's step at a
 // quarter of the batch, every op timed; --op_rates), charges both, and reports the fit without
@@ -47,6 +55,7 @@
 #include "models/planner/measure_cpu.h"
 #include "models/planner/plan.h"
 #include "models/planner/shape_only_source.h"
+#include "models/train/simulated_link_runner.h"
 #include "shardmap/spmd_runner.h"
 #include "tensor/op_counter.h"
 
@@ -74,6 +83,12 @@ ABSL_FLAG(int, min_passes, 3,
 ABSL_FLAG(double, agree, 0.04,
           "a mesh is measured again until its two fastest passes are within this fraction");
 ABSL_FLAG(std::string, shape_only_device, "cpu", "meta or cpu (plan_gpt's flag)");
+ABSL_FLAG(double, link_mb_per_s, 0,
+          "> 0: run every mesh on a simulated link of this bus bandwidth (MB/s; "
+          "collectives/simulated_link.h) and predict it with PredictOnSimulatedLink");
+ABSL_FLAG(double, link_latency_us, 100, "the simulated link's time per collective (us)");
+ABSL_FLAG(bool, overlap, true, "with a link: the trainer's --overlap (the schedule predicted)");
+ABSL_FLAG(double, bucket_mb, 25, "with a link: the trainer's --bucket_mb");
 
 namespace shardmap::planner {
 namespace {
@@ -201,6 +216,9 @@ struct Settings {
   Device so_device = Device::Meta();
   int max_passes = 0, min_passes = 0;
   double agree = 0;
+  // A simulated link (busbw > 0) and the overlapped schedule the rows train and are priced by.
+  Link link{.alpha_s = 0, .busbw = 0};
+  StepOptions step;
 };
 
 // The flags, checked: nullopt (after saying why on stderr) when they cannot run.
@@ -227,6 +245,15 @@ std::optional<Settings> SettingsFromFlags() {
     return std::nullopt;
   }
   s.so_device = absl::GetFlag(FLAGS_shape_only_device) == "meta" ? Device::Meta() : Device::Cpu();
+  s.link = {.alpha_s = absl::GetFlag(FLAGS_link_latency_us) * 1e-6,
+            .busbw = absl::GetFlag(FLAGS_link_mb_per_s) * 1e6};
+  s.step.overlap = absl::GetFlag(FLAGS_overlap);
+  s.step.bucket_bytes = absl::GetFlag(FLAGS_bucket_mb) * 1024 * 1024;
+  if (s.link.busbw < 0 || s.link.alpha_s < 0 || !(s.step.bucket_bytes > 0)) {
+    std::cerr << "plan_validate: --link_mb_per_s and --link_latency_us must be >= 0 and "
+                 "--bucket_mb > 0\n";
+    return std::nullopt;
+  }
   return s;
 }
 
@@ -268,6 +295,14 @@ class Validation {
         "takes each rate's faster measurement.\n\n",
         cfg.layers, cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, s_.batch, s_.steps, s_.steps,
         std::thread::hardware_concurrency(), load0));
+    if (s_.link.busbw > 0) {
+      Emit(absl::StrFormat(
+          "Every mesh runs on a simulated link of %.0f MB/s bus bandwidth and %.0f us per "
+          "collective, overlap %s (%.1f MiB buckets, FSDP prefetch 1, reshard after forward), and "
+          "is predicted by PredictOnSimulatedLink.\n\n",
+          s_.link.busbw / 1e6, s_.link.alpha_s * 1e6, s_.step.overlap ? "on" : "off",
+          s_.step.bucket_bytes / (1024.0 * 1024.0)));
+    }
   }
 
   // Everything the predictions read from this CPU; `report`: its lines go into the report (the
@@ -329,12 +364,12 @@ class Validation {
          "|---|---|---|---|---|---|---|---|---|---|\n");
     Predictions out;
     for (const Row& row : rows_) {
-      absl::StatusOr<Plan> plan = PlanGpt(Request(row), quiet, ShapeOnlyProfiler(s_.so_device));
-      if (!plan.ok()) {
-        std::cerr << "plan_validate: " << row.text << ": " << plan.status().message() << "\n";
-        return plan.status();
+      absl::StatusOr<StepPrediction> predicted = Predict(row, quiet);
+      if (!predicted.ok()) {
+        std::cerr << "plan_validate: " << row.text << ": " << predicted.status().message() << "\n";
+        return predicted.status();
       }
-      const StepPrediction& p = plan->rows[0].prediction;
+      const StepPrediction& p = *predicted;
       const Candidate& c = row.candidate;
       out.predicted.push_back(p.step_s);
       out.measured.push_back(row.measured);
@@ -347,8 +382,8 @@ class Validation {
       bare.memory_bandwidth = both.copy_bandwidth;
       bare.vector_flops = both.copy_vector_flops;
       bare.op_rate.clear();
-      absl::StatusOr<Plan> bare_plan = PlanGpt(Request(row), bare, ShapeOnlyProfiler(s_.so_device));
-      out.bare_pred.push_back(bare_plan.ok() ? bare_plan->rows[0].prediction.step_s : 0);
+      absl::StatusOr<StepPrediction> bare_pred = Predict(row, bare);
+      out.bare_pred.push_back(bare_pred.ok() ? bare_pred->step_s : 0);
       Emit(absl::StrFormat(
           "| %s | %d | %.1f | %.1f | %+.0f%% | %d%s | %.1f (%.0f + %.0f + %.0f) | %.1f | %.0f%% | "
           "%.1f |\n",
@@ -438,6 +473,19 @@ class Validation {
     req.gpus_per_node = req.gpus;
     req.only_meshes = {row.text};
     return req;
+  }
+
+  // A row's predicted step with `hw`: the planner's (PlanGpt on this mesh), or with a simulated
+  // link, PredictOnSimulatedLink (every collective on the link, overlapped per s_.step).
+  absl::StatusOr<StepPrediction> Predict(const Row& row, const HardwareProfile& hw) const {
+    if (s_.link.busbw > 0) {
+      return PredictOnSimulatedLink(Request(row), row.text, hw, s_.link, s_.step,
+                                    ShapeOnlyProfiler(s_.so_device));
+    }
+    absl::StatusOr<Plan> plan = PlanGpt(Request(row), hw, ShapeOnlyProfiler(s_.so_device));
+    if (!plan.ok()) return plan.status();
+    if (plan->rows.empty()) return absl::FailedPreconditionError("the mesh does not fit");
+    return plan->rows[0].prediction;
   }
 
   // The framework's cost per recorded op: a tiny-shape GPT step (the same layers, so the same
@@ -641,7 +689,12 @@ class Validation {
     }
     const Candidate& c = plan->rows[0].candidate;
     row->candidate = c;
-    row->static_s = plan->rows[0].prediction.step_s;
+    absl::StatusOr<StepPrediction> predicted = Predict(*row, hw);
+    if (!predicted.ok()) {
+      std::cerr << "plan_validate: " << row->text << ": " << predicted.status().message() << "\n";
+      return predicted.status();
+    }
+    row->static_s = predicted->step_s;
     absl::StatusOr<Mesh> mesh = c.mesh.axes.empty() ? Mesh() : ParseMesh(c.mesh.ToString());
     absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, s_.cfg, c.sp);
     if (!layout.ok()) {
@@ -653,6 +706,12 @@ class Validation {
     o.batch = s_.batch;
     o.pipeline.microbatches = c.pipeline.microbatches;
     o.pipeline.schedule = c.pipeline.schedule;
+    if (s_.link.busbw > 0) {
+      o.overlap.on = s_.step.overlap;
+      o.overlap.bucket_bytes = static_cast<int64_t>(s_.step.bucket_bytes);
+      o.hooks.spmd_runner = SimulatedLinkSpmdRunner(
+          {.ring = {.alpha_s = s_.link.alpha_s, .busbw = s_.link.busbw}});
+    }
     std::vector<double> secs;
     o.hooks.on_step = [&](const StepInfo& s) { secs.push_back(s.seconds); };
     absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(s_.cfg, 1), tokens_, o);

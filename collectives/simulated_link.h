@@ -11,7 +11,7 @@
 //     return slow.AllReduce(x, x, n, DataType::kF32, ReduceOp::kSum);  // >= ModelledSeconds
 //   });
 //   // A TrainGpt run: TrainOptions::hooks.spmd_runner = SimulatedLinkSpmdRunner(link)
-//   // (bench/simulated_link_runner.h); a launched process: wrap its world and set runtime.comm.
+//   // (models/train/simulated_link_runner.h); a launched process: wrap its world and set runtime.comm.
 //
 // The model (per collective kind and group size t; S the call's full bytes as perfmodel's
 // RingCost takes them; 0 when t == 1):
@@ -37,8 +37,8 @@
 // (TagNextCall) go to the call they precede, blocking or started. Split returns wrapped
 // children (their own lanes). A started call's handle dropped without Wait() refuses the
 // lane's later calls; the peers' matching calls end at the inner backend's timeout.
-#ifndef SHARDMAP_BENCH_SIMULATED_LINK_H_
-#define SHARDMAP_BENCH_SIMULATED_LINK_H_
+#ifndef SHARDMAP_COLLECTIVES_SIMULATED_LINK_H_
+#define SHARDMAP_COLLECTIVES_SIMULATED_LINK_H_
 
 #include <cstdint>
 #include <memory>
@@ -52,7 +52,7 @@
 #include "collectives/communicator.h"
 #include "perfmodel/ring_cost.h"
 
-namespace shardmap::bench {
+namespace shardmap::collectives {
 
 struct SimulatedLink {
   perfmodel::RingLink ring;  // alpha_s: per-collective latency; busbw: bytes/s (> 0)
@@ -159,6 +159,6 @@ class SimulatedLinkCommunicator : public collectives::Communicator {
   collectives::LazyAsyncLane lane_;
 };
 
-}  // namespace shardmap::bench
+}  // namespace shardmap::collectives
 
-#endif  // SHARDMAP_BENCH_SIMULATED_LINK_H_
+#endif  // SHARDMAP_COLLECTIVES_SIMULATED_LINK_H_

@@ -1,7 +1,7 @@
 // SimulatedLinkSpmdRunner drives a whole TrainGpt run over simulated links: the same losses,
 // gradient norms and parameters as the plain in-process run (bitwise: the link only delays),
 // every rank's collectives paid on the link, and a bad link refused before any rank starts.
-#include "bench/simulated_link_runner.h"
+#include "models/train/simulated_link_runner.h"
 
 #include <vector>
 
@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "models/train/gpt_test_util.h"
 
-namespace shardmap::bench {
+namespace shardmap {
 namespace {
 
 TrainResult TrainOn(const std::string& mesh, const TrainOptions& o) {
@@ -28,8 +28,8 @@ TEST(SimulatedLinkRunnerTest, ATrainingRunOverTheLinkEqualsThePlainRunBitwise) {
   for (const std::string mesh : {"dp=2", "dp=3"}) {
     const TrainResult plain = TrainOn(mesh, gpt_testing::ThreeSteps());
     TrainOptions o = gpt_testing::ThreeSteps();
-    std::vector<LinkStats> stats;
-    const SimulatedLink link{.ring = {.alpha_s = 1e-4, .busbw = 1e9}};
+    std::vector<collectives::LinkStats> stats;
+    const collectives::SimulatedLink link{.ring = {.alpha_s = 1e-4, .busbw = 1e9}};
     o.hooks.spmd_runner = SimulatedLinkSpmdRunner(link, &stats);
     const TrainResult slow = TrainOn(mesh, o);
     ASSERT_EQ(slow.losses.size(), plain.losses.size()) << mesh;
@@ -42,7 +42,7 @@ TEST(SimulatedLinkRunnerTest, ATrainingRunOverTheLinkEqualsThePlainRunBitwise) {
           << mesh << " " << plain.params[k].name;
     }
     ASSERT_EQ(stats.size(), static_cast<size_t>(mesh == "dp=2" ? 2 : 3));
-    for (const LinkStats& s : stats) {
+    for (const collectives::LinkStats& s : stats) {
       EXPECT_GT(s.calls, 3) << mesh << ": every step reduces gradients over the link";
       EXPECT_GT(s.modelled_seconds, s.calls * link.ring.alpha_s * 0.999) << mesh;
     }
@@ -65,4 +65,4 @@ TEST(SimulatedLinkRunnerTest, ABadLinkIsRefusedBeforeTheRanksStart) {
 }
 
 }  // namespace
-}  // namespace shardmap::bench
+}  // namespace shardmap

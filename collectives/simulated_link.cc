@@ -1,4 +1,4 @@
-#include "bench/simulated_link.h"
+#include "collectives/simulated_link.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace shardmap::bench {
+namespace shardmap::collectives {
 
 using collectives::AsyncLane;
 using collectives::CallTag;
@@ -256,4 +256,4 @@ absl::StatusOr<std::unique_ptr<Communicator>> SimulatedLinkCommunicator::Split(i
       new SimulatedLinkCommunicator(nullptr, *std::move(sub), link_, shared_));
 }
 
-}  // namespace shardmap::bench
+}  // namespace shardmap::collectives

@@ -2,7 +2,7 @@
 // least their modelled time, started calls that overlap the caller's work (timing checks are
 // lower bounds and very loose upper bounds: this machine is shared and noisy; the figures are
 // in bench/collectives_bench.cc), results and errors of the inner backend unchanged.
-#include "bench/simulated_link.h"
+#include "collectives/simulated_link.h"
 
 #include <chrono>
 #include <cstring>
@@ -14,7 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace shardmap::bench {
+namespace shardmap::collectives {
 namespace {
 
 using collectives::CallTag;
@@ -199,4 +199,4 @@ TEST(SimulatedLinkTest, SplitWrapsTheChildrenAndTagsReachTheirCalls) {
 }
 
 }  // namespace
-}  // namespace shardmap::bench
+}  // namespace shardmap::collectives

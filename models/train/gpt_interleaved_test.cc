@@ -3,7 +3,8 @@
 // relative on pp2 x v2, pp3 x v2 (a ring of three), pp2 x v3, pp2 x dp2, pp2 x tp2 + SP and with
 // per-virtual-stage --stage_layers; with --recompute=full too; the overlapped step (gradients
 // reduced in buckets as each chunk's become final) equals overlap off bitwise; a checkpoint
-// saved interleaved resumes on one device and the reverse. Each refusal names the setting.
+// saved interleaved resumes on one device and the reverse; evaluation's forward-only loss is the
+// one device's. Each refusal names the setting.
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/train/evaluate.h"
 #include "models/train/gpt_pipeline.h"
 #include "models/train/gpt_test_util.h"
 
@@ -188,6 +190,28 @@ TEST(GptInterleavedCheckpointTest, SaveAndResumeAcrossInterleavedAndOneDevice) {
       EXPECT_LE(gpt_testing::RelDiff(b->params[i].tensor, ref.params[i].tensor), 1e-9)
           << ref.params[i].name;
     }
+  }
+}
+
+TEST(GptInterleavedEvalTest, ForwardOnlyLossWalksTheVirtualStagesRoundTheRing) {
+  // Evaluation's forward-only pass (and the trainer's --eval_every) on pp2 x v2, pp3 x v2 and
+  // pp2 x v3 with per-virtual-stage sizes: the one-device loss.
+  for (const Interleaving& k :
+       {Interleaving{.mesh = "pp=2", .layers = 4, .microbatches = 2},
+        Interleaving{.mesh = "pp=3", .layers = 6, .microbatches = 3},
+        Interleaving{.mesh = "pp=2", .layers = 7, .microbatches = 2, .virtual_stages = 3,
+                     .stage_layers = {1, 2, 1, 1, 1, 1}}}) {
+    SCOPED_TRACE(k.mesh + " layers " + std::to_string(k.layers));
+    const std::vector<NamedTensor> init = InitGpt(Layers(k.layers), 7);
+    const std::vector<int64_t> tokens = Tokens(500, SmallConfig().vocab);
+    absl::StatusOr<double> one = EvaluateGpt(*GptLayout::Create(Mesh(), Layers(k.layers), false),
+                                             tokens, 2, ThreeSteps(), init);
+    absl::StatusOr<double> piped = EvaluateGpt(
+        *GptLayout::Create(*ParseMesh(k.mesh), Layers(k.layers), false), tokens, 2, Options(k),
+        init);
+    ASSERT_TRUE(one.ok()) << one.status();
+    ASSERT_TRUE(piped.ok()) << piped.status();
+    EXPECT_NEAR(*piped, *one, 1e-12 * *one);
   }
 }
 

@@ -79,38 +79,42 @@ std::vector<PipeAction> StageOrder(Schedule schedule, int p, int m, int s, int v
   return order;
 }
 
-// One stage's end of the boundary ops and of the lockstep transfers.
+// One stage's end of the boundary ops and of the lockstep transfers. Virtual stage vs = chunk *
+// p + stage sends to vs + 1 (stage s + 1, or stage 0's next chunk from the last stage: a ring
+// when there are chunks) and its cotangent back to vs - 1. Received tensors wait in inboxes keyed
+// by (microbatch, the receiving chunk).
 class PipeLink {
  public:
-  PipeLink(const std::string& axis, int stage, int stages, const PipelineStage& spec)
-      : axis_(axis), stage_(stage), stages_(stages), spec_(spec) {}
+  PipeLink(const std::string& axis, int stage, int stages, int chunks, const PipelineStage& spec)
+      : axis_(axis), stage_(stage), stages_(stages), chunks_(chunks), spec_(spec) {}
 
-  // The input of microbatch mb (received at an earlier tick), as a pp_recv op on `tape`.
-  Value Receive(int mb, Tape& tape) {
-    auto it = fwd_in_.find(mb);
+  // The input of microbatch mb on `chunk` (received at an earlier tick), as a pp_recv op on
+  // `tape`.
+  Value Receive(int mb, int chunk, Tape& tape) {
+    auto it = fwd_in_.find({mb, chunk});
     if (it == fwd_in_.end()) {
-      OpFail("pipeline stage ", stage_, ": the input of microbatch ", mb,
+      OpFail("pipeline stage ", stage_, ": the input of microbatch ", mb, Chunk(chunk),
              " has not arrived (a timetable that runs a forward before its predecessor's)");
     }
     Value x(it->second, spec_.boundary_type);
     fwd_in_.erase(it);
     Value token = tape.Watch(Value(Tensor::Empty({0}, x.dtype(), x.tensor.device()), x.type));
     tape.Record("pp_recv", {&token}, x, [this](const Value& g, uint32_t, Value*) {
-      bwd_out_ = g.tensor;  // to the previous stage at the end of this tick
+      bwd_out_ = g.tensor;  // to the previous (virtual) stage at the end of this tick
     });
     return x;
   }
 
-  // Sends y (microbatch mb) at the end of this tick; returns the pp_send token to seed mb's
-  // backward with.
-  Value Send(int mb, const Value& y_in, Tape& tape) {
+  // Sends y (microbatch mb, from `chunk`) at the end of this tick; returns the pp_send token to
+  // seed the backward with.
+  Value Send(int mb, int chunk, const Value& y_in, Tape& tape) {
     if (y_in.shape() != spec_.boundary_shape || y_in.dtype() != spec_.boundary_dtype ||
         !SameKinds(y_in.type, spec_.boundary_type)) {
       const Value& y = y_in;
       RankContext* ctx = RankContext::Current();
       const std::vector<std::string> names =
           ctx ? ctx->mesh().axis_names() : std::vector<std::string>{};
-      OpFail("pipeline stage ", stage_, " output of microbatch ", mb, " is ",
+      OpFail("pipeline stage ", stage_, " output of microbatch ", mb, Chunk(chunk), " is ",
              DTypeName(y.dtype()), ShapeToString(y.shape()), y.type.ToString(names),
              " but the stage boundary carries ", DTypeName(spec_.boundary_dtype),
              ShapeToString(spec_.boundary_shape), spec_.boundary_type.ToString(names),
@@ -124,59 +128,80 @@ class PipeLink {
     Value token(Tensor::Empty({0}, y.dtype(), y.tensor.device()), y.type);
     if (y.node >= 0) {
       const SpmdType dual = Dual(y_in.type);
-      tape.Record("pp_send", {&y_in}, token, [this, mb, dual](const Value&, uint32_t, Value* d) {
-        auto it = bwd_in_.find(mb);
-        if (it == bwd_in_.end()) {
-          OpFail("pipeline stage ", stage_, ": the cotangent of microbatch ", mb,
-                 " has not arrived from the next stage (a backward before its successor's)");
-        }
-        d[0] = Value(it->second, dual);
-        bwd_in_.erase(it);
-      });
+      tape.Record("pp_send", {&y_in}, token,
+                  [this, mb, chunk, dual](const Value&, uint32_t, Value* d) {
+                    auto it = bwd_in_.find({mb, chunk});
+                    if (it == bwd_in_.end()) {
+                      OpFail("pipeline stage ", stage_, ": the cotangent of microbatch ", mb,
+                             Chunk(chunk),
+                             " has not arrived from the next stage (a backward before its "
+                             "successor's)");
+                    }
+                    d[0] = Value(it->second, dual);
+                    bwd_in_.erase(it);
+                  });
     }
     return token;
   }
 
-  // The transfers at the end of `tick`: forwards if any stage with a successor ran a forward,
-  // backwards if any stage with a predecessor ran a backward (the same decision on every rank).
+  // The transfers at the end of `tick`: forwards if any (virtual) stage with a successor ran a
+  // forward, backwards if any with a predecessor ran a backward (the same decision on every
+  // rank).
   void Exchange(const Timetable& tt, int tick) {
     NoGradScope no_tape;
+    const int p = stages_, last = p * chunks_ - 1;
     // Only the pairs whose source ran the matching action this tick (the same list on every
     // rank); the other ranks pass a buffer of the same size that nobody reads.
     std::vector<std::pair<int, int>> fwd, bwd;
-    for (int s = 0; s < stages_; ++s) {
+    for (int s = 0; s < p; ++s) {
       const PipeAction& a = tt.at(tick, s);
-      if (a.kind == PipeAction::kForward && s + 1 < stages_) fwd.push_back({s, s + 1});
-      if (a.kind == PipeAction::kBackward && s > 0) bwd.push_back({s, s - 1});
+      const int vs = a.chunk * p + s;
+      if (a.kind == PipeAction::kForward && vs < last) fwd.push_back({s, (s + 1) % p});
+      if (a.kind == PipeAction::kBackward && vs > 0) bwd.push_back({s, (s + p - 1) % p});
     }
+    const int prev = (stage_ + p - 1) % p, next = (stage_ + 1) % p;
     if (!fwd.empty()) {
-      Value send(fwd_out_.defined() ? fwd_out_ : Zeros(), spec_.boundary_type);
-      Value got = ppermute(send, axis_, fwd);
-      const PipeAction& prev = stage_ > 0 ? tt.at(tick, stage_ - 1) : PipeAction{};
-      if (prev.kind == PipeAction::kForward) fwd_in_[prev.microbatch] = got.tensor;
+      const PipeAction& a = tt.at(tick, prev);
+      const int vs = a.chunk * p + prev;
+      Tensor got = Move(fwd_out_, spec_.boundary_type, fwd);
+      if (a.kind == PipeAction::kForward && vs < last) fwd_in_[{a.microbatch, (vs + 1) / p}] = got;
     }
     if (!bwd.empty()) {
-      Value send(bwd_out_.defined() ? bwd_out_ : Zeros(), Dual(spec_.boundary_type));
-      Value got = ppermute(send, axis_, bwd);
-      const PipeAction& next = stage_ + 1 < stages_ ? tt.at(tick, stage_ + 1) : PipeAction{};
-      if (next.kind == PipeAction::kBackward) bwd_in_[next.microbatch] = got.tensor;
+      const PipeAction& a = tt.at(tick, next);
+      const int vs = a.chunk * p + next;
+      Tensor got = Move(bwd_out_, Dual(spec_.boundary_type), bwd);
+      if (a.kind == PipeAction::kBackward && vs > 0) bwd_in_[{a.microbatch, (vs - 1) / p}] = got;
     }
     fwd_out_ = Tensor();
     bwd_out_ = Tensor();
   }
 
  private:
+  // One typed ppermute of `out` (or zeros, for a rank that sends nothing) over `pairs`; one
+  // stage (chunks only: the ring is this stage itself) keeps what it sent.
+  Tensor Move(const Tensor& out, const SpmdType& type,
+              const std::vector<std::pair<int, int>>& pairs) {
+    if (stages_ == 1) return out;
+    Value send(out.defined() ? out : Zeros(), type);
+    return ppermute(send, axis_, pairs).tensor;
+  }
+
   // On the rank's device (its GPU for GPU ranks): the boundary buffers the ppermutes fill.
   Tensor Zeros() const {
     return Tensor::Zeros(spec_.boundary_shape, spec_.boundary_dtype,
                          RankContext::Get("RunPipeline").device());
   }
 
+  std::string Chunk(int chunk) const {
+    return chunks_ > 1 ? absl::StrCat(" (chunk ", chunk, ")") : std::string();
+  }
+
   std::string axis_;
-  int stage_, stages_;
+  int stage_, stages_, chunks_;
   const PipelineStage& spec_;
-  std::map<int, Tensor> fwd_in_, bwd_in_;  // by microbatch, received and not yet used
-  Tensor fwd_out_, bwd_out_;               // this tick's sends
+  // By (microbatch, chunk): received and not yet used.
+  std::map<std::pair<int, int>, Tensor> fwd_in_, bwd_in_;
+  Tensor fwd_out_, bwd_out_;  // this tick's sends
 };
 
 }  // namespace
@@ -333,6 +358,35 @@ void CreateAllCommunicators(RankContext& ctx) {
   ctx.set_number_per_axis_set(true);
 }
 
+namespace {
+
+// Which parameters each chunk runs with (indices into params, in order): spec.param_chunks, or
+// every parameter on chunk 0 when it is empty. Throws OpError for a malformed list.
+std::vector<std::vector<int>> ChunkParams(const PipelineStage& spec, int chunks, int stage,
+                                          size_t num_params) {
+  std::vector<std::vector<int>> of(chunks);
+  if (spec.param_chunks.empty() && chunks > 1 && num_params > 0) {
+    OpFail("RunPipeline: stage ", stage, " runs ", chunks, " model chunks but its PipelineStage "
+           "has no param_chunks; say which chunk each of its ", num_params, " parameters "
+           "belongs to");
+  }
+  if (!spec.param_chunks.empty() && spec.param_chunks.size() != num_params) {
+    OpFail("RunPipeline: stage ", stage, " has ", num_params, " parameters but param_chunks "
+           "names ", spec.param_chunks.size(), "; give one chunk per parameter");
+  }
+  for (size_t k = 0; k < num_params; ++k) {
+    const int c = spec.param_chunks.empty() ? 0 : spec.param_chunks[k];
+    if (c < 0 || c >= chunks) {
+      OpFail("RunPipeline: stage ", stage, " parameter ", k, " is on chunk ", c,
+             " but the timetable has chunks 0 to ", chunks - 1, " per stage");
+    }
+    of[c].push_back(static_cast<int>(k));
+  }
+  return of;
+}
+
+}  // namespace
+
 PipelineResult RunPipeline(const Timetable& tt, const std::string& axis,
                            const PipelineStage& stage, const std::vector<Value>& params) {
   RankContext& ctx = RankContext::Get("RunPipeline");
@@ -344,65 +398,71 @@ PipelineResult RunPipeline(const Timetable& tt, const std::string& axis,
            ai < 0 ? std::string("no axis '") + axis + "'"
                   : absl::StrCat(ctx.mesh().axis_size(ai), " devices on '", axis, "'"));
   }
-  if (tt.virtual_stages() > 1) {
-    OpFail("RunPipeline: a timetable of ", tt.virtual_stages(),
-           " model chunks per stage (interleaved 1F1B) is not run by this executor yet; use one "
-           "chunk per stage (--schedule=1f1b)");
-  }
   const int s = ai < 0 ? 0 : ctx.coord(ai);
+  const int p = tt.stages(), v = tt.virtual_stages(), last_vs = p * v - 1;
+  const std::vector<std::vector<int>> chunk_params = ChunkParams(stage, v, s, params.size());
   CreateAllCommunicators(ctx);
-  const int p = tt.stages();
-  const bool last = s == p - 1;
-  PipeLink link(axis, s, p, stage);
+  PipeLink link(axis, s, p, v, stage);
   Tape tape;
   if (stage.backward_observer != nullptr) tape.set_backward_observer(stage.backward_observer);
   std::vector<Value> watched;
-  for (const Value& v : params) watched.push_back(tape.Watch(v));
-  std::vector<Value> outs(tt.microbatches());  // pp_send tokens, or losses on the last stage
-  int last_backward = -1;  // this stage's last backward tick
+  for (const Value& x : params) watched.push_back(tape.Watch(x));
+  std::vector<std::vector<Value>> chunk_watched(v);
+  for (int c = 0; c < v; ++c) {
+    for (int k : chunk_params[c]) chunk_watched[c].push_back(watched[k]);
+  }
+  // pp_send tokens, or losses on the last virtual stage, by microbatch * v + chunk.
+  std::vector<Value> outs(static_cast<size_t>(tt.microbatches()) * v);
+  std::vector<int> last_backward(v, -1);  // per chunk: this stage's last backward tick
   for (int t = 0; t < tt.num_ticks(); ++t) {
-    if (tt.at(t, s).kind == PipeAction::kBackward) last_backward = t;
+    const PipeAction& a = tt.at(t, s);
+    if (a.kind == PipeAction::kBackward) last_backward[a.chunk] = t;
   }
   PipelineResult r;
+  r.grads.resize(params.size());  // undefined until a chunk's first backward adds to it
   const double start = NowUs();
   for (int t = 0; t < tt.num_ticks(); ++t) {
     const PipeAction& a = tt.at(t, s);
+    const int vs = a.chunk * p + s;
     const double t0 = NowUs();
+    Value* slot = a.kind == PipeAction::kIdle
+                      ? nullptr
+                      : &outs[static_cast<size_t>(a.microbatch) * v + a.chunk];
     if (a.kind == PipeAction::kForward) {
-      Value x = s > 0 ? link.Receive(a.microbatch, tape) : Value();
+      Value& out = *slot;
+      Value x = vs > 0 ? link.Receive(a.microbatch, a.chunk, tape) : Value();
       ScopedRecorder rec(&tape);
-      Value y = stage.forward(a.microbatch, x, watched);
-      if (!last) {
-        outs[a.microbatch] = link.Send(a.microbatch, y, tape);
+      Value y = stage.forward(a.microbatch, a.chunk, x, chunk_watched[a.chunk]);
+      if (vs < last_vs) {
+        out = link.Send(a.microbatch, a.chunk, y, tape);
       } else {
-        // The last stage's loss is its share of the pipeline's (the others add nothing).
+        // The last virtual stage's loss is its share of the pipeline's (the others add nothing).
         if (ai >= 0 && y.type[ai].kind == AxisKind::kV) y = reinterpret(y, axis);
-        outs[a.microbatch] = y;
+        out = y;
         NoGradScope no_tape;
         Value plain(y.tensor, y.type);
         r.loss = r.loss.defined() ? r.loss + plain : plain;
       }
     } else if (a.kind == PipeAction::kBackward) {
-      Value& out = outs[a.microbatch];
-      Value seed = last ? LossSeed(out)
-                        : Value(Tensor::Empty({0}, out.dtype(), out.tensor.device()),
-                                Dual(out.type));
+      Value& out = *slot;
+      const std::vector<int>& ks = chunk_params[a.chunk];
+      Value seed = vs == last_vs ? LossSeed(out)
+                                 : Value(Tensor::Empty({0}, out.dtype(), out.tensor.device()),
+                                         Dual(out.type));
       Tape::GradReadyFn on_ready;
-      if (stage.on_final_grad && t == last_backward) {
+      if (stage.on_final_grad && t == last_backward[a.chunk]) {
         // The microbatches' sum, as below (the same op in the same order), handed over.
-        on_ready = [&](int k, const Value& g) {
-          stage.on_final_grad(k, r.grads.empty() ? g : r.grads[k] + g);
+        on_ready = [&](int i, const Value& g) {
+          const int k = ks[i];
+          stage.on_final_grad(k, r.grads[k].defined() ? r.grads[k] + g : g);
         };
       }
-      std::vector<Value> g = tape.BackwardAndRelease(out, seed, watched, on_ready);
+      std::vector<Value> g = tape.BackwardAndRelease(out, seed, chunk_watched[a.chunk], on_ready);
       out = Value();
       NoGradScope no_tape;
-      if (on_ready) {
-        r.grads.clear();  // handed over
-      } else if (r.grads.empty()) {
-        r.grads = std::move(g);
-      } else {
-        for (size_t i = 0; i < g.size(); ++i) r.grads[i] = r.grads[i] + g[i];
+      for (size_t i = 0; i < g.size(); ++i) {
+        Value& sum = r.grads[ks[i]];
+        sum = on_ready ? Value() : sum.defined() ? sum + g[i] : g[i];  // handed over, or added
       }
     }
     if (a.kind != PipeAction::kIdle) {
@@ -412,6 +472,7 @@ PipelineResult RunPipeline(const Timetable& tt, const std::string& axis,
     }
     link.Exchange(tt, t);
   }
+  if (stage.on_final_grad) r.grads.clear();  // handed over
   r.total_us = NowUs() - start;
   r.peak_saved_bytes = tape.peak_saved_bytes();
   r.recorded_bytes = tape.recorded_bytes();

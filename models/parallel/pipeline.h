@@ -6,7 +6,8 @@
 //   absl::StatusOr<Timetable> tt = MakeTimetable(Schedule::kOneFOneB, /*stages=*/4,
 //                                                /*microbatches=*/8);
 //   // tt->at(tick, stage): {kForward, 3} = "F3"; tt->ToString() draws it, one row per stage.
-//   PipelineStage stage{.forward = [&](int mb, const Value& x, const std::vector<Value>& p) {
+//   PipelineStage stage{.forward = [&](int mb, int chunk, const Value& x,
+//                                      const std::vector<Value>& p) {
 //                         return s == 0 ? embed(mb, p) : blocks(x, p); },   // last: the loss
 //                       .boundary_shape = {rows, d}, .boundary_dtype = DType::kF64,
 //                       .boundary_type = x_type};
@@ -26,6 +27,11 @@
 //          of p. The bubble shrinks to (p-1)/(v*m) of the ideal time, at v times the
 //          boundary transfers.
 // Bubble: each stage idles (p-1)/(m+p-1) of the ticks in GPipe and 1F1B.
+// RunPipeline runs all three. Interleaved: the rank's forward callback is told the chunk it runs
+// (with that chunk's parameters, PipelineStage::param_chunks), virtual stage c*p + s sends to
+// c*p + s + 1 (the last stage's chunk c to stage 0's chunk c+1: the transfers go round a ring),
+// the loss is on the last virtual stage (stage p-1, chunk v-1), and a chunk's parameters are
+// final after that chunk's last backward on the rank.
 //
 // Communication. Stage boundaries are typed ops on the stage's tape: pp_send(y) (to the next
 // stage) and pp_recv (from the previous stage). Their transposes swap roles, as for
@@ -36,7 +42,9 @@
 // move at the end of each tick in lockstep: one typed ppermute over the axis forwards
 // (s -> s+1) when some stage ran a forward with a successor, one backwards (s -> s-1) when some
 // stage ran a backward with a predecessor (pairs from those stages only); every rank knows the
-// timetable, so all call the same collectives. A tick's received tensors wait in a per-microbatch inbox until used. Every
+// timetable, so all call the same collectives (with chunks the pairs are (s, s+1 mod p) and
+// (s, s-1 mod p) of the virtual stages that have a successor or predecessor). A tick's received
+// tensors wait in an inbox keyed by (microbatch, chunk) until used. Every
 // boundary carries the same shape, dtype and type (what boundary_* say); a stage output that
 // differs is an OpError naming both (V and S(d) count as one kind: a stage's ops may forget the
 // S dim of a per-device value; the boundary keeps its declared one).
@@ -115,19 +123,27 @@ absl::StatusOr<std::vector<int64_t>> SplitLayers(int64_t layers, int stages,
                                                  const std::vector<int64_t>& sizes = {});
 
 struct PipelineStage {
-  // The forward of microbatch `mb` on this stage, recorded on the executor's tape: `input` is
-  // what the previous stage sent (undefined on the first stage), `params` the watched
-  // parameters. Returns the activation for the next stage, or on the last stage the loss (its
-  // share of the step's loss; V on the pipeline axis is taken as this stage's share, P).
-  std::function<Value(int mb, const Value& input, const std::vector<Value>& params)> forward;
+  // The forward of microbatch `mb` on this stage's model chunk `chunk` (virtual stage chunk * p
+  // + stage; always 0 without interleaving), recorded on the executor's tape: `input` is what
+  // the previous virtual stage sent (undefined on virtual stage 0), `params` the watched
+  // parameters of that chunk (in RunPipeline's params order). Returns the activation for the
+  // next virtual stage, or on the last one the loss (its share of the step's loss; V on the
+  // pipeline axis is taken as this stage's share, P).
+  std::function<Value(int mb, int chunk, const Value& input, const std::vector<Value>& params)>
+      forward;
+  // The chunk of each of RunPipeline's params (its size), in [0, virtual_stages); empty: every
+  // parameter on chunk 0 (required when the timetable has more than one chunk per stage and
+  // the stage has parameters). A parameter belongs to one chunk.
+  std::vector<int> param_chunks;
   Shape boundary_shape;
   DType boundary_dtype = DType::kF32;
   SpmdType boundary_type;  // V on the pipeline axis
   // Optional: told of every VJP of the stage's backward passes (a tracer), as Tape's.
   BackwardObserver* backward_observer = nullptr;
-  // Optional: told, during this stage's last backward, of each parameter's gradient (summed
-  // over the microbatches) as soon as it is final (Tape::Backward's on_ready): overlapped
-  // gradient reduction. PipelineResult::grads then stays empty.
+  // Optional: told, during the last backward of a parameter's chunk on this stage, of its
+  // gradient (summed over the microbatches) as soon as it is final (Tape::Backward's on_ready;
+  // k indexes RunPipeline's params): overlapped gradient reduction. PipelineResult::grads then
+  // stays empty.
   std::function<void(int k, const Value& grad)> on_final_grad;
 };
 
@@ -139,7 +155,7 @@ struct PipelineSpan {
 
 struct PipelineResult {
   std::vector<Value> grads;   // per parameter, summed over microbatches
-  Value loss;                 // last stage: the losses summed over microbatches (else undefined)
+  Value loss;  // last stage (its last chunk): the losses summed over microbatches, else undefined
   double busy_us = 0;         // time in forwards and backwards
   double total_us = 0;        // the whole timetable, transfers included
   int64_t peak_saved_bytes = 0;  // the tape's peak (activations held for backward)
@@ -158,8 +174,8 @@ void CreateAllCommunicators(RankContext& ctx);
 
 // Runs one step of `timetable` on this rank (inside RunSpmd / shard_map; the axis must have
 // timetable.stages() devices; stage = axis_index(axis); a one-stage timetable may name no axis,
-// "", and then only accumulates over the microbatches). Throws OpError, also for a timetable
-// with more than one chunk per stage (interleaved: planned and priced, not executed yet).
+// "", and then only accumulates over the microbatches, or with chunks hands each chunk's output
+// to the next on itself). Throws OpError, also for param_chunks that do not fit the timetable.
 PipelineResult RunPipeline(const Timetable& timetable, const std::string& axis,
                            const PipelineStage& stage, const std::vector<Value>& params);
 

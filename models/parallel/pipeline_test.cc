@@ -1,10 +1,13 @@
 // Pipeline timetables (the textbook GPipe and 1F1B orders, dependencies, length, activations in
 // flight), the layer split, and the executor: a 3-stage toy network run over pp with both
-// schedules gives the single-device loss and gradients, and its bad boundaries are errors.
+// schedules gives the single-device loss and gradients, and so does the interleaved schedule on
+// p*v layers (p = 1, 2, 3; its gradient hook hands each chunk's sums over bitwise); bad
+// boundaries and chunk lists are errors.
 #include "models/parallel/pipeline.h"
 
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -184,18 +187,18 @@ Tensor Weight(int s) { return RandomNormal({kWidth, kWidth}, 11 + s, 0.0, 0.8, D
 Tensor Input(int mb) { return RandomNormal({kRows, kWidth}, 100 + mb, 0.0, 1.0, DType::kF64); }
 
 // The single-device reference: loss and dL/dW_s.
-std::pair<double, std::vector<Tensor>> Reference() {
+std::pair<double, std::vector<Tensor>> Reference(int layers = kStages) {
   std::pair<double, std::vector<Tensor>> out;
   absl::Status st = RunSpmd(Mesh(), [&](RankContext&) {
     Tape tape;
     std::vector<Value> w;
-    for (int s = 0; s < kStages; ++s) w.push_back(tape.Watch(Value::Replicated(Weight(s))));
+    for (int s = 0; s < layers; ++s) w.push_back(tape.Watch(Value::Replicated(Weight(s))));
     Value loss;
     {
       ScopedRecorder rec(&tape);
       for (int mb = 0; mb < kMicro; ++mb) {
         Value x = Value::Replicated(Input(mb));
-        for (int s = 0; s < kStages; ++s) x = tanh(x.matmul(w[s]));
+        for (int s = 0; s < layers; ++s) x = tanh(x.matmul(w[s]));
         Value l = sum(x * x, {});
         loss = loss.defined() ? loss + l : l;
       }
@@ -222,7 +225,7 @@ TEST_P(PipelineExecutorTest, ThreeStagesGiveTheSingleDeviceLossAndGradients) {
     SpmdType v(1);
     v[0] = AxisType::V();
     PipelineStage stage{
-        .forward = [&](int mb, const Value& in, const std::vector<Value>& p) -> Value {
+        .forward = [&](int mb, int, const Value& in, const std::vector<Value>& p) -> Value {
           Value x = s == 0 ? Value::Replicated(Input(mb)) : in;
           Value y = tanh(x.matmul(p[0]));
           return s == kStages - 1 ? sum(y * y, {}) : y;
@@ -262,7 +265,7 @@ TEST(PipelineExecutorTest, PeakActivationsFollowMicrobatchesInFlight) {
       const int s = ctx.coord(0);
       SpmdType v(1);
       v[0] = AxisType::V();
-      PipelineStage stage{.forward = [&](int mb, const Value& in, const std::vector<Value>& p) {
+      PipelineStage stage{.forward = [&](int mb, int, const Value& in, const std::vector<Value>& p) {
                             Value x = s == 0 ? Value::Replicated(Input(mb)) : in;
                             Value y = tanh(x.matmul(p[0]));
                             return s == kStages - 1 ? sum(y * y, {}) : y;
@@ -279,6 +282,142 @@ TEST(PipelineExecutorTest, PeakActivationsFollowMicrobatchesInFlight) {
   EXPECT_EQ(peak[0] * kStages, peak[1] * kMicro);  // m : p
 }
 
+// Interleaved: p stages x v chunks run the p*v-layer toy (layer vs = chunk * p + stage holds
+// W_vs). Each rank passes its weights in reverse chunk order (param_chunks says which is which).
+struct Interleaved {
+  double loss = 0;
+  std::vector<Tensor> grads;     // by layer
+  std::vector<int> ready_order;  // stage 0's on_final_grad order (layers), when hooked
+};
+
+Interleaved RunInterleaved(int p, int v, int m, bool hook) {
+  Interleaved out;
+  out.grads.resize(p * v);
+  Timetable tt = *MakeTimetable(Schedule::kInterleaved1F1B, p, m, v);
+  absl::Mutex mu;
+  Mesh mesh = p > 1 ? *Mesh::Create({{"pp", p}}) : Mesh();
+  absl::Status st = RunSpmd(mesh, [&](RankContext& ctx) {
+    const int s = p > 1 ? ctx.coord(0) : 0;
+    SpmdType type(mesh.num_axes());
+    if (p > 1) type[0] = AxisType::V();
+    std::vector<Value> params;
+    PipelineStage stage;
+    for (int c = v - 1; c >= 0; --c) {
+      params.push_back(Value(Weight(c * p + s), type));
+      stage.param_chunks.push_back(c);
+    }
+    stage.forward = [&, s](int mb, int chunk, const Value& in, const std::vector<Value>& w) {
+      EXPECT_EQ(w.size(), 1u);
+      EXPECT_EQ(w[0].tensor.at(0), Weight(chunk * p + s).at(0)) << "chunk " << chunk;
+      const int vs = chunk * p + s;
+      Value x = vs == 0 ? Value(Input(mb), type) : in;
+      Value y = tanh(x.matmul(w[0]));
+      return vs == p * v - 1 ? sum(y * y, {}) : y;
+    };
+    stage.boundary_shape = {kRows, kWidth};
+    stage.boundary_dtype = DType::kF64;
+    stage.boundary_type = type;
+    std::vector<Tensor> hooked(params.size());
+    std::vector<int> order;
+    if (hook) {
+      stage.on_final_grad = [&](int k, const Value& g) {
+        EXPECT_FALSE(hooked[k].defined()) << "parameter " << k << " handed over twice";
+        hooked[k] = g.tensor;
+        order.push_back((v - 1 - k) * p + s);
+      };
+    }
+    PipelineResult r = RunPipeline(tt, p > 1 ? "pp" : "", stage, params);
+    absl::MutexLock lock(&mu);
+    if (hook) {
+      EXPECT_TRUE(r.grads.empty());
+      if (s == 0) out.ready_order = order;
+    }
+    for (int k = 0; k < v; ++k) {
+      out.grads[(v - 1 - k) * p + s] = hook ? hooked[k] : r.grads[k].tensor;
+    }
+    if (s == p - 1) out.loss = r.loss.item();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
+TEST(PipelineExecutorTest, InterleavedGivesTheSingleDeviceLossAndGradients) {
+  // (p, v, m): two and three stages (a ring of 2 and of 3), three chunks, one stage's chunks
+  // handed round on itself, m a multiple of p above and at p.
+  for (auto [p, v, m] : {std::tuple{2, 2, 4}, std::tuple{3, 2, 3}, std::tuple{3, 2, 6},
+                         std::tuple{2, 3, 2}, std::tuple{1, 3, 2}}) {
+    SCOPED_TRACE(absl::StrCat("p=", p, " v=", v, " m=", m));
+    const int layers = p * v;
+    // The reference runs kMicro microbatches; this one m of them.
+    std::pair<double, std::vector<Tensor>> ref;
+    {
+      absl::Status st = RunSpmd(Mesh(), [&](RankContext&) {
+        Tape tape;
+        std::vector<Value> w;
+        for (int l = 0; l < layers; ++l) w.push_back(tape.Watch(Value::Replicated(Weight(l))));
+        Value loss;
+        {
+          ScopedRecorder rec(&tape);
+          for (int mb = 0; mb < m; ++mb) {
+            Value x = Value::Replicated(Input(mb));
+            for (int l = 0; l < layers; ++l) x = tanh(x.matmul(w[l]));
+            Value l = sum(x * x, {});
+            loss = loss.defined() ? loss + l : l;
+          }
+        }
+        std::vector<Value> g = tape.Backward(loss, LossSeed(loss), w);
+        ref.first = loss.item();
+        for (const Value& x : g) ref.second.push_back(x.tensor);
+      });
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    Interleaved got = RunInterleaved(p, v, m, /*hook=*/false);
+    EXPECT_NEAR(got.loss, ref.first, 1e-12 * std::fabs(ref.first));
+    for (int l = 0; l < layers; ++l) {
+      ASSERT_TRUE(got.grads[l].defined()) << "layer " << l;
+      for (int64_t i = 0; i < ref.second[l].numel(); ++i) {
+        EXPECT_NEAR(got.grads[l].at(i), ref.second[l].at(i), 1e-12) << "layer " << l << " elem " << i;
+      }
+    }
+    // The gradient hook: the same sums bitwise, each parameter once, a chunk's as soon as its
+    // last backward on the rank ran (chunk v-1's first: the drain ends with chunk 0).
+    Interleaved hooked = RunInterleaved(p, v, m, /*hook=*/true);
+    for (int l = 0; l < layers; ++l) {
+      ASSERT_TRUE(hooked.grads[l].defined()) << "layer " << l;
+      for (int64_t i = 0; i < ref.second[l].numel(); ++i) {
+        EXPECT_EQ(hooked.grads[l].at(i), got.grads[l].at(i)) << "layer " << l << " elem " << i;
+      }
+    }
+    std::vector<int> expected;
+    for (int c = v - 1; c >= 0; --c) expected.push_back(c * p);
+    EXPECT_EQ(hooked.ready_order, expected);
+  }
+}
+
+TEST(PipelineExecutorTest, InterleavedChunksOfTheParametersMustBeNamed) {
+  Mesh mesh = *Mesh::Create({{"pp", 2}});
+  Timetable tt = *MakeTimetable(Schedule::kInterleaved1F1B, 2, 2, 2);
+  auto run = [&](std::vector<int> chunks) {
+    return RunSpmd(mesh, [&](RankContext& ctx) {
+      SpmdType v(1);
+      v[0] = AxisType::V();
+      PipelineStage stage{.forward = [&](int, int, const Value& in, const std::vector<Value>&) {
+                            return in;
+                          },
+                          .param_chunks = chunks,
+                          .boundary_shape = {kRows, kWidth},
+                          .boundary_dtype = DType::kF64,
+                          .boundary_type = v};
+      RunPipeline(tt, "pp", stage, {Value(Weight(ctx.coord(0)), v), Value(Weight(2), v)});
+    });
+  };
+  EXPECT_THAT(run({}).message(), HasSubstr("runs 2 model chunks but its PipelineStage has no "
+                                           "param_chunks"));
+  EXPECT_THAT(run({0}).message(), HasSubstr("has 2 parameters but param_chunks names 1"));
+  EXPECT_THAT(run({0, 2}).message(), HasSubstr("parameter 1 is on chunk 2 but the timetable has "
+                                               "chunks 0 to 1"));
+}
+
 TEST(PipelineExecutorTest, AStageOutputOfTheWrongShapeIsAnError) {
   Mesh mesh = *Mesh::Create({{"pp", 2}});
   Timetable tt = Make(Schedule::kGpipe, 2, 2);
@@ -286,7 +425,7 @@ TEST(PipelineExecutorTest, AStageOutputOfTheWrongShapeIsAnError) {
     const int s = ctx.coord(0);
     SpmdType v(1);
     v[0] = AxisType::V();
-    PipelineStage stage{.forward = [&](int mb, const Value& in, const std::vector<Value>& p) {
+    PipelineStage stage{.forward = [&](int mb, int, const Value& in, const std::vector<Value>& p) {
                           Value x = s == 0 ? Value::Replicated(Input(mb)) : in;
                           Value y = tanh(x.matmul(p[0]));
                           return s == 1 ? sum(y * y, {}) : y;

@@ -6,6 +6,7 @@
 //       GptLayout::Create(*ParseMesh("pp=2,dp=2,tp=2"), cfg, /*sp=*/false);
 //   TrainOptions opt{.steps = 3, .batch = 8, .pipeline = {.microbatches = 4, .schedule = "1f1b"}};
 //   absl::StatusOr<TrainResult> r = TrainGptPipeline(*layout, InitGpt(cfg, 1), tokens, opt);
+//   opt.pipeline = {.microbatches = 4, .schedule = "interleaved_1f1b", .virtual_stages = 2};
 #ifndef SHARDMAP_MODELS_TRAIN_GPT_PIPELINE_H_
 #define SHARDMAP_MODELS_TRAIN_GPT_PIPELINE_H_
 

@@ -86,7 +86,8 @@ void AddOps(const std::vector<OpCount>& ops, size_t begin, size_t end, size_t op
   }
 }
 
-// This stage's actions per tick ("F0", "B3", "-" idle) and its idle fraction.
+// This stage's actions per tick ("F0", "B3", "-" idle; interleaved "F0.1": chunk 1) and its
+// idle fraction.
 absl::Status AddTimetable(const GptLayout& layout, const TrainOptions& o, int stage,
                           StepProfile* p) {
   absl::StatusOr<RunPlan> plan = PlanRun(layout, o);  // the trainer's own timetable
@@ -99,7 +100,10 @@ absl::Status AddTimetable(const GptLayout& layout, const TrainOptions& o, int st
     if (a.kind == PipeAction::kIdle) ++idle;
     p->pipeline_timetable.push_back(a.kind == PipeAction::kIdle ? "-"
                                     : absl::StrCat(a.kind == PipeAction::kForward ? "F" : "B",
-                                                   a.microbatch));
+                                                   a.microbatch,
+                                                   tt->virtual_stages() > 1
+                                                       ? absl::StrCat(".", a.chunk)
+                                                       : std::string()));
   }
   p->pipeline_bubble = tt->num_ticks() > 0 ? static_cast<double>(idle) / tt->num_ticks() : 0;
   return absl::OkStatus();
@@ -125,12 +129,14 @@ absl::StatusOr<std::vector<GptRankRole>> GptRankRoles(const GptLayout& layout,
   // flight).
   absl::StatusOr<RunPlan> plan = PlanRun(layout, options);  // the trainer's stage split
   if (!plan.ok()) return plan.status();
-  const std::vector<int64_t>* sizes = &plan->stage_plan.layers;
   const int inner = mesh.size() / p;
   for (int s = 0; s < p; ++s) {
     GptRankRole role;
     role.role = absl::StrCat("pp stage ", s, s == 0 ? " (first)" : s == p - 1 ? " (last)" : "",
-                             ": layers ", (*sizes)[s]);
+                             ": layers ", plan->stage_plan.StageLayers(s),
+                             plan->stage_plan.virtual_stages > 1
+                                 ? absl::StrCat(" in ", plan->stage_plan.virtual_stages, " chunks")
+                                 : std::string());
     role.rank = s * inner;
     for (int r = 0; r < inner; ++r) role.ranks.push_back(s * inner + r);
     roles.push_back(std::move(role));

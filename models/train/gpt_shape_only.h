@@ -16,7 +16,7 @@
 // layer count. Within a stage all ranks are alike (the layout splits evenly).
 //
 // The options are TrainOptions as TrainGpt takes them (batch, microbatches, schedule,
-// stage_layers, grad_accum, adamw, clip): the same checks refuse the same settings with the
+// virtual_stages, stage_layers, grad_accum, adamw, clip): the same checks refuse the same settings with the
 // same messages. What TrainGpt would read from disk or do outside the step (init/resume/save
 // paths, evaluation, periodic checkpoints, traces, callbacks, a process communicator, GPU
 // placement) is refused here: InvalidArgument naming it.

@@ -1,8 +1,9 @@
-// Shape-only GPT steps against real ones: for dp, FSDP, HSDP, tp+sp, pp (1F1B and GPipe), cp,
-// ep (MoE), gradient accumulation and mixes, on meshes with odd sizes, every rank's shape-only
-// profile (one rank run alone, on the meta device and on the CPU) has exactly the collectives a
-// real TrainGpt step logs on that rank (a CollectiveRecorder per rank thread), the MemoryTracker
-// peak that rank's thread measured, and its FLOPs; the roles; the error paths.
+// Shape-only GPT steps against real ones: for dp, FSDP, HSDP, tp+sp, pp (1F1B, GPipe and
+// interleaved 1F1B), cp, ep (MoE), gradient accumulation and mixes, on meshes with odd sizes,
+// every rank's shape-only profile (one rank run alone, on the meta device and on the CPU) has
+// exactly the collectives a real TrainGpt step logs on that rank (a CollectiveRecorder per rank
+// thread), the MemoryTracker peak that rank's thread measured, and its FLOPs; the roles; the
+// error paths.
 #include "models/train/gpt_shape_only.h"
 
 #include <algorithm>
@@ -94,6 +95,7 @@ struct Case {
   std::string schedule = "1f1b";
   bool moe = false;
   bool bf16 = false;
+  int virtual_stages = 1;
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
@@ -111,6 +113,7 @@ TEST_P(ShapeOnlyGptTest, EveryRankMatchesTheRealStep) {
   o.pipeline.microbatches = k.microbatches;
   o.grad_accum = k.grad_accum;
   o.pipeline.schedule = k.schedule;
+  o.pipeline.virtual_stages = k.virtual_stages;
   // Clipping scales the gradients only when the norm exceeds the limit, a fact of the data: off
   // here so that both runs take the same branch (a meta run reads a norm of 0).
   o.optimizer.clip = 0;
@@ -167,7 +170,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{.name = "fsdp2_tp2_sp_bf16", .mesh = "dp_shard=2,tp=2", .sp = true, .batch = 2,
              .bf16 = true},
         Case{.name = "pp2_tp2_gpipe_bf16", .mesh = "pp=2,tp=2", .batch = 4, .microbatches = 2,
-             .schedule = "gpipe", .bf16 = true}),
+             .schedule = "gpipe", .bf16 = true},
+        Case{.name = "pp2_dp2_interleaved_v2", .mesh = "pp=2,dp=2", .batch = 4,
+             .microbatches = 2, .schedule = "interleaved_1f1b", .virtual_stages = 2}),
     CaseName);
 
 TEST(ShapeOnlyGpt, ClippingIsTheOneDataDependentBranchAndIsBounded) {
@@ -221,6 +226,19 @@ TEST(ShapeOnlyGpt, RolesOfAPipeline) {
   // The first stage embeds and the last computes the loss over the vocabulary: different work.
   EXPECT_NE((*roles)[0].flops, (*roles)[2].flops);
   EXPECT_THAT(FormatStepProfile((*roles)[0]), HasSubstr("ppermute over (pp) of 3"));
+  // Interleaved, pp2 x 2 chunks over 4 layers: each stage holds 2 layers in 2 chunks, and its
+  // timetable names the chunk (stage 0 starts F0.0 F1.0 F0.1).
+  layout = GptLayout::Create(*ParseMesh("pp=2"), Config(), false);
+  o.pipeline.schedule = "interleaved_1f1b";
+  o.pipeline.virtual_stages = 2;
+  roles = ProfileGptStep(*layout, o);
+  ASSERT_TRUE(roles.ok()) << roles.status();
+  ASSERT_EQ(roles->size(), 2u);
+  EXPECT_THAT((*roles)[0].role, HasSubstr("pp stage 0 (first): layers 2 in 2 chunks"));
+  ASSERT_GE((*roles)[0].pipeline_timetable.size(), 3u);
+  EXPECT_EQ((*roles)[0].pipeline_timetable[2], "F0.1");
+  o.pipeline.schedule = "1f1b";
+  o.pipeline.virtual_stages = 1;
   // Without a pipeline: one role, every rank.
   layout = GptLayout::Create(*ParseMesh("dp=5"), Config(), false);
   o.batch = 5;

@@ -87,11 +87,11 @@ const std::vector<RunSetting>& RunSettings() {
       {"decay_steps", OnResume::kAdopt},  {"data_order", OnResume::kAdopt},
       {"mesh", OnResume::kAdopt},         {"sp", OnResume::kAdopt},
       {"microbatches", OnResume::kAdopt}, {"schedule", OnResume::kAdopt},
-      {"stage_layers", OnResume::kAdopt}, {"eval_every", OnResume::kAdopt},
-      {"eval_steps", OnResume::kAdopt},   {"val_data", OnResume::kAdopt},
-      {"tokenizer", OnResume::kAdopt},    {"text", OnResume::kAdopt, "data"},
-      {"data", OnResume::kAdopt, "data"}, {"val_fraction", OnResume::kRefuse},
-      {"seed", OnResume::kRefuseUnderRandomOrder},
+      {"stage_layers", OnResume::kAdopt}, {"virtual_stages", OnResume::kAdopt},
+      {"eval_every", OnResume::kAdopt},   {"eval_steps", OnResume::kAdopt},
+      {"val_data", OnResume::kAdopt},     {"tokenizer", OnResume::kAdopt},
+      {"text", OnResume::kAdopt, "data"}, {"data", OnResume::kAdopt, "data"},
+      {"val_fraction", OnResume::kRefuse}, {"seed", OnResume::kRefuseUnderRandomOrder},
   };
   return *settings;
 }

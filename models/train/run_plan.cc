@@ -86,37 +86,108 @@ absl::Status CheckFsdpShards(const GptLayout& layout) {
       "shards are not supported); pick a dp_shard that divides d_model, or use dp=", shard));
 }
 
+// Interleaved 1F1B's settings: virtual_stages >= 1, > 1 only with interleaved_1f1b (which needs
+// it > 1), pp > 1, the microbatches in groups of pp, and the layers in pp * v virtual stages.
+absl::Status CheckVirtualStages(const GptLayout& layout, const TrainOptions& o) {
+  const int v = o.pipeline.virtual_stages;
+  const std::string& schedule = o.pipeline.schedule;
+  if (v < 1) {
+    return Invalid(absl::StrCat("--virtual_stages ", v, " must be >= 1 (model chunks per "
+                                "pipeline stage; 1: no interleaving)"));
+  }
+  const bool interleaved = schedule == "interleaved_1f1b";
+  if (v > 1 && !interleaved) {
+    return Invalid(absl::StrCat(
+        "--virtual_stages ", v, " with --schedule=", schedule, ": only the interleaved schedule "
+        "runs several model chunks per stage; use --schedule=interleaved_1f1b or "
+        "--virtual_stages=1"));
+  }
+  if (!interleaved) return absl::OkStatus();
+  if (v == 1) {
+    return Invalid("--schedule=interleaved_1f1b needs --virtual_stages >= 2 (model chunks per "
+                   "stage; with one chunk it is --schedule=1f1b)");
+  }
+  const int p = layout.pp_ways();
+  if (p < 2) {
+    return Invalid(absl::StrCat(
+        "--schedule=interleaved_1f1b on mesh ", layout.mesh().ShortString(), " without pp: "
+        "interleaving cuts each pipeline stage into chunks; add pp >= 2 to the mesh or use "
+        "--schedule=1f1b"));
+  }
+  const int64_t m = o.pipeline.microbatches * o.grad_accum;
+  if (m % p != 0) {
+    return Invalid(absl::StrCat(
+        "--schedule=interleaved_1f1b runs the microbatches in groups of pp=", p, ": ", m,
+        " microbatches", o.grad_accum > 1 ? " (--microbatches x --grad_accum)" : "",
+        " is not a multiple of ", p, "; use --microbatches=", p * ((m + p - 1) / p),
+        o.grad_accum > 1 ? " with --grad_accum=1, or another multiple" : " or another multiple"));
+  }
+  const int64_t layers = layout.config().layers, vs = int64_t{p} * v;
+  const std::vector<int64_t>& sizes = o.pipeline.stage_layers;
+  if (!sizes.empty() && static_cast<int64_t>(sizes.size()) != vs) {
+    return Invalid(absl::StrCat(
+        "--stage_layers gives ", sizes.size(), " sizes but interleaving needs one per virtual "
+        "stage: pp=", p, " x --virtual_stages=", v, " = ", vs, " sizes in virtual-stage order "
+        "(chunk c of stage s is virtual stage c*", p, "+s)"));
+  }
+  if (sizes.empty() && layers < vs) {
+    return Invalid(absl::StrCat(layers, " layers cannot fill pp=", p, " x --virtual_stages=", v,
+                                " = ", vs, " virtual stages (each needs a block); lower "
+                                "--virtual_stages"));
+  }
+  if (sizes.empty() && layers % vs != 0) {
+    return Invalid(absl::StrCat(
+        layers, " layers do not split evenly into pp=", p, " x --virtual_stages=", v, " = ", vs,
+        " virtual stages; pick --virtual_stages so that pp x virtual_stages divides ", layers,
+        ", or give --stage_layers with ", vs, " sizes (virtual-stage order)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-StagePlan PlanStages(const GptLayout& layout, const std::vector<int64_t>& sizes) {
-  const int p = static_cast<int>(sizes.size());
+int64_t StagePlan::StageLayers(int s) const {
+  int64_t n = 0;
+  for (int c = 0; c < virtual_stages; ++c) n += layers[c * stages() + s];
+  return n;
+}
+
+StagePlan PlanStages(const GptLayout& layout, const std::vector<int64_t>& sizes,
+                     int virtual_stages) {
+  const int v = virtual_stages, p = static_cast<int>(sizes.size()) / v;
   StagePlan plan;
+  plan.virtual_stages = v;
   plan.layers = sizes;
   plan.owned.resize(p);
+  plan.owned_chunk.resize(p);
   int64_t first = 0;
-  std::vector<int> stage_of_layer;
-  for (int s = 0; s < p; ++s) {
+  std::vector<int> vs_of_layer;
+  for (int vs = 0; vs < p * v; ++vs) {
     plan.first_layer.push_back(first);
-    for (int64_t i = 0; i < sizes[s]; ++i) stage_of_layer.push_back(s);
-    first += sizes[s];
+    for (int64_t i = 0; i < sizes[vs]; ++i) vs_of_layer.push_back(vs);
+    first += sizes[vs];
   }
+  const int last = p * v - 1;
   const std::vector<ParamInfo>& params = layout.params();
   plan.owner.assign(params.size(), -1);
   for (size_t k = 0; k < params.size(); ++k) {
     const std::string& name = params[k].name;
-    std::vector<int> stages;
+    std::vector<int> vss;  // the virtual stages holding it
     if (name == "wte.weight") {
-      stages = {0};
-      if (p > 1) stages.push_back(p - 1);  // the lm_head's copy
+      vss = {0};
+      if (p > 1) vss.push_back(last);  // the lm_head's copy
     } else if (name == "wpe.weight") {
-      stages = {0};
+      vss = {0};
     } else if (name.rfind("h.", 0) == 0) {
-      stages = {stage_of_layer[std::stoi(name.substr(2))]};
+      vss = {vs_of_layer[std::stoi(name.substr(2))]};
     } else {
-      stages = {p - 1};  // ln_f
+      vss = {last};  // ln_f
     }
-    plan.owner[k] = stages[0];
-    for (int s : stages) plan.owned[s].push_back(static_cast<int>(k));
+    plan.owner[k] = vss[0] % p;
+    for (int vs : vss) {
+      plan.owned[vs % p].push_back(static_cast<int>(k));
+      plan.owned_chunk[vs % p].push_back(vs / p);
+    }
   }
   return plan;
 }
@@ -201,6 +272,7 @@ absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
     if (!devices.ok()) return devices.status();
   }
   if (absl::Status s = CheckRecompute(layout, o); !s.ok()) return s;
+  if (absl::Status s = CheckVirtualStages(layout, o); !s.ok()) return s;
   const bool pipelined = layout.pp_ways() > 1 || o.pipeline.microbatches > 1;
   if (!pipelined) return absl::OkStatus();
   // What the pipeline strategy cannot do, refused here and nowhere else.
@@ -246,21 +318,22 @@ absl::StatusOr<RunPlan> PlanRun(const GptLayout& layout, const TrainOptions& opt
   plan.global_tokens = options.batch * c.seq;
   plan.pp_index = plan.pipelined ? layout.mesh().AxisIndex(axis::kPp) : -1;
   if (absl::Status s = PlanRows(layout, options, plan); !s.ok()) return s;
+  const int v = plan.pipelined ? options.pipeline.virtual_stages : 1;
   absl::StatusOr<std::vector<int64_t>> sizes =
-      plan.pipelined ? SplitLayers(c.layers, plan.stages, options.pipeline.stage_layers)
+      plan.pipelined ? SplitLayers(c.layers, plan.stages * v, options.pipeline.stage_layers)
                      : absl::StatusOr<std::vector<int64_t>>(std::vector<int64_t>{c.layers});
   if (!sizes.ok()) return sizes.status();
   if (plan.pipelined) {
     absl::StatusOr<Schedule> schedule = ParseSchedule(options.pipeline.schedule);
     if (!schedule.ok()) return schedule.status();
     absl::StatusOr<Timetable> tt =
-        MakeTimetable(*schedule, plan.stages, static_cast<int>(plan.microbatches));
+        MakeTimetable(*schedule, plan.stages, static_cast<int>(plan.microbatches), v);
     if (!tt.ok()) return tt.status();
     plan.timetable = std::make_shared<const Timetable>(*std::move(tt));
   } else if (!options.pipeline.stage_layers.empty()) {
     return Invalid("stage_layers is a pipeline (pp > 1) setting; drop it or add pp");
   }
-  plan.stage_plan = PlanStages(layout, *sizes);
+  plan.stage_plan = PlanStages(layout, *sizes, v);
   if (!options.checkpoint.save_path.empty()) {
     if (absl::Status s = CheckSavePath(options.checkpoint.save_path); !s.ok()) return s;
   }

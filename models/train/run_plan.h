@@ -24,15 +24,24 @@
 namespace shardmap {
 
 // Which stage holds which parameters (without a pipeline: one stage holding all of them).
+// Interleaved (virtual_stages v > 1): virtual stage vs = c * p + s is chunk c of stage s.
 struct StagePlan {
-  std::vector<int64_t> first_layer, layers;  // per stage
+  int virtual_stages = 1;
+  std::vector<int64_t> first_layer, layers;  // per virtual stage (per stage when v == 1)
   std::vector<std::vector<int>> owned;       // per stage: parameter indices (layout order)
-  std::vector<int> owner;                    // per parameter: the first stage holding it
+  std::vector<std::vector<int>> owned_chunk;  // per stage: the chunk of each owned parameter
+  std::vector<int> owner;                     // per parameter: the first stage holding it
+
+  int stages() const { return static_cast<int>(layers.size()) / virtual_stages; }
+  // The layers of stage s over all its chunks.
+  int64_t StageLayers(int s) const;
 };
 
-// Stage s holds blocks [first_s, first_s + sizes[s]); stage 0 also wte and wpe, the last stage
-// ln_f and (p > 1) a copy of wte for the tied lm_head.
-StagePlan PlanStages(const GptLayout& layout, const std::vector<int64_t>& sizes);
+// Virtual stage vs holds blocks [first_vs, first_vs + sizes[vs]) (sizes.size() = p * v);
+// virtual stage 0 (stage 0, chunk 0) also wte and wpe, the last (stage p-1, chunk v-1) ln_f and
+// (p > 1) a copy of wte for the tied lm_head.
+StagePlan PlanStages(const GptLayout& layout, const std::vector<int64_t>& sizes,
+                     int virtual_stages = 1);
 
 // What is fixed before the first step.
 struct RunPlan {
@@ -62,7 +71,8 @@ absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& opti
 
 // CheckTrainOptions, then the run's shape: the batch's divisibility by microbatches x
 // grad_accum x the data-parallel ways, sequence parallelism's split of each rank's tokens over
-// tp, the stage split and the schedule's timetable, and the save path.
+// tp, the stage split (over the virtual stages when interleaved) and the schedule's timetable,
+// and the save path.
 absl::StatusOr<RunPlan> PlanRun(const GptLayout& layout, const TrainOptions& options);
 
 }  // namespace shardmap

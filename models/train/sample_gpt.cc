@@ -272,6 +272,8 @@ absl::Status Evaluate(const Checkpoint& c, const GptLayout& layout, const BpeTok
   o.grad_accum = FlagOrRun(0, c, "grad_accum", 1);
   o.pipeline.microbatches = FlagOrRun(absl::GetFlag(FLAGS_microbatches), c, "microbatches", 1);
   o.pipeline.schedule = c.Flag("schedule").empty() ? "1f1b" : c.Flag("schedule");
+  // The schedule does not change a forward-only loss; interleaving needs the run's pp.
+  if (o.pipeline.schedule == "interleaved_1f1b") o.pipeline.schedule = "1f1b";
   o.checkpoint.init_path = c.path;
   o.runtime.placement = placement;
   const int64_t needed = steps * o.batch * c.config.seq + 1;

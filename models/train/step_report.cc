@@ -17,10 +17,13 @@ void AppendStepEvents(const Mesh& mesh, int rank, const RunPlan& plan, const Ste
                       std::vector<TraceEvent>* events) {
   std::vector<std::pair<std::string, double>> phases;  // name, start; each ends at the next
   if (plan.pipelined) {
-    // One span per forward / backward of a microbatch ("F3", "B3"; the bubble is the gaps).
+    // One span per forward / backward of a microbatch ("F3", "B3"; interleaved "F3.1": on
+    // chunk 1; the bubble is the gaps).
+    const bool chunks = plan.timetable != nullptr && plan.timetable->virtual_stages() > 1;
     for (const PipelineSpan& sp : spans) {
       events->push_back({absl::StrCat(sp.action.kind == PipeAction::kForward ? "F" : "B",
-                                      sp.action.microbatch),
+                                      sp.action.microbatch,
+                                      chunks ? absl::StrCat(".", sp.action.chunk) : ""),
                          "pipeline", rank, sp.start_us, sp.duration_us, -1});
     }
     phases = {{"pipeline (forwards + backwards)", times.start}};

@@ -76,8 +76,10 @@ Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stag
                           TypeTrace* types, BackwardObserver* observer,
                           GradientBuckets* buckets) {
   const GptConfig& c = layout.config();
-  const std::vector<int>& owned = plan.stage_plan.owned[stage];
-  const bool first = stage == 0, last = stage == plan.stages - 1;
+  const StagePlan& sp = plan.stage_plan;
+  const std::vector<int>& owned = sp.owned[stage];
+  const std::vector<int>& owned_chunk = sp.owned_chunk[stage];
+  const int last_vs = plan.stages * sp.virtual_stages - 1;
   const size_t np = layout.params().size();
   PipelineStage ps;
   ps.boundary_shape = {plan.boundary_rows, c.d_model};
@@ -85,16 +87,21 @@ Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stag
   ps.boundary_type = boundary_type;
   ps.backward_observer = observer;
   if (buckets != nullptr) ps.on_final_grad = [buckets](int k, const Value& g) { buckets->Add(k, g); };
-  ps.forward = [&](int mb, const Value& in, const std::vector<Value>& watched) {
+  ps.param_chunks = owned_chunk;
+  // Chunk c of this stage: virtual stage c * p + stage (the stage itself without interleaving).
+  ps.forward = [&](int mb, int chunk, const Value& in, const std::vector<Value>& watched) {
     std::vector<Value> all(np);
-    for (size_t i = 0; i < owned.size(); ++i) all[owned[i]] = watched[i];
+    for (size_t i = 0, j = 0; i < owned.size(); ++i) {
+      if (owned_chunk[i] == chunk) all[owned[i]] = watched[j++];
+    }
     const ParamFn use = GptParamUse(layout, all);
-    Value x = first ? GptEmbed(layout, use, ids[mb]) : in;
-    const int64_t l0 = plan.stage_plan.first_layer[stage];
-    for (int64_t l = l0; l < l0 + plan.stage_plan.layers[stage]; ++l) {
+    const int vs = chunk * plan.stages + stage;
+    Value x = vs == 0 ? GptEmbed(layout, use, ids[mb]) : in;
+    const int64_t l0 = sp.first_layer[vs];
+    for (int64_t l = l0; l < l0 + sp.layers[vs]; ++l) {
       x = GptBlock(layout, use, l, x, l == 0 && mb == 0 ? types : nullptr);
     }
-    return last ? GptHead(layout, use, x, targets[mb], plan.global_tokens) : x;
+    return vs == last_vs ? GptHead(layout, use, x, targets[mb], plan.global_tokens) : x;
   };
   PipelineResult run = RunPipeline(*plan.timetable, layout.pp_axis(), ps, params);
   Backprop out;
@@ -208,7 +215,7 @@ double PipelineForwardLoss(const GptLayout& layout, const RunPlan& plan, int sta
                            const SpmdType& boundary_type, const Device& dev) {
   NoGradScope no_tape;
   const GptConfig& c = layout.config();
-  const int p = plan.stages;
+  const int p = plan.stages, nvs = p * plan.stage_plan.virtual_stages;
   std::vector<Value> all(layout.params().size());
   for (size_t i = 0; i < held.size(); ++i) all[held[i]] = params[i];
   const ParamFn use = GptParamUse(layout, all);
@@ -219,19 +226,21 @@ double PipelineForwardLoss(const GptLayout& layout, const RunPlan& plan, int sta
                                                c.compute_dtype(), dev),
                                  boundary_type);
     x.type = boundary_type;
-    for (int t = 0; t < p; ++t) {
+    // Virtual stage vs runs on stage vs mod p (its chunk vs / p) and hands on round the ring.
+    for (int vs = 0; vs < nvs; ++vs) {
+      const int t = vs % p;
       if (stage == t) {
-        const int64_t l0 = plan.stage_plan.first_layer[t];
-        for (int64_t l = l0; l < l0 + plan.stage_plan.layers[t]; ++l) {
+        const int64_t l0 = plan.stage_plan.first_layer[vs];
+        for (int64_t l = l0; l < l0 + plan.stage_plan.layers[vs]; ++l) {
           x = GptBlock(layout, use, l, x);
         }
         x.type = boundary_type;
-        if (t == p - 1) {
+        if (vs == nvs - 1) {
           Value l = GptHead(layout, use, x, targets[k], plan.global_tokens);
           loss = loss.defined() ? loss + l : l;
         }
       }
-      if (t + 1 < p) x = ppermute(x, layout.pp_axis(), {{t, t + 1}});
+      if (vs + 1 < nvs && p > 1) x = ppermute(x, layout.pp_axis(), {{t, (t + 1) % p}});
     }
   }
   return ShareLoss(layout, plan, stage, loss, dev);

@@ -4,7 +4,8 @@
 // attention over cp), and mixture-of-experts MLPs with expert parallelism (--experts,
 // --mesh=ep=2,...), inside one SPMD program; with a pp axis, pipeline parallelism (the
 // trainer's pipeline strategy, models/train/trainer.h): --mesh=pp=2,dp=2 --microbatches=4
-// --schedule=1f1b (or gpipe).
+// --schedule=1f1b (or gpipe, or interleaved_1f1b --virtual_stages=2: each stage holds 2 model
+// chunks).
 //
 //   bazel run -c opt //models/train:train_gpt -- --mesh=dp=2,tp=2 --sp
 //       --text=/usr/share/common-licenses/GPL-3 --layers=2 --d_model=64 --heads=4 --seq=64
@@ -72,8 +73,16 @@
 
 ABSL_FLAG(std::string, mesh, "", "mesh axes, e.g. dp=2,tp=2 or pp=2,dp=2 or ep=2 (axes pp, dp, dp_replicate, dp_shard, ep, cp, tp)");
 ABSL_FLAG(int64_t, microbatches, 1, "pipeline microbatches per step (batch must divide by microbatches x dp)");
-ABSL_FLAG(std::string, schedule, "1f1b", "pipeline schedule: gpipe or 1f1b");
-ABSL_FLAG(std::string, stage_layers, "", "layers per pipeline stage, e.g. 2,1,1 (default: as even as possible)");
+ABSL_FLAG(std::string, schedule, "1f1b",
+          "pipeline schedule: gpipe, 1f1b or interleaved_1f1b (with --virtual_stages >= 2; "
+          "--microbatches a multiple of pp)");
+ABSL_FLAG(std::string, stage_layers, "",
+          "layers per pipeline stage, e.g. 2,1,1 (default: as even as possible); interleaved: "
+          "one per virtual stage, chunk c of stage s being virtual stage c*pp+s");
+ABSL_FLAG(int32_t, virtual_stages, 1,
+          "model chunks per pipeline stage (--schedule=interleaved_1f1b, >= 2): the layers split "
+          "over pp x virtual_stages virtual stages, chunk c of stage s holding virtual stage "
+          "c*pp+s's; shrinks the bubble v-fold at v times the boundary transfers");
 ABSL_FLAG(bool, sp, false, "sequence parallelism (needs a tp axis)");
 ABSL_FLAG(std::string, devices, "", "cpu:N simulated ranks (default: the mesh size)");
 ABSL_FLAG(std::string, backend, "inprocess",
@@ -527,10 +536,11 @@ absl::Status SetOptimization(TrainOptions& o) {
   return absl::OkStatus();
 }
 
-// --microbatches, --schedule and --stage_layers.
+// --microbatches, --schedule, --virtual_stages and --stage_layers.
 absl::Status SetPipeline(TrainOptions& o) {
   o.pipeline.microbatches = absl::GetFlag(FLAGS_microbatches);
   o.pipeline.schedule = absl::GetFlag(FLAGS_schedule);
+  o.pipeline.virtual_stages = absl::GetFlag(FLAGS_virtual_stages);
   absl::StatusOr<Schedule> schedule = ParseSchedule(o.pipeline.schedule);
   if (!schedule.ok()) return schedule.status();
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_stage_layers), ',',
@@ -842,12 +852,13 @@ void PrintSummary(const GptLayout& layout, const TrainOptions& o, const TrainRes
                           : r.cuda_graph_note);
   }
   if (layout.pp_ways() > 1 || o.pipeline.microbatches != 1) {
-    const int p = layout.pp_ways();
+    const int p = layout.pp_ways(), v = o.pipeline.virtual_stages;
     std::cout << absl::StrFormat(
-        "pipeline: peak saved activations (rank 0) %s; bubble measured %.3f (lockstep ticks: "
-        "(p-1)/(m+p-1) = %.3f)\n",
-        Bytes(r.peak_activation_bytes_per_rank), r.pipeline_bubble,
-        static_cast<double>(p - 1) / static_cast<double>(o.pipeline.microbatches + p - 1));
+        "pipeline: peak saved activations (rank 0) %s; bubble measured %.3f (ideal: "
+        "(p-1)/(%sm+p-1) = %.3f)\n",
+        Bytes(r.peak_activation_bytes_per_rank), r.pipeline_bubble, v > 1 ? "v " : "",
+        static_cast<double>(p - 1) /
+            static_cast<double>(static_cast<int64_t>(v) * o.pipeline.microbatches + p - 1));
   }
   const MfuBasis& mfu = steps.mfu();
   std::cout << absl::StrFormat(
@@ -1187,10 +1198,14 @@ absl::Status Run() {
                                             ? InitGpt(*cfg, absl::GetFlag(FLAGS_seed))
                                             : std::vector<NamedTensor>{};
   if (layout->pp_ways() > 1 || o.pipeline.microbatches != 1) {
-    std::cout << absl::StrFormat("pipeline: pp=%d, %d microbatches of %d sequences, %s\n",
+    std::cout << absl::StrFormat("pipeline: pp=%d, %d microbatches of %d sequences, %s%s\n",
                                  layout->pp_ways(), o.pipeline.microbatches,
                                  o.pipeline.microbatches > 0 ? o.batch / o.pipeline.microbatches : 0,
-                                 ScheduleName(*ParseSchedule(o.pipeline.schedule)));
+                                 ScheduleName(*ParseSchedule(o.pipeline.schedule)),
+                                 o.pipeline.virtual_stages > 1
+                                     ? absl::StrCat(", ", o.pipeline.virtual_stages,
+                                                    " model chunks per stage")
+                                     : std::string());
   }
   absl::StatusOr<TrainResult> r = TrainGpt(*layout, init, data->train, o);
   if (absl::Status s = outputs.CloseTrace(); !s.ok() && r.ok()) return s;

@@ -93,6 +93,16 @@ for run in "$pp_out" "$("$bin" "${common[@]}" --layers=2 --mesh=pp=2 --microbatc
   python3 -c "import sys; a,b=float('$one2'),float('$pp'); sys.exit(abs(a-b) > 1e-9*abs(a))" \
     || fail "pp: $pp vs $one2"
 done
+# Interleaved 1F1B: pp2 x 2 chunks of one layer each gives the single-device losses (f64).
+il_out=$("$bin" "${common[@]}" --layers=4 --mesh=pp=2 --microbatches=2 \
+         --schedule=interleaved_1f1b --virtual_stages=2 --steps=2)
+echo "$il_out"
+grep -q "^pipeline: pp=2, 2 microbatches of 2 sequences, interleaved_1f1b, 2 model chunks" \
+  <<<"$il_out" || fail "no interleaved pipeline line"
+grep -q "bubble measured .* (ideal: (p-1)/(v m+p-1)" <<<"$il_out" || fail "no interleaved bubble"
+one4=$("$bin" "${common[@]}" --layers=4 --steps=2)
+same_losses "$(losses <<<"$il_out")" "$(losses <<<"$one4")" \
+  || fail "interleaved pp2 x v2 losses differ from one device"
 # bf16 through the pipeline (bf16 activations cross the stage boundary): within 2^-11 relative of
 # the 1-device bf16 run, as models/train/gpt_mixed_precision_test.cc bounds the other meshes.
 bf_one=$("$bin" "${common[@]}" --layers=2 --dtype=bf16 --steps=2 | grep '^step 1 loss' | awk '{print $4}')
@@ -127,6 +137,19 @@ expect_error "unknown axis 'xp'" "${common[@]}" --mesh=xp=2
 expect_error "1 layers cannot fill pp=2" "${common[@]}" --mesh=pp=2 --microbatches=2
 expect_error "not divisible by microbatches 3" "${common[@]}" --layers=2 --mesh=pp=2 --microbatches=3
 expect_error "unknown pipeline schedule 'zb'" "${common[@]}" --layers=2 --mesh=pp=2 --schedule=zb
+expect_error "--virtual_stages 0 must be >= 1" "${common[@]}" --layers=4 --mesh=pp=2 \
+  --microbatches=2 --schedule=interleaved_1f1b --virtual_stages=0
+expect_error "--virtual_stages 2 with --schedule=1f1b" "${common[@]}" --layers=4 --mesh=pp=2 \
+  --microbatches=2 --virtual_stages=2
+expect_error "interleaved_1f1b needs --virtual_stages >= 2" "${common[@]}" --layers=4 \
+  --mesh=pp=2 --microbatches=2 --schedule=interleaved_1f1b
+expect_error "1 microbatches is not a multiple of 2" "${common[@]}" --layers=4 --mesh=pp=2 \
+  --schedule=interleaved_1f1b --virtual_stages=2
+expect_error "6 layers do not split evenly into pp=2 x --virtual_stages=2" "${common[@]}" \
+  --layers=6 --mesh=pp=2 --microbatches=2 --schedule=interleaved_1f1b --virtual_stages=2
+expect_error "--stage_layers gives 2 sizes but interleaving needs one per virtual stage" \
+  "${common[@]}" --layers=4 --mesh=pp=2 --microbatches=2 --schedule=interleaved_1f1b \
+  --virtual_stages=2 --stage_layers=2,2
 expect_error "pipeline (pp) with context parallelism" "${common[@]}" --layers=2 --mesh=pp=2,cp=2
 expect_error "seq 8 is not divisible by 2\*cp = 6" "${common[@]}" --mesh=cp=3
 expect_error "batch 4 is not divisible by the 3" "${common[@]}" --mesh=dp=3

@@ -33,12 +33,17 @@ struct TrainResult;
 struct StepInfo;
 
 // Pipeline strategy (pp > 1, or microbatches > 1 on one stage: gradient accumulation):
-// microbatches per step and the schedule ("gpipe" or "1f1b"); stage_layers: layers per stage
-// (empty: as even as possible).
+// microbatches per step and the schedule ("gpipe", "1f1b" or "interleaved_1f1b"); stage_layers:
+// layers per stage (empty: as even as possible). virtual_stages: model chunks per stage, > 1
+// only with "interleaved_1f1b" (which needs it > 1, pp > 1 and microbatches a multiple of pp):
+// the layers split over pp * virtual_stages virtual stages, chunk c of stage s holding virtual
+// stage c * pp + s's (equal sizes, or stage_layers with one size per virtual stage, in
+// virtual-stage order).
 struct PipelineOptions {
   int64_t microbatches = 1;
   std::string schedule = "1f1b";
   std::vector<int64_t> stage_layers;
+  int virtual_stages = 1;
 };
 
 // AdamW, global-norm clipping and the learning-rate schedule.

@@ -18,9 +18,10 @@
 //                    graph capture and replay (cuda_graph_step.h: DecideCudaGraph)
 //   step_report.h    trace events, MoE counts, the result assembled from the ranks
 //   trainer.cc       TrainGpt: plan -> RunSpmd(RankTrainer) -> result
-// Pipeline (pp > 1, or microbatches > 1): models/parallel/pipeline.h's GPipe / 1F1B timetable
-// over the pp axis. Stage s holds blocks [first_s, first_s + stage_layers[s]); stage 0 also wte
-// and wpe, the last stage ln_f and a copy of wte for the tied lm_head, whose gradient is
+// Pipeline (pp > 1, or microbatches > 1): models/parallel/pipeline.h's GPipe / 1F1B /
+// interleaved 1F1B timetable over the pp axis. Stage s holds blocks [first_s, first_s +
+// stage_layers[s]) (interleaved: those of virtual stages s, p + s, ..., one chunk each); stage 0
+// also wte and wpe, the last stage ln_f and a copy of wte for the tied lm_head, whose gradient is
 // exchanged over pp and summed on both (the norm counts it once).
 #ifndef SHARDMAP_MODELS_TRAIN_TRAINER_H_
 #define SHARDMAP_MODELS_TRAIN_TRAINER_H_

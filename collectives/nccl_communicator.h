@@ -62,6 +62,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -105,6 +106,25 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore& s
 // the thread that makes `comm`'s calls (not during one); `comm` may be the world or a split.
 // InvalidArgument when `comm` is not an NCCL communicator or `why` is OK.
 absl::Status AbortNcclWorld(Communicator& comm, const absl::Status& why);
+
+// Started-call timeline (the GPU bundle's overlap check, tests/gpu_nccl_overlap_check.cc).
+// While on, every started call of this process that is not being captured records four timing
+// events: `ready` on the compute stream at the start, `begin` and `end` on the communication
+// stream around the collective, and `joined` on the compute stream at Wait(), before the compute
+// stream is made to wait for the collective. So [begin, end] is when the collective ran, and the
+// compute stream stood waiting for it only in [joined, end] (when end > joined). Off by default
+// (the events cost a few microseconds per call).
+struct StartedCallSpan {
+  std::string what;  // "NCCL AllReduceStart(bf16, count=..., sum) on group ..."
+  int device = 0;
+  // Milliseconds after the earliest `ready` of the spans taken together on the same device.
+  double ready_ms = 0, begin_ms = 0, end_ms = 0, joined_ms = 0;
+};
+void SetNcclStartedCallTimeline(bool on);
+// The spans of the started calls waited so far (in start order), and forgets them; calls not
+// waited yet stay for a later take. Waits for their events (host waits, not counted in
+// collectives/host_waits.h: this is the measurement). Empty without CUDA.
+absl::StatusOr<std::vector<StartedCallSpan>> TakeNcclStartedCallTimeline();
 
 // Reads DistributedEnv, rendezvous through a TcpStore at MASTER_ADDR:MASTER_PORT.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicatorFromEnv(

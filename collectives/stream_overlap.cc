@@ -42,4 +42,21 @@ double OverlapLength(const std::vector<Interval>& a, const std::vector<Interval>
   return sum;
 }
 
+std::vector<Interval> SubtractIntervals(const std::vector<Interval>& a,
+                                        const std::vector<Interval>& b) {
+  const std::vector<Interval> y = MergeIntervals(b);
+  std::vector<Interval> out;
+  for (Interval x : MergeIntervals(a)) {
+    for (const Interval& cut : y) {  // y is sorted: cut x from the left as we go
+      if (cut.end <= x.begin) continue;
+      if (cut.begin >= x.end) break;
+      if (cut.begin > x.begin) out.push_back({x.begin, cut.begin});
+      x.begin = cut.end;
+      if (x.begin >= x.end) break;
+    }
+    if (x.end > x.begin) out.push_back(x);
+  }
+  return out;
+}
+
 }  // namespace shardmap::collectives

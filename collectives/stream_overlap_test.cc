@@ -15,6 +15,14 @@ TEST(StreamOverlapTest, TheHeaderExample) {
   EXPECT_DOUBLE_EQ(UnionLength(comm), 3.0);
   EXPECT_DOUBLE_EQ(OverlapLength(comm, compute), 2.0);
   EXPECT_DOUBLE_EQ(OverlapLength(compute, comm), 2.0);
+  const std::vector<Interval> left = SubtractIntervals(compute, comm);
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_DOUBLE_EQ(left[0].begin, 0);
+  EXPECT_DOUBLE_EQ(left[0].end, 1);
+  EXPECT_DOUBLE_EQ(left[1].begin, 3);
+  EXPECT_DOUBLE_EQ(left[1].end, 5);
+  EXPECT_TRUE(SubtractIntervals({{1, 2}}, {{0, 3}}).empty());
+  EXPECT_EQ(SubtractIntervals({{0, 10}}, {{2, 3}, {4, 5}}).size(), 3u);
 }
 
 TEST(StreamOverlapTest, MergesOverlappingTouchingAndUnsortedAndDropsEmptyOrNan) {
@@ -40,7 +48,7 @@ TEST(StreamOverlapTest, MatchesAGridCountOnRandomIntervals) {
     std::vector<Interval> a, b;
     for (int n = count(rng); n > 0; --n) { const int s = pos(rng); a.push_back({double(s), double(s + len(rng))}); }
     for (int n = count(rng); n > 0; --n) { const int s = pos(rng); b.push_back({double(s), double(s + len(rng))}); }
-    int in_a = 0, in_both = 0;
+    int in_a = 0, in_both = 0, in_a_only = 0;
     for (int cell = 0; cell < 111; ++cell) {  // the unit cell [cell, cell + 1)
       auto covers = [cell](const std::vector<Interval>& v) {
         for (const Interval& i : v) if (i.begin <= cell && cell + 1 <= i.end) return true;
@@ -48,7 +56,9 @@ TEST(StreamOverlapTest, MatchesAGridCountOnRandomIntervals) {
       };
       in_a += covers(a);
       in_both += covers(a) && covers(b);
+      in_a_only += covers(a) && !covers(b);
     }
+    ASSERT_DOUBLE_EQ(UnionLength(SubtractIntervals(a, b)), in_a_only) << "trial " << trial;
     ASSERT_DOUBLE_EQ(UnionLength(a), in_a) << "trial " << trial;
     ASSERT_DOUBLE_EQ(OverlapLength(a, b), in_both) << "trial " << trial;
   }

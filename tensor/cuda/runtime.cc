@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/host_waits.h"
 #include "tensor/cuda/internal/cuda_check.h"
 #endif
 
@@ -127,6 +128,7 @@ DeviceGuard::~DeviceGuard() { cudaSetDevice(prev_); }
 void Synchronize(int device) {
   RequireDevice(device, "cuda::Synchronize");
   DeviceGuard guard(device);
+  collectives::CountHostWait(collectives::HostWait::kStreamSync);
   SM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(CurrentStream(device))));
 }
 

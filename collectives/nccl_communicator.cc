@@ -213,7 +213,8 @@ struct TimelineEntry {
   std::string what;
   int device = 0;
   cudaEvent_t ready = nullptr, begin = nullptr, end = nullptr, joined = nullptr;
-  bool waited = false;  // joined recorded; guarded by Timeline::mu
+  bool waited = false;   // joined recorded; guarded by Timeline::mu
+  bool dropped = false;  // waited under a capture: no span of this run; guarded by Timeline::mu
   ~TimelineEntry() {
     for (cudaEvent_t e : {ready, begin, end, joined}) {
       if (e != nullptr) cudaEventDestroy(e);
@@ -303,9 +304,15 @@ class NcclStartedCall final : public PendingCollective {
  private:
   absl::Status Order() {
     cudaSetDevice(device_);
-    if (span_ != nullptr && cudaEventRecord(span_->joined, compute_) == cudaSuccess) {
+    if (span_ != nullptr) {
+      // Waited under a capture (started before it: the wait below then fails, as CUDA refuses
+      // to wait inside a capture for an event recorded outside it): no span to time.
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(compute_, &capture) != cudaSuccess) cudaGetLastError();
+      const bool timed = capture == cudaStreamCaptureStatusNone &&
+                         cudaEventRecord(span_->joined, compute_) == cudaSuccess;
       std::lock_guard<std::mutex> l(GetTimeline().mu);
-      span_->waited = true;
+      (timed ? span_->waited : span_->dropped) = true;
     }
     const cudaError_t e = cudaStreamWaitEvent(compute_, done_, 0);
     cudaEventDestroy(done_);
@@ -1145,6 +1152,7 @@ absl::StatusOr<std::vector<StartedCallSpan>> TakeNcclStartedCallTimeline() {
     std::lock_guard<std::mutex> l(t.mu);
     std::vector<std::shared_ptr<TimelineEntry>> keep;
     for (std::shared_ptr<TimelineEntry>& e : t.entries) {
+      if (e->dropped) continue;
       (e->waited ? taken : keep).push_back(std::move(e));
     }
     t.entries = std::move(keep);

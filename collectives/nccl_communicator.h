@@ -44,7 +44,10 @@
 //     keeps send and recv alive and unchanged until Wait(); after Wait() the compute stream is
 //     ordered after the collective, so a block freed then (stream-ordered on the compute stream)
 //     is reused only by work that runs after the collective. The backend itself allocates
-//     nothing for these calls.
+//     nothing for these calls. shardmap's typed calls keep that rule by construction
+//     (shardmap/async_collectives.cc: PendingValue's state holds the input, the buffer sent and
+//     the output until Wait(), and its handle is destroyed first, so even an abandoned call is
+//     ordered before its buffers are freed). The handle also keeps the compute stream alive.
 //   - Failures: a failure at the start (arguments, enqueue) aborts and poisons the world as a
 //     blocking call does; an asynchronous one (a peer died) surfaces at the next host wait: the
 //     blocking calls poll the comm stream's communicator too, and Wait() reports a world that
@@ -54,7 +57,14 @@
 //     and joins it, so a started call and its Wait() are capturable (every started call must be
 //     waited before the capture ends). The first started call, which opens the comm stream's
 //     communicator (a host-blocking ncclCommSplit), is refused under capture with that reason:
-//     make one started call uncaptured first.
+//     make one started call uncaptured first. A call started outside a capture must be waited
+//     before the capture begins (CUDA refuses, inside a capture, to wait for an event recorded
+//     outside it: that Wait() fails).
+//   - Host waits (collectives/host_waits.h): a started call and its Wait() wait for nothing on
+//     the host (the opening split included); each blocking call waits for its stream once,
+//     counted as kNcclBlockingCall. The non-blocking communicator's enqueue is polled
+//     (ncclCommGetAsyncError), which may wait for peers on the host (NCCL's lazy connection
+//     setup) but never for the GPU: not counted.
 //
 // Without the CUDA toolkit at build time, the factories return Unimplemented.
 #ifndef SHARDMAP_COLLECTIVES_NCCL_COMMUNICATOR_H_

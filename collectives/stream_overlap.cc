@@ -59,4 +59,16 @@ std::vector<Interval> SubtractIntervals(const std::vector<Interval>& a,
   return out;
 }
 
+StreamOverlap MeasureStartedCalls(const std::vector<StartedCallTimes>& calls) {
+  std::vector<Interval> comm, compute, blocked;
+  for (const StartedCallTimes& c : calls) {
+    comm.push_back({c.begin, c.end});
+    compute.push_back({c.ready, c.joined});
+    blocked.push_back({c.joined, c.end});  // empty when the collective ended first
+  }
+  const std::vector<Interval> busy = SubtractIntervals(compute, blocked);
+  return StreamOverlap{static_cast<int>(calls.size()), UnionLength(comm), UnionLength(busy),
+                       OverlapLength(comm, busy)};
+}
+
 }  // namespace shardmap::collectives

@@ -8,6 +8,9 @@
 //   OverlapLength(comm, compute);      // 1.0 + 0.5 + 0.5 = 2.0
 //   SubtractIntervals(compute, comm);  // {0, 1}, {3, 5}
 //
+//   MeasureStartedCalls({{.ready = 0, .begin = 1, .end = 4, .joined = 3}});
+//   // comm 3 (1..4), compute 3 (0..3), overlap 2 (1..3)
+//
 // Intervals may overlap each other, come in any order and be empty (end <= begin: ignored);
 // a NaN bound makes the interval ignored too (a span whose events were never recorded).
 #ifndef SHARDMAP_COLLECTIVES_STREAM_OVERLAP_H_
@@ -31,6 +34,23 @@ double OverlapLength(const std::vector<Interval>& a, const std::vector<Interval>
 // times it stood waiting for the communication stream.
 std::vector<Interval> SubtractIntervals(const std::vector<Interval>& a,
                                         const std::vector<Interval>& b);
+
+// A started collective as its four events saw it (NCCL's timeline: StartedCallSpan): `ready`
+// and `joined` on the compute stream at the start and at Wait() (before the compute stream
+// waits for it), `begin` and `end` on the communication stream around the collective.
+struct StartedCallTimes {
+  double ready = 0, begin = 0, end = 0, joined = 0;
+};
+struct StreamOverlap {
+  int calls = 0;
+  double comm = 0;     // union of [begin, end]
+  double compute = 0;  // union of [ready, joined] less the union of [joined, end] (waiting)
+  double overlap = 0;  // their intersection
+};
+// The compute stream is taken as busy from a start to its Wait(), except where it stood waiting
+// for some collective (after that call's joined, until its end): an upper bound, since gaps
+// where the host had not enqueued work yet are not seen by events at the ends.
+StreamOverlap MeasureStartedCalls(const std::vector<StartedCallTimes>& calls);
 
 }  // namespace shardmap::collectives
 

@@ -39,6 +39,43 @@ TEST(StreamOverlapTest, MergesOverlappingTouchingAndUnsortedAndDropsEmptyOrNan) 
   EXPECT_DOUBLE_EQ(OverlapLength({{0, 1}}, {{1, 2}}), 0);  // touching: no overlap
 }
 
+TEST(StreamOverlapTest, StartedCallsTheHeaderExample) {
+  const StreamOverlap o = MeasureStartedCalls({{.ready = 0, .begin = 1, .end = 4, .joined = 3}});
+  EXPECT_EQ(o.calls, 1);
+  EXPECT_DOUBLE_EQ(o.comm, 3);
+  EXPECT_DOUBLE_EQ(o.compute, 3);
+  EXPECT_DOUBLE_EQ(o.overlap, 2);
+}
+
+// Gradient buckets: three all-reduces started during the backward (at 0, 2, 4), the backward
+// ending at 6, then the three Wait()s in a row. The comm stream runs them one after another
+// (1-3, 3-5, 5-9). Wait 1 joins at 6 (its call is over), wait 2 at 6 too; wait 3 at 6 finds its
+// call running until 9: the compute stream stands still 6..9, which must not count as compute
+// (nor as overlap): overlap is 1..6 = 5 of 8 ms of communication.
+TEST(StreamOverlapTest, TheComputeStreamWaitingForACollectiveIsNotOverlap) {
+  const StreamOverlap o = MeasureStartedCalls({{.ready = 0, .begin = 1, .end = 3, .joined = 6},
+                                               {.ready = 2, .begin = 3, .end = 5, .joined = 6},
+                                               {.ready = 4, .begin = 5, .end = 9, .joined = 6}});
+  EXPECT_DOUBLE_EQ(o.comm, 8);
+  EXPECT_DOUBLE_EQ(o.compute, 6);
+  EXPECT_DOUBLE_EQ(o.overlap, 5);
+  // FSDP's prefetch: B starts (1) before A's Wait() (3), which finds A running until 5; B's span
+  // [ready, joined] = [1, 8] covers A's wait 3..5, during which the compute stream stood still.
+  const StreamOverlap prefetch =
+      MeasureStartedCalls({{.ready = 0, .begin = 0.5, .end = 5, .joined = 3},
+                           {.ready = 1, .begin = 5, .end = 7, .joined = 8}});
+  EXPECT_DOUBLE_EQ(prefetch.comm, 6.5);
+  EXPECT_DOUBLE_EQ(prefetch.compute, 6);     // 0..3 and 5..8
+  EXPECT_DOUBLE_EQ(prefetch.overlap, 4.5);   // 0.5..3 and 5..7, not 0.5..7
+  // Waited at once after each start (the reference schedule's shape): nothing overlaps.
+  const StreamOverlap serial = MeasureStartedCalls({{.ready = 0, .begin = 0, .end = 2, .joined = 0},
+                                                    {.ready = 2, .begin = 2, .end = 3, .joined = 2}});
+  EXPECT_DOUBLE_EQ(serial.comm, 3);
+  EXPECT_DOUBLE_EQ(serial.compute, 0);
+  EXPECT_DOUBLE_EQ(serial.overlap, 0);
+  EXPECT_EQ(MeasureStartedCalls({}).calls, 0);
+}
+
 // Against a brute-force reference: the measure of the overlap on a fine grid of random integer
 // intervals (exact there: every bound is a grid point).
 TEST(StreamOverlapTest, MatchesAGridCountOnRandomIntervals) {

@@ -48,24 +48,16 @@ namespace {
 using collectives::HostWait;
 using collectives::HostWaitCounts;
 using collectives::HostWaitSnapshot;
-using collectives::Interval;
 using collectives::StartedCallSpan;
 
-struct Overlap {
-  int calls = 0;
-  double comm_ms = 0, compute_ms = 0, overlap_ms = 0;
-};
+using Overlap = collectives::StreamOverlap;
 
 Overlap Measure(const std::vector<StartedCallSpan>& spans) {
-  std::vector<Interval> comm, compute, blocked;
+  std::vector<collectives::StartedCallTimes> times;
   for (const StartedCallSpan& s : spans) {
-    comm.push_back({s.begin_ms, s.end_ms});
-    compute.push_back({s.ready_ms, s.joined_ms});
-    blocked.push_back({s.joined_ms, s.end_ms});  // empty when the collective ended first
+    times.push_back({s.ready_ms, s.begin_ms, s.end_ms, s.joined_ms});
   }
-  const std::vector<Interval> busy = collectives::SubtractIntervals(compute, blocked);
-  return Overlap{static_cast<int>(spans.size()), collectives::UnionLength(comm),
-                 collectives::UnionLength(busy), collectives::OverlapLength(comm, busy)};
+  return collectives::MeasureStartedCalls(times);
 }
 
 std::string WaitsJson(const HostWaitCounts& w) {
@@ -82,7 +74,7 @@ std::string WaitsJson(const HostWaitCounts& w) {
 std::string OverlapJson(const Overlap& o) {
   return absl::StrFormat("\"calls\": %d, \"comm_ms\": %.4f, \"compute_ms\": %.4f, "
                          "\"overlap_ms\": %.4f",
-                         o.calls, o.comm_ms, o.compute_ms, o.overlap_ms);
+                         o.calls, o.comm, o.compute, o.overlap);
 }
 
 // The streams part: started all-reduces beside matmuls, 3 repetitions after a warm-up.
@@ -112,12 +104,12 @@ absl::StatusOr<std::string> StreamsPart(collectives::Communicator& comm, bool* o
       if (!spans.ok()) OpFail(spans.status().ToString());
       if (rep < 0) continue;
       const Overlap o = Measure(*spans);
-      if (o.overlap_ms > 0) *overlapped = true;
+      if (o.overlap > 0) *overlapped = true;
       if (rep > 0 && waits.total() != 0) *no_waits = false;
       reps.push_back(absl::StrCat("{\"rep\": ", rep, ", ", OverlapJson(o),
                                   ", \"host_waits\": ", WaitsJson(waits), "}"));
       std::printf("streams rep %d: comm %.3f ms, compute %.3f ms, overlap %.3f ms, host waits %s\n",
-                  rep, o.comm_ms, o.compute_ms, o.overlap_ms, waits.ToString().c_str());
+                  rep, o.comm, o.compute, o.overlap, waits.ToString().c_str());
     }
   });
   collectives::SetNcclStartedCallTimeline(false);
@@ -228,8 +220,8 @@ int Report(const collectives::Communicator& comm, const std::string& streams, bo
     for (size_t i = 1; i < run->size(); ++i) {  // step 0 warms up (lane, autotuning, caches)
       const StepSample& s = (*run)[i];
       if (run == &on) {
-        gpt_overlap += s.overlap.overlap_ms;
-        gpt_comm += s.overlap.comm_ms;
+        gpt_overlap += s.overlap.overlap;
+        gpt_comm += s.overlap.comm;
       }
       if (s.waits.total() != s.expected) {
         waits_ok = false;
@@ -258,7 +250,7 @@ int Report(const collectives::Communicator& comm, const std::string& streams, bo
                   "%d started, overlap %.3f ms\n",
                   run == &on ? "on" : "off", static_cast<long long>(s.step), s.seconds,
                   s.waits.ToString().c_str(), static_cast<long long>(s.expected),
-                  s.overlap.calls, s.overlap.overlap_ms);
+                  s.overlap.calls, s.overlap.overlap);
     }
   }
   const std::string json = absl::StrFormat(

@@ -142,7 +142,14 @@ def waits_text(w):
 def overlap_lines(path):
     """Markdown lines for one gpu_nccl_overlap_check JSON, and whether it passed."""
     if not os.path.exists(path):
-        return [f"- {os.path.basename(path)}: no result (the check did not finish; see its log)"], False
+        log = re.sub(r"\.json$", ".log", path)
+        said = ""
+        if log != path and os.path.exists(log):
+            lines = [l for l in read(log).splitlines()
+                     if re.search(r"gpu_nccl_overlap_check|error|failed", l, re.I)]
+            said = f": {lines[0].strip()[:300]}" if lines else ""
+        return [f"- {os.path.basename(path)}: no result (the check did not finish{said}; "
+                f"see {os.path.basename(log)})"], False
     try:
         r = json.loads(read(path))
     except ValueError as e:

@@ -127,6 +127,8 @@ needs 2 GPUs, found 1
             failed = write(tmp, "overlap_1.json", json.dumps(self.overlap_result(False)))
             broken = write(tmp, "broken.json", "{not json")
             missing = os.path.join(tmp, "missing.json")
+            write(tmp, "missing.log", "launch: starting 2 ranks\n[rank 0] gpu_nccl_overlap_check: "
+                  "NCCL error: invalid usage (Duplicate GPU detected)\n")
             buf = io.StringIO()
             with contextlib.redirect_stdout(buf):
                 self.assertEqual(gpu_report.main(["overlap", failed, broken, missing]), 1)
@@ -135,7 +137,9 @@ needs 2 GPUs, found 1
         text = buf.getvalue()
         self.assertIn("**FAIL: no overlap**", text)
         self.assertIn("broken.json: unreadable", text)
-        self.assertIn("missing.json: no result", text)
+        self.assertIn("missing.json: no result (the check did not finish: [rank 0] "
+                      "gpu_nccl_overlap_check: NCCL error: invalid usage (Duplicate GPU "
+                      "detected); see missing.log)", text)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -21,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "collectives/internal/cuda_check.h"
 #include "collectives/internal/status_macros.h"
+#include "collectives/host_waits.h"
 #include "collectives/nccl_finalize_policy.h"
 #endif
 
@@ -120,6 +122,12 @@ absl::Status AbortNcclWorld(Communicator& comm, const absl::Status&) {
       "AbortNcclWorld: ", comm.name(), " is not an NCCL communicator (NCCL is not built in)"));
 }
 
+void SetNcclStartedCallTimeline(bool) {}
+
+absl::StatusOr<std::vector<StartedCallSpan>> TakeNcclStartedCallTimeline() {
+  return std::vector<StartedCallSpan>{};
+}
+
 #else  // SHARDMAP_HAS_CUDA
 
 bool NcclCompiledIn() { return true; }
@@ -200,14 +208,71 @@ struct NcclLaneFailure {
   absl::Status failure;  // guarded by mu
 };
 
+// One started call's timing events (SetNcclStartedCallTimeline). `joined` is recorded by Wait().
+struct TimelineEntry {
+  std::string what;
+  int device = 0;
+  cudaEvent_t ready = nullptr, begin = nullptr, end = nullptr, joined = nullptr;
+  bool waited = false;   // joined recorded; guarded by Timeline::mu
+  bool dropped = false;  // waited under a capture: no span of this run; guarded by Timeline::mu
+  ~TimelineEntry() {
+    for (cudaEvent_t e : {ready, begin, end, joined}) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+  }
+};
+
+struct Timeline {
+  std::mutex mu;
+  bool on = false;
+  std::vector<std::shared_ptr<TimelineEntry>> entries;  // in start order
+};
+
+Timeline& GetTimeline() {
+  static Timeline* t = new Timeline();
+  return *t;
+}
+
+// A timeline entry with its four events created, or null when the timeline is off, `compute`
+// is being captured (a timing event in a graph is no span of this run) or an event could not be
+// made (the call then runs untimed).
+std::shared_ptr<TimelineEntry> NewTimelineEntry(const std::string& what, int device,
+                                                cudaStream_t compute) {
+  {
+    std::lock_guard<std::mutex> l(GetTimeline().mu);
+    if (!GetTimeline().on) return nullptr;
+  }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(compute, &capture) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  if (capture != cudaStreamCaptureStatusNone) return nullptr;
+  auto e = std::make_shared<TimelineEntry>();
+  e->what = what;
+  e->device = device;
+  for (cudaEvent_t* ev : {&e->ready, &e->begin, &e->end, &e->joined}) {
+    if (cudaEventCreate(ev) != cudaSuccess) {
+      cudaGetLastError();
+      *ev = nullptr;
+      return nullptr;  // the destructor frees those made
+    }
+  }
+  return e;
+}
+
 // A started call on the communication stream: Wait() makes the compute stream wait for its done
 // event (cudaStreamWaitEvent; no host wait) and reports a failure the world already knows of.
 class NcclStartedCall final : public PendingCollective {
  public:
-  NcclStartedCall(std::string what, int device, cudaStream_t compute, cudaEvent_t done,
-                  std::shared_ptr<NcclWorld> world, std::shared_ptr<NcclLaneFailure> lane)
-      : what_(std::move(what)), device_(device), compute_(compute), done_(done),
-        world_(std::move(world)), lane_(std::move(lane)) {}
+  // compute_owner: keeps the compute stream alive while the handle is (null: the caller's).
+  NcclStartedCall(std::string what, int device, cudaStream_t compute,
+                  std::shared_ptr<CUstream_st> compute_owner, cudaEvent_t done,
+                  std::shared_ptr<NcclWorld> world, std::shared_ptr<NcclLaneFailure> lane,
+                  std::shared_ptr<TimelineEntry> span)
+      : what_(std::move(what)), device_(device), compute_(compute),
+        compute_owner_(std::move(compute_owner)), done_(done), world_(std::move(world)),
+        lane_(std::move(lane)), span_(std::move(span)) {}
 
   ~NcclStartedCall() override {
     if (done_ == nullptr) return;
@@ -239,6 +304,16 @@ class NcclStartedCall final : public PendingCollective {
  private:
   absl::Status Order() {
     cudaSetDevice(device_);
+    if (span_ != nullptr) {
+      // Waited under a capture (started before it: the wait below then fails, as CUDA refuses
+      // to wait inside a capture for an event recorded outside it): no span to time.
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(compute_, &capture) != cudaSuccess) cudaGetLastError();
+      const bool timed = capture == cudaStreamCaptureStatusNone &&
+                         cudaEventRecord(span_->joined, compute_) == cudaSuccess;
+      std::lock_guard<std::mutex> l(GetTimeline().mu);
+      (timed ? span_->waited : span_->dropped) = true;
+    }
     const cudaError_t e = cudaStreamWaitEvent(compute_, done_, 0);
     cudaEventDestroy(done_);
     done_ = nullptr;
@@ -249,9 +324,11 @@ class NcclStartedCall final : public PendingCollective {
   const std::string what_;
   const int device_;
   const cudaStream_t compute_;
+  const std::shared_ptr<CUstream_st> compute_owner_;
   cudaEvent_t done_;
   const std::shared_ptr<NcclWorld> world_;
   const std::shared_ptr<NcclLaneFailure> lane_;
+  const std::shared_ptr<TimelineEntry> span_;  // null: untimed
 };
 
 class NcclCommunicator final : public Communicator {
@@ -634,7 +711,7 @@ class NcclCommunicator final : public Communicator {
           ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config),
           comm_);
       return absl::OkStatus();
-    }, /*also_wait_for=*/&child, CallRecord::kSplit);
+    }, /*also_wait_for=*/&child, CallRecord::kSplit, /*host_wait=*/false);
     if (!s.ok()) return s;
     if (child == nullptr) return std::unique_ptr<NcclCommunicator>();
     return std::make_unique<NcclCommunicator>(
@@ -765,8 +842,10 @@ class NcclCommunicator final : public Communicator {
     return absl::OkStatus();
   }
 
-  // Waits for the stream to finish the enqueued work, watching for NCCL errors meanwhile.
+  // Waits for the stream to finish the enqueued work, watching for NCCL errors meanwhile. A
+  // host wait (collectives/host_waits.h: kNcclBlockingCall), counted once per call.
   absl::Status WaitStream(absl::Time deadline) {
+    CountHostWait(HostWait::kNcclBlockingCall);
     const absl::Time started = absl::Now();
     while (true) {
       const cudaError_t e = cudaStreamQuery(stream_);
@@ -795,7 +874,8 @@ class NcclCommunicator final : public Communicator {
   // Runs one call: refuses if the world was poisoned; enqueues; waits; on failure publishes it
   // (when it is this rank's to tell), aborts the communicator, poisons the world and returns a
   // Status naming the op, group and reason: a peer's published failure with the peer's code.
-  // host_wait = false (started calls): returns once enqueued, without waiting for the stream.
+  // host_wait = false (started calls, splits): returns once enqueued (a split: once made),
+  // without waiting for the stream.
   template <typename Enqueue>
   absl::Status Run(const std::string& what, Enqueue enqueue, ncclComm_t* also_wait_for = nullptr,
                    CallRecord record = CallRecord::kAsDescribed, bool host_wait = true) {
@@ -899,14 +979,25 @@ class NcclCommunicator final : public Communicator {
       return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
     }
     SM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    std::shared_ptr<TimelineEntry> span = NewTimelineEntry(what, device_, stream_);
     cudaEvent_t ready = nullptr, done = nullptr;
     SM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+    if (e == cudaSuccess && span != nullptr) e = cudaEventRecord(span->ready, stream_);
     if (e == cudaSuccess) e = cudaEventRecord(ready, stream_);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(lane_->stream_, ready, 0);
+    if (e == cudaSuccess && span != nullptr) e = cudaEventRecord(span->begin, lane_->stream_);
     absl::Status s = internal::CudaStatus(e, "ordering the communication stream after the "
                                           "compute stream", __FILE__, __LINE__);
-    if (s.ok()) s = lane_->EnqueueStarted(kind, send, recv, count, dtype, op);
+    bool enqueued = false;
+    if (s.ok()) {
+      s = lane_->EnqueueStarted(kind, send, recv, count, dtype, op);
+      enqueued = s.ok();
+    }
+    if (s.ok() && span != nullptr) {
+      s = internal::CudaStatus(cudaEventRecord(span->end, lane_->stream_),
+                               "cudaEventRecord (timeline end)", __FILE__, __LINE__);
+    }
     if (s.ok()) {
       s = internal::CudaStatus(cudaEventRecord(done, lane_->stream_), "cudaEventRecord (done)",
                                __FILE__, __LINE__);
@@ -914,10 +1005,22 @@ class NcclCommunicator final : public Communicator {
     cudaEventDestroy(ready);  // its wait is enqueued already
     if (!s.ok()) {
       if (done != nullptr) cudaEventDestroy(done);
+      if (enqueued) {
+        // The collective is in flight but the compute stream cannot be ordered after it: wait
+        // for it here (a host wait, on this error path only), so that the caller, who gets the
+        // error and no handle, may free the buffers at once.
+        CountHostWait(HostWait::kStreamSync);
+        cudaStreamSynchronize(lane_->stream_);
+        cudaGetLastError();
+      }
       return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
     }
-    return std::unique_ptr<PendingCollective>(
-        std::make_unique<NcclStartedCall>(what, device_, stream_, done, world_, lane_failure_));
+    if (span != nullptr) {
+      std::lock_guard<std::mutex> l(GetTimeline().mu);
+      GetTimeline().entries.push_back(span);
+    }
+    return std::unique_ptr<PendingCollective>(std::make_unique<NcclStartedCall>(
+        what, device_, stream_, stream_owner_, done, world_, lane_failure_, std::move(span)));
   }
 
   ncclComm_t comm_;
@@ -1036,6 +1139,74 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNccl(TcpStore& store,
 }
 
 }  // namespace
+
+void SetNcclStartedCallTimeline(bool on) {
+  std::lock_guard<std::mutex> l(GetTimeline().mu);
+  GetTimeline().on = on;
+}
+
+absl::StatusOr<std::vector<StartedCallSpan>> TakeNcclStartedCallTimeline() {
+  std::vector<std::shared_ptr<TimelineEntry>> taken;
+  {
+    Timeline& t = GetTimeline();
+    std::lock_guard<std::mutex> l(t.mu);
+    std::vector<std::shared_ptr<TimelineEntry>> keep;
+    for (std::shared_ptr<TimelineEntry>& e : t.entries) {
+      if (e->dropped) continue;
+      (e->waited ? taken : keep).push_back(std::move(e));
+    }
+    t.entries = std::move(keep);
+  }
+  int current = 0;
+  SM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  std::vector<StartedCallSpan> out;
+  std::map<int, cudaEvent_t> base;  // per device: the first span's ready
+  absl::Status s = absl::OkStatus();
+  auto ms = [&](cudaEvent_t from, cudaEvent_t to) {
+    float v = 0;
+    const cudaError_t e = cudaEventElapsedTime(&v, from, to);
+    if (e != cudaSuccess && s.ok()) {
+      s = internal::CudaStatus(e, "cudaEventElapsedTime (started-call timeline)", __FILE__,
+                               __LINE__);
+    }
+    return static_cast<double>(v);
+  };
+  for (const std::shared_ptr<TimelineEntry>& e : taken) {
+    if (!s.ok()) break;
+    s = internal::CudaStatus(cudaSetDevice(e->device), "cudaSetDevice", __FILE__, __LINE__);
+    // joined is on the compute stream before its wait for the collective: end may come later.
+    if (s.ok()) s = internal::CudaStatus(cudaEventSynchronize(e->joined), "cudaEventSynchronize",
+                                         __FILE__, __LINE__);
+    if (s.ok()) s = internal::CudaStatus(cudaEventSynchronize(e->end), "cudaEventSynchronize",
+                                         __FILE__, __LINE__);
+    if (!s.ok()) break;
+    cudaEvent_t b = base.emplace(e->device, e->ready).first->second;
+    StartedCallSpan span;
+    span.what = e->what;
+    span.device = e->device;
+    span.ready_ms = ms(b, e->ready);
+    span.begin_ms = ms(b, e->begin);
+    span.end_ms = ms(b, e->end);
+    span.joined_ms = ms(b, e->joined);
+    out.push_back(std::move(span));
+  }
+  cudaSetDevice(current);
+  if (!s.ok()) return s;
+  // From the earliest ready of each device (another compute stream may have started earlier).
+  std::map<int, double> earliest;
+  for (const StartedCallSpan& x : out) {
+    auto [it, fresh] = earliest.emplace(x.device, x.ready_ms);
+    if (!fresh) it->second = std::min(it->second, x.ready_ms);
+  }
+  for (StartedCallSpan& x : out) {
+    const double d = earliest[x.device];
+    x.ready_ms -= d;
+    x.begin_ms -= d;
+    x.end_ms -= d;
+    x.joined_ms -= d;
+  }
+  return out;
+}
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore& store,
                                                                      const NcclOptions& options) {

@@ -44,7 +44,10 @@
 //     keeps send and recv alive and unchanged until Wait(); after Wait() the compute stream is
 //     ordered after the collective, so a block freed then (stream-ordered on the compute stream)
 //     is reused only by work that runs after the collective. The backend itself allocates
-//     nothing for these calls.
+//     nothing for these calls. shardmap's typed calls keep that rule by construction
+//     (shardmap/async_collectives.cc: PendingValue's state holds the input, the buffer sent and
+//     the output until Wait(), and its handle is destroyed first, so even an abandoned call is
+//     ordered before its buffers are freed). The handle also keeps the compute stream alive.
 //   - Failures: a failure at the start (arguments, enqueue) aborts and poisons the world as a
 //     blocking call does; an asynchronous one (a peer died) surfaces at the next host wait: the
 //     blocking calls poll the comm stream's communicator too, and Wait() reports a world that
@@ -54,7 +57,14 @@
 //     and joins it, so a started call and its Wait() are capturable (every started call must be
 //     waited before the capture ends). The first started call, which opens the comm stream's
 //     communicator (a host-blocking ncclCommSplit), is refused under capture with that reason:
-//     make one started call uncaptured first.
+//     make one started call uncaptured first. A call started outside a capture must be waited
+//     before the capture begins (CUDA refuses, inside a capture, to wait for an event recorded
+//     outside it: that Wait() fails).
+//   - Host waits (collectives/host_waits.h): a started call and its Wait() wait for nothing on
+//     the host (the opening split included); each blocking call waits for its stream once,
+//     counted as kNcclBlockingCall. The non-blocking communicator's enqueue is polled
+//     (ncclCommGetAsyncError), which may wait for peers on the host (NCCL's lazy connection
+//     setup) but never for the GPU: not counted.
 //
 // Without the CUDA toolkit at build time, the factories return Unimplemented.
 #ifndef SHARDMAP_COLLECTIVES_NCCL_COMMUNICATOR_H_
@@ -62,6 +72,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -105,6 +116,25 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore& s
 // the thread that makes `comm`'s calls (not during one); `comm` may be the world or a split.
 // InvalidArgument when `comm` is not an NCCL communicator or `why` is OK.
 absl::Status AbortNcclWorld(Communicator& comm, const absl::Status& why);
+
+// Started-call timeline (the GPU bundle's overlap check, tests/gpu_nccl_overlap_check.cc).
+// While on, every started call of this process that is not being captured records four timing
+// events: `ready` on the compute stream at the start, `begin` and `end` on the communication
+// stream around the collective, and `joined` on the compute stream at Wait(), before the compute
+// stream is made to wait for the collective. So [begin, end] is when the collective ran, and the
+// compute stream stood waiting for it only in [joined, end] (when end > joined). Off by default
+// (the events cost a few microseconds per call).
+struct StartedCallSpan {
+  std::string what;  // "NCCL AllReduceStart(bf16, count=..., sum) on group ..."
+  int device = 0;
+  // Milliseconds after the earliest `ready` of the spans taken together on the same device.
+  double ready_ms = 0, begin_ms = 0, end_ms = 0, joined_ms = 0;
+};
+void SetNcclStartedCallTimeline(bool on);
+// The spans of the started calls waited so far (in start order), and forgets them; calls not
+// waited yet stay for a later take. Waits for their events (host waits, not counted in
+// collectives/host_waits.h: this is the measurement). Empty without CUDA.
+absl::StatusOr<std::vector<StartedCallSpan>> TakeNcclStartedCallTimeline();
 
 // Reads DistributedEnv, rendezvous through a TcpStore at MASTER_ADDR:MASTER_PORT.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicatorFromEnv(

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "collectives/host_waits.h"
 #include "collectives/internal/free_port.h"
 #include "collectives/peer_failure_board.h"
 #include "collectives/tcp_store.h"
@@ -272,6 +273,56 @@ TEST(NcclCommunicatorTest, StartedCallsNeverWaitOnTheHostAndOrderTheComputeStrea
   cudaFree(d);
   cudaFree(out);
   cudaFree(copy);
+}
+
+// The host-wait counter (collectives/host_waits.h): a blocking call waits once, a started call
+// and its Wait() never; with the timeline on, the started call's span comes back ordered
+// (ready <= begin <= end, ready <= joined) once it was waited, and only then.
+TEST(NcclCommunicatorTest, HostWaitsAreCountedAndStartedCallsAreTimed) {
+  if (internal::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible: NCCL ops cannot run on this machine";
+  auto store = SoloStore();
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto comm = CreateNcclCommunicator(**store, {});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  Communicator& c = **comm;
+  cudaStream_t compute = static_cast<cudaStream_t>(c.memory_space().stream);
+  float* d = ToDevice(std::vector<float>{1.0f, 2.0f, 3.0f});
+  float* out = ToDevice(std::vector<float>(3, 0.0f));
+  {  // the first start opens the lane (a split: no stream wait either)
+    const HostWaitCounts before = HostWaitSnapshot();
+    auto h = c.AllReduceStart(d, out, 3, DataType::kF32, ReduceOp::kSum);
+    ASSERT_TRUE(h.ok()) << h.status();
+    ASSERT_TRUE((*h)->Wait().ok());
+    EXPECT_EQ((HostWaitSnapshot() - before).total(), 0) << (HostWaitSnapshot() - before).ToString();
+  }
+  HostWaitCounts before = HostWaitSnapshot();
+  ASSERT_TRUE(c.AllReduce(d, out, 3, DataType::kF32, ReduceOp::kSum).ok());
+  EXPECT_EQ((HostWaitSnapshot() - before).ToString(), "nccl_blocking_call=1");
+  ASSERT_TRUE(TakeNcclStartedCallTimeline().ok());  // nothing timed before the switch
+  SetNcclStartedCallTimeline(true);
+  before = HostWaitSnapshot();
+  auto h = c.AllReduceStart(d, out, 3, DataType::kF32, ReduceOp::kSum);
+  ASSERT_TRUE(h.ok()) << h.status();
+  auto early = TakeNcclStartedCallTimeline();
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_TRUE(early->empty()) << "a call not waited yet was taken";
+  ASSERT_TRUE((*h)->Wait().ok());
+  EXPECT_EQ((HostWaitSnapshot() - before).total(), 0) << (HostWaitSnapshot() - before).ToString();
+  SetNcclStartedCallTimeline(false);
+  auto spans = TakeNcclStartedCallTimeline();
+  ASSERT_TRUE(spans.ok()) << spans.status();
+  ASSERT_EQ(spans->size(), 1u);
+  const StartedCallSpan& s = (*spans)[0];
+  EXPECT_THAT(s.what, HasSubstr("AllReduceStart(f32, count=3, sum)"));
+  EXPECT_EQ(s.ready_ms, 0.0);
+  EXPECT_LE(s.ready_ms, s.begin_ms);
+  EXPECT_LE(s.begin_ms, s.end_ms);
+  EXPECT_LE(s.ready_ms, s.joined_ms);
+  auto again = TakeNcclStartedCallTimeline();
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->empty()) << "a span was taken twice";
+  cudaFree(d);
+  cudaFree(out);
 }
 
 // A started call and its Wait() are recorded into a CUDA graph (the comm stream forks from the

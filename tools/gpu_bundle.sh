@@ -5,6 +5,7 @@
 #                        (the non-CUDA shared libraries they need: Abseil, OpenBLAS, ...)
 #   .gpu/run.sh          unpacks to /tmp/gpu_bundle and runs tools/gpu_run.sh: the GPU tests,
 #                        train_gpt on GPT-2 shapes against PyTorch, the determinism check, the
+#                        NCCL overlap check (comm stream vs compute stream, host waits per step), the
 #                        GPT-2 step benchmark, the ops table, attention against PyTorch SDPA and the
 #                        TP layers, inside a time budget (BUDGET_S: 420 s, 200 s with --quick),
 #                        writing two files under $OUT (default /tmp/gpu_out): the report,
@@ -30,6 +31,7 @@ tests="$tests //bench:tp_layers_test"  # TP layers on virtual ranks of GPU 0 (tp
 extra="//collectives:launch //collectives:nccl_check //collectives:nccl_failure_check //tests:gpu_nccl_mlp_check //bench:cuda_bench"
 extra="$extra //bench:tp_bench //bench:tp_model_gpu_report"  # TP layers on the GPU (tools/tp_gpu_run.sh)
 extra="$extra //bench:gpt_bench //bench:attention_bench //models/train:train_gpt"  # GPT on the GPU
+extra="$extra //tests:gpu_nccl_overlap_check"  # NCCL overlap and host waits (gpu_run.sh section 4)
 
 # shellcheck disable=SC2086
 bazel build -c opt --dynamic_mode=off $tests $extra

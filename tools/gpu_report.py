@@ -11,6 +11,10 @@
       ratio, flagged under 0.7x
   python3 tools/gpu_report.py skipped LOG...
       "- binary: Test.Case: reason" for each gtest case a log says was skipped
+  python3 tools/gpu_report.py overlap JSON...
+      tests/gpu_nccl_overlap_check's results (one JSON per launch): whether the communication
+      stream overlapped compute, the host waits per step against the expected count (goal: the
+      loss read alone), and the step time with --overlap on vs off; exit 1 unless one passed
 
 MFU counts as the PyTorch peer does: (6 N + 12 L d T) tokens/s over the card's dense bf16 peak
 (N: every parameter, wte once), given with --peak_tflops (default: the H100/H200's 989.4).
@@ -130,9 +134,60 @@ def skipped(paths):
     return out
 
 
+def waits_text(w):
+    kinds = w.get("by_kind", {})
+    return ", ".join(f"{k}={v}" for k, v in sorted(kinds.items())) or "none"
+
+
+def overlap_lines(path):
+    """Markdown lines for one gpu_nccl_overlap_check JSON, and whether it passed."""
+    if not os.path.exists(path):
+        log = re.sub(r"\.json$", ".log", path)
+        said = ""
+        if log != path and os.path.exists(log):
+            lines = [l for l in read(log).splitlines()
+                     if re.search(r"gpu_nccl_overlap_check|error|failed", l, re.I)]
+            said = f": {lines[0].strip()[:300]}" if lines else ""
+        return [f"- {os.path.basename(path)}: no result (the check did not finish{said}; "
+                f"see {os.path.basename(log)})"], False
+    try:
+        r = json.loads(read(path))
+    except ValueError as e:
+        return [f"- {os.path.basename(path)}: unreadable ({e})"], False
+    g = r.get("gpt", {})
+    verdict = "PASS" if r.get("pass") else "FAIL: " + (r.get("why") or "?").rstrip("; ")
+    out = [f"- {r.get('world', '?')} rank(s): **{verdict}**"]
+    ratio = g.get("ratio_on_off", 0)
+    out.append(f"  - GPT ({g.get('config', '?')}): {g.get('overlap_ms', 0):.3f} ms of "
+               f"{g.get('comm_ms', 0):.3f} ms of started collectives overlapped compute after "
+               f"step 0; step {g.get('step_s_on', 0):.4f} s with --overlap on, "
+               f"{g.get('step_s_off', 0):.4f} s off (on/off {ratio:.3f})")
+    for mode in ("on", "off"):
+        steps = g.get(mode, [])
+        waits = "; ".join(f"{s['host_waits']['total']} ({waits_text(s['host_waits'])}) vs "
+                          f"{s['expected_host_waits']}" for s in steps)
+        out.append(f"  - host waits per step, overlap {mode} (measured vs expected): {waits}")
+    left = {}
+    for s in g.get("on", [])[1:]:
+        for op in s.get("blocking_collectives", []):
+            left[op] = left.get(op, 0) + 1
+    if left:
+        n = max(1, len(g.get("on", [])) - 1)
+        out.append("  - blocking collectives left in an overlapped step (each a host wait; the "
+                   "goal is the loss read alone): " +
+                   ", ".join(f"{op} x{c / n:g}" for op, c in sorted(left.items())))
+    for rep in r.get("streams", []):
+        out.append(f"  - streams rep {rep['rep']}: a started all-reduce of "
+                   f"{rep['comm_ms']:.3f} ms beside {rep['compute_ms']:.3f} ms of matmuls, "
+                   f"{rep['overlap_ms']:.3f} ms overlapped, host waits "
+                   f"{waits_text(rep['host_waits'])}")
+    return out, bool(r.get("pass"))
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["train-row", "determinism", "attention", "skipped"])
+    p.add_argument("what", choices=["train-row", "determinism", "attention", "skipped",
+                                    "overlap"])
     p.add_argument("files", nargs="*")
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--d_model", type=int, default=768)
@@ -166,6 +221,13 @@ def main(argv):
     if a.what == "attention":
         print(attention_table(a.files[0], a.files[1]))
         return 0
+    if a.what == "overlap":
+        passed = False
+        for f in a.files:
+            lines, ok = overlap_lines(f)
+            print("\n".join(lines))
+            passed = passed or ok
+        return 0 if passed else 1
     print("\n".join(skipped(a.files)))
     return 0
 

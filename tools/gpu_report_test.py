@@ -87,6 +87,60 @@ needs 2 GPUs, found 1
                 "- gpt_gpu_test: GptGpuTest.OneRankPerGpuGivesTheOneRankLosses: needs 2 GPUs, "
                 "found 1"])
 
+    def overlap_result(self, passed=True):
+        step = lambda n, waits, expected, ops, ov: {
+            "step": n, "seconds": 0.1, "host_waits": {"total": sum(waits.values()),
+                                                     "by_kind": waits},
+            "expected_host_waits": expected, "blocking_collectives": ops, "calls": 3,
+            "comm_ms": 2.0, "compute_ms": 9.0, "overlap_ms": ov}
+        return {"world": 2, "pass": passed, "why": "" if passed else "no overlap; ",
+                "streams": [{"rep": 0, "calls": 1, "comm_ms": 0.5, "compute_ms": 2.0,
+                             "overlap_ms": 0.4, "host_waits": {"total": 0, "by_kind": {}}}],
+                "gpt": {"config": "small", "overlap_ms": 3.5, "comm_ms": 4.0,
+                        "step_s_on": 0.08, "step_s_off": 0.1, "ratio_on_off": 0.8,
+                        "on": [step(0, {"nccl_blocking_call": 3, "d2h_read": 1}, 3,
+                                    ["all_reduce", "all_reduce"], 0.0),
+                               step(1, {"nccl_blocking_call": 1, "d2h_read": 1}, 2,
+                                    ["all_reduce"], 1.5),
+                               step(2, {"nccl_blocking_call": 1, "d2h_read": 1}, 2,
+                                    ["all_reduce"], 2.0)],
+                        "off": [step(0, {"d2h_read": 1}, 1, [], 0.0)]}}
+
+    def test_overlap_summarises_a_passing_check(self):
+        import io, contextlib
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write(tmp, "overlap_2.json", json.dumps(self.overlap_result()))
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                self.assertEqual(gpu_report.main(["overlap", path]), 0)
+        text = buf.getvalue()
+        self.assertIn("- 2 rank(s): **PASS**", text)
+        self.assertIn("3.500 ms of 4.000 ms", text)
+        self.assertIn("on/off 0.800", text)
+        self.assertIn("2 (d2h_read=1, nccl_blocking_call=1) vs 2", text)
+        self.assertIn("all_reduce x1", text)  # steps 1 and 2: one each (step 0 not counted)
+        self.assertIn("streams rep 0", text)
+
+    def test_overlap_fails_without_a_passing_result(self):
+        import io, contextlib
+        with tempfile.TemporaryDirectory() as tmp:
+            failed = write(tmp, "overlap_1.json", json.dumps(self.overlap_result(False)))
+            broken = write(tmp, "broken.json", "{not json")
+            missing = os.path.join(tmp, "missing.json")
+            write(tmp, "missing.log", "launch: starting 2 ranks\n[rank 0] gpu_nccl_overlap_check: "
+                  "NCCL error: invalid usage (Duplicate GPU detected)\n")
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                self.assertEqual(gpu_report.main(["overlap", failed, broken, missing]), 1)
+                self.assertEqual(gpu_report.main(["overlap", failed, write(
+                    tmp, "ok.json", json.dumps(self.overlap_result()))]), 0)
+        text = buf.getvalue()
+        self.assertIn("**FAIL: no overlap**", text)
+        self.assertIn("broken.json: unreadable", text)
+        self.assertIn("missing.json: no result (the check did not finish: [rank 0] "
+                      "gpu_nccl_overlap_check: NCCL error: invalid usage (Duplicate GPU "
+                      "detected); see missing.log)", text)
+
 
 if __name__ == "__main__":
     unittest.main()

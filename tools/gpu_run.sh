@@ -3,7 +3,7 @@
 # it after unpacking): sections in priority order, each under a time limit, skipped once the
 # budget is spent, so the run ends inside BUDGET_S (default 420 s; 200 s with --quick) and writes
 # one report, OUT/summary.md, and every log packed in OUT/logs.tar.xz (two files: the device
-# tool brings back at most 8). Sections (--quick: 1 to 3):
+# tool brings back at most 8). Sections (--quick: 1 to 4):
 #   1. tests       every bundled GPU test (each at most 120 s, 90 s quick); the skipped cases
 #                  with their reasons go to "Could not run"
 #   2. train_gpt   train_gpt --device=cuda on GPT-2 124M shapes (bf16, batch 16, seq 1024, random
@@ -11,14 +11,20 @@
 #                  quick): tokens/s, MFU, peak memory
 #   3. determinism train_gpt --deterministic twice (2 layers of GPT-2 width): the loss lines must
 #                  be bitwise equal; and twice without it (GEMM autotuning on), reported
-#   4. gpt         gpt_bench --device=cuda --model=gpt2 --dtype=bf16 and its PyTorch table
+#   4. overlap     tests/gpu_nccl_overlap_check through collectives/launch on the NCCL backend
+#                  (every GPU up to 4; one GPU: two ranks sharing it where NCCL allows, else one
+#                  rank): the comm stream's spans against the compute stream's, the host waits
+#                  per step against the expected count, step time with --overlap on vs off
+#                  (at most 60 s; must pass)
+#   4b. gpt         gpt_bench --device=cuda --model=gpt2 --dtype=bf16 and its PyTorch table
 #   5. ops         cuda_bench and its PyTorch peer: cuda_ops_table.md
 #   6. attention   attention_bench's CUDA rows, and its kernel rows against PyTorch SDPA (flash)
 #                  (bench/peers/attention_torch_cuda.py), flagged below 0.7x
 #   7. tp          tools/tp_gpu_run.sh: tp_bench on the GPU, the GPU TP model, REPORT_GPU.md
 #
 #   bash tools/gpu_run.sh BIN_DIR OUT [COMMIT] [--quick]     # BIN_DIR: the unpacked bundle's bin/
-# Exit status: 0 iff every test that ran passed and the deterministic runs agreed.
+# Exit status: 0 iff every test that ran passed, the deterministic runs agreed and the overlap
+# check passed.
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${1:?usage: gpu_run.sh BIN_DIR OUT [COMMIT] [--quick]}"
@@ -151,8 +157,33 @@ if section determinism 40 && [ -x models/train/train_gpt ]; then
   pack
 fi
 
+# 4. NCCL overlap: the started collectives' stream beside the compute stream, host waits per step.
+if section overlap 45 && [ -x tests/gpu_nccl_overlap_check ] && [ -x collectives/launch ]; then
+  # One GPU: two processes share it (virtual ranks) where NCCL allows it (NCCL before 2.30
+  # refuses), else one rank: the streams part and the host waits, no transfer between ranks.
+  n=$(( ${gpus:-0} >= 2 ? (gpus < 4 ? gpus : 4) : 2 ))
+  results=("$logs/overlap_$n.json")
+  timeout "$(cap 60)" ./collectives/launch --nproc_per_node="$n" -- tests/gpu_nccl_overlap_check \
+    --json="$logs/overlap_$n.json" > "$logs/overlap_$n.log" 2>&1 ||
+    echo "overlap check, $n ranks: exit $? (see overlap_$n.log)"
+  tail -4 "$logs/overlap_$n.log"
+  if [ "${gpus:-0}" -lt 2 ] && [ ! -s "$logs/overlap_$n.json" ] && [ "$(left)" -gt 30 ]; then
+    echo "- overlap check with 2 ranks on one GPU: $(grep -m1 -i -E 'duplicate|error|failed' \
+      "$logs/overlap_$n.log" | cut -c1-300); ran with 1 rank instead" >> "$notrun"
+    results+=("$logs/overlap_1.json")
+    timeout "$(cap 45)" ./collectives/launch --nproc_per_node=1 -- tests/gpu_nccl_overlap_check \
+      --json="$logs/overlap_1.json" > "$logs/overlap_1.log" 2>&1 ||
+      echo "overlap check, 1 rank: exit $? (see overlap_1.log)"
+    tail -4 "$logs/overlap_1.log"
+  fi
+  { echo -e "\n## NCCL overlap (tests/gpu_nccl_overlap_check: --overlap on vs off, host waits)\n"
+    python3 "$repo/tools/gpu_report.py" overlap "${results[@]}" || fail=1
+  } >> "$summary"
+  pack
+fi
+
 if [ $quick = 0 ]; then
-  # 4. gpt_bench (the GPT-2 step as a benchmark, 1 rank and tp2 virtual ranks) against PyTorch.
+  # 4b. gpt_bench (the GPT-2 step as a benchmark, 1 rank and tp2 virtual ranks) against PyTorch.
   if section gpt 60 && [ -x bench/gpt_bench ]; then
     timeout "$(cap 150)" ./bench/gpt_bench --device=cuda --model=gpt2 --dtype=bf16 \
       --benchmark_out="$logs/gpt_bench.json" --benchmark_out_format=json \

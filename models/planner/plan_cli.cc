@@ -111,7 +111,8 @@ absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOp
 
 absl::StatusOr<std::string> PlanForTrainRun(const GptLayout& layout, int64_t batch,
                                             int64_t microbatches, const std::string& schedule,
-                                            PlanCliOptions cli, int gpus_per_node) {
+                                            int virtual_stages, PlanCliOptions cli,
+                                            int gpus_per_node) {
   PlanRequest req;
   req.config = layout.config();
   req.global_batch = batch;
@@ -127,7 +128,7 @@ absl::StatusOr<std::string> PlanForTrainRun(const GptLayout& layout, int64_t bat
     own.mesh.sizes.push_back(layout.mesh().axis_size(i));
   }
   own.sp = layout.tp().sp;
-  own.pipeline = {layout.pp_ways(), static_cast<int>(microbatches), schedule};
+  own.pipeline = {layout.pp_ways(), static_cast<int>(microbatches), schedule, virtual_stages};
   absl::StatusOr<std::string> text = PlanText(req, cli, own.Name());
   if (!text.ok()) {
     return absl::Status(text.status().code(),

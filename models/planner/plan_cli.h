@@ -39,7 +39,8 @@ absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOp
 // placed in it. cli.profile "" means "measure" (simulated CPU ranks).
 absl::StatusOr<std::string> PlanForTrainRun(const GptLayout& layout, int64_t batch,
                                             int64_t microbatches, const std::string& schedule,
-                                            PlanCliOptions cli, int gpus_per_node = 0);
+                                            int virtual_stages, PlanCliOptions cli,
+                                            int gpus_per_node = 0);
 
 }  // namespace shardmap::planner
 

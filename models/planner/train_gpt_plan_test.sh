@@ -20,6 +20,12 @@ out=$("$bin" "${common[@]}" --mesh=pp=2,dp=2 --microbatches=4 --schedule=gpipe -
       --plan_profile=h100_node)
 grep -q "this run's mesh pp=2,dp=2 gpipe/m4" <<<"$out" || fail "pipeline mesh not placed: $out"
 
+# An interleaved run's chunks per stage.
+out=$("$bin" "${common[@]}" --mesh=pp=2 --layers=4 --microbatches=2 --schedule=interleaved_1f1b \
+      --virtual_stages=2 --plan --plan_profile=h100_node)
+grep -q "this run's mesh pp=2 interleaved_1f1b/m2/v2" <<<"$out" \
+  || fail "interleaved mesh not placed with its chunks: $out"
+
 # The measured CPU profile (the default on CPU ranks).
 out=$("$bin" "${common[@]}" --mesh=dp=2 --plan --steps=1)
 grep -q "profile cpu_measured" <<<"$out" || fail "the default profile is not measured: $out"

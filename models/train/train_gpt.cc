@@ -1112,7 +1112,7 @@ absl::Status PrintPlan(const GptLayout& layout) {
   }
   absl::StatusOr<std::string> plan = planner::PlanForTrainRun(
       layout, absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_microbatches),
-      absl::GetFlag(FLAGS_schedule), plan_cli);
+      absl::GetFlag(FLAGS_schedule), absl::GetFlag(FLAGS_virtual_stages), plan_cli);
   if (!plan.ok()) return plan.status();
   std::cout << *plan << std::endl;
   return absl::OkStatus();

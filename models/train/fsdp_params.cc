@@ -76,6 +76,10 @@ void FsdpParams::Enter(int unit) {
   if (current_ >= 0 && units_[current_].reshard) {
     Release(current_);  // its forward is over
     tape_.AtBackwardBelow(slot, [this, prev = current_] { Regather(prev); });
+  } else if (current_ >= 0) {
+    // A unit kept gathered (the last block): its backward prefetches the regathers below it,
+    // as a resharded unit's Regather does, so the first regathered block does not wait.
+    tape_.AtBackwardBelow(slot, [this, prev = current_] { PrefetchBelow(prev); });
   }
   if (!u.pending.pending()) Start(unit, /*taped=*/true);
   Wait(unit, /*refill=*/false);
@@ -139,7 +143,11 @@ void FsdpParams::Regather(int unit) {
   Unit& u = units_[unit];
   if (!u.pending.pending()) Start(unit, /*taped=*/false);
   Wait(unit, /*refill=*/true);
-  // Backward prefetch: the blocks whose VJPs come next.
+  PrefetchBelow(unit);
+}
+
+void FsdpParams::PrefetchBelow(int unit) {
+  // Backward prefetch: the resharded blocks whose VJPs come next.
   for (int v = unit - 1; v >= unit - schedule_.prefetch && v >= 0; --v) {
     if (units_[v].reshard && units_[v].released && !units_[v].pending.pending()) {
       Start(v, /*taped=*/false);

@@ -72,6 +72,7 @@ class FsdpParams {
   void Wait(int unit, bool refill);
   void Release(int unit);
   void Regather(int unit);  // the backward trigger of `unit`
+  void PrefetchBelow(int unit);  // starts the regathers of the `prefetch` units below `unit`
   void Count(int64_t bytes);
 
   const GptLayout& layout_;

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tensor/error.h"
@@ -170,6 +172,35 @@ TEST(OverlapMemoryTest, ReshardAfterForwardKeepsFewGatheredBlocks) {
         << "peak without reshard " << peak[0] << ", with " << peak[1] << ", block " << block_bytes;
     EXPECT_LE(gathered[1], gathered[0] - (c.layers - 3) * block_bytes);
     EXPECT_GE(gathered[0], c.layers * block_bytes);  // every block at once without
+  }
+}
+
+// The backward's first regather (block L-2: the last block stays gathered) is started as the
+// last block's backward begins, before that block's reduce-scatter, not after it: in the log
+// (calls are logged when they start) the first backward all_gather precedes the second
+// backward reduce_scatter (the first is the final LayerNorm's).
+TEST(OverlapScheduleTest, TheFirstRegatherIsPrefetchedAcrossTheLastBlock) {
+  for (int layers : {3, 4}) {
+    SCOPED_TRACE(absl::StrCat("layers=", layers));
+    GptConfig c = SmallConfig();
+    c.layers = layers;
+    absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh("dp_shard=2"), c, false);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    TrainOptions o = gpt_testing::ThreeSteps();
+    o.steps = 1;
+    std::vector<std::string> backward;
+    o.hooks.on_step = [&](const StepInfo& s) {
+      if (s.log == nullptr) return;
+      for (const CollectiveRecord& r : *s.log) {
+        if (r.backward) backward.push_back(r.op);
+      }
+    };
+    absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(c, 7), Tokens(500, c.vocab), o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_GE(backward.size(), 3u);
+    EXPECT_EQ(backward[0], "reduce_scatter");  // the final LayerNorm's
+    EXPECT_EQ(backward[1], "all_gather") << absl::StrJoin(backward, " ");
+    EXPECT_EQ(backward[2], "reduce_scatter");  // the last block's
   }
 }
 

@@ -422,7 +422,7 @@ struct Repeats {
 };
 
 std::optional<Repeats> MicrobatchRepeats(const Candidate& key, const PlanRequest& req) {
-  if (!req.extrapolate_microbatches) return std::nullopt;
+  if (!req.reuse_profiles) return std::nullopt;
   const bool piped = key.pipeline.stages > 1 || key.pipeline.microbatches > 1;
   // GPipe holds every microbatch's activations: its peak is the larger of those and the
   // optimizer's, a kink no two short steps locate. Profiled in full.

@@ -75,11 +75,11 @@ struct PlanRequest {
   // (prefetch + 1 layers resharding, or the whole model in the compute dtype without). False
   // for a profile of the overlapped schedule itself.
   bool shape_only_keeps_gathered = true;
-  // Pipelines of more than pp + 1 microbatches and gradient accumulation of more than 3
-  // microsteps priced from two short shape-only steps of the same rows per microbatch
-  // (planner/profile_reuse.h: the counts are affine in the microbatches); false: every
-  // candidate's own step.
-  bool extrapolate_microbatches = true;
+  // 1F1B pipelines and gradient accumulation of many microbatches priced from two short
+  // shape-only steps of the same rows per microbatch (planner/profile_reuse.h: the counts are
+  // affine in the microbatches), and (plan_cli's profiler, ShapeOnlyProfiler's share_stages) a
+  // pipeline's middle stages from three of them; false: every candidate's own step, every stage.
+  bool reuse_profiles = true;
   // Told after each shape-only profile (done, total); for progress lines.
   std::function<void(int done, int total)> progress;
 };

@@ -328,7 +328,7 @@ PlanRequest Reused(bool on) {
   r.virtual_stages = {2};
   r.microbatch_factors = {1, 4};
   r.data_parallel = {"dp", "hsdp"};
-  r.extrapolate_microbatches = on;
+  r.reuse_profiles = on;
   return r;
 }
 
@@ -388,7 +388,7 @@ TEST(ProfileReuseTest, GradientAccumulationExtrapolatesExactly) {
                    "pp=2,tp=4 interleaved_1f1b/m32/v5", "pp=4,dp=2 gpipe/m24"};
   HardwareProfile hw = Node(8);
   absl::StatusOr<Plan> full = PlanGpt(r, hw, ShapeOnlyProfiler(Device::Meta(), false));
-  r.extrapolate_microbatches = true;
+  r.reuse_profiles = true;
   absl::StatusOr<Plan> reused = PlanGpt(r, hw, ShapeOnlyProfiler(Device::Meta(), true));
   ASSERT_TRUE(full.ok()) << full.status();
   ASSERT_TRUE(reused.ok()) << reused.status();

@@ -11,7 +11,7 @@
 //
 //   absl::StatusOr<std::vector<RoleWork>> w = ExtrapolateMicrobatches(at_4, at_5, 4, 64);
 //
-// The planner (plan.h, PlanRequest::extrapolate_microbatches) uses it for pipelines of
+// The planner (plan.h, PlanRequest::reuse_profiles) uses it for pipelines of
 // m > pp + 1 microbatches (n1 = pp) and gradient accumulation of more than 3 microsteps
 // (n1 = 2: the first microstep writes the gradients, the others add to them); plan_test checks
 // the extrapolation against the full shape-only step on meshes of every kind.

@@ -108,6 +108,30 @@ TEST(ExtrapolateMicrobatchesTest, EqualsTheFullStep) {
   }
 }
 
+// plan_validate's pipeline of 8 microbatches (its model, its batch), on the CPU device it
+// profiles with: the ops run for real, the memory is the CPU's.
+TEST(ExtrapolateMicrobatchesTest, EqualsTheValidationsCpuStep) {
+  PlanRequest r;
+  r.config = GptConfig{.layers = 4, .d_model = 128, .heads = 4, .vocab = 512, .seq = 64,
+                       .dtype = DType::kF32};
+  r.gpus = 2;
+  absl::StatusOr<Candidate> c = ParseCandidate("pp=2", false, "1f1b", 8);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const Profiler cpu = ShapeOnlyProfiler(Device::Cpu(), false);
+  auto at = [&](int m) {
+    Candidate x = *c;
+    x.pipeline.microbatches = m;
+    PlanRequest q = r;
+    q.global_batch = 2 * m;  // 2 rows per microbatch, as batch 16 over 8
+    return cpu(x, q);
+  };
+  absl::StatusOr<std::vector<RoleWork>> lo = at(3), hi = at(4), want = at(8);
+  ASSERT_TRUE(lo.ok() && hi.ok() && want.ok()) << lo.status() << hi.status() << want.status();
+  absl::StatusOr<std::vector<RoleWork>> got = ExtrapolateMicrobatches(*lo, *hi, 3, 8);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(Canonical(*got), Canonical(*want));
+}
+
 TEST(ExtrapolateMicrobatchesTest, RefusesWhatIsNotOneStepApart) {
   RoleWork a;
   a.role = "all ranks";

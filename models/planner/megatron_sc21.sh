@@ -12,9 +12,9 @@
 # its GPUs: the restricted one (what the paper could run in 2021: DDP only, full recomputation,
 # no SP, 1F1B or interleaved; --overlap as the table prices the paper's run) and the whole one
 # (every mesh, --overlap=true, the framework's trainer); the paper's configuration priced under
-# each search's --overlap. SEARCH_LIMITS bounds both searches (default below); ROWS picks rows
-# (e.g. ROWS="76.1B 1008B").
-#   MODE=rank ROWS="18.4B" models/planner/megatron_sc21.sh bazel-bin/models/planner/plan_gpt
+# each search's --overlap. SEARCH_LIMITS bounds both searches (default below); ONLY_ROWS picks rows
+# (e.g. ONLY_ROWS="76.1B 1008B").
+#   MODE=rank ONLY_ROWS="18.4B" models/planner/megatron_sc21.sh bazel-bin/models/planner/plan_gpt
 set -euo pipefail
 PLAN_GPT=${1:-bazel-bin/models/planner/plan_gpt}
 shift || true
@@ -59,7 +59,7 @@ else
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 fi
 while read -r name l h a t p n B mbs lpv paper; do
-  if [ -n "${ROWS:-}" ] && [[ " $ROWS " != *" $name "* ]]; then continue; fi
+  if [ -n "${ONLY_ROWS:-}" ] && [[ " $ONLY_ROWS " != *" $name "* ]]; then continue; fi
   d=$((n / t / p))
   local_batch=$((B / d))
   mesh="dp=$d"

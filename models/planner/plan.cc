@@ -572,8 +572,10 @@ absl::StatusOr<Evaluated> Evaluate(const Candidate& c, const std::vector<RoleWor
         }
       }
     }
-    if (row.fits && (!e.best_fit || p->step_s < e.best_fit->prediction.step_s)) e.best_fit = row;
     if (!e.smallest || p->peak_bytes < e.smallest->prediction.peak_bytes) e.smallest = row;
+    if (row.fits && (!e.best_fit || p->step_s < e.best_fit->prediction.step_s)) {
+      e.best_fit = std::move(row);
+    }
   }
   return e;
 }
@@ -664,11 +666,11 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
       absl::StatusOr<Evaluated> e = Evaluate(c, *roles, req, node, plan);
       if (!e.ok()) return e.status();  // a profile that cannot price this work: the user's to fix
       if (e->best_fit && (!best || e->best_fit->prediction.step_s < best->prediction.step_s)) {
-        best = e->best_fit;
+        best = std::move(e->best_fit);
       }
       if (e->smallest && (!smallest || e->smallest->prediction.peak_bytes <
                                            smallest->prediction.peak_bytes)) {
-        smallest = e->smallest;
+        smallest = std::move(e->smallest);
       }
       // Without a pipeline, fewer activations per microstep may fit without recomputation.
       if (piped || c.fixed_grad_accum ||
@@ -685,7 +687,7 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
       continue;
     }
     if (best) {
-      plan.rows.push_back(*best);
+      plan.rows.push_back(*std::move(best));
       continue;
     }
     if (!smallest) continue;

@@ -12,8 +12,9 @@
 # its GPUs: the restricted one (what the paper could run in 2021: DDP only, full recomputation,
 # no SP, 1F1B or interleaved; --overlap as the table prices the paper's run) and the whole one
 # (every mesh, --overlap=true, the framework's trainer); the paper's configuration priced under
-# each search's --overlap. SEARCH_LIMITS bounds both searches (default below); ONLY_ROWS picks rows
-# (e.g. ONLY_ROWS="76.1B 1008B").
+# each search's --overlap. SEARCH_LIMITS bounds both searches (default below; microbatches pp x
+# 1, 4 and the paper's own count over pp); ONLY_ROWS picks rows
+# (e.g. ONLY_ROWS="76.1B 1008B"); SEARCHES=restricted skips the whole search.
 #   MODE=rank ONLY_ROWS="18.4B" models/planner/megatron_sc21.sh bazel-bin/models/planner/plan_gpt
 set -euo pipefail
 PLAN_GPT=${1:-bazel-bin/models/planner/plan_gpt}
@@ -31,15 +32,17 @@ ROWS="1.7B 24 2304 24 1 1 32 512 16 0 137
 529.6B 105 20480 128 8 35 2520 2520 1 1 163
 1008B 128 25600 160 8 64 3072 3072 1 0 163"
 MODE=${MODE:-table}
-SEARCH_LIMITS=${SEARCH_LIMITS:---microbatch_factors=1,4 --virtual_stages=2 --max_cp=1}
+SEARCH_LIMITS=${SEARCH_LIMITS:---virtual_stages=2 --max_cp=1}
 # "rank mesh step_s" of a plan's first row (1 or OOM), "- - -" without one.
 first_row() {
   python3 -c '
 import sys
 units = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+table = False
 for line in sys.stdin:
     t = line.split()
-    if len(t) < 4 or t[0] not in ("1", "OOM"):
+    table = table or (len(t) > 1 and t[0] == "rank" and t[1] == "mesh")
+    if not table or len(t) < 4 or t[0] not in ("1", "OOM"):
         continue
     for i in range(2, len(t) - 1):
         if t[i + 1] in units:
@@ -88,15 +91,25 @@ while read -r name l h a t p n B mbs lpv paper; do
       2>/dev/null | first_row)
     paper_whole=$("$PLAN_GPT" "${model[@]}" --mesh="$spec" --overlap=true --top=1 "$@" \
       2>/dev/null | first_row)
-    # The restricted search reaches the paper's pipeline depth (and no further than 2x it).
+    # The searches reach the paper's pipeline depth (and no further than 2x it), and its
+    # microbatches per stage (microbatch size 1-2 on the deep pipelines) beside 1 and 4.
     max_pp=$((p > 8 ? 2 * p : 8))
+    factors=1,4
+    if [ "$p" -gt 1 ]; then
+      f=$((local_batch / mbs / p))
+      [ "$f" != 1 ] && [ "$f" != 4 ] && factors="$factors,$f"
+    fi
+    limits="$SEARCH_LIMITS --microbatch_factors=$factors"
     t0=$(date +%s.%N)
-    restricted=$("$PLAN_GPT" "${model[@]}" $SEARCH_LIMITS --max_pp=$max_pp --overlap=$overlap \
+    restricted=$("$PLAN_GPT" "${model[@]}" $limits --max_pp=$max_pp --overlap=$overlap \
       --data_parallel=dp --recompute=full --schedules=1f1b,interleaved_1f1b --sp=off --top=1 \
       "$@" 2>/dev/null | first_row)
     t1=$(date +%s.%N)
-    whole=$("$PLAN_GPT" "${model[@]}" $SEARCH_LIMITS --max_pp=$max_pp --top=1 "$@" 2>/dev/null |
-      first_row)
+    whole="- - -"
+    if [ "${SEARCHES:-both}" != restricted ]; then
+      whole=$("$PLAN_GPT" "${model[@]}" $limits --max_pp=$max_pp --top=1 "$@" 2>/dev/null |
+        first_row)
+    fi
     t2=$(date +%s.%N)
     python3 - "$name" "$n" "$paper_restricted" "$paper_whole" "$restricted" "$whole" \
       "$t0" "$t1" "$t2" <<'PY'
@@ -108,13 +121,15 @@ def parse(x):
 def cell(x):
     rank, mesh, step = parse(x)
     if step is None:
-        return "(nothing fits)"
+        return "(not run)"
     return f"`{mesh}` {step:.4g} s" + (" (does not fit)" if rank == "OOM" else "")
 def ratio(p, b):
     _, _, ps = parse(p)
     _, _, bs = parse(b)
     return f"{ps / bs:.2f}" if ps and bs else ""
-print(f"| {name} ({n}) | {cell(pr)}; overlapped: {parse(pw)[2]:.4g} s | {cell(r)} | {ratio(pr, r)} | "
+over = parse(pw)[2]
+over = f"{over:.4g} s" if over else "-"
+print(f"| {name} ({n}) | {cell(pr)}; overlapped: {over} | {cell(r)} | {ratio(pr, r)} | "
       f"{cell(w)} | {ratio(pw, w)} | {float(t1) - float(t0):.0f}, {float(t2) - float(t1):.0f} |")
 PY
     continue

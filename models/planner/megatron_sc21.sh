@@ -13,7 +13,7 @@
 # no SP, 1F1B or interleaved; --overlap as the table prices the paper's run) and the whole one
 # (every mesh, --overlap=true, the framework's trainer); the paper's configuration priced under
 # each search's --overlap. SEARCH_LIMITS bounds both searches (default below; microbatches pp x
-# 1, 4 and the paper's own count over pp); ONLY_ROWS picks rows
+# 1, 4 and the paper's own count over pp; 2 and the paper's chunks per stage); ONLY_ROWS picks rows
 # (e.g. ONLY_ROWS="76.1B 1008B"); SEARCHES=restricted skips the whole search.
 #   MODE=rank ONLY_ROWS="18.4B" models/planner/megatron_sc21.sh bazel-bin/models/planner/plan_gpt
 set -euo pipefail
@@ -32,7 +32,7 @@ ROWS="1.7B 24 2304 24 1 1 32 512 16 0 137
 529.6B 105 20480 128 8 35 2520 2520 1 1 163
 1008B 128 25600 160 8 64 3072 3072 1 0 163"
 MODE=${MODE:-table}
-SEARCH_LIMITS=${SEARCH_LIMITS:---virtual_stages=2 --max_cp=1}
+SEARCH_LIMITS=${SEARCH_LIMITS:---max_cp=1 --virtual_stages=2}
 # "rank mesh step_s" of a plan's first row (1 or OOM), "- - -" without one.
 first_row() {
   python3 -c '
@@ -100,6 +100,10 @@ while read -r name l h a t p n B mbs lpv paper; do
       [ "$f" != 1 ] && [ "$f" != 4 ] && factors="$factors,$f"
     fi
     limits="$SEARCH_LIMITS --microbatch_factors=$factors"
+    # And its chunks per stage (interleaved_1f1b/vV) beside 2.
+    if [ "$lpv" -gt 0 ] && [ $((l / p / lpv)) != 2 ]; then
+      limits="$limits --virtual_stages=2,$((l / p / lpv))"
+    fi
     t0=$(date +%s.%N)
     restricted=$("$PLAN_GPT" "${model[@]}" $limits --max_pp=$max_pp --overlap=$overlap \
       --data_parallel=dp --recompute=full --schedules=1f1b,interleaved_1f1b --sp=off --top=1 \

@@ -33,36 +33,25 @@ std::string MeshShape::ToString() const {
 namespace {
 
 // Ranks of the group through `rank` along `axes` (row-major, axes outermost first).
-std::vector<int> GroupOf(const MeshShape& mesh, const std::vector<std::string>& axes, int rank) {
+// The lowest and the highest rank of `rank`'s group along `axes` (its members differ from it
+// only in those axes' coordinates): the group shares a node exactly when these two do, nodes
+// being runs of consecutive ranks.
+std::pair<int, int> GroupBounds(const MeshShape& mesh, const std::vector<std::string>& axes,
+                                int rank) {
   const int n = static_cast<int>(mesh.axes.size());
-  std::vector<int> stride(n, 1), coord(n);
-  for (int i = n - 2; i >= 0; --i) stride[i] = stride[i + 1] * mesh.sizes[i + 1];
-  int base = 0;
-  std::vector<int> free_axes;
-  for (int i = 0; i < n; ++i) {
-    coord[i] = (rank / stride[i]) % mesh.sizes[i];
+  int stride = 1, low = rank, span = 0;
+  for (int i = n - 1; i >= 0; --i) {
     if (std::find(axes.begin(), axes.end(), mesh.axes[i]) != axes.end()) {
-      free_axes.push_back(i);
-    } else {
-      base += coord[i] * stride[i];
+      low -= (rank / stride) % mesh.sizes[i] * stride;
+      span += (mesh.sizes[i] - 1) * stride;
     }
+    stride *= mesh.sizes[i];
   }
-  std::vector<int> ranks{base};
-  for (int i : free_axes) {
-    std::vector<int> next;
-    for (int r : ranks) {
-      for (int c = 0; c < mesh.sizes[i]; ++c) next.push_back(r + c * stride[i]);
-    }
-    ranks = std::move(next);
-  }
-  return ranks;
+  return {low, low + span};
 }
 
-bool SameNode(const std::vector<int>& ranks, int gpus_per_node) {
-  for (int r : ranks) {
-    if (r / gpus_per_node != ranks[0] / gpus_per_node) return false;
-  }
-  return true;
+bool SameNode(std::pair<int, int> bounds, int gpus_per_node) {
+  return bounds.first / gpus_per_node == bounds.second / gpus_per_node;
 }
 
 bool Overlappable(const CollectiveWork& c) { return c.phase == "fsdp" || c.phase == "grad"; }
@@ -104,8 +93,8 @@ double OversubscribedWait(const CollectiveWork& c, const MeshShape& mesh,
 
 bool SpansNodes(const MeshShape& mesh, const std::vector<std::string>& axes, int gpus_per_node) {
   if (gpus_per_node <= 0) return false;
-  return !SameNode(GroupOf(mesh, axes, 0), gpus_per_node) ||
-         !SameNode(GroupOf(mesh, axes, mesh.world() - 1), gpus_per_node);
+  return !SameNode(GroupBounds(mesh, axes, 0), gpus_per_node) ||
+         !SameNode(GroupBounds(mesh, axes, mesh.world() - 1), gpus_per_node);
 }
 
 absl::StatusOr<double> RingSeconds(const std::string& op, int n, double rank_bytes,

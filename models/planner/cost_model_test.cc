@@ -1,6 +1,8 @@
 #include "models/planner/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "gtest/gtest.h"
 
@@ -44,6 +46,42 @@ TEST(SpansNodesTest, FollowsMeshOrder) {
   EXPECT_FALSE(SpansNodes(m, {"dp"}, 8));
   EXPECT_TRUE(SpansNodes(m, {"pp"}, 8));
   EXPECT_TRUE(SpansNodes(m, {"dp", "tp"}, 4));
+}
+
+// Against every member of the first and the last rank's groups, listed by coordinates, on
+// odd sizes and nodes that do not divide the mesh's strides.
+TEST(SpansNodesTest, EqualsTheGroupsMembersNodes) {
+  const MeshShape meshes[] = {{{"pp", "dp", "tp"}, {3, 5, 2}},
+                              {{"dp_replicate", "dp_shard", "cp", "tp"}, {2, 3, 2, 3}},
+                              {{"pp", "ep", "tp"}, {2, 6, 4}}};
+  const std::vector<std::vector<int>> subsets = {{0}, {1}, {2}, {0, 1}, {1, 2}, {0, 2}, {0, 1, 2}};
+  for (const MeshShape& m : meshes) {
+    for (int gpn : {1, 2, 3, 4, 5, 8, 12, 1000}) {
+      for (const std::vector<int>& sub : subsets) {
+        std::vector<std::string> axes;
+        for (int i : sub) axes.push_back(m.axes[i + (m.axes.size() > 3 ? 1 : 0)]);
+        bool spans = false;
+        for (int rank : {0, m.world() - 1}) {
+          // Members: the ranks whose coordinates off `axes` equal rank's.
+          std::set<int> nodes;
+          for (int r = 0; r < m.world(); ++r) {
+            bool member = true;
+            int stride = 1;
+            for (int i = static_cast<int>(m.axes.size()) - 1; i >= 0; --i) {
+              const bool free = std::count(axes.begin(), axes.end(), m.axes[i]) > 0;
+              if (!free && (r / stride) % m.sizes[i] != (rank / stride) % m.sizes[i]) {
+                member = false;
+              }
+              stride *= m.sizes[i];
+            }
+            if (member) nodes.insert(r / gpn);
+          }
+          spans = spans || nodes.size() > 1;
+        }
+        EXPECT_EQ(SpansNodes(m, axes, gpn), spans) << m.ToString() << " gpn " << gpn;
+      }
+    }
+  }
 }
 
 TEST(CollectiveSecondsTest, PicksTheLinkAndFittedEntries) {

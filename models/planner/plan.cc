@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "models/parallel/parallel_dims.h"
 #include "models/parallel/pipeline.h"
+#include "models/planner/profile_reuse.h"
 #include "models/train/trainer.h"
 
 namespace shardmap::planner {
@@ -409,6 +410,42 @@ Candidate ProfiledCandidate(Candidate c) {
   return c;
 }
 
+// The two short profiles a long one is extrapolated from (profile_reuse.h): the same mesh and
+// rows per microbatch with n1 and n1 + 1 microbatches (pipelines: n1 = pp + 1, where every
+// stage's schedule has its whole warm-up and a steady 1F1B pair; at n1 = pp stage 0's peak is
+// not yet reached; gradient accumulation: n1 = 2, since the first microstep writes the
+// gradients and the others add to them), the global batch scaled to match.
+struct Repeats {
+  Candidate low, high;
+  int64_t low_batch = 0, high_batch = 0;
+  int n1 = 0, n = 0;
+};
+
+std::optional<Repeats> MicrobatchRepeats(const Candidate& key, const PlanRequest& req) {
+  if (!req.reuse_profiles) return std::nullopt;
+  const bool piped = key.pipeline.stages > 1 || key.pipeline.microbatches > 1;
+  // GPipe holds every microbatch's activations: its peak is the larger of those and the
+  // optimizer's, a kink no two short steps locate. Profiled in full.
+  if (piped && (key.grad_accum > 1 || key.pipeline.schedule == "gpipe")) return std::nullopt;
+  Repeats r;
+  r.n = piped ? key.pipeline.microbatches : key.grad_accum;
+  r.n1 = piped ? key.pipeline.stages + 1 : 2;
+  // Only where the two short steps run fewer microbatches than the long one.
+  if (r.n <= 2 * r.n1 + 1 || req.global_batch % r.n != 0) return std::nullopt;
+  r.low = key;
+  r.high = key;
+  if (piped) {
+    r.low.pipeline.microbatches = r.n1;
+    r.high.pipeline.microbatches = r.n1 + 1;
+  } else {
+    r.low.grad_accum = r.n1;
+    r.high.grad_accum = r.n1 + 1;
+  }
+  r.low_batch = req.global_batch / r.n * r.n1;
+  r.high_batch = req.global_batch / r.n * (r.n1 + 1);
+  return r;
+}
+
 bool HasFsdpGather(const RoleWork& w) {
   for (const CollectiveWork& c : w.collectives) {
     if (c.phase == "fsdp" && c.op == "all_gather") return true;
@@ -535,8 +572,10 @@ absl::StatusOr<Evaluated> Evaluate(const Candidate& c, const std::vector<RoleWor
         }
       }
     }
-    if (row.fits && (!e.best_fit || p->step_s < e.best_fit->prediction.step_s)) e.best_fit = row;
     if (!e.smallest || p->peak_bytes < e.smallest->prediction.peak_bytes) e.smallest = row;
+    if (row.fits && (!e.best_fit || p->step_s < e.best_fit->prediction.step_s)) {
+      e.best_fit = std::move(row);
+    }
   }
   return e;
 }
@@ -577,18 +616,41 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
   HardwareProfile node = hw;
   node.gpus_per_node = plan.gpus_per_node;
   // Profiles by what the shape-only step runs (schedule, recomputation and resharding are
-  // applied afterwards): each distinct one once.
+  // applied afterwards): each distinct one once; many microbatches (or microsteps) from two
+  // profiles of few (profile_reuse.h), when the request allows.
   std::map<std::string, absl::StatusOr<std::vector<RoleWork>>> cache;
+  auto run = [&](const Candidate& key,
+                 int64_t batch) -> const absl::StatusOr<std::vector<RoleWork>>& {
+    const std::string name =
+        batch == req.global_batch ? key.Name() : absl::StrCat(key.Name(), " @batch ", batch);
+    auto it = cache.find(name);
+    if (it != cache.end()) return it->second;
+    PlanRequest r = req;
+    r.global_batch = batch;
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<std::vector<RoleWork>> w = profiler(key, r);
+    plan.profile_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++plan.profiled;
+    return cache.emplace(name, std::move(w)).first->second;
+  };
   auto profiled = [&](const Candidate& c) -> const absl::StatusOr<std::vector<RoleWork>>& {
     const Candidate key = ProfiledCandidate(c);
     auto it = cache.find(key.Name());
     if (it != cache.end()) return it->second;
-    const auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<std::vector<RoleWork>> r = profiler(key, req);
-    plan.profile_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ++plan.profiled;
-    return cache.emplace(key.Name(), std::move(r)).first->second;
+    if (std::optional<Repeats> rep = MicrobatchRepeats(key, req); rep.has_value()) {
+      const absl::StatusOr<std::vector<RoleWork>>& lo = run(rep->low, rep->low_batch);
+      const absl::StatusOr<std::vector<RoleWork>>& hi = run(rep->high, rep->high_batch);
+      if (lo.ok() && hi.ok()) {
+        absl::StatusOr<std::vector<RoleWork>> w =
+            ExtrapolateMicrobatches(*lo, *hi, rep->n1, rep->n);
+        if (w.ok()) {
+          ++plan.extrapolated;
+          return cache.emplace(key.Name(), std::move(w)).first->second;
+        }
+      }
+    }
+    return run(key, req.global_batch);
   };
   int done = 0;
   for (Candidate c : *cands) {
@@ -604,11 +666,11 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
       absl::StatusOr<Evaluated> e = Evaluate(c, *roles, req, node, plan);
       if (!e.ok()) return e.status();  // a profile that cannot price this work: the user's to fix
       if (e->best_fit && (!best || e->best_fit->prediction.step_s < best->prediction.step_s)) {
-        best = e->best_fit;
+        best = std::move(e->best_fit);
       }
       if (e->smallest && (!smallest || e->smallest->prediction.peak_bytes <
                                            smallest->prediction.peak_bytes)) {
-        smallest = e->smallest;
+        smallest = std::move(e->smallest);
       }
       // Without a pipeline, fewer activations per microstep may fit without recomputation.
       if (piped || c.fixed_grad_accum ||
@@ -625,7 +687,7 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
       continue;
     }
     if (best) {
-      plan.rows.push_back(*best);
+      plan.rows.push_back(*std::move(best));
       continue;
     }
     if (!smallest) continue;
@@ -697,9 +759,12 @@ std::string FormatPlan(const Plan& plan, int top, bool list_refusals) {
       GiB(plan.usable_memory), plan.dtype);
   for (const std::string& a : plan.assumptions) o << "assumes: " << a << "\n";
   o << absl::StrFormat(
-      "%d candidates, %d profiled shape-only in %.2f s, %zu ranked, %zu refused\n\n",
-      plan.candidates, plan.profiled, plan.profile_seconds, plan.rows.size(),
-      plan.refused.size());
+      "%d candidates, %d profiled shape-only in %.2f s%s, %zu ranked, %zu refused\n\n",
+      plan.candidates, plan.profiled, plan.profile_seconds,
+      plan.extrapolated > 0
+          ? absl::StrFormat(" (%d more extrapolated from them)", plan.extrapolated)
+          : std::string(),
+      plan.rows.size(), plan.refused.size());
   auto header = [&o] {
     o << absl::StrFormat("%4s  %-40s %11s %12s %6s %9s %10s %10s %7s\n", "rank", "mesh", "step",
                          "tokens/s", "MFU", "mem GiB", "compute", "comm exp", "bubble");

@@ -75,6 +75,11 @@ struct PlanRequest {
   // (prefetch + 1 layers resharding, or the whole model in the compute dtype without). False
   // for a profile of the overlapped schedule itself.
   bool shape_only_keeps_gathered = true;
+  // 1F1B pipelines and gradient accumulation of many microbatches priced from two short
+  // shape-only steps of the same rows per microbatch (planner/profile_reuse.h: the counts are
+  // affine in the microbatches), and (plan_cli's profiler, ShapeOnlyProfiler's share_stages) a
+  // pipeline's middle stages from three of them; false: every candidate's own step, every stage.
+  bool reuse_profiles = true;
   // Told after each shape-only profile (done, total); for progress lines.
   std::function<void(int done, int total)> progress;
 };
@@ -116,6 +121,7 @@ struct Plan {
   std::vector<PlanRow> unfit;       // priced meshes that do not fit, smallest peak first
   std::vector<Refusal> refused;     // everything else, with the reason
   int candidates = 0, profiled = 0;
+  int extrapolated = 0;             // profiles extrapolated from two shorter ones
   double profile_seconds = 0;       // wall time spent in the shape-only runs
   double model_flops_per_step = 0;
   double parameters = 0;

@@ -54,8 +54,8 @@ absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOp
       request.config.head_dim() <= 128) {
     setenv("SHARDMAP_ATTENTION", "fused", 0);
   }
-  const Profiler profiler =
-      ShapeOnlyProfiler(cli.shape_only_on_cpu ? Device::Cpu() : Device::Meta());
+  const Profiler profiler = ShapeOnlyProfiler(
+      cli.shape_only_on_cpu ? Device::Cpu() : Device::Meta(), request.reuse_profiles);
   absl::StatusOr<Plan> plan = PlanGpt(request, *hw, profiler);
   if (!plan.ok()) return plan.status();
   std::string text = FormatPlan(*plan, cli.top, cli.list_refusals);

@@ -73,6 +73,9 @@ ABSL_FLAG(std::string, mesh, "",
 ABSL_FLAG(std::string, shape_only_device, "meta",
           "where the shape-only steps run: meta (nothing computed) or cpu (real ops on zeros: "
           "small models only)");
+ABSL_FLAG(bool, reuse_profiles, true,
+          "price many microbatches from two short shape-only steps and a pipeline's middle "
+          "stages from three (exact: docs/planner.md); false: every mesh's and stage's own step");
 ABSL_FLAG(int, top, 20, "ranked rows to print (0: all)");
 ABSL_FLAG(bool, refused, true, "list the refused meshes with their reasons");
 ABSL_FLAG(std::string, print_profile, "",
@@ -216,6 +219,7 @@ int Main() {
   req.tp_across_nodes = absl::GetFlag(FLAGS_tp_across_nodes);
   req.max_pp = absl::GetFlag(FLAGS_max_pp);
   req.max_cp = absl::GetFlag(FLAGS_max_cp);
+  req.reuse_profiles = absl::GetFlag(FLAGS_reuse_profiles);
   if (req.max_pp < 0 || req.max_cp < 0) {
     return Fail(absl::InvalidArgumentError("--max_pp and --max_cp must be >= 0 (0: any)"));
   }

@@ -1,9 +1,13 @@
 #include "models/planner/plan.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "models/planner/shape_only_source.h"
 
 namespace shardmap::planner {
 namespace {
@@ -308,6 +312,89 @@ TEST(PlanTest, ProfilerErrorsBecomeRefusals) {
   absl::StatusOr<Plan> p = PlanGpt(Small(4), Node(), failing);
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(Refused(*p, "cp=4", "shape-only run: no cp here"));
+}
+
+// Issue 35: the profiles reused across microbatch counts and pipeline stages
+// (profile_reuse.h) must price every mesh exactly as its own full shape-only step does.
+PlanRequest Reused(bool on) {
+  PlanRequest r;
+  // 10 layers: pp=4 splits them 3/3/2/2 and pp=8 2/2/1/.../1 (two middle groups); 8 heads
+  // for tp up to 8.
+  r.config = GptConfig{.layers = 10, .d_model = 16, .heads = 8, .vocab = 32, .seq = 8,
+                       .dtype = DType::kF32};
+  r.global_batch = 64;
+  r.gpus = 8;
+  r.schedules = {"1f1b", "gpipe", "interleaved_1f1b"};
+  r.virtual_stages = {2};
+  r.microbatch_factors = {1, 4};
+  r.data_parallel = {"dp", "hsdp"};
+  r.reuse_profiles = on;
+  return r;
+}
+
+// Every mesh's row (its best variant, in the same rank) and every unfit mesh's price alike.
+void ExpectSamePlan(const Plan& full, const Plan& reused) {
+  auto rows = [](const Plan& p) {
+    std::map<std::string, const PlanRow*> m;
+    for (const PlanRow& r : p.rows) m[r.candidate.Name()] = &r;
+    for (const PlanRow& r : p.unfit) m["OOM " + r.candidate.Name()] = &r;
+    return m;
+  };
+  const std::map<std::string, const PlanRow*> a = rows(full), b = rows(reused);
+  for (const auto& [name, x] : a) {
+    auto it = b.find(name);
+    if (it == b.end()) {
+      ADD_FAILURE() << name << " is not in the plan with reuse";
+      continue;
+    }
+    const StepPrediction &u = x->prediction, &v = it->second->prediction;
+    for (auto [p, q] : {std::pair{u.step_s, v.step_s}, {u.compute_s, v.compute_s},
+                        {u.blocking_comm_s, v.blocking_comm_s},
+                        {u.exposed_comm_s, v.exposed_comm_s},
+                        {u.overlapped_comm_s, v.overlapped_comm_s}, {u.bubble, v.bubble},
+                        {u.peak_bytes, v.peak_bytes}}) {
+      EXPECT_NEAR(p, q, 1e-9 * std::abs(p)) << name;
+    }
+    EXPECT_EQ(u.critical_role, v.critical_role) << name;
+    EXPECT_EQ(u.bytes_by_kind, v.bytes_by_kind) << name;
+  }
+  EXPECT_EQ(a.size(), b.size());
+  EXPECT_EQ(full.refused.size(), reused.refused.size());
+  for (size_t i = 0; i < std::min(full.rows.size(), reused.rows.size()); ++i) {
+    EXPECT_EQ(full.rows[i].candidate.Name(), reused.rows[i].candidate.Name()) << "rank " << i + 1;
+  }
+}
+
+TEST(ProfileReuseTest, PlansEveryMeshExactlyAsItsOwnStep) {
+  HardwareProfile hw = Node(4);
+  hw.memory_bytes = 400e3;  // some meshes out of memory, others recomputing
+  absl::StatusOr<Plan> full = PlanGpt(Reused(false), hw, ShapeOnlyProfiler(Device::Meta(), false));
+  absl::StatusOr<Plan> reused = PlanGpt(Reused(true), hw, ShapeOnlyProfiler(Device::Meta(), true));
+  ASSERT_TRUE(full.ok()) << full.status();
+  ASSERT_TRUE(reused.ok()) << reused.status();
+  ExpectSamePlan(*full, *reused);
+  // The reuse took place: pipelines of 4 and 8 microbatches per stage extrapolated.
+  EXPECT_GT(reused->extrapolated, 10);
+  EXPECT_EQ(full->extrapolated, 0);
+  EXPECT_GT(full->rows.size(), 40u) << full->unfit.size() << " unfit, " << full->refused.size() << " refused";
+  EXPECT_FALSE(full->unfit.empty());
+}
+
+TEST(ProfileReuseTest, GradientAccumulationExtrapolatesExactly) {
+  PlanRequest r = Reused(false);
+  r.global_batch = 192;
+  r.only_meshes = {"dp=2,tp=4 +sp ga8",       "dp_shard=4,cp=2 ga8",  "dp_replicate=2,dp_shard=4 ga24",
+                   "dp=8 ga6",                "pp=4,dp_shard=2 1f1b/m24", "pp=8 1f1b/m64",
+                   "pp=2,tp=4 interleaved_1f1b/m32/v5", "pp=4,dp=2 gpipe/m24"};
+  HardwareProfile hw = Node(8);
+  absl::StatusOr<Plan> full = PlanGpt(r, hw, ShapeOnlyProfiler(Device::Meta(), false));
+  r.reuse_profiles = true;
+  absl::StatusOr<Plan> reused = PlanGpt(r, hw, ShapeOnlyProfiler(Device::Meta(), true));
+  ASSERT_TRUE(full.ok()) << full.status();
+  ASSERT_TRUE(reused.ok()) << reused.status();
+  EXPECT_EQ(full->rows.size(), 8u) << FormatPlan(*full, 0);
+  ExpectSamePlan(*full, *reused);
+  EXPECT_EQ(reused->extrapolated, 7);  // all but GPipe's
 }
 
 TEST(ModelTest, ParametersAndFlopsOfGpt2Small) {

@@ -26,7 +26,10 @@ std::string CollectivePhase(const CollectiveTraffic& c);
 
 // device: Device::Meta() (nothing computed: any size, seconds) or Device::Cpu() (the ops run
 // for real on zeros, collectives shape-only: small models only, e.g. to cross-check meta).
-Profiler ShapeOnlyProfiler(Device device = Device::Meta());
+// share_stages: a pipeline's middle stages of one layer count share the profiles of two of them
+// (profile_reuse.h's StageInFlight: they run the same work, their activations in flight apart);
+// false: every stage profiled.
+Profiler ShapeOnlyProfiler(Device device = Device::Meta(), bool share_stages = true);
 
 }  // namespace shardmap::planner
 

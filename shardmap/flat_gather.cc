@@ -1,7 +1,8 @@
 #include "shardmap/flat_gather.h"
 
-#include <string>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "shardmap/async_collectives.h"
 #include "shardmap/context.h"
@@ -99,7 +100,6 @@ struct FlatBackward {
 
 struct PendingFlatGather::State {
   Layout layout;
-  std::vector<Value> shards;  // kept until the call is over
   std::vector<SpmdType> out_types;
   PendingValue call;
   // On a tape: one token per shard joining its start and wait ops (undefined: not taped).
@@ -153,7 +153,6 @@ PendingFlatGather all_gather_flat_start(const std::vector<Value>& shards,
                                         std::optional<DType> gather_dtype) {
   auto st = std::make_unique<PendingFlatGather::State>();
   st->layout = CheckAndLay(shards, dims, axes, st->out_types);
-  st->shards = shards;
   const DType sent_dtype = gather_dtype.value_or(shards[0].dtype());
   std::vector<Tensor> flat;
   flat.reserve(shards.size());

@@ -689,12 +689,15 @@ class Validation {
     }
     const Candidate& c = plan->rows[0].candidate;
     row->candidate = c;
-    absl::StatusOr<StepPrediction> predicted = Predict(*row, hw);
-    if (!predicted.ok()) {
-      std::cerr << "plan_validate: " << row->text << ": " << predicted.status().message() << "\n";
-      return predicted.status();
+    row->static_s = plan->rows[0].prediction.step_s;
+    if (s_.link.busbw > 0) {  // the plan above priced the mesh without the link
+      absl::StatusOr<StepPrediction> on_link = Predict(*row, hw);
+      if (!on_link.ok()) {
+        std::cerr << "plan_validate: " << row->text << ": " << on_link.status().message() << "\n";
+        return on_link.status();
+      }
+      row->static_s = on_link->step_s;
     }
-    row->static_s = predicted->step_s;
     absl::StatusOr<Mesh> mesh = c.mesh.axes.empty() ? Mesh() : ParseMesh(c.mesh.ToString());
     absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, s_.cfg, c.sp);
     if (!layout.ok()) {

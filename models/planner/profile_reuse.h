@@ -11,10 +11,13 @@
 //
 //   absl::StatusOr<std::vector<RoleWork>> w = ExtrapolateMicrobatches(at_4, at_5, 4, 64);
 //
-// The planner (plan.h, PlanRequest::reuse_profiles) uses it for pipelines of
-// m > pp + 1 microbatches (n1 = pp) and gradient accumulation of more than 3 microsteps
-// (n1 = 2: the first microstep writes the gradients, the others add to them); plan_test checks
-// the extrapolation against the full shape-only step on meshes of every kind.
+// The planner (plan.h, PlanRequest::reuse_profiles) uses it for 1F1B pipelines of
+// m > 2 pp + 3 microbatches (n1 = pp + 1: every stage has its whole warm-up and a steady pair;
+// at m = pp stage 0's peak is not reached yet) and gradient accumulation of more than 5
+// microsteps (n1 = 2: the first microstep writes the gradients, the others add to them), never
+// for GPipe (its peak, the larger of the optimizer's and all the activations', has a kink two
+// profiles cannot place); plan_test checks the extrapolation against the full shape-only step on
+// meshes of every kind.
 //
 // Pipeline stages of the same layer count between the first and the last run the same actions
 // in another order: the same GEMMs, ops and collectives; only their activation peak differs, by

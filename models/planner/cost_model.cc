@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -58,6 +59,11 @@ bool Overlappable(const CollectiveWork& c) { return c.phase == "fsdp" || c.phase
 
 std::string KindKey(const CollectiveWork& c) {
   return absl::StrCat(c.op, " ", c.axes.empty() ? "-" : absl::StrJoin(c.axes, "+"));
+}
+
+// Simulated CPU ranks computing at once: every rank, but no more than the cores run.
+int ConcurrentRanks(const MeshShape& mesh, const HardwareProfile& p) {
+  return static_cast<int>(std::min<double>(mesh.world(), std::max(1.0, std::round(p.cores))));
 }
 
 double Stretch(const MeshShape& mesh, const HardwareProfile& p) {
@@ -246,6 +252,31 @@ double FsdpShardBytes(const RoleWork& role, int passes) {
 
 namespace {
 
+// The in-process cost of one started call beneath a simulated link (0 without a fit).
+double LaneCpuOf(const CollectiveWork& w, const HardwareProfile& p) {
+  const auto fit = p.lane_cpu.find({w.op, w.group_size});
+  if (w.group_size <= 1 || fit == p.lane_cpu.end()) return 0;
+  return fit->second.alpha_s + w.bytes * fit->second.seconds_per_byte;
+}
+
+// Simulated links with overlap: every started call's in-process collective runs on a lane thread
+// and takes the cores from compute (profile.lane_cpu). What the trainer starts: FSDP's gathers
+// (`gather`, one pass's shard in the compute dtype; the blocks gathered again in the backward
+// when resharded, all but the last of `role.layers`) and reduce-scatters (`reduce`) each pass,
+// and the gradient kinds (DDP's buckets, HSDP's replicate all-reduce) once. No-op otherwise.
+void AddLaneCpu(const RoleWork& role, const CollectiveWork& gather, const CollectiveWork& reduce,
+                const HardwareProfile& p, const StepOptions& o, double stretch, int passes,
+                RoleTimes* t) {
+  if (!o.overlap || !o.simulated_link || p.cores <= 0 || p.lane_cpu.empty()) return;
+  const int layers = std::max(1, role.layers);
+  const double regathered = o.reshard_after_forward ? (layers - 1.0) / layers : 0.0;
+  const double fwd = passes * LaneCpuOf(gather, p);
+  double cpu = fwd * (1 + regathered) + passes * LaneCpuOf(reduce, p);
+  for (const CollectiveWork& k : t->grad_kinds) cpu += LaneCpuOf(k, p);
+  t->compute += cpu * stretch;
+  t->forward += fwd * stretch;
+}
+
 // Prices one role's collectives by what they do; `stretch` the shared-core factor of compute.
 absl::StatusOr<RoleTimes> TimesOf(const RoleWork& role, const MeshShape& mesh,
                                   const HardwareProfile& profile, const StepOptions& o,
@@ -291,6 +322,7 @@ absl::StatusOr<RoleTimes> TimesOf(const RoleWork& role, const MeshShape& mesh,
     }
   }
   if (!o.overlap) return t;
+  if (fsdp_gather == nullptr) AddLaneCpu(role, {}, {}, profile, o, compute_stretch, passes, &t);
   for (const CollectiveWork& k : t.grad_kinds) {
     absl::StatusOr<double> s = CollectiveSeconds(k, mesh, profile);
     if (!s.ok()) return s.status();
@@ -324,6 +356,7 @@ absl::StatusOr<RoleTimes> TimesOf(const RoleWork& role, const MeshShape& mesh,
   if (!rs.ok()) return rs.status();
   t.gather_s = *gs;
   t.reduce_s = *rs;
+  AddLaneCpu(role, g, r, profile, o, compute_stretch, passes, &t);
   return t;
 }
 
@@ -407,6 +440,10 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
   StepOptions o = options;
   o.overlap = options.overlap && (profile.cores <= 0 || options.simulated_link);
   const double stretch = Stretch(mesh, profile);
+  // Simulated CPU ranks computing together share caches and memory (their non-GEMM ops).
+  std::optional<HardwareProfile> shared;
+  if (profile.cores > 0) shared = profile.ForConcurrentRanks(ConcurrentRanks(mesh, profile));
+  const HardwareProfile& compute_profile = shared ? *shared : profile;
   std::vector<RoleTimes> times(roles.size());
   StepPrediction out;
   size_t largest = 0;
@@ -415,7 +452,7 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
     // is not stretched here but bounded below by the whole world's work over the cores (below).
     const int passes = std::max(1, pipeline.microbatches) * (piped ? 1 : o.grad_accum);
     absl::StatusOr<RoleTimes> t =
-        TimesOf(roles[i], mesh, profile, o, piped ? 1.0 : stretch, passes);
+        TimesOf(roles[i], mesh, compute_profile, o, piped ? 1.0 : stretch, passes);
     if (!t.ok()) return t.status();
     times[i] = *std::move(t);
     if (roles[i].peak_bytes > roles[largest].peak_bytes) largest = i;
@@ -507,7 +544,8 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
   }
   const RoleTimes& ct = times[critical];
   out.compute_s = ct.compute;
-  if (absl::StatusOr<ComputeParts> parts = ComputeBreakdown(roles[critical], profile); parts.ok()) {
+  if (absl::StatusOr<ComputeParts> parts = ComputeBreakdown(roles[critical], compute_profile);
+      parts.ok()) {
     out.gemm_s = parts->gemm_s;
     out.other_s = parts->other_s;
     out.overhead_s = parts->overhead_s;

@@ -32,7 +32,10 @@
 //            (a fitted collective, measured with its group's threads alone, by that over
 //            max(1, group / cores)). A pipeline's compute is not stretched (a stage in its bubble
 //            leaves its core to the others): its step is the timetable's time, but no less than
-//            all ranks' compute / cores + the slowest stage's communication.
+//            all ranks' compute / cores + the slowest stage's communication. The ranks that
+//            compute at once (min(world, cores)) share caches and memory: their non-GEMM ops
+//            run at the speeds measured with that many ranks at once (profile.shared_op_rate;
+//            HardwareProfile::ForConcurrentRanks).
 //
 //   absl::StatusOr<StepPrediction> p = PredictStep(roles, mesh, pipeline, profile);
 //   p->step_s; p->bubble; p->comm_by_kind["all_gather dp_shard"];

@@ -230,6 +230,61 @@ TEST(PredictStepTest, ASimulatedLinkOverlapsOnSharedCores) {
   EXPECT_NEAR(PredictStep({w}, m, {}, p, o)->step_s, 12e-3 + 2 * (4e-3 + 4e-3), 1e-12);
 }
 
+TEST(PredictStepTest, SimulatedRanksComputingAtOnceShareTheOpsSpeeds) {
+  // 1 GB of adds: 1 s alone, 3 s with 2 ranks at once (measured shared rate). Two ranks on two
+  // cores compute at once; one rank, or a profile without cores (GPUs), alone.
+  HardwareProfile p = Node();
+  p.cores = 2;
+  p.op_rate[{"add", DType::kF32}] = 1e9;
+  p.shared_op_rate_threads = 2;
+  p.shared_op_rate[{"add", DType::kF32}] = 1e9 / 3;
+  RoleWork w;
+  w.others.push_back({"add", DType::kF32, 0, 1e9});
+  StepOptions o;
+  o.overlap = false;
+  EXPECT_NEAR(PredictStep({w}, {{"dp"}, {2}}, {}, p, o)->step_s, 3.0, 1e-9);
+  EXPECT_NEAR(PredictStep({w}, {{"dp"}, {2}}, {}, p, o)->other_s, 3.0, 1e-9);
+  EXPECT_NEAR(PredictStep({w}, {{"dp"}, {1}}, {}, p, o)->step_s, 1.0, 1e-9);
+  // Four ranks on two cores: two at a time (3 s each), each rank's compute stretched 2x.
+  EXPECT_NEAR(PredictStep({w}, {{"dp"}, {4}}, {}, p, o)->step_s, 6.0, 1e-9);
+  p.cores = 0;
+  EXPECT_NEAR(PredictStep({w}, {{"dp"}, {2}}, {}, p, o)->step_s, 1.0, 1e-9);
+}
+
+TEST(PredictStepTest, ASimulatedLinksStartedCallsTakeTheirInProcessWorkFromCompute) {
+  // The FSDP example of ASimulatedLinkOverlapsOnSharedCores with the in-process collectives'
+  // fits beneath the link (lane_cpu): each pass's gather (2 MB in the compute dtype) 1 ms +
+  // 1e-9 s/B, its regather (the first of 2 layers: 1/2 of it), the reduce-scatter 8 MB at
+  // 2e-9 s/B; all of it stretched 2x (two ranks on one core), the forward's share in the forward.
+  HardwareProfile p = Node();
+  p.intra = {0, 1e9};
+  p.cores = 1;
+  RoleWork w;
+  w.layers = 2;
+  w.gemms.push_back({.m = 100, .n = 100, .k = 300});
+  w.param_bytes = 4e6;
+  w.collectives.push_back({"all_gather", {"dp_shard"}, 2, 4e6, false, "fsdp"});
+  w.collectives.push_back({"reduce_scatter", {"dp_shard"}, 2, 8e6, true, "fsdp"});
+  MeshShape m{{"dp_shard"}, {2}};
+  StepOptions o;
+  o.gather_scale = 0.5;
+  o.simulated_link = true;
+  const double without = PredictStep({w}, m, {}, p, o)->compute_s;
+  p.lane_cpu[{"all_gather", 2}] = {1e-3, 1e-9};
+  p.lane_cpu[{"reduce_scatter", 2}] = {0, 2e-9};
+  const double lane = (1e-3 + 2e6 * 1e-9) * 1.5 + 8e6 * 2e-9;
+  absl::StatusOr<StepPrediction> s = PredictStep({w}, m, {}, p, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_NEAR(s->compute_s, without + 2 * lane, 1e-12);
+  // Blocking calls (overlap off) run their in-process work inside the link's time: no charge;
+  // nor on a plain CPU profile (no simulated link: the collectives are priced as they run).
+  o.overlap = false;
+  EXPECT_NEAR(PredictStep({w}, m, {}, p, o)->compute_s, without, 1e-12);
+  o.overlap = true;
+  o.simulated_link = false;
+  EXPECT_NEAR(PredictStep({w}, m, {}, p, o)->compute_s, without, 1e-12);
+}
+
 TEST(PredictStepTest, OverlapOnReducesGradientsInBucketsNotPerParameter) {
   HardwareProfile p = Node();
   p.gpus_per_node = 8;

@@ -65,24 +65,45 @@ absl::StatusOr<double> HardwareProfile::GemmSeconds(const GemmWork& g) const {
   return g.flops() / rate;
 }
 
-absl::StatusOr<double> HardwareProfile::OtherSeconds(const OtherWork& o) const {
-  if (const auto r = op_rate.find({o.op, o.dtype}); r != op_rate.end()) return o.bytes / r->second;
+HardwareProfile HardwareProfile::ForConcurrentRanks(int k) const {
+  HardwareProfile p = *this;
+  p.concurrent_ranks = std::max(1, k);
+  return p;
+}
+
+namespace {
+// Seconds of non-GEMM ops on one rank alone.
+absl::StatusOr<double> OwnOtherSeconds(const HardwareProfile& p, const OtherWork& o) {
+  if (const auto r = p.op_rate.find({o.op, o.dtype}); r != p.op_rate.end()) return o.bytes / r->second;
   if (o.attention && o.flops > 0) {
-    auto a = attention.find(o.dtype);
-    double rate = a != attention.end() ? a->second : 0;
+    auto a = p.attention.find(o.dtype);
+    double rate = a != p.attention.end() ? a->second : 0;
     if (rate <= 0) {
-      const auto g = gemm.find(o.dtype);
-      if (g == gemm.end() || g->second.empty()) {
-        return absl::NotFoundError(absl::StrCat("profile ", name, " has no attention or GEMM rate for ",
+      const auto g = p.gemm.find(o.dtype);
+      if (g == p.gemm.end() || g->second.empty()) {
+        return absl::NotFoundError(absl::StrCat("profile ", p.name, " has no attention or GEMM rate for ",
                                                 DTypeName(o.dtype)));
       }
       rate = g->second.back().second;
     }
     return o.flops / rate;
   }
-  double s = memory_bandwidth > 0 ? o.bytes / memory_bandwidth : 0;
-  if (vector_flops > 0) s = std::max(s, o.flops / vector_flops);
+  double s = p.memory_bandwidth > 0 ? o.bytes / p.memory_bandwidth : 0;
+  if (p.vector_flops > 0) s = std::max(s, o.flops / p.vector_flops);
   return s;
+}
+}  // namespace
+
+absl::StatusOr<double> HardwareProfile::OtherSeconds(const OtherWork& o) const {
+  absl::StatusOr<double> alone = OwnOtherSeconds(*this, o);
+  if (!alone.ok() || concurrent_ranks <= 1 || shared_op_rate_threads <= 1) return alone;
+  const auto r = shared_op_rate.find({o.op, o.dtype});
+  if (r == shared_op_rate.end()) return alone;
+  // Ranks computing at once share the caches and the memory: between one rank alone and the
+  // measured T at once, linearly in the ranks.
+  const double shared = o.bytes / r->second;
+  const double t = std::min(1.0, (concurrent_ranks - 1.0) / (shared_op_rate_threads - 1.0));
+  return *alone + t * (shared - *alone);
 }
 
 double HardwareProfile::OversubscribedSyncSeconds(int world) const {
@@ -128,6 +149,10 @@ std::string HardwareProfile::ToText() const {
   }
   o << "overlap " << overlap << "\ncores " << cores << "\n";
   for (const auto& [r, sec] : oversubscribed_sync) o << "oversubscribed_sync " << r << " " << sec << "\n";
+  for (const auto& [k, r] : shared_op_rate) {
+    o << "shared_op_rate " << shared_op_rate_threads << " " << k.first << " "
+      << DTypeName(k.second) << " " << r << "\n";
+  }
   return o.str();
 }
 
@@ -232,11 +257,20 @@ absl::StatusOr<HardwareProfile> ParseHardwareProfile(std::string_view text_std) 
       (void)num(3, &alpha);
       (void)num(4, &spb);
       p.fitted[{f[1], static_cast<int>(a)}] = {alpha, spb};
+    } else if (key == "shared_op_rate") {
+      absl::StatusOr<DType> d = f.size() == 5 ? DTypeOf(f[3]) : absl::InvalidArgumentError("");
+      if (!d.ok() || !num(1, &a) || a < 2 || a != std::floor(a) || !num(4, &b) || b <= 0 ||
+          (p.shared_op_rate_threads != 0 && p.shared_op_rate_threads != a)) {
+        return bad("'shared_op_rate <threads >= 2, the same on every line> <op> <dtype> "
+                   "<bytes/s > 0>'");
+      }
+      p.shared_op_rate_threads = static_cast<int>(a);
+      p.shared_op_rate[{f[2], *d}] = b;
     } else {
       return bad("a key among name, source, gpus_per_node, memory_bytes, "
                  "memory_reserved_bytes, memory_bandwidth, vector_flops, op_overhead_s, peak_flops, "
                  "attention, gemm, gemm_shape, op_rate, "
-                 "link, collective, overlap, cores, oversubscribed_sync");
+                 "link, collective, overlap, cores, oversubscribed_sync, shared_op_rate");
     }
   }
   const std::string who = p.name.empty() ? "hardware profile" : "hardware profile " + p.name;

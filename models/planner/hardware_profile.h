@@ -31,6 +31,10 @@
 //   overlap <fraction 0..1>           accepted from older files and ignored: what overlaps follows
 //                                     the trainer's schedule (cost_model.h's StepOptions)
 //   cores <n>                         ranks share n cores (simulated CPU ranks); 0: a device each
+//   shared_op_rate <threads> <op> <dtype> <bytes/s>
+//                                     op_rate measured while `threads` ranks ran the same step at
+//                                     once (simulated CPU ranks share caches and memory): used,
+//                                     interpolated, when several ranks compute at once
 //   oversubscribed_sync <ranks> <seconds>   what a collective costs at least when that many
 //                                     ranks share the cores (measure_cpu.h); linear between
 //                                     entries and from 0 at ranks = cores, the last beyond
@@ -92,9 +96,19 @@ struct HardwareProfile {
   std::map<std::pair<std::string, DType>, double> op_rate;
   Link intra, inter;
   std::map<std::pair<std::string, int>, FittedCollective> fitted;  // (op, group_size)
+  // Simulated links (plan.h's PredictOnSimulatedLink), not read from text: the in-process
+  // collectives' fitted costs beneath the link. A started call runs its in-process collective on
+  // a lane thread of the same process, whose CPU time the ranks' compute then lacks.
+  std::map<std::pair<std::string, int>, FittedCollective> lane_cpu;
   double overlap = 0;  // read and ignored (older files)
   double cores = 0;
   std::map<int, double> oversubscribed_sync;  // ranks -> seconds per collective, ranks > cores
+  // op_rate as measured while shared_op_rate_threads ranks ran at once (0: not measured).
+  int shared_op_rate_threads = 0;
+  std::map<std::pair<std::string, DType>, double> shared_op_rate;
+  // Ranks computing at once on the shared cores (simulated CPU ranks), set by the cost model
+  // (ForConcurrentRanks), not read from text.
+  int concurrent_ranks = 1;
 
   // Seconds of one GEMM work item at the profile's rate for its shape (its count included): the
   // shape-exact rate when gemm_exact has the shape, else the min_dim curve. NotFound naming the
@@ -102,8 +116,12 @@ struct HardwareProfile {
   absl::StatusOr<double> GemmSeconds(const GemmWork& g) const;
   // Seconds of non-GEMM ops (see the format above): at their op_rate when the profile has one
   // for their name and dtype, else fused attention at its rate and the rest at
-  // memory_bandwidth (and vector_flops).
+  // memory_bandwidth (and vector_flops). With concurrent_ranks k > 1 and a shared_op_rate for
+  // the kind (measured with T ranks at once), its seconds go linearly from the op_rate's at k = 1
+  // to the shared rate's at k = T (and stay there beyond T).
   absl::StatusOr<double> OtherSeconds(const OtherWork& o) const;
+  // This profile for `k` ranks computing at once (concurrent_ranks = k).
+  HardwareProfile ForConcurrentRanks(int k) const;
   double UsableMemory() const { return memory_bytes - memory_reserved_bytes; }
   // The least a collective costs when `world` ranks share the cores: 0 without cores or
   // oversubscribed_sync entries or with world <= cores; else the entries' value at world

@@ -143,6 +143,34 @@ TEST(HardwareProfileTest, MeasuredOpRateReplacesBandwidthForThatOpAndDtypeOnly) 
   }
 }
 
+TEST(HardwareProfileTest, SharedOpRatesApplyByTheRanksComputingAtOnce) {
+  HardwareProfile p = *ParseHardwareProfile(kMinimal);
+  p.op_rate[{"add", DType::kF32}] = 4e9;  // 1 GB: 0.25 s alone
+  p.shared_op_rate_threads = 3;
+  p.shared_op_rate[{"add", DType::kF32}] = 1e9;  // 1 s with 3 ranks at once
+  const OtherWork add{"add", DType::kF32, 0, 1e9};
+  EXPECT_NEAR(*p.OtherSeconds(add), 0.25, 1e-12);  // one rank (concurrent_ranks 1)
+  EXPECT_NEAR(*p.ForConcurrentRanks(1).OtherSeconds(add), 0.25, 1e-12);
+  EXPECT_NEAR(*p.ForConcurrentRanks(2).OtherSeconds(add), 0.625, 1e-12);  // halfway, linear
+  EXPECT_NEAR(*p.ForConcurrentRanks(3).OtherSeconds(add), 1.0, 1e-12);
+  EXPECT_NEAR(*p.ForConcurrentRanks(8).OtherSeconds(add), 1.0, 1e-12);  // no more than measured
+  // A kind without a shared rate keeps its own price (the bandwidth, 1e10 B/s here).
+  EXPECT_NEAR(*p.ForConcurrentRanks(3).OtherSeconds({"mul", DType::kF32, 0, 1e9}), 0.1, 1e-12);
+  absl::StatusOr<HardwareProfile> back = ParseHardwareProfile(p.ToText());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->shared_op_rate, p.shared_op_rate);
+  EXPECT_EQ(back->shared_op_rate_threads, 3);
+  for (const char* bad : {"shared_op_rate 1 add f32 1e9", "shared_op_rate 2.5 add f32 1e9",
+                          "shared_op_rate 2 add q8 1e9", "shared_op_rate 2 add f32 0",
+                          "shared_op_rate 2 add f32", "shared_op_rate 2 add f32 1e9\n"
+                                                      "shared_op_rate 3 mul f32 1e9"}) {
+    absl::StatusOr<HardwareProfile> q = ParseHardwareProfile(absl::StrCat(kMinimal, bad, "\n"));
+    EXPECT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_TRUE(absl::StrContains(q.status().message(), "shared_op_rate <threads >= 2"))
+        << q.status();
+  }
+}
+
 TEST(HardwareProfileTest, OversubscribedSyncIsLinearBetweenEntriesAndZeroWithinTheCores) {
   HardwareProfile p = *ParseHardwareProfile(
       absl::StrCat(kMinimal, "cores 2\noversubscribed_sync 4 2e-3\noversubscribed_sync 8 6e-3\n"));

@@ -293,6 +293,7 @@ HardwareProfile AtLoad(const HardwareProfile& profile, const LoadSample& then,
   }
   for (auto& [k, r] : p.gemm_exact) r *= f;
   for (auto& [k, r] : p.op_rate) r *= f;
+  for (auto& [k, r] : p.shared_op_rate) r *= f;
   for (auto& [d, r] : p.peak_flops) r *= f;
   p.memory_bandwidth *= f;
   p.vector_flops *= f;

@@ -730,6 +730,7 @@ absl::StatusOr<StepPrediction> PredictOnSimulatedLink(const PlanRequest& request
   HardwareProfile hw = cpu;
   hw.intra = link;
   hw.inter = link;
+  hw.lane_cpu = std::move(hw.fitted);  // started calls' in-process work, on the ranks' cores
   hw.fitted.clear();  // every collective is the link's alpha + bytes / bandwidth
   hw.gpus_per_node = 1 << 20;
   PlanRequest r = request;

@@ -29,6 +29,7 @@
 // quarter of the batch, every op timed; --op_rates), charges both, and reports the fit without
 // them from the same run.
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -165,6 +166,9 @@ Calibration Faster(const Calibration& a, const Calibration& b) {
   p.vector_flops = std::max(p.vector_flops, b.hw.vector_flops);
   p.op_overhead_s = std::min(p.op_overhead_s, b.hw.op_overhead_s);
   p.cores = std::max(p.cores, b.hw.cores);
+  for (const auto& [k, r] : b.hw.shared_op_rate) {
+    p.shared_op_rate[k] = std::max(p.shared_op_rate[k], r);
+  }
   for (const auto& [k, v] : b.hw.oversubscribed_sync) {
     auto [it, added] = p.oversubscribed_sync.try_emplace(k, v);
     if (!added) it->second = std::min(it->second, v);
@@ -328,6 +332,7 @@ class Validation {
       absl::StatusOr<double> slowdown = MeasureOpRates(c.bare_op_s, &*hw, report);
       if (!slowdown.ok()) return CalibrationFailed();
       c.other_slowdown = *slowdown;
+      if (!MeasureSharedOpRates(c.bare_op_s, &*hw, report).ok()) return CalibrationFailed();
     }
     c.hw = *hw;
     return c;
@@ -590,7 +595,10 @@ class Validation {
 
   // One rank's real step at a quarter of the batch, every op timed (OpCounter::kTimed): the op
   // records of its fastest step, and that step's seconds.
-  absl::StatusOr<std::vector<OpCount>> TimedStepOps(int64_t cal_batch, double* best) {
+  // sync: steps that run beside this one (MeasureSharedOpRates) start together (the ranks of a
+  // mesh do: their collectives hold them in step); this run leaves it when it ends.
+  absl::StatusOr<std::vector<OpCount>> TimedStepOps(int64_t cal_batch, double* best,
+                                                    std::barrier<>* sync = nullptr) {
     TrainOptions o;
     o.steps = 6;
     o.batch = cal_batch;
@@ -609,6 +617,7 @@ class Validation {
     o.hooks.on_phase = [&](const char* phase) {
       const std::string ph = phase;
       if (ph == "step") {
+        if (sync != nullptr) sync->arrive_and_wait();
         at_step = counter->ops().size();
         t_step = std::chrono::steady_clock::now();
       } else if (ph == "end") {
@@ -623,6 +632,7 @@ class Validation {
     absl::StatusOr<GptLayout> layout = GptLayout::Create(Mesh(), s_.cfg, false);
     absl::StatusOr<TrainResult> r =
         layout.ok() ? TrainGpt(*layout, InitGpt(s_.cfg, 1), tokens_, o) : layout.status();
+    if (sync != nullptr) sync->arrive_and_drop();
     if (!r.ok()) return r.status();
     return best_ops;
   }
@@ -677,6 +687,57 @@ class Validation {
         cal_batch, 1e3 * best, best_ops.size(), 1e3 * timed_s, 1e3 * gemm_s, bare_op_s,
         hw->op_rate.size(), table, other_slowdown));
     return other_slowdown;
+  }
+
+  // The same kinds' speeds while as many such steps run at once as the machine has hardware
+  // threads (each its own thread and OpCounter, their steps started together): what the ranks
+  // of a simulated mesh see, sharing the caches and the memory (HardwareProfile::shared_op_rate; the cost model interpolates by
+  // the ranks computing at once). Each kind's rate is its bytes over its time summed over the
+  // threads' fastest steps.
+  absl::Status MeasureSharedOpRates(double bare_op_s, HardwareProfile* hw, bool report) {
+    const int threads = static_cast<int>(std::thread::hardware_concurrency());
+    if (threads < 2) return absl::OkStatus();  // one rank at a time: op_rate is what it sees
+    const int64_t cal_batch = std::max<int64_t>(1, s_.batch / 4);
+    std::vector<absl::StatusOr<std::vector<OpCount>>> ops(threads);
+    std::vector<double> best(threads, 1e30);
+    {
+      std::barrier<> sync(threads);
+      std::vector<std::thread> runs;
+      for (int i = 0; i < threads; ++i) {
+        runs.emplace_back([&, i] { ops[i] = TimedStepOps(cal_batch, &best[i], &sync); });
+      }
+      for (std::thread& t : runs) t.join();
+    }
+    std::vector<OpCount> all;
+    for (const auto& o : ops) {
+      if (!o.ok()) return o.status();
+      all.insert(all.end(), o->begin(), o->end());
+    }
+    HardwareProfile shared = *hw;
+    shared.op_rate.clear();
+    absl::StatusOr<std::vector<OpRateRow>> kinds = WithOpRates(all, bare_op_s, &shared);
+    if (!kinds.ok()) return kinds.status();
+    hw->shared_op_rate_threads = threads;
+    hw->shared_op_rate = shared.op_rate;
+    std::vector<double> slower;
+    double alone_s = 0, shared_s = 0;
+    for (const OpRateRow& k : *kinds) {
+      const auto a = hw->op_rate.find({k.op, k.dtype});
+      if (k.rate <= 0 || a == hw->op_rate.end()) continue;
+      slower.push_back(a->second / k.rate);
+      alone_s += k.bytes / a->second;
+      shared_s += k.bytes / k.rate;
+    }
+    std::sort(slower.begin(), slower.end());
+    Say(report, absl::StrFormat(
+        "The same step on %d threads at once (the ranks of a simulated mesh share the caches and "
+        "the memory), every op timed: the rated kinds %.2fx slower in all than one rank alone "
+        "(median kind %.2fx, %.2fx to %.2fx); the planner prices a mesh's non-GEMM ops between "
+        "the two by the ranks computing at once (shared_op_rate).\n\n",
+        threads, alone_s > 0 ? shared_s / alone_s : 1.0,
+        slower.empty() ? 1.0 : slower[slower.size() / 2], slower.empty() ? 1.0 : slower.front(),
+        slower.empty() ? 1.0 : slower.back()));
+    return absl::OkStatus();
   }
 
   // One pass of one mesh: predicted with `hw` (the start profile), then trained for --steps

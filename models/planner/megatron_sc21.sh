@@ -85,7 +85,8 @@ while read -r name l h a t p n B mbs lpv paper; do
     overlap=true    # torch DDP: bucketed all-reduce during the backward
   fi
   model=(--layers="$l" --d_model="$h" --heads="$a" --vocab=51200 --seq=2048 --batch="$B"
-         --gpus="$n" --profile=a100_node --refused=false)
+         --gpus="$n" --profile=a100_node --refused=false
+         --recompute_memory=estimate)  # Megatron keeps what Korthikanti et al. count
   if [ "$MODE" = rank ]; then
     paper_restricted=$("$PLAN_GPT" "${model[@]}" --mesh="$spec" --overlap=$overlap --top=1 "$@" \
       2>/dev/null | first_row)

@@ -78,6 +78,8 @@ TrainOptions CandidateTrainOptions(const Candidate& c, const PlanRequest& req) {
   o.pipeline.schedule =
       c.pipeline.schedule == "interleaved_1f1b" ? std::string("1f1b") : c.pipeline.schedule;
   o.grad_accum = c.grad_accum;
+  if (c.recompute == Recompute::kFull) o.recompute = RecomputeMode::kFull;
+  if (c.recompute == Recompute::kSelective) o.recompute = RecomputeMode::kSelective;
   // The profile is the reference schedule's work (every collective at its use, gathered
   // parameters kept, one all-reduce per gradient): the planner prices the overlapped schedule
   // (buckets, prefetch, reshard) from it itself (step_schedule.h, shape_only_keeps_gathered).
@@ -370,9 +372,12 @@ std::vector<std::string> PlanAssumptions(const PlanRequest& req, const HardwareP
   a.push_back(hw.cores > 0
                   ? "pipelines run the trainer's lockstep ticks"
                   : "pipelines run asynchronously (each action when its input has arrived)");
-  a.push_back(
-      "recomputation (rc=) priced from Korthikanti et al. 2022 (arXiv 2205.05198) applied to "
-      "the shape-only profile; FSDP meshes try reshard_after_forward true and false (keep)");
+  a.push_back(absl::StrCat(
+      "recomputation (rc=): its work from Korthikanti et al. 2022 (arXiv 2205.05198) applied to "
+      "the shape-only profile, its memory ",
+      req.measure_recompute ? "from a shape-only step with the trainer's --recompute"
+                            : "from that accounting too (--recompute_memory=estimate)",
+      "; FSDP meshes try reshard_after_forward true and false (keep)"));
   a.push_back("activations and parameters as the framework stores them (shape-only "
               "MemoryTracker), against the profile's usable memory; no NCCL trees, one NIC per "
               "GPU, no stragglers, no data loading");
@@ -400,7 +405,8 @@ absl::StatusOr<double> InFlight(const PipelineSpec& ps, int stage) {
 
 // The candidate whose shape-only step is profiled: the work per rank does not depend on the
 // interleaving (its chunks are the stage's layers), the recomputation or the resharding
-// (applied to the profile afterwards). GPipe is profiled on its own: the trainer's lockstep
+// (applied to the profile afterwards; a recomputing variant's memory is profiled again with the
+// trainer's --recompute, PlanRequest::measure_recompute). GPipe is profiled on its own: the trainer's lockstep
 // exchange logs other transfers for it than for 1F1B.
 Candidate ProfiledCandidate(Candidate c) {
   if (c.pipeline.schedule == "interleaved_1f1b") c.pipeline.schedule = "1f1b";
@@ -460,44 +466,61 @@ bool FusedAttention(const RoleWork& w) {
   return false;
 }
 
-// The profiled roles as the candidate's variant runs them: the schedule's activations in
-// flight, FSDP's gathered parameters as the overlapped trainer holds them, recomputation.
+// One profiled role's activations as the candidate's variant holds them: the schedule's
+// microbatches in flight, FSDP's gathered parameters as the overlapped trainer holds them.
+absl::Status HeldActivations(const Candidate& c, const PlanRequest& req,
+                             const std::vector<int64_t>& split, RoleWork& w) {
+  const PipelineSpec& ps = c.pipeline;
+  const double scale = DTypeSize(req.config.compute_dtype()) / ElemBytes(req.config.dtype);
+  const int stage = std::max(0, w.pp_stage);
+  if (w.layers <= 0) w.layers = static_cast<int>(split[std::min<size_t>(stage, split.size() - 1)]);
+  absl::StatusOr<double> profiled = InFlight(ProfiledCandidate(c).pipeline, stage);
+  absl::StatusOr<double> target = InFlight(ps, stage);
+  if (!profiled.ok()) return profiled.status();
+  if (!target.ok()) return target.status();
+  double act = w.activation_peak_bytes, hold = 0;
+  if (req.step.overlap && HasFsdpGather(w)) {
+    // The whole gathered model of the role, as the shape-only step holds it (f32), against
+    // prefetch + 1 layers (resharding) or the whole model in the compute dtype (keeping).
+    int group = 1;
+    for (const CollectiveWork& col : w.collectives) {
+      if (col.phase == "fsdp" && col.op == "all_gather") group = std::max(group, col.group_size);
+    }
+    const int passes = ProfiledCandidate(c).pipeline.microbatches * c.grad_accum;
+    const double full = FsdpShardBytes(w, passes) * group;
+    if (req.shape_only_keeps_gathered) act = std::max(0.0, act - full);
+    const double layers_held =
+        std::min(1.0, (req.step.fsdp_prefetch + 1.0) / std::max(1, w.layers));
+    hold = (c.reshard_after_forward ? layers_held : 1.0) * full * scale;
+  }
+  act *= *target / *profiled;
+  w.in_flight = static_cast<int>(std::ceil(*target));
+  w.peak_bytes += act + hold - w.activation_peak_bytes;
+  w.activation_peak_bytes = act + hold;
+  return absl::OkStatus();
+}
+
+// The profiled roles as the candidate's variant runs them (HeldActivations), and its
+// recomputation: the work from req.recompute_estimator; the memory from it too, or, given
+// `measured` (the same roles profiled with the trainer's own --recompute), from that.
 absl::StatusOr<std::vector<RoleWork>> VariantRoles(const std::vector<RoleWork>& base,
-                                                   const Candidate& c, const PlanRequest& req) {
+                                                   const Candidate& c, const PlanRequest& req,
+                                                   const std::vector<RoleWork>* measured) {
   const PipelineSpec& ps = c.pipeline;
   const bool piped = ps.stages > 1 || ps.microbatches > 1;
   absl::StatusOr<std::vector<int64_t>> split =
       piped ? SplitLayers(req.config.layers, ps.stages)
             : absl::StatusOr<std::vector<int64_t>>(std::vector<int64_t>{req.config.layers});
   if (!split.ok()) return split.status();
-  const double scale = DTypeSize(req.config.compute_dtype()) / ElemBytes(req.config.dtype);
+  if (measured != nullptr && measured->size() != base.size()) {
+    return absl::InternalError(absl::StrCat("the recomputing profile of ", c.Name(), " has ",
+                                            measured->size(), " roles; the reference has ",
+                                            base.size()));
+  }
   std::vector<RoleWork> out;
-  for (RoleWork w : base) {
-    const int stage = std::max(0, w.pp_stage);
-    if (w.layers <= 0) w.layers = static_cast<int>((*split)[std::min<size_t>(stage, split->size() - 1)]);
-    absl::StatusOr<double> profiled = InFlight(ProfiledCandidate(c).pipeline, stage);
-    absl::StatusOr<double> target = InFlight(ps, stage);
-    if (!profiled.ok()) return profiled.status();
-    if (!target.ok()) return target.status();
-    double act = w.activation_peak_bytes, hold = 0;
-    if (req.step.overlap && HasFsdpGather(w)) {
-      // The whole gathered model of the role, as the shape-only step holds it (f32), against
-      // prefetch + 1 layers (resharding) or the whole model in the compute dtype (keeping).
-      int group = 1;
-      for (const CollectiveWork& col : w.collectives) {
-        if (col.phase == "fsdp" && col.op == "all_gather") group = std::max(group, col.group_size);
-      }
-      const int passes = ProfiledCandidate(c).pipeline.microbatches * c.grad_accum;
-      const double full = FsdpShardBytes(w, passes) * group;
-      if (req.shape_only_keeps_gathered) act = std::max(0.0, act - full);
-      const double layers_held =
-          std::min(1.0, (req.step.fsdp_prefetch + 1.0) / std::max(1, w.layers));
-      hold = (c.reshard_after_forward ? layers_held : 1.0) * full * scale;
-    }
-    act *= *target / *profiled;
-    w.in_flight = static_cast<int>(std::ceil(*target));
-    w.peak_bytes += act + hold - w.activation_peak_bytes;
-    w.activation_peak_bytes = act + hold;
+  for (size_t i = 0; i < base.size(); ++i) {
+    RoleWork w = base[i];
+    if (absl::Status s = HeldActivations(c, req, *split, w); !s.ok()) return s;
     if (c.recompute != Recompute::kNone) {
       RecomputeShape sh;
       sh.config = req.config;
@@ -511,6 +534,12 @@ absl::StatusOr<std::vector<RoleWork>> VariantRoles(const std::vector<RoleWork>& 
       absl::StatusOr<RoleWork> r = req.recompute_estimator(w, c.recompute, sh);
       if (!r.ok()) return r.status();
       w = *std::move(r);
+    }
+    if (measured != nullptr) {
+      RoleWork m = (*measured)[i];
+      if (absl::Status s = HeldActivations(c, req, *split, m); !s.ok()) return s;
+      w.activation_peak_bytes = m.activation_peak_bytes;
+      w.peak_bytes = m.peak_bytes;
     }
     out.push_back(std::move(w));
   }
@@ -543,13 +572,29 @@ struct Evaluated {
   double persistent = 0, activation = 0;  // of the no-recompute variant's largest role
 };
 
+// The candidate's roles profiled with the trainer's own recomputation `mode` (shape-only).
+using RecomputingProfile =
+    std::function<const absl::StatusOr<std::vector<RoleWork>>&(Recompute mode)>;
+
 absl::StatusOr<Evaluated> Evaluate(const Candidate& c, const std::vector<RoleWork>& roles,
                                    const PlanRequest& req, const HardwareProfile& node,
-                                   const Plan& plan) {
+                                   const Plan& plan, const RecomputingProfile& recomputing) {
   Evaluated e;
   const auto peak = node.peak_flops.find(req.config.compute_dtype());
-  for (const Candidate& v : Variants(c, req)) {
-    absl::StatusOr<std::vector<RoleWork>> vr = VariantRoles(roles, v, req);
+  std::vector<Candidate> variants = Variants(c, req);
+  std::stable_partition(variants.begin(), variants.end(),
+                        [](const Candidate& v) { return v.recompute == Recompute::kNone; });
+  bool every_none_fits = true, any_none = false;
+  for (const Candidate& v : variants) {
+    const std::vector<RoleWork>* measured = nullptr;
+    if (v.recompute != Recompute::kNone && req.measure_recompute) {
+      // A variant without recomputation that fits beats the same schedule recomputing.
+      if (any_none && every_none_fits) continue;
+      const absl::StatusOr<std::vector<RoleWork>>& m = recomputing(v.recompute);
+      if (!m.ok()) continue;  // the trainer refuses this recomputation here: not a variant
+      measured = &*m;
+    }
+    absl::StatusOr<std::vector<RoleWork>> vr = VariantRoles(roles, v, req, measured);
     if (!vr.ok()) continue;  // e.g. recomputation of a role without layers: not a variant
     StepOptions o = req.step;
     o.reshard_after_forward = v.reshard_after_forward;
@@ -563,6 +608,10 @@ absl::StatusOr<Evaluated> Evaluate(const Candidate& c, const std::vector<RoleWor
                   ? 0
                   : plan.model_flops_per_step / (p->step_s * req.gpus * peak->second);
     row.fits = p->peak_bytes <= node.UsableMemory();
+    if (v.recompute == Recompute::kNone) {
+      any_none = true;
+      every_none_fits = every_none_fits && row.fits;
+    }
     row.roles = *std::move(vr);
     if (v.recompute == Recompute::kNone && v.reshard_after_forward) {
       for (const RoleWork& w : row.roles) {
@@ -634,8 +683,7 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
     ++plan.profiled;
     return cache.emplace(name, std::move(w)).first->second;
   };
-  auto profiled = [&](const Candidate& c) -> const absl::StatusOr<std::vector<RoleWork>>& {
-    const Candidate key = ProfiledCandidate(c);
+  auto profiled_key = [&](const Candidate& key) -> const absl::StatusOr<std::vector<RoleWork>>& {
     auto it = cache.find(key.Name());
     if (it != cache.end()) return it->second;
     if (std::optional<Repeats> rep = MicrobatchRepeats(key, req); rep.has_value()) {
@@ -652,6 +700,9 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
     }
     return run(key, req.global_batch);
   };
+  auto profiled = [&](const Candidate& c) -> const absl::StatusOr<std::vector<RoleWork>>& {
+    return profiled_key(ProfiledCandidate(c));
+  };
   int done = 0;
   for (Candidate c : *cands) {
     std::optional<PlanRow> best, smallest;
@@ -663,7 +714,13 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
         failed = roles.status();
         break;
       }
-      absl::StatusOr<Evaluated> e = Evaluate(c, *roles, req, node, plan);
+      const RecomputingProfile recomputing =
+          [&](Recompute mode) -> const absl::StatusOr<std::vector<RoleWork>>& {
+        Candidate key = ProfiledCandidate(c);
+        key.recompute = mode;
+        return profiled_key(key);
+      };
+      absl::StatusOr<Evaluated> e = Evaluate(c, *roles, req, node, plan, recomputing);
       if (!e.ok()) return e.status();  // a profile that cannot price this work: the user's to fix
       if (e->best_fit && (!best || e->best_fit->prediction.step_s < best->prediction.step_s)) {
         best = std::move(e->best_fit);

@@ -52,6 +52,10 @@ ABSL_FLAG(std::string, virtual_stages, "2,4",
           "model chunks per stage to try with interleaved_1f1b (those that split the layers)");
 ABSL_FLAG(std::string, recompute, "none,selective,full",
           "activation recomputation settings to try per mesh (the fastest that fits is shown)");
+ABSL_FLAG(std::string, recompute_memory, "measured",
+          "a recomputing mesh's memory: measured (a shape-only step with the trainer's own "
+          "--recompute: what this framework keeps) or estimate (Korthikanti et al.'s accounting, "
+          "what Megatron-LM keeps)");
 ABSL_FLAG(std::string, reshard_after_forward, "true,false",
           "FSDP meshes: reshard_after_forward settings to try (false shows as 'keep')");
 ABSL_FLAG(std::string, data_parallel, "dp,fsdp,hsdp",
@@ -134,6 +138,13 @@ absl::Status SetSearchFlags(planner::PlanRequest& req) {
     req.recompute.push_back(*mode);
   }
   if (req.recompute.empty()) return (absl::InvalidArgumentError("--recompute is empty"));
+  const std::string memory = absl::GetFlag(FLAGS_recompute_memory);
+  if (memory != "measured" && memory != "estimate") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--recompute_memory='", memory, "': use measured (this framework's trainer) or estimate "
+        "(Korthikanti et al.'s accounting, e.g. to price Megatron-LM's runs)"));
+  }
+  req.measure_recompute = memory == "measured";
   req.reshard_after_forward.clear();
   for (absl::string_view r : absl::StrSplit(absl::GetFlag(FLAGS_reshard_after_forward), ',',
                                             absl::SkipWhitespace())) {

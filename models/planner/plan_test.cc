@@ -272,6 +272,7 @@ TEST(PlanTest, RecomputationIsChosenWhenNothingElseFits) {
   // Stage 0 holds 2 microbatches of 2 blocks: none 21 MB; selective keeps 34/54 of the 20 MB of
   // activations (13.6 MB: 14.6 MB), full 2/54 and one block's 5 MB (5.7 MB: 6.7 MB).
   hw.memory_bytes = 10e6;
+  r.measure_recompute = false;  // the estimator's memory (this profiler ignores --recompute)
   absl::StatusOr<Plan> p = PlanGpt(r, hw, prof);
   ASSERT_TRUE(p.ok()) << p.status();
   ASSERT_EQ(p->rows.size(), 1u) << FormatPlan(*p, 5);
@@ -283,6 +284,53 @@ TEST(PlanTest, RecomputationIsChosenWhenNothingElseFits) {
   p = PlanGpt(r, hw, prof);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->rows[0].candidate.recompute, Recompute::kNone);
+}
+
+TEST(PlanTest, RecomputingVariantsTakeTheTrainersOwnMemoryAndAreProfiledOnlyWhenNeeded) {
+  // A profiler that runs --recompute as the candidate says (the shape-only step's memory per
+  // mode: none 20 MB, selective 12 MB, full 4 MB of activations on 1 MB of state); the
+  // estimator's work stays. Recomputing profiles are made only when no variant without fits.
+  PlanRequest r = Small(1);
+  r.config = GptConfig{.layers = 4, .d_model = 64, .heads = 4, .vocab = 32, .seq = 64};
+  r.only_meshes = {"single"};
+  r.global_batch = 1;  // no gradient accumulation to fall back on
+  std::map<Recompute, int> calls;
+  Profiler prof = [&](const Candidate& c,
+                      const PlanRequest&) -> absl::StatusOr<std::vector<RoleWork>> {
+    ++calls[c.recompute];
+    RoleWork w;
+    w.layers = 4;
+    w.gemms.push_back({.m = 64, .n = 64, .k = 64});
+    w.activation_peak_bytes = c.recompute == Recompute::kNone        ? 20e6
+                              : c.recompute == Recompute::kSelective ? 12e6
+                                                                     : 4e6;
+    w.peak_bytes = 1e6 + w.activation_peak_bytes;
+    return std::vector<RoleWork>{w};
+  };
+  HardwareProfile hw = Node();
+  hw.memory_bytes = 10e6;  // only full fits: 5 MB
+  absl::StatusOr<Plan> p = PlanGpt(r, hw, prof);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->rows.size(), 1u) << FormatPlan(*p, 5);
+  EXPECT_EQ(p->rows[0].candidate.recompute, Recompute::kFull);
+  EXPECT_DOUBLE_EQ(p->rows[0].prediction.peak_bytes, 5e6);  // the profiled one, not an estimate
+  EXPECT_EQ(calls[Recompute::kSelective], 1);
+  EXPECT_EQ(calls[Recompute::kFull], 1);
+  // With room for the variant without recomputation: nothing recomputing is profiled.
+  calls.clear();
+  hw.memory_bytes = 1e9;
+  p = PlanGpt(r, hw, prof);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->rows[0].candidate.recompute, Recompute::kNone);
+  EXPECT_EQ(calls[Recompute::kNone], 1);
+  EXPECT_EQ(calls.count(Recompute::kSelective) + calls.count(Recompute::kFull), 0u);
+  // A mesh that asks for full recomputation is profiled with it.
+  calls.clear();
+  r.only_meshes = {"single rc=full"};
+  p = PlanGpt(r, hw, prof);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_DOUBLE_EQ(p->rows[0].prediction.peak_bytes, 5e6);
+  EXPECT_EQ(calls[Recompute::kFull], 1);
 }
 
 TEST(PlanTest, MemoryLowerBoundRefusesBeforeProfiling) {

@@ -1,0 +1,108 @@
+// The planner's recomputation estimate (KorthikantiRecompute applied to the reference step's
+// shape-only profile) against the trainer's own --recompute, profiled shape-only: the GEMM work
+// is the same (the planner prices it from the estimate), the kept activations are not (the
+// planner profiles a recomputing variant's memory: PlanRequest::measure_recompute), and the
+// planner's row carries the trainer's memory.
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "models/gpt.h"
+#include "models/planner/plan.h"
+#include "models/planner/recompute.h"
+#include "models/planner/shape_only_source.h"
+#include "models/train/gpt_shape_only.h"
+
+namespace shardmap::planner {
+namespace {
+
+const GptConfig kCfg{.layers = 4, .d_model = 256, .heads = 4, .vocab = 512, .seq = 512,
+                     .dtype = DType::kF32};
+constexpr int64_t kBatch = 8;
+
+RoleWork Profile(const std::string& mesh, bool sp, std::optional<RecomputeMode> mode) {
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh(mesh), kCfg, sp);
+  EXPECT_TRUE(layout.ok()) << layout.status();
+  TrainOptions o;
+  o.batch = kBatch;
+  o.overlap.on = false;
+  o.recompute = mode;
+  absl::StatusOr<std::vector<StepProfile>> p = ProfileGptStep(*layout, o);
+  EXPECT_TRUE(p.ok()) << p.status();
+  RoleWork w = ToRoleWork((*p)[0], -1);
+  if (w.layers <= 0) w.layers = static_cast<int>(kCfg.layers);
+  return w;
+}
+
+double GemmFlops(const RoleWork& w) {
+  double f = 0;
+  for (const GemmWork& g : w.gemms) f += g.flops();
+  for (const GemmWork& g : w.recompute_gemms) f += g.flops();
+  return f;
+}
+
+struct Case {
+  const char* mesh;
+  bool sp;
+  int tp, dp;
+};
+
+TEST(RecomputeVsTrainerTest, SameGemmWorkButTheTrainerKeepsMoreThanTheEstimate) {
+  for (const Case& c : {Case{"dp=1", false, 1, 1}, Case{"dp=2", false, 1, 2},
+                        Case{"tp=2", false, 2, 1}, Case{"tp=2", true, 2, 1},
+                        Case{"dp_shard=2", false, 1, 2}}) {
+    const RoleWork none = Profile(c.mesh, c.sp, RecomputeMode::kNone);
+    for (auto [mode, rc] : {std::pair{RecomputeMode::kFull, Recompute::kFull},
+                            std::pair{RecomputeMode::kSelective, Recompute::kSelective}}) {
+      SCOPED_TRACE(absl::StrCat(c.mesh, c.sp ? " +sp " : " ", RecomputeModeName(mode)));
+      const RoleWork real = Profile(c.mesh, c.sp, mode);
+      RecomputeShape sh;
+      sh.config = kCfg;
+      sh.tp = c.tp;
+      sh.sp = c.sp;
+      sh.microbatch_rows = kBatch / c.dp;
+      absl::StatusOr<RoleWork> est = KorthikantiRecompute()(none, rc, sh);
+      ASSERT_TRUE(est.ok()) << est.status();
+      EXPECT_NEAR(GemmFlops(*est) / GemmFlops(real), 1.0, 1e-12);
+      const double ratio = est->activation_peak_bytes / real.activation_peak_bytes;
+      std::printf("%-10s%s %-9s activations: none %.1f MiB, trainer %.1f, estimate %.1f (%.2f)\n",
+                  c.mesh, c.sp ? " +sp" : "    ", RecomputeModeName(mode),
+                  none.activation_peak_bytes / 1048576.0, real.activation_peak_bytes / 1048576.0,
+                  est->activation_peak_bytes / 1048576.0, ratio);
+      // Both recompute: below the reference's activations.
+      EXPECT_LT(real.activation_peak_bytes, none.activation_peak_bytes);
+      EXPECT_LT(est->activation_peak_bytes, real.activation_peak_bytes);
+    }
+  }
+}
+
+TEST(RecomputeVsTrainerTest, ThePlansRowCarriesTheTrainersMemory) {
+  PlanRequest r;
+  r.config = kCfg;
+  r.gpus = 2;
+  r.global_batch = kBatch;
+  r.step.overlap = false;
+  HardwareProfile hw = *LoadHardwareProfile("h100_node");
+  for (const char* mesh : {"dp=2 rc=full", "tp=2:+sp rc=selective"}) {
+    SCOPED_TRACE(mesh);
+    r.only_meshes = {mesh};
+    absl::StatusOr<Plan> p = PlanGpt(r, hw, ShapeOnlyProfiler());
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_EQ(p->rows.size(), 1u) << FormatPlan(*p, 3);
+    const bool tp = absl::StrContains(mesh, "tp");
+    const RoleWork real = Profile(tp ? "tp=2" : "dp=2", tp,
+                                  tp ? RecomputeMode::kSelective : RecomputeMode::kFull);
+    EXPECT_DOUBLE_EQ(p->rows[0].prediction.peak_bytes, real.peak_bytes);
+    r.measure_recompute = false;  // the estimate: less
+    absl::StatusOr<Plan> q = PlanGpt(r, hw, ShapeOnlyProfiler());
+    ASSERT_TRUE(q.ok()) << q.status();
+    EXPECT_LT(q->rows[0].prediction.peak_bytes, real.peak_bytes);
+    r.measure_recompute = true;
+  }
+}
+
+}  // namespace
+}  // namespace shardmap::planner

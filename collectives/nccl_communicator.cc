@@ -936,9 +936,8 @@ class NcclCommunicator final : public Communicator {
                                            rank_, " of ", size_, ")");
     std::unique_lock<std::mutex> use(slot_->mu);
     if (const absl::Status why = world_->failure(); !why.ok() || comm_ == nullptr) {
-      return absl::Status(why.ok() ? absl::StatusCode::kAborted : why.code(),
-                          absl::StrCat(where, " refused: the communicator was aborted after an "
-                                       "earlier failure: ", why.message()));
+      return absl::AbortedError(absl::StrCat(where, " refused: the communicator was aborted "
+                                             "after an earlier failure: ", why.message()));
     }
     if (completion == Completion::kDefault) {
       completion = blocking_wait_ ? Completion::kHostWait : Completion::kWatch;

@@ -16,9 +16,10 @@
 // NCCL error, a peer's published failure, the world failing in another group, `timeout`
 // passed) is reported there as a failed blocking call would be (published for the peers, the
 // communicator aborted so that its stuck kernel exits and the stream moves on) and poisons the
-// world: the next call of any communicator of the world is refused with that status (Aborted
-// or the failure's own code), and CheckNcclWorld / FlushNccl below return it at the caller's
-// sync point. A value read after the failure is garbage: check at the sync point.
+// world: the next call of any communicator of the world is refused (Aborted, naming the
+// failure; a host-waiting call already in progress fails with the failure's own code), and
+// CheckNcclWorld / FlushNccl below return it, with its own code, at the caller's sync point.
+// A value read after the failure is garbage: check at the sync point.
 // The exceptions wait for the stream on the host as before (counted, kNcclBlockingCall):
 //   - Barrier(): a host barrier by contract (benchmarks time with it, processes hand files over
 //     with it); it also waits for everything enqueued on the stream before it;
@@ -31,7 +32,8 @@
 // Failures across processes: a communicator made with a shared store (the shared_ptr factory,
 // FromEnv) keeps it, with a PeerFailureBoard per world (peer_failure_board.h). The rank whose
 // call fails first publishes its status there before it aborts; its peers, whose NCCL calls
-// then fail or stay stuck, see the publication (their waits look at the board every 100 ms) and
+// then fail or stay stuck, see the publication (their host waits and the watchdog look at the
+// board every 100 ms once a call has been pending that long) and
 // return that rank's own code and message ("rank 2 failed: root 7 is not a rank ..."). When no
 // rank published (a timeout, an NCCL error), the ranks of the group publish the collective they
 // are stuck in (numbered per

@@ -26,6 +26,13 @@
 // or aborts its ncclComm_t under slot.mu and leaves null, and the watchdog only waits for the
 // events then. The world stops its watchdog (joins the thread) when the last communicator and
 // started call of the world are gone; calls still pending are dropped (their events destroyed).
+//
+// Limit: the abort waits for slot.mu. The owner holds it only while it enqueues a call (a
+// non-blocking communicator's enqueue does not wait for the GPU, and its poll gives up at the
+// world's failure within kWatchAfter), so the abort follows promptly; were the owner's launch
+// itself blocked by CUDA (its launch queue full behind the stuck kernel), the abort would wait
+// for it. NCCL allows one thread at a time per communicator, so aborting without the lock would
+// race with the enqueue (PyTorch's watchdog takes that risk; this one does not).
 #ifndef SHARDMAP_COLLECTIVES_NCCL_WATCHDOG_H_
 #define SHARDMAP_COLLECTIVES_NCCL_WATCHDOG_H_
 

@@ -897,7 +897,12 @@ class NcclCommunicator final : public Communicator {
       }
       // The stream may wait on a started call (Wait() ordered it after the lane's done event).
       if (lane_ != nullptr) SM_COLL_RETURN_IF_ERROR(lane_->AsyncError());
-      if (absl::Now() >= deadline) {
+      // Stream-ordered calls enqueued before this one and still watched are the likelier
+      // culprits (their deadlines come first): let the watchdog report them (it compares the
+      // group's stuck calls, which this call's own report would muddle) before timing out.
+      const absl::Time now = absl::Now();
+      const absl::Duration grace = 2 * world_->peer_failure_wait() + absl::Seconds(1);
+      if (now >= deadline && !(now < deadline + grace && world_->pending() > 0)) {
         return absl::DeadlineExceededError(absl::StrCat(
             "timed out after ", absl::FormatDuration(timeout_),
             " waiting for the collective to finish (a peer may have failed, left, or issued a "

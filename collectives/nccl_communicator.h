@@ -158,9 +158,10 @@ absl::Status AbortNcclWorld(Communicator& comm, const absl::Status& why);
 // value read is then garbage). InvalidArgument when `comm` is not an NCCL communicator.
 absl::Status CheckNcclWorld(Communicator& comm);
 
-// Waits for `comm`'s stream on the host (a host wait, counted kStreamSync), then CheckNcclWorld:
-// every call enqueued before it either completed or was reported. Bounded: a stuck call is
-// aborted by the watchdog at its timeout, which lets the stream finish.
+// Waits for `comm`'s stream (memory_space().stream) on the host (a host wait, counted
+// kStreamSync), then CheckNcclWorld: every call enqueued on that stream before it (started calls
+// once waited) completed, or its failure is returned. Bounded: a stuck call is aborted by the
+// watchdog at its timeout, which lets the stream finish.
 absl::Status FlushNccl(Communicator& comm);
 
 // Started-call timeline (the GPU bundle's overlap check, tests/gpu_nccl_overlap_check.cc).

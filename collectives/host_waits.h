@@ -1,14 +1,16 @@
 // Host waits: every place where this process's host thread blocks until GPU work is done
 // (cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize, a device->host read, an
-// NCCL blocking call that waits for its stream) counts itself here, by kind, process-wide and
-// per thread. A training step on the GPU should wait once (its loss read); the GPU bundle's
-// overlap check (tests/gpu_nccl_overlap_check.cc) reports the count per step.
+// NCCL call that waits for its stream) counts itself here, by kind, process-wide and per
+// thread. A training step on the GPU waits once (its loss read): NCCL's blocking collectives
+// are stream-ordered (collectives/nccl_communicator.h) and wait for nothing; the GPU bundle's
+// overlap check (tests/gpu_nccl_overlap_check.cc) reports the count per step and fails on any
+// other wait.
 //
 //   const HostWaitCounts before = HostWaitSnapshot();
 //   RunOneStep();
 //   const HostWaitCounts step = HostWaitSnapshot() - before;
-//   step.total();                          // e.g. 3
-//   step.ToString();                       // "nccl_blocking_call=2 d2h_read=1"
+//   step.total();                          // e.g. 1
+//   step.ToString();                       // "d2h_read=1"
 //   step[HostWait::kDeviceToHostRead];     // 1
 //
 // Counted by the callers (collectives/nccl_communicator.cc, tensor/cuda/device_memory.cc,
@@ -25,7 +27,8 @@
 namespace shardmap::collectives {
 
 enum class HostWait : uint8_t {
-  kNcclBlockingCall,  // a blocking NCCL collective waiting for its stream
+  kNcclBlockingCall,  // an NCCL call waiting for its stream: Barrier(), or any blocking
+                      // collective with NcclOptions::blocking_wait (else stream-ordered)
   kStreamSync,        // cudaStreamSynchronize (other than a read)
   kEventSync,         // cudaEventSynchronize
   kDeviceSync,        // cudaDeviceSynchronize

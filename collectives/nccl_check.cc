@@ -57,6 +57,9 @@ std::vector<T> RoundTrip(const std::vector<T>& in, size_t out_count,
   // run on the communicator's non-blocking stream, which does not wait for the legacy stream.
   cudaDeviceSynchronize();
   *s = op(d_in, d_out);
+  // The collectives are stream-ordered on the communicator's stream (they return once
+  // enqueued): the read waits for the device first (the caller's host wait).
+  cudaDeviceSynchronize();
   std::vector<T> out(out_count);
   cudaMemcpy(out.data(), d_out, out_count * sizeof(T), cudaMemcpyDeviceToHost);
   cudaFree(d_in);

@@ -1,5 +1,6 @@
 #include "collectives/nccl_communicator.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/distributed_env.h"
 
@@ -24,6 +25,7 @@
 #include "collectives/internal/status_macros.h"
 #include "collectives/host_waits.h"
 #include "collectives/nccl_finalize_policy.h"
+#include "collectives/nccl_watchdog.h"
 #endif
 
 namespace shardmap::collectives {
@@ -55,6 +57,12 @@ ResolvedNcclFailure ResolveNcclFailure(const absl::Status& own, FailureOrigin or
   }
   // This rank's own error, published unless it published first already (another group).
   return {own, /*publish=*/!first.has_value()};
+}
+
+bool NcclBlockingWaitFromEnv(const char* value) {
+  if (value == nullptr) return false;
+  const std::string v = absl::AsciiStrToLower(value);
+  return v == "1" || v == "on" || v == "true";
 }
 
 std::string NcclCallRecord(absl::string_view what, int64_t call_number) {
@@ -122,6 +130,16 @@ absl::Status AbortNcclWorld(Communicator& comm, const absl::Status&) {
       "AbortNcclWorld: ", comm.name(), " is not an NCCL communicator (NCCL is not built in)"));
 }
 
+absl::Status CheckNcclWorld(Communicator& comm) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "CheckNcclWorld: ", comm.name(), " is not an NCCL communicator (NCCL is not built in)"));
+}
+
+absl::Status FlushNccl(Communicator& comm) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "FlushNccl: ", comm.name(), " is not an NCCL communicator (NCCL is not built in)"));
+}
+
 void SetNcclStartedCallTimeline(bool) {}
 
 absl::StatusOr<std::vector<StartedCallSpan>> TakeNcclStartedCallTimeline() {
@@ -157,26 +175,24 @@ absl::StatusOr<ncclRedOp_t> ToNccl(ReduceOp op) {
   return absl::InvalidArgumentError(absl::StrCat("invalid ReduceOp value ", static_cast<int>(op)));
 }
 
-// Shared by a world communicator and every communicator split from it: one failure aborts all.
-struct NcclWorld {
-  std::mutex mu;
-  bool poisoned = false;
-  absl::Status why;
-  // Where this world's ranks publish their failures; null when the store was not kept.
-  std::shared_ptr<PeerFailureBoard> board;
-  int world_rank = 0;
-  absl::Duration peer_failure_wait;
-};
-
-// A wait looks at the world's failures (its other groups in this process, the board for other
-// processes) once it has lasted this long, so that calls that finish quickly never do.
-constexpr absl::Duration kWatchAfter = absl::Milliseconds(100);
+using internal::kWatchAfter;
+using internal::NcclCommSlot;
+using internal::NcclWorld;
 
 // What a call records for the mismatch check at a timeout. Only calls that every rank of the
 // group makes are numbered and compared: a Split's color and key differ across ranks by design
 // (it records "Split()"), and point-to-point calls are made by some ranks only (not recorded, so
 // they do not shift the numbers of the collectives either).
 enum class CallRecord { kAsDescribed, kSplit, kPointToPoint };
+
+// How a call completes once enqueued. kDefault: the communicator's mode (kHostWait with
+// NcclOptions::blocking_wait, else kWatch).
+enum class Completion {
+  kDefault,
+  kHostWait,  // the host waits for the stream (WaitStream: a counted host wait)
+  kWatch,     // stream-ordered: returns at once; the world's watchdog watches the call
+  kEnqueued,  // nothing on the stream to wait for (a split: done once made)
+};
 
 ncclConfig_t NonBlockingConfig() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -293,10 +309,8 @@ class NcclStartedCall final : public PendingCollective {
           absl::StrCat(what_, ": Wait() called twice; wait each started call exactly once"));
     }
     absl::Status s = Order();
-    std::lock_guard<std::mutex> l(world_->mu);
-    if (s.ok() && world_->poisoned) {
-      s = absl::Status(world_->why.code(), absl::StrCat(what_, ": the NCCL world failed: ",
-                                                         world_->why.message()));
+    if (const absl::Status why = world_->failure(); s.ok() && !why.ok()) {
+      s = absl::Status(why.code(), absl::StrCat(what_, ": the NCCL world failed: ", why.message()));
     }
     return s;
   }
@@ -335,10 +349,14 @@ class NcclCommunicator final : public Communicator {
  public:
   // stream_owner: null for the caller's stream; else it destroys the stream once the world
   // communicator and every communicator split from it (they share its stream) are gone.
+  // blocking_wait: every blocking collective waits for its stream (NcclOptions::blocking_wait).
   NcclCommunicator(ncclComm_t comm, int device, cudaStream_t stream,
                    std::shared_ptr<CUstream_st> stream_owner, absl::Duration timeout,
-                   std::shared_ptr<NcclWorld> world, std::string name, std::string group_key)
-      : comm_(comm),
+                   bool blocking_wait, std::shared_ptr<NcclWorld> world, std::string name,
+                   std::string group_key)
+      : slot_(std::make_shared<NcclCommSlot>(comm)),
+        comm_(slot_->comm),
+        blocking_wait_(blocking_wait),
         device_(device),
         stream_(stream),
         stream_owner_(std::move(stream_owner)),
@@ -352,14 +370,15 @@ class NcclCommunicator final : public Communicator {
 
   ~NcclCommunicator() override {
     cudaSetDevice(device_);
+    // The watchdog may abort the communicator meanwhile: it waits for slot_->mu.
+    std::unique_lock<std::mutex> use(slot_->mu);
+    // Scratch buffers are freed only when the communicator finished its work (finalized):
+    // after an abort, a copy into them queued behind a stuck kernel may still run (kept).
+    bool idle = comm_ != nullptr;
     if (comm_ != nullptr) {
-      bool poisoned;
-      {
-        std::lock_guard<std::mutex> l(world_->mu);
-        poisoned = world_->poisoned;
-      }
-      if (poisoned) {
+      if (!world_->failure().ok()) {
         ncclCommAbort(comm_);
+        idle = false;
       } else {
         // Finalize flushes outstanding work (non-blocking: poll), then destroy; abort once the
         // job is known to be failing and a short grace has passed (nccl_finalize_policy.h).
@@ -387,9 +406,13 @@ class NcclCommunicator final : public Communicator {
           ncclCommDestroy(comm_);
         } else {
           ncclCommAbort(comm_);
+          idle = false;
         }
       }
+      comm_ = nullptr;
     }
+    use.unlock();
+    if (!idle) return;
     // A destructor cannot return the error: print it (a sticky error surfaces at the next call).
     auto free_scratch = [this](void* p) {
       const absl::Status s = internal::CudaStatus(cudaFree(p), "cudaFree (~NcclCommunicator "
@@ -630,13 +653,16 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
+  // A host barrier: returns once every rank reached it and this rank's stream finished the
+  // work before it (always a host wait, counted: a barrier that returned before the peers
+  // arrived would be none; benchmarks and file hand-offs rely on it).
   absl::Status Barrier() override {
     return Run("Barrier()", [&]() -> absl::Status {
       SM_COLL_ASSIGN_OR_RETURN(void* one, Scratch(sizeof(float)));
       SM_NCCL_RETURN_IF_ERROR(
           ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, comm_, stream_), comm_);
       return absl::OkStatus();
-    });
+    }, nullptr, CallRecord::kAsDescribed, Completion::kHostWait);
   }
 
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
@@ -663,6 +689,7 @@ class NcclCommunicator final : public Communicator {
 
   // The lane's NCCL communicator: its asynchronous error, if any (OK when healthy or gone).
   absl::Status AsyncError() {
+    std::lock_guard<std::mutex> use(slot_->mu);
     if (comm_ == nullptr) return absl::OkStatus();
     ncclResult_t st = ncclSuccess;
     SM_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm_, &st), comm_);
@@ -674,8 +701,8 @@ class NcclCommunicator final : public Communicator {
   }
 
   // Enqueues a started call's collective on this (lane) communicator's stream, without waiting
-  // for the stream (Run with host_wait = false: it still polls the enqueue of the non-blocking
-  // communicator, which does not wait for the GPU).
+  // for the stream (Run with Completion::kWatch: it still polls the enqueue of the non-blocking
+  // communicator, which does not wait for the GPU, and hands the call to the watchdog).
   absl::Status EnqueueStarted(StartedOp kind, const void* send, void* recv, size_t count,
                               DataType dtype, ReduceOp op) {
     const char* reduce = kind == StartedOp::kAllGather ? nullptr : ReduceOpName(op);
@@ -693,7 +720,7 @@ class NcclCommunicator final : public Communicator {
                                 comm_);
       }
       return absl::OkStatus();
-    }, nullptr, CallRecord::kAsDescribed, /*host_wait=*/false);
+    }, nullptr, CallRecord::kAsDescribed, Completion::kWatch);
   }
 
   // A child communicator on `stream` (owned by `owner`, null: not owned). `kind` names it.
@@ -711,11 +738,11 @@ class NcclCommunicator final : public Communicator {
           ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config),
           comm_);
       return absl::OkStatus();
-    }, /*also_wait_for=*/&child, CallRecord::kSplit, /*host_wait=*/false);
+    }, /*also_wait_for=*/&child, CallRecord::kSplit, Completion::kEnqueued);
     if (!s.ok()) return s;
     if (child == nullptr) return std::unique_ptr<NcclCommunicator>();
     return std::make_unique<NcclCommunicator>(
-        child, device_, stream, std::move(owner), timeout_, world_,
+        child, device_, stream, std::move(owner), timeout_, blocking_wait_, world_,
         absl::StrCat(name_, "/", kind, "(color=", color, ")"),
         absl::StrCat(group_key_, "/s", split_number, "c", color));
   }
@@ -723,21 +750,34 @@ class NcclCommunicator final : public Communicator {
   // AbortNcclWorld: publishes `why`, poisons the world, aborts this communicator.
   absl::Status AbortWorld(const absl::Status& why) {
     absl::Status published = absl::OkStatus();
-    bool first = false;
-    {
-      std::lock_guard<std::mutex> l(world_->mu);
-      if (!world_->poisoned) {
-        first = true;
-        world_->poisoned = true;
-        world_->why = absl::Status(why.code(), absl::StrCat("rank ", world_->world_rank,
-                                                            " aborted its world: ", why.message()));
-      }
-    }
-    if (first && world_->board != nullptr) published = world_->board->Publish(why);
-    cudaSetDevice(device_);
-    if (comm_ != nullptr) ncclCommAbort(comm_);
-    comm_ = nullptr;
+    const bool first = world_->Poison(absl::Status(
+        why.code(), absl::StrCat("rank ", world_->world_rank(), " aborted its world: ",
+                                 why.message())));
+    if (first && world_->board() != nullptr) published = world_->board()->Publish(why);
+    // The watchdog aborts the communicators with calls in flight as it finds the world failed.
+    internal::AbortSlot(*slot_, device_);
     return published;
+  }
+
+  // CheckNcclWorld: a watchdog pass now, then the world's failure.
+  absl::Status CheckWorld() {
+    const absl::Status why = world_->Check();
+    if (why.ok()) return why;
+    return absl::Status(why.code(), absl::StrCat("the NCCL world of ", name_,
+                                                 " failed: ", why.message()));
+  }
+
+  // FlushNccl: waits for the stream (a host wait), then CheckWorld.
+  absl::Status Flush() {
+    CountHostWait(HostWait::kStreamSync);
+    absl::Status s = internal::CudaStatus(cudaSetDevice(device_), "cudaSetDevice", __FILE__,
+                                          __LINE__);
+    if (s.ok()) {
+      s = internal::CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (FlushNccl)",
+                               __FILE__, __LINE__);
+    }
+    const absl::Status world = CheckWorld();
+    return world.ok() ? s : world;
   }
 
  private:
@@ -827,15 +867,12 @@ class NcclCommunicator final : public Communicator {
   // otherwise wait for the timeout: an aborting peer does not always fail NCCL on the others).
   absl::Status WorldFailedElsewhere(absl::Time started) {
     if (absl::Now() - started < kWatchAfter) return absl::OkStatus();
-    {
-      std::lock_guard<std::mutex> l(world_->mu);
-      if (world_->poisoned) {
-        return absl::AbortedError(absl::StrCat(
-            "another group of this rank's world failed meanwhile: ", world_->why.message()));
-      }
+    if (const absl::Status why = world_->failure(); !why.ok()) {
+      return absl::AbortedError(absl::StrCat(
+          "another group of this rank's world failed meanwhile: ", why.message()));
     }
-    if (world_->board != nullptr) {
-      if (std::optional<PeerFailure> f = world_->board->Poll(); f.has_value()) {
+    if (world_->board() != nullptr) {
+      if (std::optional<PeerFailure> f = world_->board()->Poll(); f.has_value()) {
         return absl::AbortedError(absl::StrCat("rank ", f->rank, " published a failure"));
       }
     }
@@ -860,7 +897,12 @@ class NcclCommunicator final : public Communicator {
       }
       // The stream may wait on a started call (Wait() ordered it after the lane's done event).
       if (lane_ != nullptr) SM_COLL_RETURN_IF_ERROR(lane_->AsyncError());
-      if (absl::Now() >= deadline) {
+      // Stream-ordered calls enqueued before this one and still watched are the likelier
+      // culprits (their deadlines come first): let the watchdog report them (it compares the
+      // group's stuck calls, which this call's own report would muddle) before timing out.
+      const absl::Time now = absl::Now();
+      const absl::Duration grace = 2 * world_->peer_failure_wait() + absl::Seconds(1);
+      if (now >= deadline && !(now < deadline + grace && world_->pending() > 0)) {
         return absl::DeadlineExceededError(absl::StrCat(
             "timed out after ", absl::FormatDuration(timeout_),
             " waiting for the collective to finish (a peer may have failed, left, or issued a "
@@ -871,23 +913,39 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  // Runs one call: refuses if the world was poisoned; enqueues; waits; on failure publishes it
-  // (when it is this rank's to tell), aborts the communicator, poisons the world and returns a
-  // Status naming the op, group and reason: a peer's published failure with the peer's code.
-  // host_wait = false (started calls, splits): returns once enqueued (a split: once made),
-  // without waiting for the stream.
+  // Records an event after the enqueued call on the stream and hands the call to the world's
+  // watchdog (collectives/nccl_watchdog.h), which reports it if it fails or passes `deadline`.
+  absl::Status WatchCompletion(const std::string& where, const std::string& call_record,
+                               absl::Time deadline) {
+    internal::NcclWatchedCall call;
+    SM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&call.done, cudaEventDisableTiming));
+    SM_CUDA_RETURN_IF_ERROR(cudaEventRecord(call.done, stream_));  // the call destroys it
+    call.device = device_;
+    call.slot = slot_;
+    call.failure = internal::NcclCallFailure{
+        where, absl::OkStatus(), FailureOrigin::kPeer, group_key_, name_, rank_, size_,
+        call_record, world_->world_rank(), world_->peer_failure_wait()};
+    return world_->Watch(std::move(call), deadline);
+  }
+
+  // Runs one call under slot_->mu: refuses if the world failed; enqueues; completes it as
+  // `completion` says; on failure publishes it (when it is this rank's to tell), aborts the
+  // communicator, poisons the world and returns a Status naming the op, group and reason: a
+  // peer's published failure with the peer's code, or the world's failure when it failed
+  // elsewhere (the watchdog, another group) while this call waited.
   template <typename Enqueue>
   absl::Status Run(const std::string& what, Enqueue enqueue, ncclComm_t* also_wait_for = nullptr,
-                   CallRecord record = CallRecord::kAsDescribed, bool host_wait = true) {
+                   CallRecord record = CallRecord::kAsDescribed,
+                   Completion completion = Completion::kDefault) {
     const std::string where = absl::StrCat("NCCL ", what, " on group '", name_, "' (rank ",
                                            rank_, " of ", size_, ")");
-    {
-      std::lock_guard<std::mutex> l(world_->mu);
-      if (world_->poisoned || comm_ == nullptr) {
-        return absl::AbortedError(absl::StrCat(where, " refused: the communicator was aborted "
-                                               "after an earlier failure: ",
-                                               world_->why.message()));
-      }
+    std::unique_lock<std::mutex> use(slot_->mu);
+    if (const absl::Status why = world_->failure(); !why.ok() || comm_ == nullptr) {
+      return absl::AbortedError(absl::StrCat(where, " refused: the communicator was aborted "
+                                             "after an earlier failure: ", why.message()));
+    }
+    if (completion == Completion::kDefault) {
+      completion = blocking_wait_ ? Completion::kHostWait : Completion::kWatch;
     }
     std::string call_record;  // empty: not compared
     if (record != CallRecord::kPointToPoint) {
@@ -904,29 +962,35 @@ class NcclCommunicator final : public Communicator {
       s = WaitComm(deadline, also_wait_for ? *also_wait_for : nullptr);
     }
     // A stream being captured into a CUDA graph only records the collective: nothing to wait
-    // for now (and querying it would invalidate the capture).
+    // for or watch now (querying it would invalidate the capture; replays are not watched).
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if (s.ok() && cudaStreamIsCapturing(stream_, &capture) != cudaSuccess) {
       cudaGetLastError();
       capture = cudaStreamCaptureStatusNone;
     }
-    if (s.ok() && host_wait && capture == cudaStreamCaptureStatusNone) s = WaitStream(deadline);
+    if (s.ok() && capture == cudaStreamCaptureStatusNone) {
+      if (completion == Completion::kHostWait) s = WaitStream(deadline);
+      if (completion == Completion::kWatch) s = WatchCompletion(where, call_record, deadline);
+    }
     if (s.ok()) return s;
-    const absl::Status failed = internal::ReportNcclCallFailure(
-        world_->board.get(),
-        internal::NcclCallFailure{where, s, origin, group_key_, name_, rank_, size_,
-                                  call_record, world_->world_rank, world_->peer_failure_wait});
+    absl::Status failed;
+    if (const absl::Status why = world_->failure(); !why.ok() && origin == FailureOrigin::kPeer) {
+      failed = absl::Status(why.code(), absl::StrCat(where, " failed: the NCCL world failed "
+                                                     "meanwhile: ", why.message()));
+    } else {
+      failed = internal::ReportNcclCallFailure(
+          world_->board(),
+          internal::NcclCallFailure{where, s, origin, group_key_, name_, rank_, size_,
+                                    call_record, world_->world_rank(),
+                                    world_->peer_failure_wait()});
+    }
     if (also_wait_for != nullptr && *also_wait_for != nullptr) {
       ncclCommAbort(*also_wait_for);
       *also_wait_for = nullptr;
     }
     ncclCommAbort(comm_);
     comm_ = nullptr;
-    std::lock_guard<std::mutex> l(world_->mu);
-    if (!world_->poisoned) {
-      world_->poisoned = true;
-      world_->why = failed;
-    }
+    world_->Poison(failed);
     return failed;
   }
 
@@ -1023,7 +1087,11 @@ class NcclCommunicator final : public Communicator {
         what, device_, stream_, stream_owner_, done, world_, lane_failure_, std::move(span)));
   }
 
-  ncclComm_t comm_;
+  // The ncclComm_t, shared with the world's watchdog, which may abort it (nccl_watchdog.h):
+  // this communicator's calls use comm_ (a reference to slot_->comm) under slot_->mu.
+  const std::shared_ptr<NcclCommSlot> slot_;
+  ncclComm_t& comm_;
+  const bool blocking_wait_;  // NcclOptions::blocking_wait: blocking calls wait for the stream
   const int device_;
   cudaStream_t stream_;
   const std::shared_ptr<CUstream_st> stream_owner_;
@@ -1125,17 +1193,19 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNccl(TcpStore& store,
   }
   std::shared_ptr<CUstream_st> stream_owner;
   if (owns_stream) stream_owner.reset(stream, [](cudaStream_t st) { cudaStreamDestroy(st); });
-  auto world = std::make_shared<NcclWorld>();
-  world->world_rank = store.rank();
-  world->peer_failure_wait = options.peer_failure_wait;
+  std::shared_ptr<PeerFailureBoard> board;
   if (keep != nullptr) {
     // The unique id's key is unique per world on this store: the board lives beside it.
-    world->board = std::make_shared<PeerFailureBoard>(std::move(keep), absl::StrCat(key, "/board"),
-                                                      options.peer_failure_wait);
+    board = std::make_shared<PeerFailureBoard>(std::move(keep), absl::StrCat(key, "/board"),
+                                               options.peer_failure_wait);
   }
+  auto world = std::make_shared<NcclWorld>(store.rank(), device, options.peer_failure_wait,
+                                           std::move(board));
+  const bool blocking_wait =
+      options.blocking_wait || internal::NcclBlockingWaitFromEnv(std::getenv("SHARDMAP_NCCL_BLOCKING_WAIT"));
   return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(
-      comm, device, stream, std::move(stream_owner), options.timeout, std::move(world), name,
-      /*group_key=*/"world"));
+      comm, device, stream, std::move(stream_owner), options.timeout, blocking_wait,
+      std::move(world), name, /*group_key=*/"world"));
 }
 
 }  // namespace
@@ -1228,6 +1298,24 @@ absl::Status AbortNcclWorld(Communicator& comm, const absl::Status& why) {
         absl::StrCat("AbortNcclWorld: ", comm.name(), " is not an NCCL communicator"));
   }
   return nccl->AbortWorld(why);
+}
+
+absl::Status CheckNcclWorld(Communicator& comm) {
+  auto* nccl = dynamic_cast<NcclCommunicator*>(&comm);
+  if (nccl == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CheckNcclWorld: ", comm.name(), " is not an NCCL communicator"));
+  }
+  return nccl->CheckWorld();
+}
+
+absl::Status FlushNccl(Communicator& comm) {
+  auto* nccl = dynamic_cast<NcclCommunicator*>(&comm);
+  if (nccl == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FlushNccl: ", comm.name(), " is not an NCCL communicator"));
+  }
+  return nccl->Flush();
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicatorFromEnv(

@@ -1,13 +1,39 @@
 // NCCL backend: one rank per process (and per GPU), across nodes. Rendezvous through a TcpStore
 // (rank 0 creates the ncclUniqueId and serves it); sub-groups through ncclCommSplit.
 // Communicators are non-blocking (ncclConfig_t::blocking = 0): every call polls
-// ncclCommGetAsyncError while it waits, and on an error or after `timeout` aborts the
+// ncclCommGetAsyncError while it enqueues, and on an error or after `timeout` aborts the
 // communicator (ncclCommAbort) and returns a Status naming the op, the group and the reason.
+//
+// Blocking calls are stream-ordered (as PyTorch's ProcessGroupNCCL without
+// TORCH_NCCL_BLOCKING_WAIT): AllReduce, AllGather, ReduceScatter, AllToAll, the V variants,
+// Broadcast, Send, Recv and Ppermute return once the collective is enqueued on
+// memory_space().stream, without a host wait. Work enqueued later on that stream (or ordered
+// after it by an event) sees the result; the host sees it after its own read on that stream
+// (a cudaMemcpyAsync on it and a stream synchronisation: the step's loss read), never earlier.
+// Reading the buffers on another stream, or freeing them from another stream, without ordering
+// it after this one is the caller's error. Every such call records an event after it and hands
+// it to the world's watchdog thread (nccl_watchdog.h): a call that fails asynchronously (an
+// NCCL error, a peer's published failure, the world failing in another group, `timeout`
+// passed) is reported there as a failed blocking call would be (published for the peers, the
+// communicator aborted so that its stuck kernel exits and the stream moves on) and poisons the
+// world: the next call of any communicator of the world is refused (Aborted, naming the
+// failure; a host-waiting call already in progress fails with the failure's own code), and
+// CheckNcclWorld / FlushNccl below return it, with its own code, at the caller's sync point.
+// A value read after the failure is garbage: check at the sync point.
+// The exceptions wait for the stream on the host as before (counted, kNcclBlockingCall):
+//   - Barrier(): a host barrier by contract (benchmarks time with it, processes hand files over
+//     with it); it also waits for everything enqueued on the stream before it;
+//   - every blocking call when NcclOptions::blocking_wait is set or SHARDMAP_NCCL_BLOCKING_WAIT
+//     is 1/true/on (the old behaviour: failures surface in the call that failed).
+// Split() waits for the new communicator on the host (a rendezvous of the ranks, not a wait for
+// the GPU: not counted), as before. Under a CUDA graph capture nothing is waited for or watched
+// (the collective is only recorded; replays are not watched).
 //
 // Failures across processes: a communicator made with a shared store (the shared_ptr factory,
 // FromEnv) keeps it, with a PeerFailureBoard per world (peer_failure_board.h). The rank whose
 // call fails first publishes its status there before it aborts; its peers, whose NCCL calls
-// then fail or stay stuck, see the publication (their waits look at the board every 100 ms) and
+// then fail or stay stuck, see the publication (their host waits and the watchdog look at the
+// board every 100 ms once a call has been pending that long) and
 // return that rank's own code and message ("rank 2 failed: root 7 is not a rank ..."). When no
 // rank published (a timeout, an NCCL error), the ranks of the group publish the collective they
 // are stuck in (numbered per
@@ -20,8 +46,10 @@
 //   // Started by `collectives/launch --nproc_per_node=8 -- prog` or torchrun / srun:
 //   absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateNcclCommunicatorFromEnv({});
 //   // buffers are device pointers on comm->memory_space().device_index, ordered on its stream;
-//   // calls return once the stream finished the collective (host-blocking, like in-process).
+//   // calls return once the collective is enqueued there (stream-ordered, see above).
 //   (*comm)->AllReduce(d_x, d_x, n, DataType::kBF16, ReduceOp::kSum);
+//   ... more work on the stream, then the step's read on the stream (the caller's host wait);
+//   absl::Status s = CheckNcclWorld(**comm);   // OK, or the asynchronous failure
 //
 // Started calls (AllReduceStart, AllGatherStart, ReduceScatterStart; OverlapsStartedCalls):
 //   - Each communicator gets, at its first started call, a communication stream of its own and,
@@ -49,10 +77,10 @@
 //     the output until Wait(), and its handle is destroyed first, so even an abandoned call is
 //     ordered before its buffers are freed). The handle also keeps the compute stream alive.
 //   - Failures: a failure at the start (arguments, enqueue) aborts and poisons the world as a
-//     blocking call does; an asynchronous one (a peer died) surfaces at the next host wait: the
-//     blocking calls poll the comm stream's communicator too, and Wait() reports a world that
-//     already failed. A handle dropped unwaited is ordered as a Wait(), printed on stderr, and
-//     refuses later starts (FailedPrecondition).
+//     blocking call does; an asynchronous one (a peer died) is found by the watchdog, which
+//     watches each started collective on the comm stream like a stream-ordered blocking call;
+//     Wait() and the next call report a world that already failed. A handle dropped unwaited
+//     is ordered as a Wait(), printed on stderr, and refuses later starts (FailedPrecondition).
 //   - CUDA graphs: the event record / stream wait pair is how a capture forks a second stream
 //     and joins it, so a started call and its Wait() are capturable (every started call must be
 //     waited before the capture ends). The first started call, which opens the comm stream's
@@ -61,10 +89,11 @@
 //     before the capture begins (CUDA refuses, inside a capture, to wait for an event recorded
 //     outside it: that Wait() fails).
 //   - Host waits (collectives/host_waits.h): a started call and its Wait() wait for nothing on
-//     the host (the opening split included); each blocking call waits for its stream once,
-//     counted as kNcclBlockingCall. The non-blocking communicator's enqueue is polled
-//     (ncclCommGetAsyncError), which may wait for peers on the host (NCCL's lazy connection
-//     setup) but never for the GPU: not counted.
+//     the host (the opening split included), nor does a stream-ordered blocking call; Barrier()
+//     and, with blocking_wait, every blocking call wait for the stream once, counted as
+//     kNcclBlockingCall; FlushNccl waits once, counted as kStreamSync. The non-blocking
+//     communicator's enqueue is polled (ncclCommGetAsyncError), which may wait for peers on
+//     the host (NCCL's lazy connection setup) but never for the GPU: not counted.
 //
 // Without the CUDA toolkit at build time, the factories return Unimplemented.
 #ifndef SHARDMAP_COLLECTIVES_NCCL_COMMUNICATOR_H_
@@ -93,6 +122,11 @@ struct NcclOptions {
   // waits for the peer's published status before it reports its own error; also the limit on
   // publishing its own. Only for communicators that keep their store.
   absl::Duration peer_failure_wait = absl::Seconds(2);
+  // Every blocking call waits for its stream on the host (and reports its own failure), as
+  // PyTorch's TORCH_NCCL_BLOCKING_WAIT=1; the environment variable SHARDMAP_NCCL_BLOCKING_WAIT
+  // (1, true or on) sets it for every communicator of the process. Off: stream-ordered calls
+  // (see the header comment). Splits inherit it.
+  bool blocking_wait = false;
 };
 
 // True when built with CUDA and NCCL.
@@ -116,6 +150,19 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(TcpStore& s
 // the thread that makes `comm`'s calls (not during one); `comm` may be the world or a split.
 // InvalidArgument when `comm` is not an NCCL communicator or `why` is OK.
 absl::Status AbortNcclWorld(Communicator& comm, const absl::Status& why);
+
+// The asynchronous failure of `comm`'s NCCL world found so far: runs one watchdog pass now on
+// this thread (it asks the pending calls' events; no host wait), then returns the world's
+// failure, OK while there is none. Call it at the step's sync point, after the read that waited
+// for the stream (the loss read): a call that failed before that read is reported here (the
+// value read is then garbage). InvalidArgument when `comm` is not an NCCL communicator.
+absl::Status CheckNcclWorld(Communicator& comm);
+
+// Waits for `comm`'s stream (memory_space().stream) on the host (a host wait, counted
+// kStreamSync), then CheckNcclWorld: every call enqueued on that stream before it (started calls
+// once waited) completed, or its failure is returned. Bounded: a stuck call is aborted by the
+// watchdog at its timeout, which lets the stream finish.
+absl::Status FlushNccl(Communicator& comm);
 
 // Started-call timeline (the GPU bundle's overlap check, tests/gpu_nccl_overlap_check.cc).
 // While on, every started call of this process that is not being captured records four timing
@@ -186,6 +233,9 @@ absl::Status ReportNcclCallFailure(PeerFailureBoard* board, const NcclCallFailur
 // The call a rank records at a timeout (compared across the group): "<what> #<n>", n counting
 // this communicator's calls from 1.
 std::string NcclCallRecord(absl::string_view what, int64_t call_number);
+
+// SHARDMAP_NCCL_BLOCKING_WAIT's value: true for 1, true or on (any case); false otherwise.
+bool NcclBlockingWaitFromEnv(const char* value);
 }  // namespace internal
 
 }  // namespace shardmap::collectives

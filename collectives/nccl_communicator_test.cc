@@ -49,6 +49,60 @@ TEST(NcclCommunicatorTest, ClearErrorWithoutCudaOrWithoutGpu) {
   }
 }
 
+// SHARDMAP_NCCL_BLOCKING_WAIT (the old host-waiting behaviour for every communicator).
+TEST(NcclCommunicatorTest, BlockingWaitFromTheEnvironment) {
+  for (const char* on : {"1", "true", "TRUE", "on", "On"}) {
+    EXPECT_TRUE(internal::NcclBlockingWaitFromEnv(on)) << on;
+  }
+  for (const char* off : {"0", "false", "off", "", "yes", "2"}) {
+    EXPECT_FALSE(internal::NcclBlockingWaitFromEnv(off)) << off;
+  }
+  EXPECT_FALSE(internal::NcclBlockingWaitFromEnv(nullptr));
+}
+
+// CheckNcclWorld and FlushNccl refuse other backends' communicators with a clear error.
+class NotNccl final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string name() const override { return "fake communicator"; }
+  absl::Status AllReduce(const void*, void*, size_t, DataType, ReduceOp) override { return {}; }
+  absl::Status AllGather(const void*, void*, size_t, DataType) override { return {}; }
+  absl::Status ReduceScatter(const void*, void*, size_t, DataType, ReduceOp) override {
+    return {};
+  }
+  absl::Status AllToAll(const void*, void*, size_t, DataType) override { return {}; }
+  absl::Status AllGatherV(const void*, void*, absl::Span<const size_t>, DataType) override {
+    return {};
+  }
+  absl::Status ReduceScatterV(const void*, void*, absl::Span<const size_t>, DataType,
+                              ReduceOp) override {
+    return {};
+  }
+  absl::Status AllToAllV(const void*, absl::Span<const size_t>, void*, absl::Span<const size_t>,
+                         DataType) override {
+    return {};
+  }
+  absl::Status Broadcast(void*, size_t, DataType, int) override { return {}; }
+  absl::Status Send(const void*, size_t, DataType, int) override { return {}; }
+  absl::Status Recv(void*, size_t, DataType, int) override { return {}; }
+  absl::Status Ppermute(const void*, void*, size_t, DataType,
+                        absl::Span<const std::pair<int, int>>) override {
+    return {};
+  }
+  absl::Status Barrier() override { return {}; }
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int, int) override { return nullptr; }
+};
+
+TEST(NcclCommunicatorTest, CheckAndFlushRefuseOtherCommunicators) {
+  NotNccl other;
+  for (const absl::Status& s : {CheckNcclWorld(other), FlushNccl(other)}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("fake communicator"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("is not an NCCL communicator"));
+  }
+}
+
 #if SHARDMAP_HAS_CUDA
 
 template <typename T>
@@ -62,12 +116,42 @@ T* ToDevice(const std::vector<T>& v) {
   return d;
 }
 
+// The collectives are stream-ordered on the communicator's non-blocking stream, which a
+// legacy-stream cudaMemcpy does not wait for: the read waits for the device first.
 template <typename T>
 std::vector<T> ToHost(const T* d, size_t n) {
   std::vector<T> v(n);
+  cudaDeviceSynchronize();
   cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
   return v;
 }
+
+// The caller's read of a stream-ordered result: a copy on the communicator's stream and a
+// wait for that stream (what a trainer's loss read does).
+template <typename T>
+std::vector<T> ReadOnStream(const T* d, size_t n, cudaStream_t stream) {
+  std::vector<T> v(n);
+  EXPECT_EQ(cudaMemcpyAsync(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost, stream),
+            cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  return v;
+}
+
+// Holds `stream` with a host function until Release() (or the destructor), so that a call that
+// waited for the stream on the host could not return.
+class StreamHold {
+ public:
+  explicit StreamHold(cudaStream_t stream) {
+    EXPECT_EQ(cudaLaunchHostFunc(stream, [](void* self) {
+      while (!static_cast<StreamHold*>(self)->released_.load()) {}
+    }, this), cudaSuccess);
+  }
+  ~StreamHold() { Release(); }
+  void Release() { released_ = true; }
+
+ private:
+  std::atomic<bool> released_{false};
+};
 
 TEST(NcclCommunicatorTest, SingleRankWorldRunsEveryOp) {
   if (internal::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible: NCCL ops cannot run on this machine";
@@ -275,9 +359,10 @@ TEST(NcclCommunicatorTest, StartedCallsNeverWaitOnTheHostAndOrderTheComputeStrea
   cudaFree(copy);
 }
 
-// The host-wait counter (collectives/host_waits.h): a blocking call waits once, a started call
-// and its Wait() never; with the timeline on, the started call's span comes back ordered
-// (ready <= begin <= end, ready <= joined) once it was waited, and only then.
+// The host-wait counter (collectives/host_waits.h): a blocking collective (stream-ordered), a
+// started call and its Wait() never wait, a barrier once; with the timeline on, the started
+// call's span comes back ordered (ready <= begin <= end, ready <= joined) once it was waited,
+// and only then.
 TEST(NcclCommunicatorTest, HostWaitsAreCountedAndStartedCallsAreTimed) {
   if (internal::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible: NCCL ops cannot run on this machine";
   auto store = SoloStore();
@@ -295,8 +380,12 @@ TEST(NcclCommunicatorTest, HostWaitsAreCountedAndStartedCallsAreTimed) {
     ASSERT_TRUE((*h)->Wait().ok());
     EXPECT_EQ((HostWaitSnapshot() - before).total(), 0) << (HostWaitSnapshot() - before).ToString();
   }
+  // A blocking collective is stream-ordered (no host wait); a barrier waits once.
   HostWaitCounts before = HostWaitSnapshot();
   ASSERT_TRUE(c.AllReduce(d, out, 3, DataType::kF32, ReduceOp::kSum).ok());
+  EXPECT_EQ((HostWaitSnapshot() - before).ToString(), "none");
+  before = HostWaitSnapshot();
+  ASSERT_TRUE(c.Barrier().ok());
   EXPECT_EQ((HostWaitSnapshot() - before).ToString(), "nccl_blocking_call=1");
   ASSERT_TRUE(TakeNcclStartedCallTimeline().ok());  // nothing timed before the switch
   SetNcclStartedCallTimeline(true);
@@ -374,6 +463,146 @@ TEST(NcclCommunicatorTest, StartedCallsAreCapturableOnceTheLaneIsOpen) {
   cudaGraphDestroy(graph);
   cudaFree(d);
   cudaFree(out);
+}
+
+// A blocking collective returns once enqueued, without a host wait: the stream is held by a
+// host function while the call is made, so a call that waited for the stream would not return
+// (with the old host wait it fails after the 20 s timeout instead). Work enqueued after it on
+// the stream, and the caller's read on the stream, see its result.
+TEST(NcclCommunicatorTest, BlockingCallsAreStreamOrderedWithoutAHostWait) {
+  if (internal::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible: NCCL ops cannot run on this machine";
+  auto store = SoloStore();
+  ASSERT_TRUE(store.ok()) << store.status();
+  NcclOptions o;
+  o.timeout = absl::Seconds(20);
+  auto comm = CreateNcclCommunicator(**store, o);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  Communicator& c = **comm;
+  cudaStream_t stream = static_cast<cudaStream_t>(c.memory_space().stream);
+  const std::vector<float> x = {2.5f, -1.0f, 8.0f, 0.25f};
+  float* d = ToDevice(x);
+  float* out = ToDevice(std::vector<float>(4, 9.0f));
+  float* copy = ToDevice(std::vector<float>(4, 7.0f));
+  float* gathered = ToDevice(std::vector<float>(4, 5.0f));
+  {  // warm-up: NCCL's first calls of a communicator set up what they need uncontended
+    float* scratch = ToDevice(std::vector<float>(4, 0.0f));
+    ASSERT_TRUE(c.AllReduce(scratch, scratch, 4, DataType::kF32, ReduceOp::kSum).ok());
+    ASSERT_TRUE(c.AllGather(scratch, scratch, 4, DataType::kF32).ok());
+    ASSERT_TRUE(c.Broadcast(scratch, 4, DataType::kF32, 0).ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    cudaFree(scratch);
+  }
+  StreamHold hold(stream);
+  const HostWaitCounts before = HostWaitSnapshot();
+  ASSERT_TRUE(c.AllReduce(d, out, 4, DataType::kF32, ReduceOp::kSum).ok());
+  ASSERT_TRUE(c.AllGather(out, gathered, 4, DataType::kF32).ok());
+  ASSERT_TRUE(c.Broadcast(gathered, 4, DataType::kF32, 0).ok());
+  EXPECT_EQ((HostWaitSnapshot() - before).total(), 0) << (HostWaitSnapshot() - before).ToString();
+  ASSERT_EQ(cudaMemcpyAsync(copy, gathered, 4 * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+            cudaSuccess);
+  EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady) << "the stream ran while held";
+  hold.Release();
+  EXPECT_EQ(ReadOnStream(copy, 4, stream), x) << "work after the calls ran before them";
+  EXPECT_EQ(ReadOnStream(out, 4, stream), x);
+  EXPECT_TRUE(CheckNcclWorld(c).ok()) << CheckNcclWorld(c);
+  EXPECT_TRUE(FlushNccl(c).ok());
+  cudaFree(d);
+  cudaFree(out);
+  cudaFree(copy);
+  cudaFree(gathered);
+}
+
+// The old behaviour on request: every blocking call waits for its stream (counted).
+TEST(NcclCommunicatorTest, BlockingWaitMakesEveryBlockingCallWaitForItsStream) {
+  if (internal::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible: NCCL ops cannot run on this machine";
+  auto store = SoloStore();
+  ASSERT_TRUE(store.ok()) << store.status();
+  NcclOptions o;
+  o.blocking_wait = true;
+  auto comm = CreateNcclCommunicator(**store, o);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  float* d = ToDevice(std::vector<float>{1.0f, 2.0f});
+  auto sub = (*comm)->Split(0, 0);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  for (Communicator* c : {comm->get(), sub->get()}) {  // a split inherits the mode
+    const HostWaitCounts before = HostWaitSnapshot();
+    ASSERT_TRUE(c->AllReduce(d, d, 2, DataType::kF32, ReduceOp::kMax).ok());
+    ASSERT_TRUE(c->Broadcast(d, 2, DataType::kF32, 0).ok());
+    EXPECT_EQ((HostWaitSnapshot() - before).ToString(), "nccl_blocking_call=2") << c->name();
+  }
+  sub->reset();
+  cudaFree(d);
+}
+
+// Completed calls are dropped by the watchdog, never flagged, also once their deadlines passed.
+TEST(NcclCommunicatorTest, TheWatchdogDoesNotFlagCompletedCalls) {
+  if (internal::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible: NCCL ops cannot run on this machine";
+  auto store = SoloStore();
+  ASSERT_TRUE(store.ok()) << store.status();
+  NcclOptions o;
+  o.timeout = absl::Seconds(2);
+  auto comm = CreateNcclCommunicator(**store, o);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  Communicator& c = **comm;
+  cudaStream_t stream = static_cast<cudaStream_t>(c.memory_space().stream);
+  float* d = ToDevice(std::vector<float>{1.0f, 2.0f, 3.0f});
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(c.AllReduce(d, d, 3, DataType::kF32, ReduceOp::kMax).ok()) << i;
+  }
+  EXPECT_EQ(ReadOnStream(d, 3, stream), (std::vector<float>{1.0f, 2.0f, 3.0f}));
+  absl::SleepFor(absl::Milliseconds(2500));  // past every call's deadline
+  EXPECT_TRUE(CheckNcclWorld(c).ok()) << CheckNcclWorld(c);
+  absl::Status next = c.AllReduce(d, d, 3, DataType::kF32, ReduceOp::kSum);
+  EXPECT_TRUE(next.ok()) << next;
+  EXPECT_EQ(ReadOnStream(d, 3, stream), (std::vector<float>{1.0f, 2.0f, 3.0f}));
+  EXPECT_TRUE(FlushNccl(c).ok());
+  cudaFree(d);
+}
+
+// The watchdog finds a stream-ordered call that does not complete in time (the stream is held
+// past the timeout, as a peer that never joins would hold the collective): the failure poisons
+// the world, so the next call of every communicator is refused with it and CheckNcclWorld /
+// FlushNccl return it. The call itself returned OK.
+TEST(NcclCommunicatorTest, TheWatchdogFailsTheNextCallWhenACallDoesNotComplete) {
+  if (internal::VisibleGpuCount() == 0) GTEST_SKIP() << "no GPU visible: NCCL ops cannot run on this machine";
+  auto store = SoloStore();
+  ASSERT_TRUE(store.ok()) << store.status();
+  NcclOptions o;
+  o.timeout = absl::Seconds(3);  // also for the creation and the split
+  auto comm = CreateNcclCommunicator(**store, o);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  Communicator& c = **comm;
+  auto sub = c.Split(0, 0);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  cudaStream_t stream = static_cast<cudaStream_t>(c.memory_space().stream);
+  float* d = ToDevice(std::vector<float>{1.0f, 2.0f, 3.0f});
+  ASSERT_TRUE(c.AllReduce(d, d, 3, DataType::kF32, ReduceOp::kSum).ok());  // warm-up
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  {
+    StreamHold hold(stream);
+    ASSERT_TRUE(c.AllReduce(d, d, 3, DataType::kF32, ReduceOp::kSum).ok());
+    // Released after the deadline whether or not the watchdog found it yet (an abort may wait
+    // for the held stream).
+    absl::SleepFor(absl::Milliseconds(3500));
+  }
+  absl::Status found = absl::OkStatus();
+  for (int i = 0; i < 1000 && found.ok(); ++i) {
+    found = CheckNcclWorld(c);
+    if (found.ok()) absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(found.code(), absl::StatusCode::kDeadlineExceeded) << found;
+  EXPECT_THAT(std::string(found.message()), HasSubstr("NCCL AllReduce(f32, count=3, sum)"));
+  EXPECT_THAT(std::string(found.message()), HasSubstr("stream-ordered call: not done after"));
+  for (Communicator* x : {comm->get(), sub->get()}) {
+    absl::Status next = x->AllReduce(d, d, 3, DataType::kF32, ReduceOp::kSum);
+    EXPECT_EQ(next.code(), absl::StatusCode::kAborted) << next;
+    EXPECT_THAT(std::string(next.message()), HasSubstr("refused"));
+    EXPECT_THAT(std::string(next.message()), HasSubstr("AllReduce(f32, count=3, sum)"));
+  }
+  EXPECT_EQ(FlushNccl(**sub).code(), absl::StatusCode::kDeadlineExceeded);
+  sub->reset();
+  comm->reset();  // destroyed with the world failed: aborts, does not hang
+  cudaFree(d);
 }
 
 #endif  // SHARDMAP_HAS_CUDA

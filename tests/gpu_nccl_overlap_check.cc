@@ -7,8 +7,10 @@
 //            --overlap on then off, `--steps` steps each: per step the started calls' spans
 //            (SetNcclStartedCallTimeline: CUDA events on both streams), the host waits
 //            (collectives/host_waits.h, this process), the step time and the host waits
-//            expected: one per blocking collective of a group > 1 rank (the NCCL blocking call
-//            waits for its stream) and one loss read.
+//            expected: the loss read alone (d2h_read=1). The blocking collectives are
+//            stream-ordered (collectives/nccl_communicator.h: enqueued, watched by the world's
+//            watchdog, no host wait); they are listed per step, and the world's status
+//            (CheckNcclWorld) must be OK after each step.
 // Per step: comm_ms (union of the collectives' spans), compute_ms (union of [ready, joined] less
 // the times the compute stream stood waiting for a collective, [joined, end]), overlap_ms (their
 // intersection). Rank 0 writes everything as JSON (--json=PATH) and a summary on stdout.
@@ -16,7 +18,8 @@
 //   collectives/launch --nproc_per_node=2 -- tests/gpu_nccl_overlap_check --json=/tmp/o.json
 //
 // Exit 0: the check ran and passed (overlap > 0 where a started collective moved data between
-// ranks, or, alone, in the streams part; host waits == expected in every step after the first);
+// ranks, or, alone, in the streams part; in every step after the first exactly one host wait,
+// the loss read, and any other kind of wait fails the check; the NCCL world OK after each step);
 // 1: it ran and failed, or an error; 2: no GPU or no NCCL.
 #include <cstdint>
 #include <cstdio>
@@ -31,6 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "collectives/host_waits.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/stream_overlap.h"
@@ -121,8 +125,9 @@ struct StepSample {
   int64_t step = 0;
   double seconds = 0;
   HostWaitCounts waits;
-  int64_t expected = 0;  // blocking collectives over > 1 rank, plus the loss read
-  std::vector<std::string> blocking;  // their ops
+  int64_t expected = 1;  // the loss read (d2h_read), the only host wait of a step
+  std::vector<std::string> blocking;  // its blocking collectives over > 1 rank (stream-ordered)
+  absl::Status world;                 // CheckNcclWorld after the step
   Overlap overlap;
 };
 
@@ -169,10 +174,10 @@ absl::StatusOr<std::vector<StepSample>> GptRun(collectives::Communicator& comm, 
     x.step = s.step;
     x.seconds = s.seconds;
     x.expected = 1;
+    x.world = collectives::CheckNcclWorld(comm);
     if (s.log != nullptr && comm.size() > 1) {
       for (const CollectiveRecord& r : *s.log) {
         if (r.started || r.axes == 0) continue;
-        ++x.expected;
         x.blocking.push_back(r.op);
       }
     }
@@ -223,11 +228,20 @@ int Report(const collectives::Communicator& comm, const std::string& streams, bo
         gpt_overlap += s.overlap.overlap;
         gpt_comm += s.overlap.comm;
       }
-      if (s.waits.total() != s.expected) {
+      // The loss read and nothing else: a wait of any other kind (a blocking collective, a
+      // stream or device synchronisation) fails, even if the total happens to match.
+      if (s.waits.total() != s.expected || s.waits[HostWait::kDeviceToHostRead] != s.expected) {
         waits_ok = false;
         absl::StrAppend(&why, "overlap ", run == &on ? "on" : "off", " step ", s.step, ": ",
                         s.waits.total(), " host waits (", s.waits.ToString(), "), expected ",
-                        s.expected, "; ");
+                        s.expected, " (d2h_read=1, the loss read); ");
+      }
+      if (!s.world.ok()) {
+        waits_ok = false;
+        absl::StrAppend(&why, "overlap ", run == &on ? "on" : "off", " step ", s.step,
+                        ": the NCCL world failed: ",
+                        absl::StrReplaceAll(s.world.message(), {{"\"", "'"}, {"\\", "/"}}),
+                        "; ");
       }
     }
   }

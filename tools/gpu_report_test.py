@@ -87,7 +87,8 @@ needs 2 GPUs, found 1
                 "- gpt_gpu_test: GptGpuTest.OneRankPerGpuGivesTheOneRankLosses: needs 2 GPUs, "
                 "found 1"])
 
-    def overlap_result(self, passed=True):
+    def overlap_result(self, passed=True, waits_off_1=None):
+        waits_off_1 = waits_off_1 or {"d2h_read": 1}
         step = lambda n, waits, expected, ops, ov: {
             "step": n, "seconds": 0.1, "host_waits": {"total": sum(waits.values()),
                                                      "by_kind": waits},
@@ -98,13 +99,12 @@ needs 2 GPUs, found 1
                              "overlap_ms": 0.4, "host_waits": {"total": 0, "by_kind": {}}}],
                 "gpt": {"config": "small", "overlap_ms": 3.5, "comm_ms": 4.0,
                         "step_s_on": 0.08, "step_s_off": 0.1, "ratio_on_off": 0.8,
-                        "on": [step(0, {"nccl_blocking_call": 3, "d2h_read": 1}, 3,
+                        "on": [step(0, {"stream_sync": 3, "d2h_read": 1}, 1,
                                     ["all_reduce", "all_reduce"], 0.0),
-                               step(1, {"nccl_blocking_call": 1, "d2h_read": 1}, 2,
-                                    ["all_reduce"], 1.5),
-                               step(2, {"nccl_blocking_call": 1, "d2h_read": 1}, 2,
-                                    ["all_reduce"], 2.0)],
-                        "off": [step(0, {"d2h_read": 1}, 1, [], 0.0)]}}
+                               step(1, {"d2h_read": 1}, 1, ["all_reduce"], 1.5),
+                               step(2, {"d2h_read": 1}, 1, ["all_reduce"], 2.0)],
+                        "off": [step(0, {"d2h_read": 1}, 1, [], 0.0),
+                                step(1, waits_off_1, 1, [], 0.0)]}}
 
     def test_overlap_summarises_a_passing_check(self):
         import io, contextlib
@@ -117,9 +117,24 @@ needs 2 GPUs, found 1
         self.assertIn("- 2 rank(s): **PASS**", text)
         self.assertIn("3.500 ms of 4.000 ms", text)
         self.assertIn("on/off 0.800", text)
-        self.assertIn("2 (d2h_read=1, nccl_blocking_call=1) vs 2", text)
+        self.assertIn("1 (d2h_read=1) vs 1", text)
         self.assertIn("all_reduce x1", text)  # steps 1 and 2: one each (step 0 not counted)
+        self.assertIn("stream-ordered", text)
+        self.assertNotIn("other than the loss read", text)  # step 0's syncs are the warm-up's
         self.assertIn("streams rep 0", text)
+
+    def test_overlap_names_host_waits_other_than_the_loss_read(self):
+        import io, contextlib
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write(tmp, "overlap_2.json", json.dumps(self.overlap_result(
+                False, {"nccl_blocking_call": 2, "d2h_read": 1})))
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                self.assertEqual(gpu_report.main(["overlap", path]), 1)
+        text = buf.getvalue()
+        self.assertIn("host waits other than the loss read (each fails the check): "
+                      "off step 1: nccl_blocking_call=2", text)
+        self.assertIn("3 (d2h_read=1, nccl_blocking_call=2) vs 1", text)
 
     def test_overlap_fails_without_a_passing_result(self):
         import io, contextlib

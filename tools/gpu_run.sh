@@ -14,7 +14,8 @@
 #   4. overlap     tests/gpu_nccl_overlap_check through collectives/launch on the NCCL backend
 #                  (every GPU up to 4; one GPU: two ranks sharing it where NCCL allows, else one
 #                  rank): the comm stream's spans against the compute stream's, the host waits
-#                  per step against the expected count, step time with --overlap on vs off
+#                  per step against the expected count (the loss read alone: NCCL's blocking
+#                  collectives are stream-ordered), step time with --overlap on vs off
 #                  (at most 60 s; must pass)
 #   4b. gpt         gpt_bench --device=cuda --model=gpt2 --dtype=bf16 and its PyTorch table
 #   5. ops         cuda_bench and its PyTorch peer: cuda_ops_table.md

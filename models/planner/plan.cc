@@ -468,8 +468,12 @@ bool FusedAttention(const RoleWork& w) {
 
 // One profiled role's activations as the candidate's variant holds them: the schedule's
 // microbatches in flight, FSDP's gathered parameters as the overlapped trainer holds them.
+// keeps_gathered: the profile holds every FSDP-gathered parameter from its forward use to the
+// backward (the reference schedule's tape; not under full recomputation, whose blocks gather
+// again in the backward).
 absl::Status HeldActivations(const Candidate& c, const PlanRequest& req,
-                             const std::vector<int64_t>& split, RoleWork& w) {
+                             const std::vector<int64_t>& split, bool keeps_gathered,
+                             RoleWork& w) {
   const PipelineSpec& ps = c.pipeline;
   const double scale = DTypeSize(req.config.compute_dtype()) / ElemBytes(req.config.dtype);
   const int stage = std::max(0, w.pp_stage);
@@ -488,7 +492,7 @@ absl::Status HeldActivations(const Candidate& c, const PlanRequest& req,
     }
     const int passes = ProfiledCandidate(c).pipeline.microbatches * c.grad_accum;
     const double full = FsdpShardBytes(w, passes) * group;
-    if (req.shape_only_keeps_gathered) act = std::max(0.0, act - full);
+    if (keeps_gathered) act = std::max(0.0, act - full);
     const double layers_held =
         std::min(1.0, (req.step.fsdp_prefetch + 1.0) / std::max(1, w.layers));
     hold = (c.reshard_after_forward ? layers_held : 1.0) * full * scale;
@@ -520,7 +524,10 @@ absl::StatusOr<std::vector<RoleWork>> VariantRoles(const std::vector<RoleWork>& 
   std::vector<RoleWork> out;
   for (size_t i = 0; i < base.size(); ++i) {
     RoleWork w = base[i];
-    if (absl::Status s = HeldActivations(c, req, *split, w); !s.ok()) return s;
+    if (absl::Status s = HeldActivations(c, req, *split, req.shape_only_keeps_gathered, w);
+        !s.ok()) {
+      return s;
+    }
     if (c.recompute != Recompute::kNone) {
       RecomputeShape sh;
       sh.config = req.config;
@@ -537,7 +544,8 @@ absl::StatusOr<std::vector<RoleWork>> VariantRoles(const std::vector<RoleWork>& 
     }
     if (measured != nullptr) {
       RoleWork m = (*measured)[i];
-      if (absl::Status s = HeldActivations(c, req, *split, m); !s.ok()) return s;
+      const bool keeps = req.shape_only_keeps_gathered && c.recompute != Recompute::kFull;
+      if (absl::Status s = HeldActivations(c, req, *split, keeps, m); !s.ok()) return s;
       w.activation_peak_bytes = m.activation_peak_bytes;
       w.peak_bytes = m.peak_bytes;
     }

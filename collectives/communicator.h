@@ -185,6 +185,12 @@ class Communicator {
   // (they enqueue work and do not wait for it then). False for backends that synchronise with
   // the host inside every call (in-process).
   virtual bool SupportsGraphCapture() const { return false; }
+  // The failure, found so far, of calls that returned before their work was done (NCCL's
+  // stream-ordered calls, caught by its watchdog: CheckNcclWorld); OK while there is none, and
+  // always for backends whose calls finish before they return. Call it at a sync point, after
+  // the read that waited for the work (the step's loss read): a value read after a failure is
+  // garbage. No host wait.
+  virtual absl::Status AsyncError() { return absl::OkStatus(); }
 };
 
 }  // namespace shardmap::collectives

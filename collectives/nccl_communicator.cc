@@ -431,6 +431,7 @@ class NcclCommunicator final : public Communicator {
   }
   // Under capture the collective is recorded into the graph and Run does not wait for it.
   bool SupportsGraphCapture() const override { return true; }
+  absl::Status AsyncError() override { return CheckWorld(); }
 
   absl::Status AllReduce(const void* send, void* recv, size_t count, DataType dtype,
                          ReduceOp op) override {
@@ -688,7 +689,7 @@ class NcclCommunicator final : public Communicator {
   bool OverlapsStartedCalls() const override { return true; }
 
   // The lane's NCCL communicator: its asynchronous error, if any (OK when healthy or gone).
-  absl::Status AsyncError() {
+  absl::Status LaneCommError() {
     std::lock_guard<std::mutex> use(slot_->mu);
     if (comm_ == nullptr) return absl::OkStatus();
     ncclResult_t st = ncclSuccess;
@@ -896,7 +897,7 @@ class NcclCommunicator final : public Communicator {
         return internal::NcclStatus(st, comm_, "asynchronous NCCL error", __FILE__, __LINE__);
       }
       // The stream may wait on a started call (Wait() ordered it after the lane's done event).
-      if (lane_ != nullptr) SM_COLL_RETURN_IF_ERROR(lane_->AsyncError());
+      if (lane_ != nullptr) SM_COLL_RETURN_IF_ERROR(lane_->LaneCommError());
       // Stream-ordered calls enqueued before this one and still watched are the likelier
       // culprits (their deadlines come first): let the watchdog report them (it compares the
       // group's stuck calls, which this call's own report would muddle) before timing out.

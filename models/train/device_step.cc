@@ -108,6 +108,9 @@ DeviceStep::Outcome DeviceStep::Run(int64_t step, int64_t first_step, double lr,
     Enqueue(ids, targets, types, tape, rec, phase, out);
   }
   const std::vector<double> r = report_.ToVector<double>();  // waits for the step
+  // The step's one sync point: NCCL's stream-ordered collectives report a failure their
+  // watchdog found here (what was read after it is garbage).
+  if (absl::Status s = ctx_.world().AsyncError(); !s.ok()) throw OpError(s);
   out.loss = r[0];
   out.norm = std::sqrt(r[1]);
   // A non-finite loss or norm skipped the update on the device; every rank stops here.

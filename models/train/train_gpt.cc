@@ -245,7 +245,14 @@ absl::Status AgreeOnSettings(collectives::Communicator& world,
     Tensor recv = Tensor::Empty({static_cast<int64_t>(n) * world.size()}, DType::kI64, gpu);
     cuda::Synchronize(gpu.index);  // the copy is done before the communicator's stream reads it
     gathered = world.AllGather(send.raw_data(), recv.raw_data(), n, collectives::DataType::kI64);
-    if (gathered.ok()) all = recv.To(Device::Cpu()).ToVector<int64_t>();
+    if (gathered.ok()) {
+      // NCCL's call returns once enqueued on its stream: read there (ordered after it), then
+      // ask whether it failed meanwhile.
+      cuda::StreamScope on_comm(gpu.index,
+                                static_cast<cuda::StreamHandle>(world.memory_space().stream));
+      all = recv.To(Device::Cpu()).ToVector<int64_t>();
+      gathered = world.AsyncError();
+    }
   } else {
     gathered = world.AllGather(mine.data(), all.data(), n, collectives::DataType::kI64);
   }

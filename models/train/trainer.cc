@@ -210,6 +210,9 @@ StepOutcome RankTrainer::HostStep(int64_t step, double lr, const Tensor& ids_g,
   out.loss = ShareLoss(layout_, plan_, stage_, out.bp.loss, dev_);
   out.moe = ReduceMoeCounts(layout_, out.bp.moe, dev_);
   out.norm = std::sqrt(GlobalGradNormSquared(grads, counted));
+  // The loss and norm reads are this step's sync point: NCCL's stream-ordered collectives
+  // report a failure their watchdog found here (what was read after it is garbage).
+  if (absl::Status s = ctx_.world().AsyncError(); !s.ok()) throw OpError(s);
   // Every rank sees the same loss and norm, so every rank stops here together.
   if (!std::isfinite(out.loss) || !std::isfinite(out.norm)) {
     NonFiniteStop(step, out.loss, out.norm);

@@ -94,6 +94,7 @@ class TimedCommunicator : public collectives::Communicator {
   bool ComparesCallTags() const override { return inner_->ComparesCallTags(); }
   collectives::MemorySpace memory_space() const override { return inner_->memory_space(); }
   bool SupportsGraphCapture() const override { return inner_->SupportsGraphCapture(); }
+  absl::Status AsyncError() override { return inner_->AsyncError(); }
 
  private:
   template <typename F>

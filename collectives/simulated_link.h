@@ -134,6 +134,7 @@ class SimulatedLinkCommunicator : public collectives::Communicator {
   collectives::MemorySpace memory_space() const override { return inner_->memory_space(); }
   // It sleeps on the host in every call: nothing to record into a graph.
   bool SupportsGraphCapture() const override { return false; }
+  absl::Status AsyncError() override { return inner_->AsyncError(); }
 
   struct Shared;  // the stats, shared with the splits (simulated_link.cc)
 

@@ -21,6 +21,9 @@
 #include "models/train/gpt_test_util.h"
 #include "models/parallel/parallel_dims.h"
 #include "models/components/trace_writer.h"
+#include "collectives/in_process.h"
+#include "collectives/simulated_link.h"
+#include "shardmap/spmd_runner.h"
 #include "nlohmann/json.hpp"
 
 namespace shardmap {
@@ -131,6 +134,45 @@ TEST(TrainerOptionsTest, NonFiniteLossOrNormStopsTheRunNamingTheStep) {
   huge.optimizer.clip = 0;
   std::string e = TrainError(huge, InitGpt(SmallConfig(), 7));
   EXPECT_THAT(e, AllOf(HasSubstr("FAILED_PRECONDITION"), HasSubstr("not finite")));
+}
+
+// A world whose calls returned before their work was done reports a failure at the step's sync
+// point (NCCL's watchdog, Communicator::AsyncError): here every rank's world at the second step
+// (an NCCL world fails for all its ranks).
+class FailsAtSecondSync : public collectives::SimulatedLinkCommunicator {
+ public:
+  FailsAtSecondSync(collectives::Communicator* inner)
+      : SimulatedLinkCommunicator(inner, {.ring = {.alpha_s = 0, .busbw = 1e18}}) {}
+  absl::Status AsyncError() override {
+    if (++syncs_ == 2) return absl::UnavailableError("the watchdog found an AllReduce stuck");
+    return absl::OkStatus();
+  }
+
+ private:
+  int syncs_ = 0;
+};
+
+TEST(TrainerOptionsTest, AnAsynchronousCollectiveFailureStopsTheRunAtTheStepsSyncPoint) {
+  for (const std::string mesh : {"dp=2", "pp=2", "dp=3"}) {
+    SCOPED_TRACE(mesh);
+    const GptLayout l = *GptLayout::Create(*ParseMesh(mesh), SmallConfig(), false);
+    TrainOptions o = ThreeSteps();
+    o.pipeline.microbatches = mesh == "pp=2" ? 2 : 1;
+    o.batch = 6;
+    std::vector<int64_t> steps_seen;
+    o.hooks.on_step = [&](const StepInfo& s) { steps_seen.push_back(s.step); };
+    o.hooks.spmd_runner = [](const Mesh& m,
+                             const std::function<void(RankContext&)>& body) -> absl::Status {
+      return collectives::RunInProcess(m.size(), [&](collectives::Communicator& world) {
+        FailsAtSecondSync failing(&world);
+        return RunOnCommunicator(failing, m, body);
+      });
+    };
+    absl::StatusOr<TrainResult> r = TrainGpt(l, InitGpt(SmallConfig(), 7), Tokens(500, 24), o);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+    EXPECT_THAT(r.status().ToString(), HasSubstr("the watchdog found an AllReduce stuck"));
+    EXPECT_EQ(steps_seen, std::vector<int64_t>{0});  // step 1's numbers were never reported
+  }
 }
 
 TEST(TrainerCheckpointTest, ResumeStepsOutsideTheRangeAreRefused) {

@@ -470,10 +470,12 @@ bool FusedAttention(const RoleWork& w) {
 // microbatches in flight, FSDP's gathered parameters as the overlapped trainer holds them.
 // keeps_gathered: the profile holds every FSDP-gathered parameter from its forward use to the
 // backward (the reference schedule's tape; not under full recomputation, whose blocks gather
-// again in the backward).
+// again in the backward). w's activations become its own (the gathered parameters out); the
+// gathered parameters the overlapped trainer holds go to *hold, added by the caller after
+// recomputation (which saves activations, not parameters).
 absl::Status HeldActivations(const Candidate& c, const PlanRequest& req,
                              const std::vector<int64_t>& split, bool keeps_gathered,
-                             RoleWork& w) {
+                             RoleWork& w, double* hold_out) {
   const PipelineSpec& ps = c.pipeline;
   const double scale = DTypeSize(req.config.compute_dtype()) / ElemBytes(req.config.dtype);
   const int stage = std::max(0, w.pp_stage);
@@ -499,8 +501,9 @@ absl::Status HeldActivations(const Candidate& c, const PlanRequest& req,
   }
   act *= *target / *profiled;
   w.in_flight = static_cast<int>(std::ceil(*target));
-  w.peak_bytes += act + hold - w.activation_peak_bytes;
-  w.activation_peak_bytes = act + hold;
+  w.peak_bytes += act - w.activation_peak_bytes;
+  w.activation_peak_bytes = act;
+  *hold_out = hold;
   return absl::OkStatus();
 }
 
@@ -524,7 +527,8 @@ absl::StatusOr<std::vector<RoleWork>> VariantRoles(const std::vector<RoleWork>& 
   std::vector<RoleWork> out;
   for (size_t i = 0; i < base.size(); ++i) {
     RoleWork w = base[i];
-    if (absl::Status s = HeldActivations(c, req, *split, req.shape_only_keeps_gathered, w);
+    double hold = 0;
+    if (absl::Status s = HeldActivations(c, req, *split, req.shape_only_keeps_gathered, w, &hold);
         !s.ok()) {
       return s;
     }
@@ -545,10 +549,12 @@ absl::StatusOr<std::vector<RoleWork>> VariantRoles(const std::vector<RoleWork>& 
     if (measured != nullptr) {
       RoleWork m = (*measured)[i];
       const bool keeps = req.shape_only_keeps_gathered && c.recompute != Recompute::kFull;
-      if (absl::Status s = HeldActivations(c, req, *split, keeps, m); !s.ok()) return s;
+      if (absl::Status s = HeldActivations(c, req, *split, keeps, m, &hold); !s.ok()) return s;
       w.activation_peak_bytes = m.activation_peak_bytes;
       w.peak_bytes = m.peak_bytes;
     }
+    w.activation_peak_bytes += hold;
+    w.peak_bytes += hold;
     out.push_back(std::move(w));
   }
   return out;

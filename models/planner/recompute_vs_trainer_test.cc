@@ -112,6 +112,7 @@ TEST(RecomputeVsTrainerTest, FsdpRowsAgainstTheOverlappedTrainer) {
   r.gpus = 2;
   r.global_batch = kBatch;
   HardwareProfile hw = *LoadHardwareProfile("h100_node");
+  r.reshard_after_forward = {true};  // the trainer's default (FSDP2's)
   for (auto [rc, mode] : {std::pair{"rc=full", RecomputeMode::kFull},
                           std::pair{"rc=selective", RecomputeMode::kSelective}}) {
     SCOPED_TRACE(rc);
@@ -141,6 +142,43 @@ TEST(RecomputeVsTrainerTest, FsdpRowsAgainstTheOverlappedTrainer) {
     EXPECT_NEAR(planned / measured, 1.0, 0.05);
     EXPECT_LT(estimated / measured, 0.95);
   }
+}
+
+// Keeping FSDP's gathered parameters (reshard_after_forward false) holds the whole gathered
+// model through the step: recomputation saves activations, not that, so keep costs the same
+// bytes over resharding with the estimate as with the measured memory, and the plan's keep row
+// is the overlapped trainer's own peak.
+TEST(RecomputeVsTrainerTest, RecomputationDoesNotShrinkTheKeptParameters) {
+  PlanRequest r;
+  r.config = kCfg;
+  r.gpus = 2;
+  r.global_batch = kBatch;
+  HardwareProfile hw = *LoadHardwareProfile("h100_node");
+  auto peak = [&](const char* mesh, bool measure) {
+    r.only_meshes = {mesh};
+    r.measure_recompute = measure;
+    r.reshard_after_forward = {!absl::StrContains(mesh, "keep")};
+    absl::StatusOr<Plan> p = PlanGpt(r, hw, ShapeOnlyProfiler());
+    EXPECT_TRUE(p.ok() && p->rows.size() == 1u) << p.status();
+    return p.ok() && !p->rows.empty() ? p->rows[0].prediction.peak_bytes : 0.0;
+  };
+  const double held_measured = peak("dp_shard=2 rc=full keep", true) - peak("dp_shard=2 rc=full", true);
+  const double held_estimated = peak("dp_shard=2 rc=full keep", false) - peak("dp_shard=2 rc=full", false);
+  EXPECT_GT(held_measured, 0);
+  EXPECT_NEAR(held_estimated, held_measured, 1.0);
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh("dp_shard=2"), kCfg, false);
+  ASSERT_TRUE(layout.ok());
+  TrainOptions o;
+  o.batch = kBatch;
+  o.overlap.on = true;
+  o.overlap.reshard_after_forward = false;
+  o.recompute = RecomputeMode::kFull;
+  absl::StatusOr<std::vector<StepProfile>> real = ProfileGptStep(*layout, o);
+  ASSERT_TRUE(real.ok()) << real.status();
+  const double planned = peak("dp_shard=2 rc=full keep", true);
+  std::printf("dp_shard=2 rc=full keep: planned peak %.1f MiB, the overlapped trainer's %.1f MiB\n",
+              planned / 1048576.0, (*real)[0].peak_bytes / 1048576.0);
+  EXPECT_NEAR(planned / (*real)[0].peak_bytes, 1.0, 0.05);
 }
 
 }  // namespace

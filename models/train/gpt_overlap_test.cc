@@ -36,6 +36,7 @@ struct Case {
   int prefetch = 1;
   bool reshard = true;
   bool mixed = false;  // bf16 compute, f32 master weights
+  int virtual_stages = 1;  // > 1: interleaved 1F1B
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
@@ -43,7 +44,8 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   std::string n = c.mesh + (c.sp ? "_sp" : "") + (c.dtype == DType::kF32 ? "_f32" : "_f64") +
                   "_ga" + std::to_string(c.grad_accum) + "_mb" + std::to_string(c.microbatches) +
                   "_l" + std::to_string(c.layers) + "_pf" + std::to_string(c.prefetch) +
-                  (c.reshard ? "" : "_keep") + (c.mixed ? "_bf16" : "");
+                  (c.reshard ? "" : "_keep") + (c.mixed ? "_bf16" : "") +
+                  (c.virtual_stages > 1 ? "_v" + std::to_string(c.virtual_stages) : "");
   for (char& ch : n) {
     if (ch == '=' || ch == ',') ch = '_';
   }
@@ -63,6 +65,10 @@ TrainResult TrainCase(const Case& c, bool overlap, int64_t bucket_bytes) {
   o.steps = 5;
   o.grad_accum = c.grad_accum;
   o.pipeline.microbatches = c.microbatches;
+  if (c.virtual_stages > 1) {
+    o.pipeline.schedule = "interleaved_1f1b";
+    o.pipeline.virtual_stages = c.virtual_stages;
+  }
   o.overlap.on = overlap;
   o.overlap.bucket_bytes = bucket_bytes;
   o.overlap.fsdp_prefetch = c.prefetch;
@@ -220,7 +226,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"dp_shard=2", false, DType::kF64, 2, 1, 5, 3, /*reshard=*/false},
                       Case{"dp_replicate=2,dp_shard=2", false, DType::kF32, 1, 1, 5, 2},
                       Case{"dp_shard=2,tp=2", true, DType::kF64, 1, 1, 5, 1},
-                      Case{"dp_shard=2", false, DType::kF32, 1, 1, 5, 1, true, /*mixed=*/true}),
+                      Case{"dp_shard=2", false, DType::kF32, 1, 1, 5, 1, true, /*mixed=*/true},
+                      // FSDP in pipeline stages (stage_fsdp.h): gathered once per step, reduced
+                      // once; odd dp_shard, accumulation, prefetch 2, HSDP, interleaved, bf16.
+                      Case{"pp=2,dp_shard=2", false, DType::kF64, 1, 3},
+                      Case{"pp=2,dp_shard=2", false, DType::kF32, 2, 3},
+                      Case{"pp=2,dp_shard=3", false, DType::kF64, 1, 2},
+                      Case{"pp=2,dp_shard=3", false, DType::kF32, 1, 2, 5, 2},
+                      Case{"pp=2,dp_replicate=2,dp_shard=2", false, DType::kF64, 1, 3},
+                      Case{"pp=2,dp_shard=2", false, DType::kF64, 1, 2, 4, 1, true, false, 2},
+                      Case{"pp=2,dp_shard=2", false, DType::kF32, 1, 3, 2, 1, true, true}),
     CaseName);
 
 }  // namespace

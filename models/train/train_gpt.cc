@@ -824,13 +824,17 @@ void PrintSummary(const GptLayout& layout, const TrainOptions& o, const TrainRes
   if (r.peak_step_bytes_per_rank >= 0) {
     std::string gathered;
     if (r.peak_gathered_bytes_per_rank >= 0) {
+      const bool stages = layout.pp_ways() > 1 || o.pipeline.microbatches > 1;
       gathered = absl::StrFormat(
-          "; FSDP gathered parameters at most %s at once (prefetch %d, %s)",
-          Bytes(r.peak_gathered_bytes_per_rank), o.overlap.fsdp_prefetch,
-          o.overlap.reshard_after_forward
-              ? "resharded after forward: at most prefetch + 1 blocks, the last block, "
-                "embeddings and final LayerNorm"
-              : "kept from forward to backward: the whole model");
+          "; FSDP gathered parameters at most %s at once (%s)",
+          Bytes(r.peak_gathered_bytes_per_rank),
+          stages ? std::string("the stage's, gathered once per step and kept over its "
+                               "microbatches")
+          : absl::StrCat("prefetch ", o.overlap.fsdp_prefetch, ", ",
+                         o.overlap.reshard_after_forward
+                             ? "resharded after forward: at most prefetch + 1 blocks, the last "
+                               "block, embeddings and final LayerNorm"
+                             : "kept from forward to backward: the whole model"));
     }
     std::cout << absl::StrFormat(
         "memory (rank 0, first step): peak of step tensors %s, %s up to the end of the backward "

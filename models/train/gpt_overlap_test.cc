@@ -5,6 +5,7 @@
 // schedule (one blocking all_reduce per gradient after the backward) bitwise. The collective log
 // shows the buckets: fewer, larger all-reduces, the full ones issued during the backward.
 #include <chrono>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -208,6 +209,63 @@ TEST(OverlapScheduleTest, TheFirstRegatherIsPrefetchedAcrossTheLastBlock) {
     EXPECT_EQ(backward[1], "all_gather") << absl::StrJoin(backward, " ");
     EXPECT_EQ(backward[2], "reduce_scatter");  // the last block's
   }
+}
+
+// FSDP in a pipeline stage (pp2 x dp_shard=2, 3 microbatches; rank 0 is stage 0: the embeddings
+// and block 0): each unit is gathered once per step and its gradients reduce-scattered once,
+// overlapped: one flat call per unit, the reduce-scatters issued during the last backward; off:
+// one blocking call per parameter each way, the reduce-scatters after the backward. The same
+// bytes either way (f64: the gathers move the master dtype).
+TEST(OverlapPipelineFsdpTest, EachUnitIsGatheredAndReducedOncePerStep) {
+  GptConfig c = SmallConfig();
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh("pp=2,dp_shard=2"), c, false);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  int stage0_fsdp = 0;  // FSDP-sharded parameters of stage 0
+  for (const ParamInfo& p : layout->params()) {
+    const bool stage0 = p.name.rfind("h.0.", 0) == 0 || p.name == "wte.weight" ||
+                        p.name == "wpe.weight";
+    stage0_fsdp += stage0 && p.fsdp_dim >= 0;
+  }
+  ASSERT_GT(stage0_fsdp, 2);
+  struct Tally {
+    int gathers = 0, scatters = 0, scatters_in_backward = 0, calls = 0;
+    int64_t gather_bytes = 0, scatter_bytes = 0;
+  };
+  Tally t[2];
+  for (bool on : {false, true}) {
+    TrainOptions o = gpt_testing::ThreeSteps();
+    o.steps = 1;
+    o.pipeline.microbatches = 3;
+    o.overlap.on = on;
+    absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(c, 7), Tokens(500, c.vocab), o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (const CollectiveRecord& rec : r->log) {
+      const std::string op = rec.op;
+      ++t[on].calls;
+      if (op == "all_gather") {
+        ++t[on].gathers;
+        t[on].gather_bytes += rec.bytes;
+      }
+      if (op == "reduce_scatter") {
+        ++t[on].scatters;
+        t[on].scatters_in_backward += rec.backward;
+        t[on].scatter_bytes += rec.bytes;
+      }
+    }
+    EXPECT_EQ(r->peak_gathered_bytes_per_rank, t[on].gather_bytes * 2) << on;  // all of stage 0
+  }
+  std::cout << "pp=2,dp_shard=2, 3 microbatches, rank 0: off " << t[0].calls << " calls ("
+            << t[0].gathers << " all_gather, " << t[0].scatters << " reduce_scatter), on "
+            << t[1].calls << " calls (" << t[1].gathers << " all_gather, " << t[1].scatters
+            << " reduce_scatter)\n";
+  EXPECT_EQ(t[0].gathers, stage0_fsdp);
+  EXPECT_EQ(t[0].scatters, stage0_fsdp);
+  EXPECT_EQ(t[0].scatters_in_backward, 0);
+  EXPECT_EQ(t[1].gathers, 2);  // the embeddings, block 0
+  EXPECT_EQ(t[1].scatters, 2);
+  EXPECT_EQ(t[1].scatters_in_backward, 2);
+  EXPECT_EQ(t[1].gather_bytes, t[0].gather_bytes);
+  EXPECT_EQ(t[1].scatter_bytes, t[0].scatter_bytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -120,7 +120,10 @@ TEST_P(OverlapTest, BucketsChangeNoBit) {
 // not yet waited) fails the whole run with its own error, promptly: the others, waiting for
 // those buckets, see the poisoned world instead of hanging.
 TEST(OverlapFaultTest, ARankFailingMidBucketFailsTheRunWithItsStatus) {
-  for (const char* mesh : {"dp=3", "dp_shard=2", "dp_replicate=2,dp_shard=2"}) {
+  // The pipeline: HSDP in the stages, whose gradient shards (reduce-scattered during the last
+  // backward, stage_fsdp.h) fill dp_replicate buckets started before the failure.
+  for (const char* mesh : {"dp=3", "dp_shard=2", "dp_replicate=2,dp_shard=2",
+                           "pp=2,dp_replicate=2,dp_shard=2"}) {
     SCOPED_TRACE(mesh);
     GptConfig cfg = SmallConfig();
     cfg.layers = 3;
@@ -128,6 +131,7 @@ TEST(OverlapFaultTest, ARankFailingMidBucketFailsTheRunWithItsStatus) {
     ASSERT_TRUE(layout.ok()) << layout.status();
     TrainOptions o = gpt_testing::ThreeSteps();
     o.overlap.bucket_bytes = 512;  // many buckets, most started during the backward
+    if (std::string(mesh).rfind("pp=", 0) == 0) o.pipeline.microbatches = 3;
     o.hooks.on_phase = [](const char* phase) {
       if (std::string(phase) == "optimizer" && RankContext::Current()->rank() == 1) {
         throw OpError(absl::DataLossError("rank 1 lost its device"));

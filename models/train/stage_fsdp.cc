@@ -5,8 +5,10 @@
 #include <string>
 #include <utility>
 
+#include "models/parallel/pipeline.h"
 #include "models/train/fsdp_params.h"
 #include "shardmap/collective_ops.h"
+#include "shardmap/context.h"
 #include "shardmap/ops.h"
 #include "shardmap/type_rules.h"
 #include "tensor/error.h"
@@ -29,6 +31,9 @@ StageFsdp::StageFsdp(const GptLayout& layout, const RunPlan& plan, int stage,
     OpFail("StageFsdp: stage ", stage, " holds ", held_.size(), " parameters but ",
            params.size(), " were passed");
   }
+  // The stages issue different collectives from here on: every communicator made now, in one
+  // order on every rank (RunPipeline's rule; a no-op once made).
+  CreateAllCommunicators(RankContext::Get("StageFsdp"));
   k_of_.assign(layout.params().size(), -1);
   for (size_t k = 0; k < held_.size(); ++k) k_of_[held_[k]] = static_cast<int>(k);
   Order(plan, stage);

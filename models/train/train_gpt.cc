@@ -118,7 +118,9 @@ ABSL_FLAG(int32_t, fsdp_prefetch, 1,
 ABSL_FLAG(bool, reshard_after_forward, true,
           "--overlap=on with dp_shard: free each block's gathered parameters after its forward and "
           "gather them again for its backward (FSDP2's default; at most fsdp_prefetch + 1 blocks "
-          "gathered at once); false keeps them from the forward to the backward");
+          "gathered at once); false keeps them from the forward to the backward. Pipeline "
+          "stages (pp, --microbatches) always keep theirs for the step: gathered once, "
+          "reduce-scattered once");
 ABSL_FLAG(std::string, tokenizer, "",
           "a folder with GPT-2's tokenizer files (encoder.json + vocab.bpe, or Hugging Face's "
           "vocab.json + merges.txt): --text is encoded with its byte-level BPE, --prompt too, "

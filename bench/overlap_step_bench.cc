@@ -193,8 +193,10 @@ void BM_PipelineFsdpStep(benchmark::State& state) {
   Run run;
   for (auto _ : state) run = Train("pp=2,dp_shard=2", link, overlap, /*microbatches=*/4);
   const Comm comm = Split(link, *ParseMesh("pp=2,dp_shard=2"), run.log);
+  const char* speed = state.range(0) == 0 ? " 100 MB/s" : state.range(0) == 1 ? " 400 MB/s"
+                                                                           : " instant";
   state.SetLabel(std::string("pp=2,dp_shard=2 m=4") + (overlap ? " overlap on" : " overlap off") +
-                 (state.range(0) == 0 ? " 100 MB/s" : state.range(0) == 1 ? " 400 MB/s" : " instant"));
+                 speed);
   state.counters["step_ms"] = run.step_s * 1e3;
   state.counters["comm_ms"] = comm.total * 1e3;
   state.counters["collectives"] = static_cast<double>(run.log.size());

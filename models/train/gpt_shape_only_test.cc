@@ -1,9 +1,9 @@
 // Shape-only GPT steps against real ones: for dp, FSDP, HSDP, tp+sp, pp (1F1B, GPipe and
-// interleaved 1F1B; x FSDP), cp, ep (MoE), gradient accumulation and mixes, on meshes with odd sizes,
-// every rank's shape-only profile (one rank run alone, on the meta device and on the CPU) has
-// exactly the collectives a real TrainGpt step logs on that rank (a CollectiveRecorder per rank
-// thread), the MemoryTracker peak that rank's thread measured, and its FLOPs; the roles; the
-// error paths.
+// interleaved 1F1B; x FSDP), cp, ep (MoE), gradient accumulation and mixes, on meshes with odd
+// sizes, every rank's shape-only profile (one rank run alone, on the meta device and on the
+// CPU) has exactly the collectives a real TrainGpt step logs on that rank (a CollectiveRecorder
+// per rank thread), the MemoryTracker peak that rank's thread measured, and its FLOPs; the
+// roles; the error paths.
 #include "models/train/gpt_shape_only.h"
 
 #include <algorithm>

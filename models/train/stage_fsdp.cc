@@ -190,7 +190,8 @@ void StageFsdp::OnFinal(int k, const Value& g) {
     dims.push_back(layout_.params()[held_[j]].fsdp_dim);
     types.push_back(params_[j].type);
   }
-  scatters_.emplace_back(u, reduce_scatter_flat_start(unit.grads, dims, layout_.fsdp_axis(), types));
+  scatters_.emplace_back(u,
+                         reduce_scatter_flat_start(unit.grads, dims, layout_.fsdp_axis(), types));
   unit.grads.clear();  // in the packed buffer now
   Release(u);
   WaitScatters(/*keep=*/1);

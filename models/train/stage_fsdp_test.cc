@@ -131,7 +131,9 @@ TEST(StageFsdpTest, BitwiseEachParametersGatherAndScatter) {
         bad.push_back(absl::StrCat("peak ", f.peak_gathered_bytes(), " want ", full_bytes));
       }
       std::lock_guard<std::mutex> lock(mu);
-      for (const std::string& b : bad) failures.push_back(absl::StrCat("rank ", ctx.rank(), " ", b));
+      for (const std::string& b : bad) {
+        failures.push_back(absl::StrCat("rank ", ctx.rank(), " ", b));
+      }
     });
     ASSERT_TRUE(st.ok()) << st;
     EXPECT_TRUE(failures.empty()) << absl::StrJoin(failures, "\n");

@@ -125,6 +125,9 @@ std::vector<Value> Tape::BackwardAndRelease(const Value& out, const Value& seed,
 std::vector<std::pair<int32_t, int>> Tape::ReadyOrder(absl::Span<const Value> wrt) const {
   std::vector<int32_t> first_use(nodes_.size(), -1);
   for (int32_t i = static_cast<int32_t>(nodes_.size()) - 1; i >= 0; --i) {
+    // An op an earlier BackwardAndRelease ran adds nothing more (a cotangent reaching it is an
+    // error): a leaf every earlier microbatch used is final below this pass's first use.
+    if (nodes_[i].released) continue;
     for (int32_t in : nodes_[i].inputs) {
       if (in >= 0) first_use[in] = i;  // descending i: the smallest consumer wins
     }

@@ -30,7 +30,9 @@
 // Gradient hooks (overlapped data-parallel reduction, models/train/grad_buckets.h): Backward's
 // `on_ready(k, g)` is called for wrt[k] as soon as its cotangent is final, i.e. once the pass
 // has gone below the first op that consumed it (the tape's order is topological, so no later
-// VJP can add to it), in the order the gradients become final; g is the same value Backward
+// VJP can add to it; ops an earlier BackwardAndRelease released do not count: a pipeline
+// stage's last microbatch reports its parameters during its own pass), in the order the
+// gradients become final; g is the same value Backward
 // returns for k. A gradient that nothing reached is reported (as zeros) at the end.
 //
 //   tape.Backward(loss, seed, watched, [&](int k, const Value& g) { buckets.Add(k, g); });

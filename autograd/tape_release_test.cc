@@ -1,6 +1,8 @@
 // One backward per microbatch on one tape: BackwardAndRelease gives the gradients Backward
 // gives, frees each pass's ops as it goes (saved_bytes falls to what other passes still hold),
-// tracks the peak, and refuses a cotangent that reaches an op an earlier pass released.
+// tracks the peak, and refuses a cotangent that reaches an op an earlier pass released; the last
+// pass reports a leaf's gradient as soon as it is below the leaf's first use in that pass (the
+// released passes' uses do not hold it back).
 #include "autograd/tape.h"
 
 #include "gmock/gmock.h"
@@ -123,6 +125,42 @@ TEST(TapeReleaseTest, ACotangentReachingAReleasedOpIsAnError) {
   }
   EXPECT_DOUBLE_EQ(keep.Backward(y, Seed(), {v})[0].tensor.at(0), 6.0);
   EXPECT_DOUBLE_EQ(keep.Backward(y, Seed(), {v})[0].tensor.at(0), 6.0);
+}
+
+// Two leaves, each microbatch using w1 after w0: in the last pass w1's gradient (summed by the
+// caller) is reported right after the VJPs of its own uses, before w0's and before the pass ends,
+// though microbatch 0's (released) ops used both leaves long before.
+TEST(TapeReleaseTest, TheLastPassReportsEachLeafBelowItsOwnFirstUse) {
+  SingleRankContext one{Mesh()};
+  Tape tape;
+  struct Count : BackwardObserver {
+    int vjps = 0;
+    void BeforeVjp(const char*) override {}
+    void AfterVjp(const char*) override { ++vjps; }
+  } count;
+  tape.set_backward_observer(&count);
+  const Value w0 = tape.Watch(Value::Replicated(Tensor::FromVector<double>({3}, {0.5, -1, 2})));
+  const Value w1 = tape.Watch(Value::Replicated(Tensor::FromVector<double>({3}, {1, 0.3, -2})));
+  std::vector<Value> losses;
+  for (double xb : {1.0, -0.5}) {
+    ScopedRecorder rec(&tape);
+    Value x = Value::Replicated(Tensor::FromVector<double>({3}, {xb, 2 * xb, -xb}));
+    Value h = tanh(x * w0);
+    losses.push_back(sum(tanh(h * w1), {}));
+  }
+  (void)tape.BackwardAndRelease(losses[0], Seed(), {w0, w1});
+  const int before = count.vjps;
+  std::vector<std::pair<int, int>> ready;  // (k, VJPs of this pass run by then)
+  (void)tape.BackwardAndRelease(losses[1], Seed(), {w0, w1}, [&](int k, const Value&) {
+    ready.push_back({k, count.vjps - before});
+  });
+  const int pass = count.vjps - before;  // sum, tanh, mul(h, w1), tanh, mul(x, w0)
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_EQ(ready[0].first, 1);
+  EXPECT_EQ(ready[0].second, 3) << "w1 is final after sum, tanh and its mul";
+  EXPECT_EQ(ready[1].first, 0);
+  EXPECT_EQ(ready[1].second, pass);
+  EXPECT_LT(ready[0].second, pass);
 }
 
 }  // namespace

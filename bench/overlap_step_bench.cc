@@ -20,6 +20,8 @@
 // nonoverlap_ms,
 // ideal_ms, vs_ideal (step_ms / ideal_ms; the target: within 15%), vs_ideal_on (the
 // same with compute_on's phases as the compute: overlapped runs only), collectives.
+// BM_PipelineFsdpStep: pp=2 x dp_shard=2 with 4 microbatches (FSDP in pipeline stages), step
+// time and calls, off and on (filter with --benchmark_filter=Pipeline).
 // The model: 4 layers, d_model 256, seq 64, vocab 512, f32 (13 MB of parameters), batch 8, 2 MiB
 // gradient buckets (the default 25 MiB would hold the whole model in one bucket, which cannot
 // overlap anything).
@@ -57,7 +59,8 @@ struct Run {
   std::vector<CollectiveRecord> log;    // rank 0's last step
 };
 
-Run Train(const std::string& mesh_text, const collectives::SimulatedLink& link, bool overlap) {
+Run Train(const std::string& mesh_text, const collectives::SimulatedLink& link, bool overlap,
+          int64_t microbatches = 1) {
   const GptConfig c = Model();
   absl::StatusOr<Mesh> mesh = ParseMesh(mesh_text);
   absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, c, false);
@@ -68,6 +71,7 @@ Run Train(const std::string& mesh_text, const collectives::SimulatedLink& link, 
   TrainOptions o;
   o.steps = kSteps;
   o.batch = 8;
+  o.pipeline.microbatches = microbatches;
   o.overlap.on = overlap;
   o.overlap.bucket_bytes = int64_t{2} << 20;
   o.hooks.spmd_runner = SimulatedLinkSpmdRunner(link);
@@ -181,6 +185,33 @@ void BM_Step(benchmark::State& state) {
 }
 BENCHMARK(BM_Step)
     ->ArgsProduct({{0, 1, 2}, {0, 1}, {0, 1}})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// FSDP in pipeline stages (models/train/stage_fsdp.h): pp=2 x dp_shard=2, 4 microbatches (1F1B),
+// on an instant link and the two simulated ones; step_ms (the fastest step after the warm-up)
+// and rank 0's collectives per step, overlap off and on. No ideal: the timetable's bubble and
+// the two stages' different work make one phase split meaningless.
+void BM_PipelineFsdpStep(benchmark::State& state) {
+  const collectives::SimulatedLink link =
+      state.range(0) == 2 ? collectives::SimulatedLink{.ring = {.alpha_s = 0, .busbw = 1e18}}
+                          : collectives::SimulatedLink{.ring = {.alpha_s = 100e-6,
+                                                                .busbw = kBusBw[state.range(0)]}};
+  const bool overlap = state.range(1) != 0;
+  Run run;
+  for (auto _ : state) run = Train("pp=2,dp_shard=2", link, overlap, /*microbatches=*/4);
+  const Comm comm = Split(link, *ParseMesh("pp=2,dp_shard=2"), run.log);
+  const char* speed = state.range(0) == 0 ? " 100 MB/s" : state.range(0) == 1 ? " 400 MB/s"
+                                                                           : " instant";
+  state.SetLabel(std::string("pp=2,dp_shard=2 m=4") + (overlap ? " overlap on" : " overlap off") +
+                 speed);
+  state.counters["step_ms"] = run.step_s * 1e3;
+  state.counters["comm_ms"] = comm.total * 1e3;
+  state.counters["collectives"] = static_cast<double>(run.log.size());
+}
+BENCHMARK(BM_PipelineFsdpStep)
+    ->ArgsProduct({{0, 1, 2}, {0, 1}})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

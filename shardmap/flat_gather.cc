@@ -60,6 +60,25 @@ Tensor PackBlocks(const Layout& l, const std::vector<Tensor>& full, DType dtype)
   return Concat(pieces, 0);
 }
 
+// The reduce-scatter of the full cotangents (in `dtype`), packed by PackBlocks, started.
+PendingValue StartScatter(const Layout& l, const std::vector<Tensor>& full, DType dtype) {
+  Tensor packed = PackBlocks(l, full, dtype);
+  const RankContext& ctx = RankContext::Get(kStart);
+  return reduce_scatter_start(
+      Value(std::move(packed), PackedType(ctx.mesh(), l.mask, AxisType::P())), 0, l.axes);
+}
+
+// Shard k's block of the reduced row, typed as reduce_scatter of the shard's own cotangent
+// types it (S(dim) on the axes), stated as the shard's cotangent (all_gather's transpose).
+Value ShardOfRow(const Layout& l, const Tensor& reduced, size_t k, const SpmdType& shard_type) {
+  SpmdType t = Dual(shard_type);
+  for (int a = 0; a < t.num_axes(); ++a) {
+    if (l.mask & (AxisMask{1} << a)) t[a] = AxisType::Sharded(l.dims[k]);
+  }
+  return internal::AsCotangent(
+      Value(reduced.SliceRows(l.offsets[k], l.numels[k]).Reshape(l.shapes[k]), t), shard_type);
+}
+
 // What the wait ops' VJPs hand to the start ops' VJPs.
 struct FlatBackward {
   Layout layout;
@@ -73,26 +92,13 @@ struct FlatBackward {
 
   void Start() {
     started = true;
-    Tensor packed = PackBlocks(layout, cotangents, grad_dtype);
-    cotangents.clear();  // their bytes now live in `packed`
-    const RankContext& ctx = RankContext::Get(kStart);
-    scatter = reduce_scatter_start(
-        Value(std::move(packed), PackedType(ctx.mesh(), layout.mask, AxisType::P())), 0,
-        layout.axes);
+    scatter = StartScatter(layout, cotangents, grad_dtype);
+    cotangents.clear();  // their bytes now live in the packed buffer
   }
   Value ShardGrad(size_t k) {
     if (!started) Start();  // some gathered value got no cotangent
     if (!reduced.defined()) reduced = scatter.Wait().tensor;
-    const Layout& l = layout;
-    // As reduce_scatter of the shard's own cotangent types it (S(dim) on the axes), stated as
-    // the shard's cotangent (all_gather's transpose).
-    SpmdType t = Dual(shard_types[k]);
-    for (int a = 0; a < t.num_axes(); ++a) {
-      if (l.mask & (AxisMask{1} << a)) t[a] = AxisType::Sharded(l.dims[k]);
-    }
-    return internal::AsCotangent(
-        Value(reduced.SliceRows(l.offsets[k], l.numels[k]).Reshape(l.shapes[k]), t),
-        shard_types[k]);
+    return ShardOfRow(layout, reduced, k, shard_types[k]);
   }
 };
 
@@ -220,6 +226,78 @@ std::vector<Value> PendingFlatGather::Wait() {
       if (++bw->arrived == bw->expected) bw->Start();  // the last of the unit's cotangents
       d[0] = Value(Tensor::Empty({0}, g.dtype(), g.tensor.device()), Dual(token_type));
     });
+  }
+  return out;
+}
+
+constexpr const char* kScatter = "reduce_scatter_flat_start";
+
+struct PendingFlatScatter::State {
+  Layout layout;
+  std::vector<SpmdType> shard_types;
+  PendingValue call;
+};
+
+PendingFlatScatter::PendingFlatScatter() = default;
+PendingFlatScatter::PendingFlatScatter(PendingFlatScatter&&) noexcept = default;
+PendingFlatScatter& PendingFlatScatter::operator=(PendingFlatScatter&&) noexcept = default;
+PendingFlatScatter::~PendingFlatScatter() = default;
+
+PendingFlatScatter reduce_scatter_flat_start(const std::vector<Value>& grads,
+                                             const std::vector<int>& dims, const Axes& axes,
+                                             const std::vector<SpmdType>& shard_types) {
+  if (grads.empty()) OpFail(kScatter, ": no gradients to reduce");
+  if (dims.size() != grads.size() || shard_types.size() != grads.size()) {
+    OpFail(kScatter, ": ", grads.size(), " gradients but ", dims.size(), " dims and ",
+           shard_types.size(), " shard types; pass one of each per gradient");
+  }
+  auto st = std::make_unique<PendingFlatScatter::State>();
+  Layout& l = st->layout;
+  l.axes = axes;
+  l.device = grads[0].tensor.device();
+  std::vector<Tensor> full;
+  for (size_t k = 0; k < grads.size(); ++k) {
+    const Value& g = grads[k];
+    const internal::CollectiveCall c(Collective::kReduceScatter, g, axes,
+                                     {.check = dims[k], .result = dims[k]}, kScatter);
+    if (g.dtype() != grads[0].dtype() || g.tensor.device() != l.device) {
+      OpFail(kScatter, ": gradient ", k, " is ", g.ToString(), " on ",
+             g.tensor.device().ToString(), " but gradient 0 is ", grads[0].ToString(), " on ",
+             l.device.ToString(), "; one flat reduce-scatter takes one dtype and device");
+    }
+    const int dim = c.check_dim();
+    if (g.dim(dim) % c.group_size() != 0) {
+      OpFail(kScatter, ": dim ", dim, " of gradient ", k, " ", g.ToString(),
+             " is not divisible by the ", c.group_size(), " devices of the axes");
+    }
+    Shape shard = g.shape();
+    shard[dim] /= c.group_size();
+    l.group = c.group_size();
+    l.mask = c.mask();
+    l.dims.push_back(dim);
+    l.shapes.push_back(shard);
+    l.numels.push_back(g.numel() / c.group_size());
+    l.offsets.push_back(l.row);
+    l.row += l.numels.back();
+    full.push_back(g.tensor);
+  }
+  st->shard_types = shard_types;
+  st->call = StartScatter(l, full, grads[0].dtype());
+  PendingFlatScatter p;
+  p.state_ = std::move(st);
+  return p;
+}
+
+std::vector<Value> PendingFlatScatter::Wait() {
+  if (state_ == nullptr) {
+    OpFail("reduce_scatter_flat_wait: this handle was already waited (or moved from); wait "
+           "each reduce_scatter_flat_start exactly once");
+  }
+  std::unique_ptr<State> st = std::move(state_);
+  const Tensor reduced = st->call.Wait().tensor;
+  std::vector<Value> out;
+  for (size_t k = 0; k < st->layout.shapes.size(); ++k) {
+    out.push_back(ShardOfRow(st->layout, reduced, k, st->shard_types[k]));
   }
   return out;
 }

@@ -23,6 +23,14 @@
 // was called, wait for it and return each shard's slice; so the reduce-scatter overlaps the
 // VJPs recorded between start and Wait(), as all_gather_start's does. A cotangent that never
 // arrives (a gathered value nothing used) is a zero in the pack.
+//
+// The backward alone, off the tape (FSDP in pipeline stages, models/train/stage_fsdp.h, which
+// accumulates the gathered parameters' gradients over microbatches and reduces them once):
+//
+//   PendingFlatScatter s = reduce_scatter_flat_start({g_qkv, g_o}, {1, 0}, {"dp_shard"},
+//                                                    {w_qkv.type, w_o.type});
+//   ... the backward of earlier layers runs ...
+//   std::vector<Value> shard_grads = s.Wait();  // bitwise reduce_scatter(g_k, dims[k], axes)
 #ifndef SHARDMAP_SHARDMAP_FLAT_GATHER_H_
 #define SHARDMAP_SHARDMAP_FLAT_GATHER_H_
 
@@ -61,6 +69,39 @@ class PendingFlatGather {
 [[nodiscard]] PendingFlatGather all_gather_flat_start(
     const std::vector<Value>& shards, const std::vector<int>& dims, const Axes& axes,
     std::optional<DType> gather_dtype = std::nullopt);
+
+// A started reduce-scatter of several full gradients in one collective; Wait() exactly once
+// (as PendingValue: a handle dropped unwaited poisons the in-process world).
+class PendingFlatScatter {
+ public:
+  PendingFlatScatter();
+  PendingFlatScatter(PendingFlatScatter&&) noexcept;
+  PendingFlatScatter& operator=(PendingFlatScatter&&) noexcept;
+  ~PendingFlatScatter();
+
+  // This device's block of each summed gradient, in order, typed as the cotangent of its shard
+  // (shard_types[k]). Throws OpError.
+  [[nodiscard]] std::vector<Value> Wait();
+  bool pending() const { return state_ != nullptr; }
+
+  struct State;
+
+ private:
+  friend PendingFlatScatter reduce_scatter_flat_start(const std::vector<Value>&,
+                                                      const std::vector<int>&, const Axes&,
+                                                      const std::vector<SpmdType>&);
+  std::unique_ptr<State> state_;
+};
+
+// Sums grads[k] (P on `axes`, off the tape) over `axes` and keeps this device's block of
+// dims[k], in one call: all_gather_flat_start's backward (the same packing and numbers as
+// reduce_scatter of each gradient alone). shard_types[k]: the type of the shard whose gathered
+// value grads[k] is the gradient of (its cotangent's type is stated from it). Throws OpError
+// (no gradients, lists of other lengths, mixed dtypes or devices, a type or size
+// reduce_scatter rejects).
+[[nodiscard]] PendingFlatScatter reduce_scatter_flat_start(
+    const std::vector<Value>& grads, const std::vector<int>& dims, const Axes& axes,
+    const std::vector<SpmdType>& shard_types);
 
 }  // namespace shardmap
 

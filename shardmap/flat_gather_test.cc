@@ -2,6 +2,7 @@
 // values, types and gradients bitwise on 1, 2, 3 and 5 devices with shards gathered along
 // different dims and odd sizes, on a 2-axis mesh (HSDP's shape), in another dtype; one call each
 // way in the log; a gathered value nothing uses gets zeros; and the error paths.
+// reduce_scatter_flat_start (the backward alone) against reduce_scatter of each gradient alone.
 #include <mutex>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "shardmap/flat_gather.h"
 #include "shardmap/ops.h"
 #include "shardmap/shard_map.h"
+#include "shardmap/type_rules.h"
 #include "spmd_testing/testing.h"
 #include "tensor/error.h"
 #include "tests/test_util.h"
@@ -184,6 +186,102 @@ TEST(FlatGatherTest, MisuseIsAClearError) {
   const std::vector<std::string> want = {"no shards", "pass the gathered dim",
                                          "one dtype and device", "takes shards",
                                          "gathers dim 1", "already waited"};
+  for (size_t i = 0; i < errors.size(); ++i) {
+    EXPECT_THAT(errors[i], ::testing::HasSubstr(want[i % want.size()])) << i;
+  }
+}
+
+// Full gradients of Shards' gathered values (R on both axes: P on both), different per rank.
+std::vector<Value> FullGrads(const RankContext& ctx, int n) {
+  const uint64_t seed = 500 + 10 * ctx.rank();
+  SpmdType p(2);
+  p[0] = AxisType::P();
+  p[1] = AxisType::P();
+  return {Value(Rand({3, 5 * n}, seed), p), Value(Rand({7 * n}, seed + 1), p),
+          Value(Rand({5, 2 * n, 3}, seed + 2), p)};
+}
+
+TEST(FlatScatterTest, BitwiseEachGradientsReduceScatter) {
+  for (int n : {1, 2, 3, 5}) {
+    SCOPED_TRACE(absl::StrCat("fsdp=", n));
+    Mesh mesh = *Mesh::Create({{"dp", 2}, {"fsdp", n}});
+    std::mutex mu;
+    std::vector<std::string> failures;
+    std::vector<CollectiveRecord> flat_log;
+    absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {
+      const std::vector<Value> grads = FullGrads(ctx, n);
+      std::vector<SpmdType> shard_types;
+      for (const Value& x : Shards(ctx)) shard_types.push_back(x.type);
+      std::vector<Value> want;
+      for (size_t k = 0; k < grads.size(); ++k) {
+        want.push_back(reduce_scatter(grads[k], kDims[k], "fsdp"));
+      }
+      const size_t before = ctx.collective_log().size();
+      PendingFlatScatter started = reduce_scatter_flat_start(grads, kDims, "fsdp", shard_types);
+      std::vector<Value> got = started.Wait();
+      std::lock_guard<std::mutex> lock(mu);
+      if (got.size() != 3) {
+        failures.push_back(absl::StrCat("rank ", ctx.rank(), ": ", got.size(), " results"));
+        return;
+      }
+      for (size_t k = 0; k < 3; ++k) {
+        const SpmdType want_type = CotangentType(want[k].type, shard_types[k]);
+        if (!testing::TensorsBitwiseEqual(got[k].tensor, want[k].tensor) ||
+            got[k].type != want_type) {
+          failures.push_back(absl::StrCat("rank ", ctx.rank(), " grad ", k, ": ",
+                                          got[k].ToString(), " vs ", want[k].ToString()));
+        }
+      }
+      if (ctx.rank() == 0) {
+        flat_log.assign(ctx.collective_log().begin() + before, ctx.collective_log().end());
+      }
+    });
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_TRUE(failures.empty()) << absl::StrJoin(failures, "\n");
+    if (n == 1) continue;
+    ASSERT_EQ(flat_log.size(), 1u);  // one call of the packed bytes
+    EXPECT_STREQ(flat_log[0].op, "reduce_scatter");
+    EXPECT_EQ(flat_log[0].bytes, n * (15 + 7 + 30) * 8);
+  }
+}
+
+TEST(FlatScatterTest, MisuseIsAClearError) {
+  Mesh mesh = *Mesh::Create({{"fsdp", 3}});
+  std::mutex mu;
+  std::vector<std::string> errors;
+  absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {
+    std::vector<std::string> mine;
+    auto expect_error = [&](const std::function<void()>& f) {
+      try {
+        f();
+        mine.push_back("no error");
+      } catch (const OpError& e) {
+        mine.push_back(e.what());
+      }
+    };
+    SpmdType s0(1), p(1), r(1);
+    s0[0] = AxisType::Sharded(0);
+    p[0] = AxisType::P();
+    const Value g(Rand({6, 2}, 1 + ctx.rank()), p);
+    expect_error([&] { (void)reduce_scatter_flat_start({}, {}, "fsdp", {}); });
+    expect_error([&] { (void)reduce_scatter_flat_start({g}, {0, 1}, "fsdp", {s0}); });
+    expect_error([&] {
+      (void)reduce_scatter_flat_start({g, Value(Rand({3}, 2, DType::kF32), p)}, {0, 0}, "fsdp",
+                                      {s0, s0});
+    });
+    expect_error([&] { (void)reduce_scatter_flat_start({Value(g.tensor, r)}, {0}, "fsdp", {s0}); });
+    expect_error([&] { (void)reduce_scatter_flat_start({g}, {1}, "fsdp", {s0}); });  // 2 % 3
+    PendingFlatScatter ok = reduce_scatter_flat_start({g}, {0}, "fsdp", {s0});
+    (void)ok.Wait();
+    expect_error([&] { (void)ok.Wait(); });
+    std::lock_guard<std::mutex> lock(mu);
+    errors.insert(errors.end(), mine.begin(), mine.end());
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  ASSERT_EQ(errors.size(), 18u);
+  const std::vector<std::string> want = {"no gradients", "one of each per gradient",
+                                         "one dtype and device", "reduce_scatter_flat_start",
+                                         "not divisible", "already waited"};
   for (size_t i = 0; i < errors.size(); ++i) {
     EXPECT_THAT(errors[i], ::testing::HasSubstr(want[i % want.size()])) << i;
   }

@@ -9,10 +9,8 @@
 #include "tensor/error.h"
 
 namespace shardmap {
-namespace {
 
-// 0: the embeddings (wte, wpe); 1 + i: block i; layers + 1: the final LayerNorm.
-int UnitOf(const std::string& name, int64_t layers) {
+int FsdpUnitOf(const std::string& name, int64_t layers) {
   if (name.rfind("ln_f.", 0) == 0) return static_cast<int>(layers) + 1;
   if (name.rfind("h.", 0) != 0) return 0;
   std::vector<std::string> parts = absl::StrSplit(name, '.');
@@ -22,8 +20,6 @@ int UnitOf(const std::string& name, int64_t layers) {
   }
   return 1 + block;
 }
-
-}  // namespace
 
 FsdpParams::FsdpParams(const GptLayout& layout, const std::vector<Value>& params,
                        FsdpSchedule schedule, Tape& tape, TapeRecorder* recorder)
@@ -40,7 +36,7 @@ FsdpParams::FsdpParams(const GptLayout& layout, const std::vector<Value>& params
   units_.resize(layers + 2);
   values_.resize(params.size());
   for (size_t i = 0; i < layout.params().size(); ++i) {
-    const int u = UnitOf(layout.params()[i].name, layers);
+    const int u = FsdpUnitOf(layout.params()[i].name, layers);
     unit_of_.push_back(u);
     units_[u].params.push_back(static_cast<int>(i));
   }

@@ -26,6 +26,7 @@
 #define SHARDMAP_MODELS_TRAIN_FSDP_PARAMS_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "autograd/tape.h"
@@ -34,6 +35,10 @@
 #include "shardmap/value.h"
 
 namespace shardmap {
+
+// FSDP's unit of a parameter: 0 the embeddings (wte, wpe), 1 + i block i, layers + 1 the final
+// LayerNorm. Throws OpError for a block parameter whose block it cannot read ("h.<i>.").
+int FsdpUnitOf(const std::string& name, int64_t layers);
 
 struct FsdpSchedule {
   int prefetch = 1;                   // units gathered ahead of the one computing (>= 1)

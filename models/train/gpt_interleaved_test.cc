@@ -1,6 +1,7 @@
 // Interleaved 1F1B in the trainer (--schedule=interleaved_1f1b --virtual_stages=V): three f64
 // AdamW steps with clipping give the single-device losses, gradient norms and parameters to 1e-9
-// relative on pp2 x v2, pp3 x v2 (a ring of three), pp2 x v3, pp2 x dp2, pp2 x tp2 + SP and with
+// relative on pp2 x v2, pp3 x v2 (a ring of three), pp2 x v3, pp2 x dp2, pp2 x tp2 + SP, pp2 x
+// fsdp2, pp2 x fsdp3 x v3 (+ full recomputation) and with
 // per-virtual-stage --stage_layers; with --recompute=full too; the overlapped step (gradients
 // reduced in buckets as each chunk's become final) equals overlap off bitwise; a checkpoint
 // saved interleaved resumes on one device and the reverse; evaluation's forward-only loss is the
@@ -114,7 +115,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Interleaving{.mesh = "pp=2,dp=2", .layers = 4, .microbatches = 2,
                                    .recompute = RecomputeMode::kFull},
                       Interleaving{.mesh = "pp=3", .layers = 6, .microbatches = 3,
-                                   .recompute = RecomputeMode::kFull}),
+                                   .recompute = RecomputeMode::kFull},
+                      // FSDP in the stages (stage_fsdp.h): each chunk's units gathered once.
+                      Interleaving{.mesh = "pp=2,dp_shard=2", .layers = 4, .microbatches = 2},
+                      Interleaving{.mesh = "pp=2,dp_shard=3", .layers = 6, .microbatches = 2,
+                                   .virtual_stages = 3, .recompute = RecomputeMode::kFull}),
     [](const ::testing::TestParamInfo<Interleaving>& i) {
       std::string n = absl::StrCat(i.param.mesh, i.param.sp ? "_sp" : "", "_L", i.param.layers,
                                    "_m", i.param.microbatches, "_v", i.param.virtual_stages,

@@ -5,6 +5,7 @@
 // schedule (one blocking all_reduce per gradient after the backward) bitwise. The collective log
 // shows the buckets: fewer, larger all-reduces, the full ones issued during the backward.
 #include <chrono>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@ struct Case {
   int prefetch = 1;
   bool reshard = true;
   bool mixed = false;  // bf16 compute, f32 master weights
+  int virtual_stages = 1;  // > 1: interleaved 1F1B
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
@@ -43,7 +45,8 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   std::string n = c.mesh + (c.sp ? "_sp" : "") + (c.dtype == DType::kF32 ? "_f32" : "_f64") +
                   "_ga" + std::to_string(c.grad_accum) + "_mb" + std::to_string(c.microbatches) +
                   "_l" + std::to_string(c.layers) + "_pf" + std::to_string(c.prefetch) +
-                  (c.reshard ? "" : "_keep") + (c.mixed ? "_bf16" : "");
+                  (c.reshard ? "" : "_keep") + (c.mixed ? "_bf16" : "") +
+                  (c.virtual_stages > 1 ? "_v" + std::to_string(c.virtual_stages) : "");
   for (char& ch : n) {
     if (ch == '=' || ch == ',') ch = '_';
   }
@@ -63,6 +66,10 @@ TrainResult TrainCase(const Case& c, bool overlap, int64_t bucket_bytes) {
   o.steps = 5;
   o.grad_accum = c.grad_accum;
   o.pipeline.microbatches = c.microbatches;
+  if (c.virtual_stages > 1) {
+    o.pipeline.schedule = "interleaved_1f1b";
+    o.pipeline.virtual_stages = c.virtual_stages;
+  }
   o.overlap.on = overlap;
   o.overlap.bucket_bytes = bucket_bytes;
   o.overlap.fsdp_prefetch = c.prefetch;
@@ -113,7 +120,10 @@ TEST_P(OverlapTest, BucketsChangeNoBit) {
 // not yet waited) fails the whole run with its own error, promptly: the others, waiting for
 // those buckets, see the poisoned world instead of hanging.
 TEST(OverlapFaultTest, ARankFailingMidBucketFailsTheRunWithItsStatus) {
-  for (const char* mesh : {"dp=3", "dp_shard=2", "dp_replicate=2,dp_shard=2"}) {
+  // The pipeline: HSDP in the stages, whose gradient shards (reduce-scattered during the last
+  // backward, stage_fsdp.h) fill dp_replicate buckets started before the failure.
+  for (const char* mesh : {"dp=3", "dp_shard=2", "dp_replicate=2,dp_shard=2",
+                           "pp=2,dp_replicate=2,dp_shard=2"}) {
     SCOPED_TRACE(mesh);
     GptConfig cfg = SmallConfig();
     cfg.layers = 3;
@@ -121,6 +131,7 @@ TEST(OverlapFaultTest, ARankFailingMidBucketFailsTheRunWithItsStatus) {
     ASSERT_TRUE(layout.ok()) << layout.status();
     TrainOptions o = gpt_testing::ThreeSteps();
     o.overlap.bucket_bytes = 512;  // many buckets, most started during the backward
+    if (std::string(mesh).rfind("pp=", 0) == 0) o.pipeline.microbatches = 3;
     o.hooks.on_phase = [](const char* phase) {
       if (std::string(phase) == "optimizer" && RankContext::Current()->rank() == 1) {
         throw OpError(absl::DataLossError("rank 1 lost its device"));
@@ -204,6 +215,63 @@ TEST(OverlapScheduleTest, TheFirstRegatherIsPrefetchedAcrossTheLastBlock) {
   }
 }
 
+// FSDP in a pipeline stage (pp2 x dp_shard=2, 3 microbatches; rank 0 is stage 0: the embeddings
+// and block 0): each unit is gathered once per step and its gradients reduce-scattered once,
+// overlapped: one flat call per unit, the reduce-scatters issued during the last backward; off:
+// one blocking call per parameter each way, the reduce-scatters after the backward. The same
+// bytes either way (f64: the gathers move the master dtype).
+TEST(OverlapPipelineFsdpTest, EachUnitIsGatheredAndReducedOncePerStep) {
+  GptConfig c = SmallConfig();
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh("pp=2,dp_shard=2"), c, false);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  int stage0_fsdp = 0;  // FSDP-sharded parameters of stage 0
+  for (const ParamInfo& p : layout->params()) {
+    const bool stage0 = p.name.rfind("h.0.", 0) == 0 || p.name == "wte.weight" ||
+                        p.name == "wpe.weight";
+    stage0_fsdp += stage0 && p.fsdp_dim >= 0;
+  }
+  ASSERT_GT(stage0_fsdp, 2);
+  struct Tally {
+    int gathers = 0, scatters = 0, scatters_in_backward = 0, calls = 0;
+    int64_t gather_bytes = 0, scatter_bytes = 0;
+  };
+  Tally t[2];
+  for (bool on : {false, true}) {
+    TrainOptions o = gpt_testing::ThreeSteps();
+    o.steps = 1;
+    o.pipeline.microbatches = 3;
+    o.overlap.on = on;
+    absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(c, 7), Tokens(500, c.vocab), o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (const CollectiveRecord& rec : r->log) {
+      const std::string op = rec.op;
+      ++t[on].calls;
+      if (op == "all_gather") {
+        ++t[on].gathers;
+        t[on].gather_bytes += rec.bytes;
+      }
+      if (op == "reduce_scatter") {
+        ++t[on].scatters;
+        t[on].scatters_in_backward += rec.backward;
+        t[on].scatter_bytes += rec.bytes;
+      }
+    }
+    EXPECT_EQ(r->peak_gathered_bytes_per_rank, t[on].gather_bytes * 2) << on;  // all of stage 0
+  }
+  std::cout << "pp=2,dp_shard=2, 3 microbatches, rank 0: off " << t[0].calls << " calls ("
+            << t[0].gathers << " all_gather, " << t[0].scatters << " reduce_scatter), on "
+            << t[1].calls << " calls (" << t[1].gathers << " all_gather, " << t[1].scatters
+            << " reduce_scatter)\n";
+  EXPECT_EQ(t[0].gathers, stage0_fsdp);
+  EXPECT_EQ(t[0].scatters, stage0_fsdp);
+  EXPECT_EQ(t[0].scatters_in_backward, 0);
+  EXPECT_EQ(t[1].gathers, 2);  // the embeddings, block 0
+  EXPECT_EQ(t[1].scatters, 2);
+  EXPECT_EQ(t[1].scatters_in_backward, 2);
+  EXPECT_EQ(t[1].gather_bytes, t[0].gather_bytes);
+  EXPECT_EQ(t[1].scatter_bytes, t[0].scatter_bytes);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Meshes, OverlapTest,
     ::testing::Values(Case{"dp=2"}, Case{"dp=3", false, DType::kF32},
@@ -220,7 +288,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"dp_shard=2", false, DType::kF64, 2, 1, 5, 3, /*reshard=*/false},
                       Case{"dp_replicate=2,dp_shard=2", false, DType::kF32, 1, 1, 5, 2},
                       Case{"dp_shard=2,tp=2", true, DType::kF64, 1, 1, 5, 1},
-                      Case{"dp_shard=2", false, DType::kF32, 1, 1, 5, 1, true, /*mixed=*/true}),
+                      Case{"dp_shard=2", false, DType::kF32, 1, 1, 5, 1, true, /*mixed=*/true},
+                      // FSDP in pipeline stages (stage_fsdp.h): gathered once per step, reduced
+                      // once; odd dp_shard, accumulation, prefetch 2, HSDP, interleaved, bf16.
+                      Case{"pp=2,dp_shard=2", false, DType::kF64, 1, 3},
+                      Case{"pp=2,dp_shard=2", false, DType::kF32, 2, 3},
+                      Case{"pp=2,dp_shard=3", false, DType::kF64, 1, 2},
+                      Case{"pp=2,dp_shard=3", false, DType::kF32, 1, 2, 5, 2},
+                      Case{"pp=2,dp_replicate=2,dp_shard=2", false, DType::kF64, 1, 3},
+                      Case{"pp=2,dp_shard=2", false, DType::kF64, 1, 2, 4, 1, true, false, 2},
+                      Case{"pp=2,dp_shard=2", false, DType::kF32, 1, 3, 2, 1, true, true}),
     CaseName);
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Pipeline-parallel GPT-2 training is a pure refactoring: three f64 AdamW steps with clipping on
 // pp2 (GPipe and 1F1B), pp3 with an uneven split (2,1,1 layers), dp2 x tp2 x pp2 and
-// pp2 x fsdp2 x tp2+sp (8 simulated devices), and one stage accumulating microbatches, give the single-device losses and parameters to
+// pp2 x fsdp2 x tp2+sp (8 simulated devices), pp2 x fsdp3, pp2 x fsdp2 (4 layers), and one
+// stage accumulating microbatches, give the single-device losses and parameters to
 // 1e-9 relative (the tied wte gradient summed over the first and last stage). 1F1B holds
 // p/m of GPipe's activations on stage 0. Impossible layouts are errors before training.
 #include "models/train/gpt_pipeline.h"
@@ -99,6 +100,9 @@ INSTANTIATE_TEST_SUITE_P(
                       PipeLayout{"pp=3", false, 3, "gpipe", true},
                       PipeLayout{"pp=2,dp=2,tp=2", false, 2, "1f1b", false},
                       PipeLayout{"pp=2,dp_shard=2,tp=2", true, 3, "1f1b", false},
+                      // FSDP in the stages (stage_fsdp.h): odd dp_shard, 4 layers over GPipe.
+                      PipeLayout{"pp=2,dp_shard=3", false, 2, "1f1b", false},
+                      PipeLayout{"pp=2,dp_shard=2", false, 3, "gpipe", true},
                       // One stage: gradient accumulation over the microbatches.
                       PipeLayout{"", false, 3, "gpipe", false},
                       PipeLayout{"pp=1,dp=2", false, 2, "1f1b", false}),

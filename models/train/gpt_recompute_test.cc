@@ -2,7 +2,7 @@
 // AdamW + clipping steps with recompute=full and =selective give the losses, gradient norms,
 // parameters and AdamW moments of recompute=none exactly, in f64 and f32, on one device, dp,
 // fsdp, hsdp, fsdp3 x tp2 + SP, dp x tp + SP, tp3 + SP, cp3 (ring attention), pipelines (1F1B,
-// GPipe x dp), MoE (ep) and bf16 mixed precision. The collective log is none's plus the
+// GPipe x dp, pp x fsdp), MoE (ep) and bf16 mixed precision. The collective log is none's plus the
 // recomputed collectives (FSDP and SP all_gathers / reduce_scatters per block; the ring's
 // ppermutes under selective), each tagged recomputed; the shape-only step counts exactly one
 // more forward of the blocks (full) or of the attention cores (selective); the activation peak
@@ -115,6 +115,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"dp2_tp2_sp", "dp=2,tp=2", true}, Case{"tp3_sp", "tp=3", true},
                       Case{"cp3", "cp=3"}, Case{"pp2_1f1b", "pp=2", false, 2, "1f1b"},
                       Case{"pp2_dp2_gpipe", "pp=2,dp=2", false, 3, "gpipe"},
+                      Case{"pp2_fsdp2_1f1b", "pp=2,dp_shard=2", false, 2, "1f1b"},
+                      Case{"pp2_fsdp3_gpipe_bf16", "pp=2,dp_shard=3", false, 2, "gpipe", false,
+                           true},
                       Case{"ep2_moe", "ep=2", false, 1, "1f1b", true},
                       Case{"dp2_tp2_sp_bf16", "dp=2,tp=2", true, 1, "1f1b", false, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
@@ -204,6 +207,22 @@ TEST(RecomputeTest, FullWithOverlappedFsdpRecomputesOnlyTheSpCollectives) {
   const int64_t L = SmallConfig().layers;
   EXPECT_EQ(RecomputedCounts(full.log, mesh),
             (std::map<std::string, int>{{"all_gather(tp)", 2 * L}, {"reduce_scatter(tp)", 2 * L}}));
+}
+
+// In pipeline stages FSDP gathers each unit once per step outside the blocks
+// (models/train/stage_fsdp.h), in both schedules: a recomputed block re-issues no collective.
+TEST(RecomputeTest, FullInFsdpPipelineStagesRecomputesNoCollective) {
+  const Case c{"pp2_fsdp2_1f1b", "pp=2,dp_shard=2", false, 2, "1f1b"};
+  const Mesh mesh = *ParseMesh(c.mesh);
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlap on" : "overlap off");
+    const TrainResult none =
+        TrainWith(c, DType::kF64, std::nullopt, RecomputeMode::kNone, 1, overlap);
+    const TrainResult full =
+        TrainWith(c, DType::kF64, RecomputeMode::kFull, RecomputeMode::kNone, 1, overlap);
+    ExpectNoneLogPlusRecomputed(full.log, none.log, mesh);
+    EXPECT_TRUE(RecomputedCounts(full.log, mesh).empty());
+  }
 }
 
 TEST(RecomputeTest, SelectiveReissuesOnlyTheRingAttentionsPpermutes) {

@@ -1,9 +1,9 @@
 // Shape-only GPT steps against real ones: for dp, FSDP, HSDP, tp+sp, pp (1F1B, GPipe and
-// interleaved 1F1B), cp, ep (MoE), gradient accumulation and mixes, on meshes with odd sizes,
-// every rank's shape-only profile (one rank run alone, on the meta device and on the CPU) has
-// exactly the collectives a real TrainGpt step logs on that rank (a CollectiveRecorder per rank
-// thread), the MemoryTracker peak that rank's thread measured, and its FLOPs; the roles; the
-// error paths.
+// interleaved 1F1B; x FSDP), cp, ep (MoE), gradient accumulation and mixes, on meshes with odd
+// sizes, every rank's shape-only profile (one rank run alone, on the meta device and on the
+// CPU) has exactly the collectives a real TrainGpt step logs on that rank (a CollectiveRecorder
+// per rank thread), the MemoryTracker peak that rank's thread measured, and its FLOPs; the
+// roles; the error paths.
 #include "models/train/gpt_shape_only.h"
 
 #include <algorithm>
@@ -172,7 +172,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{.name = "pp2_tp2_gpipe_bf16", .mesh = "pp=2,tp=2", .batch = 4, .microbatches = 2,
              .schedule = "gpipe", .bf16 = true},
         Case{.name = "pp2_dp2_interleaved_v2", .mesh = "pp=2,dp=2", .batch = 4,
-             .microbatches = 2, .schedule = "interleaved_1f1b", .virtual_stages = 2}),
+             .microbatches = 2, .schedule = "interleaved_1f1b", .virtual_stages = 2},
+        // FSDP in pipeline stages (stage_fsdp.h): placeholders refilled by the flat gathers,
+        // freed as each unit's reduce-scatter starts.
+        Case{.name = "pp2_fsdp3", .mesh = "pp=2,dp_shard=3", .batch = 6, .microbatches = 2},
+        Case{.name = "pp2_fsdp2_interleaved_v2_bf16", .mesh = "pp=2,dp_shard=2", .batch = 4,
+             .microbatches = 2, .schedule = "interleaved_1f1b", .bf16 = true,
+             .virtual_stages = 2}),
     CaseName);
 
 TEST(ShapeOnlyGpt, ClippingIsTheOneDataDependentBranchAndIsBounded) {

@@ -30,7 +30,8 @@ struct Traced {
   nlohmann::json json;  // parsed back from its text
 };
 
-Traced TraceOneStep(const std::string& mesh_text, bool sp, int64_t layers = 1) {
+Traced TraceOneStep(const std::string& mesh_text, bool sp, int64_t layers = 1,
+                    int64_t microbatches = 1, int64_t batch = 6) {
   GptConfig c = gpt_testing::SmallConfig();
   c.layers = layers;
   Traced t;
@@ -39,7 +40,8 @@ Traced TraceOneStep(const std::string& mesh_text, bool sp, int64_t layers = 1) {
   EXPECT_TRUE(layout.ok()) << layout.status();
   TrainOptions o;
   o.steps = 1;
-  o.batch = 6;
+  o.batch = batch;
+  o.pipeline.microbatches = microbatches;
   o.tracing.keep_events = true;
   absl::StatusOr<TrainResult> r = TrainGpt(*layout, InitGpt(c, 3), Tokens(200, c.vocab), o);
   EXPECT_TRUE(r.ok()) << r.status();
@@ -167,6 +169,37 @@ TEST(GptTraceTest, CollectivesTrackShowsStartedCallsBesideCompute) {
     }
     EXPECT_GT(overlapping, 0) << "no op ran while an all-gather was in flight";
   }
+}
+
+// FSDP in pipeline stages (stage_fsdp.h; pp2 x dp_shard=2, 2 microbatches, stage 0 holds the
+// embeddings and blocks 0-1): rank 0's collectives track shows its calls (one span each), one
+// flat all_gather and one reduce_scatter per unit, and a unit's reduce-scatter in flight while
+// the backward of the blocks below it runs.
+TEST(GptTraceTest, PipelineStagesShowTheirFsdpCallsBesideTheBackward) {
+  const Traced t = TraceOneStep("pp=2,dp_shard=2", false, /*layers=*/4, /*microbatches=*/2,
+                                /*batch=*/8);
+  const nlohmann::json& ev = t.json.at("traceEvents");
+  std::vector<std::pair<double, double>> backward, scatters;
+  int in_flight = 0, gathers = 0;
+  for (const auto& e : ev) {
+    if (e["ph"] != "X") continue;
+    const std::string cat = e.value("cat", ""), name = e.value("name", "");
+    const double ts = e["ts"], end = ts + e["dur"].get<double>();
+    if (e["tid"] == 0 && cat == "backward op") backward.push_back({ts, end});
+    if (e["tid"] == kCollectiveTrackBase && absl::StartsWith(cat, "in flight")) {
+      ++in_flight;
+      gathers += absl::StartsWith(name, "all_gather");
+      if (absl::StartsWith(name, "reduce_scatter")) scatters.push_back({ts, end});
+    }
+  }
+  EXPECT_EQ(in_flight, static_cast<int>(t.result.log.size()));
+  EXPECT_EQ(gathers, 3);  // the embeddings, block 0, block 1
+  ASSERT_EQ(scatters.size(), 3u);
+  int overlapping = 0;
+  for (auto [ss, se] : scatters) {
+    for (auto [bs, be] : backward) overlapping += bs >= ss && be <= se && be > bs;
+  }
+  EXPECT_GT(overlapping, 0) << "no backward op ran while a reduce-scatter was in flight";
 }
 
 TEST(GptTraceTest, WriteTraceFailsClearlyOnAnUnwritablePath) {

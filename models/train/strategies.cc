@@ -74,19 +74,30 @@ Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stag
                           const std::vector<Value>& params, const std::vector<Value>& ids,
                           const std::vector<Value>& targets, const SpmdType& boundary_type,
                           TypeTrace* types, BackwardObserver* observer,
-                          GradientBuckets* buckets) {
+                          GradientBuckets* buckets, const FsdpSchedule* fsdp) {
   const GptConfig& c = layout.config();
   const StagePlan& sp = plan.stage_plan;
   const std::vector<int>& owned = sp.owned[stage];
   const std::vector<int>& owned_chunk = sp.owned_chunk[stage];
   const int last_vs = plan.stages * sp.virtual_stages - 1;
   const size_t np = layout.params().size();
+  // FSDP: the stage's units gathered once per step and reduce-scattered once (stage_fsdp.h).
+  std::optional<StageFsdp> gatherer;
+  if (!layout.fsdp_axis().empty()) {
+    gatherer.emplace(layout, plan, stage, params,
+                     StageFsdp::Options{fsdp != nullptr, fsdp != nullptr ? fsdp->prefetch : 1},
+                     buckets);
+  }
   PipelineStage ps;
   ps.boundary_shape = {plan.boundary_rows, c.d_model};
   ps.boundary_dtype = c.compute_dtype();  // bf16 activations under mixed precision
   ps.boundary_type = boundary_type;
   ps.backward_observer = observer;
-  if (buckets != nullptr) ps.on_final_grad = [buckets](int k, const Value& g) { buckets->Add(k, g); };
+  if (gatherer && gatherer->overlapped()) {
+    ps.on_final_grad = gatherer->FinalGradHook();
+  } else if (buckets != nullptr && !gatherer) {
+    ps.on_final_grad = [buckets](int k, const Value& g) { buckets->Add(k, g); };
+  }
   ps.param_chunks = owned_chunk;
   // Chunk c of this stage: virtual stage c * p + stage (the stage itself without interleaving).
   ps.forward = [&](int mb, int chunk, const Value& in, const std::vector<Value>& watched) {
@@ -94,7 +105,7 @@ Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stag
     for (size_t i = 0, j = 0; i < owned.size(); ++i) {
       if (owned_chunk[i] == chunk) all[owned[i]] = watched[j++];
     }
-    const ParamFn use = GptParamUse(layout, all);
+    const ParamFn use = gatherer ? gatherer->Use(all) : GptParamUse(layout, all);
     const int vs = chunk * plan.stages + stage;
     Value x = vs == 0 ? GptEmbed(layout, use, ids[mb]) : in;
     const int64_t l0 = sp.first_layer[vs];
@@ -103,9 +114,11 @@ Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stag
     }
     return vs == last_vs ? GptHead(layout, use, x, targets[mb], plan.global_tokens) : x;
   };
-  PipelineResult run = RunPipeline(*plan.timetable, layout.pp_axis(), ps, params);
+  PipelineResult run = RunPipeline(*plan.timetable, layout.pp_axis(), ps,
+                                   gatherer ? gatherer->params() : params);
   Backprop out;
-  out.grads = std::move(run.grads);
+  out.grads = gatherer ? gatherer->Finish(std::move(run.grads)) : std::move(run.grads);
+  if (gatherer) out.peak_gathered_bytes = gatherer->peak_gathered_bytes();
   out.loss = run.loss;
   out.peak_saved_bytes = run.peak_saved_bytes;
   out.activation_bytes = run.recorded_bytes;

@@ -28,6 +28,7 @@
 #include "models/train/rank_state.h"
 #include "models/train/train_options.h"
 #include "models/train/run_plan.h"
+#include "models/train/stage_fsdp.h"
 #include "shardmap/value.h"
 
 namespace shardmap {
@@ -38,7 +39,7 @@ struct Backprop {
   Value loss;                // the loss's local share; undefined on pipeline stages but the last
   MoeStats moe;
   int64_t peak_saved_bytes = 0, activation_bytes = 0, largest_activation_bytes = 0;
-  int64_t peak_gathered_bytes = -1;  // overlapped FSDP: FsdpParams::peak_gathered_bytes (-1: n/a)
+  int64_t peak_gathered_bytes = -1;  // FSDP: FsdpParams / StageFsdp::peak_gathered_bytes (-1: n/a)
   double forward_end_us = 0;         // one program: when the forward ended (the trace)
   double busy_us = 0, total_us = 0;  // pipeline: time in forwards/backwards, whole timetable
   std::vector<PipelineSpan> spans;   // pipeline: this rank's forwards and backwards
@@ -66,12 +67,16 @@ Backprop OneProgramBackprop(const GptLayout& layout, const std::vector<Value>& p
                             const FsdpSchedule* fsdp = nullptr);
 
 // The strategy "pipeline": this stage's part of the timetable over the microbatches. With
-// `buckets`, as OneProgramBackprop: the stage's last backward hands each gradient over.
+// `buckets`, as OneProgramBackprop: the stage's last backward hands each gradient over. With a
+// dp_shard axis the stage's FSDP parameters are gathered once per step and their gradients
+// reduce-scattered once (StageFsdp, models/train/stage_fsdp.h): with `fsdp` by flat calls,
+// prefetched and overlapped; without, by blocking calls (the reference);
+// Backprop::peak_gathered_bytes is the stage's gathered bytes either way.
 Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stage,
                           const std::vector<Value>& params, const std::vector<Value>& ids,
                           const std::vector<Value>& targets, const SpmdType& boundary_type,
                           TypeTrace* types, BackwardObserver* observer,
-                          GradientBuckets* buckets = nullptr);
+                          GradientBuckets* buckets = nullptr, const FsdpSchedule* fsdp = nullptr);
 
 // The type of the residual stream crossing pipeline stages: what the embedding gives, probed
 // once with zeros on every rank (so the collectives inside match).

@@ -118,7 +118,9 @@ ABSL_FLAG(int32_t, fsdp_prefetch, 1,
 ABSL_FLAG(bool, reshard_after_forward, true,
           "--overlap=on with dp_shard: free each block's gathered parameters after its forward and "
           "gather them again for its backward (FSDP2's default; at most fsdp_prefetch + 1 blocks "
-          "gathered at once); false keeps them from the forward to the backward");
+          "gathered at once); false keeps them from the forward to the backward. Pipeline "
+          "stages (pp, --microbatches) always keep theirs for the step: gathered once, "
+          "reduce-scattered once");
 ABSL_FLAG(std::string, tokenizer, "",
           "a folder with GPT-2's tokenizer files (encoder.json + vocab.bpe, or Hugging Face's "
           "vocab.json + merges.txt): --text is encoded with its byte-level BPE, --prompt too, "
@@ -831,13 +833,17 @@ void PrintSummary(const GptLayout& layout, const TrainOptions& o, const TrainRes
   if (r.peak_step_bytes_per_rank >= 0) {
     std::string gathered;
     if (r.peak_gathered_bytes_per_rank >= 0) {
+      const bool stages = layout.pp_ways() > 1 || o.pipeline.microbatches > 1;
       gathered = absl::StrFormat(
-          "; FSDP gathered parameters at most %s at once (prefetch %d, %s)",
-          Bytes(r.peak_gathered_bytes_per_rank), o.overlap.fsdp_prefetch,
-          o.overlap.reshard_after_forward
-              ? "resharded after forward: at most prefetch + 1 blocks, the last block, "
-                "embeddings and final LayerNorm"
-              : "kept from forward to backward: the whole model");
+          "; FSDP gathered parameters at most %s at once (%s)",
+          Bytes(r.peak_gathered_bytes_per_rank),
+          stages ? std::string("the stage's, gathered once per step and kept over its "
+                               "microbatches")
+          : absl::StrCat("prefetch ", o.overlap.fsdp_prefetch, ", ",
+                         o.overlap.reshard_after_forward
+                             ? "resharded after forward: at most prefetch + 1 blocks, the last "
+                               "block, embeddings and final LayerNorm"
+                             : "kept from forward to backward: the whole model"));
     }
     std::cout << absl::StrFormat(
         "memory (rank 0, first step): peak of step tensors %s, %s up to the end of the backward "

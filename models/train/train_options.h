@@ -118,7 +118,9 @@ struct OverlapOptions {
   // the compute dtype, `fsdp_prefetch` units ahead, in the forward and the backward
   // (models/train/fsdp_params.h); both on the communicator's started-call lane. Off: the
   // reference schedule, one blocking all_reduce per gradient after the backward and one
-  // blocking all_gather per FSDP parameter at its use.
+  // blocking all_gather per FSDP parameter at its use. Pipeline stages gather each FSDP unit
+  // once per step and reduce-scatter it once, flat and overlapped when on, by blocking calls per
+  // parameter when off (models/train/stage_fsdp.h).
   bool on = true;
   // > 0; DDP's default (DistributedDataParallel's bucket_cap_mb=25).
   int64_t bucket_bytes = int64_t{25} << 20;

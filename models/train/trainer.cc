@@ -189,13 +189,14 @@ StepOutcome RankTrainer::HostStep(int64_t step, double lr, const Tensor& ids_g,
   StepOutcome out;
   std::vector<Value> ids, targets;
   std::unique_ptr<GradientBuckets> buckets = NewGradientBuckets(layout_, options_.overlap, state_);
+  const FsdpSchedule fsdp{options_.overlap.fsdp_prefetch, options_.overlap.reshard_after_forward};
   if (plan_.pipelined) {
     batches_.Microbatches(ids_g, targets_g, &ids, &targets);
     out.bp = PipelineBackprop(layout_, plan_, stage_, state_.params, ids, targets, boundary_type_,
-                              types, tracing ? &backward_tracer_ : nullptr, buckets.get());
+                              types, tracing ? &backward_tracer_ : nullptr, buckets.get(),
+                              options_.overlap.on ? &fsdp : nullptr);
   } else {
     batches_.Microsteps(ids_g, targets_g, &ids, &targets);
-    const FsdpSchedule fsdp{options_.overlap.fsdp_prefetch, options_.overlap.reshard_after_forward};
     out.bp = OneProgramBackprop(layout_, state_.params, ids, targets, plan_.global_tokens, types,
                                 tape_, rec, buckets.get(), options_.overlap.on ? &fsdp : nullptr);
   }

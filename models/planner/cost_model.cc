@@ -407,24 +407,32 @@ absl::StatusOr<double> OverlappedRoleSeconds(const RoleWork& role, const RoleTim
   return PredictOverlappedStep(in);
 }
 
-// One microbatch's forward and backward on a pipeline stage, with its FSDP lanes.
-absl::Status StageActionSeconds(const RoleWork& role, const RoleTimes& t, int m,
-                                const StepOptions& o, double* fwd, double* bwd) {
+// One microbatch's forward and backward on a pipeline stage.
+void StageActionSeconds(const RoleTimes& t, int m, double* fwd, double* bwd) {
   *fwd = (t.forward + t.blocking_fwd) / m;
   *bwd = (t.compute - t.forward + t.blocking - t.blocking_fwd) / m;
-  if (!t.fsdp) return absl::OkStatus();
+}
+
+// FSDP in a pipeline stage as the trainer runs it (models/train/stage_fsdp.h): each unit
+// gathered once per step, prefetched in the first microbatch's forward order, kept over the
+// microbatches, and reduce-scattered once as soon as its gradients are final in the last
+// microbatch's backward. What does not hide: the gathers the first forward action (stage 0's:
+// the later stages gather in their warm-up idle ticks) cannot cover, and the reduce-scatters
+// the last backward cannot (then HSDP's replicate all-reduce).
+absl::StatusOr<double> StageFsdpExposedSeconds(const RoleWork& role, const RoleTimes& t,
+                                               const StepOptions& o, double fwd, double bwd) {
   const int layers = std::max(1, role.layers);
-  const double g = o.reshard_after_forward ? t.gather_s : 0.0;
-  absl::StatusOr<double> f = FsdpForwardSeconds(
-      {.layers = layers, .compute_s = *fwd, .gather_s = g, .prefetch = o.fsdp_prefetch});
-  if (!f.ok()) return f.status();
-  absl::StatusOr<double> b = FsdpBackwardSeconds({.layers = layers, .compute_s = *bwd,
-                                                  .gather_s = g, .reduce_s = t.reduce_s,
-                                                  .prefetch = o.fsdp_prefetch});
+  double exposed = t.replicate_s;
+  if (std::max(0, role.pp_stage) == 0) {
+    absl::StatusOr<double> f = FsdpForwardSeconds(
+        {.layers = layers, .compute_s = fwd, .gather_s = t.gather_s, .prefetch = o.fsdp_prefetch});
+    if (!f.ok()) return f.status();
+    exposed += *f - fwd;
+  }
+  absl::StatusOr<double> b = FsdpBackwardSeconds(
+      {.layers = layers, .compute_s = bwd, .reduce_s = t.reduce_s, .prefetch = o.fsdp_prefetch});
   if (!b.ok()) return b.status();
-  *fwd = *f;
-  *bwd = *b;
-  return absl::OkStatus();
+  return exposed + *b - bwd;
 }
 
 }  // namespace
@@ -439,6 +447,12 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
   // Simulated CPU ranks share the cores and run their collectives inline: nothing overlaps.
   StepOptions o = options;
   o.overlap = options.overlap && (profile.cores <= 0 || options.simulated_link);
+  if (piped) {
+    // A pipeline stage gathers its FSDP units in the parameters' dtype and keeps them for the
+    // step (models/train/stage_fsdp.h): no compute-dtype gathers, no regathers.
+    o.gather_scale = 1.0;
+    o.reshard_after_forward = false;
+  }
   const double stretch = Stretch(mesh, profile);
   // Simulated CPU ranks computing together share caches and memory (their non-GEMM ops).
   std::optional<HardwareProfile> shared;
@@ -450,7 +464,8 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
   for (size_t i = 0; i < roles.size(); ++i) {
     // A pipeline's stages idle in its bubble and leave their cores to the others: its compute
     // is not stretched here but bounded below by the whole world's work over the cores (below).
-    const int passes = std::max(1, pipeline.microbatches) * (piped ? 1 : o.grad_accum);
+    // FSDP gathers each microstep without a pipeline, once per step in a pipeline stage.
+    const int passes = piped ? 1 : o.grad_accum;
     absl::StatusOr<RoleTimes> t =
         TimesOf(roles[i], mesh, compute_profile, o, piped ? 1.0 : stretch, passes);
     if (!t.ok()) return t.status();
@@ -487,17 +502,21 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
       }
       const RoleTimes& t = times[i];
       double f = 0, b = 0;
-      if (absl::Status st = StageActionSeconds(roles[i], t, m, o, &f, &b); !st.ok()) return st;
+      StageActionSeconds(t, m, &f, &b);
       fwd[s] = std::max(fwd[s], f);
       bwd[s] = std::max(bwd[s], b);
       // Boundary transfers: one forward and one backward activation per microbatch.
       boundary = std::max(boundary, t.boundary / std::max<int>(1, 2 * m));
       double exposed = t.overlapped;
       if (o.overlap) {
-        // FSDP's collectives ran inside the actions; the gradients' after the last backward
-        // (DDP's buckets overlap it), HSDP's replicate all-reduce after it.
-        exposed = t.fsdp ? t.replicate_s + (o.reshard_after_forward ? 0 : t.gather_s) : 0;
-        if (!t.fsdp && t.grad_bytes > 0) {
+        // FSDP: what the first forward and the last backward leave exposed; the gradients'
+        // buckets overlap the last backward.
+        exposed = 0;
+        if (t.fsdp) {
+          absl::StatusOr<double> e = StageFsdpExposedSeconds(roles[i], t, o, f, b);
+          if (!e.ok()) return e.status();
+          exposed = *e;
+        } else if (t.grad_bytes > 0) {
           absl::StatusOr<double> with = BucketedBackwardSeconds(b, t.grad_bytes, o.bucket_bytes,
                                                                 BucketCost(t, mesh, profile));
           if (!with.ok()) return with.status();

@@ -18,13 +18,16 @@
 //            reduce-scattered per layer in the backward (param dtype), each microstep; DDP /
 //            HSDP-replicate gradients reduced in buckets during the last microstep's backward.
 //            Each on a communication lane beside the compute lane (step_schedule.h); the first
-//            gather and the last bucket cannot hide. With overlap off (today's trainer, and
-//            every simulated-CPU run) every logged collective blocks. TP, CP, EP, pipeline and
-//            norm collectives always block.
+//            gather and the last bucket cannot hide. A pipeline stage gathers each FSDP unit
+//            once per step in the parameters' dtype and keeps it (models/train/stage_fsdp.h):
+//            what stage 0's first forward cannot hide of the gathers and what the last backward
+//            cannot of the reduce-scatters is exposed. With overlap off (and every simulated-CPU
+//            run without a simulated link) every logged collective blocks. TP, CP, EP, pipeline
+//            and norm collectives always block.
 //   pipeline the asynchronous timetable (step_schedule.h's AsyncPipelineSeconds): each stage
 //            runs its schedule's actions (1F1B, GPipe, interleaved 1F1B with v chunks) as soon
-//            as its input has arrived, with per-stage forward / backward times (compute, blocking
-//            comm and, with overlap, the FSDP lanes of one microbatch) and the boundary transfer
+//            as its input has arrived, with per-stage forward / backward times (compute and
+//            blocking comm) and the boundary transfer
 //            on every hop between ranks. Simulated CPU ranks (cores > 0) run the trainer's
 //            lockstep ticks (PipelineSeconds): each tick lasts as long as its slowest stage.
 //   shared cores (profile.cores > 0, simulated CPU ranks): world ranks run on `cores` cores, so
@@ -111,8 +114,9 @@ struct StepPrediction {
   std::map<std::string, double> bytes_by_kind, seconds_by_kind;
 };
 
-// This rank's bytes of FSDP-sharded parameters: its forward all-gathers over dp_shard (one per
-// parameter and forward pass in the shape-only step) over the `passes` forward passes.
+// This rank's bytes of FSDP-sharded parameters: its forward all-gathers over dp_shard over the
+// `passes` times the shape-only step gathers them (once per microstep without a pipeline, once
+// per step in a pipeline stage).
 double FsdpShardBytes(const RoleWork& role, int passes);
 
 // Time of one role's compute (no sharing stretch), and its parts.

@@ -361,6 +361,49 @@ TEST(PredictStepTest, RanksBeyondTheCoresPayTheSyncCostAtEachCollective) {
   EXPECT_NEAR(PredictStep({w}, m, {}, p)->blocking_comm_s, plain->blocking_comm_s / 2, 1e-12);
 }
 
+TEST(PredictStepTest, PipelineStagesGatherTheirFsdpUnitsOncePerStep) {
+  // pp=2 x dp_shard=2, 2 layers a stage, 6 ms of compute a stage (per microbatch of m: 2/m ms
+  // forward, 4/m backward). The stage logs its shard (4 MB, f32) gathered once per step and its
+  // gradients (8 MB) reduce-scattered once: 4 ms each on a 1 GB/s link, in the parameters' dtype
+  // (gather_scale does not apply).
+  HardwareProfile p = Node();
+  p.gpus_per_node = 8;
+  p.intra = {0, 1e9};
+  auto stage = [](int s, bool fsdp) {
+    RoleWork w;
+    w.pp_stage = s;
+    w.layers = 2;
+    w.gemms.push_back({.m = 100, .n = 100, .k = 300});
+    if (fsdp) {
+      w.collectives.push_back({"all_gather", {"dp_shard"}, 2, 4e6, false, "fsdp"});
+      w.collectives.push_back({"reduce_scatter", {"dp_shard"}, 2, 8e6, true, "fsdp"});
+    }
+    return w;
+  };
+  const MeshShape m{{"pp", "dp_shard"}, {2, 2}};
+  StepOptions o;
+  o.gather_scale = 0.5;
+  for (int mb : {2, 4}) {
+    SCOPED_TRACE(mb);
+    const PipelineSpec spec{2, mb, "1f1b"};
+    const double plain = PredictStep({stage(0, false), stage(1, false)}, m, spec, p, o)->step_s;
+    absl::StatusOr<StepPrediction> s = PredictStep({stage(0, true), stage(1, true)}, m, spec, p, o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    // What stage 0's first forward cannot hide of 4 ms of gathers, and its last backward of
+    // 4 ms of reduce-scatters.
+    const double f = 2e-3 / mb, b = 4e-3 / mb;
+    const double first = *FsdpForwardSeconds({.layers = 2, .compute_s = f, .gather_s = 4e-3});
+    const double last = *FsdpBackwardSeconds({.layers = 2, .compute_s = b, .reduce_s = 4e-3});
+    EXPECT_NEAR(s->step_s, plain + (first - f) + (last - b), 1e-12);
+    // The reference schedule: every FSDP call blocks, once per step (8 ms).
+    o.overlap = false;
+    EXPECT_NEAR(PredictStep({stage(0, true), stage(1, true)}, m, spec, p, o)->step_s,
+                PredictStep({stage(0, false), stage(1, false)}, m, spec, p, o)->step_s + 8e-3,
+                1e-12);
+    o.overlap = true;
+  }
+}
+
 TEST(PredictStepTest, PipelineUsesTheSlowestStagePerTick) {
   HardwareProfile p = Node();
   RoleWork a, b;

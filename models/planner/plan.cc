@@ -485,7 +485,10 @@ absl::Status HeldActivations(const Candidate& c, const PlanRequest& req,
   if (!profiled.ok()) return profiled.status();
   if (!target.ok()) return target.status();
   double act = w.activation_peak_bytes, hold = 0;
-  if (req.step.overlap && HasFsdpGather(w)) {
+  // A pipeline stage holds its gathered units for the step under either schedule
+  // (models/train/stage_fsdp.h): the profile's memory is the trainer's.
+  const bool piped = ps.stages > 1 || ps.microbatches > 1;
+  if (req.step.overlap && HasFsdpGather(w) && !piped) {
     // The whole gathered model of the role, as the shape-only step holds it (f32), against
     // prefetch + 1 layers (resharding) or the whole model in the compute dtype (keeping).
     int group = 1;

@@ -437,6 +437,90 @@ absl::StatusOr<double> StageFsdpExposedSeconds(const RoleWork& role, const RoleT
 
 }  // namespace
 
+namespace {
+
+// A pipeline's step: the stages' actions on the schedule's timetable (asynchronous; simulated
+// CPU ranks: the trainer's lockstep ticks, sharing the cores), then what the last backward
+// leaves exposed. Fills out->step_s and out->bubble, role_exposed, *critical.
+absl::Status PipelinedStep(const std::vector<RoleWork>& roles, const std::vector<RoleTimes>& times,
+                           const MeshShape& mesh, const PipelineSpec& pipeline,
+                           const HardwareProfile& profile, const StepOptions& o,
+                           std::vector<double>* role_exposed, size_t* critical,
+                           StepPrediction* out) {
+  const int p = pipeline.stages, m = pipeline.microbatches;
+  std::vector<double> fwd(p, -1), bwd(p, -1);
+  double boundary = 0, after = 0;
+  for (size_t i = 0; i < roles.size(); ++i) {
+    const int s = p == 1 ? 0 : roles[i].pp_stage;
+    if (s < 0 || s >= p) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "role '", roles[i].role, "' has pipeline stage ", roles[i].pp_stage, " of ", p));
+    }
+    const RoleTimes& t = times[i];
+    double f = 0, b = 0;
+    StageActionSeconds(t, m, &f, &b);
+    fwd[s] = std::max(fwd[s], f);
+    bwd[s] = std::max(bwd[s], b);
+    // Boundary transfers: one forward and one backward activation per microbatch.
+    boundary = std::max(boundary, t.boundary / std::max<int>(1, 2 * m));
+    double exposed = t.overlapped;
+    if (o.overlap) {
+      // FSDP: what the first forward and the last backward leave exposed; the gradients'
+      // buckets overlap the last backward.
+      exposed = 0;
+      if (t.fsdp) {
+        absl::StatusOr<double> e = StageFsdpExposedSeconds(roles[i], t, o, f, b);
+        if (!e.ok()) return e.status();
+        exposed = *e;
+      } else if (t.grad_bytes > 0) {
+        absl::StatusOr<double> with = BucketedBackwardSeconds(b, t.grad_bytes, o.bucket_bytes,
+                                                              BucketCost(t, mesh, profile));
+        if (!with.ok()) return with.status();
+        exposed = *with - b;
+      }
+    }
+    (*role_exposed)[i] = exposed;
+    after = std::max(after, exposed);
+  }
+  for (int s = 0; s < p; ++s) {
+    if (fwd[s] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("no role for pipeline stage ", s, " of ", p));
+    }
+  }
+  absl::StatusOr<double> pipe;
+  if (profile.cores > 0) {
+    // Simulated CPU ranks run the trainer's lockstep ticks and share the cores tick by tick
+    // (the pipeline's compute was not stretched above).
+    const double share = (mesh.world() / p) / profile.cores;
+    pipe = PipelineSeconds(pipeline, fwd, bwd, boundary, &out->bubble, share);
+  } else {
+    pipe = AsyncPipelineSeconds(pipeline.schedule, p, m, pipeline.virtual_stages, fwd, bwd,
+                                boundary, &out->bubble);
+  }
+  if (!pipe.ok()) return pipe.status();
+  out->step_s = *pipe + after;
+  if (profile.cores > 0) {
+    // Shared cores: no faster than every rank's work (each stage's ranks, world / p of them)
+    // over the cores, plus the slowest stage's communication.
+    double work = 0, comm = 0;
+    for (size_t i = 0; i < roles.size(); ++i) {
+      work += times[i].compute * (mesh.world() / p);
+      comm = std::max(comm, times[i].blocking + times[i].boundary + (*role_exposed)[i]);
+    }
+    const double bound = work / profile.cores + comm;
+    if (bound > out->step_s) {
+      out->step_s = bound;
+      out->bubble = 0;  // the idle stages' cores were busy with the others' work
+    }
+  }
+  for (size_t i = 1; i < roles.size(); ++i) {
+    if (times[i].compute > times[*critical].compute) *critical = i;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
                                            const MeshShape& mesh, const PipelineSpec& pipeline,
                                            const HardwareProfile& profile,
@@ -490,76 +574,10 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
         critical = i;
       }
     }
-  } else {
-    const int p = pipeline.stages, m = pipeline.microbatches;
-    std::vector<double> fwd(p, -1), bwd(p, -1);
-    double boundary = 0, after = 0;
-    for (size_t i = 0; i < roles.size(); ++i) {
-      const int s = p == 1 ? 0 : roles[i].pp_stage;
-      if (s < 0 || s >= p) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "role '", roles[i].role, "' has pipeline stage ", roles[i].pp_stage, " of ", p));
-      }
-      const RoleTimes& t = times[i];
-      double f = 0, b = 0;
-      StageActionSeconds(t, m, &f, &b);
-      fwd[s] = std::max(fwd[s], f);
-      bwd[s] = std::max(bwd[s], b);
-      // Boundary transfers: one forward and one backward activation per microbatch.
-      boundary = std::max(boundary, t.boundary / std::max<int>(1, 2 * m));
-      double exposed = t.overlapped;
-      if (o.overlap) {
-        // FSDP: what the first forward and the last backward leave exposed; the gradients'
-        // buckets overlap the last backward.
-        exposed = 0;
-        if (t.fsdp) {
-          absl::StatusOr<double> e = StageFsdpExposedSeconds(roles[i], t, o, f, b);
-          if (!e.ok()) return e.status();
-          exposed = *e;
-        } else if (t.grad_bytes > 0) {
-          absl::StatusOr<double> with = BucketedBackwardSeconds(b, t.grad_bytes, o.bucket_bytes,
-                                                                BucketCost(t, mesh, profile));
-          if (!with.ok()) return with.status();
-          exposed = *with - b;
-        }
-      }
-      role_exposed[i] = exposed;
-      after = std::max(after, exposed);
-    }
-    for (int s = 0; s < p; ++s) {
-      if (fwd[s] < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("no role for pipeline stage ", s, " of ", p));
-      }
-    }
-    absl::StatusOr<double> pipe;
-    if (profile.cores > 0) {
-      // Simulated CPU ranks run the trainer's lockstep ticks and share the cores tick by tick
-      // (the pipeline's compute was not stretched above).
-      const double share = (mesh.world() / p) / profile.cores;
-      pipe = PipelineSeconds(pipeline, fwd, bwd, boundary, &out.bubble, share);
-    } else {
-      pipe = AsyncPipelineSeconds(pipeline.schedule, p, m, pipeline.virtual_stages, fwd, bwd,
-                                  boundary, &out.bubble);
-    }
-    if (!pipe.ok()) return pipe.status();
-    out.step_s = *pipe + after;
-    if (profile.cores > 0) {
-      // Shared cores: no faster than every rank's work (each stage's ranks, world / p of them)
-      // over the cores, plus the slowest stage's communication.
-      double work = 0, comm = 0;
-      for (size_t i = 0; i < roles.size(); ++i) {
-        work += times[i].compute * (mesh.world() / p);
-        comm = std::max(comm, times[i].blocking + times[i].boundary + role_exposed[i]);
-      }
-      const double bound = work / profile.cores + comm;
-      if (bound > out.step_s) {
-        out.step_s = bound;
-        out.bubble = 0;  // the idle stages' cores were busy with the others' work
-      }
-    }
-    for (size_t i = 1; i < roles.size(); ++i) {
-      if (times[i].compute > times[critical].compute) critical = i;
-    }
+  } else if (absl::Status st = PipelinedStep(roles, times, mesh, pipeline, profile, o,
+                                             &role_exposed, &critical, &out);
+             !st.ok()) {
+    return st;
   }
   const RoleTimes& ct = times[critical];
   out.compute_s = ct.compute;

@@ -204,6 +204,18 @@ TEST(PredictStepTest, OverlapOnSchedulesFsdpPerLayerInTheComputeDtype) {
   EXPECT_NEAR(PredictStep({w}, m, {}, p, o)->step_s, 3e-3 + 6e-3, 1e-12);
 }
 
+// Two layers of 6 ms of compute (2 forward + 4 backward) whose shard of 4 MB (f32) is gathered
+// once and whose gradients (8 MB) are reduce-scattered once over dp_shard=2.
+RoleWork FsdpExample() {
+  RoleWork w;
+  w.layers = 2;
+  w.gemms.push_back({.m = 100, .n = 100, .k = 300});
+  w.param_bytes = 4e6;
+  w.collectives.push_back({"all_gather", {"dp_shard"}, 2, 4e6, false, "fsdp"});
+  w.collectives.push_back({"reduce_scatter", {"dp_shard"}, 2, 8e6, true, "fsdp"});
+  return w;
+}
+
 TEST(PredictStepTest, ASimulatedLinkOverlapsOnSharedCores) {
   // The FSDP example above on 2 ranks sharing 1 core: compute stretches 2x (12 ms: forward 4,
   // backward 8), the sleeping link does not; with overlap the gathers / reduce-scatters hide
@@ -212,12 +224,7 @@ TEST(PredictStepTest, ASimulatedLinkOverlapsOnSharedCores) {
   HardwareProfile p = Node();
   p.intra = {0, 1e9};
   p.cores = 1;
-  RoleWork w;
-  w.layers = 2;
-  w.gemms.push_back({.m = 100, .n = 100, .k = 300});
-  w.param_bytes = 4e6;
-  w.collectives.push_back({"all_gather", {"dp_shard"}, 2, 4e6, false, "fsdp"});
-  w.collectives.push_back({"reduce_scatter", {"dp_shard"}, 2, 8e6, true, "fsdp"});
+  const RoleWork w = FsdpExample();
   MeshShape m{{"dp_shard"}, {2}};
   StepOptions o;
   o.gather_scale = 0.5;
@@ -259,12 +266,7 @@ TEST(PredictStepTest, ASimulatedLinksStartedCallsTakeTheirInProcessWorkFromCompu
   HardwareProfile p = Node();
   p.intra = {0, 1e9};
   p.cores = 1;
-  RoleWork w;
-  w.layers = 2;
-  w.gemms.push_back({.m = 100, .n = 100, .k = 300});
-  w.param_bytes = 4e6;
-  w.collectives.push_back({"all_gather", {"dp_shard"}, 2, 4e6, false, "fsdp"});
-  w.collectives.push_back({"reduce_scatter", {"dp_shard"}, 2, 8e6, true, "fsdp"});
+  const RoleWork w = FsdpExample();
   MeshShape m{{"dp_shard"}, {2}};
   StepOptions o;
   o.gather_scale = 0.5;

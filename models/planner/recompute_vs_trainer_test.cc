@@ -23,18 +23,33 @@ const GptConfig kCfg{.layers = 4, .d_model = 256, .heads = 4, .vocab = 512, .seq
                      .dtype = DType::kF32};
 constexpr int64_t kBatch = 8;
 
-RoleWork Profile(const std::string& mesh, bool sp, std::optional<RecomputeMode> mode) {
+// The trainer's own step on `mesh`, shape-only (overlap off: the reference schedule).
+StepProfile TrainerStep(const std::string& mesh, bool sp, std::optional<RecomputeMode> mode,
+                        bool overlap = false, bool reshard_after_forward = true) {
   absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh(mesh), kCfg, sp);
   EXPECT_TRUE(layout.ok()) << layout.status();
   TrainOptions o;
   o.batch = kBatch;
-  o.overlap.on = false;
+  o.overlap.on = overlap;
+  o.overlap.reshard_after_forward = reshard_after_forward;
   o.recompute = mode;
   absl::StatusOr<std::vector<StepProfile>> p = ProfileGptStep(*layout, o);
   EXPECT_TRUE(p.ok()) << p.status();
-  RoleWork w = ToRoleWork((*p)[0], -1);
+  return p.ok() ? (*p)[0] : StepProfile{};
+}
+
+RoleWork Profile(const std::string& mesh, bool sp, std::optional<RecomputeMode> mode) {
+  RoleWork w = ToRoleWork(TrainerStep(mesh, sp, mode), -1);
   if (w.layers <= 0) w.layers = static_cast<int>(kCfg.layers);
   return w;
+}
+
+PlanRequest Request() {
+  PlanRequest r;
+  r.config = kCfg;
+  r.gpus = 2;
+  r.global_batch = kBatch;
+  return r;
 }
 
 double GemmFlops(const RoleWork& w) {
@@ -80,10 +95,7 @@ TEST(RecomputeVsTrainerTest, SameGemmWorkButTheTrainerKeepsMoreThanTheEstimate) 
 }
 
 TEST(RecomputeVsTrainerTest, ThePlansRowCarriesTheTrainersMemory) {
-  PlanRequest r;
-  r.config = kCfg;
-  r.gpus = 2;
-  r.global_batch = kBatch;
+  PlanRequest r = Request();
   r.step.overlap = false;
   HardwareProfile hw = *LoadHardwareProfile("h100_node");
   for (const char* mesh : {"dp=2 rc=full", "tp=2:+sp rc=selective"}) {
@@ -107,10 +119,7 @@ TEST(RecomputeVsTrainerTest, ThePlansRowCarriesTheTrainersMemory) {
 // With overlap on, FSDP's gathered parameters as the overlapped trainer holds them: the plan's
 // row against the shape-only step of the overlapped schedule itself with --recompute.
 TEST(RecomputeVsTrainerTest, FsdpRowsAgainstTheOverlappedTrainer) {
-  PlanRequest r;
-  r.config = kCfg;
-  r.gpus = 2;
-  r.global_batch = kBatch;
+  PlanRequest r = Request();
   HardwareProfile hw = *LoadHardwareProfile("h100_node");
   r.reshard_after_forward = {true};  // the trainer's default (FSDP2's)
   for (auto [rc, mode] : {std::pair{"rc=full", RecomputeMode::kFull},
@@ -120,15 +129,8 @@ TEST(RecomputeVsTrainerTest, FsdpRowsAgainstTheOverlappedTrainer) {
     absl::StatusOr<Plan> p = PlanGpt(r, hw, ShapeOnlyProfiler());
     ASSERT_TRUE(p.ok()) << p.status();
     ASSERT_EQ(p->rows.size(), 1u) << FormatPlan(*p, 3);
-    absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh("dp_shard=2"), kCfg, false);
-    ASSERT_TRUE(layout.ok());
-    TrainOptions o;
-    o.batch = kBatch;
-    o.overlap.on = true;
-    o.recompute = mode;
-    absl::StatusOr<std::vector<StepProfile>> real = ProfileGptStep(*layout, o);
-    ASSERT_TRUE(real.ok()) << real.status();
-    const double planned = p->rows[0].prediction.peak_bytes, measured = (*real)[0].peak_bytes;
+    const double planned = p->rows[0].prediction.peak_bytes;
+    const double measured = TrainerStep("dp_shard=2", false, mode, /*overlap=*/true).peak_bytes;
     r.measure_recompute = false;
     absl::StatusOr<Plan> q = PlanGpt(r, hw, ShapeOnlyProfiler());
     r.measure_recompute = true;
@@ -149,10 +151,7 @@ TEST(RecomputeVsTrainerTest, FsdpRowsAgainstTheOverlappedTrainer) {
 // bytes over resharding with the estimate as with the measured memory, and the plan's keep row
 // is the overlapped trainer's own peak.
 TEST(RecomputeVsTrainerTest, RecomputationDoesNotShrinkTheKeptParameters) {
-  PlanRequest r;
-  r.config = kCfg;
-  r.gpus = 2;
-  r.global_batch = kBatch;
+  PlanRequest r = Request();
   HardwareProfile hw = *LoadHardwareProfile("h100_node");
   auto peak = [&](const char* mesh, bool measure) {
     r.only_meshes = {mesh};
@@ -166,19 +165,12 @@ TEST(RecomputeVsTrainerTest, RecomputationDoesNotShrinkTheKeptParameters) {
   const double held_estimated = peak("dp_shard=2 rc=full keep", false) - peak("dp_shard=2 rc=full", false);
   EXPECT_GT(held_measured, 0);
   EXPECT_NEAR(held_estimated, held_measured, 1.0);
-  absl::StatusOr<GptLayout> layout = GptLayout::Create(*ParseMesh("dp_shard=2"), kCfg, false);
-  ASSERT_TRUE(layout.ok());
-  TrainOptions o;
-  o.batch = kBatch;
-  o.overlap.on = true;
-  o.overlap.reshard_after_forward = false;
-  o.recompute = RecomputeMode::kFull;
-  absl::StatusOr<std::vector<StepProfile>> real = ProfileGptStep(*layout, o);
-  ASSERT_TRUE(real.ok()) << real.status();
   const double planned = peak("dp_shard=2 rc=full keep", true);
+  const double real = TrainerStep("dp_shard=2", false, RecomputeMode::kFull, /*overlap=*/true,
+                                  /*reshard_after_forward=*/false).peak_bytes;
   std::printf("dp_shard=2 rc=full keep: planned peak %.1f MiB, the overlapped trainer's %.1f MiB\n",
-              planned / 1048576.0, (*real)[0].peak_bytes / 1048576.0);
-  EXPECT_NEAR(planned / (*real)[0].peak_bytes, 1.0, 0.05);
+              planned / 1048576.0, real / 1048576.0);
+  EXPECT_NEAR(planned / real, 1.0, 0.05);
 }
 
 }  // namespace

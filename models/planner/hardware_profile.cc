@@ -100,8 +100,9 @@ absl::StatusOr<double> HardwareProfile::OtherSeconds(const OtherWork& o) const {
   const auto r = shared_op_rate.find({o.op, o.dtype});
   if (r == shared_op_rate.end()) return alone;
   // Ranks computing at once share the caches and the memory: between one rank alone and the
-  // measured T at once, linearly in the ranks.
-  const double shared = o.bytes / r->second;
+  // measured T at once, linearly in the ranks. Sharing never makes an op faster: a shared rate
+  // above the lone one is the noise of the lone measurement, and the lone price stands.
+  const double shared = std::max(*alone, o.bytes / r->second);
   const double t = std::min(1.0, (concurrent_ranks - 1.0) / (shared_op_rate_threads - 1.0));
   return *alone + t * (shared - *alone);
 }

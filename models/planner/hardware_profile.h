@@ -118,7 +118,7 @@ struct HardwareProfile {
   // for their name and dtype, else fused attention at its rate and the rest at
   // memory_bandwidth (and vector_flops). With concurrent_ranks k > 1 and a shared_op_rate for
   // the kind (measured with T ranks at once), its seconds go linearly from the op_rate's at k = 1
-  // to the shared rate's at k = T (and stay there beyond T).
+  // to the shared rate's at k = T (and stay there beyond T); never below the lone price.
   absl::StatusOr<double> OtherSeconds(const OtherWork& o) const;
   // This profile for `k` ranks computing at once (concurrent_ranks = k).
   HardwareProfile ForConcurrentRanks(int k) const;

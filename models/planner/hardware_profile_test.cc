@@ -154,6 +154,10 @@ TEST(HardwareProfileTest, SharedOpRatesApplyByTheRanksComputingAtOnce) {
   EXPECT_NEAR(*p.ForConcurrentRanks(2).OtherSeconds(add), 0.625, 1e-12);  // halfway, linear
   EXPECT_NEAR(*p.ForConcurrentRanks(3).OtherSeconds(add), 1.0, 1e-12);
   EXPECT_NEAR(*p.ForConcurrentRanks(8).OtherSeconds(add), 1.0, 1e-12);  // no more than measured
+  // A shared rate faster than the lone one (the lone measurement's noise) does not lower it.
+  p.shared_op_rate[{"add", DType::kF32}] = 8e9;
+  EXPECT_NEAR(*p.ForConcurrentRanks(3).OtherSeconds(add), 0.25, 1e-12);
+  p.shared_op_rate[{"add", DType::kF32}] = 1e9;
   // A kind without a shared rate keeps its own price (the bandwidth, 1e10 B/s here).
   EXPECT_NEAR(*p.ForConcurrentRanks(3).OtherSeconds({"mul", DType::kF32, 0, 1e9}), 0.1, 1e-12);
   absl::StatusOr<HardwareProfile> back = ParseHardwareProfile(p.ToText());

@@ -770,6 +770,10 @@ class Validation {
     o.batch = s_.batch;
     o.pipeline.microbatches = c.pipeline.microbatches;
     o.pipeline.schedule = c.pipeline.schedule;
+    // Without a link the planner prices simulated CPU ranks' collectives inline, as the
+    // reference schedule runs them (cost_model.h): the rows train that schedule (the trainer's
+    // default overlaps, which on shared cores only adds its lanes' hand-offs to compute).
+    o.overlap.on = false;
     if (s_.link.busbw > 0) {
       o.overlap.on = s_.step.overlap;
       o.overlap.bucket_bytes = static_cast<int64_t>(s_.step.bucket_bytes);

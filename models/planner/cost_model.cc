@@ -414,7 +414,8 @@ void StageActionSeconds(const RoleTimes& t, int m, double* fwd, double* bwd) {
 }
 
 // FSDP in a pipeline stage as the trainer runs it (models/train/stage_fsdp.h): each unit
-// gathered once per step, prefetched in the first microbatch's forward order, kept over the
+// gathered once per step in the compute dtype (t.gather_s), prefetched in the first
+// microbatch's forward order, kept (in the parameters' dtype) over the
 // microbatches, and reduce-scattered once as soon as its gradients are final in the last
 // microbatch's backward. What does not hide: the gathers the first forward action (stage 0's:
 // the later stages gather in their warm-up idle ticks) cannot cover, and the reduce-scatters
@@ -531,12 +532,9 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
   // Simulated CPU ranks share the cores and run their collectives inline: nothing overlaps.
   StepOptions o = options;
   o.overlap = options.overlap && (profile.cores <= 0 || options.simulated_link);
-  if (piped) {
-    // A pipeline stage gathers its FSDP units in the parameters' dtype and keeps them for the
-    // step (models/train/stage_fsdp.h): no compute-dtype gathers, no regathers.
-    o.gather_scale = 1.0;
-    o.reshard_after_forward = false;
-  }
+  // A pipeline stage gathers each FSDP unit once (in the compute dtype) and keeps it for the
+  // step (models/train/stage_fsdp.h): no regathers.
+  if (piped) o.reshard_after_forward = false;
   const double stretch = Stretch(mesh, profile);
   // Simulated CPU ranks computing together share caches and memory (their non-GEMM ops).
   std::optional<HardwareProfile> shared;

@@ -19,7 +19,7 @@
 //            HSDP-replicate gradients reduced in buckets during the last microstep's backward.
 //            Each on a communication lane beside the compute lane (step_schedule.h); the first
 //            gather and the last bucket cannot hide. A pipeline stage gathers each FSDP unit
-//            once per step in the parameters' dtype and keeps it (models/train/stage_fsdp.h):
+//            once per step (compute dtype) and keeps it (models/train/stage_fsdp.h):
 //            what stage 0's first forward cannot hide of the gathers and what the last backward
 //            cannot of the reduce-scatters is exposed. With overlap off (and every simulated-CPU
 //            run without a simulated link) every logged collective blocks. TP, CP, EP, pipeline

@@ -366,8 +366,8 @@ TEST(PredictStepTest, RanksBeyondTheCoresPayTheSyncCostAtEachCollective) {
 TEST(PredictStepTest, PipelineStagesGatherTheirFsdpUnitsOncePerStep) {
   // pp=2 x dp_shard=2, 2 layers a stage, 6 ms of compute a stage (per microbatch of m: 2/m ms
   // forward, 4/m backward). The stage logs its shard (4 MB, f32) gathered once per step and its
-  // gradients (8 MB) reduce-scattered once: 4 ms each on a 1 GB/s link, in the parameters' dtype
-  // (gather_scale does not apply).
+  // gradients (8 MB) reduce-scattered once; the overlapped stage gathers in bf16 (2 ms on a
+  // 1 GB/s link), the reduce-scatter takes 4 ms.
   HardwareProfile p = Node();
   p.gpus_per_node = 8;
   p.intra = {0, 1e9};
@@ -394,10 +394,10 @@ TEST(PredictStepTest, PipelineStagesGatherTheirFsdpUnitsOncePerStep) {
     // What stage 0's first forward cannot hide of 4 ms of gathers, and its last backward of
     // 4 ms of reduce-scatters.
     const double f = 2e-3 / mb, b = 4e-3 / mb;
-    const double first = *FsdpForwardSeconds({.layers = 2, .compute_s = f, .gather_s = 4e-3});
+    const double first = *FsdpForwardSeconds({.layers = 2, .compute_s = f, .gather_s = 2e-3});
     const double last = *FsdpBackwardSeconds({.layers = 2, .compute_s = b, .reduce_s = 4e-3});
     EXPECT_NEAR(s->step_s, plain + (first - f) + (last - b), 1e-12);
-    // The reference schedule: every FSDP call blocks, once per step (8 ms).
+    // The reference schedule: every FSDP call blocks, once per step, as logged (4 + 4 ms).
     o.overlap = false;
     EXPECT_NEAR(PredictStep({stage(0, true), stage(1, true)}, m, spec, p, o)->step_s,
                 PredictStep({stage(0, false), stage(1, false)}, m, spec, p, o)->step_s + 8e-3,

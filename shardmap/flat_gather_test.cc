@@ -151,20 +151,35 @@ TEST(FlatGatherTest, AGatheredValueNothingUsesGetsAZeroGradient) {
   EXPECT_TRUE(failures.empty()) << absl::StrJoin(failures, "\n");
 }
 
-TEST(FlatGatherTest, MisuseIsAClearError) {
+// Records the OpError message of f, or "no error".
+using ExpectError = std::function<void(const std::function<void()>&)>;
+
+// Runs `calls` on each of 3 ranks (fsdp=3); all ranks' ExpectError records, rank by rank.
+std::vector<std::string> ErrorsOnThreeRanks(
+    const std::function<void(RankContext&, const ExpectError&)>& calls) {
   Mesh mesh = *Mesh::Create({{"fsdp", 3}});
   std::mutex mu;
   std::vector<std::string> errors;
   absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {
     std::vector<std::string> mine;
-    auto expect_error = [&](const std::function<void()>& f) {
+    calls(ctx, [&](const std::function<void()>& f) {
       try {
         f();
         mine.push_back("no error");
       } catch (const OpError& e) {
         mine.push_back(e.what());
       }
-    };
+    });
+    std::lock_guard<std::mutex> lock(mu);
+    errors.insert(errors.end(), mine.begin(), mine.end());
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  return errors;
+}
+
+TEST(FlatGatherTest, MisuseIsAClearError) {
+  const std::vector<std::string> errors =
+      ErrorsOnThreeRanks([](RankContext& ctx, const ExpectError& expect_error) {
     SpmdType s0(1), p(1);
     s0[0] = AxisType::Sharded(0);
     p[0] = AxisType::P();
@@ -178,10 +193,7 @@ TEST(FlatGatherTest, MisuseIsAClearError) {
     PendingFlatGather g = all_gather_flat_start({a}, {0}, "fsdp");
     (void)g.Wait();
     expect_error([&] { (void)g.Wait(); });
-    std::lock_guard<std::mutex> lock(mu);
-    errors.insert(errors.end(), mine.begin(), mine.end());
   });
-  EXPECT_TRUE(s.ok()) << s;
   ASSERT_EQ(errors.size(), 18u);
   const std::vector<std::string> want = {"no shards", "pass the gathered dim",
                                          "one dtype and device", "takes shards",
@@ -246,19 +258,8 @@ TEST(FlatScatterTest, BitwiseEachGradientsReduceScatter) {
 }
 
 TEST(FlatScatterTest, MisuseIsAClearError) {
-  Mesh mesh = *Mesh::Create({{"fsdp", 3}});
-  std::mutex mu;
-  std::vector<std::string> errors;
-  absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {
-    std::vector<std::string> mine;
-    auto expect_error = [&](const std::function<void()>& f) {
-      try {
-        f();
-        mine.push_back("no error");
-      } catch (const OpError& e) {
-        mine.push_back(e.what());
-      }
-    };
+  const std::vector<std::string> errors =
+      ErrorsOnThreeRanks([](RankContext& ctx, const ExpectError& expect_error) {
     SpmdType s0(1), p(1), r(1);
     s0[0] = AxisType::Sharded(0);
     p[0] = AxisType::P();
@@ -274,10 +275,7 @@ TEST(FlatScatterTest, MisuseIsAClearError) {
     PendingFlatScatter ok = reduce_scatter_flat_start({g}, {0}, "fsdp", {s0});
     (void)ok.Wait();
     expect_error([&] { (void)ok.Wait(); });
-    std::lock_guard<std::mutex> lock(mu);
-    errors.insert(errors.end(), mine.begin(), mine.end());
   });
-  EXPECT_TRUE(s.ok()) << s;
   ASSERT_EQ(errors.size(), 18u);
   const std::vector<std::string> want = {"no gradients", "one of each per gradient",
                                          "one dtype and device", "reduce_scatter_flat_start",

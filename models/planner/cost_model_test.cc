@@ -216,19 +216,30 @@ RoleWork FsdpExample() {
   return w;
 }
 
+// FsdpExample's two ranks sharing one core over a 1 GB/s simulated link, gathering in bf16.
+HardwareProfile SharedCoreLink() {
+  HardwareProfile p = Node();
+  p.intra = {0, 1e9};
+  p.cores = 1;
+  return p;
+}
+
+StepOptions OnSimulatedLink() {
+  StepOptions o;
+  o.gather_scale = 0.5;
+  o.simulated_link = true;
+  return o;
+}
+
 TEST(PredictStepTest, ASimulatedLinkOverlapsOnSharedCores) {
   // The FSDP example above on 2 ranks sharing 1 core: compute stretches 2x (12 ms: forward 4,
   // backward 8), the sleeping link does not; with overlap the gathers / reduce-scatters hide
   // but the forward's and the backward's first gathers (1 ms each) and the last reduce-scatter
   // (2 ms).
-  HardwareProfile p = Node();
-  p.intra = {0, 1e9};
-  p.cores = 1;
+  HardwareProfile p = SharedCoreLink();
   const RoleWork w = FsdpExample();
-  MeshShape m{{"dp_shard"}, {2}};
-  StepOptions o;
-  o.gather_scale = 0.5;
-  o.simulated_link = true;
+  const MeshShape m{{"dp_shard"}, {2}};
+  StepOptions o = OnSimulatedLink();
   absl::StatusOr<StepPrediction> s = PredictStep({w}, m, {}, p, o);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_NEAR(s->step_s, 12e-3 + 1e-3 + 1e-3 + 2e-3, 1e-12);
@@ -263,14 +274,10 @@ TEST(PredictStepTest, ASimulatedLinksStartedCallsTakeTheirInProcessWorkFromCompu
   // fits beneath the link (lane_cpu): each pass's gather (2 MB in the compute dtype) 1 ms +
   // 1e-9 s/B, its regather (the first of 2 layers: 1/2 of it), the reduce-scatter 8 MB at
   // 2e-9 s/B; all of it stretched 2x (two ranks on one core), the forward's share in the forward.
-  HardwareProfile p = Node();
-  p.intra = {0, 1e9};
-  p.cores = 1;
+  HardwareProfile p = SharedCoreLink();
   const RoleWork w = FsdpExample();
-  MeshShape m{{"dp_shard"}, {2}};
-  StepOptions o;
-  o.gather_scale = 0.5;
-  o.simulated_link = true;
+  const MeshShape m{{"dp_shard"}, {2}};
+  StepOptions o = OnSimulatedLink();
   const double without = PredictStep({w}, m, {}, p, o)->compute_s;
   p.lane_cpu[{"all_gather", 2}] = {1e-3, 1e-9};
   p.lane_cpu[{"reduce_scatter", 2}] = {0, 2e-9};

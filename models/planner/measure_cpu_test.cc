@@ -127,8 +127,11 @@ TEST(WithOpRatesTest, EachKindAtItsBytesOverItsTimeBeyondTheFixedCost) {
   // Priced at it; other kinds still at the copy bandwidth; AtLoad scales it with the machine.
   EXPECT_NEAR(*p.OtherSeconds({"layer_norm", DType::kF32, 0, 2e9}), 1.0, 1e-9);
   EXPECT_NEAR(*p.OtherSeconds({"gelu", DType::kF32, 0, copy_bw}), 1.0, 1e-9);
+  p.shared_op_rate_threads = 2;
+  p.shared_op_rate[{"layer_norm", DType::kF32}] = 1e9;  // the speeds with 2 ranks at once too
   const HardwareProfile half = AtLoad(p, {.gemm_rate = 2e9, .cores = 2}, {.gemm_rate = 1e9, .cores = 1});
   EXPECT_NEAR(half.op_rate.at({"layer_norm", DType::kF32}), 1e9, 1);
+  EXPECT_NEAR(half.shared_op_rate.at({"layer_norm", DType::kF32}), 5e8, 1);
 }
 
 TEST(WithOpRatesTest, RealTimedOpsGetPlausibleRatesAndUntimedOnesAreRefused) {

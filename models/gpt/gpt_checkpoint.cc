@@ -12,13 +12,6 @@
 
 namespace shardmap {
 
-Shape Gpt2Shape(const ParamInfo& p) {
-  const Shape& s = p.global_shape;
-  if (absl::EndsWith(p.name, "attn.c_attn.weight")) return {s[0], s[1] * s[2]};
-  if (absl::EndsWith(p.name, "attn.c_attn.bias")) return {s[0] * s[1]};
-  return s;
-}
-
 absl::Status SaveGpt(const std::string& path, const GptLayout& layout,
                      const std::vector<NamedTensor>& params, const AdamState* moments,
                      int64_t step) {

@@ -28,9 +28,6 @@ struct AdamState {
   std::vector<NamedTensor> exp_avg, exp_avg_sq;
 };
 
-// GPT-2's shape of a parameter (c_attn flattened back to [d, 3d] / [3d]).
-Shape Gpt2Shape(const ParamInfo& p);
-
 // params / moments: global tensors in layout order (moments may be null).
 absl::Status SaveGpt(const std::string& path, const GptLayout& layout,
                      const std::vector<NamedTensor>& params, const AdamState* moments,

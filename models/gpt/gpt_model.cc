@@ -9,8 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "models/gpt/gpt_recompute.h"
+#include "models/model/recompute_block.h"
 #include "models/parallel/ring_attention.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/einsum.h"
@@ -67,6 +68,15 @@ std::vector<ParamShape> ParamShapes(const GptConfig& c) {
   v.push_back({"ln_f.weight", {d}, -1, 1});
   v.push_back({"ln_f.bias", {d}, -1, 1});
   return v;
+}
+
+// The forward unit that uses a parameter: wte, wpe the embedding; h.{i}. block i; ln_f the head.
+ModelUnit UnitOf(const std::string& name) {
+  if (name.rfind("h.", 0) == 0) {
+    return {ModelUnit::kBlock, std::stoll(name.substr(2, name.find('.', 2) - 2))};
+  }
+  if (name.rfind("ln_f.", 0) == 0) return {ModelUnit::kHead, -1};
+  return {ModelUnit::kEmbed, -1};
 }
 
 int AxisSize(const Mesh& mesh, const std::string& name) {
@@ -163,6 +173,8 @@ absl::StatusOr<GptLayout> GptLayout::Create(const Mesh& mesh, const GptConfig& c
     info.name = p.name;
     info.global_shape = p.shape;
     info.decay = p.gpt2_rank >= 2;
+    info.unit = UnitOf(p.name);
+    info.tied_to_head = p.name == "wte.weight";  // the lm_head is wte (tied)
     std::vector<std::vector<std::string>> dims(p.shape.size());
     const int tp_dim = l.tp_.on() ? p.tp_dim : -1;
     if (tp_dim >= 0) dims[tp_dim] = {axis::kTp};
@@ -182,22 +194,54 @@ absl::StatusOr<GptLayout> GptLayout::Create(const Mesh& mesh, const GptConfig& c
     if (absl::Status s = info.spec.Validate(mesh, p.shape, p.name); !s.ok()) return s;
     l.params_.push_back(std::move(info));
   }
+  const GptConfig& c = l.cfg_;
+  l.shape_ = ModelShape{.layers = c.layers, .d_model = c.d_model, .vocab = c.vocab, .seq = c.seq,
+                        .dtype = c.dtype, .compute = c.compute, .recompute = c.recompute,
+                        .moe = c.moe};
   return l;
 }
 
-int GptLayout::Find(const std::string& name) const {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (params_[i].name == name) return static_cast<int>(i);
-  }
-  return -1;
+std::string GptLayout::Describe() const {
+  return absl::StrCat("gpt2 ", cfg_.layers, " layers d ", cfg_.d_model, " heads ", cfg_.heads,
+                      " vocab ", cfg_.vocab, " seq ", cfg_.seq);
 }
 
-PartitionSpec GptLayout::RowSpec(bool with_sp) const {
-  std::vector<std::string> axes = batch_axes();
-  if (!cp_axis().empty()) axes.push_back(cp_axis());
-  if (with_sp && tp_.on() && tp_.sp) axes.push_back(tp_.axis);
-  return PartitionSpec({axes});
+std::vector<NamedTensor> GptLayout::Init(uint64_t seed) const { return InitGpt(cfg_, seed); }
+
+Shape Gpt2Shape(const ParamInfo& p) {
+  const Shape& s = p.global_shape;
+  if (absl::EndsWith(p.name, "attn.c_attn.weight")) return {s[0], s[1] * s[2]};
+  if (absl::EndsWith(p.name, "attn.c_attn.bias")) return {s[0] * s[1]};
+  return s;
 }
+
+Shape GptLayout::CheckpointShape(const ParamInfo& p) const { return Gpt2Shape(p); }
+
+double GptParameterCount(const GptConfig& c) {
+  const double d = c.d_model, L = c.layers;
+  // c_attn + attention c_proj (4d^2 + 4d), c_fc + mlp c_proj (8d^2 + 5d), two LayerNorms (4d).
+  const double per_block_dense = 12 * d * d + 13 * d;
+  double n = c.vocab * d + c.seq * d + 2 * d;
+  if (c.moe.on()) {
+    const double mlp = 8 * d * d + 5 * d;
+    n += L * (per_block_dense - mlp + d * c.moe.experts + c.moe.experts * mlp);
+  } else {
+    n += L * per_block_dense;
+  }
+  return n;
+}
+
+double GptFlopsPerToken(const GptConfig& c) {
+  const double d = c.d_model, L = c.layers;
+  double n = GptParameterCount(c) - c.seq * d;  // wpe is a lookup, not a product
+  if (c.moe.on()) {
+    const double mlp = 8 * d * d + 5 * d;
+    n -= L * c.moe.experts * mlp * (1.0 - static_cast<double>(c.moe.topk) / c.moe.experts);
+  }
+  return 6 * n + 12 * L * d * c.seq;
+}
+
+double GptLayout::FlopsPerToken() const { return GptFlopsPerToken(cfg_); }
 
 std::vector<NamedTensor> InitGpt(const GptConfig& cfg, uint64_t seed) {
   std::vector<NamedTensor> out;
@@ -230,7 +274,7 @@ namespace {
 // context-parallel chunk.
 struct PositionsKey {
   int device;
-  int64_t count, first, seq, cp, cp_index;
+  int64_t count, first, seq, cp, cp_index, offset;
   auto operator<=>(const PositionsKey&) const = default;
 };
 
@@ -240,7 +284,7 @@ std::vector<int64_t> PositionValues(const PositionsKey& k) {
   for (int64_t r = 0; r < k.count; ++r) {
     pos[r] = k.cp > 1 ? LoadBalancedPosition((k.first + r) % local_seq, k.seq,
                                              static_cast<int>(k.cp), static_cast<int>(k.cp_index))
-                      : (k.first + r) % k.seq;
+                      : k.offset + (k.first + r) % k.seq;
   }
   return pos;
 }
@@ -270,9 +314,14 @@ Tensor PositionsOn(const PositionsKey& key, Device device) {
 
 }  // namespace
 
-Value GptEmbed(const GptLayout& layout, const ParamFn& use, const Value& ids) {
+Value GptLayout::Embed(const ParamFn& use, const Value& ids, int64_t position_offset) const {
+  const GptLayout& layout = *this;
   const GptConfig& c = layout.config();
   const TensorParallel tp = layout.tp();
+  if (position_offset != 0 && layout.cp_ways() > 1) {
+    OpFail("GptEmbed: a position offset (", position_offset, ") with cp=", layout.cp_ways(),
+           ": context parallelism's chunks fix their own positions; generate without cp");
+  }
   Value x = VocabParallelEmbedding{use("wte.weight"), tp}(ids);
   // Positions of this rank's rows (batch-major rows; under SP the tp chunk of them; under cp
   // each sequence's load-balanced chunks, seq/cp tokens).
@@ -291,21 +340,24 @@ Value GptEmbed(const GptLayout& layout, const ParamFn& use, const Value& ids) {
     pos_type[layout.mesh().AxisIndex(layout.cp_axis())] = AxisType::Sharded(0);
   }
   const Device device = ids.tensor.device();
-  const PositionsKey key{device.is_cuda() ? device.index : -1, count, first, c.seq, cp, cp_index};
+  const PositionsKey key{device.is_cuda() ? device.index : -1, count, first, c.seq, cp, cp_index,
+                         position_offset};
   Value positions(PositionsOn(key, device), pos_type);
   return x + embedding(use("wpe.weight"), positions);
 }
 
-Value GptBlock(const GptLayout& layout, const ParamFn& use, int64_t i, const Value& x,
-               TypeTrace* types, MoeAccum* moe_accum) {
-  if (layout.config().recompute == RecomputeMode::kFull && CurrentRecorder() != nullptr) {
-    return RecomputedGptBlock(layout, use, i, x, types, moe_accum);
-  }
-  return GptBlockBody(layout, use, i, x, types, moe_accum);
+Value GptEmbed(const GptLayout& layout, const ParamFn& use, const Value& ids) {
+  return layout.Embed(use, ids);
 }
 
-Value GptBlockBody(const GptLayout& layout, const ParamFn& use, int64_t i, const Value& x,
-                   TypeTrace* types, MoeAccum* moe_accum) {
+Value GptBlock(const GptLayout& layout, const ParamFn& use, int64_t i, const Value& x,
+               TypeTrace* types, MoeAccum* moe_accum) {
+  return ModelBlock(layout, use, i, x, types, moe_accum);
+}
+
+Value GptLayout::Block(const ParamFn& use, int64_t i, const Value& x, TypeTrace* types,
+                       MoeAccum* moe_accum) const {
+  const GptLayout& layout = *this;
   const GptConfig& c = layout.config();
   const bool selective = c.recompute == RecomputeMode::kSelective;
   const TensorParallel tp = layout.tp();
@@ -336,7 +388,7 @@ Value GptBlockBody(const GptLayout& layout, const ParamFn& use, int64_t i, const
     moe_accum->stats.assignments += o.assignments;
     return y + o.y;
   }
-  Block block{LayerNorm{use(h + "ln_1.weight"), use(h + "ln_1.bias")},
+  shardmap::Block block{LayerNorm{use(h + "ln_1.weight"), use(h + "ln_1.bias")},
               CausalSelfAttention{use(h + "attn.c_attn.weight"), use(h + "attn.c_attn.bias"),
                                   RowParallelLinear{use(h + "attn.c_proj.weight"),
                                                     use(h + "attn.c_proj.bias"), tp},
@@ -350,11 +402,21 @@ Value GptBlockBody(const GptLayout& layout, const ParamFn& use, int64_t i, const
   return block(x);
 }
 
+Value GptLayout::Logits(const ParamFn& use, const Value& x) const {
+  Value h = EnterTensorParallel(LayerNorm{use("ln_f.weight"), use("ln_f.bias")}(x), tp_);
+  return einsum("nd,vd->nv", h, use("wte.weight"));  // lm_head tied to wte: S1 on tp
+}
+
 Value GptHead(const GptLayout& layout, const ParamFn& use, const Value& x, const Value& targets,
               int64_t global_tokens) {
+  return layout.Head(use, x, targets, global_tokens);
+}
+
+Value GptLayout::Head(const ParamFn& use, const Value& x, const Value& targets,
+                      int64_t global_tokens) const {
+  const GptLayout& layout = *this;
   const TensorParallel tp = layout.tp();
-  Value h = EnterTensorParallel(LayerNorm{use("ln_f.weight"), use("ln_f.bias")}(x), tp);
-  Value logits = einsum("nd,vd->nv", h, use("wte.weight"));  // lm_head tied to wte: S1 on tp
+  Value logits = Logits(use, x);
   if (logits.dtype() != layout.config().dtype) {
     logits = cast(logits, layout.config().dtype);  // the loss in the master dtype (mixed)
   }
@@ -363,85 +425,24 @@ Value GptHead(const GptLayout& layout, const ParamFn& use, const Value& x, const
 }
 
 ParamFn GptParamUse(const GptLayout& layout, const std::vector<Value>& params) {
-  // A parameter at use: FSDP shards are all_gathered (the transpose reduce-scatters the grad).
-  // It holds its own copy of the parameters (a recomputed block calls it in the backward).
-  auto held = std::make_shared<const std::vector<Value>>(params);
-  return [&layout, held](const std::string& name) {
-    int i = layout.Find(name);
-    const ParamInfo& info = layout.params()[i];
-    const std::vector<Value>& params = *held;
-    Value p = info.fsdp_dim >= 0 ? all_gather(params[i], info.fsdp_dim, layout.fsdp_axis())
-                                 : params[i];
-    // Mixed precision: cast to the compute dtype at use (the cast's VJP returns the gradient in
-    // the master dtype).
-    const DType compute = layout.config().compute_dtype();
-    return p.dtype() == compute ? p : cast(p, compute);
-  };
+  return ParamUse(layout, params);
 }
 
 Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const Value& ids,
               const Value& targets, int64_t global_tokens, TypeTrace* block0_types,
               MoeStats* moe_stats) {
-  return GptLossWith(layout, GptParamUse(layout, params), ids, targets, global_tokens,
-                     block0_types, moe_stats);
+  return ModelLoss(layout, ParamUse(layout, params), ids, targets, global_tokens, block0_types,
+                   moe_stats);
 }
 
 Value GptLossWith(const GptLayout& layout, const ParamFn& gathered, const Value& ids,
                   const Value& targets, int64_t global_tokens, TypeTrace* block0_types,
                   MoeStats* moe_stats) {
-  // wte is used twice (embedding and lm_head): gathered once under FSDP.
-  const Value wte = gathered("wte.weight");
-  const ParamFn use = [wte, gathered](const std::string& name) {  // by value: see GptBlock
-    return name == "wte.weight" ? wte : gathered(name);
-  };
-  Value x = GptEmbed(layout, use, ids);
-  MoeAccum moe{global_tokens / layout.config().seq, Value(), MoeStats()};
-  for (int64_t i = 0; i < layout.config().layers; ++i) {
-    x = GptBlock(layout, use, i, x, i == 0 ? block0_types : nullptr, &moe);
-  }
-  if (moe_stats != nullptr) {
-    moe_stats->dropped += moe.stats.dropped;
-    moe_stats->dropped_tokens += moe.stats.dropped_tokens;
-    moe_stats->assignments += moe.stats.assignments;
-  }
-  Value loss = GptHead(layout, use, x, targets, global_tokens);
-  if (!moe.aux.defined()) return loss;
-  const Value aux = moe.aux.dtype() == loss.dtype() ? moe.aux : cast(moe.aux, loss.dtype());
-  return loss + aux * layout.config().moe.aux_loss_coef;
+  return ModelLoss(layout, gathered, ids, targets, global_tokens, block0_types, moe_stats);
 }
 
 absl::Status CheckTokens(const GptConfig& c, const std::vector<int64_t>& tokens) {
-  if (static_cast<int64_t>(tokens.size()) < c.seq + 1) {
-    return Invalid(absl::StrCat("the data has ", tokens.size(), " tokens; a sample needs seq+1 = ",
-                                c.seq + 1));
-  }
-  for (int64_t t : tokens) {
-    if (t < 0 || t >= c.vocab) {
-      return Invalid(absl::StrCat("token id ", t, " is outside the vocabulary [0, ", c.vocab,
-                                  "); raise --vocab"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<Tensor>> MatchInitialParams(const GptLayout& layout,
-                                                       const std::vector<NamedTensor>& init) {
-  const GptConfig& c = layout.config();
-  std::vector<Tensor> globals;
-  for (const ParamInfo& p : layout.params()) {
-    const NamedTensor* found = nullptr;
-    for (const NamedTensor& t : init) {
-      if (t.name == p.name) found = &t;
-    }
-    if (found == nullptr) return Invalid(absl::StrCat("initial parameters lack '", p.name, "'"));
-    if (found->tensor.shape() != p.global_shape || found->tensor.dtype() != c.dtype) {
-      return Invalid(absl::StrCat("initial parameter '", p.name, "' is ",
-                                  found->tensor.ShapeString(), " but the model needs ",
-                                  DTypeName(c.dtype), ShapeToString(p.global_shape)));
-    }
-    globals.push_back(found->tensor);
-  }
-  return globals;
+  return CheckTokens(ModelShape{.vocab = c.vocab, .seq = c.seq}, tokens);
 }
 
 }  // namespace shardmap

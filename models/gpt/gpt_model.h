@@ -50,6 +50,7 @@
 #include "models/parallel/layers.h"
 #include "models/parallel/moe.h"
 #include "models/components/optimizer.h"
+#include "models/model/model.h"
 #include "models/parallel/parallel_dims.h"
 #include "models/parallel/recompute.h"
 #include "shardmap/context.h"
@@ -87,52 +88,59 @@ struct GptConfig {
   DType compute_dtype() const { return compute.value_or(dtype); }
 };
 
-// One entry of the named parameter tree: the global layout and how it is split.
-struct ParamInfo {
-  std::string name;      // GPT-2 name, e.g. "h.0.attn.c_attn.weight"
-  Shape global_shape;    // this library's layout (c_attn: [d, 3, d])
-  PartitionSpec spec;    // over the mesh (tp and the FSDP axis)
-  int fsdp_dim = -1;     // dim split over dp_shard (-1: replicated there)
-  bool decay = false;    // AdamW weight decay (GPT-2 layout has >= 2 dims)
-};
-
 // The model's parameters on one mesh: names, specs, and the parallel layout.
-class GptLayout {
+class GptLayout : public Model {
  public:
   // Checks that the mesh divides heads, vocab, d_model, 4*d_model (tp) and the FSDP dims, and
   // 2*cp divides seq; sp needs tp; an ep axis needs experts, which the expert axes divide.
   // Errors name the quantity, the axis and the fix.
   static absl::StatusOr<GptLayout> Create(const Mesh& mesh, const GptConfig& cfg, bool sp);
 
-  const Mesh& mesh() const { return dims_.mesh(); }
-  const ParallelDims& dims() const { return dims_; }
   const GptConfig& config() const { return cfg_; }
   // This layout with config().recompute = mode (nothing else depends on it).
-  GptLayout WithRecompute(RecomputeMode mode) const {
+  GptLayout WithRecomputeMode(RecomputeMode mode) const {
     GptLayout l = *this;
     l.cfg_.recompute = mode;
+    l.shape_.recompute = mode;
     return l;
   }
-  const std::vector<ParamInfo>& params() const { return params_; }
-  int Find(const std::string& name) const;  // -1 when absent
-  TensorParallel tp() const { return tp_; }
-  // The axes by role, as ParallelDims names them ("" when absent; sizes 1 when absent).
-  std::string fsdp_axis() const { return dims_.fsdp_axis(); }
-  const std::vector<std::string>& batch_axes() const { return dims_.batch_axes(); }
-  int batch_ways() const { return dims_.batch_ways(); }
-  std::string cp_axis() const { return dims_.cp_axis(); }
-  int cp_ways() const { return dims_.cp_ways(); }
-  std::string pp_axis() const { return dims_.pp_axis(); }
-  int pp_ways() const { return dims_.pp_ways(); }
-  // Rows [rows, ...] of a batch: split over the batch axes, cp (and tp under SP).
-  PartitionSpec RowSpec(bool with_sp) const;
+
+  // The model contract (models/model/model.h).
+  std::string name() const override { return "gpt2"; }
+  const ModelShape& shape() const override { return shape_; }
+  const ParallelDims& dims() const override { return dims_; }
+  TensorParallel tp() const override { return tp_; }
+  const std::vector<ParamInfo>& params() const override { return params_; }
+  std::unique_ptr<Model> WithRecompute(RecomputeMode mode) const override {
+    return std::make_unique<GptLayout>(WithRecomputeMode(mode));
+  }
+  std::string Describe() const override;
+  std::vector<NamedTensor> Init(uint64_t seed) const override;
+  Value Embed(const ParamFn& use, const Value& ids, int64_t position_offset = 0) const override;
+  Value Block(const ParamFn& use, int64_t i, const Value& x, TypeTrace* types = nullptr,
+              MoeAccum* moe = nullptr) const override;
+  Value Head(const ParamFn& use, const Value& x, const Value& targets,
+             int64_t global_tokens) const override;
+  Value Logits(const ParamFn& use, const Value& x) const override;
+  double FlopsPerToken() const override;
+  // Checkpoints hold GPT-2's names and layouts: c_attn as [d, 3d] / [3d] (Gpt2Shape).
+  Shape CheckpointShape(const ParamInfo& p) const override;
 
  private:
   ParallelDims dims_;
   GptConfig cfg_;
+  ModelShape shape_;
   TensorParallel tp_;
   std::vector<ParamInfo> params_;
 };
+
+// GPT-2's shape of a parameter (c_attn flattened back to [d, 3d] / [3d]).
+Shape Gpt2Shape(const ParamInfo& p);
+
+// GPT-2's parameter count and training FLOPs per token (nanoGPT's estimate_mfu: 6N + 12 L d seq,
+// N without wpe, a lookup; MoE counts the experts a token visits).
+double GptParameterCount(const GptConfig& c);
+double GptFlopsPerToken(const GptConfig& c);
 
 // GPT-2 initialisation (global tensors in the library layout, named as GptLayout lists them):
 // weights N(0, 0.02), c_proj weights N(0, 0.02/sqrt(2*layers)), biases 0, LayerNorms 1 / 0.
@@ -143,9 +151,6 @@ std::vector<NamedTensor> InitGpt(const GptConfig& cfg, uint64_t seed);
 // this rank's rows (int64 [rows], R on tp; under cp in the LoadBalancedRows order).
 // moe: with a MoE model, this rank's dropped (token, expert) assignments and all its
 // assignments are added to it.
-struct MoeStats {
-  int64_t dropped = 0, dropped_tokens = 0, assignments = 0;
-};
 Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const Value& ids,
               const Value& targets, int64_t global_tokens, TypeTrace* block0_types = nullptr,
               MoeStats* moe = nullptr);
@@ -156,17 +161,8 @@ Value GptLoss(const GptLayout& layout, const std::vector<Value>& params, const V
 // runs again: `use` must not refer to the caller's locals (GptParamUse's does not). GptEmbed: token + position
 // embeddings of `ids` [rows]; GptBlock: block i; GptHead: ln_f, the tied lm_head (use("wte"))
 // and the mean cross-entropy's local share.
-using ParamFn = std::function<Value(const std::string&)>;
 ParamFn GptParamUse(const GptLayout& layout, const std::vector<Value>& params);
 Value GptEmbed(const GptLayout& layout, const ParamFn& use, const Value& ids);
-// MoE blocks' side outputs, summed over blocks: the load-balancing loss (add it times
-// moe.aux_loss_coef to the loss) and the drop counts; total_groups: sequences in the global batch
-// (one routing group per sequence). GptBlock of a MoE model needs one.
-struct MoeAccum {
-  int64_t total_groups = 0;
-  Value aux;
-  MoeStats stats;
-};
 Value GptBlock(const GptLayout& layout, const ParamFn& use, int64_t i, const Value& x,
                TypeTrace* types = nullptr, MoeAccum* moe = nullptr);
 Value GptHead(const GptLayout& layout, const ParamFn& use, const Value& x, const Value& targets,
@@ -184,8 +180,6 @@ Value GptLossWith(const GptLayout& layout, const ParamFn& gathered, const Value&
 // the vocabulary; and the initial parameters, one global tensor per layout parameter (in layout
 // order) with the layout's shape and dtype. InvalidArgument naming the token or tensor.
 absl::Status CheckTokens(const GptConfig& c, const std::vector<int64_t>& tokens);
-absl::StatusOr<std::vector<Tensor>> MatchInitialParams(const GptLayout& layout,
-                                                       const std::vector<NamedTensor>& init);
 
 
 }  // namespace shardmap

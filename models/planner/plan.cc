@@ -133,28 +133,10 @@ std::string Candidate::Name() const {
   return s;
 }
 
-double ModelParameters(const GptConfig& c) {
-  const double d = c.d_model, L = c.layers;
-  // c_attn + attention c_proj (4d^2 + 4d), c_fc + mlp c_proj (8d^2 + 5d), two LayerNorms (4d).
-  const double per_block_dense = 12 * d * d + 13 * d;
-  double n = c.vocab * d + c.seq * d + 2 * d;
-  if (c.moe.on()) {
-    const double mlp = 8 * d * d + 5 * d;
-    n += L * (per_block_dense - mlp + d * c.moe.experts + c.moe.experts * mlp);
-  } else {
-    n += L * per_block_dense;
-  }
-  return n;
-}
+double ModelParameters(const GptConfig& c) { return GptParameterCount(c); }
 
 double ModelFlopsPerStep(const GptConfig& c, int64_t batch) {
-  const double d = c.d_model, L = c.layers, tokens = static_cast<double>(batch) * c.seq;
-  double n = ModelParameters(c) - c.seq * d;  // wpe is a lookup, not a product
-  if (c.moe.on()) {
-    const double mlp = 8 * d * d + 5 * d;
-    n -= L * c.moe.experts * mlp * (1.0 - static_cast<double>(c.moe.topk) / c.moe.experts);
-  }
-  return 6 * n * tokens + 12 * L * d * c.seq * tokens;
+  return GptFlopsPerToken(c) * (static_cast<double>(batch) * c.seq);
 }
 
 absl::StatusOr<Candidate> ParseCandidate(const std::string& mesh_text, bool sp,

@@ -379,7 +379,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& given, const std::vector<N
                                      const TrainOptions& options) {
   // The run's layout: options.recompute, when set, in place of the config's.
   const GptLayout layout =
-      options.recompute ? given.WithRecompute(*options.recompute) : given;
+      options.recompute ? given.WithRecomputeMode(*options.recompute) : given;
   const Mesh& mesh = layout.mesh();
   absl::StatusOr<RunPlan> plan = PlanRun(layout, options);
   if (!plan.ok()) return plan.status();

@@ -1,37 +1,41 @@
-#include "models/gpt/gpt_recompute.h"
+#include "models/model/recompute_block.h"
 
 #include <memory>
 #include <vector>
 
 #include "autograd/checkpoint.h"
 #include "shardmap/ops.h"
+#include "shardmap/tape_hook.h"
 #include "tensor/error.h"
 
 namespace shardmap {
 
-Value RecomputedGptBlock(const GptLayout& layout, const ParamFn& use, int64_t i, const Value& x,
-                         TypeTrace* types, MoeAccum* moe) {
-  const GptLayout* l = &layout;
-  if (!layout.config().moe.on()) {
+Value ModelBlock(const Model& model, const ParamFn& use, int64_t i, const Value& x,
+                 TypeTrace* types, MoeAccum* moe) {
+  if (model.shape().recompute != RecomputeMode::kFull || CurrentRecorder() == nullptr) {
+    return model.Block(use, i, x, types, moe);
+  }
+  const Model* m = &model;
+  if (!model.shape().moe.on()) {
     return checkpoint(
-        [l, use, i, types](const std::vector<Value>& in) {
-          return GptBlockBody(*l, use, i, in[0], IsRecomputing() ? nullptr : types, nullptr);
+        [m, use, i, types](const std::vector<Value>& in) {
+          return m->Block(use, i, in[0], IsRecomputing() ? nullptr : types, nullptr);
         },
         {x}, "recompute_block");
   }
   if (moe == nullptr) {
-    OpFail("GptBlock ", i, ": a MoE model needs a MoeAccum for its load-balancing loss and "
+    OpFail("block ", i, ": a MoE model needs a MoeAccum for its load-balancing loss and "
            "drop counts");
   }
   // The block's own load-balancing loss leaves the checkpoint as its second output and is added
-  // to the running sum here, as GptBlockBody adds it; its counts are taken once, in the forward.
+  // to the running sum here, as the block adds it; its counts are taken once, in the forward.
   const int64_t groups = moe->total_groups;
   auto stats = std::make_shared<MoeStats>();
   std::vector<Value> out = checkpoint(
-      [l, use, i, types, groups, stats](const std::vector<Value>& in) {
+      [m, use, i, types, groups, stats](const std::vector<Value>& in) {
         const bool again = IsRecomputing();
         MoeAccum local{groups, Value(), MoeStats()};
-        Value y = GptBlockBody(*l, use, i, in[0], again ? nullptr : types, &local);
+        Value y = m->Block(use, i, in[0], again ? nullptr : types, &local);
         if (!again) *stats = local.stats;
         return std::vector<Value>{y, local.aux};
       },

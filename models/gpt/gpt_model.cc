@@ -244,24 +244,6 @@ double GptFlopsPerToken(const GptConfig& c) {
   return 6 * n + 12 * L * d * c.seq;
 }
 
-std::map<std::string, std::string> GptConfigMetadata(const GptConfig& c) {
-  std::map<std::string, std::string> m = {
-      {"gpt.layers", absl::StrCat(c.layers)},
-      {"gpt.d_model", absl::StrCat(c.d_model)},
-      {"gpt.heads", absl::StrCat(c.heads)},
-      {"gpt.vocab", absl::StrCat(c.vocab)},
-      {"gpt.seq", absl::StrCat(c.seq)},
-      {"gpt.dtype", DTypeName(c.dtype)},
-      {"gpt.moe.experts", absl::StrCat(c.moe.experts)},
-      {"gpt.moe.topk", absl::StrCat(c.moe.topk)},
-      {"gpt.moe.capacity_factor", absl::StrFormat("%.17g", c.moe.capacity_factor)},
-      {"gpt.moe.aux_loss_coef", absl::StrFormat("%.17g", c.moe.aux_loss_coef)},
-      {"gpt.moe.expert_axes", absl::StrJoin(c.moe.expert_axes, ",")},
-  };
-  if (c.compute.has_value()) m["gpt.compute"] = DTypeName(*c.compute);
-  return m;
-}
-
 std::map<std::string, std::string> GptLayout::ShapeMetadata() const {
   std::map<std::string, std::string> m = GptConfigMetadata(cfg_);
   m["model"] = "gpt2";

@@ -140,9 +140,12 @@ class GptLayout : public Model {
 // GPT-2's shape of a parameter (c_attn flattened back to [d, 3d] / [3d]).
 Shape Gpt2Shape(const ParamInfo& p);
 
-// The configuration as checkpoint metadata strings: "gpt.layers", "gpt.d_model", ... (read back by
-// models/train/checkpoint_rotation.h's GptConfigFromMetadata).
+// The configuration as checkpoint metadata strings: "gpt.layers", "gpt.d_model", "gpt.heads",
+// "gpt.vocab", "gpt.seq", "gpt.dtype" (and "gpt.compute" when mixed), "gpt.moe.*"; add {"step", N}
+// for a training state. GptConfigFromMetadata reads them back (expert_axes included), validated;
+// its errors name the key and say to give the shape flags.
 std::map<std::string, std::string> GptConfigMetadata(const GptConfig& config);
+absl::StatusOr<GptConfig> GptConfigFromMetadata(const std::map<std::string, std::string>& m);
 
 // GPT-2's parameter count and training FLOPs per token (nanoGPT's estimate_mfu: 6N + 12 L d seq,
 // N without wpe, a lookup; MoE counts the experts a token visits).

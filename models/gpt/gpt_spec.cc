@@ -1,6 +1,7 @@
 // GPT-2's registration (models/model/registry.h): `--model=gpt2`, presets of OpenAI's four sizes.
 #include "models/gpt/gpt_spec.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -74,11 +75,34 @@ absl::StatusOr<std::unique_ptr<Model>> CreateGpt2(const ModelArgs& args, const M
   return std::make_unique<GptLayout>(*std::move(layout));
 }
 
+absl::StatusOr<ModelArgs> Gpt2ArgsFromMetadata(const std::map<std::string, std::string>& m) {
+  absl::StatusOr<GptConfig> c = GptConfigFromMetadata(m);
+  if (!c.ok()) return c.status();
+  ModelArgs args;
+  args.layers = c->layers;
+  args.d_model = c->d_model;
+  args.heads = c->heads;
+  args.vocab = c->vocab;
+  args.seq = c->seq;
+  args.moe = c->moe;
+  if (c->compute == DType::kBF16 && c->dtype == DType::kF32) {
+    args.dtype = "bf16";
+  } else if (!c->compute.has_value() && (c->dtype == DType::kF32 || c->dtype == DType::kF64)) {
+    args.dtype = DTypeName(c->dtype);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metadata: dtype ", DTypeName(c->dtype), c->compute ? " with compute " : "",
+        c->compute ? DTypeName(*c->compute) : "", " is none of --dtype's f32, f64, bf16"));
+  }
+  return args;
+}
+
 SHARDMAP_REGISTER_MODEL((ModelSpec{
     .name = "gpt2",
     .summary = "GPT-2 (OpenAI / Hugging Face): learned positions, LayerNorm, GELU MLP, tied head",
     .presets = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"},
-    .create = CreateGpt2}));
+    .create = CreateGpt2,
+    .args_from_metadata = Gpt2ArgsFromMetadata}));
 
 }  // namespace
 }  // namespace shardmap

@@ -59,6 +59,14 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const std::string& name, cons
   return (*spec)->create(args, mesh, sp);
 }
 
+absl::StatusOr<std::string> ModelNameInMetadata(const std::map<std::string, std::string>& m) {
+  if (auto it = m.find("model"); it != m.end()) return it->second;
+  if (m.count("gpt.layers") > 0) return std::string("gpt2");
+  return absl::NotFoundError(
+      "the checkpoint's metadata names no model (no \"model\" key): it was not written by "
+      "train --save");
+}
+
 absl::Status ParsePrecision(const std::string& dtype, ModelShape* shape) {
   if (dtype.empty()) return absl::OkStatus();
   if (dtype == "f32") {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,10 @@ struct ModelSpec {
   std::vector<std::string> presets;  // named shapes, first is the default
   std::function<absl::StatusOr<std::unique_ptr<Model>>(const ModelArgs&, const Mesh&, bool sp)>
       create;
+  // The args a checkpoint's metadata describes (what Model::ShapeMetadata wrote), validated;
+  // errors name the key.
+  std::function<absl::StatusOr<ModelArgs>(const std::map<std::string, std::string>& metadata)>
+      args_from_metadata;
 };
 
 // Adds `spec`; a second spec of the same name is a programming error (aborts at start-up).
@@ -51,6 +56,10 @@ std::vector<const ModelSpec*> RegisteredModels();
 absl::StatusOr<const ModelSpec*> FindModel(const std::string& name);
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const std::string& name, const ModelArgs& args,
                                                    const Mesh& mesh, bool sp);
+
+// The registered name of the model a checkpoint holds: its metadata "model", or "gpt2" for the
+// files written before models registered (their "gpt.*" keys); NotFound when it says neither.
+absl::StatusOr<std::string> ModelNameInMetadata(const std::map<std::string, std::string>& m);
 
 // --dtype: "f32", "f64", or "bf16" (mixed precision: f32 master weights, bf16 compute) into
 // shape's dtype and compute; "" leaves them. InvalidArgument naming the flag otherwise.

@@ -87,10 +87,8 @@ struct CheckpointRotation {
 // A checkpoint's metadata "run.id" ("" when it has none); errors as SafetensorsFile::Open's.
 absl::StatusOr<std::string> CheckpointRunId(const std::string& path);
 
-// GptConfigMetadata (the configuration as metadata strings, see above) is in
-// models/gpt/gpt_model.h; add {"step", N} for a training state.
-// The configuration back (expert_axes included), validated; "step" is not needed here.
-absl::StatusOr<GptConfig> GptConfigFromMetadata(const std::map<std::string, std::string>& m);
+// GptConfigMetadata / GptConfigFromMetadata (the configuration as metadata strings, see above)
+// are in models/gpt/gpt_model.h; add {"step", N} for a training state.
 // "step": an integer in [0, 2^53] (InvalidArgument otherwise, NotFound when absent).
 absl::StatusOr<int64_t> StepFromMetadata(const std::map<std::string, std::string>& m);
 

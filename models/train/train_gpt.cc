@@ -61,7 +61,6 @@
 #include "models/planner/plan.h"
 #include "models/planner/plan_cli.h"
 #include "models/components/lr_schedule.h"
-#include "models/data/bpe_tokenizer.h"
 #include "models/data/text_data.h"
 #include "models/components/trace_writer.h"
 #include "models/gpt/gpt_trace.h"
@@ -124,9 +123,10 @@ ABSL_FLAG(bool, reshard_after_forward, true,
           "stages (pp, --microbatches) always keep theirs for the step: gathered once, "
           "reduce-scattered once");
 ABSL_FLAG(std::string, tokenizer, "",
-          "a folder with GPT-2's tokenizer files (encoder.json + vocab.bpe, or Hugging Face's "
-          "vocab.json + merges.txt): --text is encoded with its byte-level BPE, --prompt too, "
-          "and samples are decoded to text (--vocab must hold its ids, e.g. 50304)");
+          "Llama 3's tokenizer.model, or a folder with GPT-2's tokenizer files (encoder.json + "
+          "vocab.bpe, or Hugging Face's vocab.json + merges.txt): --text is encoded with its "
+          "byte-level BPE, --prompt too, and samples are decoded to text (--vocab must hold its "
+          "ids, e.g. 50304 for GPT-2, 128256 for Llama 3)");
 ABSL_FLAG(std::string, data_order, "random",
           "random: each sample at a random offset of the data (nanoGPT's get_batch; a "
           "counter-based draw from --seed, so a resumed run reads the batches the "
@@ -443,11 +443,12 @@ absl::Status CheckFitsHost(double params, const ModelShape& cfg, int processes,
       host / 1073741824.0));
 }
 
-// --tokenizer=DIR: GPT-2's byte-level BPE from DIR's encoder.json + vocab.bpe (or vocab.json +
-// merges.txt); null without the flag. Its ids must fit --vocab.
-absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadTokenizer(const ModelShape& cfg) {
-  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok =
-      LoadTokenizerDir(absl::GetFlag(FLAGS_tokenizer));
+// --tokenizer=PATH: Llama 3's tokenizer.model, or GPT-2's byte-level BPE from a folder's
+// encoder.json + vocab.bpe (or vocab.json + merges.txt); null without the flag. Its ids must fit
+// --vocab.
+absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadTokenizer(const ModelShape& cfg) {
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> tok =
+      LoadTokenizerPath(absl::GetFlag(FLAGS_tokenizer));
   if (!tok.ok() || *tok == nullptr) return tok;
   if ((*tok)->vocab_size() > cfg.vocab) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -497,10 +498,10 @@ absl::StatusOr<RunConfig> DescribeRun(const ResumedRun& run, const std::string& 
     now.data = *id;
   }
   if (!absl::GetFlag(FLAGS_tokenizer).empty()) {
-    absl::StatusOr<std::pair<std::string, std::string>> files =
+    absl::StatusOr<std::vector<std::string>> files =
         TokenizerFiles(absl::GetFlag(FLAGS_tokenizer));  // models/train/sample_text.h
     if (!files.ok()) return files.status();
-    absl::StatusOr<uint64_t> h = HashFiles({files->first, files->second});
+    absl::StatusOr<uint64_t> h = HashFiles(*files);
     if (!h.ok()) return h.status();
     now.tokenizer_hash = *h;
   }
@@ -668,7 +669,7 @@ struct SampleRequest {
 };
 
 absl::StatusOr<SampleRequest> ParseSampleRequest(const ModelShape& cfg,
-                                                 const BpeTokenizer* tokenizer) {
+                                                 const TextTokenizer* tokenizer) {
   SampleRequest req;
   req.tokens = absl::GetFlag(FLAGS_sample);
   if (req.tokens < 0) {
@@ -989,7 +990,7 @@ absl::StatusOr<std::vector<int64_t>> Sample(const Model& layout, const ModelOnMe
 }
 
 void PrintSample(const std::vector<int64_t>& sampled, int64_t tokens,
-                 const BpeTokenizer* tokenizer) {
+                 const TextTokenizer* tokenizer) {
   const std::string text = DecodeTokens(sampled, tokenizer, !absl::GetFlag(FLAGS_data).empty());
   std::cout << absl::StrFormat("sample (%d tokens, %s): %s\n", tokens,
                                absl::GetFlag(FLAGS_temperature) > 0
@@ -1271,9 +1272,9 @@ absl::Status Run() {
   if (absl::GetFlag(FLAGS_plan) && ranks->print) {
     if (absl::Status s = PrintPlan(*layout); !s.ok()) return s;
   }
-  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tokenizer = LoadTokenizer(layout->shape());
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> tokenizer = LoadTokenizer(layout->shape());
   if (!tokenizer.ok()) return tokenizer.status();
-  const BpeTokenizer* tok = tokenizer->get();
+  const TextTokenizer* tok = tokenizer->get();
   TokenDataOptions data_options;
   if (tok != nullptr) {
     data_options.encode_text = [tok](const std::string& text) {

@@ -375,6 +375,18 @@ expect_error "--vocab 256 is smaller than the tokenizer's" \
   --text=models/data/testdata/texts/english.txt --tokenizer="$tmp/tok"
 expect_error "needs encoder.json and vocab.bpe" --text="$tmp/text.txt" --tokenizer="$tmp" \
   --vocab=50304
+# --tokenizer=FILE: Llama 3's tokenizer.model (the known-answer subset of
+# models/data/testdata/llama3: as many tokens as llama3-tokenizer-js's ids); a file of another
+# kind is refused, saying so.
+l3=models/data/testdata/llama3
+llama=$("$bin" --text=$l3/mixed.txt --tokenizer=$l3/llama3_subset.tiktoken --vocab=128256 \
+        --layers=1 --d_model=16 --heads=4 --seq=8 --batch=4 --steps=1 --sample=3 --prompt="The")
+grep -q " $(wc -w < $l3/mixed.ids) tokens of data" <<<"$llama" \
+  || fail "--tokenizer=tokenizer.model: not the known-answer token count: $llama"
+expect_error "--vocab 50304 is smaller than the tokenizer's 128256" --text=$l3/mixed.txt \
+  --tokenizer=$l3/llama3_subset.tiktoken --vocab=50304
+expect_error "is neither a tiktoken tokenizer.model .*: it looks like JSON" --text=$l3/mixed.txt \
+  --tokenizer=models/data/testdata/gpt2_subset_encoder.json --vocab=128256
 # Evaluation batches that outrun the held-out split are named, not silently wrapped.
 wrap=$("$bin" "${common[@]}" --steps=1 --val_fraction=0.1 --eval_every=1 --eval_steps=100000)
 grep -q "note: --eval_steps 100000 .* the evaluation batches wrap around" <<<"$wrap" \

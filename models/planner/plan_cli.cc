@@ -1,11 +1,11 @@
 #include "models/planner/plan_cli.h"
 
+#include <algorithm>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "models/components/bounded_read.h"
 #include "models/planner/measure_cpu.h"
 #include "models/planner/shape_only_source.h"
 #include "perfmodel/gpu_profile.h"
@@ -13,16 +13,25 @@
 namespace shardmap::planner {
 
 namespace {
+// A tp_bench profile has one line per measured GEMM shape (hundreds), collectives_bench one JSON
+// row per size and collective: the limits refuse a wrong file before it is parsed.
+constexpr int64_t kMaxBenchBytes = int64_t{16} << 20;
+constexpr int64_t kMaxBenchLines = 100000;
+
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(what, " '", path, "': cannot open the file"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  absl::StatusOr<std::string> text = ReadBoundedFile(path, kMaxBenchBytes, what);
+  if (!text.ok()) return text.status();
+  if (absl::Status s = CheckCount(std::count(text->begin(), text->end(), '\n'), kMaxBenchLines,
+                                  absl::StrCat(what, " lines"), path);
+      !s.ok()) {
+    return s;
+  }
+  return text;
 }
 }  // namespace
 
 absl::StatusOr<HardwareProfile> ResolveProfile(const PlanCliOptions& cli) {
+  if (cli.resolved.has_value()) return *cli.resolved;
   absl::StatusOr<HardwareProfile> p = cli.profile == "measure"
                                           ? MeasureCpuProfile(CpuMeasureOptions{})
                                           : LoadHardwareProfile(cli.profile);

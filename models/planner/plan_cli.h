@@ -6,6 +6,7 @@
 #ifndef SHARDMAP_MODELS_PLANNER_PLAN_CLI_H_
 #define SHARDMAP_MODELS_PLANNER_PLAN_CLI_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,8 @@ struct PlanCliOptions {
   bool shape_only_on_cpu = false; // run the shape-only steps on CPU tensors (small models)
   int top = 20;
   bool list_refusals = true;
+  // Set: the profile already resolved (--print_profile wrote it): used as is, nothing re-read.
+  std::optional<HardwareProfile> resolved;
 };
 
 absl::StatusOr<HardwareProfile> ResolveProfile(const PlanCliOptions& cli);

@@ -999,6 +999,7 @@ class RunOutputs {
   std::string trace_path_;
   std::unique_ptr<TraceWriter> writer_;
   StepFilter trace_steps_;
+  mutable bool overwrite_others_ = false;  // --overwrite with other runs' checkpoints present
 };
 
 absl::Status RunOutputs::Set(const TokenData& data, TrainOptions& o) {
@@ -1050,6 +1051,14 @@ absl::Status RunOutputs::Set(const TokenData& data, TrainOptions& o) {
           });
       if (!path.ok()) return path.status();
       if (ranks_.print) std::cout << "checkpoint: " << *path << "\n";
+      if (!std::exchange(overwrite_others_, false)) return absl::OkStatus();
+      absl::StatusOr<std::vector<std::string>> gone = rotation_.RemoveOtherRuns();
+      if (!gone.ok()) return gone.status();
+      if (ranks_.print && !gone->empty()) {
+        std::cout << "--overwrite: removed " << gone->size() << " checkpoint"
+                  << (gone->size() == 1 ? "" : "s") << " of other runs: "
+                  << absl::StrJoin(*gone, ", ") << "\n";
+      }
       return absl::OkStatus();
     };
   }
@@ -1057,7 +1066,8 @@ absl::Status RunOutputs::Set(const TokenData& data, TrainOptions& o) {
 }
 
 // Periodic checkpoints of one run only under a prefix: another run's there are refused, or
-// with --overwrite removed (rank 0 removes them and names them), so that --keep_last and
+// with --overwrite removed once this run has saved its first checkpoint (rank 0 removes them and
+// names them; a run refused or failing before that removes nothing), so that --keep_last and
 // --resume=auto never mix runs.
 absl::Status RunOutputs::CheckNoOtherRuns() const {
   absl::StatusOr<std::vector<std::string>> others =
@@ -1071,16 +1081,7 @@ absl::Status RunOutputs::CheckNoOtherRuns() const {
         ") would save beside them: continue that run with --resume=auto, choose another --save, "
         "or remove them with --overwrite"));
   }
-  if (!ranks_.print) return absl::OkStatus();
-  for (const std::string& path : *others) {
-    if (std::remove(path.c_str()) != 0 && errno != ENOENT) {
-      return absl::FailedPreconditionError(absl::StrCat("--overwrite: cannot remove '", path,
-                                                        "' (", std::strerror(errno), ")"));
-    }
-  }
-  std::cout << "--overwrite: removed " << others->size() << " checkpoint"
-            << (others->size() == 1 ? "" : "s") << " of other runs: " << absl::StrJoin(*others, ", ")
-            << "\n";
+  overwrite_others_ = true;  // removed after this run's first checkpoint, not before
   return absl::OkStatus();
 }
 

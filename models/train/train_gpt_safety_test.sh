@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# What a run may do to its --save prefix (issue 48's fault probe): nothing is deleted before the
+# run has been checked and started, no file outside the prefix is written through a planted
+# symlink, the temporaries of killed saves are cleaned up, and a FIFO named like a checkpoint
+# never hangs a run. Every refusal is exit 2 within seconds (each command runs under a timeout).
+set -euo pipefail
+bin="models/train/train_gpt"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 1 40) > "$tmp/text.txt"
+small=(--text="$tmp/text.txt" --layers=1 --d_model=16 --heads=4 --seq=8 --dtype=f64 --batch=4
+       --lr=1e-2)
+
+fail() { echo "FAIL: $*"; exit 1; }
+run() { timeout 120 "$bin" "$@"; }  # a hang is a failure (exit 124), not a stuck test
+expect_error() {  # expect_error "message" flags...: exit 2, the message, no step run
+  local msg="$1"; shift
+  local rc=0
+  err=$(run "$@" 2>&1) || rc=$?
+  [ "$rc" = 2 ] || fail "exit $rc for: $*: $err"
+  grep -q -- "$msg" <<<"$err" || fail "expected '$msg', got: $err"
+  grep -q "^step" <<<"$err" && fail "trained before rejecting: $*"
+  return 0
+}
+listing() { ls -A "$1" | tr '\n' ' '; }
+
+# 1. --overwrite removes nothing until the run has been checked and started: a mistyped
+# --resume (a missing file: a fresh run id, so the run's own checkpoints look like another
+# run's) or a bad --lr exits 2 with the prefix as it was.
+mkdir -p "$tmp/p"
+run "${small[@]}" --steps=4 --save="$tmp/p/run.safetensors" --save_every=2 --keep_last=0 >/dev/null
+before=$(listing "$tmp/p")
+[ "$before" = "run.safetensors run.step2.safetensors run.step4.safetensors " ] \
+  || fail "setup: $before"
+expect_error "$tmp/p/missing.safetensors" "${small[@]}" --steps=6 --overwrite \
+  --resume="$tmp/p/missing.safetensors" --save="$tmp/p/run.safetensors" --save_every=2
+[ "$(listing "$tmp/p")" = "$before" ] || fail "a bad --resume with --overwrite deleted: $(listing "$tmp/p")"
+expect_error "lr" "${small[@]}" --steps=6 --overwrite --lr=nan --save="$tmp/p/run.safetensors" \
+  --save_every=2
+[ "$(listing "$tmp/p")" = "$before" ] || fail "--lr=nan with --overwrite deleted: $(listing "$tmp/p")"
+# A run that starts removes them after its first checkpoint, and says so.
+new=$(run "${small[@]}" --steps=2 --overwrite --save="$tmp/p/run.safetensors" --save_every=2)
+grep -q "^checkpoint: $tmp/p/run.step2.safetensors$" <<<"$new" || fail "no first checkpoint: $new"
+grep -q "^--overwrite: removed 1 checkpoint of other runs: $tmp/p/run.step4.safetensors$" \
+  <<<"$new" || fail "--overwrite did not say what it removed: $new"
+python3 - "$(grep -n '' <<<"$new" | grep -m1 ':checkpoint: ' | cut -d: -f1)" \
+  "$(grep -n '' <<<"$new" | grep -m1 ':--overwrite: ' | cut -d: -f1)" <<'PY' \
+  || fail "removed before the run's first checkpoint: $new"
+import sys
+sys.exit(0 if int(sys.argv[1]) < int(sys.argv[2]) else 1)
+PY
+
+# 2. Symlinks planted at every name a save used to open with O_TRUNC (the write probe, the
+# step's temporary and its doubled one, predicted from the pid: exec keeps the subshell's) and
+# at the final name: the file outside the prefix is untouched.
+mkdir -p "$tmp/s"
+printf 'precious' > "$tmp/victim.txt"
+(
+  pid=$BASHPID
+  for name in ".write_probe.$pid" "run.step2.safetensors.tmp.$pid" \
+              "run.step2.safetensors.tmp.$pid.tmp.$pid" "run.safetensors.tmp.$pid" \
+              "run.step2.safetensors"; do
+    ln -s "$tmp/victim.txt" "$tmp/s/$name"
+  done
+  exec timeout 120 "$bin" "${small[@]}" --steps=2 --save="$tmp/s/run.safetensors" --save_every=2 \
+    >"$tmp/s.out" 2>&1
+) || fail "run beside planted symlinks: $(cat "$tmp/s.out")"
+[ "$(cat "$tmp/victim.txt")" = "precious" ] || fail "a save wrote through a planted symlink"
+[ -f "$tmp/s/run.step2.safetensors" ] && [ ! -L "$tmp/s/run.step2.safetensors" ] \
+  || fail "the checkpoint is not a regular file"
+
+# 3. The temporaries that killed saves leave (today's <final>.tmp.<pid>.<random> and the older
+# doubled .tmp.<pid>.tmp.<pid>) are removed by the next run under the prefix.
+sh -c 'exit 0' & dead=$!
+wait "$dead"
+mkdir -p "$tmp/k"
+for name in "run.step4.safetensors.tmp.$dead.tmp.$dead" "run.step6.safetensors.tmp.$dead.Ab3xYz"; do
+  printf 'partial' > "$tmp/k/$name"
+done
+out=$(run "${small[@]}" --steps=2 --save="$tmp/k/run.safetensors" --save_every=2)
+grep -q "^removed 2 temporary files of killed saves: " <<<"$out" || fail "stale temporaries: $out"
+[ "$(listing "$tmp/k")" = "run.safetensors run.step2.safetensors " ] \
+  || fail "left behind: $(listing "$tmp/k")"
+
+# 8. A FIFO named like a checkpoint (nobody writes it: an open that waits never returns).
+mkdir -p "$tmp/f"
+run "${small[@]}" --steps=2 --save="$tmp/f/run.safetensors" --save_every=2 >/dev/null
+mkfifo "$tmp/f/run.step9.safetensors"
+expect_error "'$tmp/f/run.step9.safetensors' is not a regular file" \
+  "${small[@]}" --steps=2 --resume="$tmp/f/run.step9.safetensors"
+auto=$(run "${small[@]}" --steps=4 --resume=auto --save="$tmp/f/run.safetensors" --save_every=2 \
+       2>&1) || fail "--resume=auto beside a FIFO: $auto"
+grep -q "passed over $tmp/f/run.step9.safetensors: .*is a FIFO" <<<"$auto" || fail "FIFO: $auto"
+grep -q "^resumed from $tmp/f/run.step2.safetensors at step 2$" <<<"$auto" || fail "FIFO: $auto"
+rm "$tmp/f/run.step2.safetensors" "$tmp/f/run.step4.safetensors"
+fresh=$(run "${small[@]}" --steps=2 --save="$tmp/f/run.safetensors" --save_every=2 2>&1) \
+  || fail "a fresh --save_every run beside a FIFO: $fresh"
+grep -q "^checkpoint: $tmp/f/run.step2.safetensors$" <<<"$fresh" || fail "FIFO: $fresh"
+echo PASS

@@ -1,5 +1,7 @@
 #include "models/planner/plan_cli.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 
@@ -52,8 +54,37 @@ absl::StatusOr<HardwareProfile> ResolveProfile(const PlanCliOptions& cli) {
   return p;
 }
 
+absl::Status CheckPlanBounds(const PlanRequest& request, const PlanCliOptions& cli) {
+  if (request.gpus > kMaxPlanGpus) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpus ", request.gpus, " is more than ", kMaxPlanGpus,
+        ": the planner enumerates and profiles meshes of that many ranks"));
+  }
+  const GptConfig& c = request.config;
+  if (c.layers > kMaxPlanLayers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--layers ", c.layers, " is more than ", kMaxPlanLayers,
+        ": the shape-only step builds every layer; lower --layers"));
+  }
+  if (cli.shape_only_on_cpu) {
+    // Real CPU tensors: the parameters, gradients and two moments at least.
+    const double need = ModelParameters(c) * DTypeSize(c.dtype) * 4;
+    const double host = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                        static_cast<double>(sysconf(_SC_PAGESIZE));
+    if (!(need <= host)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--shape_only_device=cpu runs the shape-only steps on real tensors: this model's %.3g "
+          "parameters with their gradients and AdamW moments need %.3g GiB, more than this "
+          "machine's %.1f GiB; use --shape_only_device=meta",
+          ModelParameters(c), need / 1073741824.0, host / 1073741824.0));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOptions& cli,
                                      const std::string& own) {
+  if (absl::Status s = CheckPlanBounds(request, cli); !s.ok()) return s;
   absl::StatusOr<HardwareProfile> hw = ResolveProfile(cli);
   if (!hw.ok()) return hw.status();
   // A GPU profile (ranks with a device each): profile the attention a CUDA run would take. The

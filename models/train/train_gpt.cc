@@ -48,6 +48,7 @@
 #include "collectives/backend_registry.h"
 #include "models/train/checkpoint_rotation.h"
 #include "models/train/run_config.h"
+#include "models/train/memory_bound.h"
 #include "models/train/mfu.h"
 #include "models/train/run_flags.h"
 #include "models/train/sample_text.h"
@@ -206,6 +207,9 @@ ABSL_FLAG(double, peak_flops, 0,
           "peak for its dtype from the planner's h100_node/h200_node profiles, picked by the "
           "card's name, times the GPUs used; on CPU ranks the machine's peak, measured once and "
           "cached: models/train/mfu.h)");
+ABSL_FLAG(std::string, max_memory, "",
+          "refuse a --batch whose step needs more than this per process (e.g. 8GiB; empty: the "
+          "machine's memory), before allocating");
 ABSL_FLAG(double, temperature, 0.0, "--sample: 0 greedy, else softmax(logits / temperature)");
 ABSL_FLAG(int64_t, top_k, 0, "--sample: only the k most likely tokens (0: all)");
 
@@ -378,6 +382,18 @@ absl::Status CheckFitsHost(const GptConfig& cfg, int processes, const std::strin
       source, cfg.layers, cfg.d_model, cfg.vocab, cfg.seq, params, DTypeSize(cfg.dtype),
       bytes / 1073741824.0, processes > 1 ? absl::StrCat(" per process (", processes, ")") : "",
       host / 1073741824.0));
+}
+
+// The step's least memory (models/train/memory_bound.h) against --max_memory or the machine's:
+// an impossible --batch (given, or adopted from a checkpoint) is refused before allocating.
+absl::Status CheckBatchFits(const GptConfig& cfg, int processes) {
+  const std::string flag = absl::GetFlag(FLAGS_max_memory);
+  absl::StatusOr<double> limit = ParseMemoryLimit(flag);
+  if (!limit.ok()) return limit.status();
+  return CheckStepFitsMemory(
+      cfg, {absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_grad_accum),
+            absl::GetFlag(FLAGS_microbatches)},
+      processes, *limit, flag.empty() ? "this machine's memory" : "--max_memory");
 }
 
 // --tokenizer=DIR: GPT-2's byte-level BPE from DIR's encoder.json + vocab.bpe (or vocab.json +
@@ -1153,6 +1169,10 @@ absl::Status Run() {
                                      shape_file.empty()
                                          ? "the model flags"
                                          : absl::StrCat("the checkpoint '", shape_file, "'"));
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckBatchFits(*cfg, ranks->world != nullptr ? ranks->world->size() : 1);
       !s.ok()) {
     return s;
   }

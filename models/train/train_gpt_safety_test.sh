@@ -95,4 +95,30 @@ rm "$tmp/f/run.step2.safetensors" "$tmp/f/run.step4.safetensors"
 fresh=$(run "${small[@]}" --steps=2 --save="$tmp/f/run.safetensors" --save_every=2 2>&1) \
   || fail "a fresh --save_every run beside a FIFO: $fresh"
 grep -q "^checkpoint: $tmp/f/run.step2.safetensors$" <<<"$fresh" || fail "FIFO: $fresh"
+# 4. A batch whose step cannot fit is refused before allocating, with the figure: given on the
+# command line (against this machine's memory or --max_memory) or adopted from a checkpoint.
+expect_error "--batch 100000000 (seq 8, vocab 256, 1 layers of d_model 16, f64) needs at least .* GiB per process .* more than this machine's memory" \
+  "${small[@]}" --steps=1 --batch=100000000
+expect_error "--batch 1000000 .* needs at least 31.5 GiB per process .* more than --max_memory (8 GiB)" \
+  "${small[@]}" --steps=1 --batch=1000000 --max_memory=8GiB
+python3 - "$tmp/p/run.step2.safetensors" "$tmp/bigbatch.safetensors" "$tmp/manykeys.safetensors" <<'PY'
+import json, struct, sys
+data = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', data[:8])[0]
+header = json.loads(data[8:8 + n])
+def write(path, h):
+    text = json.dumps(h).encode()
+    text += b' ' * ((8 - len(text) % 8) % 8)
+    open(path, 'wb').write(struct.pack('<Q', len(text)) + text + data[8 + n:])
+header['__metadata__']['run.flag.batch'] = '100000000'
+write(sys.argv[2], header)
+# 5. Millions of tiny metadata entries within the 100 MiB header limit.
+header['__metadata__'].update({str(i): '' for i in range(1200000)})
+write(sys.argv[3], header)
+PY
+expect_error "--batch 100000000 .* more than this machine's memory" --resume="$tmp/bigbatch.safetensors"
+start=$(date +%s)
+expect_error "safetensors header members in '$tmp/manykeys.safetensors': .* exceeds the limit" \
+  "${small[@]}" --resume="$tmp/manykeys.safetensors"
+[ $(( $(date +%s) - start )) -lt 60 ] || fail "a header of many entries took $(( $(date +%s) - start )) s"
 echo PASS

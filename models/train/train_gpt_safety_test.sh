@@ -121,4 +121,15 @@ start=$(date +%s)
 expect_error "safetensors header members in '$tmp/manykeys.safetensors': .* exceeds the limit" \
   "${small[@]}" --resume="$tmp/manykeys.safetensors"
 [ $(( $(date +%s) - start )) -lt 60 ] || fail "a header of many entries took $(( $(date +%s) - start )) s"
+# 6. An encoder.json of more entries than any vocabulary is refused before it is parsed whole.
+mkdir -p "$tmp/tok"
+python3 -c "
+import sys
+sys.stdout.write('{' + ','.join('\"t%d\":%d' % (i, i) for i in range(2200000)) + '}')
+" > "$tmp/tok/encoder.json"
+printf '#version: 0.2\n' > "$tmp/tok/vocab.bpe"
+start=$(date +%s)
+expect_error "BPE vocabulary entries in '$tmp/tok/encoder.json': 2200000 exceeds the limit" \
+  "${small[@]}" --steps=1 --tokenizer="$tmp/tok" --vocab=50304
+[ $(( $(date +%s) - start )) -lt 60 ] || fail "a huge encoder.json took $(( $(date +%s) - start )) s"
 echo PASS

@@ -29,7 +29,8 @@ bool WriteAll(int fd, const void* data, size_t n) {
 }
 
 absl::StatusOr<ExclusiveTemp> CreateExclusiveTemp(const std::string& base) {
-  static constexpr char kLetters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  static constexpr char kLetters[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   std::random_device rd;
   int err = 0;
   for (int attempt = 0; attempt < 100; ++attempt) {
@@ -63,9 +64,9 @@ absl::Status WriteFileAtomically(const std::string& path,
   }
   if (!ok) {
     std::remove(t->path.c_str());
-    return absl::FailedPreconditionError(absl::StrCat("writing '", path, "' failed: ",
-                                                      std::strerror(err),
-                                                      " (the previous file, if any, is unchanged)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("writing '", path, "' failed: ", std::strerror(err),
+                     " (the previous file, if any, is unchanged)"));
   }
   return absl::OkStatus();
 }

@@ -80,7 +80,8 @@ TEST(BoundedReadTest, CountsJsonMembersOutsideStrings) {
   EXPECT_EQ(CountJsonMembers("[]"), 0);
   EXPECT_TRUE(CheckCount(5, 5, "entries", "f").ok());
   absl::Status s = CheckCount(6, 5, "entries", "f");
-  EXPECT_EQ(s.message(), "entries in 'f': 6 exceeds the limit of 5: not the file meant, or damaged");
+  EXPECT_EQ(s.message(),
+            "entries in 'f': 6 exceeds the limit of 5: not the file meant, or damaged");
 }
 
 }  // namespace

@@ -84,7 +84,9 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<NamedTe
   for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(len >> (8 * i));
   absl::Status s = WriteFileAtomically(path, [&](int fd) {
     bool ok = WriteAll(fd, le, 8) && WriteAll(fd, text.data(), text.size());
-    for (const NamedTensor& t : tensors) ok = ok && WriteAll(fd, t.tensor.raw_data(), t.tensor.nbytes());
+    for (const NamedTensor& t : tensors) {
+      ok = ok && WriteAll(fd, t.tensor.raw_data(), t.tensor.nbytes());
+    }
     return ok;
   });
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("WriteSafetensors: ", s.message()));
@@ -108,7 +110,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                                   "truncated"));
   }
   std::string text(n, '\0');
-  if (!f->ReadAt(text.data(), static_cast<int64_t>(n), 8)) return Bad(path, "cannot read the header");
+  if (!f->ReadAt(text.data(), static_cast<int64_t>(n), 8)) {
+    return Bad(path, "cannot read the header");
+  }
   if (absl::Status s = CheckCount(CountJsonMembers(text), kMaxHeaderMembers,
                                   "safetensors header members", path);
       !s.ok()) {

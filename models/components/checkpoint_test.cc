@@ -148,7 +148,8 @@ TEST(SafetensorsTest, HostileFilesAreRefusedQuickly) {
   ::unlink(fifo.c_str());
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(fifo);
-  EXPECT_THAT(std::string(f.status().message()), HasSubstr("is a FIFO (named pipe), not a regular"));
+  EXPECT_THAT(std::string(f.status().message()),
+              HasSubstr("is a FIFO (named pipe), not a regular"));
   f = SafetensorsFile::Open("/dev/zero");
   EXPECT_THAT(std::string(f.status().message()), HasSubstr("is a character device"));
   std::string header = R"({"__metadata__": {)";

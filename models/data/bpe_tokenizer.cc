@@ -188,8 +188,8 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::FromContents(absl::string_view vocab_
 }
 
 absl::Status BpeTokenizer::ReadMerges(absl::string_view merges, const std::string& name) {
-  if (absl::Status s = CheckCount(static_cast<int64_t>(std::count(merges.begin(), merges.end(), '\n')),
-                                  kMaxMerges, "BPE merges lines", name);
+  const int64_t newlines = std::count(merges.begin(), merges.end(), '\n');
+  if (absl::Status s = CheckCount(newlines, kMaxMerges, "BPE merges lines", name);
       !s.ok()) {
     return s;
   }

@@ -47,7 +47,8 @@ absl::Status WriteUint16TokenFile(const std::string& path, absl::Span<const int3
   }
   // An exclusive temporary beside it, renamed over: a link planted at "<path>.tmp" is not
   // written through.
-  return WriteFileAtomically(path, [&](int fd) { return WriteAll(fd, bytes.data(), bytes.size()); });
+  return WriteFileAtomically(path,
+                             [&](int fd) { return WriteAll(fd, bytes.data(), bytes.size()); });
 }
 
 absl::StatusOr<PreparedData> PrepareTokenFiles(const BpeTokenizer& tokenizer,
@@ -73,7 +74,8 @@ absl::StatusOr<PreparedData> PrepareTokenFiles(const BpeTokenizer& tokenizer,
   absl::StatusOr<std::string> read = ReadBoundedFile(o.input, kMaxInputBytes, "--input");
   if (!read.ok()) return read.status();
   if (read->empty()) {
-    return absl::NotFoundError(absl::StrCat("--input '", o.input, "': empty or unreadable; give a UTF-8 text file"));
+    return absl::NotFoundError(
+        absl::StrCat("--input '", o.input, "': empty or unreadable; give a UTF-8 text file"));
   }
   PreparedData r;
   const std::string s = *std::move(read);

@@ -260,8 +260,8 @@ int Main() {
     if (f == nullptr) return Fail(absl::InvalidArgumentError("--print_profile: cannot write " + out));
     const bool wrote = fputs(hw->ToText().c_str(), f) >= 0 && fflush(f) == 0;
     if (fclose(f) != 0 || !wrote) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--print_profile: writing '", out, "' failed (", std::strerror(errno), ")")));
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--print_profile: writing '", out, "' failed (", std::strerror(errno), ")")));
     }
     cli.resolved = *hw;  // measured once, reused
   }

@@ -53,7 +53,8 @@ std::string Read(const std::string& path) {
 // A writer that writes `text` whole, atomically (as WriteSafetensors).
 std::function<absl::Status(const std::string&)> TextWriter(const std::string& text) {
   return [text](const std::string& path) {
-    return WriteFileAtomically(path, [&](int fd) { return WriteAll(fd, text.data(), text.size()); });
+    return WriteFileAtomically(path,
+                               [&](int fd) { return WriteAll(fd, text.data(), text.size()); });
   };
 }
 

@@ -33,10 +33,12 @@ before=$(listing "$tmp/p")
   || fail "setup: $before"
 expect_error "$tmp/p/missing.safetensors" "${small[@]}" --steps=6 --overwrite \
   --resume="$tmp/p/missing.safetensors" --save="$tmp/p/run.safetensors" --save_every=2
-[ "$(listing "$tmp/p")" = "$before" ] || fail "a bad --resume with --overwrite deleted: $(listing "$tmp/p")"
+[ "$(listing "$tmp/p")" = "$before" ] \
+  || fail "a bad --resume with --overwrite deleted: $(listing "$tmp/p")"
 expect_error "lr" "${small[@]}" --steps=6 --overwrite --lr=nan --save="$tmp/p/run.safetensors" \
   --save_every=2
-[ "$(listing "$tmp/p")" = "$before" ] || fail "--lr=nan with --overwrite deleted: $(listing "$tmp/p")"
+[ "$(listing "$tmp/p")" = "$before" ] \
+  || fail "--lr=nan with --overwrite deleted: $(listing "$tmp/p")"
 # A run that starts removes them after its first checkpoint, and says so.
 new=$(run "${small[@]}" --steps=2 --overwrite --save="$tmp/p/run.safetensors" --save_every=2)
 grep -q "^checkpoint: $tmp/p/run.step2.safetensors$" <<<"$new" || fail "no first checkpoint: $new"
@@ -97,11 +99,13 @@ fresh=$(run "${small[@]}" --steps=2 --save="$tmp/f/run.safetensors" --save_every
 grep -q "^checkpoint: $tmp/f/run.step2.safetensors$" <<<"$fresh" || fail "FIFO: $fresh"
 # 4. A batch whose step cannot fit is refused before allocating, with the figure: given on the
 # command line (against this machine's memory or --max_memory) or adopted from a checkpoint.
-expect_error "--batch 100000000 (seq 8, vocab 256, 1 layers of d_model 16, f64) needs at least .* GiB per process .* more than this machine's memory" \
+expect_error "--batch 100000000 (seq 8, vocab 256, 1 layers of d_model 16, f64) needs at least \
+.* GiB per process .* more than this machine's memory" \
   "${small[@]}" --steps=1 --batch=100000000
-expect_error "--batch 1000000 .* needs at least 31.5 GiB per process .* more than --max_memory (8 GiB)" \
+expect_error "--batch 1000000 .* needs at least 31.5 GiB per process .* than --max_memory (8 GiB)" \
   "${small[@]}" --steps=1 --batch=1000000 --max_memory=8GiB
-python3 - "$tmp/p/run.step2.safetensors" "$tmp/bigbatch.safetensors" "$tmp/manykeys.safetensors" <<'PY'
+python3 - "$tmp/p/run.step2.safetensors" "$tmp/bigbatch.safetensors" \
+  "$tmp/manykeys.safetensors" <<'PY'
 import json, struct, sys
 data = open(sys.argv[1], 'rb').read()
 n = struct.unpack('<Q', data[:8])[0]
@@ -116,11 +120,12 @@ write(sys.argv[2], header)
 header['__metadata__'].update({str(i): '' for i in range(1200000)})
 write(sys.argv[3], header)
 PY
-expect_error "--batch 100000000 .* more than this machine's memory" --resume="$tmp/bigbatch.safetensors"
+expect_error "--batch 100000000 .* more than this machine's memory" \
+  --resume="$tmp/bigbatch.safetensors"
 start=$(date +%s)
 expect_error "safetensors header members in '$tmp/manykeys.safetensors': .* exceeds the limit" \
   "${small[@]}" --resume="$tmp/manykeys.safetensors"
-[ $(( $(date +%s) - start )) -lt 60 ] || fail "a header of many entries took $(( $(date +%s) - start )) s"
+[ $(( $(date +%s) - start )) -lt 60 ] || fail "a header of many entries took over 60 s"
 # 6. An encoder.json of more entries than any vocabulary is refused before it is parsed whole.
 mkdir -p "$tmp/tok"
 python3 -c "
@@ -131,5 +136,16 @@ printf '#version: 0.2\n' > "$tmp/tok/vocab.bpe"
 start=$(date +%s)
 expect_error "BPE vocabulary entries in '$tmp/tok/encoder.json': 2200000 exceeds the limit" \
   "${small[@]}" --steps=1 --tokenizer="$tmp/tok" --vocab=50304
-[ $(( $(date +%s) - start )) -lt 60 ] || fail "a huge encoder.json took $(( $(date +%s) - start )) s"
+[ $(( $(date +%s) - start )) -lt 60 ] || fail "a huge encoder.json took over 60 s"
+# 7. Other paths a run reads: a FIFO as the --plan profile, as the training text, and at the
+# CPU peak cache's place (the run measures the peak instead; before, it blocked forever).
+mkfifo "$tmp/pipe"
+expect_error "hardware profile '$tmp/pipe' is a FIFO (named pipe), not a regular file" \
+  "${small[@]}" --steps=1 --plan --plan_profile="$tmp/pipe"
+expect_error "is not a regular file" "${small[@]}" --steps=1 --text="$tmp/pipe"
+mkdir -p "$tmp/cache/shardmap"
+mkfifo "$tmp/cache/shardmap/cpu_peak_flops.txt"
+peak=$(XDG_CACHE_HOME="$tmp/cache" run "${small[@]}" --steps=1 2>&1) \
+  || fail "a FIFO at the CPU peak cache: $peak"
+grep -q "^MFU: " <<<"$peak" || fail "a FIFO at the CPU peak cache: $peak"
 echo PASS

@@ -228,10 +228,11 @@ absl::StatusOr<std::vector<std::string>> CheckpointRotation::RemoveStaleTemporar
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return std::vector<std::string>{};  // nothing saved there yet
   std::vector<std::string> removed;
-  const std::string head = prefix + ".step";
+  // The periodic checkpoints' temporaries and the final --save file's (<prefix>.safetensors).
+  const std::string head = prefix + ".step", final_tmp = prefix + kSuffix + ".tmp.";
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
-    if (!absl::StartsWith(name, head)) continue;
+    if (!absl::StartsWith(name, head) && !absl::StartsWith(name, final_tmp)) continue;
     const std::optional<int64_t> pid = TemporaryWriterPid(name);
     if (!pid.has_value()) continue;
     // Alive (or not ours to signal): another process may be writing it right now.

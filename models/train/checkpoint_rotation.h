@@ -5,8 +5,8 @@
 //
 //   CheckpointRotation ckpt{.dir_or_prefix = "runs/gpt", .keep_last = 3};
 //   if (absl::Status s = ckpt.CheckWritable(); !s.ok()) return s;   // before the first step
-//   absl::StatusOr<std::string> path = ckpt.Save(step, [&](const std::string& tmp) {
-//     return SaveGptWithConfig(tmp, layout, snapshot.params, &snapshot.adam_state, step);
+//   absl::StatusOr<std::string> path = ckpt.Save(step, [&](const std::string& path) {
+//     return SaveGptWithConfig(path, layout, snapshot.params, &snapshot.adam_state, step);
 //   });                                       // runs/gpt.step<step>.safetensors; older deleted
 //   absl::StatusOr<std::string> latest = ckpt.Latest();  // NotFound when there is none
 //   std::vector<std::string> skipped;                   // newer files that are no checkpoint
@@ -77,9 +77,9 @@ struct CheckpointRotation {
   // a newest file that is not one, and --resume=auto then continues from the one before.
   // `skipped`: "path: why" of each newer file passed over. NotFound when none is complete.
   absl::StatusOr<std::string> LatestComplete(std::vector<std::string>* skipped) const;
-  // Removes the temporary files (<prefix>.step<N>.safetensors.tmp.<pid>[.<anything>]) that saves
-  // of killed processes left behind: those whose pid is no live process. Returns the removed
-  // paths.
+  // Removes the temporary files (<prefix>.step<N>.safetensors.tmp.<pid>[.<anything>], and the
+  // final file's <prefix>.safetensors.tmp.<pid>[...]) that saves of killed processes left
+  // behind: those whose pid is no live process. Returns the removed paths.
   absl::StatusOr<std::vector<std::string>> RemoveStaleTemporaries() const;
   // --overwrite: removes the prefix's checkpoints of runs other than run_id (which must be set;
   // files that do not open as checkpoints stay) and returns their paths. Called after this run's

@@ -403,10 +403,15 @@ TEST_F(CheckpointRotationTest, RemovesTheTemporariesOfKilledSaves) {
   const std::string stale_new = r.PathFor(5) + ".tmp." + std::to_string(dead) + ".aB3xYz";
   const std::string stale_doubled =
       r.PathFor(7) + ".tmp." + std::to_string(dead) + ".tmp." + std::to_string(dead);
-  for (const std::string& p : {stale, live, other, stale_new, stale_doubled}) Plant(p, "x");
+  // The final --save file's (<prefix>.safetensors) temporary of a killed run.
+  const std::string stale_final = dir_ + "/gpt.safetensors.tmp." + std::to_string(dead) + ".q1w2e3";
+  for (const std::string& p : {stale, live, other, stale_new, stale_doubled, stale_final}) {
+    Plant(p, "x");
+  }
   absl::StatusOr<std::vector<std::string>> removed = r.RemoveStaleTemporaries();
   ASSERT_TRUE(removed.ok()) << removed.status();
-  EXPECT_EQ(*removed, (std::vector<std::string>{stale, stale_new, stale_doubled}));
+  EXPECT_EQ(*removed,
+            (std::vector<std::string>{stale_final, stale, stale_new, stale_doubled}));
   EXPECT_EQ(Files(), (std::vector<std::string>{"gpt.step6.safetensors.tmp." +
                                                    std::to_string(::getpid()),
                                                "other.step4.safetensors.tmp." +

@@ -70,16 +70,17 @@ printf 'precious' > "$tmp/victim.txt"
 [ -f "$tmp/s/run.step2.safetensors" ] && [ ! -L "$tmp/s/run.step2.safetensors" ] \
   || fail "the checkpoint is not a regular file"
 
-# 3. The temporaries that killed saves leave (today's <final>.tmp.<pid>.<random> and the older
-# doubled .tmp.<pid>.tmp.<pid>) are removed by the next run under the prefix.
+# 3. The temporaries that killed saves leave (today's <final>.tmp.<pid>.<random>, the final
+# --save file's, and the older doubled .tmp.<pid>.tmp.<pid>) are removed by the next run.
 sh -c 'exit 0' & dead=$!
 wait "$dead"
 mkdir -p "$tmp/k"
-for name in "run.step4.safetensors.tmp.$dead.tmp.$dead" "run.step6.safetensors.tmp.$dead.Ab3xYz"; do
+for name in "run.step4.safetensors.tmp.$dead.tmp.$dead" "run.step6.safetensors.tmp.$dead.Ab3xYz" \
+            "run.safetensors.tmp.$dead.Zz9Yy8"; do
   printf 'partial' > "$tmp/k/$name"
 done
 out=$(run "${small[@]}" --steps=2 --save="$tmp/k/run.safetensors" --save_every=2)
-grep -q "^removed 2 temporary files of killed saves: " <<<"$out" || fail "stale temporaries: $out"
+grep -q "^removed 3 temporary files of killed saves: " <<<"$out" || fail "stale temporaries: $out"
 [ "$(listing "$tmp/k")" = "run.safetensors run.step2.safetensors " ] \
   || fail "left behind: $(listing "$tmp/k")"
 

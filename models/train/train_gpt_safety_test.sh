@@ -84,6 +84,42 @@ grep -q "^removed 3 temporary files of killed saves: " <<<"$out" || fail "stale 
 [ "$(listing "$tmp/k")" = "run.safetensors run.step2.safetensors " ] \
   || fail "left behind: $(listing "$tmp/k")"
 
+# A real kill -9 while saving: a run saving every step (40 MB each) is killed as soon as a
+# temporary is seen beside an earlier checkpoint. Every <prefix>.step<N>.safetensors left is complete, at most one temporary
+# is left, and the next run removes it and resumes from the newest checkpoint.
+mkdir -p "$tmp/k9"
+big=(--text="$tmp/text.txt" --layers=2 --d_model=256 --heads=4 --seq=8 --dtype=f64 --batch=4
+     --lr=1e-3 --save="$tmp/k9/run.safetensors" --save_every=1 --keep_last=2)
+"$bin" "${big[@]}" --steps=100000 >/dev/null 2>&1 & victim=$!
+seen=0
+for _ in $(seq 1 6000); do
+  files=$(ls "$tmp/k9")
+  if grep -q '\.tmp\.' <<<"$files" && grep -q '^run\.step[0-9]*\.safetensors$' <<<"$files"; then
+    seen=1
+    break
+  fi
+  sleep 0.01
+done
+kill -9 "$victim"; wait "$victim" 2>/dev/null || true
+[ "$seen" = 1 ] || fail "no second save in progress seen in 60 s: $(listing "$tmp/k9")"
+[ "$(ls "$tmp/k9" | grep -c '\.tmp\.')" -le 1 ] || fail "more than one temporary: $(listing "$tmp/k9")"
+python3 - "$tmp/k9" <<'PY' || fail "a partial checkpoint after kill -9: $(listing "$tmp/k9")"
+import glob, json, os, struct, sys
+for p in glob.glob(sys.argv[1] + '/run.step*.safetensors'):
+    b = open(p, 'rb').read()
+    n = struct.unpack('<Q', b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    end = max(v['data_offsets'][1] for k, v in h.items() if k != '__metadata__')
+    assert len(b) == 8 + n + end, (p, len(b), 8 + n + end)
+PY
+newest=$(ls "$tmp/k9" | sed -n 's/^run\.step\([0-9]*\)\.safetensors$/\1/p' | sort -n | tail -1)
+again=$(run "${big[@]}" --resume=auto --steps=$((newest + 1)) 2>&1) || fail "after kill -9: $again"
+grep -q "^resumed from $tmp/k9/run.step$newest.safetensors at step $newest$" <<<"$again" \
+  || fail "after kill -9: $again"
+if ls "$tmp/k9" | grep -q '\.tmp\.'; then
+  fail "the killed save's temporary is left: $(listing "$tmp/k9")"
+fi
+
 # 8. A FIFO named like a checkpoint (nobody writes it: an open that waits never returns).
 mkdir -p "$tmp/f"
 run "${small[@]}" --steps=2 --save="$tmp/f/run.safetensors" --save_every=2 >/dev/null

@@ -63,8 +63,8 @@ printf 'precious' > "$tmp/victim.txt"
               "run.step2.safetensors"; do
     ln -s "$tmp/victim.txt" "$tmp/s/$name"
   done
-  exec timeout 120 "$bin" "${small[@]}" --steps=2 --save="$tmp/s/run.safetensors" --save_every=2 \
-    >"$tmp/s.out" 2>&1
+  exec "$bin" "${small[@]}" --steps=2 --save="$tmp/s/run.safetensors" --save_every=2 \
+    >"$tmp/s.out" 2>&1  # the binary itself, so that its pid is the one predicted
 ) || fail "run beside planted symlinks: $(cat "$tmp/s.out")"
 [ "$(cat "$tmp/victim.txt")" = "precious" ] || fail "a save wrote through a planted symlink"
 [ -f "$tmp/s/run.step2.safetensors" ] && [ ! -L "$tmp/s/run.step2.safetensors" ] \
@@ -130,7 +130,7 @@ auto=$(run "${small[@]}" --steps=4 --resume=auto --save="$tmp/f/run.safetensors"
        2>&1) || fail "--resume=auto beside a FIFO: $auto"
 grep -q "passed over $tmp/f/run.step9.safetensors: .*is a FIFO" <<<"$auto" || fail "FIFO: $auto"
 grep -q "^resumed from $tmp/f/run.step2.safetensors at step 2$" <<<"$auto" || fail "FIFO: $auto"
-rm "$tmp/f/run.step2.safetensors" "$tmp/f/run.step4.safetensors"
+rm -f "$tmp/f/run.step2.safetensors" "$tmp/f/run.step4.safetensors"
 fresh=$(run "${small[@]}" --steps=2 --save="$tmp/f/run.safetensors" --save_every=2 2>&1) \
   || fail "a fresh --save_every run beside a FIFO: $fresh"
 grep -q "^checkpoint: $tmp/f/run.step2.safetensors$" <<<"$fresh" || fail "FIFO: $fresh"

@@ -11,6 +11,8 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "models/components/atomic_file.h"
+#include "models/components/bounded_read.h"
 #include "nlohmann/json.hpp"
 #include "tensor/ops/shape_ops.h"
 
@@ -18,6 +20,13 @@ namespace shardmap {
 namespace {
 
 constexpr int64_t kMaxHeader = int64_t{100} << 20;  // as the reference implementation
+// Header members (tensor names, their dtype / shape / offsets, metadata entries), counted before
+// the JSON is built: a GPT of 1000 layers with its moments has ~150k. 8.8M tiny metadata entries
+// within the 100 MiB would otherwise take GiBs and minutes to parse.
+constexpr int64_t kMaxHeaderMembers = int64_t{1} << 20;
+constexpr int64_t kMaxMetadata = 1 << 16;
+// Files are read with pread at offsets the header gives; the limit only keeps sizes sane.
+constexpr int64_t kMaxFile = int64_t{1} << 50;
 
 absl::Status Bad(const std::string& path, const std::string& msg) {
   return absl::InvalidArgumentError(absl::StrCat("safetensors file '", path, "': ", msg));
@@ -39,36 +48,6 @@ bool ParseDType(const std::string& s, DType* t) {
   else return false;
   return true;
 }
-
-bool WriteAll(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool ReadAt(int fd, void* data, size_t n, int64_t offset) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t r = ::pread(fd, p, n, offset);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-    offset += r;
-  }
-  return true;
-}
-
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 }  // namespace
 
@@ -100,45 +79,26 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<NamedTe
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  Fd f;
-  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (f.fd < 0) {
-    return absl::FailedPreconditionError(absl::StrCat("WriteSafetensors: cannot create '", tmp,
-                                                      "': ", std::strerror(errno)));
-  }
   uint64_t len = text.size();
   unsigned char le[8];
   for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(len >> (8 * i));
-  bool ok = WriteAll(f.fd, le, 8) && WriteAll(f.fd, text.data(), text.size());
-  for (const NamedTensor& t : tensors) {
-    ok = ok && WriteAll(f.fd, t.tensor.raw_data(), t.tensor.nbytes());
-  }
-  ok = ok && ::fsync(f.fd) == 0;
-  ok = ::close(f.fd) == 0 && ok;
-  f.fd = -1;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string err = std::strerror(errno);
-    std::remove(tmp.c_str());
-    return absl::FailedPreconditionError(
-        absl::StrCat("WriteSafetensors: writing '", path, "' failed: ", err,
-                     " (the previous file, if any, is unchanged)"));
-  }
+  absl::Status s = WriteFileAtomically(path, [&](int fd) {
+    bool ok = WriteAll(fd, le, 8) && WriteAll(fd, text.data(), text.size());
+    for (const NamedTensor& t : tensors) {
+      ok = ok && WriteAll(fd, t.tensor.raw_data(), t.tensor.nbytes());
+    }
+    return ok;
+  });
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("WriteSafetensors: ", s.message()));
   return absl::OkStatus();
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY);
-  if (f.fd < 0) {
-    return absl::NotFoundError(
-        absl::StrCat("safetensors file '", path, "': cannot open: ", std::strerror(errno)));
-  }
-  struct stat st;
-  if (::fstat(f.fd, &st) != 0) return Bad(path, "cannot stat");
-  const int64_t file_size = st.st_size;
+  absl::StatusOr<BoundedFile> f = OpenBoundedFile(path, kMaxFile, "safetensors file");
+  if (!f.ok()) return f.status();
+  const int64_t file_size = f->size();
   unsigned char le[8];
-  if (file_size < 8 || !ReadAt(f.fd, le, 8, 0)) {
+  if (file_size < 8 || !f->ReadAt(le, 8, 0)) {
     return Bad(path, absl::StrCat("the file has ", file_size,
                                   " bytes, fewer than the 8-byte header length"));
   }
@@ -150,7 +110,14 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                                   "truncated"));
   }
   std::string text(n, '\0');
-  if (!ReadAt(f.fd, text.data(), n, 8)) return Bad(path, "cannot read the header");
+  if (!f->ReadAt(text.data(), static_cast<int64_t>(n), 8)) {
+    return Bad(path, "cannot read the header");
+  }
+  if (absl::Status s = CheckCount(CountJsonMembers(text), kMaxHeaderMembers,
+                                  "safetensors header members", path);
+      !s.ok()) {
+    return s;
+  }
   nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) {
     return Bad(path, "the header is not a JSON object");
@@ -164,6 +131,11 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     const nlohmann::json& v = it.value();
     if (name == "__metadata__") {
       if (!v.is_object()) return Bad(path, "__metadata__ is not an object");
+      if (absl::Status s = CheckCount(static_cast<int64_t>(v.size()), kMaxMetadata,
+                                      "__metadata__ entries", path);
+          !s.ok()) {
+        return s;
+      }
       for (auto m = v.begin(); m != v.end(); ++m) {
         if (!m.value().is_string()) {
           return Bad(path, absl::StrCat("__metadata__ value of '", m.key(), "' is not a string"));
@@ -266,9 +238,8 @@ absl::StatusOr<Tensor> SafetensorsFile::ReadBlock(const std::string& name,
   // Row-major strides of the view.
   std::vector<int64_t> stride(rank, 1);
   for (int d = rank - 2; d >= 0; --d) stride[d] = stride[d + 1] * view_shape[d + 1];
-  Fd f;
-  f.fd = ::open(path_.c_str(), O_RDONLY);
-  if (f.fd < 0) return Bad(path_, "cannot reopen");
+  absl::StatusOr<BoundedFile> f = OpenBoundedFile(path_, kMaxFile, "safetensors file");
+  if (!f.ok()) return f.status();
   std::vector<int64_t> idx(std::max(k, 0), 0);  // index within the block over dims [0, k)
   char* dst = static_cast<char*>(raw.raw_data());
   if (raw.numel() == 0) return dtype == e->dtype ? raw : Cast(raw, dtype);
@@ -276,7 +247,7 @@ absl::StatusOr<Tensor> SafetensorsFile::ReadBlock(const std::string& name,
     int64_t flat = 0;
     for (int d = 0; d < k; ++d) flat += (start[d] + idx[d]) * stride[d];
     if (rank > 0) flat += start[k] * stride[k];
-    if (!ReadAt(f.fd, dst, run * elem, data_start_ + e->begin + flat * elem)) {
+    if (!f->ReadAt(dst, run * elem, data_start_ + e->begin + flat * elem)) {
       return Bad(path_, absl::StrCat("cannot read tensor '", name, "' (truncated file?)"));
     }
     dst += run * elem;

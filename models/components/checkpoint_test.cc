@@ -4,7 +4,10 @@
 // data).
 #include "models/components/checkpoint.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <chrono>
 
 #include <cstdio>
 #include <cstring>
@@ -126,6 +129,38 @@ TEST(SafetensorsTest, WritesAreAtomic) {
   ASSERT_TRUE(WriteSafetensors(path, {{"b", Tensor::Ones({3})}}).ok());
   EXPECT_NE(SafetensorsFile::Open(path)->Find("b"), nullptr);
   EXPECT_NE(access((path + ".tmp." + std::to_string(getpid())).c_str(), F_OK), 0);
+  // A symlink planted at the predictable old temporary name is not written through.
+  const std::string victim = TempPath("victim.txt");
+  WriteFile(victim, "precious");
+  const std::string link = path + ".tmp." + std::to_string(getpid());
+  ASSERT_EQ(symlink(victim.c_str(), link.c_str()), 0);
+  ASSERT_TRUE(WriteSafetensors(path, {{"c", Tensor::Ones({3})}}).ok());
+  EXPECT_EQ(ReadFile(victim), "precious");
+  unlink(link.c_str());
+}
+
+// The fault probe's files: a FIFO named like a checkpoint (no writer: an open that waited would
+// hang), a device, and a header within the 100 MiB limit holding millions of tiny metadata
+// entries (parsed whole, GiBs and minutes). Each is refused at once with the reason.
+TEST(SafetensorsTest, HostileFilesAreRefusedQuickly) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string fifo = TempPath("fifo.safetensors");
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(fifo);
+  EXPECT_THAT(std::string(f.status().message()),
+              HasSubstr("is a FIFO (named pipe), not a regular"));
+  f = SafetensorsFile::Open("/dev/zero");
+  EXPECT_THAT(std::string(f.status().message()), HasSubstr("is a character device"));
+  std::string header = R"({"__metadata__": {)";
+  for (int i = 0; i < 1200000; ++i) absl::StrAppend(&header, i ? "," : "", "\"", i, "\":\"\"");
+  header += "}}";
+  const std::string many = TempPath("many.safetensors");
+  WriteFile(many, Pack(header, ""));
+  f = SafetensorsFile::Open(many);
+  EXPECT_THAT(std::string(f.status().message()),
+              HasSubstr("safetensors header members in '" + many + "': 1200001 exceeds the limit"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 }
 
 TEST(SafetensorsTest, MalformedFilesAreClearErrorsNamingTheTensor) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "models/data/pretokenize.h"
+#include "models/components/bounded_read.h"
 #include "nlohmann/json.hpp"
 
 namespace shardmap {
@@ -48,6 +49,12 @@ std::string Shown(absl::string_view s) {
   return out;
 }
 
+// GPT-2's encoder.json is 1 MB with 50257 entries, the largest public vocabularies (256k
+// tokens) ~10 MB: the limits refuse a wrong or hostile file before it is parsed whole.
+constexpr int64_t kMaxFileBytes = int64_t{64} << 20;
+constexpr int64_t kMaxVocabEntries = int64_t{1} << 21;
+constexpr int64_t kMaxMerges = int64_t{1} << 21;
+
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
@@ -60,12 +67,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) 
         std::string(what) == "vocabulary" ? "encoder.json or vocab.json" : "vocab.bpe or merges.txt",
         ")"));
   }
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  if (!in || !(ss << in.rdbuf())) {
-    return absl::NotFoundError(absl::StrCat("cannot read the BPE ", what, " '", path, "'"));
-  }
-  return ss.str();
+  absl::StatusOr<std::string> text =
+      ReadBoundedFile(path, kMaxFileBytes, absl::StrCat("the BPE ", what));
+  if (!text.ok()) return text.status();
+  return text;
 }
 
 // A token of encoder.json / vocab.bpe (GPT-2's byte characters, in UTF-8) -> its bytes.
@@ -123,6 +128,11 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::FromContents(absl::string_view vocab_
   auto bad_vocab = [&](auto... a) {
     return absl::InvalidArgumentError(absl::StrCat("BPE vocabulary '", vocab_name, "': ", a...));
   };
+  if (absl::Status s = CheckCount(CountJsonMembers(vocab_json), kMaxVocabEntries,
+                                  "BPE vocabulary entries", vocab_name);
+      !s.ok()) {
+    return s;
+  }
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(vocab_json.begin(), vocab_json.end());
@@ -178,6 +188,11 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::FromContents(absl::string_view vocab_
 }
 
 absl::Status BpeTokenizer::ReadMerges(absl::string_view merges, const std::string& name) {
+  const int64_t newlines = std::count(merges.begin(), merges.end(), '\n');
+  if (absl::Status s = CheckCount(newlines, kMaxMerges, "BPE merges lines", name);
+      !s.ok()) {
+    return s;
+  }
   std::vector<absl::string_view> lines = absl::StrSplit(merges, '\n');
   while (!lines.empty() && (lines.back().empty() || lines.back() == "\r")) lines.pop_back();
   absl::flat_hash_map<uint64_t, int64_t> line_of;

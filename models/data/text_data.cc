@@ -10,9 +10,13 @@
 #include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"
+#include "models/components/bounded_read.h"
 
 namespace shardmap {
 namespace {
+
+// The data is held in memory as int64 ids (8 bytes per text byte): beyond this it cannot fit.
+constexpr int64_t kMaxDataBytes = int64_t{1} << 36;
 
 const char* Describe(TokenFormat f) {
   return f == TokenFormat::kBytes ? "a text file (its bytes are the tokens)"
@@ -51,15 +55,11 @@ absl::StatusOr<std::vector<int64_t>> LoadTokenFile(const std::string& path, Toke
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": is not a regular file; give ", Describe(format)));
   }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        where, ": cannot be opened (", std::strerror(errno), "); check its permissions"));
-  }
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (f.bad()) {
-    return absl::FailedPreconditionError(absl::StrCat(where, ": read error"));
-  }
+  // Read through the bounded reader: a file swapped for a FIFO or a device after the check
+  // above is refused, never read forever.
+  absl::StatusOr<std::string> read = ReadBoundedFile(path, kMaxDataBytes, flag);
+  if (!read.ok()) return read.status();
+  const std::string bytes = *std::move(read);
   if (bytes.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": is empty; give ", Describe(format)));

@@ -11,9 +11,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "models/components/atomic_file.h"
+#include "models/components/bounded_read.h"
 
 namespace shardmap {
 namespace {
+
+// The input text is read whole and encoded in memory.
+constexpr int64_t kMaxInputBytes = int64_t{16} << 30;
 
 absl::Status Bad(auto... a) { return absl::InvalidArgumentError(absl::StrCat(a...)); }
 
@@ -40,20 +45,10 @@ absl::Status WriteUint16TokenFile(const std::string& path, absl::Span<const int3
     bytes[2 * i] = static_cast<unsigned char>(ids[i] & 0xFF);
     bytes[2 * i + 1] = static_cast<unsigned char>(ids[i] >> 8);
   }
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write '", tmp, "': ", std::strerror(errno)));
-  }
-  const bool wrote = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  const bool closed = std::fclose(f) == 0;
-  if (!wrote || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    return absl::FailedPreconditionError(absl::StrCat("cannot write '", path, "': ", why));
-  }
-  return absl::OkStatus();
+  // An exclusive temporary beside it, renamed over: a link planted at "<path>.tmp" is not
+  // written through.
+  return WriteFileAtomically(path,
+                             [&](int fd) { return WriteAll(fd, bytes.data(), bytes.size()); });
 }
 
 absl::StatusOr<PreparedData> PrepareTokenFiles(const BpeTokenizer& tokenizer,
@@ -76,14 +71,14 @@ absl::StatusOr<PreparedData> PrepareTokenFiles(const BpeTokenizer& tokenizer,
     return absl::NotFoundError(absl::StrCat("--out_dir '", o.out_dir,
                                             "' is not an existing folder; create it first"));
   }
-  std::ifstream in(o.input, std::ios::binary);
-  std::stringstream text;
-  if (!in || !(text << in.rdbuf())) {
-    return absl::NotFoundError(absl::StrCat("--input '", o.input, "': cannot read it (",
-                                            "empty or unreadable)"));
+  absl::StatusOr<std::string> read = ReadBoundedFile(o.input, kMaxInputBytes, "--input");
+  if (!read.ok()) return read.status();
+  if (read->empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("--input '", o.input, "': empty or unreadable; give a UTF-8 text file"));
   }
   PreparedData r;
-  const std::string s = text.str();
+  const std::string s = *std::move(read);
   r.input_bytes = static_cast<int64_t>(s.size());
   const std::vector<int32_t> ids = tokenizer.Encode(s);
   const auto n = static_cast<int64_t>(ids.size());

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "models/components/bounded_read.h"
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 #include "perfmodel/alpha_beta.h"
@@ -297,15 +298,16 @@ absl::StatusOr<HardwareProfile> LoadHardwareProfile(const std::string& name_or_p
       return ParseHardwareProfile(kShippedProfileTexts[i]);
     }
   }
-  std::ifstream in(name_or_path);
-  if (!in) {
+  // A profile is a few dozen lines; 1 MiB refuses a wrong file (or /dev/zero) before parsing.
+  absl::StatusOr<std::string> text =
+      ReadBoundedFile(name_or_path, int64_t{1} << 20, "hardware profile");
+  if (absl::IsNotFound(text.status())) {
     return absl::NotFoundError(absl::StrCat(
         "unknown hardware profile '", name_or_path, "': not a shipped profile (",
         absl::StrJoin(ShippedProfileNames(), ", "), ") and no such file"));
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  absl::StatusOr<HardwareProfile> p = ParseHardwareProfile(ss.str());
+  if (!text.ok()) return text.status();
+  absl::StatusOr<HardwareProfile> p = ParseHardwareProfile(*text);
   if (!p.ok()) {
     return absl::Status(p.status().code(),
                         absl::StrCat(name_or_path, ": ", p.status().message()));

@@ -1,11 +1,13 @@
 #include "models/planner/plan_cli.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "models/components/bounded_read.h"
 #include "models/planner/measure_cpu.h"
 #include "models/planner/shape_only_source.h"
 #include "perfmodel/gpu_profile.h"
@@ -13,16 +15,25 @@
 namespace shardmap::planner {
 
 namespace {
+// A tp_bench profile has one line per measured GEMM shape (hundreds), collectives_bench one JSON
+// row per size and collective: the limits refuse a wrong file before it is parsed.
+constexpr int64_t kMaxBenchBytes = int64_t{16} << 20;
+constexpr int64_t kMaxBenchLines = 100000;
+
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(what, " '", path, "': cannot open the file"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  absl::StatusOr<std::string> text = ReadBoundedFile(path, kMaxBenchBytes, what);
+  if (!text.ok()) return text.status();
+  if (absl::Status s = CheckCount(std::count(text->begin(), text->end(), '\n'), kMaxBenchLines,
+                                  absl::StrCat(what, " lines"), path);
+      !s.ok()) {
+    return s;
+  }
+  return text;
 }
 }  // namespace
 
 absl::StatusOr<HardwareProfile> ResolveProfile(const PlanCliOptions& cli) {
+  if (cli.resolved.has_value()) return *cli.resolved;
   absl::StatusOr<HardwareProfile> p = cli.profile == "measure"
                                           ? MeasureCpuProfile(CpuMeasureOptions{})
                                           : LoadHardwareProfile(cli.profile);
@@ -43,8 +54,37 @@ absl::StatusOr<HardwareProfile> ResolveProfile(const PlanCliOptions& cli) {
   return p;
 }
 
+absl::Status CheckPlanBounds(const PlanRequest& request, const PlanCliOptions& cli) {
+  if (request.gpus > kMaxPlanGpus) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpus ", request.gpus, " is more than ", kMaxPlanGpus,
+        ": the planner enumerates and profiles meshes of that many ranks"));
+  }
+  const GptConfig& c = request.config;
+  if (c.layers > kMaxPlanLayers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--layers ", c.layers, " is more than ", kMaxPlanLayers,
+        ": the shape-only step builds every layer; lower --layers"));
+  }
+  if (cli.shape_only_on_cpu) {
+    // Real CPU tensors: the parameters, gradients and two moments at least.
+    const double need = ModelParameters(c) * DTypeSize(c.dtype) * 4;
+    const double host = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                        static_cast<double>(sysconf(_SC_PAGESIZE));
+    if (!(need <= host)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--shape_only_device=cpu runs the shape-only steps on real tensors: this model's %.3g "
+          "parameters with their gradients and AdamW moments need %.3g GiB, more than this "
+          "machine's %.1f GiB; use --shape_only_device=meta",
+          ModelParameters(c), need / 1073741824.0, host / 1073741824.0));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOptions& cli,
                                      const std::string& own) {
+  if (absl::Status s = CheckPlanBounds(request, cli); !s.ok()) return s;
   absl::StatusOr<HardwareProfile> hw = ResolveProfile(cli);
   if (!hw.ok()) return hw.status();
   // A GPU profile (ranks with a device each): profile the attention a CUDA run would take. The

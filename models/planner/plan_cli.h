@@ -6,6 +6,7 @@
 #ifndef SHARDMAP_MODELS_PLANNER_PLAN_CLI_H_
 #define SHARDMAP_MODELS_PLANNER_PLAN_CLI_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -22,9 +23,18 @@ struct PlanCliOptions {
   bool shape_only_on_cpu = false; // run the shape-only steps on CPU tensors (small models)
   int top = 20;
   bool list_refusals = true;
+  // Set: the profile already resolved (--print_profile wrote it): used as is, nothing re-read.
+  std::optional<HardwareProfile> resolved;
 };
 
 absl::StatusOr<HardwareProfile> ResolveProfile(const PlanCliOptions& cli);
+
+// What a plan may ask for, refused at once with the fix (PlanText checks it first): at most
+// kMaxPlanGpus ranks and kMaxPlanLayers layers (the search and the shape-only model grow with
+// them), and with shape_only_on_cpu a model whose parameters and AdamW state fit this machine.
+inline constexpr int kMaxPlanGpus = 1 << 16;
+inline constexpr int64_t kMaxPlanLayers = 1 << 14;
+absl::Status CheckPlanBounds(const PlanRequest& request, const PlanCliOptions& cli);
 
 // The plan (FormatPlan) and, when `own` names a candidate (Candidate::Name's form, e.g.
 // "pp=2,dp=2 1f1b/m4"), where it ranks or why it was refused. With a GPU profile (cores 0) and

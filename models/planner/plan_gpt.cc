@@ -12,6 +12,7 @@
 //
 // Docs: docs/planner.md.
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -253,11 +254,16 @@ int Main() {
   if (const std::string out = absl::GetFlag(FLAGS_print_profile); !out.empty()) {
     absl::StatusOr<planner::HardwareProfile> hw = planner::ResolveProfile(cli);
     if (!hw.ok()) return Fail(hw.status());
+    // Every write error is said (a full disk, /dev/full); the profile is kept in memory, not
+    // read back from what was written.
     FILE* f = fopen(out.c_str(), "w");
     if (f == nullptr) return Fail(absl::InvalidArgumentError("--print_profile: cannot write " + out));
-    fputs(hw->ToText().c_str(), f);
-    fclose(f);
-    cli.profile = out;  // measured once, reused
+    const bool wrote = fputs(hw->ToText().c_str(), f) >= 0 && fflush(f) == 0;
+    if (fclose(f) != 0 || !wrote) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--print_profile: writing '", out, "' failed (", std::strerror(errno), ")")));
+    }
+    cli.resolved = *hw;  // measured once, reused
   }
   req.progress = [](int done, int total) {
     if (done % 25 == 0 || done == total) {

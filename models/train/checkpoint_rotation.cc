@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "models/components/atomic_file.h"
 #include "models/components/checkpoint.h"
 #include "models/gpt/gpt_checkpoint.h"
 
@@ -99,15 +100,15 @@ absl::Status CheckpointRotation::CheckWritable() const {
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint directory '", dir, "' (of '", dir_or_prefix, "') is not a directory"));
   }
-  const std::string probe = Join(dir, absl::StrCat(".write_probe.", ::getpid()));
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
+  // An exclusive, unpredictable probe name: a symlink planted in the directory is never followed.
+  absl::StatusOr<ExclusiveTemp> probe = CreateExclusiveTemp(Join(dir, ".write_probe"));
+  if (!probe.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "cannot create files in checkpoint directory '", dir, "' (", std::strerror(errno),
+        "cannot create files in checkpoint directory '", dir, "' (", probe.status().message(),
         "); fix its permissions or choose another path before training"));
   }
-  ::close(fd);
-  std::remove(probe.c_str());
+  ::close(probe->fd);
+  ::unlink(probe->path.c_str());
   return absl::OkStatus();
 }
 
@@ -119,22 +120,18 @@ absl::StatusOr<std::string> CheckpointRotation::Save(
   }
   const std::string path = PathFor(step);
   const std::string dir = Split(dir_or_prefix).first;
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   auto fail = [&](const absl::Status& s) {
-    std::remove(tmp.c_str());
     return absl::Status(s.code(), absl::StrCat("saving step ", step, " to '", path, "' failed: ",
                                                s.message(),
                                                " (the earlier checkpoints are untouched)"));
   };
-  if (absl::Status s = writer(tmp); !s.ok()) return fail(s);
+  // The writer writes `path` atomically through one exclusive temporary beside it
+  // (WriteSafetensors: models/components/atomic_file.h), so a kill leaves one stray file whose
+  // name RemoveStaleTemporaries recognizes, and a planted symlink is never written through.
+  if (absl::Status s = writer(path); !s.ok()) return fail(s);
   struct stat st;
-  if (::stat(tmp.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return fail(absl::InternalError(absl::StrCat("the writer left no file at '", tmp, "'")));
-  }
-  if (absl::Status s = SyncPath(tmp, false); !s.ok()) return fail(s);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return fail(absl::DataLossError(
-        absl::StrCat("rename of '", tmp, "' failed (", std::strerror(errno), ")")));
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return fail(absl::InternalError(absl::StrCat("the writer left no file at '", path, "'")));
   }
   if (absl::Status s = SyncPath(dir, true); !s.ok()) return s;
   if (keep_last > 0) {
@@ -152,7 +149,7 @@ absl::StatusOr<std::string> CheckpointRotation::Save(
     // Keep `step` and the keep_last - 1 newest before it.
     const int64_t drop = static_cast<int64_t>(older.size()) - (keep_last - 1);
     for (int64_t i = 0; i < drop; ++i) {
-      if (std::remove(older[i].second.c_str()) != 0 && errno != ENOENT) {
+      if (::unlink(older[i].second.c_str()) != 0 && errno != ENOENT) {
         return absl::InternalError(absl::StrCat("saved '", path, "' but could not delete old '",
                                                 older[i].second, "' (", std::strerror(errno),
                                                 ")"));
@@ -229,21 +226,36 @@ absl::StatusOr<std::vector<std::string>> CheckpointRotation::RemoveStaleTemporar
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return std::vector<std::string>{};  // nothing saved there yet
   std::vector<std::string> removed;
-  const std::string head = prefix + ".step", tmp_tag = std::string(kSuffix) + ".tmp.";
+  // The periodic checkpoints' temporaries and the final --save file's (<prefix>.safetensors).
+  const std::string head = prefix + ".step", final_tmp = prefix + kSuffix + ".tmp.";
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
-    const size_t tag = name.rfind(tmp_tag);
-    if (!absl::StartsWith(name, head) || tag == std::string::npos) continue;
-    int64_t pid = 0;
-    if (!absl::SimpleAtoi(name.substr(tag + tmp_tag.size()), &pid) || pid <= 0) continue;
+    if (!absl::StartsWith(name, head) && !absl::StartsWith(name, final_tmp)) continue;
+    const std::optional<int64_t> pid = TemporaryWriterPid(name);
+    if (!pid.has_value()) continue;
     // Alive (or not ours to signal): another process may be writing it right now.
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    if (::kill(static_cast<pid_t>(*pid), 0) == 0 || errno != ESRCH) continue;
     const std::string path = Join(dir, name);
-    if (std::remove(path.c_str()) == 0) removed.push_back(path);
+    if (::unlink(path.c_str()) == 0) removed.push_back(path);  // a link goes, not its target
   }
   ::closedir(d);
   std::sort(removed.begin(), removed.end());
   return removed;
+}
+
+std::optional<int64_t> TemporaryWriterPid(const std::string& name) {
+  const std::string tag = std::string(kSuffix) + ".tmp.";
+  const size_t at = name.find(tag);
+  if (at == std::string::npos) return std::nullopt;
+  const size_t begin = at + tag.size();
+  const size_t end = name.find('.', begin);
+  const std::string digits = name.substr(begin, end == std::string::npos ? end : end - begin);
+  int64_t pid = 0;
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos ||
+      !absl::SimpleAtoi(digits, &pid) || pid <= 0) {
+    return std::nullopt;
+  }
+  return pid;
 }
 
 absl::StatusOr<std::map<std::string, std::vector<std::pair<int64_t, std::string>>>>
@@ -260,6 +272,26 @@ CheckpointRotation::ListRuns(std::vector<std::string>* unreadable) const {
     }
   }
   return runs;
+}
+
+absl::StatusOr<std::vector<std::string>> CheckpointRotation::RemoveOtherRuns() const {
+  if (!run_id.has_value()) {
+    return absl::InternalError("RemoveOtherRuns needs the run's id (run_id unset)");
+  }
+  std::vector<std::string> unreadable, removed;
+  auto runs = ListRuns(&unreadable);
+  if (!runs.ok()) return runs.status();
+  for (const auto& [id, files] : *runs) {
+    if (id == *run_id) continue;
+    for (const auto& f : files) {
+      if (::unlink(f.second.c_str()) != 0 && errno != ENOENT) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "--overwrite: cannot remove '", f.second, "' (", std::strerror(errno), ")"));
+      }
+      removed.push_back(f.second);
+    }
+  }
+  return removed;
 }
 
 absl::StatusOr<std::string> CheckpointRunId(const std::string& path) {

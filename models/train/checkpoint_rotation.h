@@ -5,8 +5,8 @@
 //
 //   CheckpointRotation ckpt{.dir_or_prefix = "runs/gpt", .keep_last = 3};
 //   if (absl::Status s = ckpt.CheckWritable(); !s.ok()) return s;   // before the first step
-//   absl::StatusOr<std::string> path = ckpt.Save(step, [&](const std::string& tmp) {
-//     return SaveGptWithConfig(tmp, layout, snapshot.params, &snapshot.adam_state, step);
+//   absl::StatusOr<std::string> path = ckpt.Save(step, [&](const std::string& path) {
+//     return SaveGptWithConfig(path, layout, snapshot.params, &snapshot.adam_state, step);
 //   });                                       // runs/gpt.step<step>.safetensors; older deleted
 //   absl::StatusOr<std::string> latest = ckpt.Latest();  // NotFound when there is none
 //   std::vector<std::string> skipped;                   // newer files that are no checkpoint
@@ -17,9 +17,10 @@
 //
 // dir_or_prefix: an existing directory or a path ending in '/' gives DIR/gpt.step<N>...; any
 // other path is a prefix (a trailing ".safetensors" is dropped: "ckpt.safetensors" gives
-// ckpt.step<N>.safetensors). Save writes through `writer` into a temporary file in the same
-// directory, fsyncs it, renames it over the final name and fsyncs the directory: a write that
-// fails or is killed leaves the earlier checkpoints as they were (and a stray temporary file at
+// ckpt.step<N>.safetensors). Save has `writer` write the final name atomically (WriteSafetensors:
+// one exclusively created temporary <final>.tmp.<pid>.<random> beside it, fsync, rename; a
+// symlink planted there is never written through) and fsyncs the directory: a write that fails
+// or is killed leaves the earlier checkpoints as they were (and one stray temporary file at
 // worst, never a partial <prefix>.step<N>.safetensors). After a successful save it deletes the
 // older checkpoints of the prefix beyond the last keep_last (0: keep all); files of later steps
 // (another run's) are left alone.
@@ -62,8 +63,9 @@ struct CheckpointRotation {
   // The directory exists and a file can be created in it (a probe file, removed again).
   // FailedPrecondition naming the directory, the reason and the fix.
   absl::Status CheckWritable() const;
-  // Writes step's checkpoint atomically (writer(tmp_path) writes the whole file at tmp_path),
-  // then deletes the old ones; returns the final path. Errors name the step and the path.
+  // Writes step's checkpoint (writer(path) must write the whole file at path atomically, as
+  // WriteSafetensors does), then deletes the old ones; returns the final path. Errors name the
+  // step and the path.
   absl::StatusOr<std::string> Save(
       int64_t step, const std::function<absl::Status(const std::string& path)>& writer) const;
   // (step, path) of the prefix's checkpoints, by step; temporary files are not listed.
@@ -75,14 +77,24 @@ struct CheckpointRotation {
   // a newest file that is not one, and --resume=auto then continues from the one before.
   // `skipped`: "path: why" of each newer file passed over. NotFound when none is complete.
   absl::StatusOr<std::string> LatestComplete(std::vector<std::string>* skipped) const;
-  // Removes the temporary files (<prefix>.step<N>.safetensors.tmp.<pid>) that saves of killed
-  // processes left behind: those whose pid is no live process. Returns the removed paths.
+  // Removes the temporary files (<prefix>.step<N>.safetensors.tmp.<pid>[.<anything>], and the
+  // final file's <prefix>.safetensors.tmp.<pid>[...]) that saves of killed processes left
+  // behind: those whose pid is no live process. Returns the removed paths.
   absl::StatusOr<std::vector<std::string>> RemoveStaleTemporaries() const;
+  // --overwrite: removes the prefix's checkpoints of runs other than run_id (which must be set;
+  // files that do not open as checkpoints stay) and returns their paths. Called after this run's
+  // first checkpoint is saved, so that a run refused or failing at its start removes nothing.
+  absl::StatusOr<std::vector<std::string>> RemoveOtherRuns() const;
   // The prefix's checkpoints by run id (their metadata's "run.id"; "" without one), each run's
   // (step, path) by step; files that do not open as checkpoints go to *unreadable.
   absl::StatusOr<std::map<std::string, std::vector<std::pair<int64_t, std::string>>>> ListRuns(
       std::vector<std::string>* unreadable) const;
 };
+
+// The writer's pid of a temporary file name "<x>.safetensors.tmp.<pid>" or
+// "<x>.safetensors.tmp.<pid>.<more>" (atomic_file.h's names, and the older doubled
+// ".tmp.<pid>.tmp.<pid>"); nullopt for any other name.
+std::optional<int64_t> TemporaryWriterPid(const std::string& name);
 
 // A checkpoint's metadata "run.id" ("" when it has none); errors as SafetensorsFile::Open's.
 absl::StatusOr<std::string> CheckpointRunId(const std::string& path);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "gtest/gtest.h"
+#include "models/components/atomic_file.h"
 #include "models/components/checkpoint.h"
 #include "models/gpt.h"
 #include "models/gpt/gpt_checkpoint.h"
@@ -49,13 +50,17 @@ std::string Read(const std::string& path) {
   return s.str();
 }
 
-// A writer that writes `text` whole.
+// A writer that writes `text` whole, atomically (as WriteSafetensors).
 std::function<absl::Status(const std::string&)> TextWriter(const std::string& text) {
   return [text](const std::string& path) {
-    std::ofstream f(path, std::ios::binary);
-    f << text;
-    return f ? absl::OkStatus() : absl::InternalError("write failed");
+    return WriteFileAtomically(path,
+                               [&](int fd) { return WriteAll(fd, text.data(), text.size()); });
   };
+}
+
+// A plain file at `path` (not atomic): the files a test plants.
+void Plant(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
 }
 
 TEST_F(CheckpointRotationTest, NamesFiles) {
@@ -86,7 +91,7 @@ TEST_F(CheckpointRotationTest, KeepsTheLastKAndFindsTheLatest) {
   // Steps compare as numbers (step100 after step40), other prefixes and odd names are ignored.
   TextWriter("x")(dir_ + "/other.step999.safetensors").IgnoreError();
   TextWriter("x")(dir_ + "/run.stepX.safetensors").IgnoreError();
-  TextWriter("x")(dir_ + "/run.step50.safetensors.tmp.123").IgnoreError();
+  Plant(dir_ + "/run.step50.safetensors.tmp.123", "x");
   ASSERT_TRUE(r.Save(100, TextWriter("step 100")).ok());
   EXPECT_EQ(*r.Latest(), r.PathFor(100));
   auto list = r.List();
@@ -118,16 +123,18 @@ TEST_F(CheckpointRotationTest, AFailedWriteLeavesThePreviousCheckpoints) {
   CheckpointRotation r{dir_ + "/run", 2};
   ASSERT_TRUE(r.Save(1, TextWriter("good 1")).ok());
   ASSERT_TRUE(r.Save(2, TextWriter("good 2")).ok());
-  // A writer that dies half way (as a killed process would): partial bytes, then an error.
+  // A writer that dies half way (a full disk): partial bytes, then an error.
   auto dying = [](const std::string& path) {
-    std::ofstream f(path, std::ios::binary);
-    f << "partial heade";
-    f.flush();
-    return absl::DataLossError("disk full");
+    return WriteFileAtomically(path, [](int fd) {
+      WriteAll(fd, "partial heade", 13);
+      errno = ENOSPC;
+      return false;
+    });
   };
   absl::StatusOr<std::string> s = r.Save(3, dying);
-  ASSERT_EQ(s.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(s.status().message().find("saving step 3 to '" + r.PathFor(3) + "' failed: disk full"),
+  ASSERT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("saving step 3 to '" + r.PathFor(3) + "' failed: writing '" +
+                                      r.PathFor(3) + "' failed: No space left on device"),
             std::string::npos)
       << s.status();
   EXPECT_NE(s.status().message().find("earlier checkpoints are untouched"), std::string::npos);
@@ -392,10 +399,19 @@ TEST_F(CheckpointRotationTest, RemovesTheTemporariesOfKilledSaves) {
   const std::string stale = r.PathFor(4) + ".tmp." + std::to_string(dead);
   const std::string live = r.PathFor(6) + ".tmp." + std::to_string(::getpid());
   const std::string other = dir_ + "/other.step4.safetensors.tmp." + std::to_string(dead);
-  for (const std::string& p : {stale, live, other}) ASSERT_TRUE(TextWriter("x")(p).ok());
+  // Today's names (<final>.tmp.<pid>.<random>) and the doubled ones of older saves.
+  const std::string stale_new = r.PathFor(5) + ".tmp." + std::to_string(dead) + ".aB3xYz";
+  const std::string stale_doubled =
+      r.PathFor(7) + ".tmp." + std::to_string(dead) + ".tmp." + std::to_string(dead);
+  // The final --save file's (<prefix>.safetensors) temporary of a killed run.
+  const std::string stale_final = dir_ + "/gpt.safetensors.tmp." + std::to_string(dead) + ".q1w2e3";
+  for (const std::string& p : {stale, live, other, stale_new, stale_doubled, stale_final}) {
+    Plant(p, "x");
+  }
   absl::StatusOr<std::vector<std::string>> removed = r.RemoveStaleTemporaries();
   ASSERT_TRUE(removed.ok()) << removed.status();
-  EXPECT_EQ(*removed, std::vector<std::string>{stale});
+  EXPECT_EQ(*removed,
+            (std::vector<std::string>{stale_final, stale, stale_new, stale_doubled}));
   EXPECT_EQ(Files(), (std::vector<std::string>{"gpt.step6.safetensors.tmp." +
                                                    std::to_string(::getpid()),
                                                "other.step4.safetensors.tmp." +
@@ -403,6 +419,47 @@ TEST_F(CheckpointRotationTest, RemovesTheTemporariesOfKilledSaves) {
   // A prefix whose directory does not exist yet has nothing to remove.
   const CheckpointRotation missing{dir_ + "/none/gpt", 3};
   EXPECT_TRUE(missing.RemoveStaleTemporaries()->empty());
+}
+
+// The fault probe's case: symlinks planted at every name a save used to open with O_TRUNC (the
+// probe, the step's temporary and its doubled one) and at the final name. Nothing outside the
+// directory is written; the final name is a regular file.
+TEST_F(CheckpointRotationTest, PlantedSymlinksAreNeverWrittenThrough) {
+  const std::string victim = dir_ + "_victim";
+  Plant(victim, "precious");
+  CheckpointRotation r{dir_ + "/run", 2};
+  const std::string pid = std::to_string(::getpid());
+  for (const std::string& name :
+       {dir_ + "/.write_probe." + pid, r.PathFor(3) + ".tmp." + pid,
+        r.PathFor(3) + ".tmp." + pid + ".tmp." + pid, r.PathFor(3)}) {
+    ASSERT_EQ(::symlink(victim.c_str(), name.c_str()), 0) << name;
+  }
+  ASSERT_TRUE(r.CheckWritable().ok());
+  absl::StatusOr<std::string> p = r.Save(3, TextWriter("step 3"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(Read(victim), "precious");
+  struct stat st;
+  ASSERT_EQ(::lstat(p->c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(Read(*p), "step 3");
+}
+
+// A FIFO named like the newest checkpoint (no writer: an open that waited would hang forever)
+// is passed over, naming it, and the run resumes from the one before.
+TEST_F(CheckpointRotationTest, AFifoNamedLikeACheckpointIsPassedOver) {
+  CheckpointRotation r{dir_ + "/run", 0};
+  ASSERT_EQ(::mkfifo(r.PathFor(9).c_str(), 0600), 0);
+  std::vector<std::string> skipped;
+  absl::StatusOr<std::string> latest = r.LatestComplete(&skipped);
+  EXPECT_EQ(latest.status().code(), absl::StatusCode::kNotFound);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].find(r.PathFor(9) + ": safetensors file '" + r.PathFor(9) +
+                            "' is a FIFO (named pipe), not a regular file"),
+            std::string::npos)
+      << skipped[0];
+  std::vector<std::string> unreadable;
+  ASSERT_TRUE(r.ListRuns(&unreadable).ok());
+  EXPECT_EQ(unreadable, std::vector<std::string>{r.PathFor(9)});
 }
 
 }  // namespace

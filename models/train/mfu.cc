@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "models/components/bounded_read.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/random.h"
 #include "tensor/tensor.h"
@@ -81,8 +82,13 @@ std::string DefaultPeakCachePath() {
 }
 
 absl::StatusOr<std::map<std::string, double>> ReadPeakCache(const std::string& path) {
-  std::ifstream f(path);
-  if (!f.is_open()) return absl::NotFoundError(absl::StrCat("'", path, "' does not exist"));
+  // A cache of a few lines: a FIFO or device at its path is refused, never read forever.
+  absl::StatusOr<std::string> text = ReadBoundedFile(path, 1 << 20, "the CPU peak cache");
+  if (absl::IsNotFound(text.status())) {
+    return absl::NotFoundError(absl::StrCat("'", path, "' does not exist"));
+  }
+  if (!text.ok()) return text.status();
+  std::istringstream f(*text);
   std::map<std::string, double> out;
   std::string line;
   for (int n = 1; std::getline(f, line); ++n) {

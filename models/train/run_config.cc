@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "models/components/bounded_read.h"
 
 namespace shardmap {
 namespace {
@@ -40,28 +42,26 @@ uint64_t LoadLe64(const unsigned char* p) {
 // Calls `chunk` with the file's bytes, 1 MiB at a time.
 absl::Status ReadFile(const std::string& path, const std::function<void(absl::string_view)>& chunk,
                       int64_t* bytes) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    return absl::NotFoundError(absl::StrCat("'", path, "': ", std::strerror(errno)));
+  // A regular file only (a FIFO or device is refused at once), read up to its size at open
+  // time: a file that grows meanwhile is hashed as it was.
+  absl::StatusOr<BoundedFile> f = OpenBoundedFile(path, int64_t{1} << 50, "file");
+  if (absl::IsNotFound(f.status())) {
+    return absl::NotFoundError(absl::StrCat("'", path, "': ", std::strerror(ENOENT)));
   }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat("'", path, "' is not a regular file"));
-  }
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot read '", path, "': ", std::strerror(errno)));
+  if (!f.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("'", path, "' is not a regular file (",
+                                                      f.status().message(), ")"));
   }
   std::vector<char> buf(1 << 20);
   *bytes = 0;
-  size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) {
-    chunk(absl::string_view(buf.data(), n));
-    *bytes += static_cast<int64_t>(n);
+  while (*bytes < f->size()) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(buf.size()), f->size() - *bytes);
+    if (!f->ReadAt(buf.data(), n, *bytes)) {
+      return absl::DataLossError(absl::StrCat("reading '", path, "' failed"));
+    }
+    chunk(absl::string_view(buf.data(), static_cast<size_t>(n)));
+    *bytes += n;
   }
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) return absl::DataLossError(absl::StrCat("reading '", path, "' failed"));
   return absl::OkStatus();
 }
 

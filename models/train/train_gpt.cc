@@ -48,6 +48,7 @@
 #include "collectives/backend_registry.h"
 #include "models/train/checkpoint_rotation.h"
 #include "models/train/run_config.h"
+#include "models/train/memory_bound.h"
 #include "models/train/mfu.h"
 #include "models/train/run_flags.h"
 #include "models/train/sample_text.h"
@@ -221,6 +222,9 @@ ABSL_FLAG(double, peak_flops, 0,
           "peak for its dtype from the planner's h100_node/h200_node profiles, picked by the "
           "card's name, times the GPUs used; on CPU ranks the machine's peak, measured once and "
           "cached: models/train/mfu.h)");
+ABSL_FLAG(std::string, max_memory, "",
+          "refuse a --batch whose step needs more than this per process (e.g. 8GiB; empty: the "
+          "machine's memory), before allocating");
 ABSL_FLAG(double, temperature, 0.0, "--sample: 0 greedy, else softmax(logits / temperature)");
 ABSL_FLAG(int64_t, top_k, 0, "--sample: only the k most likely tokens (0: all)");
 
@@ -441,6 +445,20 @@ absl::Status CheckFitsHost(double params, const ModelShape& cfg, int processes,
       source, cfg.layers, cfg.d_model, cfg.vocab, cfg.seq, params, DTypeSize(cfg.dtype),
       bytes / 1073741824.0, processes > 1 ? absl::StrCat(" per process (", processes, ")") : "",
       host / 1073741824.0));
+}
+
+// The step's least memory (models/train/memory_bound.h) against --max_memory or the machine's:
+// an impossible --batch (given, or adopted from a checkpoint) is refused before allocating.
+absl::Status CheckBatchFits(const Model& model, int processes) {
+  double params = 0;
+  for (const ParamInfo& p : model.params()) params += NumElements(p.global_shape);
+  const std::string flag = absl::GetFlag(FLAGS_max_memory);
+  absl::StatusOr<double> limit = ParseMemoryLimit(flag);
+  if (!limit.ok()) return limit.status();
+  return CheckStepFitsMemory(
+      params, model.shape(), {absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_grad_accum),
+            absl::GetFlag(FLAGS_microbatches)},
+      processes, *limit, flag.empty() ? "this machine's memory" : "--max_memory");
 }
 
 // --tokenizer=PATH: Llama 3's tokenizer.model, or GPT-2's byte-level BPE from a folder's
@@ -1069,6 +1087,7 @@ class RunOutputs {
   std::string trace_path_;
   std::unique_ptr<TraceWriter> writer_;
   StepFilter trace_steps_;
+  mutable bool overwrite_others_ = false;  // --overwrite with other runs' checkpoints present
 };
 
 absl::Status RunOutputs::Set(const TokenData& data, TrainOptions& o) {
@@ -1120,6 +1139,14 @@ absl::Status RunOutputs::Set(const TokenData& data, TrainOptions& o) {
           });
       if (!path.ok()) return path.status();
       if (ranks_.print) std::cout << "checkpoint: " << *path << "\n";
+      if (!std::exchange(overwrite_others_, false)) return absl::OkStatus();
+      absl::StatusOr<std::vector<std::string>> gone = rotation_.RemoveOtherRuns();
+      if (!gone.ok()) return gone.status();
+      if (ranks_.print && !gone->empty()) {
+        std::cout << "--overwrite: removed " << gone->size() << " checkpoint"
+                  << (gone->size() == 1 ? "" : "s") << " of other runs: "
+                  << absl::StrJoin(*gone, ", ") << "\n";
+      }
       return absl::OkStatus();
     };
   }
@@ -1127,7 +1154,8 @@ absl::Status RunOutputs::Set(const TokenData& data, TrainOptions& o) {
 }
 
 // Periodic checkpoints of one run only under a prefix: another run's there are refused, or
-// with --overwrite removed (rank 0 removes them and names them), so that --keep_last and
+// with --overwrite removed once this run has saved its first checkpoint (rank 0 removes them and
+// names them; a run refused or failing before that removes nothing), so that --keep_last and
 // --resume=auto never mix runs.
 absl::Status RunOutputs::CheckNoOtherRuns() const {
   absl::StatusOr<std::vector<std::string>> others =
@@ -1141,16 +1169,7 @@ absl::Status RunOutputs::CheckNoOtherRuns() const {
         ") would save beside them: continue that run with --resume=auto, choose another --save, "
         "or remove them with --overwrite"));
   }
-  if (!ranks_.print) return absl::OkStatus();
-  for (const std::string& path : *others) {
-    if (std::remove(path.c_str()) != 0 && errno != ENOENT) {
-      return absl::FailedPreconditionError(absl::StrCat("--overwrite: cannot remove '", path,
-                                                        "' (", std::strerror(errno), ")"));
-    }
-  }
-  std::cout << "--overwrite: removed " << others->size() << " checkpoint"
-            << (others->size() == 1 ? "" : "s") << " of other runs: " << absl::StrJoin(*others, ", ")
-            << "\n";
+  overwrite_others_ = true;  // removed after this run's first checkpoint, not before
   return absl::OkStatus();
 }
 
@@ -1269,6 +1288,7 @@ absl::Status Run() {
       return st;
     }
   }
+  if (absl::Status s = CheckBatchFits(*layout, processes); !s.ok()) return s;
   if (absl::GetFlag(FLAGS_plan) && ranks->print) {
     if (absl::Status s = PrintPlan(*layout); !s.ok()) return s;
   }

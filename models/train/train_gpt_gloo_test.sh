@@ -109,15 +109,22 @@ c = 1 << 20  # each rank's collectives track
 assert names == {0, 1, c, c + 1} and phases == {0, 1}, (names, phases)
 PY
 [ ! -e "$tmp/gloo_trace.json.rank1" ] || fail "gloo --trace left its part file"
-# --collective_timeout: a peer stopped mid-run (SIGSTOP after 2 s) fails the job within the
-# timeout, naming the wait, instead of holding it for the 5-minute default.
-start=$(date +%s)
+# --collective_timeout: a peer stopped mid-run fails the job within the timeout, naming the
+# wait, instead of holding it for the 5-minute default. Rank 1 is stopped once both ranks are in
+# the run (rank 0 printed the header, after the ranks agreed on their settings), not after a
+# fixed sleep: on a loaded machine rank 1 may not have joined by then.
+export STOP_WHEN="$tmp/stopped_peer_rank0.out"
+rm -f "$STOP_WHEN" "$STOP_WHEN.at"
 if err=$("$launch" --nproc_per_node=2 -- bash -c \
-  'if [ "$RANK" = 1 ]; then "$0" "$@" >/dev/null 2>&1 & p=$!; sleep 2; kill -STOP $p; wait $p; exit; fi
-   exec "$0" "$@"' "$bin" "${common[@]}" --backend=gloo --mesh=tp=2 --steps=1000000 \
-  --log_every=100000 --collective_timeout=3 2>&1); then
+  'if [ "$RANK" = 1 ]; then "$0" "$@" >/dev/null 2>&1 & p=$!
+     for i in $(seq 1 3000); do grep -q "global batch" "$STOP_WHEN" 2>/dev/null && break; sleep 0.1; done
+     date +%s > "$STOP_WHEN.at"; kill -STOP $p; wait $p; exit; fi
+   stdbuf -oL "$0" "$@" 2>&1 | tee "$STOP_WHEN"; exit "${PIPESTATUS[0]}"' "$bin" "${common[@]}" \
+  --backend=gloo --mesh=tp=2 --steps=1000000 --log_every=100000 --collective_timeout=3 2>&1); then
   fail "a run with a stopped peer exited 0"
 fi
+grep -q "global batch" "$STOP_WHEN" || fail "stopped peer: rank 0 never started: $err"
+start=$(cat "$STOP_WHEN.at")
 grep -q "timed out after 3s waiting for rank 1" <<<"$err" || fail "stopped peer: got $err"
 [ $(( $(date +%s) - start )) -lt 60 ] || fail "a stopped peer took over 60 s to detect"
 # A peer that never connects: the rendezvous gives up after the timeout too.

@@ -13,6 +13,7 @@
 #include "shardmap/einsum.h"
 #include "shardmap/nn_ops.h"
 #include "shardmap/ops.h"
+#include "shardmap/rope_ops.h"
 #include "shardmap/tape_hook.h"
 #include "tensor/error.h"
 #include "tensor/random.h"
@@ -348,9 +349,7 @@ RopeTables MakeRopeTables(const std::vector<int64_t>& positions, int64_t head_di
 }
 
 Value ApplyRope(const Value& x, const Value& cos, const Value& sin) {
-  const int64_t hd = x.dim(2), half = hd / 2;
-  Value rotated = concat({neg(slice(x, 2, half, half)), slice(x, 2, 0, half)}, 2);
-  return x * cos + rotated * sin;
+  return rope(x, cos, sin);  // fused (shardmap/rope_ops.h): one pass, the VJP the inverse rotation
 }
 
 namespace {

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <compare>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -388,6 +391,34 @@ Value GqaCore(const Value& q, const Value& k, const Value& v, const std::string&
   return o;
 }
 
+// What a device's rotary tables depend on.
+struct RopeKey {
+  int64_t rows, seq;
+  int cp, cp_index;
+  int64_t offset, head_dim;
+  double theta;
+  DType dtype;
+  auto operator<=>(const RopeKey&) const = default;
+};
+
+// The tables of a key, computed once per process (every block of every step reads the same
+// ones; the trig is ~1% of a CPU step otherwise). Host tensors, shared by the rank threads;
+// at most kMaxKept keys are kept (a new shape past that starts the cache afresh).
+RopeTables CachedRopeTables(const RopeKey& k) {
+  constexpr size_t kMaxKept = 64;
+  static std::mutex mu;
+  static auto* kept = new std::map<RopeKey, RopeTables>;  // never destroyed (rank threads)
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = kept->find(k); it != kept->end()) return it->second;
+  }
+  RopeTables t = MakeRopeTables(RopePositions(k.rows, k.seq, k.cp, k.cp_index, k.offset),
+                                k.head_dim, k.theta, k.dtype);
+  std::lock_guard<std::mutex> lock(mu);
+  if (kept->size() >= kMaxKept) kept->clear();
+  return kept->emplace(k, t).first->second;
+}
+
 // x @ w^T for an nn.Linear weight w [out, in].
 Value Linear(const Value& x, const Value& w) { return matmul(x, w, false, true); }
 
@@ -419,9 +450,8 @@ Value LlamaLayout::Block(const ParamFn& use, int64_t i, const Value& x, TypeTrac
   const int cp = cp_ways();
   const std::string cpa = cp_axis();
   const RopeTables tables =
-      MakeRopeTables(RopePositions(rows, cfg_.seq, cp, cpa.empty() ? 0 : axis_index(cpa),
-                                   position_offset_),
-                     hd, cfg_.rope_theta, h.dtype());
+      CachedRopeTables(RopeKey{rows, cfg_.seq, cp, cpa.empty() ? 0 : axis_index(cpa),
+                               position_offset_, hd, cfg_.rope_theta, h.dtype()});
   SpmdType table_type(mesh().num_axes());
   if (!cpa.empty()) table_type[mesh().AxisIndex(cpa)] = AxisType::Sharded(0);
   const Device device = h.tensor.device();

@@ -138,8 +138,9 @@ struct RopeTables {
 RopeTables MakeRopeTables(const std::vector<int64_t>& positions, int64_t head_dim, double theta,
                           DType dtype);
 
-// x * cos + rotate_half(x) * sin of x [n, heads, head_dim] (the fused shardmap/rope_ops.h), rotate_half(x) = [-x2, x1] over the
-// halves of the last dim (HF's apply_rotary_pos_emb). cos/sin [n, 1, head_dim] typed as x's rows.
+// x * cos + rotate_half(x) * sin of x [n, heads, head_dim], rotate_half(x) = [-x2, x1] over the
+// halves of the last dim (HF's apply_rotary_pos_emb), by the fused shardmap/rope_ops.h.
+// cos/sin [n, 1, head_dim] typed as x's rows.
 Value ApplyRope(const Value& x, const Value& cos, const Value& sin);
 
 // The rotary position of row r of `rows` rows (batch-major sequences of local_seq = seq / cp

@@ -115,6 +115,30 @@ TEST(LlamaRegistryTest, RefusesWhatLlamaLacksAndBadShapes) {
               HasSubstr("ep"));
 }
 
+TEST(LlamaRegistryTest, PresetsLayOutOnProductionMeshes) {
+  bool listed = false;
+  for (const ModelSpec* m : RegisteredModels()) listed |= m->name == "llama3";
+  EXPECT_TRUE(listed);
+  // 8B on 8 GPUs of tp and 4-way FSDP: kv heads 8 split one per device; 405B on tp=8 too.
+  for (const char* preset : {"llama3_8b", "llama3_405b"}) {
+    SCOPED_TRACE(preset);
+    absl::StatusOr<std::unique_ptr<Model>> m =
+        CreateModel("llama3", ModelArgs{.preset = preset}, *ParseMesh("dp_shard=4,tp=8"), true);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const ParamInfo& k = (*m)->params()[(*m)->Find("model.layers.0.self_attn.k_proj.weight")];
+    EXPECT_EQ(k.global_shape[0], 8 * 128);
+    EXPECT_EQ(k.fsdp_dim, 1);
+  }
+  EXPECT_THAT(CreateModel("llama3", ModelArgs{.preset = "llama3_8b"}, *ParseMesh("tp=16"), false)
+                  .status()
+                  .message(),
+              HasSubstr("kv_heads 8 are not divisible by tp=16"));
+  // The debug model's vocab (2048) and seq (2048) on cp=4 x tp=4.
+  EXPECT_TRUE(CreateModel("llama3", ModelArgs{.preset = "llama3_debug"}, *ParseMesh("cp=4,tp=4"),
+                          true)
+                  .ok());
+}
+
 TEST(LlamaLayoutTest, ParameterTableOnFsdpTimesTp) {
   LlamaLayout l = *LlamaLayout::Create(*ParseMesh("dp_shard=2,tp=2"), LlamaConfig{}, true);
   auto info = [&](const std::string& name) { return l.params()[l.Find(name)]; };

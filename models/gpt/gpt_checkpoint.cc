@@ -12,37 +12,54 @@
 
 namespace shardmap {
 
-absl::Status SaveGpt(const std::string& path, const GptLayout& layout,
-                     const std::vector<NamedTensor>& params, const AdamState* moments,
-                     int64_t step) {
-  std::vector<NamedTensor> out;
-  const auto& infos = layout.params();
+absl::StatusOr<std::vector<NamedTensor>> CheckpointTensors(const Model& model,
+                                                           const std::vector<NamedTensor>& params,
+                                                           const AdamState* moments) {
+  const std::vector<ParamInfo>& infos = model.params();
   if (params.size() != infos.size() ||
       (moments != nullptr && (moments->exp_avg.size() != infos.size() ||
                               moments->exp_avg_sq.size() != infos.size()))) {
-    return absl::InvalidArgumentError("SaveGpt: one tensor per layout parameter is needed");
+    return absl::InvalidArgumentError(
+        absl::StrCat("one tensor per model parameter (", infos.size(), ") is needed, got ",
+                     params.size()));
   }
+  std::vector<NamedTensor> out;
   for (size_t i = 0; i < infos.size(); ++i) {
-    out.push_back({infos[i].name, params[i].tensor.Reshape(Gpt2Shape(infos[i]))});
+    if (params[i].name != infos[i].name) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", i, " is '", params[i].name,
+                                                     "' but the model's is '", infos[i].name,
+                                                     "'"));
+    }
+    out.push_back({model.CheckpointName(infos[i]),
+                   params[i].tensor.Reshape(model.CheckpointShape(infos[i]))});
   }
   if (moments != nullptr) {
     for (size_t i = 0; i < infos.size(); ++i) {
-      out.push_back({"optimizer.exp_avg." + infos[i].name,
-                     moments->exp_avg[i].tensor.Reshape(Gpt2Shape(infos[i]))});
-      out.push_back({"optimizer.exp_avg_sq." + infos[i].name,
-                     moments->exp_avg_sq[i].tensor.Reshape(Gpt2Shape(infos[i]))});
+      const std::string name = model.CheckpointName(infos[i]);
+      const Shape shape = model.CheckpointShape(infos[i]);
+      out.push_back({"optimizer.exp_avg." + name, moments->exp_avg[i].tensor.Reshape(shape)});
+      out.push_back({"optimizer.exp_avg_sq." + name, moments->exp_avg_sq[i].tensor.Reshape(shape)});
     }
   }
-  return WriteSafetensors(path, out, {{"format", "pt"}, {"step", absl::StrCat(step)}});
+  return out;
 }
 
-absl::Status CheckGptCheckpoint(const SafetensorsFile& file, const GptLayout& layout,
+absl::Status SaveGpt(const std::string& path, const Model& layout,
+                     const std::vector<NamedTensor>& params, const AdamState* moments,
+                     int64_t step) {
+  absl::StatusOr<std::vector<NamedTensor>> out = CheckpointTensors(layout, params, moments);
+  if (!out.ok()) return out.status();
+  return WriteSafetensors(path, *out, {{"format", "pt"}, {"step", absl::StrCat(step)}});
+}
+
+absl::Status CheckGptCheckpoint(const SafetensorsFile& file, const Model& layout,
                                 bool need_optimizer) {
   for (const ParamInfo& p : layout.params()) {
-    std::vector<std::string> names = {p.name};
+    const std::string saved = layout.CheckpointName(p);
+    std::vector<std::string> names = {saved};
     if (need_optimizer) {
-      names.push_back("optimizer.exp_avg." + p.name);
-      names.push_back("optimizer.exp_avg_sq." + p.name);
+      names.push_back("optimizer.exp_avg." + saved);
+      names.push_back("optimizer.exp_avg_sq." + saved);
     }
     for (const std::string& name : names) {
       const SafetensorsEntry* e = file.Find(name);
@@ -51,11 +68,11 @@ absl::Status CheckGptCheckpoint(const SafetensorsFile& file, const GptLayout& la
             "checkpoint '", file.path(), "' has no tensor '", name, "'",
             need_optimizer ? " (--resume needs a checkpoint saved by train_gpt --save)" : ""));
       }
-      if (e->shape != Gpt2Shape(p)) {
+      if (e->shape != layout.CheckpointShape(p)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "checkpoint '", file.path(), "': tensor '", name, "' is ", ShapeToString(e->shape),
             " but the model (--layers/--d_model/--heads/--vocab/--seq) needs ",
-            ShapeToString(Gpt2Shape(p))));
+            ShapeToString(layout.CheckpointShape(p))));
       }
     }
   }

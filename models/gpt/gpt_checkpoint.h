@@ -28,14 +28,22 @@ struct AdamState {
   std::vector<NamedTensor> exp_avg, exp_avg_sq;
 };
 
+// The tensors a checkpoint holds: each parameter under model.CheckpointName, reshaped to
+// CheckpointShape, then its AdamW moments as "optimizer.exp_avg.NAME" / "optimizer.exp_avg_sq.NAME"
+// (when moments is set). params / moments: global tensors in params() order; InvalidArgument when
+// the count or a name differs.
+absl::StatusOr<std::vector<NamedTensor>> CheckpointTensors(const Model& model,
+                                                           const std::vector<NamedTensor>& params,
+                                                           const AdamState* moments);
+
 // params / moments: global tensors in layout order (moments may be null).
-absl::Status SaveGpt(const std::string& path, const GptLayout& layout,
+absl::Status SaveGpt(const std::string& path, const Model& layout,
                      const std::vector<NamedTensor>& params, const AdamState* moments,
                      int64_t step);
 
 // Every parameter (and, with need_optimizer, its moments and the step) present with GPT-2's
 // shape; errors name the file and the tensor.
-absl::Status CheckGptCheckpoint(const SafetensorsFile& file, const GptLayout& layout,
+absl::Status CheckGptCheckpoint(const SafetensorsFile& file, const Model& layout,
                                 bool need_optimizer);
 
 // SafetensorsFile::Open after checking that `path` names a regular file (a directory or a

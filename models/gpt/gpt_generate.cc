@@ -1,5 +1,7 @@
 #include "models/gpt/gpt_generate.h"
 
+#include "models/model/recompute_block.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -26,7 +28,7 @@ int AxisSize(const Mesh& mesh, const std::string& name) {
   return i < 0 ? 1 : mesh.axis_size(i);
 }
 
-absl::Status CheckIds(const GptConfig& c, const std::vector<int64_t>& ids, const char* what) {
+absl::Status CheckIds(const ModelShape& c, const std::vector<int64_t>& ids, const char* what) {
   if (ids.empty()) {
     return Invalid(absl::StrCat("the ", what, " is empty; give at least one token id (e.g. the "
                                 "bytes of a text for a byte-level model)"));
@@ -40,17 +42,17 @@ absl::Status CheckIds(const GptConfig& c, const std::vector<int64_t>& ids, const
   return absl::OkStatus();
 }
 
-absl::Status CheckLayout(const GptLayout& layout) {
-  if (layout.config().moe.on()) {
+absl::Status CheckLayout(const Model& layout) {
+  if (layout.shape().moe.on()) {
     return absl::UnimplementedError(
-        "sampling from a mixture-of-experts GPT is not supported yet (expert capacity would "
+        "sampling from a mixture-of-experts model is not supported yet (expert capacity would "
         "let the padding of the context window compete with real tokens)");
   }
   if (layout.pp_ways() > 1) {
     return absl::UnimplementedError(absl::StrCat(
         "sampling on mesh ", layout.mesh().ShortString(),
         " with pipeline stages (pp > 1) is not supported; the parameters are global tensors, so "
-        "sample on the same mesh without pp (e.g. GptLayout::Create with pp dropped)"));
+        "sample on the same mesh without pp"));
   }
   return absl::OkStatus();
 }
@@ -65,7 +67,7 @@ uint64_t SplitMix64(uint64_t* state) {
 // Runs `steps` forward passes; next(logits) returns the id to append (or -1 to stop early).
 // Every rank computes the same logits; `on_logits` runs on every rank (keep it deterministic),
 // and results are taken from rank 0 (or the process's rank with comm).
-absl::Status RunGeneration(const GptLayout& layout, const std::vector<NamedTensor>& params,
+absl::Status RunGeneration(const Model& layout, const std::vector<NamedTensor>& params,
                            std::vector<int64_t> context, int64_t steps,
                            collectives::Communicator* comm, const DevicePlacement& placement,
                            const std::function<int64_t(const std::vector<double>&, int rank)>&
@@ -74,7 +76,7 @@ absl::Status RunGeneration(const GptLayout& layout, const std::vector<NamedTenso
   absl::StatusOr<std::vector<Tensor>> globals = MatchInitialParams(layout, params);
   if (!globals.ok()) return globals.status();
   if (steps == 0) return absl::OkStatus();
-  const GptConfig& c = layout.config();
+  const ModelShape& c = layout.shape();
   const Mesh& mesh = layout.mesh();
   const int ways = layout.batch_ways();
   const int cp = layout.cp_ways();
@@ -111,7 +113,7 @@ absl::Status RunGeneration(const GptLayout& layout, const std::vector<NamedTenso
       local.emplace_back(ShardOf((*globals)[i], mesh, p.spec, rank).To(ctx.device()),
                          p.spec.InputType(mesh));
     }
-    const ParamFn gathered = GptParamUse(layout, local);
+    const ParamFn gathered = ParamUse(layout, local);
     std::vector<int64_t> ctx_ids = context;  // every rank grows its own copy identically
     for (int64_t step = 0; step < steps; ++step) {
       const int64_t n = std::min<int64_t>(static_cast<int64_t>(ctx_ids.size()), c.seq);
@@ -122,12 +124,9 @@ absl::Status RunGeneration(const GptLayout& layout, const std::vector<NamedTenso
       Tensor t = Tensor::FromVector<int64_t>({batch, c.seq}, window);
       Tensor rows = cp > 1 ? LoadBalancedRows(t, ways, cp) : t.Reshape({batch * c.seq});
       Value ids(ShardOf(rows, mesh, rows_spec, rank).To(ctx.device()), rows_spec.InputType(mesh));
-      const Value wte = gathered("wte.weight");  // used twice: gathered once under FSDP
-      const ParamFn use = [&](const std::string& name) {
-        return name == "wte.weight" ? wte : gathered(name);
-      };
-      Value x = GptEmbed(layout, use, ids);
-      for (int64_t i = 0; i < c.layers; ++i) x = GptBlock(layout, use, i, x);
+      const ParamFn use = GatherTiedOnce(layout, gathered);  // a tied wte: gathered once
+      Value x = layout.Embed(use, ids);
+      for (int64_t i = 0; i < c.layers; ++i) x = ModelBlock(layout, use, i, x);
       Value logits = GptLogits(layout, use, x);
       if (!row_axes.empty()) logits = all_gather(logits, 0, Axes(row_axes));
       const Tensor row = logits.tensor.SliceRows(row_of_position[n - 1], 1).To(Device::Cpu());
@@ -143,10 +142,9 @@ absl::Status RunGeneration(const GptLayout& layout, const std::vector<NamedTenso
 
 }  // namespace
 
-Value GptLogits(const GptLayout& layout, const ParamFn& use, const Value& x) {
+Value GptLogits(const Model& layout, const ParamFn& use, const Value& x) {
   const TensorParallel tp = layout.tp();
-  Value h = EnterTensorParallel(LayerNorm{use("ln_f.weight"), use("ln_f.bias")}(x), tp);
-  Value logits = einsum("nd,vd->nv", h, use("wte.weight"));  // vocab-parallel: S1 on tp
+  Value logits = layout.Logits(use, x);  // vocab-parallel: S1 on tp
   return tp.on() ? all_gather(logits, 1, tp.axis) : logits;
 }
 
@@ -182,11 +180,11 @@ int64_t SampleToken(const std::vector<double>& logits, double temperature, int64
   return 0;
 }
 
-absl::StatusOr<std::vector<int64_t>> GenerateGpt(const GptLayout& layout,
+absl::StatusOr<std::vector<int64_t>> GenerateGpt(const Model& layout,
                                                  const std::vector<NamedTensor>& params,
                                                  const std::vector<int64_t>& prompt,
                                                  const SampleOptions& o) {
-  const GptConfig& c = layout.config();
+  const ModelShape& c = layout.shape();
   if (absl::Status s = CheckIds(c, prompt, "prompt"); !s.ok()) return s;
   if (o.tokens < 0) {
     return Invalid(absl::StrCat("tokens ", o.tokens, " to generate is negative; use >= 0"));
@@ -226,11 +224,11 @@ absl::StatusOr<std::vector<int64_t>> GenerateGpt(const GptLayout& layout,
   return out;
 }
 
-absl::StatusOr<std::vector<double>> GptNextTokenLogits(const GptLayout& layout,
+absl::StatusOr<std::vector<double>> GptNextTokenLogits(const Model& layout,
                                                        const std::vector<NamedTensor>& params,
                                                        const std::vector<int64_t>& context,
                                                        collectives::Communicator* comm) {
-  if (absl::Status s = CheckIds(layout.config(), context, "context"); !s.ok()) return s;
+  if (absl::Status s = CheckIds(layout.shape(), context, "context"); !s.ok()) return s;
   const int reporter = comm != nullptr ? comm->rank() : 0;
   std::vector<double> out;
   std::mutex mu;

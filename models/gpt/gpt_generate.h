@@ -60,19 +60,19 @@ struct SampleOptions {
 
 // `options.tokens` new ids continuing `prompt`. params: global tensors named and shaped as the
 // layout lists them (e.g. TrainResult::params, or InitGpt).
-absl::StatusOr<std::vector<int64_t>> GenerateGpt(const GptLayout& layout,
+absl::StatusOr<std::vector<int64_t>> GenerateGpt(const Model& layout,
                                                  const std::vector<NamedTensor>& params,
                                                  const std::vector<int64_t>& prompt,
                                                  const SampleOptions& options);
 
 // The logits [vocab] (as double) of the token after `context` (its last cfg.seq ids are used).
 absl::StatusOr<std::vector<double>> GptNextTokenLogits(
-    const GptLayout& layout, const std::vector<NamedTensor>& params,
+    const Model& layout, const std::vector<NamedTensor>& params,
     const std::vector<int64_t>& context, collectives::Communicator* comm = nullptr);
 
 // Per-device logits head: ln_f, then x @ wte^T (the lm_head tied to wte) all_gathered over tp.
 // x: the last block's output [rows, d] (S0 on tp under SP). Returns [rows, vocab], R on tp.
-Value GptLogits(const GptLayout& layout, const ParamFn& use, const Value& x);
+Value GptLogits(const Model& layout, const ParamFn& use, const Value& x);
 
 // One draw from `logits` (see the header comment); advances *rng_state when temperature > 0.
 // Assumes 0 <= top_k <= logits.size(), temperature >= 0 and finite, logits non-empty.

@@ -11,6 +11,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "models/model/recompute_block.h"
 #include "models/parallel/ring_attention.h"
 #include "shardmap/collective_ops.h"
@@ -195,7 +197,8 @@ absl::StatusOr<GptLayout> GptLayout::Create(const Mesh& mesh, const GptConfig& c
     l.params_.push_back(std::move(info));
   }
   const GptConfig& c = l.cfg_;
-  l.shape_ = ModelShape{.layers = c.layers, .d_model = c.d_model, .vocab = c.vocab, .seq = c.seq,
+  l.shape_ = ModelShape{.layers = c.layers, .d_model = c.d_model, .heads = c.heads,
+                        .kv_heads = c.heads, .vocab = c.vocab, .seq = c.seq,
                         .dtype = c.dtype, .compute = c.compute, .recompute = c.recompute,
                         .moe = c.moe};
   return l;
@@ -239,6 +242,30 @@ double GptFlopsPerToken(const GptConfig& c) {
     n -= L * c.moe.experts * mlp * (1.0 - static_cast<double>(c.moe.topk) / c.moe.experts);
   }
   return 6 * n + 12 * L * d * c.seq;
+}
+
+std::map<std::string, std::string> GptConfigMetadata(const GptConfig& c) {
+  std::map<std::string, std::string> m = {
+      {"gpt.layers", absl::StrCat(c.layers)},
+      {"gpt.d_model", absl::StrCat(c.d_model)},
+      {"gpt.heads", absl::StrCat(c.heads)},
+      {"gpt.vocab", absl::StrCat(c.vocab)},
+      {"gpt.seq", absl::StrCat(c.seq)},
+      {"gpt.dtype", DTypeName(c.dtype)},
+      {"gpt.moe.experts", absl::StrCat(c.moe.experts)},
+      {"gpt.moe.topk", absl::StrCat(c.moe.topk)},
+      {"gpt.moe.capacity_factor", absl::StrFormat("%.17g", c.moe.capacity_factor)},
+      {"gpt.moe.aux_loss_coef", absl::StrFormat("%.17g", c.moe.aux_loss_coef)},
+      {"gpt.moe.expert_axes", absl::StrJoin(c.moe.expert_axes, ",")},
+  };
+  if (c.compute.has_value()) m["gpt.compute"] = DTypeName(*c.compute);
+  return m;
+}
+
+std::map<std::string, std::string> GptLayout::ShapeMetadata() const {
+  std::map<std::string, std::string> m = GptConfigMetadata(cfg_);
+  m["model"] = "gpt2";
+  return m;
 }
 
 double GptLayout::FlopsPerToken() const { return GptFlopsPerToken(cfg_); }

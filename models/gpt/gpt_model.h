@@ -41,6 +41,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -125,6 +126,8 @@ class GptLayout : public Model {
   double FlopsPerToken() const override;
   // Checkpoints hold GPT-2's names and layouts: c_attn as [d, 3d] / [3d] (Gpt2Shape).
   Shape CheckpointShape(const ParamInfo& p) const override;
+  // GptConfigMetadata (the "gpt.*" keys) and "model": "gpt2".
+  std::map<std::string, std::string> ShapeMetadata() const override;
 
  private:
   ParallelDims dims_;
@@ -136,6 +139,10 @@ class GptLayout : public Model {
 
 // GPT-2's shape of a parameter (c_attn flattened back to [d, 3d] / [3d]).
 Shape Gpt2Shape(const ParamInfo& p);
+
+// The configuration as checkpoint metadata strings: "gpt.layers", "gpt.d_model", ... (read back by
+// models/train/checkpoint_rotation.h's GptConfigFromMetadata).
+std::map<std::string, std::string> GptConfigMetadata(const GptConfig& config);
 
 // GPT-2's parameter count and training FLOPs per token (nanoGPT's estimate_mfu: 6N + 12 L d seq,
 // N without wpe, a lookup; MoE counts the experts a token visits).

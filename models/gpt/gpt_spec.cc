@@ -1,12 +1,11 @@
 // GPT-2's registration (models/model/registry.h): `--model=gpt2`, presets of OpenAI's four sizes.
+#include "models/gpt/gpt_spec.h"
+
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "models/gpt/gpt_model.h"
-#include "models/model/registry.h"
-
 namespace shardmap {
 namespace {
 
@@ -21,8 +20,9 @@ constexpr Gpt2Preset kPresets[] = {{"gpt2", 12, 768, 12},
                                    {"gpt2-large", 36, 1280, 20},
                                    {"gpt2-xl", 48, 1600, 25}};
 
-absl::StatusOr<std::unique_ptr<Model>> CreateGpt2(const ModelArgs& args, const Mesh& mesh,
-                                                  bool sp) {
+}  // namespace
+
+absl::StatusOr<GptConfig> Gpt2ConfigFromArgs(const ModelArgs& args) {
   for (const auto& [flag, set] : {std::pair<const char*, bool>{"kv_heads", args.kv_heads.has_value()},
                                   {"ffn_dim", args.ffn_dim.has_value()},
                                   {"rope_theta", args.rope_theta.has_value()},
@@ -34,7 +34,9 @@ absl::StatusOr<std::unique_ptr<Model>> CreateGpt2(const ModelArgs& args, const M
     }
   }
   GptConfig cfg;  // defaults: the library's small test shape, unless a preset names one
+  bool known = args.preset.empty();
   for (const Gpt2Preset& p : kPresets) {
+    known = known || args.preset == p.name;
     if (args.preset == p.name) {
       cfg.layers = p.layers;
       cfg.d_model = p.d_model;
@@ -42,6 +44,10 @@ absl::StatusOr<std::unique_ptr<Model>> CreateGpt2(const ModelArgs& args, const M
       cfg.vocab = 50257;
       cfg.seq = 1024;
     }
+  }
+  if (!known) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--preset ", args.preset, ": GPT-2's presets are gpt2, gpt2-medium, gpt2-large, gpt2-xl"));
   }
   cfg.layers = args.layers.value_or(cfg.layers);
   cfg.d_model = args.d_model.value_or(cfg.d_model);
@@ -54,7 +60,16 @@ absl::StatusOr<std::unique_ptr<Model>> CreateGpt2(const ModelArgs& args, const M
   cfg.compute = precision.compute;
   cfg.moe = args.moe;
   cfg.recompute = args.recompute;
-  absl::StatusOr<GptLayout> layout = GptLayout::Create(mesh, cfg, sp);
+  return cfg;
+}
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<Model>> CreateGpt2(const ModelArgs& args, const Mesh& mesh,
+                                                  bool sp) {
+  absl::StatusOr<GptConfig> cfg = Gpt2ConfigFromArgs(args);
+  if (!cfg.ok()) return cfg.status();
+  absl::StatusOr<GptLayout> layout = GptLayout::Create(mesh, *cfg, sp);
   if (!layout.ok()) return layout.status();
   return std::make_unique<GptLayout>(*std::move(layout));
 }

@@ -48,21 +48,24 @@ ParamFn ParamUse(const Model& model, const std::vector<Value>& params) {
   };
 }
 
-Value ModelLoss(const Model& model, const ParamFn& gathered, const Value& ids,
-                const Value& targets, int64_t global_tokens, TypeTrace* block0_types,
-                MoeStats* moe_stats) {
-  // A parameter the head uses too (a tied embedding) is gathered once under FSDP.
+ParamFn GatherTiedOnce(const Model& model, const ParamFn& gathered) {
   std::vector<std::pair<std::string, Value>> tied;
   for (const ParamInfo& p : model.params()) {
     if (p.tied_to_head) tied.emplace_back(p.name, gathered(p.name));
   }
-  const ParamFn use = tied.empty() ? gathered
-                                   : ParamFn([tied, gathered](const std::string& name) {
-                                       for (const auto& [n, v] : tied) {
-                                         if (n == name) return v;
-                                       }
-                                       return gathered(name);
-                                     });
+  if (tied.empty()) return gathered;
+  return [tied, gathered](const std::string& name) {  // by value: a recomputed block keeps it
+    for (const auto& [n, v] : tied) {
+      if (n == name) return v;
+    }
+    return gathered(name);
+  };
+}
+
+Value ModelLoss(const Model& model, const ParamFn& gathered, const Value& ids,
+                const Value& targets, int64_t global_tokens, TypeTrace* block0_types,
+                MoeStats* moe_stats) {
+  const ParamFn use = GatherTiedOnce(model, gathered);
   Value x = model.Embed(use, ids);
   const ModelShape& s = model.shape();
   MoeAccum moe{global_tokens / s.seq, Value(), MoeStats()};

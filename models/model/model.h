@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,6 +50,8 @@ namespace shardmap {
 struct ModelShape {
   int64_t layers = 0;
   int64_t d_model = 0;
+  int64_t heads = 0;     // attention (query) heads
+  int64_t kv_heads = 0;  // key/value heads (grouped-query attention; = heads without it)
   int64_t vocab = 0;
   int64_t seq = 0;  // tokens per training sequence (positions a model can embed)
   DType dtype = DType::kF32;    // parameters (master weights), gradients, AdamW state, the loss
@@ -56,6 +59,7 @@ struct ModelShape {
   RecomputeMode recompute = RecomputeMode::kNone;
   MoeConfig moe;  // experts == 0: dense (the only choice for models without MoE)
   DType compute_dtype() const { return compute.value_or(dtype); }
+  int64_t head_dim() const { return d_model / heads; }
 };
 
 // Which forward unit uses a parameter: the embedding, block `block`, or the head. Pipeline
@@ -138,6 +142,9 @@ class Model {
   // block of the file directly. The defaults are the parameter's own.
   virtual std::string CheckpointName(const ParamInfo& p) const { return p.name; }
   virtual Shape CheckpointShape(const ParamInfo& p) const { return p.global_shape; }
+  // The model's name ("model") and shape as checkpoint metadata, so that a checkpoint says what
+  // it holds and --resume can rebuild the model from it.
+  virtual std::map<std::string, std::string> ShapeMetadata() const = 0;
 
   // Derived (non-virtual) helpers.
   const Mesh& mesh() const { return dims().mesh(); }
@@ -163,6 +170,11 @@ Value ModelLoss(const Model& model, const ParamFn& use, const Value& ids, const 
 // the gradient), cast to the compute dtype. It holds its own copy of `params` (a recomputed block
 // calls it in the backward) and refers to `model`, which must outlive it.
 ParamFn ParamUse(const Model& model, const std::vector<Value>& params);
+
+// `gathered` with the parameters the head shares with the embedding (tied_to_head) gathered now,
+// once, first (ModelLoss and generation use it: a tied embedding is all_gathered once under
+// FSDP, not once per use).
+ParamFn GatherTiedOnce(const Model& model, const ParamFn& gathered);
 
 // The checks every trainer makes before its first step: at least seq+1 tokens, every id inside
 // the vocabulary; and the initial parameters, one global tensor per parameter (in params()

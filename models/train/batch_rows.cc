@@ -14,7 +14,7 @@ Tensor MicrobatchRows(const Tensor& batch, int64_t k, int64_t m) {
   return Tensor::FromVector<int64_t>({per * seq}, v);
 }
 
-RankBatches::RankBatches(const GptLayout& layout, const RunPlan& plan, int64_t batch, int rank,
+RankBatches::RankBatches(const Model& layout, const RunPlan& plan, int64_t batch, int rank,
                          Device dev)
     : layout_(layout),
       plan_(plan),
@@ -32,7 +32,7 @@ Tensor RankBatches::Rows(const Tensor& t) const {
 
 void RankBatches::HostMicrosteps(const Tensor& ids_g, const Tensor& targets_g,
                                  std::vector<Tensor>* ids, std::vector<Tensor>* targets) const {
-  const int64_t accum = plan_.accum, seq = layout_.config().seq;
+  const int64_t accum = plan_.accum, seq = layout_.shape().seq;
   const Mesh& mesh = layout_.mesh();
   for (int64_t j = 0; j < accum; ++j) {
     const Tensor i =

@@ -24,7 +24,7 @@ Tensor MicrobatchRows(const Tensor& batch, int64_t k, int64_t m);
 
 class RankBatches {
  public:
-  RankBatches(const GptLayout& layout, const RunPlan& plan, int64_t batch, int rank, Device dev);
+  RankBatches(const Model& layout, const RunPlan& plan, int64_t batch, int rank, Device dev);
 
   // The one program's microsteps as host tensors (this rank's rows) or as typed device values.
   void HostMicrosteps(const Tensor& ids_g, const Tensor& targets_g, std::vector<Tensor>* ids,
@@ -40,7 +40,7 @@ class RankBatches {
  private:
   Tensor Rows(const Tensor& t) const;
 
-  const GptLayout& layout_;
+  const Model& layout_;
   const RunPlan& plan_;
   int64_t batch_;
   int rank_;

@@ -271,24 +271,6 @@ absl::StatusOr<std::string> CheckpointRunId(const std::string& path) {
   return it == f->metadata().end() ? std::string() : it->second;
 }
 
-std::map<std::string, std::string> GptConfigMetadata(const GptConfig& c) {
-  std::map<std::string, std::string> m = {
-      {"gpt.layers", absl::StrCat(c.layers)},
-      {"gpt.d_model", absl::StrCat(c.d_model)},
-      {"gpt.heads", absl::StrCat(c.heads)},
-      {"gpt.vocab", absl::StrCat(c.vocab)},
-      {"gpt.seq", absl::StrCat(c.seq)},
-      {"gpt.dtype", DTypeName(c.dtype)},
-      {"gpt.moe.experts", absl::StrCat(c.moe.experts)},
-      {"gpt.moe.topk", absl::StrCat(c.moe.topk)},
-      {"gpt.moe.capacity_factor", absl::StrFormat("%.17g", c.moe.capacity_factor)},
-      {"gpt.moe.aux_loss_coef", absl::StrFormat("%.17g", c.moe.aux_loss_coef)},
-      {"gpt.moe.expert_axes", absl::StrJoin(c.moe.expert_axes, ",")},
-  };
-  if (c.compute.has_value()) m["gpt.compute"] = DTypeName(*c.compute);
-  return m;
-}
-
 namespace {
 
 const std::string kFix =
@@ -396,40 +378,21 @@ absl::StatusOr<int64_t> StepFromMetadata(const std::map<std::string, std::string
   return step;
 }
 
-absl::Status SaveGptWithConfig(const std::string& path, const GptLayout& layout,
+absl::Status SaveGptWithConfig(const std::string& path, const Model& layout,
                                const std::vector<NamedTensor>& params, const AdamState* moments,
                                int64_t step, const std::map<std::string, std::string>& extra) {
   if (step < 0 || step > kMaxStep) {
     return Invalid(absl::StrCat("checkpoint step ", step, " is outside [0, 2^53]"));
   }
-  const auto& infos = layout.params();
-  if (params.size() != infos.size() ||
-      (moments != nullptr && (moments->exp_avg.size() != infos.size() ||
-                              moments->exp_avg_sq.size() != infos.size()))) {
-    return Invalid(absl::StrCat("saving '", path, "': one tensor per layout parameter (",
-                                infos.size(), ") is needed, got ", params.size()));
-  }
-  std::vector<NamedTensor> out;
-  for (size_t i = 0; i < infos.size(); ++i) {
-    if (params[i].name != infos[i].name) {
-      return Invalid(absl::StrCat("saving '", path, "': tensor ", i, " is '", params[i].name,
-                                  "' but the layout's is '", infos[i].name, "'"));
-    }
-    out.push_back({infos[i].name, params[i].tensor.Reshape(Gpt2Shape(infos[i]))});
-  }
-  if (moments != nullptr) {
-    for (size_t i = 0; i < infos.size(); ++i) {
-      out.push_back({"optimizer.exp_avg." + infos[i].name,
-                     moments->exp_avg[i].tensor.Reshape(Gpt2Shape(infos[i]))});
-      out.push_back({"optimizer.exp_avg_sq." + infos[i].name,
-                     moments->exp_avg_sq[i].tensor.Reshape(Gpt2Shape(infos[i]))});
-    }
+  absl::StatusOr<std::vector<NamedTensor>> out = CheckpointTensors(layout, params, moments);
+  if (!out.ok()) {
+    return Invalid(absl::StrCat("saving '", path, "': ", out.status().message()));
   }
   std::map<std::string, std::string> meta = extra;
-  meta.merge(GptConfigMetadata(layout.config()));
+  meta.merge(layout.ShapeMetadata());
   meta["format"] = "pt";
   meta["step"] = absl::StrCat(step);
-  return WriteSafetensors(path, out, meta);
+  return WriteSafetensors(path, *out, meta);
 }
 
 absl::StatusOr<GptCheckpointInfo> ReadGptCheckpointInfo(const std::string& path) {

@@ -87,17 +87,17 @@ struct CheckpointRotation {
 // A checkpoint's metadata "run.id" ("" when it has none); errors as SafetensorsFile::Open's.
 absl::StatusOr<std::string> CheckpointRunId(const std::string& path);
 
-// The configuration as metadata strings (see above); add {"step", N} for a training state.
-std::map<std::string, std::string> GptConfigMetadata(const GptConfig& config);
+// GptConfigMetadata (the configuration as metadata strings, see above) is in
+// models/gpt/gpt_model.h; add {"step", N} for a training state.
 // The configuration back (expert_axes included), validated; "step" is not needed here.
 absl::StatusOr<GptConfig> GptConfigFromMetadata(const std::map<std::string, std::string>& m);
 // "step": an integer in [0, 2^53] (InvalidArgument otherwise, NotFound when absent).
 absl::StatusOr<int64_t> StepFromMetadata(const std::map<std::string, std::string>& m);
 
-// As SaveGpt (models/gpt/gpt_checkpoint.h), with GptConfigMetadata(layout.config()) and "step" in
+// As SaveGpt (models/gpt/gpt_checkpoint.h), with the model's ShapeMetadata() and "step" in
 // the metadata. params / moments: global tensors in layout order (moments may be null).
 // `extra`: more metadata (e.g. run_config.h's RunConfigMetadata).
-absl::Status SaveGptWithConfig(const std::string& path, const GptLayout& layout,
+absl::Status SaveGptWithConfig(const std::string& path, const Model& layout,
                                const std::vector<NamedTensor>& params, const AdamState* moments,
                                int64_t step,
                                const std::map<std::string, std::string>& extra = {});

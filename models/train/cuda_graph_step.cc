@@ -14,7 +14,7 @@
 
 namespace shardmap {
 
-CudaGraphDecision DecideCudaGraph(const GptLayout& layout, const TrainOptions& o,
+CudaGraphDecision DecideCudaGraph(const Model& layout, const TrainOptions& o,
                                   const std::vector<Device>& devices, int64_t first_step) {
   const Mesh& mesh = layout.mesh();
   auto no = [](std::string why) { return CudaGraphDecision{false, std::move(why)}; };
@@ -41,7 +41,7 @@ CudaGraphDecision DecideCudaGraph(const GptLayout& layout, const TrainOptions& o
                            ", microbatches ", o.pipeline.microbatches,
                            ") runs a host-side timetable", eager));
   }
-  if (layout.config().moe.on()) {
+  if (layout.shape().moe.on()) {
     return no(absl::StrCat("not captured: MoE plans the expert capacity slots on the host "
                            "(one read per layer)",
                            eager));
@@ -50,8 +50,8 @@ CudaGraphDecision DecideCudaGraph(const GptLayout& layout, const TrainOptions& o
     return no(absl::StrCat("not captured: tracing times every op and collective on the host",
                            eager));
   }
-  if (layout.config().dtype != DType::kF32) {
-    return no(absl::StrCat("not captured: ", DTypeName(layout.config().dtype),
+  if (layout.shape().dtype != DType::kF32) {
+    return no(absl::StrCat("not captured: ", DTypeName(layout.shape().dtype),
                            " master weights (the fused AdamW kernel that runs in a graph is f32)",
                            eager));
   }

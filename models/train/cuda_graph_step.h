@@ -44,7 +44,7 @@ struct CudaGraphDecision {
 // master weights, and at least two steps to run (the first is the eager warm-up). grad_accum,
 // evaluation, periodic snapshots, --init/--resume and --print_types are compatible (evaluation
 // and snapshots run eagerly between replays).
-CudaGraphDecision DecideCudaGraph(const GptLayout& layout, const TrainOptions& options,
+CudaGraphDecision DecideCudaGraph(const Model& layout, const TrainOptions& options,
                                   const std::vector<Device>& devices, int64_t first_step = 0);
 
 // The squared global norm of typed gradients as a one-element f64 tensor on their device, the

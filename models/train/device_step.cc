@@ -10,7 +10,7 @@
 
 namespace shardmap {
 
-DeviceStep::DeviceStep(const GptLayout& layout, const RunPlan& plan, double clip, bool capture,
+DeviceStep::DeviceStep(const Model& layout, const RunPlan& plan, double clip, bool capture,
                        const OverlapOptions& overlap, RankState& state,
                        const RankBatches& batches, RankContext& ctx)
     : layout_(layout),

@@ -31,7 +31,7 @@ namespace shardmap {
 
 class DeviceStep {
  public:
-  DeviceStep(const GptLayout& layout, const RunPlan& plan, double clip, bool capture,
+  DeviceStep(const Model& layout, const RunPlan& plan, double clip, bool capture,
              const OverlapOptions& overlap, RankState& state, const RankBatches& batches,
              RankContext& ctx);
 
@@ -64,7 +64,7 @@ class DeviceStep {
                Tape& tape, TracingRecorder& rec, const std::function<void(const char*)>& phase,
                Outcome& out);
 
-  const GptLayout& layout_;
+  const Model& layout_;
   const RunPlan& plan_;
   double clip_;
   bool capture_;

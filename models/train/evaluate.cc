@@ -12,7 +12,7 @@
 
 namespace shardmap {
 
-absl::StatusOr<double> EvaluateGpt(const GptLayout& layout, const std::vector<int64_t>& tokens,
+absl::StatusOr<double> EvaluateGpt(const Model& layout, const std::vector<int64_t>& tokens,
                                    int64_t eval_steps, const TrainOptions& options,
                                    const std::vector<NamedTensor>& init) {
   if (eval_steps < 1) {
@@ -25,10 +25,10 @@ absl::StatusOr<double> EvaluateGpt(const GptLayout& layout, const std::vector<in
   o.eval = {};
   absl::StatusOr<RunPlan> plan = PlanRun(layout, o);
   if (!plan.ok()) return plan.status();
-  if (absl::Status s = CheckTokens(layout.config(), tokens); !s.ok()) return s;
+  if (absl::Status s = CheckTokens(layout.shape(), tokens); !s.ok()) return s;
   absl::StatusOr<StateSource> source = OpenStateSource(layout, init, o);
   if (!source.ok()) return source.status();
-  const int64_t seq = layout.config().seq;
+  const int64_t seq = layout.shape().seq;
   double loss = 0;
   std::mutex mu;
   auto body = [&](RankContext& ctx) {

@@ -24,7 +24,7 @@ namespace shardmap {
 // whose parameters are evaluated; or `init` global tensors when it is empty). Errors as
 // PlanRun's and the checkpoint's (before any forward); InvalidArgument for eval_steps < 1 or
 // fewer than seq+1 tokens.
-absl::StatusOr<double> EvaluateGpt(const GptLayout& layout, const std::vector<int64_t>& tokens,
+absl::StatusOr<double> EvaluateGpt(const Model& layout, const std::vector<int64_t>& tokens,
                                    int64_t eval_steps, const TrainOptions& options,
                                    const std::vector<NamedTensor>& init = {});
 

@@ -10,18 +10,7 @@
 
 namespace shardmap {
 
-int FsdpUnitOf(const std::string& name, int64_t layers) {
-  if (name.rfind("ln_f.", 0) == 0) return static_cast<int>(layers) + 1;
-  if (name.rfind("h.", 0) != 0) return 0;
-  std::vector<std::string> parts = absl::StrSplit(name, '.');
-  int block = 0;
-  if (parts.size() < 2 || !absl::SimpleAtoi(parts[1], &block)) {
-    OpFail("FsdpParams: cannot tell the block of parameter '", name, "'");
-  }
-  return 1 + block;
-}
-
-FsdpParams::FsdpParams(const GptLayout& layout, const std::vector<Value>& params,
+FsdpParams::FsdpParams(const Model& layout, const std::vector<Value>& params,
                        FsdpSchedule schedule, Tape& tape, TapeRecorder* recorder)
     : layout_(layout),
       params_(params),
@@ -32,11 +21,11 @@ FsdpParams::FsdpParams(const GptLayout& layout, const std::vector<Value>& params
     OpFail("FsdpParams: the prefetch depth is ", schedule.prefetch,
            "; it must be at least 1 (the next unit's all-gather runs beside this one's compute)");
   }
-  const int64_t layers = layout.config().layers;
+  const int64_t layers = layout.shape().layers;
   units_.resize(layers + 2);
   values_.resize(params.size());
   for (size_t i = 0; i < layout.params().size(); ++i) {
-    const int u = FsdpUnitOf(layout.params()[i].name, layers);
+    const int u = layout.params()[i].unit.Index(layers);
     unit_of_.push_back(u);
     units_[u].params.push_back(static_cast<int>(i));
   }
@@ -98,11 +87,11 @@ void FsdpParams::Start(int unit, bool taped) {
   }
   if (shards.empty()) return;
   u.pending = all_gather_flat_start(shards, dims, layout_.fsdp_axis(),
-                                    layout_.config().compute_dtype());
+                                    layout_.shape().compute_dtype());
 }
 
 void FsdpParams::Wait(int unit, bool refill) {
-  const DType compute = layout_.config().compute_dtype();
+  const DType compute = layout_.shape().compute_dtype();
   Unit& u = units_[unit];
   std::vector<Value> gathered;
   if (u.pending.pending()) gathered = u.pending.Wait();

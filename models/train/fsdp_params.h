@@ -10,7 +10,7 @@
 //
 //   FsdpParams fsdp(layout, watched, {.prefetch = 1, .reshard_after_forward = true}, tape);
 //   Value loss;
-//   { ScopedRecorder r(&tape); loss = GptLossWith(layout, fsdp.Use(), ids, targets, tokens); }
+//   { ScopedRecorder r(&tape); loss = ModelLoss(layout, fsdp.Use(), ids, targets, tokens); }
 //   tape.Backward(loss, seed, watched);   // regathers block by block (Tape::AtBackwardBelow)
 //
 // Why it is correct. The tape's closures keep the gathered tensors; a freed one keeps its
@@ -36,9 +36,8 @@
 
 namespace shardmap {
 
-// FSDP's unit of a parameter: 0 the embeddings (wte, wpe), 1 + i block i, layers + 1 the final
-// LayerNorm. Throws OpError for a block parameter whose block it cannot read ("h.<i>.").
-int FsdpUnitOf(const std::string& name, int64_t layers);
+// FSDP's unit of a parameter is its forward unit (ParamInfo::unit.Index: 0 the embedding, 1 + i
+// block i, layers + 1 the head).
 
 struct FsdpSchedule {
   int prefetch = 1;                   // units gathered ahead of the one computing (>= 1)
@@ -53,7 +52,7 @@ class FsdpParams {
   // even when the first use is inside a recomputed block (autograd/checkpoint.h), whose
   // forward records elsewhere; the block then takes them as captured inputs. Throws OpError
   // (a prefetch below 1).
-  FsdpParams(const GptLayout& layout, const std::vector<Value>& params, FsdpSchedule schedule,
+  FsdpParams(const Model& layout, const std::vector<Value>& params, FsdpSchedule schedule,
              Tape& tape, TapeRecorder* recorder = nullptr);
   FsdpParams(const FsdpParams&) = delete;
   FsdpParams& operator=(const FsdpParams&) = delete;
@@ -80,7 +79,7 @@ class FsdpParams {
   void PrefetchBelow(int unit);  // starts the regathers of the `prefetch` units below `unit`
   void Count(int64_t bytes);
 
-  const GptLayout& layout_;
+  const Model& layout_;
   const std::vector<Value>& params_;
   FsdpSchedule schedule_;
   Tape& tape_;

@@ -88,7 +88,7 @@ void AddOps(const std::vector<OpCount>& ops, size_t begin, size_t end, size_t op
 
 // This stage's actions per tick ("F0", "B3", "-" idle; interleaved "F0.1": chunk 1) and its
 // idle fraction.
-absl::Status AddTimetable(const GptLayout& layout, const TrainOptions& o, int stage,
+absl::Status AddTimetable(const Model& layout, const TrainOptions& o, int stage,
                           StepProfile* p) {
   absl::StatusOr<RunPlan> plan = PlanRun(layout, o);  // the trainer's own timetable
   if (!plan.ok()) return plan.status();
@@ -111,7 +111,7 @@ absl::Status AddTimetable(const GptLayout& layout, const TrainOptions& o, int st
 
 }  // namespace
 
-absl::StatusOr<std::vector<GptRankRole>> GptRankRoles(const GptLayout& layout,
+absl::StatusOr<std::vector<GptRankRole>> GptRankRoles(const Model& layout,
                                                       const TrainOptions& options) {
   const Mesh& mesh = layout.mesh();
   const int p = layout.pp_ways();
@@ -144,10 +144,10 @@ absl::StatusOr<std::vector<GptRankRole>> GptRankRoles(const GptLayout& layout,
   return roles;
 }
 
-absl::StatusOr<StepProfile> ProfileGptRank(const GptLayout& layout, const TrainOptions& options,
+absl::StatusOr<StepProfile> ProfileGptRank(const Model& layout, const TrainOptions& options,
                                            int rank, const std::string& role, Device device) {
   const Mesh& mesh = layout.mesh();
-  const GptConfig& c = layout.config();
+  const ModelShape& c = layout.shape();
   if (absl::Status s = CheckProfileOptions(options); !s.ok()) return s;
   if (rank < 0 || rank >= mesh.size()) {
     return Invalid(absl::StrCat("shape-only profile: rank ", rank, " is outside the ",
@@ -238,7 +238,7 @@ absl::StatusOr<StepProfile> ProfileGptRank(const GptLayout& layout, const TrainO
   return p;
 }
 
-absl::StatusOr<std::vector<StepProfile>> ProfileGptStep(const GptLayout& layout,
+absl::StatusOr<std::vector<StepProfile>> ProfileGptStep(const Model& layout,
                                                         const TrainOptions& options) {
   if (absl::Status s = CheckProfileOptions(options); !s.ok()) return s;
   absl::StatusOr<std::vector<GptRankRole>> roles = GptRankRoles(layout, options);

@@ -39,11 +39,11 @@ struct GptRankRole {
   int rank = 0;
   std::vector<int> ranks;  // all the ranks of the role
 };
-absl::StatusOr<std::vector<GptRankRole>> GptRankRoles(const GptLayout& layout,
+absl::StatusOr<std::vector<GptRankRole>> GptRankRoles(const Model& layout,
                                                       const TrainOptions& options);
 
 // One StepProfile per role (GptRankRoles' order).
-absl::StatusOr<std::vector<StepProfile>> ProfileGptStep(const GptLayout& layout,
+absl::StatusOr<std::vector<StepProfile>> ProfileGptStep(const Model& layout,
                                                         const TrainOptions& options);
 
 // The step of one given rank (InvalidArgument outside [0, mesh size)), with ranks_like_this
@@ -51,7 +51,7 @@ absl::StatusOr<std::vector<StepProfile>> ProfileGptStep(const GptLayout& layout,
 // device: where the rank's tensors live: the meta device (nothing computed), or the CPU (the
 // ops run for real on zero parameters, the collectives stay shape-only: for tests of small
 // models, and of the meta device against the CPU).
-absl::StatusOr<StepProfile> ProfileGptRank(const GptLayout& layout, const TrainOptions& options,
+absl::StatusOr<StepProfile> ProfileGptRank(const Model& layout, const TrainOptions& options,
                                            int rank, const std::string& role = "",
                                            Device device = Device::Meta());
 

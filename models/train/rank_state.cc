@@ -15,7 +15,7 @@ namespace shardmap {
 namespace {
 
 // AdamW's options with the layout's no-decay parameters of this stage named.
-AdamWOptions StageAdamW(const GptLayout& layout, const std::vector<int>& held,
+AdamWOptions StageAdamW(const Model& layout, const std::vector<int>& held,
                         AdamWOptions adamw) {
   for (int k : held) {
     const ParamInfo& pi = layout.params()[k];
@@ -26,7 +26,7 @@ AdamWOptions StageAdamW(const GptLayout& layout, const std::vector<int>& held,
 
 }  // namespace
 
-absl::StatusOr<StateSource> OpenStateSource(const GptLayout& layout,
+absl::StatusOr<StateSource> OpenStateSource(const Model& layout,
                                             const std::vector<NamedTensor>& init,
                                             const TrainOptions& options) {
   StateSource source;
@@ -55,7 +55,7 @@ absl::StatusOr<StateSource> OpenStateSource(const GptLayout& layout,
   return source;
 }
 
-RankState::RankState(const GptLayout& layout, const RunPlan& plan, const StateSource& source,
+RankState::RankState(const Model& layout, const RunPlan& plan, const StateSource& source,
                      const AdamWOptions& adamw, int rank, int stage, Device dev)
     : held(plan.stage_plan.owned[stage]),
       opt(StageAdamW(layout, plan.stage_plan.owned[stage], adamw)),
@@ -67,13 +67,13 @@ RankState::RankState(const GptLayout& layout, const RunPlan& plan, const StateSo
   const Mesh& mesh = layout.mesh();
   auto read = [&](const std::string& tensor, const ParamInfo& pi) {
     absl::StatusOr<Tensor> t =
-        ReadGptShard(*source.file, tensor, pi, mesh, rank, layout.config().dtype);
+        ReadGptShard(*source.file, tensor, pi, mesh, rank, layout.shape().dtype);
     if (!t.ok()) throw OpError(t.status());
     return *t;
   };
   for (int k : held) {
     const ParamInfo& pi = layout.params()[k];
-    Tensor local = source.file != nullptr ? read(pi.name, pi)
+    Tensor local = source.file != nullptr ? read(layout.CheckpointName(pi), pi)
                                           : ShardOf(source.globals[k], mesh, pi.spec, rank);
     params.emplace_back(local.To(dev), plan.ParamType(mesh, pi));
     held_names.push_back(pi.name);
@@ -81,8 +81,9 @@ RankState::RankState(const GptLayout& layout, const RunPlan& plan, const StateSo
   if (source.resume) {
     for (int k : held) {
       const ParamInfo& pi = layout.params()[k];
-      opt.SetState(pi.name, read("optimizer.exp_avg." + pi.name, pi).To(dev),
-                   read("optimizer.exp_avg_sq." + pi.name, pi).To(dev));
+      const std::string saved = layout.CheckpointName(pi);
+      opt.SetState(pi.name, read("optimizer.exp_avg." + saved, pi).To(dev),
+                   read("optimizer.exp_avg_sq." + saved, pi).To(dev));
     }
     opt.set_steps(source.first_step);
   }
@@ -107,7 +108,7 @@ std::vector<Tensor> RankState::GatherGlobals() const {
               : k < 2 * np ? opt.exp_avg(name)
                            : opt.exp_avg_sq(name);
     } else {
-      local = Tensor::Zeros(LocalShape(pi, mesh), layout_.config().dtype, dev_);
+      local = Tensor::Zeros(LocalShape(pi, mesh), layout_.shape().dtype, dev_);
     }
     Value v(local, plan_.ParamType(mesh, pi));
     for (int d = 0; d < pi.spec.size(); ++d) {

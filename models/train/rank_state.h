@@ -37,14 +37,14 @@ struct StateSource {
 
 // Opens and checks the checkpoint file (its tensors against the layout, its step against
 // options.steps) or matches `init` to the layout.
-absl::StatusOr<StateSource> OpenStateSource(const GptLayout& layout,
+absl::StatusOr<StateSource> OpenStateSource(const Model& layout,
                                             const std::vector<NamedTensor>& init,
                                             const TrainOptions& options);
 
 class RankState {
  public:
   // Reads this rank's shards (throws OpError on a bad file block, as ops do inside RunSpmd).
-  RankState(const GptLayout& layout, const RunPlan& plan, const StateSource& source,
+  RankState(const Model& layout, const RunPlan& plan, const StateSource& source,
             const AdamWOptions& adamw, int rank, int stage, Device dev);
 
   // Every parameter and AdamW moment as a global host tensor on every rank (index k as
@@ -63,7 +63,7 @@ class RankState {
   AdamW opt;
 
  private:
-  const GptLayout& layout_;
+  const Model& layout_;
   const RunPlan& plan_;
   bool resume_;
   int stage_;

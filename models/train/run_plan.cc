@@ -14,8 +14,8 @@ absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError
 bool Finite(double x) { return std::isfinite(x); }
 
 // The batch's divisibility and sequence parallelism's split: plan's microbatches and accum set.
-absl::Status PlanRows(const GptLayout& layout, const TrainOptions& options, RunPlan& plan) {
-  const GptConfig& c = layout.config();
+absl::Status PlanRows(const Model& layout, const TrainOptions& options, RunPlan& plan) {
+  const ModelShape& c = layout.shape();
   const Mesh& mesh = layout.mesh();
   const int ways = layout.batch_ways();
   const int64_t m = plan.microbatches;
@@ -46,8 +46,8 @@ absl::Status PlanRows(const GptLayout& layout, const TrainOptions& options, RunP
 
 // Selective recomputation recomputes the attention scores; the fused attention kernel (GPU, or
 // SHARDMAP_ATTENTION=fused) never keeps them, so there it would silently do nothing.
-absl::Status CheckRecompute(const GptLayout& layout, const TrainOptions& o) {
-  const RecomputeMode mode = o.recompute.value_or(layout.config().recompute);
+absl::Status CheckRecompute(const Model& layout, const TrainOptions& o) {
+  const RecomputeMode mode = o.recompute.value_or(layout.shape().recompute);
   if (mode != RecomputeMode::kSelective || !layout.cp_axis().empty()) return absl::OkStatus();
   Device device = Device::Cpu();
   if (o.runtime.comm != nullptr && o.runtime.comm->memory_space().device) {
@@ -57,13 +57,13 @@ absl::Status CheckRecompute(const GptLayout& layout, const TrainOptions& o) {
         ResolvePlacement(o.runtime.placement, layout.mesh().size());
     if (devices.ok() && !devices->empty()) device = devices->front();
   }
-  if (ResolveAttentionPath(AttentionPath::kAuto, device, layout.config().head_dim()) !=
+  if (ResolveAttentionPath(AttentionPath::kAuto, device, layout.shape().head_dim()) !=
       AttentionPath::kFused) {
     return absl::OkStatus();
   }
   return Invalid(absl::StrCat(
       "--recompute=selective with the fused attention kernel (on ", device.ToString(),
-      ", head_dim ", layout.config().head_dim(), "): selective recomputation recomputes the "
+      ", head_dim ", layout.shape().head_dim(), "): selective recomputation recomputes the "
       "attention scores and softmax, which the fused kernel never keeps, so there is nothing "
       "to recompute; use --recompute=full, or --recompute=none, or SHARDMAP_ATTENTION="
       "materialised to use the materialised attention"));
@@ -71,14 +71,14 @@ absl::Status CheckRecompute(const GptLayout& layout, const TrainOptions& o) {
 
 // FSDP that shards nothing (no parameter has a dimension dp_shard divides) is plain data
 // parallelism with extra collectives: refused, with the sizes that would shard.
-absl::Status CheckFsdpShards(const GptLayout& layout) {
+absl::Status CheckFsdpShards(const Model& layout) {
   const int ai = layout.mesh().AxisIndex(axis::kDpShard);
   const int shard = ai < 0 ? 1 : layout.mesh().axis_size(ai);
   if (shard <= 1) return absl::OkStatus();
   for (const ParamInfo& p : layout.params()) {
     if (p.fsdp_dim >= 0) return absl::OkStatus();
   }
-  const GptConfig& c = layout.config();
+  const ModelShape& c = layout.shape();
   return Invalid(absl::StrCat(
       "dp_shard=", shard, " shards no parameter: no dimension of any (d_model ", c.d_model,
       ", 4 d_model ", 4 * c.d_model, ", vocab ", c.vocab, ", seq ", c.seq,
@@ -88,7 +88,7 @@ absl::Status CheckFsdpShards(const GptLayout& layout) {
 
 // Interleaved 1F1B's settings: virtual_stages >= 1, > 1 only with interleaved_1f1b (which needs
 // it > 1), pp > 1, the microbatches in groups of pp, and the layers in pp * v virtual stages.
-absl::Status CheckVirtualStages(const GptLayout& layout, const TrainOptions& o) {
+absl::Status CheckVirtualStages(const Model& layout, const TrainOptions& o) {
   const int v = o.pipeline.virtual_stages;
   const std::string& schedule = o.pipeline.schedule;
   if (v < 1) {
@@ -122,7 +122,7 @@ absl::Status CheckVirtualStages(const GptLayout& layout, const TrainOptions& o) 
         " is not a multiple of ", p, "; use --microbatches=", p * ((m + p - 1) / p),
         o.grad_accum > 1 ? " with --grad_accum=1, or another multiple" : " or another multiple"));
   }
-  const int64_t layers = layout.config().layers, vs = int64_t{p} * v;
+  const int64_t layers = layout.shape().layers, vs = int64_t{p} * v;
   const std::vector<int64_t>& sizes = o.pipeline.stage_layers;
   if (!sizes.empty() && static_cast<int64_t>(sizes.size()) != vs) {
     return Invalid(absl::StrCat(
@@ -152,7 +152,7 @@ int64_t StagePlan::StageLayers(int s) const {
   return n;
 }
 
-StagePlan PlanStages(const GptLayout& layout, const std::vector<int64_t>& sizes,
+StagePlan PlanStages(const Model& layout, const std::vector<int64_t>& sizes,
                      int virtual_stages) {
   const int v = virtual_stages, p = static_cast<int>(sizes.size()) / v;
   StagePlan plan;
@@ -171,17 +171,15 @@ StagePlan PlanStages(const GptLayout& layout, const std::vector<int64_t>& sizes,
   const std::vector<ParamInfo>& params = layout.params();
   plan.owner.assign(params.size(), -1);
   for (size_t k = 0; k < params.size(); ++k) {
-    const std::string& name = params[k].name;
+    const ModelUnit& unit = params[k].unit;
     std::vector<int> vss;  // the virtual stages holding it
-    if (name == "wte.weight") {
+    if (unit.kind == ModelUnit::kEmbed) {
       vss = {0};
-      if (p > 1) vss.push_back(last);  // the lm_head's copy
-    } else if (name == "wpe.weight") {
-      vss = {0};
-    } else if (name.rfind("h.", 0) == 0) {
-      vss = {vs_of_layer[std::stoi(name.substr(2))]};
+      if (params[k].tied_to_head && p > 1) vss.push_back(last);  // the head's copy
+    } else if (unit.kind == ModelUnit::kBlock) {
+      vss = {vs_of_layer[unit.block]};
     } else {
-      vss = {last};  // ln_f
+      vss = {last};  // the head
     }
     plan.owner[k] = vss[0] % p;
     for (int vs : vss) {
@@ -192,7 +190,7 @@ StagePlan PlanStages(const GptLayout& layout, const std::vector<int64_t>& sizes,
   return plan;
 }
 
-absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
+absl::Status CheckTrainOptions(const Model& layout, const TrainOptions& o) {
   const Mesh& mesh = layout.mesh();
   const AdamWOptions& a = o.optimizer.adamw;
   if (o.steps < 1) {
@@ -242,7 +240,7 @@ absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
                                 o.eval.steps, " >= 1"));
   }
   if (o.eval.every > 0) {
-    if (absl::Status s = CheckTokens(layout.config(), o.eval.tokens); !s.ok()) {
+    if (absl::Status s = CheckTokens(layout.shape(), o.eval.tokens); !s.ok()) {
       return Invalid(absl::StrCat("evaluation data (--eval_every ", o.eval.every,
                                   "): ", s.message(),
                                   "; give --val_fraction or --val_data with enough tokens"));
@@ -284,7 +282,7 @@ absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& o) {
         ": the pipeline strategy does not support cp (pipeline (pp) with context parallelism "
         "(cp) is not supported); drop cp, or pp and --microbatches"));
   }
-  if (layout.config().moe.on()) {
+  if (layout.shape().moe.on()) {
     return Invalid(absl::StrCat("mesh ", mesh.ShortString(),
                                 ": the pipeline strategy does not support MoE models yet (their "
                                 "load-balancing loss spans stages); drop --experts or pp"));
@@ -298,16 +296,16 @@ SpmdType RunPlan::ParamType(const Mesh& mesh, const ParamInfo& p) const {
   return t;
 }
 
-SpmdType RunPlan::RowType(const GptLayout& layout) const {
+SpmdType RunPlan::RowType(const Model& layout) const {
   SpmdType t = layout.RowSpec(false).InputType(layout.mesh());
   if (pp_index >= 0) t[pp_index] = AxisType::V();
   return t;
 }
 
-absl::StatusOr<RunPlan> PlanRun(const GptLayout& layout, const TrainOptions& options) {
+absl::StatusOr<RunPlan> PlanRun(const Model& layout, const TrainOptions& options) {
   if (absl::Status s = CheckTrainOptions(layout, options); !s.ok()) return s;
   if (absl::Status s = CheckFsdpShards(layout); !s.ok()) return s;
-  const GptConfig& c = layout.config();
+  const ModelShape& c = layout.shape();
   RunPlan plan;
   plan.pipelined = layout.pp_ways() > 1 || options.pipeline.microbatches > 1;
   plan.stages = plan.pipelined ? layout.pp_ways() : 1;

@@ -40,7 +40,7 @@ struct StagePlan {
 // Virtual stage vs holds blocks [first_vs, first_vs + sizes[vs]) (sizes.size() = p * v);
 // virtual stage 0 (stage 0, chunk 0) also wte and wpe, the last (stage p-1, chunk v-1) ln_f and
 // (p > 1) a copy of wte for the tied lm_head.
-StagePlan PlanStages(const GptLayout& layout, const std::vector<int64_t>& sizes,
+StagePlan PlanStages(const Model& layout, const std::vector<int64_t>& sizes,
                      int virtual_stages = 1);
 
 // What is fixed before the first step.
@@ -59,7 +59,7 @@ struct RunPlan {
   // A parameter's type: its spec's, V on pp under a pipeline (each stage holds its own).
   SpmdType ParamType(const Mesh& mesh, const ParamInfo& p) const;
   // The type of a rank's token rows (V on pp under a pipeline, like the activations they meet).
-  SpmdType RowType(const GptLayout& layout) const;
+  SpmdType RowType(const Model& layout) const;
 };
 
 // The checks of the options alone (before anything else): steps >= 1; finite, possible AdamW
@@ -67,13 +67,13 @@ struct RunPlan {
 // snapshot settings; only_rank and spmd_runner; a placement with comm; with a pipeline (pp > 1
 // or microbatches > 1) no cp and no MoE. InvalidArgument naming the setting and the fix;
 // FailedPrecondition when the placement asks for GPUs that are not there.
-absl::Status CheckTrainOptions(const GptLayout& layout, const TrainOptions& options);
+absl::Status CheckTrainOptions(const Model& layout, const TrainOptions& options);
 
 // CheckTrainOptions, then the run's shape: the batch's divisibility by microbatches x
 // grad_accum x the data-parallel ways, sequence parallelism's split of each rank's tokens over
 // tp, the stage split (over the virtual stages when interleaved) and the schedule's timetable,
 // and the save path.
-absl::StatusOr<RunPlan> PlanRun(const GptLayout& layout, const TrainOptions& options);
+absl::StatusOr<RunPlan> PlanRun(const Model& layout, const TrainOptions& options);
 
 }  // namespace shardmap
 

@@ -16,7 +16,7 @@
 
 namespace shardmap {
 
-StageFsdp::StageFsdp(const GptLayout& layout, const RunPlan& plan, int stage,
+StageFsdp::StageFsdp(const Model& layout, const RunPlan& plan, int stage,
                      const std::vector<Value>& params, Options options, GradientBuckets* buckets)
     : layout_(layout), params_(params), options_(options), buckets_(buckets) {
   if (layout.fsdp_axis().empty()) {
@@ -47,7 +47,7 @@ void StageFsdp::Order(const RunPlan& plan, int stage) {
   // The units in the first microbatch's forward order: chunk by chunk (virtual stage c * p + s),
   // the embeddings, the blocks, then the head's final LayerNorm and tied wte.
   const StagePlan& sp = plan.stage_plan;
-  const int64_t layers = layout_.config().layers;
+  const int64_t layers = layout_.shape().layers;
   const int p = plan.stages, v = sp.virtual_stages, last_vs = p * v - 1;
   std::vector<int> order;
   auto add = [&](int unit) {
@@ -68,7 +68,7 @@ void StageFsdp::Order(const RunPlan& plan, int stage) {
   for (size_t k = 0; k < held_.size(); ++k) {
     const ParamInfo& info = layout_.params()[held_[k]];
     if (info.fsdp_dim < 0) continue;
-    const int unit = FsdpUnitOf(info.name, layers);
+    const int unit = info.unit.Index(layers);
     add(unit);  // a unit outside the forward's list (none in GPT) goes last
     const int pos = static_cast<int>(std::find(order.begin(), order.end(), unit) - order.begin());
     if (pos >= static_cast<int>(units_.size())) units_.resize(pos + 1);
@@ -125,7 +125,7 @@ void StageFsdp::Start(int u) {
     dims.push_back(layout_.params()[held_[k]].fsdp_dim);
   }
   unit.gather = all_gather_flat_start(shards, dims, layout_.fsdp_axis(),
-                                      layout_.config().compute_dtype());
+                                      layout_.shape().compute_dtype());
 }
 
 void StageFsdp::Ensure(int u) {
@@ -167,7 +167,7 @@ ParamFn StageFsdp::Use(const std::vector<Value>& all) {
     const int k = k_of_[i];
     if (k >= 0 && unit_of_[k] >= 0 && options_.overlap) Ensure(unit_of_[k]);
     const Value& p = (*held)[i];
-    const DType compute = layout_.config().compute_dtype();
+    const DType compute = layout_.shape().compute_dtype();
     return p.dtype() == compute ? p : cast(p, compute);
   };
 }

@@ -70,7 +70,7 @@ class StageFsdp {
   // params: this rank's held shards (RunPlan's stage_plan.owned[stage] order; must outlive this
   // object). buckets: where the shard gradients go (gradient k = held parameter k), or null:
   // Finish returns them. Throws OpError (no FSDP axis, a prefetch below 1).
-  StageFsdp(const GptLayout& layout, const RunPlan& plan, int stage,
+  StageFsdp(const Model& layout, const RunPlan& plan, int stage,
             const std::vector<Value>& params, Options options, GradientBuckets* buckets);
   StageFsdp(const StageFsdp&) = delete;
   StageFsdp& operator=(const StageFsdp&) = delete;
@@ -109,7 +109,7 @@ class StageFsdp {
   void Hand(int k, const Value& g);
   void Count(int64_t bytes);
 
-  const GptLayout& layout_;
+  const Model& layout_;
   const std::vector<Value>& params_;
   Options options_;
   GradientBuckets* buckets_;

@@ -72,9 +72,9 @@ absl::Status WriteStepEvents(TraceWriter& writer, const std::vector<TraceEvent>&
   return writer.Flush();
 }
 
-MoeCounts ReduceMoeCounts(const GptLayout& layout, const MoeStats& stats, const Device& dev) {
+MoeCounts ReduceMoeCounts(const Model& layout, const MoeStats& stats, const Device& dev) {
   MoeCounts counts;
-  if (!layout.config().moe.on()) return counts;
+  if (!layout.shape().moe.on()) return counts;
   counts = {stats.dropped, stats.assignments, stats.dropped_tokens};
   if (layout.batch_axes().empty()) return counts;
   const Mesh& mesh = layout.mesh();
@@ -91,7 +91,7 @@ MoeCounts ReduceMoeCounts(const GptLayout& layout, const MoeStats& stats, const 
           static_cast<int64_t>(sum[2])};
 }
 
-absl::Status AssembleFinalTensors(const GptLayout& layout, const RunPlan& plan,
+absl::Status AssembleFinalTensors(const Model& layout, const RunPlan& plan,
                                   const std::vector<std::vector<Tensor>>& final_locals,
                                   TrainResult* result) {
   const Mesh& mesh = layout.mesh();

@@ -51,12 +51,12 @@ absl::Status WriteStepEvents(TraceWriter& writer, const std::vector<TraceEvent>&
 struct MoeCounts {
   int64_t dropped = -1, assignments = -1, dropped_tokens = -1;
 };
-MoeCounts ReduceMoeCounts(const GptLayout& layout, const MoeStats& stats, const Device& dev);
+MoeCounts ReduceMoeCounts(const Model& layout, const MoeStats& stats, const Device& dev);
 
 // The run's global tensors into `result` from every rank's local ones (final_locals[rank], index
 // k as AddFinalTensor's): each from its owner stage's ranks (pp is the major axis: stage s holds
 // ranks [s*inner, (s+1)*inner)).
-absl::Status AssembleFinalTensors(const GptLayout& layout, const RunPlan& plan,
+absl::Status AssembleFinalTensors(const Model& layout, const RunPlan& plan,
                                   const std::vector<std::vector<Tensor>>& final_locals,
                                   TrainResult* result);
 

@@ -1,5 +1,7 @@
 #include "models/train/strategies.h"
 
+#include "models/model/recompute_block.h"
+
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -24,7 +26,7 @@ std::vector<std::string> AxesOfKind(const Mesh& mesh, const SpmdType& type, Axis
   return mesh.AxisNamesOf(type.AxesOfKind(kind) & ~skipped);
 }
 
-Backprop OneProgramBackprop(const GptLayout& layout, const std::vector<Value>& params,
+Backprop OneProgramBackprop(const Model& layout, const std::vector<Value>& params,
                             const std::vector<Value>& ids, const std::vector<Value>& targets,
                             int64_t global_tokens, TypeTrace* types, Tape& tape,
                             TracingRecorder& rec, GradientBuckets* buckets,
@@ -39,7 +41,7 @@ Backprop OneProgramBackprop(const GptLayout& layout, const std::vector<Value>& p
     Value loss;
     {
       ScopedRecorder scope(&rec);
-      loss = GptLossWith(layout, gatherer ? gatherer->Use() : GptParamUse(layout, watched), ids[j],
+      loss = ModelLoss(layout, gatherer ? gatherer->Use() : ParamUse(layout, watched), ids[j],
                          targets[j], global_tokens, j == 0 ? types : nullptr, &out.moe);
     }
     if (j == 0) out.forward_end_us = TraceNowUs();
@@ -70,12 +72,12 @@ Backprop OneProgramBackprop(const GptLayout& layout, const std::vector<Value>& p
   return out;
 }
 
-Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stage,
+Backprop PipelineBackprop(const Model& layout, const RunPlan& plan, int stage,
                           const std::vector<Value>& params, const std::vector<Value>& ids,
                           const std::vector<Value>& targets, const SpmdType& boundary_type,
                           TypeTrace* types, BackwardObserver* observer,
                           GradientBuckets* buckets, const FsdpSchedule* fsdp) {
-  const GptConfig& c = layout.config();
+  const ModelShape& c = layout.shape();
   const StagePlan& sp = plan.stage_plan;
   const std::vector<int>& owned = sp.owned[stage];
   const std::vector<int>& owned_chunk = sp.owned_chunk[stage];
@@ -105,14 +107,14 @@ Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stag
     for (size_t i = 0, j = 0; i < owned.size(); ++i) {
       if (owned_chunk[i] == chunk) all[owned[i]] = watched[j++];
     }
-    const ParamFn use = gatherer ? gatherer->Use(all) : GptParamUse(layout, all);
+    const ParamFn use = gatherer ? gatherer->Use(all) : ParamUse(layout, all);
     const int vs = chunk * plan.stages + stage;
-    Value x = vs == 0 ? GptEmbed(layout, use, ids[mb]) : in;
+    Value x = vs == 0 ? layout.Embed(use, ids[mb]) : in;
     const int64_t l0 = sp.first_layer[vs];
     for (int64_t l = l0; l < l0 + sp.layers[vs]; ++l) {
-      x = GptBlock(layout, use, l, x, l == 0 && mb == 0 ? types : nullptr);
+      x = ModelBlock(layout, use, l, x, l == 0 && mb == 0 ? types : nullptr);
     }
-    return vs == last_vs ? GptHead(layout, use, x, targets[mb], plan.global_tokens) : x;
+    return vs == last_vs ? layout.Head(use, x, targets[mb], plan.global_tokens) : x;
   };
   PipelineResult run = RunPipeline(*plan.timetable, layout.pp_axis(), ps,
                                    gatherer ? gatherer->params() : params);
@@ -129,18 +131,18 @@ Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stag
   return out;
 }
 
-SpmdType PipelineBoundaryType(const GptLayout& layout, const RunPlan& plan, const Device& dev) {
+SpmdType PipelineBoundaryType(const Model& layout, const RunPlan& plan, const Device& dev) {
   NoGradScope no_tape;
-  const GptConfig& c = layout.config();
+  const ModelShape& c = layout.shape();
   const Mesh& mesh = layout.mesh();
   std::vector<Value> probe(layout.params().size());
-  for (const char* name : {"wte.weight", "wpe.weight"}) {
-    const ParamInfo& pi = layout.params()[layout.Find(name)];
-    probe[layout.Find(name)] =
-        Value(Tensor::Zeros(LocalShape(pi, mesh), c.dtype, dev), plan.ParamType(mesh, pi));
+  for (size_t k = 0; k < layout.params().size(); ++k) {  // the embedding unit's parameters
+    const ParamInfo& pi = layout.params()[k];
+    if (pi.unit.kind != ModelUnit::kEmbed) continue;
+    probe[k] = Value(Tensor::Zeros(LocalShape(pi, mesh), c.dtype, dev), plan.ParamType(mesh, pi));
   }
   Value ids(Tensor::Zeros({plan.local_rows}, DType::kI64, dev), plan.RowType(layout));
-  return GptEmbed(layout, GptParamUse(layout, probe), ids).type;
+  return layout.Embed(ParamUse(layout, probe), ids).type;
 }
 
 void ReduceGradients(const Mesh& mesh, std::vector<Value>& grads) {
@@ -150,7 +152,7 @@ void ReduceGradients(const Mesh& mesh, std::vector<Value>& grads) {
   }
 }
 
-std::unique_ptr<GradientBuckets> NewGradientBuckets(const GptLayout& layout,
+std::unique_ptr<GradientBuckets> NewGradientBuckets(const Model& layout,
                                                    const OverlapOptions& overlap,
                                                    const RankState& state) {
   if (!overlap.on) return nullptr;
@@ -158,7 +160,7 @@ std::unique_ptr<GradientBuckets> NewGradientBuckets(const GptLayout& layout,
                                            overlap.bucket_bytes);
 }
 
-void FinishGradients(const GptLayout& layout, GradientBuckets* buckets, std::vector<Value>& grads) {
+void FinishGradients(const Model& layout, GradientBuckets* buckets, std::vector<Value>& grads) {
   if (buckets == nullptr) {
     ReduceGradients(layout.mesh(), grads);
   } else {
@@ -167,26 +169,28 @@ void FinishGradients(const GptLayout& layout, GradientBuckets* buckets, std::vec
   }
 }
 
-void ExchangeTiedEmbeddingGrad(const GptLayout& layout, const RunPlan& plan, int stage,
+void ExchangeTiedEmbeddingGrad(const Model& layout, const RunPlan& plan, int stage,
                                const std::vector<int>& held, const Device& dev,
                                std::vector<Value>& grads, std::vector<bool>& counted) {
   const int p = plan.stages;
   if (p <= 1) return;
   NoGradScope no_tape;
   const Mesh& mesh = layout.mesh();
-  const int wte = layout.Find("wte.weight");
-  const ParamInfo& pi = layout.params()[wte];
-  auto at = std::find(held.begin(), held.end(), wte);
-  const bool holds = at != held.end();
-  Value mine = holds ? grads[at - held.begin()]
-                     : Value(Tensor::Zeros(LocalShape(pi, mesh), layout.config().dtype, dev),
-                             plan.ParamType(mesh, pi));
-  Value other = ppermute(mine, layout.pp_axis(), {{0, p - 1}, {p - 1, 0}});
-  if (holds) grads[at - held.begin()] = mine + other;
-  if (holds && stage == p - 1) counted[at - held.begin()] = false;  // the norm counts wte once
+  for (int tied = 0; tied < static_cast<int>(layout.params().size()); ++tied) {
+    const ParamInfo& pi = layout.params()[tied];
+    if (!pi.tied_to_head) continue;
+    auto at = std::find(held.begin(), held.end(), tied);
+    const bool holds = at != held.end();
+    Value mine = holds ? grads[at - held.begin()]
+                       : Value(Tensor::Zeros(LocalShape(pi, mesh), layout.shape().dtype, dev),
+                               plan.ParamType(mesh, pi));
+    Value other = ppermute(mine, layout.pp_axis(), {{0, p - 1}, {p - 1, 0}});
+    if (holds) grads[at - held.begin()] = mine + other;
+    if (holds && stage == p - 1) counted[at - held.begin()] = false;  // the norm counts it once
+  }
 }
 
-double ShareLoss(const GptLayout& layout, const RunPlan& plan, int stage, const Value& loss,
+double ShareLoss(const Model& layout, const RunPlan& plan, int stage, const Value& loss,
                  const Device& dev) {
   NoGradScope no_tape;
   const Mesh& mesh = layout.mesh();
@@ -206,7 +210,7 @@ double ShareLoss(const GptLayout& layout, const RunPlan& plan, int stage, const 
   return value;
 }
 
-double ForwardLoss(const GptLayout& layout, const std::vector<Value>& params,
+double ForwardLoss(const Model& layout, const std::vector<Value>& params,
                    const std::vector<Value>& ids, const std::vector<Value>& targets,
                    int64_t global_tokens) {
   NoGradScope no_tape;
@@ -214,7 +218,8 @@ double ForwardLoss(const GptLayout& layout, const std::vector<Value>& params,
   Value total;
   for (size_t j = 0; j < ids.size(); ++j) {
     MoeStats ignored;
-    Value l = GptLoss(layout, params, ids[j], targets[j], global_tokens, nullptr, &ignored);
+    Value l = ModelLoss(layout, ParamUse(layout, params), ids[j], targets[j], global_tokens,
+                        nullptr, &ignored);
     total = total.defined() ? total + l : l;
   }
   std::vector<std::string> partial = AxesOfKind(mesh, total.type, AxisKind::kP);
@@ -222,19 +227,19 @@ double ForwardLoss(const GptLayout& layout, const std::vector<Value>& params,
   return total.item();
 }
 
-double PipelineForwardLoss(const GptLayout& layout, const RunPlan& plan, int stage,
+double PipelineForwardLoss(const Model& layout, const RunPlan& plan, int stage,
                            const std::vector<int>& held, const std::vector<Value>& params,
                            const std::vector<Value>& ids, const std::vector<Value>& targets,
                            const SpmdType& boundary_type, const Device& dev) {
   NoGradScope no_tape;
-  const GptConfig& c = layout.config();
+  const ModelShape& c = layout.shape();
   const int p = plan.stages, nvs = p * plan.stage_plan.virtual_stages;
   std::vector<Value> all(layout.params().size());
   for (size_t i = 0; i < held.size(); ++i) all[held[i]] = params[i];
-  const ParamFn use = GptParamUse(layout, all);
+  const ParamFn use = ParamUse(layout, all);
   Value loss;
   for (size_t k = 0; k < ids.size(); ++k) {
-    Value x = stage == 0 ? GptEmbed(layout, use, ids[k])
+    Value x = stage == 0 ? layout.Embed(use, ids[k])
                          : Value(Tensor::Zeros({plan.boundary_rows, c.d_model},
                                                c.compute_dtype(), dev),
                                  boundary_type);
@@ -245,11 +250,11 @@ double PipelineForwardLoss(const GptLayout& layout, const RunPlan& plan, int sta
       if (stage == t) {
         const int64_t l0 = plan.stage_plan.first_layer[vs];
         for (int64_t l = l0; l < l0 + plan.stage_plan.layers[vs]; ++l) {
-          x = GptBlock(layout, use, l, x);
+          x = ModelBlock(layout, use, l, x);
         }
         x.type = boundary_type;
         if (vs == nvs - 1) {
-          Value l = GptHead(layout, use, x, targets[k], plan.global_tokens);
+          Value l = layout.Head(use, x, targets[k], plan.global_tokens);
           loss = loss.defined() ? loss + l : l;
         }
       }

@@ -60,7 +60,7 @@ std::vector<std::string> AxesOfKind(const Mesh& mesh, const SpmdType& type, Axis
 // returns them reduced (overlapped reduction). Without, grads are the pending sums. With
 // `fsdp` and a dp_shard axis, the parameters are gathered by FsdpParams (prefetched, resharded
 // after the forward); Backprop::peak_gathered_bytes says how much of them was alive at once.
-Backprop OneProgramBackprop(const GptLayout& layout, const std::vector<Value>& params,
+Backprop OneProgramBackprop(const Model& layout, const std::vector<Value>& params,
                             const std::vector<Value>& ids, const std::vector<Value>& targets,
                             int64_t global_tokens, TypeTrace* types, Tape& tape,
                             TracingRecorder& rec, GradientBuckets* buckets = nullptr,
@@ -72,7 +72,7 @@ Backprop OneProgramBackprop(const GptLayout& layout, const std::vector<Value>& p
 // reduce-scattered once (StageFsdp, models/train/stage_fsdp.h): with `fsdp` by flat calls,
 // prefetched and overlapped; without, by blocking calls (the reference);
 // Backprop::peak_gathered_bytes is the stage's gathered bytes either way.
-Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stage,
+Backprop PipelineBackprop(const Model& layout, const RunPlan& plan, int stage,
                           const std::vector<Value>& params, const std::vector<Value>& ids,
                           const std::vector<Value>& targets, const SpmdType& boundary_type,
                           TypeTrace* types, BackwardObserver* observer,
@@ -80,7 +80,7 @@ Backprop PipelineBackprop(const GptLayout& layout, const RunPlan& plan, int stag
 
 // The type of the residual stream crossing pipeline stages: what the embedding gives, probed
 // once with zeros on every rank (so the collectives inside match).
-SpmdType PipelineBoundaryType(const GptLayout& layout, const RunPlan& plan, const Device& dev);
+SpmdType PipelineBoundaryType(const Model& layout, const RunPlan& plan, const Device& dev);
 
 // One all_reduce per gradient over the axes where it is a pending sum (P): dp for replicated
 // parameters, dp_replicate under HSDP, tp for tp-replicated ones; never pp (the stages hold
@@ -89,33 +89,33 @@ void ReduceGradients(const Mesh& mesh, std::vector<Value>& grads);
 
 // The step's GradientBuckets when overlap.on (over the rank's held parameters), else
 // null; and the reduction either way: the buckets' Finish() into grads, or ReduceGradients.
-std::unique_ptr<GradientBuckets> NewGradientBuckets(const GptLayout& layout,
+std::unique_ptr<GradientBuckets> NewGradientBuckets(const Model& layout,
                                                    const OverlapOptions& overlap,
                                                    const RankState& state);
-void FinishGradients(const GptLayout& layout, GradientBuckets* buckets, std::vector<Value>& grads);
+void FinishGradients(const Model& layout, GradientBuckets* buckets, std::vector<Value>& grads);
 
 // The tied wte under a pipeline: the embedding's (stage 0) and the lm_head's (last stage)
 // gradients summed on both, so the two copies take identical AdamW steps; the last stage's copy
 // is then not counted in the norm (counted[i] = false). `held`: the stage's parameter indices.
-void ExchangeTiedEmbeddingGrad(const GptLayout& layout, const RunPlan& plan, int stage,
+void ExchangeTiedEmbeddingGrad(const Model& layout, const RunPlan& plan, int stage,
                                const std::vector<int>& held, const Device& dev,
                                std::vector<Value>& grads, std::vector<bool>& counted);
 
 // The loss as one number on every rank: its pending sums added up (pp aside), then, under a
 // pipeline, the last stage's value handed to every stage. `loss` may be undefined (a stage
 // other than the last).
-double ShareLoss(const GptLayout& layout, const RunPlan& plan, int stage, const Value& loss,
+double ShareLoss(const Model& layout, const RunPlan& plan, int stage, const Value& loss,
                  const Device& dev);
 
 // The forward-only loss of one program's microsteps on every rank: evaluation.
-double ForwardLoss(const GptLayout& layout, const std::vector<Value>& params,
+double ForwardLoss(const Model& layout, const std::vector<Value>& params,
                    const std::vector<Value>& ids, const std::vector<Value>& targets,
                    int64_t global_tokens);
 
 // Under a pipeline, the forward-only loss of the microbatches: per microbatch, stage t runs its
 // blocks on what stage t-1 sent and one ppermute over pp hands the residual on (every rank calls
 // each transfer; only stage t's output travels). `params`: the stage's held parameters.
-double PipelineForwardLoss(const GptLayout& layout, const RunPlan& plan, int stage,
+double PipelineForwardLoss(const Model& layout, const RunPlan& plan, int stage,
                            const std::vector<int>& held, const std::vector<Value>& params,
                            const std::vector<Value>& ids, const std::vector<Value>& targets,
                            const SpmdType& boundary_type, const Device& dev);

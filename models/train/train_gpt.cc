@@ -55,6 +55,8 @@
 #include "models/gpt.h"
 #include "models/gpt/gpt_flags.h"
 #include "models/gpt/gpt_generate.h"
+#include "models/gpt/gpt_spec.h"
+#include "models/model/registry.h"
 #include "models/planner/hardware_profile.h"
 #include "models/planner/plan.h"
 #include "models/planner/plan_cli.h"
@@ -133,8 +135,21 @@ ABSL_FLAG(bool, deterministic, false,
           "GPU: deterministic algorithms (cuda::SetDeterministic): GEMMs keep cuBLASLt's "
           "heuristic's choice instead of timing candidates, so two runs print the same losses "
           "bitwise (also SHARDMAP_DETERMINISTIC=1)");
+ABSL_FLAG(std::string, model, "gpt2",
+          "the model, by its registered name (models/model/registry.h): gpt2 or llama3");
+ABSL_FLAG(std::string, preset, "",
+          "a named shape of --model (gpt2: gpt2, gpt2-medium, gpt2-large, gpt2-xl; llama3: "
+          "llama3_debug, llama3_8b, llama3_70b, llama3_405b); a shape flag given on the command "
+          "line overrides the preset's value");
 SHARDMAP_GPT_CONFIG_FLAGS(/*layers=*/2, /*d_model=*/64, /*heads=*/4, /*vocab=*/256, /*seq=*/64,
                           /*dtype=*/"f32");
+ABSL_FLAG(int64_t, kv_heads, 0,
+          "llama3: key/value heads of grouped-query attention (dividing --heads; 0: the preset's, "
+          "else --heads)");
+ABSL_FLAG(int64_t, ffn_dim, 0,
+          "llama3: the SwiGLU MLP's width (0: the preset's, else Llama 3's rule from --d_model)");
+ABSL_FLAG(double, rope_theta, 0, "llama3: the rotary embedding's base (0: the preset's, 500000)");
+ABSL_FLAG(double, norm_eps, 0, "llama3: RMSNorm's eps (0: the preset's, 1e-5)");
 ABSL_FLAG(int64_t, batch, 8, "global batch (sequences per step)");
 ABSL_FLAG(int64_t, steps, 20,
           "the run's total optimizer steps (nanoGPT's max_iters): --resume continues up to it");
@@ -315,6 +330,48 @@ absl::Status ResolveResume(std::string* resume, std::string* note) {
   return absl::OkStatus();
 }
 
+// The model the flags describe: --preset's shape, with every shape flag given on the command line
+// in its place (without --preset, every shape flag's value, its default included).
+ModelArgs ModelArgsFromFlags() {
+  ModelArgs args;
+  args.preset = absl::GetFlag(FLAGS_preset);
+  const bool preset = !args.preset.empty();
+  auto shape = [&](const char* name, int64_t value, std::optional<int64_t>* out) {
+    if (!preset || GivenOnCommandLine(name)) *out = value;
+  };
+  shape("layers", absl::GetFlag(FLAGS_layers), &args.layers);
+  shape("d_model", absl::GetFlag(FLAGS_d_model), &args.d_model);
+  shape("heads", absl::GetFlag(FLAGS_heads), &args.heads);
+  shape("vocab", absl::GetFlag(FLAGS_vocab), &args.vocab);
+  shape("seq", absl::GetFlag(FLAGS_seq), &args.seq);
+  if (GivenOnCommandLine("kv_heads")) args.kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  if (GivenOnCommandLine("ffn_dim")) args.ffn_dim = absl::GetFlag(FLAGS_ffn_dim);
+  if (GivenOnCommandLine("rope_theta")) args.rope_theta = absl::GetFlag(FLAGS_rope_theta);
+  if (GivenOnCommandLine("norm_eps")) args.norm_eps = absl::GetFlag(FLAGS_norm_eps);
+  if (!preset || GivenOnCommandLine("dtype")) args.dtype = absl::GetFlag(FLAGS_dtype);
+  return args;
+}
+
+// A model other than GPT-2 takes its shape from the flags; a --resume or --init file must hold
+// that model (its metadata "model", when it has one) and its tensors are checked against the
+// shape when the trainer opens it.
+absl::Status CheckFileModel(const std::string& path, const std::string& flag,
+                            const std::string& model) {
+  if (path.empty()) return absl::OkStatus();
+  absl::StatusOr<SafetensorsFile> f = OpenGptCheckpoint(path);
+  if (!f.ok()) return absl::OkStatus();  // the trainer reports the file's problem
+  auto it = f->metadata().find("model");
+  const std::string saved = it != f->metadata().end()                   ? it->second
+                            : f->metadata().count("gpt.layers") > 0 ? "gpt2"
+                                                                        : model;
+  if (saved != model) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "' holds a ", saved,
+                                                   " model but --model=", model, "; pass --model=",
+                                                   saved));
+  }
+  return absl::OkStatus();
+}
+
 // --resume and --init: the model's shape comes from the file's gpt.* metadata (a file written by
 // --save or --save_every; a GPT-2 file without it keeps the flags' shape); shape flags on the
 // command line (at any value, their defaults included) must agree. `flag` names the flag; a resume adds "resumed from FILE
@@ -365,8 +422,8 @@ absl::Status AdoptShapeFrom(const std::string& path, const std::string& flag, Gp
 // refused before anything is allocated: a typo in --layers or --vocab (or a checkpoint whose
 // metadata claims such a shape) would otherwise grow for minutes without output, or abort.
 // `processes`: how many processes share the model (each holds at least its share).
-absl::Status CheckFitsHost(const GptConfig& cfg, int processes, const std::string& source) {
-  const double params = planner::ModelParameters(cfg);
+absl::Status CheckFitsHost(double params, const ModelShape& cfg, int processes,
+                           const std::string& source) {
   const double bytes = params * DTypeSize(cfg.dtype) * 4 / processes;  // params, grads, 2 moments
   const double host = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
                       static_cast<double>(sysconf(_SC_PAGESIZE));
@@ -382,7 +439,7 @@ absl::Status CheckFitsHost(const GptConfig& cfg, int processes, const std::strin
 
 // --tokenizer=DIR: GPT-2's byte-level BPE from DIR's encoder.json + vocab.bpe (or vocab.json +
 // merges.txt); null without the flag. Its ids must fit --vocab.
-absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadTokenizer(const GptConfig& cfg) {
+absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadTokenizer(const ModelShape& cfg) {
   absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok =
       LoadTokenizerDir(absl::GetFlag(FLAGS_tokenizer));
   if (!tok.ok() || *tok == nullptr) return tok;
@@ -604,7 +661,7 @@ struct SampleRequest {
   std::vector<int64_t> prompt;
 };
 
-absl::StatusOr<SampleRequest> ParseSampleRequest(const GptConfig& cfg,
+absl::StatusOr<SampleRequest> ParseSampleRequest(const ModelShape& cfg,
                                                  const BpeTokenizer* tokenizer) {
   SampleRequest req;
   req.tokens = absl::GetFlag(FLAGS_sample);
@@ -727,10 +784,10 @@ void StepPrinter::operator()(const StepInfo& s) {
 // peak of the compute dtype from the planner's profile named by the card (h100_node, h200_node)
 // times the GPUs the ranks use, else on CPU ranks the machine's measured, cached peak (all
 // ranks share its cores, threads or processes alike).
-MfuBasis MfuFor(const GptLayout& layout, const RankWorld& ranks) {
-  const GptConfig& cfg = layout.config();
+MfuBasis MfuFor(const Model& layout, const RankWorld& ranks) {
+  const ModelShape& cfg = layout.shape();
   MfuBasis m;
-  m.flops_per_token = planner::ModelFlopsPerStep(cfg, 1) / static_cast<double>(cfg.seq);
+  m.flops_per_token = layout.FlopsPerToken();
   const DType dtype = cfg.compute_dtype();
   const bool gpu = absl::GetFlag(FLAGS_device) == "cuda";
   m.cpu = !gpu;
@@ -774,17 +831,18 @@ MfuBasis MfuFor(const GptLayout& layout, const RankWorld& ranks) {
 }
 
 // The run's first lines: the model, the mesh and where it runs, the batch and the data.
-void PrintHeader(const GptLayout& layout, const RankWorld& ranks, const TrainOptions& o,
+void PrintHeader(const Model& layout, const RankWorld& ranks, const TrainOptions& o,
                  size_t data_tokens) {
-  const GptConfig& cfg = layout.config();
+  const ModelShape& cfg = layout.shape();
   const Mesh& mesh = layout.mesh();
   int64_t params = 0;
   for (const ParamInfo& p : layout.params()) params += NumElements(p.global_shape);
   const DevicePlacement& placement = ranks.placement;
   std::cout << absl::StrFormat(
-      "GPT-2: %d layers, d_model %d, %d heads, vocab %d, seq %d, %.2fM parameters, %s\n"
+      "%s: %d layers, d_model %d, %d heads, vocab %d, seq %d, %.2fM parameters, %s\n"
       "mesh %s%s%s on %d %s; global batch %d x %d tokens; %d tokens of data, %s\n",
-      cfg.layers, cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, params / 1e6,
+      layout.name() == "gpt2" ? std::string("GPT-2") : layout.Describe(), cfg.layers,
+      cfg.d_model, cfg.heads, cfg.vocab, cfg.seq, params / 1e6,
       cfg.compute.has_value()
           ? absl::StrCat(DTypeName(*cfg.compute), " compute, ", DTypeName(cfg.dtype),
                          " master weights")
@@ -813,10 +871,10 @@ void PrintHeader(const GptLayout& layout, const RankWorld& ranks, const TrainOpt
 
 // The run's last lines: the summary, GPU memory and the CUDA graph, the pipeline's bubble, the
 // final validation loss, the trace and the saved file.
-void PrintSummary(const GptLayout& layout, const TrainOptions& o, const TrainResult& r,
+void PrintSummary(const Model& layout, const TrainOptions& o, const TrainResult& r,
                   const StepPrinter& steps, const std::string& trace_path,
                   const std::string& save_path) {
-  const int64_t tokens_per_step = o.batch * layout.config().seq;
+  const int64_t tokens_per_step = o.batch * layout.shape().seq;
   std::string comm;
   for (const auto& [op, b] : steps.total_bytes()) {
     absl::StrAppend(&comm, comm.empty() ? "" : ", ", op, " ", Bytes(b));
@@ -899,13 +957,18 @@ void PrintSummary(const GptLayout& layout, const TrainOptions& o, const TrainRes
 
 // --sample: generation with the trained parameters (on the mesh without pp: generation does not
 // pipeline; every process of a multi-process run takes part). Empty on ranks that do not print.
-absl::StatusOr<std::vector<int64_t>> Sample(const GptLayout& layout, const RankWorld& ranks,
-                                            const TrainResult& r, const SampleRequest& req) {
-  absl::StatusOr<GptLayout> sample_layout = layout;
-  if (layout.pp_ways() > 1 || layout.config().moe.on()) {
-    sample_layout = GptLayout::Create(Mesh(), layout.config(), false);
+// `remake` builds the same model on another mesh.
+using ModelOnMesh = std::function<absl::StatusOr<std::unique_ptr<Model>>(const Mesh&)>;
+absl::StatusOr<std::vector<int64_t>> Sample(const Model& layout, const ModelOnMesh& remake,
+                                            const RankWorld& ranks, const TrainResult& r,
+                                            const SampleRequest& req) {
+  std::unique_ptr<Model> single;
+  if (layout.pp_ways() > 1 || layout.shape().moe.on()) {
+    absl::StatusOr<std::unique_ptr<Model>> m = remake(Mesh());
+    if (!m.ok()) return m.status();
+    single = *std::move(m);
   }
-  if (!sample_layout.ok()) return sample_layout.status();
+  const Model* sample_layout = single != nullptr ? single.get() : &layout;
   SampleOptions so;
   so.tokens = req.tokens;
   so.temperature = absl::GetFlag(FLAGS_temperature);
@@ -971,7 +1034,7 @@ absl::Status MergeTraceParts(const std::string& trace, int processes) {
 class RunOutputs {
  public:
   // run: the run configuration every checkpoint carries (its id limits the rotation to it).
-  RunOutputs(const GptLayout& layout, const RankWorld& ranks, const RunConfig& run)
+  RunOutputs(const Model& layout, const RankWorld& ranks, const RunConfig& run)
       : layout_(layout),
         ranks_(ranks),
         save_path_(absl::GetFlag(FLAGS_save)),
@@ -991,7 +1054,7 @@ class RunOutputs {
   absl::Status SetTrace(TrainOptions& o);
   absl::Status CheckNoOtherRuns() const;
 
-  const GptLayout& layout_;
+  const Model& layout_;
   const RankWorld& ranks_;
   std::string save_path_;
   CheckpointRotation rotation_;  // periodic: atomic <prefix>.step<N>.safetensors, the last kept
@@ -1014,7 +1077,7 @@ absl::Status RunOutputs::Set(const TokenData& data, TrainOptions& o) {
   }
   // Batch e of an evaluation reads tokens [e*B*T, (e+1)*B*T + 1) of the held-out split, wrapping
   // around its end: say so when the batches repeat tokens (the loss then weights them twice).
-  const int64_t seq = layout_.config().seq;
+  const int64_t seq = layout_.shape().seq;
   const int64_t eval_tokens = o.eval.steps * o.batch * seq + 1;
   if (o.eval.every > 0 && ranks_.print && eval_tokens > static_cast<int64_t>(data.val.size())) {
     std::cout << absl::StrFormat(
@@ -1117,7 +1180,14 @@ absl::Status RunOutputs::SaveFinal(const TrainResult& r) const {
 }
 
 // --plan: the planner's view of this run, printed before it.
-absl::Status PrintPlan(const GptLayout& layout) {
+absl::Status PrintPlan(const Model& model) {
+  const auto* gpt = dynamic_cast<const GptLayout*>(&model);
+  if (gpt == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--plan prices GPT-2 only so far (the planner's cost model is GPT-2's); drop --plan for "
+        "--model=", model.name()));
+  }
+  const GptLayout& layout = *gpt;
   planner::PlanCliOptions plan_cli;
   plan_cli.profile = absl::GetFlag(FLAGS_plan_profile);
   if (plan_cli.profile.empty() && absl::GetFlag(FLAGS_device) != "cpu") {
@@ -1132,15 +1202,27 @@ absl::Status PrintPlan(const GptLayout& layout) {
 }
 
 absl::Status Run() {
+  const std::string model_name = absl::GetFlag(FLAGS_model);
+  if (absl::StatusOr<const ModelSpec*> spec = FindModel(model_name); !spec.ok()) {
+    return spec.status();
+  }
+  // GPT-2's shape: the flags (checked with their names), the preset's, or a checkpoint's.
+  const bool gpt2 = model_name == "gpt2";
+  ModelArgs args = ModelArgsFromFlags();
   absl::StatusOr<GptConfig> cfg = GptConfigFromFlags(SHARDMAP_GPT_CONFIG_FLAG_VALUES());
+  if (!cfg.ok()) return cfg.status();
+  args.moe = cfg->moe;
+  if (gpt2 && !args.preset.empty()) cfg = Gpt2ConfigFromArgs(args);
   if (!cfg.ok()) return cfg.status();
   std::string resume, resume_note;
   if (absl::Status s = ResolveResume(&resume, &resume_note); !s.ok()) return s;
   const std::string shape_file = !resume.empty() ? resume : absl::GetFlag(FLAGS_init);
-  if (absl::Status s = AdoptShapeFrom(shape_file, !resume.empty() ? "--resume" : "--init",
-                                      &*cfg, &resume_note);
-      !s.ok()) {
-    return s;
+  const char* shape_flag = !resume.empty() ? "--resume" : "--init";
+  if (absl::Status s = CheckFileModel(shape_file, shape_flag, model_name); !s.ok()) return s;
+  if (gpt2) {
+    if (absl::Status s = AdoptShapeFrom(shape_file, shape_flag, &*cfg, &resume_note); !s.ok()) {
+      return s;
+    }
   }
   absl::StatusOr<ResumedRun> run = ContinueOrStartRun(resume, &resume_note);
   if (!run.ok()) return run.status();
@@ -1148,19 +1230,42 @@ absl::Status Run() {
   if (!mesh.ok()) return mesh.status();
   absl::StatusOr<RankWorld> ranks = ConnectRanks(*mesh);
   if (!ranks.ok()) return ranks.status();
-  if (absl::Status s = CheckFitsHost(*cfg, ranks->world != nullptr ? ranks->world->size() : 1,
-                                     shape_file.empty()
-                                         ? "the model flags"
-                                         : absl::StrCat("the checkpoint '", shape_file, "'"));
-      !s.ok()) {
-    return s;
+  const int processes = ranks->world != nullptr ? ranks->world->size() : 1;
+  const std::string shape_source =
+      shape_file.empty() ? "the model flags" : absl::StrCat("the checkpoint '", shape_file, "'");
+  // Every model but GPT-2 is built by its registration (which bounds its shape); GPT-2's size is
+  // checked before its layout is built.
+  const ModelOnMesh remake = [&](const Mesh& m) -> absl::StatusOr<std::unique_ptr<Model>> {
+    if (!gpt2) return CreateModel(model_name, args, m, absl::GetFlag(FLAGS_sp) && m.size() > 1);
+    absl::StatusOr<GptLayout> l = GptLayout::Create(m, *cfg, absl::GetFlag(FLAGS_sp) && m.size() > 1);
+    if (!l.ok()) return l.status();
+    return std::unique_ptr<Model>(std::make_unique<GptLayout>(*std::move(l)));
+  };
+  if (gpt2) {
+    const ModelShape s{.layers = cfg->layers, .d_model = cfg->d_model, .vocab = cfg->vocab,
+                       .seq = cfg->seq, .dtype = cfg->dtype};
+    if (absl::Status st = CheckFitsHost(planner::ModelParameters(*cfg), s, processes,
+                                        shape_source);
+        !st.ok()) {
+      return st;
+    }
   }
-  absl::StatusOr<GptLayout> layout = GptLayout::Create(*mesh, *cfg, absl::GetFlag(FLAGS_sp));
-  if (!layout.ok()) return layout.status();
+  absl::StatusOr<std::unique_ptr<Model>> made =
+      gpt2 ? remake(*mesh) : CreateModel(model_name, args, *mesh, absl::GetFlag(FLAGS_sp));
+  if (!made.ok()) return made.status();
+  const std::unique_ptr<Model> layout = *std::move(made);
+  if (!gpt2) {
+    double params = 0;
+    for (const ParamInfo& p : layout->params()) params += NumElements(p.global_shape);
+    if (absl::Status st = CheckFitsHost(params, layout->shape(), processes, shape_source);
+        !st.ok()) {
+      return st;
+    }
+  }
   if (absl::GetFlag(FLAGS_plan) && ranks->print) {
     if (absl::Status s = PrintPlan(*layout); !s.ok()) return s;
   }
-  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tokenizer = LoadTokenizer(*cfg);
+  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tokenizer = LoadTokenizer(layout->shape());
   if (!tokenizer.ok()) return tokenizer.status();
   const BpeTokenizer* tok = tokenizer->get();
   TokenDataOptions data_options;
@@ -1175,8 +1280,8 @@ absl::Status Run() {
   data_options.data = absl::GetFlag(FLAGS_data);
   data_options.val_data = absl::GetFlag(FLAGS_val_data);
   data_options.val_fraction = absl::GetFlag(FLAGS_val_fraction);
-  data_options.vocab = cfg->vocab;
-  data_options.seq = cfg->seq;
+  data_options.vocab = layout->shape().vocab;
+  data_options.seq = layout->shape().seq;
   absl::StatusOr<TokenData> data = LoadTokenData(data_options);
   if (!data.ok()) return data.status();
   absl::StatusOr<RunConfig> run_config = DescribeRun(*run, resume, &resume_note);
@@ -1190,7 +1295,7 @@ absl::Status Run() {
   if (absl::Status s = SetOptimization(o); !s.ok()) return s;
   RunOutputs outputs(*layout, *ranks, *run_config);
   if (absl::Status s = outputs.Set(*data, o); !s.ok()) return s;
-  absl::StatusOr<SampleRequest> sample = ParseSampleRequest(*cfg, tok);
+  absl::StatusOr<SampleRequest> sample = ParseSampleRequest(layout->shape(), tok);
   if (!sample.ok()) return sample.status();
   o.runtime.comm = ranks->world.get();
   o.runtime.placement = ranks->placement;
@@ -1204,11 +1309,11 @@ absl::Status Run() {
     PrintHeader(*layout, *ranks, o, data->train.size());
     if (!resume_note.empty()) std::cout << resume_note << (resume_note.back() == '\n' ? "" : "\n");
   }
-  StepPrinter printer(ranks->print, o.batch * cfg->seq, &types,
+  StepPrinter printer(ranks->print, o.batch * layout->shape().seq, &types,
                       ranks->print ? MfuFor(*layout, *ranks) : MfuBasis{});
   o.hooks.on_step = [&printer](const StepInfo& s) { printer(s); };
   const std::vector<NamedTensor> init = o.checkpoint.init_path.empty() && o.checkpoint.resume_path.empty()
-                                            ? InitGpt(*cfg, absl::GetFlag(FLAGS_seed))
+                                            ? layout->Init(absl::GetFlag(FLAGS_seed))
                                             : std::vector<NamedTensor>{};
   if (layout->pp_ways() > 1 || o.pipeline.microbatches != 1) {
     std::cout << absl::StrFormat("pipeline: pp=%d, %d microbatches of %d sequences, %s%s\n",
@@ -1235,7 +1340,7 @@ absl::Status Run() {
   if (absl::Status s = outputs.SaveFinal(*r); !s.ok()) return s;
   std::vector<int64_t> sampled;
   if (sample->tokens > 0) {
-    absl::StatusOr<std::vector<int64_t>> out = Sample(*layout, *ranks, *r, *sample);
+    absl::StatusOr<std::vector<int64_t>> out = Sample(*layout, remake, *ranks, *r, *sample);
     if (!out.ok()) return out.status();
     sampled = *std::move(out);
   }

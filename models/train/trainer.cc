@@ -32,7 +32,7 @@ namespace {
 // What every rank's trainer shares with TrainGpt: the run's inputs and the result being filled.
 // The reporting rank writes the per-step fields of `result`; everything else is under `mu`.
 struct SharedRun {
-  const GptLayout& layout;
+  const Model& layout;
   const TrainOptions& options;
   const std::vector<int64_t>& tokens;
   const RunPlan& plan;
@@ -83,7 +83,7 @@ class RankTrainer {
   }
 
   SharedRun& run_;
-  const GptLayout& layout_;
+  const Model& layout_;
   const TrainOptions& options_;
   const RunPlan& plan_;
   RankContext& ctx_;
@@ -129,7 +129,7 @@ RankTrainer::RankTrainer(SharedRun& run, RankContext& ctx)
 }
 
 void RankTrainer::Run() {
-  const GptConfig& c = layout_.config();
+  const ModelShape& c = layout_.shape();
   const int64_t first_step = run_.source.first_step;
   for (int64_t step = first_step; step < options_.steps; ++step) {
     ctx_.ClearCollectiveLog();
@@ -267,7 +267,7 @@ double RankTrainer::MaybeEvaluate(int64_t step) {
   double sum = 0;
   for (int64_t e = 0; e < options_.eval.steps; ++e) {
     Tensor vi, vt;
-    BatchAt(options_.eval.tokens, e, options_.batch, layout_.config().seq, &vi, &vt);
+    BatchAt(options_.eval.tokens, e, options_.batch, layout_.shape().seq, &vi, &vt);
     std::vector<Value> ids, targets;
     if (plan_.pipelined) {
       batches_.Microbatches(vi, vt, &ids, &targets);
@@ -310,7 +310,7 @@ void RankTrainer::Report(int64_t step, double lr, const StepOutcome& out, double
   }
   result.losses.push_back(out.loss);
   result.grad_norms.push_back(out.norm);
-  if (layout_.config().moe.on()) result.moe_dropped.push_back(out.moe.dropped);
+  if (layout_.shape().moe.on()) result.moe_dropped.push_back(out.moe.dropped);
   if (options_.hooks.on_step) {
     const int64_t peak =
         dev_.is_cuda() ? cuda::DeviceAllocator(dev_.index).stats().peak_allocated_bytes : -1;
@@ -374,16 +374,17 @@ std::vector<Device> RunDevices(const Mesh& mesh, const TrainOptions& options) {
 
 }  // namespace
 
-absl::StatusOr<TrainResult> TrainGpt(const GptLayout& given, const std::vector<NamedTensor>& init,
+absl::StatusOr<TrainResult> TrainGpt(const Model& given, const std::vector<NamedTensor>& init,
                                      const std::vector<int64_t>& tokens,
                                      const TrainOptions& options) {
-  // The run's layout: options.recompute, when set, in place of the config's.
-  const GptLayout layout =
-      options.recompute ? given.WithRecomputeMode(*options.recompute) : given;
+  // The run's model: options.recompute, when set, in place of the model's own.
+  const std::unique_ptr<Model> recomputed =
+      options.recompute ? given.WithRecompute(*options.recompute) : nullptr;
+  const Model& layout = recomputed ? *recomputed : given;
   const Mesh& mesh = layout.mesh();
   absl::StatusOr<RunPlan> plan = PlanRun(layout, options);
   if (!plan.ok()) return plan.status();
-  if (absl::Status s = CheckTokens(layout.config(), tokens); !s.ok()) return s;
+  if (absl::Status s = CheckTokens(layout.shape(), tokens); !s.ok()) return s;
   absl::StatusOr<StateSource> source = OpenStateSource(layout, init, options);
   if (!source.ok()) return source.status();
   SharedRun run{layout, options, tokens, *plan, *source};
@@ -393,7 +394,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& given, const std::vector<N
                  : options.runtime.comm != nullptr ? options.runtime.comm->rank()
                                            : 0;
   TrainResult& result = run.result;
-  result.recompute = RecomputeModeName(layout.config().recompute);
+  result.recompute = RecomputeModeName(layout.shape().recompute);
   const std::vector<Device> devices = RunDevices(mesh, options);
   result.ranks_per_device =
       options.runtime.comm != nullptr
@@ -438,7 +439,7 @@ absl::StatusOr<TrainResult> TrainGpt(const GptLayout& given, const std::vector<N
   return std::move(result);
 }
 
-void AddFinalTensor(const GptLayout& layout, size_t k, Tensor global, TrainResult* result) {
+void AddFinalTensor(const Model& layout, size_t k, Tensor global, TrainResult* result) {
   const size_t np = layout.params().size();
   std::vector<NamedTensor>& dst = k < np       ? result->params
                                   : k < 2 * np ? result->adam_state.exp_avg
@@ -446,7 +447,7 @@ void AddFinalTensor(const GptLayout& layout, size_t k, Tensor global, TrainResul
   dst.push_back({layout.params()[k % np].name, std::move(global)});
 }
 
-absl::Status SaveTrainResult(const std::string& path, const GptLayout& layout,
+absl::Status SaveTrainResult(const std::string& path, const Model& layout,
                              const TrainResult& result) {
   const bool has_moments = result.adam_state.exp_avg.size() == layout.params().size();
   return SaveGpt(path, layout, result.params, has_moments ? &result.adam_state : nullptr,

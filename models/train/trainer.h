@@ -119,9 +119,9 @@ struct TrainResult {
 
 // For trainers: index k of the 3 * params tensors a rank ends with
 // (parameters, then exp_avg, then exp_avg_sq, each in layout order) -> the result's named tensor.
-void AddFinalTensor(const GptLayout& layout, size_t k, Tensor global, TrainResult* result);
+void AddFinalTensor(const Model& layout, size_t k, Tensor global, TrainResult* result);
 // --save: the result's parameters (and AdamW moments once a step ran) at result.steps_done.
-absl::Status SaveTrainResult(const std::string& path, const GptLayout& layout,
+absl::Status SaveTrainResult(const std::string& path, const Model& layout,
                              const TrainResult& result);
 
 // Trains inside one RunSpmd over layout.mesh() (or over options.comm): each rank holds its
@@ -131,7 +131,7 @@ absl::Status SaveTrainResult(const std::string& path, const GptLayout& layout,
 // checkpoint file, the save path); FailedPrecondition naming the step when the loss or the
 // gradient norm is not finite (the optimizer step is not taken: on GPU ranks AdamW skips it on
 // the device, and the host stops the run once it reads the step's loss and norm).
-absl::StatusOr<TrainResult> TrainGpt(const GptLayout& layout, const std::vector<NamedTensor>& init,
+absl::StatusOr<TrainResult> TrainGpt(const Model& layout, const std::vector<NamedTensor>& init,
                                      const std::vector<int64_t>& tokens,
                                      const TrainOptions& options);
 

@@ -11,7 +11,8 @@ It draws the weights from a fixed torch seed (RMSNorm weights 1 + 0.1 N(0,1) so 
 misplaced norm weight shows), a batch of tokens, computes loss and gradients in float64 and
 writes them all to one safetensors file (written with json + struct: Debian has no
 python3-safetensors): the parameters under Hugging Face's names, `grad.<name>` for each
-gradient, `tokens` [batch, seq+1] (as F64) and `loss` [1]. models/llama/llama_model_test.cc
+gradient, `tokens` [batch, seq+1] (as F64) and `loss` [1]; and the losses of 5 AdamW steps with
+clipping from the same weights (`train_losses` [5]) over a token stream (`train_tokens`). models/llama/llama_model_test.cc
 reads the committed file (models/llama/testdata/llama_torch_reference.safetensors), runs
 shardmap's LlamaLayout on the same weights on several meshes and compares to 1e-9 relative.
 
@@ -30,6 +31,8 @@ import torch.nn.functional as F
 LAYERS, D, HEADS, KV_HEADS, FFN, VOCAB, SEQ, BATCH = 2, 32, 4, 2, 80, 64, 16, 4
 THETA, EPS = 10000.0, 1e-5
 HD = D // HEADS
+# Training: 5 steps of PyTorch's AdamW (decay on >= 2-dim tensors) with global-norm clipping.
+STEPS, LR, BETAS, ADAM_EPS, WD, CLIP, STREAM = 5, 1e-2, (0.9, 0.95), 1e-8, 0.1, 1.0, 400
 
 
 def init_params(seed):
@@ -98,6 +101,29 @@ def forward(p, ids, targets):
     return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
 
 
+def train(init, stream):
+    """Losses of STEPS steps; sample b of step s is stream[(s*B+b)*T : +T+1], wrapping."""
+    p = {k: v.detach().clone().requires_grad_() for k, v in init.items()}
+    decay = [v for v in p.values() if v.dim() >= 2]
+    no_decay = [v for v in p.values() if v.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=LR, betas=BETAS, eps=ADAM_EPS)
+    losses, norms = [], []
+    n = stream.numel()
+    for step in range(STEPS):
+        rows = [stream[(torch.arange(SEQ + 1) + (step * BATCH + b) * SEQ) % n]
+                for b in range(BATCH)]
+        x = torch.stack(rows)
+        loss = forward(p, x[:, :-1], x[:, 1:])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(list(p.values()), CLIP)))
+        opt.step()
+        losses.append(loss.item())
+    return torch.tensor(losses, dtype=torch.float64), norms
+
+
 def write_safetensors(path, tensors):
     header, blobs, offset = {}, [], 0
     for name, t in tensors.items():
@@ -125,9 +151,15 @@ def main():
     out.update({"grad." + k: gr for k, gr in zip(p, grads)})
     out["tokens"] = tokens.to(torch.float64)
     out["loss"] = loss.detach().reshape(1)
+    stream = torch.randint(0, VOCAB, (STREAM,), generator=g)
+    losses, norms = train({k: v.detach() for k, v in p.items()}, stream)
+    out["train_tokens"] = stream.to(torch.float64)
+    out["train_losses"] = losses
     write_safetensors(args.out, out)
     print(f"torch {torch.__version__}: loss {loss.item():.17g}, |grad| "
           f"{math.sqrt(sum(float((gr * gr).sum()) for gr in grads)):.17g} -> {args.out}")
+    print("training losses " + " ".join(f"{v:.12f}" for v in losses.tolist()) +
+          ", grad norms " + " ".join(f"{v:.4f}" for v in norms))
 
 
 if __name__ == "__main__":

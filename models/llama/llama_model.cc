@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "autograd/checkpoint.h"
 #include "models/parallel/ring_attention.h"
@@ -250,9 +251,9 @@ absl::StatusOr<LlamaLayout> LlamaLayout::Create(const Mesh& mesh, const LlamaCon
     if (absl::Status s = info.spec.Validate(mesh, p.shape, p.name); !s.ok()) return s;
     l.params_.push_back(std::move(info));
   }
-  l.shape_ = ModelShape{.layers = cfg.layers, .d_model = cfg.d_model, .vocab = cfg.vocab,
-                        .seq = cfg.seq, .dtype = cfg.dtype, .compute = cfg.compute,
-                        .recompute = cfg.recompute};
+  l.shape_ = ModelShape{.layers = cfg.layers, .d_model = cfg.d_model, .heads = cfg.heads,
+                        .kv_heads = cfg.kv_heads, .vocab = cfg.vocab, .seq = cfg.seq,
+                        .dtype = cfg.dtype, .compute = cfg.compute, .recompute = cfg.recompute};
   return l;
 }
 
@@ -273,6 +274,24 @@ std::unique_ptr<Model> LlamaLayout::WithRecompute(RecomputeMode mode) const {
   l->cfg_.recompute = mode;
   l->shape_.recompute = mode;
   return l;
+}
+
+std::map<std::string, std::string> LlamaLayout::ShapeMetadata() const {
+  std::map<std::string, std::string> m = {
+      {"model", "llama3"},
+      {"llama3.layers", absl::StrCat(cfg_.layers)},
+      {"llama3.d_model", absl::StrCat(cfg_.d_model)},
+      {"llama3.heads", absl::StrCat(cfg_.heads)},
+      {"llama3.kv_heads", absl::StrCat(cfg_.kv_heads)},
+      {"llama3.ffn_dim", absl::StrCat(cfg_.ffn_dim)},
+      {"llama3.vocab", absl::StrCat(cfg_.vocab)},
+      {"llama3.seq", absl::StrCat(cfg_.seq)},
+      {"llama3.rope_theta", absl::StrFormat("%.17g", cfg_.rope_theta)},
+      {"llama3.norm_eps", absl::StrFormat("%.17g", cfg_.norm_eps)},
+      {"llama3.dtype", DTypeName(cfg_.dtype)},
+  };
+  if (cfg_.compute.has_value()) m["llama3.compute"] = DTypeName(*cfg_.compute);
+  return m;
 }
 
 std::string LlamaLayout::Describe() const {

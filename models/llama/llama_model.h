@@ -30,6 +30,7 @@
 #define SHARDMAP_MODELS_LLAMA_LLAMA_MODEL_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -109,6 +110,9 @@ class LlamaLayout : public Model {
              int64_t global_tokens) const override;
   Value Logits(const ParamFn& use, const Value& x) const override;
   double FlopsPerToken() const override;
+  // "model" = "llama3" and the config as "llama3.*" (layers, d_model, heads, kv_heads, ffn_dim,
+  // vocab, seq, rope_theta, norm_eps, dtype, compute).
+  std::map<std::string, std::string> ShapeMetadata() const override;
 
  private:
   ParallelDims dims_;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -163,6 +164,13 @@ TEST(LlamaLayoutTest, ParameterTableOnFsdpTimesTp) {
   EXPECT_EQ(info("model.embed_tokens.weight").unit.kind, ModelUnit::kEmbed);
   for (const ParamInfo& p : l.params()) EXPECT_FALSE(p.tied_to_head) << p.name;
   EXPECT_EQ(l.CheckpointName(q), q.name);
+  EXPECT_EQ(l.shape().heads, 4);
+  EXPECT_EQ(l.shape().kv_heads, 2);
+  const std::map<std::string, std::string> meta = l.ShapeMetadata();
+  EXPECT_EQ(meta.at("model"), "llama3");
+  EXPECT_EQ(meta.at("llama3.kv_heads"), "2");
+  EXPECT_EQ(meta.at("llama3.ffn_dim"), "96");
+  EXPECT_EQ(meta.at("llama3.rope_theta"), "500000");
 }
 
 TEST(LlamaLayoutTest, InitIsSeededNormalWithDepthScaledOutputs) {

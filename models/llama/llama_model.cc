@@ -193,7 +193,7 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromArgs(const ModelArgs& args) {
         "SwiGLU MLP in every block; it has no mixture of experts. Drop --experts (or use "
         "--model=gpt2 for MoE)"));
   }
-  LlamaConfig cfg;  // defaults: the library's small test shape, unless a preset names one
+  LlamaConfig cfg;  // the library's small test shape, unless a preset names one
   if (!args.preset.empty()) {
     absl::StatusOr<LlamaConfig> p = LlamaPreset(args.preset);
     if (!p.ok()) return p.status();
@@ -202,12 +202,25 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromArgs(const ModelArgs& args) {
   cfg.layers = args.layers.value_or(cfg.layers);
   cfg.d_model = args.d_model.value_or(cfg.d_model);
   cfg.heads = args.heads.value_or(cfg.heads);
-  cfg.kv_heads = args.kv_heads.value_or(cfg.kv_heads);
-  cfg.ffn_dim = args.ffn_dim.value_or(cfg.ffn_dim);
+  // train's flags (models/train/train_gpt.cc): kv_heads / ffn_dim unset or 0 take the preset's,
+  // else (no preset) heads (multi-head) and Meta's rule from d_model (multiple_of 256, the
+  // debugmodel's). rope_theta / norm_eps unset or 0 keep the preset's (Llama 3's).
+  const bool preset = !args.preset.empty();
+  auto given = [](const auto& v) { return v.has_value() && *v != 0; };
+  if (given(args.kv_heads)) {
+    cfg.kv_heads = *args.kv_heads;
+  } else if (!preset) {
+    cfg.kv_heads = cfg.heads;
+  }
+  if (given(args.ffn_dim)) {
+    cfg.ffn_dim = *args.ffn_dim;
+  } else if (!preset) {
+    cfg.ffn_dim = LlamaFfnDim(cfg.d_model, 256);
+  }
   cfg.vocab = args.vocab.value_or(cfg.vocab);
   cfg.seq = args.seq.value_or(cfg.seq);
-  cfg.rope_theta = args.rope_theta.value_or(cfg.rope_theta);
-  cfg.norm_eps = args.norm_eps.value_or(cfg.norm_eps);
+  if (given(args.rope_theta)) cfg.rope_theta = *args.rope_theta;
+  if (given(args.norm_eps)) cfg.norm_eps = *args.norm_eps;
   ModelShape precision;
   if (absl::Status s = ParsePrecision(args.dtype, &precision); !s.ok()) return s;
   cfg.dtype = precision.dtype;

@@ -78,8 +78,9 @@ absl::StatusOr<LlamaConfig> LlamaPreset(const std::string& name);
 std::vector<std::string> LlamaPresetNames();
 
 // The config the command line names (models/model/registry.h): the preset, then the explicit
-// shape flags over it. InvalidArgument for what Llama 3 does not have (--experts), an unknown
-// preset, or a bad --dtype.
+// shape flags over it. kv_heads / ffn_dim unset or 0: the preset's, or without a preset heads
+// and LlamaFfnDim(d_model, 256); rope_theta / norm_eps unset or 0: the preset's (Llama 3's).
+// InvalidArgument for what Llama 3 does not have (--experts), an unknown preset, a bad --dtype.
 absl::StatusOr<LlamaConfig> LlamaConfigFromArgs(const ModelArgs& args);
 
 class LlamaLayout : public Model {

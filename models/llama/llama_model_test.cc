@@ -83,6 +83,35 @@ TEST(LlamaRegistryTest, CreatesFromPresetAndFlags) {
   EXPECT_EQ((*m)->params().size(), 3u + 2 * 9);  // embed, 9 per layer, norm, lm_head
 }
 
+// train's flags: without a preset kv_heads defaults to heads and ffn_dim to Meta's rule; 0
+// means "the preset's".
+TEST(LlamaRegistryTest, UnsetOrZeroFlagsTakeThePresetsOrTheRule) {
+  ModelArgs plain;
+  plain.d_model = 64;
+  plain.heads = 4;
+  LlamaConfig c = *LlamaConfigFromArgs(plain);
+  EXPECT_EQ(c.kv_heads, 4);
+  EXPECT_EQ(c.ffn_dim, 256);  // int(2 * 256 / 3) = 170 -> 256
+  EXPECT_EQ(c.rope_theta, 500000);
+  ModelArgs zeros{.preset = "llama3_8b"};
+  zeros.kv_heads = 0;
+  zeros.ffn_dim = 0;
+  zeros.rope_theta = 0;
+  zeros.norm_eps = 0;
+  c = *LlamaConfigFromArgs(zeros);
+  EXPECT_EQ(c.kv_heads, 8);
+  EXPECT_EQ(c.ffn_dim, 14336);
+  EXPECT_EQ(c.rope_theta, 500000);
+  EXPECT_EQ(c.norm_eps, 1e-5);
+  ModelArgs over{.preset = "llama3_8b"};
+  over.kv_heads = 4;
+  over.layers = 2;
+  c = *LlamaConfigFromArgs(over);
+  EXPECT_EQ(c.kv_heads, 4);
+  EXPECT_EQ(c.layers, 2);
+  EXPECT_EQ(c.d_model, 4096);
+}
+
 TEST(LlamaRegistryTest, RefusesWhatLlamaLacksAndBadShapes) {
   const Mesh one = *ParseMesh("dp=1");
   ModelArgs moe;
@@ -104,11 +133,13 @@ TEST(LlamaRegistryTest, RefusesWhatLlamaLacksAndBadShapes) {
   ModelArgs dtype{.dtype = "f16"};
   EXPECT_THAT(CreateModel("llama3", dtype, one, false).status().message(), HasSubstr("--dtype"));
   ModelArgs theta;
-  theta.rope_theta = 0;
+  theta.rope_theta = 0.5;  // (0 means "the preset's")
   EXPECT_THAT(CreateModel("llama3", theta, one, false).status().message(),
               HasSubstr("rope_theta"));
   // tp=4 > kv_heads=2: Megatron would replicate kv heads; we refuse.
-  EXPECT_THAT(CreateModel("llama3", ModelArgs{}, *ParseMesh("tp=4"), false).status().message(),
+  ModelArgs gqa;
+  gqa.kv_heads = 2;
+  EXPECT_THAT(CreateModel("llama3", gqa, *ParseMesh("tp=4"), false).status().message(),
               HasSubstr("Megatron replicates kv heads"));
   EXPECT_THAT(CreateModel("llama3", ModelArgs{}, *ParseMesh("cp=3"), false).status().message(),
               HasSubstr("2*cp"));

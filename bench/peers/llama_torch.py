@@ -116,9 +116,9 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
-    data, times = tokens(), []
+    data, times, cpu = tokens(), [], []
     for step in range(WARMUP + MEASURED):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         x, y = batch_at(data, step)
         loss = model(x, y)
         opt.zero_grad(set_to_none=True)
@@ -127,11 +127,12 @@ def main():
         opt.step()
         if step >= WARMUP:
             times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
     rate = BATCH * SEQ * len(times) / sum(times)
     print(f"PyTorch {torch.__version__} eager, Llama {LAYERS}x{D}, "
           f"{HEADS}/{KV_HEADS} heads, ffn {FFN}, seq {SEQ}, vocab {VOCAB}, batch {BATCH}, f32")
     print(f"torch/threads:1  {rate:10.0f} tokens/s  step {1e3 * sum(times) / len(times):.1f} ms  "
-          f"loss {loss.item():.4f}")
+          f"cpu {1e3 * sum(cpu) / len(cpu):.1f} ms/step  loss {loss.item():.4f}")
 
 
 if __name__ == "__main__":

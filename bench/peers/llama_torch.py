@@ -6,8 +6,9 @@ lm_head, mean cross-entropy), 4 layers, d_model 256, 8 heads, 4 kv heads, ffn 76
 seq 256, batch 8, f32; AdamW (lr 1e-3, betas 0.9/0.95, wd 0.1 on >= 2-dim tensors) with
 global-norm clipping 1.0; the batch rule of the C++ benchmark (sample b of step s is tokens
 [(s*B+b)*T, +T+1) of the same LCG token stream). Attention is written out (scores, mask,
-softmax) as in modeling_llama's eager path (Debian's torch 1.13 has no scaled_dot_product_attention).
-Prints tokens/s with 1 thread (the C++ side's single rank).
+softmax) as in modeling_llama's eager path (Debian's torch 1.13 has no
+scaled_dot_product_attention). Prints tokens/s and CPU ms per step with 1 thread (the C++ side's
+single rank).
 
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/peers/llama_torch.py
 """

@@ -12,9 +12,10 @@ misplaced norm weight shows), a batch of tokens, computes loss and gradients in 
 writes them all to one safetensors file (written with json + struct: Debian has no
 python3-safetensors): the parameters under Hugging Face's names, `grad.<name>` for each
 gradient, `tokens` [batch, seq+1] (as F64) and `loss` [1]; and the losses of 5 AdamW steps with
-clipping from the same weights (`train_losses` [5]) over a token stream (`train_tokens`). models/llama/llama_model_test.cc
-reads the committed file (models/llama/testdata/llama_torch_reference.safetensors), runs
-shardmap's LlamaLayout on the same weights on several meshes and compares to 1e-9 relative.
+clipping from the same weights (`train_losses` [5]) over a token stream (`train_tokens`).
+models/llama/llama_model_test.cc and llama_train_test.cc read the committed file
+(models/llama/testdata/llama_torch_reference.safetensors), run shardmap's LlamaLayout (and the
+trainer) on the same weights on several meshes and compare to 1e-9 relative.
 
     /usr/bin/python3 bench/peers/llama_torch_check.py [--out FILE]
     bash bench/peers/llama_torch_check.sh     # installs python3-torch if needed, then the test

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -407,6 +408,9 @@ struct MeshCase {
   bool sp;
   RecomputeMode recompute = RecomputeMode::kNone;
 };
+void PrintTo(const MeshCase& c, std::ostream* os) {
+  *os << c.mesh << (c.sp ? " +sp" : "") << " recompute " << static_cast<int>(c.recompute);
+}
 std::string CaseName(const ::testing::TestParamInfo<MeshCase>& p) {
   std::string s = p.param.mesh + (p.param.sp ? "_sp" : "");
   if (p.param.recompute == RecomputeMode::kFull) s += "_full";

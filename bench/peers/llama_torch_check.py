@@ -12,7 +12,8 @@ misplaced norm weight shows), a batch of tokens, computes loss and gradients in 
 writes them all to one safetensors file (written with json + struct: Debian has no
 python3-safetensors): the parameters under Hugging Face's names, `grad.<name>` for each
 gradient, `tokens` [batch, seq+1] (as F64) and `loss` [1]; and the losses of 5 AdamW steps with
-clipping from the same weights (`train_losses` [5]) over a token stream (`train_tokens`).
+clipping from the same weights (`train_losses` [5]) over a token stream (`train_tokens`), and the
+weights those steps end with (`final.<name>`).
 models/llama/llama_model_test.cc and llama_train_test.cc read the committed file
 (models/llama/testdata/llama_torch_reference.safetensors), run shardmap's LlamaLayout (and the
 trainer) on the same weights on several meshes and compare to 1e-9 relative.
@@ -122,7 +123,7 @@ def train(init, stream):
         norms.append(float(torch.nn.utils.clip_grad_norm_(list(p.values()), CLIP)))
         opt.step()
         losses.append(loss.item())
-    return torch.tensor(losses, dtype=torch.float64), norms
+    return torch.tensor(losses, dtype=torch.float64), norms, p
 
 
 def write_safetensors(path, tensors):
@@ -153,9 +154,10 @@ def main():
     out["tokens"] = tokens.to(torch.float64)
     out["loss"] = loss.detach().reshape(1)
     stream = torch.randint(0, VOCAB, (STREAM,), generator=g)
-    losses, norms = train({k: v.detach() for k, v in p.items()}, stream)
+    losses, norms, final = train({k: v.detach() for k, v in p.items()}, stream)
     out["train_tokens"] = stream.to(torch.float64)
     out["train_losses"] = losses
+    out.update({"final." + k: v for k, v in final.items()})  # the weights after the 5 steps
     write_safetensors(args.out, out)
     print(f"torch {torch.__version__}: loss {loss.item():.17g}, |grad| "
           f"{math.sqrt(sum(float((gr * gr).sum()) for gr in grads)):.17g} -> {args.out}")

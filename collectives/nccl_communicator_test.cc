@@ -540,7 +540,7 @@ TEST(NcclCommunicatorTest, TheWatchdogDoesNotFlagCompletedCalls) {
   auto store = SoloStore();
   ASSERT_TRUE(store.ok()) << store.status();
   NcclOptions o;
-  o.timeout = absl::Seconds(2);
+  o.watch_timeout = absl::Seconds(2);  // the creation keeps the default timeout
   auto comm = CreateNcclCommunicator(**store, o);
   ASSERT_TRUE(comm.ok()) << comm.status();
   Communicator& c = **comm;
@@ -568,7 +568,7 @@ TEST(NcclCommunicatorTest, TheWatchdogFailsTheNextCallWhenACallDoesNotComplete) 
   auto store = SoloStore();
   ASSERT_TRUE(store.ok()) << store.status();
   NcclOptions o;
-  o.timeout = absl::Seconds(3);  // also for the creation and the split
+  o.watch_timeout = absl::Seconds(3);  // the creation and the split keep the default timeout
   auto comm = CreateNcclCommunicator(**store, o);
   ASSERT_TRUE(comm.ok()) << comm.status();
   Communicator& c = **comm;

@@ -847,6 +847,7 @@ class NcclCommunicator final : public Communicator {
     for (ncclComm_t c : {comm_, other}) {
       if (c == nullptr) continue;
       while (true) {
+        if (c == comm_) SM_COLL_RETURN_IF_ERROR(AbortedMeanwhile());
         ncclResult_t st = ncclSuccess;
         SM_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(c, &st), c);
         if (st == ncclSuccess) break;
@@ -863,6 +864,13 @@ class NcclCommunicator final : public Communicator {
       }
     }
     return absl::OkStatus();
+  }
+
+  // Aborted once the watchdog tore the communicator down without its lock (this thread kept it
+  // past kAbortLockGrace): the ncclComm_t must not be touched again.
+  absl::Status AbortedMeanwhile() const {
+    if (!slot_->torn_down()) return absl::OkStatus();
+    return absl::AbortedError("the NCCL watchdog aborted the communicator during this call");
   }
 
   // Non-OK once the world failed elsewhere while this rank waits (after kWatchAfter): another
@@ -893,6 +901,7 @@ class NcclCommunicator final : public Communicator {
       if (e != cudaErrorNotReady) {
         return internal::CudaStatus(e, "cudaStreamQuery", __FILE__, __LINE__);
       }
+      SM_COLL_RETURN_IF_ERROR(AbortedMeanwhile());
       ncclResult_t st = ncclSuccess;
       SM_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm_, &st), comm_);
       if (st != ncclSuccess && st != ncclInProgress) {

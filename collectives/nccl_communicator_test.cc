@@ -370,7 +370,6 @@ TEST(NcclCommunicatorTest, HostWaitsAreCountedAndStartedCallsAreTimed) {
   auto comm = CreateNcclCommunicator(**store, {});
   ASSERT_TRUE(comm.ok()) << comm.status();
   Communicator& c = **comm;
-  cudaStream_t compute = static_cast<cudaStream_t>(c.memory_space().stream);
   float* d = ToDevice(std::vector<float>{1.0f, 2.0f, 3.0f});
   float* out = ToDevice(std::vector<float>(3, 0.0f));
   {  // the first start opens the lane (a split: no stream wait either)

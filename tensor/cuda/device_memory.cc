@@ -118,7 +118,9 @@ struct DeferredChecks {
   ~DeferredChecks() {
     queue.reset();
     for (cudaEvent_t& e : landed) {
-      if (e != nullptr) internal::NoteCudaError(cudaEventDestroy(e), "cudaEventDestroy (deferred index checks)");
+      if (e != nullptr) {
+        internal::NoteCudaError(cudaEventDestroy(e), "cudaEventDestroy (deferred index checks)");
+      }
     }
     if (host != nullptr) {
       internal::NoteCudaError(cudaFreeHost(host), "cudaFreeHost (deferred index checks)");
@@ -151,19 +153,21 @@ struct DeferredChecks {
 };
 thread_local DeferredChecks deferred_checks;
 
-// Runs `f` (which runs queued checks); a check's error says it was deferred.
-template <typename F>
-void WithDeferredNote(F f) {
-  try {
-    f();
-  } catch (const OpError& e) {
-    throw OpError(absl::Status(
-        e.status().code(),
-        absl::StrCat(e.status().message(),
-                     " (found at a later read back: index checks are deferred, "
-                     "cuda::SetDeferredIndexChecks; run with SHARDMAP_DEFER_INDEX_CHECKS=0 to "
-                     "stop at the op)")));
-  }
+// The op's `fail`, whose error then says it was deferred (a CUDA error met while running the
+// checks is left as it is).
+std::function<void(int64_t)> WithDeferredNote(std::function<void(int64_t)> fail) {
+  return [fail = std::move(fail)](int64_t pos) {
+    try {
+      fail(pos);
+    } catch (const OpError& e) {
+      throw OpError(absl::Status(
+          e.status().code(),
+          absl::StrCat(e.status().message(),
+                       " (found at a later wait for the stream: index checks are deferred, "
+                       "cuda::DeferredIndexChecksScope; run with SHARDMAP_DEFER_INDEX_CHECKS=0 "
+                       "to stop at the op)")));
+    }
+  };
 }
 
 // Runs (and drops) this thread's queued checks whose copies have landed; throws the first
@@ -171,7 +175,7 @@ void WithDeferredNote(F f) {
 void RunLandedChecks() {
   DeferredChecks& d = deferred_checks;
   if (d.queue == nullptr || d.queue->pending() == 0) return;
-  WithDeferredNote([&] { d.queue->RunFinished(); });
+  d.queue->RunFinished();
 }
 
 // Synchronize (runtime.cc, a layer below) runs the landed checks after its wait.
@@ -223,8 +227,7 @@ void DeferIndexCheck(int device, const void* device_word, std::function<void(int
   d.Ensure();
   // Full: waits for the oldest check's copy (by its event: its stream may be gone) and runs the
   // landed ones, whose error (an earlier op's) is thrown here.
-  int slot = -1;
-  WithDeferredNote([&] { slot = d.queue->Acquire(); });
+  const int slot = d.queue->Acquire();
   const cudaStream_t stream = static_cast<cudaStream_t>(CurrentStream(device));
   cudaError_t e = cudaMemcpyAsync(&d.host[slot], device_word, sizeof(int64_t),
                                   cudaMemcpyDeviceToHost, stream);
@@ -233,7 +236,7 @@ void DeferIndexCheck(int device, const void* device_word, std::function<void(int
     d.queue->Release(slot);
     SM_CUDA_CHECK(e);
   }
-  d.queue->Add(slot, std::move(fail));
+  d.queue->Add(slot, WithDeferredNote(std::move(fail)));
 }
 
 void RunDeferredIndexChecks(int device) {

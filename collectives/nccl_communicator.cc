@@ -355,7 +355,7 @@ class NcclCommunicator final : public Communicator {
                    bool blocking_wait, std::shared_ptr<NcclWorld> world, std::string name,
                    std::string group_key)
       : slot_(std::make_shared<NcclCommSlot>(comm)),
-        comm_(slot_->comm),
+        comm_(slot_->handle),
         blocking_wait_(blocking_wait),
         device_(device),
         stream_(stream),
@@ -370,8 +370,10 @@ class NcclCommunicator final : public Communicator {
 
   ~NcclCommunicator() override {
     cudaSetDevice(device_);
-    // The watchdog may abort the communicator meanwhile: it waits for slot_->mu.
-    std::unique_lock<std::mutex> use(slot_->mu);
+    // The watchdog may abort the communicator meanwhile: under slot_->mu, or without it once it
+    // waited kAbortLockGrace; the teardown right is taken once (nccl_watchdog.h).
+    std::unique_lock<std::timed_mutex> use(slot_->mu);
+    if (comm_ != nullptr && slot_->TakeTeardown() == nullptr) comm_ = nullptr;  // aborted
     // Scratch buffers are freed only when the communicator finished its work (finalized):
     // after an abort, a copy into them queued behind a stuck kernel may still run (kept).
     bool idle = comm_ != nullptr;
@@ -690,8 +692,8 @@ class NcclCommunicator final : public Communicator {
 
   // The lane's NCCL communicator: its asynchronous error, if any (OK when healthy or gone).
   absl::Status LaneCommError() {
-    std::lock_guard<std::mutex> use(slot_->mu);
-    if (comm_ == nullptr) return absl::OkStatus();
+    std::lock_guard<std::timed_mutex> use(slot_->mu);
+    if (comm_ == nullptr || slot_->torn_down()) return absl::OkStatus();
     ncclResult_t st = ncclSuccess;
     SM_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm_, &st), comm_);
     if (st != ncclSuccess && st != ncclInProgress) {
@@ -845,6 +847,7 @@ class NcclCommunicator final : public Communicator {
     for (ncclComm_t c : {comm_, other}) {
       if (c == nullptr) continue;
       while (true) {
+        if (c == comm_) SM_COLL_RETURN_IF_ERROR(AbortedMeanwhile());
         ncclResult_t st = ncclSuccess;
         SM_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(c, &st), c);
         if (st == ncclSuccess) break;
@@ -861,6 +864,13 @@ class NcclCommunicator final : public Communicator {
       }
     }
     return absl::OkStatus();
+  }
+
+  // Aborted once the watchdog tore the communicator down without its lock (this thread kept it
+  // past kAbortLockGrace): the ncclComm_t must not be touched again.
+  absl::Status AbortedMeanwhile() const {
+    if (!slot_->torn_down()) return absl::OkStatus();
+    return absl::AbortedError("the NCCL watchdog aborted the communicator during this call");
   }
 
   // Non-OK once the world failed elsewhere while this rank waits (after kWatchAfter): another
@@ -891,6 +901,7 @@ class NcclCommunicator final : public Communicator {
       if (e != cudaErrorNotReady) {
         return internal::CudaStatus(e, "cudaStreamQuery", __FILE__, __LINE__);
       }
+      SM_COLL_RETURN_IF_ERROR(AbortedMeanwhile());
       ncclResult_t st = ncclSuccess;
       SM_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm_, &st), comm_);
       if (st != ncclSuccess && st != ncclInProgress) {
@@ -940,8 +951,9 @@ class NcclCommunicator final : public Communicator {
                    Completion completion = Completion::kDefault) {
     const std::string where = absl::StrCat("NCCL ", what, " on group '", name_, "' (rank ",
                                            rank_, " of ", size_, ")");
-    std::unique_lock<std::mutex> use(slot_->mu);
-    if (const absl::Status why = world_->failure(); !why.ok() || comm_ == nullptr) {
+    std::unique_lock<std::timed_mutex> use(slot_->mu);
+    if (const absl::Status why = world_->failure();
+        !why.ok() || comm_ == nullptr || slot_->torn_down()) {
       return absl::AbortedError(absl::StrCat(where, " refused: the communicator was aborted "
                                              "after an earlier failure: ", why.message()));
     }
@@ -971,7 +983,10 @@ class NcclCommunicator final : public Communicator {
     }
     if (s.ok() && capture == cudaStreamCaptureStatusNone) {
       if (completion == Completion::kHostWait) s = WaitStream(deadline);
-      if (completion == Completion::kWatch) s = WatchCompletion(where, call_record, deadline);
+      if (completion == Completion::kWatch) {
+        // Its own deadline (NcclOptions::watch_timeout), from the call's start.
+        s = WatchCompletion(where, call_record, deadline - timeout_ + world_->watch_timeout());
+      }
     }
     if (s.ok()) return s;
     absl::Status failed;
@@ -989,7 +1004,7 @@ class NcclCommunicator final : public Communicator {
       ncclCommAbort(*also_wait_for);
       *also_wait_for = nullptr;
     }
-    ncclCommAbort(comm_);
+    if (slot_->TakeTeardown() != nullptr) ncclCommAbort(comm_);  // else the watchdog did
     comm_ = nullptr;
     world_->Poison(failed);
     return failed;
@@ -1089,7 +1104,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   // The ncclComm_t, shared with the world's watchdog, which may abort it (nccl_watchdog.h):
-  // this communicator's calls use comm_ (a reference to slot_->comm) under slot_->mu.
+  // this communicator's calls use comm_ (a reference to slot_->handle) under slot_->mu.
   const std::shared_ptr<NcclCommSlot> slot_;
   ncclComm_t& comm_;
   const bool blocking_wait_;  // NcclOptions::blocking_wait: blocking calls wait for the stream
@@ -1143,6 +1158,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNccl(TcpStore& store,
     return absl::InvalidArgumentError(absl::StrCat(
         "NcclOptions::peer_failure_wait must not be negative, got ",
         absl::FormatDuration(options.peer_failure_wait)));
+  }
+  if (options.watch_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NcclOptions::watch_timeout must not be negative (zero: the timeout), got ",
+        absl::FormatDuration(options.watch_timeout)));
   }
   SM_COLL_ASSIGN_OR_RETURN(const int device, PickDevice(options, store.rank()));
   SM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
@@ -1200,8 +1220,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNccl(TcpStore& store,
     board = std::make_shared<PeerFailureBoard>(std::move(keep), absl::StrCat(key, "/board"),
                                                options.peer_failure_wait);
   }
+  const absl::Duration watch_timeout =
+      options.watch_timeout == absl::ZeroDuration() ? options.timeout : options.watch_timeout;
   auto world = std::make_shared<NcclWorld>(store.rank(), device, options.peer_failure_wait,
-                                           std::move(board));
+                                           watch_timeout, std::move(board));
   const bool blocking_wait =
       options.blocking_wait || internal::NcclBlockingWaitFromEnv(std::getenv("SHARDMAP_NCCL_BLOCKING_WAIT"));
   return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(

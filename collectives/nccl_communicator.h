@@ -112,8 +112,13 @@
 namespace shardmap::collectives {
 
 struct NcclOptions {
-  // How long one call (or the initialisation) may take before the communicator is aborted.
+  // How long one call (or the initialisation, or a split) may take before the communicator is
+  // aborted.
   absl::Duration timeout = absl::Minutes(5);
+  // How long a stream-ordered call may stay unfinished on its stream before the watchdog fails
+  // the world with it; zero: `timeout`. Its own option so that a short watch (a test's) does
+  // not also bound a slow NCCL initialisation or split. Splits inherit it.
+  absl::Duration watch_timeout = absl::ZeroDuration();
   // CUDA device of this rank; -1: LOCAL_RANK modulo the visible device count.
   int device = -1;
   // cudaStream_t the collectives run on; nullptr: the communicator creates its own.

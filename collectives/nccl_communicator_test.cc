@@ -370,7 +370,6 @@ TEST(NcclCommunicatorTest, HostWaitsAreCountedAndStartedCallsAreTimed) {
   auto comm = CreateNcclCommunicator(**store, {});
   ASSERT_TRUE(comm.ok()) << comm.status();
   Communicator& c = **comm;
-  cudaStream_t compute = static_cast<cudaStream_t>(c.memory_space().stream);
   float* d = ToDevice(std::vector<float>{1.0f, 2.0f, 3.0f});
   float* out = ToDevice(std::vector<float>(3, 0.0f));
   {  // the first start opens the lane (a split: no stream wait either)
@@ -540,7 +539,7 @@ TEST(NcclCommunicatorTest, TheWatchdogDoesNotFlagCompletedCalls) {
   auto store = SoloStore();
   ASSERT_TRUE(store.ok()) << store.status();
   NcclOptions o;
-  o.timeout = absl::Seconds(2);
+  o.watch_timeout = absl::Seconds(2);  // the creation keeps the default timeout
   auto comm = CreateNcclCommunicator(**store, o);
   ASSERT_TRUE(comm.ok()) << comm.status();
   Communicator& c = **comm;
@@ -568,7 +567,7 @@ TEST(NcclCommunicatorTest, TheWatchdogFailsTheNextCallWhenACallDoesNotComplete) 
   auto store = SoloStore();
   ASSERT_TRUE(store.ok()) << store.status();
   NcclOptions o;
-  o.timeout = absl::Seconds(3);  // also for the creation and the split
+  o.watch_timeout = absl::Seconds(3);  // the creation and the split keep the default timeout
   auto comm = CreateNcclCommunicator(**store, o);
   ASSERT_TRUE(comm.ok()) << comm.status();
   Communicator& c = **comm;

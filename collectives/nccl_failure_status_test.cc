@@ -121,6 +121,21 @@ TEST(CreateNcclCommunicatorTest, RefusesANegativePeerFailureWaitOrANullStore) {
   EXPECT_EQ(CreateNcclCommunicator(std::shared_ptr<TcpStore>(), {}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
+
+TEST(CreateNcclCommunicatorTest, RefusesANegativeWatchTimeout) {
+  if (!NcclCompiledIn()) GTEST_SKIP() << "built without CUDA: the factory is Unimplemented";
+  absl::StatusOr<int> port = PickFreePort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  TcpStoreOptions o;
+  o.port = *port;
+  absl::StatusOr<std::unique_ptr<TcpStore>> store = TcpStore::Create(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  NcclOptions options;
+  options.watch_timeout = absl::Milliseconds(-5);
+  auto comm = CreateNcclCommunicator(std::shared_ptr<TcpStore>(*std::move(store)), options);
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument) << comm.status();
+  EXPECT_THAT(std::string(comm.status().message()), HasSubstr("watch_timeout"));
+}
 // One TcpStore client per rank of a world of `n` (rank 0 serves), as the ranks' processes have.
 std::vector<std::shared_ptr<TcpStore>> Stores(int n) {
   return testing::ConnectStoreWorld(n, "nccl-failure-status-test-token");

@@ -26,19 +26,23 @@ NcclWatchedCall::~NcclWatchedCall() {
   if (done != nullptr) cudaEventDestroy(done);  // fine while pending: freed once it completes
 }
 
-void AbortSlot(NcclCommSlot& slot, int device) {
-  std::lock_guard<std::mutex> l(slot.mu);
-  if (slot.comm == nullptr) return;
-  cudaSetDevice(device);
-  ncclCommAbort(slot.comm);
-  slot.comm = nullptr;
+void AbortSlot(NcclCommSlot& slot, int device, absl::Duration grace) {
+  const AbortHow how = AbortWithGrace(slot, grace, [device](ncclComm_t c) {
+    cudaSetDevice(device);
+    ncclCommAbort(c);
+  });
+  if (how == AbortHow::kWithoutLock) {
+    std::fprintf(stderr, "shardmap: NCCL watchdog: the communicator's owner kept its lock for %s "
+                 "(stuck in a call): aborted without it\n", absl::FormatDuration(grace).c_str());
+  }
 }
 
 NcclWorld::NcclWorld(int world_rank, int device, absl::Duration peer_failure_wait,
-                     std::shared_ptr<PeerFailureBoard> board)
+                     absl::Duration watch_timeout, std::shared_ptr<PeerFailureBoard> board)
     : world_rank_(world_rank),
       device_(device),
       peer_failure_wait_(peer_failure_wait),
+      watch_timeout_(watch_timeout),
       board_(std::move(board)) {}
 
 NcclWorld::~NcclWorld() {
@@ -117,15 +121,15 @@ absl::Status NcclWorld::PollError(NcclWatchedCall& c, absl::Duration pending_for
     return absl::AbortedError(absl::StrCat("the NCCL world failed meanwhile: ", w.message()));
   }
   {
-    std::unique_lock<std::mutex> l(c.slot->mu, std::try_to_lock);
-    // Busy: the owner is in a call, which checks the error itself. Null: destroyed (finalized:
-    // the event completes) or aborted (the world is poisoned: seen above at the next pass).
-    if (l.owns_lock() && c.slot->comm != nullptr) {
+    std::unique_lock<std::timed_mutex> l(c.slot->mu, std::try_to_lock);
+    // Busy: the owner is in a call, which checks the error itself. Torn down: destroyed
+    // (finalized: the event completes) or aborted (the world is poisoned: seen above next pass).
+    if (l.owns_lock() && c.slot->handle != nullptr && !c.slot->torn_down()) {
       ncclResult_t st = ncclSuccess;
-      ncclResult_t r = ncclCommGetAsyncError(c.slot->comm, &st);
+      ncclResult_t r = ncclCommGetAsyncError(c.slot->handle, &st);
       if (r != ncclSuccess) st = r;
       if (st != ncclSuccess && st != ncclInProgress) {
-        return NcclStatus(st, c.slot->comm, "asynchronous NCCL error (found by the watchdog)",
+        return NcclStatus(st, c.slot->handle, "asynchronous NCCL error (found by the watchdog)",
                           __FILE__, __LINE__);
       }
     }

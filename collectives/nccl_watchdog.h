@@ -17,22 +17,19 @@
 //   absl::Status s = w.Watch(std::move(call), deadline);   // after enqueueing the call
 //   absl::Status now = w.Check();            // a pass now + the world's failure (OK: none)
 //
-// Sharing the communicator with the watchdog: an NcclCommSlot holds the ncclComm_t. The thread
-// that makes the communicator's calls holds slot.mu while it uses the communicator (NCCL: one
-// thread at a time per communicator); the watchdog aborts it under slot.mu and leaves null
-// (the owner then finds it aborted), and asks for its asynchronous error only when slot.mu is
-// free (try_lock: a call in progress checks the error itself). A watched call keeps its slot
-// alive, never the communicator: a communicator destroyed while its calls are watched finalizes
-// or aborts its ncclComm_t under slot.mu and leaves null, and the watchdog only waits for the
-// events then. The world stops its watchdog (joins the thread) when the last communicator and
-// started call of the world are gone; calls still pending are dropped (their events destroyed).
-//
-// Limit: the abort waits for slot.mu. The owner holds it only while it enqueues a call (a
-// non-blocking communicator's enqueue does not wait for the GPU, and its poll gives up at the
-// world's failure within kWatchAfter), so the abort follows promptly; were the owner's launch
-// itself blocked by CUDA (its launch queue full behind the stuck kernel), the abort would wait
-// for it. NCCL allows one thread at a time per communicator, so aborting without the lock would
-// race with the enqueue (PyTorch's watchdog takes that risk; this one does not).
+// Sharing the communicator with the watchdog: an NcclCommSlot holds the ncclComm_t
+// (collectives/internal/completion_watchdog_abort.h). The thread that makes the communicator's
+// calls holds slot.mu while it uses the communicator (NCCL: one thread at a time per
+// communicator) and refuses once the slot is torn down; the watchdog aborts it under slot.mu if
+// it gets the lock within kAbortLockGrace, else without it (the owner is stuck inside a call:
+// an enqueue behind a hung kernel, say; NCCL's abort is what unblocks it, as in PyTorch's
+// watchdog), and asks for its asynchronous error only when slot.mu is free (try_lock: a call in
+// progress checks the error itself). The teardown right is taken once (TakeTeardown): the
+// owner's finalize or abort and the watchdog's abort never both run. A watched call keeps its
+// slot alive, never the communicator: a communicator destroyed while its calls are watched
+// finalizes or aborts its ncclComm_t and the watchdog only waits for the events then. The world
+// stops its watchdog (joins the thread) when the last communicator and started call of the world
+// are gone; calls still pending are dropped (their events destroyed).
 #ifndef SHARDMAP_COLLECTIVES_NCCL_WATCHDOG_H_
 #define SHARDMAP_COLLECTIVES_NCCL_WATCHDOG_H_
 
@@ -48,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "collectives/internal/completion_watchdog.h"
+#include "collectives/internal/completion_watchdog_abort.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/peer_failure_board.h"
 
@@ -59,12 +57,12 @@ inline constexpr absl::Duration kWatchAfter = absl::Milliseconds(100);
 // How often the watchdog's thread looks at the pending calls.
 inline constexpr absl::Duration kWatchdogPollInterval = absl::Milliseconds(10);
 
-// One communicator's ncclComm_t, shared with the watchdog (see the header comment).
-struct NcclCommSlot {
-  explicit NcclCommSlot(ncclComm_t c) : comm(c) {}
-  std::mutex mu;
-  ncclComm_t comm;  // guarded by mu; null once aborted or destroyed
-};
+// How long the watchdog's abort waits for the owner's lock before aborting without it.
+inline constexpr absl::Duration kAbortLockGrace = absl::Seconds(5);
+
+// One communicator's ncclComm_t, shared with the watchdog (see the header comment): `handle`
+// (guarded by mu) is null once the owner tore it down or the watchdog aborted it under mu.
+using NcclCommSlot = AbortableSlot<ncclComm_t>;
 
 // A stream-ordered call being watched. Owns `done` (destroyed with the call).
 struct NcclWatchedCall {
@@ -85,13 +83,16 @@ struct NcclWatchedCall {
 class NcclWorld {
  public:
   NcclWorld(int world_rank, int device, absl::Duration peer_failure_wait,
-            std::shared_ptr<PeerFailureBoard> board);
+            absl::Duration watch_timeout, std::shared_ptr<PeerFailureBoard> board);
   ~NcclWorld();  // stops the watchdog first
   NcclWorld(const NcclWorld&) = delete;
   NcclWorld& operator=(const NcclWorld&) = delete;
 
   int world_rank() const { return world_rank_; }
   absl::Duration peer_failure_wait() const { return peer_failure_wait_; }
+  // How long a stream-ordered call of the world may run before the watchdog fails it
+  // (NcclOptions::watch_timeout).
+  absl::Duration watch_timeout() const { return watch_timeout_; }
   // Where this world's ranks publish their failures; null when the store was not kept.
   PeerFailureBoard* board() const { return board_.get(); }
 
@@ -117,14 +118,16 @@ class NcclWorld {
   const int world_rank_;
   const int device_;
   const absl::Duration peer_failure_wait_;
+  const absl::Duration watch_timeout_;
   const std::shared_ptr<PeerFailureBoard> board_;
   mutable std::mutex mu_;
   absl::Status why_;                    // guarded by mu_: the first failure
   std::unique_ptr<Watchdog> watchdog_;  // guarded by mu_ (made once; never reset but in ~)
 };
 
-// ncclCommAbort on the slot's communicator unless it is gone already (takes slot.mu).
-void AbortSlot(NcclCommSlot& slot, int device);
+// ncclCommAbort on the slot's communicator unless it is torn down already: under slot.mu if it
+// comes within `grace`, else without it (see the header comment). Not while holding slot.mu.
+void AbortSlot(NcclCommSlot& slot, int device, absl::Duration grace = kAbortLockGrace);
 
 }  // namespace shardmap::collectives::internal
 

@@ -11,6 +11,7 @@
 //     reverse; peak GPU memory is reported; MoE with ep2 on one GPU gives the 1-rank GPU and the
 //     CPU losses.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -273,10 +274,17 @@ TEST(GptGpuTest, NcclOneProcessGivesTheInProcessLossesExactly) {
   const std::string flags = "--text=" + text +
                             " --layers=2 --d_model=32 --heads=4 --seq=16 --batch=4 --steps=3"
                             " --device=cuda --deterministic";
+  // The binaries' paths come from the BUILD's data labels ($(rootpath), relative to the runfiles
+  // root under Bazel and to the GPU bundle's bin/ in tools/gpu_run.sh): a move breaks the build.
+  const std::string train_gpt = SHARDMAP_TRAIN_GPT_PATH, launch = SHARDMAP_LAUNCH_PATH;
+  for (const std::string& b : {train_gpt, launch}) {
+    ASSERT_EQ(::access(b.c_str(), X_OK), 0)
+        << b << " is not an executable here (cwd must be the runfiles root or the bundle's bin/)";
+  }
   // --deterministic: each process would time GEMM candidates and could pick another algorithm.
-  const std::string inproc = RunCommand("models/train_gpt " + flags);
-  const std::string nccl = RunCommand("collectives/launch --nproc_per_node=1 -- models/train_gpt " +
-                                      flags + " --backend=nccl");
+  const std::string inproc = RunCommand(train_gpt + " " + flags);
+  const std::string nccl =
+      RunCommand(launch + " --nproc_per_node=1 -- " + train_gpt + " " + flags + " --backend=nccl");
   EXPECT_EQ(LossLines(inproc).size(), 3u) << inproc;
   EXPECT_EQ(LossLines(nccl), LossLines(inproc)) << nccl;
 }

@@ -3,17 +3,20 @@
 # and packs them into .gpu/ (git-ignored) for a machine that has a GPU but no Bazel:
 #   .gpu/bundle.tar.xz   bin/<package>/<binary> (our code linked statically, stripped) and lib/
 #                        (the non-CUDA shared libraries they need: Abseil, OpenBLAS, ...)
-#   .gpu/run.sh          unpacks to /tmp/gpu_bundle and runs tools/gpu_run.sh: the GPU tests,
-#                        train_gpt on GPT-2 shapes against PyTorch, the determinism check, the
-#                        NCCL overlap check (comm stream vs compute stream, host waits per step), the
-#                        GPT-2 step benchmark, the ops table, attention against PyTorch SDPA and the
-#                        TP layers, inside a time budget (BUDGET_S: 420 s, 200 s with --quick),
-#                        writing two files under $OUT (default /tmp/gpu_out): the report,
-#                        summary.md, and every log in logs.tar.xz
+#   .gpu/run.sh          unpacks to /tmp/gpu_bundle and runs tools/gpu_run.sh: first what must pass
+#                        (the GPU tests, the determinism check, the NCCL overlap check: comm stream
+#                        vs compute stream, host waits per step), then train_gpt on GPT-2 shapes
+#                        against PyTorch, the GPT-2 step benchmark, the ops table, attention against
+#                        PyTorch SDPA and the TP layers, inside a time budget (BUDGET_S: 420 s, 300 s
+#                        with --quick), writing two files under $OUT (default /tmp/gpu_out): the
+#                        report, summary.md, and every log in logs.tar.xz
+# It then prints the bundle's size, the source tree's (what travels with it) and their sum, and
+# fails if the sum is over what one device run carries (CARRY_LIMIT_MB, 64 MiB).
 #
 #   bash tools/gpu_bundle.sh            # then, on the GPU machine, from the repository root:
 #   bash .gpu/run.sh                    # everything, under 8 minutes on one H100/H200
-#   bash .gpu/run.sh --quick            # the tests, the train_gpt row, determinism: under 4
+#   bash .gpu/run.sh --quick            # the must-pass checks first (tests, determinism, NCCL
+#                                       # overlap), then the train_gpt row: about 5 minutes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -79,4 +82,18 @@ exec bash "$gpu_dir/../tools/gpu_run.sh" /tmp/gpu_bundle/bin "$out" \
   "$(cat "$gpu_dir/commit.txt" 2>/dev/null)" "${1:-}"
 RUN
 chmod +x .gpu/run.sh
-du -sh .gpu
+
+# What one device run carries (the device tool: 64 MiB in all): the tree that travels (tracked
+# and untracked-but-not-ignored files, shared/ if present) plus the bundle (.gpu, named in carry).
+limit_mb="${CARRY_LIMIT_MB:-64}"
+bundle_bytes=$(du -sb .gpu | cut -f1)
+tree_bytes=$( { git ls-files -z --cached --others --exclude-standard
+                if [ -d shared ]; then find shared -type f -print0; fi; } \
+              | xargs -0 -r stat -L -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}') || true
+total=$((bundle_bytes + tree_bytes))
+mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
+echo "gpu_bundle: bundle .gpu $(mib "$bundle_bytes") (bundle.tar.xz $(mib "$(stat -c %s .gpu/bundle.tar.xz)")), tree $(mib "$tree_bytes"), together $(mib "$total") of the ${limit_mb} MiB one device run carries"
+if [ "$total" -gt $((limit_mb * 1048576)) ]; then
+  echo "gpu_bundle: too large to carry: drop binaries from the bundle or shrink the tree" >&2
+  exit 1
+fi

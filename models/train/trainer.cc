@@ -403,7 +403,12 @@ absl::StatusOr<TrainResult> TrainGpt(const Model& given, const std::vector<Named
   const CudaGraphDecision graph_plan = DecideCudaGraph(layout, options, devices, source->first_step);
   result.cuda_graph_note = graph_plan.note;
   run.capture = graph_plan.capture;
-  auto body = [&run](RankContext& ctx) { RankTrainer(run, ctx).Run(); };
+  auto body = [&run](RankContext& ctx) {
+    // A GPU step's index checks are read with its loss, not one host sync per op (a bad id
+    // still stops the run, naming the op; RunRank's last wait runs the rest).
+    cuda::DeferredIndexChecksScope defer(true);
+    RankTrainer(run, ctx).Run();
+  };
   SpmdOptions spmd;
   spmd.placement = options.runtime.placement;
   absl::Status status = options.hooks.spmd_runner     ? options.hooks.spmd_runner(mesh, body)

@@ -132,10 +132,20 @@ void CachingAllocator::FreeImpl(void* p, const StreamHandle* current) {
 }
 
 void CachingAllocator::ReleaseCachedLocked(PoolId pool) {
+  // While a stream is captured the device-wide synchronize and the raw frees would be refused by
+  // the capture and invalidate it: the default pool's blocks stay cached (still reusable); a
+  // released pool's wait in deferred_ (still counted as cached) for the last EndPool.
+  const bool capturing = !capturing_.empty();
+  if (capturing && pool == 0) return;
   bool synced = false;
   for (auto it = free_.begin(); it != free_.end();) {
     if (std::get<0>(it->first) != pool) {
       ++it;
+      continue;
+    }
+    if (capturing) {
+      for (void* q : it->second) deferred_.emplace_back(q, std::get<2>(it->first));
+      it = free_.erase(it);
       continue;
     }
     if (!synced && !it->second.empty() && raw_.synchronize) {
@@ -217,6 +227,11 @@ void CachingAllocator::ReleasePool(PoolId pool) {
   released_pools_[pool] = true;
   ReleaseCachedLocked(pool);
   if (auto k = kept_.find(pool); k != kept_.end()) {
+    if (!capturing_.empty()) {  // another graph is being captured: after it (see above)
+      deferred_.insert(deferred_.end(), k->second.begin(), k->second.end());
+      kept_.erase(k);
+      return;
+    }
     if (!k->second.empty() && raw_.synchronize) raw_.synchronize();  // a replay may still use them
     for (const auto& [q, size] : k->second) {
       raw_.free(q);

@@ -75,7 +75,8 @@ class CachingAllocator {
   // As Free(p), from a thread whose current stream (allocator key) is `current`: when `current`
   // is being captured into a pool, a default-pool block is kept by that pool (see above).
   void Free(void* p, StreamHandle current);
-  // Hands the default pool's cached blocks back to the raw allocator.
+  // Hands the default pool's cached blocks back to the raw allocator (none while a stream is
+  // between BeginPool and EndPool: they stay cached).
   void EmptyCache();
   Stats stats() const;
   // Starts a new peak window: peak_allocated_bytes = allocated_bytes now (e.g. per training run).
@@ -85,8 +86,9 @@ class CachingAllocator {
   // Allocations on `stream` come from `pool` until EndPool. One pool per stream at a time.
   void BeginPool(PoolId pool, StreamHandle stream);
   void EndPool(PoolId pool);
-  // The pool's cached blocks go back to the raw allocator; its blocks still allocated are handed
-  // back when freed. The pool id must not be used again.
+  // The pool's cached blocks go back to the raw allocator (while another stream is between
+  // BeginPool and EndPool: at the last EndPool, as deferred frees); its blocks still allocated
+  // are handed back when freed. The pool id must not be used again.
   void ReleasePool(PoolId pool);
 
   // Sizes are rounded up to 512 bytes, and above 1 MiB to an eighth of their power of two (so

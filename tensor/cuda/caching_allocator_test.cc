@@ -298,6 +298,50 @@ TEST(CachingAllocatorTest, ABlockOfAReleasedPoolFreedDuringACaptureWaitsForItsEn
   EXPECT_EQ(dev.live.size(), 0u);
 }
 
+// A graph destroyed (its pool released) while another graph is being captured: neither the
+// pool's cached blocks nor the eager blocks it kept are synchronized or freed inside the capture;
+// they go back at its end. EmptyCache inside a capture leaves the default pool's cache alone.
+TEST(CachingAllocatorTest, ReleasingAPoolOrEmptyingTheCacheDuringACaptureWaitsForItsEnd) {
+  FakeDevice dev;
+  CachingAllocator alloc(dev.Ops(), "fake:0");
+  void* eager = alloc.Allocate(8192, Stream(1));
+  void* cached = alloc.Allocate(1024, Stream(4));
+  alloc.Free(cached);  // in the default pool's cache
+  const auto first = alloc.CreatePool();
+  alloc.BeginPool(first, Stream(1));
+  void* pool_block = alloc.Allocate(2048, Stream(1));
+  alloc.Free(pool_block);  // cached in the first pool
+  alloc.Free(eager);       // kept by the first pool (its stream is captured)
+  alloc.EndPool(first);
+
+  const auto second = alloc.CreatePool();
+  alloc.BeginPool(second, Stream(2));  // another graph's capture
+  const int syncs_before = dev.syncs;
+  const int64_t cached_before = alloc.stats().cached_bytes;
+  alloc.ReleasePool(first);
+  alloc.EmptyCache();
+  EXPECT_EQ(dev.syncs, syncs_before) << "a device-wide synchronize inside a capture";
+  EXPECT_EQ(dev.live.count(pool_block), 1u) << "a raw free inside a capture";
+  EXPECT_EQ(dev.live.count(eager), 1u) << "a raw free inside a capture";
+  EXPECT_EQ(dev.live.count(cached), 1u) << "EmptyCache freed inside a capture";
+  EXPECT_EQ(alloc.stats().cached_bytes, cached_before);
+  void* in_capture = alloc.Allocate(2048, Stream(2));  // not the released pool's block
+  EXPECT_NE(in_capture, pool_block);
+  alloc.EndPool(second);  // over: the released pool's blocks go back now
+  EXPECT_GT(dev.syncs, syncs_before);
+  EXPECT_EQ(dev.live.count(pool_block), 0u);
+  EXPECT_EQ(dev.live.count(eager), 0u);
+  EXPECT_EQ(dev.live.count(cached), 1u);  // the default pool's cache is still there to reuse
+  EXPECT_EQ(alloc.Allocate(1024, Stream(4)), cached);
+  alloc.Free(cached);
+  alloc.EmptyCache();
+  EXPECT_EQ(dev.live.count(cached), 0u);
+  alloc.Free(in_capture);
+  alloc.ReleasePool(second);
+  EXPECT_EQ(dev.live.size(), 0u);
+  EXPECT_EQ(alloc.stats().cached_bytes, 0);
+}
+
 // With two captures under way, the first EndPool does not flush: the other is still capturing.
 TEST(CachingAllocatorTest, DeferredFreesWaitForTheLastCapture) {
   FakeDevice dev;

@@ -23,6 +23,7 @@
 #include "collectives/host_waits.h"
 #include "tensor/cuda/internal/capture_mode.h"
 #include "tensor/cuda/internal/cuda_check.h"
+#include "tensor/cuda/internal/deferred_check_queue.h"
 #include "tensor/cuda/kernels/fill.h"
 #endif
 
@@ -106,73 +107,97 @@ struct Staging {
   }
 };
 
-// The deferred index checks of this thread (device_memory.h).
-struct PendingCheck {
-  int device;
-  StreamHandle stream;
-  int slot;
-  std::function<void(int64_t)> fail;
-};
+// The deferred index checks of this thread (device_memory.h): per slot a pinned host word and an
+// event recorded after the copy into it (internal/deferred_check_queue.h: checks are run by their
+// event, so one on a stream destroyed since is run like any other).
 struct DeferredChecks {
   static constexpr int kSlots = 256;
   int64_t* host = nullptr;  // pinned [kSlots]
-  std::vector<int> free_slots;
-  std::vector<PendingCheck> pending;  // in the order the ops ran
+  cudaEvent_t landed[kSlots] = {};
+  std::unique_ptr<internal::DeferredCheckQueue> queue;
   ~DeferredChecks() {
+    queue.reset();
+    for (cudaEvent_t& e : landed) {
+      if (e != nullptr) {
+        internal::NoteCudaError(cudaEventDestroy(e), "cudaEventDestroy (deferred index checks)");
+      }
+    }
     if (host != nullptr) {
       internal::NoteCudaError(cudaFreeHost(host), "cudaFreeHost (deferred index checks)");
     }
   }
   void Ensure() {
-    if (host != nullptr) return;
-    void* p = nullptr;
-    SM_CUDA_CHECK(cudaMallocHost(&p, kSlots * sizeof(int64_t)));
-    host = static_cast<int64_t*>(p);
-    for (int i = kSlots - 1; i >= 0; --i) free_slots.push_back(i);
+    if (queue != nullptr) return;
+    if (host == nullptr) {
+      void* p = nullptr;
+      SM_CUDA_CHECK(cudaMallocHost(&p, kSlots * sizeof(int64_t)));
+      host = static_cast<int64_t*>(p);
+    }
+    for (cudaEvent_t& e : landed) {
+      if (e == nullptr) SM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    internal::DeferredCheckQueue::SlotOps ops;
+    ops.done = [this](int slot) {
+      const cudaError_t e = cudaEventQuery(landed[slot]);
+      if (e == cudaErrorNotReady) return false;
+      SM_CUDA_CHECK(e);
+      return true;
+    };
+    ops.wait = [this](int slot) {
+      collectives::CountHostWait(collectives::HostWait::kEventSync);
+      SM_CUDA_CHECK(cudaEventSynchronize(landed[slot]));
+    };
+    ops.value = [this](int slot) { return host[slot]; };
+    queue = std::make_unique<internal::DeferredCheckQueue>(kSlots, std::move(ops));
   }
 };
 thread_local DeferredChecks deferred_checks;
 
-// Runs (and drops) the queued checks of `stream` on `device`, whose stream has been waited for;
-// all of them when stream is null (every stream waited for). Throws the first failure.
-void RunChecksOf(int device, StreamHandle stream) {
-  DeferredChecks& d = deferred_checks;
-  std::function<void(int64_t)> first_fail;
-  int64_t first_pos = -1;
-  std::vector<PendingCheck> keep;
-  for (PendingCheck& c : d.pending) {
-    if (stream != nullptr && (c.device != device || c.stream != stream)) {
-      keep.push_back(std::move(c));
-      continue;
+// The op's `fail`, whose error then says it was deferred (a CUDA error met while running the
+// checks is left as it is).
+std::function<void(int64_t)> WithDeferredNote(std::function<void(int64_t)> fail) {
+  return [fail = std::move(fail)](int64_t pos) {
+    try {
+      fail(pos);
+    } catch (const OpError& e) {
+      throw OpError(absl::Status(
+          e.status().code(),
+          absl::StrCat(e.status().message(),
+                       " (found at a later wait for the stream: index checks are deferred, "
+                       "cuda::DeferredIndexChecksScope; run with SHARDMAP_DEFER_INDEX_CHECKS=0 "
+                       "to stop at the op)")));
     }
-    const int64_t pos = d.host[c.slot];
-    d.free_slots.push_back(c.slot);
-    if (pos >= 0 && first_pos < 0) {
-      first_pos = pos;
-      first_fail = std::move(c.fail);
-    }
-  }
-  d.pending = std::move(keep);
-  if (first_pos < 0) return;
-  try {
-    first_fail(first_pos);
-  } catch (const OpError& e) {
-    throw OpError(absl::Status(
-        e.status().code(),
-        absl::StrCat(e.status().message(),
-                     " (found at a later read back: index checks are deferred, "
-                     "cuda::SetDeferredIndexChecks; run with SHARDMAP_DEFER_INDEX_CHECKS=0 to "
-                     "stop at the op)")));
-  }
+  };
 }
+
+// Runs (and drops) this thread's queued checks whose copies have landed; throws the first
+// failure. Called after every wait for a stream (a read back, Synchronize).
+void RunLandedChecks() {
+  DeferredChecks& d = deferred_checks;
+  if (d.queue == nullptr || d.queue->pending() == 0) return;
+  d.queue->RunFinished();
+}
+
+// Synchronize (runtime.cc, a layer below) runs the landed checks after its wait.
+[[maybe_unused]] const bool registered_after_wait =
+    (internal::SetAfterStreamWait(&RunLandedChecks), true);
 
 #endif
 
 std::atomic<bool>& DeferFlag() {
-  static std::atomic<bool>* on = new std::atomic<bool>(
-      DeferredIndexChecksFromEnv(std::getenv("SHARDMAP_DEFER_INDEX_CHECKS")));
+  static std::atomic<bool>* on = new std::atomic<bool>(false);
   return *on;
 }
+// SHARDMAP_DEFER_INDEX_CHECKS when set (non-empty): -1 unset, else 0/1.
+int DeferFromEnv() {
+  static const int env = [] {
+    const char* v = std::getenv("SHARDMAP_DEFER_INDEX_CHECKS");
+    if (v == nullptr || *v == '\0') return -1;
+    return DeferredIndexChecksFromEnv(v) ? 1 : 0;
+  }();
+  return env;
+}
+thread_local int defer_scope = -1;  // DeferredIndexChecksScope's choice (-1: none)
 
 }  // namespace
 
@@ -181,7 +206,16 @@ bool DeferredIndexChecksFromEnv(const char* value) {
   const std::string v = absl::AsciiStrToLower(value);
   return v == "1" || v == "on" || v == "true";
 }
-bool DeferredIndexChecks() { return DeferFlag().load(std::memory_order_relaxed); }
+bool DeferredIndexChecks() {
+  if (const int env = DeferFromEnv(); env >= 0) return env == 1;
+  if (defer_scope >= 0) return defer_scope == 1;
+  return DeferFlag().load(std::memory_order_relaxed);
+}
+
+DeferredIndexChecksScope::DeferredIndexChecksScope(bool on) : prev_(defer_scope) {
+  defer_scope = on ? 1 : 0;
+}
+DeferredIndexChecksScope::~DeferredIndexChecksScope() { defer_scope = prev_; }
 void SetDeferredIndexChecks(bool on) { DeferFlag().store(on, std::memory_order_relaxed); }
 
 #if SHARDMAP_HAS_CUDA
@@ -191,35 +225,32 @@ void DeferIndexCheck(int device, const void* device_word, std::function<void(int
   DeviceGuard guard(device);
   DeferredChecks& d = deferred_checks;
   d.Ensure();
-  if (d.free_slots.empty()) {  // full: wait for every stream with queued checks, run them
-    std::vector<std::pair<int, StreamHandle>> streams;
-    for (const PendingCheck& c : d.pending) streams.emplace_back(c.device, c.stream);
-    for (const auto& [dev, st] : streams) {
-      DeviceGuard g(dev);
-      collectives::CountHostWait(collectives::HostWait::kStreamSync);
-      SM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(st)));
-    }
-    RunChecksOf(device, nullptr);
-  }
-  const int slot = d.free_slots.back();
-  d.free_slots.pop_back();
-  const StreamHandle stream = CurrentStream(device);
-  const cudaError_t e = cudaMemcpyAsync(&d.host[slot], device_word, sizeof(int64_t),
-                                        cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream));
+  // Full: waits for the oldest check's copy (by its event: its stream may be gone) and runs the
+  // landed ones, whose error (an earlier op's) is thrown here.
+  const int slot = d.queue->Acquire();
+  const cudaStream_t stream = static_cast<cudaStream_t>(CurrentStream(device));
+  cudaError_t e = cudaMemcpyAsync(&d.host[slot], device_word, sizeof(int64_t),
+                                  cudaMemcpyDeviceToHost, stream);
+  if (e == cudaSuccess) e = cudaEventRecord(d.landed[slot], stream);
   if (e != cudaSuccess) {
-    d.free_slots.push_back(slot);
+    d.queue->Release(slot);
     SM_CUDA_CHECK(e);
   }
-  d.pending.push_back(PendingCheck{device, stream, slot, std::move(fail)});
+  d.queue->Add(slot, WithDeferredNote(std::move(fail)));
 }
 
 void RunDeferredIndexChecks(int device) {
   RequireDevice(device, "cuda::RunDeferredIndexChecks");
   DeviceGuard guard(device);
-  const StreamHandle stream = CurrentStream(device);
+  const cudaStream_t stream = static_cast<cudaStream_t>(CurrentStream(device));
   collectives::CountHostWait(collectives::HostWait::kStreamSync);
-  SM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-  RunChecksOf(device, stream);
+  SM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  RunLandedChecks();
+}
+
+size_t PendingDeferredIndexChecks() {
+  const DeferredChecks& d = deferred_checks;
+  return d.queue == nullptr ? 0 : d.queue->pending();
 }
 
 CachingAllocator& DeviceAllocator(int device) {
@@ -323,7 +354,7 @@ void CopyDeviceToHost(void* dst, const void* src, int device, size_t nbytes) {
   collectives::CountHostWait(collectives::HostWait::kDeviceToHostRead);
   SM_CUDA_CHECK(cudaStreamSynchronize(stream));
   // The stream is done: the index checks queued on it have their answers (device_memory.h).
-  if (!deferred_checks.pending.empty()) RunChecksOf(device, CurrentStream(device));
+  RunLandedChecks();
 }
 
 void CopyDeviceToDevice(void* dst, int dst_device, const void* src, int src_device,
@@ -392,6 +423,7 @@ void DeferIndexCheck(int device, const void*, std::function<void(int64_t)>) {
   RequireDevice(device, "cuda::DeferIndexCheck");
 }
 void RunDeferredIndexChecks(int device) { RequireDevice(device, "cuda::RunDeferredIndexChecks"); }
+size_t PendingDeferredIndexChecks() { return 0; }
 
 #endif  // SHARDMAP_HAS_CUDA
 

@@ -15,12 +15,15 @@
 // GPU names the missing toolkit or device.
 //
 // Deferred index checks: the nn and routing ops note the first bad index a kernel meets in a
-// device word and, by default, read it back at once (a host sync per op). With
-// SetDeferredIndexChecks(true) (train_gpt turns it on; or SHARDMAP_DEFER_INDEX_CHECKS=1) an op
-// queues a copy of its word into pinned host memory instead (DeferIndexCheck), and the next
-// CopyDeviceToHost of that thread on the same stream (the step's loss read, say), which waits for
-// the stream anyway, runs the checks: the first bad op's error is thrown there, with a note that
-// it was deferred. No sync per op; at most 256 checks wait per thread (the 257th waits for them).
+// device word and, by default, read it back at once (a host sync per op). When deferred (the
+// trainer's rank threads, DeferredIndexChecksScope; SetDeferredIndexChecks(true) for the
+// process) an op queues a copy of its word into pinned host memory instead (DeferIndexCheck), with
+// an event after it; the thread's next wait for a stream, which it does anyway (CopyDeviceToHost:
+// the step's loss read; cuda::Synchronize: the end of RunSpmd's rank), runs every check whose
+// copy has landed: the first bad op's error is thrown there, with a note that it was deferred.
+// No sync per op; at most 256 checks wait per thread (the 257th waits for the oldest one's event,
+// whatever stream it was on: one destroyed since is fine). SHARDMAP_DEFER_INDEX_CHECKS, when set,
+// overrides both (0: stop at the op, for debugging; 1: defer everywhere).
 #ifndef SHARDMAP_TENSOR_CUDA_DEVICE_MEMORY_H_
 #define SHARDMAP_TENSOR_CUDA_DEVICE_MEMORY_H_
 
@@ -46,8 +49,21 @@ void MemsetZero(void* p, int device, size_t nbytes);
 // dst[i] = value (converted to dtype) for i < n, on the current stream.
 void Fill(void* dst, int device, DType dtype, int64_t n, double value);
 
+// Whether this thread's ops defer their index checks (see above).
 bool DeferredIndexChecks();
+// The process default (off).
 void SetDeferredIndexChecks(bool on);
+// This thread's choice for the scope (nests; the environment variable still wins).
+class DeferredIndexChecksScope {
+ public:
+  explicit DeferredIndexChecksScope(bool on);
+  ~DeferredIndexChecksScope();
+  DeferredIndexChecksScope(const DeferredIndexChecksScope&) = delete;
+  DeferredIndexChecksScope& operator=(const DeferredIndexChecksScope&) = delete;
+
+ private:
+  int prev_;
+};
 // "1", "on", "true" (any case): on; unset or else: off.
 bool DeferredIndexChecksFromEnv(const char* value);
 // Queues a copy of the int64 at `device_word` (on this thread's current stream of `device`);
@@ -56,6 +72,8 @@ void DeferIndexCheck(int device, const void* device_word, std::function<void(int
 // Waits for this thread's current stream of `device` and runs its queued checks (e.g. at the end
 // of a step that reads nothing back).
 void RunDeferredIndexChecks(int device);
+// This thread's checks not yet run (0 without CUDA).
+size_t PendingDeferredIndexChecks();
 
 }  // namespace shardmap::cuda
 

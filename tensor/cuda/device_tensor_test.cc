@@ -1,7 +1,12 @@
 // Device tensors: allocation through the caching allocator, copies both ways and between GPUs,
 // per-rank streams. Skips without a GPU; the no-GPU error paths run everywhere.
+#include <cstdlib>
 #include <thread>
 #include <vector>
+
+#if SHARDMAP_HAS_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include "collectives/host_waits.h"
 #include "gtest/gtest.h"
@@ -41,6 +46,86 @@ TEST(DeviceTensorTest, DeferredIndexChecksSwitch) {
     EXPECT_THROW(cuda::RunDeferredIndexChecks(0), OpError);
   }
 }
+
+// The trainer's choice is this thread's, for a scope: it nests, leaves other threads and the
+// process default alone, and ends with the scope.
+TEST(DeviceTensorTest, DeferredIndexChecksScopeIsPerThread) {
+  if (std::getenv("SHARDMAP_DEFER_INDEX_CHECKS") != nullptr) GTEST_SKIP() << "the env decides";
+  cuda::SetDeferredIndexChecks(false);
+  {
+    cuda::DeferredIndexChecksScope on(true);
+    EXPECT_TRUE(cuda::DeferredIndexChecks());
+    bool other = true;
+    std::thread([&] { other = cuda::DeferredIndexChecks(); }).join();
+    EXPECT_FALSE(other);
+    {
+      cuda::DeferredIndexChecksScope off(false);
+      EXPECT_FALSE(cuda::DeferredIndexChecks());
+    }
+    EXPECT_TRUE(cuda::DeferredIndexChecks());
+  }
+  EXPECT_FALSE(cuda::DeferredIndexChecks());
+  cuda::SetDeferredIndexChecks(true);
+  {
+    cuda::DeferredIndexChecksScope off(false);
+    EXPECT_FALSE(cuda::DeferredIndexChecks());
+  }
+  EXPECT_TRUE(cuda::DeferredIndexChecks());
+  cuda::SetDeferredIndexChecks(false);
+}
+
+// A check queued after the last read back (the last ops of a rank's run) is run by the run's
+// final Synchronize, not lost.
+TEST(DeviceTensorTest, DeferredChecksRunAtSynchronize) {
+  SKIP_WITHOUT_GPU();
+  cuda::DeferredIndexChecksScope defer(true);
+  Tensor bad = Tensor::Full({1}, 5.0, DType::kI64).To(Device::Cuda(0));
+  cuda::DeferIndexCheck(0, bad.raw_data(), [](int64_t pos) { OpFail("last op: bad id at ", pos); });
+  EXPECT_EQ(cuda::PendingDeferredIndexChecks(), 1u);
+  try {
+    cuda::Synchronize(0);
+    FAIL() << "expected the deferred check's error";
+  } catch (const OpError& e) {
+    EXPECT_NE(std::string(e.status().message()).find("last op: bad id at 5"), std::string::npos)
+        << e.status();
+    EXPECT_NE(std::string(e.status().message()).find("deferred"), std::string::npos);
+  }
+  EXPECT_EQ(cuda::PendingDeferredIndexChecks(), 0u);
+}
+
+#if SHARDMAP_HAS_CUDA
+// Checks queued on a stream destroyed since run at the thread's next wait on another stream, and
+// filling every slot afterwards waits on events, never on the dead stream's handle.
+TEST(DeviceTensorTest, DeferredChecksOutliveTheirStream) {
+  SKIP_WITHOUT_GPU();
+  cuda::DeferredIndexChecksScope defer(true);
+  Tensor good = Tensor::Full({1}, -1.0, DType::kI64).To(Device::Cuda(0));
+  Tensor bad = Tensor::Full({1}, 3.0, DType::kI64).To(Device::Cuda(0));
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cuda::Synchronize(0);  // good and bad are on the device before s reads them
+  {
+    cuda::StreamScope scope(0, s);
+    for (int i = 0; i < 3; ++i) {
+      cuda::DeferIndexCheck(0, good.raw_data(), [](int64_t) { OpFail("not this one"); });
+    }
+  }
+  ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  for (int i = 0; i < 600; ++i) {  // over two fillings of the 256 slots
+    cuda::DeferIndexCheck(0, good.raw_data(), [](int64_t) { OpFail("not this one"); });
+  }
+  cuda::DeferIndexCheck(0, bad.raw_data(), [](int64_t p) { OpFail("the bad op at ", p); });
+  int64_t word = 0;
+  try {
+    cuda::CopyDeviceToHost(&word, good.raw_data(), 0, sizeof(word));
+    FAIL() << "expected the deferred check's error";
+  } catch (const OpError& e) {
+    EXPECT_NE(std::string(e.status().message()).find("the bad op at 3"), std::string::npos)
+        << e.status();
+  }
+  EXPECT_EQ(cuda::PendingDeferredIndexChecks(), 0u);
+}
+#endif
 
 // Host waits (collectives/host_waits.h): a device->host read is one, counted as such; uploads
 // that find their staging chunk free, device-side work and a Synchronize of an idle stream are

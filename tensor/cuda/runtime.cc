@@ -20,12 +20,16 @@
 namespace shardmap::cuda {
 
 namespace {
+std::atomic<void (*)()> after_stream_wait{nullptr};
+
 std::atomic<bool>& DeterministicFlag() {
   static std::atomic<bool>* on =
       new std::atomic<bool>(DeterministicFromEnv(std::getenv("SHARDMAP_DETERMINISTIC")));
   return *on;
 }
 }  // namespace
+
+void internal::SetAfterStreamWait(void (*hook)()) { after_stream_wait.store(hook); }
 
 bool DeterministicFromEnv(const char* value) {
   if (value == nullptr) return false;
@@ -132,10 +136,14 @@ void Synchronize(int device) {
   // Asked first without blocking: a stream already idle (after a step's read back, say) costs
   // no host wait and is not counted as one (collectives/host_waits.h).
   const cudaError_t q = cudaStreamQuery(stream);
-  if (q == cudaSuccess) return;
-  if (q != cudaErrorNotReady) SM_CUDA_CHECK(q);
-  collectives::CountHostWait(collectives::HostWait::kStreamSync);
-  SM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (q != cudaSuccess) {
+    if (q != cudaErrorNotReady) SM_CUDA_CHECK(q);
+    collectives::CountHostWait(collectives::HostWait::kStreamSync);
+    SM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  // The index checks queued on this stream have their answers now: a bad id in the last ops of a
+  // run (after its last read back) is still found, at the run's final wait.
+  if (void (*hook)() = after_stream_wait.load(); hook != nullptr) hook();
 }
 
 #else  // !SHARDMAP_HAS_CUDA

@@ -79,9 +79,16 @@ void SetDeterministic(bool on);
 // SHARDMAP_DETERMINISTIC's value: "1", "on", "true" (any case) are on; unset or else off.
 bool DeterministicFromEnv(const char* value);
 
-// Waits for the work queued on this thread's current stream of `device`. Throws OpError on a
-// CUDA error (including an earlier asynchronous kernel fault).
+// Waits for the work queued on this thread's current stream of `device`, then runs this thread's
+// deferred index checks that have landed (device_memory.h). Throws OpError on a CUDA error
+// (including an earlier asynchronous kernel fault) or a bad index found by such a check.
 void Synchronize(int device);
+
+namespace internal {
+// Called by Synchronize after its wait (set once by device_memory.cc, which owns the deferred
+// index checks: a layer above this one).
+void SetAfterStreamWait(void (*hook)());
+}  // namespace internal
 
 }  // namespace shardmap::cuda
 

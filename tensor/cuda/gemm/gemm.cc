@@ -119,7 +119,8 @@ namespace {
 
 struct Counters {
   std::atomic<int64_t> plans_created{0}, plan_hits{0}, heuristic_queries{0}, matmuls{0},
-      unsupported{0}, workspaces{0}, plans_tuned{0}, candidates_timed{0}, tunes_deferred{0};
+      unsupported{0}, workspaces{0}, plans_tuned{0}, candidates_timed{0}, candidates_found{0},
+      tunes_deferred{0};
 };
 Counters& GetCounters() {
   static Counters* c = new Counters;
@@ -358,6 +359,8 @@ std::unique_ptr<Plan> MakePlan(cublasLtHandle_t handle, const GemmCall& g) {
   }
   plan->tuned = plan->candidates.size() < 2;  // nothing to choose from
   GetCounters().plans_created.fetch_add(1, std::memory_order_relaxed);
+  GetCounters().candidates_found.fetch_add(static_cast<int64_t>(plan->candidates.size()),
+                                           std::memory_order_relaxed);
   return plan;
 }
 
@@ -546,6 +549,7 @@ GemmStats Stats() {
   s.workspaces = c.workspaces.load();
   s.plans_tuned = c.plans_tuned.load();
   s.candidates_timed = c.candidates_timed.load();
+  s.candidates_found = c.candidates_found.load();
   s.tunes_deferred = c.tunes_deferred.load();
   return s;
 }

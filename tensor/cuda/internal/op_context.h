@@ -8,9 +8,10 @@
 //   if (int64_t p = bad.Read(); p >= 0) OpFail("gather: id ", DeviceIndexAt(ids, p), ...);
 //   bad.Check([ids](int64_t p) { OpFail("gather: id ", DeviceIndexAt(ids, p), ...); });
 //
-// Check reads the word now, or with cuda::SetDeferredIndexChecks(true) at the thread's next read
-// back on the stream (device_memory.h): no host sync per op. Its `fail` must throw and must
-// capture what it names by value (it may run after the op returned).
+// Check reads the word now, or when this thread defers its checks (the trainer's ranks,
+// cuda::DeferredIndexChecksScope) at its next wait for a stream (device_memory.h): no host
+// sync per op. Its `fail` must throw and must capture what it names by value (it may run after
+// the op returned).
 //
 // Include only where SHARDMAP_HAS_CUDA is set.
 #ifndef SHARDMAP_TENSOR_CUDA_INTERNAL_OP_CONTEXT_H_

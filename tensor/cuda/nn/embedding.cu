@@ -168,7 +168,9 @@ int LaunchEmbeddingBackward(const void* ids, bool ids_i64, int64_t n, const void
   const cudaStream_t s = AsStream(stream);
   const size_t acc_size = dtype == DType::kF64 ? sizeof(double) : sizeof(float);
   const size_t acc_bytes = static_cast<size_t>(num_rows) * static_cast<size_t>(h) * acc_size;
-  if (n == 0 || h == 0) {
+  // Nothing to sum: no ids, empty rows, or a table of no rows (every id is then out of range:
+  // only the check runs, so the op reports the first id instead of launching an empty grid).
+  if (n == 0 || h == 0 || num_rows == 0) {
     if (acc_bytes > 0) {
       const cudaError_t e = cudaMemsetAsync(acc, 0, acc_bytes, s);
       if (e != cudaSuccess) return e;

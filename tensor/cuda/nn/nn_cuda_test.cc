@@ -482,6 +482,18 @@ void ExpectSameError(Fn cpu, Gn gpu, std::initializer_list<const char*> fragment
   }
 }
 
+// No ids over a table of no rows: nothing to do, an empty gradient (not a launch error).
+TEST(NnCudaTest, EmbeddingBackwardOfNothingIsEmpty) {
+  SKIP_WITHOUT_GPU();
+  const Tensor ids = Tensor::FromVector<int64_t>({0}, {}, DType::kI64);
+  const Tensor dy = Tensor::Zeros({0, 4}, DType::kF32);
+  const Tensor g = EmbeddingBackward(Gpu(ids), Gpu(dy), 0);
+  EXPECT_EQ(g.ShapeString(), EmbeddingBackward(ids, dy, 0).ShapeString());
+  EXPECT_EQ(g.numel(), 0);
+  const Tensor g3 = EmbeddingBackward(Gpu(ids), Gpu(dy), 3);  // no ids, 3 rows: zeros
+  ExpectMatches(g3, EmbeddingBackward(ids, dy, 3), "embedding backward of no ids");
+}
+
 TEST(NnCudaTest, BadIdsAndTargetsOnGpu) {
   SKIP_WITHOUT_GPU();
   for (DType it : {DType::kI32, DType::kI64}) {
@@ -493,6 +505,10 @@ TEST(NnCudaTest, BadIdsAndTargetsOnGpu) {
     ExpectSameError([&] { EmbeddingBackward(ids, dy, 10); },
                     [&] { EmbeddingBackward(Gpu(ids), Gpu(dy), 10); },
                     {"embedding_backward", "id 10", "[1,1]"});
+    // A table of no rows: every id is out of range (the first one is named), no empty launch.
+    ExpectSameError([&] { EmbeddingBackward(ids, dy, 0); },
+                    [&] { EmbeddingBackward(Gpu(ids), Gpu(dy), 0); },
+                    {"embedding_backward", "id 1", "[0,0]", "0 <= id < 0"});
     const Tensor no_features = Tensor::Zeros({10, 0}, DType::kF32);
     ExpectSameError([&] { Embedding(no_features, ids); },
                     [&] { Embedding(Gpu(no_features), Gpu(ids)); }, {"id 10", "[1,1]"});

@@ -109,6 +109,8 @@ struct GemmStats {
   int64_t workspaces = 0;         // workspaces allocated (one per device and stream)
   int64_t plans_tuned = 0;        // plans whose candidates were timed (internal/autotune.h)
   int64_t candidates_timed = 0;   // candidate algorithms timed in all
+  int64_t candidates_found = 0;   // usable heuristic answers, over every plan created (one
+                                  // answer: the plan has nothing to tune)
   int64_t tunes_deferred = 0;     // calls of untuned plans inside a graph capture (not timed)
 };
 GemmStats Stats();

@@ -204,8 +204,8 @@ ABSL_FLAG(std::string, prompt, "\n", "--sample: the prompt (bytes for --text dat
 ABSL_FLAG(double, peak_flops, 0,
           "the MFU denominator in FLOP/s for all the run's devices together (0: a GPU's spec "
           "peak for its dtype from the planner's h100_node/h200_node profiles, picked by the "
-          "card's name, times the GPUs used; on CPU ranks the machine's peak, measured once and "
-          "cached: models/train/mfu.h)");
+          "card's name, times the GPUs used; on CPU ranks the machine's hardware peak: cores x "
+          "clock x FMA width, models/train/mfu.h)");
 ABSL_FLAG(double, temperature, 0.0, "--sample: 0 greedy, else softmax(logits / temperature)");
 ABSL_FLAG(int64_t, top_k, 0, "--sample: only the k most likely tokens (0: all)");
 
@@ -725,8 +725,8 @@ void StepPrinter::operator()(const StepInfo& s) {
 
 // The MFU's basis (rank 0 only: it may measure the CPU): --peak_flops, else on GPUs the spec
 // peak of the compute dtype from the planner's profile named by the card (h100_node, h200_node)
-// times the GPUs the ranks use, else on CPU ranks the machine's measured, cached peak (all
-// ranks share its cores, threads or processes alike).
+// times the GPUs the ranks use, else on CPU ranks the machine's hardware peak (all ranks share
+// its cores, threads or processes alike; models/train/mfu.h).
 MfuBasis MfuFor(const GptLayout& layout, const RankWorld& ranks) {
   const GptConfig& cfg = layout.config();
   MfuBasis m;
@@ -881,8 +881,7 @@ void PrintSummary(const GptLayout& layout, const TrainOptions& o, const TrainRes
                             steps.MfuPercent(tokens_per_step * r.losses.size() / total_s),
                             mfu.peak_flops, mfu.peak_source,
                             steps.MfuPercent(tokens_per_step * r.losses.size() / total_s) > 100
-                                ? "; above 100%: the peak is too low (measured while the "
-                                  "machine was busy?): delete the cache or give --peak_flops"
+                                ? "; above 100%: the peak is too low: give --peak_flops"
                                 : "")
           : absl::StrCat("unknown (", mfu.peak_source, ")"),
       mfu.flops_per_token,

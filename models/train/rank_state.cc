@@ -115,6 +115,9 @@ std::vector<Tensor> RankState::GatherGlobals() const {
     }
     if (plan_.stages > 1) v = all_reduce(reinterpret(v, layout_.pp_axis()), layout_.pp_axis());
     out[k] = v.tensor.To(Device::Cpu());
+    // An unsharded CPU tensor comes back as itself; AdamW updates it in place, so a snapshot
+    // gets its own copy.
+    if (out[k].SharesStorageWith(local)) out[k] = out[k].Clone();
   }
   return out;
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "tensor/internal/accounting.h"
 
 namespace shardmap {
 namespace {
@@ -54,6 +55,15 @@ absl::Status FusedAdamWUpdate(Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
   for (auto [what, t] : {std::pair<const char*, const Tensor*>{"the gradient", &g},
                          {"exp_avg", &m}, {"exp_avg_sq", &v}}) {
     if (absl::Status s = Same(what, *t, p); !s.ok()) return s;
+  }
+  // One op for the OpCounter (the planner prices AdamW by it): per element 12 FLOPs (the
+  // moments 7, the denominator 3 with sqrt as 1, the step 2) plus the scale and the decay when
+  // applied; p, g, m, v read and p, m, v written.
+  internal::OpScope scope;
+  if (scope.counting()) {
+    const double n = static_cast<double>(p.numel());
+    const double per = 12 + (c.grad_scale != 1.0) + (c.decay != 1.0);
+    scope.Record("adamw", p.dtype(), per * n, 7.0 * static_cast<double>(p.nbytes()));
   }
   if (p.is_meta() || p.numel() == 0) return absl::OkStatus();
   if (p.dtype() == DType::kF32) {

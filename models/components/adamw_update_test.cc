@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "models/components/optimizer.h"
 #include "tensor/memory_tracker.h"
+#include "tensor/op_counter.h"
 #include "tensor/ops/elementwise.h"
 #include "tensor/ops/shape_ops.h"
 #include "tensor/random.h"
@@ -123,6 +124,18 @@ TEST(AdamWUpdateTest, InPlaceWithNothingAllocatedAfterTheMoments) {
     EXPECT_EQ(mem.peak_bytes(), 0);
     for (size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(p[i].tensor.SharesStorageWith(before[i].tensor));
   }
+}
+
+// One "adamw" op per parameter for the OpCounter, FLOPs and bytes counted by hand.
+TEST(AdamWUpdateTest, CountedAsOneOpPerParameter) {
+  Tensor p = Tensor::Zeros({6}, DType::kF64), g = Tensor::Zeros({6}, DType::kF64);
+  Tensor m = Tensor::Zeros({6}, DType::kF64), v = Tensor::Zeros({6}, DType::kF64);
+  OpCounter ops;
+  ASSERT_TRUE(FusedAdamWUpdate(p, g, m, v, {.decay = 0.99}).ok());
+  ASSERT_EQ(ops.ops().size(), 1u);
+  EXPECT_EQ(ops.ops()[0].op, "adamw");
+  EXPECT_EQ(ops.ops()[0].flops, 13.0 * 6);      // 12 + the decay
+  EXPECT_EQ(ops.ops()[0].bytes, 7.0 * 6 * 8);  // 4 read, 3 written
 }
 
 TEST(AdamWUpdateTest, ErrorsNameTheOperand) {

@@ -837,7 +837,7 @@ void PrintSummary(const GptLayout& layout, const TrainOptions& o, const TrainRes
   }
   std::cout << absl::StrFormat(
       "summary: %d steps, loss %.10g -> %.10g, %.1f ms/step, %.0f tokens/s; per rank: "
-      "parameters %s, gradients %s, optimizer state %s, activations %s (peak saved; largest "
+      "parameters %s, gradients %s, optimizer state %s, activations %s saved at most (largest "
       "%s)%s%s; rank 0 sent %s\n",
       r.losses.size(), r.losses.front(), r.losses.back(), total_s * 1e3 / r.losses.size(),
       tokens_per_step * r.losses.size() / total_s, Bytes(r.param_bytes_per_rank),

@@ -115,6 +115,14 @@ class Tape : public TapeRecorder {
     peak_saved_bytes_ = std::max(peak_saved_bytes_, saved_bytes_ + bytes);
   }
 
+  // A held output's bytes given back (negative) or taken again while its node is kept (FSDP
+  // frees a gathered parameter after its forward and refills it for its backward):
+  // saved_bytes() and its peak follow what is really held.
+  void NoteHeldBytes(int64_t delta) {
+    saved_bytes_ += delta;
+    peak_saved_bytes_ = std::max(peak_saved_bytes_, saved_bytes_);
+  }
+
   size_t size() const { return nodes_.size(); }
   void Clear() {
     nodes_.clear();

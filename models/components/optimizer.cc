@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "models/components/adamw_update.h"
 #include "tensor/cuda/reduce/multi_tensor_ops.h"
 #include "tensor/ops/elementwise.h"
 #include "tensor/ops/shape_ops.h"
@@ -128,6 +129,19 @@ absl::Status CheckControlScalar(const Tensor& s, const char* what, bool f64_only
 
 double HostValue(const Tensor& s) { return s.item(); }
 
+// FusedAdamWUpdate with the gradient multiplied by `scale` and then by `multiplier` (each a
+// rounding in the parameter's dtype, as two tensor ops did); one factor is folded into the pass,
+// and only when both differ from 1 does the gradient get a scaled copy first.
+absl::Status ScaledUpdate(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, AdamWCoefficients c,
+                          double scale, double multiplier) {
+  if (scale != 1.0 && multiplier != 1.0) {
+    c.grad_scale = multiplier;
+    return FusedAdamWUpdate(p, Mul(g, Tensor::Scalar(scale, p.dtype())), m, v, c);
+  }
+  c.grad_scale = scale != 1.0 ? scale : multiplier;
+  return FusedAdamWUpdate(p, g, m, v, c);
+}
+
 }  // namespace
 
 absl::Status AdamW::FusedCudaStep(std::vector<NamedTensor>& params,
@@ -152,7 +166,7 @@ absl::Status AdamW::FusedCudaStep(std::vector<NamedTensor>& params,
     if (st.m.device() != device || st.m.dtype() != DType::kF32) st.m = Cast(st.m.To(device), DType::kF32);
     if (st.v.device() != device || st.v.dtype() != DType::kF32) st.v = Cast(st.v.To(device), DType::kF32);
     ps.push_back(p.tensor);
-    gs.push_back(g);
+    gs.push_back(control.grad_multiplier != 1.0 ? MulScalar(g, control.grad_multiplier) : g);
     ms.push_back(st.m);
     vs.push_back(st.v);
     decay.push_back(opt_.weight_decay != 0 && opt_.no_decay.count(p.name) == 0);
@@ -199,21 +213,32 @@ absl::Status AdamW::Step(std::vector<NamedTensor>& params, const std::vector<Nam
   const double bc2 = 1.0 - std::pow(b2, t);
   const double step_size = lr / bc1;
   const double inv_sqrt_bc2 = 1.0 / std::sqrt(bc2);
+  AdamWCoefficients c{.b1 = b1, .b2 = b2, .eps = opt_.eps, .step_size = step_size,
+                      .inv_sqrt_bc2 = inv_sqrt_bc2};
+  // The scale as the unfused form applied it (cast to the parameter's dtype, then multiplied),
+  // times the host-side multiplier (clipping without a scaled copy of the gradients).
+  const double scale = grad_scale.defined() ? HostValue(grad_scale) : 1.0;
   for (NamedTensor& p : params) {
-    const Tensor& g = grad_scale.defined()
-                          ? Mul(Find(grads, p.name)->tensor, Cast(grad_scale, p.tensor.dtype()).Reshape({}))
-                          : Find(grads, p.name)->tensor;
+    const Tensor& g = Find(grads, p.name)->tensor;
     State& st = state_[p.name];
     if (!st.m.defined() || st.m.shape() != p.tensor.shape()) {
       st.m = Tensor::Zeros(p.tensor.shape(), p.tensor.dtype(), p.tensor.device());
       st.v = Tensor::Zeros(p.tensor.shape(), p.tensor.dtype(), p.tensor.device());
     }
-    st.m = Add(MulScalar(st.m, b1), MulScalar(g, 1.0 - b1));
-    st.v = Add(MulScalar(st.v, b2), MulScalar(Mul(g, g), 1.0 - b2));
-    Tensor denom = AddScalar(MulScalar(Sqrt(st.v), inv_sqrt_bc2), opt_.eps);
+    // Restored state (SetState) may come in another dtype or on another device.
+    if (st.m.device() != p.tensor.device() || st.m.dtype() != p.tensor.dtype()) {
+      st.m = Cast(st.m.To(p.tensor.device()), p.tensor.dtype());
+    }
+    if (st.v.device() != p.tensor.device() || st.v.dtype() != p.tensor.dtype()) {
+      st.v = Cast(st.v.To(p.tensor.device()), p.tensor.dtype());
+    }
     const bool decay = opt_.weight_decay != 0 && opt_.no_decay.count(p.name) == 0;
-    Tensor w = decay ? MulScalar(p.tensor, 1.0 - lr * opt_.weight_decay) : p.tensor;
-    p.tensor = Sub(w, MulScalar(Div(st.m, denom), step_size));
+    c.decay = decay ? 1.0 - lr * opt_.weight_decay : 1.0;
+    // Two roundings as the unfused form had them: scale to the dtype, then the multiplier.
+    if (absl::Status s = ScaledUpdate(p.tensor, g, st.m, st.v, c, scale, control.grad_multiplier);
+        !s.ok()) {
+      return s;
+    }
   }
   return absl::OkStatus();
 }

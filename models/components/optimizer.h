@@ -83,8 +83,12 @@ struct AdamWOptions {
 // parameters and moments in place: p.tensor keeps its storage, whose values change (views of it
 // see them). The step count and bias corrections then live on the device too, so the step can
 // be captured into a CUDA graph: each replay advances the device's count (steps() counts host
-// calls only), with the lr and betas of the captured call. Elsewhere (CPU, f64) the update is
-// written with tensor ops and p.tensor is replaced by a new tensor.
+// calls only), with the lr and betas of the captured call. Elsewhere (CPU, meta, f64) each
+// parameter is updated in place too, by one fused pass over p, g, m, v with no temporary
+// (models/components/adamw_update.h), bitwise equal to the formula above written as tensor ops
+// (each product and sum rounded to the dtype): the step's memory peak is the backward's, not
+// the optimizer's. Whoever holds p.tensor or a moment (exp_avg) sees the new values; clone what
+// must outlive a step.
 //
 // grad_scale (optional): a one-element f32/f64 tensor on the parameters' device multiplying
 // every gradient before the update, e.g. ClipCoefficient(SumOfSquares(grads), max_norm) from
@@ -98,9 +102,13 @@ struct AdamWOptions {
 // moments and the step count stay as they were. On the GPU both are read by the device (no host
 // sync; steps() still counts the call, so a caller that goes on after a skipped step calls
 // set_steps); elsewhere they are read on the host.
+//
+// grad_multiplier (host value): every gradient is multiplied by it (rounded to the dtype) before
+// the update, e.g. the clipping coefficient, without a scaled copy of the gradients on the CPU.
 struct AdamWStepControl {
   Tensor lr;
   Tensor skip_if_nonfinite;
+  double grad_multiplier = 1;
 };
 
 class AdamW {

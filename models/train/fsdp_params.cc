@@ -105,6 +105,8 @@ void FsdpParams::Wait(int unit, bool refill) {
     Value& g = gathered[k++];
     Count(static_cast<int64_t>(g.tensor.nbytes()));
     if (refill) {
+      // Held for the backward again: the tape's saved bytes count it (Release took it out).
+      if (values_[p].node >= 0) tape_.NoteHeldBytes(static_cast<int64_t>(g.tensor.nbytes()));
       values_[p].tensor.RefillBuffer(g.tensor);
     } else {
       values_[p] = std::move(g);
@@ -119,6 +121,8 @@ void FsdpParams::Release(int unit) {
   for (int p : u.params) {
     if (layout_.params()[p].fsdp_dim < 0) continue;
     Count(-static_cast<int64_t>(values_[p].tensor.nbytes()));
+    // The tape recorded the gather's output as saved; freed, it is no longer an activation.
+    if (values_[p].node >= 0) tape_.NoteHeldBytes(-static_cast<int64_t>(values_[p].tensor.nbytes()));
     values_[p].tensor.ReleaseBuffer();
   }
   u.released = true;

@@ -233,6 +233,10 @@ absl::StatusOr<StepProfile> ProfileGptRank(const Model& layout, const TrainOptio
   p.peak_bytes = cap.peak;
   p.activation_peak_bytes =
       std::max<int64_t>(0, p.peak_bytes - p.parameter_bytes - p.gradient_bytes - p.optimizer_bytes);
+  p.saved_activation_peak_bytes = r->peak_activation_bytes_per_rank;
+  p.gathered_peak_bytes = r->peak_gathered_bytes_per_rank;
+  p.step_tensor_peak_bytes = r->peak_step_bytes_per_rank;
+  p.backprop_tensor_peak_bytes = r->peak_backprop_bytes_per_rank;
   const int stage = layout.pp_ways() > 1 ? mesh.Coord(rank, mesh.AxisIndex(axis::kPp)) : 0;
   if (absl::Status s = AddTimetable(layout, o, stage, &p); !s.ok()) return s;
   return p;
@@ -255,12 +259,19 @@ absl::StatusOr<std::vector<StepProfile>> ProfileGptStep(const Model& layout,
 std::string FormatStepProfile(const StepProfile& p) {
   std::string s = absl::StrFormat(
       "%s (rank %d; %d ranks alike)\n  compute: %.4g GFLOP (GEMM %.4g, optimizer %.4g), "
-      "%.4g GB moved by ops\n  memory: params %d, grads %d, AdamW %d, peak %d (activations "
+      "%.4g GB moved by ops\n  memory: params %d, grads %d, AdamW %d, saved activations %d at "
+      "most, FSDP gathered parameters %s, step tensors %d at most (%s), peak %d (activations "
       "and temporaries %d) bytes\n  collectives: %d calls, %d bytes\n",
       p.role, p.rank, p.ranks_like_this.size(), p.flops / 1e9, p.gemm_flops / 1e9,
       p.optimizer_flops / 1e9, p.op_bytes / 1e9, p.parameter_bytes, p.gradient_bytes,
-      p.optimizer_bytes, p.peak_bytes, p.activation_peak_bytes, p.collectives.size(),
-      p.collective_bytes);
+      p.optimizer_bytes, p.saved_activation_peak_bytes,
+      p.gathered_peak_bytes >= 0 ? absl::StrCat(p.gathered_peak_bytes, " at most") : "none",
+      p.step_tensor_peak_bytes,
+      p.step_tensor_peak_bytes > p.backprop_tensor_peak_bytes
+          ? absl::StrCat("after the backward; ", p.backprop_tensor_peak_bytes,
+                         " to its end")
+          : std::string("in the forward + backward"),
+      p.peak_bytes, p.activation_peak_bytes, p.collectives.size(), p.collective_bytes);
   // Collectives by (phase, op, axes): count and bytes, in first-seen order.
   std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> groups;
   std::map<std::string, size_t> index;

@@ -54,6 +54,16 @@ void GradientBuckets::Start(Open& open) {
   parts.reserve(open.members.size());
   for (int k : open.members) parts.push_back(grads_[k].tensor.Reshape({-1}));
   Value flat(parts.size() == 1 ? parts[0] : Concat(parts, 0), open.kinds);
+  parts.clear();
+  // The gradients become views of the bucket (the same values), so their own buffers are freed
+  // now rather than when Finish replaces them: the step's peak holds the bucket and its
+  // reduction, not the gradients a third time.
+  int64_t at = 0;
+  for (int k : open.members) {
+    const int64_t n = grads_[k].numel();
+    grads_[k] = Value(flat.tensor.SliceRows(at, n).Reshape(grads_[k].shape()), grads_[k].type);
+    at += n;
+  }
   const AxisMask reduced = open.kinds.AxesOfKind(AxisKind::kP);
   pending_.push_back(Started{std::move(open.members), reduced,
                              all_reduce_start(flat, Axes(mesh_.AxisNamesOf(reduced)))});

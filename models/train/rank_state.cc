@@ -75,8 +75,20 @@ RankState::RankState(const Model& layout, const RunPlan& plan, const StateSource
     const ParamInfo& pi = layout.params()[k];
     Tensor local = source.file != nullptr ? read(layout.CheckpointName(pi), pi)
                                           : ShardOf(source.globals[k], mesh, pi.spec, rank);
-    params.emplace_back(local.To(dev), plan.ParamType(mesh, pi));
+    local = local.To(dev);
+    // AdamW updates in place: never the caller's tensor (an unsharded shard may be it).
+    if (source.file == nullptr && local.SharesStorageWith(source.globals[k])) local = local.Clone();
+    params.emplace_back(local, plan.ParamType(mesh, pi));
     held_names.push_back(pi.name);
+  }
+  if (!source.resume) {
+    // The moments exist from the start, as the parameters do (AdamW would make them zero at
+    // its first step): state held across steps, not the first step's memory peak.
+    for (size_t i = 0; i < held.size(); ++i) {
+      const Tensor& p = params[i].tensor;
+      opt.SetState(held_names[i], Tensor::Zeros(p.shape(), p.dtype(), p.device()),
+                   Tensor::Zeros(p.shape(), p.dtype(), p.device()));
+    }
   }
   if (source.resume) {
     for (int k : held) {
@@ -116,6 +128,9 @@ std::vector<Tensor> RankState::GatherGlobals() const {
     }
     if (plan_.stages > 1) v = all_reduce(reinterpret(v, layout_.pp_axis()), layout_.pp_axis());
     out[k] = v.tensor.To(Device::Cpu());
+    // An unsharded CPU tensor comes back as itself; AdamW updates it in place, so a snapshot
+    // gets its own copy.
+    if (out[k].SharesStorageWith(local)) out[k] = out[k].Clone();
   }
   return out;
 }

@@ -69,6 +69,12 @@ struct StepProfile {
   // the activations and temporaries at the peak (an upper bound where the peak is reached
   // before every gradient exists).
   int64_t activation_peak_bytes = 0;
+  // As the trainer's summary reports them (TrainResult): the tape's peak of saved activations
+  // (FSDP parameters while gathered and held, not once resharding freed them), the gathered FSDP
+  // parameters at most (-1: no FSDP gathers), and the MemoryTracker's peak of the step's own
+  // tensors over the whole step and up to the end of the backward (without what persists).
+  int64_t saved_activation_peak_bytes = 0, gathered_peak_bytes = -1;
+  int64_t step_tensor_peak_bytes = 0, backprop_tensor_peak_bytes = 0;
   int64_t collective_bytes = 0;   // sum of collectives[i].bytes
   // Pipeline (pp > 1 or microbatches > 1): this stage's actions in timetable order, one string
   // per tick ("F0", "B3", "-" idle), and the fraction of ticks idle.

@@ -220,8 +220,8 @@ ABSL_FLAG(std::string, prompt, "\n", "--sample: the prompt (bytes for --text dat
 ABSL_FLAG(double, peak_flops, 0,
           "the MFU denominator in FLOP/s for all the run's devices together (0: a GPU's spec "
           "peak for its dtype from the planner's h100_node/h200_node profiles, picked by the "
-          "card's name, times the GPUs used; on CPU ranks the machine's peak, measured once and "
-          "cached: models/train/mfu.h)");
+          "card's name, times the GPUs used; on CPU ranks the machine's hardware peak: cores x "
+          "clock x FMA width, models/train/mfu.h)");
 ABSL_FLAG(std::string, max_memory, "",
           "refuse a --batch whose step needs more than this per process (e.g. 8GiB; empty: the "
           "machine's memory), before allocating");
@@ -807,8 +807,8 @@ void StepPrinter::operator()(const StepInfo& s) {
 
 // The MFU's basis (rank 0 only: it may measure the CPU): --peak_flops, else on GPUs the spec
 // peak of the compute dtype from the planner's profile named by the card (h100_node, h200_node)
-// times the GPUs the ranks use, else on CPU ranks the machine's measured, cached peak (all
-// ranks share its cores, threads or processes alike).
+// times the GPUs the ranks use, else on CPU ranks the machine's hardware peak (all ranks share
+// its cores, threads or processes alike; models/train/mfu.h).
 MfuBasis MfuFor(const Model& layout, const RankWorld& ranks) {
   const ModelShape& cfg = layout.shape();
   MfuBasis m;
@@ -905,21 +905,37 @@ void PrintSummary(const Model& layout, const TrainOptions& o, const TrainResult&
     absl::StrAppend(&comm, comm.empty() ? "" : ", ", op, " ", Bytes(b));
   }
   const double total_s = steps.total_s();
+  // Memory per rank, what a user sizes a run by: what persists (parameters, gradients, AdamW's
+  // moments), the activations the tape held at most (FSDP parameters count while gathered and
+  // held, not once resharding freed them), the gathered parameters at most, the step's peak.
+  const int64_t moments = r.optimizer_bytes_per_rank - r.gradient_bytes_per_rank;
+  std::string step_peak;
+  if (r.peak_step_bytes_per_rank >= 0) {
+    step_peak = absl::StrFormat(
+        ", step peak %s above them (%s)", Bytes(r.peak_step_bytes_per_rank),
+        r.peak_step_bytes_per_rank > r.peak_backprop_bytes_per_rank
+            ? absl::StrCat("after the backward: gradient reductions and AdamW; forward + backward ",
+                           Bytes(r.peak_backprop_bytes_per_rank))
+            : std::string("in the forward + backward"));
+  }
   std::cout << absl::StrFormat(
       "summary: %d steps, loss %.10g -> %.10g, %.1f ms/step, %.0f tokens/s; per rank: "
-      "parameters %s, gradients + AdamW moments %s, activations %s (largest %s); rank 0 sent "
-      "%s\n",
+      "parameters %s, gradients %s, optimizer state %s, activations %s saved at most (largest "
+      "%s)%s%s; rank 0 sent %s\n",
       r.losses.size(), r.losses.front(), r.losses.back(), total_s * 1e3 / r.losses.size(),
       tokens_per_step * r.losses.size() / total_s, Bytes(r.param_bytes_per_rank),
-      Bytes(r.optimizer_bytes_per_rank), Bytes(r.activation_bytes_per_rank),
-      Bytes(r.largest_activation_bytes), comm.empty() ? "nothing" : comm);
+      Bytes(r.gradient_bytes_per_rank), Bytes(moments), Bytes(r.peak_activation_bytes_per_rank),
+      Bytes(r.largest_activation_bytes),
+      r.peak_gathered_bytes_per_rank >= 0
+          ? absl::StrCat(", FSDP gathered parameters at most ", Bytes(r.peak_gathered_bytes_per_rank))
+          : std::string(),
+      step_peak, comm.empty() ? "nothing" : comm);
   if (r.peak_step_bytes_per_rank >= 0) {
     std::string gathered;
     if (r.peak_gathered_bytes_per_rank >= 0) {
       const bool stages = layout.pp_ways() > 1 || o.pipeline.microbatches > 1;
       gathered = absl::StrFormat(
-          "; FSDP gathered parameters at most %s at once (%s)",
-          Bytes(r.peak_gathered_bytes_per_rank),
+          "; FSDP gathered parameters: %s",
           stages ? std::string("the stage's, gathered once per step and kept over its "
                                "microbatches")
           : absl::StrCat("prefetch ", o.overlap.fsdp_prefetch, ", ",
@@ -929,9 +945,11 @@ void PrintSummary(const Model& layout, const TrainOptions& o, const TrainResult&
                              : "kept from forward to backward: the whole model"));
     }
     std::cout << absl::StrFormat(
-        "memory (rank 0, first step): peak of step tensors %s, %s up to the end of the backward "
-        "(activations, gathered parameters, gradients; then AdamW's temporaries)%s; overlap %s\n",
-        Bytes(r.peak_step_bytes_per_rank), Bytes(r.peak_backprop_bytes_per_rank), gathered,
+        "memory (rank 0, first step): the step's tensors (activations, gathered parameters, "
+        "gradients, then the gradient reductions and AdamW's in-place update) %s at most, %s up "
+        "to the end of the backward; tape outputs %s in all%s; overlap %s\n",
+        Bytes(r.peak_step_bytes_per_rank), Bytes(r.peak_backprop_bytes_per_rank),
+        Bytes(r.activation_bytes_per_rank), gathered,
         o.overlap.on ? absl::StrCat("on (", Bytes(o.overlap.bucket_bytes), " gradient buckets)")
                      : std::string("off"));
   }
@@ -964,8 +982,7 @@ void PrintSummary(const Model& layout, const TrainOptions& o, const TrainResult&
                             steps.MfuPercent(tokens_per_step * r.losses.size() / total_s),
                             mfu.peak_flops, mfu.peak_source,
                             steps.MfuPercent(tokens_per_step * r.losses.size() / total_s) > 100
-                                ? "; above 100%: the peak is too low (measured while the "
-                                  "machine was busy?): delete the cache or give --peak_flops"
+                                ? "; above 100%: the peak is too low: give --peak_flops"
                                 : "")
           : absl::StrCat("unknown (", mfu.peak_source, ")"),
       mfu.flops_per_token,

@@ -223,11 +223,15 @@ StepOutcome RankTrainer::HostStep(int64_t step, double lr, const Tensor& ids_g,
   for (size_t i = 0; i < state_.held.size(); ++i) {
     const std::string& name = state_.held_names[i];
     local.push_back({name, state_.params[i].tensor});
-    named_grads.push_back({name, coef < 1.0 ? MulScalar(grads[i].tensor, coef) : grads[i].tensor});
+    named_grads.push_back({name, grads[i].tensor});
   }
   state_.opt.set_lr(lr);
   out.times.optimizer = TraceNowUs();
-  if (absl::Status s = state_.opt.Step(local, named_grads); !s.ok()) throw OpError(s);
+  // Clipping folded into AdamW's fused pass: no scaled copy of the gradients.
+  const AdamWStepControl clip{.grad_multiplier = coef < 1.0 ? coef : 1.0};
+  if (absl::Status s = state_.opt.Step(local, named_grads, Tensor(), clip); !s.ok()) {
+    throw OpError(s);
+  }
   for (size_t i = 0; i < state_.held.size(); ++i) state_.params[i].tensor = local[i].tensor;
   return out;
 }
@@ -325,6 +329,7 @@ void RankTrainer::Report(int64_t step, double lr, const StepOutcome& out, double
     result.log = log;
     result.param_bytes_per_rank += state_.ParamBytes();
     result.optimizer_bytes_per_rank += state_.OptimizerBytes(out.bp.grads);
+    for (const Value& g : out.bp.grads) result.gradient_bytes_per_rank += g.tensor.nbytes();
   }
 }
 

@@ -78,12 +78,14 @@ struct TrainResult {
   std::vector<CollectiveRecord> log;   // rank 0's collectives of the last step
   int64_t param_bytes_per_rank = 0;    // rank 0: parameters
   int64_t optimizer_bytes_per_rank = 0;  // rank 0: gradients + AdamW moments
+  int64_t gradient_bytes_per_rank = 0;   // rank 0: of which the gradients
   // Rank 0, first step: bytes of the tensors the taped forward ops produced (what the tape keeps
   // for the backward, at most), and the largest of them (the attention scores at long seq).
   int64_t activation_bytes_per_rank = 0;
   int64_t largest_activation_bytes = 0;
   // Rank 0, first step: the tape's peak of saved activation bytes (Tape::peak_saved_bytes; with
-  // recomputation, a recomputed block's own activations while its backward runs included).
+  // recomputation, a recomputed block's own activations while its backward runs included; FSDP
+  // parameters gathered for a block count while held, not once resharding freed them).
   int64_t peak_activation_bytes_per_rank = 0;
   // Rank 0, first step, CPU/meta ranks: the peak of the tensors the step allocated (MemoryTracker:
   // activations, gathered FSDP parameters, gradients, buckets, optimizer temporaries; not the

@@ -20,7 +20,7 @@
 #if SHARDMAP_HAS_CUDA
 #include <cuda_runtime.h>
 
-#include "collectives/host_waits.h"
+#include "base/host_waits.h"
 #include "tensor/cuda/internal/capture_mode.h"
 #include "tensor/cuda/internal/cuda_check.h"
 #include "tensor/cuda/kernels/fill.h"
@@ -100,7 +100,7 @@ struct Staging {
     const cudaError_t q = cudaEventQuery(done[i]);
     if (q == cudaSuccess) return i;
     if (q != cudaErrorNotReady) SM_CUDA_CHECK(q);
-    collectives::CountHostWait(collectives::HostWait::kEventSync);
+    base::CountHostWait(base::HostWait::kEventSync);
     SM_CUDA_CHECK(cudaEventSynchronize(done[i]));
     return i;
   }
@@ -196,7 +196,7 @@ void DeferIndexCheck(int device, const void* device_word, std::function<void(int
     for (const PendingCheck& c : d.pending) streams.emplace_back(c.device, c.stream);
     for (const auto& [dev, st] : streams) {
       DeviceGuard g(dev);
-      collectives::CountHostWait(collectives::HostWait::kStreamSync);
+      base::CountHostWait(base::HostWait::kStreamSync);
       SM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(st)));
     }
     RunChecksOf(device, nullptr);
@@ -217,7 +217,7 @@ void RunDeferredIndexChecks(int device) {
   RequireDevice(device, "cuda::RunDeferredIndexChecks");
   DeviceGuard guard(device);
   const StreamHandle stream = CurrentStream(device);
-  collectives::CountHostWait(collectives::HostWait::kStreamSync);
+  base::CountHostWait(base::HostWait::kStreamSync);
   SM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
   RunChecksOf(device, stream);
 }
@@ -252,7 +252,7 @@ CachingAllocator& DeviceAllocator(int device) {
       };
       raw.synchronize = [d, sync_op] {
         DeviceGuard guard(d);
-        collectives::CountHostWait(collectives::HostWait::kDeviceSync);
+        base::CountHostWait(base::HostWait::kDeviceSync);
         internal::NoteCudaError(cudaDeviceSynchronize(), sync_op.c_str());
       };
       v->push_back(std::make_unique<CachingAllocator>(std::move(raw), absl::StrCat("cuda:", d)));
@@ -320,7 +320,7 @@ void CopyDeviceToHost(void* dst, const void* src, int device, size_t nbytes) {
   DeviceGuard guard(device);
   cudaStream_t stream = StreamOf(device);
   SM_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream));
-  collectives::CountHostWait(collectives::HostWait::kDeviceToHostRead);
+  base::CountHostWait(base::HostWait::kDeviceToHostRead);
   SM_CUDA_CHECK(cudaStreamSynchronize(stream));
   // The stream is done: the index checks queued on it have their answers (device_memory.h).
   if (!deferred_checks.pending.empty()) RunChecksOf(device, CurrentStream(device));
@@ -341,13 +341,13 @@ void CopyDeviceToDevice(void* dst, int dst_device, const void* src, int src_devi
     // per-thread stream of the *current* device (under dst's guard it would wait on dst's).
     {
       DeviceGuard src_guard(src_device);
-      collectives::CountHostWait(collectives::HostWait::kStreamSync);
+      base::CountHostWait(base::HostWait::kStreamSync);
       SM_CUDA_CHECK(cudaStreamSynchronize(StreamOf(src_device)));
     }
     SM_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, nbytes, stream));
     // The source block is cached per stream of src_device: once the caller frees it, work on
     // that stream may reuse it while this copy (ordered only on dst's stream) still reads it.
-    collectives::CountHostWait(collectives::HostWait::kStreamSync);
+    base::CountHostWait(base::HostWait::kStreamSync);
     SM_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 }

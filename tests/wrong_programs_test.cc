@@ -309,13 +309,14 @@ TEST(WrongCollectives, AllToAllDimOutOfRange) {
 
 TEST(WrongPerDevice, MatmulShapeMismatchNamesTheRank) {
   ShardFn fn = [](const std::vector<Value>& p) -> std::vector<Value> {
-    return {p[0].matmul(p[1])};  // [3,2] @ [3,5]
+    return {p[0].matmul(p[1])};  // [3,4] @ [3,5]: well typed, wrong shapes
   };
-  // Both ranks fail; whichever reports first is the one named.
-  ExpectError(RunGlobal(fn, M({{"tp", 2}}), {P(None, "tp"), P()}, {P()},
+  // Both ranks fail; whichever reports first is the one named, with the operands' types. (A
+  // sharded contracted dim against a whole one is a type error: see PlantedBugs below.)
+  ExpectError(RunGlobal(fn, M({{"tp", 2}}), {P(), P()}, {P()},
                         {Rand({3, 4}, 1), Rand({3, 5}, 2)}),
-              {"rank ", "at mesh coordinates (tp=", "matmul:", "f64[3,2]{tp:S1} @ f64[3,5]{tp:R}",
-               "contracted dims differ", "shard b's dim 0 over 'tp'"});
+              {"rank ", "at mesh coordinates (tp=", "matmul:", "f64[3,4]{tp:R} @ f64[3,5]{tp:R}",
+               "contracted dims differ"});
 }
 
 TEST(WrongPerDevice, ThrowingRankDoesNotHangOthers) {

@@ -72,13 +72,6 @@ namespace {
 void CheckBinaryOperands(const char* op, const Value& a, const Value& b) {
   internal::CheckMesh(op, a, "a");
   internal::CheckMesh(op, b, "b");
-  // Before the kernel: on more than one device the local sizes would differ and the kernel's
-  // broadcast error would hide the cause that the types see on any mesh size.
-  if (!Checked()) return;
-  if (std::optional<Rejection> no = WholeAgainstShardedRule(
-          a.type, a.shape(), b.type, b.shape(), RankContext::Get(op).mesh().axis_names())) {
-    TypeFail(op, no->axis, no->rule, no->fix, {{"a", &a}, {"b", &b}});
-  }
 }
 
 // The primal value without its tape slot, for capture in VJPs (no cycles, no re-recording).

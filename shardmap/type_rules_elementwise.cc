@@ -82,46 +82,6 @@ SpmdType internal::ElementwiseRuleFull(const char* op, const SpmdType& a,
   return t;
 }
 
-std::optional<Rejection> WholeAgainstShardedRule(const SpmdType& a,
-                                                 absl::Span<const int64_t> a_shape,
-                                                 const SpmdType& b,
-                                                 absl::Span<const int64_t> b_shape,
-                                                 absl::Span<const std::string> axis_names) {
-  const int n = std::min(a.num_axes(), b.num_axes());
-  for (int i = 0; i < n; ++i) {
-    for (int side = 0; side < 2; ++side) {
-      const AxisType s = side == 0 ? a[i] : b[i], w = side == 0 ? b[i] : a[i];
-      const absl::Span<const int64_t> ss = side == 0 ? a_shape : b_shape;
-      const absl::Span<const int64_t> ws = side == 0 ? b_shape : a_shape;
-      if (!s.is_sharded() || (w.kind != AxisKind::kR && w.kind != AxisKind::kI)) continue;
-      const int e = s.dim - (static_cast<int>(ss.size()) - static_cast<int>(ws.size()));
-      if (s.dim >= static_cast<int>(ss.size()) || e < 0 || ws[e] == 1) continue;
-      // A dim the whole operand shards over another axis is a block of the same dim (S on
-      // disjoint axes combine): its local size is the shard's on a mesh of any size.
-      const SpmdType& wt = side == 0 ? b : a;
-      bool sharded_elsewhere = false;
-      for (int j = 0; j < wt.num_axes(); ++j) {
-        sharded_elsewhere |= wt[j].is_sharded() && wt[j].dim == e;
-      }
-      if (sharded_elsewhere) continue;
-      const char* sn = side == 0 ? "a" : "b";
-      const char* wn = side == 0 ? "b" : "a";
-      const std::string axis = NameOf(axis_names, i);
-      return Rejection{
-          i,
-          absl::StrCat(sn, "'s dim ", static_cast<int>(s.dim), " is sharded over '", axis,
-                       "' but ", wn, "'s dim ", e, " (size ", ws[e],
-                       "), which lines up with it, is whole (", KindName(w.kind),
-                       "): each device would combine its shard with the whole dim"),
-          absl::StrCat("shard ", wn, "'s dim ", e, " over '", axis, "' too (its in_spec, or "
-                       "slice it to this device's positions: slice(vary(", wn, ", \"", axis,
-                       "\"), ", e, ", axis_index(\"", axis, "\") * n, n)), or all_gather ", sn,
-                       " over '", axis, "' first")};
-    }
-  }
-  return std::nullopt;
-}
-
 SpmdType NonlinearRule(const char* op, const SpmdType& x, absl::Span<const std::string> axis_names,
                        std::optional<Rejection>& no) {
   for (int i = 0; i < x.num_axes(); ++i) {

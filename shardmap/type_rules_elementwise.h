@@ -47,17 +47,6 @@ inline SpmdType ElementwiseRule(const char* op, const SpmdType& a,
                                 bool multilinear, bool divide, std::optional<Rejection>& no);
 
 // A nonlinear unary op (gelu, exp, ...): any kind but P, the type unchanged.
-// A binary op's operand that is whole (R or I) on an axis, along a dim that lines up (numpy
-// broadcasting, trailing dims) with a dim the other operand shards over that axis, and is not of
-// size 1 there, nor sharded over another axis: each device would combine its shard with the
-// whole dim (a RoPE table or a mask not sliced to the shard's positions). On one device the sizes agree, on more they do not:
-// rejected by the types so every mesh size says the same.
-std::optional<Rejection> WholeAgainstShardedRule(const SpmdType& a,
-                                                 absl::Span<const int64_t> a_shape,
-                                                 const SpmdType& b,
-                                                 absl::Span<const int64_t> b_shape,
-                                                 absl::Span<const std::string> axis_names);
-
 SpmdType NonlinearRule(const char* op, const SpmdType& x, absl::Span<const std::string> axis_names,
                        std::optional<Rejection>& no);
 

@@ -378,7 +378,7 @@ TEST(WrongGrad, VaryingLossGivenToValueAndGrad) {
 
 // ---- bugs planted in model code, on meshes of size 1 and 2 -------------------------------------
 //
-// Each case is a model fragment (a GPT block, or a Llama-style block: GQA, RoPE, SwiGLU, RMSNorm)
+// Each case is a model fragment (a GPT block, or a Llama-style block: GQA, SwiGLU)
 // with one classic bug, and the same fragment fixed. The types must reject the bug with the same
 // cause on an axis of size 1 as on one of size 2 (where the local sizes often hide it, or name
 // only shapes), and accept the fix on both. An axis of size 1 is typed exactly as one of size N.
@@ -453,18 +453,6 @@ absl::Status FsdpEmbedding(int n, bool fixed) {
                {Rand({6, 4}, 9), ids});
 }
 
-// RoPE under context parallelism: x [b, s, h, d] sharded over cp along s; the cos table [s, d]
-// must be sliced to this device's positions (here: given with the same spec).
-absl::Status RopeTable(int n, bool fixed) {
-  ShardFn fn = [](const std::vector<Value>& in) -> std::vector<Value> {
-    const Value cos = in[1].reshape({in[1].dim(0), 1, in[1].dim(1)});
-    return {in[0] * cos};
-  };
-  return RunFn(fn, M({{"cp", n}}),
-               {P(None, "cp", None, None), fixed ? P("cp", None) : P()},
-               {P(None, "cp", None, None)}, {Rand({1, 4, 2, 6}, 10), Rand({4, 6}, 11)});
-}
-
 // A V whose layout a reshape lost, later all-reduced: the message names the reshape as the
 // origin and proposes no cast (reinterpret would sum values that are no addends of one total).
 // Fixed: the sharded dim moved outermost first, so the flat vector stays S0 and is gathered.
@@ -502,10 +490,6 @@ std::vector<Planted> Catalogue() {
        {"embedding: the table's rows are sharded (S0) but the ids vary",
         "all_gather(table, 0, axis) before the lookup", "table=f64[", "{dp:S0}"},
        {}},
-      {"llama_rope_table_not_sliced_to_the_shard", RopeTable,
-       {"mul: a's dim 1 is sharded over 'cp' but b's dim 0 (size 4)", "is whole (R)",
-        "axis_index(\"cp\")"},
-       no_cast},
       {"reshape_lost_the_layout_then_all_reduce", LostLayoutThenAllReduce,
        {"all_reduce(sum): takes a partial sum (P), but x is V",
         "x is V (layout unknown) on 'tp' since reshape to f64[", "Fix: at reshape",

@@ -539,6 +539,11 @@ Value reshape(const Value& x, absl::Span<const int64_t> shape) {
   return out;
 }
 
+Value stop_gradient(const Value& x) {
+  internal::CheckMesh("stop_gradient", x);
+  return Detached(x);
+}
+
 Value permute(const Value& x, const std::vector<int>& perm) {
   internal::CheckMesh("permute", x);
   Tensor t = Permute(x.tensor, perm);

@@ -64,11 +64,11 @@ OpStats CommStats::Total() const {
 }
 
 TimedCommunicator::TimedCommunicator(collectives::Communicator* inner, CommStats* stats)
-    : inner_(inner), stats_(stats) {}
+    : ForwardingCommunicator(inner), stats_(stats) {}
 
 TimedCommunicator::TimedCommunicator(std::unique_ptr<collectives::Communicator> inner,
                                      CommStats* stats)
-    : owned_(std::move(inner)), inner_(owned_.get()), stats_(stats) {}
+    : ForwardingCommunicator(std::move(inner)), stats_(stats) {}
 
 template <typename F>
 absl::Status TimedCommunicator::Timed(const char* op, double bytes, F&& call) {
@@ -87,65 +87,65 @@ absl::Status TimedCommunicator::Timed(const char* op, double bytes, F&& call) {
 absl::Status TimedCommunicator::AllReduce(const void* send, void* recv, size_t count,
                                           DataType dtype, collectives::ReduceOp op) {
   return Timed("all_reduce", Bytes(count, dtype),
-               [&] { return inner_->AllReduce(send, recv, count, dtype, op); });
+               [&] { return inner()->AllReduce(send, recv, count, dtype, op); });
 }
 absl::Status TimedCommunicator::AllGather(const void* send, void* recv, size_t send_count,
                                           DataType dtype) {
   return Timed("all_gather", Bytes(send_count, dtype),
-               [&] { return inner_->AllGather(send, recv, send_count, dtype); });
+               [&] { return inner()->AllGather(send, recv, send_count, dtype); });
 }
 absl::Status TimedCommunicator::ReduceScatter(const void* send, void* recv, size_t recv_count,
                                               DataType dtype, collectives::ReduceOp op) {
   return Timed("reduce_scatter", Bytes(recv_count * size(), dtype),
-               [&] { return inner_->ReduceScatter(send, recv, recv_count, dtype, op); });
+               [&] { return inner()->ReduceScatter(send, recv, recv_count, dtype, op); });
 }
 absl::Status TimedCommunicator::AllToAll(const void* send, void* recv, size_t count,
                                          DataType dtype) {
   return Timed("all_to_all", Bytes(count * size(), dtype),
-               [&] { return inner_->AllToAll(send, recv, count, dtype); });
+               [&] { return inner()->AllToAll(send, recv, count, dtype); });
 }
 absl::Status TimedCommunicator::AllGatherV(const void* send, void* recv,
                                            absl::Span<const size_t> counts, DataType dtype) {
   return Timed("all_gather", Bytes(counts[rank()], dtype),
-               [&] { return inner_->AllGatherV(send, recv, counts, dtype); });
+               [&] { return inner()->AllGatherV(send, recv, counts, dtype); });
 }
 absl::Status TimedCommunicator::ReduceScatterV(const void* send, void* recv,
                                                absl::Span<const size_t> counts, DataType dtype,
                                                collectives::ReduceOp op) {
   return Timed("reduce_scatter", SumBytes(counts, dtype),
-               [&] { return inner_->ReduceScatterV(send, recv, counts, dtype, op); });
+               [&] { return inner()->ReduceScatterV(send, recv, counts, dtype, op); });
 }
 absl::Status TimedCommunicator::AllToAllV(const void* send, absl::Span<const size_t> send_counts,
                                           void* recv, absl::Span<const size_t> recv_counts,
                                           DataType dtype) {
   return Timed("all_to_all", SumBytes(send_counts, dtype), [&] {
-    return inner_->AllToAllV(send, send_counts, recv, recv_counts, dtype);
+    return inner()->AllToAllV(send, send_counts, recv, recv_counts, dtype);
   });
 }
 absl::Status TimedCommunicator::Broadcast(void* buffer, size_t count, DataType dtype, int root) {
   return Timed("broadcast", Bytes(count, dtype),
-               [&] { return inner_->Broadcast(buffer, count, dtype, root); });
+               [&] { return inner()->Broadcast(buffer, count, dtype, root); });
 }
 absl::Status TimedCommunicator::Send(const void* buffer, size_t count, DataType dtype,
                                      int peer) {
   return Timed("send", Bytes(count, dtype),
-               [&] { return inner_->Send(buffer, count, dtype, peer); });
+               [&] { return inner()->Send(buffer, count, dtype, peer); });
 }
 absl::Status TimedCommunicator::Recv(void* buffer, size_t count, DataType dtype, int peer) {
-  return Timed("recv", 0, [&] { return inner_->Recv(buffer, count, dtype, peer); });
+  return Timed("recv", 0, [&] { return inner()->Recv(buffer, count, dtype, peer); });
 }
 absl::Status TimedCommunicator::Ppermute(const void* send, void* recv, size_t count,
                                          DataType dtype,
                                          absl::Span<const std::pair<int, int>> pairs) {
   return Timed("ppermute", Bytes(count, dtype),
-               [&] { return inner_->Ppermute(send, recv, count, dtype, pairs); });
+               [&] { return inner()->Ppermute(send, recv, count, dtype, pairs); });
 }
 absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> TimedCommunicator::PpermuteStart(
     const void* send, void* recv, size_t count, DataType dtype,
     absl::Span<const std::pair<int, int>> pairs) {
   absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> pending;
   absl::Status s = Timed("ppermute_start", Bytes(count, dtype), [&] {
-    pending = inner_->PpermuteStart(send, recv, count, dtype, pairs);
+    pending = inner()->PpermuteStart(send, recv, count, dtype, pairs);
     return pending.status();
   });
   (void)s;
@@ -166,23 +166,23 @@ absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> TimedCommunicato
 absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> TimedCommunicator::AllReduceStart(
     const void* send, void* recv, size_t count, DataType dtype, collectives::ReduceOp op) {
   return TimedStart("all_reduce", Bytes(count, dtype),
-                    [&] { return inner_->AllReduceStart(send, recv, count, dtype, op); });
+                    [&] { return inner()->AllReduceStart(send, recv, count, dtype, op); });
 }
 absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> TimedCommunicator::AllGatherStart(
     const void* send, void* recv, size_t send_count, DataType dtype) {
   return TimedStart("all_gather", Bytes(send_count, dtype),
-                    [&] { return inner_->AllGatherStart(send, recv, send_count, dtype); });
+                    [&] { return inner()->AllGatherStart(send, recv, send_count, dtype); });
 }
 absl::StatusOr<std::unique_ptr<collectives::PendingCollective>>
 TimedCommunicator::ReduceScatterStart(const void* send, void* recv, size_t recv_count,
                                       DataType dtype, collectives::ReduceOp op) {
   return TimedStart("reduce_scatter", Bytes(recv_count * size(), dtype), [&] {
-    return inner_->ReduceScatterStart(send, recv, recv_count, dtype, op);
+    return inner()->ReduceScatterStart(send, recv, recv_count, dtype, op);
   });
 }
 absl::StatusOr<std::unique_ptr<collectives::Communicator>> TimedCommunicator::Split(int color,
                                                                                      int key) {
-  absl::StatusOr<std::unique_ptr<collectives::Communicator>> sub = inner_->Split(color, key);
+  absl::StatusOr<std::unique_ptr<collectives::Communicator>> sub = inner()->Split(color, key);
   if (!sub.ok() || *sub == nullptr) return sub;
   return std::unique_ptr<collectives::Communicator>(
       new TimedCommunicator(std::move(*sub), stats_));

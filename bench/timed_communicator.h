@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "collectives/communicator.h"
+#include "collectives/forwarding_communicator.h"
 
 namespace shardmap::bench {
 
@@ -39,15 +40,13 @@ struct CommStats {
   void Clear() { by_op.clear(); }
 };
 
-class TimedCommunicator : public collectives::Communicator {
+class TimedCommunicator : public collectives::ForwardingCommunicator {
  public:
   // Neither pointer is owned; both must outlive this object.
   TimedCommunicator(collectives::Communicator* inner, CommStats* stats);
   TimedCommunicator(std::unique_ptr<collectives::Communicator> inner, CommStats* stats);
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string name() const override { return "timed(" + inner_->name() + ")"; }
+  std::string name() const override { return "timed(" + inner()->name() + ")"; }
 
   absl::Status AllReduce(const void* send, void* recv, size_t count, collectives::DataType dtype,
                          collectives::ReduceOp op) override;
@@ -71,7 +70,7 @@ class TimedCommunicator : public collectives::Communicator {
   absl::Status Recv(void* buffer, size_t count, collectives::DataType dtype, int peer) override;
   absl::Status Ppermute(const void* send, void* recv, size_t count, collectives::DataType dtype,
                         absl::Span<const std::pair<int, int>> pairs) override;
-  absl::Status Barrier() override { return inner_->Barrier(); }
+  // Barrier: forwarded untimed (ForwardingCommunicator).
   // Timed up to the start only (the transfer overlaps the caller's work until Wait).
   absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> PpermuteStart(
       const void* send, void* recv, size_t count, collectives::DataType dtype,
@@ -87,14 +86,7 @@ class TimedCommunicator : public collectives::Communicator {
   absl::StatusOr<std::unique_ptr<collectives::PendingCollective>> ReduceScatterStart(
       const void* send, void* recv, size_t recv_count, collectives::DataType dtype,
       collectives::ReduceOp op) override;
-  bool OverlapsStartedCalls() const override { return inner_->OverlapsStartedCalls(); }
   absl::StatusOr<std::unique_ptr<collectives::Communicator>> Split(int color, int key) override;
-
-  void TagNextCall(const collectives::CallTag& tag) override { inner_->TagNextCall(tag); }
-  bool ComparesCallTags() const override { return inner_->ComparesCallTags(); }
-  collectives::MemorySpace memory_space() const override { return inner_->memory_space(); }
-  bool SupportsGraphCapture() const override { return inner_->SupportsGraphCapture(); }
-  absl::Status AsyncError() override { return inner_->AsyncError(); }
 
  private:
   template <typename F>
@@ -104,8 +96,6 @@ class TimedCommunicator : public collectives::Communicator {
                                                                              double bytes,
                                                                              F&& start);
 
-  std::unique_ptr<collectives::Communicator> owned_;
-  collectives::Communicator* inner_;
   CommStats* stats_;
 };
 

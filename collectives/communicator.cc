@@ -1,5 +1,7 @@
 #include "collectives/communicator.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 
 namespace shardmap::collectives {
@@ -43,6 +45,28 @@ bool IsValidDataType(DataType t) { return DataTypeSize(t) != 0; }
 
 bool IsValidReduceOp(ReduceOp op) {
   return static_cast<uint8_t>(op) <= static_cast<uint8_t>(ReduceOp::kAvg);
+}
+
+absl::StatusOr<PpermutePeers> ValidatePpermutePairs(absl::Span<const std::pair<int, int>> pairs,
+                                                    int size, int rank) {
+  std::vector<char> is_src(size > 0 ? size : 0, 0), is_dst(size > 0 ? size : 0, 0);
+  PpermutePeers peers;
+  for (const auto& [s, t] : pairs) {
+    if (s < 0 || s >= size || t < 0 || t >= size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pair (", s, ", ", t, ") names a rank outside [0, ", size, ")"));
+    }
+    const bool repeated_source = is_src[s]++ != 0;
+    if (repeated_source || is_dst[t]++ != 0) {
+      const char* role = repeated_source ? "source" : "destination";
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pair (", s, ", ", t, ") repeats a ", role, ": rank ", repeated_source ? s : t,
+          " appears twice as a ", role, "; each rank may appear at most once as each"));
+    }
+    if (t == rank) peers.source = s;
+    if (s == rank) peers.dest = t;
+  }
+  return peers;
 }
 
 namespace {

@@ -47,6 +47,17 @@ const char* ReduceOpName(ReduceOp op);
 bool IsValidDataType(DataType t);
 bool IsValidReduceOp(ReduceOp op);
 
+// A ppermute's pairs checked once for every backend: ranks in [0, size), each rank at most once
+// as a source and once as a destination (InvalidArgument naming the pair and the repeated rank,
+// without a backend prefix: callers add theirs). On success, `rank`'s peers: the rank it receives
+// from and the rank it sends to, -1 for none.
+struct PpermutePeers {
+  int source = -1;
+  int dest = -1;
+};
+absl::StatusOr<PpermutePeers> ValidatePpermutePairs(absl::Span<const std::pair<int, int>> pairs,
+                                                    int size, int rank);
+
 // What the caller (shardmap's typed layer) wants checked across the ranks of the next call of a
 // communicator, beyond what the backend compares itself (op, dtype, count): e.g. the op as the
 // user wrote it, the mesh axes, the tensor shape and the program-wide sequence number of the

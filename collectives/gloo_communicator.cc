@@ -913,22 +913,10 @@ class GlooCommunicator final : public internal::ForwardingCommunicator {
     Desc d{kMagic, Op::kPpermute, dtype, ReduceOp::kSum, 0, 0, 0, count};
     d.layout = HashBytes(pairs.data(), pairs.size() * sizeof(pairs[0]));
     SM_COLL_RETURN_IF_ERROR(Begin(d));
-    const int n = size();
     const int me = rank();
-    std::vector<char> is_src(n, 0), is_dst(n, 0);
-    int source = -1, dest = -1;
-    for (const auto& [s, t] : pairs) {
-      if (s < 0 || s >= n || t < 0 || t >= n) {
-        return Invalid(absl::StrCat("pair (", s, ", ", t, ") names a rank outside [0, ", n, ")"));
-      }
-      if (is_src[s]++ || is_dst[t]++) {
-        return Invalid(absl::StrCat("pair (", s, ", ", t, ") repeats a ",
-                                    is_src[s] > 1 ? "source" : "destination",
-                                    "; each rank may appear at most once as each"));
-      }
-      if (t == me) source = s;
-      if (s == me) dest = t;
-    }
+    absl::StatusOr<PpermutePeers> peers = ValidatePpermutePairs(pairs, size(), me);
+    if (!peers.ok()) return Invalid(peers.status().message());
+    const int source = peers->source, dest = peers->dest;
     SM_COLL_RETURN_IF_ERROR(CheckBuffer(send, count, "send"));
     SM_COLL_RETURN_IF_ERROR(CheckBuffer(recv, count, "recv"));
     SM_COLL_RETURN_IF_ERROR(Agree(d));

@@ -556,20 +556,9 @@ class InProcessCommunicator final : public internal::ForwardingCommunicator {
     CallDesc d{Op::kPpermute, dtype, ReduceOp::kSum, count};
     d.shape_hash = HashBytes(pairs.data(), pairs.size() * sizeof(pairs[0]));
     SM_COLL_RETURN_IF_ERROR(Start(d));
-    const int n = size();
-    std::vector<char> is_src(n, 0), is_dst(n, 0);
-    int my_source = -1;
-    for (const auto& [s, t] : pairs) {
-      if (s < 0 || s >= n || t < 0 || t >= n) {
-        return Invalid(absl::StrCat("pair (", s, ", ", t, ") names a rank outside [0, ", n, ")"));
-      }
-      if (is_src[s]++ || is_dst[t]++) {
-        return Invalid(absl::StrCat("pair (", s, ", ", t, ") repeats a ",
-                                    is_src[s] > 1 ? "source" : "destination",
-                                    "; each rank may appear at most once as each"));
-      }
-      if (t == rank_) my_source = s;
-    }
+    absl::StatusOr<PpermutePeers> peers = ValidatePpermutePairs(pairs, size(), rank_);
+    if (!peers.ok()) return Invalid(peers.status().message());
+    const int my_source = peers->source;
     SM_COLL_RETURN_IF_ERROR(CheckBuffer(send, count, "send", What()));
     SM_COLL_RETURN_IF_ERROR(CheckBuffer(recv, count, "recv", What()));
     const size_t bytes = count * DataTypeSize(dtype);

@@ -23,7 +23,7 @@
 #include "absl/time/clock.h"
 #include "collectives/internal/cuda_check.h"
 #include "collectives/internal/status_macros.h"
-#include "collectives/host_waits.h"
+#include "base/host_waits.h"
 #include "collectives/nccl_finalize_policy.h"
 #include "collectives/nccl_watchdog.h"
 #endif
@@ -178,6 +178,8 @@ absl::StatusOr<ncclRedOp_t> ToNccl(ReduceOp op) {
 using internal::kWatchAfter;
 using internal::NcclCommSlot;
 using internal::NcclWorld;
+using ::shardmap::base::CountHostWait;
+using ::shardmap::base::HostWait;
 
 // What a call records for the mismatch check at a timeout. Only calls that every rank of the
 // group makes are numbered and compared: a Split's color and key differ across ranks by design
@@ -613,21 +615,8 @@ class NcclCommunicator final : public Communicator {
                         absl::Span<const std::pair<int, int>> pairs) override {
     return Run(Describe("Ppermute", dtype, count), [&]() -> absl::Status {
       SM_COLL_ASSIGN_OR_RETURN(ncclDataType_t t, ToNccl(dtype));
-      std::vector<char> is_src(size_, 0), is_dst(size_, 0);
-      int from = -1, to = -1;
-      for (const auto& [s, d] : pairs) {
-        if (s < 0 || s >= size_ || d < 0 || d >= size_) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("pair (", s, ", ", d, ") names a rank outside [0, ", size_, ")"));
-        }
-        if (is_src[s]++ || is_dst[d]++) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "pair (", s, ", ", d, ") repeats a rank; each rank may appear at most once as a "
-              "source and once as a destination"));
-        }
-        if (s == rank_) to = d;
-        if (d == rank_) from = s;
-      }
+      SM_COLL_ASSIGN_OR_RETURN(PpermutePeers peers, ValidatePpermutePairs(pairs, size_, rank_));
+      const int from = peers.source, to = peers.dest;
       const size_t bytes = count * DataTypeSize(dtype);
       if (bytes == 0) return absl::OkStatus();
       if (send == recv && to >= 0 && to != rank_) {
@@ -891,7 +880,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   // Waits for the stream to finish the enqueued work, watching for NCCL errors meanwhile. A
-  // host wait (collectives/host_waits.h: kNcclBlockingCall), counted once per call.
+  // host wait (base/host_waits.h: kNcclBlockingCall), counted once per call.
   absl::Status WaitStream(absl::Time deadline) {
     CountHostWait(HostWait::kNcclBlockingCall);
     const absl::Time started = absl::Now();

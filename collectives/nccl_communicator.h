@@ -88,7 +88,7 @@
 //     make one started call uncaptured first. A call started outside a capture must be waited
 //     before the capture begins (CUDA refuses, inside a capture, to wait for an event recorded
 //     outside it: that Wait() fails).
-//   - Host waits (collectives/host_waits.h): a started call and its Wait() wait for nothing on
+//   - Host waits (base/host_waits.h): a started call and its Wait() wait for nothing on
 //     the host (the opening split included), nor does a stream-ordered blocking call; Barrier()
 //     and, with blocking_wait, every blocking call wait for the stream once, counted as
 //     kNcclBlockingCall; FlushNccl waits once, counted as kStreamSync. The non-blocking
@@ -185,7 +185,7 @@ struct StartedCallSpan {
 void SetNcclStartedCallTimeline(bool on);
 // The spans of the started calls waited so far (in start order), and forgets them; calls not
 // waited yet stay for a later take. Waits for their events (host waits, not counted in
-// collectives/host_waits.h: this is the measurement). Empty without CUDA.
+// base/host_waits.h: this is the measurement). Empty without CUDA.
 absl::StatusOr<std::vector<StartedCallSpan>> TakeNcclStartedCallTimeline();
 
 // Reads DistributedEnv, rendezvous through a TcpStore at MASTER_ADDR:MASTER_PORT.

@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "collectives/host_waits.h"
+#include "base/host_waits.h"
 #include "collectives/internal/free_port.h"
 #include "collectives/peer_failure_board.h"
 #include "collectives/tcp_store.h"
@@ -23,6 +23,10 @@
 
 namespace shardmap::collectives {
 namespace {
+using ::shardmap::base::HostWait;
+using ::shardmap::base::HostWaitCounts;
+using ::shardmap::base::HostWaitSnapshot;
+using ::shardmap::base::HostWaitSnapshotThisThread;
 
 using ::testing::HasSubstr;
 
@@ -359,7 +363,7 @@ TEST(NcclCommunicatorTest, StartedCallsNeverWaitOnTheHostAndOrderTheComputeStrea
   cudaFree(copy);
 }
 
-// The host-wait counter (collectives/host_waits.h): a blocking collective (stream-ordered), a
+// The host-wait counter (base/host_waits.h): a blocking collective (stream-ordered), a
 // started call and its Wait() never wait, a barrier once; with the timeline on, the started
 // call's span comes back ordered (ready <= begin <= end, ready <= joined) once it was waited,
 // and only then.

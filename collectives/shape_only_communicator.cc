@@ -186,25 +186,9 @@ absl::Status ShapeOnlyCommunicator::Recv(void* buffer, size_t count, DataType dt
 absl::Status ShapeOnlyCommunicator::Ppermute(const void*, void* recv, size_t count, DataType dtype,
                                              absl::Span<const std::pair<int, int>> pairs) {
   if (absl::Status s = Check("Ppermute", dtype); !s.ok()) return s;
-  // The pairs name ranks of this group: at most size() of each role, so the marks are O(pairs).
-  std::vector<std::pair<int, int>> seen;  // (rank, role): sorted check below
-  seen.reserve(2 * pairs.size());
-  for (const auto& [s, t] : pairs) {
-    if (s < 0 || s >= size_ || t < 0 || t >= size_) {
-      return Invalid("Ppermute", absl::StrCat("pair (", s, ", ", t,
-                                              ") names a rank outside [0, ", size_, ")"));
-    }
-    seen.push_back({s, 0});
-    seen.push_back({t, 1});
-  }
-  std::sort(seen.begin(), seen.end());
-  for (size_t i = 1; i < seen.size(); ++i) {
-    if (seen[i] == seen[i - 1]) {
-      return Invalid("Ppermute",
-                     absl::StrCat("rank ", seen[i].first, " appears twice as a ",
-                                  seen[i].second == 0 ? "source" : "destination",
-                                  "; each rank may appear at most once as each"));
-    }
+  if (absl::StatusOr<PpermutePeers> peers = ValidatePpermutePairs(pairs, size_, rank_);
+      !peers.ok()) {
+    return Invalid("Ppermute", std::string(peers.status().message()));
   }
   Zero(recv, count, dtype);
   return absl::OkStatus();

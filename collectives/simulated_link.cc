@@ -76,12 +76,11 @@ SimulatedLinkCommunicator::SimulatedLinkCommunicator(Communicator* inner,
                                                      std::unique_ptr<Communicator> owned,
                                                      SimulatedLink link,
                                                      std::shared_ptr<Shared> shared)
-    : owned_(std::move(owned)),
-      inner_(inner != nullptr ? inner : owned_.get()),
+    : ForwardingCommunicator(inner, std::move(owned)),
       link_(link),
       link_ok_(Check(link)),
       shared_(std::move(shared)),
-      lane_(collectives::LaneOptions{.name = "simulated link over " + inner_->name()}) {}
+      lane_(collectives::LaneOptions{.name = "simulated link over " + this->inner()->name()}) {}
 
 SimulatedLinkCommunicator::SimulatedLinkCommunicator(Communicator* inner, SimulatedLink link)
     : SimulatedLinkCommunicator(inner, nullptr, link, std::make_shared<Shared>()) {}
@@ -94,7 +93,7 @@ SimulatedLinkCommunicator::~SimulatedLinkCommunicator() = default;
 
 std::string SimulatedLinkCommunicator::name() const {
   return absl::StrCat("simulated link(", link_.ring.busbw / 1e9, " GB/s, ",
-                      link_.ring.alpha_s * 1e6, " us) over ", inner_->name());
+                      link_.ring.alpha_s * 1e6, " us) over ", inner()->name());
 }
 
 LinkStats SimulatedLinkCommunicator::stats() const {
@@ -103,7 +102,7 @@ LinkStats SimulatedLinkCommunicator::stats() const {
 }
 
 void SimulatedLinkCommunicator::ForwardTag() {
-  if (collectives::IsTagged(next_tag_)) inner_->TagNextCall(next_tag_);
+  if (collectives::IsTagged(next_tag_)) inner()->TagNextCall(next_tag_);
   next_tag_ = CallTag{};
 }
 
@@ -129,7 +128,7 @@ absl::StatusOr<std::unique_ptr<PendingCollective>> SimulatedLinkCommunicator::St
   const CallTag tag = next_tag_;
   next_tag_ = CallTag{};
   const double modelled = ModelledSeconds(link_, kind, size(), bytes);
-  return lane_.Start(*inner_, std::move(what), tag,
+  return lane_.Start(*inner(), std::move(what), tag,
                      [call = std::move(call), modelled, shared = shared_](Communicator& dup) {
                        const Clock::time_point t0 = Clock::now();  // the link is ours from now
                        absl::Status s = call(dup);
@@ -146,35 +145,35 @@ absl::StatusOr<std::unique_ptr<PendingCollective>> SimulatedLinkCommunicator::St
 absl::Status SimulatedLinkCommunicator::AllReduce(const void* send, void* recv, size_t count,
                                                   DataType dtype, ReduceOp op) {
   return Blocking("all_reduce", Bytes(count, dtype),
-                  [&] { return inner_->AllReduce(send, recv, count, dtype, op); });
+                  [&] { return inner()->AllReduce(send, recv, count, dtype, op); });
 }
 absl::Status SimulatedLinkCommunicator::AllGather(const void* send, void* recv, size_t send_count,
                                                   DataType dtype) {
   return Blocking("all_gather", Bytes(send_count * size(), dtype),
-                  [&] { return inner_->AllGather(send, recv, send_count, dtype); });
+                  [&] { return inner()->AllGather(send, recv, send_count, dtype); });
 }
 absl::Status SimulatedLinkCommunicator::ReduceScatter(const void* send, void* recv,
                                                       size_t recv_count, DataType dtype,
                                                       ReduceOp op) {
   return Blocking("reduce_scatter", Bytes(recv_count * size(), dtype),
-                  [&] { return inner_->ReduceScatter(send, recv, recv_count, dtype, op); });
+                  [&] { return inner()->ReduceScatter(send, recv, recv_count, dtype, op); });
 }
 absl::Status SimulatedLinkCommunicator::AllToAll(const void* send, void* recv, size_t count,
                                                  DataType dtype) {
   return Blocking("all_to_all", Bytes(count * (size() - 1), dtype),
-                  [&] { return inner_->AllToAll(send, recv, count, dtype); });
+                  [&] { return inner()->AllToAll(send, recv, count, dtype); });
 }
 absl::Status SimulatedLinkCommunicator::AllGatherV(const void* send, void* recv,
                                                    absl::Span<const size_t> counts,
                                                    DataType dtype) {
   return Blocking("all_gather", SumBytes(counts, dtype),
-                  [&] { return inner_->AllGatherV(send, recv, counts, dtype); });
+                  [&] { return inner()->AllGatherV(send, recv, counts, dtype); });
 }
 absl::Status SimulatedLinkCommunicator::ReduceScatterV(const void* send, void* recv,
                                                        absl::Span<const size_t> counts,
                                                        DataType dtype, ReduceOp op) {
   return Blocking("reduce_scatter", SumBytes(counts, dtype),
-                  [&] { return inner_->ReduceScatterV(send, recv, counts, dtype, op); });
+                  [&] { return inner()->ReduceScatterV(send, recv, counts, dtype, op); });
 }
 absl::Status SimulatedLinkCommunicator::AllToAllV(const void* send,
                                                   absl::Span<const size_t> send_counts,
@@ -187,32 +186,32 @@ absl::Status SimulatedLinkCommunicator::AllToAllV(const void* send,
   if (me < static_cast<int>(send_counts.size())) out -= Bytes(send_counts[me], dtype);
   if (me < static_cast<int>(recv_counts.size())) in -= Bytes(recv_counts[me], dtype);
   return Blocking("all_to_all", std::max(out, in), [&] {
-    return inner_->AllToAllV(send, send_counts, recv, recv_counts, dtype);
+    return inner()->AllToAllV(send, send_counts, recv, recv_counts, dtype);
   });
 }
 absl::Status SimulatedLinkCommunicator::Broadcast(void* buffer, size_t count, DataType dtype,
                                                   int root) {
   return Blocking("broadcast", Bytes(count, dtype),
-                  [&] { return inner_->Broadcast(buffer, count, dtype, root); });
+                  [&] { return inner()->Broadcast(buffer, count, dtype, root); });
 }
 absl::Status SimulatedLinkCommunicator::Send(const void* buffer, size_t count, DataType dtype,
                                              int peer) {
   return Blocking("send", Bytes(count, dtype),
-                  [&] { return inner_->Send(buffer, count, dtype, peer); });
+                  [&] { return inner()->Send(buffer, count, dtype, peer); });
 }
 absl::Status SimulatedLinkCommunicator::Recv(void* buffer, size_t count, DataType dtype,
                                              int peer) {
   return Blocking("recv", Bytes(count, dtype),
-                  [&] { return inner_->Recv(buffer, count, dtype, peer); });
+                  [&] { return inner()->Recv(buffer, count, dtype, peer); });
 }
 absl::Status SimulatedLinkCommunicator::Ppermute(const void* send, void* recv, size_t count,
                                                  DataType dtype,
                                                  absl::Span<const std::pair<int, int>> pairs) {
   return Blocking("ppermute", Bytes(count, dtype),
-                  [&] { return inner_->Ppermute(send, recv, count, dtype, pairs); });
+                  [&] { return inner()->Ppermute(send, recv, count, dtype, pairs); });
 }
 absl::Status SimulatedLinkCommunicator::Barrier() {
-  return Blocking("barrier", 0, [&] { return inner_->Barrier(); });
+  return Blocking("barrier", 0, [&] { return inner()->Barrier(); });
 }
 
 absl::StatusOr<std::unique_ptr<PendingCollective>> SimulatedLinkCommunicator::AllReduceStart(
@@ -250,7 +249,7 @@ absl::StatusOr<std::unique_ptr<PendingCollective>> SimulatedLinkCommunicator::Pp
 absl::StatusOr<std::unique_ptr<Communicator>> SimulatedLinkCommunicator::Split(int color,
                                                                              int key) {
   ForwardTag();
-  absl::StatusOr<std::unique_ptr<Communicator>> sub = inner_->Split(color, key);
+  absl::StatusOr<std::unique_ptr<Communicator>> sub = inner()->Split(color, key);
   if (!sub.ok() || *sub == nullptr) return sub;
   return std::unique_ptr<Communicator>(
       new SimulatedLinkCommunicator(nullptr, *std::move(sub), link_, shared_));

@@ -50,6 +50,7 @@
 #include "absl/status/statusor.h"
 #include "collectives/async_lane.h"
 #include "collectives/communicator.h"
+#include "collectives/forwarding_communicator.h"
 #include "perfmodel/ring_cost.h"
 
 namespace shardmap::collectives {
@@ -71,7 +72,7 @@ struct LinkStats {
   double slept_seconds = 0;     // of which spent sleeping (the rest was the inner call)
 };
 
-class SimulatedLinkCommunicator : public collectives::Communicator {
+class SimulatedLinkCommunicator : public ForwardingCommunicator {
  public:
   // Borrows `inner` (it outlives this) / owns it. InvalidArgument-free: a link with busbw <= 0
   // or a negative alpha is refused by every call (see Check()).
@@ -85,8 +86,6 @@ class SimulatedLinkCommunicator : public collectives::Communicator {
   // This rank's totals so far (this communicator and its splits).
   LinkStats stats() const;
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
   std::string name() const override;
 
   absl::Status AllReduce(const void* send, void* recv, size_t count, collectives::DataType dtype,
@@ -130,11 +129,8 @@ class SimulatedLinkCommunicator : public collectives::Communicator {
   absl::StatusOr<std::unique_ptr<collectives::Communicator>> Split(int color, int key) override;
 
   void TagNextCall(const collectives::CallTag& tag) override { next_tag_ = tag; }
-  bool ComparesCallTags() const override { return inner_->ComparesCallTags(); }
-  collectives::MemorySpace memory_space() const override { return inner_->memory_space(); }
   // It sleeps on the host in every call: nothing to record into a graph.
   bool SupportsGraphCapture() const override { return false; }
-  absl::Status AsyncError() override { return inner_->AsyncError(); }
 
   struct Shared;  // the stats, shared with the splits (simulated_link.cc)
 
@@ -150,8 +146,6 @@ class SimulatedLinkCommunicator : public collectives::Communicator {
       std::string what, const char* kind, double bytes, collectives::AsyncLane::Call call);
   void ForwardTag();
 
-  std::unique_ptr<collectives::Communicator> owned_;
-  collectives::Communicator* inner_;
   const SimulatedLink link_;
   const absl::Status link_ok_;
   std::shared_ptr<Shared> shared_;

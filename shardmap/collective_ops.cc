@@ -539,6 +539,38 @@ Value vary(const Value& x, const Axes& axes) {
   return y;
 }
 
+Value as_varying(const Value& x, const Axes& axes) {
+  internal::CheckMesh("as_varying", x, "x");
+  const AxisMask mask = ResolveAxes("as_varying", axes);
+  SpmdType t = x.type;
+  const bool checked = RankContext::Get("as_varying").checked();
+  for (int i = 0; i < t.num_axes(); ++i) {
+    if (!(mask & (1u << i))) continue;
+    const AxisKind k = t[i].kind;
+    if (checked && (k == AxisKind::kI || k == AxisKind::kP)) {
+      TypeFail("as_varying", i, absl::StrCat("takes R or V, but x is ", KindName(k)),
+               k == AxisKind::kI ? "convert(x, axis, Convert::kIToR) first"
+                                 : "resolve the partial sum first (all_reduce)",
+               {{"x", &x}});
+    }
+    // A V that already has an origin keeps it (a declaration does not excuse a mistake).
+    if (t[i].is_unknown_v() && t[i].origin != 0) continue;
+    static const uint16_t declared = RecordVOrigin(
+        VOrigin{"as_varying", "the program declared per-device values", "",
+                "combine them as the program means (the sum of blocks as an all_reduce, a "
+                "ppermute ring, an all_to_all)",
+                VKind::kIntended});
+    t[i] = AxisType::V(declared);
+  }
+  Value y(x.tensor, t);
+  if (NeedsTape(x)) {
+    internal::RecordOp("as_varying", {&x}, y, [xt = x.type](const Value& g, uint32_t, Value* d) {
+      d[0] = internal::AsCotangent(Value(g.tensor, g.type), xt);
+    });
+  }
+  return y;
+}
+
 Axes AxesWhere(const Value& x, AxisKind k) {
   internal::CheckMesh("AxesWhere", x, "x");
   return Axes(RankContext::Get("AxesWhere").mesh().AxisNamesOf(x.type.AxesOfKind(k)));

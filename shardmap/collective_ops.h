@@ -80,6 +80,13 @@ Value reinterpret(const Value& x, const Axes& axes);
 // replicated value (e.g. slicing at an offset computed from axis_index), which the types cannot
 // see: slice(vary(w, "tp"), 0, axis_index("tp") * n, n).
 Value vary(const Value& x, const Axes& axes);
+// R or V (S(d) included) -> V of unknown layout, declared: the program means per-device values
+// here. The opt-in for the contractions the types reject by default (docs/design.md, type
+// algebra: operands sharded over one axis on different dims), e.g. ring attention's blocks:
+//   Value s = einsum("bhsd,bhtd->bhst", as_varying(q, "cp"), k_block);   // V on cp
+// Errors a V causes later name this op as its origin, without blaming it. No communication;
+// bwd: identity (an R operand's cotangent is reinterpreted as P, as for vary).
+Value as_varying(const Value& x, const Axes& axes);
 
 // This device's index along `axes` (row-major over them in mesh order).
 int axis_index(const Axes& axes);

@@ -124,6 +124,11 @@ SpmdType EinsumType(const std::string& text, const Value& a, const std::string& 
     const std::string op = absl::StrCat("einsum(\"", text, "\")");
     TypeFail(op.c_str(), no->axis, no->rule, no->fix, {{"a", &a}, {"b", &b}});
   }
+  if (internal::HasUnstampedV(t)) {
+    internal::StampOrigins(absl::StrCat("einsum(\"", text, "\")"), t, {{"a", &a}, {"b", &b}},
+                           "a contraction of unknown layout",
+                           "all_gather the operand of unknown layout first");
+  }
   return t;
 }
 
@@ -240,6 +245,9 @@ Tensor EinsumKernel(const Tensor& a, const std::string& la, const Tensor& b,
 
 Value Einsum2(const std::string& text, const Value& a, const std::string& la, const Value& b,
               const std::string& lb, const std::string& out) {
+  // The types first: a sharding mistake is named as such on every mesh size, before the local
+  // sizes (which differ only on meshes with more than one device per axis) are compared.
+  SpmdType type = EinsumType(text, a, la, b, lb, out);
   for (size_t i = 0; i < la.size(); ++i) {
     size_t j = lb.find(la[i]);
     if (j != std::string::npos && a.dim(static_cast<int>(i)) != b.dim(static_cast<int>(j))) {
@@ -253,8 +261,9 @@ Value Einsum2(const std::string& text, const Value& a, const std::string& la, co
     OpFail("einsum: spec '", text, "': operands have different dtypes: a ", a.ToString(), ", b ",
            b.ToString(), "; cast one of them first");
   }
-  SpmdType type = EinsumType(text, a, la, b, lb, out);
-  Value result(EinsumKernel(a.tensor, la, b.tensor, lb, out), type);
+  Value result(internal::WithTypes("einsum", {{"a", &a}, {"b", &b}},
+                                   [&] { return EinsumKernel(a.tensor, la, b.tensor, lb, out); }),
+               type);
   if (NeedsTape(a, b)) {
     Value ad(a.tensor, a.type), bd(b.tensor, b.type);
     std::string da_spec = absl::StrCat(out, ",", lb, "->", la);

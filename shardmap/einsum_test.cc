@@ -248,22 +248,32 @@ TEST_F(EinsumTypeTest, KeptLettersStayShardedContractedOnesGivePartial) {
   // P * R = P; I * I = I; R * R = R.
   EXPECT_EQ(Type(einsum("ij,jk->ik", Make({2, 3}, Pt, R), Make({3, 4}, R, R))), "{dp:P,tp:R}");
   EXPECT_EQ(Type(einsum("ij,jk->ik", Make({2, 3}, I, I), Make({3, 4}, I, I))), "{dp:I,tp:I}");
-  // Different letters sharded, neither shared: V. Unknown layout: V.
-  EXPECT_EQ(Type(einsum("i,j->ij", Make({2}, S(0), R), Make({3}, S(0), R))), "{dp:V,tp:R}");
+  // Different letters sharded over one axis: rejected unless declared (as_varying): V. Unknown
+  // layout: V.
+  EXPECT_THAT(ErrorOf([&] { einsum("i,j->ij", Make({2}, S(0), R), Make({3}, S(0), R)); }),
+              HasSubstr("a's dim 0 ('i') is sharded and b's dim 0 ('j') is sharded over 'dp'"));
+  EXPECT_EQ(Type(einsum("i,j->ij", as_varying(Make({2}, S(0), R), "dp"), Make({3}, S(0), R))),
+            "{dp:V,tp:R}");
   EXPECT_EQ(Type(einsum("ij,jk->ik", Make({2, 3}, V, R), Make({3, 4}, R, R))), "{dp:V,tp:R}");
   // A lone letter summed away while sharded: P (through sum_partial).
   EXPECT_EQ(Type(einsum("ij,k->ik", Make({2, 3}, R, S(1)), Make({4}, R, R))), "{dp:R,tp:P}");
 }
 
 // One contraction rule with matmul: a letter sharded in one operand and whole (or another
-// letter sharded) in the other gives V (each device's product of its blocks, as matmul). On a
-// real mesh the local sizes then differ, and the error names the letter and both operands.
-TEST_F(EinsumTypeTest, MismatchedShardingsOfOneLetterAreVaryingAsForMatmul) {
+// letter sharded over the same axis) in the other is rejected on any mesh size (on this
+// one-rank mesh the local sizes agree, so only the types can see it), with the same text for
+// einsum and matmul; declared per-device blocks (as_varying) give V.
+TEST_F(EinsumTypeTest, MismatchedShardingsOfOneLetterAreRejectedAsForMatmul) {
   Value a = Make({3, 4}, R, S(1)), w = Make({4, 5}, R, R);
-  EXPECT_EQ(Type(einsum("ti,io->to", a, w)), "{dp:R,tp:V}");
-  EXPECT_EQ(Type(matmul(a, w)), "{dp:R,tp:V}");
+  const std::string ew = ErrorOf([&] { einsum("ti,io->to", a, w); });
+  EXPECT_THAT(ew, AllOf(HasSubstr("a's contracted dim 1 ('i') is sharded over 'tp' but b's dim 0 "
+                                  "is whole (R)"),
+                        HasSubstr("all_gather(a, 1, \"tp\")")));
+  EXPECT_THAT(ErrorOf([&] { matmul(a, w); }), HasSubstr("is whole (R)"));
+  EXPECT_EQ(Type(matmul(as_varying(a, "tp"), w)), "{dp:R,tp:V}");
   Value x = Make({3, 4}, S(0), R), y = Make({3, 4}, S(1), R);
-  EXPECT_EQ(Type(einsum("ij,ij->i", x, y)), "{dp:V,tp:R}");
+  EXPECT_THAT(ErrorOf([&] { einsum("ij,ij->i", x, y); }),
+              HasSubstr("a's dim 0 ('i') is sharded and b's dim 1 ('j') is sharded over 'dp'"));
   // The contracted letter sharded over tp in a and over dp in b: rejected as for matmul.
   Value b = Make({4, 5}, S(0), R);
   const std::string e = ErrorOf([&] { einsum("ti,io->to", a, b); });
@@ -273,6 +283,8 @@ TEST_F(EinsumTypeTest, MismatchedShardingsOfOneLetterAreVaryingAsForMatmul) {
   EXPECT_EQ(m.substr(m.find(':')), e.substr(e.find(':')));  // the same rule and text
 }
 
+// The type error comes before the local sizes are compared, so a two-device mesh gives the
+// same verdict as a one-device one; sizes that differ for other reasons still name the letter.
 TEST(EinsumShardedTest, ALetterShardedInOneOperandOnlyNamesTheLetterAndBothOperands) {
   ShardMap f([](const std::vector<Value>& in) -> std::vector<Value> {
     return {einsum("ti,io->to", in[0], in[1])};
@@ -281,8 +293,17 @@ TEST(EinsumShardedTest, ALetterShardedInOneOperandOnlyNamesTheLetterAndBothOpera
       f({Tensor::Ones({3, 4}, DType::kF64), Tensor::Ones({4, 5}, DType::kF64)});
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(),
-              AllOf(HasSubstr("letter 'i' has size 2 in operand a"), HasSubstr("but 4"),
-                    HasSubstr("shard the letter the same way in both")));
+              AllOf(HasSubstr("a's contracted dim 1 ('i') is sharded over 'tp' but b's dim 0 is "
+                              "whole (R)"),
+                    HasSubstr("a=f64[3,2]{tp:S1}, b=f64[4,5]{tp:R}")));
+  ShardMap g([](const std::vector<Value>& in) -> std::vector<Value> {
+    return {einsum("ti,io->to", in[0], in[1])};
+  }, *Mesh::Create({{"tp", 2}}), {P(), P()}, {P()});
+  absl::StatusOr<std::vector<Tensor>> r2 =
+      g({Tensor::Ones({3, 4}, DType::kF64), Tensor::Ones({3, 5}, DType::kF64)});
+  ASSERT_FALSE(r2.ok());
+  EXPECT_THAT(r2.status().message(),
+              AllOf(HasSubstr("letter 'i' has size 4 in operand a"), HasSubstr("but 3")));
 }
 
 TEST_F(EinsumTypeTest, PartialAndInvariantMisuseAreErrors) {

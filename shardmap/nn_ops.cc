@@ -186,6 +186,9 @@ Value embedding(const Value& table, const Value& ids) {
   SpmdType t = EmbeddingRule(table.type, ids.type, ids.rank(), ctx.checked(), &vocab, no);
   if (no) TypeFail("embedding", no->axis, no->rule, no->fix, {{"table", &table}, {"ids", &ids}});
   if (!ctx.checked()) t = internal::ErasedJoin(table.type, t);
+  internal::StampOrigins("embedding", t, {{"table", &table}, {"ids", &ids}},
+                         "the table is sharded over this axis on its hidden dim or the ids' "
+                         "layout is unknown", "all_gather the table over this axis first");
   int64_t rows = table.dim(0);
   int64_t start = vocab ? ctx.mesh().GroupIndex(ctx.rank(), vocab) * rows : 0;
   if (vocab && table.tensor.is_cuda()) {
@@ -381,6 +384,9 @@ Value MaxImpl(const char* op, const Value& x, const std::vector<int>& dims, bool
     std::optional<Rejection> no;
     t = MaxRule(op, x.type, nd, keepdim, local, RankContext::Get(op).mesh().axis_names(), no);
     if (no) TypeFail(op, no->axis, no->rule, no->fix, {{"x", &x}});
+    internal::StampOrigins(op, t, {{"x", &x}}, "per-device maxima of a sharded dim",
+                           "all_reduce(m, axis, To::kR, ReduceKind::kMax) to combine them",
+                           VKind::kIntended);
   } else {
     t = internal::ErasedUnary(t);
   }
@@ -443,6 +449,9 @@ Value take_along_last(const Value& x, const Value& idx) {
   SpmdType t = TakeAlongLastRule(x.type, x.rank(), idx.type, ctx.checked(), &vocab, no);
   if (no) TypeFail("take_along_last", no->axis, no->rule, no->fix, {{"x", &x}, {"idx", &idx}});
   if (!ctx.checked()) t = internal::ErasedJoin(x.type, t);
+  internal::StampOrigins("take_along_last", t, {{"x", &x}, {"idx", &idx}},
+                         "x and the indices are sharded over this axis on dims that do not line "
+                         "up", "give x and the indices the same sharding on this axis");
   const int64_t v = x.dim(-1);
   const int64_t start = vocab ? ctx.mesh().GroupIndex(ctx.rank(), vocab) * v : 0;
   // GPU: the picked elements' flat positions in x computed on the device (-1: another shard's

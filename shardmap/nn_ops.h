@@ -36,7 +36,9 @@ Value layer_norm(const Value& x, const Value& gamma, const Value& beta, double e
 Value rms_norm(const Value& x, const Value& gamma, double eps = 1e-6);
 Value embedding(const Value& table, const Value& ids);
 Value cross_entropy(const Value& logits, const Value& targets, int64_t ignore_index = -100);
-// Entries with key index j > query index i + offset become -inf (their gradient is 0).
+// scores [..., q, k]: the last two dims are (query i, key j); entries with key index
+// j > query index i + offset become -inf (their gradient is 0). Leading dims (batch, heads) are
+// untouched.
 Value causal_mask(const Value& scores, int64_t offset = 0);
 // softmax(causal_mask(scores, offset), -1) as one op (same types, errors and gradient; one pass
 // over the visible keys instead of a masked copy). A row with no visible key is 0, not NaN.

@@ -102,7 +102,8 @@ Value BinaryGradTo(const Value& g, const Value& primal) {
 
 Value add(const Value& a, const Value& b) {
   CheckBinaryOperands("add", a, b);
-  Tensor t = Add(a.tensor, b.tensor);
+  Tensor t = internal::WithTypes("add", {{"a", &a}, {"b", &b}},
+                                 [&] { return Add(a.tensor, b.tensor); });
   SpmdType ty = BinaryType("add", a, b, t.shape(), false, false);
   Value out(std::move(t), ty);
   if (NeedsTape(a, b)) {
@@ -118,7 +119,8 @@ Value add(const Value& a, const Value& b) {
 
 Value sub(const Value& a, const Value& b) {
   CheckBinaryOperands("sub", a, b);
-  Tensor t = Sub(a.tensor, b.tensor);
+  Tensor t = internal::WithTypes("sub", {{"a", &a}, {"b", &b}},
+                                 [&] { return Sub(a.tensor, b.tensor); });
   SpmdType ty = BinaryType("sub", a, b, t.shape(), false, false);
   Value out(std::move(t), ty);
   if (NeedsTape(a, b)) {
@@ -133,7 +135,8 @@ Value sub(const Value& a, const Value& b) {
 
 Value mul(const Value& a, const Value& b) {
   CheckBinaryOperands("mul", a, b);
-  Tensor t = Mul(a.tensor, b.tensor);
+  Tensor t = internal::WithTypes("mul", {{"a", &a}, {"b", &b}},
+                                 [&] { return Mul(a.tensor, b.tensor); });
   SpmdType ty = BinaryType("mul", a, b, t.shape(), true, false);
   Value out(std::move(t), ty);
   if (NeedsTape(a, b)) {
@@ -148,7 +151,8 @@ Value mul(const Value& a, const Value& b) {
 
 Value div(const Value& a, const Value& b) {
   CheckBinaryOperands("div", a, b);
-  Tensor t = Div(a.tensor, b.tensor);
+  Tensor t = internal::WithTypes("div", {{"a", &a}, {"b", &b}},
+                                 [&] { return Div(a.tensor, b.tensor); });
   SpmdType ty = BinaryType("div", a, b, t.shape(), true, true);
   Value out(std::move(t), ty);
   if (NeedsTape(a, b)) {
@@ -317,6 +321,8 @@ SpmdType MatmulType(const Value& a, const Value& b, bool ta, bool tb) {
   SpmdType t = MatmulRule(a.type, a.rank(), b.type, b.rank(), ta, tb,
                           RankContext::Get("matmul").mesh().axis_names(), no);
   if (no) TypeFail("matmul", no->axis, no->rule, no->fix, {{"a", &a}, {"b", &b}});
+  internal::StampOrigins("matmul", t, {{"a", &a}, {"b", &b}}, "a contraction of unknown layout",
+                         "all_gather the operand of unknown layout first");
   return t;
 }
 
@@ -357,7 +363,9 @@ void CheckContractedSizes(const Value& a, const Value& b, bool ta, bool tb) {
 Value matmul(const Value& a, const Value& b, bool ta, bool tb) {
   SpmdType type = MatmulType(a, b, ta, tb);
   CheckContractedSizes(a, b, ta, tb);
-  Value out(Matmul(a.tensor, b.tensor, ta, tb), type);
+  Value out(internal::WithTypes("matmul", {{"a", &a}, {"b", &b}},
+                                [&] { return Matmul(a.tensor, b.tensor, ta, tb); }),
+            type);
   if (NeedsTape(a, b)) {
     RecordOp("matmul", {&a, &b}, out, [ad = Detached(a), bd = Detached(b), ta, tb](
                                           const Value& g, uint32_t need, Value* d) {
@@ -412,6 +420,7 @@ SpmdType ReduceType(const char* op, const Value& x, const std::vector<int>& nd, 
     return t;
   }
   std::optional<Rejection> no;
+  if (partial && static_cast<int>(nd.size()) == x.rank()) internal::CheckNotMixed(op, x);
   SpmdType t = ReduceRule(op, x.type, x.rank(), nd, keepdim, partial, linear,
                           RankContext::Get(op).mesh().axis_names(), no);
   if (no) TypeFail(op, no->axis, no->rule, no->fix, {{"x", &x}});
@@ -493,6 +502,9 @@ Value broadcast_to(const Value& x, absl::Span<const int64_t> shape) {
   Tensor z = Tensor::Zeros(shape, x.dtype(), x.tensor.device());
   Tensor t = Add(z, x.tensor);
   SpmdType ty = BroadcastRule(x.type, x.shape(), t.shape());
+  internal::StampOrigins("broadcast_to", ty, {{"x", &x}},
+                         "broadcasts a sharded dim of local size 1, so the layout is lost",
+                         "broadcast before sharding, or all_gather that dim first");
   Value out(std::move(t), ty);
   if (NeedsTape(x)) {
     Shape xs = x.shape();
@@ -509,9 +521,14 @@ Value broadcast_to(const Value& x, absl::Span<const int64_t> shape) {
 
 Value reshape(const Value& x, absl::Span<const int64_t> shape) {
   internal::CheckMesh("reshape", x);
-  Tensor t = x.tensor.Reshape(shape);
+  Tensor t = internal::WithTypes("reshape", {{"x", &x}}, [&] { return x.tensor.Reshape(shape); });
   SpmdType ty = Checked() ? ReshapeRule(x.type, x.shape(), t.shape())
                           : internal::ErasedUnary(x.type);
+  if (internal::HasUnstampedV(ty)) internal::StampOrigins(
+      absl::StrCat("reshape to ", t.ShapeString()), ty, {{"x", &x}},
+      "the reshape splits or merges a sharded dim so that no output dim holds whole shards",
+      "keep the sharded dim whole (or outermost among the dims it splits into: e.g. heads as "
+      "[kv, rep], not [rep, kv]), or all_gather it before the reshape");
   Value out(std::move(t), ty);
   if (NeedsTape(x)) {
     Shape xs = x.shape();
@@ -520,6 +537,11 @@ Value reshape(const Value& x, absl::Span<const int64_t> shape) {
     });
   }
   return out;
+}
+
+Value stop_gradient(const Value& x) {
+  internal::CheckMesh("stop_gradient", x);
+  return Detached(x);
 }
 
 Value permute(const Value& x, const std::vector<int>& perm) {
@@ -553,7 +575,11 @@ Value slice(const Value& x, int dim, int64_t start, int64_t length) {
   internal::CheckMesh("slice", x);
   if (dim < 0) dim += x.rank();
   Tensor t = Slice(x.tensor, dim, start, length);
-  Value out(std::move(t), SliceRule(x.type, dim));
+  SpmdType ty = SliceRule(x.type, dim);
+  internal::StampOrigins("slice", ty, {{"x", &x}},
+                         "slices a sharded dim, so each device keeps a piece of its own shard",
+                         "slice the whole tensor before sharding it, or all_gather it first");
+  Value out(std::move(t), ty);
   if (NeedsTape(x)) {
     Shape xs = x.shape();
     SpmdType xt = x.type;

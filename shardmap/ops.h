@@ -25,10 +25,14 @@
 // linear. Errors throw OpError naming the op, each operand as "f32[4,8]{dp:S0,tp:P}", the rule
 // and the fix.
 //
-// Settled here (docs/design.md is silent): S on a broadcast size-1 dim becomes V; a matmul
-// contracting a dim sharded on only one operand, or two V operands of unknown dims, gives V (never
-// P: a P must be a known partial sum); two S operands of elementwise ops agree only when they shard
-// the same output dim, otherwise V.
+// Binary elementwise ops broadcast as numpy does (trailing dims aligned, size-1 dims stretched):
+// f32[4,8] + f32[8] and f32[4,1] * f32[1,8] work; S on a broadcast size-1 dim becomes V.
+// Matmul/einsum operands sharded over one axis on dims that do not match (or a sharded
+// contracted dim against a whole one) are an error (docs/design.md section 3; declare intended
+// per-device blocks with as_varying, collective_ops.h); two V operands of unknown dims give V
+// (never P: a P must be a known partial sum); two S operands of elementwise ops agree only when
+// they shard the same output dim, otherwise V. Every V of unknown layout records where it came
+// from (v_origin.h), and later errors name it.
 #ifndef SHARDMAP_SHARDMAP_OPS_H_
 #define SHARDMAP_SHARDMAP_OPS_H_
 
@@ -75,12 +79,16 @@ Value mean(const Value& x, const std::vector<int>& dims, bool keepdim = false);
 // of a V value of unknown layout also gives P (the local share of the total over devices).
 Value sum_partial(const Value& x, const std::vector<int>& dims, bool keepdim = false);
 
+// One dim may be -1: inferred from the others (x.reshape({-1}) flattens; {b, -1} keeps dim 0).
 Value reshape(const Value& x, absl::Span<const int64_t> shape);
 Value transpose(const Value& x, int d0, int d1);
 Value permute(const Value& x, const std::vector<int>& perm);
 Value slice(const Value& x, int dim, int64_t start, int64_t length);
 Value concat(const std::vector<Value>& parts, int dim);
 Value cast(const Value& x, DType dtype);
+// x as a constant of the differentiation: the same tensor and type, no tape slot, so no
+// gradient flows back through it (JAX's lax.stop_gradient, PyTorch's detach()).
+Value stop_gradient(const Value& x);
 
 // Backward kernels as typed ops (multilinear in the cotangent dy; not differentiable again).
 Value relu_grad(const Value& x, const Value& dy);

@@ -52,6 +52,11 @@ SpmdType RowOpType(const char* op, const Value& x, const Value& rows) {
       t[i] = AxisType::R();
     }
   }
+  internal::StampOrigins(op, t, {{"x", &x}, {"rows", &rows}},
+                         "a routing op picks rows by per-device indices (MoE dispatch)",
+                         "route tokens with the same indices on every device, or combine the "
+                         "routed rows back (scatter_add_rows, all_to_all) before this op",
+                         VKind::kIntended);
   return t;
 }
 

@@ -32,12 +32,18 @@ enum class AxisKind : uint8_t { kR, kI, kV, kP };
 struct AxisType {
   AxisKind kind = AxisKind::kR;
   int8_t dim = -1;  // for kV: the tensor dim it shards (S(dim)), or -1 when unknown
+  // For kV of unknown layout: where it came from (shardmap/v_origin.h; 0 unknown). Not part of
+  // operator==: two V are the same type whatever made them; errors use it to name the cause.
+  uint16_t origin = 0;
 
-  static constexpr AxisType R() { return {AxisKind::kR, -1}; }
-  static constexpr AxisType I() { return {AxisKind::kI, -1}; }
-  static constexpr AxisType V() { return {AxisKind::kV, -1}; }
-  static constexpr AxisType P() { return {AxisKind::kP, -1}; }
-  static constexpr AxisType Sharded(int d) { return {AxisKind::kV, static_cast<int8_t>(d)}; }
+  static constexpr AxisType R() { return {AxisKind::kR, -1, 0}; }
+  static constexpr AxisType I() { return {AxisKind::kI, -1, 0}; }
+  static constexpr AxisType V(uint16_t origin = 0) { return {AxisKind::kV, -1, origin}; }
+  static constexpr AxisType P() { return {AxisKind::kP, -1, 0}; }
+  static constexpr AxisType Sharded(int d) {
+    return {AxisKind::kV, static_cast<int8_t>(d), 0};
+  }
+  bool is_unknown_v() const { return kind == AxisKind::kV && dim < 0; }
 
   bool is_sharded() const { return kind == AxisKind::kV && dim >= 0; }
   bool operator==(const AxisType& o) const { return kind == o.kind && dim == o.dim; }

@@ -83,7 +83,9 @@ constexpr CollectiveRule kRules[] = {
              "then P)",
              "to shard a replicated value, slice it locally with axis_index (its gradient is "
              "then P)",
-             "reinterpret(x, axis) (V->P) first if the per-device values are addends of one sum",
+             "reinterpret(x, axis) (V->P) first if the per-device values are addends of one sum. "
+             "If x should already have been a partial sum, an earlier op mixed operands "
+             "sharded over different axes: check the in_specs",
              nullptr},
      .result = K::kScattered,
      .api = "reduce_scatter",

@@ -29,6 +29,63 @@ bool Contracted(char s, std::string_view out) {
   return s != 0 && s != '?' && out.find(s) == std::string_view::npos;
 }
 
+std::string DimWord(AxisType t, std::string_view letters) {
+  if (t.kind == AxisKind::kR) return "is replicated";
+  return absl::StrCat("dim ", static_cast<int>(t.dim), " ('", std::string(1, letters[t.dim]),
+                      "') is sharded");
+}
+
+// The rejection of a contraction whose operands are sharded over axis i on dims that do not
+// match (different letters; or a contracted letter sharded in one operand only, the other
+// replicated there). contracted: 'a' or 'b' when that operand's contracted dim is the sharded
+// one, 0 when both shard free dims.
+SpmdType MismatchedShards(AxisType x, std::string_view la, AxisType y, std::string_view lb,
+                          char contracted, int i, absl::Span<const std::string> axis_names,
+                          std::optional<Rejection>& no) {
+  const std::string axis = NameOf(axis_names, i);
+  if (x.kind == AxisKind::kR || y.kind == AxisKind::kR) {
+    // One operand's contracted dim is sharded, the other's whole: the classic missing gather
+    // (or a weight whose in_spec forgot the axis).
+    const bool a_sharded = x.kind != AxisKind::kR;
+    const AxisType s = a_sharded ? x : y;
+    const std::string_view ls = a_sharded ? la : lb, lw = a_sharded ? lb : la;
+    const char letter = ls[s.dim];
+    const int whole_dim = static_cast<int>(lw.find(letter));
+    const char* sharded = a_sharded ? "a" : "b";
+    const char* whole = a_sharded ? "b" : "a";
+    return internal::Rejected(
+        no, i,
+        absl::StrCat(sharded, "'s contracted dim ", static_cast<int>(s.dim), " ('",
+                     std::string(1, letter), "') is sharded over '", axis, "' but ", whole,
+                     "'s dim ", whole_dim, " is whole (R): each device would contract its "
+                     "slice against the whole dim"),
+        absl::StrCat("shard ", whole, "'s dim ", whole_dim, " over '", axis,
+                     "' too (its in_spec; a row-parallel matmul then gives a partial sum), or "
+                     "all_gather(", sharded, ", ", static_cast<int>(s.dim), ", \"", axis,
+                     "\") first"));
+  }
+  std::string rule = absl::StrCat("a's ", DimWord(x, la), " and b's ", DimWord(y, lb),
+                                  " over '", axis, "'");
+  if (contracted != 0) {
+    absl::StrAppend(&rule, "; ", std::string(1, contracted),
+                    "'s sharded dim is contracted, so each device would sum over its slice "
+                    "against a slice of another dim");
+  } else {
+    absl::StrAppend(&rule, ": each device would multiply its slice of one by its slice of the "
+                           "other");
+  }
+  absl::StrAppend(&rule, ", a block whose layout is unknown (V) and that no collective repairs");
+  std::string fix = absl::StrCat(
+      "all_gather one operand over '", axis,
+      "' first (sequence parallelism: the activations, along the sequence dim, before a "
+      "column-parallel matmul; FSDP: the weight), or shard both contracted dims over '", axis,
+      "' (row-parallel, a partial sum); a grouped reshape (GQA) must keep the sharded heads "
+      "dim outermost ([kv, rep], not [rep, kv]). If per-device blocks are what the program "
+      "means (ring attention, MoE dispatch), say so with as_varying(x, \"", axis,
+      "\") on one operand");
+  return internal::Rejected(no, i, rule, fix);
+}
+
 }  // namespace
 
 SpmdType ContractionRule(const SpmdType& a, std::string_view la, const SpmdType& b,
@@ -80,8 +137,15 @@ SpmdType ContractionRule(const SpmdType& a, std::string_view la, const SpmdType&
                          "all_gather one operand first; check the in_specs"));
       }
     }
+    // Both operands carry a known layout on this axis (S, or R with a contracted S) that does
+    // not combine into a shard or a partial sum: rejected on any mesh size (docs/design.md,
+    // "contractions of mismatched shards"). An operand of unknown layout (V: as_varying's opt-in,
+    // or a V an earlier op made) gives V, whose origin the op records.
+    if ((ca && cb && sa != sb) || (ca != cb && sa != '?' && sb != '?')) {
+      return MismatchedShards(x, la, y, lb, ca ? 'a' : 'b', i, axis_names, no);
+    }
     if (ca && cb) {
-      t[i] = sa == sb ? AxisType::P() : AxisType::V();  // row-parallel: P
+      t[i] = AxisType::P();  // row-parallel
       continue;
     }
     if (ca || cb) {
@@ -99,6 +163,8 @@ SpmdType ContractionRule(const SpmdType& a, std::string_view la, const SpmdType&
       t[i] = rb >= 0 ? AxisType::Sharded(rb) : AxisType::V();
     } else if (rb == -2) {
       t[i] = ra >= 0 ? AxisType::Sharded(ra) : AxisType::V();
+    } else if (ra >= 0 && rb >= 0 && ra != rb) {
+      return MismatchedShards(x, la, y, lb, 0, i, axis_names, no);
     } else {
       t[i] = ra >= 0 && ra == rb ? AxisType::Sharded(ra) : AxisType::V();
     }

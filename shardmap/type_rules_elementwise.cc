@@ -1,5 +1,6 @@
 #include "shardmap/type_rules_elementwise.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 

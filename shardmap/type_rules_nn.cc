@@ -36,10 +36,16 @@ SpmdType EmbeddingRule(const SpmdType& table, const SpmdType& ids, int ids_rank,
     }
     if (a.is_sharded() && a.dim == 0) {
       if (b.kind != AxisKind::kR && b.kind != AxisKind::kI && checked) {
-        return Rejected(no, i,
-                        "the table is vocab-parallel (S0) but the ids vary: each device must "
-                        "look up the same ids in its shard",
-                        "all_gather the ids over that axis first");
+        // The types cannot tell a vocab-parallel table from an FSDP-sharded one used without
+        // its gather (both S0); the ids' axis says which is likelier, and the fix names both.
+        return Rejected(
+            no, i,
+            "the table's rows are sharded (S0) but the ids vary: each device would look its "
+            "ids up in its slice of the table only",
+            "if the table is FSDP-sharded over this axis (parameters stored in shards and "
+            "gathered before use), all_gather(table, 0, axis) before the lookup; if it is "
+            "vocab-parallel, all_gather the ids over that axis first (each device must look up "
+            "the same ids in its shard)");
       }
       *vocab |= 1u << i;
       t[i] = AxisType::P();

@@ -395,17 +395,26 @@ TEST(MatmulRule, ContractedDimShardedOverTheSameAxesInBoth) {
   EXPECT_EQ(no->rule,
             "contracts b's dim sharded over 'dp' with a's dim sharded over 'tp': each device "
             "would pair slices that do not match");
-  // a's over (dp, tp), b's over dp and R on tp: dp pairs matching blocks, tp is one operand's
-  // sharded contraction against a replicated one, V as on a one-axis mesh (the op reports the
-  // local sizes, which differ unless b is another tensor).
+  // a's over (dp, tp), b's over dp and R on tp: dp pairs matching blocks, but on tp one
+  // operand's sharded contracted dim meets a whole one: rejected on any mesh size (on a tp of
+  // size 1 the local sizes would agree and hide it), naming both dims and the gather.
   no.reset();
-  EXPECT_EQ(MatmulRule(both, 2, T2(AxisType::Sharded(0), AxisType::R()), 2, true, false, kNames,
-                       no)
-                .ToString(kNames),
-            "{dp:P,tp:V}");
-  EXPECT_FALSE(no);
-  EXPECT_EQ(MatmulRule(T2(AxisType::R(), AxisType::Sharded(0)), 2,
-                       T2(AxisType::R(), AxisType::R()), 2, true, false, kNames, no)
+  MatmulRule(both, 2, T2(AxisType::Sharded(0), AxisType::R()), 2, true, false, kNames, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 1);
+  EXPECT_EQ(no->rule,
+            "a's contracted dim 0 ('k') is sharded over 'tp' but b's dim 0 is whole (R): each "
+            "device would contract its slice against the whole dim");
+  EXPECT_NE(no->fix.find("all_gather(a, 0, \"tp\") first"), std::string::npos) << no->fix;
+  no.reset();
+  MatmulRule(T2(AxisType::R(), AxisType::Sharded(0)), 2, T2(AxisType::R(), AxisType::R()), 2,
+             true, false, kNames, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 1);
+  // The same with the sharded operand's layout declared unknown (as_varying): V, accepted.
+  no.reset();
+  EXPECT_EQ(MatmulRule(T2(AxisType::R(), AxisType::V()), 2, T2(AxisType::R(), AxisType::R()), 2,
+                       true, false, kNames, no)
                 .ToString(kNames),
             "{dp:R,tp:V}");
   EXPECT_FALSE(no);
@@ -422,10 +431,22 @@ TEST(ContractionRule, MatmulIsTheEinsumMkKnMn) {
   EXPECT_EQ(letters(3, 2, false, false), "amk,kn->amn");
   EXPECT_EQ(letters(4, 4, false, true), "abmk,abnk->abmn");
   std::optional<Rejection> no;
-  // Batched operands sharding the batch dim alike keep it; a's batch against b's free dim is V.
+  // Batched operands sharding the batch dim alike keep it; a's batch against b's free dim over
+  // the same axis is rejected (each device would multiply unrelated slices), unless one
+  // operand's layout is declared unknown (as_varying): then V.
   const SpmdType s0 = T2(AxisType::Sharded(0), AxisType::R());
   EXPECT_EQ(MatmulRule(s0, 3, s0, 3, false, false, kNames, no).ToString(kNames), "{dp:S0,tp:R}");
-  EXPECT_EQ(MatmulRule(s0, 3, T2(AxisType::Sharded(1), AxisType::R()), 2, false, false, kNames, no)
+  MatmulRule(s0, 3, T2(AxisType::Sharded(1), AxisType::R()), 2, false, false, kNames, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->rule,
+            "a's dim 0 ('a') is sharded and b's dim 1 ('n') is sharded over 'dp': each device "
+            "would multiply its slice of one by its slice of the other, a block whose layout is "
+            "unknown (V) and that no collective repairs");
+  EXPECT_NE(no->fix.find("as_varying(x, \"dp\")"), std::string::npos) << no->fix;
+  EXPECT_EQ(no->fix.find("reinterpret"), std::string::npos) << no->fix;
+  no.reset();
+  EXPECT_EQ(MatmulRule(T2(AxisType::V(), AxisType::R()), 3, T2(AxisType::Sharded(1), AxisType::R()),
+                       2, false, false, kNames, no)
                 .ToString(kNames),
             "{dp:V,tp:R}");
   EXPECT_FALSE(no);
@@ -433,12 +454,14 @@ TEST(ContractionRule, MatmulIsTheEinsumMkKnMn) {
   const SpmdType q = T2(AxisType::Sharded(0), AxisType::Sharded(2));
   EXPECT_EQ(ContractionRule(q, "bthd", q, "bshd", "bhts", kNames, no).ToString(kNames),
             "{dp:S0,tp:S1}");
-  // Two contracted letters sharded on one axis, one in each operand: V (never P).
-  EXPECT_EQ(ContractionRule(T2(AxisType::Sharded(0), AxisType::R()), "ij",
-                            T2(AxisType::Sharded(1), AxisType::R()), "ij", "", kNames, no)
-                .ToString(kNames),
-            "{dp:V,tp:R}");
-  EXPECT_FALSE(no);
+  // Two contracted letters sharded on one axis, one in each operand: rejected (never P).
+  ContractionRule(T2(AxisType::Sharded(0), AxisType::R()), "ij",
+                  T2(AxisType::Sharded(1), AxisType::R()), "ij", "", kNames, no);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->axis, 0);
+  EXPECT_NE(no->rule.find("a's dim 0 ('i') is sharded and b's dim 1 ('j') is sharded over 'dp'"),
+            std::string::npos)
+      << no->rule;
 }
 
 TEST(NonlinearRule, RejectsPartialSumsOnly) {
@@ -559,7 +582,10 @@ TEST(NnRules, EmbeddingTakeAlongLastAndCrossEntropy) {
   EmbeddingRule(T2(AxisType::R(), AxisType::Sharded(0)), T2(AxisType::R(), AxisType::V()), 1,
                 true, &vocab, no);
   ASSERT_TRUE(no);
-  EXPECT_EQ(no->fix, "all_gather the ids over that axis first");
+  EXPECT_NE(no->fix.find("all_gather(table, 0, axis) before the lookup"), std::string::npos)
+      << no->fix;  // FSDP: gather the table
+  EXPECT_NE(no->fix.find("all_gather the ids over that axis first"), std::string::npos)
+      << no->fix;  // vocab-parallel: gather the ids
   no.reset();
   // Unchecked: only P is refused.
   EmbeddingRule(T2(AxisType::R(), AxisType::Sharded(0)), T2(AxisType::R(), AxisType::V()), 1,

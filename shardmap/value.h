@@ -50,7 +50,7 @@ struct Value {
   // Method forms of ops.h, so per-device code reads left to right.
   Value matmul(const Value& b, bool trans_a = false, bool trans_b = false) const;
   Value T() const;  // transpose of the last two dims
-  Value reshape(absl::Span<const int64_t> shape) const;
+  Value reshape(absl::Span<const int64_t> shape) const;  // one dim may be -1 (inferred)
   Value transpose(int d0, int d1) const;
   Value sum(const std::vector<int>& dims, bool keepdim = false) const;
   Value mean(const std::vector<int>& dims, bool keepdim = false) const;

@@ -6,7 +6,7 @@
 //   gpt      a small GPT (4 layers, d 768) trained with data parallelism over every rank,
 //            --overlap on then off, `--steps` steps each: per step the started calls' spans
 //            (SetNcclStartedCallTimeline: CUDA events on both streams), the host waits
-//            (collectives/host_waits.h, this process), the step time and the host waits
+//            (base/host_waits.h, this process), the step time and the host waits
 //            expected: the loss read alone (d2h_read=1). The blocking collectives are
 //            stream-ordered (collectives/nccl_communicator.h: enqueued, watched by the world's
 //            watchdog, no host wait); they are listed per step, and the world's status
@@ -35,7 +35,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "collectives/host_waits.h"
+#include "base/host_waits.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/stream_overlap.h"
 #include "models/gpt/gpt_model.h"
@@ -49,9 +49,9 @@
 namespace shardmap {
 namespace {
 
-using collectives::HostWait;
-using collectives::HostWaitCounts;
-using collectives::HostWaitSnapshot;
+using base::HostWait;
+using base::HostWaitCounts;
+using base::HostWaitSnapshot;
 using collectives::StartedCallSpan;
 
 using Overlap = collectives::StreamOverlap;
@@ -66,9 +66,9 @@ Overlap Measure(const std::vector<StartedCallSpan>& spans) {
 
 std::string WaitsJson(const HostWaitCounts& w) {
   std::vector<std::string> kinds;
-  for (int k = 0; k < collectives::kHostWaitKinds; ++k) {
+  for (int k = 0; k < base::kHostWaitKinds; ++k) {
     if (w.by_kind[k] == 0) continue;
-    kinds.push_back(absl::StrFormat("\"%s\": %d", HostWaitName(static_cast<HostWait>(k)),
+    kinds.push_back(absl::StrFormat("\"%s\": %d", base::HostWaitName(static_cast<HostWait>(k)),
                                     w.by_kind[k]));
   }
   return absl::StrCat("{\"total\": ", w.total(), ", \"by_kind\": {", absl::StrJoin(kinds, ", "),

@@ -33,6 +33,18 @@ CollectiveCall::CollectiveCall(Collective c, const Value& x, const Axes& axes, D
     }
   }
   type_ = CollectiveResult(*rule_, x.type, mask_, rule_result, dims.invariant);
+  if (HasUnstampedV(type_)) {
+    const bool moves_blocks = rule_->result == CollectiveResultKind::kV ||
+                              rule_->result == CollectiveResultKind::kKeepV;
+    StampOrigins(op_, type_, {{"x", &x}},
+                 moves_blocks ? "the collective moves per-device blocks (their layout is the "
+                                "program's)"
+                              : "it gathers or scatters an axis more major than another axis "
+                                "that shards the same dim, which then loses its layout",
+                 moves_blocks ? "combine the blocks with the collective the program means"
+                              : "gather or scatter the minor axis first (or both at once)",
+                 moves_blocks ? VKind::kIntended : VKind::kLayoutLost);
+  }
   if (rule_->communicates) {
     comm_ = &ctx_->CommFor(op_, mask_, x.tensor, dims.ragged ? check_dim_ : -1);
   }

@@ -5,12 +5,15 @@
 
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "shardmap/context.h"
 #include "shardmap/tape_hook.h"
 #include "shardmap/type_rules.h"
+#include "shardmap/v_origin.h"
 #include "shardmap/value.h"
+#include "tensor/error.h"
 
 namespace shardmap::internal {
 
@@ -19,11 +22,51 @@ struct Operand {
   const Value* value;
 };
 
-// "mul: <rule> on axis 'tp'. operands: a=f32[4,8]{tp:P}, b=f32[8]{tp:P}. Fix: <fix>"
+// "mul: <rule> on axis 'tp'. operands: a=f32[4,8]{tp:P}, b=f32[8]{tp:P}. Fix: <fix>". When an
+// operand is V of unknown layout on that axis with a recorded origin, the message says where it
+// came from, and the fix is the origin's unless the program asked for the V (as_varying): a cast
+// (reinterpret, convert) would only hide a V that a mistake made.
 [[noreturn]] void TypeFail(const char* op, int axis, const std::string& rule,
                            const std::string& fix, std::initializer_list<Operand> operands);
 
 std::string AxisName(int axis);
+
+// The origins (shardmap/v_origin.h) of out's axes that are V of unknown layout and have none
+// yet: an operand's that is V of unknown layout on that axis (the first with an origin), or,
+// when no operand was, a new record naming this op, why (`reason`), the `fix` and the kind.
+// Cheap unless a new record is made.
+void StampOrigins(std::string_view op, SpmdType& out, std::initializer_list<Operand> operands,
+                  std::string_view reason, std::string_view fix,
+                  VKind kind = VKind::kLayoutLost);
+// An error when x's V on some axis came from mixed shards (VKind::kMixed): summing it claims
+// the devices hold addends of one total, which they do not. Names the origin.
+void CheckNotMixed(const char* op, const Value& x);
+
+// Whether t has a V of unknown layout without an origin (StampOrigins has work to do).
+inline bool HasUnstampedV(const SpmdType& t) {
+  for (int i = 0; i < t.num_axes(); ++i) {
+    if (t[i].is_unknown_v() && t[i].origin == 0) return true;
+  }
+  return false;
+}
+
+// The first origin among operands' V-of-unknown-layout axes: on `axis` when axis >= 0, else on
+// any axis. Sets *operand and *axis_out to where it was found; nullptr when none.
+const VOrigin* FindOperandOrigin(std::initializer_list<Operand> operands, int axis,
+                                 const char** operand, int* axis_out);
+
+// Runs f (a kernel call); an OpError it throws (a shape or dtype error) is rethrown with the
+// operands' SPMD types and the origins of their V axes appended.
+[[noreturn]] void RethrowWithTypes(const char* op, std::initializer_list<Operand> operands,
+                                   const OpError& e);
+template <typename F>
+auto WithTypes(const char* op, std::initializer_list<Operand> operands, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const OpError& e) {
+    RethrowWithTypes(op, operands, e);
+  }
+}
 
 // Throws: v was typed under another mesh than the running program's (a Value kept from one
 // shard_map or RunSpmd and used in another), so its axis types would be read against the wrong

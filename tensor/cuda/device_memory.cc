@@ -20,7 +20,7 @@
 #if SHARDMAP_HAS_CUDA
 #include <cuda_runtime.h>
 
-#include "collectives/host_waits.h"
+#include "base/host_waits.h"
 #include "tensor/cuda/internal/capture_mode.h"
 #include "tensor/cuda/internal/cuda_check.h"
 #include "tensor/cuda/internal/deferred_check_queue.h"
@@ -101,7 +101,7 @@ struct Staging {
     const cudaError_t q = cudaEventQuery(done[i]);
     if (q == cudaSuccess) return i;
     if (q != cudaErrorNotReady) SM_CUDA_CHECK(q);
-    collectives::CountHostWait(collectives::HostWait::kEventSync);
+    base::CountHostWait(base::HostWait::kEventSync);
     SM_CUDA_CHECK(cudaEventSynchronize(done[i]));
     return i;
   }
@@ -144,7 +144,7 @@ struct DeferredChecks {
       return true;
     };
     ops.wait = [this](int slot) {
-      collectives::CountHostWait(collectives::HostWait::kEventSync);
+      base::CountHostWait(base::HostWait::kEventSync);
       SM_CUDA_CHECK(cudaEventSynchronize(landed[slot]));
     };
     ops.value = [this](int slot) { return host[slot]; };
@@ -243,7 +243,7 @@ void RunDeferredIndexChecks(int device) {
   RequireDevice(device, "cuda::RunDeferredIndexChecks");
   DeviceGuard guard(device);
   const cudaStream_t stream = static_cast<cudaStream_t>(CurrentStream(device));
-  collectives::CountHostWait(collectives::HostWait::kStreamSync);
+  base::CountHostWait(base::HostWait::kStreamSync);
   SM_CUDA_CHECK(cudaStreamSynchronize(stream));
   RunLandedChecks();
 }
@@ -283,7 +283,7 @@ CachingAllocator& DeviceAllocator(int device) {
       };
       raw.synchronize = [d, sync_op] {
         DeviceGuard guard(d);
-        collectives::CountHostWait(collectives::HostWait::kDeviceSync);
+        base::CountHostWait(base::HostWait::kDeviceSync);
         internal::NoteCudaError(cudaDeviceSynchronize(), sync_op.c_str());
       };
       v->push_back(std::make_unique<CachingAllocator>(std::move(raw), absl::StrCat("cuda:", d)));
@@ -351,7 +351,7 @@ void CopyDeviceToHost(void* dst, const void* src, int device, size_t nbytes) {
   DeviceGuard guard(device);
   cudaStream_t stream = StreamOf(device);
   SM_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream));
-  collectives::CountHostWait(collectives::HostWait::kDeviceToHostRead);
+  base::CountHostWait(base::HostWait::kDeviceToHostRead);
   SM_CUDA_CHECK(cudaStreamSynchronize(stream));
   // The stream is done: the index checks queued on it have their answers (device_memory.h).
   RunLandedChecks();
@@ -372,13 +372,13 @@ void CopyDeviceToDevice(void* dst, int dst_device, const void* src, int src_devi
     // per-thread stream of the *current* device (under dst's guard it would wait on dst's).
     {
       DeviceGuard src_guard(src_device);
-      collectives::CountHostWait(collectives::HostWait::kStreamSync);
+      base::CountHostWait(base::HostWait::kStreamSync);
       SM_CUDA_CHECK(cudaStreamSynchronize(StreamOf(src_device)));
     }
     SM_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, nbytes, stream));
     // The source block is cached per stream of src_device: once the caller frees it, work on
     // that stream may reuse it while this copy (ordered only on dst's stream) still reads it.
-    collectives::CountHostWait(collectives::HostWait::kStreamSync);
+    base::CountHostWait(base::HostWait::kStreamSync);
     SM_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 }

@@ -8,7 +8,7 @@
 #include <cuda_runtime.h>
 #endif
 
-#include "collectives/host_waits.h"
+#include "base/host_waits.h"
 #include "gtest/gtest.h"
 #include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/runtime.h"
@@ -127,26 +127,26 @@ TEST(DeviceTensorTest, DeferredChecksOutliveTheirStream) {
 }
 #endif
 
-// Host waits (collectives/host_waits.h): a device->host read is one, counted as such; uploads
+// Host waits (base/host_waits.h): a device->host read is one, counted as such; uploads
 // that find their staging chunk free, device-side work and a Synchronize of an idle stream are
 // none.
 TEST(DeviceTensorTest, HostWaitsAreCountedByKind) {
   SKIP_WITHOUT_GPU();
-  using collectives::HostWait;
+  using base::HostWait;
   Tensor x = Tensor::Ones({1000}).To(Device::Cuda(0));
   cuda::Synchronize(0);  // the staging ring's chunks are free from here
-  collectives::HostWaitCounts before = collectives::HostWaitSnapshotThisThread();
+  base::HostWaitCounts before = base::HostWaitSnapshotThisThread();
   Tensor y = Tensor::Ones({1000}).To(Device::Cuda(0));  // one chunk, free: no wait
   Tensor z = x.Clone();                                 // device work: no wait
-  EXPECT_EQ((collectives::HostWaitSnapshotThisThread() - before).ToString(), "none");
-  before = collectives::HostWaitSnapshotThisThread();
+  EXPECT_EQ((base::HostWaitSnapshotThisThread() - before).ToString(), "none");
+  before = base::HostWaitSnapshotThisThread();
   Tensor back = z.To(Device::Cpu());
-  const collectives::HostWaitCounts read = collectives::HostWaitSnapshotThisThread() - before;
+  const base::HostWaitCounts read = base::HostWaitSnapshotThisThread() - before;
   EXPECT_EQ(read[HostWait::kDeviceToHostRead], 1) << read.ToString();
   EXPECT_EQ(read.total(), 1) << read.ToString();
-  before = collectives::HostWaitSnapshotThisThread();
+  before = base::HostWaitSnapshotThisThread();
   cuda::Synchronize(0);  // the read drained the stream: asked first, nothing to wait for
-  EXPECT_EQ((collectives::HostWaitSnapshotThisThread() - before).ToString(), "none");
+  EXPECT_EQ((base::HostWaitSnapshotThisThread() - before).ToString(), "none");
 }
 
 // Many small copies in a row go through the staging ring (each call takes the next chunk, the

@@ -12,7 +12,7 @@
 #if SHARDMAP_HAS_CUDA
 #include <cuda_runtime.h>
 
-#include "collectives/host_waits.h"
+#include "base/host_waits.h"
 #include "tensor/cuda/internal/cuda_check.h"
 #endif
 
@@ -104,7 +104,7 @@ absl::Status CudaGraph::Capture(const std::function<void()>& fn) {
     DeviceGuard guard(device_);
     // Work queued eagerly before the capture (e.g. writes of the inputs) must not be folded
     // into, or race with, the captured work.
-    collectives::CountHostWait(collectives::HostWait::kStreamSync);
+    base::CountHostWait(base::HostWait::kStreamSync);
     SM_CUDA_CHECK(cudaStreamSynchronize(stream));
     if (stream == cudaStreamPerThread) {
       thread_local std::map<int, StreamHandle> capture_streams;  // per device, kept

@@ -13,7 +13,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/host_waits.h"
+#include "base/host_waits.h"
 #include "tensor/cuda/internal/cuda_check.h"
 #endif
 
@@ -134,11 +134,11 @@ void Synchronize(int device) {
   DeviceGuard guard(device);
   cudaStream_t stream = static_cast<cudaStream_t>(CurrentStream(device));
   // Asked first without blocking: a stream already idle (after a step's read back, say) costs
-  // no host wait and is not counted as one (collectives/host_waits.h).
+  // no host wait and is not counted as one (base/host_waits.h).
   const cudaError_t q = cudaStreamQuery(stream);
   if (q != cudaSuccess) {
     if (q != cudaErrorNotReady) SM_CUDA_CHECK(q);
-    collectives::CountHostWait(collectives::HostWait::kStreamSync);
+    base::CountHostWait(base::HostWait::kStreamSync);
     SM_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   // The index checks queued on this stream have their answers now: a bad id in the last ops of a

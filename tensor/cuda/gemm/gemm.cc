@@ -20,7 +20,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "collectives/host_waits.h"
+#include "base/host_waits.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/gemm/internal/autotune.h"
@@ -436,7 +436,7 @@ void Tune(Plan& plan, const GemmCall& g, cublasLtHandle_t handle, void* workspac
       if (run(plan.candidates[i]) != CUBLAS_STATUS_SUCCESS) return INFINITY;
     }
     float ms = 0;
-    collectives::CountHostWait(collectives::HostWait::kEventSync);
+    base::CountHostWait(base::HostWait::kEventSync);
     if (cudaEventRecord(stop, stream) != cudaSuccess || cudaEventSynchronize(stop) != cudaSuccess ||
         cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
       return INFINITY;

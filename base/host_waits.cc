@@ -1,8 +1,8 @@
-#include "collectives/host_waits.h"
+#include "base/host_waits.h"
 
 #include <atomic>
 
-namespace shardmap::collectives {
+namespace shardmap::base {
 namespace {
 
 std::array<std::atomic<int64_t>, kHostWaitKinds>& ProcessCounts() {
@@ -66,4 +66,4 @@ HostWaitCounts HostWaitSnapshot() {
 
 HostWaitCounts HostWaitSnapshotThisThread() { return this_thread_counts; }
 
-}  // namespace shardmap::collectives
+}  // namespace shardmap::base

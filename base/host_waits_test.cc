@@ -1,11 +1,11 @@
-#include "collectives/host_waits.h"
+#include "base/host_waits.h"
 
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 
-namespace shardmap::collectives {
+namespace shardmap::base {
 namespace {
 
 TEST(HostWaitsTest, CountsByKindAndDifferencesOfSnapshots) {
@@ -63,4 +63,4 @@ TEST(HostWaitsTest, ThreadsAddUpAndKeepTheirOwn) {
 }
 
 }  // namespace
-}  // namespace shardmap::collectives
+}  // namespace shardmap::base

@@ -286,7 +286,8 @@ INSTANTIATE_TEST_SUITE_P(Meshes, DeviceStepTest, ::testing::Values("", "dp=3", "
 TEST(AdamWControlTest, LrTensorAndSkipFlagMatchANaiveLoop) {
   const Tensor p0 = Values({7}, 3), g = Values({7}, 4);
   AdamW opt({.lr = 99.0, .beta1 = 0.8, .beta2 = 0.9, .eps = 1e-6, .weight_decay = 0.2});
-  std::vector<NamedTensor> params = {{"w", p0}};
+  // A copy: AdamW updates its parameters in place, and `want` reads p0.
+  std::vector<NamedTensor> params = {{"w", p0.Clone()}};
   const std::vector<NamedTensor> grads = {{"w", g}};
   const Tensor scale = Tensor::Scalar(0.5, DType::kF32);
   const double nan = std::numeric_limits<double>::quiet_NaN();

@@ -20,7 +20,7 @@
 //   // g.grads[k]: typed local gradients (P where the input was replicated, for bucketed
 //   // reduction; CallLocal(..., /*reduce_partial_grads=*/true) all_reduces them).
 //
-// The seed (docs/design.md section 4) is the cotangent of the loss, so it follows the dual type: on
+// The seed (docs/design.md 5.1) is the cotangent of the loss, so it follows the dual type: on
 // every axis where the loss is I or P the seed is 1; where it is R the seed is 1 on index 0 of
 // the axis and 0 elsewhere (like convert(R->P), otherwise the gradient is n times too large); a V
 // loss is an error ("reduce it first"). With TypeCheck::kErased, values carry a kind-only summary

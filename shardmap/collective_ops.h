@@ -1,4 +1,4 @@
-// Typed collectives and casts (docs/design.md section 4), each with its transpose for autograd.
+// Typed collectives and casts (docs/design.md section 4.3), each with its transpose for autograd.
 //
 //   Value y  = all_reduce(yp, "tp");                 // P -> R          bwd: all_reduce
 //   Value l  = all_reduce(lp, "tp", To::kI);         // P -> I          bwd: convert I->R (free)
@@ -81,7 +81,7 @@ Value reinterpret(const Value& x, const Axes& axes);
 // see: slice(vary(w, "tp"), 0, axis_index("tp") * n, n).
 Value vary(const Value& x, const Axes& axes);
 // R or V (S(d) included) -> V of unknown layout, declared: the program means per-device values
-// here. The opt-in for the contractions the types reject by default (docs/design.md, type
+// here. The opt-in for the contractions the types reject by default (docs/design.md 4.2, type
 // algebra: operands sharded over one axis on different dims), e.g. ring attention's blocks:
 //   Value s = einsum("bhsd,bhtd->bhst", as_varying(q, "cp"), k_block);   // V on cp
 // Errors a V causes later name this op as its origin, without blaming it. No communication;

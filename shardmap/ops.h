@@ -1,5 +1,5 @@
 // Typed tensor ops on Values: each computes the local kernel (tensor/ops), derives the output's
-// SPMD type from its operands' (docs/design.md section 3), and records itself with a VJP written in
+// SPMD type from its operands' (docs/design.md 4.2), and records itself with a VJP written in
 // typed ops on the tape (shardmap/tape_hook.h).
 //
 //   Value h = gelu(x.matmul(w1));        // nonlinear: P is an error, other types pass through
@@ -28,7 +28,7 @@
 // Binary elementwise ops broadcast as numpy does (trailing dims aligned, size-1 dims stretched):
 // f32[4,8] + f32[8] and f32[4,1] * f32[1,8] work; S on a broadcast size-1 dim becomes V.
 // Matmul/einsum operands sharded over one axis on dims that do not match (or a sharded
-// contracted dim against a whole one) are an error (docs/design.md section 3; declare intended
+// contracted dim against a whole one) are an error (docs/design.md section 4.2; declare intended
 // per-device blocks with as_varying, collective_ops.h); two V operands of unknown dims give V
 // (never P: a P must be a known partial sum); two S operands of elementwise ops agree only when
 // they shard the same output dim, otherwise V. Every V of unknown layout records where it came

@@ -1,4 +1,4 @@
-// Type rules of the typed ops (docs/design.md section 3) and the content of their error messages.
+// Type rules of the typed ops (docs/design.md section 4.2) and the content of their error messages.
 // Types are per axis, independent of the axis sizes, so a one-rank mesh of size-1 axes suffices.
 #include "shardmap/ops.h"
 

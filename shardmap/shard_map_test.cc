@@ -1,4 +1,4 @@
-// shard_map boundaries: input validation, output type checks (docs/design.md section 3), the local
+// shard_map boundaries: input validation, output type checks (docs/design.md 4.2), the local
 // view, the runtime replication check and error propagation.
 #include "shardmap/shard_map.h"
 

@@ -31,7 +31,7 @@ Tensor ShardOf(const Tensor& global, const Mesh& mesh, const PartitionSpec& spec
 absl::StatusOr<Tensor> Assemble(const Mesh& mesh, const PartitionSpec& spec,
                                 absl::Span<const Tensor> locals, const SpmdType& type);
 
-// Checks an output's type against its out_spec (docs/design.md section 3): an axis named at dim d
+// Checks an output's type against its out_spec (docs/design.md section 4.2): an axis named at dim d
 // must be V (S(d) or unknown) — R/I are accepted and tiled as in JAX; an unreduced axis must be P;
 // an axis not named must be R or I. Throws OpError naming the output, the axis and the fix.
 void CheckOutputType(const Value& out, const Mesh& mesh, const PartitionSpec& spec,

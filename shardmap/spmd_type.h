@@ -1,4 +1,4 @@
-// Per-mesh-axis SPMD types (docs/design.md section 3).
+// Per-mesh-axis SPMD types (docs/design.md section 4.2).
 //
 //   R  replicate  same value on every device of the axis; gradient is P
 //   I  invariant  same value computed redundantly; gradient is I

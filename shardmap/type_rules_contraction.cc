@@ -138,7 +138,7 @@ SpmdType ContractionRule(const SpmdType& a, std::string_view la, const SpmdType&
       }
     }
     // Both operands carry a known layout on this axis (S, or R with a contracted S) that does
-    // not combine into a shard or a partial sum: rejected on any mesh size (docs/design.md,
+    // not combine into a shard or a partial sum: rejected on any mesh size (docs/design.md 4.2,
     // "contractions of mismatched shards"). An operand of unknown layout (V: as_varying's opt-in,
     // or a V an earlier op made) gives V, whose origin the op records.
     if ((ca && cb && sa != sb) || (ca != cb && sa != '?' && sb != '?')) {

@@ -85,7 +85,7 @@ Value ReduceScatterActivation(const Value& x, int dim, const Axes& axes, const P
 
 // The gradient of a parameter typed param_type, its pending sums resolved in policy.reduce: one
 // all_reduce (in mesh order) over every axis on which the parameter is R (there its gradient is
-// P, docs/design.md section 3), then cast to policy.param; the result is typed like the parameter.
+// P, docs/design.md 4.2), then cast to policy.param; the result is typed like the parameter.
 // A parameter with no R axis needs no reduction: its gradient is only cast. The axes come from
 // the parameter's type, not the gradient's, because with TypeCheck::kErased a value only carries
 // a kind summary that does not tell P from V.

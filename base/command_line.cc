@@ -18,8 +18,9 @@ std::string ProgramName(absl::string_view argv0) {
 
 absl::Status RejectPositionalArguments(const std::vector<char*>& rest, absl::string_view hint) {
   if (rest.size() <= 1) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", rest[1], "'",
-                                                 hint.empty() ? "" : absl::StrCat(" (", hint, ")")));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unexpected argument '", rest[1], "'",
+                   hint.empty() ? "" : absl::StrCat(" (", hint, ")")));
 }
 
 bool HelpListsFlagsOf(absl::string_view file, absl::string_view program,

@@ -163,7 +163,8 @@ absl::Status Train(Prepared& p) {
   o.checkpoint.opened = p.source.file;  // its header parsed once, by OpenShapeSource
   RunOutputs outputs(layout, ranks, *run_config);
   if (absl::Status s = outputs.Set(*data, p.settings, o); !s.ok()) return s;
-  absl::StatusOr<SampleRequest> sample = ParseSampleRequest(p.settings.sample, layout.shape(), tok);
+  absl::StatusOr<SampleRequest> sample =
+      ParseSampleRequest(p.settings.sample, layout.shape(), tok);
   if (!sample.ok()) return sample.status();
   o.runtime.comm = ranks.world.get();
   o.runtime.placement = ranks.placement;

@@ -12,9 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "base/command_line.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "collectives/distributed_env.h"
@@ -37,10 +36,12 @@ int Fail(const std::string& what) {
 
 int main(int argc, char** argv) {
   using namespace shardmap::collectives;
-  absl::SetProgramUsageMessage("gloo check: run it under collectives/launch; every rank joins a "
-                               "Gloo world and runs one all-reduce.");
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  if (positional.size() > 1) return Fail(absl::StrCat("unexpected argument '", positional[1], "'"));
+  if (absl::Status s = shardmap::base::ParseFlagsOnly(
+          argc, argv, {.usage = "gloo check: run it under collectives/launch; every rank joins a "
+                                "Gloo world and runs one all-reduce."});
+      !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
   const int timeout_s = absl::GetFlag(FLAGS_timeout_s);
   const int store_timeout_s = absl::GetFlag(FLAGS_store_timeout_s);
   if (timeout_s < 1 || timeout_s > 3600 || store_timeout_s < 1 || store_timeout_s > 3600) {

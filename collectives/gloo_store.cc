@@ -1,7 +1,12 @@
 #include "collectives/gloo_store.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "gloo/common/error.h"
 
@@ -34,8 +39,24 @@ void GlooStore::wait(const std::vector<std::string>& keys,
                      const std::chrono::milliseconds& timeout) {
   std::vector<std::string> full;
   for (const std::string& k : keys) full.push_back(Key(k));
-  absl::Status s = store_.Wait(full, absl::Milliseconds(timeout.count()));
-  if (!s.ok()) Throw(s);
+  const absl::Duration limit = absl::Milliseconds(timeout.count());
+  absl::StatusOr<std::vector<std::string>> missing = store_.MissingAfter(full, limit);
+  if (!missing.ok()) Throw(missing.status());
+  if (missing->empty()) return;
+  // Gloo's rendezvous keys are the peers' ranks: say which did not join, not which key.
+  std::vector<int> ranks;
+  for (const std::string& k : *missing) {
+    int r = -1;
+    if (!absl::SimpleAtoi(absl::string_view(k).substr(prefix_.size() + 1), &r)) {
+      Throw(absl::DeadlineExceededError(absl::StrCat(
+          "no rank set '", absl::StrJoin(*missing, "', '"), "' within ",
+          absl::FormatDuration(limit))));
+    }
+    ranks.push_back(r);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  Throw(absl::DeadlineExceededError(
+      RanksDidNotJoin(ranks, store_.world_size(), limit, "train: --collective_timeout")));
 }
 
 }  // namespace shardmap::collectives

@@ -46,9 +46,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/command_line.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -330,18 +329,19 @@ std::string DescribeStatus(int status) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "torchrun-style launcher: launch [flags] -- program [args...]\n"
-      "Starts --nproc_per_node ranks of the program with RANK, LOCAL_RANK, WORLD_SIZE,\n"
-      "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and SHARDMAP_STORE_TOKEN set; prefixes their\n"
-      "output with \"[rank R] \"; stops every rank when one fails or on SIGINT/SIGTERM/SIGHUP.");
   // Flags end at "--"; everything after it is the program and its own flags.
   int split = 1;
   while (split < argc && std::strcmp(argv[split], "--") != 0) ++split;
-  std::vector<char*> positional = absl::ParseCommandLine(split, argv);
-  if (positional.size() > 1) {
-    return Usage(absl::StrCat("unexpected argument '", positional[1],
-                              "' (put the program after --)"));
+  if (absl::Status s = shardmap::base::ParseFlagsOnly(
+          split, argv,
+          {.usage = "torchrun-style launcher: launch [flags] -- program [args...]\n"
+                    "Starts --nproc_per_node ranks of the program with RANK, LOCAL_RANK, "
+                    "WORLD_SIZE,\nLOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and "
+                    "SHARDMAP_STORE_TOKEN set; prefixes their\noutput with \"[rank R] \"; stops "
+                    "every rank when one fails or on SIGINT/SIGTERM/SIGHUP.",
+           .positional_hint = "put the program after --"});
+      !s.ok()) {
+    return Usage(std::string(s.message()));
   }
   Config c;
   if (absl::Status s = ReadConfig(c); !s.ok()) return Usage(std::string(s.message()));

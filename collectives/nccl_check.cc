@@ -16,9 +16,8 @@
 #include <tuple>
 #include <vector>
 
+#include "base/command_line.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "collectives/communicator.h"
@@ -284,16 +283,20 @@ int Main(size_t count, const NcclOptions& options) {
 }  // namespace shardmap::collectives
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Checks NCCL collectives across the processes of a job (rendezvous from the torchrun/Slurm "
-      "environment) against host references.\n  launch --nproc_per_node=N -- nccl_check "
-      "[--count=1000003] [--timeout_s=300] [--device=-1]");
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   auto usage_error = [](const std::string& what) {
     std::fprintf(stderr, "nccl_check: %s (see --help)\n", what.c_str());
     return 2;
   };
-  if (rest.size() > 1) return usage_error(absl::StrCat("unexpected argument '", rest[1], "'"));
+  if (absl::Status s = shardmap::base::ParseFlagsOnly(
+          argc, argv,
+          {.usage = "Checks NCCL collectives across the processes of a job (rendezvous from the "
+                    "torchrun/Slurm environment) against host references.\n  launch "
+                    "--nproc_per_node=N -- nccl_check [--count=1000003] [--timeout_s=300] "
+                    "[--device=-1]",
+           .positional_hint = ""});
+      !s.ok()) {
+    return usage_error(std::string(s.message()));
+  }
   const int64_t count = absl::GetFlag(FLAGS_count);
   if (count < 1 || count > (int64_t{1} << 28)) {
     return usage_error(absl::StrCat("--count=", count, ": must be between 1 and 2^28"));

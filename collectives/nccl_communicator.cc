@@ -1162,7 +1162,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNccl(TcpStore& store,
     SM_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id), nullptr);
     SM_COLL_RETURN_IF_ERROR(store.Set(key, std::string(id.internal, sizeof(id.internal))));
   } else {
-    SM_COLL_ASSIGN_OR_RETURN(std::string bytes, store.Get(key));
+    absl::StatusOr<std::string> got = store.Get(key);
+    if (absl::IsDeadlineExceeded(got.status())) {  // rank 0 publishes the id once it has joined
+      return absl::DeadlineExceededError(RanksDidNotJoin(
+          {0}, store.world_size(), store.options().timeout, "train: --collective_timeout"));
+    }
+    if (!got.ok()) return got.status();
+    const std::string& bytes = *got;
     if (bytes.size() != sizeof(id.internal)) {
       return absl::DataLossError(absl::StrCat("NCCL unique id from rank 0 has ", bytes.size(),
                                               " bytes, expected ", sizeof(id.internal)));

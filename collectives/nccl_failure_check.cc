@@ -12,9 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "base/command_line.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -96,14 +95,13 @@ int Run(const std::string& mode, int fail_rank, absl::Duration timeout) {
 }  // namespace shardmap::collectives
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "One rank of an NCCL job fails on purpose; every rank prints the status it got.\n"
-      "  launch --nproc_per_node=N -- nccl_failure_check --mode=mismatch|bad_root|abort "
-      "--fail_rank=R [--timeout_s=10]");
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    std::fprintf(stderr, "nccl_failure_check: unexpected argument '%s'\n", rest[1]);
-    return 2;
+  if (absl::Status s = shardmap::base::ParseFlagsOnly(
+          argc, argv,
+          {.usage = "One rank of an NCCL job fails on purpose; every rank prints the status it "
+                    "got.\n  launch --nproc_per_node=N -- nccl_failure_check "
+                    "--mode=mismatch|bad_root|abort --fail_rank=R [--timeout_s=10]"});
+      !s.ok()) {
+    return shardmap::base::ExitWithError("nccl_failure_check", s);
   }
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode != "mismatch" && mode != "bad_root" && mode != "abort") {

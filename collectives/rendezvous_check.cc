@@ -11,9 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "base/command_line.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/distributed_env.h"
 #include "collectives/tcp_store.h"
@@ -39,11 +38,14 @@ int Fail(const std::string& what) {
 int main(int argc, char** argv) {
   using shardmap::collectives::DistributedEnvFromEnvironment;
   using shardmap::collectives::TcpStore;
-  absl::SetProgramUsageMessage(
-      "rendezvous check: run it under collectives/launch (or torchrun / srun with\n"
-      "SHARDMAP_STORE_TOKEN exported); every rank must read the same random blob from rank 0.");
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  if (positional.size() > 1) return Fail(absl::StrCat("unexpected argument '", positional[1], "'"));
+  if (absl::Status s = shardmap::base::ParseFlagsOnly(
+          argc, argv,
+          {.usage = "rendezvous check: run it under collectives/launch (or torchrun / srun with\n"
+                    "SHARDMAP_STORE_TOKEN exported); every rank must read the same random blob "
+                    "from rank 0."});
+      !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
   const int fail_rank = absl::GetFlag(FLAGS_fail_rank);
   const int timeout_s = absl::GetFlag(FLAGS_timeout_s);
   if (timeout_s < 1 || timeout_s > 3600) {

@@ -14,9 +14,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "collectives/internal/status_macros.h"
 #include "collectives/tcp_store_server.h"
@@ -366,6 +369,32 @@ absl::Status TcpStore::Barrier(absl::string_view name) {
         " times: barrier names must be unique per use"));
   }
   return Get(absl::StrCat(key, "/done")).status();
+}
+
+absl::StatusOr<std::vector<std::string>> TcpStore::MissingAfter(
+    const std::vector<std::string>& keys, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  std::vector<std::string> missing = keys;
+  while (true) {
+    std::vector<std::string> still;
+    for (const std::string& k : missing) {
+      SM_COLL_ASSIGN_OR_RETURN(bool has, Check({k}));
+      if (!has) still.push_back(k);
+    }
+    missing = std::move(still);
+    if (missing.empty() || absl::Now() >= deadline) return missing;
+    absl::SleepFor(std::min(absl::Milliseconds(20), deadline - absl::Now()));
+  }
+}
+
+std::string RanksDidNotJoin(const std::vector<int>& missing, int world_size,
+                            absl::Duration timeout, absl::string_view timeout_hint) {
+  return absl::StrCat(missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
+                      " of ", world_size, " did not join within ", absl::FormatDuration(timeout),
+                      "; start every rank (collectives/launch --nproc_per_node=", world_size,
+                      " does), each with the same MASTER_ADDR, MASTER_PORT and "
+                      "SHARDMAP_STORE_TOKEN, or raise the timeout",
+                      timeout_hint.empty() ? "" : absl::StrCat(" (", timeout_hint, ")"));
 }
 
 }  // namespace shardmap::collectives

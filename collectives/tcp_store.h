@@ -96,6 +96,13 @@ struct TcpStoreOptions {
   absl::Duration shutdown_grace = absl::Seconds(3);
 };
 
+// What a rendezvous that timed out tells its user: "rank 1 of 4 did not join within 30s; start
+// every rank (collectives/launch --nproc_per_node=4 does), each with the same MASTER_ADDR,
+// MASTER_PORT and SHARDMAP_STORE_TOKEN, or raise the timeout (--collective_timeout)".
+// `missing`: the ranks absent (sorted); `timeout_hint`: how to raise the timeout ("": none).
+std::string RanksDidNotJoin(const std::vector<int>& missing, int world_size,
+                            absl::Duration timeout, absl::string_view timeout_hint);
+
 class TcpStore {
  public:
   static absl::StatusOr<std::unique_ptr<TcpStore>> Create(const TcpStoreOptions& options);
@@ -117,6 +124,11 @@ class TcpStore {
   absl::StatusOr<bool> Check(const std::vector<std::string>& keys);
   // Every rank calls it with the same name; returns when all world_size ranks did.
   absl::Status Barrier(absl::string_view name);
+  // The keys still unset after `timeout` (empty: all were set in time). Checks every key every
+  // 20 ms rather than blocking on one, so that a timeout names every missing key (a rendezvous
+  // then says which ranks did not join, RanksDidNotJoin).
+  absl::StatusOr<std::vector<std::string>> MissingAfter(const std::vector<std::string>& keys,
+                                                        absl::Duration timeout);
 
   int rank() const { return options_.rank; }
   int world_size() const { return options_.world_size; }

@@ -292,6 +292,42 @@ TEST(TcpStoreTest, ATimeoutClosesTheConnectionSoNoLaterRequestReadsAStaleReply) 
   EXPECT_EQ(*x, "other");
 }
 
+// A rendezvous that times out names every rank missing, not the one key it blocked on (issue 48:
+// "TcpStore Wait('gloo/world/1') ... no answer" told a user nothing).
+TEST(TcpStoreTest, MissingAfterNamesEveryUnsetKeyAndKeepsTheConnection) {
+  const int port = FreePort();
+  auto master = TcpStore::Create(Opts(port, 0, 3));
+  ASSERT_TRUE(master.ok()) << master.status();
+  ASSERT_TRUE((*master)->Set("r/0", "").ok());
+  auto none = (*master)->MissingAfter({"r/0"}, absl::Seconds(5));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+  const absl::Time start = absl::Now();
+  auto missing = (*master)->MissingAfter({"r/0", "r/1", "r/2"}, absl::Milliseconds(150));
+  ASSERT_TRUE(missing.ok()) << missing.status();
+  EXPECT_EQ(*missing, (std::vector<std::string>{"r/1", "r/2"}));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(150));
+  // A key set while waiting ends the wait; the connection still works after a timeout.
+  std::thread later([&] {
+    auto c = TcpStore::Create(Opts(port, 1, 3));
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE((*c)->Set("r/1", "").ok());
+  });
+  auto joined = (*master)->MissingAfter({"r/1"}, absl::Seconds(30));
+  later.join();
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_TRUE(joined->empty());
+}
+
+TEST(TcpStoreTest, RanksDidNotJoinSaysWhoTheTimeoutAndTheFix) {
+  EXPECT_EQ(RanksDidNotJoin({1}, 2, absl::Seconds(3), "--collective_timeout"),
+            "rank 1 of 2 did not join within 3s; start every rank (collectives/launch "
+            "--nproc_per_node=2 does), each with the same MASTER_ADDR, MASTER_PORT and "
+            "SHARDMAP_STORE_TOKEN, or raise the timeout (--collective_timeout)");
+  EXPECT_THAT(RanksDidNotJoin({2, 3}, 4, absl::Seconds(30), ""),
+              HasSubstr("ranks 2, 3 of 4 did not join within 30s;"));
+}
+
 TEST(TcpStoreTest, AddIsCheckedAndKeepsTheConnection) {
   const int port = FreePort();
   auto store = TcpStore::Create(Opts(port, 0, 2));

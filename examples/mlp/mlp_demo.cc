@@ -20,9 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/command_line.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -230,16 +229,20 @@ int Main(const Mesh& mesh_value, const MlpConfig& cfg, int steps, double lr,
 }  // namespace shardmap
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Trains a dp x tp Megatron MLP on simulated devices and checks every step against the "
-      "unsharded run.\n  mlp_demo [--mesh=dp=2,tp=4] [--batch=8] [--d_model=16] [--d_hidden=32] "
-      "[--steps=5] [--lr=0.5] [--precision=bf16|fp16|f32|none]");
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   auto usage_error = [](const std::string& what) {
     std::cerr << "mlp_demo: " << what << " (see --help)\n";
     return 2;
   };
-  if (rest.size() > 1) return usage_error(absl::StrCat("unexpected argument '", rest[1], "'"));
+  if (absl::Status s = shardmap::base::ParseFlagsOnly(
+          argc, argv,
+          {.usage = "Trains a dp x tp Megatron MLP on simulated devices and checks every step "
+                    "against the unsharded run.\n  mlp_demo [--mesh=dp=2,tp=4] [--batch=8] "
+                    "[--d_model=16] [--d_hidden=32] [--steps=5] [--lr=0.5] "
+                    "[--precision=bf16|fp16|f32|none]",
+           .positional_hint = ""});
+      !s.ok()) {
+    return usage_error(std::string(s.message()));
+  }
   absl::StatusOr<shardmap::Mesh> mesh = shardmap::ParseMesh(absl::GetFlag(FLAGS_mesh));
   if (!mesh.ok()) return usage_error(std::string(mesh.status().message()));
   absl::StatusOr<shardmap::MlpConfig> cfg = shardmap::ConfigFromFlags(*mesh);

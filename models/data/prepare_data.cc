@@ -9,9 +9,8 @@
 // flags or files (the message says what and how to fix it).
 #include <cstdio>
 
+#include "base/command_line.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "models/data/bpe_tokenizer.h"
 #include "models/data/token_files.h"
 
@@ -23,14 +22,14 @@ ABSL_FLAG(double, val_fraction, 0.1,
           "the last fraction of the tokens that goes to val.bin, in [0, 1); 0: no val.bin");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "prepare_data --vocab=encoder.json --merges=vocab.bpe --input=text.txt --out_dir=DIR "
-      "[--val_fraction=0.1]: writes DIR/train.bin and DIR/val.bin (uint16 GPT-2 token ids)");
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    std::fprintf(stderr, "prepare_data: unexpected argument '%s' (flags only; see --help)\n",
-                 rest[1]);
-    return 2;
+  if (absl::Status s = shardmap::base::ParseFlagsOnly(
+          argc, argv,
+          {.usage = "prepare_data --vocab=encoder.json --merges=vocab.bpe --input=text.txt "
+                    "--out_dir=DIR [--val_fraction=0.1]: writes DIR/train.bin and DIR/val.bin "
+                    "(uint16 GPT-2 token ids)",
+           .positional_hint = "flags only; see --help"});
+      !s.ok()) {
+    return shardmap::base::ExitWithError("prepare_data", s);
   }
   if (absl::GetFlag(FLAGS_vocab).empty() || absl::GetFlag(FLAGS_merges).empty()) {
     std::fprintf(stderr, "prepare_data: --vocab and --merges are required (GPT-2's encoder.json "

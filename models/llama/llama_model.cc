@@ -202,7 +202,7 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromArgs(const ModelArgs& args) {
   cfg.layers = args.layers.value_or(cfg.layers);
   cfg.d_model = args.d_model.value_or(cfg.d_model);
   cfg.heads = args.heads.value_or(cfg.heads);
-  // train's flags (models/train/train_gpt.cc): kv_heads / ffn_dim unset or 0 take the preset's,
+  // train's flags (models/run/train_flags.cc): kv_heads / ffn_dim unset or 0 take the preset's,
   // else (no preset) heads (multi-head) and Meta's rule from d_model (multiple_of 256, the
   // debugmodel's). rope_theta / norm_eps unset or 0 keep the preset's (Llama 3's).
   const bool preset = !args.preset.empty();

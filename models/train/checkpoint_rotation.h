@@ -44,7 +44,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "models/gpt.h"
+#include "models/components/optimizer.h"
+#include "models/gpt/gpt_checkpoint.h"
+#include "models/gpt/gpt_model.h"
+#include "models/model/model.h"
 
 namespace shardmap {
 

@@ -17,7 +17,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "models/gpt.h"
+#include "models/gpt/gpt_model.h"
+#include "models/model/model.h"
 
 namespace shardmap {
 

@@ -29,6 +29,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "models/components/atomic_file.h"
 #include "models/components/bounded_read.h"
 #include "tensor/ops/matmul.h"
 #include <cblas.h>  // OpenBLAS's: openblas_get_config
@@ -285,19 +286,16 @@ absl::Status WritePeakCache(const std::string& path, const std::string& key, dou
   if (slash != std::string::npos && slash > 0) {
     if (absl::Status s = MakeDirs(path.substr(0, slash)); !s.ok()) return s;
   }
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  {
-    std::ofstream out(tmp);
-    for (const auto& [k, v] : all) out << k << "\t" << absl::StrFormat("%.6g", v) << "\n";
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::FailedPreconditionError(absl::StrCat("cannot write '", tmp, "'"));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
+  std::string text;
+  for (const auto& [k, v] : all) absl::StrAppend(&text, k, "\t", absl::StrFormat("%.6g", v), "\n");
+  // An exclusive, unpredictable temporary renamed over the cache (models/components/
+  // atomic_file.h): a symlink planted at a guessable name in a shared /tmp is never written
+  // through.
+  absl::Status s = WriteFileAtomically(
+      path, [&](int fd) { return WriteAll(fd, text.data(), text.size()); });
+  if (!s.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot replace '", path, "': ", std::strerror(errno)));
+        absl::StrCat("cannot write the CPU peak cache '", path, "': ", s.message()));
   }
   return absl::OkStatus();
 }

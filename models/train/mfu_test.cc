@@ -116,6 +116,30 @@ TEST(MfuTest, ThisMachinesHardwarePeakBoundsItsMeasuredGemm) {
   EXPECT_GT(p->flops, MeasureCpuPeakFlops(DType::kF32, 0, 0.2));
 }
 
+// Issue 48: the cache (in a shared /tmp without HOME) was written through the fixed name
+// "<cache>.tmp.<pid>": a symlink planted there made the write truncate the file it points to.
+TEST(MfuTest, CacheWriteNeverFollowsASymlinkAtAPredictableTemporaryName) {
+  const std::string base = TempDir();
+  const std::string dir = base + "/planted";
+  ASSERT_EQ(::mkdir(base.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  const std::string path = dir + "/peak.txt";
+  const std::string victim = base + "/victim.txt";
+  { std::ofstream(victim) << "precious\n"; }
+  const std::string old_temp = path + ".tmp." + std::to_string(::getpid());
+  ASSERT_EQ(::symlink(victim.c_str(), old_temp.c_str()), 0);
+  ASSERT_TRUE(WritePeakCache(path, "cpu B|4 threads|f32", 3e9).ok());
+  std::ifstream v(victim);
+  std::string content((std::istreambuf_iterator<char>(v)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "precious\n");  // not written through the planted link
+  struct stat st;
+  ASSERT_EQ(::lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));  // the cache is a file of its own, not the link
+  absl::StatusOr<std::map<std::string, double>> c = ReadPeakCache(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->at("cpu B|4 threads|f32"), 3e9);
+}
+
 TEST(MfuTest, CacheWritesReadsAndKeepsOtherKeys) {
   const std::string path = TempDir() + "/sub/dir/peak.txt";  // directories are created
   ASSERT_TRUE(WritePeakCache(path, "cpu A|2 threads|f32", 1.5e9).ok());

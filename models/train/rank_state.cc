@@ -38,8 +38,12 @@ absl::StatusOr<StateSource> OpenStateSource(const Model& layout,
     source.globals = *std::move(matched);
     return source;
   }
-  absl::StatusOr<SafetensorsFile> f = OpenGptCheckpoint(path);
-  if (!f.ok()) return f.status();
+  std::shared_ptr<SafetensorsFile> f = options.checkpoint.opened;
+  if (f == nullptr || f->path() != path) {
+    absl::StatusOr<SafetensorsFile> opened = OpenGptCheckpoint(path);
+    if (!opened.ok()) return opened.status();
+    f = std::make_shared<SafetensorsFile>(*std::move(opened));
+  }
   if (absl::Status s = CheckGptCheckpoint(*f, layout, source.resume); !s.ok()) return s;
   if (source.resume) {
     absl::StatusOr<int64_t> step = CheckpointStep(*f);
@@ -51,7 +55,7 @@ absl::StatusOr<StateSource> OpenStateSource(const Model& layout,
           options.steps, " steps: nothing to train; raise --steps (the total count)"));
     }
   }
-  source.file = std::make_shared<SafetensorsFile>(*std::move(f));
+  source.file = std::move(f);
   return source;
 }
 

@@ -25,11 +25,10 @@ std::map<std::string, std::string> CurrentRunFlags() {
   return out;
 }
 
-absl::StatusOr<ResumedRun> AdoptRunFlags(const std::string& checkpoint,
+absl::StatusOr<ResumedRun> AdoptRunFlags(const std::map<std::string, std::string>& metadata,
+                                         const std::string& checkpoint,
                                          std::vector<std::string>* notes) {
-  absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(checkpoint);
-  if (!f.ok()) return ResumedRun{};  // the trainer names the file's problem
-  absl::StatusOr<RunConfig> saved = RunConfigFromMetadata(f->metadata());
+  absl::StatusOr<RunConfig> saved = RunConfigFromMetadata(metadata);
   if (absl::IsNotFound(saved.status())) return ResumedRun{};
   if (!saved.ok()) {
     return absl::Status(saved.status().code(),

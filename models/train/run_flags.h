@@ -1,9 +1,9 @@
-// train_gpt's side of run_config.h: the run's settings read from and adopted into its absl
+// The trainer's side of run_config.h: the run's settings read from and adopted into its absl
 // flags, a flag given at its default value told apart from one left out
 // (absl::flags_internal::WasPresentOnCommandLine), and the run ids of a checkpoint prefix.
 //
 //   std::vector<std::string> notes;
-//   absl::StatusOr<ResumedRun> run = AdoptRunFlags("ck.step4.safetensors", &notes);
+//   absl::StatusOr<ResumedRun> run = AdoptRunFlags(file.metadata(), file.path(), &notes);
 //   // flags not given now hold the run's values; notes: what was adopted, what changed.
 //   RunConfig now{.id = run->run_id, .flags = CurrentRunFlags()};
 //   absl::StatusOr<std::vector<std::string>> others = OtherRunsCheckpoints(rotation, now.id);
@@ -34,8 +34,10 @@ struct ResumedRun {
 // The checkpoint's run configuration: the settings not given on the command line take its
 // values (one note listing them), each one given with another value adds a note, and the
 // ones that cannot change are refused (ReconcileRunConfig). A file without a configuration
-// (older, or GPT-2's) changes nothing. Errors name the file.
-absl::StatusOr<ResumedRun> AdoptRunFlags(const std::string& checkpoint,
+// (older, or GPT-2's) changes nothing. `metadata`: the checkpoint's header, parsed once by the
+// caller; `checkpoint` names the file in messages. Errors name the file.
+absl::StatusOr<ResumedRun> AdoptRunFlags(const std::map<std::string, std::string>& metadata,
+                                         const std::string& checkpoint,
                                          std::vector<std::string>* notes);
 
 // --resume=auto: the id of the one run whose checkpoints are under the prefix (nullopt: none

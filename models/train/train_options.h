@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,8 @@
 #include "shardmap/value.h"
 
 namespace shardmap {
+
+class SafetensorsFile;  // models/components/checkpoint.h
 
 struct TrainResult;
 struct StepInfo;
@@ -63,6 +66,9 @@ struct OptimizerOptions {
 // far). An error stops the run. 0: never.
 struct CheckpointOptions {
   std::string init_path, resume_path, save_path;
+  // The init or resume file, already opened by the caller (its header parsed once, not again
+  // here); used when its path is the one the run reads. Null: opened from the path.
+  std::shared_ptr<SafetensorsFile> opened;
   int64_t save_every = 0;
   std::function<absl::Status(const TrainResult& snapshot)> on_save;
 };

@@ -1,13 +1,13 @@
-// sample_gpt: samples text from a train_gpt checkpoint, and evaluates its validation loss,
+// sample (old name sample_gpt): samples text from a train checkpoint, and evaluates its validation loss,
 // without training: on any mesh without pp for sampling (--mesh, --sp), any mesh train_gpt
 // allows for evaluation, on CPU ranks or GPUs (--device=cuda). A separate binary rather than
 // train_gpt --steps=0: it needs no training data, takes every setting from the checkpoint's run
 // (models/train/run_config.h: its model shape, tokenizer, data, batch and held-out split), and
 // its --help lists only what sampling and evaluation use.
 //
-//   bazel run -c opt //models/train:sample_gpt -- --checkpoint=runs/gpt.step1000.safetensors
+//   bazel run -c opt //models/run:sample -- --checkpoint=runs/gpt.step1000.safetensors
 //       --prompt="ROMEO:" --num_samples=3 --tokens=200 --temperature=0.8 --top_k=200
-//   bazel run -c opt //models/train:sample_gpt -- --checkpoint=runs/gpt.step1000.safetensors
+//   bazel run -c opt //models/run:sample -- --checkpoint=runs/gpt.step1000.safetensors
 //       --num_samples=0 --eval_steps=20        (the run's held-out split; or --val_data=FILE)
 //
 // Each sample prints "--- sample i of N (seed S, ...)" and then the prompt followed by the
@@ -24,24 +24,21 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "models/components/checkpoint.h"
 #include "models/data/text_data.h"
-#include "models/gpt.h"
 #include "models/gpt/gpt_checkpoint.h"
 #include "models/gpt/gpt_generate.h"
 #include "models/model/registry.h"
+#include "models/run/cli_main.h"
+#include "models/run/placement.h"
 #include "models/train/checkpoint_rotation.h"
 #include "models/train/evaluate.h"
 #include "models/train/run_config.h"
 #include "models/train/sample_text.h"
 #include "shardmap/device_placement.h"
-#include "tensor/cuda/runtime.h"
-#include "tensor/error.h"
 
 ABSL_FLAG(std::string, checkpoint, "", "a file written by train_gpt --save or --save_every");
 ABSL_FLAG(std::string, prompt, "\n",
@@ -55,10 +52,6 @@ ABSL_FLAG(uint64_t, seed, 1, "the sampling seed of the first sample (sample i: s
 ABSL_FLAG(std::string, tokenizer, "",
           "Llama 3's tokenizer.model or a folder with GPT-2's tokenizer files (default: the "
           "checkpoint's run's --tokenizer)");
-ABSL_FLAG(std::string, mesh, "", "the mesh to run on, e.g. dp=2,tp=2 (default: one device)");
-ABSL_FLAG(bool, sp, false, "sequence parallelism (needs a tp axis)");
-ABSL_FLAG(std::string, device, "cpu",
-          "cpu, or cuda: one rank per GPU when there are as many, else every rank on GPU 0");
 ABSL_FLAG(int64_t, eval_steps, 0,
           "evaluate the validation loss over N batches (0: no evaluation)");
 ABSL_FLAG(std::string, val_data, "",
@@ -78,7 +71,7 @@ struct Checkpoint {
   ModelShape config;  // the shape those args give
   int64_t step = -1;  // -1: no step in the file
   RunConfig run;      // empty flags: the file has no run configuration
-  std::unique_ptr<SafetensorsFile> file;
+  std::shared_ptr<SafetensorsFile> file;  // the header, parsed once
 
   // The run's value of a train_gpt flag ("" when the file does not say).
   std::string Flag(const std::string& name) const {
@@ -119,7 +112,7 @@ absl::StatusOr<Checkpoint> OpenCheckpoint() {
     return absl::Status(run.status().code(),
                         absl::StrCat("checkpoint '", c.path, "': ", run.status().message()));
   }
-  c.file = std::make_unique<SafetensorsFile>(*std::move(f));
+  c.file = std::make_shared<SafetensorsFile>(*std::move(f));
   return c;
 }
 
@@ -136,20 +129,6 @@ absl::StatusOr<std::vector<NamedTensor>> ReadParams(const Checkpoint& c, const M
     params.push_back({p.name, *std::move(t)});
   }
   return params;
-}
-
-absl::StatusOr<DevicePlacement> Placement(const Mesh& mesh) {
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device == "cpu") return DevicePlacement();
-  if (device != "cuda") {
-    return absl::InvalidArgumentError(absl::StrCat("--device ", device, ": use cpu or cuda"));
-  }
-  if (!cuda::Available()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--device=cuda: no usable GPU (", cuda::UnavailableReason(), "); use --device=cpu"));
-  }
-  return cuda::DeviceCount() >= mesh.size() ? DevicePlacement::GpuPerRank()
-                                            : DevicePlacement::SharedGpu(0);
 }
 
 // The tokenizer: --tokenizer, else the run's (when its folder is still there).
@@ -288,6 +267,7 @@ absl::Status Evaluate(const Checkpoint& c, const Model& layout, const TextTokeni
   // The schedule does not change a forward-only loss; interleaving needs the run's pp.
   if (o.pipeline.schedule == "interleaved_1f1b") o.pipeline.schedule = "1f1b";
   o.checkpoint.init_path = c.path;
+  o.checkpoint.opened = c.file;  // not parsed again
   o.runtime.placement = placement;
   const int64_t needed = steps * o.batch * c.config.seq + 1;
   if (needed > static_cast<int64_t>(tokens->size())) {
@@ -313,7 +293,7 @@ absl::Status Run() {
   absl::StatusOr<std::unique_ptr<Model>> layout =
       CreateModel(c->model, c->args, *mesh, absl::GetFlag(FLAGS_sp));
   if (!layout.ok()) return layout.status();
-  absl::StatusOr<DevicePlacement> placement = Placement(*mesh);
+  absl::StatusOr<DevicePlacement> placement = ResolvePlacement(*mesh);
   if (!placement.ok()) return placement.status();
   absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = Tokenizer(*c);
   if (!tok.ok()) return tok.status();
@@ -339,27 +319,11 @@ absl::Status Run() {
 }  // namespace shardmap
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "samples text from a train_gpt checkpoint and evaluates its validation loss, on any mesh. "
-      "Example: sample_gpt --checkpoint=runs/gpt.step100.safetensors --prompt=ROMEO: "
-      "--num_samples=3 --eval_steps=10");
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    std::cerr << "sample_gpt: unexpected argument '" << rest[1] << "' (flags are --name=value)\n";
-    return 2;
-  }
-  try {
-    if (absl::Status s = shardmap::Run(); !s.ok()) {
-      std::cerr << "sample_gpt: " << s.message() << "\n";
-      return 2;
-    }
-    return 0;
-  } catch (const shardmap::OpError& e) {
-    std::cerr << "sample_gpt: " << e.status().message() << "\n";
-  } catch (const std::bad_alloc&) {
-    std::cerr << "sample_gpt: out of memory (std::bad_alloc)\n";
-  } catch (const std::exception& e) {
-    std::cerr << "sample_gpt: internal error: " << e.what() << "\n";
-  }
-  return 2;
+  return shardmap::RunMain(
+      argc, argv,
+      {.usage = "samples text from a train checkpoint and evaluates its validation loss, on any "
+                "mesh. Example: sample --checkpoint=runs/gpt.step100.safetensors "
+                "--prompt=ROMEO: --num_samples=3 --eval_steps=10",
+       .help_files = {"models/run/sample_main", "models/run/placement"}},
+      [](const std::string&) { return shardmap::Run(); });
 }

@@ -63,10 +63,23 @@ MeshShape MakeMesh(int pp, int dp_rep, int dp_shard, int dp, int ep, int cp, int
 
 }  // namespace
 
-absl::StatusOr<GptLayout> CandidateLayout(const Candidate& c, const PlanRequest& req) {
+absl::StatusOr<std::unique_ptr<Model>> CandidateLayout(const Candidate& c,
+                                                       const PlanRequest& req) {
   absl::StatusOr<Mesh> mesh = c.mesh.axes.empty() ? Mesh() : ParseMesh(c.mesh.ToString());
   if (!mesh.ok()) return mesh.status();
-  return GptLayout::Create(*mesh, req.config, c.sp);
+  return CreateModel(req.model, req.args, *mesh, c.sp);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> RequestModel(const PlanRequest& req) {
+  if (absl::Status s = FindModel(req.model).status(); !s.ok()) return s;  // names the choices
+  absl::StatusOr<std::unique_ptr<Model>> m = CreateModel(req.model, req.args, Mesh(), false);
+  if (!m.ok()) {
+    return absl::Status(m.status().code(),
+                        absl::StrCat("--model=", req.model,
+                                     req.args.preset.empty() ? "" : " --preset=", req.args.preset,
+                                     ": ", m.status().message()));
+  }
+  return m;
 }
 
 TrainOptions CandidateTrainOptions(const Candidate& c, const PlanRequest& req) {
@@ -90,12 +103,12 @@ TrainOptions CandidateTrainOptions(const Candidate& c, const PlanRequest& req) {
 namespace {
 
 // The framework's checks for one candidate, without running anything: the layout's
-// (GptLayout::Create) and the trainer's own plan of the run (PlanRun: its option checks, the
+// (CreateModel) and the trainer's own plan of the run (PlanRun: its option checks, the
 // batch's divisibility, SP's split of the rows, the stage split). OK or the framework's message.
-absl::Status FrameworkChecks(const Candidate& c, const PlanRequest& req) {
-  absl::StatusOr<GptLayout> layout = CandidateLayout(c, req);
+absl::Status FrameworkChecks(const Candidate& c, const PlanRequest& req, const ModelShape& ms) {
+  absl::StatusOr<std::unique_ptr<Model>> layout = CandidateLayout(c, req);
   if (!layout.ok()) return layout.status();
-  if (absl::Status s = PlanRun(*layout, CandidateTrainOptions(c, req)).status(); !s.ok()) {
+  if (absl::Status s = PlanRun(**layout, CandidateTrainOptions(c, req)).status(); !s.ok()) {
     return s;
   }
   const PipelineSpec& ps = c.pipeline;
@@ -107,9 +120,9 @@ absl::Status FrameworkChecks(const Candidate& c, const PlanRequest& req) {
         !s.ok()) {
       return s;
     }
-    if (req.config.layers % (static_cast<int64_t>(ps.stages) * ps.virtual_stages) != 0) {
+    if (ms.layers % (static_cast<int64_t>(ps.stages) * ps.virtual_stages) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "interleaved_1f1b: ", req.config.layers, " layers do not split into ", ps.stages,
+          "interleaved_1f1b: ", ms.layers, " layers do not split into ", ps.stages,
           " stages x ", ps.virtual_stages, " chunks of equal size"));
     }
   }
@@ -133,10 +146,14 @@ std::string Candidate::Name() const {
   return s;
 }
 
-double ModelParameters(const GptConfig& c) { return GptParameterCount(c); }
+double ModelParameters(const Model& model) {
+  double n = 0;
+  for (const ParamInfo& p : model.params()) n += static_cast<double>(NumElements(p.global_shape));
+  return n;
+}
 
-double ModelFlopsPerStep(const GptConfig& c, int64_t batch) {
-  return GptFlopsPerToken(c) * (static_cast<double>(batch) * c.seq);
+double ModelFlopsPerStep(const Model& model, int64_t batch) {
+  return model.FlopsPerToken() * (static_cast<double>(batch) * model.shape().seq);
 }
 
 absl::StatusOr<Candidate> ParseCandidate(const std::string& mesh_text, bool sp,
@@ -217,8 +234,8 @@ absl::Status ParseGivenMeshes(const PlanRequest& req, std::vector<Candidate>& ra
 
 // Every mesh of req.gpus ranks the search allows (pp, tp, cp, ep, the data-parallel forms,
 // SP, pipeline schedules, microbatches and interleaving), appended to raw.
-void SearchMeshes(const PlanRequest& req, std::vector<Candidate>& raw) {
-  const bool moe = req.config.moe.on();
+void SearchMeshes(const PlanRequest& req, const ModelShape& ms, std::vector<Candidate>& raw) {
+  const bool moe = ms.moe.on();
   for (int pp : Divisors(req.gpus)) {
     if (req.max_pp > 0 && pp > req.max_pp) continue;
     const int r1 = req.gpus / pp;
@@ -270,7 +287,7 @@ void SearchMeshes(const PlanRequest& req, std::vector<Candidate>& raw) {
                   }
                   for (int v : req.virtual_stages) {
                     // Only chunk counts that split the stage's layers evenly.
-                    if (v < 2 || req.config.layers % (int64_t{pp} * v) != 0) continue;
+                    if (v < 2 || ms.layers % (int64_t{pp} * v) != 0) continue;
                     c.pipeline.virtual_stages = v;
                     raw.push_back(c);
                   }
@@ -301,15 +318,18 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
   if (req.global_batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--batch ", req.global_batch, " must be >= 1"));
   }
+  absl::StatusOr<std::unique_ptr<Model>> model = RequestModel(req);
+  if (!model.ok()) return model.status();
+  const ModelShape& ms = (*model)->shape();
   std::vector<Candidate> raw;
   if (!req.only_meshes.empty()) {
     if (absl::Status s = ParseGivenMeshes(req, raw); !s.ok()) return s;
   } else {
-    SearchMeshes(req, raw);
+    SearchMeshes(req, ms, raw);
   }
   std::vector<Candidate> out;
-  const double elem = ElemBytes(req.config.dtype);
-  const double n_params = ModelParameters(req.config);
+  const double elem = ElemBytes(ms.dtype);
+  const double n_params = ModelParameters(**model);
   for (const Candidate& c : raw) {
     const int tp = c.mesh.size(axis::kTp);
     if (tp > gpn && !req.tp_across_nodes && req.only_meshes.empty()) {
@@ -317,7 +337,7 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
                                                  " GPUs (--tp_across_nodes allows it)")});
       continue;
     }
-    if (absl::Status s = FrameworkChecks(c, req); !s.ok()) {
+    if (absl::Status s = FrameworkChecks(c, req, ms); !s.ok()) {
       refused->push_back({c.Name(), std::string(s.message())});
       continue;
     }
@@ -337,7 +357,8 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
   return out;
 }
 
-std::vector<std::string> PlanAssumptions(const PlanRequest& req, const HardwareProfile& hw) {
+std::vector<std::string> PlanAssumptions(const PlanRequest& req, const HardwareProfile& hw,
+                                         DType compute) {
   std::vector<std::string> a;
   const StepOptions& o = req.step;
   if (o.overlap && hw.cores <= 0) {
@@ -345,7 +366,7 @@ std::vector<std::string> PlanAssumptions(const PlanRequest& req, const HardwareP
         "collectives overlap compute as the overlapped trainer schedules them: gradients in "
         "%.0f MiB buckets during the backward, FSDP gathers in %s prefetched %d layer(s) ahead, "
         "reduce-scatters per layer; the first gather and the last bucket are exposed",
-        o.bucket_bytes / (1024.0 * 1024), DTypeName(req.config.compute_dtype()),
+        o.bucket_bytes / (1024.0 * 1024), DTypeName(compute),
         o.fsdp_prefetch));
   } else {
     a.push_back(hw.cores > 0 ? "simulated CPU ranks: every collective blocks (inline)"
@@ -455,11 +476,11 @@ bool FusedAttention(const RoleWork& w) {
 // again in the backward). w's activations become its own (the gathered parameters out); the
 // gathered parameters the overlapped trainer holds go to *hold, added by the caller after
 // recomputation (which saves activations, not parameters).
-absl::Status HeldActivations(const Candidate& c, const PlanRequest& req,
+absl::Status HeldActivations(const Candidate& c, const PlanRequest& req, const ModelShape& ms,
                              const std::vector<int64_t>& split, bool keeps_gathered,
                              RoleWork& w, double* hold_out) {
   const PipelineSpec& ps = c.pipeline;
-  const double scale = DTypeSize(req.config.compute_dtype()) / ElemBytes(req.config.dtype);
+  const double scale = DTypeSize(ms.compute_dtype()) / ElemBytes(ms.dtype);
   const int stage = std::max(0, w.pp_stage);
   if (w.layers <= 0) w.layers = static_cast<int>(split[std::min<size_t>(stage, split.size() - 1)]);
   absl::StatusOr<double> profiled = InFlight(ProfiledCandidate(c).pipeline, stage);
@@ -497,12 +518,13 @@ absl::Status HeldActivations(const Candidate& c, const PlanRequest& req,
 // `measured` (the same roles profiled with the trainer's own --recompute), from that.
 absl::StatusOr<std::vector<RoleWork>> VariantRoles(const std::vector<RoleWork>& base,
                                                    const Candidate& c, const PlanRequest& req,
+                                                   const ModelShape& ms,
                                                    const std::vector<RoleWork>* measured) {
   const PipelineSpec& ps = c.pipeline;
   const bool piped = ps.stages > 1 || ps.microbatches > 1;
   absl::StatusOr<std::vector<int64_t>> split =
-      piped ? SplitLayers(req.config.layers, ps.stages)
-            : absl::StatusOr<std::vector<int64_t>>(std::vector<int64_t>{req.config.layers});
+      piped ? SplitLayers(ms.layers, ps.stages)
+            : absl::StatusOr<std::vector<int64_t>>(std::vector<int64_t>{ms.layers});
   if (!split.ok()) return split.status();
   if (measured != nullptr && measured->size() != base.size()) {
     return absl::InternalError(absl::StrCat("the recomputing profile of ", c.Name(), " has ",
@@ -513,15 +535,19 @@ absl::StatusOr<std::vector<RoleWork>> VariantRoles(const std::vector<RoleWork>& 
   for (size_t i = 0; i < base.size(); ++i) {
     RoleWork w = base[i];
     double hold = 0;
-    if (absl::Status s = HeldActivations(c, req, *split, req.shape_only_keeps_gathered, w, &hold);
+    if (absl::Status s = HeldActivations(c, req, ms, *split, req.shape_only_keeps_gathered, w, &hold);
         !s.ok()) {
       return s;
     }
     if (c.recompute != Recompute::kNone) {
       RecomputeShape sh;
-      sh.config = req.config;
-      sh.config.seq = req.config.seq / c.mesh.size(axis::kCp);
+      sh.config = ms;
+      sh.config.seq = ms.seq / c.mesh.size(axis::kCp);
       sh.tp = c.mesh.size(axis::kTp);
+      // The block's weights as this mesh splits them (the candidate's own layout).
+      absl::StatusOr<std::unique_ptr<Model>> layout = CandidateLayout(c, req);
+      if (!layout.ok()) return layout.status();
+      sh.block_matmuls = BlockMatmuls(**layout, sh.tp);
       sh.sp = c.sp;
       const int64_t passes = static_cast<int64_t>(ps.microbatches) * c.grad_accum;
       sh.microbatch_rows = std::max<int64_t>(1, LocalBatch(c, req) / passes);
@@ -534,7 +560,10 @@ absl::StatusOr<std::vector<RoleWork>> VariantRoles(const std::vector<RoleWork>& 
     if (measured != nullptr) {
       RoleWork m = (*measured)[i];
       const bool keeps = req.shape_only_keeps_gathered && c.recompute != Recompute::kFull;
-      if (absl::Status s = HeldActivations(c, req, *split, keeps, m, &hold); !s.ok()) return s;
+      if (absl::Status s = HeldActivations(c, req, ms, *split, keeps, m, &hold);
+          !s.ok()) {
+        return s;
+      }
       w.activation_peak_bytes = m.activation_peak_bytes;
       w.peak_bytes = m.peak_bytes;
     }
@@ -576,10 +605,11 @@ using RecomputingProfile =
     std::function<const absl::StatusOr<std::vector<RoleWork>>&(Recompute mode)>;
 
 absl::StatusOr<Evaluated> Evaluate(const Candidate& c, const std::vector<RoleWork>& roles,
-                                   const PlanRequest& req, const HardwareProfile& node,
+                                   const PlanRequest& req, const ModelShape& ms,
+                                   const HardwareProfile& node,
                                    const Plan& plan, const RecomputingProfile& recomputing) {
   Evaluated e;
-  const auto peak = node.peak_flops.find(req.config.compute_dtype());
+  const auto peak = node.peak_flops.find(ms.compute_dtype());
   std::vector<Candidate> variants = Variants(c, req);
   std::stable_partition(variants.begin(), variants.end(),
                         [](const Candidate& v) { return v.recompute == Recompute::kNone; });
@@ -595,12 +625,12 @@ absl::StatusOr<Evaluated> Evaluate(const Candidate& c, const std::vector<RoleWor
       if (!m.ok()) continue;  // the trainer refuses this recomputation here: not a variant
       measured = &*m;
     }
-    absl::StatusOr<std::vector<RoleWork>> vr = VariantRoles(roles, v, req, measured);
+    absl::StatusOr<std::vector<RoleWork>> vr = VariantRoles(roles, v, req, ms, measured);
     if (!vr.ok()) continue;  // e.g. recomputation of a role without layers: not a variant
     StepOptions o = req.step;
     o.reshard_after_forward = v.reshard_after_forward;
     o.grad_accum = v.pipeline.stages > 1 || v.pipeline.microbatches > 1 ? 1 : v.grad_accum;
-    o.gather_scale = DTypeSize(req.config.compute_dtype()) / ElemBytes(req.config.dtype);
+    o.gather_scale = DTypeSize(ms.compute_dtype()) / ElemBytes(ms.dtype);
     absl::StatusOr<StepPrediction> p = PredictStep(*vr, v.mesh, v.pipeline, node, o);
     if (!p.ok()) return p.status();
     PlanRow row{v, *p};
@@ -666,12 +696,15 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
   plan.gpus_per_node = req.gpus_per_node > 0 ? req.gpus_per_node : hw.gpus_per_node;
   plan.profile_name = hw.name;
   plan.usable_memory = hw.UsableMemory();
-  plan.parameters = ModelParameters(req.config);
-  plan.model_flops_per_step = ModelFlopsPerStep(req.config, req.global_batch);
-  plan.tokens_per_step = req.global_batch * req.config.seq;
-  plan.dtype = absl::StrCat(DTypeName(req.config.compute_dtype()), " compute, ",
-                            DTypeName(req.config.dtype), " parameters, gradients and AdamW state");
-  plan.assumptions = PlanAssumptions(req, hw);
+  absl::StatusOr<std::unique_ptr<Model>> model = RequestModel(req);
+  if (!model.ok()) return model.status();
+  const ModelShape ms = (*model)->shape();
+  plan.parameters = ModelParameters(**model);
+  plan.model_flops_per_step = ModelFlopsPerStep(**model, req.global_batch);
+  plan.tokens_per_step = req.global_batch * ms.seq;
+  plan.dtype = absl::StrCat(DTypeName(ms.compute_dtype()), " compute, ", DTypeName(ms.dtype),
+                            " parameters, gradients and AdamW state");
+  plan.assumptions = PlanAssumptions(req, hw, ms.compute_dtype());
   HardwareProfile node = hw;
   node.gpus_per_node = plan.gpus_per_node;
   // Profiles by what the shape-only step runs (schedule, recomputation and resharding are
@@ -730,7 +763,7 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
         key.recompute = mode;
         return profiled_key(key);
       };
-      absl::StatusOr<Evaluated> e = Evaluate(c, *roles, req, node, plan, recomputing);
+      absl::StatusOr<Evaluated> e = Evaluate(c, *roles, req, ms, node, plan, recomputing);
       if (!e.ok()) return e.status();  // a profile that cannot price this work: the user's to fix
       if (e->best_fit && (!best || e->best_fit->prediction.step_s < best->prediction.step_s)) {
         best = std::move(e->best_fit);

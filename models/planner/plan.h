@@ -1,11 +1,13 @@
-// The parallelism planner: which mix of FSDP, TP(+SP), PP, CP and EP to run for a GPT on N GPUs.
-// It enumerates the meshes that divide the problem, profiles each (one shape-only step per rank
-// role, models/train/gpt_shape_only.h), predicts its step time with planner/cost_model.h on a hardware
-// profile, and ranks them; every mesh it does not rank is listed with the reason.
+// The parallelism planner: which mix of FSDP, TP(+SP), PP, CP and EP to run for any registered
+// model (models/model/registry.h: gpt2, llama3, ...) on N GPUs. It enumerates the meshes that
+// divide the problem, profiles each (one shape-only step of the model's own per-device program
+// per rank role, models/train/gpt_shape_only.h), predicts its step time with
+// planner/cost_model.h on a hardware profile, and ranks them; every mesh it does not rank is
+// listed with the reason.
 //
 //   PlanRequest req;
-//   req.config = GptConfig{.layers = 32, .d_model = 4096, .heads = 32, .vocab = 50304,
-//                          .seq = 4096, .dtype = DType::kF32, .compute = DType::kBF16};
+//   req.model = "llama3";
+//   req.args = ModelArgs{.preset = "llama3_8b", .dtype = "bf16"};
 //   req.global_batch = 512;
 //   req.gpus = 64;
 //   absl::StatusOr<HardwareProfile> hw = LoadHardwareProfile("h100_node");
@@ -23,7 +25,7 @@
 // reshard_after_forward (true / false); the fastest variant that fits is the mesh's row.
 // Gradient accumulation (without a pipeline) takes the fewest microsteps, any divisor of the
 // local batch, whose activations fit.
-// then the framework's own checks (GptLayout::Create, CheckTrainOptions: e.g. no cp or MoE
+// then the framework's own checks (the model's Create through CreateModel, CheckTrainOptions: e.g. no cp or MoE
 // under a pipeline) and the batch's divisibility refuse what cannot run, and a lower bound on
 // memory (parameters, gradients and AdamW state perfectly sharded) refuses what never fits,
 // before anything is profiled.
@@ -31,11 +33,13 @@
 #define SHARDMAP_MODELS_PLANNER_PLAN_H_
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "models/gpt/gpt_model.h"
+#include "models/model/model.h"
+#include "models/model/registry.h"
 #include "models/planner/cost_model.h"
 #include "models/planner/hardware_profile.h"
 #include "models/planner/recompute.h"
@@ -45,7 +49,9 @@
 namespace shardmap::planner {
 
 struct PlanRequest {
-  GptConfig config;
+  // The model: its registered name and the shape flags / preset CreateModel takes.
+  std::string model = "gpt2";
+  ModelArgs args;
   int64_t global_batch = 8;  // sequences per optimizer step
   int gpus = 1;
   int gpus_per_node = 0;     // 0: the profile's
@@ -145,7 +151,13 @@ using Profiler =
 
 // The layout a candidate trains (its mesh, sp) and the trainer options of its step (batch,
 // pipeline schedule and microbatches, grad_accum): what the checks and the profiler both use.
-absl::StatusOr<GptLayout> CandidateLayout(const Candidate& c, const PlanRequest& req);
+absl::StatusOr<std::unique_ptr<Model>> CandidateLayout(const Candidate& c,
+                                                       const PlanRequest& req);
+
+// The request's model on one device: its shape, parameter table and FLOPs per token. An unknown
+// name is the registry's NotFound (listing the names); the model's own errors (a bad preset or
+// shape) come prefixed with "--model=NAME [--preset=PRESET]: ".
+absl::StatusOr<std::unique_ptr<Model>> RequestModel(const PlanRequest& req);
 TrainOptions CandidateTrainOptions(const Candidate& c, const PlanRequest& req);
 
 // The candidates the request enumerates; what fails the cheap checks goes to *refused.
@@ -155,10 +167,10 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
                                                            const HardwareProfile& hw,
                                                            std::vector<Refusal>* refused);
 
-// Parameters of the model (global), and the FLOPs of one step: 6 N tokens (N without wpe, MoE
-// experts counted topk/experts) + 12 layers d seq tokens (attention scores, fwd + bwd).
-double ModelParameters(const GptConfig& cfg);
-double ModelFlopsPerStep(const GptConfig& cfg, int64_t batch);
+// Parameters of the model (global: the elements of its parameter table), and the FLOPs of one
+// step: the model's FlopsPerToken (e.g. 6 N + 12 L d seq, N without GPT-2's wpe) x batch x seq.
+double ModelParameters(const Model& model);
+double ModelFlopsPerStep(const Model& model, int64_t batch);
 
 // Plans: profiles each candidate, predicts it, ranks. FailedPrecondition when nothing runs
 // (every mesh refused). When nothing fits, the plan has no rows and its `unfit` rows carry the
@@ -181,7 +193,8 @@ absl::StatusOr<StepPrediction> PredictOnSimulatedLink(const PlanRequest& request
                                                       const Profiler& profiler);
 
 // The assumptions a plan's header states (overlap, pipeline execution, recomputation's source).
-std::vector<std::string> PlanAssumptions(const PlanRequest& req, const HardwareProfile& hw);
+std::vector<std::string> PlanAssumptions(const PlanRequest& req, const HardwareProfile& hw,
+                                         DType compute);
 
 // The ranked table (top rows; <= 0: all), the meshes that do not fit with their prices (OOM), the collectives of the best rows, and the refusals.
 std::string FormatPlan(const Plan& plan, int top, bool list_refusals = true);

@@ -1,4 +1,4 @@
-// What plan_gpt and `train_gpt --plan` share: resolving the hardware profile from the command
+// What `plan` (alias plan_gpt) and `train --plan` share: resolving the hardware profile from the command
 // line's choices, and the plan's text with a given run's own mesh placed in the ranking.
 //
 //   PlanCliOptions cli{.profile = "h100_node", .top = 15};
@@ -44,10 +44,11 @@ absl::Status CheckPlanBounds(const PlanRequest& request, const PlanCliOptions& c
 absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOptions& cli,
                                      const std::string& own = "");
 
-// `train_gpt --plan`: the plan for a training run's own model, batch and world size (every mesh
-// of layout.mesh().size() ranks, gpus_per_node 0: all of them on one node), with the run's mesh
-// placed in it. cli.profile "" means "measure" (simulated CPU ranks).
-absl::StatusOr<std::string> PlanForTrainRun(const GptLayout& layout, int64_t batch,
+// `train --plan`: the plan for a training run's own model (any registered one: its name and the
+// args its ShapeMetadata describes), batch and world size (every mesh of layout.mesh().size()
+// ranks, gpus_per_node 0: all of them on one node), with the run's mesh placed in it.
+// cli.profile "" means "measure" (simulated CPU ranks).
+absl::StatusOr<std::string> PlanForTrainRun(const Model& layout, int64_t batch,
                                             int64_t microbatches, const std::string& schedule,
                                             int virtual_stages, PlanCliOptions cli,
                                             int gpus_per_node = 0);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "models/planner/gpt_request.h"
 #include "models/planner/shape_only_source.h"
 
 namespace shardmap::planner {
@@ -27,7 +28,9 @@ HardwareProfile Node(int gpus_per_node = 4) {
 
 PlanRequest Small(int gpus) {
   PlanRequest r;
-  r.config = GptConfig{.layers = 2, .d_model = 16, .heads = 4, .vocab = 32, .seq = 8};
+  EXPECT_TRUE(SetGptModel(
+      GptConfig{.layers = 2, .d_model = 16, .heads = 4, .vocab = 32, .seq = 8},
+      &r).ok());
   r.global_batch = 8;
   r.gpus = gpus;
   r.schedules = {"1f1b"};
@@ -87,7 +90,7 @@ TEST(EnumerateTest, CountsAndRefusalsOnFourGpus) {
 
 TEST(EnumerateTest, TpStaysInsideANodeUnlessAsked) {
   PlanRequest r = Small(8);
-  r.config.heads = 8;
+  r.args.heads = 8;
   std::vector<Refusal> refused;
   ASSERT_TRUE(EnumerateCandidates(r, Node(4), &refused).ok());
   Plan p;
@@ -150,7 +153,7 @@ TEST(EnumerateTest, OnlyMeshesTakesSpAndPipeline) {
   EXPECT_TRUE((*c)[1].sp);
   // A mesh the model does not divide is refused with the layout's reason.
   r.only_meshes = {"tp=4"};
-  r.config.heads = 2;
+  r.args.heads = 2;
   refused.clear();
   c = EnumerateCandidates(r, Node(), &refused);
   ASSERT_TRUE(c.ok());
@@ -254,7 +257,9 @@ TEST(PlanTest, RecomputationIsChosenWhenNothingElseFits) {
   // A pipeline (no gradient accumulation to fall back on) whose activations fit only with full
   // recomputation: the row says rc=full and the peak is the estimate's.
   PlanRequest r = Small(2);
-  r.config = GptConfig{.layers = 4, .d_model = 64, .heads = 4, .vocab = 32, .seq = 64};
+  EXPECT_TRUE(SetGptModel(
+      GptConfig{.layers = 4, .d_model = 64, .heads = 4, .vocab = 32, .seq = 64},
+      &r).ok());
   r.only_meshes = {"pp=2 1f1b/m2"};
   HardwareProfile hw = Node();
   Profiler prof = [](const Candidate& c, const PlanRequest&) -> absl::StatusOr<std::vector<RoleWork>> {
@@ -291,7 +296,9 @@ TEST(PlanTest, RecomputingVariantsTakeTheTrainersOwnMemoryAndAreProfiledOnlyWhen
   // mode: none 20 MB, selective 12 MB, full 4 MB of activations on 1 MB of state); the
   // estimator's work stays. Recomputing profiles are made only when no variant without fits.
   PlanRequest r = Small(1);
-  r.config = GptConfig{.layers = 4, .d_model = 64, .heads = 4, .vocab = 32, .seq = 64};
+  EXPECT_TRUE(SetGptModel(
+      GptConfig{.layers = 4, .d_model = 64, .heads = 4, .vocab = 32, .seq = 64},
+      &r).ok());
   r.only_meshes = {"single"};
   r.global_batch = 1;  // no gradient accumulation to fall back on
   std::map<Recompute, int> calls;
@@ -335,9 +342,9 @@ TEST(PlanTest, RecomputingVariantsTakeTheTrainersOwnMemoryAndAreProfiledOnlyWhen
 
 TEST(PlanTest, MemoryLowerBoundRefusesBeforeProfiling) {
   PlanRequest r = Small(4);
-  r.config.d_model = 4096;
-  r.config.heads = 32;
-  r.config.vocab = 4096;
+  r.args.d_model = 4096;
+  r.args.heads = 32;
+  r.args.vocab = 4096;
   HardwareProfile hw = Node();
   hw.memory_bytes = 3e9;  // 2 layers of d 4096: 420M parameters, 6.7 GB of f32 state
   int calls = 0;
@@ -368,8 +375,10 @@ PlanRequest Reused(bool on) {
   PlanRequest r;
   // 10 layers: pp=4 splits them 3/3/2/2 and pp=8 2/2/1/.../1 (two middle groups); 8 heads
   // for tp up to 8.
-  r.config = GptConfig{.layers = 10, .d_model = 16, .heads = 8, .vocab = 32, .seq = 8,
-                       .dtype = DType::kF32};
+  EXPECT_TRUE(SetGptModel(
+      GptConfig{.layers = 10, .d_model = 16, .heads = 8, .vocab = 32, .seq = 8,
+                .dtype = DType::kF32},
+      &r).ok());
   r.global_batch = 64;
   r.gpus = 8;
   r.schedules = {"1f1b", "gpipe", "interleaved_1f1b"};
@@ -446,10 +455,13 @@ TEST(ProfileReuseTest, GradientAccumulationExtrapolatesExactly) {
 }
 
 TEST(ModelTest, ParametersAndFlopsOfGpt2Small) {
-  GptConfig c{.layers = 12, .d_model = 768, .heads = 12, .vocab = 50257, .seq = 1024};
-  EXPECT_EQ(ModelParameters(c), 124439808.0);  // Hugging Face's count for gpt2
+  PlanRequest r;
+  r.args.preset = "gpt2";
+  absl::StatusOr<std::unique_ptr<Model>> m = RequestModel(r);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(ModelParameters(**m), 124439808.0);  // Hugging Face's count for gpt2
   const double n = 124439808.0 - 1024 * 768;
-  EXPECT_DOUBLE_EQ(ModelFlopsPerStep(c, 2), 6 * n * 2048 + 12.0 * 12 * 768 * 1024 * 2048);
+  EXPECT_DOUBLE_EQ(ModelFlopsPerStep(**m, 2), 6 * n * 2048 + 12.0 * 12 * 768 * 1024 * 2048);
 }
 
 }  // namespace

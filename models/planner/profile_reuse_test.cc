@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+#include "models/planner/gpt_request.h"
 #include "models/planner/shape_only_source.h"
 
 namespace shardmap::planner {
@@ -46,8 +47,10 @@ std::string Canonical(const std::vector<RoleWork>& roles) {
 
 PlanRequest Tiny(int gpus, int64_t batch) {
   PlanRequest r;
-  r.config = GptConfig{.layers = 10, .d_model = 16, .heads = 8, .vocab = 32, .seq = 8,
-                       .dtype = DType::kF32};
+  EXPECT_TRUE(SetGptModel(
+      GptConfig{.layers = 10, .d_model = 16, .heads = 8, .vocab = 32, .seq = 8,
+                .dtype = DType::kF32},
+      &r).ok());
   r.global_batch = batch;
   r.gpus = gpus;
   return r;
@@ -108,8 +111,10 @@ TEST(ExtrapolateMicrobatchesTest, EqualsTheFullStep) {
 // profiles with: the ops run for real, the memory is the CPU's.
 TEST(ExtrapolateMicrobatchesTest, EqualsTheValidationsCpuStep) {
   PlanRequest r;
-  r.config = GptConfig{.layers = 4, .d_model = 128, .heads = 4, .vocab = 512, .seq = 64,
-                       .dtype = DType::kF32};
+  EXPECT_TRUE(SetGptModel(
+      GptConfig{.layers = 4, .d_model = 128, .heads = 4, .vocab = 512, .seq = 64,
+                .dtype = DType::kF32},
+      &r).ok());
   r.gpus = 2;
   absl::StatusOr<Candidate> c = ParseCandidate("pp=2", false, "1f1b", 8);
   ASSERT_TRUE(c.ok()) << c.status();

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "models/planner/gpt_request.h"
 #include "models/gpt.h"
 #include "models/planner/plan.h"
 #include "models/planner/recompute.h"
@@ -46,7 +47,7 @@ RoleWork Profile(const std::string& mesh, bool sp, std::optional<RecomputeMode> 
 
 PlanRequest Request() {
   PlanRequest r;
-  r.config = kCfg;
+  EXPECT_TRUE(SetGptModel(kCfg, &r).ok());
   r.gpus = 2;
   r.global_batch = kBatch;
   return r;
@@ -75,7 +76,11 @@ TEST(RecomputeVsTrainerTest, SameGemmWorkButTheTrainerKeepsMoreThanTheEstimate) 
       SCOPED_TRACE(absl::StrCat(c.mesh, c.sp ? " +sp " : " ", RecomputeModeName(mode)));
       const RoleWork real = Profile(c.mesh, c.sp, mode);
       RecomputeShape sh;
-      sh.config = kCfg;
+      sh.config = ModelShape{.layers = kCfg.layers, .d_model = kCfg.d_model, .heads = kCfg.heads,
+                             .kv_heads = kCfg.heads, .vocab = kCfg.vocab, .seq = kCfg.seq,
+                             .dtype = kCfg.dtype};
+      sh.block_matmuls = BlockMatmuls(**GptLayout::Create(*ParseMesh(c.mesh), kCfg, c.sp),
+                                      c.tp);
       sh.tp = c.tp;
       sh.sp = c.sp;
       sh.microbatch_rows = kBatch / c.dp;

@@ -1223,14 +1223,7 @@ absl::Status RunOutputs::SaveFinal(const TrainResult& r) const {
 }
 
 // --plan: the planner's view of this run, printed before it.
-absl::Status PrintPlan(const Model& model) {
-  const auto* gpt = dynamic_cast<const GptLayout*>(&model);
-  if (gpt == nullptr) {
-    return absl::UnimplementedError(absl::StrCat(
-        "--plan prices GPT-2 only so far (the planner's cost model is GPT-2's); drop --plan for "
-        "--model=", model.name()));
-  }
-  const GptLayout& layout = *gpt;
+absl::Status PrintPlan(const Model& layout) {
   planner::PlanCliOptions plan_cli;
   plan_cli.profile = absl::GetFlag(FLAGS_plan_profile);
   if (plan_cli.profile.empty() && absl::GetFlag(FLAGS_device) != "cpu") {
@@ -1287,7 +1280,7 @@ absl::Status Run() {
   if (gpt2) {
     const ModelShape s{.layers = cfg->layers, .d_model = cfg->d_model, .vocab = cfg->vocab,
                        .seq = cfg->seq, .dtype = cfg->dtype};
-    if (absl::Status st = CheckFitsHost(planner::ModelParameters(*cfg), s, processes,
+    if (absl::Status st = CheckFitsHost(GptParameterCount(*cfg), s, processes,
                                         shape_source);
         !st.ok()) {
       return st;

@@ -1,20 +1,25 @@
-// plan_gpt: which parallelism to use for a GPT on N GPUs. Enumerates the meshes that divide the
-// problem (dp / FSDP / HSDP, tp with and without SP, pp with each schedule and microbatch count,
-// cp, ep), runs one shape-only step per rank role of each (models/train/gpt_shape_only.h), predicts
+// plan (alias plan_gpt): which parallelism to use for a registered model (--model=gpt2|llama3,
+// --preset a named shape) on N GPUs. Enumerates the meshes that divide the problem (dp / FSDP /
+// HSDP, tp with and without SP, pp with each schedule and microbatch count, cp, ep), runs one
+// shape-only step of the model per rank role of each (models/train/gpt_shape_only.h), predicts
 // its step time on a hardware profile (models/planner/cost_model.h), and prints them ranked with
 // tokens/s, MFU, memory, collectives and bubble, and every refused mesh with its reason.
 //
-//   bazel run //models/planner:plan_gpt -- --model=7b --gpus=64 --batch=512 --seq=4096
-//   bazel run //models/planner:plan_gpt -- --layers=48 --d_model=1600 --heads=25 --vocab=50257 \
-//       --seq=1024 --batch=512 --gpus=8 --profile=h200_node
-//   bazel run //models/planner:plan_gpt -- --model=gpt2 --gpus=4 --profile=measure   # this CPU
+//   bazel run //models/planner:plan -- --model=llama3 --preset=llama3_8b --gpus=8 --batch=16
+//   bazel run //models/planner:plan -- --layers=48 --d_model=1600 --heads=25 --vocab=50257
+//       --seq=1024 --batch=512 --gpus=8 --profile=h200_node        (one command)
+//   bazel run //models/planner:plan -- --model=gpt2 --gpus=4 --profile=measure   # this CPU
 //   bazel run //models/planner:plan_gpt -- --model=7b --gpus=64 --mesh="dp_shard=8,tp=8 +sp"
+//
+// plan_gpt's --model named a GPT-2 shape (gpt2, gpt2-xl, 7b, 70b, custom): those names still
+// work (with a note), as GPT-2 of that shape; --preset names the registry's presets.
 //
 // Docs: docs/planner.md.
 #include <algorithm>
 #include <cstring>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,13 +32,24 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "models/gpt/gpt_flags.h"
+#include "models/model/registry.h"
 #include "models/planner/plan_cli.h"
 
-ABSL_FLAG(std::string, model, "custom",
-          "preset: gpt2 (124M), gpt2-xl (1.5B), 7b (32 x 4096), 70b (80 x 8192), or custom "
-          "(the shape flags); shape flags given explicitly override the preset");
+ABSL_FLAG(std::string, model, "gpt2",
+          "the model, by its registered name: gpt2 or llama3 (plan_gpt's shape names gpt2-xl, "
+          "7b, 70b and custom still mean GPT-2 of that shape)");
+ABSL_FLAG(std::string, preset, "",
+          "a named shape of --model (gpt2: gpt2, gpt2-medium, gpt2-large, gpt2-xl; llama3: "
+          "llama3_debug, llama3_8b, llama3_70b, llama3_405b); shape flags given explicitly "
+          "override the preset's");
 SHARDMAP_GPT_CONFIG_FLAGS(/*layers=*/12, /*d_model=*/768, /*heads=*/12, /*vocab=*/50304,
                           /*seq=*/1024, /*dtype=*/"bf16");
+ABSL_FLAG(int64_t, kv_heads, 0,
+          "llama3: key/value heads of grouped-query attention (0: the preset's, else --heads)");
+ABSL_FLAG(int64_t, ffn_dim, 0,
+          "llama3: the SwiGLU MLP's width (0: the preset's, else Llama 3's rule from --d_model)");
+ABSL_FLAG(double, rope_theta, 0, "llama3: the rotary embedding's base (0: the preset's)");
+ABSL_FLAG(double, norm_eps, 0, "llama3: RMSNorm's eps (0: the preset's)");
 ABSL_FLAG(int64_t, batch, 512, "global batch (sequences per optimizer step)");
 ABSL_FLAG(int, gpus, 8, "number of GPUs (or simulated ranks with --profile=measure)");
 ABSL_FLAG(int, gpus_per_node, 0, "GPUs per node (0: the profile's)");
@@ -89,8 +105,11 @@ ABSL_FLAG(std::string, print_profile, "",
 namespace shardmap {
 namespace {
 
+// "plan" or "plan_gpt": the name the binary was run by, in its messages.
+std::string* program = new std::string("plan");
+
 int Fail(const absl::Status& s) {
-  std::cerr << "plan_gpt: " << s.message() << "\n";
+  std::cerr << *program << ": " << s.message() << "\n";
   return 2;
 }
 
@@ -189,39 +208,78 @@ absl::Status SetSearchFlags(planner::PlanRequest& req) {
   return absl::OkStatus();
 }
 
-int Main() {
-  planner::PlanRequest req;
-  GptConfig& cfg = req.config;
-  const std::string model = absl::GetFlag(FLAGS_model);
-  struct Preset {
-    const char* name;
-    int64_t layers, d, heads, vocab, seq;
-  };
-  const Preset presets[] = {{"gpt2", 12, 768, 12, 50304, 1024},
-                            {"gpt2-xl", 48, 1600, 25, 50304, 1024},
-                            {"7b", 32, 4096, 32, 32000, 4096},
-                            {"70b", 80, 8192, 64, 32000, 4096}};
-  bool found = model == "custom";
+// plan_gpt's --model names: GPT-2 of these shapes (its vocabulary padded to 50304, as
+// nanoGPT's; 7b and 70b are GPT-2 blocks at Llama 2's widths and depths).
+struct LegacyShape {
+  const char* name;
+  int64_t layers, d, heads, vocab, seq;
+};
+constexpr LegacyShape kLegacyShapes[] = {{"gpt2-xl", 48, 1600, 25, 50304, 1024},
+                                         {"7b", 32, 4096, 32, 32000, 4096},
+                                         {"70b", 80, 8192, 64, 32000, 4096},
+                                         {"custom", 12, 768, 12, 50304, 1024}};
+
+// The model the flags describe: --model's registered name with --preset's shape, each shape
+// flag given on the command line in its place (without --preset, every shape flag's value, its
+// default included); --dtype always (the planner's default is bf16 mixed precision).
+absl::Status ModelFromFlags(planner::PlanRequest& req) {
+  std::string model = absl::GetFlag(FLAGS_model);
+  ModelArgs& args = req.args;
+  args.preset = absl::GetFlag(FLAGS_preset);
   GptConfigFlagValues values = SHARDMAP_GPT_CONFIG_FLAG_VALUES();
-  for (const Preset& p : presets) {
+  for (const LegacyShape& p : kLegacyShapes) {
     if (model != p.name) continue;
-    found = true;
+    if (!args.preset.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--model ", model, " is plan_gpt's name of a GPT-2 shape; with --preset, name the model: "
+          "--model=gpt2 --preset=", args.preset));
+    }
+    std::cerr << *program << ": note: --model=" << model << " is plan_gpt's GPT-2 shape "
+              << p.layers << " x " << p.d << " (" << p.heads << " heads, vocab " << p.vocab
+              << ", seq " << p.seq << "): read as --model=gpt2 with those shape flags; "
+              << "--preset names the registry's shapes (--model=gpt2 --preset=gpt2-xl is "
+              << "OpenAI's, vocab 50257)\n";
+    model = "gpt2";
     if (!Explicit("layers")) values.layers = p.layers;
     if (!Explicit("d_model")) values.d_model = p.d;
     if (!Explicit("heads")) values.heads = p.heads;
     if (!Explicit("vocab")) values.vocab = p.vocab;
     if (!Explicit("seq")) values.seq = p.seq;
   }
-  if (!found) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--model ", model, ": use gpt2, gpt2-xl, 7b, 70b or custom (with the shape flags)")));
+  absl::StatusOr<const ModelSpec*> spec = FindModel(model);
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.status().message(),
+        " (or plan_gpt's GPT-2 shape names gpt2-xl, 7b, 70b, custom)"));
   }
-  absl::StatusOr<GptConfig> from_flags = GptConfigFromFlags(values);
-  if (!from_flags.ok()) return Fail(from_flags.status());
-  cfg = *from_flags;
-  if (cfg.moe.on()) {
-    if (absl::Status s = ValidateMoeConfig(cfg.moe, 1); !s.ok()) return Fail(s);
+  req.model = model;
+  // The shape flags are checked with their names (sizes >= 1, d_model / heads, --dtype, MoE).
+  absl::StatusOr<GptConfig> checked = GptConfigFromFlags(values);
+  if (!checked.ok()) return checked.status();
+  if (checked->moe.on()) {
+    if (absl::Status s = ValidateMoeConfig(checked->moe, 1); !s.ok()) return s;
   }
+  args.moe = checked->moe;
+  const bool preset = !args.preset.empty();
+  auto shape = [&](const char* name, int64_t value, std::optional<int64_t>* out) {
+    if (!preset || Explicit(name)) *out = value;
+  };
+  shape("layers", values.layers, &args.layers);
+  shape("d_model", values.d_model, &args.d_model);
+  shape("heads", values.heads, &args.heads);
+  shape("vocab", values.vocab, &args.vocab);
+  shape("seq", values.seq, &args.seq);
+  if (Explicit("kv_heads")) args.kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  if (Explicit("ffn_dim")) args.ffn_dim = absl::GetFlag(FLAGS_ffn_dim);
+  if (Explicit("rope_theta")) args.rope_theta = absl::GetFlag(FLAGS_rope_theta);
+  if (Explicit("norm_eps")) args.norm_eps = absl::GetFlag(FLAGS_norm_eps);
+  args.dtype = values.dtype;
+  return planner::RequestModel(req).status();  // the model's own checks, with its flags' names
+}
+
+int Main() {
+  planner::PlanRequest req;
+  if (absl::Status s = ModelFromFlags(req); !s.ok()) return Fail(s);
   req.global_batch = absl::GetFlag(FLAGS_batch);
   req.gpus = absl::GetFlag(FLAGS_gpus);
   req.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
@@ -267,7 +325,7 @@ int Main() {
   }
   req.progress = [](int done, int total) {
     if (done % 25 == 0 || done == total) {
-      std::cerr << "\rplan_gpt: profiled " << done << " of " << total << " meshes" << std::flush;
+      std::cerr << "\r" << *program << ": profiled " << done << " of " << total << " meshes" << std::flush;
       if (done == total) std::cerr << "\n";
     }
   };
@@ -276,7 +334,7 @@ int Main() {
   std::cout << *text;
   // Nothing fits: the prices are printed, and the exit status says it.
   if (absl::StrContains(*text, "\nno mesh fits ")) {
-    std::cerr << "plan_gpt: no mesh fits (their prices are above, marked OOM)\n";
+    std::cerr << *program << ": no mesh fits (their prices are above, marked OOM)\n";
     return 2;
   }
   return 0;
@@ -291,10 +349,13 @@ bool Explicit(const char* name) {
 }  // namespace shardmap
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "plan_gpt: rank the meshes (FSDP, TP+SP, PP, CP, EP) for a GPT on N GPUs by predicted "
-      "step time, from shape-only step profiles and a hardware profile.\n"
-      "  plan_gpt --model=7b --gpus=64 --batch=512 [--profile=h100_node|h200_node|FILE|measure]");
+  const std::string argv0 = argv[0];
+  *shardmap::program = argv0.substr(argv0.find_last_of('/') + 1);
+  absl::SetProgramUsageMessage(absl::StrCat(
+      *shardmap::program, ": rank the meshes (FSDP, TP+SP, PP, CP, EP) for a model (gpt2, "
+      "llama3) on N GPUs by predicted step time, from shape-only step profiles and a hardware "
+      "profile.\n  plan --model=llama3 --preset=llama3_8b --gpus=64 --batch=512 "
+      "[--profile=h100_node|h200_node|FILE|measure]"));
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) == 0) {
@@ -304,7 +365,7 @@ int main(int argc, char** argv) {
   }
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
-    std::cerr << "plan_gpt: unexpected argument '" << rest[1] << "' (flags are --name=value)\n";
+    std::cerr << *shardmap::program << ": unexpected argument '" << rest[1] << "' (flags are --name=value)\n";
     return 2;
   }
   return shardmap::Main();

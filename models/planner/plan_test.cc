@@ -464,5 +464,78 @@ TEST(ModelTest, ParametersAndFlopsOfGpt2Small) {
   EXPECT_DOUBLE_EQ(ModelFlopsPerStep(**m, 2), 6 * n * 2048 + 12.0 * 12 * 768 * 1024 * 2048);
 }
 
+// GPT-2 and Llama 3 of one width, depth, head count and vocabulary planned on FSDP: each rank's
+// forward gathers are its model's own table (from the shapes, independently: GPT-2's block
+// 12 d^2 + 13 d, wte and wpe tied into the head; Llama's q and o d^2 each, k and v at
+// 2 kv heads of 8, SwiGLU's 3 d f, an untied head), and their FLOPs per step differ by the same.
+TEST(ModelTest, LlamaAndGpt2PlansDifferInKvAndFfn) {
+  const int64_t d = 64, layers = 2, vocab = 96, seq = 32, f = 160;
+  auto gathered = [](const Plan& p) {
+    double b = 0;
+    for (const CollectiveWork& c : p.rows.at(0).roles.at(0).collectives) {
+      if (c.op == "all_gather" && !c.backward) b += c.bytes;
+    }
+    return b;
+  };
+  PlanRequest gpt;
+  ASSERT_TRUE(SetGptModel(GptConfig{.layers = layers, .d_model = d, .heads = 8, .vocab = vocab,
+                                    .seq = seq},
+                          &gpt)
+                  .ok());
+  PlanRequest llama = gpt;
+  llama.model = "llama3";
+  llama.args = ModelArgs{.layers = layers, .d_model = d, .heads = 8, .kv_heads = 2,
+                         .ffn_dim = f, .vocab = vocab, .seq = seq, .dtype = "f32"};
+  HardwareProfile hw = *LoadHardwareProfile("h100_node");
+  for (PlanRequest* r : {&gpt, &llama}) {
+    r->gpus = 2;
+    r->global_batch = 4;
+    r->only_meshes = {"dp_shard=2 ga1"};
+    r->recompute = {Recompute::kNone};
+    r->reshard_after_forward = {true};
+  }
+  absl::StatusOr<Plan> g = PlanGpt(gpt, hw, ShapeOnlyProfiler());
+  absl::StatusOr<Plan> l = PlanGpt(llama, hw, ShapeOnlyProfiler());
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE(l.ok()) << l.status();
+  ASSERT_FALSE(g->rows.empty());
+  ASSERT_FALSE(l->rows.empty());
+  const double gpt_n = layers * (12.0 * d * d + 13 * d) + vocab * d + seq * d + 2 * d;
+  const double kv = 2.0 * (d / 8);  // 2 kv heads of head_dim d / 8
+  const double llama_n =
+      layers * (2.0 * d * d + 2 * d * kv + 3.0 * d * f + 2 * d) + 2.0 * vocab * d + d;
+  EXPECT_EQ(g->parameters, gpt_n);
+  EXPECT_EQ(l->parameters, llama_n);
+  EXPECT_EQ(gathered(*g), gpt_n * 4 / 2);  // f32, half of each tensor gathered from the peer
+  EXPECT_EQ(gathered(*l), llama_n * 4 / 2);
+  // FLOPs per step: 6 N' T + 12 L d s T, N' without GPT-2's wpe and Llama's embedding lookup.
+  const double tokens = 4.0 * seq, attention = 12.0 * layers * d * seq * tokens;
+  EXPECT_DOUBLE_EQ(g->model_flops_per_step, 6 * (gpt_n - seq * d) * tokens + attention);
+  EXPECT_DOUBLE_EQ(l->model_flops_per_step, 6 * (llama_n - vocab * d) * tokens + attention);
+}
+
+TEST(ModelTest, BadModelsAreRefusedWithTheirNames) {
+  PlanRequest r;
+  r.model = "llama";
+  absl::StatusOr<std::unique_ptr<Model>> m = RequestModel(r);
+  ASSERT_FALSE(m.ok());
+  EXPECT_TRUE(absl::StrContains(m.status().message(), "registered: gpt2, llama3"))
+      << m.status();
+  r.model = "llama3";
+  r.args.preset = "llama3_9b";
+  m = RequestModel(r);
+  ASSERT_FALSE(m.ok());
+  EXPECT_TRUE(absl::StrContains(m.status().message(), "--model=llama3 --preset=llama3_9b: "))
+      << m.status();
+  r.args = ModelArgs{.layers = 2, .d_model = 64, .heads = 8, .kv_heads = 3};
+  m = RequestModel(r);
+  ASSERT_FALSE(m.ok());
+  EXPECT_TRUE(absl::StrContains(m.status().message(), "not divisible by kv_heads 3"))
+      << m.status();
+  // EnumerateCandidates says the same before anything runs.
+  std::vector<Refusal> refused;
+  EXPECT_FALSE(EnumerateCandidates(r, Node(), &refused).ok());
+}
+
 }  // namespace
 }  // namespace shardmap::planner

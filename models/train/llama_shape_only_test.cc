@@ -5,9 +5,15 @@
 // real CPU step measures on each rank, on dp, FSDP, tp + SP, pp and cp; and its FSDP gathers
 // move the parameter table's bytes counted from Llama's shapes (K/V at kv_heads' width, three
 // MLP matrices), not a GPT block's.
+// One known difference: shardmap/rope_ops.cc rotates f32/f64 CPU tensors in one fused loop and
+// every other tensor (meta, CUDA, bf16) by the composed slices, negation and products, so an
+// f32 meta profile counts the composed form's temporaries and FLOPs (what a CUDA step runs, the
+// planner's case) where the CPU step ran the loop. bf16 compute takes the composed form on
+// both: there the meta profile is exact too, but for the rotary tables' copy to the device.
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "models/llama/llama_model.h"
@@ -86,6 +92,7 @@ struct Case {
   std::string name, mesh;
   bool sp = false;
   int64_t batch = 4, microbatches = 1;
+  bool bf16 = false;
 };
 
 class ShapeOnlyLlamaTest : public ::testing::TestWithParam<Case> {};
@@ -94,15 +101,22 @@ TEST_P(ShapeOnlyLlamaTest, EveryRankMatchesTheRealStep) {
   const Case& k = GetParam();
   absl::StatusOr<Mesh> mesh = ParseMesh(k.mesh);
   ASSERT_TRUE(mesh.ok()) << mesh.status();
-  absl::StatusOr<LlamaLayout> layout = LlamaLayout::Create(*mesh, kLlama, k.sp);
+  LlamaConfig cfg = kLlama;
+  if (k.bf16) cfg.compute = DType::kBF16;
+  absl::StatusOr<LlamaLayout> layout = LlamaLayout::Create(*mesh, cfg, k.sp);
   ASSERT_TRUE(layout.ok()) << layout.status();
   TrainOptions o;
   o.batch = k.batch;
   o.pipeline.microbatches = k.microbatches;
   o.optimizer.clip = 0;  // the one data-dependent branch (gpt_shape_only_test.cc)
+  // The rotary tables are cached per process (llama_model.cc): the step that first makes them
+  // holds them too. A first real step warms the cache, so every measured step reads it.
+  RealStep(*layout, o);
   const std::map<int, RankTruth> truth = RealStep(*layout, o);
   ASSERT_EQ(truth.size(), static_cast<size_t>(mesh->size()));
-  for (const Device device : {Device::Cpu(), Device::Meta()}) {
+  std::vector<Device> exact = {Device::Cpu()};
+  if (k.bf16) exact.push_back(Device::Meta());  // the composed rope on both (see above)
+  for (const Device device : exact) {
     SCOPED_TRACE(device.ToString());
     for (int rank = 0; rank < mesh->size(); ++rank) {
       SCOPED_TRACE(RankDescription(*mesh, rank));
@@ -116,12 +130,34 @@ TEST_P(ShapeOnlyLlamaTest, EveryRankMatchesTheRealStep) {
         EXPECT_EQ(p->collectives[i].bytes, t.log[i].bytes);
         EXPECT_EQ(p->collectives[i].backward, t.log[i].backward);
       }
-      EXPECT_EQ(p->peak_bytes, t.peak);
+      // bf16 on meta: the cached host rotary tables (cos, sin [rows, 1, head_dim]) are copied
+      // to the step's device each step, as a CUDA step copies them; the CPU step reads them.
+      const int64_t rows = k.batch / layout->batch_ways() * kLlama.seq / layout->cp_ways();
+      const int64_t tables = device.is_meta() ? 2 * rows * layout->shape().head_dim() * 2 : 0;
+      EXPECT_EQ(p->peak_bytes, t.peak + tables);
       EXPECT_DOUBLE_EQ(p->flops, t.flops);
       EXPECT_GT(p->flops, 0);
       EXPECT_EQ(p->optimizer_bytes, 2 * p->parameter_bytes);  // AdamW's two moments
       EXPECT_GT(p->activation_peak_bytes, 0);
     }
+  }
+  if (k.bf16) return;
+  // f32 on meta: the same collectives and parameters; the composed rope's FLOPs and
+  // temporaries on top (a few of its elementwise ops per rotated element, per block and pass).
+  for (int rank = 0; rank < mesh->size(); ++rank) {
+    SCOPED_TRACE(RankDescription(*mesh, rank));
+    absl::StatusOr<StepProfile> p = ProfileGptRank(*layout, o, rank, "", Device::Meta());
+    absl::StatusOr<StepProfile> cpu = ProfileGptRank(*layout, o, rank, "", Device::Cpu());
+    ASSERT_TRUE(p.ok() && cpu.ok()) << p.status() << cpu.status();
+    ASSERT_EQ(p->collectives.size(), cpu->collectives.size());
+    EXPECT_EQ(p->collective_bytes, cpu->collective_bytes);
+    EXPECT_EQ(p->parameter_bytes, cpu->parameter_bytes);
+    const double rotated = 2.0 * kLlama.layers * o.batch * kLlama.seq *
+                           (kLlama.heads + kLlama.kv_heads) * (kLlama.d_model / kLlama.heads);
+    EXPECT_GT(p->flops, cpu->flops);
+    EXPECT_LE(p->flops - cpu->flops, 8 * rotated);
+    EXPECT_GE(p->peak_bytes, cpu->peak_bytes);
+    EXPECT_LE(p->peak_bytes - cpu->peak_bytes, 4 * rotated);
   }
 }
 
@@ -131,7 +167,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "dp2", .mesh = "dp=2"},
                       Case{.name = "fsdp2_tp2_sp", .mesh = "dp_shard=2,tp=2", .sp = true},
                       Case{.name = "pp2_1f1b", .mesh = "pp=2", .microbatches = 2},
-                      Case{.name = "dp2_cp2", .mesh = "dp=2,cp=2"}),
+                      Case{.name = "dp2_cp2", .mesh = "dp=2,cp=2"},
+                      Case{.name = "single_bf16", .mesh = "dp=1", .bf16 = true},
+                      Case{.name = "fsdp2_tp2_sp_bf16", .mesh = "dp_shard=2,tp=2", .sp = true,
+                           .bf16 = true}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 // One device holds the whole table in f32; FSDP's forward gathers bring each rank the other

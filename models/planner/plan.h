@@ -93,8 +93,20 @@ struct PlanRequest {
   // affine in the microbatches), and (plan_cli's profiler, ShapeOnlyProfiler's share_stages) a
   // pipeline's middle stages from three of them; false: every candidate's own step, every stage.
   bool reuse_profiles = true;
+  // The attention the shape-only steps run ("flash" or "materialised"; "" : not said), for the
+  // header's assumptions and for refusing selective recomputation under flash with a true
+  // reason. plan_cli's PlanText sets it (and the path itself) from --attention.
+  std::string attention;
   // Told after each shape-only profile (done, total); for progress lines.
   std::function<void(int done, int total)> progress;
+  // Told when a mesh becomes the fastest that fits so far (its name and predicted step).
+  std::function<void(const std::string& mesh, double step_s)> on_best;
+  // Seconds the search may take (0: no limit). Past it the meshes not yet priced are left out,
+  // the plan says so (Plan::stopped) and ranks what it priced; one mesh is always priced, and a
+  // mesh being priced is finished (the limit is read between meshes).
+  double time_limit_s = 0;
+  // The clock the limit is read from, in seconds (empty: a steady clock); tests give their own.
+  std::function<double()> clock;
 };
 
 // One mesh and how it runs.
@@ -136,6 +148,10 @@ struct Plan {
   int candidates = 0, profiled = 0;
   int extrapolated = 0;             // profiles extrapolated from two shorter ones
   double profile_seconds = 0;       // wall time spent in the shape-only runs
+  // The search reached PlanRequest::time_limit_s with `unpriced` meshes left out.
+  bool stopped = false;
+  int unpriced = 0;
+  double time_limit_s = 0;
   double model_flops_per_step = 0;
   double parameters = 0;
   std::string profile_name;
@@ -192,9 +208,16 @@ absl::StatusOr<StepPrediction> PredictOnSimulatedLink(const PlanRequest& request
                                                       const StepOptions& options,
                                                       const Profiler& profiler);
 
+// "peak 74.63 GiB per GPU > 74.60 GiB usable": one decimal, more while the two would print
+// alike.
+std::string PeakOverUsable(double peak_bytes, double usable_bytes);
+
 // The assumptions a plan's header states (overlap, pipeline execution, recomputation's source).
 std::vector<std::string> PlanAssumptions(const PlanRequest& req, const HardwareProfile& hw,
                                          DType compute);
+// The same with the request's model's compute dtype (its own checks' error otherwise).
+absl::StatusOr<std::vector<std::string>> PlanAssumptions(const PlanRequest& req,
+                                                         const HardwareProfile& hw);
 
 // The ranked table (top rows; <= 0: all), the meshes that do not fit with their prices (OOM), the collectives of the best rows, and the refusals.
 std::string FormatPlan(const Plan& plan, int top, bool list_refusals = true);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "models/components/bounded_read.h"
 #include "models/model/registry.h"
+#include "models/parallel/layers.h"
 #include "models/planner/measure_cpu.h"
 #include "models/planner/shape_only_source.h"
 #include "perfmodel/gpu_profile.h"
@@ -92,6 +93,33 @@ absl::Status CheckPlanBounds(const PlanRequest& request, const PlanCliOptions& c
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> ResolveAttention(const PlanCliOptions& cli,
+                                             const HardwareProfile& hw, int64_t head_dim) {
+  std::string want = cli.attention;
+  if (want.empty()) {
+    // A GPU profile (ranks with a device each): the attention a CUDA run takes there. The
+    // shape-only steps run on the meta device, where the materialised scores would be chosen.
+    want = hw.cores == 0 && head_dim <= 128 ? "flash" : "materialised";
+  }
+  if (want != "flash" && want != "materialised") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--attention=", want, ": use flash (the fused kernel) or materialised (einsum scores)"));
+  }
+  if (want == "flash" && head_dim > 128) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--attention=flash: head_dim ", head_dim, " (d_model / heads) is more than the 128 this "
+        "framework's fused attention kernel takes; use --attention=materialised or more heads"));
+  }
+  const AttentionPath path = want == "flash" ? AttentionPath::kFused : AttentionPath::kMaterialised;
+  setenv("SHARDMAP_ATTENTION", want == "flash" ? "fused" : "materialised", 1);
+  if (ResolveAttentionPath(AttentionPath::kAuto, Device::Meta(), head_dim) != path) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--attention=", want, ": this process already runs the other attention path (read once "
+        "per process, models/parallel/layers.h); plan in a new process"));
+  }
+  return want;
+}
+
 absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOptions& cli,
                                      const std::string& own) {
   if (absl::Status s = CheckPlanBounds(request, cli); !s.ok()) return s;
@@ -99,16 +127,14 @@ absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOp
   if (!model.ok()) return model.status();
   absl::StatusOr<HardwareProfile> hw = ResolveProfile(cli);
   if (!hw.ok()) return hw.status();
-  // A GPU profile (ranks with a device each): profile the attention a CUDA run would take. The
-  // shape-only steps run on the meta device, where ResolveAttentionPath picks the materialised
-  // scores; on CUDA it takes the fused kernel for head_dim <= 128 (models/parallel/layers.h).
-  if (hw->cores == 0 && std::getenv("SHARDMAP_ATTENTION") == nullptr &&
-      (*model)->shape().head_dim() <= 128) {
-    setenv("SHARDMAP_ATTENTION", "fused", 0);
-  }
+  absl::StatusOr<std::string> attention =
+      ResolveAttention(cli, *hw, (*model)->shape().head_dim());
+  if (!attention.ok()) return attention.status();
+  PlanRequest req_attention = request;
+  req_attention.attention = *attention;
   const Profiler profiler = ShapeOnlyProfiler(
       cli.shape_only_on_cpu ? Device::Cpu() : Device::Meta(), request.reuse_profiles);
-  absl::StatusOr<Plan> plan = PlanGpt(request, *hw, profiler);
+  absl::StatusOr<Plan> plan = PlanGpt(req_attention, *hw, profiler);
   if (!plan.ok()) return plan.status();
   std::string text = FormatPlan(*plan, cli.top, cli.list_refusals);
   if (own.empty()) return text;
@@ -137,7 +163,7 @@ absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOp
       return text;
     }
   }
-  PlanRequest one = request;
+  PlanRequest one = req_attention;
   one.only_meshes = {own};
   absl::StatusOr<Plan> mine = PlanGpt(one, *hw, profiler);
   if (!mine.ok()) {

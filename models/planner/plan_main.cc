@@ -15,10 +15,13 @@
 // work (with a note), as GPT-2 of that shape; --preset names the registry's presets.
 //
 // Docs: docs/planner.md.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +29,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -91,12 +95,21 @@ ABSL_FLAG(std::string, mesh, "",
           "only these meshes, ';'-separated, each 'axes [+sp] [schedule/mMICROBATCHES] "
           "[gaMICROSTEPS]' (parts separated by spaces or ':'), e.g. "
           "\"dp_shard=8,tp=8 +sp;pp=4,dp_shard=16 1f1b/m16\"");
+ABSL_FLAG(std::string, attention, "auto",
+          "the attention the shape-only steps run and the plan prices: flash (the fused kernel, "
+          "no [b, heads, t, t] scores kept; head_dim <= 128), materialised (einsum scores, e.g. "
+          "Megatron-LM in 2021), or auto (flash on a GPU profile where head_dim <= 128, else "
+          "materialised). Replaces the SHARDMAP_ATTENTION environment variable for the planner");
 ABSL_FLAG(std::string, shape_only_device, "meta",
           "where the shape-only steps run: meta (nothing computed) or cpu (real ops on zeros: "
           "small models only)");
 ABSL_FLAG(bool, reuse_profiles, true,
           "price many microbatches from two short shape-only steps and a pipeline's middle "
           "stages from three (exact: docs/planner.md); false: every mesh's and stage's own step");
+ABSL_FLAG(double, time_limit, 0,
+          "seconds the search may take (0: no limit): past it, the meshes not yet priced are "
+          "left out and the best of those priced is printed (progress and the best so far go to "
+          "stderr meanwhile)");
 ABSL_FLAG(int, top, 20, "ranked rows to print (0: all)");
 ABSL_FLAG(bool, refused, true, "list the refused meshes with their reasons");
 ABSL_FLAG(std::string, print_profile, "",
@@ -292,6 +305,11 @@ int Main() {
   req.max_pp = absl::GetFlag(FLAGS_max_pp);
   req.max_cp = absl::GetFlag(FLAGS_max_cp);
   req.reuse_profiles = absl::GetFlag(FLAGS_reuse_profiles);
+  req.time_limit_s = absl::GetFlag(FLAGS_time_limit);
+  if (!(req.time_limit_s >= 0)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--time_limit ", req.time_limit_s, " must be >= 0 seconds (0: no limit)")));
+  }
   if (req.max_pp < 0 || req.max_cp < 0) {
     return Fail(absl::InvalidArgumentError("--max_pp and --max_cp must be >= 0 (0: any)"));
   }
@@ -310,6 +328,8 @@ int Main() {
     return Fail(absl::InvalidArgumentError("--shape_only_device " + so + ": use meta or cpu"));
   }
   cli.shape_only_on_cpu = so == "cpu";
+  cli.attention = absl::GetFlag(FLAGS_attention);
+  if (cli.attention == "auto") cli.attention.clear();
   cli.list_refusals = absl::GetFlag(FLAGS_refused);
   if (const std::string out = absl::GetFlag(FLAGS_print_profile); !out.empty()) {
     absl::StatusOr<planner::HardwareProfile> hw = planner::ResolveProfile(cli);
@@ -325,10 +345,17 @@ int Main() {
     }
     cli.resolved = *hw;  // measured once, reused
   }
-  req.progress = [](int done, int total) {
+  // On a terminal one line rewritten in place; in a log (not a terminal) one line each.
+  const bool tty = isatty(fileno(stderr)) != 0;
+  auto best = std::make_shared<std::string>();
+  req.on_best = [best](const std::string& mesh, double step_s) {
+    *best = absl::StrCat(mesh, " ", absl::SixDigits(step_s), " s/step");
+  };
+  req.progress = [tty, best](int done, int total) {
     if (done % 25 == 0 || done == total) {
-      std::cerr << "\r" << *program << ": profiled " << done << " of " << total << " meshes" << std::flush;
-      if (done == total) std::cerr << "\n";
+      std::cerr << (tty ? "\r" : "") << *program << ": profiled " << done << " of " << total
+                << " meshes" << (best->empty() ? "" : "; best so far ") << *best
+                << (tty && done != total ? "" : "\n") << std::flush;
     }
   };
   absl::StatusOr<std::string> text = planner::PlanText(req, cli);
@@ -353,6 +380,14 @@ bool Explicit(const char* name) {
 int main(int argc, char** argv) {
   const std::string argv0 = argv[0];
   *shardmap::program = argv0.substr(argv0.find_last_of('/') + 1);
+  // --help lists the flags of this file under either name (Abseil matches the program's name
+  // to its main file's: plan_main.cc for plan, not for plan_gpt).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "models/planner/plan_main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(absl::StrCat(
       *shardmap::program, ": rank the meshes (FSDP, TP+SP, PP, CP, EP) for a model (gpt2, "
       "llama3) on N GPUs by predicted step time, from shape-only step profiles and a hardware "

@@ -66,7 +66,9 @@ namespace {
 absl::StatusOr<std::vector<int>> StageInFlights(const TrainOptions& o, int stages) {
   absl::StatusOr<Schedule> sched = ParseSchedule(o.pipeline.schedule);
   if (!sched.ok()) return sched.status();
-  absl::StatusOr<Timetable> tt = MakeTimetable(*sched, stages, o.pipeline.microbatches);
+  // Interleaved: chunk-microbatches in flight (a chunk's activations are the stage's / v).
+  absl::StatusOr<Timetable> tt =
+      MakeTimetable(*sched, stages, o.pipeline.microbatches, o.pipeline.virtual_stages);
   if (!tt.ok()) return tt.status();
   std::vector<int> f;
   for (int s = 0; s < stages; ++s) f.push_back(tt->MaxInFlight(s));

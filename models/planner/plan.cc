@@ -482,7 +482,7 @@ Candidate MemoryCandidate(const Candidate& c, Recompute mode) {
 struct Repeats {
   Candidate low, high;
   int64_t low_batch = 0, high_batch = 0;
-  int n1 = 0, n = 0, step = 1;
+  int n1 = 0, n = 0;
 };
 
 std::optional<Repeats> MicrobatchRepeats(const Candidate& key, const PlanRequest& req) {
@@ -495,24 +495,21 @@ std::optional<Repeats> MicrobatchRepeats(const Candidate& key, const PlanRequest
   r.n = piped ? key.pipeline.microbatches : key.grad_accum;
   r.n1 = piped ? key.pipeline.stages + 1 : 2;
   // Interleaved 1F1B: its work is affine in groups of pp microbatches, but its peak is not (it
-  // still grows a little from 2 pp to 3 pp microbatches and then stops: profile_reuse_test), so
-  // it is profiled in full.
+  // grows by less with each later group: profile_reuse_test), so it is profiled in full.
   if (Interleaved(key)) return std::nullopt;
   // Only where the two short steps run fewer microbatches than the long one.
-  if (r.n <= 2 * r.n1 + r.step || (r.n - r.n1) % r.step != 0 || req.global_batch % r.n != 0) {
-    return std::nullopt;
-  }
+  if (r.n <= 2 * r.n1 + 1 || req.global_batch % r.n != 0) return std::nullopt;
   r.low = key;
   r.high = key;
   if (piped) {
     r.low.pipeline.microbatches = r.n1;
-    r.high.pipeline.microbatches = r.n1 + r.step;
+    r.high.pipeline.microbatches = r.n1 + 1;
   } else {
     r.low.grad_accum = r.n1;
-    r.high.grad_accum = r.n1 + r.step;
+    r.high.grad_accum = r.n1 + 1;
   }
   r.low_batch = req.global_batch / r.n * r.n1;
-  r.high_batch = req.global_batch / r.n * (r.n1 + r.step);
+  r.high_batch = req.global_batch / r.n * (r.n1 + 1);
   return r;
 }
 
@@ -834,7 +831,7 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
       const absl::StatusOr<std::vector<RoleWork>>& hi = run(rep->high, rep->high_batch);
       if (lo.ok() && hi.ok()) {
         absl::StatusOr<std::vector<RoleWork>> w =
-            ExtrapolateMicrobatches(*lo, *hi, rep->n1, rep->n, rep->step);
+            ExtrapolateMicrobatches(*lo, *hi, rep->n1, rep->n);
         if (w.ok()) {
           ++plan.extrapolated;
           return cache.emplace(key.Name(), std::move(w)).first->second;

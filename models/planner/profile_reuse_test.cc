@@ -111,8 +111,8 @@ TEST(ExtrapolateMicrobatchesTest, EqualsTheFullStep) {
 
 // The interleaved schedule takes microbatches in groups of pp: its work at n from the steps at
 // 2 pp and 3 pp (step pp) equals its own step of n, field by field, every stage; its peak does
-// not (it grows from 2 pp to 3 pp microbatches and then stops, a kink like GPipe's was), which is
-// why the planner profiles interleaved pipelines in full.
+// not (it grows by less with each later group of pp than from 2 pp to 3 pp), which is why the
+// planner profiles interleaved pipelines in full.
 TEST(ExtrapolateMicrobatchesTest, InterleavedWorkInStepsOfPpButNotItsPeak) {
   const std::tuple<const char*, int, int> cases[] = {{"pp=2", 5, 10}, {"pp=2,dp=2", 5, 14},
                                                      {"pp=5", 2, 35}, {"pp=2,tp=2", 5, 12}};

@@ -1,5 +1,7 @@
 #include "models/data/batch_order.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "tensor/random.h"
 
@@ -14,16 +16,25 @@ constexpr uint64_t kDataKey = 0x6461746100000000ull;  // "data"
 void BatchAt(const std::vector<int64_t>& tokens, int64_t step, int64_t batch, int64_t seq,
              Tensor* ids, Tensor* targets) {
   const int64_t n = static_cast<int64_t>(tokens.size());
-  std::vector<int64_t> in(batch * seq), out(batch * seq);
+  Tensor in = Tensor::Empty({batch, seq}, DType::kI64), out = Tensor::Empty({batch, seq}, DType::kI64);
+  int64_t* pi = in.data<int64_t>();
+  int64_t* po = out.data<int64_t>();
+  // Row b is tokens[(start + t) % n] for t < seq: whole runs of `tokens` copied at once, wrapping
+  // to its start at n (the same values as one element at a time, in bulk).
+  auto copy_wrapped = [&](int64_t from, int64_t* dst) {
+    for (int64_t t = 0; t < seq;) {
+      const int64_t at = (from + t) % n, run = std::min(seq - t, n - at);
+      std::copy(tokens.begin() + at, tokens.begin() + at + run, dst + t);
+      t += run;
+    }
+  };
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t start = ((step * batch + b) * seq) % n;
-    for (int64_t t = 0; t < seq; ++t) {
-      in[b * seq + t] = tokens[(start + t) % n];
-      out[b * seq + t] = tokens[(start + t + 1) % n];
-    }
+    copy_wrapped(start, pi + b * seq);
+    copy_wrapped(start + 1, po + b * seq);
   }
-  *ids = Tensor::FromVector<int64_t>({batch, seq}, in);
-  *targets = Tensor::FromVector<int64_t>({batch, seq}, out);
+  *ids = in;
+  *targets = out;
 }
 
 absl::StatusOr<BatchOrder> ParseBatchOrder(const std::string& name, uint64_t seed) {
@@ -48,15 +59,16 @@ void BatchOf(const std::vector<int64_t>& tokens, int64_t step, int64_t batch, in
   }
   const int64_t n = static_cast<int64_t>(tokens.size());
   const std::vector<int64_t> starts = RandomBatchStarts(n, step, batch, seq, order.seed);
-  std::vector<int64_t> in(batch * seq), out(batch * seq);
+  Tensor in = Tensor::Empty({batch, seq}, DType::kI64), out = Tensor::Empty({batch, seq}, DType::kI64);
+  int64_t* pi = in.data<int64_t>();
+  int64_t* po = out.data<int64_t>();
   for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t t = 0; t < seq; ++t) {
-      in[b * seq + t] = tokens[starts[b] + t];
-      out[b * seq + t] = tokens[starts[b] + t + 1];
-    }
+    const auto first = tokens.begin() + starts[b];
+    std::copy(first, first + seq, pi + b * seq);
+    std::copy(first + 1, first + 1 + seq, po + b * seq);
   }
-  *ids = Tensor::FromVector<int64_t>({batch, seq}, in);
-  *targets = Tensor::FromVector<int64_t>({batch, seq}, out);
+  *ids = in;
+  *targets = out;
 }
 
 }  // namespace shardmap

@@ -85,5 +85,29 @@ TEST(BatchOrderTest, ParseNamesTheChoices) {
               HasSubstr("--data_order shuffled: use random"));
 }
 
+// BatchAt copies whole runs of tokens: the same values as reading them one at a time with the
+// wrap at N, also when a sample wraps more than once (seq > N) and at later steps.
+TEST(BatchOrderTest, BatchAtEqualsTheElementwiseReference) {
+  for (int64_t n : {1, 5, 23, 64}) {
+    const std::vector<int64_t> tokens = Counting(n);
+    for (int64_t step : {0, 1, 7}) {
+      const int64_t batch = 3, seq = 11;
+      Tensor ids, targets;
+      BatchAt(tokens, step, batch, seq, &ids, &targets);
+      std::vector<int64_t> in(batch * seq), out(batch * seq);
+      for (int64_t b = 0; b < batch; ++b) {
+        const int64_t start = ((step * batch + b) * seq) % n;
+        for (int64_t t = 0; t < seq; ++t) {
+          in[b * seq + t] = tokens[(start + t) % n];
+          out[b * seq + t] = tokens[(start + t + 1) % n];
+        }
+      }
+      EXPECT_EQ(ids.ToVector<int64_t>(), in) << n << " " << step;
+      EXPECT_EQ(targets.ToVector<int64_t>(), out) << n << " " << step;
+      EXPECT_EQ(ids.ShapeString(), "i64[3,11]");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardmap

@@ -2,9 +2,9 @@
 # Holds plan_gpt against Megatron-LM's SC21 Table 1 (Narayanan et al. 2021, arXiv 2104.04473):
 # each row's own configuration, as the paper's scripts ran it (NVIDIA/Megatron-LM
 # examples/sc21/run_table_1.sh: tensor / pipeline sizes, microbatch size, global batch, full
-# recomputation, the interleaved schedule's layers per virtual stage; torch DDP (overlapped)
-# without a pipeline, Megatron's local DDP (reduced after the backward) with one), on the
-# a100_node profile with materialised attention (no FlashAttention in 2021). Prints a markdown
+# recomputation, the interleaved schedule's layers per virtual stage), on the a100_node profile
+# with materialised attention (--attention=materialised: no FlashAttention in 2021) and
+# plan_gpt's defaults otherwise (issue 47: no setting a user would not find). Prints a markdown
 # table of predicted against published TFLOP/s per GPU, counted as the paper counts them
 # (its equation 3, which includes the recomputed forward).
 #   models/planner/megatron_sc21.sh [PLAN_GPT] [extra plan_gpt flags]
@@ -19,7 +19,6 @@
 set -euo pipefail
 PLAN_GPT=${1:-bazel-bin/models/planner/plan_gpt}
 shift || true
-export SHARDMAP_ATTENTION=materialised
 # name layers hidden heads tp pp gpus batch microbatch_size layers_per_virtual_stage tflops
 ROWS="1.7B 24 2304 24 1 1 32 512 16 0 137
 3.6B 30 3072 32 2 1 64 512 16 0 138
@@ -85,8 +84,7 @@ while read -r name l h a t p n B mbs lpv paper; do
     overlap=true    # torch DDP: bucketed all-reduce during the backward
   fi
   model=(--layers="$l" --d_model="$h" --heads="$a" --vocab=51200 --seq=2048 --batch="$B"
-         --gpus="$n" --profile=a100_node --refused=false
-         --recompute_memory=estimate)  # Megatron keeps what Korthikanti et al. count
+         --gpus="$n" --profile=a100_node --refused=false --attention=materialised)
   if [ "$MODE" = rank ]; then
     paper_restricted=$("$PLAN_GPT" "${model[@]}" --mesh="$spec" --overlap=$overlap --top=1 "$@" \
       2>/dev/null | first_row)
@@ -139,7 +137,7 @@ print(f"| {name} ({n}) | {cell(pr)}; overlapped: {over} | {cell(r)} | {ratio(pr,
 PY
     continue
   fi
-  out=$("$PLAN_GPT" "${model[@]}" --mesh="$spec" --overlap=$overlap --top=1 "$@" 2>/dev/null)
+  out=$("$PLAN_GPT" "${model[@]}" --mesh="$spec" --top=1 "$@" 2>/dev/null)
   row=$(echo "$out" | grep -E "^ +(1|OOM) ")
   step=$(echo "$row" | awk '{for (i = 1; i <= NF; ++i) if ($(i+1) == "s" || $(i+1) == "ms") { print ($(i+1) == "ms" ? $i / 1000 : $i); exit } }')
   gib=$(echo "$row" | awk '{for (i = 1; i <= NF; ++i) if ($i ~ /%$/ && $(i+1) ~ /^[0-9.]+$/) { print $(i+1); exit } }')

@@ -9,7 +9,6 @@ GPU, counted as the paper counts them (its equation 3, recomputation included).
 
   models/planner/megatron_sc21_trends.py [PLAN_GPT]
 """
-import os
 import re
 import subprocess
 import sys
@@ -24,13 +23,13 @@ def flops(batch, layers, hidden):
 
 def predict(layers, hidden, heads, gpus, batch, specs):
     """Predicted step seconds (and whether it fits) for each mesh spec."""
-    env = dict(os.environ, SHARDMAP_ATTENTION="materialised")
     out = subprocess.run(
         [PLAN_GPT, f"--layers={layers}", f"--d_model={hidden}", f"--heads={heads}",
          f"--vocab={V}", f"--seq={S}", f"--batch={batch}", f"--gpus={gpus}",
          "--profile=a100_node", "--overlap=false", "--refused=true", "--top=0",
+         "--attention=materialised",
          "--mesh=" + ";".join(specs)],
-        capture_output=True, text=True, env=env).stdout
+        capture_output=True, text=True).stdout
     result = {}
     for line in out.splitlines():
         m = re.match(r"\s+(\d+|OOM)\s+(.+?)\s+([\d.]+) (s|ms)\s", line)

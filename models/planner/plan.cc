@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -32,6 +33,21 @@ std::vector<int> Divisors(int n) {
 }
 
 double GiB(double b) { return b / (1024.0 * 1024 * 1024); }
+
+}  // namespace
+
+std::string PeakOverUsable(double peak_bytes, double usable_bytes) {
+  // One decimal, more while the two would print alike (74.6 > 74.6 says nothing).
+  int digits = 1;
+  while (digits < 9 && absl::StrFormat("%.*f", digits, GiB(peak_bytes)) ==
+                           absl::StrFormat("%.*f", digits, GiB(usable_bytes))) {
+    ++digits;
+  }
+  return absl::StrFormat("peak %.*f GiB per GPU > %.*f GiB usable", digits, GiB(peak_bytes),
+                         digits, GiB(usable_bytes));
+}
+
+namespace {
 
 std::string Seconds(double s) {
   if (s >= 1) return absl::StrFormat("%.3f s", s);
@@ -63,20 +79,31 @@ MeshShape MakeMesh(int pp, int dp_rep, int dp_shard, int dp, int ep, int cp, int
 
 }  // namespace
 
-absl::StatusOr<GptLayout> CandidateLayout(const Candidate& c, const PlanRequest& req) {
+absl::StatusOr<std::unique_ptr<Model>> CandidateLayout(const Candidate& c,
+                                                       const PlanRequest& req) {
   absl::StatusOr<Mesh> mesh = c.mesh.axes.empty() ? Mesh() : ParseMesh(c.mesh.ToString());
   if (!mesh.ok()) return mesh.status();
-  return GptLayout::Create(*mesh, req.config, c.sp);
+  return CreateModel(req.model, req.args, *mesh, c.sp);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> RequestModel(const PlanRequest& req) {
+  if (absl::Status s = FindModel(req.model).status(); !s.ok()) return s;  // names the choices
+  absl::StatusOr<std::unique_ptr<Model>> m = CreateModel(req.model, req.args, Mesh(), false);
+  if (!m.ok()) {
+    return absl::Status(m.status().code(),
+                        absl::StrCat("--model=", req.model,
+                                     req.args.preset.empty() ? "" : " --preset=", req.args.preset,
+                                     ": ", m.status().message()));
+  }
+  return m;
 }
 
 TrainOptions CandidateTrainOptions(const Candidate& c, const PlanRequest& req) {
   TrainOptions o;
   o.batch = req.global_batch;
   o.pipeline.microbatches = c.pipeline.microbatches;
-  // The interleaved schedule does the same work per rank as 1F1B (its chunks are the stage's
-  // layers): the shape-only step runs 1F1B and the planner prices the interleaved timetable.
-  o.pipeline.schedule =
-      c.pipeline.schedule == "interleaved_1f1b" ? std::string("1f1b") : c.pipeline.schedule;
+  o.pipeline.schedule = c.pipeline.schedule;
+  o.pipeline.virtual_stages = std::max(1, c.pipeline.virtual_stages);
   o.grad_accum = c.grad_accum;
   if (c.recompute == Recompute::kFull) o.recompute = RecomputeMode::kFull;
   if (c.recompute == Recompute::kSelective) o.recompute = RecomputeMode::kSelective;
@@ -90,12 +117,20 @@ TrainOptions CandidateTrainOptions(const Candidate& c, const PlanRequest& req) {
 namespace {
 
 // The framework's checks for one candidate, without running anything: the layout's
-// (GptLayout::Create) and the trainer's own plan of the run (PlanRun: its option checks, the
+// (CreateModel) and the trainer's own plan of the run (PlanRun: its option checks, the
 // batch's divisibility, SP's split of the rows, the stage split). OK or the framework's message.
-absl::Status FrameworkChecks(const Candidate& c, const PlanRequest& req) {
-  absl::StatusOr<GptLayout> layout = CandidateLayout(c, req);
+absl::Status FrameworkChecks(const Candidate& c, const PlanRequest& req, const ModelShape& ms) {
+  absl::StatusOr<std::unique_ptr<Model>> layout = CandidateLayout(c, req);
   if (!layout.ok()) return layout.status();
-  if (absl::Status s = PlanRun(*layout, CandidateTrainOptions(c, req)).status(); !s.ok()) {
+  if (c.recompute == Recompute::kSelective && req.attention == "flash" &&
+      c.mesh.size(axis::kCp) == 1) {
+    return absl::InvalidArgumentError(
+        "rc=selective under the fused (flash) attention this plan prices (--attention=flash): "
+        "selective recomputation recomputes the attention scores and softmax, which the fused "
+        "kernel never keeps (it recomputes them in its own backward), so it would equal "
+        "rc=none; use rc=none or rc=full, or --attention=materialised");
+  }
+  if (absl::Status s = PlanRun(**layout, CandidateTrainOptions(c, req)).status(); !s.ok()) {
     return s;
   }
   const PipelineSpec& ps = c.pipeline;
@@ -107,9 +142,9 @@ absl::Status FrameworkChecks(const Candidate& c, const PlanRequest& req) {
         !s.ok()) {
       return s;
     }
-    if (req.config.layers % (static_cast<int64_t>(ps.stages) * ps.virtual_stages) != 0) {
+    if (ms.layers % (static_cast<int64_t>(ps.stages) * ps.virtual_stages) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "interleaved_1f1b: ", req.config.layers, " layers do not split into ", ps.stages,
+          "interleaved_1f1b: ", ms.layers, " layers do not split into ", ps.stages,
           " stages x ", ps.virtual_stages, " chunks of equal size"));
     }
   }
@@ -133,10 +168,14 @@ std::string Candidate::Name() const {
   return s;
 }
 
-double ModelParameters(const GptConfig& c) { return GptParameterCount(c); }
+double ModelParameters(const Model& model) {
+  double n = 0;
+  for (const ParamInfo& p : model.params()) n += static_cast<double>(NumElements(p.global_shape));
+  return n;
+}
 
-double ModelFlopsPerStep(const GptConfig& c, int64_t batch) {
-  return GptFlopsPerToken(c) * (static_cast<double>(batch) * c.seq);
+double ModelFlopsPerStep(const Model& model, int64_t batch) {
+  return model.FlopsPerToken() * (static_cast<double>(batch) * model.shape().seq);
 }
 
 absl::StatusOr<Candidate> ParseCandidate(const std::string& mesh_text, bool sp,
@@ -217,8 +256,8 @@ absl::Status ParseGivenMeshes(const PlanRequest& req, std::vector<Candidate>& ra
 
 // Every mesh of req.gpus ranks the search allows (pp, tp, cp, ep, the data-parallel forms,
 // SP, pipeline schedules, microbatches and interleaving), appended to raw.
-void SearchMeshes(const PlanRequest& req, std::vector<Candidate>& raw) {
-  const bool moe = req.config.moe.on();
+void SearchMeshes(const PlanRequest& req, const ModelShape& ms, std::vector<Candidate>& raw) {
+  const bool moe = ms.moe.on();
   for (int pp : Divisors(req.gpus)) {
     if (req.max_pp > 0 && pp > req.max_pp) continue;
     const int r1 = req.gpus / pp;
@@ -270,7 +309,7 @@ void SearchMeshes(const PlanRequest& req, std::vector<Candidate>& raw) {
                   }
                   for (int v : req.virtual_stages) {
                     // Only chunk counts that split the stage's layers evenly.
-                    if (v < 2 || req.config.layers % (int64_t{pp} * v) != 0) continue;
+                    if (v < 2 || ms.layers % (int64_t{pp} * v) != 0) continue;
                     c.pipeline.virtual_stages = v;
                     raw.push_back(c);
                   }
@@ -301,15 +340,18 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
   if (req.global_batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--batch ", req.global_batch, " must be >= 1"));
   }
+  absl::StatusOr<std::unique_ptr<Model>> model = RequestModel(req);
+  if (!model.ok()) return model.status();
+  const ModelShape& ms = (*model)->shape();
   std::vector<Candidate> raw;
   if (!req.only_meshes.empty()) {
     if (absl::Status s = ParseGivenMeshes(req, raw); !s.ok()) return s;
   } else {
-    SearchMeshes(req, raw);
+    SearchMeshes(req, ms, raw);
   }
   std::vector<Candidate> out;
-  const double elem = ElemBytes(req.config.dtype);
-  const double n_params = ModelParameters(req.config);
+  const double elem = ElemBytes(ms.dtype);
+  const double n_params = ModelParameters(**model);
   for (const Candidate& c : raw) {
     const int tp = c.mesh.size(axis::kTp);
     if (tp > gpn && !req.tp_across_nodes && req.only_meshes.empty()) {
@@ -317,7 +359,7 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
                                                  " GPUs (--tp_across_nodes allows it)")});
       continue;
     }
-    if (absl::Status s = FrameworkChecks(c, req); !s.ok()) {
+    if (absl::Status s = FrameworkChecks(c, req, ms); !s.ok()) {
       refused->push_back({c.Name(), std::string(s.message())});
       continue;
     }
@@ -337,7 +379,8 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
   return out;
 }
 
-std::vector<std::string> PlanAssumptions(const PlanRequest& req, const HardwareProfile& hw) {
+std::vector<std::string> PlanAssumptions(const PlanRequest& req, const HardwareProfile& hw,
+                                         DType compute) {
   std::vector<std::string> a;
   const StepOptions& o = req.step;
   if (o.overlap && hw.cores <= 0) {
@@ -345,7 +388,7 @@ std::vector<std::string> PlanAssumptions(const PlanRequest& req, const HardwareP
         "collectives overlap compute as the overlapped trainer schedules them: gradients in "
         "%.0f MiB buckets during the backward, FSDP gathers in %s prefetched %d layer(s) ahead, "
         "reduce-scatters per layer; the first gather and the last bucket are exposed",
-        o.bucket_bytes / (1024.0 * 1024), DTypeName(req.config.compute_dtype()),
+        o.bucket_bytes / (1024.0 * 1024), DTypeName(compute),
         o.fsdp_prefetch));
   } else {
     a.push_back(hw.cores > 0 ? "simulated CPU ranks: every collective blocks (inline)"
@@ -363,7 +406,24 @@ std::vector<std::string> PlanAssumptions(const PlanRequest& req, const HardwareP
   a.push_back("activations and parameters as the framework stores them (shape-only "
               "MemoryTracker), against the profile's usable memory; no NCCL trees, one NIC per "
               "GPU, no stragglers, no data loading");
+  if (!req.attention.empty()) {
+    a.push_back(req.attention == "flash"
+                    ? "attention: the fused (flash) kernel, no scores kept (--attention)"
+                    : "attention: materialised scores [b, heads, t, t] (--attention)");
+  }
+  // Float8 linear layers (torchtitan's Float8, Transformer Engine) are not a compute dtype of
+  // this framework's trainer, so the shape-only step cannot run them.
+  a.push_back(absl::StrCat(
+      "float8 compute (e.g. torchtitan's Float8 linears) is not modelled: GEMMs in ",
+      DTypeName(compute), ", activations as that dtype stores them"));
   return a;
+}
+
+absl::StatusOr<std::vector<std::string>> PlanAssumptions(const PlanRequest& req,
+                                                         const HardwareProfile& hw) {
+  absl::StatusOr<std::unique_ptr<Model>> model = RequestModel(req);
+  if (!model.ok()) return model.status();
+  return PlanAssumptions(req, hw, (*model)->shape().compute_dtype());
 }
 
 namespace {
@@ -398,6 +458,22 @@ Candidate ProfiledCandidate(Candidate c) {
   return c;
 }
 
+bool Interleaved(const Candidate& c) {
+  return c.pipeline.schedule == "interleaved_1f1b" && c.pipeline.virtual_stages > 1;
+}
+
+// The candidate whose shape-only step gives a variant's memory: the trainer's own schedule
+// (interleaved chunks hold activations in another pattern than 1F1B: the last stage holds p + 1
+// chunk-microbatches, not one, and its loss and recomputation temporaries do not scale with
+// them, so scaling the 1F1B profile by the microbatches in flight was wrong by multiples) with
+// the variant's recomputation.
+Candidate MemoryCandidate(const Candidate& c, Recompute mode) {
+  Candidate m = Interleaved(c) ? c : ProfiledCandidate(c);
+  m.recompute = mode;
+  m.reshard_after_forward = true;
+  return m;
+}
+
 // The two short profiles a long one is extrapolated from (profile_reuse.h): the same mesh and
 // rows per microbatch with n1 and n1 + 1 microbatches (pipelines: n1 = pp + 1, where every
 // stage's schedule has its whole warm-up and a steady 1F1B pair; at n1 = pp stage 0's peak is
@@ -418,6 +494,9 @@ std::optional<Repeats> MicrobatchRepeats(const Candidate& key, const PlanRequest
   Repeats r;
   r.n = piped ? key.pipeline.microbatches : key.grad_accum;
   r.n1 = piped ? key.pipeline.stages + 1 : 2;
+  // Interleaved 1F1B: its work is affine in groups of pp microbatches, but its peak is not (it
+  // grows by less with each later group: profile_reuse_test), so it is profiled in full.
+  if (Interleaved(key)) return std::nullopt;
   // Only where the two short steps run fewer microbatches than the long one.
   if (r.n <= 2 * r.n1 + 1 || req.global_batch % r.n != 0) return std::nullopt;
   r.low = key;
@@ -455,14 +534,16 @@ bool FusedAttention(const RoleWork& w) {
 // again in the backward). w's activations become its own (the gathered parameters out); the
 // gathered parameters the overlapped trainer holds go to *hold, added by the caller after
 // recomputation (which saves activations, not parameters).
-absl::Status HeldActivations(const Candidate& c, const PlanRequest& req,
+// profiled: the pipeline the profile w comes from ran.
+absl::Status HeldActivations(const Candidate& c, const PlanRequest& req, const ModelShape& ms,
                              const std::vector<int64_t>& split, bool keeps_gathered,
-                             RoleWork& w, double* hold_out) {
+                             const PipelineSpec& profiled_pipeline, RoleWork& w,
+                             double* hold_out) {
   const PipelineSpec& ps = c.pipeline;
-  const double scale = DTypeSize(req.config.compute_dtype()) / ElemBytes(req.config.dtype);
+  const double scale = DTypeSize(ms.compute_dtype()) / ElemBytes(ms.dtype);
   const int stage = std::max(0, w.pp_stage);
   if (w.layers <= 0) w.layers = static_cast<int>(split[std::min<size_t>(stage, split.size() - 1)]);
-  absl::StatusOr<double> profiled = InFlight(ProfiledCandidate(c).pipeline, stage);
+  absl::StatusOr<double> profiled = InFlight(profiled_pipeline, stage);
   absl::StatusOr<double> target = InFlight(ps, stage);
   if (!profiled.ok()) return profiled.status();
   if (!target.ok()) return target.status();
@@ -492,36 +573,66 @@ absl::Status HeldActivations(const Candidate& c, const PlanRequest& req,
   return absl::OkStatus();
 }
 
+// The role of `roles` on w's pipeline stage (the i-th without a pipeline); null if none.
+const RoleWork* SameStage(const std::vector<RoleWork>& roles, const RoleWork& w, size_t i) {
+  if (w.pp_stage < 0) return i < roles.size() ? &roles[i] : nullptr;
+  for (const RoleWork& r : roles) {
+    if (r.pp_stage == w.pp_stage) return &r;
+  }
+  return nullptr;
+}
+
 // The profiled roles as the candidate's variant runs them (HeldActivations), and its
 // recomputation: the work from req.recompute_estimator; the memory from it too, or, given
-// `measured` (the same roles profiled with the trainer's own --recompute), from that.
+// `measured` (MemoryCandidate's roles: profiled with the trainer's own --recompute), from that.
+// own: an interleaved candidate's roles profiled with its own schedule (MemoryCandidate without
+// recomputation): their memory replaces the 1F1B profile's before recomputation applies.
 absl::StatusOr<std::vector<RoleWork>> VariantRoles(const std::vector<RoleWork>& base,
                                                    const Candidate& c, const PlanRequest& req,
-                                                   const std::vector<RoleWork>* measured) {
+                                                   const ModelShape& ms,
+                                                   const std::vector<RoleWork>* measured,
+                                                   const std::vector<RoleWork>* own = nullptr) {
   const PipelineSpec& ps = c.pipeline;
   const bool piped = ps.stages > 1 || ps.microbatches > 1;
   absl::StatusOr<std::vector<int64_t>> split =
-      piped ? SplitLayers(req.config.layers, ps.stages)
-            : absl::StatusOr<std::vector<int64_t>>(std::vector<int64_t>{req.config.layers});
+      piped ? SplitLayers(ms.layers, ps.stages)
+            : absl::StatusOr<std::vector<int64_t>>(std::vector<int64_t>{ms.layers});
   if (!split.ok()) return split.status();
   if (measured != nullptr && measured->size() != base.size()) {
     return absl::InternalError(absl::StrCat("the recomputing profile of ", c.Name(), " has ",
                                             measured->size(), " roles; the reference has ",
                                             base.size()));
   }
+  const PipelineSpec memory_pipeline = MemoryCandidate(c, c.recompute).pipeline;
   std::vector<RoleWork> out;
   for (size_t i = 0; i < base.size(); ++i) {
     RoleWork w = base[i];
+    PipelineSpec profiled = ProfiledCandidate(c).pipeline;
+    if (own != nullptr) {
+      const RoleWork* o = SameStage(*own, w, i);
+      if (o == nullptr) {
+        return absl::InternalError(absl::StrCat("the profile of ", c.Name(),
+                                                " has no role for stage ", w.pp_stage));
+      }
+      w.activation_peak_bytes = o->activation_peak_bytes;
+      w.peak_bytes = o->peak_bytes;
+      profiled = memory_pipeline;
+    }
     double hold = 0;
-    if (absl::Status s = HeldActivations(c, req, *split, req.shape_only_keeps_gathered, w, &hold);
+    if (absl::Status s = HeldActivations(c, req, ms, *split, req.shape_only_keeps_gathered,
+                                         profiled, w, &hold);
         !s.ok()) {
       return s;
     }
     if (c.recompute != Recompute::kNone) {
       RecomputeShape sh;
-      sh.config = req.config;
-      sh.config.seq = req.config.seq / c.mesh.size(axis::kCp);
+      sh.config = ms;
+      sh.config.seq = ms.seq / c.mesh.size(axis::kCp);
       sh.tp = c.mesh.size(axis::kTp);
+      // The block's weights as this mesh splits them (the candidate's own layout).
+      absl::StatusOr<std::unique_ptr<Model>> layout = CandidateLayout(c, req);
+      if (!layout.ok()) return layout.status();
+      sh.block_matmuls = BlockMatmuls(**layout, sh.tp);
       sh.sp = c.sp;
       const int64_t passes = static_cast<int64_t>(ps.microbatches) * c.grad_accum;
       sh.microbatch_rows = std::max<int64_t>(1, LocalBatch(c, req) / passes);
@@ -532,9 +643,17 @@ absl::StatusOr<std::vector<RoleWork>> VariantRoles(const std::vector<RoleWork>& 
       w = *std::move(r);
     }
     if (measured != nullptr) {
-      RoleWork m = (*measured)[i];
+      const RoleWork* mp = SameStage(*measured, base[i], i);
+      if (mp == nullptr) {
+        return absl::InternalError(absl::StrCat("the recomputing profile of ", c.Name(),
+                                                " has no role for stage ", base[i].pp_stage));
+      }
+      RoleWork m = *mp;
       const bool keeps = req.shape_only_keeps_gathered && c.recompute != Recompute::kFull;
-      if (absl::Status s = HeldActivations(c, req, *split, keeps, m, &hold); !s.ok()) return s;
+      if (absl::Status s = HeldActivations(c, req, ms, *split, keeps, memory_pipeline, m, &hold);
+          !s.ok()) {
+        return s;
+      }
       w.activation_peak_bytes = m.activation_peak_bytes;
       w.peak_bytes = m.peak_bytes;
     }
@@ -571,15 +690,17 @@ struct Evaluated {
   double persistent = 0, activation = 0;  // of the no-recompute variant's largest role
 };
 
-// The candidate's roles profiled with the trainer's own recomputation `mode` (shape-only).
+// The candidate's roles profiled with the trainer's own recomputation `mode` and its own
+// schedule (shape-only, MemoryCandidate).
 using RecomputingProfile =
     std::function<const absl::StatusOr<std::vector<RoleWork>>&(Recompute mode)>;
 
 absl::StatusOr<Evaluated> Evaluate(const Candidate& c, const std::vector<RoleWork>& roles,
-                                   const PlanRequest& req, const HardwareProfile& node,
+                                   const PlanRequest& req, const ModelShape& ms,
+                                   const HardwareProfile& node,
                                    const Plan& plan, const RecomputingProfile& recomputing) {
   Evaluated e;
-  const auto peak = node.peak_flops.find(req.config.compute_dtype());
+  const auto peak = node.peak_flops.find(ms.compute_dtype());
   std::vector<Candidate> variants = Variants(c, req);
   std::stable_partition(variants.begin(), variants.end(),
                         [](const Candidate& v) { return v.recompute == Recompute::kNone; });
@@ -588,6 +709,12 @@ absl::StatusOr<Evaluated> Evaluate(const Candidate& c, const std::vector<RoleWor
   std::ptrdiff_t smallest = -1, best_fit = -1;
   for (const Candidate& v : variants) {
     const std::vector<RoleWork>* measured = nullptr;
+    const std::vector<RoleWork>* own = nullptr;
+    if (Interleaved(v)) {
+      const absl::StatusOr<std::vector<RoleWork>>& o = recomputing(Recompute::kNone);
+      if (!o.ok()) return o.status();  // PlanGpt refuses the mesh before (its own step failed)
+      own = &*o;
+    }
     if (v.recompute != Recompute::kNone && req.measure_recompute) {
       // A variant without recomputation that fits beats the same schedule recomputing.
       if (any_none && every_none_fits) continue;
@@ -595,12 +722,12 @@ absl::StatusOr<Evaluated> Evaluate(const Candidate& c, const std::vector<RoleWor
       if (!m.ok()) continue;  // the trainer refuses this recomputation here: not a variant
       measured = &*m;
     }
-    absl::StatusOr<std::vector<RoleWork>> vr = VariantRoles(roles, v, req, measured);
+    absl::StatusOr<std::vector<RoleWork>> vr = VariantRoles(roles, v, req, ms, measured, own);
     if (!vr.ok()) continue;  // e.g. recomputation of a role without layers: not a variant
     StepOptions o = req.step;
     o.reshard_after_forward = v.reshard_after_forward;
     o.grad_accum = v.pipeline.stages > 1 || v.pipeline.microbatches > 1 ? 1 : v.grad_accum;
-    o.gather_scale = DTypeSize(req.config.compute_dtype()) / ElemBytes(req.config.dtype);
+    o.gather_scale = DTypeSize(ms.compute_dtype()) / ElemBytes(ms.dtype);
     absl::StatusOr<StepPrediction> p = PredictStep(*vr, v.mesh, v.pipeline, node, o);
     if (!p.ok()) return p.status();
     PlanRow row{v, *p};
@@ -666,12 +793,15 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
   plan.gpus_per_node = req.gpus_per_node > 0 ? req.gpus_per_node : hw.gpus_per_node;
   plan.profile_name = hw.name;
   plan.usable_memory = hw.UsableMemory();
-  plan.parameters = ModelParameters(req.config);
-  plan.model_flops_per_step = ModelFlopsPerStep(req.config, req.global_batch);
-  plan.tokens_per_step = req.global_batch * req.config.seq;
-  plan.dtype = absl::StrCat(DTypeName(req.config.compute_dtype()), " compute, ",
-                            DTypeName(req.config.dtype), " parameters, gradients and AdamW state");
-  plan.assumptions = PlanAssumptions(req, hw);
+  absl::StatusOr<std::unique_ptr<Model>> model = RequestModel(req);
+  if (!model.ok()) return model.status();
+  const ModelShape ms = (*model)->shape();
+  plan.parameters = ModelParameters(**model);
+  plan.model_flops_per_step = ModelFlopsPerStep(**model, req.global_batch);
+  plan.tokens_per_step = req.global_batch * ms.seq;
+  plan.dtype = absl::StrCat(DTypeName(ms.compute_dtype()), " compute, ", DTypeName(ms.dtype),
+                            " parameters, gradients and AdamW state");
+  plan.assumptions = PlanAssumptions(req, hw, ms.compute_dtype());
   HardwareProfile node = hw;
   node.gpus_per_node = plan.gpus_per_node;
   // Profiles by what the shape-only step runs (schedule, recomputation and resharding are
@@ -714,7 +844,21 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
     return profiled_key(ProfiledCandidate(c));
   };
   int done = 0;
-  for (Candidate c : *cands) {
+  const auto now = [&req] {
+    if (req.clock) return req.clock();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  const double start = now();
+  double best_step = std::numeric_limits<double>::infinity();
+  plan.time_limit_s = req.time_limit_s;
+  for (size_t ci = 0; ci < cands->size(); ++ci) {
+    if (req.time_limit_s > 0 && ci > 0 && now() - start > req.time_limit_s) {
+      plan.stopped = true;
+      plan.unpriced = static_cast<int>(cands->size() - ci);
+      break;
+    }
+    Candidate c = (*cands)[ci];
     std::optional<PlanRow> best, smallest;
     absl::Status failed;
     const bool piped = c.pipeline.stages > 1 || c.pipeline.microbatches > 1;
@@ -726,11 +870,17 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
       }
       const RecomputingProfile recomputing =
           [&](Recompute mode) -> const absl::StatusOr<std::vector<RoleWork>>& {
-        Candidate key = ProfiledCandidate(c);
-        key.recompute = mode;
-        return profiled_key(key);
+        return profiled_key(MemoryCandidate(c, mode));
       };
-      absl::StatusOr<Evaluated> e = Evaluate(c, *roles, req, node, plan, recomputing);
+      // The interleaved schedule's memory is its own step's (MemoryCandidate).
+      if (Interleaved(c)) {
+        const absl::StatusOr<std::vector<RoleWork>>& own = recomputing(Recompute::kNone);
+        if (!own.ok()) {
+          failed = own.status();
+          break;
+        }
+      }
+      absl::StatusOr<Evaluated> e = Evaluate(c, *roles, req, ms, node, plan, recomputing);
       if (!e.ok()) return e.status();  // a profile that cannot price this work: the user's to fix
       if (e->best_fit && (!best || e->best_fit->prediction.step_s < best->prediction.step_s)) {
         best = std::move(e->best_fit);
@@ -754,16 +904,19 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
       continue;
     }
     if (best) {
+      if (req.on_best && best->prediction.step_s < best_step) {
+        best_step = best->prediction.step_s;
+        req.on_best(best->candidate.Name(), best_step);
+      }
       plan.rows.push_back(*std::move(best));
       continue;
     }
     if (!smallest) continue;
     plan.refused.push_back(
         {smallest->candidate.Name(),
-         absl::StrFormat("out of memory: peak %.1f GiB per GPU > %.1f GiB usable "
-                         "(predicted step %s)",
-                         GiB(smallest->prediction.peak_bytes), GiB(hw.UsableMemory()),
-                         Seconds(smallest->prediction.step_s))});
+         absl::StrCat("out of memory: ",
+                      PeakOverUsable(smallest->prediction.peak_bytes, hw.UsableMemory()),
+                      " (predicted step ", Seconds(smallest->prediction.step_s), ")")});
     plan.unfit.push_back(*std::move(smallest));
   }
   std::stable_sort(plan.rows.begin(), plan.rows.end(), [](const PlanRow& a, const PlanRow& b) {
@@ -772,13 +925,34 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
   std::stable_sort(plan.unfit.begin(), plan.unfit.end(), [](const PlanRow& a, const PlanRow& b) {
     return a.prediction.peak_bytes < b.prediction.peak_bytes;
   });
+  // Two --mesh specs can end as one row (one leaves recomputation to the search, which picks
+  // what the other names): each mesh once.
+  for (std::vector<PlanRow>* rows : {&plan.rows, &plan.unfit}) {
+    std::set<std::string> seen;
+    rows->erase(std::remove_if(rows->begin(), rows->end(),
+                               [&seen](const PlanRow& r) {
+                                 return !seen.insert(r.candidate.Name()).second;
+                               }),
+                rows->end());
+  }
+  std::set<std::pair<std::string, std::string>> said;
+  plan.refused.erase(std::remove_if(plan.refused.begin(), plan.refused.end(),
+                                    [&said](const Refusal& r) {
+                                      return !said.insert({r.candidate, r.reason}).second;
+                                    }),
+                     plan.refused.end());
   if (plan.rows.empty() && plan.unfit.empty()) {
     std::string reasons;
     for (size_t i = 0; i < plan.refused.size() && i < 5; ++i) {
       absl::StrAppend(&reasons, "\n  ", plan.refused[i].candidate, ": ", plan.refused[i].reason);
     }
     return absl::FailedPreconditionError(
-        absl::StrCat("no mesh of ", req.gpus, " GPUs can run this model (", plan.refused.size(),
+        absl::StrCat(plan.stopped
+                         ? absl::StrCat("stopped at the time limit (", req.time_limit_s,
+                                        " s) with ", plan.unpriced,
+                                        " meshes not priced, and none of those priced runs: ")
+                         : std::string(),
+                     "no mesh of ", req.gpus, " GPUs can run this model (", plan.refused.size(),
                      " refused), e.g.:", reasons));
   }
   return plan;
@@ -826,6 +1000,13 @@ std::string FormatPlan(const Plan& plan, int top, bool list_refusals) {
       plan.model_flops_per_step / 1e15, plan.gpus, plan.gpus_per_node, plan.profile_name,
       GiB(plan.usable_memory), plan.dtype);
   for (const std::string& a : plan.assumptions) o << "assumes: " << a << "\n";
+  if (plan.stopped) {
+    o << absl::StrFormat(
+        "stopped at the time limit (%.4g s): %d meshes not priced; the ranking is the best of "
+        "those priced so far (raise --time_limit, or narrow the search: --max_pp, --schedules, "
+        "--microbatch_factors, --mesh)\n",
+        plan.time_limit_s, plan.unpriced);
+  }
   o << absl::StrFormat(
       "%d candidates, %d profiled shape-only in %.2f s%s, %zu ranked, %zu refused\n\n",
       plan.candidates, plan.profiled, plan.profile_seconds,

@@ -1,11 +1,13 @@
-// The parallelism planner: which mix of FSDP, TP(+SP), PP, CP and EP to run for a GPT on N GPUs.
-// It enumerates the meshes that divide the problem, profiles each (one shape-only step per rank
-// role, models/train/gpt_shape_only.h), predicts its step time with planner/cost_model.h on a hardware
-// profile, and ranks them; every mesh it does not rank is listed with the reason.
+// The parallelism planner: which mix of FSDP, TP(+SP), PP, CP and EP to run for any registered
+// model (models/model/registry.h: gpt2, llama3, ...) on N GPUs. It enumerates the meshes that
+// divide the problem, profiles each (one shape-only step of the model's own per-device program
+// per rank role, models/train/gpt_shape_only.h), predicts its step time with
+// planner/cost_model.h on a hardware profile, and ranks them; every mesh it does not rank is
+// listed with the reason.
 //
 //   PlanRequest req;
-//   req.config = GptConfig{.layers = 32, .d_model = 4096, .heads = 32, .vocab = 50304,
-//                          .seq = 4096, .dtype = DType::kF32, .compute = DType::kBF16};
+//   req.model = "llama3";
+//   req.args = ModelArgs{.preset = "llama3_8b", .dtype = "bf16"};
 //   req.global_batch = 512;
 //   req.gpus = 64;
 //   absl::StatusOr<HardwareProfile> hw = LoadHardwareProfile("h100_node");
@@ -23,7 +25,7 @@
 // reshard_after_forward (true / false); the fastest variant that fits is the mesh's row.
 // Gradient accumulation (without a pipeline) takes the fewest microsteps, any divisor of the
 // local batch, whose activations fit.
-// then the framework's own checks (GptLayout::Create, CheckTrainOptions: e.g. no cp or MoE
+// then the framework's own checks (the model's Create through CreateModel, CheckTrainOptions: e.g. no cp or MoE
 // under a pipeline) and the batch's divisibility refuse what cannot run, and a lower bound on
 // memory (parameters, gradients and AdamW state perfectly sharded) refuses what never fits,
 // before anything is profiled.
@@ -31,11 +33,13 @@
 #define SHARDMAP_MODELS_PLANNER_PLAN_H_
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "models/gpt/gpt_model.h"
+#include "models/model/model.h"
+#include "models/model/registry.h"
 #include "models/planner/cost_model.h"
 #include "models/planner/hardware_profile.h"
 #include "models/planner/recompute.h"
@@ -45,7 +49,9 @@
 namespace shardmap::planner {
 
 struct PlanRequest {
-  GptConfig config;
+  // The model: its registered name and the shape flags / preset CreateModel takes.
+  std::string model = "gpt2";
+  ModelArgs args;
   int64_t global_batch = 8;  // sequences per optimizer step
   int gpus = 1;
   int gpus_per_node = 0;     // 0: the profile's
@@ -87,8 +93,20 @@ struct PlanRequest {
   // affine in the microbatches), and (plan_cli's profiler, ShapeOnlyProfiler's share_stages) a
   // pipeline's middle stages from three of them; false: every candidate's own step, every stage.
   bool reuse_profiles = true;
+  // The attention the shape-only steps run ("flash" or "materialised"; "" : not said), for the
+  // header's assumptions and for refusing selective recomputation under flash with a true
+  // reason. plan_cli's PlanText sets it (and the path itself) from --attention.
+  std::string attention;
   // Told after each shape-only profile (done, total); for progress lines.
   std::function<void(int done, int total)> progress;
+  // Told when a mesh becomes the fastest that fits so far (its name and predicted step).
+  std::function<void(const std::string& mesh, double step_s)> on_best;
+  // Seconds the search may take (0: no limit). Past it the meshes not yet priced are left out,
+  // the plan says so (Plan::stopped) and ranks what it priced; one mesh is always priced, and a
+  // mesh being priced is finished (the limit is read between meshes).
+  double time_limit_s = 0;
+  // The clock the limit is read from, in seconds (empty: a steady clock); tests give their own.
+  std::function<double()> clock;
 };
 
 // One mesh and how it runs.
@@ -130,6 +148,10 @@ struct Plan {
   int candidates = 0, profiled = 0;
   int extrapolated = 0;             // profiles extrapolated from two shorter ones
   double profile_seconds = 0;       // wall time spent in the shape-only runs
+  // The search reached PlanRequest::time_limit_s with `unpriced` meshes left out.
+  bool stopped = false;
+  int unpriced = 0;
+  double time_limit_s = 0;
   double model_flops_per_step = 0;
   double parameters = 0;
   std::string profile_name;
@@ -145,7 +167,13 @@ using Profiler =
 
 // The layout a candidate trains (its mesh, sp) and the trainer options of its step (batch,
 // pipeline schedule and microbatches, grad_accum): what the checks and the profiler both use.
-absl::StatusOr<GptLayout> CandidateLayout(const Candidate& c, const PlanRequest& req);
+absl::StatusOr<std::unique_ptr<Model>> CandidateLayout(const Candidate& c,
+                                                       const PlanRequest& req);
+
+// The request's model on one device: its shape, parameter table and FLOPs per token. An unknown
+// name is the registry's NotFound (listing the names); the model's own errors (a bad preset or
+// shape) come prefixed with "--model=NAME [--preset=PRESET]: ".
+absl::StatusOr<std::unique_ptr<Model>> RequestModel(const PlanRequest& req);
 TrainOptions CandidateTrainOptions(const Candidate& c, const PlanRequest& req);
 
 // The candidates the request enumerates; what fails the cheap checks goes to *refused.
@@ -155,10 +183,10 @@ absl::StatusOr<std::vector<Candidate>> EnumerateCandidates(const PlanRequest& re
                                                            const HardwareProfile& hw,
                                                            std::vector<Refusal>* refused);
 
-// Parameters of the model (global), and the FLOPs of one step: 6 N tokens (N without wpe, MoE
-// experts counted topk/experts) + 12 layers d seq tokens (attention scores, fwd + bwd).
-double ModelParameters(const GptConfig& cfg);
-double ModelFlopsPerStep(const GptConfig& cfg, int64_t batch);
+// Parameters of the model (global: the elements of its parameter table), and the FLOPs of one
+// step: the model's FlopsPerToken (e.g. 6 N + 12 L d seq, N without GPT-2's wpe) x batch x seq.
+double ModelParameters(const Model& model);
+double ModelFlopsPerStep(const Model& model, int64_t batch);
 
 // Plans: profiles each candidate, predicts it, ranks. FailedPrecondition when nothing runs
 // (every mesh refused). When nothing fits, the plan has no rows and its `unfit` rows carry the
@@ -180,8 +208,16 @@ absl::StatusOr<StepPrediction> PredictOnSimulatedLink(const PlanRequest& request
                                                       const StepOptions& options,
                                                       const Profiler& profiler);
 
+// "peak 74.63 GiB per GPU > 74.60 GiB usable": one decimal, more while the two would print
+// alike.
+std::string PeakOverUsable(double peak_bytes, double usable_bytes);
+
 // The assumptions a plan's header states (overlap, pipeline execution, recomputation's source).
-std::vector<std::string> PlanAssumptions(const PlanRequest& req, const HardwareProfile& hw);
+std::vector<std::string> PlanAssumptions(const PlanRequest& req, const HardwareProfile& hw,
+                                         DType compute);
+// The same with the request's model's compute dtype (its own checks' error otherwise).
+absl::StatusOr<std::vector<std::string>> PlanAssumptions(const PlanRequest& req,
+                                                         const HardwareProfile& hw);
 
 // The ranked table (top rows; <= 0: all), the meshes that do not fit with their prices (OOM), the collectives of the best rows, and the refusals.
 std::string FormatPlan(const Plan& plan, int top, bool list_refusals = true);

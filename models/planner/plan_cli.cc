@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "models/components/bounded_read.h"
+#include "models/model/registry.h"
+#include "models/parallel/layers.h"
 #include "models/planner/measure_cpu.h"
 #include "models/planner/shape_only_source.h"
 #include "perfmodel/gpu_profile.h"
@@ -60,7 +63,15 @@ absl::Status CheckPlanBounds(const PlanRequest& request, const PlanCliOptions& c
         "--gpus ", request.gpus, " is more than ", kMaxPlanGpus,
         ": the planner enumerates and profiles meshes of that many ranks"));
   }
-  const GptConfig& c = request.config;
+  // The shape flags are bounded before a parameter table of that size is built.
+  if (request.args.layers.value_or(0) > kMaxPlanLayers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--layers ", *request.args.layers, " is more than ", kMaxPlanLayers,
+        ": the shape-only step builds every layer; lower --layers"));
+  }
+  absl::StatusOr<std::unique_ptr<Model>> model = RequestModel(request);
+  if (!model.ok()) return model.status();
+  const ModelShape& c = (*model)->shape();
   if (c.layers > kMaxPlanLayers) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--layers ", c.layers, " is more than ", kMaxPlanLayers,
@@ -68,7 +79,7 @@ absl::Status CheckPlanBounds(const PlanRequest& request, const PlanCliOptions& c
   }
   if (cli.shape_only_on_cpu) {
     // Real CPU tensors: the parameters, gradients and two moments at least.
-    const double need = ModelParameters(c) * DTypeSize(c.dtype) * 4;
+    const double need = ModelParameters(**model) * DTypeSize(c.dtype) * 4;
     const double host = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
                         static_cast<double>(sysconf(_SC_PAGESIZE));
     if (!(need <= host)) {
@@ -76,27 +87,54 @@ absl::Status CheckPlanBounds(const PlanRequest& request, const PlanCliOptions& c
           "--shape_only_device=cpu runs the shape-only steps on real tensors: this model's %.3g "
           "parameters with their gradients and AdamW moments need %.3g GiB, more than this "
           "machine's %.1f GiB; use --shape_only_device=meta",
-          ModelParameters(c), need / 1073741824.0, host / 1073741824.0));
+          ModelParameters(**model), need / 1073741824.0, host / 1073741824.0));
     }
   }
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> ResolveAttention(const PlanCliOptions& cli,
+                                             const HardwareProfile& hw, int64_t head_dim) {
+  std::string want = cli.attention;
+  if (want.empty()) {
+    // A GPU profile (ranks with a device each): the attention a CUDA run takes there. The
+    // shape-only steps run on the meta device, where the materialised scores would be chosen.
+    want = hw.cores == 0 && head_dim <= 128 ? "flash" : "materialised";
+  }
+  if (want != "flash" && want != "materialised") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--attention=", want, ": use flash (the fused kernel) or materialised (einsum scores)"));
+  }
+  if (want == "flash" && head_dim > 128) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--attention=flash: head_dim ", head_dim, " (d_model / heads) is more than the 128 this "
+        "framework's fused attention kernel takes; use --attention=materialised or more heads"));
+  }
+  const AttentionPath path = want == "flash" ? AttentionPath::kFused : AttentionPath::kMaterialised;
+  setenv("SHARDMAP_ATTENTION", want == "flash" ? "fused" : "materialised", 1);
+  if (ResolveAttentionPath(AttentionPath::kAuto, Device::Meta(), head_dim) != path) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--attention=", want, ": this process already runs the other attention path (read once "
+        "per process, models/parallel/layers.h); plan in a new process"));
+  }
+  return want;
+}
+
 absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOptions& cli,
                                      const std::string& own) {
   if (absl::Status s = CheckPlanBounds(request, cli); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<Model>> model = RequestModel(request);
+  if (!model.ok()) return model.status();
   absl::StatusOr<HardwareProfile> hw = ResolveProfile(cli);
   if (!hw.ok()) return hw.status();
-  // A GPU profile (ranks with a device each): profile the attention a CUDA run would take. The
-  // shape-only steps run on the meta device, where ResolveAttentionPath picks the materialised
-  // scores; on CUDA it takes the fused kernel for head_dim <= 128 (models/parallel/layers.h).
-  if (hw->cores == 0 && std::getenv("SHARDMAP_ATTENTION") == nullptr &&
-      request.config.head_dim() <= 128) {
-    setenv("SHARDMAP_ATTENTION", "fused", 0);
-  }
+  absl::StatusOr<std::string> attention =
+      ResolveAttention(cli, *hw, (*model)->shape().head_dim());
+  if (!attention.ok()) return attention.status();
+  PlanRequest req_attention = request;
+  req_attention.attention = *attention;
   const Profiler profiler = ShapeOnlyProfiler(
       cli.shape_only_on_cpu ? Device::Cpu() : Device::Meta(), request.reuse_profiles);
-  absl::StatusOr<Plan> plan = PlanGpt(request, *hw, profiler);
+  absl::StatusOr<Plan> plan = PlanGpt(req_attention, *hw, profiler);
   if (!plan.ok()) return plan.status();
   std::string text = FormatPlan(*plan, cli.top, cli.list_refusals);
   if (own.empty()) return text;
@@ -125,7 +163,7 @@ absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOp
       return text;
     }
   }
-  PlanRequest one = request;
+  PlanRequest one = req_attention;
   one.only_meshes = {own};
   absl::StatusOr<Plan> mine = PlanGpt(one, *hw, profiler);
   if (!mine.ok()) {
@@ -149,19 +187,30 @@ absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOp
   return text;
 }
 
-absl::StatusOr<std::string> PlanForTrainRun(const GptLayout& layout, int64_t batch,
+absl::StatusOr<std::string> PlanForTrainRun(const Model& layout, int64_t batch,
                                             int64_t microbatches, const std::string& schedule,
                                             int virtual_stages, PlanCliOptions cli,
                                             int gpus_per_node) {
   PlanRequest req;
-  req.config = layout.config();
+  // The run's model as its registration rebuilds it on any mesh: its args from the metadata a
+  // checkpoint of it would carry.
+  absl::StatusOr<const ModelSpec*> spec = FindModel(layout.name());
+  if (!spec.ok()) return spec.status();
+  absl::StatusOr<ModelArgs> args = (*spec)->args_from_metadata(layout.ShapeMetadata());
+  if (!args.ok()) {
+    return absl::Status(args.status().code(),
+                        absl::StrCat("--plan: ", args.status().message()));
+  }
+  req.model = layout.name();
+  req.args = *std::move(args);
+  req.args.recompute = layout.shape().recompute;  // the run's own --recompute, as it trains
   req.global_batch = batch;
   req.gpus = layout.mesh().size();
   req.gpus_per_node = gpus_per_node > 0 ? gpus_per_node : req.gpus;
   if (cli.profile.empty()) cli.profile = "measure";
   // Models a CPU trains are small: their shape-only steps may run the real ops on zeros (exact
   // as well, and independent of which ops the meta device covers).
-  if (ModelParameters(req.config) < 50e6) cli.shape_only_on_cpu = true;
+  if (ModelParameters(layout) < 50e6) cli.shape_only_on_cpu = true;
   Candidate own;
   for (int i = 0; i < layout.mesh().num_axes(); ++i) {
     own.mesh.axes.push_back(layout.mesh().axis_names()[i]);

@@ -1,4 +1,4 @@
-// What plan_gpt and `train_gpt --plan` share: resolving the hardware profile from the command
+// What `plan` (alias plan_gpt) and `train --plan` share: resolving the hardware profile from the command
 // line's choices, and the plan's text with a given run's own mesh placed in the ranking.
 //
 //   PlanCliOptions cli{.profile = "h100_node", .top = 15};
@@ -21,6 +21,12 @@ struct PlanCliOptions {
   std::string tp_bench_profile;    // tp_bench --profile_out file: GEMM rates and the intra link
   std::string collectives_bench;   // collectives_bench --benchmark_format=json output
   bool shape_only_on_cpu = false; // run the shape-only steps on CPU tensors (small models)
+  // The attention the shape-only steps run and the plan prices: "flash" (the fused kernel: no
+  // [b, heads, t, t] scores kept; this framework's takes head_dim <= 128), "materialised" (the
+  // einsum scores, as Megatron-LM ran in 2021), or "" (the profile's device: flash on a GPU
+  // profile where head_dim <= 128, else materialised). The SHARDMAP_ATTENTION environment
+  // variable does not decide it: PlanText sets it from this.
+  std::string attention;
   int top = 20;
   bool list_refusals = true;
   // Set: the profile already resolved (--print_profile wrote it): used as is, nothing re-read.
@@ -36,18 +42,24 @@ inline constexpr int kMaxPlanGpus = 1 << 16;
 inline constexpr int64_t kMaxPlanLayers = 1 << 14;
 absl::Status CheckPlanBounds(const PlanRequest& request, const PlanCliOptions& cli);
 
+// The attention path ("flash" or "materialised") cli.attention asks for on profile hw, set for
+// this process's shape-only steps (models/parallel/layers.h reads it once per process).
+// InvalidArgument for an unknown name or flash with head_dim > 128; FailedPrecondition when
+// this process already runs the other path.
+absl::StatusOr<std::string> ResolveAttention(const PlanCliOptions& cli,
+                                             const HardwareProfile& hw, int64_t head_dim);
+
 // The plan (FormatPlan) and, when `own` names a candidate (Candidate::Name's form, e.g.
-// "pp=2,dp=2 1f1b/m4"), where it ranks or why it was refused. With a GPU profile (cores 0) and
-// head_dim <= 128 the shape-only steps take the fused attention a CUDA run takes
-// (SHARDMAP_ATTENTION=fused unless already set: the meta device would resolve to the
-// materialised scores). A mesh the enumeration did not list is profiled on its own.
+// "pp=2,dp=2 1f1b/m4"), where it ranks or why it was refused. The shape-only steps take
+// cli.attention (ResolveAttention). A mesh the enumeration did not list is profiled on its own.
 absl::StatusOr<std::string> PlanText(const PlanRequest& request, const PlanCliOptions& cli,
                                      const std::string& own = "");
 
-// `train_gpt --plan`: the plan for a training run's own model, batch and world size (every mesh
-// of layout.mesh().size() ranks, gpus_per_node 0: all of them on one node), with the run's mesh
-// placed in it. cli.profile "" means "measure" (simulated CPU ranks).
-absl::StatusOr<std::string> PlanForTrainRun(const GptLayout& layout, int64_t batch,
+// `train --plan`: the plan for a training run's own model (any registered one: its name and the
+// args its ShapeMetadata describes), batch and world size (every mesh of layout.mesh().size()
+// ranks, gpus_per_node 0: all of them on one node), with the run's mesh placed in it.
+// cli.profile "" means "measure" (simulated CPU ranks).
+absl::StatusOr<std::string> PlanForTrainRun(const Model& layout, int64_t batch,
                                             int64_t microbatches, const std::string& schedule,
                                             int virtual_stages, PlanCliOptions cli,
                                             int gpus_per_node = 0);

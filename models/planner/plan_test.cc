@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "models/planner/gpt_request.h"
 #include "models/planner/shape_only_source.h"
 
 namespace shardmap::planner {
@@ -27,7 +28,9 @@ HardwareProfile Node(int gpus_per_node = 4) {
 
 PlanRequest Small(int gpus) {
   PlanRequest r;
-  r.config = GptConfig{.layers = 2, .d_model = 16, .heads = 4, .vocab = 32, .seq = 8};
+  EXPECT_TRUE(SetGptModel(
+      GptConfig{.layers = 2, .d_model = 16, .heads = 4, .vocab = 32, .seq = 8},
+      &r).ok());
   r.global_batch = 8;
   r.gpus = gpus;
   r.schedules = {"1f1b"};
@@ -87,7 +90,7 @@ TEST(EnumerateTest, CountsAndRefusalsOnFourGpus) {
 
 TEST(EnumerateTest, TpStaysInsideANodeUnlessAsked) {
   PlanRequest r = Small(8);
-  r.config.heads = 8;
+  r.args.heads = 8;
   std::vector<Refusal> refused;
   ASSERT_TRUE(EnumerateCandidates(r, Node(4), &refused).ok());
   Plan p;
@@ -150,7 +153,7 @@ TEST(EnumerateTest, OnlyMeshesTakesSpAndPipeline) {
   EXPECT_TRUE((*c)[1].sp);
   // A mesh the model does not divide is refused with the layout's reason.
   r.only_meshes = {"tp=4"};
-  r.config.heads = 2;
+  r.args.heads = 2;
   refused.clear();
   c = EnumerateCandidates(r, Node(), &refused);
   ASSERT_TRUE(c.ok());
@@ -254,7 +257,9 @@ TEST(PlanTest, RecomputationIsChosenWhenNothingElseFits) {
   // A pipeline (no gradient accumulation to fall back on) whose activations fit only with full
   // recomputation: the row says rc=full and the peak is the estimate's.
   PlanRequest r = Small(2);
-  r.config = GptConfig{.layers = 4, .d_model = 64, .heads = 4, .vocab = 32, .seq = 64};
+  EXPECT_TRUE(SetGptModel(
+      GptConfig{.layers = 4, .d_model = 64, .heads = 4, .vocab = 32, .seq = 64},
+      &r).ok());
   r.only_meshes = {"pp=2 1f1b/m2"};
   HardwareProfile hw = Node();
   Profiler prof = [](const Candidate& c, const PlanRequest&) -> absl::StatusOr<std::vector<RoleWork>> {
@@ -291,7 +296,9 @@ TEST(PlanTest, RecomputingVariantsTakeTheTrainersOwnMemoryAndAreProfiledOnlyWhen
   // mode: none 20 MB, selective 12 MB, full 4 MB of activations on 1 MB of state); the
   // estimator's work stays. Recomputing profiles are made only when no variant without fits.
   PlanRequest r = Small(1);
-  r.config = GptConfig{.layers = 4, .d_model = 64, .heads = 4, .vocab = 32, .seq = 64};
+  EXPECT_TRUE(SetGptModel(
+      GptConfig{.layers = 4, .d_model = 64, .heads = 4, .vocab = 32, .seq = 64},
+      &r).ok());
   r.only_meshes = {"single"};
   r.global_batch = 1;  // no gradient accumulation to fall back on
   std::map<Recompute, int> calls;
@@ -335,9 +342,9 @@ TEST(PlanTest, RecomputingVariantsTakeTheTrainersOwnMemoryAndAreProfiledOnlyWhen
 
 TEST(PlanTest, MemoryLowerBoundRefusesBeforeProfiling) {
   PlanRequest r = Small(4);
-  r.config.d_model = 4096;
-  r.config.heads = 32;
-  r.config.vocab = 4096;
+  r.args.d_model = 4096;
+  r.args.heads = 32;
+  r.args.vocab = 4096;
   HardwareProfile hw = Node();
   hw.memory_bytes = 3e9;  // 2 layers of d 4096: 420M parameters, 6.7 GB of f32 state
   int calls = 0;
@@ -368,8 +375,10 @@ PlanRequest Reused(bool on) {
   PlanRequest r;
   // 10 layers: pp=4 splits them 3/3/2/2 and pp=8 2/2/1/.../1 (two middle groups); 8 heads
   // for tp up to 8.
-  r.config = GptConfig{.layers = 10, .d_model = 16, .heads = 8, .vocab = 32, .seq = 8,
-                       .dtype = DType::kF32};
+  EXPECT_TRUE(SetGptModel(
+      GptConfig{.layers = 10, .d_model = 16, .heads = 8, .vocab = 32, .seq = 8,
+                .dtype = DType::kF32},
+      &r).ok());
   r.global_batch = 64;
   r.gpus = 8;
   r.schedules = {"1f1b", "gpipe", "interleaved_1f1b"};
@@ -446,10 +455,86 @@ TEST(ProfileReuseTest, GradientAccumulationExtrapolatesExactly) {
 }
 
 TEST(ModelTest, ParametersAndFlopsOfGpt2Small) {
-  GptConfig c{.layers = 12, .d_model = 768, .heads = 12, .vocab = 50257, .seq = 1024};
-  EXPECT_EQ(ModelParameters(c), 124439808.0);  // Hugging Face's count for gpt2
+  PlanRequest r;
+  r.args.preset = "gpt2";
+  absl::StatusOr<std::unique_ptr<Model>> m = RequestModel(r);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(ModelParameters(**m), 124439808.0);  // Hugging Face's count for gpt2
   const double n = 124439808.0 - 1024 * 768;
-  EXPECT_DOUBLE_EQ(ModelFlopsPerStep(c, 2), 6 * n * 2048 + 12.0 * 12 * 768 * 1024 * 2048);
+  EXPECT_DOUBLE_EQ(ModelFlopsPerStep(**m, 2), 6 * n * 2048 + 12.0 * 12 * 768 * 1024 * 2048);
+}
+
+// GPT-2 and Llama 3 of one width, depth, head count and vocabulary planned on FSDP: each rank's
+// forward gathers are its model's own table (from the shapes, independently: GPT-2's block
+// 12 d^2 + 13 d, wte and wpe tied into the head; Llama's q and o d^2 each, k and v at
+// 2 kv heads of 8, SwiGLU's 3 d f, an untied head), and their FLOPs per step differ by the same.
+TEST(ModelTest, LlamaAndGpt2PlansDifferInKvAndFfn) {
+  const int64_t d = 64, layers = 2, vocab = 96, seq = 32, f = 160;
+  auto gathered = [](const Plan& p) {
+    double b = 0;
+    for (const CollectiveWork& c : p.rows.at(0).roles.at(0).collectives) {
+      if (c.op == "all_gather" && !c.backward) b += c.bytes;
+    }
+    return b;
+  };
+  PlanRequest gpt;
+  ASSERT_TRUE(SetGptModel(GptConfig{.layers = layers, .d_model = d, .heads = 8, .vocab = vocab,
+                                    .seq = seq},
+                          &gpt)
+                  .ok());
+  PlanRequest llama = gpt;
+  llama.model = "llama3";
+  llama.args = ModelArgs{.layers = layers, .d_model = d, .heads = 8, .kv_heads = 2,
+                         .ffn_dim = f, .vocab = vocab, .seq = seq, .dtype = "f32"};
+  HardwareProfile hw = *LoadHardwareProfile("h100_node");
+  for (PlanRequest* r : {&gpt, &llama}) {
+    r->gpus = 2;
+    r->global_batch = 4;
+    r->only_meshes = {"dp_shard=2 ga1"};
+    r->recompute = {Recompute::kNone};
+    r->reshard_after_forward = {true};
+  }
+  absl::StatusOr<Plan> g = PlanGpt(gpt, hw, ShapeOnlyProfiler());
+  absl::StatusOr<Plan> l = PlanGpt(llama, hw, ShapeOnlyProfiler());
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE(l.ok()) << l.status();
+  ASSERT_FALSE(g->rows.empty());
+  ASSERT_FALSE(l->rows.empty());
+  const double gpt_n = layers * (12.0 * d * d + 13 * d) + vocab * d + seq * d + 2 * d;
+  const double kv = 2.0 * (d / 8);  // 2 kv heads of head_dim d / 8
+  const double llama_n =
+      layers * (2.0 * d * d + 2 * d * kv + 3.0 * d * f + 2 * d) + 2.0 * vocab * d + d;
+  EXPECT_EQ(g->parameters, gpt_n);
+  EXPECT_EQ(l->parameters, llama_n);
+  EXPECT_EQ(gathered(*g), gpt_n * 4 / 2);  // f32, half of each tensor gathered from the peer
+  EXPECT_EQ(gathered(*l), llama_n * 4 / 2);
+  // FLOPs per step: 6 N' T + 12 L d s T, N' without GPT-2's wpe and Llama's embedding lookup.
+  const double tokens = 4.0 * seq, attention = 12.0 * layers * d * seq * tokens;
+  EXPECT_DOUBLE_EQ(g->model_flops_per_step, 6 * (gpt_n - seq * d) * tokens + attention);
+  EXPECT_DOUBLE_EQ(l->model_flops_per_step, 6 * (llama_n - vocab * d) * tokens + attention);
+}
+
+TEST(ModelTest, BadModelsAreRefusedWithTheirNames) {
+  PlanRequest r;
+  r.model = "llama";
+  absl::StatusOr<std::unique_ptr<Model>> m = RequestModel(r);
+  ASSERT_FALSE(m.ok());
+  EXPECT_TRUE(absl::StrContains(m.status().message(), "registered: gpt2, llama3"))
+      << m.status();
+  r.model = "llama3";
+  r.args.preset = "llama3_9b";
+  m = RequestModel(r);
+  ASSERT_FALSE(m.ok());
+  EXPECT_TRUE(absl::StrContains(m.status().message(), "--model=llama3 --preset=llama3_9b: "))
+      << m.status();
+  r.args = ModelArgs{.layers = 2, .d_model = 64, .heads = 8, .kv_heads = 3};
+  m = RequestModel(r);
+  ASSERT_FALSE(m.ok());
+  EXPECT_TRUE(absl::StrContains(m.status().message(), "not divisible by kv_heads 3"))
+      << m.status();
+  // EnumerateCandidates says the same before anything runs.
+  std::vector<Refusal> refused;
+  EXPECT_FALSE(EnumerateCandidates(r, Node(), &refused).ok());
 }
 
 }  // namespace

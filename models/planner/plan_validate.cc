@@ -53,6 +53,7 @@
 #include "models/gpt/gpt_flags.h"
 #include "models/gpt.h"
 #include "models/planner/cost_model.h"
+#include "models/planner/gpt_request.h"
 #include "models/planner/measure_cpu.h"
 #include "models/planner/plan.h"
 #include "models/planner/shape_only_source.h"
@@ -472,7 +473,8 @@ class Validation {
 
   PlanRequest Request(const Row& row) const {
     PlanRequest req;
-    req.config = s_.cfg;
+    // s_.cfg's --dtype was checked (GptConfigFromFlags): one SetGptModel takes.
+    SetGptModel(s_.cfg, &req).IgnoreError();
     req.global_batch = s_.batch;
     req.gpus = row.candidate.mesh.world();
     req.gpus_per_node = req.gpus;
@@ -503,7 +505,7 @@ class Validation {
     tiny.seq = 4;
     const int64_t tiny_batch = 1, tiny_steps = 12;
     PlanRequest req;
-    req.config = tiny;
+    SetGptModel(tiny, &req).IgnoreError();  // s_.cfg's precision, checked
     req.global_batch = tiny_batch;
     req.gpus = 1;
     req.gpus_per_node = 1;

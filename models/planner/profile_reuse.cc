@@ -188,20 +188,21 @@ absl::StatusOr<RoleWork> StageInFlight(const RoleWork& a, int in_flight_a, const
 
 absl::StatusOr<std::vector<RoleWork>> ExtrapolateMicrobatches(const std::vector<RoleWork>& low,
                                                               const std::vector<RoleWork>& high,
-                                                              int n1, int n) {
-  if (n1 < 1 || n <= n1 + 1) {
+                                                              int n1, int n, int step) {
+  if (n1 < 1 || step < 1 || n <= n1 + step || (n - n1) % step != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "extrapolating microbatches: from ", n1, " and ", n1 + 1, " to ", n,
-        " (n1 >= 1 and n > n1 + 1; profile n itself otherwise)"));
+        "extrapolating microbatches: from ", n1, " and ", n1 + step, " to ", n,
+        " (n1 >= 1, step >= 1, n > n1 + step and n - n1 a multiple of step; profile n itself "
+        "otherwise)"));
   }
   if (low.size() != high.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "extrapolating microbatches: ", low.size(), " roles at ", n1, ", ", high.size(), " at ",
-        n1 + 1));
+        n1 + step));
   }
   std::vector<RoleWork> out;
   for (size_t i = 0; i < low.size(); ++i) {
-    absl::StatusOr<RoleWork> w = ExtrapolateRole(low[i], high[i], n - n1);
+    absl::StatusOr<RoleWork> w = ExtrapolateRole(low[i], high[i], (n - n1) / step);
     if (!w.ok()) return w.status();
     out.push_back(*std::move(w));
   }

@@ -37,14 +37,16 @@
 
 namespace shardmap::planner {
 
-// The roles at n microbatches from the roles at n1 (`low`) and n1 + 1 (`high`). Collectives
+// The roles at n microbatches from the roles at n1 (`low`) and n1 + step (`high`), step > 1 for
+// schedules that take microbatches in groups (interleaved 1F1B: multiples of pp). Collectives
 // come back grouped (identical records together, in first-seen order): the cost model sums
 // them, their order is not priced. FailedPrecondition when the two profiles are not one affine
 // step apart (other roles, other parameter / gradient / optimizer bytes, a count that would go
-// negative): the caller profiles n itself. InvalidArgument for n1 < 1 or n <= n1 + 1.
+// negative): the caller profiles n itself. InvalidArgument for n1 < 1, step < 1,
+// n <= n1 + step or n - n1 not a multiple of step.
 absl::StatusOr<std::vector<RoleWork>> ExtrapolateMicrobatches(const std::vector<RoleWork>& low,
                                                               const std::vector<RoleWork>& high,
-                                                              int n1, int n);
+                                                              int n1, int n, int step = 1);
 
 // Whether a and b run the same work (GEMMs, ops, collectives as multisets, op count, parameter,
 // gradient and optimizer bytes, ranks, layers): everything but the role's name, its stage and its

@@ -2,11 +2,14 @@
 
 #include <map>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+#include "models/planner/gpt_request.h"
 #include "models/planner/shape_only_source.h"
 
 namespace shardmap::planner {
@@ -46,8 +49,10 @@ std::string Canonical(const std::vector<RoleWork>& roles) {
 
 PlanRequest Tiny(int gpus, int64_t batch) {
   PlanRequest r;
-  r.config = GptConfig{.layers = 10, .d_model = 16, .heads = 8, .vocab = 32, .seq = 8,
-                       .dtype = DType::kF32};
+  EXPECT_TRUE(SetGptModel(
+      GptConfig{.layers = 10, .d_model = 16, .heads = 8, .vocab = 32, .seq = 8,
+                .dtype = DType::kF32},
+      &r).ok());
   r.global_batch = batch;
   r.gpus = gpus;
   return r;
@@ -104,12 +109,55 @@ TEST(ExtrapolateMicrobatchesTest, EqualsTheFullStep) {
   }
 }
 
+// The interleaved schedule takes microbatches in groups of pp: its work at n from the steps at
+// 2 pp and 3 pp (step pp) equals its own step of n, field by field, every stage; its peak does
+// not (it grows by less with each later group of pp than from 2 pp to 3 pp), which is why the
+// planner profiles interleaved pipelines in full.
+TEST(ExtrapolateMicrobatchesTest, InterleavedWorkInStepsOfPpButNotItsPeak) {
+  const std::tuple<const char*, int, int> cases[] = {{"pp=2", 5, 10}, {"pp=2,dp=2", 5, 14},
+                                                     {"pp=5", 2, 35}, {"pp=2,tp=2", 5, 12}};
+  const Profiler full_profiler = ShapeOnlyProfiler(Device::Meta(), /*share_stages=*/false);
+  auto without_peak = [](std::vector<RoleWork> roles) {
+    for (RoleWork& w : roles) w.peak_bytes = w.activation_peak_bytes = 0;
+    return Canonical(roles);
+  };
+  int peaks_off = 0;
+  for (const auto& [mesh, v, n] : cases) {
+    SCOPED_TRACE(absl::StrCat(mesh, " v=", v, " n=", n));
+    absl::StatusOr<Candidate> c = ParseCandidate(mesh, false, "interleaved_1f1b", n, v);
+    ASSERT_TRUE(c.ok()) << c.status();
+    const int p = c->mesh.size("pp");
+    const int data = c->mesh.world() / (p * c->mesh.size("tp"));
+    auto at = [&](int m) {
+      Candidate x = *c;
+      x.pipeline.microbatches = m;
+      return full_profiler(x, Tiny(c->mesh.world(), static_cast<int64_t>(m) * data));
+    };
+    absl::StatusOr<std::vector<RoleWork>> lo = at(2 * p), hi = at(3 * p), want = at(n);
+    ASSERT_TRUE(lo.ok()) << lo.status();
+    ASSERT_TRUE(hi.ok()) << hi.status();
+    ASSERT_TRUE(want.ok()) << want.status();
+    absl::StatusOr<std::vector<RoleWork>> got = ExtrapolateMicrobatches(*lo, *hi, 2 * p, n, p);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(without_peak(*got), without_peak(*want));
+    peaks_off += Canonical(*got) != Canonical(*want);
+  }
+  EXPECT_GT(peaks_off, 0) << "the interleaved peak extrapolates exactly: the planner could too";
+  // Not a whole number of steps away, or not beyond the second profile: refused.
+  EXPECT_EQ(ExtrapolateMicrobatches({}, {}, 4, 9, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ExtrapolateMicrobatches({}, {}, 4, 6, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // plan_validate's pipeline of 8 microbatches (its model, its batch), on the CPU device it
 // profiles with: the ops run for real, the memory is the CPU's.
 TEST(ExtrapolateMicrobatchesTest, EqualsTheValidationsCpuStep) {
   PlanRequest r;
-  r.config = GptConfig{.layers = 4, .d_model = 128, .heads = 4, .vocab = 512, .seq = 64,
-                       .dtype = DType::kF32};
+  EXPECT_TRUE(SetGptModel(
+      GptConfig{.layers = 4, .d_model = 128, .heads = 4, .vocab = 512, .seq = 64,
+                .dtype = DType::kF32},
+      &r).ok());
   r.gpus = 2;
   absl::StatusOr<Candidate> c = ParseCandidate("pp=2", false, "1f1b", 8);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -200,11 +248,13 @@ TEST(StageInFlightTest, MovesThePeakAlongTheTwoStages) {
 // A pipeline's middle stages from two of them equal every stage's own step.
 TEST(SharedStagesTest, EqualEveryStagesOwnStep) {
   const std::pair<const char*, const char*> cases[] = {
-      {"pp=8", "1f1b"}, {"pp=8", "gpipe"}, {"pp=5,dp_shard=2", "1f1b"}, {"pp=6,tp=2", "1f1b"}};
+      {"pp=8", "1f1b"}, {"pp=8", "gpipe"}, {"pp=5,dp_shard=2", "1f1b"}, {"pp=6,tp=2", "1f1b"},
+      {"pp=5", "interleaved_1f1b"}};
   for (const auto& [mesh, sched] : cases) {
-    for (int m : {3, 8, 17}) {
+    const bool interleaved = std::string(sched) == "interleaved_1f1b";
+    for (int m : interleaved ? std::vector<int>{5, 10, 20} : std::vector<int>{3, 8, 17}) {
       SCOPED_TRACE(absl::StrCat(mesh, " ", sched, " m=", m));
-      absl::StatusOr<Candidate> c = ParseCandidate(mesh, false, sched, m);
+      absl::StatusOr<Candidate> c = ParseCandidate(mesh, false, sched, m, interleaved ? 2 : 1);
       ASSERT_TRUE(c.ok()) << c.status();
       const int world = c->mesh.world();
       const PlanRequest r = Tiny(world, static_cast<int64_t>(m) * world / c->mesh.size("pp") /

@@ -1,6 +1,8 @@
 #include "models/planner/recompute.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -25,8 +27,43 @@ absl::StatusOr<Recompute> ParseRecompute(const std::string& name) {
       absl::StrCat("recompute '", name, "': use none, selective or full"));
 }
 
+std::vector<BlockMatmul> BlockMatmuls(const Model& model, int tp) {
+  const MoeConfig& moe = model.shape().moe;
+  std::vector<BlockMatmul> out;
+  for (const ParamInfo& p : model.params()) {
+    if (p.unit.kind != ModelUnit::kBlock || p.unit.block != 0 || !p.decay) continue;
+    // The matrix as checkpoints hold it (GPT-2's fused c_attn [d, 3, d] is [d, 3d]); a stack of
+    // experts' matrices [E, k, n] is priced as one expert per token, its biases [E, n] skipped.
+    const Shape cs = model.CheckpointShape(p);
+    const int rank = static_cast<int>(cs.size());
+    if (rank == 2 && moe.on() && cs[0] == moe.experts) continue;
+    if (rank != 2 && rank != 3) continue;
+    int64_t dims[2] = {cs[rank - 2], cs[rank - 1]};
+    // Each dim split over tp shrinks the checkpoint dim its elements fall in: the last one
+    // whose stride (the product of the dims before it) is at most the split dim's.
+    int64_t before = 1;
+    for (int j = 0; j < static_cast<int>(p.global_shape.size()); ++j) {
+      const bool split = j < p.spec.size() && std::find(p.spec.dim_axes(j).begin(),
+                                                        p.spec.dim_axes(j).end(),
+                                                        axis::kTp) != p.spec.dim_axes(j).end();
+      if (split) {
+        int c = 0;
+        int64_t stride = 1;
+        for (int k = 0; k < rank; ++k) {
+          if (stride <= before) c = k;
+          stride *= cs[k];
+        }
+        if (c >= rank - 2) dims[c - (rank - 2)] /= std::max(1, tp);
+      }
+      before *= p.global_shape[j];
+    }
+    out.push_back({.n = dims[1], .k = dims[0]});
+  }
+  return out;
+}
+
 double BlockActivationBytes(const RecomputeShape& sh, Recompute mode) {
-  const GptConfig& c = sh.config;
+  const ModelShape& c = sh.config;
   const double s = static_cast<double>(c.seq), b = static_cast<double>(sh.microbatch_rows);
   const double h = static_cast<double>(c.d_model), a = static_cast<double>(c.heads);
   const double t = std::max(1, sh.tp);
@@ -45,8 +82,8 @@ namespace {
 // The forward GEMMs of one block on one rank (count: every layer, every pass).
 void BlockForwardGemms(const RecomputeShape& sh, int layers, bool attention_only,
                        RoleWork* w) {
-  const GptConfig& c = sh.config;
-  const int64_t t = std::max(1, sh.tp), rows = sh.microbatch_rows * c.seq, h = c.d_model;
+  const ModelShape& c = sh.config;
+  const int64_t t = std::max(1, sh.tp), rows = sh.microbatch_rows * c.seq;
   const int64_t heads = std::max<int64_t>(1, c.heads / t), hd = c.head_dim();
   const int64_t count = static_cast<int64_t>(layers) * sh.passes;
   const DType dt = c.compute_dtype();
@@ -55,10 +92,7 @@ void BlockForwardGemms(const RecomputeShape& sh, int layers, bool attention_only
         {.batch = batch, .m = m, .n = n, .k = k, .dtype = dt, .count = count, .backward = true});
   };
   if (!attention_only) {
-    add(1, rows, 3 * h / t, h);  // c_attn
-    add(1, rows, h, h / t);      // attention c_proj
-    add(1, rows, 4 * h / t, h);  // c_fc
-    add(1, rows, h, 4 * h / t);  // mlp c_proj
+    for (const BlockMatmul& m : sh.block_matmuls) add(1, rows, m.n, m.k);
   }
   const int64_t bh = sh.microbatch_rows * heads;
   if (sh.fused_attention) {

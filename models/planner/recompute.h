@@ -15,10 +15,14 @@
 // over the blocks and microbatches in flight). A fused attention kernel never stores the
 // scores (FlashAttention keeps O(s) statistics), so it has no 5 a s / h term and selective
 // recomputation changes nothing there.
-// Work: full reruns each block's forward in the backward (its GEMMs: QKV 3h^2, projection h^2,
-// MLP 8h^2 per token (/ t), the attention's two batched products, 2 s h per token each, and
-// the forward's non-GEMM ops, a third of the step's) and the forward's TP collectives; selective
-// reruns the attention core (the two products and the softmax) unless attention is fused.
+// Work: full reruns each block's forward in the backward (its GEMMs: one per 2-D weight of the
+// model's block, e.g. GPT-2's QKV 3h^2, projection h^2, MLP 8h^2 per token, Llama's q, k and v
+// at their GQA widths, o and SwiGLU's three matrices (/ t); the attention's two batched products,
+// 2 s hd per token and query head each; the forward's non-GEMM ops, a third of the step's) and
+// the forward's TP collectives; selective reruns the attention core (the two products and the
+// softmax) unless attention is fused. The memory accounting above is a GPT block's (4h MLP,
+// full heads); for other blocks it is an estimate's ratio, and the planner measures recomputing
+// steps by default.
 //
 //   RecomputeEstimator e = KorthikantiRecompute();
 //   absl::StatusOr<RoleWork> full = e(role, Recompute::kFull, shape);
@@ -37,7 +41,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "models/gpt/gpt_model.h"
+#include <vector>
+
+#include "models/model/model.h"
 #include "models/planner/step_work.h"
 
 namespace shardmap::planner {
@@ -48,9 +54,23 @@ const char* RecomputeName(Recompute r);  // "none", "selective", "full"
 // InvalidArgument naming the choices.
 absl::StatusOr<Recompute> ParseRecompute(const std::string& name);
 
+// One weight GEMM of a block on one rank: [rows, k] x [k, n] per token row.
+struct BlockMatmul {
+  int64_t n = 0, k = 0;
+};
+
+// A model's block-0 weights as the GEMMs one rank runs with tensor parallelism `tp`: each
+// decayed parameter of the block whose checkpoint shape (Model::CheckpointShape) is a matrix
+// [k, n] (a stack of experts' [E, k, n]: one expert per token, as a dense MLP), in params()
+// order, the dim holding the elements the spec splits over "tp" divided by tp. nn.Linear's
+// [out, in] (Llama) comes out as n and k swapped: the same FLOPs and smallest dim, the rate
+// hardware_profile.h prices a GEMM at.
+std::vector<BlockMatmul> BlockMatmuls(const Model& model, int tp);
+
 // What the estimate needs to know of the run besides the role's profile.
 struct RecomputeShape {
-  GptConfig config;
+  ModelShape config;                       // seq: the rank's (/ cp)
+  std::vector<BlockMatmul> block_matmuls;  // BlockMatmuls of the candidate's model
   int tp = 1;
   bool sp = false;
   int64_t microbatch_rows = 1;  // sequences in one microbatch (or microstep) on one rank

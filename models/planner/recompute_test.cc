@@ -4,14 +4,21 @@
 #include "models/planner/recompute.h"
 
 #include "gtest/gtest.h"
+#include "models/gpt/gpt_model.h"
+#include "models/llama/llama_model.h"
 
 namespace shardmap::planner {
 namespace {
 
 RecomputeShape Gpt3(int tp, bool sp, bool fused = false) {
   RecomputeShape sh;
-  sh.config = GptConfig{.layers = 96, .d_model = 12288, .heads = 96, .vocab = 51200,
-                        .seq = 2048, .dtype = DType::kF32, .compute = DType::kBF16};
+  sh.config = ModelShape{.layers = 96, .d_model = 12288, .heads = 96, .kv_heads = 96,
+                         .vocab = 51200, .seq = 2048, .dtype = DType::kF32,
+                         .compute = DType::kBF16};
+  // Megatron's block: QKV [h, 3h] and the MLP's [h, 4h] column-parallel, the two projections
+  // row-parallel.
+  const int64_t h = 12288;
+  sh.block_matmuls = {{3 * h / tp, h}, {h, h / tp}, {4 * h / tp, h}, {h, 4 * h / tp}};
   sh.tp = tp;
   sh.sp = sp;
   sh.microbatch_rows = 1;
@@ -90,6 +97,34 @@ TEST(RecomputeTest, SelectiveRerunsTheAttentionCoreUnlessFused) {
   ASSERT_TRUE(fused.ok());
   EXPECT_DOUBLE_EQ(fused->peak_bytes, 500e9);
   EXPECT_TRUE(fused->recompute_gemms.empty());
+}
+
+// The block GEMMs one rank reruns, read off the parameter table: GPT-2's four ([in, out]
+// layouts) and Llama's seven (nn.Linear's [out, in], taken as [k, n]: the same FLOPs and
+// min-dim rate), each divided by tp where the weight is split.
+TEST(RecomputeTest, BlockMatmulsFromTheParameterTable) {
+  auto list = [](const std::vector<BlockMatmul>& v) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (const BlockMatmul& m : v) out.push_back({m.n, m.k});
+    return out;
+  };
+  using L = std::vector<std::pair<int64_t, int64_t>>;
+  const GptConfig gpt{.layers = 2, .d_model = 64, .heads = 4, .vocab = 128, .seq = 16};
+  absl::StatusOr<GptLayout> g = GptLayout::Create(*ParseMesh("dp=2,tp=2"), gpt, false);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(list(BlockMatmuls(*g, 2)), (L{{96, 64}, {64, 32}, {128, 64}, {64, 128}}));
+  const LlamaConfig llama{.layers = 2, .d_model = 64, .heads = 8, .kv_heads = 2, .ffn_dim = 160,
+                          .vocab = 128, .seq = 16};
+  absl::StatusOr<LlamaLayout> l = LlamaLayout::Create(*ParseMesh("dp_shard=2,tp=2"), llama, true);
+  ASSERT_TRUE(l.ok()) << l.status();
+  // q [64, 64], k and v [16, 64] (2 kv heads of 8), o [64, 64]; gate, up [160, 64], down
+  // [64, 160]: the out dim split for the column-parallel ones, the in dim for o and down.
+  EXPECT_EQ(list(BlockMatmuls(*l, 2)),
+            (L{{64, 32}, {64, 8}, {64, 8}, {32, 64}, {64, 80}, {64, 80}, {80, 64}}));
+  absl::StatusOr<LlamaLayout> one = LlamaLayout::Create(Mesh(), llama, false);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(list(BlockMatmuls(*one, 1)),
+            (L{{64, 64}, {64, 16}, {64, 16}, {64, 64}, {64, 160}, {64, 160}, {160, 64}}));
 }
 
 TEST(RecomputeTest, NoneIsTheProfileAndBadInputIsAnError) {

@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "models/gpt.h"
+#include "models/llama/llama_model.h"
+#include "models/planner/gpt_request.h"
 #include "models/planner/plan.h"
 #include "models/planner/recompute.h"
 #include "models/planner/shape_only_source.h"
@@ -46,7 +48,7 @@ RoleWork Profile(const std::string& mesh, bool sp, std::optional<RecomputeMode> 
 
 PlanRequest Request() {
   PlanRequest r;
-  r.config = kCfg;
+  EXPECT_TRUE(SetGptModel(kCfg, &r).ok());
   r.gpus = 2;
   r.global_batch = kBatch;
   return r;
@@ -75,7 +77,11 @@ TEST(RecomputeVsTrainerTest, SameGemmWorkButTheTrainerKeepsMoreThanTheEstimate) 
       SCOPED_TRACE(absl::StrCat(c.mesh, c.sp ? " +sp " : " ", RecomputeModeName(mode)));
       const RoleWork real = Profile(c.mesh, c.sp, mode);
       RecomputeShape sh;
-      sh.config = kCfg;
+      sh.config = ModelShape{.layers = kCfg.layers, .d_model = kCfg.d_model, .heads = kCfg.heads,
+                             .kv_heads = kCfg.heads, .vocab = kCfg.vocab, .seq = kCfg.seq,
+                             .dtype = kCfg.dtype};
+      sh.block_matmuls = BlockMatmuls(*GptLayout::Create(*ParseMesh(c.mesh), kCfg, c.sp),
+                                      c.tp);
       sh.tp = c.tp;
       sh.sp = c.sp;
       sh.microbatch_rows = kBatch / c.dp;
@@ -171,6 +177,42 @@ TEST(RecomputeVsTrainerTest, RecomputationDoesNotShrinkTheKeptParameters) {
   std::printf("dp_shard=2 rc=full keep: planned peak %.1f MiB, the overlapped trainer's %.1f MiB\n",
               planned / 1048576.0, real / 1048576.0);
   EXPECT_NEAR(planned / real, 1.0, 0.05);
+}
+
+// Llama's block (q, k and v at GQA widths, o, SwiGLU's gate, up and down): full recomputation's
+// rerun GEMMs are exactly what the trainer's --recompute=full adds, on one device, dp and
+// tp + SP.
+TEST(RecomputeVsTrainerTest, LlamaFullRecomputationAddsTheTrainersGemms) {
+  const LlamaConfig cfg{.layers = 2, .d_model = 64, .heads = 8, .kv_heads = 2, .ffn_dim = 160,
+                        .vocab = 96, .seq = 64};
+  for (const Case& c : {Case{"dp=1", false, 1, 1}, Case{"dp=2", false, 1, 2},
+                        Case{"tp=2", true, 2, 1}}) {
+    SCOPED_TRACE(c.mesh);
+    absl::StatusOr<LlamaLayout> layout = LlamaLayout::Create(*ParseMesh(c.mesh), cfg, c.sp);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    auto step = [&](RecomputeMode mode) {
+      TrainOptions o;
+      o.batch = 4;
+      o.overlap.on = false;
+      o.recompute = mode;
+      absl::StatusOr<std::vector<StepProfile>> p = ProfileGptStep(*layout, o);
+      EXPECT_TRUE(p.ok()) << p.status();
+      RoleWork w = p.ok() ? ToRoleWork((*p)[0], -1) : RoleWork{};
+      if (w.layers <= 0) w.layers = static_cast<int>(cfg.layers);
+      return w;
+    };
+    const RoleWork none = step(RecomputeMode::kNone), real = step(RecomputeMode::kFull);
+    RecomputeShape sh;
+    sh.config = layout->shape();
+    sh.block_matmuls = BlockMatmuls(*layout, c.tp);
+    sh.tp = c.tp;
+    sh.sp = c.sp;
+    sh.microbatch_rows = 4 / c.dp;
+    absl::StatusOr<RoleWork> est = KorthikantiRecompute()(none, Recompute::kFull, sh);
+    ASSERT_TRUE(est.ok()) << est.status();
+    EXPECT_GT(GemmFlops(real), GemmFlops(none));
+    EXPECT_NEAR(GemmFlops(*est) / GemmFlops(real), 1.0, 1e-12);
+  }
 }
 
 }  // namespace

@@ -66,7 +66,9 @@ namespace {
 absl::StatusOr<std::vector<int>> StageInFlights(const TrainOptions& o, int stages) {
   absl::StatusOr<Schedule> sched = ParseSchedule(o.pipeline.schedule);
   if (!sched.ok()) return sched.status();
-  absl::StatusOr<Timetable> tt = MakeTimetable(*sched, stages, o.pipeline.microbatches);
+  // Interleaved: chunk-microbatches in flight (a chunk's activations are the stage's / v).
+  absl::StatusOr<Timetable> tt =
+      MakeTimetable(*sched, stages, o.pipeline.microbatches, o.pipeline.virtual_stages);
   if (!tt.ok()) return tt.status();
   std::vector<int> f;
   for (int s = 0; s < stages; ++s) f.push_back(tt->MaxInFlight(s));
@@ -77,7 +79,7 @@ absl::StatusOr<std::vector<int>> StageInFlights(const TrainOptions& o, int stage
 // stages of each layer count (more than three) the first two and the last; the others from
 // them when those run the same work at one peak (one in-flight count) or at peaks on one line
 // through three in-flight counts (profile_reuse.h's StageInFlight), else profiled too.
-absl::StatusOr<std::vector<RoleWork>> SharedStageRoles(const GptLayout& layout,
+absl::StatusOr<std::vector<RoleWork>> SharedStageRoles(const Model& layout,
                                                        const TrainOptions& o,
                                                        const std::vector<GptRankRole>& ranks,
                                                        Device device) {
@@ -153,19 +155,20 @@ absl::StatusOr<std::vector<RoleWork>> SharedStageRoles(const GptLayout& layout,
 Profiler ShapeOnlyProfiler(Device device, bool share_stages) {
   return [device, share_stages](const Candidate& c, const PlanRequest& req)
              -> absl::StatusOr<std::vector<RoleWork>> {
-    absl::StatusOr<GptLayout> layout = CandidateLayout(c, req);
-    if (!layout.ok()) return layout.status();
-    const Mesh* mesh = &layout->mesh();
+    absl::StatusOr<std::unique_ptr<Model>> made = CandidateLayout(c, req);
+    if (!made.ok()) return made.status();
+    const Model& layout = **made;
+    const Mesh* mesh = &layout.mesh();
     const TrainOptions o = CandidateTrainOptions(c, req);
-    absl::StatusOr<std::vector<GptRankRole>> ranks = GptRankRoles(*layout, o);
+    absl::StatusOr<std::vector<GptRankRole>> ranks = GptRankRoles(layout, o);
     if (!ranks.ok()) return ranks.status();
     const int pp_axis = mesh->AxisIndex(axis::kPp);
     if (share_stages && pp_axis >= 0 && ranks->size() > 3) {
-      return SharedStageRoles(*layout, o, *ranks, device);
+      return SharedStageRoles(layout, o, *ranks, device);
     }
     std::vector<StepProfile> profiles;
     for (const GptRankRole& r : *ranks) {
-      absl::StatusOr<StepProfile> p = ProfileGptRank(*layout, o, r.rank, r.role, device);
+      absl::StatusOr<StepProfile> p = ProfileGptRank(layout, o, r.rank, r.role, device);
       if (!p.ok()) return p.status();
       profiles.push_back(*std::move(p));
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "gtest/gtest.h"
+#include "models/planner/gpt_request.h"
 
 namespace shardmap::planner {
 namespace {
@@ -51,7 +52,9 @@ TEST(ToRoleWorkTest, ConvertsAStepProfile) {
 
 PlanRequest Tiny(int gpus) {
   PlanRequest r;
-  r.config = GptConfig{.layers = 2, .d_model = 16, .heads = 4, .vocab = 32, .seq = 8};
+  EXPECT_TRUE(SetGptModel(
+      GptConfig{.layers = 2, .d_model = 16, .heads = 4, .vocab = 32, .seq = 8},
+      &r).ok());
   r.global_batch = 8;
   r.gpus = gpus;
   return r;
@@ -107,7 +110,7 @@ TEST(ShapeOnlyProfilerTest, PipelineRolesCoverEveryStageOnCpuAndMetaAlike) {
 TEST(ShapeOnlyProfilerTest, FrameworkErrorsComeBack) {
   Candidate c = *ParseCandidate("tp=4", false, "1f1b", 1);
   PlanRequest r = Tiny(4);
-  r.config.heads = 2;
+  r.args.heads = 2;
   absl::StatusOr<std::vector<RoleWork>> roles = ShapeOnlyProfiler()(c, r);
   EXPECT_FALSE(roles.ok());
   EXPECT_NE(roles.status().message().find("heads"), std::string::npos) << roles.status();

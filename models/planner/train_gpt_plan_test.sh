@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train_gpt --plan: the plan for the run's own flags is printed before training (its mesh placed
+# train_gpt --plan (any --model): the plan for the run's own flags is printed before training (its mesh placed
 # in the ranking), training then goes on; a bad --plan_profile stops the run with a clear error.
 set -euo pipefail
 bin="models/train/train_gpt"
@@ -25,6 +25,14 @@ out=$("$bin" "${common[@]}" --mesh=pp=2 --layers=4 --microbatches=2 --schedule=i
       --virtual_stages=2 --plan --plan_profile=h100_node)
 grep -q "this run's mesh pp=2 interleaved_1f1b/m2/v2" <<<"$out" \
   || fail "interleaved mesh not placed with its chunks: $out"
+
+# Any registered model: a small Llama 3 (GQA: 2 kv heads of 4) is planned as itself.
+out=$("$bin" --model=llama3 --text="$tmp/text.txt" --layers=2 --d_model=16 --heads=4 \
+      --kv_heads=2 --ffn_dim=40 --vocab=256 --seq=8 --batch=8 --steps=1 --mesh=dp=2,tp=2 --sp \
+      --plan --plan_profile=h100_node)
+grep -q "this run's mesh dp=2,tp=2 +sp ranks [0-9]* of [0-9]*" <<<"$out" \
+  || fail "llama3: run's mesh not placed: $out"
+grep -q "^step 0 loss " <<<"$out" || fail "llama3: training did not go on after the plan"
 
 # The measured CPU profile (the default on CPU ranks).
 out=$("$bin" "${common[@]}" --mesh=dp=2 --plan --steps=1)

@@ -85,7 +85,7 @@ absl::StatusOr<RunModel> MakeRunModel(const std::string& model_name, const Model
     const ModelShape s{.layers = cfg.layers, .d_model = cfg.d_model, .vocab = cfg.vocab,
                        .seq = cfg.seq, .dtype = cfg.dtype};
     if (absl::Status st =
-            CheckFitsHost(planner::ModelParameters(cfg), s, processes, shape_source);
+            CheckFitsHost(GptParameterCount(cfg), s, processes, shape_source);
         !st.ok()) {
       return st;
     }

@@ -260,14 +260,7 @@ void PrintSummary(const Model& layout, const TrainOptions& o, const TrainResult&
   if (!save_path.empty()) std::cout << "saved: " << save_path << "\n";
 }
 
-absl::Status PrintPlan(const Model& model) {
-  const auto* gpt = dynamic_cast<const GptLayout*>(&model);
-  if (gpt == nullptr) {
-    return absl::UnimplementedError(absl::StrCat(
-        "--plan prices GPT-2 only so far (the planner's cost model is GPT-2's); drop --plan for "
-        "--model=", model.name()));
-  }
-  const GptLayout& layout = *gpt;
+absl::Status PrintPlan(const Model& layout) {
   planner::PlanCliOptions plan_cli;
   plan_cli.profile = absl::GetFlag(FLAGS_plan_profile);
   if (plan_cli.profile.empty() && absl::GetFlag(FLAGS_device) != "cpu") {

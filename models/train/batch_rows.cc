@@ -7,9 +7,15 @@ namespace shardmap {
 
 Tensor MicrobatchRows(const Tensor& batch, int64_t k, int64_t m) {
   const int64_t per = batch.dim(0) / m, seq = batch.dim(1);
+  if (batch.dtype() == DType::kI64 && !batch.is_meta() && !batch.is_cuda()) {
+    // The rows are contiguous: one bulk copy (the same values as element by element).
+    return batch.SliceRows(k * per, per).Reshape({per * seq}).Clone();
+  }
   std::vector<int64_t> v(per * seq);
-  for (int64_t i = 0; i < per * seq; ++i) {
-    v[i] = static_cast<int64_t>(batch.at(k * per * seq + i));
+  if (!batch.is_meta()) {  // meta reads are zeros (tensor.h)
+    for (int64_t i = 0; i < per * seq; ++i) {
+      v[i] = static_cast<int64_t>(batch.at(k * per * seq + i));
+    }
   }
   return Tensor::FromVector<int64_t>({per * seq}, v);
 }

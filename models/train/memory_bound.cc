@@ -25,7 +25,7 @@ ModelShape ShapeOf(const GptConfig& c) {
 }  // namespace
 
 double MinStepBytes(const GptConfig& cfg, const StepBatch& b, int processes) {
-  return MinStepBytes(planner::ModelParameters(cfg), ShapeOf(cfg), b, processes);
+  return MinStepBytes(GptParameterCount(cfg), ShapeOf(cfg), b, processes);
 }
 
 double MinStepBytes(double params, const ModelShape& cfg, const StepBatch& b, int processes) {
@@ -67,7 +67,7 @@ absl::StatusOr<double> ParseMemoryLimit(const std::string& text) {
 
 absl::Status CheckStepFitsMemory(const GptConfig& cfg, const StepBatch& b, int processes,
                                  double limit_bytes, const std::string& limit_name) {
-  return CheckStepFitsMemory(planner::ModelParameters(cfg), ShapeOf(cfg), b, processes,
+  return CheckStepFitsMemory(GptParameterCount(cfg), ShapeOf(cfg), b, processes,
                              limit_bytes, limit_name);
 }
 

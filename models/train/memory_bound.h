@@ -30,7 +30,7 @@ struct StepBatch {
 
 // The lower bound in bytes per process (see above), for any model: its parameter count and shape.
 double MinStepBytes(double params, const ModelShape& shape, const StepBatch& b, int processes);
-// GPT-2's (planner::ModelParameters counts its parameters).
+// GPT-2's (GptParameterCount counts its parameters).
 double MinStepBytes(const GptConfig& cfg, const StepBatch& b, int processes);
 
 // The machine's physical memory in bytes.

@@ -31,8 +31,10 @@ std::string TempDir() {
 // 741,920,256; attention 12 L H Q T = 12 x 12 x 768 x 1024 = 113,246,208.
 TEST(MfuTest, FlopsPerTokenIsNanoGptsEstimate) {
   GptConfig gpt2{.layers = 12, .d_model = 768, .heads = 12, .vocab = 50257, .seq = 1024};
-  EXPECT_DOUBLE_EQ(planner::ModelFlopsPerStep(gpt2, 1) / 1024, 855166464.0);
-  EXPECT_DOUBLE_EQ(planner::ModelFlopsPerStep(gpt2, 8) / (8 * 1024), 855166464.0);
+  absl::StatusOr<GptLayout> gpt2_layout = GptLayout::Create(Mesh(), gpt2, false);
+  ASSERT_TRUE(gpt2_layout.ok());
+  EXPECT_DOUBLE_EQ(planner::ModelFlopsPerStep(*gpt2_layout, 1) / 1024, 855166464.0);
+  EXPECT_DOUBLE_EQ(planner::ModelFlopsPerStep(*gpt2_layout, 8) / (8 * 1024), 855166464.0);
   // A small model: N counted from its layout's tensors (every parameter but wpe).
   GptConfig small{.layers = 3, .d_model = 16, .heads = 4, .vocab = 96, .seq = 12};
   absl::StatusOr<GptLayout> layout = GptLayout::Create(Mesh(), small, false);
@@ -41,7 +43,7 @@ TEST(MfuTest, FlopsPerTokenIsNanoGptsEstimate) {
   for (const ParamInfo& p : layout->params()) {
     if (p.name != "wpe.weight") n += static_cast<double>(NumElements(p.global_shape));
   }
-  EXPECT_DOUBLE_EQ(planner::ModelFlopsPerStep(small, 1) / 12, 6 * n + 12.0 * 3 * 16 * 12);
+  EXPECT_DOUBLE_EQ(planner::ModelFlopsPerStep(*layout, 1) / 12, 6 * n + 12.0 * 3 * 16 * 12);
 }
 
 // Two physical cores with two hardware threads each (processors 0-3), one socket.

@@ -1,39 +1,59 @@
-// plan_gpt: which parallelism to use for a GPT on N GPUs. Enumerates the meshes that divide the
-// problem (dp / FSDP / HSDP, tp with and without SP, pp with each schedule and microbatch count,
-// cp, ep), runs one shape-only step per rank role of each (models/train/gpt_shape_only.h), predicts
+// plan (alias plan_gpt): which parallelism to use for a registered model (--model=gpt2|llama3,
+// --preset a named shape) on N GPUs. Enumerates the meshes that divide the problem (dp / FSDP /
+// HSDP, tp with and without SP, pp with each schedule and microbatch count, cp, ep), runs one
+// shape-only step of the model per rank role of each (models/train/gpt_shape_only.h), predicts
 // its step time on a hardware profile (models/planner/cost_model.h), and prints them ranked with
 // tokens/s, MFU, memory, collectives and bubble, and every refused mesh with its reason.
 //
-//   bazel run //models/planner:plan_gpt -- --model=7b --gpus=64 --batch=512 --seq=4096
-//   bazel run //models/planner:plan_gpt -- --layers=48 --d_model=1600 --heads=25 --vocab=50257 \
-//       --seq=1024 --batch=512 --gpus=8 --profile=h200_node
-//   bazel run //models/planner:plan_gpt -- --model=gpt2 --gpus=4 --profile=measure   # this CPU
+//   bazel run //models/planner:plan -- --model=llama3 --preset=llama3_8b --gpus=8 --batch=16
+//   bazel run //models/planner:plan -- --layers=48 --d_model=1600 --heads=25 --vocab=50257
+//       --seq=1024 --batch=512 --gpus=8 --profile=h200_node        (one command)
+//   bazel run //models/planner:plan -- --model=gpt2 --gpus=4 --profile=measure   # this CPU
 //   bazel run //models/planner:plan_gpt -- --model=7b --gpus=64 --mesh="dp_shard=8,tp=8 +sp"
 //
+// plan_gpt's --model named a GPT-2 shape (gpt2, gpt2-xl, 7b, 70b, custom): those names still
+// work (with a note), as GPT-2 of that shape; --preset names the registry's presets.
+//
 // Docs: docs/planner.md.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "models/gpt/gpt_flags.h"
+#include "models/model/registry.h"
 #include "models/planner/plan_cli.h"
 
-ABSL_FLAG(std::string, model, "custom",
-          "preset: gpt2 (124M), gpt2-xl (1.5B), 7b (32 x 4096), 70b (80 x 8192), or custom "
-          "(the shape flags); shape flags given explicitly override the preset");
+ABSL_FLAG(std::string, model, "gpt2",
+          "the model, by its registered name: gpt2 or llama3 (plan_gpt's shape names gpt2-xl, "
+          "7b, 70b and custom still mean GPT-2 of that shape)");
+ABSL_FLAG(std::string, preset, "",
+          "a named shape of --model (gpt2: gpt2, gpt2-medium, gpt2-large, gpt2-xl; llama3: "
+          "llama3_debug, llama3_8b, llama3_70b, llama3_405b); shape flags given explicitly "
+          "override the preset's");
 SHARDMAP_GPT_CONFIG_FLAGS(/*layers=*/12, /*d_model=*/768, /*heads=*/12, /*vocab=*/50304,
                           /*seq=*/1024, /*dtype=*/"bf16");
+ABSL_FLAG(int64_t, kv_heads, 0,
+          "llama3: key/value heads of grouped-query attention (0: the preset's, else --heads)");
+ABSL_FLAG(int64_t, ffn_dim, 0,
+          "llama3: the SwiGLU MLP's width (0: the preset's, else Llama 3's rule from --d_model)");
+ABSL_FLAG(double, rope_theta, 0, "llama3: the rotary embedding's base (0: the preset's)");
+ABSL_FLAG(double, norm_eps, 0, "llama3: RMSNorm's eps (0: the preset's)");
 ABSL_FLAG(int64_t, batch, 512, "global batch (sequences per optimizer step)");
 ABSL_FLAG(int, gpus, 8, "number of GPUs (or simulated ranks with --profile=measure)");
 ABSL_FLAG(int, gpus_per_node, 0, "GPUs per node (0: the profile's)");
@@ -75,12 +95,21 @@ ABSL_FLAG(std::string, mesh, "",
           "only these meshes, ';'-separated, each 'axes [+sp] [schedule/mMICROBATCHES] "
           "[gaMICROSTEPS]' (parts separated by spaces or ':'), e.g. "
           "\"dp_shard=8,tp=8 +sp;pp=4,dp_shard=16 1f1b/m16\"");
+ABSL_FLAG(std::string, attention, "auto",
+          "the attention the shape-only steps run and the plan prices: flash (the fused kernel, "
+          "no [b, heads, t, t] scores kept; head_dim <= 128), materialised (einsum scores, e.g. "
+          "Megatron-LM in 2021), or auto (flash on a GPU profile where head_dim <= 128, else "
+          "materialised). Replaces the SHARDMAP_ATTENTION environment variable for the planner");
 ABSL_FLAG(std::string, shape_only_device, "meta",
           "where the shape-only steps run: meta (nothing computed) or cpu (real ops on zeros: "
           "small models only)");
 ABSL_FLAG(bool, reuse_profiles, true,
           "price many microbatches from two short shape-only steps and a pipeline's middle "
           "stages from three (exact: docs/planner.md); false: every mesh's and stage's own step");
+ABSL_FLAG(double, time_limit, 0,
+          "seconds the search may take (0: no limit): past it, the meshes not yet priced are "
+          "left out and the best of those priced is printed (progress and the best so far go to "
+          "stderr meanwhile)");
 ABSL_FLAG(int, top, 20, "ranked rows to print (0: all)");
 ABSL_FLAG(bool, refused, true, "list the refused meshes with their reasons");
 ABSL_FLAG(std::string, print_profile, "",
@@ -89,8 +118,11 @@ ABSL_FLAG(std::string, print_profile, "",
 namespace shardmap {
 namespace {
 
+// "plan" or "plan_gpt": the name the binary was run by, in its messages.
+std::string* program = new std::string("plan");
+
 int Fail(const absl::Status& s) {
-  std::cerr << "plan_gpt: " << s.message() << "\n";
+  std::cerr << *program << ": " << s.message() << "\n";
   return 2;
 }
 
@@ -189,39 +221,80 @@ absl::Status SetSearchFlags(planner::PlanRequest& req) {
   return absl::OkStatus();
 }
 
-int Main() {
-  planner::PlanRequest req;
-  GptConfig& cfg = req.config;
-  const std::string model = absl::GetFlag(FLAGS_model);
-  struct Preset {
-    const char* name;
-    int64_t layers, d, heads, vocab, seq;
-  };
-  const Preset presets[] = {{"gpt2", 12, 768, 12, 50304, 1024},
-                            {"gpt2-xl", 48, 1600, 25, 50304, 1024},
-                            {"7b", 32, 4096, 32, 32000, 4096},
-                            {"70b", 80, 8192, 64, 32000, 4096}};
-  bool found = model == "custom";
+// plan_gpt's --model names: GPT-2 of these shapes (its vocabulary padded to 50304, as
+// nanoGPT's; 7b and 70b are GPT-2 blocks at Llama 2's widths and depths).
+struct LegacyShape {
+  const char* name;
+  int64_t layers, d, heads, vocab, seq;
+};
+constexpr LegacyShape kLegacyShapes[] = {{"gpt2-xl", 48, 1600, 25, 50304, 1024},
+                                         {"7b", 32, 4096, 32, 32000, 4096},
+                                         {"70b", 80, 8192, 64, 32000, 4096},
+                                         {"custom", 12, 768, 12, 50304, 1024}};
+
+// The model the flags describe: --model's registered name with --preset's shape, each shape
+// flag given on the command line in its place (without --preset, every shape flag's value, its
+// default included); --dtype always (the planner's default is bf16 mixed precision).
+absl::Status ModelFromFlags(planner::PlanRequest& req) {
+  std::string model = absl::GetFlag(FLAGS_model);
+  ModelArgs& args = req.args;
+  args.preset = absl::GetFlag(FLAGS_preset);
   GptConfigFlagValues values = SHARDMAP_GPT_CONFIG_FLAG_VALUES();
-  for (const Preset& p : presets) {
+  for (const LegacyShape& p : kLegacyShapes) {
     if (model != p.name) continue;
-    found = true;
+    if (!args.preset.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--model ", model, " is plan_gpt's name of a GPT-2 shape; with --preset, name the model: "
+          "--model=gpt2 --preset=", args.preset));
+    }
+    std::cerr << *program << ": note: --model=" << model << " is plan_gpt's GPT-2 shape "
+              << p.layers << " x " << p.d << " (" << p.heads << " heads, vocab " << p.vocab
+              << ", seq " << p.seq << "): read as --model=gpt2 with those shape flags; "
+              << "--preset names the registry's shapes (--model=gpt2 --preset=gpt2-xl is "
+              << "OpenAI's, vocab 50257)\n";
+    model = "gpt2";
     if (!Explicit("layers")) values.layers = p.layers;
     if (!Explicit("d_model")) values.d_model = p.d;
     if (!Explicit("heads")) values.heads = p.heads;
     if (!Explicit("vocab")) values.vocab = p.vocab;
     if (!Explicit("seq")) values.seq = p.seq;
   }
-  if (!found) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--model ", model, ": use gpt2, gpt2-xl, 7b, 70b or custom (with the shape flags)")));
+  absl::StatusOr<const ModelSpec*> spec = FindModel(model);
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.status().message(),
+        " (or plan_gpt's GPT-2 shape names gpt2-xl, 7b, 70b, custom)"));
   }
-  absl::StatusOr<GptConfig> from_flags = GptConfigFromFlags(values);
-  if (!from_flags.ok()) return Fail(from_flags.status());
-  cfg = *from_flags;
-  if (cfg.moe.on()) {
-    if (absl::Status s = ValidateMoeConfig(cfg.moe, 1); !s.ok()) return Fail(s);
+  req.model = model;
+  // The shape flags are checked with their names (sizes >= 1, d_model / heads, --dtype, MoE).
+  absl::StatusOr<GptConfig> checked = GptConfigFromFlags(values);
+  if (!checked.ok()) return checked.status();
+  if (checked->moe.on()) {
+    if (absl::Status s = ValidateMoeConfig(checked->moe, 1); !s.ok()) return s;
   }
+  args.moe = checked->moe;
+  const bool preset = !args.preset.empty();
+  auto shape = [&](const char* name, int64_t value, std::optional<int64_t>* out) {
+    if (!preset || Explicit(name)) *out = value;
+  };
+  shape("layers", values.layers, &args.layers);
+  shape("d_model", values.d_model, &args.d_model);
+  shape("heads", values.heads, &args.heads);
+  shape("vocab", values.vocab, &args.vocab);
+  shape("seq", values.seq, &args.seq);
+  if (Explicit("kv_heads")) args.kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  if (Explicit("ffn_dim")) args.ffn_dim = absl::GetFlag(FLAGS_ffn_dim);
+  if (Explicit("rope_theta")) args.rope_theta = absl::GetFlag(FLAGS_rope_theta);
+  if (Explicit("norm_eps")) args.norm_eps = absl::GetFlag(FLAGS_norm_eps);
+  args.dtype = values.dtype;
+  // The model's own checks run in PlanText, after the bounds (a huge --layers is refused before
+  // a parameter table of that size is built).
+  return absl::OkStatus();
+}
+
+int Main() {
+  planner::PlanRequest req;
+  if (absl::Status s = ModelFromFlags(req); !s.ok()) return Fail(s);
   req.global_batch = absl::GetFlag(FLAGS_batch);
   req.gpus = absl::GetFlag(FLAGS_gpus);
   req.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
@@ -232,6 +305,11 @@ int Main() {
   req.max_pp = absl::GetFlag(FLAGS_max_pp);
   req.max_cp = absl::GetFlag(FLAGS_max_cp);
   req.reuse_profiles = absl::GetFlag(FLAGS_reuse_profiles);
+  req.time_limit_s = absl::GetFlag(FLAGS_time_limit);
+  if (!(req.time_limit_s >= 0)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--time_limit ", req.time_limit_s, " must be >= 0 seconds (0: no limit)")));
+  }
   if (req.max_pp < 0 || req.max_cp < 0) {
     return Fail(absl::InvalidArgumentError("--max_pp and --max_cp must be >= 0 (0: any)"));
   }
@@ -250,6 +328,8 @@ int Main() {
     return Fail(absl::InvalidArgumentError("--shape_only_device " + so + ": use meta or cpu"));
   }
   cli.shape_only_on_cpu = so == "cpu";
+  cli.attention = absl::GetFlag(FLAGS_attention);
+  if (cli.attention == "auto") cli.attention.clear();
   cli.list_refusals = absl::GetFlag(FLAGS_refused);
   if (const std::string out = absl::GetFlag(FLAGS_print_profile); !out.empty()) {
     absl::StatusOr<planner::HardwareProfile> hw = planner::ResolveProfile(cli);
@@ -265,10 +345,17 @@ int Main() {
     }
     cli.resolved = *hw;  // measured once, reused
   }
-  req.progress = [](int done, int total) {
+  // On a terminal one line rewritten in place; in a log (not a terminal) one line each.
+  const bool tty = isatty(fileno(stderr)) != 0;
+  auto best = std::make_shared<std::string>();
+  req.on_best = [best](const std::string& mesh, double step_s) {
+    *best = absl::StrCat(mesh, " ", absl::SixDigits(step_s), " s/step");
+  };
+  req.progress = [tty, best](int done, int total) {
     if (done % 25 == 0 || done == total) {
-      std::cerr << "\rplan_gpt: profiled " << done << " of " << total << " meshes" << std::flush;
-      if (done == total) std::cerr << "\n";
+      std::cerr << (tty ? "\r" : "") << *program << ": profiled " << done << " of " << total
+                << " meshes" << (best->empty() ? "" : "; best so far ") << *best
+                << (tty && done != total ? "" : "\n") << std::flush;
     }
   };
   absl::StatusOr<std::string> text = planner::PlanText(req, cli);
@@ -276,7 +363,7 @@ int Main() {
   std::cout << *text;
   // Nothing fits: the prices are printed, and the exit status says it.
   if (absl::StrContains(*text, "\nno mesh fits ")) {
-    std::cerr << "plan_gpt: no mesh fits (their prices are above, marked OOM)\n";
+    std::cerr << *program << ": no mesh fits (their prices are above, marked OOM)\n";
     return 2;
   }
   return 0;
@@ -291,10 +378,21 @@ bool Explicit(const char* name) {
 }  // namespace shardmap
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "plan_gpt: rank the meshes (FSDP, TP+SP, PP, CP, EP) for a GPT on N GPUs by predicted "
-      "step time, from shape-only step profiles and a hardware profile.\n"
-      "  plan_gpt --model=7b --gpus=64 --batch=512 [--profile=h100_node|h200_node|FILE|measure]");
+  const std::string argv0 = argv[0];
+  *shardmap::program = argv0.substr(argv0.find_last_of('/') + 1);
+  // --help lists the flags of this file under either name (Abseil matches the program's name
+  // to its main file's: plan_main.cc for plan, not for plan_gpt).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "models/planner/plan_main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  absl::SetProgramUsageMessage(absl::StrCat(
+      *shardmap::program, ": rank the meshes (FSDP, TP+SP, PP, CP, EP) for a model (gpt2, "
+      "llama3) on N GPUs by predicted step time, from shape-only step profiles and a hardware "
+      "profile.\n  plan --model=llama3 --preset=llama3_8b --gpus=64 --batch=512 "
+      "[--profile=h100_node|h200_node|FILE|measure]"));
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) == 0) {
@@ -304,7 +402,7 @@ int main(int argc, char** argv) {
   }
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
-    std::cerr << "plan_gpt: unexpected argument '" << rest[1] << "' (flags are --name=value)\n";
+    std::cerr << *shardmap::program << ": unexpected argument '" << rest[1] << "' (flags are --name=value)\n";
     return 2;
   }
   return shardmap::Main();

@@ -29,6 +29,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "base/command_line.h"
+#include "models/train/overlap_flags.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -85,11 +87,7 @@ ABSL_FLAG(std::string, data_parallel, "dp,fsdp,hsdp",
 ABSL_FLAG(std::string, sp, "both",
           "with tp: 'both' (with and without sequence parallelism), 'on' (SP only) or 'off' "
           "(never SP)");
-ABSL_FLAG(bool, overlap, true,
-          "price the overlapped trainer (collectives on their own lane: buckets, FSDP prefetch); "
-          "false: every collective blocks");
-ABSL_FLAG(double, bucket_mb, 25, "gradient bucket size in MiB (the trainer's --bucket_mb)");
-ABSL_FLAG(int, fsdp_prefetch, 1, "FSDP all-gathers in flight ahead (the trainer's --fsdp_prefetch)");
+// --overlap, --bucket_mb, --fsdp_prefetch: models/train/overlap_flags.h (the trainer's own flags).
 ABSL_FLAG(std::string, microbatch_factors, "1,2,4,8", "microbatches = pp x each of these");
 ABSL_FLAG(std::string, mesh, "",
           "only these meshes, ';'-separated, each 'axes [+sp] [schedule/mMICROBATCHES] "
@@ -206,18 +204,11 @@ absl::Status SetSearchFlags(planner::PlanRequest& req) {
   }
   req.sp_variants = sp == "both";
   req.no_sp = sp == "off";
-  req.step.overlap = absl::GetFlag(FLAGS_overlap);
-  const double bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
-  if (!(bucket_mb > 0)) {
-    return (absl::InvalidArgumentError(
-        absl::StrCat("--bucket_mb ", bucket_mb, " must be > 0 (DDP's default is 25)")));
-  }
-  req.step.bucket_bytes = bucket_mb * 1024 * 1024;
-  req.step.fsdp_prefetch = absl::GetFlag(FLAGS_fsdp_prefetch);
-  if (req.step.fsdp_prefetch < 1) {
-    return (absl::InvalidArgumentError(absl::StrCat(
-        "--fsdp_prefetch ", req.step.fsdp_prefetch, " must be >= 1 (gathers ahead of compute)")));
-  }
+  absl::StatusOr<OverlapOptions> overlap = OverlapOptionsFromFlags();
+  if (!overlap.ok()) return overlap.status();
+  req.step.overlap = overlap->on;
+  req.step.bucket_bytes = static_cast<double>(overlap->bucket_bytes);
+  req.step.fsdp_prefetch = overlap->fsdp_prefetch;
   return absl::OkStatus();
 }
 
@@ -380,19 +371,11 @@ bool Explicit(const char* name) {
 int main(int argc, char** argv) {
   const std::string argv0 = argv[0];
   *shardmap::program = argv0.substr(argv0.find_last_of('/') + 1);
-  // --help lists the flags of this file under either name (Abseil matches the program's name
-  // to its main file's: plan_main.cc for plan, not for plan_gpt).
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "models/planner/plan_main.cc");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
-  absl::SetProgramUsageMessage(absl::StrCat(
+  const std::string usage = absl::StrCat(
       *shardmap::program, ": rank the meshes (FSDP, TP+SP, PP, CP, EP) for a model (gpt2, "
       "llama3) on N GPUs by predicted step time, from shape-only step profiles and a hardware "
       "profile.\n  plan --model=llama3 --preset=llama3_8b --gpus=64 --batch=512 "
-      "[--profile=h100_node|h200_node|FILE|measure]"));
+      "[--profile=h100_node|h200_node|FILE|measure]");
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) == 0) {
@@ -400,10 +383,14 @@ int main(int argc, char** argv) {
       shardmap::explicit_flags->push_back(a.substr(0, a.find('=')));
     }
   }
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    std::cerr << *shardmap::program << ": unexpected argument '" << rest[1] << "' (flags are --name=value)\n";
-    return 2;
+  // --help lists this file's flags under either name (Abseil matches plan_main.cc to `plan` only)
+  // and the overlapped step's, defined once for the trainer and the planner.
+  if (absl::Status st = shardmap::base::ParseFlagsOnly(
+          argc, argv,
+          {.usage = usage.c_str(),
+           .help_files = {"models/planner/plan_main.cc", "models/train/overlap_flags"}});
+      !st.ok()) {
+    return shardmap::base::ExitWithError(*shardmap::program, st);
   }
   return shardmap::Main();
 }

@@ -61,7 +61,11 @@ void Tape::Record(const char* op, std::initializer_list<const Value*> inputs, Va
   Node& n = nodes_.emplace_back(Node{op, std::move(slots), nullptr, out.type, out.shape(),
                                      out.dtype()});
   n.vjp = std::move(vjp);
-  n.bytes = static_cast<int64_t>(out.tensor.nbytes());
+  // A view or alias of an input (reshape, SliceRows) holds no buffer of its own: its bytes are
+  // its input's, counted there (or not an activation at all: a leaf's, a constant's).
+  bool alias = false;
+  for (const Value* v : inputs) alias = alias || out.tensor.SharesStorageWith(v->tensor);
+  n.bytes = alias || !out.tensor.defined() ? 0 : static_cast<int64_t>(out.tensor.nbytes());
   saved_bytes_ += n.bytes;
   peak_saved_bytes_ = std::max(peak_saved_bytes_, saved_bytes_);
   recorded_bytes_ += n.bytes;

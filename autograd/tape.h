@@ -23,7 +23,8 @@
 // later pass never sees them again; a cotangent that reaches a released op is an error.
 // Accounting: saved_bytes() is the bytes of the outputs of recorded ops whose VJP is still held
 // (the activations the tape keeps alive, the measure TrainResult reports), peak_saved_bytes() its
-// maximum since construction, Clear() or ResetPeak().
+// maximum since construction, Clear() or ResetPeak(). An output that shares its storage with an
+// input (a view, an alias) counts nothing: one buffer is counted once.
 // A BackwardObserver (e.g. a tracer) is told before and after each node's VJP and the
 // accumulation of its cotangents.
 //

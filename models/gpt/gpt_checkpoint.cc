@@ -3,12 +3,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "tensor/ops/shape_ops.h"
 
 namespace shardmap {
 
@@ -143,15 +145,27 @@ absl::Status CheckSavePath(const std::string& path) {
 
 absl::StatusOr<Tensor> ReadGptShard(const SafetensorsFile& file, const std::string& tensor,
                                     const ParamInfo& p, const Mesh& mesh, int rank, DType dtype) {
+  // The rank's block of the stored (FSDP-padded) tensor; the file holds the unpadded one, so
+  // the block is read clipped to it and padded with zeros (ParamInfo::fsdp_pad).
   const Shape& g = p.global_shape;
+  const Shape stored = StoredShape(p);
   std::vector<int64_t> start(g.size(), 0), size(g.begin(), g.end());
+  Shape block = stored;
   for (int d = 0; d < p.spec.size(); ++d) {
     const int n = p.spec.NumBlocks(mesh, d);
     if (n <= 1) continue;
-    size[d] = g[d] / n;
-    start[d] = p.spec.BlockIndex(mesh, rank, d) * size[d];
+    block[d] = stored[d] / n;
+    start[d] = p.spec.BlockIndex(mesh, rank, d) * block[d];
+    size[d] = std::max<int64_t>(0, std::min(block[d], g[d] - start[d]));
+    start[d] = std::min(start[d], g[d]);
   }
-  return file.ReadBlock(tensor, g, start, size, dtype);
+  if (p.fsdp_pad == 0) return file.ReadBlock(tensor, g, start, size, dtype);
+  Tensor out = Tensor::Zeros(block, dtype);
+  if (size[p.fsdp_dim] == 0) return out;  // this rank holds padding only
+  absl::StatusOr<Tensor> part = file.ReadBlock(tensor, g, start, size, dtype);
+  if (!part.ok()) return part.status();
+  SliceAssign(out, p.fsdp_dim, 0, *part);
+  return out;
 }
 
 }  // namespace shardmap

@@ -110,7 +110,7 @@ absl::Status RunGeneration(const Model& layout, const std::vector<NamedTensor>& 
     std::vector<Value> local;
     for (size_t i = 0; i < layout.params().size(); ++i) {
       const ParamInfo& p = layout.params()[i];
-      local.emplace_back(ShardOf((*globals)[i], mesh, p.spec, rank).To(ctx.device()),
+      local.emplace_back(ParamShard((*globals)[i], p, mesh, rank).To(ctx.device()),
                          p.spec.InputType(mesh));
     }
     const ParamFn gathered = ParamUse(layout, local);

@@ -184,16 +184,16 @@ absl::StatusOr<GptLayout> GptLayout::Create(const Mesh& mesh, const GptConfig& c
     if (expert_split) dims[0] = expert_axes;
     const bool fsdp_free = std::find(dims[0].begin(), dims[0].end(), fsdp) == dims[0].end();
     if (!fsdp.empty() && fsdp_free) {
+      // A dim dp_shard divides, else the first free one, padded (FSDP2's rule).
+      std::vector<bool> free(p.shape.size());
       for (int d = 0; d < static_cast<int>(p.shape.size()); ++d) {
-        if (d != tp_dim && !(expert_split && d == 0) && p.shape[d] % shard == 0) {
-          info.fsdp_dim = d;
-          dims[d] = {fsdp};
-          break;
-        }
+        free[d] = d != tp_dim && !(expert_split && d == 0);
       }
+      ChooseFsdpDim(free, shard, &info);
+      if (info.fsdp_dim >= 0) dims[info.fsdp_dim] = {fsdp};
     }
     info.spec = PartitionSpec(dims);
-    if (absl::Status s = info.spec.Validate(mesh, p.shape, p.name); !s.ok()) return s;
+    if (absl::Status s = info.spec.Validate(mesh, StoredShape(info), p.name); !s.ok()) return s;
     l.params_.push_back(std::move(info));
   }
   const GptConfig& c = l.cfg_;

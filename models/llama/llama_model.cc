@@ -252,16 +252,14 @@ absl::StatusOr<LlamaLayout> LlamaLayout::Create(const Mesh& mesh, const LlamaCon
     const int tp_dim = l.tp_.on() ? p.tp_dim : -1;
     if (tp_dim >= 0) dims[tp_dim] = {axis::kTp};
     if (!fsdp.empty()) {
-      for (int d = 0; d < static_cast<int>(p.shape.size()); ++d) {
-        if (d != tp_dim && p.shape[d] % shard == 0) {
-          info.fsdp_dim = d;
-          dims[d] = {fsdp};
-          break;
-        }
-      }
+      // A dim dp_shard divides, else the first free one, padded (FSDP2's rule).
+      std::vector<bool> free(p.shape.size());
+      for (int d = 0; d < static_cast<int>(p.shape.size()); ++d) free[d] = d != tp_dim;
+      ChooseFsdpDim(free, shard, &info);
+      if (info.fsdp_dim >= 0) dims[info.fsdp_dim] = {fsdp};
     }
     info.spec = PartitionSpec(dims);
-    if (absl::Status s = info.spec.Validate(mesh, p.shape, p.name); !s.ok()) return s;
+    if (absl::Status s = info.spec.Validate(mesh, StoredShape(info), p.name); !s.ok()) return s;
     l.params_.push_back(std::move(info));
   }
   l.shape_ = ModelShape{.layers = cfg.layers, .d_model = cfg.d_model, .heads = cfg.heads,

@@ -7,6 +7,9 @@
 #include "models/model/recompute_block.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/ops.h"
+#include "shardmap/sharding.h"
+#include "tensor/error.h"
+#include "tensor/ops/shape_ops.h"
 
 namespace shardmap {
 namespace {
@@ -31,6 +34,71 @@ PartitionSpec Model::RowSpec(bool with_sp) const {
   return PartitionSpec({axes});
 }
 
+Shape StoredShape(const ParamInfo& p) {
+  Shape s = p.global_shape;
+  if (p.fsdp_dim >= 0) s[p.fsdp_dim] += p.fsdp_pad;
+  return s;
+}
+
+void ChooseFsdpDim(const std::vector<bool>& free, int shard, ParamInfo* p) {
+  p->fsdp_dim = -1;
+  p->fsdp_pad = 0;
+  const Shape& s = p->global_shape;
+  const int64_t numel = NumElements(s);
+  int64_t least = -1;  // padded elements of the best dim so far
+  for (int d = 0; d < static_cast<int>(s.size()); ++d) {
+    if (!free[d]) continue;
+    const int64_t pad = (s[d] + shard - 1) / shard * shard - s[d];
+    // Padding dim d adds pad slices of numel / s[d] elements (a size-0 dim: none).
+    const int64_t extra = s[d] == 0 ? 0 : pad * (numel / s[d]);
+    if (least >= 0 && extra >= least) continue;
+    least = extra;
+    p->fsdp_dim = d;
+    p->fsdp_pad = pad;
+    if (pad == 0) return;  // the first dim shard divides, as without padding
+  }
+}
+
+namespace {
+
+// Only fsdp_dim is checked: the tensor may be split on others (tp's shard of a gathered
+// parameter, or of its gradient).
+void CheckFsdpDim(const char* what, const Tensor& t, const ParamInfo& p, int64_t want) {
+  if (t.rank() != static_cast<int>(p.global_shape.size()) || t.shape()[p.fsdp_dim] != want) {
+    OpFail(what, ": '", p.name, "' is ", t.ShapeString(), " but its dim ", p.fsdp_dim,
+           " must be ", want, " (global ", ShapeToString(p.global_shape), ", padded ",
+           ShapeToString(StoredShape(p)), ")");
+  }
+}
+
+}  // namespace
+
+Tensor PadForFsdp(const Tensor& global, const ParamInfo& p) {
+  if (p.fsdp_pad == 0) return global;
+  const int64_t rows = p.global_shape[p.fsdp_dim];
+  CheckFsdpDim("PadForFsdp", global, p, rows);
+  Shape padded = global.shape();
+  padded[p.fsdp_dim] += p.fsdp_pad;
+  Tensor out = Tensor::Zeros(padded, global.dtype(), global.device());
+  if (!global.is_meta() && rows > 0) SliceAssign(out, p.fsdp_dim, 0, global);
+  return out;
+}
+
+Tensor TrimFsdpPad(const Tensor& stored, const ParamInfo& p) {
+  if (p.fsdp_pad == 0) return stored;
+  CheckFsdpDim("TrimFsdpPad", stored, p, p.global_shape[p.fsdp_dim] + p.fsdp_pad);
+  return Slice(stored, p.fsdp_dim, 0, p.global_shape[p.fsdp_dim]);
+}
+
+Value TrimFsdpPad(const Value& gathered, const ParamInfo& p) {
+  if (p.fsdp_pad == 0) return gathered;
+  return slice(gathered, p.fsdp_dim, 0, p.global_shape[p.fsdp_dim]);
+}
+
+Tensor ParamShard(const Tensor& global, const ParamInfo& p, const Mesh& mesh, int rank) {
+  return ShardOf(PadForFsdp(global, p), mesh, p.spec, rank);
+}
+
 ParamFn ParamUse(const Model& model, const std::vector<Value>& params) {
   // A parameter at use: FSDP shards are all_gathered (the transpose reduce-scatters the grad).
   // It holds its own copy of the parameters (a recomputed block calls it in the backward).
@@ -39,8 +107,10 @@ ParamFn ParamUse(const Model& model, const std::vector<Value>& params) {
     int i = model.Find(name);
     const ParamInfo& info = model.params()[i];
     const std::vector<Value>& params = *held;
-    Value p = info.fsdp_dim >= 0 ? all_gather(params[i], info.fsdp_dim, model.fsdp_axis())
-                                 : params[i];
+    // Padded FSDP parameters are trimmed after the gather (StoredShape -> global_shape).
+    Value p = info.fsdp_dim >= 0
+                  ? TrimFsdpPad(all_gather(params[i], info.fsdp_dim, model.fsdp_axis()), info)
+                  : params[i];
     // Mixed precision: cast to the compute dtype at use (the cast's VJP returns the gradient in
     // the master dtype).
     const DType compute = model.shape().compute_dtype();

@@ -81,12 +81,34 @@ struct ParamInfo {
   Shape global_shape;    // this library's layout (may differ from the checkpoint's)
   PartitionSpec spec;    // over the mesh (tp and the FSDP axis)
   int fsdp_dim = -1;     // dim split over dp_shard (-1: replicated there)
+  // FSDP2's padding: zero rows appended to fsdp_dim so that dp_shard divides it (0 when it
+  // does). Ranks store and the collectives move the padded tensor (StoredShape); a parameter at
+  // use, a checkpoint and a TrainResult are global_shape (TrimFsdpPad). The padding stays zero:
+  // its gradient is zero (the trim's VJP), so AdamW never moves it.
+  int64_t fsdp_pad = 0;
   bool decay = false;    // AdamW weight decay (tensors of 2 or more dims in the model's layout)
   ModelUnit unit;        // the unit that uses it
   // An embedding-unit parameter the head uses too (GPT-2's tied wte): a pipeline's last stage
   // holds a copy, and the two copies' gradients are exchanged and summed.
   bool tied_to_head = false;
 };
+
+// FSDP padding (ParamInfo::fsdp_pad). The shape ranks shard: global_shape, fsdp_dim padded.
+Shape StoredShape(const ParamInfo& p);
+// Sets p->fsdp_dim / fsdp_pad over `shard` ranks among the dims `free` marks (not split by tp or
+// the experts): the first free dim that `shard` divides (no padding), else the free dim whose
+// padding to the next multiple of `shard` adds the fewest elements (FSDP2 always pads dim 0;
+// [3, 1024] on 128 ranks pads 1024 x 3 -> 1024 x 128 there, 3 x 0 here). No free dim: unsharded.
+void ChooseFsdpDim(const std::vector<bool>& free, int shard, ParamInfo* p);
+// A tensor with fsdp_dim whole (a global parameter, or its tp shard) padded with zeros on
+// fsdp_dim, and back (the identity without padding); other dims are left as they are. Throws
+// OpError when fsdp_dim is not the expected size.
+Tensor PadForFsdp(const Tensor& global, const ParamInfo& p);
+Tensor TrimFsdpPad(const Tensor& stored, const ParamInfo& p);
+// The taped trim of a gathered parameter (a slice: its VJP pads the gradient with zeros).
+Value TrimFsdpPad(const Value& gathered, const ParamInfo& p);
+// This rank's stored shard of a global parameter (padded, then split by p.spec).
+Tensor ParamShard(const Tensor& global, const ParamInfo& p, const Mesh& mesh, int rank);
 
 // A parameter at its use: the local shard, all_gathered under FSDP, cast to the compute dtype.
 using ParamFn = std::function<Value(const std::string&)>;

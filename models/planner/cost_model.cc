@@ -6,6 +6,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "models/parallel/pipeline.h"
 #include "perfmodel/ring_cost.h"
@@ -242,6 +243,25 @@ bool IsFsdpGather(const CollectiveWork& w) { return w.phase == "fsdp" && w.op ==
 
 }  // namespace
 
+MemoryBreakdown RoleMemory(const RoleWork& role) {
+  return {.params = role.param_bytes, .grads = role.grad_bytes,
+          .optimizer = role.optimizer_bytes,
+          .saved_activations = role.saved_activation_peak_bytes,
+          .gathered = role.gathered_peak_bytes, .peak = role.peak_bytes,
+          .peak_after_backward = role.peak_after_backward};
+}
+
+std::string FormatMemory(const MemoryBreakdown& m) {
+  auto mib = [](double b) { return absl::StrFormat("%.1f MiB", b / (1024.0 * 1024)); };
+  return absl::StrCat(
+      "parameters ", mib(m.params), ", gradients ", mib(m.grads), ", optimizer state ",
+      mib(m.optimizer), ", activations ", mib(m.saved_activations), " saved at most",
+      m.gathered >= 0 ? absl::StrCat(", FSDP gathered parameters at most ", mib(m.gathered)) : "",
+      ", step peak ", mib(m.peak),
+      m.peak_after_backward ? " (after the backward: gradient reductions and AdamW)"
+                            : " (in the forward + backward)");
+}
+
 double FsdpShardBytes(const RoleWork& role, int passes) {
   double gathered = 0;
   for (const CollectiveWork& w : role.collectives) {
@@ -343,7 +363,8 @@ absl::StatusOr<RoleTimes> TimesOf(const RoleWork& role, const MeshShape& mesh,
   // rank's shard), its gradients reduce-scattered in the parameters' (the whole buffer).
   t.fsdp = true;
   // The sharded parameters' bytes: the shape-only step gathers each of them once per forward
-  // pass (parameters a dp_shard does not divide stay whole, their gradients all-reduced).
+  // pass (padded where dp_shard does not divide a size: ParamInfo::fsdp_pad; the padding is
+  // gathered, reduce-scattered and held as the trainer does).
   const double sharded = FsdpShardBytes(role, passes);
   CollectiveWork g = *fsdp_gather;
   g.bytes = sharded * o.gather_scale;
@@ -590,6 +611,7 @@ absl::StatusOr<StepPrediction> PredictStep(const std::vector<RoleWork>& roles,
   out.exposed_comm_s = role_exposed[critical];
   out.critical_role = roles[critical].role;
   out.peak_bytes = roles[largest].peak_bytes;
+  out.memory = RoleMemory(roles[largest]);
   for (const CollectiveWork& w : roles[largest].collectives) {
     if (w.group_size <= 1) continue;
     out.bytes_by_kind[KindKey(w)] += w.bytes;

@@ -99,6 +99,18 @@ struct StepOptions {
   bool simulated_link = false;
 };
 
+// Per-rank memory with the trainer summary's parts (models/train/train_gpt.cc): parameters
+// (FSDP padding included, as the trainer holds them), gradients, AdamW moments, the saved
+// activations at most, the FSDP-gathered parameters at most (-1: none) and the whole step's
+// peak with its phase.
+struct MemoryBreakdown {
+  double params = 0, grads = 0, optimizer = 0, saved_activations = 0, gathered = -1, peak = 0;
+  bool peak_after_backward = false;
+};
+MemoryBreakdown RoleMemory(const RoleWork& role);
+// "parameters 1.2 MiB, gradients ..., step peak 9.8 MiB (after the backward: ...)".
+std::string FormatMemory(const MemoryBreakdown& m);
+
 struct StepPrediction {
   double step_s = 0;
   double compute_s = 0;         // the slowest role's compute (a pipeline: its stage's)
@@ -109,6 +121,7 @@ struct StepPrediction {
   double exposed_comm_s = 0;    // the part of those not hidden
   double bubble = 0;            // pipeline idle fraction (0 without one)
   double peak_bytes = 0;        // the largest role's
+  MemoryBreakdown memory;       // and its parts
   std::string critical_role;
   // Bytes a rank moves per step by "<op> <axes>" (the largest role's), and their seconds.
   std::map<std::string, double> bytes_by_kind, seconds_by_kind;

@@ -547,7 +547,7 @@ absl::Status HeldActivations(const Candidate& c, const PlanRequest& req, const M
   absl::StatusOr<double> target = InFlight(ps, stage);
   if (!profiled.ok()) return profiled.status();
   if (!target.ok()) return target.status();
-  double act = w.activation_peak_bytes, hold = 0;
+  double act = w.activation_peak_bytes, hold = 0, saved = w.saved_activation_peak_bytes;
   // A pipeline stage holds its gathered units for the step under either schedule
   // (models/train/stage_fsdp.h): the profile's memory is the trainer's.
   const bool piped = ps.stages > 1 || ps.microbatches > 1;
@@ -560,12 +560,19 @@ absl::Status HeldActivations(const Candidate& c, const PlanRequest& req, const M
     }
     const int passes = ProfiledCandidate(c).pipeline.microbatches * c.grad_accum;
     const double full = FsdpShardBytes(w, passes) * group;
-    if (keeps_gathered) act = std::max(0.0, act - full);
+    if (keeps_gathered) {
+      act = std::max(0.0, act - full);
+      saved = std::max(0.0, saved - full);
+    }
     const double layers_held =
         std::min(1.0, (req.step.fsdp_prefetch + 1.0) / std::max(1, w.layers));
     hold = (c.reshard_after_forward ? layers_held : 1.0) * full * scale;
   }
   act *= *target / *profiled;
+  // The summary's figures as the variant runs them: the saved activations scale as the
+  // activations do; the gathered parameters are what the overlapped trainer holds.
+  w.saved_activation_peak_bytes = saved * *target / *profiled;
+  if (hold > 0) w.gathered_peak_bytes = hold;
   w.in_flight = static_cast<int>(std::ceil(*target));
   w.peak_bytes += act - w.activation_peak_bytes;
   w.activation_peak_bytes = act;
@@ -640,6 +647,10 @@ absl::StatusOr<std::vector<RoleWork>> VariantRoles(const std::vector<RoleWork>& 
       sh.fused_attention = FusedAttention(w);
       absl::StatusOr<RoleWork> r = req.recompute_estimator(w, c.recompute, sh);
       if (!r.ok()) return r.status();
+      // The saved activations shrink as the estimator's activations do.
+      const double kept = w.activation_peak_bytes > 0
+                              ? r->activation_peak_bytes / w.activation_peak_bytes : 1.0;
+      r->saved_activation_peak_bytes = w.saved_activation_peak_bytes * kept;
       w = *std::move(r);
     }
     if (measured != nullptr) {
@@ -656,8 +667,10 @@ absl::StatusOr<std::vector<RoleWork>> VariantRoles(const std::vector<RoleWork>& 
       }
       w.activation_peak_bytes = m.activation_peak_bytes;
       w.peak_bytes = m.peak_bytes;
+      w.saved_activation_peak_bytes = m.saved_activation_peak_bytes;
     }
     w.activation_peak_bytes += hold;
+    w.saved_activation_peak_bytes += hold;
     w.peak_bytes += hold;
     out.push_back(std::move(w));
   }
@@ -1043,6 +1056,12 @@ std::string FormatPlan(const Plan& plan, int top, bool list_refusals) {
   if (n < static_cast<int>(plan.rows.size())) {
     o << absl::StrFormat("      ... %zu more ranked meshes (--top=0 shows all)\n",
                          plan.rows.size() - n);
+  }
+  // Memory with the trainer summary's parts (the largest role's; FSDP padding included).
+  o << "\nmemory per rank of the top meshes (largest role), as the trainer's summary reports it:\n";
+  for (int i = 0; i < std::min(n, 5); ++i) {
+    o << "  " << plan.rows[i].candidate.Name() << ": " << FormatMemory(plan.rows[i].prediction.memory)
+      << "\n";
   }
   o << "\ncollectives per step of the top meshes (bytes one rank sends, by kind and axes; "
        "seconds before overlap):\n";

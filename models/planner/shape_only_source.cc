@@ -57,6 +57,9 @@ RoleWork ToRoleWork(const StepProfile& p, int stage) {
   w.optimizer_bytes = static_cast<double>(p.optimizer_bytes);
   w.activation_peak_bytes = static_cast<double>(p.activation_peak_bytes);
   w.peak_bytes = static_cast<double>(p.peak_bytes);
+  w.saved_activation_peak_bytes = static_cast<double>(p.saved_activation_peak_bytes);
+  w.gathered_peak_bytes = static_cast<double>(p.gathered_peak_bytes);
+  w.peak_after_backward = p.step_tensor_peak_bytes > p.backprop_tensor_peak_bytes;
   return w;
 }
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "gtest/gtest.h"
+#include "models/planner/cost_model.h"
 #include "models/planner/gpt_request.h"
+#include "models/train/trainer.h"
 
 namespace shardmap::planner {
 namespace {
@@ -105,6 +107,44 @@ TEST(ShapeOnlyProfilerTest, PipelineRolesCoverEveryStageOnCpuAndMetaAlike) {
   absl::StatusOr<StepPrediction> p = PredictStep(*meta, c->mesh, c->pipeline, hw);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_GT(p->bubble, 0);
+}
+
+// dp_shard=3 divides none of d_model 16, 4 d 64, vocab 32, seq 8 (only c_attn's 3): the trainer
+// pads them (ParamInfo::fsdp_pad), and the planner's memory is the trainer's: per rank each
+// parameter's ceil(rows / 3) rows, the gradients as much, the moments twice, the same as a real
+// TrainGpt run holds; the breakdown names the summary's parts.
+TEST(ShapeOnlyProfilerTest, FsdpPaddingIsPricedAsTheTrainerHoldsIt) {
+  absl::StatusOr<Candidate> c = ParseCandidate("dp_shard=3", false, "1f1b", 1);
+  ASSERT_TRUE(c.ok());
+  PlanRequest req = Tiny(3);
+  req.global_batch = 3;
+  absl::StatusOr<std::vector<RoleWork>> roles = ShapeOnlyProfiler()(*c, req);
+  ASSERT_TRUE(roles.ok()) << roles.status();
+  ASSERT_EQ(roles->size(), 1u);
+  const RoleWork& w = (*roles)[0];
+  const GptLayout layout = *GptLayout::Create(*ParseMesh("dp_shard=3"), req.config, false);
+  double want = 0, unpadded = 0;
+  for (const ParamInfo& p : layout.params()) {
+    ASSERT_GE(p.fsdp_dim, 0) << p.name;
+    const int64_t n = NumElements(p.global_shape), rows = p.global_shape[p.fsdp_dim];
+    want += 4.0 * ((rows + 2) / 3) * (n / rows);  // ceil(rows / 3) rows, f32
+    unpadded += 4.0 * n / 3;
+  }
+  EXPECT_DOUBLE_EQ(w.param_bytes, want);
+  EXPECT_GT(w.param_bytes, unpadded);  // the padding is priced
+  EXPECT_DOUBLE_EQ(w.grad_bytes, want);
+  EXPECT_DOUBLE_EQ(w.optimizer_bytes, 2 * want);
+  absl::StatusOr<TrainResult> real = TrainGpt(layout, InitGpt(req.config, 1),
+                                               std::vector<int64_t>(64, 1),
+                                               CandidateTrainOptions(*c, req));
+  ASSERT_TRUE(real.ok()) << real.status();
+  EXPECT_DOUBLE_EQ(w.param_bytes, real->param_bytes_per_rank);
+  EXPECT_DOUBLE_EQ(w.grad_bytes, real->gradient_bytes_per_rank);
+  const std::string text = FormatMemory(RoleMemory(w));
+  for (const char* part : {"parameters ", "gradients ", "optimizer state ", " saved at most",
+                           "step peak "}) {
+    EXPECT_NE(text.find(part), std::string::npos) << part << " in " << text;
+  }
 }
 
 TEST(ShapeOnlyProfilerTest, FrameworkErrorsComeBack) {

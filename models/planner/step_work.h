@@ -82,6 +82,11 @@ struct RoleWork {
   double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
   double activation_peak_bytes = 0;
   double peak_bytes = 0;           // the whole step's peak (params + grads + state + activations)
+  // As the trainer's summary reports them (StepProfile): the tape's saved activations at most,
+  // the FSDP-gathered parameters at most (-1: none), and whether the step's peak comes after
+  // the backward (the gradient reductions and AdamW) rather than in the forward + backward.
+  double saved_activation_peak_bytes = 0, gathered_peak_bytes = -1;
+  bool peak_after_backward = false;
   double gemm_flops() const {
     double f = 0;
     for (const GemmWork& g : gemms) f += g.flops();

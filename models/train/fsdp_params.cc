@@ -102,14 +102,23 @@ void FsdpParams::Wait(int unit, bool refill) {
       if (!refill) values_[p] = params_[p].dtype() == compute ? params_[p] : cast(params_[p], compute);
       continue;
     }
+    // A padded parameter is trimmed to its global shape (taped in the forward: the slice's
+    // VJP pads its gradient with zeros); what is held, and counted, is the trimmed tensor.
+    const ParamInfo& info = layout_.params()[p];
     Value& g = gathered[k++];
-    Count(static_cast<int64_t>(g.tensor.nbytes()));
     if (refill) {
+      const Tensor held = TrimFsdpPad(g.tensor, info);
+      Count(static_cast<int64_t>(held.nbytes()));
       // Held for the backward again: the tape's saved bytes count it (Release took it out).
-      if (values_[p].node >= 0) tape_.NoteHeldBytes(static_cast<int64_t>(g.tensor.nbytes()));
-      values_[p].tensor.RefillBuffer(g.tensor);
+      if (values_[p].node >= 0) tape_.NoteHeldBytes(static_cast<int64_t>(held.nbytes()));
+      values_[p].tensor.RefillBuffer(held);
     } else {
-      values_[p] = std::move(g);
+      values_[p] = TrimFsdpPad(g, info);
+      Count(static_cast<int64_t>(values_[p].tensor.nbytes()));
+      // The padded gathered buffer dies here (the trim keeps a copy): not a held activation.
+      if (info.fsdp_pad > 0 && g.node >= 0) {
+        tape_.NoteHeldBytes(-static_cast<int64_t>(g.tensor.nbytes()));
+      }
     }
   }
   u.waited = true;

@@ -22,6 +22,11 @@
 // head units (wte is used at both ends of the step) and the last block (its backward comes
 // right after its forward), as torchtitan does. The flat calls move the per-parameter calls'
 // bits (each element is summed in rank order wherever it sits in the buffer).
+//
+// Padding (ParamInfo::fsdp_pad: a dim dp_shard does not divide): the shards and the flat
+// buffer hold the padded rows; each gathered parameter is trimmed to its global shape by a
+// taped slice right after the wait (its VJP appends zero rows to the cotangent), and what is
+// held, freed, refilled and counted in peak_gathered_bytes() is the trimmed tensor.
 #ifndef SHARDMAP_MODELS_TRAIN_FSDP_PARAMS_H_
 #define SHARDMAP_MODELS_TRAIN_FSDP_PARAMS_H_
 

@@ -274,13 +274,15 @@ TEST(ShapeOnlyGpt, ABillionParametersOnThousandsOfRanks) {
   ASSERT_EQ(roles->size(), 4u);
   EXPECT_EQ((*roles)[3].ranks_like_this.size(), 1024u);
   // Parameters per rank of stage 1 (layers 2 and 3): each block's f32 shard, its global size
-  // over the blocks its spec cuts it into; about 12 d^2 / (dp_shard * tp) per layer.
+  // (FSDP-padded: StoredShape) over the blocks its spec cuts it into; about 12 d^2 /
+  // (dp_shard * tp) per layer.
   int64_t want = 0;
   for (const ParamInfo& pi : layout->params()) {
     if (pi.name.rfind("h.2.", 0) != 0 && pi.name.rfind("h.3.", 0) != 0) continue;
     int64_t n = 1;
-    for (int d = 0; d < static_cast<int>(pi.global_shape.size()); ++d) {
-      n *= pi.global_shape[d] / std::max(1, pi.spec.NumBlocks(layout->mesh(), d));
+    const Shape stored = StoredShape(pi);
+    for (int d = 0; d < static_cast<int>(stored.size()); ++d) {
+      n *= stored[d] / std::max(1, pi.spec.NumBlocks(layout->mesh(), d));
     }
     want += 4 * n;
   }

@@ -78,7 +78,7 @@ RankState::RankState(const Model& layout, const RunPlan& plan, const StateSource
   for (int k : held) {
     const ParamInfo& pi = layout.params()[k];
     Tensor local = source.file != nullptr ? read(layout.CheckpointName(pi), pi)
-                                          : ShardOf(source.globals[k], mesh, pi.spec, rank);
+                                          : ParamShard(source.globals[k], pi, mesh, rank);
     local = local.To(dev);
     // AdamW updates in place: never the caller's tensor (an unsharded shard may be it).
     if (source.file == nullptr && local.SharesStorageWith(source.globals[k])) local = local.Clone();

@@ -69,8 +69,9 @@ absl::Status CheckRecompute(const Model& layout, const TrainOptions& o) {
       "materialised to use the materialised attention"));
 }
 
-// FSDP that shards nothing (no parameter has a dimension dp_shard divides) is plain data
-// parallelism with extra collectives: refused, with the sizes that would shard.
+// FSDP that shards nothing is plain data parallelism with extra collectives: refused. Sizes
+// dp_shard does not divide are padded (ParamInfo::fsdp_pad), so this is a model whose every
+// parameter tp or the experts already split on all its dims.
 absl::Status CheckFsdpShards(const Model& layout) {
   const int ai = layout.mesh().AxisIndex(axis::kDpShard);
   const int shard = ai < 0 ? 1 : layout.mesh().axis_size(ai);
@@ -78,12 +79,9 @@ absl::Status CheckFsdpShards(const Model& layout) {
   for (const ParamInfo& p : layout.params()) {
     if (p.fsdp_dim >= 0) return absl::OkStatus();
   }
-  const ModelShape& c = layout.shape();
   return Invalid(absl::StrCat(
-      "dp_shard=", shard, " shards no parameter: no dimension of any (d_model ", c.d_model,
-      ", 4 d_model ", 4 * c.d_model, ", vocab ", c.vocab, ", seq ", c.seq,
-      ") is divisible by ", shard, ", so every rank would hold the whole model (uneven FSDP "
-      "shards are not supported); pick a dp_shard that divides d_model, or use dp=", shard));
+      "dp_shard=", shard, " shards no parameter: every dimension of every parameter is already "
+      "split by tp or the experts, so every rank would hold the same shards; use dp=", shard));
 }
 
 // Interleaved 1F1B's settings: virtual_stages >= 1, > 1 only with interleaved_1f1b (which needs

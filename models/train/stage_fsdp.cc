@@ -104,11 +104,12 @@ void StageFsdp::MakeLeaves() {
     if (!options_.overlap) {
       // The reference: one blocking all_gather per parameter, before the first microbatch.
       leaves_[k] = all_gather(Value(shard.tensor, shard.type), dim, layout_.fsdp_axis());
+      leaves_[k].tensor = TrimFsdpPad(leaves_[k].tensor, layout_.params()[held_[k]]);
       Count(static_cast<int64_t>(leaves_[k].tensor.nbytes()));
       continue;
     }
     Shape full = shard.shape();
-    full[dim] *= n;
+    full[dim] = full[dim] * n - layout_.params()[held_[k]].fsdp_pad;  // the trimmed leaf
     Tensor t = Tensor::Empty(full, shard.dtype(), shard.tensor.device());
     t.ReleaseBuffer();  // refilled by the unit's gather
     leaves_[k] = Value(std::move(t), CollectiveResult(gather, shard.type, mask, dim, false));
@@ -155,7 +156,7 @@ void StageFsdp::Fill(int k, Tensor full) {
   // Gathered in the compute dtype; the leaf is in the master dtype (exact: bf16 -> f32 -> bf16
   // at use gives the gathered bits back).
   if (full.dtype() != leaf.dtype()) full = Cast(full, leaf.dtype());
-  leaf.RefillBuffer(full);
+  leaf.RefillBuffer(TrimFsdpPad(full, layout_.params()[held_[k]]));
   Count(static_cast<int64_t>(leaf.nbytes()));
 }
 
@@ -181,7 +182,7 @@ void StageFsdp::OnFinal(int k, const Value& g) {
   if (u < 0) return Hand(k, g);  // not FSDP-sharded: its reduction is the buckets'
   Unit& unit = units_[u];
   const size_t pos = std::find(unit.ks.begin(), unit.ks.end(), k) - unit.ks.begin();
-  unit.grads[pos] = g;
+  unit.grads[pos] = Padded(k, g);
   if (++unit.final < static_cast<int>(unit.ks.size())) return;
   // The unit's last gradient: one flat reduce-scatter, started now; the previous unit's waited.
   std::vector<int> dims;
@@ -242,7 +243,7 @@ std::vector<Value> StageFsdp::Finish(std::vector<Value> grads) {
       const int dim = layout_.params()[held_[k]].fsdp_dim;
       Value g = std::move(grads[k]);
       if (dim >= 0) {
-        g = reduce_scatter(g, dim, layout_.fsdp_axis());
+        g = reduce_scatter(Padded(static_cast<int>(k), g), dim, layout_.fsdp_axis());
         g.type = CotangentType(g.type, params_[k].type);
       }
       Hand(static_cast<int>(k), g);
@@ -250,6 +251,12 @@ std::vector<Value> StageFsdp::Finish(std::vector<Value> grads) {
     for (size_t u = 0; u < units_.size(); ++u) Release(static_cast<int>(u));
   }
   return std::move(out_);
+}
+
+Value StageFsdp::Padded(int k, const Value& g) const {
+  // Zeros for the padding rows: the reduce-scatter moves the stored (padded) shape.
+  const ParamInfo& info = layout_.params()[held_[k]];
+  return info.fsdp_pad == 0 ? g : Value(PadForFsdp(g.tensor, info), g.type);
 }
 
 void StageFsdp::Count(int64_t bytes) {

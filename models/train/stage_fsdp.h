@@ -18,7 +18,9 @@
 //
 // The schedules. What RunPipeline watches (params()) are the gathered parameters, in the
 // master dtype (the tape's leaves: their gradients are the unsharded sums over microbatches);
-// a parameter FSDP does not shard (fsdp_dim < 0) is watched as it is. Use() returns them cast
+// a parameter FSDP does not shard (fsdp_dim < 0) is watched as it is. A padded parameter's leaf
+// is the gathered tensor trimmed to its global shape (ParamInfo::fsdp_pad), and its gradient is
+// padded with zeros again before the reduce-scatter, so the microbatches use no padded copies. Use() returns them cast
 // to the compute dtype at use, as GptParamUse (a recomputed block takes them as captured
 // inputs).
 //   overlap: the units are gathered by one flat call each (shardmap/flat_gather.h) in the
@@ -108,6 +110,7 @@ class StageFsdp {
   void WaitScatters(size_t keep);
   void Hand(int k, const Value& g);
   void Count(int64_t bytes);
+  Value Padded(int k, const Value& grad) const;  // a leaf's gradient padded to StoredShape
 
   const Model& layout_;
   const std::vector<Value>& params_;

@@ -15,7 +15,7 @@
 namespace shardmap {
 
 Shape LocalShape(const ParamInfo& p, const Mesh& mesh) {
-  Shape s = p.global_shape;
+  Shape s = StoredShape(p);  // FSDP's padding included
   for (int d = 0; d < p.spec.size(); ++d) s[d] /= std::max(1, p.spec.NumBlocks(mesh, d));
   return s;
 }

@@ -45,7 +45,8 @@ struct Backprop {
   std::vector<PipelineSpan> spans;   // pipeline: this rank's forwards and backwards
 };
 
-// The local shape of parameter p on any rank (specs split dims evenly).
+// The local shape of parameter p on any rank: StoredShape (FSDP's padding included) split
+// evenly by its spec.
 Shape LocalShape(const ParamInfo& p, const Mesh& mesh);
 
 // The names of the axes of `type` whose kind is `kind` (SpmdType::AxesOfKind), less `skip` (an

@@ -454,7 +454,9 @@ void AddFinalTensor(const Model& layout, size_t k, Tensor global, TrainResult* r
   std::vector<NamedTensor>& dst = k < np       ? result->params
                                   : k < 2 * np ? result->adam_state.exp_avg
                                                : result->adam_state.exp_avg_sq;
-  dst.push_back({layout.params()[k % np].name, std::move(global)});
+  // Gathered or assembled FSDP tensors carry the padding; results and checkpoints do not.
+  const ParamInfo& pi = layout.params()[k % np];
+  dst.push_back({pi.name, TrimFsdpPad(global, pi)});
 }
 
 absl::Status SaveTrainResult(const std::string& path, const Model& layout,

@@ -1,6 +1,16 @@
-// Sampling text from a GPT (models/gpt.h) on any mesh its layout allows: each new token is the
-// prediction at the last position of the context (the prompt and the tokens so far, cropped to
-// the last cfg.seq), by greedy argmax or temperature / top-k sampling as nanoGPT's sample.py.
+// Sampling text from any registered model (GPT-2, Llama 3: the contract of models/model/model.h)
+// on any mesh its layout allows: each new token is the prediction at the last position of the
+// context, by greedy argmax or temperature / top-k sampling as nanoGPT's sample.py.
+//
+// Two ways to run the model (SampleOptions::kv_cache):
+//   KV cache (kAuto's choice when the model implements the Decode* hooks and prompt + tokens - 1
+//   positions fit in the model's seq): the prompt runs once (prefill), then each step feeds only
+//   the new token, attending over every layer's cached keys and values (models/model/
+//   kv_cache.h; grouped-query models cache kv_heads; rotary/learned positions continue from the
+//   cached length). Memory: 2 * layers * (prompt + tokens - 1) * kv_heads/tp * head_dim per
+//   device, allocated once. The rows are whole on every device (tp splits the heads; no SP, no
+//   ring attention under cp). Equal to the recomputation below (f64 to ~1e-15).
+//   Recomputation (kOff, or kAuto when the cache does not apply; KvCacheUse says why):
 //
 //   GptLayout layout = *GptLayout::Create(*ParseMesh("dp=2,tp=2"), cfg, /*sp=*/true);
 //   absl::StatusOr<std::vector<int64_t>> out =
@@ -8,6 +18,8 @@
 //                   SampleOptions{.tokens = 100, .temperature = 0.8, .top_k = 40, .seed = 1});
 //   // *out: the 100 new ids (the prompt not included); temperature 0: greedy.
 //   absl::StatusOr<std::vector<double>> logits = GptNextTokenLogits(layout, params, context);
+//
+//   the context cropped to its last cfg.seq tokens, every step.
 //
 // How it runs: one SPMD program (RunSpmd over layout.mesh(), or RunOnCommunicator over
 // options.comm in a multi-process run) in which each rank holds its shards of the parameters
@@ -45,6 +57,13 @@
 
 namespace shardmap {
 
+// Whether generation keeps a KV cache (see the header comment).
+enum class KvCacheMode {
+  kAuto,  // the cache when the model has one and prompt + tokens - 1 <= seq, else recompute
+  kOn,    // the cache, or an error: Unimplemented (the model has none), InvalidArgument (too long)
+  kOff,   // recompute the window every token
+};
+
 struct SampleOptions {
   int64_t tokens = 16;       // new tokens to generate (0: none)
   double temperature = 0;    // 0: greedy; > 0: softmax(logits / temperature)
@@ -56,7 +75,16 @@ struct SampleOptions {
   // In-process ranks: where they run (the default: CPU; DevicePlacement::SharedGpu(0) or
   // GpuPerRank() put each rank's shards and its forward passes on a GPU).
   DevicePlacement placement;
+  KvCacheMode kv_cache = KvCacheMode::kAuto;
+  // Tests and tools: when non-null, each step's logits (this process's reporting rank) are
+  // appended.
+  std::vector<std::vector<double>>* step_logits = nullptr;
 };
+
+// OK when generating options.tokens after a prompt of prompt_tokens runs on the KV cache;
+// otherwise why not (Unimplemented: the model or mesh has no cached decoding; InvalidArgument:
+// prompt + tokens - 1 positions exceed the model's seq). kOff: FailedPrecondition ("off").
+absl::Status KvCacheUse(const Model& model, int64_t prompt_tokens, const SampleOptions& options);
 
 // `options.tokens` new ids continuing `prompt`. params: global tensors named and shaped as the
 // layout lists them (e.g. TrainResult::params, or InitGpt).

@@ -207,38 +207,38 @@ __global__ void __launch_bounds__(kKeyRows * (kDPad / kPerThread))
     gv[c] = A(0);
   }
   for (int64_t h = g * rep; h < (g + 1) * rep; ++h) {
-  const int64_t bh = b * heads + h;
-  for (int64_t i0 = FirstQuerySeeing(k_first, off); i0 < tq; i0 += kBM) {
-    __syncthreads();
-    StageRows<kBM, kDPad>(q, dout, qs, dos, b, h, i0, tq, heads, d);
-    for (int e = threadIdx.x; e < kBM; e += blockDim.x) {
-      const int64_t i = i0 + e;
-      ls[e] = i < tq ? lse[bh * tq + i] : NegInf<A>();
-      dls[e] = i < tq ? delta[bh * tq + i] : A(0);
-    }
-    __syncthreads();
-    const int n = tq - i0 < kBM ? static_cast<int>(tq - i0) : kBM;  // uniform over the block
-    for (int ii = 0; ii < n; ++ii) {
-      A sp = A(0), dp = A(0);
-#pragma unroll
-      for (int c = 0; c < kPerThread; ++c) {
-        sp += qs[ii * kDPad + sub + c * kG] * kr[c];
-        dp += dos[ii * kDPad + sub + c * kG] * vr[c];
+    const int64_t bh = b * heads + h;
+    for (int64_t i0 = FirstQuerySeeing(k_first, off); i0 < tq; i0 += kBM) {
+      __syncthreads();
+      StageRows<kBM, kDPad>(q, dout, qs, dos, b, h, i0, tq, heads, d);
+      for (int e = threadIdx.x; e < kBM; e += blockDim.x) {
+        const int64_t i = i0 + e;
+        ls[e] = i < tq ? lse[bh * tq + i] : NegInf<A>();
+        dls[e] = i < tq ? delta[bh * tq + i] : A(0);
       }
-      sp = GroupSum<kG>(sp) * scale;
-      dp = GroupSum<kG>(dp);
-      const A li = ls[ii];
-      if (valid && j <= i0 + ii + off && li != NegInf<A>()) {
-        const A p = Exp(sp - li);
-        const A ds = p * (dp - dls[ii]);
-#pragma unroll
+      __syncthreads();
+      const int n = tq - i0 < kBM ? static_cast<int>(tq - i0) : kBM;  // uniform over the block
+      for (int ii = 0; ii < n; ++ii) {
+        A sp = A(0), dp = A(0);
+  #pragma unroll
         for (int c = 0; c < kPerThread; ++c) {
-          gv[c] += p * dos[ii * kDPad + sub + c * kG];
-          gk[c] += ds * qs[ii * kDPad + sub + c * kG];
+          sp += qs[ii * kDPad + sub + c * kG] * kr[c];
+          dp += dos[ii * kDPad + sub + c * kG] * vr[c];
+        }
+        sp = GroupSum<kG>(sp) * scale;
+        dp = GroupSum<kG>(dp);
+        const A li = ls[ii];
+        if (valid && j <= i0 + ii + off && li != NegInf<A>()) {
+          const A p = Exp(sp - li);
+          const A ds = p * (dp - dls[ii]);
+  #pragma unroll
+          for (int c = 0; c < kPerThread; ++c) {
+            gv[c] += p * dos[ii * kDPad + sub + c * kG];
+            gk[c] += ds * qs[ii * kDPad + sub + c * kG];
+          }
         }
       }
     }
-  }
   }  // query heads of the group
   if (!valid) return;
 #pragma unroll

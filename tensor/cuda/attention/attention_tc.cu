@@ -327,52 +327,52 @@ __global__ void __launch_bounds__(kTcThreads)
   T* ptrow = pts + wrow * kTcProbLd;
   T* dstrow = dsts + wrow * kTcProbLd;
   for (int64_t h = g * rep; h < (g + 1) * rep; ++h) {
-  const int64_t bh = b * heads + h;
-  for (int64_t i0 = FirstQuerySeeing(k_first, off); i0 < tq; i0 += kTcCols) {
-    __syncthreads();  // the previous Q/dO tile's readers are done (and K/V staged, first time)
-    StageTile<kD>(q, qs, b, h, i0, tq, heads);
-    StageTile<kD>(dout, dos, b, h, i0, tq, heads);
-    for (int e = threadIdx.x; e < kTcCols; e += kTcThreads) {
-      const int64_t i = i0 + e;
-      lse_s[e] = i < tq ? lse[bh * tq + i] : -INFINITY;
-      delta_s[e] = i < tq ? delta[bh * tq + i] : 0.f;
-    }
-    __syncthreads();
-    // S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys.
-    WarpProductPair<kD>(ks, qs, vs, dos, sts, dpts, warp);
-    __syncwarp();
-    // P^T = exp(S^T * scale - lse) and dS^T = P^T (dP^T - delta), zero where masked or padded.
-#pragma unroll
-    for (int t = 0; t < kHalfCols; ++t) {
-      const int c = 2 * t + half;
-      const int64_t i = i0 + c;
-      const float li = lse_s[c];
-      const bool vis = valid && i < tq && j <= i + off && li != -INFINITY;
-      const float p = vis ? expf(strow[c] * scale - li) : 0.f;
-      const float ds = vis ? p * (dptrow[c] - delta_s[c]) : 0.f;
-      ptrow[c] = FromAcc<T>(p);
-      dstrow[c] = FromAcc<T>(ds);
-    }
-    __syncwarp();
-    // dV += P^T dO, dK += dS^T Q (scaled at the end).
-    FragA<T> pa[kColFrags], dsa[kColFrags];
-#pragma unroll
-    for (int kk = 0; kk < kColFrags; ++kk) {
-      wmma::load_matrix_sync(pa[kk], pts + warp * kF * kTcProbLd + kk * kF, kTcProbLd);
-      wmma::load_matrix_sync(dsa[kk], dsts + warp * kF * kTcProbLd + kk * kF, kTcProbLd);
-    }
-#pragma unroll
-    for (int n = 0; n < kDFrags; ++n) {
-#pragma unroll
+    const int64_t bh = b * heads + h;
+    for (int64_t i0 = FirstQuerySeeing(k_first, off); i0 < tq; i0 += kTcCols) {
+      __syncthreads();  // the previous Q/dO tile's readers are done (and K/V staged, first time)
+      StageTile<kD>(q, qs, b, h, i0, tq, heads);
+      StageTile<kD>(dout, dos, b, h, i0, tq, heads);
+      for (int e = threadIdx.x; e < kTcCols; e += kTcThreads) {
+        const int64_t i = i0 + e;
+        lse_s[e] = i < tq ? lse[bh * tq + i] : -INFINITY;
+        delta_s[e] = i < tq ? delta[bh * tq + i] : 0.f;
+      }
+      __syncthreads();
+      // S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys.
+      WarpProductPair<kD>(ks, qs, vs, dos, sts, dpts, warp);
+      __syncwarp();
+      // P^T = exp(S^T * scale - lse) and dS^T = P^T (dP^T - delta), zero where masked or padded.
+  #pragma unroll
+      for (int t = 0; t < kHalfCols; ++t) {
+        const int c = 2 * t + half;
+        const int64_t i = i0 + c;
+        const float li = lse_s[c];
+        const bool vis = valid && i < tq && j <= i + off && li != -INFINITY;
+        const float p = vis ? expf(strow[c] * scale - li) : 0.f;
+        const float ds = vis ? p * (dptrow[c] - delta_s[c]) : 0.f;
+        ptrow[c] = FromAcc<T>(p);
+        dstrow[c] = FromAcc<T>(ds);
+      }
+      __syncwarp();
+      // dV += P^T dO, dK += dS^T Q (scaled at the end).
+      FragA<T> pa[kColFrags], dsa[kColFrags];
+  #pragma unroll
       for (int kk = 0; kk < kColFrags; ++kk) {
-        FragBRow<T> bm;
-        wmma::load_matrix_sync(bm, dos + kk * kF * kLd + n * kF, kLd);
-        wmma::mma_sync(dvf[n], pa[kk], bm, dvf[n]);
-        wmma::load_matrix_sync(bm, qs + kk * kF * kLd + n * kF, kLd);
-        wmma::mma_sync(dkf[n], dsa[kk], bm, dkf[n]);
+        wmma::load_matrix_sync(pa[kk], pts + warp * kF * kTcProbLd + kk * kF, kTcProbLd);
+        wmma::load_matrix_sync(dsa[kk], dsts + warp * kF * kTcProbLd + kk * kF, kTcProbLd);
+      }
+  #pragma unroll
+      for (int n = 0; n < kDFrags; ++n) {
+  #pragma unroll
+        for (int kk = 0; kk < kColFrags; ++kk) {
+          FragBRow<T> bm;
+          wmma::load_matrix_sync(bm, dos + kk * kF * kLd + n * kF, kLd);
+          wmma::mma_sync(dvf[n], pa[kk], bm, dvf[n]);
+          wmma::load_matrix_sync(bm, qs + kk * kF * kLd + n * kF, kLd);
+          wmma::mma_sync(dkf[n], dsa[kk], bm, dkf[n]);
+        }
       }
     }
-  }
   }  // query heads of the group
   __syncthreads();  // every warp is done with the score tiles: they become the output staging
   float* stage = sts + warp * (TcWarpOutStage(kD) / sizeof(float));

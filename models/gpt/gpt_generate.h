@@ -10,7 +10,8 @@
 //   cached length). Memory: 2 * layers * (prompt + tokens - 1) * kv_heads/tp * head_dim per
 //   device, allocated once. The rows are whole on every device (tp splits the heads; no SP, no
 //   ring attention under cp). Equal to the recomputation below (f64 to ~1e-15).
-//   Recomputation (kOff, or kAuto when the cache does not apply; KvCacheUse says why):
+//   Recomputation (kOff, or kAuto when the cache does not apply; KvCacheUse says why): the
+//   context cropped to its last cfg.seq tokens, run whole every step (below).
 //
 //   GptLayout layout = *GptLayout::Create(*ParseMesh("dp=2,tp=2"), cfg, /*sp=*/true);
 //   absl::StatusOr<std::vector<int64_t>> out =
@@ -19,12 +20,11 @@
 //   // *out: the 100 new ids (the prompt not included); temperature 0: greedy.
 //   absl::StatusOr<std::vector<double>> logits = GptNextTokenLogits(layout, params, context);
 //
-//   the context cropped to its last cfg.seq tokens, every step.
-//
-// How it runs: one SPMD program (RunSpmd over layout.mesh(), or RunOnCommunicator over
-// options.comm in a multi-process run) in which each rank holds its shards of the parameters
-// for the whole generation. Each step runs the model's own per-device pieces (GptEmbed, GptBlock;
-// FSDP parameters all_gathered at use) on a full seq window: the context, right-padded with id 0
+// How the recomputation runs: one SPMD program (RunSpmd over layout.mesh(), or
+// RunOnCommunicator over options.comm in a multi-process run; the cached path too) in which each
+// rank holds its shards of the parameters for the whole generation. Each step runs the model's
+// own per-device pieces (Embed, Block; FSDP parameters all_gathered at use) on a full seq
+// window: the context, right-padded with id 0
 // (causal attention: the padding cannot change the logits of the positions before it). The
 // window is repeated over the batch axes (every data-parallel rank computes the same row) and,
 // under sequence parallelism, as often as makes each rank's tokens divisible by tp; under cp the
@@ -42,7 +42,9 @@
 // Errors (InvalidArgument naming the value and the fix): an empty prompt, ids outside
 // [0, vocab), tokens < 0, temperature < 0 or not finite, top_k < 0 or > vocab, parameters that
 // do not match the layout (MatchInitialParams). Unimplemented: MoE models and pipeline (pp > 1)
-// meshes (sample on a mesh without pp: the parameters are global tensors).
+// meshes (sample on a mesh without pp: the parameters are global tensors). kv_cache kOn:
+// Unimplemented for a model without the Decode* hooks (MoE GPT), InvalidArgument when
+// prompt + tokens - 1 exceeds the model's seq (the message gives the most tokens that fit).
 #ifndef SHARDMAP_MODELS_GPT_GPT_GENERATE_H_
 #define SHARDMAP_MODELS_GPT_GPT_GENERATE_H_
 

@@ -7,6 +7,9 @@
 // = softmax(causal_mask(q k^T * scale, q_offset), -1) v per (batch, head) without the
 // [b, heads, tq, tk] scores in memory on GPUs. k and v may have another length tk; query i sits
 // at position i + q_offset and sees keys j <= i + q_offset (a query that sees no key gives 0).
+// k and v may have fewer heads than q (grouped-query attention: kv_heads dividing heads; query
+// head h reads kv head h / (heads / kv_heads), HF's repeat_kv without the copies; sharding the
+// heads over tp then needs tp dividing kv_heads, so each device keeps whole groups).
 //
 // Rules (per axis): attention is nonlinear, so a P input is an error; the batch (dim 0) and heads
 // (dim 2) may be sharded but then q, k and v must be sharded alike (each device pairs its own

@@ -22,6 +22,10 @@ cd "$(dirname "$0")/.."
 
 # Every cc_test under tensor/cuda and every cc_test whose name says gpu or cuda (the GPU variants
 # of shardmap_cc_test included); shell tests stay here (they need Bazel's runfiles).
+# Llama 3's GPU pieces come in this way: RMSNorm and SiLU (SwiGLU's gate) forward and backward in
+# tensor/cuda/nn:nn_cuda_test and tensor/cuda/elementwise:elementwise_cuda_test, the grouped-query
+# fused attention in tensor/cuda/attention:attention_cuda_test, and KV-cache generation on GPU
+# ranks in models/llama:llama_generate_gpu_test.
 tests=$(bazel query --noshow_progress \
   'kind("cc_test", tests(//tensor/cuda/...) + attr(name, "gpu|cuda", tests(//...)))' \
   2>/dev/null || true)

@@ -140,7 +140,66 @@ absl::Status RunGeneration(const Model& layout, const std::vector<NamedTensor>& 
   return comm != nullptr ? RunOnCommunicator(*comm, mesh, body) : RunSpmd(mesh, body, spmd);
 }
 
+// The KV-cache generation (see the header): one prefill of the prompt, then one token per step.
+absl::Status RunCachedGeneration(const Model& layout, const std::vector<NamedTensor>& params,
+                                 std::vector<int64_t> prompt, int64_t steps,
+                                 collectives::Communicator* comm,
+                                 const DevicePlacement& placement,
+                                 const std::function<int64_t(const std::vector<double>&, int rank)>&
+                                     on_logits) {
+  if (absl::Status s = CheckLayout(layout); !s.ok()) return s;
+  absl::StatusOr<std::vector<Tensor>> globals = MatchInitialParams(layout, params);
+  if (!globals.ok()) return globals.status();
+  if (steps == 0) return absl::OkStatus();
+  const Mesh& mesh = layout.mesh();
+  const TensorParallel tp = layout.tp();
+  // The last new token is never fed back: prompt + steps - 1 positions.
+  const int64_t capacity = static_cast<int64_t>(prompt.size()) + steps - 1;
+  auto body = [&](RankContext& ctx) {
+    const int rank = ctx.rank();
+    std::vector<Value> local;
+    for (size_t i = 0; i < layout.params().size(); ++i) {
+      const ParamInfo& p = layout.params()[i];
+      local.emplace_back(ShardOf((*globals)[i], mesh, p.spec, rank).To(ctx.device()),
+                         p.spec.InputType(mesh));
+    }
+    const ParamFn gathered = ParamUse(layout, local);
+    KvCache cache(layout.shape().layers, capacity);
+    std::vector<int64_t> feed = prompt;  // the prefill, then one token at a time
+    for (int64_t step = 0; step < steps; ++step) {
+      const Value ids = Value::Replicated(
+          Tensor::FromVector<int64_t>({static_cast<int64_t>(feed.size())}, feed)
+              .To(ctx.device()));
+      Value logits = DecodeStep(layout, GatherTiedOnce(layout, gathered), ids, cache);
+      if (tp.on()) logits = all_gather(logits, 1, tp.axis);
+      const int64_t next = on_logits(logits.tensor.To(Device::Cpu()).ToVector<double>(), rank);
+      if (next < 0) break;
+      feed.assign(1, next);
+    }
+  };
+  SpmdOptions spmd;
+  spmd.placement = placement;
+  return comm != nullptr ? RunOnCommunicator(*comm, mesh, body) : RunSpmd(mesh, body, spmd);
+}
+
 }  // namespace
+
+absl::Status KvCacheUse(const Model& model, int64_t prompt_tokens, const SampleOptions& o) {
+  if (o.kv_cache == KvCacheMode::kOff) {
+    return absl::FailedPreconditionError("the KV cache is off (kv_cache off)");
+  }
+  if (absl::Status s = model.KvCacheSupport(); !s.ok()) return s;
+  const int64_t seq = model.shape().seq;
+  if (prompt_tokens + o.tokens - 1 > seq) {
+    return Invalid(absl::StrCat(
+        "the KV cache holds at most the model's seq = ", seq, " positions, but a prompt of ",
+        prompt_tokens, " tokens and ", o.tokens, " new ones feed ", prompt_tokens + o.tokens - 1,
+        "; generate at most ", std::max<int64_t>(seq + 1 - prompt_tokens, 0),
+        " tokens, shorten the prompt, or turn the cache off (--kv_cache=off) to recompute a "
+        "sliding window of the last ", seq, " tokens for each new token"));
+  }
+  return absl::OkStatus();
+}
 
 Value GptLogits(const Model& layout, const ParamFn& use, const Value& x) {
   const TensorParallel tp = layout.tp();
@@ -201,12 +260,15 @@ absl::StatusOr<std::vector<int64_t>> GenerateGpt(const Model& layout,
     return Invalid(absl::StrCat("the communicator has ", o.comm->size(), " ranks but mesh ",
                                 layout.mesh().ShortString(), " has ", layout.mesh().size()));
   }
+  const absl::Status cache = KvCacheUse(layout, static_cast<int64_t>(prompt.size()), o);
+  if (o.kv_cache == KvCacheMode::kOn && !cache.ok()) return cache;
   const int reporter = o.comm != nullptr ? o.comm->rank() : 0;
   std::vector<int64_t> out;
   // Each rank draws from its own copy of the stream (all draw alike: same logits, same seed).
   std::mutex mu;
   std::vector<uint64_t> rank_rng(layout.mesh().size(), o.seed);
-  absl::Status s = RunGeneration(
+  auto run = cache.ok() ? RunCachedGeneration : RunGeneration;
+  absl::Status s = run(
       layout, params, prompt, o.tokens, o.comm, o.placement,
       [&](const std::vector<double>& logits, int rank) -> int64_t {
         uint64_t state;
@@ -217,7 +279,10 @@ absl::StatusOr<std::vector<int64_t>> GenerateGpt(const Model& layout,
         const int64_t id = SampleToken(logits, o.temperature, o.top_k, &state);
         std::lock_guard<std::mutex> lock(mu);
         rank_rng[rank] = state;
-        if (rank == reporter) out.push_back(id);
+        if (rank == reporter) {
+          out.push_back(id);
+          if (o.step_logits != nullptr) o.step_logits->push_back(logits);
+        }
         return id;
       });
   if (!s.ok()) return s;

@@ -1,6 +1,17 @@
-// Sampling text from a GPT (models/gpt.h) on any mesh its layout allows: each new token is the
-// prediction at the last position of the context (the prompt and the tokens so far, cropped to
-// the last cfg.seq), by greedy argmax or temperature / top-k sampling as nanoGPT's sample.py.
+// Sampling text from any registered model (GPT-2, Llama 3: the contract of models/model/model.h)
+// on any mesh its layout allows: each new token is the prediction at the last position of the
+// context, by greedy argmax or temperature / top-k sampling as nanoGPT's sample.py.
+//
+// Two ways to run the model (SampleOptions::kv_cache):
+//   KV cache (kAuto's choice when the model implements the Decode* hooks and prompt + tokens - 1
+//   positions fit in the model's seq): the prompt runs once (prefill), then each step feeds only
+//   the new token, attending over every layer's cached keys and values (models/model/
+//   kv_cache.h; grouped-query models cache kv_heads; rotary/learned positions continue from the
+//   cached length). Memory: 2 * layers * (prompt + tokens - 1) * kv_heads/tp * head_dim per
+//   device, allocated once. The rows are whole on every device (tp splits the heads; no SP, no
+//   ring attention under cp). Equal to the recomputation below (f64 to ~1e-15).
+//   Recomputation (kOff, or kAuto when the cache does not apply; KvCacheUse says why): the
+//   context cropped to its last cfg.seq tokens, run whole every step (below).
 //
 //   GptLayout layout = *GptLayout::Create(*ParseMesh("dp=2,tp=2"), cfg, /*sp=*/true);
 //   absl::StatusOr<std::vector<int64_t>> out =
@@ -9,10 +20,11 @@
 //   // *out: the 100 new ids (the prompt not included); temperature 0: greedy.
 //   absl::StatusOr<std::vector<double>> logits = GptNextTokenLogits(layout, params, context);
 //
-// How it runs: one SPMD program (RunSpmd over layout.mesh(), or RunOnCommunicator over
-// options.comm in a multi-process run) in which each rank holds its shards of the parameters
-// for the whole generation. Each step runs the model's own per-device pieces (GptEmbed, GptBlock;
-// FSDP parameters all_gathered at use) on a full seq window: the context, right-padded with id 0
+// How the recomputation runs: one SPMD program (RunSpmd over layout.mesh(), or
+// RunOnCommunicator over options.comm in a multi-process run; the cached path too) in which each
+// rank holds its shards of the parameters for the whole generation. Each step runs the model's
+// own per-device pieces (Embed, Block; FSDP parameters all_gathered at use) on a full seq
+// window: the context, right-padded with id 0
 // (causal attention: the padding cannot change the logits of the positions before it). The
 // window is repeated over the batch axes (every data-parallel rank computes the same row) and,
 // under sequence parallelism, as often as makes each rank's tokens divisible by tp; under cp the
@@ -30,7 +42,9 @@
 // Errors (InvalidArgument naming the value and the fix): an empty prompt, ids outside
 // [0, vocab), tokens < 0, temperature < 0 or not finite, top_k < 0 or > vocab, parameters that
 // do not match the layout (MatchInitialParams). Unimplemented: MoE models and pipeline (pp > 1)
-// meshes (sample on a mesh without pp: the parameters are global tensors).
+// meshes (sample on a mesh without pp: the parameters are global tensors). kv_cache kOn:
+// Unimplemented for a model without the Decode* hooks (MoE GPT), InvalidArgument when
+// prompt + tokens - 1 exceeds the model's seq (the message gives the most tokens that fit).
 #ifndef SHARDMAP_MODELS_GPT_GPT_GENERATE_H_
 #define SHARDMAP_MODELS_GPT_GPT_GENERATE_H_
 
@@ -45,6 +59,13 @@
 
 namespace shardmap {
 
+// Whether generation keeps a KV cache (see the header comment).
+enum class KvCacheMode {
+  kAuto,  // the cache when the model has one and prompt + tokens - 1 <= seq, else recompute
+  kOn,    // the cache, or an error: Unimplemented (the model has none), InvalidArgument (too long)
+  kOff,   // recompute the window every token
+};
+
 struct SampleOptions {
   int64_t tokens = 16;       // new tokens to generate (0: none)
   double temperature = 0;    // 0: greedy; > 0: softmax(logits / temperature)
@@ -56,7 +77,16 @@ struct SampleOptions {
   // In-process ranks: where they run (the default: CPU; DevicePlacement::SharedGpu(0) or
   // GpuPerRank() put each rank's shards and its forward passes on a GPU).
   DevicePlacement placement;
+  KvCacheMode kv_cache = KvCacheMode::kAuto;
+  // Tests and tools: when non-null, each step's logits (this process's reporting rank) are
+  // appended.
+  std::vector<std::vector<double>>* step_logits = nullptr;
 };
+
+// OK when generating options.tokens after a prompt of prompt_tokens runs on the KV cache;
+// otherwise why not (Unimplemented: the model or mesh has no cached decoding; InvalidArgument:
+// prompt + tokens - 1 positions exceed the model's seq). kOff: FailedPrecondition ("off").
+absl::Status KvCacheUse(const Model& model, int64_t prompt_tokens, const SampleOptions& options);
 
 // `options.tokens` new ids continuing `prompt`. params: global tensors named and shaped as the
 // layout lists them (e.g. TrainResult::params, or InitGpt).

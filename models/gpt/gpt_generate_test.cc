@@ -1,5 +1,6 @@
 #include "models/gpt/gpt_generate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -299,6 +300,116 @@ TEST(GptGenerateTest, Errors) {
   moe.moe.experts = 2;
   EXPECT_EQ(GenerateGpt(Layout("dp=1", false, moe), InitGpt(moe, 1), {1}, {}).status().code(),
             absl::StatusCode::kUnimplemented);
+}
+
+// Each step's logits and the greedy tokens of one generation.
+struct Steps {
+  std::vector<int64_t> tokens;
+  std::vector<std::vector<double>> logits;
+};
+Steps GreedySteps(const Model& m, const std::vector<NamedTensor>& params,
+                  const std::vector<int64_t>& prompt, int64_t tokens, KvCacheMode mode) {
+  Steps out;
+  SampleOptions o{.tokens = tokens};
+  o.kv_cache = mode;
+  o.step_logits = &out.logits;
+  absl::StatusOr<std::vector<int64_t>> r = GenerateGpt(m, params, prompt, o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (r.ok()) out.tokens = *r;
+  return out;
+}
+
+// max |a - b| / max(1, |b|) over every step's logits.
+double MaxRelDiff(const Steps& a, const Steps& b) {
+  EXPECT_EQ(a.logits.size(), b.logits.size());
+  double worst = 0;
+  for (size_t s = 0; s < std::min(a.logits.size(), b.logits.size()); ++s) {
+    EXPECT_EQ(a.logits[s].size(), b.logits[s].size());
+    for (size_t v = 0; v < std::min(a.logits[s].size(), b.logits[s].size()); ++v) {
+      worst = std::max(worst, std::abs(a.logits[s][v] - b.logits[s][v]) /
+                                  std::max(1.0, std::abs(b.logits[s][v])));
+    }
+  }
+  return worst;
+}
+
+// The KV cache (prefill once, then one token per step) against the recomputation of the whole
+// prefix on one device, in f64: every step's logits to 1e-12 and the same tokens, on meshes
+// that split the heads over tp (2 and 3 of 6), shard the parameters (FSDP), use SP or cp (the
+// cached rows are whole on every device) and odd data-parallel sizes. The prompt + tokens fill
+// the window exactly (3 + 6 - 1 = 8 = seq).
+TEST(GptGenerateTest, KvCacheEqualsRecomputation) {
+  const GptConfig c = Config();
+  const auto params = RandomParams(c, 0.3, 17);
+  const std::vector<int64_t> prompt = {3, 14, 15};
+  const Steps want = GreedySteps(Layout("dp=1", false), params, prompt, 6, KvCacheMode::kOff);
+  ASSERT_EQ(want.tokens.size(), 6u);
+  for (auto [mesh, sp] : {std::pair<std::string, bool>{"dp=1", false}, {"tp=2", false},
+                          {"tp=3", true}, {"dp=2,tp=2", true}, {"dp_shard=2", false},
+                          {"dp=3", false}, {"cp=2", false}, {"dp_shard=2,tp=3", true}}) {
+    const GptLayout l = Layout(mesh, sp);
+    ASSERT_TRUE(KvCacheUse(l, 3, {.tokens = 6}).ok()) << mesh;
+    const Steps got = GreedySteps(l, params, prompt, 6, KvCacheMode::kOn);
+    EXPECT_EQ(got.tokens, want.tokens) << mesh;
+    EXPECT_LT(MaxRelDiff(got, want), 1e-12) << mesh << (sp ? " sp" : "");
+  }
+  // The one-token prompt (no prefill beyond one position) too.
+  const Steps one = GreedySteps(Layout("dp=1", false), params, {7}, 8, KvCacheMode::kOff);
+  const Steps cached = GreedySteps(Layout("tp=2", true), params, {7}, 8, KvCacheMode::kOn);
+  EXPECT_EQ(cached.tokens, one.tokens);
+  EXPECT_LT(MaxRelDiff(cached, one), 1e-12);
+}
+
+// f32: the cache gives the recomputation's greedy tokens, and kAuto (the default) takes it when
+// it fits; a seed gives the same sampled text either way.
+TEST(GptGenerateTest, KvCacheF32GreedyAndSampling) {
+  const GptConfig c = Config(DType::kF32);
+  const auto params = RandomParams(c, 0.3, 19);
+  for (auto [mesh, sp] : {std::pair<std::string, bool>{"dp=1", false}, {"tp=2", true}}) {
+    const GptLayout l = Layout(mesh, sp, c);
+    const Steps off = GreedySteps(l, params, {5, 6}, 7, KvCacheMode::kOff);
+    const Steps on = GreedySteps(l, params, {5, 6}, 7, KvCacheMode::kOn);
+    const Steps autom = GreedySteps(l, params, {5, 6}, 7, KvCacheMode::kAuto);
+    EXPECT_EQ(on.tokens, off.tokens) << mesh;
+    EXPECT_EQ(autom.tokens, on.tokens) << mesh;
+    EXPECT_LT(MaxRelDiff(on, off), 1e-4) << mesh;
+    SampleOptions s{.tokens = 7, .temperature = 0.9, .seed = 3};
+    s.kv_cache = KvCacheMode::kOff;
+    auto a = GenerateGpt(l, params, {5, 6}, s);
+    s.kv_cache = KvCacheMode::kOn;
+    auto b = GenerateGpt(l, params, {5, 6}, s);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(*a, *b) << mesh;
+  }
+}
+
+TEST(GptGenerateTest, KvCacheErrors) {
+  const GptConfig c = Config();
+  const auto params = RandomParams(c, 0.3, 3);
+  const GptLayout l = Layout("tp=2", true);
+  // Past seq: kOn refuses and says how to fix it; kAuto slides the window as before.
+  SampleOptions on{.tokens = 7};
+  on.kv_cache = KvCacheMode::kOn;
+  ExpectInvalid(GenerateGpt(l, params, {1, 2, 3}, on), "feed 9");
+  ExpectInvalid(GenerateGpt(l, params, {1, 2, 3}, on), "generate at most 6 tokens");
+  ExpectInvalid(GenerateGpt(l, params, {1, 2, 3}, on), "--kv_cache=off");
+  const Steps slide = GreedySteps(l, params, {1, 2, 3}, 7, KvCacheMode::kAuto);
+  const Steps off = GreedySteps(l, params, {1, 2, 3}, 7, KvCacheMode::kOff);
+  EXPECT_EQ(slide.tokens, off.tokens);
+  EXPECT_EQ(MaxRelDiff(slide, off), 0.0);  // the same (recomputing) path
+  EXPECT_EQ(KvCacheUse(l, 1, {.tokens = 8}).code(), absl::StatusCode::kOk);
+  EXPECT_EQ(KvCacheUse(l, 1, {.tokens = 9}).code(), absl::StatusCode::kInvalidArgument);
+  SampleOptions off_opt;
+  off_opt.kv_cache = KvCacheMode::kOff;
+  EXPECT_EQ(KvCacheUse(l, 1, off_opt).code(), absl::StatusCode::kFailedPrecondition);
+  // MoE: no cached decoding, said as such.
+  GptConfig moe = c;
+  moe.moe.experts = 2;
+  const GptLayout ml = Layout("dp=1", false, moe);
+  EXPECT_EQ(KvCacheUse(ml, 1, {.tokens = 2}).code(), absl::StatusCode::kUnimplemented);
+  auto r = GenerateGpt(ml, InitGpt(moe, 1), {1}, on);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(r.status().message().find("mixture-of-experts"), std::string::npos) << r.status();
 }
 
 }  // namespace

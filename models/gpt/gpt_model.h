@@ -123,6 +123,11 @@ class GptLayout : public Model {
   Value Head(const ParamFn& use, const Value& x, const Value& targets,
              int64_t global_tokens) const override;
   Value Logits(const ParamFn& use, const Value& x) const override;
+  // KV-cache decoding (model.h; gpt_decode.cc): dense models on any mesh without pp.
+  absl::Status KvCacheSupport() const override;
+  Value DecodeEmbed(const ParamFn& use, const Value& ids, int64_t position) const override;
+  Value DecodeBlock(const ParamFn& use, int64_t i, const Value& x, KvCache& cache) const override;
+  Value DecodeLogits(const ParamFn& use, const Value& x) const override;
   double FlopsPerToken() const override;
   // Checkpoints hold GPT-2's names and layouts: c_attn as [d, 3d] / [3d] (Gpt2Shape).
   Shape CheckpointShape(const ParamInfo& p) const override;

@@ -396,8 +396,8 @@ Value RepeatKv(const Value& x, int64_t rep) {
 }
 
 // softmax(q k^T / sqrt(hd), causal) v with grouped kv heads: q [b, t, H, hd], k, v [b, t, KV,
-// hd] -> [b * t, H * hd]. Materialised per kv group (no copies of k and v), fused, or round the
-// cp ring (k and v repeated to the query heads).
+// hd] -> [b * t, H * hd]. Materialised per kv group (no copies of k and v), fused (the kernel
+// takes the kv heads as they are), or round the cp ring (k and v repeated to the query heads).
 Value GqaCore(const Value& q, const Value& k, const Value& v, const std::string& cp_axis,
               AttentionPath path, TypeTrace* types) {
   const int64_t b = q.dim(0), t = q.dim(1), heads = q.dim(2), hd = q.dim(3), kv = k.dim(2);
@@ -409,8 +409,9 @@ Value GqaCore(const Value& q, const Value& k, const Value& v, const std::string&
     return o.reshape({rows, heads * hd});
   }
   if (ResolveAttentionPath(path, q.tensor.device(), hd) == AttentionPath::kFused) {
-    Value o = causal_attention(q, RepeatKv(k, rep), RepeatKv(v, rep), scale);
-    NoteType(types, "attn: o = causal_attention(q, repeat_kv(k), repeat_kv(v))  (fused)", o);
+    // The fused kernel reads kv head h / rep for query head h: no repeated copies of k and v.
+    Value o = causal_attention(q, k, v, scale);
+    NoteType(types, "attn: o = causal_attention(q, k, v)  (fused, grouped kv heads)", o);
     return o.reshape({rows, heads * hd});
   }
   Value qg = (q * scale).reshape({b, t, kv, rep, hd});

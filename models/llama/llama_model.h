@@ -110,6 +110,12 @@ class LlamaLayout : public Model {
   Value Head(const ParamFn& use, const Value& x, const Value& targets,
              int64_t global_tokens) const override;
   Value Logits(const ParamFn& use, const Value& x) const override;
+  // KV-cache decoding (model.h; llama_decode.cc): the cache keeps kv_heads (this device's share
+  // under tp), and the rotary positions continue from the cached length.
+  absl::Status KvCacheSupport() const override { return absl::OkStatus(); }
+  Value DecodeEmbed(const ParamFn& use, const Value& ids, int64_t position) const override;
+  Value DecodeBlock(const ParamFn& use, int64_t i, const Value& x, KvCache& cache) const override;
+  Value DecodeLogits(const ParamFn& use, const Value& x) const override;
   double FlopsPerToken() const override;
   // "model" = "llama3" and the config as "llama3.*" (layers, d_model, heads, kv_heads, ffn_dim,
   // vocab, seq, rope_theta, norm_eps, dtype, compute).

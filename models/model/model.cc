@@ -3,7 +3,11 @@
 #include <memory>
 #include <utility>
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
+#include "shardmap/attention_ops.h"
+#include "tensor/error.h"
 #include "models/model/recompute_block.h"
 #include "shardmap/collective_ops.h"
 #include "shardmap/ops.h"
@@ -17,6 +21,69 @@ namespace {
 absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
 }  // namespace
+
+absl::Status Model::KvCacheSupport() const {
+  return absl::UnimplementedError(absl::StrCat(
+      "model ", name(), " implements no DecodeEmbed/DecodeBlock/DecodeLogits (models/model/"
+      "model.h), so generation recomputes the whole window for every token"));
+}
+
+Value Model::DecodeEmbed(const ParamFn&, const Value&, int64_t) const {
+  OpFail("model ", name(), " has no KV-cache decoding (DecodeEmbed); check KvCacheSupport()");
+}
+
+Value Model::DecodeBlock(const ParamFn&, int64_t, const Value&, KvCache&) const {
+  OpFail("model ", name(), " has no KV-cache decoding (DecodeBlock); check KvCacheSupport()");
+}
+
+Value Model::DecodeLogits(const ParamFn&, const Value&) const {
+  OpFail("model ", name(), " has no KV-cache decoding (DecodeLogits); check KvCacheSupport()");
+}
+
+Value DecodeStep(const Model& model, const ParamFn& use, const Value& ids, KvCache& cache) {
+  const int64_t n = ids.dim(0);
+  Value x = model.DecodeEmbed(use, ids, cache.length());
+  for (int64_t i = 0; i < model.shape().layers; ++i) x = model.DecodeBlock(use, i, x, cache);
+  cache.Advance(n);
+  // Only the last position's logits are needed (the prompt's others would be vocab-wide work).
+  return model.DecodeLogits(use, n == 1 ? x : slice(x, 0, n - 1, 1));
+}
+
+// A reshape keeps a shard on the first output dim with the same elements before it, so with
+// one row ([1, X] S1 -> [1, h, hd]) the heads' shard would land on the size-1 row dim. With one
+// row the heads dim is moved first around the reshape, where no size-1 dim precedes it.
+Value DecodeSplitHeads(const Value& x, int64_t head_dim) {
+  const int64_t n = x.dim(0), heads = x.dim(1) / head_dim;
+  if (n > 1) return x.reshape({n, heads, head_dim});
+  return permute(x.T().reshape({heads, head_dim, 1}), {2, 0, 1});  // [X, 1] S0 -> [1, h, hd]
+}
+
+Value DecodeMergeHeads(const Value& x) {
+  const int64_t n = x.dim(0), width = x.dim(1) * x.dim(2);
+  if (n > 1) return x.reshape({n, width});
+  return permute(x, {1, 2, 0}).reshape({width, 1}).T();  // [h, hd, 1] S0 -> [1, h * hd] S1
+}
+
+namespace {
+
+// [t, h, hd] (h S1 on tp) -> [1, t, h, hd] (h S2), for any t (see DecodeSplitHeads).
+Value WithBatchDim(const Value& x) {
+  const int64_t t = x.dim(0), h = x.dim(1), hd = x.dim(2);
+  if (t > 1) return x.reshape({1, t, h, hd});
+  return permute(permute(x, {1, 0, 2}).reshape({h, 1, t, hd}), {1, 2, 0, 3});
+}
+
+}  // namespace
+
+Value CachedAttention(const Value& q, const Value& k, const Value& v) {
+  const int64_t n = q.dim(0), heads = q.dim(1), hd = q.dim(2), len = k.dim(0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  Value o = causal_attention(WithBatchDim(q), WithBatchDim(k), WithBatchDim(v), scale,
+                             /*q_offset=*/len - n);  // [1, n, heads, hd]
+  return DecodeMergeHeads(n > 1 ? o.reshape({n, heads, hd})
+                                : permute(permute(o, {2, 0, 1, 3}).reshape({heads, n, hd}),
+                                          {1, 0, 2}));
+}
 
 int Model::Find(const std::string& name) const {
   const std::vector<ParamInfo>& p = params();

@@ -19,6 +19,8 @@
 //   Init           global initial tensors, the same on any mesh;
 //   Embed / Block / Head   the per-device forward in units (GptLoss is Embed, Blocks, Head);
 //   Logits         the head without the loss, for generation;
+//   KvCacheSupport / DecodeEmbed / DecodeBlock / DecodeLogits  optional: generation with a KV
+//                  cache (kv_cache.h); without them the sampler recomputes the whole window;
 //   FlopsPerToken  training FLOPs per token (forward + backward), for MFU and the planner;
 //   CheckpointName / CheckpointShape  the names and shapes in checkpoints (Hugging Face's).
 #ifndef SHARDMAP_MODELS_MODEL_MODEL_H_
@@ -34,6 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/components/optimizer.h"
+#include "models/model/kv_cache.h"
 #include "models/parallel/layers.h"
 #include "models/parallel/moe.h"
 #include "models/parallel/parallel_dims.h"
@@ -155,6 +158,18 @@ class Model {
   // The head's logits [rows, vocab] (vocab-parallel: S1 on tp), for generation.
   virtual Value Logits(const ParamFn& use, const Value& x) const = 0;
 
+  // Generation with a KV cache (optional). The rows are the next n tokens of one sequence, at
+  // positions [cache.length(), + n), whole on every device: R on every axis but tp, which splits
+  // the heads (and kv heads) as in training; never sequence-parallel, and no ring attention
+  // under cp (each device attends over its own cache). KvCacheSupport: OK, or why this model
+  // cannot decode with a cache (the default: it implements no Decode*); the sampler then
+  // recomputes the whole window each token. DecodeBlock appends its keys and values to layer
+  // i of the cache; DecodeLogits returns [n, vocab] S1 on tp. The defaults throw OpError.
+  virtual absl::Status KvCacheSupport() const;
+  virtual Value DecodeEmbed(const ParamFn& use, const Value& ids, int64_t position) const;
+  virtual Value DecodeBlock(const ParamFn& use, int64_t i, const Value& x, KvCache& cache) const;
+  virtual Value DecodeLogits(const ParamFn& use, const Value& x) const;
+
   // Training FLOPs per token (forward + backward, matmuls and attention; no recomputation), for
   // MFU (nanoGPT's / PaLM's 6N + 12 L H Q T counting) and the planner.
   virtual double FlopsPerToken() const = 0;
@@ -187,6 +202,20 @@ class Model {
 Value ModelLoss(const Model& model, const ParamFn& use, const Value& ids, const Value& targets,
                 int64_t global_tokens, TypeTrace* block0_types = nullptr,
                 MoeStats* moe = nullptr);
+
+// One cached decoding step (KvCacheSupport must be OK): ids [n] (R) continue the cached
+// positions; returns the logits [1, vocab] of the last of them (S1 on tp) and advances the cache.
+Value DecodeStep(const Model& model, const ParamFn& use, const Value& ids, KvCache& cache);
+
+// [n, heads * hd] <-> [n, heads, hd] keeping a tp shard on the heads dim for any n (a plain
+// reshape of one row would move it onto the size-1 row dim; shardmap/type_rules_layout.h).
+Value DecodeSplitHeads(const Value& x, int64_t head_dim);
+Value DecodeMergeHeads(const Value& x);
+
+// Causal attention of q [n, H, hd] at positions [L - n, L) over every cached position, k, v
+// [L, KV, hd] (KV dividing H: grouped-query attention reads the cached kv heads directly, no
+// copies): the fused causal_attention with q_offset L - n. Returns [n, H * hd].
+Value CachedAttention(const Value& q, const Value& k, const Value& v);
 
 // A parameter at use: FSDP shards all_gathered over the FSDP axis (the transpose reduce-scatters
 // the gradient), cast to the compute dtype. It holds its own copy of `params` (a recomputed block

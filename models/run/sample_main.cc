@@ -52,6 +52,10 @@ ABSL_FLAG(uint64_t, seed, 1, "the sampling seed of the first sample (sample i: s
 ABSL_FLAG(std::string, tokenizer, "",
           "Llama 3's tokenizer.model or a folder with GPT-2's tokenizer files (default: the "
           "checkpoint's run's --tokenizer)");
+ABSL_FLAG(std::string, kv_cache, "auto",
+          "auto: keep a KV cache when the model has one and prompt + tokens - 1 <= seq (else "
+          "recompute a sliding window, saying why on stderr); on: the cache or an error; off: "
+          "recompute the window for every token");
 ABSL_FLAG(int64_t, eval_steps, 0,
           "evaluate the validation loss over N batches (0: no evaluation)");
 ABSL_FLAG(std::string, val_data, "",
@@ -180,6 +184,21 @@ absl::Status PrintSamples(const Checkpoint& c, const Model& layout,
   so.tokens = absl::GetFlag(FLAGS_tokens);
   so.temperature = absl::GetFlag(FLAGS_temperature);
   so.top_k = absl::GetFlag(FLAGS_top_k);
+  const std::string kv = absl::GetFlag(FLAGS_kv_cache);
+  if (kv == "auto" || kv == "on" || kv == "off") {
+    so.kv_cache = kv == "on"    ? KvCacheMode::kOn
+                  : kv == "off" ? KvCacheMode::kOff
+                                : KvCacheMode::kAuto;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_cache '", kv, "' is not one of auto, on, off"));
+  }
+  if (n > 0 && so.kv_cache == KvCacheMode::kAuto) {
+    if (absl::Status why = KvCacheUse(layout, static_cast<int64_t>(prompt->size()), so);
+        !why.ok()) {
+      std::cerr << "note: sampling without a KV cache: " << why.message() << "\n";
+    }
+  }
   so.placement = placement;
   for (int64_t i = 0; i < n; ++i) {
     so.seed = absl::GetFlag(FLAGS_seed) + static_cast<uint64_t>(i);

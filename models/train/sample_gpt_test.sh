@@ -85,6 +85,18 @@ expect_error "needs encoder.json and vocab.bpe" --checkpoint="$tmp/bpe.safetenso
 l3=$("$bin" --checkpoint="$tmp/l3.safetensors" --prompt="The lazy dog" --tokens=2 --temperature=0)
 grep -q "^The lazy dog" <<<"$(tail -1 <<<"$l3")" || fail "Llama 3 sample: $l3"
 
+# The KV cache (prompt + tokens - 1 within seq = 8): the same greedy and seeded text as the
+# recomputed window; past seq --kv_cache=on refuses with the fix, and auto says why on stderr.
+for extra in "--temperature=0" "--temperature=0.9 --seed=4" "--temperature=0.9 --seed=4 --mesh=tp=2 --sp"; do
+  on=$("$bin" --checkpoint="$tmp/ck.safetensors" --prompt="the q" --tokens=4 $extra --kv_cache=on | tail -1)
+  off=$("$bin" --checkpoint="$tmp/ck.safetensors" --prompt="the q" --tokens=4 $extra --kv_cache=off | tail -1)
+  [ "$on" = "$off" ] || fail "kv cache ($extra): '$on' vs '$off'"
+done
+expect_error "generate at most 4 tokens" --checkpoint="$tmp/ck.safetensors" --prompt="the q" --tokens=5 --kv_cache=on
+expect_error "--kv_cache 'maybe' is not one of auto, on, off" --checkpoint="$tmp/ck.safetensors" --kv_cache=maybe
+"$bin" --checkpoint="$tmp/ck.safetensors" --prompt="the q" --tokens=5 2>&1 >/dev/null \
+  | grep -q "^note: sampling without a KV cache: .*feed 9" || fail "no note on the recomputed window"
+
 # Bad settings: exit 2, naming the flag.
 expect_error "--temperature -1 must be finite and >= 0" --checkpoint="$tmp/ck.safetensors" --temperature=-1
 expect_error "--temperature nan must be finite" --checkpoint="$tmp/ck.safetensors" --temperature=nan

@@ -16,7 +16,8 @@ namespace {
 
 DType AccType(DType t) { return t == DType::kF64 ? DType::kF64 : DType::kF32; }
 
-// Checks q [b, tq, h, d] and k, v [b, tk, h, d]: floating, one dtype, one device.
+// Checks q [b, tq, h, d] and k, v [b, tk, kvh, d] (kvh dividing h): floating, one dtype, one
+// device.
 void CheckQkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
   internal::RequireFloating(op, q, "q");
   internal::RequireFloating(op, k, "k");
@@ -34,9 +35,14 @@ void CheckQkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
   if (k.shape() != v.shape()) {
     OpFail(op, ": k ", k.ShapeString(), " and v ", v.ShapeString(), " must have the same shape");
   }
-  if (q.dim(0) != k.dim(0) || q.dim(2) != k.dim(2) || q.dim(3) != k.dim(3)) {
+  if (q.dim(0) != k.dim(0) || q.dim(3) != k.dim(3)) {
     OpFail(op, ": q ", q.ShapeString(), " and k ", k.ShapeString(),
-           " must agree on batch (dim 0), heads (dim 2) and head_dim (dim 3)");
+           " must agree on batch (dim 0) and head_dim (dim 3)");
+  }
+  if (k.dim(2) < 1 || q.dim(2) % k.dim(2) != 0) {
+    OpFail(op, ": q ", q.ShapeString(), " has ", q.dim(2), " heads and k ", k.ShapeString(), " ",
+           k.dim(2), " kv heads: grouped-query attention needs kv heads (dim 2) dividing the "
+           "query heads (query head h reads kv head h / (heads / kv_heads))");
   }
   if (!std::isfinite(scale)) OpFail(op, ": scale ", scale, " must be finite");
 }
@@ -132,8 +138,9 @@ CausalAttentionResult CausalAttention(const Tensor& q, const Tensor& k, const Te
   const Tensor q64 = ToF64(q), k64 = ToF64(k), v64 = ToF64(v);
   Tensor out = Tensor::Zeros(q.shape(), DType::kF64);
   Tensor lse = Tensor::Empty({batch, heads, tq}, DType::kF64);
-  const Bthd qv{q64.data<double>(), tq, heads, d}, kv{k64.data<double>(), tk, heads, d},
-      vv{v64.data<double>(), tk, heads, d};
+  const int64_t kvh = k.dim(2), rep = heads / kvh;  // query head h reads kv head h / rep
+  const Bthd qv{q64.data<double>(), tq, heads, d}, kv{k64.data<double>(), tk, kvh, d},
+      vv{v64.data<double>(), tk, kvh, d};
   const MutBthd ov{out.data<double>(), tq, heads, d};
   double* pl = lse.data<double>();
   std::vector<double> p(static_cast<size_t>(tk));
@@ -146,10 +153,10 @@ CausalAttentionResult CausalAttention(const Tensor& q, const Tensor& k, const Te
           l = -std::numeric_limits<double>::infinity();
           continue;
         }
-        l = RowProbabilities(qv.row(b, i, h), kv, b, h, n, scale, p);
+        l = RowProbabilities(qv.row(b, i, h), kv, b, h / rep, n, scale, p);
         double* o = ov.row(b, i, h);
         for (int64_t j = 0; j < n; ++j) {
-          const double* vj = vv.row(b, j, h);
+          const double* vj = vv.row(b, j, h / rep);
           for (int64_t c = 0; c < d; ++c) o[c] += p[j] * vj[c];
         }
       }
@@ -201,10 +208,12 @@ CausalAttentionGrads CausalAttentionBackward(const Tensor& q, const Tensor& k, c
   Tensor dq = Tensor::Zeros(q.shape(), DType::kF64);
   Tensor dk = Tensor::Zeros(k.shape(), DType::kF64);
   Tensor dv = Tensor::Zeros(v.shape(), DType::kF64);
-  const Bthd qv{q64.data<double>(), tq, heads, d}, kv{k64.data<double>(), tk, heads, d},
-      vv{v64.data<double>(), tk, heads, d}, dov{do64.data<double>(), tq, heads, d};
-  const MutBthd dqv{dq.data<double>(), tq, heads, d}, dkv{dk.data<double>(), tk, heads, d},
-      dvv{dv.data<double>(), tk, heads, d};
+  // Query head h reads kv head h / rep: dk and dv sum over the rep heads of a group.
+  const int64_t kvh = k.dim(2), rep = heads / kvh;
+  const Bthd qv{q64.data<double>(), tq, heads, d}, kv{k64.data<double>(), tk, kvh, d},
+      vv{v64.data<double>(), tk, kvh, d}, dov{do64.data<double>(), tq, heads, d};
+  const MutBthd dqv{dq.data<double>(), tq, heads, d}, dkv{dk.data<double>(), tk, kvh, d},
+      dvv{dv.data<double>(), tk, kvh, d};
   std::vector<double> p(static_cast<size_t>(tk)), dp(static_cast<size_t>(tk));
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
@@ -213,18 +222,19 @@ CausalAttentionGrads CausalAttentionBackward(const Tensor& q, const Tensor& k, c
         if (n == 0) continue;
         const double* qi = qv.row(b, i, h);
         const double* doi = dov.row(b, i, h);
-        RowProbabilities(qi, kv, b, h, n, scale, p);
+        const int64_t g = h / rep;
+        RowProbabilities(qi, kv, b, g, n, scale, p);
         double delta = 0;  // sum_j p_j dp_j
         for (int64_t j = 0; j < n; ++j) {
-          dp[j] = Dot(doi, vv.row(b, j, h), d);
+          dp[j] = Dot(doi, vv.row(b, j, g), d);
           delta += p[j] * dp[j];
         }
         double* dqi = dqv.row(b, i, h);
         for (int64_t j = 0; j < n; ++j) {
           const double ds = p[j] * (dp[j] - delta) * scale;
-          const double* kj = kv.row(b, j, h);
-          double* dkj = dkv.row(b, j, h);
-          double* dvj = dvv.row(b, j, h);
+          const double* kj = kv.row(b, j, g);
+          double* dkj = dkv.row(b, j, g);
+          double* dvj = dvv.row(b, j, g);
           for (int64_t c = 0; c < d; ++c) {
             dqi[c] += ds * kj[c];
             dkj[c] += ds * qi[c];

@@ -1,7 +1,9 @@
 // Fused causal attention: softmax(q k^T * scale, causal) v per (batch, head), with its backward,
 // without the [b, h, tq, tk] scores in memory on GPUs.
 //
-//   // q [b, tq, h, d]; k, v [b, tk, h, d]; any float dtype (all three the same)
+//   // q [b, tq, h, d]; k, v [b, tk, kvh, d] with kvh dividing h (grouped-query attention: query
+//   // head i reads kv head i / (h / kvh), as HF's repeat_kv; kvh = h: multi-head); any float
+//   // dtype (all three the same)
 //   CausalAttentionResult r = CausalAttention(q, k, v, 1 / std::sqrt(d));
 //   // r.out [b, tq, h, d] in q's dtype; r.lse [b, h, tq] f32 (f64 for f64 inputs)
 //   CausalAttentionGrads g = CausalAttentionBackward(q, k, v, r.out, r.lse, dout, scale);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tensor/ops/elementwise.h"
@@ -31,18 +32,36 @@ Tensor Materialised(const Tensor& q, const Tensor& k, const Tensor& v, double sc
 
 struct Case {
   int64_t b, tq, tk, h, d, offset;
+  int64_t kvh = 0;  // kv heads (grouped-query attention); 0: h
+  int64_t kv() const { return kvh == 0 ? h : kvh; }
 };
+
+// x [b, t, kvh, d] with each kv head repeated rep times (head g * rep + r reads kv head g), by
+// naive loops: the reference grouped-query attention is multi-head attention on these.
+Tensor RepeatHeads(const Tensor& x, int64_t rep) {
+  const int64_t b = x.dim(0), t = x.dim(1), g = x.dim(2), d = x.dim(3);
+  std::vector<double> out;
+  out.reserve(static_cast<size_t>(b * t * g * rep * d));
+  for (int64_t i = 0; i < b * t; ++i) {
+    for (int64_t h = 0; h < g * rep; ++h) {
+      for (int64_t e = 0; e < d; ++e) out.push_back(x.at((i * g + h / rep) * d + e));
+    }
+  }
+  return Tensor::FromVector<double>({b, t, g * rep, d}, out, x.dtype());
+}
 
 class AttentionCpuTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(AttentionCpuTest, ForwardMatchesMaterialisedPath) {
   const Case c = GetParam();
   const Tensor q = RandomTensor({c.b, c.tq, c.h, c.d}, DType::kF64, 1);
-  const Tensor k = RandomTensor({c.b, c.tk, c.h, c.d}, DType::kF64, 2);
-  const Tensor v = RandomTensor({c.b, c.tk, c.h, c.d}, DType::kF64, 3);
+  const Tensor k = RandomTensor({c.b, c.tk, c.kv(), c.d}, DType::kF64, 2);
+  const Tensor v = RandomTensor({c.b, c.tk, c.kv(), c.d}, DType::kF64, 3);
   const double scale = 1 / std::sqrt(static_cast<double>(c.d));
+  const int64_t rep = c.h / c.kv();
   const CausalAttentionResult r = CausalAttention(q, k, v, scale, c.offset);
-  EXPECT_TENSOR_NEAR(r.out, Materialised(q, k, v, scale, c.offset), 1e-12);
+  EXPECT_TENSOR_NEAR(
+      r.out, Materialised(q, RepeatHeads(k, rep), RepeatHeads(v, rep), scale, c.offset), 1e-12);
   ASSERT_EQ(r.lse.shape(), (Shape{c.b, c.h, c.tq}));
   // lse against a direct logsumexp of the visible scores (naive loops).
   for (int64_t b = 0; b < c.b; ++b) {
@@ -54,7 +73,7 @@ TEST_P(AttentionCpuTest, ForwardMatchesMaterialisedPath) {
           double s = 0;
           for (int64_t e = 0; e < c.d; ++e) {
             s += q.at(((b * c.tq + i) * c.h + h) * c.d + e) *
-                 k.at(((b * c.tk + j) * c.h + h) * c.d + e);
+                 k.at(((b * c.tk + j) * c.kv() + h / rep) * c.d + e);
           }
           sum += std::exp(s * scale);
         }
@@ -73,8 +92,8 @@ TEST_P(AttentionCpuTest, GradientsMatchFiniteDifferences) {
   const Case c = GetParam();
   if (c.d > 16) GTEST_SKIP() << "finite differences run on the small head dims only";
   const Tensor q = RandomTensor({c.b, c.tq, c.h, c.d}, DType::kF64, 4);
-  const Tensor k = RandomTensor({c.b, c.tk, c.h, c.d}, DType::kF64, 5);
-  const Tensor v = RandomTensor({c.b, c.tk, c.h, c.d}, DType::kF64, 6);
+  const Tensor k = RandomTensor({c.b, c.tk, c.kv(), c.d}, DType::kF64, 5);
+  const Tensor v = RandomTensor({c.b, c.tk, c.kv(), c.d}, DType::kF64, 6);
   const double scale = 0.7;
   auto grads = [&](const Tensor& qq, const Tensor& kk, const Tensor& vv, const Tensor& dout) {
     const CausalAttentionResult r = CausalAttention(qq, kk, vv, scale, c.offset);
@@ -99,7 +118,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, 5, 9, 2, 4, 4},     // last query lines up with the last key
                       Case{1, 6, 4, 2, 4, -3},    // the first queries see no key
                       Case{2, 9, 9, 2, 64, 0},    // head_dim 64
-                      Case{1, 11, 11, 2, 128, 0}  // head_dim 128, odd length
+                      Case{1, 11, 11, 2, 128, 0},  // head_dim 128, odd length
+                      // Grouped-query attention: fewer kv heads than query heads.
+                      Case{2, 7, 7, 6, 4, 0, 2},   // 3 query heads per kv head, odd length
+                      Case{1, 5, 5, 4, 8, 0, 1},   // multi-query (one kv head)
+                      Case{2, 3, 8, 6, 4, 5, 3},   // decoding: 3 queries after 5 cached keys
+                      Case{1, 1, 9, 4, 64, 8, 2},  // one new token over a 9-key cache
+                      Case{1, 6, 4, 3, 4, -3, 1}   // the first queries see no key
                       ));
 
 TEST(AttentionCpu, HalfTypesComputeInF64AndRoundOnce) {
@@ -141,7 +166,10 @@ TEST(AttentionCpu, Errors) {
                 {"causal_attention", "dtype mismatch"});
   ExpectOpError([&] { CausalAttention(q, Tensor::Zeros({2, 4, 2, 8}), Tensor::Zeros({2, 4, 2, 8}),
                                       1.0); },
-                {"causal_attention", "heads"});
+                {"causal_attention", "3 heads", "2 kv heads", "dividing"});
+  ExpectOpError([&] { CausalAttention(q, Tensor::Zeros({2, 4, 3, 4}), Tensor::Zeros({2, 4, 3, 4}),
+                                      1.0); },
+                {"causal_attention", "head_dim"});
   ExpectOpError([&] { CausalAttention(q, q, Tensor::Zeros({2, 5, 3, 8}), 1.0); },
                 {"causal_attention", "same shape"});
   ExpectOpError([&] { CausalAttention(q, q, Tensor::Zeros({2, 4, 3, 8}, DType::kI32), 1.0); },

@@ -81,6 +81,7 @@ __global__ void __launch_bounds__(kQueryRows * (kDPad / kPerThread))
   const int64_t blk = blockIdx.x;
   const int64_t qblock = row_blocks - 1 - blk / bh_count;  // the longest (last) blocks first
   const int64_t bh = blk % bh_count, b = bh / heads, h = bh % heads;
+  const int64_t kvh = dims.kv_heads > 0 ? dims.kv_heads : heads, g = h / (heads / kvh);
   const int row = threadIdx.x / kG, sub = threadIdx.x % kG;
   const int64_t q_first = qblock * kQueryRows, i = q_first + row;
   const bool valid = i < tq;
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(kQueryRows * (kDPad / kPerThread))
   const int64_t key_end = VisibleKeyEnd(q_first, kQueryRows, tq, tk, off);
   for (int64_t j0 = 0; j0 < key_end; j0 += kBN) {
     __syncthreads();  // the previous tile's readers are done
-    StageRows<kBN, kDPad>(k, v, ks, vs, b, h, j0, tk, heads, d);
+    StageRows<kBN, kDPad>(k, v, ks, vs, b, g, j0, tk, kvh, d);
     __syncthreads();
     A s[kBN];
     A tile_max = NegInf<A>();
@@ -165,8 +166,9 @@ __global__ void DeltaKernel(const T* __restrict__ o, const T* __restrict__ dout,
   }
 }
 
-// dK and dV: one block per (key block, batch*head); kG lanes per key row; queries stream
-// through shared memory kQueryTile rows at a time, from the first one that sees the block.
+// dK and dV: one block per (key block, batch*kv head); kG lanes per key row; queries stream
+// through shared memory kQueryTile rows at a time, from the first one that sees the block, for
+// each query head of the kv head's group in turn (grouped-query attention sums over them).
 template <typename T, int kDPad>
 __global__ void __launch_bounds__(kKeyRows * (kDPad / kPerThread))
     KeyGradKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
@@ -183,10 +185,11 @@ __global__ void __launch_bounds__(kKeyRows * (kDPad / kPerThread))
   A* dls = ls + kBM;
 
   const int64_t heads = dims.heads, d = dims.head_dim, tq = dims.tq, tk = dims.tk;
-  const int64_t off = dims.q_offset, bh_count = dims.batch * heads;
+  const int64_t kvh = dims.kv_heads > 0 ? dims.kv_heads : heads, rep = heads / kvh;
+  const int64_t off = dims.q_offset, bg_count = dims.batch * kvh;
   const int64_t blk = blockIdx.x;
-  const int64_t kblock = blk / bh_count;  // the first key blocks (seen by most queries) first
-  const int64_t bh = blk % bh_count, b = bh / heads, h = bh % heads;
+  const int64_t kblock = blk / bg_count;  // the first key blocks (seen by most queries) first
+  const int64_t bg = blk % bg_count, b = bg / kvh, g = bg % kvh;
   const int row = threadIdx.x / kG, sub = threadIdx.x % kG;
   const int64_t k_first = kblock * kKeyRows, j = k_first + row;
   const bool valid = j < tk;
@@ -198,49 +201,52 @@ __global__ void __launch_bounds__(kKeyRows * (kDPad / kPerThread))
   for (int c = 0; c < kPerThread; ++c) {
     const int dim = sub + c * kG;
     const bool in = valid && dim < d;
-    kr[c] = in ? ToAcc(k[At(b, j, h, dim, tk, heads, d)]) : A(0);
-    vr[c] = in ? ToAcc(v[At(b, j, h, dim, tk, heads, d)]) : A(0);
+    kr[c] = in ? ToAcc(k[At(b, j, g, dim, tk, kvh, d)]) : A(0);
+    vr[c] = in ? ToAcc(v[At(b, j, g, dim, tk, kvh, d)]) : A(0);
     gk[c] = A(0);
     gv[c] = A(0);
   }
-  for (int64_t i0 = FirstQuerySeeing(k_first, off); i0 < tq; i0 += kBM) {
-    __syncthreads();
-    StageRows<kBM, kDPad>(q, dout, qs, dos, b, h, i0, tq, heads, d);
-    for (int e = threadIdx.x; e < kBM; e += blockDim.x) {
-      const int64_t i = i0 + e;
-      ls[e] = i < tq ? lse[bh * tq + i] : NegInf<A>();
-      dls[e] = i < tq ? delta[bh * tq + i] : A(0);
-    }
-    __syncthreads();
-    const int n = tq - i0 < kBM ? static_cast<int>(tq - i0) : kBM;  // uniform over the block
-    for (int ii = 0; ii < n; ++ii) {
-      A sp = A(0), dp = A(0);
-#pragma unroll
-      for (int c = 0; c < kPerThread; ++c) {
-        sp += qs[ii * kDPad + sub + c * kG] * kr[c];
-        dp += dos[ii * kDPad + sub + c * kG] * vr[c];
+  for (int64_t h = g * rep; h < (g + 1) * rep; ++h) {
+    const int64_t bh = b * heads + h;
+    for (int64_t i0 = FirstQuerySeeing(k_first, off); i0 < tq; i0 += kBM) {
+      __syncthreads();
+      StageRows<kBM, kDPad>(q, dout, qs, dos, b, h, i0, tq, heads, d);
+      for (int e = threadIdx.x; e < kBM; e += blockDim.x) {
+        const int64_t i = i0 + e;
+        ls[e] = i < tq ? lse[bh * tq + i] : NegInf<A>();
+        dls[e] = i < tq ? delta[bh * tq + i] : A(0);
       }
-      sp = GroupSum<kG>(sp) * scale;
-      dp = GroupSum<kG>(dp);
-      const A li = ls[ii];
-      if (valid && j <= i0 + ii + off && li != NegInf<A>()) {
-        const A p = Exp(sp - li);
-        const A ds = p * (dp - dls[ii]);
-#pragma unroll
+      __syncthreads();
+      const int n = tq - i0 < kBM ? static_cast<int>(tq - i0) : kBM;  // uniform over the block
+      for (int ii = 0; ii < n; ++ii) {
+        A sp = A(0), dp = A(0);
+  #pragma unroll
         for (int c = 0; c < kPerThread; ++c) {
-          gv[c] += p * dos[ii * kDPad + sub + c * kG];
-          gk[c] += ds * qs[ii * kDPad + sub + c * kG];
+          sp += qs[ii * kDPad + sub + c * kG] * kr[c];
+          dp += dos[ii * kDPad + sub + c * kG] * vr[c];
+        }
+        sp = GroupSum<kG>(sp) * scale;
+        dp = GroupSum<kG>(dp);
+        const A li = ls[ii];
+        if (valid && j <= i0 + ii + off && li != NegInf<A>()) {
+          const A p = Exp(sp - li);
+          const A ds = p * (dp - dls[ii]);
+  #pragma unroll
+          for (int c = 0; c < kPerThread; ++c) {
+            gv[c] += p * dos[ii * kDPad + sub + c * kG];
+            gk[c] += ds * qs[ii * kDPad + sub + c * kG];
+          }
         }
       }
     }
-  }
+  }  // query heads of the group
   if (!valid) return;
 #pragma unroll
   for (int c = 0; c < kPerThread; ++c) {
     const int dim = sub + c * kG;
     if (dim < d) {
-      dk[At(b, j, h, dim, tk, heads, d)] = FromAcc<T>(gk[c] * scale);
-      dv[At(b, j, h, dim, tk, heads, d)] = FromAcc<T>(gv[c]);
+      dk[At(b, j, g, dim, tk, kvh, d)] = FromAcc<T>(gk[c] * scale);
+      dv[At(b, j, g, dim, tk, kvh, d)] = FromAcc<T>(gv[c]);
     }
   }
 }
@@ -264,6 +270,7 @@ __global__ void __launch_bounds__(kQueryRows * (kDPad / kPerThread))
   const int64_t blk = blockIdx.x;
   const int64_t qblock = row_blocks - 1 - blk / bh_count;
   const int64_t bh = blk % bh_count, b = bh / heads, h = bh % heads;
+  const int64_t kvh = dims.kv_heads > 0 ? dims.kv_heads : heads, g = h / (heads / kvh);
   const int row = threadIdx.x / kG, sub = threadIdx.x % kG;
   const int64_t q_first = qblock * kQueryRows, i = q_first + row;
   const bool valid = i < tq;
@@ -284,7 +291,7 @@ __global__ void __launch_bounds__(kQueryRows * (kDPad / kPerThread))
   const int64_t key_end = VisibleKeyEnd(q_first, kQueryRows, tq, tk, off);
   for (int64_t j0 = 0; j0 < key_end; j0 += kBN) {
     __syncthreads();
-    StageRows<kBN, kDPad>(k, v, ks, vs, b, h, j0, tk, heads, d);
+    StageRows<kBN, kDPad>(k, v, ks, vs, b, g, j0, tk, kvh, d);
     __syncthreads();
 #pragma unroll 4
     for (int jj = 0; jj < kBN; ++jj) {
@@ -354,11 +361,12 @@ cudaError_t Backward(const T* q, const T* k, const T* v, const T* o, const Acc<T
                      const T* dout, T* dq, T* dk, T* dv, Acc<T>* delta, const AttentionDims& dims,
                      DType dtype, bool tc, void* stream) {
   const int64_t bh = dims.batch * dims.heads;
+  const int64_t bg = dims.batch * (dims.kv_heads > 0 ? dims.kv_heads : dims.heads);  // dK/dV
   const AttentionTiling tq = ForwardTiling(bh, dims.tq, dims.head_dim, sizeof(Acc<T>));
-  const AttentionTiling tk = KeyGradTiling(bh, dims.tk, dims.head_dim, sizeof(Acc<T>));
+  const AttentionTiling tk = KeyGradTiling(bg, dims.tk, dims.head_dim, sizeof(Acc<T>));
   if (!Launchable(tq) || (dims.tk > 0 && !Launchable(tk))) return cudaErrorInvalidValue;
   if (dims.tk > 0 && dims.tq == 0) {  // no query: dK = dV = 0
-    const size_t bytes = static_cast<size_t>(bh * dims.tk * dims.head_dim) * sizeof(T);
+    const size_t bytes = static_cast<size_t>(bg * dims.tk * dims.head_dim) * sizeof(T);
     cudaError_t e = cudaMemsetAsync(dk, 0, bytes, AsStream(stream));
     if (e == cudaSuccess) e = cudaMemsetAsync(dv, 0, bytes, AsStream(stream));
     return e;

@@ -1,7 +1,9 @@
 // The CUDA fused attention against the CPU reference (tensor/ops/attention.h, f64 sums) in every
 // float dtype: forward (out, lse) and gradients, odd lengths, one head, head_dim 64 and 128 and
 // odd ones, offsets that leave queries without keys. bf16/f16 at head_dim 64/128 run the
-// tensor-core kernels, also forced against the SIMT kernels. Skips without a GPU.
+// tensor-core kernels, also forced against the SIMT kernels. Grouped-query cases give k and v
+// fewer heads than q (the CPU reference is itself checked against repeated kv heads in
+// tensor/ops/attention_test.cc). Skips without a GPU.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -41,6 +43,8 @@ using testing::TensorsNear;
 
 struct Case {
   int64_t b, tq, tk, h, d, offset;
+  int64_t kvh = 0;  // kv heads (grouped-query attention); 0: h
+  int64_t kv() const { return kvh == 0 ? h : kvh; }
 };
 
 double Tolerance(DType t, bool grad) {
@@ -71,8 +75,8 @@ TEST_P(AttentionCudaTest, MatchesCpuReference) {
   const auto [c, dtype] = GetParam();
   const Device gpu = Device::Cuda(0);
   const Tensor q = Cast(RandomTensor({c.b, c.tq, c.h, c.d}, DType::kF32, 1), dtype);
-  const Tensor k = Cast(RandomTensor({c.b, c.tk, c.h, c.d}, DType::kF32, 2), dtype);
-  const Tensor v = Cast(RandomTensor({c.b, c.tk, c.h, c.d}, DType::kF32, 3), dtype);
+  const Tensor k = Cast(RandomTensor({c.b, c.tk, c.kv(), c.d}, DType::kF32, 2), dtype);
+  const Tensor v = Cast(RandomTensor({c.b, c.tk, c.kv(), c.d}, DType::kF32, 3), dtype);
   const Tensor dout = Cast(RandomTensor({c.b, c.tq, c.h, c.d}, DType::kF32, 4), dtype);
   const double scale = 1 / std::sqrt(static_cast<double>(c.d));
 
@@ -103,13 +107,20 @@ INSTANTIATE_TEST_SUITE_P(
                           Case{1, 50, 90, 2, 16, 40},    // last query lines up with last key
                           Case{1, 70, 70, 2, 64, -5},    // the first queries see no key
                           Case{3, 1, 1, 1, 8, 0},        // one token
-                          Case{1, 257, 257, 2, 96, 0}),  // several key/query tiles
+                          Case{1, 257, 257, 2, 96, 0},   // several key/query tiles
+                          // Grouped-query attention (tensor cores at 64/128 for bf16/f16).
+                          Case{2, 129, 129, 6, 64, 0, 2},  // 3 query heads per kv head
+                          Case{1, 77, 77, 4, 128, 0, 1},   // multi-query, head_dim 128
+                          Case{1, 50, 90, 4, 16, 40, 2},   // decoding-like offset
+                          Case{2, 33, 33, 3, 40, -5, 1}),  // padded head_dim, masked rows
         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16, DType::kF64)));
 
 // The tensor-core kernels (bf16/f16, head_dim 64 and 128) against the CPU reference and against
 // the SIMT kernels, forced through cuda::AttentionKernel: forward out and lse, all gradients.
 struct TcCase {
   int64_t b, tq, tk, h, offset;
+  int64_t kvh = 0;  // kv heads (grouped-query attention); 0: h
+  int64_t kv() const { return kvh == 0 ? h : kvh; }
 };
 
 class AttentionTcTest
@@ -120,8 +131,8 @@ TEST_P(AttentionTcTest, MatchesCpuReferenceAndSimt) {
   const auto [c, dtype, d] = GetParam();
   const Device gpu = Device::Cuda(0);
   const Tensor q = Cast(RandomTensor({c.b, c.tq, c.h, d}, DType::kF32, 11), dtype);
-  const Tensor k = Cast(RandomTensor({c.b, c.tk, c.h, d}, DType::kF32, 12), dtype);
-  const Tensor v = Cast(RandomTensor({c.b, c.tk, c.h, d}, DType::kF32, 13), dtype);
+  const Tensor k = Cast(RandomTensor({c.b, c.tk, c.kv(), d}, DType::kF32, 12), dtype);
+  const Tensor v = Cast(RandomTensor({c.b, c.tk, c.kv(), d}, DType::kF32, 13), dtype);
   const Tensor dout = Cast(RandomTensor({c.b, c.tq, c.h, d}, DType::kF32, 14), dtype);
   const Tensor qg = q.To(gpu), kg = k.To(gpu), vg = v.To(gpu), dg = dout.To(gpu);
   const double scale = 1 / std::sqrt(static_cast<double>(d));
@@ -168,7 +179,10 @@ INSTANTIATE_TEST_SUITE_P(
                           TcCase{1, 50, 130, 2, 80},  // tq < tk: last query sees every key
                           TcCase{2, 100, 40, 1, -60},  // the first 60 queries see no key
                           TcCase{1, 70, 70, 2, -5},   // masked rows inside the first block
-                          TcCase{1, 65, 200, 3, 135}),  // offset across tile boundaries
+                          TcCase{1, 65, 200, 3, 135},  // offset across tile boundaries
+                          TcCase{2, 129, 129, 4, 0, 2},  // grouped-query: 2 per kv head
+                          TcCase{1, 1, 70, 8, 69, 2},    // one decoding query, 4 per kv head
+                          TcCase{1, 100, 40, 3, -60, 1}),  // multi-query, unseen rows
         ::testing::Values(DType::kBF16, DType::kF16), ::testing::Values(int64_t{64}, 128)));
 
 // kAuto takes the tensor cores for bf16/f16 at head_dim 64 (bit-identical to forcing them) and

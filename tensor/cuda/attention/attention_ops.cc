@@ -71,6 +71,7 @@ ak::AttentionDims DimsOf(const Tensor& q, const Tensor& k, double scale, int64_t
   d.batch = q.dim(0);
   d.tq = q.dim(1);
   d.heads = q.dim(2);
+  d.kv_heads = k.dim(2);  // grouped-query attention: fewer kv heads (checked by the caller)
   d.head_dim = q.dim(3);
   d.tk = k.dim(1);
   d.q_offset = q_offset;

@@ -145,6 +145,7 @@ __global__ void __launch_bounds__(kTcThreads)
   const int64_t blk = blockIdx.x;
   const int64_t qblock = row_blocks - 1 - blk / bh_count;
   const int64_t bh = blk % bh_count, b = bh / heads, h = bh % heads;
+  const int64_t kvh = dims.kv_heads > 0 ? dims.kv_heads : heads, g = h / (heads / kvh);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wrow = warp * kF + lane / 2, half = lane % 2;  // this lane's row in the block
   const int64_t q_first = qblock * kTcRows, i = q_first + wrow;
@@ -170,11 +171,11 @@ __global__ void __launch_bounds__(kTcThreads)
   const int64_t key_end = VisibleKeyEnd(q_first, kTcRows, tq, tk, off);
   for (int64_t j0 = 0; j0 < key_end; j0 += kTcCols) {
     __syncthreads();  // every warp is done with the previous K/V tile
-    StageTile<kD>(k, ks, b, h, j0, tk, heads);
+    StageTile<kD>(k, ks, b, g, j0, tk, kvh);
     // An infinite or NaN value in V: P = 0 at a masked key would still multiply it in the
     // tensor-core product (0 * inf = NaN), so such a tile is summed over visible keys only, as
     // the SIMT kernel does (rare: only for non-finite inputs).
-    const bool v_nonfinite = __syncthreads_or(StageTile<kD>(v, vs, b, h, j0, tk, heads)) != 0;
+    const bool v_nonfinite = __syncthreads_or(StageTile<kD>(v, vs, b, g, j0, tk, kvh)) != 0;
     // S = Q K^T for the warp's 16 rows: K row-major [key][dim] is K^T column-major.
 #pragma unroll
     for (int n = 0; n < kColFrags; ++n) {
@@ -278,8 +279,9 @@ __global__ void __launch_bounds__(kTcThreads)
   }
 }
 
-// dK and dV: one block per (key block of kTcRows, batch*head); query tiles of kTcCols stream
-// from the first query that sees the block. dK, dV accumulate in fragments (no rescaling).
+// dK and dV: one block per (key block of kTcRows, batch*kv head); query tiles of kTcCols stream
+// from the first query that sees the block, for each query head of the kv head's group in turn
+// (grouped-query attention sums over them). dK, dV accumulate in fragments (no rescaling).
 template <typename T, int kD>
 __global__ void __launch_bounds__(kTcThreads)
     TcKeyGradKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
@@ -301,18 +303,19 @@ __global__ void __launch_bounds__(kTcThreads)
   float* delta_s = lse_s + kTcCols;
 
   const int64_t heads = dims.heads, tq = dims.tq, tk = dims.tk;
-  const int64_t off = dims.q_offset, bh_count = dims.batch * heads;
+  const int64_t kvh = dims.kv_heads > 0 ? dims.kv_heads : heads, rep = heads / kvh;
+  const int64_t off = dims.q_offset, bg_count = dims.batch * kvh;
   const int64_t blk = blockIdx.x;
-  const int64_t kblock = blk / bh_count;  // the first key blocks (seen by most queries) first
-  const int64_t bh = blk % bh_count, b = bh / heads, h = bh % heads;
+  const int64_t kblock = blk / bg_count;  // the first key blocks (seen by most queries) first
+  const int64_t bg = blk % bg_count, b = bg / kvh, g = bg % kvh;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wrow = warp * kF + lane / 2, half = lane % 2;
   const int64_t k_first = kblock * kTcRows, j = k_first + wrow;
   const bool valid = j < tk;
   const float scale = static_cast<float>(dims.scale);
 
-  StageTile<kD>(k, ks, b, h, k_first, tk, heads);
-  StageTile<kD>(v, vs, b, h, k_first, tk, heads);
+  StageTile<kD>(k, ks, b, g, k_first, tk, kvh);
+  StageTile<kD>(v, vs, b, g, k_first, tk, kvh);
   FragAcc dkf[kDFrags], dvf[kDFrags];
 #pragma unroll
   for (int n = 0; n < kDFrags; ++n) {
@@ -323,51 +326,54 @@ __global__ void __launch_bounds__(kTcThreads)
   const float* dptrow = dpts + wrow * kTcScoreLd;
   T* ptrow = pts + wrow * kTcProbLd;
   T* dstrow = dsts + wrow * kTcProbLd;
-  for (int64_t i0 = FirstQuerySeeing(k_first, off); i0 < tq; i0 += kTcCols) {
-    __syncthreads();  // the previous Q/dO tile's readers are done (and K/V staged, first time)
-    StageTile<kD>(q, qs, b, h, i0, tq, heads);
-    StageTile<kD>(dout, dos, b, h, i0, tq, heads);
-    for (int e = threadIdx.x; e < kTcCols; e += kTcThreads) {
-      const int64_t i = i0 + e;
-      lse_s[e] = i < tq ? lse[bh * tq + i] : -INFINITY;
-      delta_s[e] = i < tq ? delta[bh * tq + i] : 0.f;
-    }
-    __syncthreads();
-    // S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys.
-    WarpProductPair<kD>(ks, qs, vs, dos, sts, dpts, warp);
-    __syncwarp();
-    // P^T = exp(S^T * scale - lse) and dS^T = P^T (dP^T - delta), zero where masked or padded.
-#pragma unroll
-    for (int t = 0; t < kHalfCols; ++t) {
-      const int c = 2 * t + half;
-      const int64_t i = i0 + c;
-      const float li = lse_s[c];
-      const bool vis = valid && i < tq && j <= i + off && li != -INFINITY;
-      const float p = vis ? expf(strow[c] * scale - li) : 0.f;
-      const float ds = vis ? p * (dptrow[c] - delta_s[c]) : 0.f;
-      ptrow[c] = FromAcc<T>(p);
-      dstrow[c] = FromAcc<T>(ds);
-    }
-    __syncwarp();
-    // dV += P^T dO, dK += dS^T Q (scaled at the end).
-    FragA<T> pa[kColFrags], dsa[kColFrags];
-#pragma unroll
-    for (int kk = 0; kk < kColFrags; ++kk) {
-      wmma::load_matrix_sync(pa[kk], pts + warp * kF * kTcProbLd + kk * kF, kTcProbLd);
-      wmma::load_matrix_sync(dsa[kk], dsts + warp * kF * kTcProbLd + kk * kF, kTcProbLd);
-    }
-#pragma unroll
-    for (int n = 0; n < kDFrags; ++n) {
-#pragma unroll
+  for (int64_t h = g * rep; h < (g + 1) * rep; ++h) {
+    const int64_t bh = b * heads + h;
+    for (int64_t i0 = FirstQuerySeeing(k_first, off); i0 < tq; i0 += kTcCols) {
+      __syncthreads();  // the previous Q/dO tile's readers are done (and K/V staged, first time)
+      StageTile<kD>(q, qs, b, h, i0, tq, heads);
+      StageTile<kD>(dout, dos, b, h, i0, tq, heads);
+      for (int e = threadIdx.x; e < kTcCols; e += kTcThreads) {
+        const int64_t i = i0 + e;
+        lse_s[e] = i < tq ? lse[bh * tq + i] : -INFINITY;
+        delta_s[e] = i < tq ? delta[bh * tq + i] : 0.f;
+      }
+      __syncthreads();
+      // S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys.
+      WarpProductPair<kD>(ks, qs, vs, dos, sts, dpts, warp);
+      __syncwarp();
+      // P^T = exp(S^T * scale - lse) and dS^T = P^T (dP^T - delta), zero where masked or padded.
+  #pragma unroll
+      for (int t = 0; t < kHalfCols; ++t) {
+        const int c = 2 * t + half;
+        const int64_t i = i0 + c;
+        const float li = lse_s[c];
+        const bool vis = valid && i < tq && j <= i + off && li != -INFINITY;
+        const float p = vis ? expf(strow[c] * scale - li) : 0.f;
+        const float ds = vis ? p * (dptrow[c] - delta_s[c]) : 0.f;
+        ptrow[c] = FromAcc<T>(p);
+        dstrow[c] = FromAcc<T>(ds);
+      }
+      __syncwarp();
+      // dV += P^T dO, dK += dS^T Q (scaled at the end).
+      FragA<T> pa[kColFrags], dsa[kColFrags];
+  #pragma unroll
       for (int kk = 0; kk < kColFrags; ++kk) {
-        FragBRow<T> bm;
-        wmma::load_matrix_sync(bm, dos + kk * kF * kLd + n * kF, kLd);
-        wmma::mma_sync(dvf[n], pa[kk], bm, dvf[n]);
-        wmma::load_matrix_sync(bm, qs + kk * kF * kLd + n * kF, kLd);
-        wmma::mma_sync(dkf[n], dsa[kk], bm, dkf[n]);
+        wmma::load_matrix_sync(pa[kk], pts + warp * kF * kTcProbLd + kk * kF, kTcProbLd);
+        wmma::load_matrix_sync(dsa[kk], dsts + warp * kF * kTcProbLd + kk * kF, kTcProbLd);
+      }
+  #pragma unroll
+      for (int n = 0; n < kDFrags; ++n) {
+  #pragma unroll
+        for (int kk = 0; kk < kColFrags; ++kk) {
+          FragBRow<T> bm;
+          wmma::load_matrix_sync(bm, dos + kk * kF * kLd + n * kF, kLd);
+          wmma::mma_sync(dvf[n], pa[kk], bm, dvf[n]);
+          wmma::load_matrix_sync(bm, qs + kk * kF * kLd + n * kF, kLd);
+          wmma::mma_sync(dkf[n], dsa[kk], bm, dkf[n]);
+        }
       }
     }
-  }
+  }  // query heads of the group
   __syncthreads();  // every warp is done with the score tiles: they become the output staging
   float* stage = sts + warp * (TcWarpOutStage(kD) / sizeof(float));
   const int64_t w_first = k_first + warp * kF;
@@ -376,14 +382,14 @@ __global__ void __launch_bounds__(kTcThreads)
     wmma::store_matrix_sync(stage + n * kF, dvf[n], kOLd, wmma::mem_row_major);
   }
   __syncwarp();
-  WriteWarpRows<kD>(stage, 1.f, dv, b, h, w_first, tk, heads, lane);
+  WriteWarpRows<kD>(stage, 1.f, dv, b, g, w_first, tk, kvh, lane);
   __syncwarp();
 #pragma unroll
   for (int n = 0; n < kDFrags; ++n) {
     wmma::store_matrix_sync(stage + n * kF, dkf[n], kOLd, wmma::mem_row_major);
   }
   __syncwarp();
-  WriteWarpRows<kD>(stage, scale, dk, b, h, w_first, tk, heads, lane);
+  WriteWarpRows<kD>(stage, scale, dk, b, g, w_first, tk, kvh, lane);
 }
 
 // dQ: one block per (query block of kTcRows, batch*head), the last (longest) blocks first; key
@@ -412,6 +418,7 @@ __global__ void __launch_bounds__(kTcThreads)
   const int64_t blk = blockIdx.x;
   const int64_t qblock = row_blocks - 1 - blk / bh_count;
   const int64_t bh = blk % bh_count, b = bh / heads, h = bh % heads;
+  const int64_t kvh = dims.kv_heads > 0 ? dims.kv_heads : heads, g = h / (heads / kvh);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wrow = warp * kF + lane / 2, half = lane % 2;
   const int64_t q_first = qblock * kTcRows, i = q_first + wrow;
@@ -435,8 +442,8 @@ __global__ void __launch_bounds__(kTcThreads)
   const int64_t key_end = VisibleKeyEnd(q_first, kTcRows, tq, tk, off);
   for (int64_t j0 = 0; j0 < key_end; j0 += kTcCols) {
     __syncthreads();
-    StageTile<kD>(k, ks, b, h, j0, tk, heads);
-    StageTile<kD>(v, vs, b, h, j0, tk, heads);
+    StageTile<kD>(k, ks, b, g, j0, tk, kvh);
+    StageTile<kD>(v, vs, b, g, j0, tk, kvh);
     __syncthreads();
     // S = Q K^T and dP = dO V^T for the warp's 16 queries.
     WarpProductPair<kD>(qs, ks, dos, vs, ss, dps, warp);
@@ -521,8 +528,9 @@ cudaError_t TcGrads(const T* q, const T* k, const T* v, const T* dout, const flo
                     const float* delta, T* dq, T* dk, T* dv, const AttentionDims& dims,
                     void* stream) {
   const int64_t bh = dims.batch * dims.heads;
+  const int64_t bg = dims.batch * (dims.kv_heads > 0 ? dims.kv_heads : dims.heads);  // dK/dV
   const size_t smem = TcBackwardLayout(kD).total;
-  cudaError_t e = TcLaunch<TcKeyGradKernel<T, kD>>(TcRowBlocks(dims.tk) * bh, smem, stream, q,
+  cudaError_t e = TcLaunch<TcKeyGradKernel<T, kD>>(TcRowBlocks(dims.tk) * bg, smem, stream, q,
                                                     k, v, dout, lse, delta, dk, dv, dims);
   if (e != cudaSuccess) return e;
   const int64_t row_blocks = TcRowBlocks(dims.tq);

@@ -8,6 +8,9 @@
 // cudaError_t as int. Layouts are contiguous: q, o, dq, do [b, tq, h, d]; k, v, dk, dv
 // [b, tk, h, d]; lse and delta [b, h, tq] in the accumulator type A (double for f64 data, float
 // otherwise). Every product and sum is in A; outputs round once to the element type.
+// Grouped-query attention: k, v, dk, dv have kv_heads heads (dividing heads); query head h reads
+// kv head h / (heads / kv_heads), and dk, dv sum over the query heads of their group (inside one
+// block, still without atomics).
 //
 // Causality: query i sits at position i + q_offset and sees keys j <= i + q_offset. A query that
 // sees no key gets o = 0, lse = -inf and zero gradients. The caller clamps q_offset to
@@ -30,6 +33,7 @@ namespace shardmap::cuda::attention_kernels {
 
 struct AttentionDims {
   int64_t batch = 0, heads = 0, tq = 0, tk = 0, head_dim = 0;
+  int64_t kv_heads = 0;  // heads of k and v (dividing heads); 0: heads
   int64_t q_offset = 0;
   double scale = 1.0;
   // bf16/f16 with head_dim 64 or 128 run on tensor cores (attention_tc.cu) unless kSimt.

@@ -1,6 +1,7 @@
 #include "shardmap/collective_ops.h"
 
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -187,26 +188,71 @@ struct CollectiveArgs {
   }
 };
 
-// Runs collective c on g with a's parameters (invariant: its To::kI form); kCount: g itself.
-Value RunCollective(Collective c, const CollectiveArgs& a, const Value& g, bool invariant) {
-  const To to = invariant ? To::kI : To::kR;
-  switch (c) {
-    case Collective::kAllReduceSum: return all_reduce(g, a.axes, to);
-    case Collective::kAllReduceMeanMaxMin: return all_reduce(g, a.axes, to, a.reduce);
-    case Collective::kAllGather: return GatherImpl(g, a.check_dim, a.axes, to, a.sizes());
-    case Collective::kReduceScatter: return ScatterImpl(g, a.check_dim, a.axes, a.sizes());
-    case Collective::kAllToAll: return all_to_all(g, a.result_dim, a.check_dim, a.axes);
-    case Collective::kAllToAllSizes:
-      return all_to_all(g, a.result_dim, a.check_dim, a.axes, a.result_sizes, a.check_sizes);
-    case Collective::kPpermute: return ppermute(g, a.axes, a.pairs);
-    case Collective::kBroadcast: return broadcast(g, a.axes, a.root);
-    case Collective::kConvertIToR: return convert(g, a.axes, Convert::kIToR);
-    case Collective::kConvertRToP: return convert(g, a.axes, Convert::kRToP);
-    case Collective::kReinterpret: return reinterpret(g, a.axes);
-    case Collective::kVary: return vary(g, a.axes);
-    case Collective::kCount: return g;
+// How each collective runs on a cotangent, with a forward's parameters transposed: one row per
+// Collective beside its rule row (type_rules_collective.cc's kRules), in the enum's order and
+// each naming its key, checked at compile time as kRules is. Adding a collective is its rule
+// row and this row; a missing or misplaced row fails to compile.
+using RunFn = Value (*)(const CollectiveArgs& a, const Value& g, To to);
+struct CollectiveImpl {
+  Collective op;  // the row's key
+  RunFn run;
+};
+constexpr CollectiveImpl kImpls[] = {
+    {Collective::kAllReduceSum,
+     [](const CollectiveArgs& a, const Value& g, To to) { return all_reduce(g, a.axes, to); }},
+    {Collective::kAllReduceMeanMaxMin,
+     [](const CollectiveArgs& a, const Value& g, To to) {
+       return all_reduce(g, a.axes, to, a.reduce);
+     }},
+    {Collective::kAllGather,
+     [](const CollectiveArgs& a, const Value& g, To to) {
+       return GatherImpl(g, a.check_dim, a.axes, to, a.sizes());
+     }},
+    {Collective::kReduceScatter,
+     [](const CollectiveArgs& a, const Value& g, To) {
+       return ScatterImpl(g, a.check_dim, a.axes, a.sizes());
+     }},
+    {Collective::kAllToAll,
+     [](const CollectiveArgs& a, const Value& g, To) {
+       return all_to_all(g, a.result_dim, a.check_dim, a.axes);
+     }},
+    {Collective::kAllToAllSizes,
+     [](const CollectiveArgs& a, const Value& g, To) {
+       return all_to_all(g, a.result_dim, a.check_dim, a.axes, a.result_sizes, a.check_sizes);
+     }},
+    {Collective::kPpermute,
+     [](const CollectiveArgs& a, const Value& g, To) { return ppermute(g, a.axes, a.pairs); }},
+    {Collective::kBroadcast,
+     [](const CollectiveArgs& a, const Value& g, To) { return broadcast(g, a.axes, a.root); }},
+    {Collective::kConvertIToR,
+     [](const CollectiveArgs& a, const Value& g, To) {
+       return convert(g, a.axes, Convert::kIToR);
+     }},
+    {Collective::kConvertRToP,
+     [](const CollectiveArgs& a, const Value& g, To) {
+       return convert(g, a.axes, Convert::kRToP);
+     }},
+    {Collective::kReinterpret,
+     [](const CollectiveArgs& a, const Value& g, To) { return reinterpret(g, a.axes); }},
+    {Collective::kVary,
+     [](const CollectiveArgs& a, const Value& g, To) { return vary(g, a.axes); }},
+};
+
+constexpr bool EveryCollectiveHasItsImpl() {
+  if (std::size(kImpls) != static_cast<size_t>(Collective::kCount)) return false;
+  for (size_t i = 0; i < std::size(kImpls); ++i) {
+    if (kImpls[i].op != static_cast<Collective>(i) || kImpls[i].run == nullptr) return false;
   }
-  OpFail("collective transpose: unknown Collective ", static_cast<int>(c));
+  return true;
+}
+static_assert(EveryCollectiveHasItsImpl(),
+              "kImpls: one row per Collective, in the enum's order, each naming its key");
+
+// Runs collective c on g with a's parameters (invariant: its To::kI form); kCount (a local
+// transpose): g itself.
+Value RunCollective(Collective c, const CollectiveArgs& a, const Value& g, bool invariant) {
+  if (c == Collective::kCount) return g;
+  return kImpls[static_cast<int>(c)].run(a, g, invariant ? To::kI : To::kR);
 }
 
 // The row's local step on t, the transpose collective's result (a: the forward's parameters).

@@ -10,7 +10,7 @@
 #include "shardmap/collective_ops.h"
 #include "shardmap/context.h"
 #include "shardmap/einsum.h"
-#include "shardmap/loss_ops.h"
+#include "shardmap/ops/loss_ops.h"
 #include "shardmap/nn_ops.h"
 #include "shardmap/ops.h"
 #include "shardmap/tape_hook.h"

@@ -7,9 +7,9 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "shardmap/collective_ops.h"
-#include "shardmap/context.h"
-#include "shardmap/ops.h"
+#include "shardmap/ops/collective_ops.h"
+#include "shardmap/runtime/context.h"
+#include "shardmap/ops/ops.h"
 #include "shardmap/shard_map.h"
 #include "tensor/error.h"
 

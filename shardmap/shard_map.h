@@ -3,8 +3,8 @@
 // API at a glance: a Megatron MLP (tp = 3) forward and backward, in the global view.
 //
 //   #include "autograd/value_and_grad.h"    // value_and_grad(ShardMap)
-//   #include "shardmap/collective_ops.h"    // all_reduce, all_gather, ...
-//   #include "shardmap/ops.h"               // gelu, matmul, sum_partial, operators
+//   #include "shardmap/ops/collective_ops.h"    // all_reduce, all_gather, ...
+//   #include "shardmap/ops/ops.h"               // gelu, matmul, sum_partial, operators
 //   #include "shardmap/shard_map.h"
 //   using namespace shardmap;
 //
@@ -64,7 +64,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "shardmap/context.h"
+#include "shardmap/runtime/context.h"
 #include "shardmap/mesh.h"
 #include "shardmap/partition_spec.h"
 #include "shardmap/value.h"

@@ -6,8 +6,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "shardmap/collective_ops.h"
-#include "shardmap/ops.h"
+#include "shardmap/ops/collective_ops.h"
+#include "shardmap/ops/ops.h"
 #include "shardmap/shard_map.h"
 #include "shardmap/sharding.h"
 #include "tensor/ops/shape_ops.h"

@@ -7,8 +7,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "shardmap/collective_ops.h"
-#include "shardmap/ops.h"
+#include "shardmap/ops/collective_ops.h"
+#include "shardmap/ops/ops.h"
 #include "shardmap/sharding.h"
 #include "shardmap/visualize.h"
 #include "tensor/error.h"

@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "shardmap/context.h"
-#include "shardmap/type_rules.h"
+#include "shardmap/runtime/context.h"
+#include "shardmap/rules/type_rules.h"
 #include "tensor/error.h"
 #include "tensor/ops/shape_ops.h"
 

@@ -1,22 +1,8 @@
-// What every type rule returns on a rejection (the first rejected axis, the rule and the fix),
-// shared by the rule families of type_rules.h.
+// Forwarding header: type_rules_base.h moved to shardmap/rules/type_rules_base.h (shardmap/README.md, "Rooms").
+// Existing includes keep compiling; new code includes the new path.
 #ifndef SHARDMAP_SHARDMAP_TYPE_RULES_BASE_H_
 #define SHARDMAP_SHARDMAP_TYPE_RULES_BASE_H_
 
-#include <string>
-
-#include "shardmap/spmd_type.h"
-
-namespace shardmap {
-
-struct Rejection {
-  int axis;          // the first rejected mesh axis
-  std::string rule;  // "takes a partial sum (P), but x is V"
-  std::string fix;
-};
-
-const char* KindName(AxisKind k);  // "R", "I", "V", "P"
-
-}  // namespace shardmap
+#include "shardmap/rules/type_rules_base.h"  // IWYU pragma: export
 
 #endif  // SHARDMAP_SHARDMAP_TYPE_RULES_BASE_H_

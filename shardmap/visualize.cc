@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "shardmap/context.h"
+#include "shardmap/runtime/context.h"
 
 namespace shardmap {
 

@@ -39,7 +39,7 @@ PUBLIC_API = {
     "//shardmap:collective_ops", "//shardmap:sharding", "//shardmap:shard_map",
     "//shardmap:visualize", "//shardmap:nn_ops", "//shardmap:einsum",
     "//shardmap:async_collectives", "//shardmap:routing_ops", "//shardmap:attention_ops",
-    "//shardmap:shape_only", "//autograd:tape", "//autograd:value_and_grad",
+    "//shardmap:shape_only", "//shardmap:loss_ops", "//autograd:tape", "//autograd:value_and_grad",
     "//autograd:checkpoint",
 }
 # The old names of the run layer's binaries, kept in models/train so that every script, doc and

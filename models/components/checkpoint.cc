@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -32,45 +33,143 @@ absl::Status Bad(const std::string& path, const std::string& msg) {
   return absl::InvalidArgumentError(absl::StrCat("safetensors file '", path, "': ", msg));
 }
 
-const char* FileDType(DType t) {
-  switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kF64: return "F64";
-    case DType::kBF16: return "BF16";
-    default: return nullptr;
+// The file dtypes read and written, each with the DType it is held in and its bytes per element.
+// U16 (token ids, as nanoGPT and Hugging Face datasets store them) is held widened in I32.
+struct FileType {
+  const char* name;
+  DType dtype;
+  int64_t bytes;
+};
+constexpr FileType kFileTypes[] = {
+    {"F32", DType::kF32, 4}, {"F64", DType::kF64, 8}, {"BF16", DType::kBF16, 2},
+    {"F16", DType::kF16, 2}, {"I32", DType::kI32, 4}, {"I64", DType::kI64, 8},
+    {"U16", DType::kI32, 2},
+};
+constexpr char kSupported[] = "F32, F64, BF16, F16, I32, I64, and U16 (held as I32)";
+
+const FileType* FindFileType(const std::string& name) {
+  for (const FileType& f : kFileTypes) {
+    if (name == f.name) return &f;
   }
+  return nullptr;
 }
 
-bool ParseDType(const std::string& s, DType* t) {
-  if (s == "F32") *t = DType::kF32;
-  else if (s == "F64") *t = DType::kF64;
-  else if (s == "BF16") *t = DType::kBF16;
-  else return false;
-  return true;
+// The file dtype a tensor of dtype t is written as (nullptr: none).
+const char* FileDType(DType t) {
+  for (const FileType& f : kFileTypes) {
+    if (f.dtype == t) return f.name;
+  }
+  return nullptr;
+}
+
+int64_t FileBytes(const SafetensorsEntry& e) { return FindFileType(e.file_dtype)->bytes; }
+
+// t's values as little-endian uint16 bytes; an error naming the first value outside [0, 65535].
+absl::StatusOr<std::string> ToU16(const std::string& path, const std::string& name,
+                                  const Tensor& t) {
+  if (t.dtype() != DType::kI32 && t.dtype() != DType::kI64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WriteSafetensors('", path, "'): tensor '", name, "' is ", t.ShapeString(),
+        "; only i32 and i64 tensors are stored as U16"));
+  }
+  std::vector<int64_t> v = t.ToVector<int64_t>();
+  std::vector<uint16_t> u(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] < 0 || v[i] > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "WriteSafetensors('", path, "'): tensor '", name, "' holds ", v[i], " at element ", i,
+          ", outside U16's [0, 65535]; store it as I32 or I64 instead"));
+    }
+    u[i] = static_cast<uint16_t>(v[i]);
+  }
+  return std::string(reinterpret_cast<const char*>(u.data()), u.size() * sizeof(uint16_t));
+}
+
+// The bytes of each tensor as stored: its own, or U16 for the names in stored_dtypes.
+absl::StatusOr<std::vector<std::string>> StoredBytes(
+    const std::string& path, const std::vector<NamedTensor>& tensors,
+    const std::map<std::string, std::string>& stored_dtypes, std::vector<const char*>* names) {
+  std::vector<std::string> bytes(tensors.size());
+  std::set<std::string> used;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const NamedTensor& t = tensors[i];
+    auto it = stored_dtypes.find(t.name);
+    if (it == stored_dtypes.end()) continue;
+    used.insert(t.name);
+    if (it->second != "U16") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("WriteSafetensors('", path, "'): stored dtype '", it->second,
+                       "' for tensor '", t.name, "': only U16 can be asked for (tensors are "
+                       "otherwise stored in their own dtype)"));
+    }
+    absl::StatusOr<std::string> u = ToU16(path, t.name, t.tensor);
+    if (!u.ok()) return u.status();
+    bytes[i] = *std::move(u);
+    (*names)[i] = "U16";
+  }
+  for (const auto& [name, dt] : stored_dtypes) {
+    if (!used.count(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "WriteSafetensors('", path, "'): stored_dtypes names '", name,
+          "', which is not among the tensors written"));
+    }
+  }
+  return bytes;
+}
+
+// raw (the stored dtype) as `dtype`: floating to integer is refused (it would truncate), and
+// i64 to i32 checks that every value fits.
+absl::StatusOr<Tensor> ConvertBlock(const std::string& path, const std::string& name,
+                                    const Tensor& raw, DType dtype) {
+  if (raw.dtype() == dtype) return raw;
+  if (IsFloating(raw.dtype()) && !IsFloating(dtype)) {
+    return Bad(path, absl::StrCat("tensor '", name, "' is floating point (", raw.ShapeString(),
+                                  "); reading it as ", DTypeName(dtype),
+                                  " would truncate it: read it as a floating dtype"));
+  }
+  if (raw.dtype() == DType::kI64 && dtype == DType::kI32) {
+    const int64_t* v = raw.data<int64_t>();
+    for (int64_t i = 0; i < raw.numel(); ++i) {
+      if (v[i] < INT32_MIN || v[i] > INT32_MAX) {
+        return Bad(path, absl::StrCat("tensor '", name, "' holds ", v[i], " at element ", i,
+                                      " of the block, outside i32: read it as i64"));
+      }
+    }
+  }
+  return Cast(raw, dtype);
 }
 
 }  // namespace
 
 absl::Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                              const std::map<std::string, std::string>& metadata) {
+                              const std::map<std::string, std::string>& metadata,
+                              const std::map<std::string, std::string>& stored_dtypes) {
+  std::vector<const char*> stored(tensors.size(), nullptr);
+  absl::StatusOr<std::vector<std::string>> converted =
+      StoredBytes(path, tensors, stored_dtypes, &stored);
+  if (!converted.ok()) return converted.status();
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::set<std::string> names;
   int64_t offset = 0;
-  for (const NamedTensor& t : tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const NamedTensor& t = tensors[i];
     const char* dt = t.tensor.defined() ? FileDType(t.tensor.dtype()) : nullptr;
     if (dt == nullptr || t.tensor.is_cuda()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "WriteSafetensors('", path, "'): tensor '", t.name, "' is ",
           t.tensor.defined() ? t.tensor.ShapeString() : "undefined",
-          "; only F32, F64 and BF16 host tensors are written (cast it, or copy it to the CPU)"));
+          "; only F32, F64, BF16, F16, I32 and I64 host tensors are written (cast it, or copy "
+          "it to the CPU)"));
     }
+    if (stored[i] != nullptr) dt = stored[i];
     if (t.name == "__metadata__" || !names.insert(t.name).second) {
       return absl::InvalidArgumentError(absl::StrCat("WriteSafetensors('", path,
                                                      "'): tensor name '", t.name,
                                                      "' is reserved or repeated"));
     }
-    const int64_t n = static_cast<int64_t>(t.tensor.nbytes());
+    const int64_t n = stored[i] != nullptr ? static_cast<int64_t>((*converted)[i].size())
+                                           : static_cast<int64_t>(t.tensor.nbytes());
     header[t.name] = {{"dtype", dt},
                       {"shape", std::vector<int64_t>(t.tensor.shape().begin(),
                                                      t.tensor.shape().end())},
@@ -84,8 +183,11 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<NamedTe
   for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(len >> (8 * i));
   absl::Status s = WriteFileAtomically(path, [&](int fd) {
     bool ok = WriteAll(fd, le, 8) && WriteAll(fd, text.data(), text.size());
-    for (const NamedTensor& t : tensors) {
-      ok = ok && WriteAll(fd, t.tensor.raw_data(), t.tensor.nbytes());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const std::string& c = (*converted)[i];
+      ok = ok && (stored[i] != nullptr ? WriteAll(fd, c.data(), c.size())
+                                       : WriteAll(fd, tensors[i].tensor.raw_data(),
+                                                  tensors[i].tensor.nbytes()));
     }
     return ok;
   });
@@ -152,10 +254,13 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     e.name = name;
     auto dt = v.find("dtype");
     if (dt == v.end() || !dt->is_string()) return bad("no dtype string");
-    if (!ParseDType(dt->get<std::string>(), &e.dtype)) {
-      return bad(absl::StrCat("dtype ", dt->get<std::string>(),
-                              " is not supported (F32, F64, BF16)"));
+    const FileType* ft = FindFileType(dt->get<std::string>());
+    if (ft == nullptr) {
+      return bad(absl::StrCat("dtype ", dt->get<std::string>(), " is not supported (", kSupported,
+                              "): convert it before saving, e.g. tensor.to(torch.int32)"));
     }
+    e.dtype = ft->dtype;
+    e.file_dtype = ft->name;
     auto sh = v.find("shape");
     if (sh == v.end() || !sh->is_array()) return bad("no shape array");
     int64_t numel = 1;
@@ -180,10 +285,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     }
     e.begin = static_cast<int64_t>(b);
     e.end = static_cast<int64_t>(en);
-    if (e.end - e.begin != numel * static_cast<int64_t>(DTypeSize(e.dtype))) {
+    if (e.end - e.begin != numel * ft->bytes) {
       return bad(absl::StrCat("holds ", e.end - e.begin, " bytes but ", dt->get<std::string>(),
-                              ShapeToString(e.shape), " needs ",
-                              numel * static_cast<int64_t>(DTypeSize(e.dtype))));
+                              ShapeToString(e.shape), " needs ", numel * ft->bytes));
     }
     out.entries_.push_back(std::move(e));
   }
@@ -226,8 +330,11 @@ absl::StatusOr<Tensor> SafetensorsFile::ReadBlock(const std::string& name,
       return Bad(path_, absl::StrCat("block out of range in dim ", d, " of tensor '", name, "'"));
     }
   }
-  const int64_t elem = static_cast<int64_t>(DTypeSize(e->dtype));
+  const int64_t elem = FileBytes(*e);
+  // Read into raw, or, for U16, into a buffer widened into raw afterwards.
   Tensor raw = Tensor::Empty(size, e->dtype);
+  const bool widen = elem != static_cast<int64_t>(DTypeSize(e->dtype));
+  std::vector<uint16_t> narrow(widen ? raw.numel() : 0);
   // The innermost contiguous run: trailing whole dims merge with the last partial one.
   int k = rank - 1;
   int64_t run = rank == 0 ? 1 : size[rank - 1];
@@ -241,8 +348,8 @@ absl::StatusOr<Tensor> SafetensorsFile::ReadBlock(const std::string& name,
   absl::StatusOr<BoundedFile> f = OpenBoundedFile(path_, kMaxFile, "safetensors file");
   if (!f.ok()) return f.status();
   std::vector<int64_t> idx(std::max(k, 0), 0);  // index within the block over dims [0, k)
-  char* dst = static_cast<char*>(raw.raw_data());
-  if (raw.numel() == 0) return dtype == e->dtype ? raw : Cast(raw, dtype);
+  char* dst = widen ? reinterpret_cast<char*>(narrow.data()) : static_cast<char*>(raw.raw_data());
+  if (raw.numel() == 0) return ConvertBlock(path_, name, raw, dtype);
   while (true) {
     int64_t flat = 0;
     for (int d = 0; d < k; ++d) flat += (start[d] + idx[d]) * stride[d];
@@ -258,7 +365,11 @@ absl::StatusOr<Tensor> SafetensorsFile::ReadBlock(const std::string& name,
     }
     if (d < 0) break;
   }
-  return dtype == e->dtype ? raw : Cast(raw, dtype);
+  if (widen) {
+    int32_t* w = raw.data<int32_t>();
+    for (size_t i = 0; i < narrow.size(); ++i) w[i] = narrow[i];
+  }
+  return ConvertBlock(path_, name, raw, dtype);
 }
 
 absl::StatusOr<Tensor> SafetensorsFile::Read(const std::string& name) const {

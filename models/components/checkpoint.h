@@ -10,8 +10,18 @@
 //
 // Writes are atomic: a temporary file in the same directory, fsync, then rename, so a reader
 // never sees a half-written checkpoint. Open validates the whole header (parsed with nlohmann
-// JSON): the header length against the file size, dtypes (F32, F64, BF16), shapes, offsets in
-// range, sizes matching shape x dtype, no overlaps; errors name the file and the tensor.
+// JSON): the header length against the file size, dtypes, shapes, offsets in range, sizes
+// matching shape x dtype, no overlaps; errors name the file and the tensor.
+//
+// Dtypes: F32, F64, BF16, F16, I32 and I64 are held as themselves; U16 (token ids) is read
+// widened into an I32 tensor, and an I32/I64 tensor is written as U16 when stored_dtypes asks
+// (an error names the first value outside [0, 65535]). Any other file dtype (U8, I8, I16, U32,
+// U64, BOOL, F8_*) is an error naming the tensor, the dtype and the ones supported. ReadBlock
+// converts on read, except floating to integer (it would truncate) and i64 values that do not
+// fit a requested i32.
+//
+//   WriteSafetensors("tokens.safetensors", {{"ids", ids_i32}}, {}, {{"ids", "U16"}});
+//   Tensor ids = *SafetensorsFile::Open("tokens.safetensors")->Read("ids");   // i32
 #ifndef SHARDMAP_MODELS_COMPONENTS_CHECKPOINT_H_
 #define SHARDMAP_MODELS_COMPONENTS_CHECKPOINT_H_
 
@@ -28,13 +38,16 @@
 
 namespace shardmap {
 
-// Tensors must be F32, F64 or BF16 CPU tensors with unique names.
+// Tensors must be F32, F64, BF16, F16, I32 or I64 CPU tensors with unique names.
+// stored_dtypes: {name: "U16"} stores that I32/I64 tensor as U16 (the only conversion offered).
 absl::Status WriteSafetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                              const std::map<std::string, std::string>& metadata = {});
+                              const std::map<std::string, std::string>& metadata = {},
+                              const std::map<std::string, std::string>& stored_dtypes = {});
 
 struct SafetensorsEntry {
   std::string name;
-  DType dtype;
+  DType dtype;             // the dtype it is held in once read
+  std::string file_dtype;  // as the file names it: "U16" is held as I32
   Shape shape;
   int64_t begin = 0, end = 0;  // byte range, relative to the data section
 };
@@ -53,7 +66,7 @@ class SafetensorsFile {
   absl::StatusOr<Tensor> ReadBlock(const std::string& name, absl::Span<const int64_t> view_shape,
                                    absl::Span<const int64_t> start,
                                    absl::Span<const int64_t> size, DType dtype) const;
-  // The whole tensor in its stored shape and dtype.
+  // The whole tensor in its stored shape and held dtype (entry.dtype).
   absl::StatusOr<Tensor> Read(const std::string& name) const;
 
  private:

@@ -1,6 +1,6 @@
-// Safetensors: round trips (F32, F64, BF16), block reads against slices of the whole tensor, a
+// Safetensors: round trips (F32, F64, BF16, F16, I32, I64, U16), block reads against slices of the whole tensor, a
 // file laid out by hand from the format's description, atomic replacement, clear errors for
-// malformed headers, and a fuzz loop over corrupted headers (never a crash or a read past the
+// malformed headers and unsupported dtypes, integer files laid out by hand, and a fuzz loop over corrupted headers (never a crash or a read past the
 // data).
 #include "models/components/checkpoint.h"
 
@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
+#include <type_traits>
 
 #include <cstdio>
 #include <cstring>
@@ -114,13 +116,120 @@ TEST(SafetensorsTest, ReadsAFileLaidOutByHand) {
   EXPECT_EQ(f->metadata().at("format"), "pt");
 }
 
+// Little-endian bytes of each value in T (the file's layout on any host).
+template <typename T>
+std::string LittleEndian(const std::vector<T>& values) {
+  std::string out;
+  for (T v : values) {
+    using U = std::make_unsigned_t<T>;
+    const U u = static_cast<U>(v);
+    for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>(u >> (8 * i)));
+  }
+  return out;
+}
+
+TEST(SafetensorsTest, RoundTripsIntegerAndF16Tensors) {
+  const std::string path = TempPath("ints.safetensors");
+  const int64_t big = (int64_t{1} << 53) + 1;  // not a double: must survive bit for bit
+  Tensor i32 = Tensor::FromVector<int32_t>({2, 3}, {0, -1, INT32_MIN, INT32_MAX, 7, 65536});
+  Tensor i64 = Tensor::FromVector<int64_t>({3}, {big, -big, INT64_MAX});
+  Tensor u16 = Tensor::FromVector<int64_t>({5}, {0, 1, 255, 256, 65535});  // stored as U16
+  Tensor f16 = Cast(Rand({4}, 5, DType::kF32), DType::kF16);
+  ASSERT_TRUE(WriteSafetensors(path, {{"i32", i32}, {"i64", i64}, {"u16", u16}, {"f16", f16}},
+                               {}, {{"u16", "U16"}})
+                  .ok());
+  absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->Find("u16")->file_dtype, "U16");
+  EXPECT_EQ(f->Find("u16")->end - f->Find("u16")->begin, 10);  // 2 bytes an element
+  EXPECT_TRUE(testing::TensorsBitwiseEqual(*f->Read("i32"), i32));
+  EXPECT_TRUE(testing::TensorsBitwiseEqual(*f->Read("i64"), i64));
+  EXPECT_TRUE(testing::TensorsBitwiseEqual(*f->Read("f16"), f16));
+  Tensor got = *f->Read("u16");  // held widened, as i32
+  EXPECT_EQ(got.dtype(), DType::kI32);
+  EXPECT_EQ(got.ToVector<int64_t>(), u16.ToVector<int64_t>());
+  // A block of the U16 tensor, and conversions that keep every value.
+  EXPECT_EQ(f->ReadBlock("u16", {5}, {2}, {3}, DType::kI64)->ToVector<int64_t>(),
+            (std::vector<int64_t>{255, 256, 65535}));
+  EXPECT_EQ(f->ReadBlock("i32", {2, 3}, {1, 0}, {1, 3}, DType::kF64)->ToVector<double>(),
+            (std::vector<double>{INT32_MAX, 7, 65536}));
+}
+
+// A file laid out as Python's safetensors writes one (save_file({"ids": torch.tensor(..,
+// dtype=torch.int64), ...})): the 8-byte little-endian header length, the JSON header padded
+// with spaces to 8 bytes, then the data, each built here byte by byte.
+TEST(SafetensorsTest, ReadsIntegerFileLaidOutByHand) {
+  const std::string path = TempPath("hand_ints.safetensors");
+  std::string header =
+      R"({"ids":{"dtype":"I64","shape":[3],"data_offsets":[0,24]},)"
+      R"("mask":{"dtype":"I32","shape":[2,2],"data_offsets":[24,40]},)"
+      R"("tok":{"dtype":"U16","shape":[3],"data_offsets":[40,46]},)"
+      R"("__metadata__":{"format":"pt"}})";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  const std::string data = LittleEndian<int64_t>({-5, 0, int64_t{1} << 40}) +
+                           LittleEndian<int32_t>({1, -2, 3, INT32_MIN}) +
+                           LittleEndian<uint16_t>({65535, 0, 50256});
+  WriteFile(path, Pack(header, data));
+  absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->Read("ids")->ShapeString(), "i64[3]");
+  EXPECT_EQ(f->Read("ids")->ToVector<int64_t>(), (std::vector<int64_t>{-5, 0, int64_t{1} << 40}));
+  EXPECT_EQ(f->Read("mask")->ShapeString(), "i32[2,2]");
+  EXPECT_EQ(f->Read("mask")->ToVector<int64_t>(), (std::vector<int64_t>{1, -2, 3, INT32_MIN}));
+  EXPECT_EQ(f->Read("tok")->ShapeString(), "i32[3]");
+  EXPECT_EQ(f->Read("tok")->ToVector<int64_t>(), (std::vector<int64_t>{65535, 0, 50256}));
+  // Written back by us: the same bytes for the I64 and I32 tensors.
+  const std::string again = TempPath("hand_ints_again.safetensors");
+  ASSERT_TRUE(WriteSafetensors(again, {{"ids", *f->Read("ids")}, {"mask", *f->Read("mask")},
+                                       {"tok", *f->Read("tok")}},
+                               {}, {{"tok", "U16"}})
+                  .ok());
+  const std::string bytes = ReadFile(again);
+  EXPECT_EQ(bytes.substr(bytes.size() - data.size()), data);
+}
+
+TEST(SafetensorsTest, IntegerDTypesWeCannotHoldOrConvertAreClearErrors) {
+  const std::string path = TempPath("bad_ints.safetensors");
+  std::string d8(8, '\0');
+  for (const char* dt : {"U8", "I16", "U32", "U64", "BOOL", "F8_E4M3"}) {
+    WriteFile(path, Pack(absl::StrCat(R"({"w":{"dtype":")", dt,
+                                      R"(","shape":[1],"data_offsets":[0,8]}})"),
+                         d8));
+    EXPECT_THAT(std::string(SafetensorsFile::Open(path).status().message()),
+                AllOf(HasSubstr("tensor 'w'"), HasSubstr(absl::StrCat(dt, " is not supported")),
+                      HasSubstr("I32, I64, and U16"), HasSubstr("torch.int32")))
+        << dt;
+  }
+  Tensor ids = Tensor::FromVector<int64_t>({3}, {4, -1, 9});
+  EXPECT_THAT(std::string(WriteSafetensors(path, {{"ids", ids}}, {}, {{"ids", "U16"}}).message()),
+              AllOf(HasSubstr("tensor 'ids' holds -1 at element 1"), HasSubstr("I32 or I64")));
+  EXPECT_THAT(std::string(WriteSafetensors(path, {{"ids", ids}}, {}, {{"ids", "U8"}}).message()),
+              HasSubstr("stored dtype 'U8' for tensor 'ids': only U16"));
+  EXPECT_THAT(std::string(WriteSafetensors(path, {{"ids", ids}}, {}, {{"x", "U16"}}).message()),
+              HasSubstr("names 'x', which is not among the tensors"));
+  EXPECT_THAT(std::string(WriteSafetensors(path, {{"w", Tensor::Ones({2})}}, {}, {{"w", "U16"}})
+                              .message()),
+              HasSubstr("only i32 and i64 tensors are stored as U16"));
+  ASSERT_TRUE(WriteSafetensors(path, {{"w", Tensor::Ones({2})},
+                                      {"big", Tensor::FromVector<int64_t>({2}, {1, 1LL << 33})}})
+                  .ok());
+  SafetensorsFile f = *SafetensorsFile::Open(path);
+  EXPECT_THAT(std::string(f.ReadBlock("w", {2}, {0}, {2}, DType::kI32).status().message()),
+              AllOf(HasSubstr("tensor 'w' is floating point"), HasSubstr("would truncate")));
+  EXPECT_THAT(std::string(f.ReadBlock("big", {2}, {0}, {2}, DType::kI32).status().message()),
+              AllOf(HasSubstr("holds 8589934592 at element 1"), HasSubstr("read it as i64")));
+  EXPECT_EQ(f.ReadBlock("big", {2}, {0}, {1}, DType::kI32)->ToVector<int64_t>(),
+            (std::vector<int64_t>{1}));
+}
+
 TEST(SafetensorsTest, WritesAreAtomic) {
   std::string path = TempPath("atomic.safetensors");
   ASSERT_TRUE(WriteSafetensors(path, {{"a", Tensor::Ones({2})}}).ok());
   std::string before = ReadFile(path);
-  // A failing write (an unsupported dtype) leaves the old file and no temporary behind.
-  absl::Status s = WriteSafetensors(path, {{"a", Tensor::Zeros({2}, DType::kI64)}});
-  EXPECT_THAT(std::string(s.message()), HasSubstr("only F32, F64 and BF16"));
+  // A failing write (a value U16 cannot hold) leaves the old file and no temporary behind.
+  absl::Status s = WriteSafetensors(path, {{"a", Tensor::FromVector<int64_t>({2}, {1, 70000})}},
+                                    {}, {{"a", "U16"}});
+  EXPECT_THAT(std::string(s.message()), HasSubstr("outside U16's [0, 65535]"));
   EXPECT_EQ(ReadFile(path), before);
   // A directory that does not exist: an error, nothing written.
   s = WriteSafetensors(TempPath("no/such/dir/x.safetensors"), {{"a", Tensor::Ones({2})}});

@@ -10,6 +10,7 @@
 #include "shardmap/collective_ops.h"
 #include "shardmap/context.h"
 #include "shardmap/einsum.h"
+#include "shardmap/ops/loss_ops.h"
 #include "shardmap/nn_ops.h"
 #include "shardmap/ops.h"
 #include "shardmap/tape_hook.h"
@@ -50,15 +51,7 @@ Value VocabParallelEmbedding::operator()(const Value& ids) const {
 Value VocabParallelCrossEntropy(const Value& logits, const Value& targets,
                                 const TensorParallel& tp) {
   if (!tp.on()) return cross_entropy(logits, targets);
-  Value m;
-  {
-    NoGradScope constant;  // the shift cancels in the loss: no gradient, no backward collective
-    m = all_reduce(local_max(logits, {1}, true), tp.axis, To::kR, ReduceKind::kMax);
-  }
-  Value z = logits - Value(m.tensor, m.type);
-  Value sum_exp = all_reduce(sum_partial(exp(z), {1}, true), tp.axis);
-  Value picked = all_reduce(take_along_last(z, targets), tp.axis);
-  return log(sum_exp).reshape({z.dim(0)}) - picked;
+  return vocab_parallel_cross_entropy(logits, targets, tp.axis);
 }
 
 Value Mlp::operator()(const Value& x) const {

@@ -69,7 +69,8 @@ struct VocabParallelEmbedding {
 
 // Per-row cross-entropy of logits [rows, vocab] that are S1 on tp (vocab-parallel, Megatron):
 // max (no gradient: the loss does not depend on the shift), sum of exps and the picked logit
-// are all_reduced over tp. targets [rows] R on tp. Returns [rows], R on tp.
+// are all_reduced over tp. targets [rows] R on tp. Returns [rows], R on tp. It is
+// shardmap/loss_ops.h's vocab_parallel_cross_entropy over tp.axis (cross_entropy when tp is off).
 Value VocabParallelCrossEntropy(const Value& logits, const Value& targets,
                                 const TensorParallel& tp);
 

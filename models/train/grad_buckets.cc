@@ -1,9 +1,11 @@
 #include "models/train/grad_buckets.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "shardmap/collective_ops.h"
+#include "shardmap/type_rules.h"
 #include "tensor/error.h"
 #include "tensor/ops/shape_ops.h"
 
@@ -17,6 +19,17 @@ SpmdType BucketKinds(const SpmdType& t) {
     if (k[i].kind == AxisKind::kV) k[i] = AxisType::V();
   }
   return k;
+}
+
+// A gradient's type after the bucket's all_reduce over `reduced`: all_reduce(sum)'s rule, the
+// one the blocking all_reduce applies (P -> R on those axes, the rest unchanged).
+SpmdType ReducedType(const Mesh& mesh, const SpmdType& t, AxisMask reduced) {
+  const CollectiveRule& rule = CollectiveRuleFor(Collective::kAllReduceSum);
+  if (std::optional<Rejection> no = CheckCollective(rule, t, reduced, /*dim=*/-1)) {
+    OpFail("GradientBuckets: a gradient of type ", t.ToString(mesh.axis_names()), " on axis '",
+           mesh.axis_names()[no->axis], "': ", no->rule, ". Fix: ", no->fix);
+  }
+  return CollectiveResult(rule, t, reduced, /*dim=*/-1, /*invariant=*/false);
 }
 
 }  // namespace
@@ -82,11 +95,7 @@ std::vector<Value> GradientBuckets::Finish() {
     for (int k : s.members) {
       Value& g = grads_[k];
       const int64_t n = g.numel();
-      SpmdType type = g.type;  // all_reduce's rule: P -> R on the reduced axes
-      for (int a = 0; a < type.num_axes(); ++a) {
-        if (s.reduced & (AxisMask{1} << a)) type[a] = AxisType::R();
-      }
-      g = Value(flat.SliceRows(at, n).Reshape(g.shape()), type);
+      g = Value(flat.SliceRows(at, n).Reshape(g.shape()), ReducedType(mesh_, g.type, s.reduced));
       at += n;
     }
   }

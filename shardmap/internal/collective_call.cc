@@ -4,7 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "shardmap/collective_ops.h"
+#include "shardmap/ops/collective_ops.h"
 #include "shardmap/internal/typing.h"
 #include "tensor/cuda/graph.h"
 #include "tensor/error.h"

@@ -19,8 +19,8 @@
 #include "absl/status/status.h"
 #include "collectives/communicator.h"
 #include "shardmap/axis_names.h"
-#include "shardmap/context.h"
-#include "shardmap/type_rules.h"
+#include "shardmap/runtime/context.h"
+#include "shardmap/rules/type_rules.h"
 #include "shardmap/value.h"
 
 namespace shardmap::internal {

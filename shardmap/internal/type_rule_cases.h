@@ -8,7 +8,7 @@
 
 #include "absl/types/span.h"
 #include "shardmap/spmd_type.h"
-#include "shardmap/type_rules_base.h"
+#include "shardmap/rules/type_rules_base.h"
 
 namespace shardmap::internal {
 

@@ -8,9 +8,9 @@
 #include <string_view>
 #include <utility>
 
-#include "shardmap/context.h"
-#include "shardmap/tape_hook.h"
-#include "shardmap/type_rules.h"
+#include "shardmap/runtime/context.h"
+#include "shardmap/runtime/tape_hook.h"
+#include "shardmap/rules/type_rules.h"
 #include "shardmap/v_origin.h"
 #include "shardmap/value.h"
 #include "tensor/error.h"

@@ -10,6 +10,7 @@
 #include "shardmap/ops/nn_ops.h"
 #include "shardmap/ops/ops.h"
 #include "shardmap/runtime/tape_hook.h"
+#include "tensor/cuda/device_memory.h"
 #include "tensor/cuda/graph.h"
 #include "tensor/error.h"
 #include "tensor/ops/reduce.h"
@@ -38,12 +39,14 @@ void CheckTargets(const char* op, const Value& logits, const Value& targets) {
   }
 }
 
-// The ids on the host, or nullopt when they cannot be read: shape-only (meta) tensors, and GPU
-// tensors while a CUDA graph is captured (a host read would break the capture).
+// The ids on the host, or nullopt when they are not read: shape-only (meta) tensors; GPU tensors
+// while a CUDA graph is captured (a host read would break the capture) or when the thread defers
+// its index checks (the trainer's rank threads: a read here would be a host sync per step, and
+// the trainer checks every token id on the host before its first step, CheckTokens).
 std::optional<std::vector<int64_t>> HostIds(const Tensor& ids) {
   if (ids.is_meta()) return std::nullopt;
   if (ids.is_cuda()) {
-    if (cuda::IsCapturing(ids.device().index)) return std::nullopt;
+    if (cuda::IsCapturing(ids.device().index) || cuda::DeferredIndexChecks()) return std::nullopt;
     return ids.To(Device::Cpu()).ToVector<int64_t>();
   }
   return ids.ToVector<int64_t>();

@@ -22,8 +22,10 @@
 // cross_entropy) or are a pending sum (all_reduce first); for cross_entropy_mean, rows sharded
 // over an axis (the mean needs the global row count: write the sum_partial form instead).
 // Targets on a GPU are read back to check them, except while a CUDA graph is being captured
-// (a host read is illegal then): there the ids are not checked and out-of-range ids count as
-// ignored.
+// (a host read is illegal then) or when the thread defers its index checks
+// (tensor/cuda/device_memory.h; the trainer's rank threads, which check every token id on the
+// host before the first step): there the ids are not checked here (no host sync per step) and
+// out-of-range ids count as ignored.
 #ifndef SHARDMAP_SHARDMAP_OPS_LOSS_OPS_H_
 #define SHARDMAP_SHARDMAP_OPS_LOSS_OPS_H_
 

@@ -215,12 +215,41 @@ std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Valu
   auto Fire = [&](int32_t at) {  // every trigger whose slot is above `at`
     for (; fired < triggers.size() && triggers[fired].first > at; ++fired) triggers[fired].second();
   };
+  // The slots holding a cotangent, latest first: the pass visits those only, not every slot
+  // below `top` (a microbatch's backward on a tape of many microbatches' ops), with the triggers
+  // and reports in between in the order a slot-by-slot walk gives them (Advance).
+  std::vector<int32_t> pending;
+  for (const Value& o : outs) {
+    const int32_t s = o.node >= 0 ? SlotOf(o.node) : -1;
+    if (s >= 0 && grads[s].defined() &&
+        std::find(pending.begin(), pending.end(), s) == pending.end()) {
+      pending.push_back(s);
+    }
+  }
+  std::make_heap(pending.begin(), pending.end());
+  // Fire(j); Report(j) for every j from above down to `at`, skipping the j where nothing fires
+  // or is reported: j = s - 1 for each next trigger or report slot s > at.
+  auto Advance = [&](int32_t at) {
+    for (;;) {
+      int32_t s = INT32_MIN;
+      if (fired < triggers.size()) s = std::max(s, triggers[fired].first);
+      if (reported < ready.size()) s = std::max(s, ready[reported].first);
+      if (s == INT32_MIN || s <= at) return;
+      Fire(s - 1);
+      Report(s - 1);
+    }
+  };
   absl::InlinedVector<Value, 4> cots;
-  for (int32_t i = top; i >= 0; --i) {
-    Fire(i);    // every op from the trigger's slot on has had its VJP
-    Report(i);  // every consumer above slot i has run
+  if (top >= 0) {  // the walk's first slot: everything above it at once, triggers first
+    Fire(top);
+    Report(top);
+  }
+  while (!pending.empty()) {
+    std::pop_heap(pending.begin(), pending.end());
+    const int32_t i = pending.back();
+    pending.pop_back();
+    Advance(i);  // every op from the trigger's slot on has had its VJP; every consumer above i
     Node& n = nodes_[i];
-    if (!grads[i].defined()) continue;
     if (n.released) {
       OpFail("backward of '", n.op, "' (tape slot ", i, "): a cotangent reached an op whose VJP an "
              "earlier BackwardAndRelease already ran and freed; each op may belong to one "
@@ -256,6 +285,10 @@ std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Valu
       cots[k].node = -1;
       if (!grads[in].defined()) {
         grads[in] = std::move(cots[k]);
+        if (in < i) {  // inputs precede their op on the tape (a walk down never revisits)
+          pending.push_back(in);
+          std::push_heap(pending.begin(), pending.end());
+        }
       } else {
         grads[in] = add(grads[in], cots[k]);
       }
@@ -264,6 +297,7 @@ std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Valu
     // Free what is no longer needed: this node's cotangent.
     if (!keep[i]) grads[i] = Value();
   }
+  if (top >= 0) Advance(0);  // the walk's slots below the last cotangent, down to 0
   Fire(INT32_MIN);
   Report(-2);  // the rest, unused ones (-1) included
   if (!on_ready) {

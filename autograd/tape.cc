@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "shardmap/context.h"
@@ -156,7 +157,13 @@ std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Valu
                              const GradReadyFn& on_ready) {
   RankContext* ctx = RankContext::Current();
   bool checked = ctx == nullptr || ctx->checked();
-  std::vector<Value> grads(nodes_.size());
+  // Cotangents by slot: only the slots the pass reaches hold one (a vector of every slot, built
+  // and torn down per pass, made each microbatch's backward cost the whole tape's size).
+  std::unordered_map<int32_t, Value> grads;
+  auto defined = [&grads](int32_t s) {
+    auto it = grads.find(s);
+    return it != grads.end() && it->second.defined();
+  };
   std::vector<bool> keep(nodes_.size());
   NoGradScope no_grad;
   int32_t top = -1;
@@ -166,7 +173,8 @@ std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Valu
     if (s < 0) OpFail("Backward: value not on this tape");
     keep[s] = true;  // its cotangent is kept (it may be asked for in wrt)
     if (!seeds[k].defined()) continue;
-    grads[s] = grads[s].defined() ? add(grads[s], seeds[k]) : seeds[k];
+    Value& g = grads[s];
+    g = g.defined() ? add(g, seeds[k]) : seeds[k];
     top = std::max(top, s);
   }
   bool prev_bwd = ctx ? ctx->in_backward() : false;
@@ -191,8 +199,8 @@ std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Valu
   auto final_grad = [&](int k) {
     const Value& w = wrt[k];
     const int32_t s = w.node >= 0 ? SlotOf(w.node) : -1;
-    if (s >= 0 && grads[s].defined()) {
-      result[k] = grads[s];
+    if (s >= 0 && defined(s)) {
+      result[k] = grads.at(s);
     } else if (zeros) {
       result[k] = Value(Tensor::Zeros(w.shape(), w.dtype(), w.tensor.device()), Dual(w.type));
     }
@@ -221,7 +229,7 @@ std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Valu
   std::vector<int32_t> pending;
   for (const Value& o : outs) {
     const int32_t s = o.node >= 0 ? SlotOf(o.node) : -1;
-    if (s >= 0 && grads[s].defined() &&
+    if (s >= 0 && defined(s) &&
         std::find(pending.begin(), pending.end(), s) == pending.end()) {
       pending.push_back(s);
     }
@@ -283,19 +291,20 @@ std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Valu
       AlignShardDims(nodes_[in].type, nodes_[in].shape, cots[k]);
       if (checked) CheckCotangent(n, static_cast<int>(k), nodes_[in], cots[k]);
       cots[k].node = -1;
-      if (!grads[in].defined()) {
-        grads[in] = std::move(cots[k]);
+      Value& g = grads[in];  // unordered_map: references stay valid as others are added
+      if (!g.defined()) {
+        g = std::move(cots[k]);
         if (in < i) {  // inputs precede their op on the tape (a walk down never revisits)
           pending.push_back(in);
           std::push_heap(pending.begin(), pending.end());
         }
       } else {
-        grads[in] = add(grads[in], cots[k]);
+        g = add(g, cots[k]);
       }
     }
     if (observer_ != nullptr) observer_->AfterVjp(n.op);
     // Free what is no longer needed: this node's cotangent.
-    if (!keep[i]) grads[i] = Value();
+    if (!keep[i]) grads.erase(i);
   }
   if (top >= 0) Advance(0);  // the walk's slots below the last cotangent, down to 0
   Fire(INT32_MIN);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "shardmap/context.h"
@@ -160,7 +161,13 @@ std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Valu
                              const GradReadyFn& on_ready) {
   RankContext* ctx = RankContext::Current();
   bool checked = ctx == nullptr || ctx->checked();
-  std::vector<Value> grads(nodes_.size());
+  // Cotangents by slot: only the slots the pass reaches hold one (a vector of every slot, built
+  // and torn down per pass, made each microbatch's backward cost the whole tape's size).
+  std::unordered_map<int32_t, Value> grads;
+  auto defined = [&grads](int32_t s) {
+    auto it = grads.find(s);
+    return it != grads.end() && it->second.defined();
+  };
   std::vector<bool> keep(nodes_.size());
   NoGradScope no_grad;
   int32_t top = -1;
@@ -170,7 +177,8 @@ std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Valu
     if (s < 0) OpFail("Backward: value not on this tape");
     keep[s] = true;  // its cotangent is kept (it may be asked for in wrt)
     if (!seeds[k].defined()) continue;
-    grads[s] = grads[s].defined() ? add(grads[s], seeds[k]) : seeds[k];
+    Value& g = grads[s];
+    g = g.defined() ? add(g, seeds[k]) : seeds[k];
     top = std::max(top, s);
   }
   bool prev_bwd = ctx ? ctx->in_backward() : false;
@@ -195,8 +203,8 @@ std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Valu
   auto final_grad = [&](int k) {
     const Value& w = wrt[k];
     const int32_t s = w.node >= 0 ? SlotOf(w.node) : -1;
-    if (s >= 0 && grads[s].defined()) {
-      result[k] = grads[s];
+    if (s >= 0 && defined(s)) {
+      result[k] = grads.at(s);
     } else if (zeros) {
       result[k] = Value(Tensor::Zeros(w.shape(), w.dtype(), w.tensor.device()), Dual(w.type));
     }
@@ -219,12 +227,41 @@ std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Valu
   auto Fire = [&](int32_t at) {  // every trigger whose slot is above `at`
     for (; fired < triggers.size() && triggers[fired].first > at; ++fired) triggers[fired].second();
   };
+  // The slots holding a cotangent, latest first: the pass visits those only, not every slot
+  // below `top` (a microbatch's backward on a tape of many microbatches' ops), with the triggers
+  // and reports in between in the order a slot-by-slot walk gives them (Advance).
+  std::vector<int32_t> pending;
+  for (const Value& o : outs) {
+    const int32_t s = o.node >= 0 ? SlotOf(o.node) : -1;
+    if (s >= 0 && defined(s) &&
+        std::find(pending.begin(), pending.end(), s) == pending.end()) {
+      pending.push_back(s);
+    }
+  }
+  std::make_heap(pending.begin(), pending.end());
+  // Fire(j); Report(j) for every j from above down to `at`, skipping the j where nothing fires
+  // or is reported: j = s - 1 for each next trigger or report slot s > at.
+  auto Advance = [&](int32_t at) {
+    for (;;) {
+      int32_t s = INT32_MIN;
+      if (fired < triggers.size()) s = std::max(s, triggers[fired].first);
+      if (reported < ready.size()) s = std::max(s, ready[reported].first);
+      if (s == INT32_MIN || s <= at) return;
+      Fire(s - 1);
+      Report(s - 1);
+    }
+  };
   absl::InlinedVector<Value, 4> cots;
-  for (int32_t i = top; i >= 0; --i) {
-    Fire(i);    // every op from the trigger's slot on has had its VJP
-    Report(i);  // every consumer above slot i has run
+  if (top >= 0) {  // the walk's first slot: everything above it at once, triggers first
+    Fire(top);
+    Report(top);
+  }
+  while (!pending.empty()) {
+    std::pop_heap(pending.begin(), pending.end());
+    const int32_t i = pending.back();
+    pending.pop_back();
+    Advance(i);  // every op from the trigger's slot on has had its VJP; every consumer above i
     Node& n = nodes_[i];
-    if (!grads[i].defined()) continue;
     if (n.released) {
       OpFail("backward of '", n.op, "' (tape slot ", i, "): a cotangent reached an op whose VJP an "
              "earlier BackwardAndRelease already ran and freed; each op may belong to one "
@@ -258,16 +295,22 @@ std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Valu
       AlignShardDims(nodes_[in].type, nodes_[in].shape, cots[k]);
       if (checked) CheckCotangent(n, static_cast<int>(k), nodes_[in], cots[k]);
       cots[k].node = -1;
-      if (!grads[in].defined()) {
-        grads[in] = std::move(cots[k]);
+      Value& g = grads[in];  // unordered_map: references stay valid as others are added
+      if (!g.defined()) {
+        g = std::move(cots[k]);
+        if (in < i) {  // inputs precede their op on the tape (a walk down never revisits)
+          pending.push_back(in);
+          std::push_heap(pending.begin(), pending.end());
+        }
       } else {
-        grads[in] = add(grads[in], cots[k]);
+        g = add(g, cots[k]);
       }
     }
     if (observer_ != nullptr) observer_->AfterVjp(n.op);
     // Free what is no longer needed: this node's cotangent.
-    if (!keep[i]) grads[i] = Value();
+    if (!keep[i]) grads.erase(i);
   }
+  if (top >= 0) Advance(0);  // the walk's slots below the last cotangent, down to 0
   Fire(INT32_MIN);
   Report(-2);  // the rest, unused ones (-1) included
   if (!on_ready) {

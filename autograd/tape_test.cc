@@ -160,6 +160,53 @@ TEST(TapeTest, TriggersFireBetweenTheVjpsOfTheirSlots) {
   EXPECT_TRUE(fired.empty());  // each fires once
 }
 
+// The pass visits only the slots a cotangent reaches (a later microbatch's backward skips the
+// earlier microbatches' ops), with the triggers and gradient reports of the slots it skips in
+// the order a slot-by-slot walk from the top down to 0 gives them: above the top all at once
+// (triggers first), then slot by slot, each slot's triggers before its reports.
+TEST(TapeTest, TriggersAndReportsOfSkippedSlotsKeepTheWalksOrder) {
+  SingleRankContext one{Mesh()};
+  Tape tape;
+  std::vector<std::string> events;
+  struct Log : BackwardObserver {
+    std::vector<std::string>* events;
+    void BeforeVjp(const char* op) override { events->push_back(std::string("vjp ") + op); }
+    void AfterVjp(const char*) override {}
+  } obs;
+  obs.events = &events;
+  tape.set_backward_observer(&obs);
+  Value x0 = tape.Watch(Value::Replicated(Tensor::FromVector<double>({2}, {0.5, -1.5})));
+  Value w = tape.Watch(Value::Replicated(Tensor::FromVector<double>({2}, {2.0, 3.0})));
+  Value x1 = tape.Watch(Value::Replicated(Tensor::FromVector<double>({2}, {0.25, 1.0})));
+  Value y1;
+  auto trigger = [&](int32_t slot, const std::string& name) {
+    tape.AtBackwardBelow(slot, [&events, name] { events.push_back("trigger " + name); });
+  };
+  {
+    ScopedRecorder rec(&tape);
+    Value a0 = tanh(x0 * w);            // microbatch 0: slots 3 (mul), 4 (tanh)
+    (void)sum(a0 * a0, {});             // 5, 6: never reached below
+    const int32_t mb1 = static_cast<int32_t>(tape.size());
+    Value b1 = exp(x1);                 // microbatch 1: 7
+    y1 = sum(b1 * w, {});               // 8, 9
+    trigger(static_cast<int32_t>(tape.size()) + 3, "above the top");
+    trigger(mb1, "mb1");
+    trigger(5, "inside mb0");
+    trigger(4, "inside mb0 (2)");
+    trigger(1, "leaf w");
+    trigger(0, "end");
+  }
+  std::vector<Value> g = tape.Backward(
+      y1, Value(Tensor::Scalar(1.0, DType::kF64), SpmdType()), {x1, w, x0},
+      [&events](int k, const Value&) { events.push_back("ready " + std::to_string(k)); });
+  EXPECT_THAT(events, ::testing::ElementsAre(
+                          "trigger above the top", "vjp sum", "vjp mul", "vjp exp", "trigger mb1",
+                          "ready 0", "trigger inside mb0", "trigger inside mb0 (2)", "ready 1",
+                          "ready 2", "trigger leaf w", "trigger end"));
+  EXPECT_EQ(g[0].tensor.at(0), 2.0 * std::exp(0.25));
+  EXPECT_EQ(g[1].tensor.at(1), std::exp(1.0));
+}
+
 TEST(TapeTest, RejectsACotangentOfTheWrongDualType) {
   SingleRankContext one(*Mesh::Create({{"tp", 1}}));
   Tape tape;

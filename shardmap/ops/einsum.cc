@@ -1,8 +1,10 @@
 #include "shardmap/ops/einsum.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -164,6 +166,13 @@ EinsumGemmPlan PlanEinsumGemm(const std::string& la, const std::string& lb,
     return p;
   };
   const int64_t B = product(batch), M = product(m), K = product(k), N = product(n);
+  // The plan depends on the letters and on B, M, K, N only: each distinct one found once per
+  // thread (a shape-only step plans the same few contractions thousands of times).
+  using Key = std::tuple<std::string, std::string, std::string, int64_t, int64_t, int64_t, int64_t>;
+  thread_local std::map<Key, EinsumGemmPlan> plans;
+  Key key{la, lb, out, B, M, K, N};
+  if (auto it = plans.find(key); it != plans.end()) return it->second;
+  if (plans.size() >= 4096) plans.clear();
   EinsumGemmPlan best;
   best.copied = -1;
   for (const std::string& bo : {InOrderOf(la, batch), InOrderOf(lb, batch)}) {
@@ -194,6 +203,7 @@ EinsumGemmPlan PlanEinsumGemm(const std::string& la, const std::string& lb,
       }
     }
   }
+  plans.emplace(std::move(key), best);
   return best;
 }
 

@@ -195,6 +195,23 @@ TEST(EinsumPlanTest, AttentionNeverCopiesTheScores) {
             3 * 2 * 4);
 }
 
+// Plans are remembered per thread by their letters and B, M, K, N: the same letters at other
+// sizes get their own plan, and a repeated call the same plan as the first.
+TEST_F(EinsumTest, RememberedPlansAreTheFreshOnes) {
+  auto same = [](const internal::EinsumGemmPlan& x, const internal::EinsumGemmPlan& y) {
+    return x.batch == y.batch && x.m == y.m && x.n == y.n && x.k == y.k && x.ta == y.ta &&
+           x.tb == y.tb && x.swap == y.swap && x.copied == y.copied;
+  };
+  const std::map<char, int64_t> small = {{'m', 3}, {'b', 2}, {'k', 4}, {'n', 5}};
+  const std::map<char, int64_t> large = {{'m', 30}, {'b', 2}, {'k', 4}, {'n', 5}};
+  const internal::EinsumGemmPlan a = internal::PlanEinsumGemm("mbk", "bkn", "bmn", small);
+  const internal::EinsumGemmPlan b = internal::PlanEinsumGemm("mbk", "bkn", "bmn", large);
+  EXPECT_EQ(a.copied, 3 * 2 * 4);
+  EXPECT_EQ(b.copied, 30 * 2 * 4);
+  EXPECT_TRUE(same(internal::PlanEinsumGemm("mbk", "bkn", "bmn", small), a));
+  EXPECT_TRUE(same(internal::PlanEinsumGemm("mbk", "bkn", "bmn", large), b));
+}
+
 TEST_F(EinsumTest, BadSpecsAreClearErrors) {
   Value a = Value::Replicated(Rand({3, 4}, 1)), b = Value::Replicated(Rand({5, 6}, 2));
   auto error = [](const std::function<void()>& f) {

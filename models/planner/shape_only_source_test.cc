@@ -116,13 +116,14 @@ TEST(ShapeOnlyProfilerTest, PipelineRolesCoverEveryStageOnCpuAndMetaAlike) {
 TEST(ShapeOnlyProfilerTest, FsdpPaddingIsPricedAsTheTrainerHoldsIt) {
   absl::StatusOr<Candidate> c = ParseCandidate("dp_shard=3", false, "1f1b", 1);
   ASSERT_TRUE(c.ok());
-  PlanRequest req = Tiny(3);
+  const GptConfig config{.layers = 2, .d_model = 16, .heads = 4, .vocab = 32, .seq = 8};
+  PlanRequest req = Tiny(3);  // the same GPT
   req.global_batch = 3;
   absl::StatusOr<std::vector<RoleWork>> roles = ShapeOnlyProfiler()(*c, req);
   ASSERT_TRUE(roles.ok()) << roles.status();
   ASSERT_EQ(roles->size(), 1u);
   const RoleWork& w = (*roles)[0];
-  const GptLayout layout = *GptLayout::Create(*ParseMesh("dp_shard=3"), req.config, false);
+  const GptLayout layout = *GptLayout::Create(*ParseMesh("dp_shard=3"), config, false);
   double want = 0, unpadded = 0;
   for (const ParamInfo& p : layout.params()) {
     ASSERT_GE(p.fsdp_dim, 0) << p.name;
@@ -134,7 +135,7 @@ TEST(ShapeOnlyProfilerTest, FsdpPaddingIsPricedAsTheTrainerHoldsIt) {
   EXPECT_GT(w.param_bytes, unpadded);  // the padding is priced
   EXPECT_DOUBLE_EQ(w.grad_bytes, want);
   EXPECT_DOUBLE_EQ(w.optimizer_bytes, 2 * want);
-  absl::StatusOr<TrainResult> real = TrainGpt(layout, InitGpt(req.config, 1),
+  absl::StatusOr<TrainResult> real = TrainGpt(layout, InitGpt(config, 1),
                                                std::vector<int64_t>(64, 1),
                                                CandidateTrainOptions(*c, req));
   ASSERT_TRUE(real.ok()) << real.status();

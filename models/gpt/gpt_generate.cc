@@ -160,7 +160,7 @@ absl::Status RunCachedGeneration(const Model& layout, const std::vector<NamedTen
     std::vector<Value> local;
     for (size_t i = 0; i < layout.params().size(); ++i) {
       const ParamInfo& p = layout.params()[i];
-      local.emplace_back(ShardOf((*globals)[i], mesh, p.spec, rank).To(ctx.device()),
+      local.emplace_back(ParamShard((*globals)[i], p, mesh, rank).To(ctx.device()),
                          p.spec.InputType(mesh));
     }
     const ParamFn gathered = ParamUse(layout, local);

@@ -168,6 +168,56 @@ def check(packages, groups):
     return problems
 
 
+# Folders whose package and subpackages are one unit: tensor's umbrella target re-exports its CUDA
+# kernels' packages, which include tensor's headers; collectives' internal package holds the
+# in-process groups its backends share. Every other folder's packages must be acyclic.
+ONE_UNIT = ("tensor", "collectives")
+
+
+def package_cycles(packages):
+    """Cycles among packages through their libraries' deps (tests and the old binary names left
+    out): each a sorted list of packages. The folders of ONE_UNIT are one unit each, so a cycle
+    inside one of them is not reported; any other (models/train <-> models/planner) is."""
+    edges = {}
+    for pkg, (rules, _) in packages.items():
+        for r in rules:
+            if r.is_test or (r.kind == "cc_binary" and r.label in OLD_BINARY_NAMES):
+                continue
+            for raw in r.labels:
+                dep_pkg = normalize(raw, pkg)[2:].split(":")[0]
+                if dep_pkg != pkg and dep_pkg in packages:
+                    edges.setdefault(pkg, set()).add(dep_pkg)
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            unit = next((u for u in ONE_UNIT if all(c == u or c.startswith(u + "/")
+                                                    for c in component)), None)
+            if len(component) > 1 and unit is None:
+                cycles.append(sorted(component))
+
+    for v in sorted(packages):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
 def read_tree(root):
     packages, groups = {}, {}
     for d, dirs, files in os.walk(root):
@@ -211,6 +261,21 @@ class LayeringTest(unittest.TestCase):
         self.assertIn("tensor/cuda", packages)
         problems = check(packages, groups)
         self.assertEqual(problems, [], "\n" + "\n".join(problems))
+
+    def test_no_package_cycle(self):
+        packages, _ = read_tree(workspace_root())
+        self.assertEqual(package_cycles(packages), [])
+
+    def test_finds_a_cycle_between_folders_not_inside_one(self):
+        lib = 'cc_library(\n    name = "{}",\n    deps = ["{}"],\n)\n'
+        packages = {
+            "models/train": self._pkg("models/train", lib.format("mb", "//models/planner:plan")),
+            "models/planner": self._pkg("models/planner",
+                                        lib.format("plan", "//models/train:trainer")),
+            "tensor": self._pkg("tensor", lib.format("tensor", "//tensor/cuda:rt")),
+            "tensor/cuda": self._pkg("tensor/cuda", lib.format("rt", "//tensor:dtype")),
+        }
+        self.assertEqual(package_cycles(packages), [["models/planner", "models/train"]])
 
     def _groups(self):
         names = [n for n, _ in LAYERS if n not in ("third_party", "base")]

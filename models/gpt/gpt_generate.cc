@@ -1,5 +1,6 @@
 #include "models/gpt/gpt_generate.h"
 
+#include "models/model/kv_cache.h"
 #include "models/model/recompute_block.h"
 
 #include <algorithm>

@@ -54,7 +54,7 @@
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
 #include "shardmap/device_placement.h"
-#include "models/gpt.h"
+#include "models/model/model.h"
 #include "shardmap/value.h"
 
 namespace shardmap {

@@ -10,7 +10,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "models/planner/plan.h"
 
 namespace shardmap {
 

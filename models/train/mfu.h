@@ -1,6 +1,7 @@
 // Model FLOPs utilisation for the step line: the peak FLOP/s of where the ranks run and the
-// process's resident memory. The FLOPs of a token are nanoGPT's estimate_mfu (6N + 12 L H Q T,
-// models/planner/plan.h's ModelFlopsPerStep); this file supplies the denominator.
+// process's resident memory. The FLOPs of a token are nanoGPT's estimate_mfu (6N + 12 L H Q T:
+// Model::FlopsPerToken, which the planner's ModelFlopsPerStep also uses); this file supplies the
+// denominator.
 //
 //   absl::StatusOr<CpuPeak> peak = CpuPeakFlops(DType::kF32, DefaultPeakCachePath());
 //   // peak->flops: this CPU's hardware peak; peak->source says how it was derived.

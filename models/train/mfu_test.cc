@@ -13,7 +13,6 @@
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "models/gpt.h"
-#include "models/planner/plan.h"
 
 namespace shardmap {
 namespace {
@@ -25,7 +24,7 @@ std::string TempDir() {
          std::to_string(n++);
 }
 
-// The step line's FLOPs per token (ModelFlopsPerStep / tokens, nanoGPT's estimate_mfu) by hand:
+// The step line's FLOPs per token (Model::FlopsPerToken, nanoGPT's estimate_mfu) by hand:
 // GPT-2 small. N without wpe: per block 12 d^2 + 13 d = 7,087,872 (x12 = 85,054,464), wte
 // 50257 x 768 = 38,597,376, ln_f 1,536: 123,653,376 (nanoGPT prints "123.65M"). 6N =
 // 741,920,256; attention 12 L H Q T = 12 x 12 x 768 x 1024 = 113,246,208.
@@ -33,8 +32,7 @@ TEST(MfuTest, FlopsPerTokenIsNanoGptsEstimate) {
   GptConfig gpt2{.layers = 12, .d_model = 768, .heads = 12, .vocab = 50257, .seq = 1024};
   absl::StatusOr<GptLayout> gpt2_layout = GptLayout::Create(Mesh(), gpt2, false);
   ASSERT_TRUE(gpt2_layout.ok());
-  EXPECT_DOUBLE_EQ(planner::ModelFlopsPerStep(*gpt2_layout, 1) / 1024, 855166464.0);
-  EXPECT_DOUBLE_EQ(planner::ModelFlopsPerStep(*gpt2_layout, 8) / (8 * 1024), 855166464.0);
+  EXPECT_DOUBLE_EQ(gpt2_layout->FlopsPerToken(), 855166464.0);
   // A small model: N counted from its layout's tensors (every parameter but wpe).
   GptConfig small{.layers = 3, .d_model = 16, .heads = 4, .vocab = 96, .seq = 12};
   absl::StatusOr<GptLayout> layout = GptLayout::Create(Mesh(), small, false);
@@ -43,7 +41,7 @@ TEST(MfuTest, FlopsPerTokenIsNanoGptsEstimate) {
   for (const ParamInfo& p : layout->params()) {
     if (p.name != "wpe.weight") n += static_cast<double>(NumElements(p.global_shape));
   }
-  EXPECT_DOUBLE_EQ(planner::ModelFlopsPerStep(*layout, 1) / 12, 6 * n + 12.0 * 3 * 16 * 12);
+  EXPECT_DOUBLE_EQ(layout->FlopsPerToken(), 6 * n + 12.0 * 3 * 16 * 12);
 }
 
 // Two physical cores with two hardware threads each (processors 0-3), one socket.

@@ -1010,8 +1010,12 @@ class GlooCommunicator final : public internal::ForwardingCommunicator {
       const int m = static_cast<int>(members.size());
       auto ctx = std::make_shared<gloo::rendezvous::Context>(new_rank, m);
       ctx->setTimeout(ToMillis(world_->timeout));
-      GlooStore store(*world_->store, absl::StrCat(world_->store_prefix, "/", name_, "/split#",
-                                                   seq_, "/color", color));
+      GlooStoreGroup group{{}, absl::StrCat("the rendezvous of Split() #", seq_)};
+      for (const auto& mk : members) group.world_ranks.push_back(world_ranks_[mk.second]);
+      GlooStore store(*world_->store,
+                      absl::StrCat(world_->store_prefix, "/", name_, "/split#", seq_, "/color",
+                                   color),
+                      std::move(group));
       try {
         ctx->connectFullMesh(store, world_->device);
       } catch (const std::exception& e) {

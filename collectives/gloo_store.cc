@@ -55,8 +55,29 @@ void GlooStore::wait(const std::vector<std::string>& keys,
     ranks.push_back(r);
   }
   std::sort(ranks.begin(), ranks.end());
-  Throw(absl::DeadlineExceededError(
-      RanksDidNotJoin(ranks, store_.world_size(), limit, "train: --collective_timeout")));
+  if (!group_.has_value()) {
+    Throw(absl::DeadlineExceededError(
+        RanksDidNotJoin(ranks, store_.world_size(), limit, "train: --collective_timeout")));
+  }
+  Throw(absl::DeadlineExceededError(GroupRanksDidNotArrive(ranks, limit)));
+}
+
+// Every member joined the job before this group formed, so "start every rank" would mislead:
+// the missing ones were started and are stopped, hung, or still busy elsewhere.
+std::string GlooStore::GroupRanksDidNotArrive(const std::vector<int>& group_ranks,
+                                              absl::Duration limit) const {
+  std::vector<int> world;
+  for (int g : group_ranks) {
+    world.push_back(g >= 0 && g < static_cast<int>(group_->world_ranks.size())
+                        ? group_->world_ranks[g]
+                        : g);
+  }
+  return absl::StrCat(
+      world.size() == 1 ? "rank " : "ranks ", absl::StrJoin(world, ", "), " of ",
+      store_.world_size(), " did not reach ", group_->what, " within ",
+      absl::FormatDuration(limit), " (", world.size() == 1 ? "it" : "they",
+      " joined the job earlier: stopped, hung, or busy that long elsewhere); find what holds ",
+      world.size() == 1 ? "it" : "them", ", or raise the timeout (train: --collective_timeout)");
 }
 
 }  // namespace shardmap::collectives

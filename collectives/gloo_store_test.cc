@@ -47,5 +47,32 @@ TEST(GlooStoreTest, ARankThatDoesNotJoinIsNamedWithTheTimeoutAndTheFix) {
   EXPECT_EQ(store.get("1"), std::vector<char>{'b'});
 }
 
+// A group formed mid-run (a Split) waits for members that joined the job long ago: a missing one
+// is named by its world rank (the keys are group ranks) and is not told to "start every rank"
+// (train_gpt_gloo_test's stopped peer can be caught here, when it is stopped before a Split).
+TEST(GlooStoreTest, AMemberMissingFromALaterGroupIsNamedByItsWorldRank) {
+  absl::StatusOr<int> port = internal::PickFreePort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  auto tcp = TcpStore::Create(Opts(*port, 6));
+  ASSERT_TRUE(tcp.ok()) << tcp.status();
+  GlooStore store(**tcp, "gloo/world/split#3/color0",
+                  GlooStoreGroup{{0, 2, 4}, "the rendezvous of Split() #3"});
+  store.set("0", {'a'});
+  std::string message;
+  try {
+    store.wait({"0", "2"}, std::chrono::milliseconds(150));  // group rank 2 = world rank 4
+  } catch (const gloo::IoException& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("rank 4 of 6 did not reach the rendezvous of Split() #3 within 150ms "
+                         "(it joined the job earlier: stopped, hung, or busy that long "
+                         "elsewhere)"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("raise the timeout (train: --collective_timeout)"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("start every rank"), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace shardmap::collectives

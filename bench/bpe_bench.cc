@@ -1,9 +1,9 @@
 // GPT-2 BPE encoding speed (models/data/bpe_tokenizer.h), in MB/s of text on one core. Target:
 // >= 10 MB/s per core on English text (issue 37). Llama 3's (tiktoken_tokenizer.h) beside it.
 //
-//   SHARDMAP_GPT2_VOCAB_DIR=<folder with encoder.json, vocab.bpe> \
-//   SHARDMAP_BENCH_TEXT=<an English text file> \
-//       bazel run -c opt --config=opt //bench:bpe_bench
+//   export SHARDMAP_GPT2_VOCAB_DIR=<folder with encoder.json, vocab.bpe>
+//   export SHARDMAP_BENCH_TEXT=<an English text file>
+//   bazel run -c opt --config=opt //bench:bpe_bench
 //
 // Without SHARDMAP_GPT2_VOCAB_DIR it uses the known-answer subset of GPT-2's vocabulary
 // (models/data/testdata: 445 merges, fewer merges per word, so faster than the real thing);

@@ -4,8 +4,7 @@
 // busbw, and for in-process the ratio to a memory-traffic bound measured in the same run.
 //
 //   bazel run -c opt --config=opt //bench:collectives_bench
-//   bazel run -c opt --config=opt //bench:collectives_bench -- \
-//       --benchmark_filter=all_reduce/backend:gloo/world:2/
+//   bazel run -c opt --config=opt //bench:collectives_bench -- --benchmark_filter=all_reduce/backend:gloo/world:2/
 //   bench/peers/torch_collectives.sh   # PyTorch's torch.distributed (Gloo) beside ours
 //
 // Names: <op>/backend:<in_process|gloo>/world:<ranks>/bytes:<size>. After the run a table adds

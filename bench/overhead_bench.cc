@@ -18,8 +18,7 @@
 // iterations and reports user counters (nanoseconds per op): typed_ns, raw_ns and
 // overhead_ns = typed_ns - raw_ns.
 //
-//   bazel run -c opt --config=opt //bench:overhead_bench -- --benchmark_repetitions=3 \
-//       --benchmark_report_aggregates_only=true
+//   bazel run -c opt --config=opt //bench:overhead_bench -- --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 //   bazel run -c opt --config=opt //bench:overhead_bench -- --benchmark_filter='^add/'
 //   bazel run -c opt --config=opt //bench:overhead_bench -- --benchmark_filter='mode:taped'
 //   bazel run -c opt --config=opt //bench:overhead_bench -- --benchmark_list_tests

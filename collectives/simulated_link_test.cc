@@ -169,7 +169,9 @@ TEST(SimulatedLinkTest, SplitWrapsTheChildrenAndTagsReachTheirCalls) {
     if (absl::Status st = (*sub)->AllReduce(&x, &x, 1, DataType::kF32, ReduceOp::kSum);
         !st.ok()) return st;
     EXPECT_EQ(x, c.rank() == 0 ? 1 : 2);
-    if (c.rank() != 0) EXPECT_GE(Since(t0), 0.05 * 0.999);
+    if (c.rank() != 0) {
+      EXPECT_GE(Since(t0), 0.05 * 0.999);
+    }
     EXPECT_EQ(slow.stats().calls, 1);  // the child adds into the parent's stats
     // A tag differs on rank 2: the inner in-process backend compares it, started or blocking.
     CallTag tag;

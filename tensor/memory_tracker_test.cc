@@ -65,7 +65,9 @@ TEST(MemoryTracker, ReleasedBuffersAreNotLiveAndRefillsMoveTheirBytesIn) {
       EXPECT_FALSE(gathered.buffer_released());
       EXPECT_TRUE(again.buffer_released());
       EXPECT_EQ(mem.live_bytes(), 8 * n);
-      if (!d.is_meta()) EXPECT_EQ(gathered.at(n - 1), -2.25);
+      if (!d.is_meta()) {
+        EXPECT_EQ(gathered.at(n - 1), -2.25);
+      }
       again = Tensor();
       EXPECT_EQ(mem.live_bytes(), 8 * n);
       gathered = saved = Tensor();

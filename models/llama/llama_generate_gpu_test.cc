@@ -2,13 +2,11 @@
 // attention with grouped kv heads and a q_offset, RMSNorm, SiLU, rope) against the recomputed
 // window on the GPU and against the CPU, f64 and f32, on one device and tp2. Skips without a GPU
 // (tools/gpu_bundle.sh bundles it: its name says gpu).
-#include <algorithm>
-#include <cmath>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "models/gpt/gpt_generate.h"
+#include "models/gpt/generate_steps_testing.h"
 #include "models/llama/llama_model.h"
 #include "models/parallel/parallel_dims.h"
 #include "shardmap/device_placement.h"
@@ -16,6 +14,10 @@
 
 namespace shardmap {
 namespace {
+
+using generate_testing::GreedySteps;
+using generate_testing::MaxRelDiff;
+using generate_testing::Steps;
 
 // head_dim 64 so bf16/f16 would take the tensor cores; here f64 and f32 (SIMT kernels).
 LlamaConfig Config(DType dtype) {
@@ -34,33 +36,13 @@ std::vector<NamedTensor> Params(const LlamaConfig& c) {
   return p;
 }
 
-struct Steps {
-  std::vector<int64_t> tokens;
-  std::vector<std::vector<double>> logits;
-};
+// Greedy on `mesh`, its ranks on GPU 0 or on the CPU.
 Steps Greedy(const std::string& mesh, const LlamaConfig& c, KvCacheMode mode, bool gpu) {
   const LlamaLayout l = *LlamaLayout::Create(*ParseMesh(mesh), c, false);
-  Steps out;
   SampleOptions o{.tokens = 12};
   o.kv_cache = mode;
-  o.step_logits = &out.logits;
   if (gpu) o.placement = DevicePlacement::SharedGpu(0);
-  absl::StatusOr<std::vector<int64_t>> r = GenerateGpt(l, Params(c), {3, 1, 4, 1, 5}, o);
-  EXPECT_TRUE(r.ok()) << r.status();
-  if (r.ok()) out.tokens = *r;
-  return out;
-}
-
-double MaxRelDiff(const Steps& a, const Steps& b) {
-  EXPECT_EQ(a.logits.size(), b.logits.size());
-  double worst = 0;
-  for (size_t s = 0; s < std::min(a.logits.size(), b.logits.size()); ++s) {
-    for (size_t v = 0; v < a.logits[s].size(); ++v) {
-      worst = std::max(worst, std::abs(a.logits[s][v] - b.logits[s][v]) /
-                                  std::max(1.0, std::abs(b.logits[s][v])));
-    }
-  }
-  return worst;
+  return GreedySteps(l, Params(c), {3, 1, 4, 1, 5}, o);
 }
 
 TEST(LlamaGenerateGpuTest, KvCacheOnGpuEqualsRecomputationAndCpu) {

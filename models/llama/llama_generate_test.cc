@@ -2,19 +2,22 @@
 // hooks) against the recomputation of the whole prefix on one device: f64 logits of every step
 // to 1e-12 and the same greedy tokens, with grouped-query attention (the cache holds kv_heads)
 // and the kv heads split over tp; f32 greedy gives the same tokens.
-#include <algorithm>
-#include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "models/gpt/gpt_generate.h"
+#include "models/gpt/generate_steps_testing.h"
 #include "models/llama/llama_model.h"
 #include "models/parallel/parallel_dims.h"
 #include "shardmap/mesh.h"
 
 namespace shardmap {
 namespace {
+
+using generate_testing::GreedySteps;
+using generate_testing::MaxRelDiff;
+using generate_testing::Steps;
 
 // heads 6 over kv_heads 2 (3 query heads per kv head): tp 2 splits both; seq 10.
 LlamaConfig Config(DType dtype) {
@@ -43,45 +46,17 @@ LlamaLayout Layout(const std::string& mesh, bool sp, const LlamaConfig& c) {
   return *l;
 }
 
-struct Steps {
-  std::vector<int64_t> tokens;
-  std::vector<std::vector<double>> logits;
-};
-Steps Greedy(const Model& m, const std::vector<NamedTensor>& params,
-             const std::vector<int64_t>& prompt, int64_t tokens, KvCacheMode mode) {
-  Steps out;
-  SampleOptions o{.tokens = tokens};
-  o.kv_cache = mode;
-  o.step_logits = &out.logits;
-  absl::StatusOr<std::vector<int64_t>> r = GenerateGpt(m, params, prompt, o);
-  EXPECT_TRUE(r.ok()) << r.status();
-  if (r.ok()) out.tokens = *r;
-  return out;
-}
-
-double MaxRelDiff(const Steps& a, const Steps& b) {
-  EXPECT_EQ(a.logits.size(), b.logits.size());
-  double worst = 0;
-  for (size_t s = 0; s < std::min(a.logits.size(), b.logits.size()); ++s) {
-    for (size_t v = 0; v < a.logits[s].size(); ++v) {
-      worst = std::max(worst, std::abs(a.logits[s][v] - b.logits[s][v]) /
-                                  std::max(1.0, std::abs(b.logits[s][v])));
-    }
-  }
-  return worst;
-}
-
 TEST(LlamaGenerateTest, KvCacheEqualsRecomputationF64) {
   const LlamaConfig c = Config(DType::kF64);
   const auto params = Params(c);
   const std::vector<int64_t> prompt = {4, 41, 9, 17};  // 4 + 7 - 1 = 10 = seq
-  const Steps want = Greedy(Layout("dp=1", false, c), params, prompt, 7, KvCacheMode::kOff);
+  const Steps want = GreedySteps(Layout("dp=1", false, c), params, prompt, 7, KvCacheMode::kOff);
   ASSERT_EQ(want.tokens.size(), 7u);
   for (auto [mesh, sp] : {std::pair<std::string, bool>{"dp=1", false}, {"tp=2", false},
                           {"tp=2", true}, {"dp=3", false}, {"dp_shard=2,tp=2", true},
                           {"cp=5", false}, {"dp=2,tp=2", true}}) {
     const LlamaLayout l = Layout(mesh, sp, c);
-    const Steps got = Greedy(l, params, prompt, 7, KvCacheMode::kOn);
+    const Steps got = GreedySteps(l, params, prompt, 7, KvCacheMode::kOn);
     EXPECT_EQ(got.tokens, want.tokens) << mesh;
     EXPECT_LT(MaxRelDiff(got, want), 1e-12) << mesh << (sp ? " sp" : "");
   }
@@ -92,8 +67,8 @@ TEST(LlamaGenerateTest, KvCacheF32GreedyTokens) {
   const auto params = Params(c);
   for (auto [mesh, sp] : {std::pair<std::string, bool>{"dp=1", false}, {"tp=2", true}}) {
     const LlamaLayout l = Layout(mesh, sp, c);
-    const Steps off = Greedy(l, params, {1, 2, 3}, 8, KvCacheMode::kOff);
-    const Steps on = Greedy(l, params, {1, 2, 3}, 8, KvCacheMode::kOn);
+    const Steps off = GreedySteps(l, params, {1, 2, 3}, 8, KvCacheMode::kOff);
+    const Steps on = GreedySteps(l, params, {1, 2, 3}, 8, KvCacheMode::kOn);
     EXPECT_EQ(on.tokens, off.tokens) << mesh;
     EXPECT_LT(MaxRelDiff(on, off), 1e-4) << mesh;
   }

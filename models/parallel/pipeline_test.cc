@@ -155,8 +155,12 @@ TEST(TimetableTest, InterleavedRespectsVirtualStageDependencies) {
           for (int i = 0; i < m; ++i) {
             ASSERT_GE(f[vs][i], 0);
             ASSERT_GE(b[vs][i], 0);
-            if (vs > 0) EXPECT_GT(f[vs][i], f[vs - 1][i]);
-            if (vs + 1 < vs_count) EXPECT_GT(b[vs][i], b[vs + 1][i]);
+            if (vs > 0) {
+              EXPECT_GT(f[vs][i], f[vs - 1][i]);
+            }
+            if (vs + 1 < vs_count) {
+              EXPECT_GT(b[vs][i], b[vs + 1][i]);
+            }
             EXPECT_GT(b[vs][i], f[vs][i]);
           }
         }

@@ -21,8 +21,7 @@
 // over the bandwidth, started ones on their own lane) and is predicted by PredictOnSimulatedLink
 // (issue 34's check that the planner prices the overlapped schedule the trainer runs):
 //
-//   bazel run -c opt //models/planner:plan_validate -- --d_model=256 --batch=8 \
-//     --meshes='dp=2;dp_shard=2;dp_replicate=2,dp_shard=2' --link_mb_per_s=100 --bucket_mb=2
+//   bazel run -c opt //models/planner:plan_validate -- --d_model=256 --batch=8 --meshes='dp=2;dp_shard=2;dp_replicate=2,dp_shard=2' --link_mb_per_s=100 --bucket_mb=2
 //
 // Before the rows it measures the framework's cost per recorded op (a tiny GPT step over its op
 // count; --framework_op_cost) and each non-GEMM op kind's own speed (one rank's step at a

@@ -111,7 +111,9 @@ TEST_P(OverlapTest, BucketsChangeNoBit) {
     const int got_after = CountAllReduces(got.log, false);
     if (ref_after > 2) {
       EXPECT_LT(got_during + got_after, ref_after);
-      if (bucket == 1024) EXPECT_GT(got_during, 0);
+      if (bucket == 1024) {
+        EXPECT_GT(got_during, 0);
+      }
     }
   }
 }

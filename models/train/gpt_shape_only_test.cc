@@ -9,24 +9,22 @@
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "collectives/shape_only_communicator.h"
-#include "models/train/gpt_test_util.h"
 #include "models/parallel/parallel_dims.h"
+#include "models/train/shape_only_truth.h"
 #include "shardmap/collective_recorder.h"
-#include "shardmap/spmd_runner.h"
-#include "tensor/memory_tracker.h"
-#include "tensor/op_counter.h"
 
 namespace shardmap {
 namespace {
 
 using ::testing::HasSubstr;
+using shape_only_testing::RankTruth;
+using shape_only_testing::RealStep;
 
 GptConfig Config(bool moe = false, bool bf16 = false) {
   GptConfig c{.layers = 4, .d_model = 12, .heads = 6, .vocab = 24, .seq = 12};
@@ -35,57 +33,6 @@ GptConfig Config(bool moe = false, bool bf16 = false) {
     c.moe = MoeConfig{.experts = 6, .topk = 2, .capacity_factor = 1.0, .aux_loss_coef = 0.05};
   }
   return c;
-}
-
-// What one rank of a real run did in its step ("step" to "end" of TrainOptions::hooks.on_phase).
-struct RankTruth {
-  std::vector<CollectiveRecord> log;
-  int64_t peak = 0;
-  double flops = 0;
-};
-
-// A real one-step TrainGpt on CPU threads, each rank measured by its own recorder, tracker and
-// counter (made on its thread, as a shape-only run makes them).
-std::map<int, RankTruth> RealStep(const GptLayout& layout, TrainOptions o) {
-  struct Probes {
-    CollectiveRecorder* rec;
-    MemoryTracker* mem;
-    OpCounter* ops;
-    size_t ops_at_step = 0;
-  };
-  std::mutex mu;
-  std::map<int, Probes> probes;
-  std::map<int, RankTruth> truth;
-  o.hooks.spmd_runner = [&](const Mesh& mesh, const std::function<void(RankContext&)>& body) {
-    return RunSpmd(mesh, [&](RankContext& ctx) {
-      MemoryTracker mem;
-      OpCounter ops;
-      CollectiveRecorder rec;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        probes[ctx.rank()] = Probes{&rec, &mem, &ops};
-      }
-      body(ctx);
-    });
-  };
-  o.hooks.on_phase = [&](const char* phase) {
-    const int rank = RankContext::Current()->rank();
-    std::lock_guard<std::mutex> lock(mu);
-    Probes& p = probes[rank];
-    if (std::string(phase) == "step") {
-      p.rec->Clear();
-      p.ops_at_step = p.ops->ops().size();
-    } else if (std::string(phase) == "end") {
-      RankTruth& t = truth[rank];
-      t.log = p.rec->records(rank);
-      t.peak = p.mem->peak_bytes();
-      for (size_t i = p.ops_at_step; i < p.ops->ops().size(); ++i) t.flops += p.ops->ops()[i].flops;
-    }
-  };
-  absl::StatusOr<TrainResult> r = TrainGpt(layout, InitGpt(layout.config(), 3),
-                                           gpt_testing::Tokens(4000, layout.config().vocab), o);
-  EXPECT_TRUE(r.ok()) << r.status();
-  return truth;
 }
 
 struct Case {

@@ -69,8 +69,12 @@ TEST(GradientBucketsTest, BitwiseReduceGradientsAtEveryBucketSize) {
       // Started before Finish: every pending gradient alone at 1 byte; none of the partial ones
       // at 25 MiB.
       for (int n : started) {
-        if (bucket == 1) EXPECT_EQ(n, 7);  // 9 gradients, 2 with nothing pending
-        if (bucket == kDefaultBucketBytes) EXPECT_EQ(n, 0);
+        if (bucket == 1) {
+          EXPECT_EQ(n, 7);  // 9 gradients, 2 with nothing pending
+        }
+        if (bucket == kDefaultBucketBytes) {
+          EXPECT_EQ(n, 0);
+        }
         EXPECT_EQ(n, started[0]);
       }
     }

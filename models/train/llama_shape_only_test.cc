@@ -11,21 +11,20 @@
 // planner's case) where the CPU step ran the loop. bf16 compute takes the composed form on
 // both: there the meta profile is exact too, but for the rotary tables' copy to the device.
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "models/llama/llama_model.h"
 #include "models/train/gpt_shape_only.h"
-#include "models/train/gpt_test_util.h"
-#include "shardmap/collective_recorder.h"
-#include "shardmap/spmd_runner.h"
-#include "tensor/memory_tracker.h"
-#include "tensor/op_counter.h"
+#include "models/train/shape_only_truth.h"
+#include "shardmap/rank_context.h"
 
 namespace shardmap {
 namespace {
+
+using shape_only_testing::RankTruth;
+using shape_only_testing::RealStep;
 
 const LlamaConfig kLlama{.layers = 2, .d_model = 16, .heads = 4, .kv_heads = 2, .ffn_dim = 40,
                          .vocab = 48, .seq = 8};
@@ -37,55 +36,6 @@ double LlamaElements(const LlamaConfig& c) {
   const double d = c.d_model, hd = d / c.heads;
   const double block = 2 * d * c.heads * hd + 2 * d * c.kv_heads * hd + 3 * d * c.ffn_dim + 2 * d;
   return c.layers * block + 2.0 * c.vocab * d + d;
-}
-
-struct RankTruth {
-  std::vector<CollectiveRecord> log;
-  int64_t peak = 0;
-  double flops = 0;
-};
-
-// A real one-step train on CPU threads, each rank measured on its own thread.
-std::map<int, RankTruth> RealStep(const Model& model, TrainOptions o) {
-  struct Probes {
-    CollectiveRecorder* rec;
-    MemoryTracker* mem;
-    OpCounter* ops;
-    size_t ops_at_step = 0;
-  };
-  std::mutex mu;
-  std::map<int, Probes> probes;
-  std::map<int, RankTruth> truth;
-  o.hooks.spmd_runner = [&](const Mesh& mesh, const std::function<void(RankContext&)>& body) {
-    return RunSpmd(mesh, [&](RankContext& ctx) {
-      MemoryTracker mem;
-      OpCounter ops;
-      CollectiveRecorder rec;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        probes[ctx.rank()] = Probes{&rec, &mem, &ops};
-      }
-      body(ctx);
-    });
-  };
-  o.hooks.on_phase = [&](const char* phase) {
-    const int rank = RankContext::Current()->rank();
-    std::lock_guard<std::mutex> lock(mu);
-    Probes& p = probes[rank];
-    if (std::string(phase) == "step") {
-      p.rec->Clear();
-      p.ops_at_step = p.ops->ops().size();
-    } else if (std::string(phase) == "end") {
-      RankTruth& t = truth[rank];
-      t.log = p.rec->records(rank);
-      t.peak = p.mem->peak_bytes();
-      for (size_t i = p.ops_at_step; i < p.ops->ops().size(); ++i) t.flops += p.ops->ops()[i].flops;
-    }
-  };
-  absl::StatusOr<TrainResult> r =
-      TrainGpt(model, model.Init(3), gpt_testing::Tokens(4000, model.shape().vocab), o);
-  EXPECT_TRUE(r.ok()) << r.status();
-  return truth;
 }
 
 struct Case {

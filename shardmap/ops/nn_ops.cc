@@ -40,39 +40,43 @@ SpmdType WeightGradType(const SpmdType& joined, int in_rank, int w_rank, const S
   return t;
 }
 
+// softmax or log_softmax: a nonlinear op along dim (which must not be sharded) whose backward
+// needs only its output y.
+struct SoftmaxKind {
+  const char* name;           // the op, as messages and the tape name it
+  const char* backward_name;  // its backward, as the cotangent's type check names it
+  Tensor (*forward)(const Tensor& x, int dim);
+  Tensor (*backward)(const Tensor& y, const Tensor& dy, int dim);
+  const char* fix;  // what to do when dim is sharded
+};
+
+constexpr SoftmaxKind kSoftmax{"softmax", "softmax_backward", Softmax, SoftmaxBackward,
+                               "all_gather x along that dim first, or compute the softmax with "
+                               "all_reduce(max) and all_reduce(sum) over the axis"};
+constexpr SoftmaxKind kLogSoftmax{"log_softmax", "log_softmax_backward", LogSoftmax,
+                                  LogSoftmaxBackward,
+                                  "all_gather x along that dim first (or use a vocab-parallel "
+                                  "composite with all_reduce(max) and all_reduce(sum))"};
+
+Value RowwiseSoftmax(const SoftmaxKind& k, const Value& x, int dim) {
+  SpmdType t = internal::NonlinearTypeOf(k.name, x);
+  internal::CheckDimNotSharded(k.name, x, dim, k.fix);
+  Value out(k.forward(x.tensor, dim), t);
+  if (NeedsTape(x)) {
+    Value y = Detached(out);
+    RecordOp(k.name, {&x}, out, [y, dim, k](const Value& g, uint32_t, Value* d) {
+      d[0] = Value(k.backward(y.tensor, g.tensor, dim),
+                   internal::ElementwiseType(k.backward_name, y, g, g.shape(), true));
+    });
+  }
+  return out;
+}
+
 }  // namespace
 
-Value softmax(const Value& x, int dim) {
-  SpmdType t = internal::NonlinearTypeOf("softmax", x);
-  internal::CheckDimNotSharded("softmax", x, dim,
-                               "all_gather x along that dim first, or compute the softmax with "
-                               "all_reduce(max) and all_reduce(sum) over the axis");
-  Value out(Softmax(x.tensor, dim), t);
-  if (NeedsTape(x)) {
-    Value y = Detached(out);
-    RecordOp("softmax", {&x}, out, [y, dim](const Value& g, uint32_t, Value* d) {
-      d[0] = Value(SoftmaxBackward(y.tensor, g.tensor, dim),
-                   internal::ElementwiseType("softmax_backward", y, g, g.shape(), true));
-    });
-  }
-  return out;
-}
+Value softmax(const Value& x, int dim) { return RowwiseSoftmax(kSoftmax, x, dim); }
 
-Value log_softmax(const Value& x, int dim) {
-  SpmdType t = internal::NonlinearTypeOf("log_softmax", x);
-  internal::CheckDimNotSharded("log_softmax", x, dim,
-                               "all_gather x along that dim first (or use a vocab-parallel "
-                               "composite with all_reduce(max) and all_reduce(sum))");
-  Value out(LogSoftmax(x.tensor, dim), t);
-  if (NeedsTape(x)) {
-    Value y = Detached(out);
-    RecordOp("log_softmax", {&x}, out, [y, dim](const Value& g, uint32_t, Value* d) {
-      d[0] = Value(LogSoftmaxBackward(y.tensor, g.tensor, dim),
-                   internal::ElementwiseType("log_softmax_backward", y, g, g.shape(), true));
-    });
-  }
-  return out;
-}
+Value log_softmax(const Value& x, int dim) { return RowwiseSoftmax(kLogSoftmax, x, dim); }
 
 Value layer_norm(const Value& x, const Value& gamma, const Value& beta, double eps) {
   internal::CheckMesh("layer_norm", x, "x");

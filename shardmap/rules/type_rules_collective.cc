@@ -32,139 +32,187 @@ using C = Collective;
 
 using T = TransposeLocal;
 
-// One row per Collective, each naming its key (checked below); fix[] by AxisKind order
-// R, I, V, P.
+// One constant per Collective, each naming its key; kRules below lists them in the enum's
+// order (checked there). fix[] by AxisKind order R, I, V, P.
+constexpr CollectiveRule kAllReduceSumRule = {
+    .op = C::kAllReduceSum,
+    .name = "all_reduce(sum)",
+    .takes = "takes a partial sum (P)",
+    .fix = {"x is already the same on every device: drop the all_reduce (or "
+            "convert(x, axis, Convert::kRToP) if a sum of n copies is really meant)",
+            "x is already the same on every device: drop the all_reduce (or "
+            "convert(x, axis, Convert::kRToP) if a sum of n copies is really meant)",
+            "if each device's value is one addend of the sum you want (e.g. each device's "
+            "share of a mean), say so with reinterpret(x, axis) (V->P); to average per-device "
+            "values use ReduceKind::kMean. If x should already have been a partial sum, an "
+            "earlier op mixed operands sharded over different axes: check the in_specs",
+            nullptr},
+    .result = K::kRorI,
+    .api = "all_reduce",
+    .communicates = true,
+    .transpose = {.op = C::kAllReduceSum},
+    .transpose_invariant = {.op = C::kConvertIToR},
+};
+
+constexpr CollectiveRule kAllReduceMeanMaxMinRule = {
+    .op = C::kAllReduceMeanMaxMin,
+    .name = "all_reduce(mean/max/min)",
+    .takes = "takes per-device values (V)",
+    .fix = {kAlreadySameDropAllReduce, kAlreadySameDropAllReduce, nullptr,
+            "use ReduceKind::kSum to resolve a partial sum"},
+    .result = K::kRorI,
+    .api = "all_reduce",
+    .communicates = true,
+    .transpose = {.op = C::kAllReduceSum, .then = T::kSpread},
+    .transpose_invariant = {.then = T::kSpread},
+};
+
+constexpr CollectiveRule kAllGatherRule = {
+    .op = C::kAllGather,
+    .name = "all_gather",
+    .takes = "takes shards (S$0 or V)",
+    .fix = {"x is already whole on every device: drop the all_gather",
+            "x is already whole on every device: drop the all_gather", nullptr,
+            "a partial sum is resolved with all_reduce, or with reduce_scatter(x, $0, axis) to "
+            "get shards"},
+    .wrong_dim_rule = "gathers dim $0 but x is sharded along dim $1",
+    .wrong_dim_fix = "gather dim $1, or all_to_all to move the sharding",
+    .result = K::kGathered,
+    .api = "all_gather",
+    .communicates = true,
+    .transpose = {.op = C::kReduceScatter},
+    .transpose_invariant = {.then = T::kLocalChunk},
+};
+
+constexpr CollectiveRule kReduceScatterRule = {
+    .op = C::kReduceScatter,
+    .name = "reduce_scatter",
+    .takes = "takes a partial sum (P)",
+    .fix = {"to shard a replicated value, slice it locally with axis_index (its gradient is "
+            "then P)",
+            "to shard a replicated value, slice it locally with axis_index (its gradient is "
+            "then P)",
+            "reinterpret(x, axis) (V->P) first if the per-device values are addends of one sum. "
+            "If x should already have been a partial sum, an earlier op mixed operands "
+            "sharded over different axes: check the in_specs",
+            nullptr},
+    .result = K::kScattered,
+    .api = "reduce_scatter",
+    .communicates = true,
+    .transpose = {.op = C::kAllGather},
+};
+
+constexpr CollectiveRule kAllToAllRule = {
+    .op = C::kAllToAll,
+    .name = "all_to_all",
+    .takes = kAllToAllTakes,
+    .fix = {"pass concat_dim=$0 matching the dim x is sharded along",
+            "pass concat_dim=$0 matching the dim x is sharded along", nullptr,
+            "resolve the partial sum first (all_reduce or reduce_scatter)"},
+    .wrong_dim_rule = kAllToAllWrongDim,
+    .wrong_dim_fix = "pass concat_dim=$1 matching the dim x is sharded along",
+    .result = K::kSharded,
+    .api = "all_to_all",
+    .communicates = true,
+    .transpose = {.op = C::kAllToAll},
+};
+
+constexpr CollectiveRule kAllToAllSizesRule = {
+    .op = C::kAllToAllSizes,
+    .name = "all_to_all",
+    .takes = kAllToAllTakes,
+    .fix = {kAllToAllSizesFix, kAllToAllSizesFix, nullptr, kAllToAllSizesFix},
+    .wrong_dim_rule = kAllToAllWrongDim,
+    .wrong_dim_fix = kAllToAllSizesFix,
+    .result = K::kSharded,
+    .api = "all_to_all",
+    .communicates = true,
+    .transpose = {.op = C::kAllToAllSizes},
+};
+
+constexpr CollectiveRule kPpermuteRule = {
+    .op = C::kPpermute,
+    .name = "ppermute",
+    .takes = "takes R or V values",
+    .fix = {nullptr, kIToRFirst, nullptr, kResolvePartialFirst},
+    .result = K::kV,
+    .api = "ppermute",
+    .communicates = true,
+    .transpose = {.op = C::kPpermute},
+};
+
+constexpr CollectiveRule kBroadcastRule = {
+    .op = C::kBroadcast,
+    .name = "broadcast",
+    .takes = "takes R or V values",
+    .fix = {nullptr, "x is already the same everywhere: drop the broadcast", nullptr,
+            "resolve the partial sum with all_reduce instead"},
+    .result = K::kR,
+    .api = "broadcast",
+    .communicates = true,
+    .transpose = {.op = C::kAllReduceSum, .then = T::kKeepOnRoot},
+};
+
+constexpr CollectiveRule kConvertIToRRule = {
+    .op = C::kConvertIToR,
+    .name = "convert(I->R)",
+    .takes = "takes I",
+    .fix = {kConvertDirections, nullptr, kConvertDirections, kConvertDirections},
+    .result = K::kR,
+    .api = "convert",
+    .communicates = false,
+    .transpose = {.op = C::kAllReduceSum, .invariant = true},
+};
+
+constexpr CollectiveRule kConvertRToPRule = {
+    .op = C::kConvertRToP,
+    .name = "convert(R->P)",
+    .takes = "takes R",
+    .fix = {nullptr, kConvertDirections, kConvertDirections, kConvertDirections},
+    .result = K::kP,
+    .api = "convert",
+    .communicates = false,
+    .transpose = {.op = C::kConvertRToP},
+};
+
+constexpr CollectiveRule kReinterpretRule = {
+    .op = C::kReinterpret,
+    .name = "reinterpret(V->P)",
+    .takes = "takes V",
+    .fix = {"use convert(x, axis, Convert::kRToP) for a replicated value (it keeps one copy, "
+            "not n)",
+            "only per-device values can be reinterpreted as addends of a sum", nullptr,
+            "only per-device values can be reinterpreted as addends of a sum"},
+    .result = K::kP,
+    .api = "reinterpret",
+    .communicates = false,
+    .transpose = {},
+};
+
+constexpr CollectiveRule kVaryRule = {
+    .op = C::kVary,
+    .name = "vary(R->V)",
+    .takes = "takes R",
+    .fix = {nullptr, kIToRFirst, nullptr, kResolvePartialFirst},
+    .result = K::kKeepV,
+    .api = "vary",
+    .communicates = false,
+    .transpose = {},
+};
+
 constexpr CollectiveRule kRules[] = {
-    {.op = C::kAllReduceSum,
-     .name = "all_reduce(sum)",
-     .takes = "takes a partial sum (P)",
-     .fix = {"x is already the same on every device: drop the all_reduce (or "
-             "convert(x, axis, Convert::kRToP) if a sum of n copies is really meant)",
-             "x is already the same on every device: drop the all_reduce (or "
-             "convert(x, axis, Convert::kRToP) if a sum of n copies is really meant)",
-             "if each device's value is one addend of the sum you want (e.g. each device's "
-             "share of a mean), say so with reinterpret(x, axis) (V->P); to average per-device "
-             "values use ReduceKind::kMean. If x should already have been a partial sum, an "
-             "earlier op mixed operands sharded over different axes: check the in_specs",
-             nullptr},
-     .result = K::kRorI,
-     .api = "all_reduce",
-     .communicates = true,
-     .transpose = {.op = C::kAllReduceSum},
-     .transpose_invariant = {.op = C::kConvertIToR}},
-    {.op = C::kAllReduceMeanMaxMin,
-     .name = "all_reduce(mean/max/min)",
-     .takes = "takes per-device values (V)",
-     .fix = {kAlreadySameDropAllReduce, kAlreadySameDropAllReduce, nullptr,
-             "use ReduceKind::kSum to resolve a partial sum"},
-     .result = K::kRorI,
-     .api = "all_reduce",
-     .communicates = true,
-     .transpose = {.op = C::kAllReduceSum, .then = T::kSpread},
-     .transpose_invariant = {.then = T::kSpread}},
-    {.op = C::kAllGather,
-     .name = "all_gather",
-     .takes = "takes shards (S$0 or V)",
-     .fix = {"x is already whole on every device: drop the all_gather",
-             "x is already whole on every device: drop the all_gather", nullptr,
-             "a partial sum is resolved with all_reduce, or with reduce_scatter(x, $0, axis) to "
-             "get shards"},
-     .wrong_dim_rule = "gathers dim $0 but x is sharded along dim $1",
-     .wrong_dim_fix = "gather dim $1, or all_to_all to move the sharding",
-     .result = K::kGathered,
-     .api = "all_gather",
-     .communicates = true,
-     .transpose = {.op = C::kReduceScatter},
-     .transpose_invariant = {.then = T::kLocalChunk}},
-    {.op = C::kReduceScatter,
-     .name = "reduce_scatter",
-     .takes = "takes a partial sum (P)",
-     .fix = {"to shard a replicated value, slice it locally with axis_index (its gradient is "
-             "then P)",
-             "to shard a replicated value, slice it locally with axis_index (its gradient is "
-             "then P)",
-             "reinterpret(x, axis) (V->P) first if the per-device values are addends of one sum. "
-             "If x should already have been a partial sum, an earlier op mixed operands "
-             "sharded over different axes: check the in_specs",
-             nullptr},
-     .result = K::kScattered,
-     .api = "reduce_scatter",
-     .communicates = true,
-     .transpose = {.op = C::kAllGather}},
-    {.op = C::kAllToAll,
-     .name = "all_to_all",
-     .takes = kAllToAllTakes,
-     .fix = {"pass concat_dim=$0 matching the dim x is sharded along",
-             "pass concat_dim=$0 matching the dim x is sharded along", nullptr,
-             "resolve the partial sum first (all_reduce or reduce_scatter)"},
-     .wrong_dim_rule = kAllToAllWrongDim,
-     .wrong_dim_fix = "pass concat_dim=$1 matching the dim x is sharded along",
-     .result = K::kSharded,
-     .api = "all_to_all",
-     .communicates = true,
-     .transpose = {.op = C::kAllToAll}},
-    {.op = C::kAllToAllSizes,
-     .name = "all_to_all",
-     .takes = kAllToAllTakes,
-     .fix = {kAllToAllSizesFix, kAllToAllSizesFix, nullptr, kAllToAllSizesFix},
-     .wrong_dim_rule = kAllToAllWrongDim,
-     .wrong_dim_fix = kAllToAllSizesFix,
-     .result = K::kSharded,
-     .api = "all_to_all",
-     .communicates = true,
-     .transpose = {.op = C::kAllToAllSizes}},
-    {.op = C::kPpermute,
-     .name = "ppermute",
-     .takes = "takes R or V values",
-     .fix = {nullptr, kIToRFirst, nullptr, kResolvePartialFirst},
-     .result = K::kV,
-     .api = "ppermute",
-     .communicates = true,
-     .transpose = {.op = C::kPpermute}},
-    {.op = C::kBroadcast,
-     .name = "broadcast",
-     .takes = "takes R or V values",
-     .fix = {nullptr, "x is already the same everywhere: drop the broadcast", nullptr,
-             "resolve the partial sum with all_reduce instead"},
-     .result = K::kR,
-     .api = "broadcast",
-     .communicates = true,
-     .transpose = {.op = C::kAllReduceSum, .then = T::kKeepOnRoot}},
-    {.op = C::kConvertIToR,
-     .name = "convert(I->R)",
-     .takes = "takes I",
-     .fix = {kConvertDirections, nullptr, kConvertDirections, kConvertDirections},
-     .result = K::kR,
-     .api = "convert",
-     .communicates = false,
-     .transpose = {.op = C::kAllReduceSum, .invariant = true}},
-    {.op = C::kConvertRToP,
-     .name = "convert(R->P)",
-     .takes = "takes R",
-     .fix = {nullptr, kConvertDirections, kConvertDirections, kConvertDirections},
-     .result = K::kP,
-     .api = "convert",
-     .communicates = false,
-     .transpose = {.op = C::kConvertRToP}},
-    {.op = C::kReinterpret,
-     .name = "reinterpret(V->P)",
-     .takes = "takes V",
-     .fix = {"use convert(x, axis, Convert::kRToP) for a replicated value (it keeps one copy, "
-             "not n)",
-             "only per-device values can be reinterpreted as addends of a sum", nullptr,
-             "only per-device values can be reinterpreted as addends of a sum"},
-     .result = K::kP,
-     .api = "reinterpret",
-     .communicates = false,
-     .transpose = {}},
-    {.op = C::kVary,
-     .name = "vary(R->V)",
-     .takes = "takes R",
-     .fix = {nullptr, kIToRFirst, nullptr, kResolvePartialFirst},
-     .result = K::kKeepV,
-     .api = "vary",
-     .communicates = false,
-     .transpose = {}},
+    kAllReduceSumRule,
+    kAllReduceMeanMaxMinRule,
+    kAllGatherRule,
+    kReduceScatterRule,
+    kAllToAllRule,
+    kAllToAllSizesRule,
+    kPpermuteRule,
+    kBroadcastRule,
+    kConvertIToRRule,
+    kConvertRToPRule,
+    kReinterpretRule,
+    kVaryRule,
 };
 
 // Row i is Collective i: a row added, dropped or moved out of place fails to compile.

@@ -170,7 +170,9 @@ const std::vector<int64_t> kLengths = {0, 1, 7, 17, 1023, 4099};
 TEST(VecMathTest, TheBestIsaIsChosenAndTheBaselineIsAlwaysThere) {
   ASSERT_NE(VecFor(VecIsa::kSse2), nullptr);
   const std::string best = Vec().isa;
-  if (VecFor(VecIsa::kAvx512)) EXPECT_EQ(best, "avx512");
+  if (VecFor(VecIsa::kAvx512)) {
+    EXPECT_EQ(best, "avx512");
+  }
   else if (VecFor(VecIsa::kAvx2)) EXPECT_EQ(best, "avx2");
   else EXPECT_EQ(best, "sse2");
 }

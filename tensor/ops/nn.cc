@@ -195,6 +195,16 @@ void CheckNormInput(const char* op, const Tensor& x) {
   if (x.rank() < 1) OpFail(op, ": x ", x.ShapeString(), " needs rank >= 1 (normalises dim -1)");
 }
 
+// The norm backwards' x, gamma and dy (the statistics are checked by each).
+void CheckNormBackwardInputs(const char* op, const Tensor& x, const Tensor& gamma,
+                             const Tensor& dy) {
+  CheckNormInput(op, x);
+  CheckParam(op, gamma, "gamma", x);
+  internal::RequireFloating(op, dy, "dy");
+  internal::RequireSameDType(op, x, dy);
+  internal::RequireSameShape(op, x, dy);
+}
+
 // Returns p in dtype ct, or an undefined tensor.
 Tensor AsCompute(const Tensor& p, DType ct) { return p.defined() ? Cast(p, ct) : Tensor(); }
 
@@ -323,11 +333,7 @@ LayerNormGrads LayerNormBackward(const Tensor& x, const Tensor& gamma, const Ten
                                  const Tensor& rstd, const Tensor& dy) {
   const char* op = "layer_norm_backward";
   internal::OpScope scope;
-  CheckNormInput(op, x);
-  CheckParam(op, gamma, "gamma", x);
-  internal::RequireFloating(op, dy, "dy");
-  internal::RequireSameDType(op, x, dy);
-  internal::RequireSameShape(op, x, dy);
+  CheckNormBackwardInputs(op, x, gamma, dy);
   CheckStats(op, mean, "mean", x);
   CheckStats(op, rstd, "rstd", x);
   for (const Tensor* t : {&gamma, &mean, &rstd, &dy}) internal::RequireSameDevice(op, x, *t);
@@ -456,11 +462,7 @@ RmsNormGrads RmsNormBackward(const Tensor& x, const Tensor& gamma, const Tensor&
                              const Tensor& dy) {
   const char* op = "rms_norm_backward";
   internal::OpScope scope;
-  CheckNormInput(op, x);
-  CheckParam(op, gamma, "gamma", x);
-  internal::RequireFloating(op, dy, "dy");
-  internal::RequireSameDType(op, x, dy);
-  internal::RequireSameShape(op, x, dy);
+  CheckNormBackwardInputs(op, x, gamma, dy);
   CheckStats(op, rstd, "rstd", x);
   for (const Tensor* t : {&gamma, &rstd, &dy}) internal::RequireSameDevice(op, x, *t);
   if (scope.counting() || x.is_meta()) {

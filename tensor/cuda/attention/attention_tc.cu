@@ -121,6 +121,61 @@ __device__ __forceinline__ void WarpProductPair(const T* a1, const T* b1, const 
   }
 }
 
+// The forward's score product for the warp's 16 rows: S = Q K^T over the streamed tile's
+// kTcCols keys, stored as f32 [16][kTcScoreLd] at ss (K row-major [key][dim] is K^T
+// column-major).
+template <int kD, typename T>
+__device__ __forceinline__ void WarpScores(const FragA<T> (&qf)[kD / kF], const T* ks, float* ss,
+                                           int warp) {
+  constexpr int kLd = TcHalfLd(kD), kDFrags = kD / kF;
+#pragma unroll
+  for (int n = 0; n < kColFrags; ++n) {
+    FragAcc sf;
+    wmma::fill_fragment(sf, 0.f);
+#pragma unroll
+    for (int kk = 0; kk < kDFrags; ++kk) {
+      FragBCol<T> kf;
+      wmma::load_matrix_sync(kf, ks + n * kF * kLd + kk * kF, kLd);
+      wmma::mma_sync(sf, qf[kk], kf, sf);
+    }
+    wmma::store_matrix_sync(ss + warp * kF * kTcScoreLd + n * kF, sf, kTcScoreLd,
+                            wmma::mem_row_major);
+  }
+}
+
+// The warp's 16 rows of a T [kTcRows][kTcProbLd] tile (P, or dS) as kColFrags A fragments.
+template <typename T>
+__device__ __forceinline__ void LoadWarpProbs(FragA<T> (&frags)[kColFrags], const T* tile,
+                                              int warp) {
+#pragma unroll
+  for (int kk = 0; kk < kColFrags; ++kk) {
+    wmma::load_matrix_sync(frags[kk], tile + warp * kF * kTcProbLd + kk * kF, kTcProbLd);
+  }
+}
+
+// The forward's O += P V for the warp's 16 rows: P staged as T [16][kTcProbLd] at ps, the
+// streamed V tile at vs, O as f32 [kTcRows][TcOutLd(kD)] at os.
+template <int kD, typename T>
+__device__ __forceinline__ void WarpAddProbsTimesValues(const T* ps, const T* vs, float* os,
+                                                        int warp) {
+  constexpr int kLd = TcHalfLd(kD), kOLd = TcOutLd(kD), kDFrags = kD / kF;
+  FragA<T> pf[kColFrags];
+  LoadWarpProbs(pf, ps, warp);
+#pragma unroll
+  for (int n = 0; n < kDFrags; ++n) {
+    FragAcc of;
+    float* tile = os + warp * kF * kOLd + n * kF;
+    wmma::load_matrix_sync(of, tile, kOLd, wmma::mem_row_major);
+#pragma unroll
+    for (int kk = 0; kk < kColFrags; ++kk) {
+      FragBRow<T> vf;
+      wmma::load_matrix_sync(vf, vs + kk * kF * kLd + n * kF, kLd);
+      wmma::mma_sync(of, pf[kk], vf, of);
+    }
+    wmma::store_matrix_sync(tile, of, kOLd, wmma::mem_row_major);
+  }
+}
+
 // Forward: one block per (query block of kTcRows, batch*head), the last query blocks (which see
 // the most keys) first.
 template <typename T, int kD>
@@ -176,20 +231,7 @@ __global__ void __launch_bounds__(kTcThreads)
     // tensor-core product (0 * inf = NaN), so such a tile is summed over visible keys only, as
     // the SIMT kernel does (rare: only for non-finite inputs).
     const bool v_nonfinite = __syncthreads_or(StageTile<kD>(v, vs, b, g, j0, tk, kvh)) != 0;
-    // S = Q K^T for the warp's 16 rows: K row-major [key][dim] is K^T column-major.
-#pragma unroll
-    for (int n = 0; n < kColFrags; ++n) {
-      FragAcc sf;
-      wmma::fill_fragment(sf, 0.f);
-#pragma unroll
-      for (int kk = 0; kk < kDFrags; ++kk) {
-        FragBCol<T> kf;
-        wmma::load_matrix_sync(kf, ks + n * kF * kLd + kk * kF, kLd);
-        wmma::mma_sync(sf, qf[kk], kf, sf);
-      }
-      wmma::store_matrix_sync(ss + warp * kF * kTcScoreLd + n * kF, sf, kTcScoreLd,
-                              wmma::mem_row_major);
-    }
+    WarpScores<kD>(qf, ks, ss, warp);
     __syncwarp();
     float sv[kHalfCols];
     float tile_max = -INFINITY;
@@ -240,25 +282,7 @@ __global__ void __launch_bounds__(kTcThreads)
       __syncwarp();
       continue;
     }
-    // O += P V for the warp's 16 rows.
-    FragA<T> pf[kColFrags];
-#pragma unroll
-    for (int kk = 0; kk < kColFrags; ++kk) {
-      wmma::load_matrix_sync(pf[kk], ps + warp * kF * kTcProbLd + kk * kF, kTcProbLd);
-    }
-#pragma unroll
-    for (int n = 0; n < kDFrags; ++n) {
-      FragAcc of;
-      float* tile = os + warp * kF * kOLd + n * kF;
-      wmma::load_matrix_sync(of, tile, kOLd, wmma::mem_row_major);
-#pragma unroll
-      for (int kk = 0; kk < kColFrags; ++kk) {
-        FragBRow<T> vf;
-        wmma::load_matrix_sync(vf, vs + kk * kF * kLd + n * kF, kLd);
-        wmma::mma_sync(of, pf[kk], vf, of);
-      }
-      wmma::store_matrix_sync(tile, of, kOLd, wmma::mem_row_major);
-    }
+    WarpAddProbsTimesValues<kD>(ps, vs, os, warp);
     __syncwarp();
   }
   poison += __shfl_xor_sync(0xffffffffu, poison, 1);
@@ -460,10 +484,7 @@ __global__ void __launch_bounds__(kTcThreads)
     __syncwarp();
     // dQ += dS K (scaled at the end).
     FragA<T> dsa[kColFrags];
-#pragma unroll
-    for (int kk = 0; kk < kColFrags; ++kk) {
-      wmma::load_matrix_sync(dsa[kk], dss + warp * kF * kTcProbLd + kk * kF, kTcProbLd);
-    }
+    LoadWarpProbs(dsa, dss, warp);
 #pragma unroll
     for (int n = 0; n < kDFrags; ++n) {
 #pragma unroll

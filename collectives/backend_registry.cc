@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/gloo_communicator.h"
@@ -282,10 +283,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectTrainingWorld(
   }
   absl::StatusOr<std::unique_ptr<Communicator>> c = b.create_from_env(options);
   if (!c.ok()) {
+    // A rendezvous that timed out already says how to start the ranks: say it once.
+    const bool says_how = absl::StrContains(
+        c.status().message(), absl::StrCat("collectives/launch --nproc_per_node=", ranks, " "));
     return absl::Status(c.status().code(),
                         absl::StrCat("--backend=", name, ": ", c.status().message(),
-                                     " (start it with collectives/launch --nproc_per_node=", ranks,
-                                     " -- <program> ...)"));
+                                     says_how ? "" : absl::StrCat(
+                                         " (start it with collectives/launch --nproc_per_node=",
+                                         ranks, " -- <program> ...)")));
   }
   if ((*c)->size() != ranks) {
     return absl::InvalidArgumentError(absl::StrCat(

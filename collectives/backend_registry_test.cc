@@ -147,6 +147,22 @@ TEST(BackendRegistryTest, ConnectTrainingWorldConnectsALaunchedProcessAndChecksT
   float x = 2;
   EXPECT_TRUE((*w)->AllReduce(&x, &x, 1, DataType::kF32, ReduceOp::kSum).ok());
   EXPECT_EQ(x, 2);
+  // Rank 0 of 2 whose peer never comes: the rendezvous's own hint, said once.
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("SHARDMAP_STORE_TOKEN", "test-token-0123456789abcdef", 1);
+  absl::StatusOr<int> port2 = internal::PickFreePort();  // the one-process world keeps *port
+  ASSERT_TRUE(port2.ok()) << port2.status();
+  setenv("MASTER_PORT", std::to_string(*port2).c_str(), 1);
+  s = ConnectTrainingWorld("gloo", 2, false, {.timeout = absl::Milliseconds(300)}).status();
+  EXPECT_FALSE(s.ok());
+  const std::string m = Message(s);
+  EXPECT_THAT(m, AllOf(HasSubstr("--backend=gloo: "), HasSubstr("rank 1 of 2 did not join"),
+                       HasSubstr("collectives/launch --nproc_per_node=2")));
+  EXPECT_EQ(m.find("collectives/launch"), m.rfind("collectives/launch")) << m;
+  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                        "SHARDMAP_STORE_TOKEN"}) {
+    unsetenv(v);
+  }
 }
 
 }  // namespace

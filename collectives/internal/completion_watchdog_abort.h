@@ -16,9 +16,11 @@
 #ifndef SHARDMAP_COLLECTIVES_INTERNAL_COMPLETION_WATCHDOG_ABORT_H_
 #define SHARDMAP_COLLECTIVES_INTERNAL_COMPLETION_WATCHDOG_ABORT_H_
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace shardmap::collectives::internal {
@@ -53,7 +55,15 @@ enum class AbortHow {
 template <typename Handle, typename Abort>
 AbortHow AbortWithGrace(AbortableSlot<Handle>& slot, absl::Duration grace, Abort abort) {
   std::unique_lock<std::timed_mutex> lock(slot.mu, std::defer_lock);
-  const bool locked = lock.try_lock_for(absl::ToChronoNanoseconds(grace));
+  // try_lock polled, not try_lock_for: libstdc++ times the latter with pthread_mutex_clocklock,
+  // which GCC 12's ThreadSanitizer does not intercept (it then reports the unlock as one of an
+  // unlocked mutex). A watchdog's abort is rare, so a millisecond's polling costs nothing.
+  const absl::Time deadline = absl::Now() + grace;
+  bool locked = lock.try_lock();
+  while (!locked && absl::Now() < deadline) {
+    absl::SleepFor(std::min(absl::Milliseconds(1), deadline - absl::Now()));
+    locked = lock.try_lock();
+  }
   const Handle h = slot.TakeTeardown();
   if (h == Handle{}) return AbortHow::kAlreadyGone;
   abort(h);

@@ -3,7 +3,9 @@
 # overlapped and recomputed steps, MoE, the pipeline schedules), saves each run's parameters and
 # AdamW moments, and prints one sha256 per checkpoint over its tensors (names, dtypes, shapes and
 # bytes; the metadata names paths). Run it with the trainer before and after a
-# structural change: the two lists must be identical.
+# structural change: the two lists must be identical. The hashes depend on the CPU (OpenBLAS
+# and the vector kernels pick their code by instruction set), so compare two builds on one
+# machine; bench/model_bitwise_probe_gpt2.txt is one machine's list, a record, not a reference.
 #
 #   bash tools/model_bitwise_probe.sh bazel-bin/models/train/train_gpt /tmp/probe_before > before.txt
 set -euo pipefail

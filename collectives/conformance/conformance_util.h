@@ -53,11 +53,13 @@ class Buf {
   void* p() const { return p_; }
   char* at(size_t byte) const { return static_cast<char*>(p_) + byte; }
   void Set(const std::vector<char>& v) {
+    if (v.empty()) return;  // an empty vector's data() may be null: memcpy must not see it
     if (device_) t_.device.to_device(index_, p_, v.data(), v.size());
     else std::memcpy(p_, v.data(), v.size());
   }
   std::vector<char> Get() const {
     std::vector<char> v(bytes_);
+    if (bytes_ == 0) return v;
     if (device_) t_.device.to_host(index_, v.data(), p_, bytes_);
     else std::memcpy(v.data(), p_, bytes_);
     return v;

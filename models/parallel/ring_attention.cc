@@ -149,7 +149,7 @@ Value RingCausalAttention(const Value& q, const Value& k, const Value& v, const 
   std::vector<std::pair<int, int>> ring;
   for (int j = 0; j < n; ++j) ring.push_back({j, (j + 1) % n});
   // K and V travel as one tensor [b, t, h, 2, hd]: one ppermute per step. The new dim goes after
-  // h, so a head-sharded h keeps its S (ReshapeDim puts S on the first dim of the block).
+  // h, so a head-sharded h keeps its S (ReshapeDim keeps the size-1 dims before a shard).
   Value kv = concat({k.reshape({b, t, h, 1, hd}), v.reshape({b, t, h, 1, hd})}, 3);
   const Value qs = q * scale;
   const Value q0 = slice(qs, 1, 0, c), q1 = slice(qs, 1, c, c);

@@ -22,10 +22,14 @@ int BroadcastDim(absl::Span<const int64_t> in, int d, absl::Span<const int64_t> 
 // `out`, or -1 when the shards are no longer blocks of one output dim (then V). Each device's
 // block stays a contiguous block of output dim e exactly when the elements before d and before
 // e agree: prod(in[:d]) == prod(out[:e]). Of several such e (size-1 dims at the boundary) the
-// first is taken, size 1 or not, so splitting [.., h*hd] -> [.., h, hd] keeps S on the heads
-// dim also when each device holds one head:
+// shard keeps the count of size-1 dims that precede it in its block: e is the first such e
+// after as many size-1 dims as precede d with prod(in[:d]) elements before them (the last such
+// e when the output has fewer). So one row keeps its heads' shard, and splitting
+// [.., h*hd] -> [.., h, hd] keeps S on the heads dim also at one head per device:
+//   {tp:S1} [1, h*hd] -> [1, h, hd] is {tp:S1} (heads), not S0 (the size-1 row dim);
 //   {tp:S2} [b,t,hd] -> [b,t,1,hd] is {tp:S2} (heads, 1 per device), not S3 (head_dim).
-// To insert a size-1 dim next to a sharded dim, insert it after: [b,t,h,hd] -> [b,t,h,1,hd].
+// To insert a size-1 dim next to a sharded dim, insert it after; a size-1 dim inserted before
+// the size-1 dims that precede a shard ([1, h, hd] S1 -> [1, 1, h, hd]) moves it (to S1).
 int ReshapeDim(absl::Span<const int64_t> in, absl::Span<const int64_t> out, int d);
 
 // Whether S(d) and S(e) of a value of local shape `shape` describe the same blocks (the same

@@ -49,13 +49,20 @@ Value DecodeStep(const Model& model, const ParamFn& use, const Value& ids, KvCac
   return model.DecodeLogits(use, n == 1 ? x : slice(x, 0, n - 1, 1));
 }
 
-// The plain reshapes: a reshape keeps the size-1 dims before a shard in its block, so one row
-// ([1, X] S1 -> [1, h, hd]) keeps the shard on the heads (shardmap/rules/type_rules_layout.h).
+// A reshape keeps the size-1 dims before a shard in its block, so one row ([1, X] S1 ->
+// [1, h, hd]) keeps the shard on the heads (shardmap/rules/type_rules_layout.h).
 Value DecodeSplitHeads(const Value& x, int64_t head_dim) {
   return x.reshape({x.dim(0), x.dim(1) / head_dim, head_dim});
 }
 
-Value DecodeMergeHeads(const Value& x) { return x.reshape({x.dim(0), x.dim(1) * x.dim(2)}); }
+// One row at one head per device is [1, 1, hd] (S1), which the local shapes cannot tell from a
+// dropped size-1 dim before a size-1 shard (that reshape gives S0), so with one row the heads
+// dim is moved first, where no size-1 dim precedes it.
+Value DecodeMergeHeads(const Value& x) {
+  const int64_t n = x.dim(0), width = x.dim(1) * x.dim(2);
+  if (n > 1) return x.reshape({n, width});
+  return permute(x, {1, 2, 0}).reshape({width, 1}).T();  // [h, hd, 1] S0 -> [1, h * hd] S1
+}
 
 namespace {
 

@@ -191,9 +191,11 @@ Value RingCausalAttention(const Value& q, const Value& k, const Value& v, const 
     }
   }
   // [b, h, t, hd] (grouped: [b, g, rep, t, hd], the heads g-major as in q) -> [b, t, h, hd].
-  Value o = concat({early.Output(), late.Output()}, layout.key_dim - 1);
-  if (rep > 1) o = o.reshape({b, h, t, hd});
-  return permute(o, {0, 2, 1, 3});
+  // Grouped, the heads merge after t (t > 1): no size-1 dim precedes g in its block, so a
+  // head-sharded g keeps its S also at b = 1 and one kv head per device.
+  const Value o = concat({early.Output(), late.Output()}, layout.key_dim - 1);
+  if (rep == 1) return permute(o, {0, 2, 1, 3});
+  return permute(o, {0, 3, 1, 2, 4}).reshape({b, t, h, hd});
 }
 
 }  // namespace shardmap

@@ -169,7 +169,7 @@ ValueAndGrad RepeatedKvReference(const std::vector<Tensor>& in, int64_t rep) {
 
 struct GqaCase {
   int cp, tp;
-  int64_t chunk;
+  int64_t chunk, batch;
 };
 
 class RingGqaTest : public ::testing::TestWithParam<GqaCase> {};
@@ -179,16 +179,18 @@ TEST_P(RingGqaTest, MatchesUnshardedRepeatedKvAttentionAndGradients) {
   const int cp = GetParam().cp, tp = GetParam().tp;
   constexpr int64_t kQHeads = 6, kKvHeads = 2, kRep = kQHeads / kKvHeads;
   const int64_t seq = 2 * cp * GetParam().chunk;
-  const std::vector<int64_t> qshape = {kBatch, seq, kQHeads, kHeadDim};
-  const std::vector<int64_t> kvshape = {kBatch, seq, kKvHeads, kHeadDim};
+  const int64_t batch = GetParam().batch;
+  const std::vector<int64_t> qshape = {batch, seq, kQHeads, kHeadDim};
+  const std::vector<int64_t> kvshape = {batch, seq, kKvHeads, kHeadDim};
   const std::vector<Tensor> global = {Rand(qshape, 21), Rand(kvshape, 22), Rand(kvshape, 23),
                                       Rand(qshape, 24)};
   SingleRankContext one{Mesh()};
   ValueAndGrad ref = RepeatedKvReference(global, kRep);
   const Tensor naive = NaiveCausalAttention(global[0], RepeatKvLoops(global[1], kRep),
                                             RepeatKvLoops(global[2], kRep));
+  // The kv heads' gradients, summed over each group.
   const auto& kv_grad_shape = ref.grads[1].tensor.shape();
-  ASSERT_EQ(std::vector<int64_t>(kv_grad_shape.begin(), kv_grad_shape.end()), kvshape);  // the kv heads' gradients, group-summed
+  ASSERT_EQ(std::vector<int64_t>(kv_grad_shape.begin(), kv_grad_shape.end()), kvshape);
   double naive_loss = 0;
   for (int64_t e = 0; e < naive.numel(); ++e) naive_loss += naive.at(e) * global[3].at(e);
   EXPECT_NEAR(ref.value.item(), naive_loss, 1e-12 * std::fabs(naive_loss));
@@ -214,11 +216,13 @@ TEST_P(RingGqaTest, MatchesUnshardedRepeatedKvAttentionAndGradients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Meshes, RingGqaTest,
-                         ::testing::Values(GqaCase{1, 1, 3}, GqaCase{2, 1, 3}, GqaCase{3, 1, 3},
-                                           GqaCase{3, 1, 1}, GqaCase{2, 2, 3}),
+                         ::testing::Values(GqaCase{1, 1, 3, 2}, GqaCase{2, 1, 3, 2},
+                                           GqaCase{3, 1, 3, 2}, GqaCase{3, 1, 1, 2},
+                                           GqaCase{2, 2, 3, 2}, GqaCase{3, 2, 1, 1}),
                          [](const ::testing::TestParamInfo<GqaCase>& info) {
                            return absl::StrCat("cp", info.param.cp, "_tp", info.param.tp,
-                                               "_chunk", info.param.chunk);
+                                               "_chunk", info.param.chunk, "_batch",
+                                               info.param.batch);
                          });
 
 // The repeated-kv reference's gradients (k, v summed over each group) against central
@@ -294,47 +298,47 @@ class CountingRecorder : public TapeRecorder {
 // With grouped kv heads (kv_heads 1 of 3 heads) the ring carries the kv heads, not repeats.
 TEST(RingAttentionWorkTest, SkipsBlocksAboveTheDiagonalAndBalancesTheDevices) {
   for (int64_t kv_heads : {kHeads, int64_t{1}}) {
-  for (int cp : {1, 2, 3, 4}) {
-    SCOPED_TRACE(absl::StrCat("cp=", cp, " kv_heads=", kv_heads));
-    const int64_t seq = 2 * cp * kChunk, local = seq / cp;
-    Mesh mesh = *Mesh::Create({{"cp", cp}});
-    std::vector<int64_t> elements(cp);
-    std::vector<std::vector<std::string>> logs(cp);
-    absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {
-      SpmdType type(1, AxisType::Sharded(1));
-      type.set_mesh_id(mesh.id());
-      Tape tape;
-      std::vector<Value> x;
-      for (uint64_t seed : {11, 12, 13}) {
-        const int64_t heads = seed == 11 ? kHeads : kv_heads;  // q, then k and v
-        x.push_back(tape.Watch(Value(Rand({kBatch, local, heads, kHeadDim}, seed + ctx.rank()),
-                                     type)));
+    for (int cp : {1, 2, 3, 4}) {
+      SCOPED_TRACE(absl::StrCat("cp=", cp, " kv_heads=", kv_heads));
+      const int64_t seq = 2 * cp * kChunk, local = seq / cp;
+      Mesh mesh = *Mesh::Create({{"cp", cp}});
+      std::vector<int64_t> elements(cp);
+      std::vector<std::vector<std::string>> logs(cp);
+      absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {
+        SpmdType type(1, AxisType::Sharded(1));
+        type.set_mesh_id(mesh.id());
+        Tape tape;
+        std::vector<Value> x;
+        for (uint64_t seed : {11, 12, 13}) {
+          const int64_t heads = seed == 11 ? kHeads : kv_heads;  // q, then k and v
+          x.push_back(tape.Watch(Value(Rand({kBatch, local, heads, kHeadDim}, seed + ctx.rank()),
+                                       type)));
+        }
+        CountingRecorder rec(&tape);
+        Value loss;
+        {
+          ScopedRecorder scope(&rec);
+          loss = sum_partial(RingCausalAttention(x[0], x[1], x[2], "cp", kScale), {});
+        }
+        tape.Backward(loss, LossSeed(loss), x);
+        elements[ctx.rank()] = rec.exp_elements;
+        for (const CollectiveRecord& r : ctx.collective_log()) {
+          logs[ctx.rank()].push_back(absl::StrCat(r.op, r.backward ? " bwd " : " fwd ", r.bytes));
+        }
+      });
+      ASSERT_TRUE(s.ok()) << s;
+      // Causal work: 2cp diagonal blocks and (2cp choose 2) full ones of c x c, split evenly.
+      const int64_t per_device = kBatch * kHeads * kChunk * kChunk * (2 * cp + 1);
+      const int64_t kv_bytes = kBatch * local * 2 * kv_heads * kHeadDim * 8;
+      std::vector<std::string> ring;
+      for (int step = 1; step < cp; ++step) ring.push_back(absl::StrCat("ppermute fwd ", kv_bytes));
+      for (int step = 1; step < cp; ++step) ring.push_back(absl::StrCat("ppermute bwd ", kv_bytes));
+      for (int r = 0; r < cp; ++r) {
+        EXPECT_EQ(elements[r], per_device) << "rank " << r;
+        EXPECT_EQ(logs[r], ring) << "rank " << r;
       }
-      CountingRecorder rec(&tape);
-      Value loss;
-      {
-        ScopedRecorder scope(&rec);
-        loss = sum_partial(RingCausalAttention(x[0], x[1], x[2], "cp", kScale), {});
-      }
-      tape.Backward(loss, LossSeed(loss), x);
-      elements[ctx.rank()] = rec.exp_elements;
-      for (const CollectiveRecord& r : ctx.collective_log()) {
-        logs[ctx.rank()].push_back(absl::StrCat(r.op, r.backward ? " bwd " : " fwd ", r.bytes));
-      }
-    });
-    ASSERT_TRUE(s.ok()) << s;
-    // Causal work: 2cp diagonal blocks and (2cp choose 2) full ones of c x c, split evenly.
-    const int64_t per_device = kBatch * kHeads * kChunk * kChunk * (2 * cp + 1);
-    const int64_t kv_bytes = kBatch * local * 2 * kv_heads * kHeadDim * 8;
-    std::vector<std::string> ring;
-    for (int step = 1; step < cp; ++step) ring.push_back(absl::StrCat("ppermute fwd ", kv_bytes));
-    for (int step = 1; step < cp; ++step) ring.push_back(absl::StrCat("ppermute bwd ", kv_bytes));
-    for (int r = 0; r < cp; ++r) {
-      EXPECT_EQ(elements[r], per_device) << "rank " << r;
-      EXPECT_EQ(logs[r], ring) << "rank " << r;
+      EXPECT_EQ(cp * per_device, kBatch * kHeads * (seq * seq / 2 + seq * kChunk / 2));
     }
-    EXPECT_EQ(cp * per_device, kBatch * kHeads * (seq * seq / 2 + seq * kChunk / 2));
-  }
   }
 }
 

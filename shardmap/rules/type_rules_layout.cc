@@ -25,9 +25,15 @@ int ReshapeDim(absl::Span<const int64_t> in, absl::Span<const int64_t> out, int 
     if (__builtin_mul_overflow(p, out[e], &p) || (p > before && before != 0)) break;
   }
   if (first < 0) return -1;
-  // The size-1 dims that precede d in its block keep their count: [1, h*hd] S1 -> [1, h, hd]
-  // is S1 (the heads), not S0 (the size-1 row dim).
-  return std::min(first + (d - d0), last);
+  const int before_d = d - d0;  // size-1 dims before d in its block
+  if (in[d] != 1) {
+    // They keep their count: [1, h*hd] S1 -> [1, h, hd] is S1 (the heads), not S0 (the row).
+    return std::min(first + before_d, last);
+  }
+  // d is itself a size-1 dim (one head per device): it stays a size-1 dim, the same one
+  // counting from the first, or the last one left ([b,t,1,1,hd] S3 -> [b,t,1,hd] is S2).
+  const int ones = last - first + (out[last] == 1 ? 1 : 0);
+  return ones == 0 ? last : first + std::min(before_d, ones - 1);
 }
 
 bool SameShardBlocks(absl::Span<const int64_t> shape, int d, int e) {

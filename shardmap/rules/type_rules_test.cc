@@ -497,11 +497,12 @@ TEST(ReshapeRule, LocalSizeOneHeadsKeepTheirShard) {
   EXPECT_EQ(ReshapeDim({6, 3, 4}, {2, 3, 3, 1, 4}, 2), 3);
   // And back: [b, t, 1, hd] (S on heads) -> [b*t, hd], and a dropped size-1 dim before it.
   EXPECT_EQ(ReshapeDim({2, 3, 1, 4}, {6, 4}, 2), 1);
-  // The shard on the second of two size-1 dims, one dropped: one size-1 dim stays before it in
-  // its block, so S lands after it (the local shapes cannot tell a dropped row dim from a
-  // dropped heads dim; the count of size-1 dims before the shard is the rule).
-  EXPECT_EQ(ReshapeDim({2, 3, 1, 1, 4}, {2, 3, 1, 4}, 3), 3);
+  // The GPT q slice [b, t, 1, h, hd] -> [b, t, h, hd] at one head per device: the shard (a
+  // size-1 dim) stays on the size-1 dim left, not on head_dim.
+  EXPECT_EQ(ReshapeDim({2, 3, 1, 1, 4}, {2, 3, 1, 4}, 3), 2);
   EXPECT_EQ(ReshapeDim({2, 3, 1, 1, 4}, {2, 3, 1, 4}, 2), 2);
+  EXPECT_EQ(ReshapeDim({2, 3, 1, 1, 4}, {2, 3, 1, 1, 4}, 3), 3);  // the same shape
+  EXPECT_EQ(ReshapeDim({1, 3, 4}, {1, 1, 3, 4}, 0), 0);
   // A sharded dim of local size 1 merged as the major dim of its group: [1, t, d] -> [t, d].
   EXPECT_EQ(ReshapeDim({1, 3, 4}, {3, 4}, 0), 0);
   // A size-1 dim inserted after a sharded dim leaves it alone: [b, t, h, hd] -> [b, t, h, 1, hd].
@@ -520,7 +521,10 @@ TEST(ReshapeRule, SizeOneDimsBeforeTheShardKeepTheirCount) {
   EXPECT_EQ(ReshapeDim({1, 10}, {1, 2, 5}, 1), 1);
   EXPECT_EQ(ReshapeDim({1, 5}, {1, 1, 5}, 1), 1);   // one head per device
   EXPECT_EQ(ReshapeDim({1, 2, 5}, {1, 10}, 1), 1);  // and back
-  EXPECT_EQ(ReshapeDim({1, 1, 5}, {1, 5}, 1), 1);
+  // Back at one head per device the local shapes are those of a dropped size-1 dim before a
+  // size-1 shard: S stays on the size-1 dim (DecodeMergeHeads moves the heads dim first).
+  EXPECT_EQ(ReshapeDim({1, 1, 5}, {1, 5}, 1), 0);
+  EXPECT_EQ(ReshapeDim({1, 1, 5}, {1, 1, 5}, 1), 1);
   // [b, t, h*hd] with b = t = 1.
   EXPECT_EQ(ReshapeDim({1, 1, 21}, {1, 1, 3, 7}, 2), 2);
   EXPECT_EQ(ReshapeDim({1, 1, 7}, {1, 1, 1, 7}, 2), 2);
@@ -589,7 +593,10 @@ TEST(ReshapeRule, JoinedShardsEqualTheUnshardedReshape) {
     ExpectJoinedReshapeIsUnsharded({1, n * 2 * 7}, 1, n, {1, 2, 7}, {1, n * 2, 7});
     ExpectJoinedReshapeIsUnsharded({1, n * 7}, 1, n, {1, 1, 7}, {1, n, 7});
     ExpectJoinedReshapeIsUnsharded({1, n * 3, 5}, 1, n, {1, 15}, {1, n * 15});
-    ExpectJoinedReshapeIsUnsharded({1, n, 5}, 1, n, {1, 5}, {1, n * 5});
+    ExpectJoinedReshapeIsUnsharded({1, n, 5}, 1, n, {1, 1, 5}, {1, n, 5});
+    // The GPT q slice at one head per device: [b, t, 1, h, hd] -> [b, t, h, hd].
+    ExpectJoinedReshapeIsUnsharded({2, 3, 1, n, 5}, 3, n, {2, 3, 1, 5}, {2, 3, n, 5});
+    ExpectJoinedReshapeIsUnsharded({1, 1, 1, n, 5}, 3, n, {1, 1, 1, 5}, {1, 1, n, 5});
     // Two size-1 dims before the shard ([b, t, h*hd] at b = t = 1), and one after it.
     ExpectJoinedReshapeIsUnsharded({1, 1, n * 3 * 5}, 2, n, {1, 1, 3, 5}, {1, 1, n * 3, 5});
     ExpectJoinedReshapeIsUnsharded({1, 1, n * 5}, 2, n, {1, 1, 1, 5}, {1, 1, n, 5});

@@ -181,7 +181,8 @@ TEST(GptGenerateTest, GreedyIsTheSameOnEveryMesh) {
                           {"tp=2", true}, {"dp_shard=2", false}, {"tp=3", false}, {"tp=3", true},
                           {"dp=2,tp=2", false}, {"dp=2,tp=2", true}, {"dp=3", false},
                           {"dp_shard=2,tp=2", true}, {"dp_replicate=2,dp_shard=2", false},
-                          {"cp=2", false}, {"dp=2,cp=2,tp=2", true}}) {
+                          {"cp=2", false}, {"dp=2,cp=2,tp=2", true},
+                          {"tp=6", false}}) {  // tp=6: one head per device, one row per step
     absl::StatusOr<std::vector<int64_t>> got = GenerateGpt(Layout(mesh, sp), params, prompt,
                                                            greedy);
     ASSERT_TRUE(got.ok()) << mesh << (sp ? " sp" : "") << ": " << got.status();

@@ -387,25 +387,18 @@ Value ApplyRope(const Value& x, const Value& cos, const Value& sin) {
 
 namespace {
 
-// q, k, v with their kv heads repeated to the query heads (HF's repeat_kv): [b, t, kv, hd] ->
-// [b, t, kv * rep, hd], head g * rep + r reading kv head g.
-Value RepeatKv(const Value& x, int64_t rep) {
-  if (rep == 1) return x;
-  const int64_t b = x.dim(0), t = x.dim(1), g = x.dim(2), hd = x.dim(3);
-  return broadcast_to(x.reshape({b, t, g, 1, hd}), {b, t, g, rep, hd}).reshape({b, t, g * rep, hd});
-}
-
 // softmax(q k^T / sqrt(hd), causal) v with grouped kv heads: q [b, t, H, hd], k, v [b, t, KV,
 // hd] -> [b * t, H * hd]. Materialised per kv group (no copies of k and v), fused (the kernel
-// takes the kv heads as they are), or round the cp ring (k and v repeated to the query heads).
+// takes the kv heads as they are), or round the cp ring (k and v travel as kv heads; the ring
+// groups the query heads).
 Value GqaCore(const Value& q, const Value& k, const Value& v, const std::string& cp_axis,
               AttentionPath path, TypeTrace* types) {
   const int64_t b = q.dim(0), t = q.dim(1), heads = q.dim(2), hd = q.dim(3), kv = k.dim(2);
   const int64_t rep = heads / kv, rows = b * t;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   if (!cp_axis.empty()) {
-    Value o = RingCausalAttention(q, RepeatKv(k, rep), RepeatKv(v, rep), cp_axis, scale);
-    NoteType(types, "attn: o = RingCausalAttention(q, repeat_kv(k), repeat_kv(v)) over cp", o);
+    Value o = RingCausalAttention(q, k, v, cp_axis, scale);
+    NoteType(types, "attn: o = RingCausalAttention(q, k, v) over cp  (grouped kv heads)", o);
     return o.reshape({rows, heads * hd});
   }
   if (ResolveAttentionPath(path, q.tensor.device(), hd) == AttentionPath::kFused) {

@@ -49,15 +49,15 @@ Value DecodeStep(const Model& model, const ParamFn& use, const Value& ids, KvCac
   return model.DecodeLogits(use, n == 1 ? x : slice(x, 0, n - 1, 1));
 }
 
-// A reshape keeps a shard on the first output dim with the same elements before it, so with
-// one row ([1, X] S1 -> [1, h, hd]) the heads' shard would land on the size-1 row dim. With one
-// row the heads dim is moved first around the reshape, where no size-1 dim precedes it.
+// A reshape keeps the size-1 dims before a shard in its block, so one row ([1, X] S1 ->
+// [1, h, hd]) keeps the shard on the heads (shardmap/rules/type_rules_layout.h).
 Value DecodeSplitHeads(const Value& x, int64_t head_dim) {
-  const int64_t n = x.dim(0), heads = x.dim(1) / head_dim;
-  if (n > 1) return x.reshape({n, heads, head_dim});
-  return permute(x.T().reshape({heads, head_dim, 1}), {2, 0, 1});  // [X, 1] S0 -> [1, h, hd]
+  return x.reshape({x.dim(0), x.dim(1) / head_dim, head_dim});
 }
 
+// One row at one head per device is [1, 1, hd] (S1), which the local shapes cannot tell from a
+// dropped size-1 dim before a size-1 shard (that reshape gives S0), so with one row the heads
+// dim is moved first, where no size-1 dim precedes it.
 Value DecodeMergeHeads(const Value& x) {
   const int64_t n = x.dim(0), width = x.dim(1) * x.dim(2);
   if (n > 1) return x.reshape({n, width});
@@ -66,7 +66,9 @@ Value DecodeMergeHeads(const Value& x) {
 
 namespace {
 
-// [t, h, hd] (h S1 on tp) -> [1, t, h, hd] (h S2), for any t (see DecodeSplitHeads).
+// [t, h, hd] (h S1 on tp) -> [1, t, h, hd] (h S2), for any t. At t = 1 a plain reshape
+// [1, h, hd] -> [1, 1, h, hd] would keep one size-1 dim before the shard, the t dim (the local
+// shapes cannot tell the new leading dim from the old one), so the heads dim goes first there.
 Value WithBatchDim(const Value& x) {
   const int64_t t = x.dim(0), h = x.dim(1), hd = x.dim(2);
   if (t > 1) return x.reshape({1, t, h, hd});
@@ -80,9 +82,7 @@ Value CachedAttention(const Value& q, const Value& k, const Value& v) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   Value o = causal_attention(WithBatchDim(q), WithBatchDim(k), WithBatchDim(v), scale,
                              /*q_offset=*/len - n);  // [1, n, heads, hd]
-  return DecodeMergeHeads(n > 1 ? o.reshape({n, heads, hd})
-                                : permute(permute(o, {2, 0, 1, 3}).reshape({heads, n, hd}),
-                                          {1, 0, 2}));
+  return DecodeMergeHeads(o.reshape({n, heads, hd}));
 }
 
 int Model::Find(const std::string& name) const {

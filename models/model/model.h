@@ -207,8 +207,9 @@ Value ModelLoss(const Model& model, const ParamFn& use, const Value& ids, const 
 // positions; returns the logits [1, vocab] of the last of them (S1 on tp) and advances the cache.
 Value DecodeStep(const Model& model, const ParamFn& use, const Value& ids, KvCache& cache);
 
-// [n, heads * hd] <-> [n, heads, hd] keeping a tp shard on the heads dim for any n (a plain
-// reshape of one row would move it onto the size-1 row dim; shardmap/type_rules_layout.h).
+// [n, heads * hd] <-> [n, heads, hd] keeping a tp shard on the heads dim for any n (the split
+// is a plain reshape; merging one row's single local head moves the heads dim first:
+// shardmap/rules/type_rules_layout.h).
 Value DecodeSplitHeads(const Value& x, int64_t head_dim);
 Value DecodeMergeHeads(const Value& x);
 

@@ -25,21 +25,36 @@ void CheckChunks(const char* what, int64_t seq, int cp) {
   }
 }
 
+// The einsums of one head layout: q [b, q, h, hd] against k, v [b, k, h, hd] (one kv head per
+// query head), or grouped q [b, q, g, r, hd] against k, v [b, k, g, hd] (kv head g serves its
+// r query heads: no repeated copies of k and v). key_dim: the scores' key dim.
+struct HeadLayout {
+  const char* scores;  // q, k -> scores
+  const char* values;  // p, v -> unnormalised output
+  int key_dim;
+};
+constexpr HeadLayout kOneKvPerHead = {"bqhd,bkhd->bhqk", "bhqk,bkhd->bhqd", 3};
+constexpr HeadLayout kGroupedKv = {"bqgrd,bkgd->bgrqk", "bgrqk,bkgd->bgrqd", 4};
+
 // Online-softmax state of one query chunk (flash attention): running row max m (a constant for
-// the autograd), sum l and unnormalised output acc; scores [b, h, q, k], values [b, k, h, hd].
+// the autograd), sum l and unnormalised output acc; scores [b, h, q, k] (grouped [b, g, r, q,
+// k]), values [b, k, h, hd] (grouped [b, k, g, hd]).
 class OnlineSoftmax {
  public:
+  explicit OnlineSoftmax(const HeadLayout& layout) : layout_(layout) {}
+
   void Add(const Value& scores, const Value& v) {
+    const int kd = layout_.key_dim;
     Value m_new;
     {
       NoGradScope constant;  // the shift cancels in acc / l: no gradient flows through it
-      Value m_block = max(scores, {3}, /*keepdim=*/true);
-      m_new = m_.defined() ? max(concat({m_, m_block}, 3), {3}, true) : m_block;
+      Value m_block = max(scores, {kd}, /*keepdim=*/true);
+      m_new = m_.defined() ? max(concat({m_, m_block}, kd), {kd}, true) : m_block;
     }
     m_new = Value(m_new.tensor, m_new.type);
     Value p = exp(scores - m_new);
-    Value l = sum(p, {3}, /*keepdim=*/true);
-    Value o = einsum("bhqk,bkhd->bhqd", p, v);
+    Value l = sum(p, {kd}, /*keepdim=*/true);
+    Value o = einsum(layout_.values, p, v);
     if (m_.defined()) {
       Value alpha;
       {
@@ -54,14 +69,12 @@ class OnlineSoftmax {
     l_ = l;
     acc_ = o;
   }
-  Value Output() const { return acc_ / l_; }  // [b, h, q, hd]
+  Value Output() const { return acc_ / l_; }  // [b, h, q, hd] (grouped [b, g, r, q, hd])
 
  private:
+  HeadLayout layout_;
   Value m_, l_, acc_;
 };
-
-// q comes pre-scaled: scaling [b, q, h, hd] once is cheaper than every [b, h, q, k] block.
-Value Scores(const Value& q, const Value& k) { return einsum("bqhd,bkhd->bhqk", q, k); }
 
 }  // namespace
 
@@ -128,16 +141,18 @@ Tensor ToLoadBalancedOrder(const Tensor& x, int dim, int cp, bool inverse) {
 
 Value RingCausalAttention(const Value& q, const Value& k, const Value& v, const std::string& axis,
                           double scale) {
-  if (q.rank() != 4 || k.shape() != q.shape() || v.shape() != q.shape()) {
+  if (q.rank() != 4 || k.rank() != 4 || v.shape() != k.shape() || k.dim(0) != q.dim(0) ||
+      k.dim(1) != q.dim(1) || k.dim(3) != q.dim(3) || k.dim(2) < 1 || q.dim(2) % k.dim(2) != 0) {
     OpFail("RingCausalAttention: q ", q.tensor.ShapeString(), ", k ", k.tensor.ShapeString(),
-           " and v ", v.tensor.ShapeString(), " must have one shape [b, t, heads, hd]");
+           " and v ", v.tensor.ShapeString(), " must be q [b, t, heads, hd] and k, v [b, t, ",
+           "kv_heads, hd] with kv_heads dividing heads");
   }
-  const int64_t b = q.dim(0), t = q.dim(1), h = q.dim(2), hd = q.dim(3);
+  const int64_t b = q.dim(0), t = q.dim(1), h = q.dim(2), hd = q.dim(3), g = k.dim(2);
   if (t % 2 != 0) {
     OpFail("RingCausalAttention: each device holds 2 chunks of every sequence, but t = ", t,
            " is odd (seq must be divisible by 2*cp)");
   }
-  const int64_t c = t / 2;
+  const int64_t c = t / 2, rep = h / g;
   int n = 1, i = 0;
   if (!axis.empty()) {
     const Mesh& mesh = RankContext::Get("RingCausalAttention").mesh();
@@ -148,29 +163,39 @@ Value RingCausalAttention(const Value& q, const Value& k, const Value& v, const 
   }
   std::vector<std::pair<int, int>> ring;
   for (int j = 0; j < n; ++j) ring.push_back({j, (j + 1) % n});
-  // K and V travel as one tensor [b, t, h, 2, hd]: one ppermute per step. The new dim goes after
-  // h, so a head-sharded h keeps its S (ReshapeDim puts S on the first dim of the block).
-  Value kv = concat({k.reshape({b, t, h, 1, hd}), v.reshape({b, t, h, 1, hd})}, 3);
-  const Value qs = q * scale;
+  // K and V travel as one tensor [b, t, kv_heads, 2, hd]: one ppermute per step, the kv heads
+  // as they are (not repeated to the query heads). The new dim goes after the heads, so a
+  // head-sharded dim keeps its S (ReshapeDim keeps the size-1 dims before a shard).
+  Value kv = concat({k.reshape({b, t, g, 1, hd}), v.reshape({b, t, g, 1, hd})}, 3);
+  // q comes pre-scaled: scaling [b, q, h, hd] once is cheaper than every [b, h, q, k] block.
+  // With grouped kv heads q is [b, t, g, rep, hd]: query head g * rep + r reads kv head g.
+  const HeadLayout& layout = rep == 1 ? kOneKvPerHead : kGroupedKv;
+  const Value qs = rep == 1 ? q * scale : (q * scale).reshape({b, t, g, rep, hd});
   const Value q0 = slice(qs, 1, 0, c), q1 = slice(qs, 1, c, c);
-  OnlineSoftmax early, late;  // query chunks i and 2n-1-i
+  auto scores = [&](const Value& qc, const Value& kc) { return einsum(layout.scores, qc, kc); };
+  OnlineSoftmax early(layout), late(layout);  // query chunks i and 2n-1-i
   for (int step = 0; step < n; ++step) {
     if (step > 0) kv = ppermute(kv, axis, ring);
     const int src = (i - step + n) % n;
-    const Value ks = slice(kv, 3, 0, 1).reshape({b, t, h, hd});
-    const Value vs = slice(kv, 3, 1, 1).reshape({b, t, h, hd});
+    const Value ks = slice(kv, 3, 0, 1).reshape({b, t, g, hd});
+    const Value vs = slice(kv, 3, 1, 1).reshape({b, t, g, hd});
     const Value k0 = slice(ks, 1, 0, c), v0 = slice(vs, 1, 0, c);
     if (step == 0) {
-      early.Add(causal_mask(Scores(q0, k0)), v0);
-      late.Add(causal_mask(Scores(q1, ks), /*offset=*/c), vs);
+      early.Add(causal_mask(scores(q0, k0)), v0);
+      late.Add(causal_mask(scores(q1, ks), /*offset=*/c), vs);
     } else if (src < i) {
-      early.Add(Scores(q0, k0), v0);
-      late.Add(Scores(q1, k0), v0);
+      early.Add(scores(q0, k0), v0);
+      late.Add(scores(q1, k0), v0);
     } else {
-      late.Add(Scores(q1, ks), vs);
+      late.Add(scores(q1, ks), vs);
     }
   }
-  return permute(concat({early.Output(), late.Output()}, 2), {0, 2, 1, 3});
+  // [b, h, t, hd] (grouped: [b, g, rep, t, hd], the heads g-major as in q) -> [b, t, h, hd].
+  // Grouped, the heads merge after t (t > 1): no size-1 dim precedes g in its block, so a
+  // head-sharded g keeps its S also at b = 1 and one kv head per device.
+  const Value o = concat({early.Output(), late.Output()}, layout.key_dim - 1);
+  if (rep == 1) return permute(o, {0, 2, 1, 3});
+  return permute(o, {0, 3, 1, 2, 4}).reshape({b, t, h, hd});
 }
 
 }  // namespace shardmap

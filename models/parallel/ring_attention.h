@@ -1,15 +1,20 @@
 // Context parallelism: causal attention over sequences split across the devices of a `cp` axis
 // (ring attention), written as per-device code over typed Values.
 //
-//   // q, k, v: [b, t, heads, hd], this device's t = seq/cp tokens of each sequence in the
-//   // load-balanced layout (below); heads may be split over tp, b over dp.
+//   // q: [b, t, heads, hd], k, v: [b, t, kv_heads, hd] (kv_heads dividing heads: grouped-query
+//   // attention), this device's t = seq/cp tokens of each sequence in the load-balanced
+//   // layout (below); heads may be split over tp, b over dp.
 //   Value o = RingCausalAttention(q, k, v, "cp", 1 / std::sqrt(hd));   // [b, t, heads, hd]
 //
 // Load balancing: each sequence of `seq` tokens is cut into 2*cp chunks of c = seq/(2cp) tokens;
 // device i holds chunks i and 2cp-1-i (in that order), so under the causal mask every device
 // has the same work (an early chunk pairs with a late one).
 //
-// The ring: K and V travel together, one typed ppermute (device j -> j+1) per step, cp-1 steps.
+// The ring: K and V travel together, one typed ppermute (device j -> j+1) per step, cp-1 steps,
+// with their kv heads as they are: under grouped-query attention (Llama 3) kv head g serves
+// query heads g*rep .. g*rep+rep-1 (rep = heads/kv_heads, HF's repeat_kv order) in the
+// einsums, so the ring carries heads/kv_heads times fewer bytes than repeated K/V would, and
+// the backward's dK/dV sum over each group (the einsum's VJP).
 // At step s device i holds the K/V of device src = i-s (mod cp). Key blocks entirely above the
 // causal diagonal are skipped, not computed and masked: step 0 computes chunk i x chunk i (masked
 // diagonal) and chunk 2cp-1-i x both local chunks (masked with offset c); a source src < i
@@ -52,8 +57,9 @@ Tensor LoadBalancedRows(const Tensor& tokens, int batch_ways, int cp);
 Tensor ToLoadBalancedOrder(const Tensor& x, int dim, int cp, bool inverse = false);
 
 // Causal attention softmax(q k^T * scale) v of this device's queries against the keys of the
-// whole sequence (see above). q, k, v [b, t, heads, hd] with t even (2 chunks per device).
-// Throws OpError on bad shapes.
+// whole sequence (see above). q [b, t, heads, hd], k, v [b, t, kv_heads, hd] with kv_heads
+// dividing heads and t even (2 chunks per device); returns [b, t, heads, hd]. Throws OpError
+// on bad shapes.
 Value RingCausalAttention(const Value& q, const Value& k, const Value& v, const std::string& axis,
                           double scale);
 

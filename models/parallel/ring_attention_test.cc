@@ -132,6 +132,127 @@ INSTANTIATE_TEST_SUITE_P(Meshes, RingAttentionTest,
                            return absl::StrCat("cp", info.param.cp, "_tp", info.param.tp);
                          });
 
+// Grouped-query attention (Llama 3): kv heads repeated to the query heads with loops, [b, t,
+// kv, hd] -> [b, t, kv * rep, hd], query head g * rep + r reading kv head g (HF's repeat_kv).
+Tensor RepeatKvLoops(const Tensor& x, int64_t rep) {
+  const int64_t b = x.dim(0), t = x.dim(1), g = x.dim(2), d = x.dim(3);
+  Tensor out = Tensor::Zeros({b, t, g * rep, d}, DType::kF64);
+  for (int64_t i = 0; i < b * t; ++i) {
+    for (int64_t j = 0; j < g * rep; ++j) {
+      for (int64_t e = 0; e < d; ++e) {
+        out.data<double>()[(i * g * rep + j) * d + e] = x.data<double>()[(i * g + j / rep) * d + e];
+      }
+    }
+  }
+  return out;
+}
+
+// The repeat on the tape (broadcast_to: its VJP sums each group's cotangents).
+Value RepeatKvOnTape(const Value& x, int64_t rep) {
+  const int64_t b = x.dim(0), t = x.dim(1), g = x.dim(2), d = x.dim(3);
+  return broadcast_to(x.reshape({b, t, g, 1, d}), {b, t, g, rep, d}).reshape({b, t, g * rep, d});
+}
+
+// The loss sum(plain(q, repeat(k), repeat(v)) * w) and its gradients on one device (for k and
+// v: of the un-repeated kv heads); in = {q, k, v, w}.
+ValueAndGrad RepeatedKvReference(const std::vector<Tensor>& in, int64_t rep) {
+  std::vector<Value> params;
+  for (const Tensor& t : in) params.push_back(Value::Replicated(t));
+  return value_and_grad(
+      [rep](const std::vector<Value>& p) {
+        return WeightedSum(PlainCausalAttention(p[0], RepeatKvOnTape(p[1], rep),
+                                                RepeatKvOnTape(p[2], rep)),
+                           p[3]);
+      },
+      params);
+}
+
+struct GqaCase {
+  int cp, tp;
+  int64_t chunk, batch;
+};
+
+class RingGqaTest : public ::testing::TestWithParam<GqaCase> {};
+
+// 6 query heads over 2 kv heads: the ring passes k, v with 2 heads and groups the queries.
+TEST_P(RingGqaTest, MatchesUnshardedRepeatedKvAttentionAndGradients) {
+  const int cp = GetParam().cp, tp = GetParam().tp;
+  constexpr int64_t kQHeads = 6, kKvHeads = 2, kRep = kQHeads / kKvHeads;
+  const int64_t seq = 2 * cp * GetParam().chunk;
+  const int64_t batch = GetParam().batch;
+  const std::vector<int64_t> qshape = {batch, seq, kQHeads, kHeadDim};
+  const std::vector<int64_t> kvshape = {batch, seq, kKvHeads, kHeadDim};
+  const std::vector<Tensor> global = {Rand(qshape, 21), Rand(kvshape, 22), Rand(kvshape, 23),
+                                      Rand(qshape, 24)};
+  SingleRankContext one{Mesh()};
+  ValueAndGrad ref = RepeatedKvReference(global, kRep);
+  const Tensor naive = NaiveCausalAttention(global[0], RepeatKvLoops(global[1], kRep),
+                                            RepeatKvLoops(global[2], kRep));
+  // The kv heads' gradients, summed over each group.
+  const auto& kv_grad_shape = ref.grads[1].tensor.shape();
+  ASSERT_EQ(std::vector<int64_t>(kv_grad_shape.begin(), kv_grad_shape.end()), kvshape);
+  double naive_loss = 0;
+  for (int64_t e = 0; e < naive.numel(); ++e) naive_loss += naive.at(e) * global[3].at(e);
+  EXPECT_NEAR(ref.value.item(), naive_loss, 1e-12 * std::fabs(naive_loss));
+
+  std::vector<Tensor> in;
+  for (const Tensor& t : global) in.push_back(ToLoadBalancedOrder(t, 1, cp));
+  Mesh mesh = *Mesh::Create({{"cp", cp}, {"tp", tp}});
+  const PartitionSpec spec = P(None, "cp", "tp");
+  ShardFn f = [](const std::vector<Value>& p) -> std::vector<Value> {
+    Value o = RingCausalAttention(p[0], p[1], p[2], "cp", kScale);
+    return {WeightedSum(o, p[3]), o};
+  };
+  absl::StatusOr<ShardMapGrads> got = value_and_grad(shard_map(
+      f, mesh, {spec, spec, spec, spec}, {P().Unreduced({"cp", "tp"}), spec}))(in);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TENSOR_NEAR(ToLoadBalancedOrder(got->outputs[1], 1, cp, /*inverse=*/true), naive, 1e-12);
+  EXPECT_NEAR(got->outputs[0].item(), ref.value.item(), 1e-12 * std::fabs(ref.value.item()));
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_TENSOR_NEAR(ToLoadBalancedOrder(got->grads[k], 1, cp, true), ref.grads[k].tensor,
+                       1e-12)
+        << "input " << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, RingGqaTest,
+                         ::testing::Values(GqaCase{1, 1, 3, 2}, GqaCase{2, 1, 3, 2},
+                                           GqaCase{3, 1, 3, 2}, GqaCase{3, 1, 1, 2},
+                                           GqaCase{2, 2, 3, 2}, GqaCase{3, 2, 1, 1}),
+                         [](const ::testing::TestParamInfo<GqaCase>& info) {
+                           return absl::StrCat("cp", info.param.cp, "_tp", info.param.tp,
+                                               "_chunk", info.param.chunk, "_batch",
+                                               info.param.batch);
+                         });
+
+// The repeated-kv reference's gradients (k, v summed over each group) against central
+// differences.
+TEST(RingAttentionReferenceTest, RepeatedKvGradientMatchesFiniteDifferences) {
+  SingleRankContext one{Mesh()};
+  std::vector<Tensor> t = {Rand({1, 4, 4, 3}, 25), Rand({1, 4, 2, 3}, 26),
+                           Rand({1, 4, 2, 3}, 27), Rand({1, 4, 4, 3}, 28)};
+  auto loss = [&](const std::vector<Tensor>& x) {
+    return WeightedSum(PlainCausalAttention(Value::Replicated(x[0]),
+                                            Value::Replicated(RepeatKvLoops(x[1], 2)),
+                                            Value::Replicated(RepeatKvLoops(x[2], 2))),
+                       Value::Replicated(x[3]))
+        .item();
+  };
+  ValueAndGrad g = RepeatedKvReference(t, 2);
+  for (int k = 1; k < 3; ++k) {
+    for (int64_t e = 0; e < t[k].numel(); e += 2) {
+      std::vector<Tensor> plus = t, minus = t;
+      plus[k] = t[k].Clone();
+      minus[k] = t[k].Clone();
+      const double h = 1e-6;
+      plus[k].data<double>()[e] += h;
+      minus[k].data<double>()[e] -= h;
+      const double fd = (loss(plus) - loss(minus)) / (2 * h);
+      EXPECT_NEAR(g.grads[k].tensor.at(e), fd, 1e-8) << "input " << k << " element " << e;
+    }
+  }
+}
+
 // The reference's gradient against central differences (so the comparison above is anchored).
 TEST(RingAttentionReferenceTest, PlainAttentionGradientMatchesFiniteDifferences) {
   SingleRankContext one{Mesh()};
@@ -174,46 +295,50 @@ class CountingRecorder : public TapeRecorder {
   Tape* tape_;
 };
 
+// With grouped kv heads (kv_heads 1 of 3 heads) the ring carries the kv heads, not repeats.
 TEST(RingAttentionWorkTest, SkipsBlocksAboveTheDiagonalAndBalancesTheDevices) {
-  for (int cp : {1, 2, 3, 4}) {
-    SCOPED_TRACE(absl::StrCat("cp=", cp));
-    const int64_t seq = 2 * cp * kChunk, local = seq / cp;
-    Mesh mesh = *Mesh::Create({{"cp", cp}});
-    std::vector<int64_t> elements(cp);
-    std::vector<std::vector<std::string>> logs(cp);
-    absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {
-      SpmdType type(1, AxisType::Sharded(1));
-      type.set_mesh_id(mesh.id());
-      Tape tape;
-      std::vector<Value> x;
-      for (uint64_t seed : {11, 12, 13}) {
-        x.push_back(tape.Watch(Value(Rand({kBatch, local, kHeads, kHeadDim}, seed + ctx.rank()),
-                                     type)));
+  for (int64_t kv_heads : {kHeads, int64_t{1}}) {
+    for (int cp : {1, 2, 3, 4}) {
+      SCOPED_TRACE(absl::StrCat("cp=", cp, " kv_heads=", kv_heads));
+      const int64_t seq = 2 * cp * kChunk, local = seq / cp;
+      Mesh mesh = *Mesh::Create({{"cp", cp}});
+      std::vector<int64_t> elements(cp);
+      std::vector<std::vector<std::string>> logs(cp);
+      absl::Status s = RunSpmd(mesh, [&](RankContext& ctx) {
+        SpmdType type(1, AxisType::Sharded(1));
+        type.set_mesh_id(mesh.id());
+        Tape tape;
+        std::vector<Value> x;
+        for (uint64_t seed : {11, 12, 13}) {
+          const int64_t heads = seed == 11 ? kHeads : kv_heads;  // q, then k and v
+          x.push_back(tape.Watch(Value(Rand({kBatch, local, heads, kHeadDim}, seed + ctx.rank()),
+                                       type)));
+        }
+        CountingRecorder rec(&tape);
+        Value loss;
+        {
+          ScopedRecorder scope(&rec);
+          loss = sum_partial(RingCausalAttention(x[0], x[1], x[2], "cp", kScale), {});
+        }
+        tape.Backward(loss, LossSeed(loss), x);
+        elements[ctx.rank()] = rec.exp_elements;
+        for (const CollectiveRecord& r : ctx.collective_log()) {
+          logs[ctx.rank()].push_back(absl::StrCat(r.op, r.backward ? " bwd " : " fwd ", r.bytes));
+        }
+      });
+      ASSERT_TRUE(s.ok()) << s;
+      // Causal work: 2cp diagonal blocks and (2cp choose 2) full ones of c x c, split evenly.
+      const int64_t per_device = kBatch * kHeads * kChunk * kChunk * (2 * cp + 1);
+      const int64_t kv_bytes = kBatch * local * 2 * kv_heads * kHeadDim * 8;
+      std::vector<std::string> ring;
+      for (int step = 1; step < cp; ++step) ring.push_back(absl::StrCat("ppermute fwd ", kv_bytes));
+      for (int step = 1; step < cp; ++step) ring.push_back(absl::StrCat("ppermute bwd ", kv_bytes));
+      for (int r = 0; r < cp; ++r) {
+        EXPECT_EQ(elements[r], per_device) << "rank " << r;
+        EXPECT_EQ(logs[r], ring) << "rank " << r;
       }
-      CountingRecorder rec(&tape);
-      Value loss;
-      {
-        ScopedRecorder scope(&rec);
-        loss = sum_partial(RingCausalAttention(x[0], x[1], x[2], "cp", kScale), {});
-      }
-      tape.Backward(loss, LossSeed(loss), x);
-      elements[ctx.rank()] = rec.exp_elements;
-      for (const CollectiveRecord& r : ctx.collective_log()) {
-        logs[ctx.rank()].push_back(absl::StrCat(r.op, r.backward ? " bwd " : " fwd ", r.bytes));
-      }
-    });
-    ASSERT_TRUE(s.ok()) << s;
-    // Causal work: 2cp diagonal blocks and (2cp choose 2) full ones of c x c, split evenly.
-    const int64_t per_device = kBatch * kHeads * kChunk * kChunk * (2 * cp + 1);
-    const int64_t kv_bytes = kBatch * local * 2 * kHeads * kHeadDim * 8;
-    std::vector<std::string> ring;
-    for (int step = 1; step < cp; ++step) ring.push_back(absl::StrCat("ppermute fwd ", kv_bytes));
-    for (int step = 1; step < cp; ++step) ring.push_back(absl::StrCat("ppermute bwd ", kv_bytes));
-    for (int r = 0; r < cp; ++r) {
-      EXPECT_EQ(elements[r], per_device) << "rank " << r;
-      EXPECT_EQ(logs[r], ring) << "rank " << r;
+      EXPECT_EQ(cp * per_device, kBatch * kHeads * (seq * seq / 2 + seq * kChunk / 2));
     }
-    EXPECT_EQ(cp * per_device, kBatch * kHeads * (seq * seq / 2 + seq * kChunk / 2));
   }
 }
 
@@ -247,7 +372,13 @@ TEST(RingAttentionErrorsTest, BadShapesAndSequenceLengthsAreClearErrors) {
   EXPECT_THAT(message([&] { RingCausalAttention(odd, odd, odd, "", 1); }),
               HasSubstr("t = 3 is odd"));
   EXPECT_THAT(message([&] { RingCausalAttention(even, odd, odd, "", 1); }),
-              HasSubstr("must have one shape"));
+              HasSubstr("kv_heads dividing heads"));
+  Value three_heads = Value::Replicated(Rand({1, 4, 3, 2}, 1));
+  Value two_heads = Value::Replicated(Rand({1, 4, 2, 2}, 1));
+  EXPECT_THAT(message([&] { RingCausalAttention(three_heads, two_heads, two_heads, "", 1); }),
+              HasSubstr("kv_heads dividing heads"));
+  EXPECT_THAT(message([&] { RingCausalAttention(three_heads, two_heads, even, "", 1); }),
+              HasSubstr("kv_heads dividing heads"));
   EXPECT_THAT(message([&] { RingCausalAttention(even, even, even, "cp", 1); }),
               HasSubstr("has no axis 'cp'"));
 }

@@ -17,9 +17,10 @@
 //       sharded free/batch dims stay S. Division is multilinear in the numerator and nonlinear
 //       in the divisor.
 //   reductions: summing a dim held as S(d) is an error except through sum_partial (-> P).
-//   layout: transpose/permute move S(d) with the dim; reshape moves S(d) to the first output dim
-//       with as many elements before it as before d (the major dim of its block, size 1 or not:
-//       [.., h*hd] -> [.., h, hd] keeps S on h at one head per device), otherwise the axis
+//   layout: transpose/permute move S(d) with the dim; reshape moves S(d) to an output dim with
+//       as many elements before it as before d, after as many size-1 dims as precede d in its
+//       block ([1, h*hd] -> [1, h, hd] keeps S on h, and [.., h*hd] -> [.., h, hd] keeps S on
+//       h at one head per device; ReshapeDim has the cases), otherwise the axis
 //       becomes plain V; slicing a sharded dim or concatenating along it gives V.
 // Scalar add to a P value is an error (it would be added once per device); scalar multiply is
 // linear. Errors throw OpError naming the op, each operand as "f32[4,8]{dp:S0,tp:P}", the rule

@@ -7,16 +7,33 @@ namespace shardmap {
 int ReshapeDim(absl::Span<const int64_t> in, absl::Span<const int64_t> out, int d) {
   if (d < 0 || d >= static_cast<int>(in.size())) return -1;
   // Products of local dims: bounded by numel unless a dim is 0; on overflow there is no block.
+  // d0: the first input dim with as many elements before it as d (only size-1 dims between).
   int64_t before = 1;
+  int d0 = 0;
   for (int k = 0; k < d; ++k) {
     if (__builtin_mul_overflow(before, in[k], &before)) return -1;
+    if (in[k] != 1) d0 = k + 1;
   }
+  // The output dims with `before` elements before them: first..last (size-1 dims between).
   int64_t p = 1;
+  int first = -1, last = -1;
   for (int e = 0; e < static_cast<int>(out.size()); ++e) {
-    if (p == before) return e;
-    if (__builtin_mul_overflow(p, out[e], &p) || (p > before && before != 0)) return -1;
+    if (p == before) {
+      if (first < 0) first = e;
+      last = e;
+    }
+    if (__builtin_mul_overflow(p, out[e], &p) || (p > before && before != 0)) break;
   }
-  return -1;
+  if (first < 0) return -1;
+  const int before_d = d - d0;  // size-1 dims before d in its block
+  if (in[d] != 1) {
+    // They keep their count: [1, h*hd] S1 -> [1, h, hd] is S1 (the heads), not S0 (the row).
+    return std::min(first + before_d, last);
+  }
+  // d is itself a size-1 dim (one head per device): it stays a size-1 dim, the same one
+  // counting from the first, or the last one left ([b,t,1,1,hd] S3 -> [b,t,1,hd] is S2).
+  const int ones = last - first + (out[last] == 1 ? 1 : 0);
+  return ones == 0 ? last : first + std::min(before_d, ones - 1);
 }
 
 bool SameShardBlocks(absl::Span<const int64_t> shape, int d, int e) {

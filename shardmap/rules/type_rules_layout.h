@@ -21,11 +21,20 @@ int BroadcastDim(absl::Span<const int64_t> in, int d, absl::Span<const int64_t> 
 // The output dim that a shard dim d (S(d)) of a local shape `in` lands on through a reshape to
 // `out`, or -1 when the shards are no longer blocks of one output dim (then V). Each device's
 // block stays a contiguous block of output dim e exactly when the elements before d and before
-// e agree: prod(in[:d]) == prod(out[:e]). Of several such e (size-1 dims at the boundary) the
-// first is taken, size 1 or not, so splitting [.., h*hd] -> [.., h, hd] keeps S on the heads
-// dim also when each device holds one head:
-//   {tp:S2} [b,t,hd] -> [b,t,1,hd] is {tp:S2} (heads, 1 per device), not S3 (head_dim).
-// To insert a size-1 dim next to a sharded dim, insert it after: [b,t,h,hd] -> [b,t,h,1,hd].
+// e agree: prod(in[:d]) == prod(out[:e]). Of several such e (size-1 dims at the boundary):
+// - in[d] > 1: the shard keeps the count m of size-1 dims before it in its block: e is the
+//   m-th such e from the first (the last when the output has fewer). So one row keeps its
+//   heads' shard, and splitting [.., h*hd] -> [.., h, hd] keeps S on the heads dim also at one
+//   head per device:
+//     {tp:S1} [1, h*hd] -> [1, h, hd] is {tp:S1} (heads), not S0 (the size-1 row dim);
+//     {tp:S2} [b,t,hd] -> [b,t,1,hd] is {tp:S2} (heads, 1 per device), not S3 (head_dim).
+// - in[d] == 1 (one head per device): the shard stays on a size-1 dim, the m-th of them or
+//   the last one left ([b,t,1,1,hd] S3 -> [b,t,1,hd] is S2), on the non-1 dim if none is left.
+// Local shapes cannot tell every case apart: [1, 1, hd] S1 -> [1, hd] is S0 (a dropped size-1
+// dim before the heads), so merging one row's single local head needs the heads dim moved
+// first (models/model/model.cc, DecodeMergeHeads); and a size-1 dim inserted before the size-1
+// dims that precede a shard ([1, h, hd] S1 -> [1, 1, h, hd]) moves it (to S1). To insert a
+// size-1 dim next to a sharded dim, insert it after.
 int ReshapeDim(absl::Span<const int64_t> in, absl::Span<const int64_t> out, int d);
 
 // Whether S(d) and S(e) of a value of local shape `shape` describe the same blocks (the same

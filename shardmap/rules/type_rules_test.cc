@@ -497,7 +497,12 @@ TEST(ReshapeRule, LocalSizeOneHeadsKeepTheirShard) {
   EXPECT_EQ(ReshapeDim({6, 3, 4}, {2, 3, 3, 1, 4}, 2), 3);
   // And back: [b, t, 1, hd] (S on heads) -> [b*t, hd], and a dropped size-1 dim before it.
   EXPECT_EQ(ReshapeDim({2, 3, 1, 4}, {6, 4}, 2), 1);
+  // The GPT q slice [b, t, 1, h, hd] -> [b, t, h, hd] at one head per device: the shard (a
+  // size-1 dim) stays on the size-1 dim left, not on head_dim.
   EXPECT_EQ(ReshapeDim({2, 3, 1, 1, 4}, {2, 3, 1, 4}, 3), 2);
+  EXPECT_EQ(ReshapeDim({2, 3, 1, 1, 4}, {2, 3, 1, 4}, 2), 2);
+  EXPECT_EQ(ReshapeDim({2, 3, 1, 1, 4}, {2, 3, 1, 1, 4}, 3), 3);  // the same shape
+  EXPECT_EQ(ReshapeDim({1, 3, 4}, {1, 1, 3, 4}, 0), 0);
   // A sharded dim of local size 1 merged as the major dim of its group: [1, t, d] -> [t, d].
   EXPECT_EQ(ReshapeDim({1, 3, 4}, {3, 4}, 0), 0);
   // A size-1 dim inserted after a sharded dim leaves it alone: [b, t, h, hd] -> [b, t, h, 1, hd].
@@ -509,6 +514,101 @@ TEST(ReshapeRule, LocalSizeOneHeadsKeepTheirShard) {
   EXPECT_EQ(ReshapeRule(T2(AxisType::Sharded(1), AxisType::P()), {2, 3, 4}, {24})
                 .ToString(kNames),
             "{dp:V,tp:P}");
+}
+
+TEST(ReshapeRule, SizeOneDimsBeforeTheShardKeepTheirCount) {
+  // One decoding row: [1, h*hd] S1 -> [1, h, hd] keeps S on the heads, not the row dim.
+  EXPECT_EQ(ReshapeDim({1, 10}, {1, 2, 5}, 1), 1);
+  EXPECT_EQ(ReshapeDim({1, 5}, {1, 1, 5}, 1), 1);   // one head per device
+  EXPECT_EQ(ReshapeDim({1, 2, 5}, {1, 10}, 1), 1);  // and back
+  // Back at one head per device the local shapes are those of a dropped size-1 dim before a
+  // size-1 shard: S stays on the size-1 dim (DecodeMergeHeads moves the heads dim first).
+  EXPECT_EQ(ReshapeDim({1, 1, 5}, {1, 5}, 1), 0);
+  EXPECT_EQ(ReshapeDim({1, 1, 5}, {1, 1, 5}, 1), 1);
+  // [b, t, h*hd] with b = t = 1.
+  EXPECT_EQ(ReshapeDim({1, 1, 21}, {1, 1, 3, 7}, 2), 2);
+  EXPECT_EQ(ReshapeDim({1, 1, 7}, {1, 1, 1, 7}, 2), 2);
+  // Fewer size-1 dims in the output: S goes to the dim that holds the elements.
+  EXPECT_EQ(ReshapeDim({1, 1, 21}, {21}, 2), 0);
+  EXPECT_EQ(ReshapeDim({1, 1, 21}, {1, 21}, 2), 1);
+}
+
+// Shards a global tensor of shape `global_in` (values 0, 1, ... in row-major order) over n
+// ranks on dim d, reshapes each rank's block to `local_out` as the rank would, and joins the
+// ranks' blocks on the output dim ReshapeDim gives. The result must be the unsharded reshape
+// of the global tensor to `global_out`: that shape, and its values still 0, 1, ... in order.
+void ExpectJoinedReshapeIsUnsharded(std::vector<int64_t> global_in, int d, int64_t n,
+                                    std::vector<int64_t> local_out,
+                                    std::vector<int64_t> global_out) {
+  SCOPED_TRACE(absl::StrCat("global_in dim ", d, " over ", n, " ranks"));
+  std::vector<int64_t> local_in = global_in;
+  ASSERT_EQ(local_in[d] % n, 0);
+  local_in[d] /= n;
+  int64_t local_numel = 1;
+  for (int64_t s : local_in) local_numel *= s;
+  // Each rank's block in row-major order (a reshape keeps that order).
+  std::vector<std::vector<int64_t>> blocks(n);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t flat = 0; flat < local_numel; ++flat) {
+      int64_t rem = flat, global_flat = 0, stride = 1;
+      for (int k = static_cast<int>(local_in.size()) - 1; k >= 0; --k) {
+        int64_t i = rem % local_in[k];
+        rem /= local_in[k];
+        if (k == d) i += r * local_in[d];
+        global_flat += i * stride;
+        stride *= global_in[k];
+      }
+      blocks[r].push_back(global_flat);
+    }
+  }
+  const int e = ReshapeDim(local_in, local_out, d);
+  ASSERT_GE(e, 0);
+  std::vector<int64_t> joined_shape = local_out;
+  joined_shape[e] *= n;
+  EXPECT_EQ(joined_shape, global_out) << "S" << e;
+  if (joined_shape != global_out) return;
+  std::vector<int64_t> joined;
+  for (int64_t flat = 0; flat < n * local_numel; ++flat) {
+    int64_t rem = flat, local_flat = 0, stride = 1, rank = 0;
+    for (int k = static_cast<int>(joined_shape.size()) - 1; k >= 0; --k) {
+      int64_t i = rem % joined_shape[k];
+      rem /= joined_shape[k];
+      if (k == e) {
+        rank = i / local_out[e];
+        i %= local_out[e];
+      }
+      local_flat += i * stride;
+      stride *= local_out[k];
+    }
+    joined.push_back(blocks[rank][local_flat]);
+  }
+  for (int64_t flat = 0; flat < n * local_numel; ++flat) {
+    ASSERT_EQ(joined[flat], flat) << "S" << e << " at " << flat;
+  }
+}
+
+TEST(ReshapeRule, JoinedShardsEqualTheUnshardedReshape) {
+  for (int64_t n : {2, 3, 5}) {
+    // The decode row: [1, h*hd] -> [1, h, hd], heads 2n (odd hd) and n (one per rank).
+    ExpectJoinedReshapeIsUnsharded({1, n * 2 * 7}, 1, n, {1, 2, 7}, {1, n * 2, 7});
+    ExpectJoinedReshapeIsUnsharded({1, n * 7}, 1, n, {1, 1, 7}, {1, n, 7});
+    ExpectJoinedReshapeIsUnsharded({1, n * 3, 5}, 1, n, {1, 15}, {1, n * 15});
+    ExpectJoinedReshapeIsUnsharded({1, n, 5}, 1, n, {1, 1, 5}, {1, n, 5});
+    // The GPT q slice at one head per device: [b, t, 1, h, hd] -> [b, t, h, hd].
+    ExpectJoinedReshapeIsUnsharded({2, 3, 1, n, 5}, 3, n, {2, 3, 1, 5}, {2, 3, n, 5});
+    ExpectJoinedReshapeIsUnsharded({1, 1, 1, n, 5}, 3, n, {1, 1, 1, 5}, {1, 1, n, 5});
+    // Two size-1 dims before the shard ([b, t, h*hd] at b = t = 1), and one after it.
+    ExpectJoinedReshapeIsUnsharded({1, 1, n * 3 * 5}, 2, n, {1, 1, 3, 5}, {1, 1, n * 3, 5});
+    ExpectJoinedReshapeIsUnsharded({1, 1, n * 5}, 2, n, {1, 1, 1, 5}, {1, 1, n, 5});
+    ExpectJoinedReshapeIsUnsharded({n * 3, 5, 1}, 0, n, {3, 5}, {n * 3, 5});
+    ExpectJoinedReshapeIsUnsharded({1, n * 3, 1, 5}, 1, n, {1, 3, 5}, {1, n * 3, 5});
+    ExpectJoinedReshapeIsUnsharded({n * 3, 5}, 0, n, {3, 1, 5}, {n * 3, 1, 5});
+    // Heads at more rows, odd sizes: [b, t, h*hd] -> [b, t, h, hd] and the merge back.
+    ExpectJoinedReshapeIsUnsharded({3, 5, n * 7}, 2, n, {3, 5, 1, 7}, {3, 5, n, 7});
+    ExpectJoinedReshapeIsUnsharded({3, 5, n * 2, 7}, 2, n, {15, 14}, {15, n * 14});
+    // A sharded leading dim merged as the major dim of its group.
+    ExpectJoinedReshapeIsUnsharded({n, 3, 5}, 0, n, {15}, {n * 15});
+  }
 }
 
 TEST(ReshapeRule, SameShardBlocksOnlyAcrossSizeOneDims) {

@@ -59,6 +59,11 @@ void Tape::Record(const char* op, std::initializer_list<const Value*> inputs, Va
   }
   // Built in place: a Node carries its VJP's closure inline, so moving one is not free.
   const int32_t slot = static_cast<int32_t>(nodes_.size());
+  // 4x regrowth, not 2x: each one moves every node so far (a shape-only step records tens of
+  // thousands of them).
+  if (nodes_.size() == nodes_.capacity()) {
+    nodes_.reserve(std::min<size_t>(kSlotsPerTape, std::max<size_t>(64, 4 * nodes_.capacity())));
+  }
   Node& n = nodes_.emplace_back(Node{op, std::move(slots), nullptr, out.type, out.shape(),
                                      out.dtype()});
   n.vjp = std::move(vjp);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "shardmap/context.h"
@@ -168,7 +167,9 @@ std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Valu
   bool checked = ctx == nullptr || ctx->checked();
   // Cotangents by slot: only the slots the pass reaches hold one (a vector of every slot, built
   // and torn down per pass, made each microbatch's backward cost the whole tape's size).
-  std::unordered_map<int32_t, Value> grads;
+  // Open addressing: no allocation per cotangent (each reference below is used before the next
+  // insertion, so a rehash moving the values is harmless).
+  absl::flat_hash_map<int32_t, Value> grads;
   auto defined = [&grads](int32_t s) {
     auto it = grads.find(s);
     return it != grads.end() && it->second.defined();
@@ -300,7 +301,7 @@ std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Valu
       AlignShardDims(nodes_[in].type, nodes_[in].shape, cots[k]);
       if (checked) CheckCotangent(n, static_cast<int>(k), nodes_[in], cots[k]);
       cots[k].node = -1;
-      Value& g = grads[in];  // unordered_map: references stay valid as others are added
+      Value& g = grads[in];  // used before any other insertion
       if (!g.defined()) {
         g = std::move(cots[k]);
         if (in < i) {  // inputs precede their op on the tape (a walk down never revisits)

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "shardmap/context.h"
@@ -59,6 +58,11 @@ void Tape::Record(const char* op, std::initializer_list<const Value*> inputs, Va
   }
   // Built in place: a Node carries its VJP's closure inline, so moving one is not free.
   const int32_t slot = static_cast<int32_t>(nodes_.size());
+  // 4x regrowth, not 2x: each one moves every node so far (a shape-only step records tens of
+  // thousands of them).
+  if (nodes_.size() == nodes_.capacity()) {
+    nodes_.reserve(std::min<size_t>(kSlotsPerTape, std::max<size_t>(64, 4 * nodes_.capacity())));
+  }
   Node& n = nodes_.emplace_back(Node{op, std::move(slots), nullptr, out.type, out.shape(),
                                      out.dtype()});
   n.vjp = std::move(vjp);
@@ -156,31 +160,166 @@ std::vector<Value> Tape::Backward(absl::Span<const Value> outs, absl::Span<const
   return Run(outs, seeds, wrt, /*release=*/false, /*zeros=*/false);
 }
 
+// One backward pass (Run): the cotangents by slot (only the slots the pass reaches hold one: a
+// vector of every slot, built and torn down per pass, made each microbatch's backward cost the
+// whole tape's size), the slots still to visit, and the AtBackwardBelow triggers and on_ready
+// reports, fired in the order a slot-by-slot walk gives them.
+struct Tape::Pass {
+  Pass(Tape& t, absl::Span<const Value> w, bool z, const GradReadyFn& ready_fn)
+      : tape(t), wrt(w), zeros(z), on_ready(ready_fn), keep(t.nodes_.size()) {}
+
+  bool Defined(int32_t s) const {
+    auto it = grads.find(s);
+    return it != grads.end() && it->second.defined();
+  }
+
+  // The seeds' cotangents; returns the highest seeded slot (-1: none).
+  int32_t Seed(absl::Span<const Value> outs, absl::Span<const Value> seeds) {
+    int32_t top = -1;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      if (outs[k].node < 0) continue;
+      const int32_t s = tape.SlotOf(outs[k].node);
+      if (s < 0) OpFail("Backward: value not on this tape");
+      keep[s] = true;  // its cotangent is kept (it may be asked for in wrt)
+      if (!seeds[k].defined()) continue;
+      Value& g = grads[s];
+      g = g.defined() ? add(g, seeds[k]) : seeds[k];
+      top = std::max(top, s);
+    }
+    return top;
+  }
+
+  // wrt's cotangents kept, the reports' and triggers' order, the seeded slots to visit.
+  void Schedule(absl::Span<const Value> outs) {
+    for (const Value& w : wrt) {
+      const int32_t s = w.node >= 0 ? tape.SlotOf(w.node) : -1;
+      if (s >= 0) keep[s] = true;
+    }
+    result.resize(wrt.size());
+    if (on_ready) ready = tape.ReadyOrder(wrt);
+    // AtBackwardBelow: (slot, fn) by slot, latest first; stable, so one slot's run in order.
+    triggers = std::move(tape.triggers_);
+    tape.triggers_.clear();
+    std::stable_sort(triggers.begin(), triggers.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (const Value& o : outs) {
+      const int32_t s = o.node >= 0 ? tape.SlotOf(o.node) : -1;
+      if (s >= 0 && Defined(s) && std::find(pending.begin(), pending.end(), s) == pending.end()) {
+        pending.push_back(s);
+      }
+    }
+    std::make_heap(pending.begin(), pending.end());
+  }
+
+  // wrt[k]'s gradient as returned (and as on_ready sees it).
+  void FinalGrad(int k) {
+    const Value& w = wrt[k];
+    const int32_t s = w.node >= 0 ? tape.SlotOf(w.node) : -1;
+    if (s >= 0 && Defined(s)) {
+      result[k] = grads.at(s);
+    } else if (zeros) {
+      result[k] = Value(Tensor::Zeros(w.shape(), w.dtype(), w.tensor.device()), Dual(w.type));
+    }
+    if (on_ready) on_ready(k, result[k]);
+  }
+  void Report(int32_t at) {  // every gradient final once the pass is at slot `at`
+    for (; reported < ready.size() && ready[reported].first > at; ++reported) {
+      FinalGrad(ready[reported].second);
+    }
+  }
+  void Fire(int32_t at) {  // every trigger whose slot is above `at`
+    for (; fired < triggers.size() && triggers[fired].first > at; ++fired) triggers[fired].second();
+  }
+  // Fire(j); Report(j) for every j from above down to `at`, skipping the j where nothing fires
+  // or is reported: j = s - 1 for each next trigger or report slot s > at.
+  void Advance(int32_t at) {
+    for (;;) {
+      int32_t s = INT32_MIN;
+      if (fired < triggers.size()) s = std::max(s, triggers[fired].first);
+      if (reported < ready.size()) s = std::max(s, ready[reported].first);
+      if (s == INT32_MIN || s <= at) return;
+      Fire(s - 1);
+      Report(s - 1);
+    }
+  }
+
+  // Slot i's VJP: its inputs' cotangents added (the first one of an input puts it on `pending`).
+  void Visit(int32_t i, bool release, bool checked) {
+    Node& n = tape.nodes_[i];
+    if (n.released) {
+      OpFail("backward of '", n.op, "' (tape slot ", i, "): a cotangent reached an op whose VJP an "
+             "earlier BackwardAndRelease already ran and freed; each op may belong to one "
+             "released backward pass only (do not share activations between microbatches)");
+    }
+    if (!n.vjp) return;
+    // Dropped after this node's VJP has run (or at once when it needs nothing).
+    struct Release {
+      Tape* tape;
+      Node* n;
+      bool on;
+      ~Release() {
+        if (!on) return;
+        n->vjp = nullptr;
+        n->released = true;
+        tape->saved_bytes_ -= n->bytes;
+      }
+    } drop{&tape, &n, release};
+    uint32_t need = 0;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      if (n.inputs[k] >= 0) need |= 1u << k;
+    }
+    if (need == 0) return;
+    if (tape.observer_ != nullptr) tape.observer_->BeforeVjp(n.op);
+    cots.assign(n.inputs.size(), Value());
+    n.vjp(grads[i], need, cots.data());
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      int32_t in = n.inputs[k];
+      if (in < 0 || !cots[k].defined()) continue;
+      // Same blocks, the primal's dim: the gradient's type must not depend on checked mode.
+      AlignShardDims(tape.nodes_[in].type, tape.nodes_[in].shape, cots[k]);
+      if (checked) tape.CheckCotangent(n, static_cast<int>(k), tape.nodes_[in], cots[k]);
+      cots[k].node = -1;
+      Value& g = grads[in];  // used before any other insertion
+      if (!g.defined()) {
+        g = std::move(cots[k]);
+        if (in < i) {  // inputs precede their op on the tape (a walk down never revisits)
+          pending.push_back(in);
+          std::push_heap(pending.begin(), pending.end());
+        }
+      } else {
+        g = add(g, cots[k]);
+      }
+    }
+    if (tape.observer_ != nullptr) tape.observer_->AfterVjp(n.op);
+    // Free what is no longer needed: this node's cotangent.
+    if (!keep[i]) grads.erase(i);
+  }
+
+  Tape& tape;
+  absl::Span<const Value> wrt;
+  bool zeros;
+  const GradReadyFn& on_ready;
+  // Open addressing: no allocation per cotangent (each reference into it is used before the
+  // next insertion, so a rehash moving the values is harmless).
+  absl::flat_hash_map<int32_t, Value> grads;
+  std::vector<bool> keep;
+  std::vector<Value> result;
+  std::vector<std::pair<int32_t, int>> ready;
+  size_t reported = 0;
+  std::vector<std::pair<int32_t, std::function<void()>>> triggers;
+  size_t fired = 0;
+  std::vector<int32_t> pending;  // the slots holding a cotangent not yet visited (a max-heap)
+  absl::InlinedVector<Value, 4> cots;
+};
+
 std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Value> seeds,
                              absl::Span<const Value> wrt, bool release, bool zeros,
                              const GradReadyFn& on_ready) {
   RankContext* ctx = RankContext::Current();
   bool checked = ctx == nullptr || ctx->checked();
-  // Cotangents by slot: only the slots the pass reaches hold one (a vector of every slot, built
-  // and torn down per pass, made each microbatch's backward cost the whole tape's size).
-  std::unordered_map<int32_t, Value> grads;
-  auto defined = [&grads](int32_t s) {
-    auto it = grads.find(s);
-    return it != grads.end() && it->second.defined();
-  };
-  std::vector<bool> keep(nodes_.size());
+  Pass pass(*this, wrt, zeros, on_ready);
   NoGradScope no_grad;
-  int32_t top = -1;
-  for (size_t k = 0; k < outs.size(); ++k) {
-    if (outs[k].node < 0) continue;
-    const int32_t s = SlotOf(outs[k].node);
-    if (s < 0) OpFail("Backward: value not on this tape");
-    keep[s] = true;  // its cotangent is kept (it may be asked for in wrt)
-    if (!seeds[k].defined()) continue;
-    Value& g = grads[s];
-    g = g.defined() ? add(g, seeds[k]) : seeds[k];
-    top = std::max(top, s);
-  }
+  const int32_t top = pass.Seed(outs, seeds);
   bool prev_bwd = ctx ? ctx->in_backward() : false;
   if (ctx) ctx->set_in_backward(true);
   struct Restore {
@@ -193,130 +332,27 @@ std::vector<Value> Tape::Run(absl::Span<const Value> outs, absl::Span<const Valu
     }
   } restore{ctx, prev_bwd, running_};
   running_ = this;
-
-  for (const Value& w : wrt) {
-    const int32_t s = w.node >= 0 ? SlotOf(w.node) : -1;
-    if (s >= 0) keep[s] = true;
-  }
-  // wrt[k]'s gradient as returned (and as on_ready sees it).
-  std::vector<Value> result(wrt.size());
-  auto final_grad = [&](int k) {
-    const Value& w = wrt[k];
-    const int32_t s = w.node >= 0 ? SlotOf(w.node) : -1;
-    if (s >= 0 && defined(s)) {
-      result[k] = grads.at(s);
-    } else if (zeros) {
-      result[k] = Value(Tensor::Zeros(w.shape(), w.dtype(), w.tensor.device()), Dual(w.type));
-    }
-    if (on_ready) on_ready(k, result[k]);
-  };
-  std::vector<std::pair<int32_t, int>> ready;
-  if (on_ready) ready = ReadyOrder(wrt);
-  size_t reported = 0;
-  auto Report = [&](int32_t at) {  // every gradient final once the pass is at slot `at`
-    for (; reported < ready.size() && ready[reported].first > at; ++reported) {
-      final_grad(ready[reported].second);
-    }
-  };
-  // AtBackwardBelow: (slot, fn) by slot, latest first; stable, so one slot's run in order.
-  std::vector<std::pair<int32_t, std::function<void()>>> triggers = std::move(triggers_);
-  triggers_.clear();
-  std::stable_sort(triggers.begin(), triggers.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
-  size_t fired = 0;
-  auto Fire = [&](int32_t at) {  // every trigger whose slot is above `at`
-    for (; fired < triggers.size() && triggers[fired].first > at; ++fired) triggers[fired].second();
-  };
-  // The slots holding a cotangent, latest first: the pass visits those only, not every slot
-  // below `top` (a microbatch's backward on a tape of many microbatches' ops), with the triggers
-  // and reports in between in the order a slot-by-slot walk gives them (Advance).
-  std::vector<int32_t> pending;
-  for (const Value& o : outs) {
-    const int32_t s = o.node >= 0 ? SlotOf(o.node) : -1;
-    if (s >= 0 && defined(s) &&
-        std::find(pending.begin(), pending.end(), s) == pending.end()) {
-      pending.push_back(s);
-    }
-  }
-  std::make_heap(pending.begin(), pending.end());
-  // Fire(j); Report(j) for every j from above down to `at`, skipping the j where nothing fires
-  // or is reported: j = s - 1 for each next trigger or report slot s > at.
-  auto Advance = [&](int32_t at) {
-    for (;;) {
-      int32_t s = INT32_MIN;
-      if (fired < triggers.size()) s = std::max(s, triggers[fired].first);
-      if (reported < ready.size()) s = std::max(s, ready[reported].first);
-      if (s == INT32_MIN || s <= at) return;
-      Fire(s - 1);
-      Report(s - 1);
-    }
-  };
-  absl::InlinedVector<Value, 4> cots;
+  pass.Schedule(outs);
+  // The pass visits the slots holding a cotangent only, latest first, not every slot below
+  // `top` (a microbatch's backward on a tape of many microbatches' ops).
   if (top >= 0) {  // the walk's first slot: everything above it at once, triggers first
-    Fire(top);
-    Report(top);
+    pass.Fire(top);
+    pass.Report(top);
   }
-  while (!pending.empty()) {
-    std::pop_heap(pending.begin(), pending.end());
-    const int32_t i = pending.back();
-    pending.pop_back();
-    Advance(i);  // every op from the trigger's slot on has had its VJP; every consumer above i
-    Node& n = nodes_[i];
-    if (n.released) {
-      OpFail("backward of '", n.op, "' (tape slot ", i, "): a cotangent reached an op whose VJP an "
-             "earlier BackwardAndRelease already ran and freed; each op may belong to one "
-             "released backward pass only (do not share activations between microbatches)");
-    }
-    if (!n.vjp) continue;
-    // Dropped after this node's VJP has run (or at once when it needs nothing).
-    struct Release {
-      Tape* tape;
-      Node* n;
-      bool on;
-      ~Release() {
-        if (!on) return;
-        n->vjp = nullptr;
-        n->released = true;
-        tape->saved_bytes_ -= n->bytes;
-      }
-    } drop{this, &n, release};
-    uint32_t need = 0;
-    for (size_t k = 0; k < n.inputs.size(); ++k) {
-      if (n.inputs[k] >= 0) need |= 1u << k;
-    }
-    if (need == 0) continue;
-    if (observer_ != nullptr) observer_->BeforeVjp(n.op);
-    cots.assign(n.inputs.size(), Value());
-    n.vjp(grads[i], need, cots.data());
-    for (size_t k = 0; k < n.inputs.size(); ++k) {
-      int32_t in = n.inputs[k];
-      if (in < 0 || !cots[k].defined()) continue;
-      // Same blocks, the primal's dim: the gradient's type must not depend on checked mode.
-      AlignShardDims(nodes_[in].type, nodes_[in].shape, cots[k]);
-      if (checked) CheckCotangent(n, static_cast<int>(k), nodes_[in], cots[k]);
-      cots[k].node = -1;
-      Value& g = grads[in];  // unordered_map: references stay valid as others are added
-      if (!g.defined()) {
-        g = std::move(cots[k]);
-        if (in < i) {  // inputs precede their op on the tape (a walk down never revisits)
-          pending.push_back(in);
-          std::push_heap(pending.begin(), pending.end());
-        }
-      } else {
-        g = add(g, cots[k]);
-      }
-    }
-    if (observer_ != nullptr) observer_->AfterVjp(n.op);
-    // Free what is no longer needed: this node's cotangent.
-    if (!keep[i]) grads.erase(i);
+  while (!pass.pending.empty()) {
+    std::pop_heap(pass.pending.begin(), pass.pending.end());
+    const int32_t i = pass.pending.back();
+    pass.pending.pop_back();
+    pass.Advance(i);  // every op from the trigger's slot on has had its VJP; every consumer above i
+    pass.Visit(i, release, checked);
   }
-  if (top >= 0) Advance(0);  // the walk's slots below the last cotangent, down to 0
-  Fire(INT32_MIN);
-  Report(-2);  // the rest, unused ones (-1) included
+  if (top >= 0) pass.Advance(0);  // the walk's slots below the last cotangent, down to 0
+  pass.Fire(INT32_MIN);
+  pass.Report(-2);  // the rest, unused ones (-1) included
   if (!on_ready) {
-    for (size_t k = 0; k < wrt.size(); ++k) final_grad(static_cast<int>(k));
+    for (size_t k = 0; k < wrt.size(); ++k) pass.FinalGrad(static_cast<int>(k));
   }
-  return result;
+  return std::move(pass.result);
 }
 
 }  // namespace shardmap

@@ -160,6 +160,7 @@ class Tape : public TapeRecorder {
     int64_t bytes = 0;      // the output's bytes, counted in saved_bytes_ while held
     bool released = false;  // its VJP was run and dropped by BackwardAndRelease
   };
+  struct Pass;  // one backward pass's state and steps (tape.cc)
   std::vector<Value> Run(absl::Span<const Value> outs, absl::Span<const Value> seeds,
                          absl::Span<const Value> wrt, bool release, bool zeros = true,
                          const GradReadyFn& on_ready = nullptr);

@@ -97,7 +97,10 @@ Tensor LoadBalancedRows(const Tensor& tokens, int batch_ways, int cp) {
   }
   const int64_t per_way = batch / batch_ways, local = seq / cp;
   const size_t elem = DTypeSize(tokens.dtype());
-  Tensor out = Tensor::Empty({batch * seq}, tokens.dtype());
+  // Meta tokens (a meta rank's batch) give meta rows: the same bytes, nothing to move.
+  Tensor out = Tensor::Empty({batch * seq}, tokens.dtype(),
+                             tokens.is_meta() ? Device::Meta() : Device::Cpu());
+  if (tokens.is_meta()) return out;
   const char* src = static_cast<const char*>(tokens.raw_data());
   char* dst = static_cast<char*>(out.raw_data());
   int64_t row = 0;

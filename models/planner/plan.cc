@@ -790,148 +790,135 @@ int NextGradAccum(const Candidate& c, const PlanRequest& req, const Evaluated& e
   return 0;
 }
 
-}  // namespace
+// The plan's header: the question, the model's size and work, the hardware's figures.
+void StartPlan(const PlanRequest& req, const HardwareProfile& hw, const Model& model,
+               Plan* plan) {
+  const ModelShape ms = model.shape();
+  plan->gpus = req.gpus;
+  plan->gpus_per_node = req.gpus_per_node > 0 ? req.gpus_per_node : hw.gpus_per_node;
+  plan->profile_name = hw.name;
+  plan->usable_memory = hw.UsableMemory();
+  plan->parameters = ModelParameters(model);
+  plan->model_flops_per_step = ModelFlopsPerStep(model, req.global_batch);
+  plan->tokens_per_step = req.global_batch * ms.seq;
+  plan->dtype = absl::StrCat(DTypeName(ms.compute_dtype()), " compute, ", DTypeName(ms.dtype),
+                             " parameters, gradients and AdamW state");
+  plan->assumptions = PlanAssumptions(req, hw, ms.compute_dtype());
+  plan->time_limit_s = req.time_limit_s;
+}
 
-absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& hw,
-                             const Profiler& profiler) {
-  // Simulated CPU ranks run their collectives inline (nothing overlaps; the shape-only step's
-  // memory is theirs).
-  PlanRequest req = request;
-  if (hw.cores > 0 && !req.step.simulated_link) req.step.overlap = false;
-  Plan plan;
-  absl::StatusOr<std::vector<Candidate>> cands = EnumerateCandidates(req, hw, &plan.refused);
-  if (!cands.ok()) return cands.status();
-  plan.candidates = static_cast<int>(cands->size() + plan.refused.size());
-  plan.gpus = req.gpus;
-  plan.gpus_per_node = req.gpus_per_node > 0 ? req.gpus_per_node : hw.gpus_per_node;
-  plan.profile_name = hw.name;
-  plan.usable_memory = hw.UsableMemory();
-  absl::StatusOr<std::unique_ptr<Model>> model = RequestModel(req);
-  if (!model.ok()) return model.status();
-  const ModelShape ms = (*model)->shape();
-  plan.parameters = ModelParameters(**model);
-  plan.model_flops_per_step = ModelFlopsPerStep(**model, req.global_batch);
-  plan.tokens_per_step = req.global_batch * ms.seq;
-  plan.dtype = absl::StrCat(DTypeName(ms.compute_dtype()), " compute, ", DTypeName(ms.dtype),
-                            " parameters, gradients and AdamW state");
-  plan.assumptions = PlanAssumptions(req, hw, ms.compute_dtype());
-  HardwareProfile node = hw;
-  node.gpus_per_node = plan.gpus_per_node;
-  // Profiles by what the shape-only step runs (schedule, recomputation and resharding are
-  // applied afterwards): each distinct one once; many microbatches (or microsteps) from two
-  // profiles of few (profile_reuse.h), when the request allows.
-  std::map<std::string, absl::StatusOr<std::vector<RoleWork>>> cache;
-  auto run = [&](const Candidate& key,
-                 int64_t batch) -> const absl::StatusOr<std::vector<RoleWork>>& {
+// Profiles by what the shape-only step runs (schedule, recomputation and resharding are applied
+// afterwards): each distinct one once; many microbatches (or microsteps) from two profiles of
+// few (profile_reuse.h), when the request allows. Counts its runs and their time in `plan`.
+class ProfileCache {
+ public:
+  using Work = absl::StatusOr<std::vector<RoleWork>>;
+  ProfileCache(const PlanRequest& req, const Profiler& profiler, Plan* plan)
+      : req_(req), profiler_(profiler), plan_(plan) {}
+
+  // The candidate's roles as the shape-only step of ProfiledCandidate(c) gives them.
+  const Work& Profiled(const Candidate& c) { return ProfiledKey(ProfiledCandidate(c)); }
+
+  const Work& ProfiledKey(const Candidate& key) {
+    auto it = cache_.find(key.Name());
+    if (it != cache_.end()) return it->second;
+    if (std::optional<Repeats> rep = MicrobatchRepeats(key, req_); rep.has_value()) {
+      const Work& lo = Run(rep->low, rep->low_batch);
+      const Work& hi = Run(rep->high, rep->high_batch);
+      if (lo.ok() && hi.ok()) {
+        Work w = ExtrapolateMicrobatches(*lo, *hi, rep->n1, rep->n);
+        if (w.ok()) {
+          ++plan_->extrapolated;
+          return cache_.emplace(key.Name(), std::move(w)).first->second;
+        }
+      }
+    }
+    return Run(key, req_.global_batch);
+  }
+
+ private:
+  const Work& Run(const Candidate& key, int64_t batch) {
     const std::string name =
-        batch == req.global_batch ? key.Name() : absl::StrCat(key.Name(), " @batch ", batch);
-    auto it = cache.find(name);
-    if (it != cache.end()) return it->second;
-    PlanRequest r = req;
+        batch == req_.global_batch ? key.Name() : absl::StrCat(key.Name(), " @batch ", batch);
+    auto it = cache_.find(name);
+    if (it != cache_.end()) return it->second;
+    PlanRequest r = req_;
     r.global_batch = batch;
     const auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<std::vector<RoleWork>> w = profiler(key, r);
-    plan.profile_seconds +=
+    Work w = profiler_(key, r);
+    plan_->profile_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ++plan.profiled;
-    return cache.emplace(name, std::move(w)).first->second;
-  };
-  auto profiled_key = [&](const Candidate& key) -> const absl::StatusOr<std::vector<RoleWork>>& {
-    auto it = cache.find(key.Name());
-    if (it != cache.end()) return it->second;
-    if (std::optional<Repeats> rep = MicrobatchRepeats(key, req); rep.has_value()) {
-      const absl::StatusOr<std::vector<RoleWork>>& lo = run(rep->low, rep->low_batch);
-      const absl::StatusOr<std::vector<RoleWork>>& hi = run(rep->high, rep->high_batch);
-      if (lo.ok() && hi.ok()) {
-        absl::StatusOr<std::vector<RoleWork>> w =
-            ExtrapolateMicrobatches(*lo, *hi, rep->n1, rep->n);
-        if (w.ok()) {
-          ++plan.extrapolated;
-          return cache.emplace(key.Name(), std::move(w)).first->second;
-        }
-      }
-    }
-    return run(key, req.global_batch);
-  };
-  auto profiled = [&](const Candidate& c) -> const absl::StatusOr<std::vector<RoleWork>>& {
-    return profiled_key(ProfiledCandidate(c));
-  };
-  int done = 0;
-  const auto now = [&req] {
-    if (req.clock) return req.clock();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  };
-  const double start = now();
-  double best_step = std::numeric_limits<double>::infinity();
-  plan.time_limit_s = req.time_limit_s;
-  for (size_t ci = 0; ci < cands->size(); ++ci) {
-    if (req.time_limit_s > 0 && ci > 0 && now() - start > req.time_limit_s) {
-      plan.stopped = true;
-      plan.unpriced = static_cast<int>(cands->size() - ci);
+    ++plan_->profiled;
+    return cache_.emplace(name, std::move(w)).first->second;
+  }
+
+  const PlanRequest& req_;
+  const Profiler& profiler_;
+  Plan* plan_;
+  std::map<std::string, Work> cache_;
+};
+
+// One candidate priced: its fastest fitting row (best), its smallest row (smallest), or why its
+// shape-only step failed (failed); `name` is the last candidate tried (its microsteps raised).
+struct Priced {
+  std::optional<PlanRow> best, smallest;
+  absl::Status failed;
+  std::string name;
+};
+
+// Prices candidate `c` (with more microsteps while that may fit without recomputation). An
+// error is a profile that cannot price this work (the user's to fix); `failed` is a mesh the
+// shape-only step refuses.
+absl::StatusOr<Priced> PriceCandidate(Candidate c, const PlanRequest& req, const ModelShape& ms,
+                                      const HardwareProfile& hw, const HardwareProfile& node,
+                                      const Plan& plan, ProfileCache& profiles) {
+  Priced out;
+  std::optional<PlanRow>& best = out.best;
+  std::optional<PlanRow>& smallest = out.smallest;
+  const bool piped = c.pipeline.stages > 1 || c.pipeline.microbatches > 1;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const absl::StatusOr<std::vector<RoleWork>>& roles = profiles.Profiled(c);
+    if (!roles.ok()) {
+      out.failed = roles.status();
       break;
     }
-    Candidate c = (*cands)[ci];
-    std::optional<PlanRow> best, smallest;
-    absl::Status failed;
-    const bool piped = c.pipeline.stages > 1 || c.pipeline.microbatches > 1;
-    for (int attempt = 0; attempt < 4; ++attempt) {
-      const absl::StatusOr<std::vector<RoleWork>>& roles = profiled(c);
-      if (!roles.ok()) {
-        failed = roles.status();
+    const RecomputingProfile recomputing =
+        [&](Recompute mode) -> const absl::StatusOr<std::vector<RoleWork>>& {
+      return profiles.ProfiledKey(MemoryCandidate(c, mode));
+    };
+    // The interleaved schedule's memory is its own step's (MemoryCandidate).
+    if (Interleaved(c)) {
+      const absl::StatusOr<std::vector<RoleWork>>& own = recomputing(Recompute::kNone);
+      if (!own.ok()) {
+        out.failed = own.status();
         break;
       }
-      const RecomputingProfile recomputing =
-          [&](Recompute mode) -> const absl::StatusOr<std::vector<RoleWork>>& {
-        return profiled_key(MemoryCandidate(c, mode));
-      };
-      // The interleaved schedule's memory is its own step's (MemoryCandidate).
-      if (Interleaved(c)) {
-        const absl::StatusOr<std::vector<RoleWork>>& own = recomputing(Recompute::kNone);
-        if (!own.ok()) {
-          failed = own.status();
-          break;
-        }
-      }
-      absl::StatusOr<Evaluated> e = Evaluate(c, *roles, req, ms, node, plan, recomputing);
-      if (!e.ok()) return e.status();  // a profile that cannot price this work: the user's to fix
-      if (e->best_fit && (!best || e->best_fit->prediction.step_s < best->prediction.step_s)) {
-        best = std::move(e->best_fit);
-      }
-      if (e->smallest && (!smallest || e->smallest->prediction.peak_bytes <
-                                           smallest->prediction.peak_bytes)) {
-        smallest = std::move(e->smallest);
-      }
-      // Without a pipeline, fewer activations per microstep may fit without recomputation.
-      if (piped || c.fixed_grad_accum ||
-          (best && (best->candidate.recompute == Recompute::kNone || c.fixed_recompute))) {
-        break;
-      }
-      const int next = NextGradAccum(c, req, *e, hw.UsableMemory());
-      if (next == 0 || e->persistent >= hw.UsableMemory()) break;
-      c.grad_accum = next;
     }
-    if (req.progress) req.progress(++done, static_cast<int>(cands->size()));
-    if (!failed.ok()) {
-      plan.refused.push_back({c.Name(), absl::StrCat("shape-only run: ", failed.message())});
-      continue;
+    absl::StatusOr<Evaluated> e = Evaluate(c, *roles, req, ms, node, plan, recomputing);
+    if (!e.ok()) return e.status();
+    if (e->best_fit && (!best || e->best_fit->prediction.step_s < best->prediction.step_s)) {
+      best = std::move(e->best_fit);
     }
-    if (best) {
-      if (req.on_best && best->prediction.step_s < best_step) {
-        best_step = best->prediction.step_s;
-        req.on_best(best->candidate.Name(), best_step);
-      }
-      plan.rows.push_back(*std::move(best));
-      continue;
+    if (e->smallest && (!smallest || e->smallest->prediction.peak_bytes <
+                                         smallest->prediction.peak_bytes)) {
+      smallest = std::move(e->smallest);
     }
-    if (!smallest) continue;
-    plan.refused.push_back(
-        {smallest->candidate.Name(),
-         absl::StrCat("out of memory: ",
-                      PeakOverUsable(smallest->prediction.peak_bytes, hw.UsableMemory()),
-                      " (predicted step ", Seconds(smallest->prediction.step_s), ")")});
-    plan.unfit.push_back(*std::move(smallest));
+    // Without a pipeline, fewer activations per microstep may fit without recomputation.
+    if (piped || c.fixed_grad_accum ||
+        (best && (best->candidate.recompute == Recompute::kNone || c.fixed_recompute))) {
+      break;
+    }
+    const int next = NextGradAccum(c, req, *e, hw.UsableMemory());
+    if (next == 0 || e->persistent >= hw.UsableMemory()) break;
+    c.grad_accum = next;
   }
+  out.name = c.Name();
+  return out;
+}
+
+// Rows by step time, out-of-memory rows by peak, each mesh once, each refusal once; an error
+// when no mesh is left to show.
+absl::Status FinishPlan(const PlanRequest& req, Plan& plan) {
   std::stable_sort(plan.rows.begin(), plan.rows.end(), [](const PlanRow& a, const PlanRow& b) {
     return a.prediction.step_s < b.prediction.step_s;
   });
@@ -954,20 +941,82 @@ absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& 
                                       return !said.insert({r.candidate, r.reason}).second;
                                     }),
                      plan.refused.end());
-  if (plan.rows.empty() && plan.unfit.empty()) {
-    std::string reasons;
-    for (size_t i = 0; i < plan.refused.size() && i < 5; ++i) {
-      absl::StrAppend(&reasons, "\n  ", plan.refused[i].candidate, ": ", plan.refused[i].reason);
-    }
-    return absl::FailedPreconditionError(
-        absl::StrCat(plan.stopped
-                         ? absl::StrCat("stopped at the time limit (", req.time_limit_s,
-                                        " s) with ", plan.unpriced,
-                                        " meshes not priced, and none of those priced runs: ")
-                         : std::string(),
-                     "no mesh of ", req.gpus, " GPUs can run this model (", plan.refused.size(),
-                     " refused), e.g.:", reasons));
+  if (!plan.rows.empty() || !plan.unfit.empty()) return absl::OkStatus();
+  std::string reasons;
+  for (size_t i = 0; i < plan.refused.size() && i < 5; ++i) {
+    absl::StrAppend(&reasons, "\n  ", plan.refused[i].candidate, ": ", plan.refused[i].reason);
   }
+  return absl::FailedPreconditionError(
+      absl::StrCat(plan.stopped
+                       ? absl::StrCat("stopped at the time limit (", req.time_limit_s, " s) with ",
+                                      plan.unpriced,
+                                      " meshes not priced, and none of those priced runs: ")
+                       : std::string(),
+                   "no mesh of ", req.gpus, " GPUs can run this model (", plan.refused.size(),
+                   " refused), e.g.:", reasons));
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> PlanGpt(const PlanRequest& request, const HardwareProfile& hw,
+                             const Profiler& profiler) {
+  // Simulated CPU ranks run their collectives inline (nothing overlaps; the shape-only step's
+  // memory is theirs).
+  PlanRequest req = request;
+  if (hw.cores > 0 && !req.step.simulated_link) req.step.overlap = false;
+  Plan plan;
+  absl::StatusOr<std::vector<Candidate>> cands = EnumerateCandidates(req, hw, &plan.refused);
+  if (!cands.ok()) return cands.status();
+  plan.candidates = static_cast<int>(cands->size() + plan.refused.size());
+  absl::StatusOr<std::unique_ptr<Model>> model = RequestModel(req);
+  if (!model.ok()) return model.status();
+  StartPlan(req, hw, **model, &plan);
+  const ModelShape ms = (*model)->shape();
+  HardwareProfile node = hw;
+  node.gpus_per_node = plan.gpus_per_node;
+  ProfileCache profiles(req, profiler, &plan);
+  int done = 0;
+  const auto now = [&req] {
+    if (req.clock) return req.clock();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  const double start = now();
+  double best_step = std::numeric_limits<double>::infinity();
+  for (size_t ci = 0; ci < cands->size(); ++ci) {
+    if (req.time_limit_s > 0 && ci > 0 && now() - start > req.time_limit_s) {
+      plan.stopped = true;
+      plan.unpriced = static_cast<int>(cands->size() - ci);
+      break;
+    }
+    absl::StatusOr<Priced> priced =
+        PriceCandidate((*cands)[ci], req, ms, hw, node, plan, profiles);
+    if (!priced.ok()) return priced.status();  // a profile that cannot price this work
+    std::optional<PlanRow>& best = priced->best;
+    std::optional<PlanRow>& smallest = priced->smallest;
+    if (req.progress) req.progress(++done, static_cast<int>(cands->size()));
+    if (!priced->failed.ok()) {
+      plan.refused.push_back(
+          {priced->name, absl::StrCat("shape-only run: ", priced->failed.message())});
+      continue;
+    }
+    if (best) {
+      if (req.on_best && best->prediction.step_s < best_step) {
+        best_step = best->prediction.step_s;
+        req.on_best(best->candidate.Name(), best_step);
+      }
+      plan.rows.push_back(*std::move(best));
+      continue;
+    }
+    if (!smallest) continue;
+    plan.refused.push_back(
+        {smallest->candidate.Name(),
+         absl::StrCat("out of memory: ",
+                      PeakOverUsable(smallest->prediction.peak_bytes, hw.UsableMemory()),
+                      " (predicted step ", Seconds(smallest->prediction.step_s), ")")});
+    plan.unfit.push_back(*std::move(smallest));
+  }
+  if (absl::Status s = FinishPlan(req, plan); !s.ok()) return s;
   return plan;
 }
 

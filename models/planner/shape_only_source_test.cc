@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "models/planner/cost_model.h"
 #include "models/planner/gpt_request.h"
@@ -107,6 +108,33 @@ TEST(ShapeOnlyProfilerTest, PipelineRolesCoverEveryStageOnCpuAndMetaAlike) {
   absl::StatusOr<StepPrediction> p = PredictStep(*meta, c->mesh, c->pipeline, hw);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_GT(p->bubble, 0);
+}
+
+// A meta rank's token batch is meta (trainer.cc's StepBatch): its rows (cp's load-balanced
+// ones, gradient accumulation's microsteps and a pipeline's microbatches included) allocate
+// what a CPU rank's host rows do, so the two profiles' peaks agree to the byte.
+TEST(ShapeOnlyProfilerTest, MetaTokenBatchCountsAsTheCpuOne) {
+  struct Case {
+    const char* spec;
+    int gpus, microbatches, grad_accum;
+  };
+  for (const Case& m : {Case{"dp=2,cp=2", 4, 1, 1}, Case{"dp=2,cp=2", 4, 1, 2},
+                        Case{"dp=2", 2, 1, 2}, Case{"pp=2,dp=2", 4, 4, 1}}) {
+    SCOPED_TRACE(absl::StrCat(m.spec, " ga", m.grad_accum));
+    absl::StatusOr<Candidate> c = ParseCandidate(m.spec, false, "1f1b", m.microbatches);
+    ASSERT_TRUE(c.ok()) << c.status();
+    c->grad_accum = m.grad_accum;
+    absl::StatusOr<std::vector<RoleWork>> meta =
+        ShapeOnlyProfiler(Device::Meta())(*c, Tiny(m.gpus));
+    absl::StatusOr<std::vector<RoleWork>> cpu = ShapeOnlyProfiler(Device::Cpu())(*c, Tiny(m.gpus));
+    ASSERT_TRUE(meta.ok() && cpu.ok()) << meta.status() << cpu.status();
+    ASSERT_EQ(meta->size(), cpu->size());
+    for (size_t i = 0; i < meta->size(); ++i) {
+      EXPECT_GT((*meta)[i].peak_bytes, 0);
+      EXPECT_EQ((*meta)[i].peak_bytes, (*cpu)[i].peak_bytes);
+      EXPECT_EQ((*meta)[i].activation_peak_bytes, (*cpu)[i].activation_peak_bytes);
+    }
+  }
 }
 
 // dp_shard=3 divides none of d_model 16, 4 d 64, vocab 32, seq 8 (only c_attn's 3): the trainer

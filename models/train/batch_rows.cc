@@ -11,14 +11,23 @@ Tensor MicrobatchRows(const Tensor& batch, int64_t k, int64_t m) {
     // The rows are contiguous: one bulk copy (the same values as element by element).
     return batch.SliceRows(k * per, per).Reshape({per * seq}).Clone();
   }
+  // A meta batch's rows are meta (a meta rank's global batch, RankTrainer): the bytes of the
+  // copy above, no values.
+  if (batch.is_meta()) return Tensor::Empty({per * seq}, DType::kI64, Device::Meta());
   std::vector<int64_t> v(per * seq);
-  if (!batch.is_meta()) {  // meta reads are zeros (tensor.h)
-    for (int64_t i = 0; i < per * seq; ++i) {
-      v[i] = static_cast<int64_t>(batch.at(k * per * seq + i));
-    }
-  }
+  for (int64_t i = 0; i < per * seq; ++i) v[i] = static_cast<int64_t>(batch.at(k * per * seq + i));
   return Tensor::FromVector<int64_t>({per * seq}, v);
 }
+
+namespace {
+
+// Host rows onto the rank's device. Rows already on a meta rank's device (its batch is meta) are
+// copied all the same: the same allocations, in the same order, as the upload of host rows.
+Tensor Upload(const Tensor& rows, Device dev) {
+  return rows.device() == dev && dev.is_meta() ? rows.Clone() : rows.To(dev);
+}
+
+}  // namespace
 
 RankBatches::RankBatches(const Model& layout, const RunPlan& plan, int64_t batch, int rank,
                          Device dev)
@@ -55,8 +64,8 @@ void RankBatches::Microsteps(const Tensor& ids_g, const Tensor& targets_g,
   std::vector<Tensor> host_ids, host_targets;
   HostMicrosteps(ids_g, targets_g, &host_ids, &host_targets);
   for (size_t j = 0; j < host_ids.size(); ++j) {
-    ids->emplace_back(host_ids[j].To(dev_), row_type_);
-    targets->emplace_back(host_targets[j].To(dev_), row_type_);
+    ids->emplace_back(Upload(host_ids[j], dev_), row_type_);
+    targets->emplace_back(Upload(host_targets[j], dev_), row_type_);
   }
 }
 
@@ -65,10 +74,11 @@ void RankBatches::Microbatches(const Tensor& ids_g, const Tensor& targets_g,
   const int64_t m = plan_.microbatches;
   const Mesh& mesh = layout_.mesh();
   for (int64_t k = 0; k < m; ++k) {
-    ids->emplace_back(ShardOf(MicrobatchRows(ids_g, k, m), mesh, rows_spec_, rank_).To(dev_),
+    ids->emplace_back(Upload(ShardOf(MicrobatchRows(ids_g, k, m), mesh, rows_spec_, rank_), dev_),
                       row_type_);
     targets->emplace_back(
-        ShardOf(MicrobatchRows(targets_g, k, m), mesh, rows_spec_, rank_).To(dev_), row_type_);
+        Upload(ShardOf(MicrobatchRows(targets_g, k, m), mesh, rows_spec_, rank_), dev_),
+        row_type_);
   }
 }
 

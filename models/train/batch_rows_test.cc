@@ -35,8 +35,7 @@ TEST(BatchRowsTest, MicrobatchRowsEqualsTheElementwiseReference) {
   const Tensor meta = Tensor::Empty({b, seq}, DType::kI64, Device::Meta());
   const Tensor got = MicrobatchRows(meta, 1, 2);
   EXPECT_EQ(got.ShapeString(), "i64[15]");
-  EXPECT_FALSE(got.is_meta());
-  EXPECT_EQ(got.ToVector<int64_t>(), std::vector<int64_t>(15, 0));
+  EXPECT_TRUE(got.is_meta());  // a meta rank's rows stay meta (no values to copy)
 }
 
 }  // namespace

@@ -4,10 +4,12 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -59,8 +61,11 @@ struct Capture {
 
 void AddOps(const std::vector<OpCount>& ops, size_t begin, size_t end, size_t optimizer_begin,
             StepProfile* p) {
-  std::map<std::pair<std::string, DType>, size_t> op_index;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, DType, bool, bool>, size_t> gemm_index;
+  // Hashed, keyed by views of the records' names (no string copied per op): p->ops and p->gemms
+  // keep the order of first appearance either way.
+  absl::flat_hash_map<std::pair<std::string_view, DType>, size_t> op_index;
+  absl::flat_hash_map<std::tuple<int64_t, int64_t, int64_t, int64_t, DType, bool, bool>, size_t>
+      gemm_index;
   for (size_t i = begin; i < end; ++i) {
     const OpCount& o = ops[i];
     p->flops += o.flops;

@@ -46,6 +46,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "collectives/async_lane.h"
 #include "collectives/distributed_env.h"
 #include "collectives/gloo_store.h"
@@ -1010,23 +1011,30 @@ class GlooCommunicator final : public internal::ForwardingCommunicator {
       const int m = static_cast<int>(members.size());
       auto ctx = std::make_shared<gloo::rendezvous::Context>(new_rank, m);
       ctx->setTimeout(ToMillis(world_->timeout));
-      GlooStoreGroup group{{}, absl::StrCat("the rendezvous of Split() #", seq_)};
-      for (const auto& mk : members) group.world_ranks.push_back(world_ranks_[mk.second]);
-      GlooStore store(*world_->store,
-                      absl::StrCat(world_->store_prefix, "/", name_, "/split#", seq_, "/color",
-                                   color),
-                      std::move(group));
+      std::vector<int> world_ranks;
+      for (const auto& mk : members) world_ranks.push_back(world_ranks_[mk.second]);
+      GlooStore store(
+          *world_->store,
+          absl::StrCat(world_->store_prefix, "/", name_, "/split#", seq_, "/color", color),
+          GlooStoreGroup{world_ranks, absl::StrCat("the rendezvous of Split() #", seq_)});
       try {
         ctx->connectFullMesh(store, world_->device);
       } catch (const std::exception& e) {
-        return absl::UnavailableError(
-            absl::StrCat(what_, ": connecting the group of color ", color, " failed: ", e.what()));
+        // The store's errors name the missing ranks; Gloo's own pair errors ("Connect timeout
+        // [addr]:port") name none: say whom the group waited for, and how long.
+        const bool names_ranks = absl::StrContains(e.what(), "rendezvous through the TCP store");
+        return absl::UnavailableError(absl::StrCat(
+            what_, ": connecting the group of color ", color, " failed: ", e.what(),
+            names_ranks
+                ? ""
+                : absl::StrCat(" (the group's world ranks ", absl::StrJoin(world_ranks, ", "),
+                               ", within ", absl::FormatDuration(world_->timeout),
+                               ": a member stopped, hung or unreachable fails this way; raise "
+                               "the timeout (train: --collective_timeout) if it is only slow)")));
       }
       auto link = std::make_shared<GroupLink>(ctx);
       SM_COLL_RETURN_IF_ERROR(link->Arm());
       world_->Register(link);
-      std::vector<int> world_ranks;
-      for (const auto& mk : members) world_ranks.push_back(world_ranks_[mk.second]);
       sub = std::make_unique<GlooCommunicator>(
           world_, link, std::move(world_ranks),
           absl::StrCat(name_, "/split(color=", color, ")[", m, " ranks]"));

@@ -126,8 +126,9 @@ fi
 grep -q "global batch" "$STOP_WHEN" || fail "stopped peer: rank 0 never started: $err"
 start=$(cat "$STOP_WHEN.at")
 # Rank 1 stops wherever it is: in a collective rank 0 then waits on ("timed out ... waiting for
-# rank 1"), or before the Split() that opens the started calls' lane (its rendezvous names it).
-grep -Eq "timed out after 3s waiting for rank 1|rank 1 of 2 did not reach the rendezvous of Split\(\) #[0-9]+ within 3s" \
+# rank 1"), or in the Split() that opens the started calls' lane: before its rendezvous (which
+# names rank 1) or while Gloo connects the group's pairs (named by the group's ranks).
+grep -Eq "timed out after 3s waiting for rank 1|rank 1 of 2 did not reach the rendezvous of Split\(\) #[0-9]+ within 3s|connecting the group of color 0 failed: .*\(the group's world ranks 0, 1, within 3s: a member stopped" \
   <<<"$err" || fail "stopped peer: got $err"
 [ $(( $(date +%s) - start )) -lt 60 ] || fail "a stopped peer took over 60 s to detect"
 # A peer that never connects: the rendezvous gives up after the timeout too, naming the rank.

@@ -82,6 +82,31 @@ ValueAndGrad PlainReference(const std::vector<Tensor>& in) {
       params);
 }
 
+// The ring on a cp x tp mesh (the sequence dim in the load-balanced order, split over cp; heads
+// over tp) against the one-device output `naive` and the loss and gradients `ref`;
+// global = {q, k, v, w}.
+void ExpectRingMatches(const std::vector<Tensor>& global, int cp, int tp, const Tensor& naive,
+                       const ValueAndGrad& ref) {
+  std::vector<Tensor> in;
+  for (const Tensor& t : global) in.push_back(ToLoadBalancedOrder(t, 1, cp));
+  Mesh mesh = *Mesh::Create({{"cp", cp}, {"tp", tp}});
+  const PartitionSpec spec = P(None, "cp", "tp");
+  ShardFn f = [](const std::vector<Value>& p) -> std::vector<Value> {
+    Value o = RingCausalAttention(p[0], p[1], p[2], "cp", kScale);
+    return {WeightedSum(o, p[3]), o};
+  };
+  absl::StatusOr<ShardMapGrads> got = value_and_grad(shard_map(
+      f, mesh, {spec, spec, spec, spec}, {P().Unreduced({"cp", "tp"}), spec}))(in);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TENSOR_NEAR(ToLoadBalancedOrder(got->outputs[1], 1, cp, /*inverse=*/true), naive, 1e-12);
+  EXPECT_NEAR(got->outputs[0].item(), ref.value.item(), 1e-12 * std::fabs(ref.value.item()));
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_TENSOR_NEAR(ToLoadBalancedOrder(got->grads[k], 1, cp, true), ref.grads[k].tensor,
+                       1e-12)
+        << "input " << k;
+  }
+}
+
 struct RingCase {
   int cp, tp;
 };
@@ -104,25 +129,7 @@ TEST_P(RingAttentionTest, MatchesUnshardedCausalAttentionAndGradients) {
                          .tensor,
                      naive, 1e-13);
 
-  // Ring: the sequence dim in the load-balanced order, split over cp; heads over tp.
-  std::vector<Tensor> in;
-  for (const Tensor& t : global) in.push_back(ToLoadBalancedOrder(t, 1, cp));
-  Mesh mesh = *Mesh::Create({{"cp", cp}, {"tp", tp}});
-  const PartitionSpec spec = P(None, "cp", "tp");
-  ShardFn f = [](const std::vector<Value>& p) -> std::vector<Value> {
-    Value o = RingCausalAttention(p[0], p[1], p[2], "cp", kScale);
-    return {WeightedSum(o, p[3]), o};
-  };
-  absl::StatusOr<ShardMapGrads> got = value_and_grad(shard_map(
-      f, mesh, {spec, spec, spec, spec}, {P().Unreduced({"cp", "tp"}), spec}))(in);
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_TENSOR_NEAR(ToLoadBalancedOrder(got->outputs[1], 1, cp, /*inverse=*/true), naive, 1e-12);
-  EXPECT_NEAR(got->outputs[0].item(), ref.value.item(), 1e-12 * std::fabs(ref.value.item()));
-  for (int k = 0; k < 4; ++k) {
-    EXPECT_TENSOR_NEAR(ToLoadBalancedOrder(got->grads[k], 1, cp, true), ref.grads[k].tensor,
-                       1e-12)
-        << "input " << k;
-  }
+  ExpectRingMatches(global, cp, tp, naive, ref);
 }
 
 INSTANTIATE_TEST_SUITE_P(Meshes, RingAttentionTest,
@@ -195,24 +202,7 @@ TEST_P(RingGqaTest, MatchesUnshardedRepeatedKvAttentionAndGradients) {
   for (int64_t e = 0; e < naive.numel(); ++e) naive_loss += naive.at(e) * global[3].at(e);
   EXPECT_NEAR(ref.value.item(), naive_loss, 1e-12 * std::fabs(naive_loss));
 
-  std::vector<Tensor> in;
-  for (const Tensor& t : global) in.push_back(ToLoadBalancedOrder(t, 1, cp));
-  Mesh mesh = *Mesh::Create({{"cp", cp}, {"tp", tp}});
-  const PartitionSpec spec = P(None, "cp", "tp");
-  ShardFn f = [](const std::vector<Value>& p) -> std::vector<Value> {
-    Value o = RingCausalAttention(p[0], p[1], p[2], "cp", kScale);
-    return {WeightedSum(o, p[3]), o};
-  };
-  absl::StatusOr<ShardMapGrads> got = value_and_grad(shard_map(
-      f, mesh, {spec, spec, spec, spec}, {P().Unreduced({"cp", "tp"}), spec}))(in);
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_TENSOR_NEAR(ToLoadBalancedOrder(got->outputs[1], 1, cp, /*inverse=*/true), naive, 1e-12);
-  EXPECT_NEAR(got->outputs[0].item(), ref.value.item(), 1e-12 * std::fabs(ref.value.item()));
-  for (int k = 0; k < 4; ++k) {
-    EXPECT_TENSOR_NEAR(ToLoadBalancedOrder(got->grads[k], 1, cp, true), ref.grads[k].tensor,
-                       1e-12)
-        << "input " << k;
-  }
+  ExpectRingMatches(global, cp, tp, naive, ref);
 }
 
 INSTANTIATE_TEST_SUITE_P(Meshes, RingGqaTest,

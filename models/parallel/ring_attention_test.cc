@@ -174,6 +174,25 @@ ValueAndGrad RepeatedKvReference(const std::vector<Tensor>& in, int64_t rep) {
       params);
 }
 
+// Inputs first..last of `g` (every stride-th element) against central differences of `loss`.
+void ExpectGradsMatchFiniteDifferences(
+    const ValueAndGrad& g, const std::vector<Tensor>& t,
+    const std::function<double(const std::vector<Tensor>&)>& loss, int first, int last,
+    int64_t stride) {
+  for (int k = first; k <= last; ++k) {
+    for (int64_t e = 0; e < t[k].numel(); e += stride) {
+      std::vector<Tensor> plus = t, minus = t;
+      plus[k] = t[k].Clone();
+      minus[k] = t[k].Clone();
+      const double h = 1e-6;
+      plus[k].data<double>()[e] += h;
+      minus[k].data<double>()[e] -= h;
+      const double fd = (loss(plus) - loss(minus)) / (2 * h);
+      EXPECT_NEAR(g.grads[k].tensor.at(e), fd, 1e-8) << "input " << k << " element " << e;
+    }
+  }
+}
+
 struct GqaCase {
   int cp, tp;
   int64_t chunk, batch;
@@ -228,19 +247,8 @@ TEST(RingAttentionReferenceTest, RepeatedKvGradientMatchesFiniteDifferences) {
                        Value::Replicated(x[3]))
         .item();
   };
-  ValueAndGrad g = RepeatedKvReference(t, 2);
-  for (int k = 1; k < 3; ++k) {
-    for (int64_t e = 0; e < t[k].numel(); e += 2) {
-      std::vector<Tensor> plus = t, minus = t;
-      plus[k] = t[k].Clone();
-      minus[k] = t[k].Clone();
-      const double h = 1e-6;
-      plus[k].data<double>()[e] += h;
-      minus[k].data<double>()[e] -= h;
-      const double fd = (loss(plus) - loss(minus)) / (2 * h);
-      EXPECT_NEAR(g.grads[k].tensor.at(e), fd, 1e-8) << "input " << k << " element " << e;
-    }
-  }
+  ExpectGradsMatchFiniteDifferences(RepeatedKvReference(t, 2), t, loss, /*first=*/1,
+                                    /*last=*/2, /*stride=*/2);
 }
 
 // The reference's gradient against central differences (so the comparison above is anchored).
@@ -254,19 +262,8 @@ TEST(RingAttentionReferenceTest, PlainAttentionGradientMatchesFiniteDifferences)
                        Value::Replicated(x[3]))
         .item();
   };
-  ValueAndGrad g = PlainReference(t);
-  for (int k = 0; k < 3; ++k) {
-    for (int64_t e = 0; e < t[k].numel(); e += 5) {
-      std::vector<Tensor> plus = t, minus = t;
-      plus[k] = t[k].Clone();
-      minus[k] = t[k].Clone();
-      const double h = 1e-6;
-      plus[k].data<double>()[e] += h;
-      minus[k].data<double>()[e] -= h;
-      const double fd = (loss(plus) - loss(minus)) / (2 * h);
-      EXPECT_NEAR(g.grads[k].tensor.at(e), fd, 1e-8) << "input " << k << " element " << e;
-    }
-  }
+  ExpectGradsMatchFiniteDifferences(PlainReference(t), t, loss, /*first=*/0, /*last=*/2,
+                                    /*stride=*/5);
 }
 
 // Counts the score elements each device computes (the recorded exp ops: one per score block)
